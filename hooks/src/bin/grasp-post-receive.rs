@@ -1,1 +1,37 @@
-fn main() {}
+//! git `post-receive` hook: tells the GRASP relay that git data arrived and prints what it released.
+
+use std::time::Duration;
+
+use grasp_hooks::{call, context, data_dir_from_args};
+use grasp_state::hook_api::{PostReceiveRequest, PostReceiveResponse, HOOK_API_VERSION, PATH_POST_RECEIVE};
+
+/// Releasing may copy objects into other owners' repositories; give it time, but not forever.
+const TIMEOUT: Duration = Duration::from_secs(120);
+
+fn main() {
+    let result = (|| -> anyhow::Result<PostReceiveResponse> {
+        let ctx = context(data_dir_from_args("grasp-post-receive")?)?;
+        let req = PostReceiveRequest {
+            version: HOOK_API_VERSION,
+            owner: ctx.owner,
+            identifier: ctx.identifier,
+            updates: ctx.updates,
+        };
+        call(&ctx.data_dir, PATH_POST_RECEIVE, &req, TIMEOUT)
+    })();
+    match result {
+        Ok(resp) => {
+            for line in &resp.messages {
+                eprintln!("{line}");
+            }
+            for ev in &resp.released {
+                eprintln!("grasp: released {} (kind {}): {}", ev.id, ev.kind, ev.summary);
+            }
+        }
+        // The push has already landed; the relay reconciles on its own (at startup and on the
+        // next change), so this is a warning, not a failure.
+        Err(e) => eprintln!(
+            "grasp: warning: the relay was not told about this push ({e:#}); it will pick the data up when it reconciles"
+        ),
+    }
+}

@@ -1,1 +1,39 @@
-fn main() {}
+//! git `pre-receive` hook: asks the GRASP relay whether this push may go in. Fails closed.
+
+use std::time::Duration;
+
+use grasp_hooks::{call, context, data_dir_from_args};
+use grasp_state::hook_api::{PreReceiveRequest, PreReceiveResponse, HOOK_API_VERSION, PATH_PRE_RECEIVE};
+
+/// How long the pusher waits for a verdict before the push is rejected.
+const TIMEOUT: Duration = Duration::from_secs(5);
+
+fn main() {
+    let verdict = (|| -> anyhow::Result<PreReceiveResponse> {
+        let ctx = context(data_dir_from_args("grasp-pre-receive")?)?;
+        let req = PreReceiveRequest {
+            version: HOOK_API_VERSION,
+            owner: ctx.owner,
+            identifier: ctx.identifier,
+            updates: ctx.updates,
+        };
+        let resp: PreReceiveResponse = call(&ctx.data_dir, PATH_PRE_RECEIVE, &req, TIMEOUT)?;
+        if resp.version != HOOK_API_VERSION {
+            anyhow::bail!("the relay speaks hook API version {}, this hook {}", resp.version, HOOK_API_VERSION);
+        }
+        Ok(resp)
+    })();
+    match verdict {
+        Ok(resp) => {
+            for line in &resp.messages {
+                eprintln!("{line}");
+            }
+            std::process::exit(if resp.accepted { 0 } else { 1 });
+        }
+        Err(e) => {
+            eprintln!("grasp: push rejected: could not get a verdict from the GRASP relay: {e:#}");
+            eprintln!("grasp: nothing was changed; try again in a moment, or tell the server's operator");
+            std::process::exit(1);
+        }
+    }
+}
