@@ -1,0 +1,91 @@
+//! Push authorisation for the pre-receive hook (GRASP.md decisions 5 and 6; seed "Authorization
+//! During Push"). Gathers the inputs — current refs, the maintainer set's latest stored state,
+//! held states, known pull requests — and hands them to the pure `grasp_state::push::decide_push`.
+
+use std::collections::BTreeMap;
+
+use grasp_state::hook_api::{PreReceiveResponse, HOOK_API_VERSION};
+use grasp_state::nip34::PullRequest;
+use grasp_state::push::{decide_push, PushDecision, PushRequest, StateCandidate, StateSource};
+use grasp_state::refs::RefUpdate;
+use nostr::{EventId, PublicKey, ToBech32};
+
+use crate::git;
+use crate::grasp::Grasp;
+
+fn reject(messages: Vec<String>) -> PreReceiveResponse {
+    PreReceiveResponse { version: HOOK_API_VERSION, accepted: false, messages }
+}
+
+impl Grasp {
+    /// May this push go in?
+    pub async fn authorize_push(&self, owner: &PublicKey, identifier: &str, updates: &[RefUpdate]) -> PreReceiveResponse {
+        let shown = format!("{}/{identifier}", owner.to_bech32().unwrap_or_default());
+        let Some(repo) = self.repo_path(owner, identifier) else {
+            return reject(vec!["grasp: push rejected: not a valid repository path".into()]);
+        };
+        let current = match tokio::task::spawn_blocking({
+            let repo = repo.clone();
+            move || git::read_refs(&repo)
+        })
+        .await
+        {
+            Ok(Ok(refs)) => refs,
+            _ => return reject(vec!["grasp: push rejected: the relay could not read this repository's refs; try again".into()]),
+        };
+        let all = self.announcements(identifier).await;
+        let set = Grasp::maintainer_set(*owner, &all);
+        let mut candidates = Vec::new();
+        if let Some(state) = self.latest_stored_state(identifier, &set).await {
+            candidates.push(StateCandidate { state, source: StateSource::Stored });
+        }
+        for state in self.held_states(identifier, &set) {
+            candidates.push(StateCandidate { state, source: StateSource::Purgatory });
+        }
+        let mut known_prs = BTreeMap::new();
+        for u in updates {
+            let Some(id) = u.name.strip_prefix("refs/nostr/").and_then(|h| EventId::from_hex(h).ok()) else { continue };
+            if let Some(ev) = self.store.event_by_id(&id).await {
+                if let Ok(pr) = PullRequest::from_event(&ev) {
+                    known_prs.insert(id, pr.commit);
+                }
+                continue;
+            }
+            if let Some(commit) = self.purgatory.lock().unwrap().find_pr(&id).and_then(|e| e.event.as_ref().map(|_| e.commit.clone())) {
+                known_prs.insert(id, commit);
+            }
+        }
+        let decision = decide_push(&PushRequest { current: &current, updates, candidates: &candidates, known_prs: &known_prs });
+        match decision {
+            PushDecision::Accept(acc) => {
+                let mut messages = Vec::new();
+                if let Some((state_id, source)) = acc.matched_state {
+                    messages.push(format!("grasp: push matches repository state {}", &state_id.to_hex()[..12]));
+                    if source == StateSource::Purgatory {
+                        // Trigger 2 of the expiry extensions: git data is arriving.
+                        let owners: Vec<_> = all.iter().filter(|(a, _)| &a.owner == owner).map(|(a, s)| (a.owner, *s)).collect();
+                        self.extend_held_announcements(&owners, identifier).await;
+                        let mut p = self.purgatory.lock().unwrap();
+                        let ttl = p.config().entry_ttl;
+                        p.extend_expiry(identifier, &[state_id], ttl);
+                    }
+                }
+                for (id, commit) in &acc.placeholders {
+                    messages.push(format!(
+                        "grasp: refs/nostr/{} accepted; it waits for its pull request event (commit {})",
+                        &id.to_hex()[..12],
+                        &commit[..commit.len().min(12)]
+                    ));
+                }
+                tracing::info!(repo = %shown, state = ?acc.matched_state.map(|(id, _)| id), "push authorised");
+                PreReceiveResponse { version: HOOK_API_VERSION, accepted: true, messages }
+            }
+            PushDecision::Reject(rej) => {
+                tracing::info!(repo = %shown, reasons = ?rej.reasons, "push rejected");
+                let mut messages = vec!["grasp: push rejected".to_string()];
+                messages.extend(rej.reasons.into_iter().map(|r| format!("grasp: {r}")));
+                reject(messages)
+            }
+        }
+    }
+}

@@ -1,0 +1,136 @@
+//! The GRASP brain: what the relay knows about repositories, shared by the acceptance policy
+//! (`acceptance`), push authorisation (`authorize`) and release of held events (`release`).
+//!
+//! [`Grasp`] joins the event store, the purgatory and the repositories on disk. Lookups merge
+//! what is stored with what waits in the purgatory, because the purgatory's events count for
+//! authorisation (seed: "Authorization During Push"). Decisions themselves are pure functions in
+//! `grasp_state`; this module gathers their inputs and carries out their results.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use grasp_state::identifier::RepoLayout;
+use grasp_state::maintainers::MaintainerSet;
+use grasp_state::nip34::{Announcement, RepoState, KIND_ANNOUNCEMENT, KIND_STATE};
+use grasp_state::purgatory::Purgatory;
+use nostr::{Event, Filter, Kind, PublicKey};
+use tokio::sync::OwnedMutexGuard;
+
+use crate::store::Store;
+
+/// Where an announcement or state event came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    Stored,
+    Purgatory,
+}
+
+/// Serialises the relay's own mutations of one repository (alignment, object copies, sync
+/// fetches, placeholder removal). Entries are tiny and keyed by repository path.
+#[derive(Default)]
+pub struct RepoLocks {
+    locks: Mutex<HashMap<PathBuf, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+impl RepoLocks {
+    pub async fn lock(&self, repo: &std::path::Path) -> OwnedMutexGuard<()> {
+        let lock = {
+            let mut locks = self.locks.lock().unwrap();
+            // Forget locks nobody holds or waits for, so the map stays as small as the work.
+            locks.retain(|_, l| Arc::strong_count(l) > 1);
+            locks.entry(repo.to_path_buf()).or_default().clone()
+        };
+        lock.lock_owned().await
+    }
+}
+
+/// Everything the GRASP rules need, shared by the WebSocket side and the hook API.
+pub struct Grasp {
+    pub store: Store,
+    pub purgatory: Mutex<Purgatory>,
+    pub layout: RepoLayout,
+    pub hooks_dir: PathBuf,
+    /// host[:port] that announcements must list (GRASP.md decision 1).
+    pub public_host: String,
+    pub locks: RepoLocks,
+}
+
+impl Grasp {
+    /// The announcements for `identifier`, newest per owner, stored or in purgatory.
+    pub async fn announcements(&self, identifier: &str) -> Vec<(Announcement, Source)> {
+        let filter = Filter::new().kind(Kind::Custom(KIND_ANNOUNCEMENT)).identifier(identifier);
+        let mut by_owner: BTreeMap<PublicKey, (Announcement, Source)> = BTreeMap::new();
+        for ev in self.store.query(vec![filter]).await {
+            if let Ok(a) = Announcement::from_event(&ev) {
+                if a.identifier == identifier {
+                    by_owner.insert(a.owner, (a, Source::Stored));
+                }
+            }
+        }
+        let held: Vec<Event> = {
+            let p = self.purgatory.lock().unwrap();
+            p.announcements_for(identifier).into_iter().map(|e| e.event.clone()).collect()
+        };
+        for ev in held {
+            if let Ok(a) = Announcement::from_event(&ev) {
+                let newer = by_owner.get(&a.owner).is_none_or(|(old, _)| {
+                    (a.created_at, std::cmp::Reverse(a.event_id)) > (old.created_at, std::cmp::Reverse(old.event_id))
+                });
+                if newer {
+                    by_owner.insert(a.owner, (a, Source::Purgatory));
+                }
+            }
+        }
+        by_owner.into_values().collect()
+    }
+
+    /// The recursive maintainer set of `owner` for an identifier, given its announcements.
+    pub fn maintainer_set(owner: PublicKey, announcements: &[(Announcement, Source)]) -> MaintainerSet {
+        let listed: HashMap<PublicKey, Vec<PublicKey>> =
+            announcements.iter().map(|(a, _)| (a.owner, a.maintainers.clone())).collect();
+        MaintainerSet::compute(owner, |pk| listed.get(pk).cloned())
+    }
+
+    /// Owners (with an announcement for the identifier) whose maintainer set contains `author`.
+    pub fn owners_trusting(author: &PublicKey, announcements: &[(Announcement, Source)]) -> Vec<(PublicKey, Source)> {
+        announcements
+            .iter()
+            .filter(|(a, _)| Self::maintainer_set(a.owner, announcements).contains(author))
+            .map(|(a, s)| (a.owner, *s))
+            .collect()
+    }
+
+    /// The newest stored state event authored inside `set` for `identifier`.
+    pub async fn latest_stored_state(&self, identifier: &str, set: &MaintainerSet) -> Option<RepoState> {
+        let filter = Filter::new()
+            .kind(Kind::Custom(KIND_STATE))
+            .identifier(identifier)
+            .authors(set.iter().copied());
+        self.store
+            .query(vec![filter])
+            .await
+            .iter()
+            .filter_map(|ev| RepoState::from_event(ev).ok())
+            .filter(|s| s.identifier == identifier)
+            .max_by_key(|s| (s.created_at, std::cmp::Reverse(s.event_id)))
+    }
+
+    /// Purgatory state events for `identifier` authored inside `set`, oldest first.
+    pub fn held_states(&self, identifier: &str, set: &MaintainerSet) -> Vec<RepoState> {
+        let p = self.purgatory.lock().unwrap();
+        let mut states: Vec<RepoState> = p
+            .states_for(identifier)
+            .iter()
+            .filter(|e| set.contains(&e.author))
+            .filter_map(|e| RepoState::from_event(&e.event).ok())
+            .collect();
+        grasp_state::push::release_order(&mut states);
+        states
+    }
+
+    /// Path of `owner`'s repository for `identifier` (validated, under the git root).
+    pub fn repo_path(&self, owner: &PublicKey, identifier: &str) -> Option<PathBuf> {
+        self.layout.repo_path(owner, identifier).ok()
+    }
+}

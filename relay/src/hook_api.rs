@@ -1,0 +1,217 @@
+//! The internal hook API: a second HTTP listener, on loopback only, that the git hooks call.
+//!
+//! It is never reachable through the public port (a separate socket bound to a loopback address;
+//! the relay refuses to start otherwise) and every request must carry the token from
+//! `<data>/api-token` (mode 0600, new at every start) in the `x-grasp-token` header. Requests and
+//! responses are the versioned JSON types of `grasp_state::hook_api`. See docs/hook-api.md.
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::{bail, Context, Result};
+use bytes::Bytes;
+use grasp_state::hook_api::{
+    ApiError, PostReceiveRequest, PreReceiveRequest, HOOK_API_VERSION, PATH_POST_RECEIVE, PATH_PRE_RECEIVE, TOKEN_HEADER,
+};
+use http_body_util::{BodyExt, Limited};
+use hyper::body::Incoming;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use nostr::{FromBech32, PublicKey};
+use serde::Serialize;
+use tokio::net::TcpListener;
+
+use crate::grasp::Grasp;
+use crate::http::{full, Body};
+use crate::shutdown::Shutdown;
+
+/// Path of the operator's purgatory listing (same token).
+pub const PATH_PURGATORY: &str = "/v1/purgatory";
+
+/// Largest request body accepted (a push may update many refs, but not millions).
+const MAX_REQUEST_BYTES: usize = 8 * 1024 * 1024;
+
+/// Files the hooks read to find and authenticate to the API.
+pub const API_ADDR_FILE: &str = "api-addr";
+pub const API_TOKEN_FILE: &str = "api-token";
+
+/// Binds the hook API, writes its address and a fresh token into `data_dir`.
+pub async fn bind(addr: SocketAddr, data_dir: &Path) -> Result<(TcpListener, String)> {
+    if !addr.ip().is_loopback() {
+        bail!("--api-bind must be a loopback address (got {addr}): the hook API must never be reachable from the network");
+    }
+    let listener = TcpListener::bind(addr).await.with_context(|| format!("cannot bind the hook API on {addr}"))?;
+    let token = new_token()?;
+    write_private(&data_dir.join(API_TOKEN_FILE), token.as_bytes())?;
+    write_private(&data_dir.join(API_ADDR_FILE), listener.local_addr()?.to_string().as_bytes())?;
+    Ok((listener, token))
+}
+
+fn new_token() -> Result<String> {
+    let mut buf = [0u8; 32];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut buf))
+        .context("cannot read /dev/urandom for the hook API token")?;
+    Ok(buf.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// Writes `data` to `path` atomically with mode 0600.
+fn write_private(path: &Path, data: &[u8]) -> Result<()> {
+    let tmp: PathBuf = path.with_extension("tmp");
+    let _ = std::fs::remove_file(&tmp);
+    let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp)?;
+    f.write_all(data)?;
+    f.sync_all()?;
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o600))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(())
+}
+
+/// Serves the hook API until shutdown.
+pub async fn serve(listener: TcpListener, token: String, grasp: Arc<Grasp>, mut shutdown: Shutdown) {
+    let token = Arc::new(token);
+    loop {
+        let (stream, _) = tokio::select! {
+            r = listener.accept() => match r { Ok(s) => s, Err(e) => { tracing::warn!(error = %e, "hook API accept failed"); continue } },
+            _ = shutdown.recv() => return,
+        };
+        let (grasp, token) = (grasp.clone(), token.clone());
+        tokio::spawn(async move {
+            let service = hyper::service::service_fn(move |req| {
+                let (grasp, token) = (grasp.clone(), token.clone());
+                async move { Ok::<_, std::convert::Infallible>(handle(req, &token, &grasp).await) }
+            });
+            let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service).await;
+        });
+    }
+}
+
+fn json<T: Serialize>(status: StatusCode, value: &T) -> Response<Body> {
+    let mut r = Response::new(full(serde_json::to_vec(value).unwrap_or_default()));
+    *r.status_mut() = status;
+    r.headers_mut().insert(hyper::header::CONTENT_TYPE, hyper::header::HeaderValue::from_static("application/json"));
+    r
+}
+
+fn error(status: StatusCode, msg: impl Into<String>) -> Response<Body> {
+    json(status, &ApiError { version: HOOK_API_VERSION, error: msg.into() })
+}
+
+/// Constant-time comparison, so the token cannot be guessed byte by byte from timings.
+fn token_matches(given: &[u8], expected: &[u8]) -> bool {
+    given.len() == expected.len() && given.iter().zip(expected).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
+}
+
+async fn handle(req: Request<Incoming>, token: &str, grasp: &Grasp) -> Response<Body> {
+    let given = req.headers().get(TOKEN_HEADER).map(|v| v.as_bytes().to_vec()).unwrap_or_default();
+    if !token_matches(&given, token.as_bytes()) {
+        return error(StatusCode::UNAUTHORIZED, format!("missing or wrong {TOKEN_HEADER} header"));
+    }
+    let (method, path) = (req.method().clone(), req.uri().path().to_string());
+    if method == Method::GET && path == PATH_PURGATORY {
+        let listing = grasp.purgatory.lock().unwrap().listing();
+        return json(StatusCode::OK, &listing);
+    }
+    if method != Method::POST {
+        return error(StatusCode::METHOD_NOT_ALLOWED, "use POST");
+    }
+    let body: Bytes = match Limited::new(req.into_body(), MAX_REQUEST_BYTES).collect().await {
+        Ok(b) => b.to_bytes(),
+        Err(e) => return error(StatusCode::PAYLOAD_TOO_LARGE, format!("cannot read request: {e}")),
+    };
+    match path.as_str() {
+        PATH_PRE_RECEIVE => {
+            let req: PreReceiveRequest = match parse(&body) {
+                Ok(r) => r,
+                Err(resp) => return resp,
+            };
+            let Some(owner) = owner(&req.owner) else { return error(StatusCode::BAD_REQUEST, "owner is not an npub") };
+            json(StatusCode::OK, &grasp.authorize_push(&owner, &req.identifier, &req.updates).await)
+        }
+        PATH_POST_RECEIVE => {
+            let req: PostReceiveRequest = match parse(&body) {
+                Ok(r) => r,
+                Err(resp) => return resp,
+            };
+            let Some(owner) = owner(&req.owner) else { return error(StatusCode::BAD_REQUEST, "owner is not an npub") };
+            json(StatusCode::OK, &grasp.git_arrived(&owner, &req.identifier, &req.updates).await)
+        }
+        _ => error(StatusCode::NOT_FOUND, format!("no such endpoint {path}")),
+    }
+}
+
+fn owner(npub: &str) -> Option<PublicKey> {
+    PublicKey::from_bech32(npub).ok()
+}
+
+fn parse<T: serde::de::DeserializeOwned + Versioned>(body: &[u8]) -> Result<T, Response<Body>> {
+    let req: T = serde_json::from_slice(body).map_err(|e| error(StatusCode::BAD_REQUEST, format!("bad request: {e}")))?;
+    if req.version() != HOOK_API_VERSION {
+        return Err(error(
+            StatusCode::BAD_REQUEST,
+            format!("hook API version {} is not supported (this relay speaks {HOOK_API_VERSION}); update grasp-hooks", req.version()),
+        ));
+    }
+    Ok(req)
+}
+
+trait Versioned {
+    fn version(&self) -> u32;
+}
+impl Versioned for PreReceiveRequest {
+    fn version(&self) -> u32 {
+        self.version
+    }
+}
+impl Versioned for PostReceiveRequest {
+    fn version(&self) -> u32 {
+        self.version
+    }
+}
+
+/// Writes the hook scripts git runs (`core.hooksPath` of every repository points here).
+pub fn install_hooks(hooks_dir: &Path, bin_dir: &Path, data_dir: &Path) -> Result<()> {
+    std::fs::create_dir_all(hooks_dir)?;
+    for (hook, bin) in [("pre-receive", "grasp-pre-receive"), ("post-receive", "grasp-post-receive")] {
+        let bin_path = bin_dir.join(bin);
+        if !bin_path.exists() {
+            tracing::warn!(path = %bin_path.display(), "hook binary not found; pushes will be rejected until it is installed");
+        }
+        let script = format!(
+            "#!/bin/sh\n# Written by grasp-relay at startup; do not edit.\nexec {} --data-dir {} \"$@\"\n",
+            shell_quote(&bin_path),
+            shell_quote(data_dir)
+        );
+        let path = hooks_dir.join(hook);
+        let tmp = hooks_dir.join(format!(".{hook}.tmp"));
+        std::fs::write(&tmp, script)?;
+        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755))?;
+        std::fs::rename(&tmp, &path)?;
+    }
+    Ok(())
+}
+
+fn shell_quote(p: &Path) -> String {
+    format!("'{}'", p.display().to_string().replace('\'', "'\\''"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn token_comparison() {
+        assert!(token_matches(b"abc", b"abc"));
+        assert!(!token_matches(b"abd", b"abc"));
+        assert!(!token_matches(b"ab", b"abc"));
+        assert!(!token_matches(b"", b"abc"));
+    }
+
+    #[test]
+    fn quoting_survives_quotes() {
+        assert_eq!(shell_quote(Path::new("/a b/c'd")), "'/a b/c'\\''d'");
+    }
+}

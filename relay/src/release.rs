@@ -1,0 +1,276 @@
+//! Git data arrival: promotion and release of held events, ref alignment, copies to other owners
+//! (GRASP.md decision 7; seed "Git Data Arrival → Promotion").
+//!
+//! [`Grasp::process_repo`] is the one routine behind every arrival of git data: the
+//! post-receive hook, a background sync fetch, and the reconciliation at startup. It is
+//! idempotent: running it twice releases nothing twice.
+
+use std::path::{Path, PathBuf};
+
+use grasp_state::hook_api::{PostReceiveResponse, ReleasedEvent, HOOK_API_VERSION};
+use grasp_state::maintainers::MaintainerSet;
+use grasp_state::nip34::RepoState;
+use grasp_state::refs::{served_refs, RefUpdate, ZERO_OID};
+use nostr::{Event, PublicKey, ToBech32};
+
+use crate::git;
+use crate::grasp::{Grasp, Source};
+
+fn released(ev: &Event, summary: impl Into<String>) -> ReleasedEvent {
+    ReleasedEvent { id: ev.id.to_hex(), kind: ev.kind.as_u16(), summary: summary.into() }
+}
+
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    tokio::task::spawn_blocking(f).await.expect("blocking git task panicked")
+}
+
+impl Grasp {
+    /// Stores `ev` and broadcasts it to subscribers.
+    pub async fn publish(&self, ev: &Event) -> Result<(), String> {
+        self.relay.publish(ev.clone()).await
+    }
+
+    /// Creates `owner`'s bare repository for `identifier` if it is missing.
+    pub async fn ensure_repo(&self, owner: &PublicKey, identifier: &str) -> Result<PathBuf, String> {
+        let (layout, hooks, owner, id) = (self.layout.clone(), self.hooks_dir.clone(), *owner, identifier.to_string());
+        blocking(move || crate::repos::create_bare_repo(&layout, &owner, &id, &hooks).map_err(|e| e.to_string())).await
+    }
+
+    /// Deletes a bare repository (purgatory expiry, deletion, service change).
+    pub async fn delete_repo(&self, repo: &Path) {
+        let _guard = self.locks.lock(repo).await;
+        let repo = repo.to_path_buf();
+        let shown = repo.display().to_string();
+        if let Err(e) = blocking(move || crate::repos::delete_repo(&repo)).await {
+            tracing::warn!(repo = %shown, error = %e, "could not delete repository");
+        }
+    }
+
+    /// Removes `owner`'s held announcement and its bare repository.
+    pub async fn drop_held_announcement(&self, owner: &PublicKey, identifier: &str, reason: &str) {
+        let entry = self.purgatory.lock().unwrap().remove_announcement(owner, identifier);
+        if let Some(entry) = entry {
+            tracing::info!(identifier, event = %entry.event.id, reason, "held announcement removed");
+            self.delete_repo(&entry.repo_path).await;
+        }
+    }
+
+    /// Resets the purgatory timer of the held announcements of `owners` (recreating the bare
+    /// repository of soft-expired ones: revival).
+    pub async fn extend_held_announcements(&self, owners: &[(PublicKey, Source)], identifier: &str) {
+        for (owner, source) in owners {
+            if *source != Source::Purgatory {
+                continue;
+            }
+            let ext = {
+                let mut p = self.purgatory.lock().unwrap();
+                let ttl = p.config().entry_ttl;
+                p.extend_announcement_expiry(owner, identifier, ttl)
+            };
+            if ext.is_some_and(|e| e.revived) {
+                match self.ensure_repo(owner, identifier).await {
+                    Ok(_) => tracing::info!(identifier, owner = %owner, "soft-expired announcement revived"),
+                    Err(e) => tracing::warn!(identifier, error = %e, "could not recreate revived repository"),
+                }
+            }
+        }
+    }
+
+    /// The post-receive hook's report: record git-first placeholders, then release.
+    pub async fn git_arrived(&self, owner: &PublicKey, identifier: &str, updates: &[RefUpdate]) -> PostReceiveResponse {
+        for u in updates {
+            let Some(id) = u.name.strip_prefix("refs/nostr/") else { continue };
+            let Ok(event_id) = nostr::EventId::from_hex(id) else { continue };
+            if u.new == ZERO_OID || self.store.event_by_id(&event_id).await.is_some() {
+                continue;
+            }
+            let mut p = self.purgatory.lock().unwrap();
+            if p.find_pr(&event_id).is_none() {
+                match p.add_pr_placeholder(event_id, u.new.clone(), *owner, identifier.to_string()) {
+                    Ok(()) => tracing::info!(event = %event_id, commit = %u.new, identifier, "git-first placeholder recorded"),
+                    Err(e) => tracing::warn!(event = %event_id, error = %e, "placeholder not recorded"),
+                }
+            }
+        }
+        let released = self.process_repo(owner, identifier).await;
+        let mut messages = Vec::new();
+        if released.is_empty() {
+            messages.push("grasp: push received; no held events were waiting for this data".to_string());
+        }
+        PostReceiveResponse { version: HOOK_API_VERSION, released, messages }
+    }
+
+    /// Releases what `owner`'s repository for `identifier` now satisfies, aligns it, and copies
+    /// the data to the repositories of the other owners for whom the released state is
+    /// authoritative. Returns what was released.
+    pub async fn process_repo(&self, owner: &PublicKey, identifier: &str) -> Vec<ReleasedEvent> {
+        let mut out = self.process_one(owner, identifier).await;
+        // Copy to the other owners whose maintainer set trusts the latest state, each under its
+        // own lock (never two repository locks at once: no lock-order deadlocks).
+        let Some(src) = self.repo_path(owner, identifier) else { return out };
+        let all = self.announcements(identifier).await;
+        let set = Grasp::maintainer_set(*owner, &all);
+        let Some(state) = self.latest_stored_state(identifier, &set).await else { return out };
+        for (other, _) in &all {
+            if other == owner || !Grasp::maintainer_set(*other, &all).contains(&state.author) {
+                continue;
+            }
+            let Some(dst) = self.repo_path(other, identifier) else { continue };
+            if !dst.exists() {
+                continue;
+            }
+            {
+                let _guard = self.locks.lock(&dst).await;
+                let (dst2, src2) = (dst.clone(), src.clone());
+                let oids: Vec<String> = state.refs.values().cloned().collect();
+                let res = blocking(move || {
+                    let missing = git::missing_objects(&dst2, &oids)?;
+                    git::fetch_objects_local(&dst2, &src2, &missing)
+                })
+                .await;
+                if let Err(e) = res {
+                    tracing::warn!(identifier, to = %dst.display(), error = %e, "could not copy objects to another owner's repository");
+                    continue;
+                }
+            }
+            out.extend(self.process_one(other, identifier).await);
+        }
+        out
+    }
+
+    /// Steps 1-4 of the release for one repository, under its lock.
+    async fn process_one(&self, owner: &PublicKey, identifier: &str) -> Vec<ReleasedEvent> {
+        let mut out = Vec::new();
+        let Some(repo) = self.repo_path(owner, identifier) else { return out };
+        if !repo.exists() {
+            return out;
+        }
+        let _guard = self.locks.lock(&repo).await;
+        let shown = format!("{}/{identifier}", owner.to_bech32().unwrap_or_default());
+        let refs = match blocking({
+            let repo = repo.clone();
+            move || git::read_refs(&repo)
+        })
+        .await
+        {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!(repo = %shown, error = %e, "cannot read refs");
+                return out;
+            }
+        };
+        let all = self.announcements(identifier).await;
+        let set: MaintainerSet = Grasp::maintainer_set(*owner, &all);
+
+        // 1. Held states whose objects all exist here, oldest first.
+        for state in self.held_states(identifier, &set) {
+            let (repo2, oids) = (repo.clone(), state.refs.values().cloned().collect::<Vec<_>>());
+            let missing = blocking(move || git::missing_objects(&repo2, &oids)).await;
+            if !matches!(&missing, Ok(m) if m.is_empty()) {
+                continue;
+            }
+            let ev = { self.purgatory.lock().unwrap().remove_state_event(identifier, &state.event_id) };
+            let Some(ev) = ev else { continue };
+            match self.publish(&ev).await {
+                Ok(()) => {
+                    tracing::info!(repo = %shown, event = %ev.id, "state event released");
+                    out.push(released(&ev, format!("repository state of {identifier}")));
+                }
+                Err(e) => tracing::info!(repo = %shown, event = %ev.id, reason = %e, "released state event not stored"),
+            }
+        }
+
+        // 2. Held pull requests for this repository whose commit exists here.
+        let prs: Vec<(Event, String)> = {
+            let p = self.purgatory.lock().unwrap();
+            p.prs_for(owner, identifier).into_iter().filter_map(|e| e.event.clone().map(|ev| (ev, e.commit.clone()))).collect()
+        };
+        for (ev, commit) in prs {
+            let name = format!("refs/nostr/{}", ev.id.to_hex());
+            let (repo2, current) = (repo.clone(), refs.get(&name).cloned());
+            let ok = blocking(move || -> Result<bool, git::GitError> {
+                if current.as_deref() == Some(commit.as_str()) {
+                    return Ok(true);
+                }
+                if !git::missing_objects(&repo2, std::slice::from_ref(&commit))?.is_empty() {
+                    return Ok(false);
+                }
+                let old = current.unwrap_or_else(|| ZERO_OID.to_string());
+                git::update_refs(&repo2, &[git::RefChange::Set { name, old, new: commit }])?;
+                Ok(true)
+            })
+            .await;
+            if !matches!(ok, Ok(true)) {
+                continue;
+            }
+            self.purgatory.lock().unwrap().remove_pr(&ev.id);
+            match self.publish(&ev).await {
+                Ok(()) => {
+                    tracing::info!(repo = %shown, event = %ev.id, "pull request released");
+                    out.push(released(&ev, "pull request"));
+                }
+                Err(e) => tracing::info!(repo = %shown, event = %ev.id, reason = %e, "released pull request not stored"),
+            }
+        }
+
+        // 3. Align branches, tags and HEAD to the latest state of the maintainer set.
+        let latest = self.latest_stored_state(identifier, &set).await;
+        let has_data = !served_refs(&refs).is_empty() || latest.is_some();
+        if let Some(state) = latest {
+            self.align(&repo, &shown, &state).await;
+        }
+
+        // 4. Promote the owner's announcement once the repository holds data.
+        if has_data {
+            let ev = { self.purgatory.lock().unwrap().promote_announcement(owner, identifier) };
+            if let Some(ev) = ev {
+                match self.publish(&ev).await {
+                    Ok(()) => {
+                        tracing::info!(repo = %shown, event = %ev.id, "announcement promoted");
+                        out.insert(0, released(&ev, format!("announcement of {identifier}")));
+                    }
+                    Err(e) => tracing::info!(repo = %shown, event = %ev.id, reason = %e, "promoted announcement not stored"),
+                }
+            }
+        }
+        out
+    }
+
+    /// Makes `repo`'s branches and tags equal `state` (when every object is present) and points
+    /// HEAD where it says. Caller holds the repository lock.
+    async fn align(&self, repo: &Path, shown: &str, state: &RepoState) {
+        let (repo2, state2) = (repo.to_path_buf(), state.clone());
+        let res = blocking(move || -> Result<usize, git::GitError> {
+            let oids: Vec<String> = state2.refs.values().cloned().collect();
+            if !git::missing_objects(&repo2, &oids)?.is_empty() {
+                return Ok(0);
+            }
+            let current = git::read_refs(&repo2)?;
+            let changes = git::alignment(&current, &state2.refs);
+            git::update_refs(&repo2, &changes)?;
+            if let Some(head) = &state2.head {
+                if state2.refs.contains_key(head) && git::head(&repo2)?.as_deref() != Some(head.as_str()) {
+                    git::set_head(&repo2, head)?;
+                }
+            }
+            Ok(changes.len())
+        })
+        .await;
+        match res {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(repo = %shown, state = %state.event_id, changes = n, "refs aligned to state"),
+            Err(e) => tracing::warn!(repo = %shown, state = %state.event_id, error = %e, "could not align refs"),
+        }
+    }
+
+    /// Reconciles every repository with the purgatory (startup, after a crash between the hooks).
+    pub async fn reconcile_all(&self) {
+        let targets: Vec<(PublicKey, String)> = { self.purgatory.lock().unwrap().repos_waiting() };
+        for (owner, identifier) in targets {
+            let released = self.process_repo(&owner, &identifier).await;
+            if !released.is_empty() {
+                tracing::info!(identifier, count = released.len(), "reconciled: released held events");
+            }
+        }
+    }
+}
