@@ -30,7 +30,10 @@ impl MaintainerSet {
     /// `maintainers` of `pk`'s announcement for the identifier in question
     /// (stored or in purgatory; the caller merges both), or `None` when `pk` has
     /// no announcement for it.
-    pub fn compute(owner: PublicKey, lookup: impl Fn(&PublicKey) -> Option<Vec<PublicKey>>) -> Self {
+    pub fn compute(
+        owner: PublicKey,
+        lookup: impl Fn(&PublicKey) -> Option<Vec<PublicKey>>,
+    ) -> Self {
         let mut members = BTreeSet::from([owner]);
         let mut queue = VecDeque::from([owner]);
         let mut truncated = false;
@@ -139,7 +142,11 @@ mod tests {
     #[test]
     fn each_member_looked_up_once() {
         let k = keys(3);
-        let graph = HashMap::from([(k[0], vec![k[1], k[2]]), (k[1], vec![k[0], k[2]]), (k[2], vec![k[0], k[1]])]);
+        let graph = HashMap::from([
+            (k[0], vec![k[1], k[2]]),
+            (k[1], vec![k[0], k[2]]),
+            (k[2], vec![k[0], k[1]]),
+        ]);
         let calls = Cell::new(0);
         let s = MaintainerSet::compute(k[0], |pk| {
             calls.set(calls.get() + 1);

@@ -63,10 +63,14 @@ pub enum EventError {
     #[error("state event ref name {name:?} is not a valid git ref name: fix or drop that tag")]
     InvalidRefName { name: String },
     /// The same ref is declared twice with different oids.
-    #[error("state event declares ref {name:?} twice with different object ids: keep one tag per ref")]
+    #[error(
+        "state event declares ref {name:?} twice with different object ids: keep one tag per ref"
+    )]
     DuplicateRef { name: String },
     /// `HEAD` tag is not `ref: refs/heads/<branch>`.
-    #[error("state event HEAD {value:?} is malformed: use [\"HEAD\", \"ref: refs/heads/<branch>\"]")]
+    #[error(
+        "state event HEAD {value:?} is malformed: use [\"HEAD\", \"ref: refs/heads/<branch>\"]"
+    )]
     InvalidHead { value: String },
     /// PR without `c` tag.
     #[error("pull request has no `c` tag: add [\"c\", \"<tip commit id>\"]")]
@@ -95,7 +99,11 @@ pub struct Announcement {
 impl Announcement {
     /// Read a kind 30617 event. Requires a `d` tag; invalid maintainer keys are skipped.
     pub fn from_event(event: &Event) -> Result<Self, EventError> {
-        expect_kind(event, KIND_ANNOUNCEMENT, "repository announcement (kind 30617)")?;
+        expect_kind(
+            event,
+            KIND_ANNOUNCEMENT,
+            "repository announcement (kind 30617)",
+        )?;
         let identifier = identifier(event)?;
         let mut maintainers = Vec::new();
         for value in tag_values(event, "maintainers") {
@@ -141,7 +149,11 @@ impl Announcement {
 
     /// `30617:<owner hex>:<identifier>`, the `a` tag value pointing here.
     pub fn coordinate(&self) -> String {
-        format!("{KIND_ANNOUNCEMENT}:{}:{}", self.owner.to_hex(), self.identifier)
+        format!(
+            "{KIND_ANNOUNCEMENT}:{}:{}",
+            self.owner.to_hex(),
+            self.identifier
+        )
     }
 }
 
@@ -175,7 +187,9 @@ impl RepoState {
             if name == "HEAD" {
                 let value = value.unwrap_or("");
                 match value.strip_prefix("ref: ") {
-                    Some(target) if target.starts_with(HEADS_PREFIX) && is_valid_ref_name(target) => {
+                    Some(target)
+                        if target.starts_with(HEADS_PREFIX) && is_valid_ref_name(target) =>
+                    {
                         head = Some(target.to_owned())
                     }
                     _ => {
@@ -193,7 +207,9 @@ impl RepoState {
                 continue;
             }
             if !is_valid_ref_name(name) {
-                return Err(EventError::InvalidRefName { name: truncate(name) });
+                return Err(EventError::InvalidRefName {
+                    name: truncate(name),
+                });
             }
             let value = value.unwrap_or("");
             if !is_valid_oid(value) {
@@ -204,7 +220,9 @@ impl RepoState {
             }
             if let Some(previous) = refs.insert(name.to_owned(), value.to_owned()) {
                 if previous != value {
-                    return Err(EventError::DuplicateRef { name: name.to_owned() });
+                    return Err(EventError::DuplicateRef {
+                        name: name.to_owned(),
+                    });
                 }
             }
         }
@@ -221,7 +239,12 @@ impl RepoState {
     /// NIP-01 order for replaceable events: true when `self` replaces `other`
     /// (newer `created_at`, or same second and lower event id).
     pub fn is_newer_than(&self, other: &RepoState) -> bool {
-        newer(self.created_at, &self.event_id, other.created_at, &other.event_id)
+        newer(
+            self.created_at,
+            &self.event_id,
+            other.created_at,
+            &other.event_id,
+        )
     }
 }
 
@@ -266,7 +289,8 @@ impl PullRequest {
         let mut repos = Vec::new();
         for value in first_values(event, "a") {
             if let Some(c) = parse_coordinate(value) {
-                if c.kind == KIND_ANNOUNCEMENT && !repos.contains(&(c.pubkey, c.identifier.clone())) {
+                if c.kind == KIND_ANNOUNCEMENT && !repos.contains(&(c.pubkey, c.identifier.clone()))
+                {
                     repos.push((c.pubkey, c.identifier));
                 }
             }
@@ -298,7 +322,13 @@ pub struct Coordinate {
 
 impl std::fmt::Display for Coordinate {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}:{}:{}", self.kind, self.pubkey.to_hex(), self.identifier)
+        write!(
+            f,
+            "{}:{}:{}",
+            self.kind,
+            self.pubkey.to_hex(),
+            self.identifier
+        )
     }
 }
 
@@ -378,7 +408,10 @@ pub fn parse_hex_pubkey(value: &str) -> Option<PublicKey> {
 }
 
 fn is_hex64(value: &str) -> bool {
-    value.len() == 64 && value.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    value.len() == 64
+        && value
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
 fn expect_kind(event: &Event, kind: u16, expected: &'static str) -> Result<(), EventError> {
@@ -559,7 +592,11 @@ pub(crate) mod tests {
         c.extend_from_slice(clone);
         let mut r = vec!["relays"];
         r.extend_from_slice(relays);
-        let ev = event(&keys, KIND_ANNOUNCEMENT, vec![tag(&["d", "repo"]), tag(&c), tag(&r)]);
+        let ev = event(
+            &keys,
+            KIND_ANNOUNCEMENT,
+            vec![tag(&["d", "repo"]), tag(&c), tag(&r)],
+        );
         Announcement::from_event(&ev).unwrap()
     }
 
@@ -573,7 +610,11 @@ pub(crate) mod tests {
             KIND_ANNOUNCEMENT,
             vec![
                 tag(&["d", "my repo"]),
-                tag(&["clone", "https://a.example/x.git", "https://b.example/x.git"]),
+                tag(&[
+                    "clone",
+                    "https://a.example/x.git",
+                    "https://b.example/x.git",
+                ]),
                 tag(&["clone", "https://c.example/x.git"]),
                 tag(&["relays", "wss://a.example"]),
                 tag(&["relays", "wss://b.example", "wss://c.example"]),
@@ -594,7 +635,10 @@ pub(crate) mod tests {
         assert_eq!(a.event_id, ev.id);
         assert_eq!(a.created_at, ev.created_at);
         assert_eq!(a.clone_urls.len(), 3);
-        assert_eq!(a.relays, vec!["wss://a.example", "wss://b.example", "wss://c.example"]);
+        assert_eq!(
+            a.relays,
+            vec!["wss://a.example", "wss://b.example", "wss://c.example"]
+        );
         assert_eq!(a.maintainers, vec![m1, m2]);
         assert_eq!(
             a.coordinate(),
@@ -635,8 +679,14 @@ pub(crate) mod tests {
 
     #[test]
     fn lists_service_needs_both_lists() {
-        assert!(!announcement(&["https://example.com/x.git"], &["wss://other.com"]).lists_service("example.com"));
-        assert!(!announcement(&["https://other.com/x.git"], &["wss://example.com"]).lists_service("example.com"));
+        assert!(
+            !announcement(&["https://example.com/x.git"], &["wss://other.com"])
+                .lists_service("example.com")
+        );
+        assert!(
+            !announcement(&["https://other.com/x.git"], &["wss://example.com"])
+                .lists_service("example.com")
+        );
         assert!(!announcement(&[], &["wss://example.com"]).lists_service("example.com"));
         // Several entries: one match in each is enough.
         let a = announcement(
@@ -649,11 +699,26 @@ pub(crate) mod tests {
     #[test]
     fn lists_service_schemes() {
         // Clone must be http(s), relay must be ws(s).
-        assert!(!announcement(&["wss://example.com/x.git"], &["wss://example.com"]).lists_service("example.com"));
-        assert!(!announcement(&["https://example.com/x.git"], &["https://example.com"]).lists_service("example.com"));
-        assert!(!announcement(&["ssh://example.com/x.git"], &["wss://example.com"]).lists_service("example.com"));
-        assert!(!announcement(&["example.com/x.git"], &["wss://example.com"]).lists_service("example.com"));
-        assert!(announcement(&["HTTPS://example.com/x.git"], &["WSS://example.com"]).lists_service("example.com"));
+        assert!(
+            !announcement(&["wss://example.com/x.git"], &["wss://example.com"])
+                .lists_service("example.com")
+        );
+        assert!(
+            !announcement(&["https://example.com/x.git"], &["https://example.com"])
+                .lists_service("example.com")
+        );
+        assert!(
+            !announcement(&["ssh://example.com/x.git"], &["wss://example.com"])
+                .lists_service("example.com")
+        );
+        assert!(
+            !announcement(&["example.com/x.git"], &["wss://example.com"])
+                .lists_service("example.com")
+        );
+        assert!(
+            announcement(&["HTTPS://example.com/x.git"], &["WSS://example.com"])
+                .lists_service("example.com")
+        );
     }
 
     #[test]
@@ -662,11 +727,17 @@ pub(crate) mod tests {
         assert!(a.lists_service("127.0.0.1:7000"));
         assert!(!a.lists_service("127.0.0.1"));
         assert!(!a.lists_service("127.0.0.1:7001"));
-        let a = announcement(&["https://example.com:443/x.git"], &["wss://example.com:443/"]);
+        let a = announcement(
+            &["https://example.com:443/x.git"],
+            &["wss://example.com:443/"],
+        );
         assert!(a.lists_service("example.com"));
         let a = announcement(&["http://example.com:80/x.git"], &["ws://example.com"]);
         assert!(a.lists_service("example.com"));
-        let a = announcement(&["https://example.com:8443/x.git"], &["wss://example.com:8443"]);
+        let a = announcement(
+            &["https://example.com:8443/x.git"],
+            &["wss://example.com:8443"],
+        );
         assert!(!a.lists_service("example.com"));
         assert!(a.lists_service("example.com:8443"));
         let a = announcement(&["https://example.com:/x.git"], &["wss://example.com"]);
@@ -681,14 +752,26 @@ pub(crate) mod tests {
     #[test]
     fn lists_service_no_tricks() {
         for (clone, relay) in [
-            ("https://example.com.evil.net/x.git", "wss://example.com.evil.net"),
+            (
+                "https://example.com.evil.net/x.git",
+                "wss://example.com.evil.net",
+            ),
             ("https://evil.com/example.com", "wss://evil.com/example.com"),
-            ("http://example.com@evil.net/x.git", "ws://example.com@evil.net/"),
-            ("http://evil.net\\@example.com/x.git", "ws://evil.net\\@example.com"),
+            (
+                "http://example.com@evil.net/x.git",
+                "ws://example.com@evil.net/",
+            ),
+            (
+                "http://evil.net\\@example.com/x.git",
+                "ws://evil.net\\@example.com",
+            ),
             ("https://evil.net?example.com", "wss://evil.net#example.com"),
             ("https://notexample.com/x", "wss://notexample.com"),
             ("https://example.com.", "wss://example.com."),
-            ("https://example.com%2f.evil.net/", "wss://example.com%2f.evil.net/"),
+            (
+                "https://example.com%2f.evil.net/",
+                "wss://example.com%2f.evil.net/",
+            ),
         ] {
             let a = announcement(&[clone], &[relay]);
             assert!(!a.lists_service("example.com"), "{clone} {relay}");
@@ -752,27 +835,47 @@ pub(crate) mod tests {
             EventError::InvalidRefName { .. }
         ));
         assert!(matches!(
-            state(&keys, vec![d(), tag(&["refs/heads/x", A]), tag(&["refs/heads/x", B])]).unwrap_err(),
+            state(
+                &keys,
+                vec![d(), tag(&["refs/heads/x", A]), tag(&["refs/heads/x", B])]
+            )
+            .unwrap_err(),
             EventError::DuplicateRef { .. }
         ));
-        for head in ["refs/heads/main", "ref: refs/tags/v1", "ref: refs/heads/a..b", ""] {
+        for head in [
+            "refs/heads/main",
+            "ref: refs/tags/v1",
+            "ref: refs/heads/a..b",
+            "",
+        ] {
             assert!(matches!(
                 state(&keys, vec![d(), tag(&["HEAD", head])]).unwrap_err(),
                 EventError::InvalidHead { .. }
             ));
         }
         let ev = event(&keys, KIND_ANNOUNCEMENT, vec![d()]);
-        assert!(matches!(RepoState::from_event(&ev), Err(EventError::WrongKind { .. })));
+        assert!(matches!(
+            RepoState::from_event(&ev),
+            Err(EventError::WrongKind { .. })
+        ));
     }
 
     #[test]
     fn state_ordering() {
         let keys = Keys::generate();
-        let s1 = RepoState::from_event(&event_at(&keys, KIND_STATE, vec![tag(&["d", "r"])], 100)).unwrap();
-        let s2 = RepoState::from_event(&event_at(&keys, KIND_STATE, vec![tag(&["d", "r"])], 200)).unwrap();
+        let s1 = RepoState::from_event(&event_at(&keys, KIND_STATE, vec![tag(&["d", "r"])], 100))
+            .unwrap();
+        let s2 = RepoState::from_event(&event_at(&keys, KIND_STATE, vec![tag(&["d", "r"])], 200))
+            .unwrap();
         assert!(s2.is_newer_than(&s1));
         assert!(!s1.is_newer_than(&s2));
-        let s3 = RepoState::from_event(&event_at(&keys, KIND_STATE, vec![tag(&["d", "r"]), tag(&["x", "1"])], 200)).unwrap();
+        let s3 = RepoState::from_event(&event_at(
+            &keys,
+            KIND_STATE,
+            vec![tag(&["d", "r"]), tag(&["x", "1"])],
+            200,
+        ))
+        .unwrap();
         assert_eq!(s2.is_newer_than(&s3), s2.event_id < s3.event_id);
         assert_eq!(s3.is_newer_than(&s2), s3.event_id < s2.event_id);
         assert!(!s2.is_newer_than(&s2));
@@ -803,18 +906,35 @@ pub(crate) mod tests {
         assert_eq!(pr.root, None);
         assert_eq!(pr.event_id, ev.id);
 
-        let update = event(&keys, KIND_PR_UPDATE, vec![tag(&["a", &coord]), tag(&["E", &ev.id.to_hex()]), tag(&["c", B])]);
+        let update = event(
+            &keys,
+            KIND_PR_UPDATE,
+            vec![
+                tag(&["a", &coord]),
+                tag(&["E", &ev.id.to_hex()]),
+                tag(&["c", B]),
+            ],
+        );
         let pu = PullRequest::from_event(&update).unwrap();
         assert_eq!(pu.kind, KIND_PR_UPDATE);
         assert_eq!(pu.root, Some(ev.id));
         assert_eq!(pu.commit, B);
 
         let no_c = event(&keys, KIND_PR, vec![tag(&["a", &coord])]);
-        assert_eq!(PullRequest::from_event(&no_c).unwrap_err(), EventError::MissingCommit);
+        assert_eq!(
+            PullRequest::from_event(&no_c).unwrap_err(),
+            EventError::MissingCommit
+        );
         let bad_c = event(&keys, KIND_PR, vec![tag(&["c", "HEAD"])]);
-        assert!(matches!(PullRequest::from_event(&bad_c), Err(EventError::InvalidCommit { .. })));
+        assert!(matches!(
+            PullRequest::from_event(&bad_c),
+            Err(EventError::InvalidCommit { .. })
+        ));
         let wrong = event(&keys, KIND_PATCH, vec![tag(&["c", A])]);
-        assert!(matches!(PullRequest::from_event(&wrong), Err(EventError::WrongKind { found: 1617, .. })));
+        assert!(matches!(
+            PullRequest::from_event(&wrong),
+            Err(EventError::WrongKind { found: 1617, .. })
+        ));
     }
 
     #[test]
@@ -846,8 +966,16 @@ pub(crate) mod tests {
         assert_eq!(
             refs.coordinates,
             vec![
-                Coordinate { kind: 30617, pubkey: pk, identifier: "re:po".into() },
-                Coordinate { kind: 30618, pubkey: pk, identifier: "repo".into() },
+                Coordinate {
+                    kind: 30617,
+                    pubkey: pk,
+                    identifier: "re:po".into()
+                },
+                Coordinate {
+                    kind: 30618,
+                    pubkey: pk,
+                    identifier: "repo".into()
+                },
             ]
         );
         assert_eq!(refs.coordinates[0].to_string(), coord);
@@ -863,11 +991,20 @@ pub(crate) mod tests {
             EventError::InvalidHead { value: "x".into() },
             EventError::DuplicateRef { name: "x".into() },
             EventError::InvalidRefName { name: "x".into() },
-            EventError::InvalidRefOid { name: "x".into(), value: "y".into() },
+            EventError::InvalidRefOid {
+                name: "x".into(),
+                value: "y".into(),
+            },
             EventError::MissingIdentifier { kind: 1 },
         ] {
             let msg = err.to_string();
-            assert!(msg.contains("use") || msg.contains("add") || msg.contains("keep") || msg.contains("fix"), "{msg}");
+            assert!(
+                msg.contains("use")
+                    || msg.contains("add")
+                    || msg.contains("keep")
+                    || msg.contains("fix"),
+                "{msg}"
+            );
         }
     }
 }

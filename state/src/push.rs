@@ -26,8 +26,8 @@ use nostr::prelude::EventId;
 
 use crate::nip34::{newer, parse_event_id, RepoState};
 use crate::refs::{
-    apply_updates, is_served_ref, is_valid_oid, is_valid_ref_name, is_zero_oid, served_refs, short_oid, RefMap,
-    RefUpdate, NOSTR_PREFIX,
+    apply_updates, is_served_ref, is_valid_oid, is_valid_ref_name, is_zero_oid, served_refs,
+    short_oid, RefMap, RefUpdate, NOSTR_PREFIX,
 };
 
 /// Most per-ref difference lines shown in one rejection.
@@ -217,7 +217,8 @@ fn mismatch_reasons(state: &RepoState, after: &RefMap, pushed: &[RefUpdate]) -> 
     )];
     let touched = |name: &str| pushed.iter().any(|u| u.name == name && !u.is_noop());
     let mut diffs = Vec::new();
-    let names: std::collections::BTreeSet<&String> = after.keys().chain(state.refs.keys()).collect();
+    let names: std::collections::BTreeSet<&String> =
+        after.keys().chain(state.refs.keys()).collect();
     for name in names {
         let line = match (after.get(name), state.refs.get(name)) {
             (Some(have), Some(want)) if have == want => continue,
@@ -257,7 +258,11 @@ fn mismatch_reasons(state: &RepoState, after: &RefMap, pushed: &[RefUpdate]) -> 
 /// Sort states in the order to release them: oldest first; on the same second
 /// the NIP-01 loser (higher id) first, so the last one released is the winner.
 pub fn release_order(states: &mut [RepoState]) {
-    states.sort_by(|a, b| a.created_at.cmp(&b.created_at).then_with(|| b.event_id.cmp(&a.event_id)));
+    states.sort_by(|a, b| {
+        a.created_at
+            .cmp(&b.created_at)
+            .then_with(|| b.event_id.cmp(&a.event_id))
+    });
 }
 
 /// The distinct oids `state` declares that the repository lacks (sorted).
@@ -297,7 +302,10 @@ mod tests {
     }
 
     fn refs(pairs: &[(&str, &str)]) -> RefMap {
-        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
     }
 
     fn state(n: u8, secs: u64, pairs: &[(&str, &str)]) -> RepoState {
@@ -312,18 +320,28 @@ mod tests {
     }
 
     fn stored(s: RepoState) -> StateCandidate {
-        StateCandidate { state: s, source: StateSource::Stored }
+        StateCandidate {
+            state: s,
+            source: StateSource::Stored,
+        }
     }
 
     fn purg(s: RepoState) -> StateCandidate {
-        StateCandidate { state: s, source: StateSource::Purgatory }
+        StateCandidate {
+            state: s,
+            source: StateSource::Purgatory,
+        }
     }
 
     fn up(old: &str, new: &str, name: &str) -> RefUpdate {
         RefUpdate::new(old, new, name)
     }
 
-    fn decide(current: &RefMap, updates: &[RefUpdate], candidates: &[StateCandidate]) -> PushDecision {
+    fn decide(
+        current: &RefMap,
+        updates: &[RefUpdate],
+        candidates: &[StateCandidate],
+    ) -> PushDecision {
         decide_with_prs(current, updates, candidates, &BTreeMap::new())
     }
 
@@ -333,7 +351,12 @@ mod tests {
         candidates: &[StateCandidate],
         known_prs: &BTreeMap<EventId, String>,
     ) -> PushDecision {
-        decide_push(&PushRequest { current, updates, candidates, known_prs })
+        decide_push(&PushRequest {
+            current,
+            updates,
+            candidates,
+            known_prs,
+        })
     }
 
     fn accepted(d: PushDecision) -> Accepted {
@@ -370,7 +393,11 @@ mod tests {
 
     #[test]
     fn no_candidates_rejects_with_advice() {
-        let reasons = rejected(decide(&RefMap::new(), &[up(ZERO_OID, A, "refs/heads/main")], &[]));
+        let reasons = rejected(decide(
+            &RefMap::new(),
+            &[up(ZERO_OID, A, "refs/heads/main")],
+            &[],
+        ));
         assert_eq!(reasons.len(), 1);
         assert!(reasons[0].contains("no repository state event (kind 30618)"));
         assert!(reasons[0].contains("publish one"));
@@ -379,7 +406,11 @@ mod tests {
     #[test]
     fn create_branch_matching_state() {
         let cands = [purg(state(1, 10, &[("refs/heads/main", A)]))];
-        let a = accepted(decide(&RefMap::new(), &[up(ZERO_OID, A, "refs/heads/main")], &cands));
+        let a = accepted(decide(
+            &RefMap::new(),
+            &[up(ZERO_OID, A, "refs/heads/main")],
+            &cands,
+        ));
         assert_eq!(a.matched_state, Some((id(1), StateSource::Purgatory)));
         assert!(a.placeholders.is_empty() && a.pr_matches.is_empty());
     }
@@ -387,13 +418,27 @@ mod tests {
     #[test]
     fn update_branch() {
         let current = refs(&[("refs/heads/main", A), ("refs/heads/dev", C)]);
-        let cands = [stored(state(1, 10, &[("refs/heads/main", A), ("refs/heads/dev", C)])), purg(state(2, 20, &[("refs/heads/main", B), ("refs/heads/dev", C)]))];
+        let cands = [
+            stored(state(
+                1,
+                10,
+                &[("refs/heads/main", A), ("refs/heads/dev", C)],
+            )),
+            purg(state(
+                2,
+                20,
+                &[("refs/heads/main", B), ("refs/heads/dev", C)],
+            )),
+        ];
         let a = accepted(decide(&current, &[up(A, B, "refs/heads/main")], &cands));
         assert_eq!(a.matched_state, Some((id(2), StateSource::Purgatory)));
         // Wrong commit: rejected, with the ref named and both short oids.
         let reasons = rejected(decide(&current, &[up(A, C, "refs/heads/main")], &cands));
         assert!(reasons[0].contains("0202020"), "{reasons:?}");
-        assert!(reasons.contains(&"refs/heads/main: pushing ccccccc, state expects bbbbbbb".to_owned()), "{reasons:?}");
+        assert!(
+            reasons.contains(&"refs/heads/main: pushing ccccccc, state expects bbbbbbb".to_owned()),
+            "{reasons:?}"
+        );
         assert_eq!(reasons.len(), 2);
     }
 
@@ -402,8 +447,15 @@ mod tests {
         let current = refs(&[("refs/heads/main", A), ("refs/heads/old", B)]);
         let del = [up(B, ZERO_OID, "refs/heads/old")];
         let matching = [stored(state(1, 10, &[("refs/heads/main", A)]))];
-        assert_eq!(accepted(decide(&current, &del, &matching)).matched_state, Some((id(1), StateSource::Stored)));
-        let still_declared = [stored(state(1, 10, &[("refs/heads/main", A), ("refs/heads/old", B)]))];
+        assert_eq!(
+            accepted(decide(&current, &del, &matching)).matched_state,
+            Some((id(1), StateSource::Stored))
+        );
+        let still_declared = [stored(state(
+            1,
+            10,
+            &[("refs/heads/main", A), ("refs/heads/old", B)],
+        ))];
         let reasons = rejected(decide(&current, &del, &still_declared));
         assert!(reasons.iter().any(|r| r == "refs/heads/old: state expects bbbbbbb, but this ref is missing after the push: push it too"), "{reasons:?}");
     }
@@ -413,37 +465,76 @@ mod tests {
         // The repo has a stale branch the state does not declare: pushing main alone is not enough.
         let current = refs(&[("refs/heads/stale", C)]);
         let cands = [purg(state(1, 10, &[("refs/heads/main", A)]))];
-        let reasons = rejected(decide(&current, &[up(ZERO_OID, A, "refs/heads/main")], &cands));
+        let reasons = rejected(decide(
+            &current,
+            &[up(ZERO_OID, A, "refs/heads/main")],
+            &cands,
+        ));
         assert!(reasons.iter().any(|r| r.starts_with("refs/heads/stale: repository has ccccccc, but the state does not declare this ref: delete it")), "{reasons:?}");
         // Deleting it in the same push works.
-        let both = [up(ZERO_OID, A, "refs/heads/main"), up(C, ZERO_OID, "refs/heads/stale")];
-        assert!(accepted(decide(&current, &both, &cands)).matched_state.is_some());
+        let both = [
+            up(ZERO_OID, A, "refs/heads/main"),
+            up(C, ZERO_OID, "refs/heads/stale"),
+        ];
+        assert!(accepted(decide(&current, &both, &cands))
+            .matched_state
+            .is_some());
     }
 
     #[test]
     fn extra_pushed_ref_is_named() {
         let cands = [purg(state(1, 10, &[("refs/heads/main", A)]))];
-        let push = [up(ZERO_OID, A, "refs/heads/main"), up(ZERO_OID, B, "refs/heads/extra")];
+        let push = [
+            up(ZERO_OID, A, "refs/heads/main"),
+            up(ZERO_OID, B, "refs/heads/extra"),
+        ];
         let reasons = rejected(decide(&RefMap::new(), &push, &cands));
-        assert!(reasons.contains(&"refs/heads/extra: pushing bbbbbbb, but the state does not declare this ref".to_owned()), "{reasons:?}");
+        assert!(
+            reasons.contains(
+                &"refs/heads/extra: pushing bbbbbbb, but the state does not declare this ref"
+                    .to_owned()
+            ),
+            "{reasons:?}"
+        );
     }
 
     #[test]
     fn tags() {
         let current = refs(&[("refs/heads/main", A)]);
-        let cands = [purg(state(1, 10, &[("refs/heads/main", A), ("refs/tags/v1", B)]))];
-        assert!(accepted(decide(&current, &[up(ZERO_OID, B, "refs/tags/v1")], &cands)).matched_state.is_some());
-        assert!(matches!(decide(&current, &[up(ZERO_OID, C, "refs/tags/v1")], &cands), PushDecision::Reject(_)));
+        let cands = [purg(state(
+            1,
+            10,
+            &[("refs/heads/main", A), ("refs/tags/v1", B)],
+        ))];
+        assert!(
+            accepted(decide(&current, &[up(ZERO_OID, B, "refs/tags/v1")], &cands))
+                .matched_state
+                .is_some()
+        );
+        assert!(matches!(
+            decide(&current, &[up(ZERO_OID, C, "refs/tags/v1")], &cands),
+            PushDecision::Reject(_)
+        ));
     }
 
     #[test]
     fn head_is_irrelevant_for_matching() {
         let mut s = state(1, 10, &[("refs/heads/main", A)]);
         s.head = Some("refs/heads/other".into());
-        let a = accepted(decide(&RefMap::new(), &[up(ZERO_OID, A, "refs/heads/main")], &[purg(s.clone())]));
+        let a = accepted(decide(
+            &RefMap::new(),
+            &[up(ZERO_OID, A, "refs/heads/main")],
+            &[purg(s.clone())],
+        ));
         assert_eq!(a.matched_state, Some((id(1), StateSource::Purgatory)));
         s.head = None;
-        assert!(accepted(decide(&RefMap::new(), &[up(ZERO_OID, A, "refs/heads/main")], &[purg(s)])).matched_state.is_some());
+        assert!(accepted(decide(
+            &RefMap::new(),
+            &[up(ZERO_OID, A, "refs/heads/main")],
+            &[purg(s)]
+        ))
+        .matched_state
+        .is_some());
     }
 
     #[test]
@@ -451,7 +542,13 @@ mod tests {
         // refs/nostr/* already in the repo are not served refs and never block a match.
         let current = refs(&[("refs/nostr/x", C)]);
         let cands = [purg(state(1, 10, &[("refs/heads/main", A)]))];
-        assert!(accepted(decide(&current, &[up(ZERO_OID, A, "refs/heads/main")], &cands)).matched_state.is_some());
+        assert!(accepted(decide(
+            &current,
+            &[up(ZERO_OID, A, "refs/heads/main")],
+            &cands
+        ))
+        .matched_state
+        .is_some());
     }
 
     #[test]
@@ -463,15 +560,27 @@ mod tests {
             purg(state(3, 40, &[("refs/heads/main", B)])), // newer but does not match
             stored(state(4, 20, &target)),
         ];
-        let a = accepted(decide(&RefMap::new(), &[up(ZERO_OID, A, "refs/heads/main")], &cands));
+        let a = accepted(decide(
+            &RefMap::new(),
+            &[up(ZERO_OID, A, "refs/heads/main")],
+            &cands,
+        ));
         assert_eq!(a.matched_state, Some((id(2), StateSource::Purgatory)));
     }
 
     #[test]
     fn same_second_lower_id_wins() {
         let target = [("refs/heads/main", A)];
-        let cands = [purg(state(9, 10, &target)), purg(state(3, 10, &target)), purg(state(5, 10, &target))];
-        let a = accepted(decide(&RefMap::new(), &[up(ZERO_OID, A, "refs/heads/main")], &cands));
+        let cands = [
+            purg(state(9, 10, &target)),
+            purg(state(3, 10, &target)),
+            purg(state(5, 10, &target)),
+        ];
+        let a = accepted(decide(
+            &RefMap::new(),
+            &[up(ZERO_OID, A, "refs/heads/main")],
+            &cands,
+        ));
         assert_eq!(a.matched_state, Some((id(3), StateSource::Purgatory)));
     }
 
@@ -480,37 +589,72 @@ mod tests {
         let target = [("refs/heads/main", A)];
         // Stored newer than purgatory: stored wins.
         let cands = [purg(state(1, 10, &target)), stored(state(2, 20, &target))];
-        let a = accepted(decide(&RefMap::new(), &[up(ZERO_OID, A, "refs/heads/main")], &cands));
+        let a = accepted(decide(
+            &RefMap::new(),
+            &[up(ZERO_OID, A, "refs/heads/main")],
+            &cands,
+        ));
         assert_eq!(a.matched_state, Some((id(2), StateSource::Stored)));
         // Same event in both places: counts as stored.
         let cands = [purg(state(1, 10, &target)), stored(state(1, 10, &target))];
-        let a = accepted(decide(&RefMap::new(), &[up(ZERO_OID, A, "refs/heads/main")], &cands));
+        let a = accepted(decide(
+            &RefMap::new(),
+            &[up(ZERO_OID, A, "refs/heads/main")],
+            &cands,
+        ));
         assert_eq!(a.matched_state, Some((id(1), StateSource::Stored)));
         // Only the stored state matches.
-        let cands = [stored(state(1, 10, &target)), purg(state(2, 20, &[("refs/heads/main", B)]))];
-        let a = accepted(decide(&RefMap::new(), &[up(ZERO_OID, A, "refs/heads/main")], &cands));
+        let cands = [
+            stored(state(1, 10, &target)),
+            purg(state(2, 20, &[("refs/heads/main", B)])),
+        ];
+        let a = accepted(decide(
+            &RefMap::new(),
+            &[up(ZERO_OID, A, "refs/heads/main")],
+            &cands,
+        ));
         assert_eq!(a.matched_state, Some((id(1), StateSource::Stored)));
     }
 
     #[test]
     fn rejection_explains_latest_candidate() {
-        let cands = [stored(state(1, 10, &[("refs/heads/main", B)])), purg(state(2, 20, &[("refs/heads/main", C)]))];
-        let reasons = rejected(decide(&RefMap::new(), &[up(ZERO_OID, A, "refs/heads/main")], &cands));
+        let cands = [
+            stored(state(1, 10, &[("refs/heads/main", B)])),
+            purg(state(2, 20, &[("refs/heads/main", C)])),
+        ];
+        let reasons = rejected(decide(
+            &RefMap::new(),
+            &[up(ZERO_OID, A, "refs/heads/main")],
+            &cands,
+        ));
         assert!(reasons[0].contains(&short_oid(&id(2).to_hex()).to_owned()));
         assert!(reasons[1].ends_with("state expects ccccccc"));
         // Purgatory state older than stored: the stored one is explained.
-        let cands = [stored(state(1, 30, &[("refs/heads/main", B)])), purg(state(2, 20, &[("refs/heads/main", C)]))];
-        let reasons = rejected(decide(&RefMap::new(), &[up(ZERO_OID, A, "refs/heads/main")], &cands));
+        let cands = [
+            stored(state(1, 30, &[("refs/heads/main", B)])),
+            purg(state(2, 20, &[("refs/heads/main", C)])),
+        ];
+        let reasons = rejected(decide(
+            &RefMap::new(),
+            &[up(ZERO_OID, A, "refs/heads/main")],
+            &cands,
+        ));
         assert!(reasons[1].ends_with("state expects bbbbbbb"));
         assert!(reasons[0].contains("publish a new state event"));
     }
 
     #[test]
     fn long_diffs_are_capped() {
-        let many: Vec<(String, String)> = (0..50).map(|i| (format!("refs/tags/t{i:02}"), A.to_owned())).collect();
+        let many: Vec<(String, String)> = (0..50)
+            .map(|i| (format!("refs/tags/t{i:02}"), A.to_owned()))
+            .collect();
         let pairs: Vec<(&str, &str)> = many.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
         let cands = [purg(state(1, 10, &pairs))];
-        let reasons = rejected(decide(&RefMap::new(), &[up(ZERO_OID, B, "refs/heads/main")], &cands));
+        let reasons = rejected(decide(
+            &RefMap::new(),
+            &[up(ZERO_OID, B, "refs/heads/main")],
+            &cands,
+        ));
         assert_eq!(reasons.len(), 1 + MAX_DIFF_LINES + 1);
         assert_eq!(reasons.last().unwrap(), "... and 31 more refs differ");
     }
@@ -518,30 +662,55 @@ mod tests {
     #[test]
     fn forbidden_namespaces_reject_whole_push() {
         let cands = [purg(state(1, 10, &[("refs/heads/main", A)]))];
-        for name in ["refs/remotes/origin/main", "refs/notes/commits", "refs/heads", "HEAD", "refs/nostrx/a"] {
+        for name in [
+            "refs/remotes/origin/main",
+            "refs/notes/commits",
+            "refs/heads",
+            "HEAD",
+            "refs/nostrx/a",
+        ] {
             let push = [up(ZERO_OID, A, "refs/heads/main"), up(ZERO_OID, A, name)];
             let reasons = rejected(decide(&RefMap::new(), &push, &cands));
             assert_eq!(reasons.len(), 1, "{reasons:?}");
-            assert!(reasons[0].starts_with(name) && reasons[0].contains("only accepts"), "{reasons:?}");
+            assert!(
+                reasons[0].starts_with(name) && reasons[0].contains("only accepts"),
+                "{reasons:?}"
+            );
         }
     }
 
     #[test]
     fn invalid_names_and_oids() {
         let cands = [purg(state(1, 10, &[("refs/heads/main", A)]))];
-        let reasons = rejected(decide(&RefMap::new(), &[up(ZERO_OID, A, "refs/heads/a..b")], &cands));
+        let reasons = rejected(decide(
+            &RefMap::new(),
+            &[up(ZERO_OID, A, "refs/heads/a..b")],
+            &cands,
+        ));
         assert!(reasons[0].contains("check-ref-format"));
-        let reasons = rejected(decide(&RefMap::new(), &[up(ZERO_OID, "xyz", "refs/heads/main")], &cands));
+        let reasons = rejected(decide(
+            &RefMap::new(),
+            &[up(ZERO_OID, "xyz", "refs/heads/main")],
+            &cands,
+        ));
         assert!(reasons[0].contains("invalid object id"));
     }
 
     #[test]
     fn nostr_ref_invalid_id() {
         let upper = id(0xab).to_hex().to_uppercase();
-        for suffix in ["abc", upper.as_str(), &format!("{}/x", id(1).to_hex()), &format!("{}0", id(1).to_hex())] {
+        for suffix in [
+            "abc",
+            upper.as_str(),
+            &format!("{}/x", id(1).to_hex()),
+            &format!("{}0", id(1).to_hex()),
+        ] {
             let name = format!("refs/nostr/{suffix}");
             let reasons = rejected(decide(&RefMap::new(), &[up(ZERO_OID, A, &name)], &[]));
-            assert!(reasons[0].contains("64 character lowercase hex event id"), "{reasons:?}");
+            assert!(
+                reasons[0].contains("64 character lowercase hex event id"),
+                "{reasons:?}"
+            );
         }
     }
 
@@ -557,11 +726,24 @@ mod tests {
     fn nostr_ref_known_pr() {
         let name = format!("refs/nostr/{}", id(7).to_hex());
         let prs = BTreeMap::from([(id(7), A.to_owned())]);
-        let a = accepted(decide_with_prs(&RefMap::new(), &[up(ZERO_OID, A, &name)], &[], &prs));
+        let a = accepted(decide_with_prs(
+            &RefMap::new(),
+            &[up(ZERO_OID, A, &name)],
+            &[],
+            &prs,
+        ));
         assert_eq!(a.pr_matches, vec![id(7)]);
         assert!(a.placeholders.is_empty() && a.matched_state.is_none());
-        let reasons = rejected(decide_with_prs(&RefMap::new(), &[up(ZERO_OID, B, &name)], &[], &prs));
-        assert!(reasons[0].contains("pushing bbbbbbb") && reasons[0].contains("names commit aaaaaaa"), "{reasons:?}");
+        let reasons = rejected(decide_with_prs(
+            &RefMap::new(),
+            &[up(ZERO_OID, B, &name)],
+            &[],
+            &prs,
+        ));
+        assert!(
+            reasons[0].contains("pushing bbbbbbb") && reasons[0].contains("names commit aaaaaaa"),
+            "{reasons:?}"
+        );
     }
 
     #[test]
@@ -571,7 +753,10 @@ mod tests {
         assert_eq!(a.placeholders, vec![(id(8), B.to_owned())]);
         // Re-pushing the same commit is a no-op.
         let current = refs(&[(name.as_str(), B)]);
-        assert_eq!(accepted(decide(&current, &[up(B, B, &name)], &[])), Accepted::default());
+        assert_eq!(
+            accepted(decide(&current, &[up(B, B, &name)], &[])),
+            Accepted::default()
+        );
     }
 
     #[test]
@@ -580,7 +765,11 @@ mod tests {
         let unknown = format!("refs/nostr/{}", id(8).to_hex());
         let prs = BTreeMap::from([(id(7), C.to_owned())]);
         let cands = [purg(state(1, 10, &[("refs/heads/main", A)]))];
-        let push = [up(ZERO_OID, A, "refs/heads/main"), up(ZERO_OID, C, &pr), up(ZERO_OID, B, &unknown)];
+        let push = [
+            up(ZERO_OID, A, "refs/heads/main"),
+            up(ZERO_OID, C, &pr),
+            up(ZERO_OID, B, &unknown),
+        ];
         let a = accepted(decide_with_prs(&RefMap::new(), &push, &cands, &prs));
         assert_eq!(a.matched_state, Some((id(1), StateSource::Purgatory)));
         assert_eq!(a.pr_matches, vec![id(7)]);
@@ -589,24 +778,38 @@ mod tests {
         let a = accepted(decide_with_prs(&RefMap::new(), &push[1..], &[], &prs));
         assert_eq!(a.pr_matches.len() + a.placeholders.len(), 2);
         // One bad part rejects everything, and all problems are reported.
-        let bad = [up(ZERO_OID, B, "refs/heads/main"), up(ZERO_OID, A, &pr), up(ZERO_OID, A, "refs/x/y")];
+        let bad = [
+            up(ZERO_OID, B, "refs/heads/main"),
+            up(ZERO_OID, A, &pr),
+            up(ZERO_OID, A, "refs/x/y"),
+        ];
         let reasons = rejected(decide_with_prs(&RefMap::new(), &bad, &cands, &prs));
         assert!(reasons.iter().any(|r| r.starts_with("refs/x/y")));
         assert!(reasons.iter().any(|r| r.starts_with(&pr)));
-        assert!(reasons.iter().any(|r| r.starts_with("refs/heads/main: pushing bbbbbbb")));
+        assert!(reasons
+            .iter()
+            .any(|r| r.starts_with("refs/heads/main: pushing bbbbbbb")));
     }
 
     #[test]
     fn satisfy_state() {
         let s = state(1, 10, &[("refs/heads/main", A)]);
-        assert!(can_satisfy_state(&refs(&[("refs/heads/main", A), ("refs/nostr/x", B)]), &s));
+        assert!(can_satisfy_state(
+            &refs(&[("refs/heads/main", A), ("refs/nostr/x", B)]),
+            &s
+        ));
         assert!(!can_satisfy_state(&refs(&[("refs/heads/main", B)]), &s));
         assert!(!can_satisfy_state(&RefMap::new(), &s));
     }
 
     #[test]
     fn release_ordering() {
-        let mut states = vec![state(1, 30, &[]), state(2, 10, &[]), state(3, 20, &[]), state(4, 20, &[])];
+        let mut states = vec![
+            state(1, 30, &[]),
+            state(2, 10, &[]),
+            state(3, 20, &[]),
+            state(4, 20, &[]),
+        ];
         release_order(&mut states);
         let ids: Vec<EventId> = states.iter().map(|s| s.event_id).collect();
         assert_eq!(ids, vec![id(2), id(4), id(3), id(1)]);
@@ -616,9 +819,24 @@ mod tests {
 
     #[test]
     fn missing_objects() {
-        let s = state(1, 10, &[("refs/heads/main", A), ("refs/heads/dev", B), ("refs/tags/v1", B), ("refs/tags/v2", C)]);
-        assert_eq!(missing_oids(&s, |oid| oid == C), vec![A.to_owned(), B.to_owned()]);
+        let s = state(
+            1,
+            10,
+            &[
+                ("refs/heads/main", A),
+                ("refs/heads/dev", B),
+                ("refs/tags/v1", B),
+                ("refs/tags/v2", C),
+            ],
+        );
+        assert_eq!(
+            missing_oids(&s, |oid| oid == C),
+            vec![A.to_owned(), B.to_owned()]
+        );
         assert!(missing_oids(&s, |_| true).is_empty());
-        assert_eq!(missing_oids(&state(2, 10, &[]), |_| false), Vec::<String>::new());
+        assert_eq!(
+            missing_oids(&state(2, 10, &[]), |_| false),
+            Vec::<String>::new()
+        );
     }
 }

@@ -81,7 +81,9 @@ pub enum RefError {
 /// True for a full object id: 40 (sha1) or 64 (sha256) lowercase hex characters.
 pub fn is_valid_oid(oid: &str) -> bool {
     (oid.len() == 40 || oid.len() == 64)
-        && oid.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        && oid
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
 /// True for a valid oid made only of zeros (git's "no object").
@@ -109,10 +111,9 @@ pub fn is_valid_ref_name(name: &str) -> bool {
     if name.contains("..") || name.contains("@{") || name.ends_with('.') {
         return false;
     }
-    if name
-        .chars()
-        .any(|c| c.is_ascii_control() || matches!(c, ' ' | '~' | '^' | ':' | '?' | '*' | '[' | '\\'))
-    {
+    if name.chars().any(|c| {
+        c.is_ascii_control() || matches!(c, ' ' | '~' | '^' | ':' | '?' | '*' | '[' | '\\')
+    }) {
         return false;
     }
     let components: Vec<&str> = name.split('/').collect();
