@@ -1,6 +1,6 @@
 //! NIP-34 events as typed data.
 //!
-//! The relay receives signed [`nostr::Event`]s; this module turns the ones GRASP
+//! The relay receives signed [`Event`]s; this module turns the ones GRASP
 //! cares about into plain structs and says clearly what is wrong with the rest:
 //!
 //! - [`Announcement`] (kind 30617): who owns a repository, where it is served,
@@ -125,7 +125,7 @@ impl Announcement {
     }
 
     /// GRASP.md decision 1: true when some `clone` URL (http/https) and some
-    /// `relays` URL (ws/wss) have exactly `public_host` as host[:port].
+    /// `relays` URL (ws/wss) have exactly `public_host` as `host[:port]`.
     ///
     /// `public_host` is `host` or `host:port` (a leading scheme and trailing `/`
     /// are tolerated). Comparison is case-insensitive; a URL's explicit default
@@ -779,6 +779,53 @@ pub(crate) mod tests {
         // Userinfo before the real host is fine.
         let a = announcement(&["https://user@example.com/x.git"], &["wss://example.com"]);
         assert!(a.lists_service("example.com"));
+    }
+
+    #[test]
+    fn hostile_urls_never_panic() {
+        let weird = [
+            "",
+            "://",
+            "http://",
+            "https://[",
+            "https://[::1",
+            "https://[::1]x",
+            "https://]:",
+            "http://:80",
+            "http://@",
+            "http://é.com:８０/",
+            "wss://\u{0}",
+            "ws://a:b:c",
+            "http://::::",
+            "https://x:-1",
+            "https://[::1]:",
+            "ws://ä@ö/",
+            "http://example.com:0080",
+            "\u{feff}https://example.com",
+        ];
+        for u in weird {
+            let a = announcement(&[u], &[u]);
+            for host in ["example.com", "", "[::1]", ":", "[", "é"] {
+                let _ = a.lists_service(host);
+            }
+        }
+        // Leading zeros in the port are still the same port number.
+        assert!(
+            announcement(&["http://example.com:0080/"], &["ws://example.com"])
+                .lists_service("example.com")
+        );
+        for c in [
+            "",
+            ":",
+            "::",
+            "1:",
+            "x:y:z",
+            "30617::",
+            "30617:é:x",
+            "999999:aa:b",
+        ] {
+            assert_eq!(parse_coordinate(c), None, "{c:?}");
+        }
     }
 
     fn state(keys: &Keys, tags: Vec<Tag>) -> Result<RepoState, EventError> {
