@@ -494,7 +494,7 @@ fn split_host_port(authority: &str) -> Option<HostPort> {
             None => (authority, None),
         }
     };
-    if host.is_empty() || host.contains(':') && !host.starts_with('[') {
+    if host.is_empty() || (host.contains(':') && !host.starts_with('[')) {
         return None;
     }
     if host
