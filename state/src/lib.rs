@@ -1,1 +1,31 @@
-pub fn placeholder() {}
+//! grasp-state: everything the GRASP relay, its git hooks and its CGI wrapper
+//! agree on, as pure data and pure functions (no I/O, no async runtime).
+//!
+//! Layout, one concept per module:
+//!
+//! - [`refs`]: ref names, object ids, [`refs::RefUpdate`] (one line of
+//!   `pre-receive` input) and [`refs::RefMap`] (a repository's refs).
+//! - [`nip34`]: NIP-34 events as types: [`nip34::Announcement`] (30617),
+//!   [`nip34::RepoState`] (30618), [`nip34::PullRequest`] (1618/1619), the kind
+//!   constants, what an event references, and "does this announcement list
+//!   this service" (GRASP.md decision 1).
+//! - [`maintainers`]: the recursive, cycle-safe [`maintainers::MaintainerSet`]
+//!   of an (owner, identifier) (decision 4).
+//! - [`push`]: the push decision (decisions 5 and 6) as one function,
+//!   [`push::decide_push`], plus helpers for releasing events after a push.
+//! - [`hook_api`]: the versioned JSON request/response types the hooks send to
+//!   the relay's internal API.
+//! - `identifier`: repository path layout and identifier validation (decision 2).
+//! - `purgatory`: the purgatory data model and its checkpoint format.
+//!
+//! (`identifier` and `purgatory` are written on other branches and merged in.)
+//!
+//! Everything that reaches this crate may come from the network: bad input
+//! yields a typed error whose message says what is wrong and what to do, never
+//! a panic.
+
+pub mod hook_api;
+pub mod maintainers;
+pub mod nip34;
+pub mod push;
+pub mod refs;

@@ -1,0 +1,264 @@
+//! Wire types of the relay's internal hook API (JSON over HTTP on loopback).
+//!
+//! `grasp-pre-receive` POSTs a [`PreReceiveRequest`] to [`PATH_PRE_RECEIVE`] and
+//! gets a [`PreReceiveResponse`]; `grasp-post-receive` POSTs a
+//! [`PostReceiveRequest`] to [`PATH_POST_RECEIVE`] and gets a
+//! [`PostReceiveResponse`]. Every request carries the API token in the
+//! [`TOKEN_HEADER`] header. Failures come back as [`ApiError`].
+//!
+//! Every message carries `version` ([`HOOK_API_VERSION`]). Unknown fields are
+//! ignored so that additions stay compatible; a peer speaking another version
+//! is detected with [`check_version`] and should fail closed with its message.
+
+use serde::{Deserialize, Serialize};
+
+use crate::refs::RefUpdate;
+
+/// Version of this API. Bump on incompatible changes.
+pub const HOOK_API_VERSION: u32 = 1;
+/// Endpoint the pre-receive hook calls.
+pub const PATH_PRE_RECEIVE: &str = "/v1/pre-receive";
+/// Endpoint the post-receive hook calls.
+pub const PATH_POST_RECEIVE: &str = "/v1/post-receive";
+/// Header carrying the API token.
+pub const TOKEN_HEADER: &str = "x-grasp-token";
+
+/// The other side speaks a different API version.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("hook API version mismatch: got {found}, this program speaks {HOOK_API_VERSION}: install the same grasp-relay version for the relay and its git hooks")]
+pub struct VersionMismatch {
+    pub found: u32,
+}
+
+/// `Ok` when `found` is [`HOOK_API_VERSION`].
+pub fn check_version(found: u32) -> Result<(), VersionMismatch> {
+    if found == HOOK_API_VERSION {
+        Ok(())
+    } else {
+        Err(VersionMismatch { found })
+    }
+}
+
+/// Asks whether a push may proceed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PreReceiveRequest {
+    pub version: u32,
+    /// Repository owner as npub (from the repository path).
+    pub owner: String,
+    /// Repository identifier (from the repository path).
+    pub identifier: String,
+    /// The push, as git gave it on stdin.
+    pub updates: Vec<RefUpdate>,
+}
+
+impl PreReceiveRequest {
+    pub fn new(
+        owner: impl Into<String>,
+        identifier: impl Into<String>,
+        updates: Vec<RefUpdate>,
+    ) -> Self {
+        Self {
+            version: HOOK_API_VERSION,
+            owner: owner.into(),
+            identifier: identifier.into(),
+            updates,
+        }
+    }
+}
+
+/// The verdict; `messages` are printed to the pusher as `remote: ...` lines.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PreReceiveResponse {
+    pub version: u32,
+    pub accepted: bool,
+    #[serde(default)]
+    pub messages: Vec<String>,
+}
+
+impl PreReceiveResponse {
+    pub fn accept(messages: Vec<String>) -> Self {
+        Self {
+            version: HOOK_API_VERSION,
+            accepted: true,
+            messages,
+        }
+    }
+
+    pub fn reject(messages: Vec<String>) -> Self {
+        Self {
+            version: HOOK_API_VERSION,
+            accepted: false,
+            messages,
+        }
+    }
+}
+
+/// Reports the ref updates git applied.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PostReceiveRequest {
+    pub version: u32,
+    /// Repository owner as npub.
+    pub owner: String,
+    pub identifier: String,
+    pub updates: Vec<RefUpdate>,
+}
+
+impl PostReceiveRequest {
+    pub fn new(
+        owner: impl Into<String>,
+        identifier: impl Into<String>,
+        updates: Vec<RefUpdate>,
+    ) -> Self {
+        Self {
+            version: HOOK_API_VERSION,
+            owner: owner.into(),
+            identifier: identifier.into(),
+            updates,
+        }
+    }
+}
+
+/// One event released from purgatory by the push.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReleasedEvent {
+    /// Event id, hex.
+    pub id: String,
+    pub kind: u16,
+    /// One human line, e.g. `state: main -> abc1234`.
+    pub summary: String,
+}
+
+/// What the relay did after the push.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PostReceiveResponse {
+    pub version: u32,
+    #[serde(default)]
+    pub released: Vec<ReleasedEvent>,
+    #[serde(default)]
+    pub messages: Vec<String>,
+}
+
+impl PostReceiveResponse {
+    pub fn new(released: Vec<ReleasedEvent>, messages: Vec<String>) -> Self {
+        Self {
+            version: HOOK_API_VERSION,
+            released,
+            messages,
+        }
+    }
+}
+
+/// Body of any non-2xx answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ApiError {
+    pub version: u32,
+    /// What went wrong and what to do.
+    pub error: String,
+}
+
+impl ApiError {
+    pub fn new(error: impl Into<String>) -> Self {
+        Self {
+            version: HOOK_API_VERSION,
+            error: error.into(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::refs::ZERO_OID;
+    use serde::de::DeserializeOwned;
+
+    const A: &str = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+
+    fn round_trip<T: Serialize + DeserializeOwned + PartialEq + std::fmt::Debug>(value: T) {
+        let json = serde_json::to_string(&value).unwrap();
+        assert_eq!(serde_json::from_str::<T>(&json).unwrap(), value, "{json}");
+    }
+
+    #[test]
+    fn round_trips() {
+        let updates = vec![RefUpdate::new(ZERO_OID, A, "refs/heads/main")];
+        round_trip(PreReceiveRequest::new("npub1x", "repo", updates.clone()));
+        round_trip(PreReceiveResponse::accept(vec!["ok".into()]));
+        round_trip(PreReceiveResponse::reject(vec![
+            "no".into(),
+            "because".into(),
+        ]));
+        round_trip(PostReceiveRequest::new(
+            "npub1x",
+            "répo with space",
+            updates,
+        ));
+        round_trip(PostReceiveResponse::new(
+            vec![ReleasedEvent {
+                id: "ab".repeat(32),
+                kind: 30618,
+                summary: "state".into(),
+            }],
+            vec![],
+        ));
+        round_trip(ApiError::new("bad token"));
+    }
+
+    #[test]
+    fn field_names_are_stable() {
+        let req = PreReceiveRequest::new(
+            "npub1x",
+            "repo",
+            vec![RefUpdate::new(ZERO_OID, A, "refs/heads/main")],
+        );
+        let value = serde_json::to_value(&req).unwrap();
+        assert_eq!(
+            value,
+            serde_json::json!({
+                "version": 1,
+                "owner": "npub1x",
+                "identifier": "repo",
+                "updates": [{"old": ZERO_OID, "new": A, "name": "refs/heads/main"}],
+            })
+        );
+        let err = serde_json::to_value(ApiError::new("x")).unwrap();
+        assert_eq!(err, serde_json::json!({"version": 1, "error": "x"}));
+    }
+
+    #[test]
+    fn unknown_fields_tolerated_and_defaults() {
+        let resp: PreReceiveResponse =
+            serde_json::from_str(r#"{"version":1,"accepted":true,"future":"x","messages":["m"]}"#)
+                .unwrap();
+        assert_eq!(resp, PreReceiveResponse::accept(vec!["m".into()]));
+        let resp: PostReceiveResponse =
+            serde_json::from_str(r#"{"version":1,"extra":{}}"#).unwrap();
+        assert!(resp.released.is_empty() && resp.messages.is_empty());
+        let req: PostReceiveRequest = serde_json::from_str(
+            r#"{"version":1,"owner":"o","identifier":"i","updates":[{"old":"a","new":"b","name":"n","x":1}],"y":2}"#,
+        )
+        .unwrap();
+        assert_eq!(req.updates[0], RefUpdate::new("a", "b", "n"));
+    }
+
+    #[test]
+    fn wrong_version_is_detectable() {
+        let resp: PreReceiveResponse =
+            serde_json::from_str(r#"{"version":2,"accepted":true}"#).unwrap();
+        let err = check_version(resp.version).unwrap_err();
+        assert_eq!(err, VersionMismatch { found: 2 });
+        assert!(err.to_string().contains("install the same"));
+        assert!(check_version(HOOK_API_VERSION).is_ok());
+        // A message without a version is not accepted silently.
+        assert!(serde_json::from_str::<PreReceiveResponse>(r#"{"accepted":true}"#).is_err());
+    }
+
+    #[test]
+    fn malformed_json_is_an_error() {
+        assert!(serde_json::from_str::<PreReceiveRequest>(r#"{"version":1,"owner":"o"}"#).is_err());
+        assert!(serde_json::from_str::<PreReceiveRequest>("not json").is_err());
+        assert!(
+            serde_json::from_str::<ReleasedEvent>(r#"{"id":"x","kind":70000,"summary":""}"#)
+                .is_err()
+        );
+    }
+}
