@@ -1,1 +1,23 @@
-fn main() {}
+//! `grasp-relay` binary: parse the configuration, set up logging, run the server.
+
+use clap::Parser;
+use grasp_relay::config::Config;
+use tracing_subscriber::EnvFilter;
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    let cfg = Config::parse();
+    let filter = EnvFilter::try_new(&cfg.log).unwrap_or_else(|e| {
+        eprintln!("grasp-relay: invalid --log filter {:?} ({e}); using \"info\"", cfg.log);
+        EnvFilter::new("info")
+    });
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    match grasp_relay::server::run(cfg).await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e:#}");
+            eprintln!("grasp-relay: error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
