@@ -12,7 +12,8 @@ use futures_util::{SinkExt, StreamExt};
 use nostr::prelude::*;
 use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::sync::broadcast::error::RecvError;
+use tokio::sync::broadcast::{self, error::RecvError, error::TryRecvError};
+use std::collections::HashSet;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::{CloseFrame, WebSocketConfig};
 use tokio_tungstenite::tungstenite::Message;
@@ -58,8 +59,8 @@ pub async fn handle<S>(
         limits,
         subs: Subscriptions::new(limits.max_subscriptions, limits.max_filters),
         out: Vec::new(),
+        live: relay.subscribe(),
     };
-    let mut live = relay.subscribe();
     tracing::debug!(%remote, "websocket open");
     loop {
         tokio::select! {
@@ -84,12 +85,10 @@ pub async fn handle<S>(
                     Some(Ok(_)) => {}
                 }
             }
-            ev = live.recv() => {
+            ev = conn.live.recv() => {
                 match ev {
-                    Ok(event) => conn.on_live(&event),
-                    Err(RecvError::Lagged(n)) => {
-                        conn.notice(&format!("error: this connection fell behind and missed {n} live events; re-subscribe to catch up"))
-                    }
+                    Ok(event) => conn.on_live(&event, None),
+                    Err(RecvError::Lagged(n)) => conn.lagged(n),
                     Err(RecvError::Closed) => break,
                 }
             }
@@ -116,6 +115,7 @@ struct Connection {
     limits: Limits,
     subs: Subscriptions,
     out: Vec<String>,
+    live: broadcast::Receiver<Arc<Event>>,
 }
 
 impl Connection {
@@ -127,10 +127,31 @@ impl Connection {
         self.send(RelayMessage::notice(text.to_string()));
     }
 
-    fn on_live(&mut self, event: &Event) {
+    /// Forwards a live event to the matching subscriptions, except to `skip.0` if its initial
+    /// results (`skip.1`) already contained the event.
+    fn on_live(&mut self, event: &Event, skip: Option<(&SubscriptionId, &HashSet<EventId>)>) {
         let ids: Vec<SubscriptionId> = self.subs.matching(event).cloned().collect();
         for id in ids {
+            if skip.is_some_and(|(sid, sent)| *sid == id && sent.contains(&event.id)) {
+                continue;
+            }
             self.send(RelayMessage::event(id, event.clone()));
+        }
+    }
+
+    fn lagged(&mut self, n: u64) {
+        self.notice(&format!("error: this connection fell behind and missed {n} live events; re-subscribe to catch up"))
+    }
+
+    /// Handles the live events already broadcast, so a new subscription's initial query and its
+    /// live feed neither miss nor repeat events.
+    fn drain_live(&mut self, skip: Option<(&SubscriptionId, &HashSet<EventId>)>) {
+        loop {
+            match self.live.try_recv() {
+                Ok(event) => self.on_live(&event, skip),
+                Err(TryRecvError::Lagged(n)) => self.lagged(n),
+                Err(TryRecvError::Empty | TryRecvError::Closed) => break,
+            }
         }
     }
 
@@ -208,14 +229,19 @@ impl Connection {
             self.subs.remove(&sub_id);
             return self.send(RelayMessage::closed(sub_id, e.to_string()));
         }
+        // Events broadcast before this REQ go to the existing subscriptions only.
+        self.drain_live(None);
         match self.relay.store().query(filters.clone(), self.limits.max_limit).await {
             Ok(events) => {
+                let sent: HashSet<EventId> = events.iter().map(|e| e.id).collect();
                 for event in events {
                     self.send(RelayMessage::event(sub_id.clone(), event));
                 }
                 self.send(RelayMessage::eose(sub_id.clone()));
                 // Checked above; cannot fail.
-                let _ = self.subs.insert(sub_id, filters);
+                let _ = self.subs.insert(sub_id.clone(), filters);
+                // Events broadcast during the query: live, unless already in the initial results.
+                self.drain_live(Some((&sub_id, &sent)));
             }
             Err(e) => {
                 tracing::error!(error = %e, "query failed");

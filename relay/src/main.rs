@@ -11,11 +11,11 @@ async fn main() -> std::process::ExitCode {
         eprintln!("grasp-relay: invalid --log filter {:?} ({e}); using \"info\"", cfg.log);
         EnvFilter::new("info")
     });
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi).init();
     match grasp_relay::server::run(cfg).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            tracing::error!("{e:#}");
             eprintln!("grasp-relay: error: {e:#}");
             std::process::ExitCode::FAILURE
         }
