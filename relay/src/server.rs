@@ -21,7 +21,7 @@ use hyper::header::{HeaderValue, ACCEPT, CONNECTION, CONTENT_TYPE, SEC_WEBSOCKET
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 use tokio_tungstenite::tungstenite::protocol::Role;
@@ -38,6 +38,9 @@ use crate::store::Store;
 
 /// How long tasks get to finish after SIGINT/SIGTERM.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
+/// Clients must send their request headers within this time (slowloris protection).
+const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Shared state of the public listener.
 #[derive(Debug)]
@@ -127,7 +130,11 @@ async fn serve_connection(stream: tokio::net::TcpStream, remote: SocketAddr, sta
         let shutdown = svc_shutdown.clone();
         async move { Ok::<_, Infallible>(route(req, state, remote, shutdown).await) }
     });
-    let conn = http1::Builder::new().serve_connection(TokioIo::new(stream), svc).with_upgrades();
+    let conn = http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_READ_TIMEOUT)
+        .serve_connection(TokioIo::new(stream), svc)
+        .with_upgrades();
     tokio::pin!(conn);
     tokio::select! {
         res = conn.as_mut() => {

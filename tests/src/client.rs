@@ -200,6 +200,24 @@ impl NostrClient {
         self.send(ClientMessage::close(id.clone())).await
     }
 
+    /// Sends a WebSocket ping and waits for the matching pong (text messages are kept).
+    pub async fn ws_ping(&mut self) -> anyhow::Result<()> {
+        let payload = b"grasp-ping".to_vec();
+        self.ws.send(Message::Ping(payload.clone().into())).await?;
+        loop {
+            let frame = tokio::time::timeout(self.timeout, self.ws.next())
+                .await
+                .map_err(|_| anyhow!("no pong within {:?}", self.timeout))?
+                .ok_or_else(|| anyhow!("connection closed by the relay"))??;
+            match frame {
+                Message::Pong(p) if p.as_ref() == payload.as_slice() => return Ok(()),
+                Message::Text(t) => self.backlog.push_back(RelayMessage::from_json(t.as_str())?),
+                Message::Close(c) => bail!("relay closed the connection: {c:?}"),
+                _ => {}
+            }
+        }
+    }
+
     /// Proves the connection still works: a REQ round trip.
     pub async fn ping_relay(&mut self) -> anyhow::Result<()> {
         self.req(vec![Filter::new().limit(0)]).await.map(|_| ())

@@ -254,6 +254,7 @@ async fn garbage_gets_notice_and_connection_survives() {
     c.send_ws(tokio_tungstenite::tungstenite::Message::binary(vec![0u8, 159, 146, 150])).await.unwrap();
     assert!(c.wait_notice().await.unwrap().contains("binary"));
     c.ping_relay().await.unwrap();
+    c.ws_ping().await.unwrap();
     let keys = Keys::generate();
     assert!(c.send_event(&note(&keys, 1, 1, "still here", vec![])).await.unwrap().0);
 }
@@ -327,4 +328,35 @@ async fn sigterm_exits_cleanly_and_restart_keeps_events() {
     server.restart();
     let mut c = connect(&server).await;
     c.ping_relay().await.unwrap();
+}
+
+#[tokio::test]
+async fn ephemeral_events_are_broadcast_not_stored() {
+    let server = TestServer::start();
+    let mut sub = connect(&server).await;
+    let mut publisher = connect(&server).await;
+    let keys = Keys::generate();
+    let (sid, _) = sub.subscribe(vec![Filter::new().author(keys.public_key())]).await.unwrap();
+    let eph = note(&keys, 20001, 1000, "fleeting", vec![]);
+    assert!(publisher.send_event(&eph).await.unwrap().0);
+    assert_eq!(sub.next_event(&sid).await.unwrap().id, eph.id);
+    assert!(publisher.req(vec![Filter::new().id(eph.id)]).await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn req_with_open_id_replaces_the_subscription() {
+    let server = TestServer::start();
+    let mut sub = connect(&server).await;
+    let mut publisher = connect(&server).await;
+    let keys = Keys::generate();
+    let id = SubscriptionId::new("same");
+    let kind1 = Filter::new().author(keys.public_key()).kind(Kind::from(1));
+    let kind7 = Filter::new().author(keys.public_key()).kind(Kind::from(7));
+    assert!(matches!(sub.req_with_id(&id, vec![kind1]).await.unwrap(), ReqOutcome::Eose(_)));
+    assert!(matches!(sub.req_with_id(&id, vec![kind7]).await.unwrap(), ReqOutcome::Eose(_)));
+    let one = note(&keys, 1, 1000, "old filter", vec![]);
+    let seven = note(&keys, 7, 1001, "new filter", vec![]);
+    assert!(publisher.send_event(&one).await.unwrap().0);
+    assert!(publisher.send_event(&seven).await.unwrap().0);
+    assert_eq!(sub.next_event(&id).await.unwrap().id, seven.id);
 }
