@@ -11,7 +11,11 @@ use nostr::prelude::*;
 
 /// Runtime configuration of `grasp-relay`.
 #[derive(Debug, Clone, Parser)]
-#[command(name = "grasp-relay", version, about = "GRASP server: a Nostr relay and git smart-HTTP service on one port")]
+#[command(
+    name = "grasp-relay",
+    version,
+    about = "GRASP server: a Nostr relay and git smart-HTTP service on one port"
+)]
 pub struct Config {
     /// Public host[:port] of this service, as it appears in repository announcements
     /// (`clone`/`relays` tags); decides whether an announcement lists this server.
@@ -84,7 +88,9 @@ fn parse_pubkey(s: &str) -> Result<PublicKey, String> {
 impl Config {
     /// The public host[:port]: the configured one, else the bind address.
     pub fn public_host(&self) -> String {
-        self.public_host.clone().unwrap_or_else(|| self.bind.to_string())
+        self.public_host
+            .clone()
+            .unwrap_or_else(|| self.bind.to_string())
     }
 
     /// Path of the CGI wrapper binary.

@@ -11,9 +11,9 @@ use std::sync::Arc;
 use futures_util::{SinkExt, StreamExt};
 use nostr::prelude::*;
 use serde_json::Value;
+use std::collections::HashSet;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::broadcast::{self, error::RecvError, error::TryRecvError};
-use std::collections::HashSet;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::{CloseFrame, WebSocketConfig};
 use tokio_tungstenite::tungstenite::Message;
@@ -37,7 +37,9 @@ impl Limits {
     /// are read and answered rather than killing the connection.
     pub fn websocket_config(&self) -> WebSocketConfig {
         let hard = self.max_message_bytes.saturating_mul(4).max(1 << 20);
-        WebSocketConfig::default().max_message_size(Some(hard)).max_frame_size(Some(hard))
+        WebSocketConfig::default()
+            .max_message_size(Some(hard))
+            .max_frame_size(Some(hard))
     }
 }
 
@@ -170,7 +172,11 @@ impl Connection {
         }
         let value: Value = match serde_json::from_str(text) {
             Ok(v) => v,
-            Err(e) => return self.notice(&format!("invalid: message is not JSON ({e}); send a NIP-01 JSON array")),
+            Err(e) => {
+                return self.notice(&format!(
+                    "invalid: message is not JSON ({e}); send a NIP-01 JSON array"
+                ))
+            }
         };
         let Some(items) = value.as_array() else {
             return self.notice("invalid: message must be a JSON array like [\"EVENT\", {...}]");
@@ -195,7 +201,11 @@ impl Connection {
             Ok(e) => e,
             Err(e) => {
                 let reason = format!("invalid: malformed event ({e})");
-                match raw.get("id").and_then(Value::as_str).and_then(|s| EventId::from_hex(s).ok()) {
+                match raw
+                    .get("id")
+                    .and_then(Value::as_str)
+                    .and_then(|s| EventId::from_hex(s).ok())
+                {
                     Some(id) => self.send(RelayMessage::ok(id, false, reason)),
                     None => self.notice(&reason),
                 }
@@ -220,7 +230,10 @@ impl Connection {
             match serde_json::from_value::<Filter>(raw.clone()) {
                 Ok(f) => filters.push(f),
                 Err(e) => {
-                    return self.send(RelayMessage::closed(sub_id, format!("invalid: malformed filter ({e})")));
+                    return self.send(RelayMessage::closed(
+                        sub_id,
+                        format!("invalid: malformed filter ({e})"),
+                    ));
                 }
             }
         }
@@ -231,7 +244,12 @@ impl Connection {
         }
         // Events broadcast before this REQ go to the existing subscriptions only.
         self.drain_live(None);
-        match self.relay.store().query(filters.clone(), self.limits.max_limit).await {
+        match self
+            .relay
+            .store()
+            .query(filters.clone(), self.limits.max_limit)
+            .await
+        {
             Ok(events) => {
                 let sent: HashSet<EventId> = events.iter().map(|e| e.id).collect();
                 for event in events {
@@ -245,7 +263,10 @@ impl Connection {
             }
             Err(e) => {
                 tracing::error!(error = %e, "query failed");
-                self.send(RelayMessage::closed(sub_id, "error: could not query the event store; try again"));
+                self.send(RelayMessage::closed(
+                    sub_id,
+                    "error: could not query the event store; try again",
+                ));
             }
         }
     }
@@ -267,10 +288,17 @@ fn truncate(s: &str, max: usize) -> String {
 /// Finds the event id of an (oversized) `["EVENT", {..."id":"<hex>"...}]` message without parsing
 /// it, so that the refusal can be an `OK false` the client is waiting for.
 fn sniff_event_id(text: &str) -> Option<EventId> {
-    let head = text.trim_start().strip_prefix('[')?.trim_start().strip_prefix("\"EVENT\"")?;
+    let head = text
+        .trim_start()
+        .strip_prefix('[')?
+        .trim_start()
+        .strip_prefix("\"EVENT\"")?;
     let mut rest = head;
     while let Some(pos) = rest.find("\"id\"") {
-        let after = rest[pos + 4..].trim_start().strip_prefix(':').map(str::trim_start);
+        let after = rest[pos + 4..]
+            .trim_start()
+            .strip_prefix(':')
+            .map(str::trim_start);
         if let Some(v) = after.and_then(|a| a.strip_prefix('"')) {
             if let Some(hex) = v.get(..64) {
                 if let Ok(id) = EventId::from_hex(hex) {
@@ -294,7 +322,10 @@ mod tests {
             sniff_event_id(&format!(r#"["EVENT", {{"content":"x","id" : "{id}"}}]"#)),
             Some(EventId::from_hex(&id).unwrap())
         );
-        assert_eq!(sniff_event_id(&format!(r#"["REQ", {{"id":"{id}"}}]"#)), None);
+        assert_eq!(
+            sniff_event_id(&format!(r#"["REQ", {{"id":"{id}"}}]"#)),
+            None
+        );
         assert_eq!(sniff_event_id(r#"["EVENT", {"id":"zz"}]"#), None);
         assert_eq!(sniff_event_id("garbage"), None);
         assert_eq!(sniff_event_id(r#"["EVENT", {"id":"é"#), None);

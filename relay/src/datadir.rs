@@ -15,7 +15,10 @@ use std::path::{Path, PathBuf};
 #[derive(Debug, thiserror::Error)]
 pub enum DataDirError {
     #[error("cannot create or open {path}: {source}")]
-    Io { path: PathBuf, source: std::io::Error },
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error(
         "data directory {path} is already in use by another grasp-relay (lock file {lock} is held); \
          stop the other daemon or pick another --data-dir"
@@ -49,7 +52,10 @@ impl DataDir {
         match lock.try_lock() {
             Ok(()) => {}
             Err(std::fs::TryLockError::WouldBlock) => {
-                return Err(DataDirError::Locked { path: root.to_path_buf(), lock: lock_path })
+                return Err(DataDirError::Locked {
+                    path: root.to_path_buf(),
+                    lock: lock_path,
+                })
             }
             Err(std::fs::TryLockError::Error(e)) => return Err(io(&lock_path)(e)),
         }
@@ -57,7 +63,10 @@ impl DataDir {
             let p = root.join(sub);
             fs::create_dir_all(&p).map_err(io(&p))?;
         }
-        Ok(Self { root: root.to_path_buf(), _lock: lock })
+        Ok(Self {
+            root: root.to_path_buf(),
+            _lock: lock,
+        })
     }
 
     pub fn root(&self) -> &Path {

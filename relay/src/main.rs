@@ -8,11 +8,18 @@ use tracing_subscriber::EnvFilter;
 async fn main() -> std::process::ExitCode {
     let cfg = Config::parse();
     let filter = EnvFilter::try_new(&cfg.log).unwrap_or_else(|e| {
-        eprintln!("grasp-relay: invalid --log filter {:?} ({e}); using \"info\"", cfg.log);
+        eprintln!(
+            "grasp-relay: invalid --log filter {:?} ({e}); using \"info\"",
+            cfg.log
+        );
         EnvFilter::new("info")
     });
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi).init();
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(ansi)
+        .init();
     match grasp_relay::server::run(cfg).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {

@@ -11,7 +11,8 @@ pub const SOFTWARE_URL: &str = "https://example.invalid/grasp-relay";
 pub const SUPPORTED_NIPS: &[u16] = &[1, 9, 11, 34];
 
 /// The human-readable acceptance criteria required by GRASP.
-pub const REPO_ACCEPTANCE_CRITERIA: &str = "Repositories whose NIP-34 announcement (kind 30617) lists this \
+pub const REPO_ACCEPTANCE_CRITERIA: &str =
+    "Repositories whose NIP-34 announcement (kind 30617) lists this \
 server in both its `clone` and `relays` tags are accepted. State, patch, PR and issue events about \
 accepted repositories are stored; new announcements, state events and PRs are held until their git \
 data has been pushed, and discarded after 30 minutes otherwise.";

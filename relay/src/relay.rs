@@ -22,7 +22,11 @@ pub struct Relay {
 impl Relay {
     pub fn new(store: Store, policy: Policy) -> Self {
         let (live, _) = broadcast::channel(BROADCAST_CAPACITY);
-        Self { store, policy, live }
+        Self {
+            store,
+            policy,
+            live,
+        }
     }
 
     pub fn store(&self) -> &Store {
@@ -42,10 +46,17 @@ impl Relay {
     /// Returns the NIP-01 `OK` status and message.
     pub async fn submit(&self, event: &Event) -> (bool, String) {
         if !event.verify_id() {
-            return (false, "invalid: event id does not match the event's content; recompute the id (NIP-01)".into());
+            return (
+                false,
+                "invalid: event id does not match the event's content; recompute the id (NIP-01)"
+                    .into(),
+            );
         }
         if !event.verify_signature() {
-            return (false, "invalid: bad signature; sign the event id with the author's key".into());
+            return (
+                false,
+                "invalid: bad signature; sign the event id with the author's key".into(),
+            );
         }
         match self.policy.admit(event).await {
             Admission::Reject(msg) => (false, msg),
@@ -54,7 +65,10 @@ impl Relay {
                 Ok(outcome) => outcome.ok_reply(),
                 Err(e) => {
                     tracing::error!(error = %e, id = %event.id, "saving event failed");
-                    (false, "error: could not save the event; try again later".into())
+                    (
+                        false,
+                        "error: could not save the event; try again later".into(),
+                    )
                 }
             },
         }

@@ -17,7 +17,10 @@ use std::time::Duration;
 
 use anyhow::Context;
 use hyper::body::Incoming;
-use hyper::header::{HeaderValue, ACCEPT, CONNECTION, CONTENT_TYPE, SEC_WEBSOCKET_ACCEPT, SEC_WEBSOCKET_KEY, SEC_WEBSOCKET_VERSION, UPGRADE};
+use hyper::header::{
+    HeaderValue, ACCEPT, CONNECTION, CONTENT_TYPE, SEC_WEBSOCKET_ACCEPT, SEC_WEBSOCKET_KEY,
+    SEC_WEBSOCKET_VERSION, UPGRADE,
+};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
@@ -54,10 +57,14 @@ pub struct AppState {
 /// the public listener, serves, then shuts down gracefully.
 pub async fn run(mut cfg: Config) -> anyhow::Result<()> {
     let data = DataDir::open(&cfg.data_dir)?;
-    let store = Store::open(&data.events()).await.context("opening the event store")?;
+    let store = Store::open(&data.events())
+        .await
+        .context("opening the event store")?;
     let relay = Arc::new(Relay::new(store, Policy::new()));
 
-    let listener = TcpListener::bind(cfg.bind).await.with_context(|| format!("binding {}", cfg.bind))?;
+    let listener = TcpListener::bind(cfg.bind)
+        .await
+        .with_context(|| format!("binding {}", cfg.bind))?;
     let addr = listener.local_addr()?;
     cfg.bind = addr;
     if cfg.public_host.is_none() {
@@ -119,11 +126,21 @@ async fn accept_loop(listener: TcpListener, state: Arc<AppState>, mut shutdown: 
                 }
             },
         };
-        tokio::spawn(serve_connection(stream, remote, state.clone(), shutdown.clone()));
+        tokio::spawn(serve_connection(
+            stream,
+            remote,
+            state.clone(),
+            shutdown.clone(),
+        ));
     }
 }
 
-async fn serve_connection(stream: tokio::net::TcpStream, remote: SocketAddr, state: Arc<AppState>, mut shutdown: Shutdown) {
+async fn serve_connection(
+    stream: tokio::net::TcpStream,
+    remote: SocketAddr,
+    state: Arc<AppState>,
+    mut shutdown: Shutdown,
+) {
     let svc_shutdown = shutdown.clone();
     let svc = service_fn(move |req| {
         let state = state.clone();
@@ -149,7 +166,12 @@ async fn serve_connection(stream: tokio::net::TcpStream, remote: SocketAddr, sta
     }
 }
 
-async fn route(req: Request<Incoming>, state: Arc<AppState>, remote: SocketAddr, shutdown: Shutdown) -> Response<Body> {
+async fn route(
+    req: Request<Incoming>,
+    state: Arc<AppState>,
+    remote: SocketAddr,
+    shutdown: Shutdown,
+) -> Response<Body> {
     let path = req.uri().path();
     let resp = if req.method() == Method::OPTIONS {
         let mut r = Response::new(http::empty());
@@ -161,8 +183,14 @@ async fn route(req: Request<Incoming>, state: Arc<AppState>, remote: SocketAddr,
         if is_websocket_upgrade(&req) {
             websocket_upgrade(req, state, remote, shutdown)
         } else if accepts_nostr_json(&req) {
-            let mut r = http::text(StatusCode::OK, crate::nip11::document(&state.cfg).to_string());
-            r.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("application/nostr+json"));
+            let mut r = http::text(
+                StatusCode::OK,
+                crate::nip11::document(&state.cfg).to_string(),
+            );
+            r.headers_mut().insert(
+                CONTENT_TYPE,
+                HeaderValue::from_static("application/nostr+json"),
+            );
             r
         } else {
             http::html(StatusCode::OK, home_page(&state.cfg))
@@ -174,8 +202,15 @@ async fn route(req: Request<Incoming>, state: Arc<AppState>, remote: SocketAddr,
 }
 
 // TODO(merge): git_http::serve
-async fn git_http_serve(_req: Request<Incoming>, _cfg: &Config, _remote: SocketAddr) -> Response<Body> {
-    http::text(StatusCode::NOT_FOUND, "not found: git serving is not available yet\n")
+async fn git_http_serve(
+    _req: Request<Incoming>,
+    _cfg: &Config,
+    _remote: SocketAddr,
+) -> Response<Body> {
+    http::text(
+        StatusCode::NOT_FOUND,
+        "not found: git serving is not available yet\n",
+    )
 }
 
 fn header_has_token(req: &Request<Incoming>, name: hyper::header::HeaderName, token: &str) -> bool {
@@ -199,14 +234,29 @@ fn accepts_nostr_json(req: &Request<Incoming>) -> bool {
         .any(|v| v.to_ascii_lowercase().contains("application/nostr+json"))
 }
 
-fn websocket_upgrade(mut req: Request<Incoming>, state: Arc<AppState>, remote: SocketAddr, shutdown: Shutdown) -> Response<Body> {
-    let version_ok = req.headers().get(SEC_WEBSOCKET_VERSION).is_some_and(|v| v == "13");
+fn websocket_upgrade(
+    mut req: Request<Incoming>,
+    state: Arc<AppState>,
+    remote: SocketAddr,
+    shutdown: Shutdown,
+) -> Response<Body> {
+    let version_ok = req
+        .headers()
+        .get(SEC_WEBSOCKET_VERSION)
+        .is_some_and(|v| v == "13");
     let Some(key) = req.headers().get(SEC_WEBSOCKET_KEY).cloned() else {
-        return http::text(StatusCode::BAD_REQUEST, "bad request: WebSocket upgrade without Sec-WebSocket-Key\n");
+        return http::text(
+            StatusCode::BAD_REQUEST,
+            "bad request: WebSocket upgrade without Sec-WebSocket-Key\n",
+        );
     };
     if !version_ok {
-        let mut r = http::text(StatusCode::UPGRADE_REQUIRED, "WebSocket version 13 required\n");
-        r.headers_mut().insert(SEC_WEBSOCKET_VERSION, HeaderValue::from_static("13"));
+        let mut r = http::text(
+            StatusCode::UPGRADE_REQUIRED,
+            "WebSocket version 13 required\n",
+        );
+        r.headers_mut()
+            .insert(SEC_WEBSOCKET_VERSION, HeaderValue::from_static("13"));
         return r;
     }
     let accept = derive_accept_key(key.as_bytes());
@@ -237,7 +287,11 @@ fn websocket_upgrade(mut req: Request<Incoming>, state: Arc<AppState>, remote: S
 }
 
 fn home_page(cfg: &Config) -> String {
-    let esc = |s: &str| s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;");
+    let esc = |s: &str| {
+        s.replace('&', "&amp;")
+            .replace('<', "&lt;")
+            .replace('>', "&gt;")
+    };
     let host = esc(&cfg.public_host());
     format!(
         "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>{name}</title></head><body>\n\

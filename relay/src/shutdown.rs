@@ -33,12 +33,19 @@ impl ShutdownController {
     pub fn new() -> Self {
         let (notify, _) = watch::channel(false);
         let (done_tx, done_rx) = mpsc::channel(1);
-        Self { notify, done_tx, done_rx }
+        Self {
+            notify,
+            done_tx,
+            done_rx,
+        }
     }
 
     /// A new handle for a task.
     pub fn subscribe(&self) -> Shutdown {
-        Shutdown { notify: self.notify.subscribe(), _done: self.done_tx.clone() }
+        Shutdown {
+            notify: self.notify.subscribe(),
+            _done: self.done_tx.clone(),
+        }
     }
 
     /// Tells every handle to shut down.
@@ -50,7 +57,11 @@ impl ShutdownController {
     /// Returns false on timeout.
     pub async fn wait_for_tasks(self, timeout: Duration) -> bool {
         self.trigger();
-        let Self { done_tx, mut done_rx, .. } = self;
+        let Self {
+            done_tx,
+            mut done_rx,
+            ..
+        } = self;
         drop(done_tx);
         tokio::time::timeout(timeout, done_rx.recv()).await.is_ok()
     }

@@ -44,17 +44,19 @@ impl SaveOutcome {
         let (ok, msg) = match self {
             Self::Saved | Self::Ephemeral => (true, ""),
             Self::Duplicate => (true, "duplicate: already have this event"),
-            Self::Deleted => {
-                (false, "blocked: this event was deleted by its author (NIP-09) and cannot be republished")
-            }
+            Self::Deleted => (
+                false,
+                "blocked: this event was deleted by its author (NIP-09) and cannot be republished",
+            ),
             Self::Superseded => (
                 false,
                 "invalid: a newer version of this replaceable event is already stored; \
                  publish with a later created_at",
             ),
-            Self::InvalidDeletion => {
-                (false, "invalid: a deletion request may only target the author's own events")
-            }
+            Self::InvalidDeletion => (
+                false,
+                "invalid: a deletion request may only target the author's own events",
+            ),
             Self::Refused => (false, "error: the event store refused this event"),
         };
         (ok, msg.to_string())
@@ -70,7 +72,11 @@ pub struct Store {
 impl Store {
     /// Opens (creating if needed) the LMDB store in directory `path`.
     pub async fn open(path: &Path) -> Result<Self, StoreError> {
-        let db = NostrLmdb::builder(path).process_nip09(true).process_nip62(false).build().await?;
+        let db = NostrLmdb::builder(path)
+            .process_nip09(true)
+            .process_nip62(false)
+            .build()
+            .await?;
         Ok(Self { db })
     }
 
@@ -100,7 +106,11 @@ impl Store {
 
     /// Events matching any of `filters` (OR), newest first (ties: lower id first), without
     /// duplicates. Each filter's `limit` is capped at `max_limit`, which is also the default.
-    pub async fn query(&self, filters: Vec<Filter>, max_limit: usize) -> Result<Vec<Event>, StoreError> {
+    pub async fn query(
+        &self,
+        filters: Vec<Filter>,
+        max_limit: usize,
+    ) -> Result<Vec<Event>, StoreError> {
         let mut seen: HashSet<EventId> = HashSet::new();
         let mut out: Vec<Event> = Vec::new();
         for mut filter in filters {
@@ -116,7 +126,11 @@ impl Store {
                 }
             }
         }
-        out.sort_by(|a, b| b.created_at.cmp(&a.created_at).then_with(|| a.id.cmp(&b.id)));
+        out.sort_by(|a, b| {
+            b.created_at
+                .cmp(&a.created_at)
+                .then_with(|| a.id.cmp(&b.id))
+        });
         Ok(out)
     }
 
@@ -128,10 +142,17 @@ impl Store {
     /// True if `event`'s author has asked (NIP-09) to delete its id, or its coordinate at or after
     /// its `created_at`. Holds even if the event itself was never stored.
     pub async fn is_deleted(&self, event: &Event) -> Result<bool, StoreError> {
-        if matches!(self.db.check_id(&event.id).await?, nostr_database::DatabaseEventStatus::Deleted) {
+        if matches!(
+            self.db.check_id(&event.id).await?,
+            nostr_database::DatabaseEventStatus::Deleted
+        ) {
             return Ok(true);
         }
-        let by_id = Filter::new().kind(Kind::EventDeletion).author(event.pubkey).event(event.id).limit(1);
+        let by_id = Filter::new()
+            .kind(Kind::EventDeletion)
+            .author(event.pubkey)
+            .event(event.id)
+            .limit(1);
         if !self.db.query(by_id).await?.is_empty() {
             return Ok(true);
         }
@@ -183,13 +204,29 @@ mod tests {
         assert_eq!(s.save(&a).await.unwrap(), SaveOutcome::Saved);
         assert_eq!(s.save(&a).await.unwrap(), SaveOutcome::Duplicate);
         assert_eq!(s.save(&b).await.unwrap(), SaveOutcome::Saved);
-        let got = s.query(vec![Filter::new().kind(Kind::TextNote)], 500).await.unwrap();
-        assert_eq!(got.iter().map(|e| e.id).collect::<Vec<_>>(), vec![b.id, a.id]);
-        let capped = s.query(vec![Filter::new().kind(Kind::TextNote).limit(10)], 1).await.unwrap();
+        let got = s
+            .query(vec![Filter::new().kind(Kind::TextNote)], 500)
+            .await
+            .unwrap();
+        assert_eq!(
+            got.iter().map(|e| e.id).collect::<Vec<_>>(),
+            vec![b.id, a.id]
+        );
+        let capped = s
+            .query(vec![Filter::new().kind(Kind::TextNote).limit(10)], 1)
+            .await
+            .unwrap();
         assert_eq!(capped.len(), 1);
         // OR of filters, deduplicated
         let both = s
-            .query(vec![Filter::new().id(a.id), Filter::new().id(b.id), Filter::new().author(k.public_key())], 500)
+            .query(
+                vec![
+                    Filter::new().id(a.id),
+                    Filter::new().id(b.id),
+                    Filter::new().author(k.public_key()),
+                ],
+                500,
+            )
             .await
             .unwrap();
         assert_eq!(both.len(), 2);
@@ -204,7 +241,10 @@ mod tests {
         let new = ev(&k, 10002, 200, "new", vec![]);
         assert_eq!(s.save(&new).await.unwrap(), SaveOutcome::Saved);
         assert_eq!(s.save(&old).await.unwrap(), SaveOutcome::Superseded);
-        let got = s.query(vec![Filter::new().kind(Kind::from(10002))], 500).await.unwrap();
+        let got = s
+            .query(vec![Filter::new().kind(Kind::from(10002))], 500)
+            .await
+            .unwrap();
         assert_eq!(got, vec![new]);
     }
 
@@ -219,7 +259,10 @@ mod tests {
         // higher id first, then lower id replaces it
         assert_eq!(s.save(&high).await.unwrap(), SaveOutcome::Saved);
         assert_eq!(s.save(&low).await.unwrap(), SaveOutcome::Saved);
-        let got = s.query(vec![Filter::new().kind(Kind::from(30618))], 500).await.unwrap();
+        let got = s
+            .query(vec![Filter::new().kind(Kind::from(30618))], 500)
+            .await
+            .unwrap();
         assert_eq!(got, vec![low.clone()]);
         // higher id again: refused
         let (s2, _t2) = store().await;
@@ -274,7 +317,11 @@ mod tests {
         let coord = Coordinate::new(Kind::from(30617), k.public_key()).identifier("r");
         let del = ev(&k, 5, 150, "", vec![Tag::coordinate(coord, None)]);
         assert_eq!(s.save(&del).await.unwrap(), SaveOutcome::Saved);
-        assert!(s.query(vec![Filter::new().kind(Kind::from(30617))], 500).await.unwrap().is_empty());
+        assert!(s
+            .query(vec![Filter::new().kind(Kind::from(30617))], 500)
+            .await
+            .unwrap()
+            .is_empty());
         // older or same-second version refused, newer one accepted
         let older = ev(&k, 30617, 120, "again", vec![Tag::identifier("r")]);
         assert_eq!(s.save(&older).await.unwrap(), SaveOutcome::Deleted);
@@ -285,7 +332,10 @@ mod tests {
     #[test]
     fn ok_replies_use_nip01_prefixes() {
         assert_eq!(SaveOutcome::Saved.ok_reply(), (true, String::new()));
-        assert!(SaveOutcome::Duplicate.ok_reply().1.starts_with("duplicate:"));
+        assert!(SaveOutcome::Duplicate
+            .ok_reply()
+            .1
+            .starts_with("duplicate:"));
         assert!(SaveOutcome::Deleted.ok_reply().1.starts_with("blocked:"));
         assert!(!SaveOutcome::Superseded.ok_reply().0);
     }

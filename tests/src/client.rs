@@ -39,12 +39,20 @@ impl NostrClient {
             .await
             .context("connect timed out")?
             .with_context(|| format!("connecting to {url}"))?;
-        Ok(Self { ws, backlog: VecDeque::new(), next_sub: 0, timeout: TIMEOUT })
+        Ok(Self {
+            ws,
+            backlog: VecDeque::new(),
+            next_sub: 0,
+            timeout: TIMEOUT,
+        })
     }
 
     /// Sends a raw text frame.
     pub async fn raw_send(&mut self, text: impl Into<String>) -> anyhow::Result<()> {
-        self.ws.send(Message::text(text.into())).await.context("sending")
+        self.ws
+            .send(Message::text(text.into()))
+            .await
+            .context("sending")
     }
 
     /// Sends a raw WebSocket message (binary frames, pings, ...).
@@ -76,7 +84,10 @@ impl NostrClient {
     }
 
     /// Waits for the first message for which `pick` returns `Some`; other messages stay queued.
-    pub async fn wait_for<T>(&mut self, mut pick: impl FnMut(&RelayMessage<'static>) -> Option<T>) -> anyhow::Result<T> {
+    pub async fn wait_for<T>(
+        &mut self,
+        mut pick: impl FnMut(&RelayMessage<'static>) -> Option<T>,
+    ) -> anyhow::Result<T> {
         if let Some(pos) = self.backlog.iter().position(|m| pick(m).is_some()) {
             let m = self.backlog.remove(pos).unwrap();
             return Ok(pick(&m).unwrap());
@@ -108,7 +119,11 @@ impl NostrClient {
         self.send(ClientMessage::event(event.clone())).await?;
         let id = event.id;
         self.wait_for(|m| match m {
-            RelayMessage::Ok { event_id, status, message } if *event_id == id => Some((*status, message.to_string())),
+            RelayMessage::Ok {
+                event_id,
+                status,
+                message,
+            } if *event_id == id => Some((*status, message.to_string())),
             _ => None,
         })
         .await
@@ -117,7 +132,11 @@ impl NostrClient {
     /// Waits for the `OK` about `id` (after a raw send).
     pub async fn wait_ok(&mut self, id: EventId) -> anyhow::Result<(bool, String)> {
         self.wait_for(|m| match m {
-            RelayMessage::Ok { event_id, status, message } if *event_id == id => Some((*status, message.to_string())),
+            RelayMessage::Ok {
+                event_id,
+                status,
+                message,
+            } if *event_id == id => Some((*status, message.to_string())),
             _ => None,
         })
         .await
@@ -138,27 +157,33 @@ impl NostrClient {
     }
 
     /// Opens subscription `id` and collects stored events until EOSE or CLOSED.
-    pub async fn req_with_id(&mut self, id: &SubscriptionId, filters: Vec<Filter>) -> anyhow::Result<ReqOutcome> {
+    pub async fn req_with_id(
+        &mut self,
+        id: &SubscriptionId,
+        filters: Vec<Filter>,
+    ) -> anyhow::Result<ReqOutcome> {
         self.send(ClientMessage::req(id.clone(), filters)).await?;
         let mut events = Vec::new();
         loop {
             let sid = id.clone();
             let m = self
                 .wait_for(|m| match m {
-                    RelayMessage::Event { subscription_id, .. }
-                    | RelayMessage::EndOfStoredEvents(subscription_id)
-                    | RelayMessage::Closed { subscription_id, .. }
-                        if **subscription_id == sid =>
-                    {
-                        Some(m.clone())
+                    RelayMessage::Event {
+                        subscription_id, ..
                     }
+                    | RelayMessage::EndOfStoredEvents(subscription_id)
+                    | RelayMessage::Closed {
+                        subscription_id, ..
+                    } if **subscription_id == sid => Some(m.clone()),
                     _ => None,
                 })
                 .await?;
             match m {
                 RelayMessage::Event { event, .. } => events.push(event.into_owned()),
                 RelayMessage::EndOfStoredEvents(_) => return Ok(ReqOutcome::Eose(events)),
-                RelayMessage::Closed { message, .. } => return Ok(ReqOutcome::Closed(message.to_string())),
+                RelayMessage::Closed { message, .. } => {
+                    return Ok(ReqOutcome::Closed(message.to_string()))
+                }
                 _ => unreachable!(),
             }
         }
@@ -178,7 +203,10 @@ impl NostrClient {
 
     /// Opens a live subscription: returns its id and the stored events; then use
     /// [`next_event`](Self::next_event).
-    pub async fn subscribe(&mut self, filters: Vec<Filter>) -> anyhow::Result<(SubscriptionId, Vec<Event>)> {
+    pub async fn subscribe(
+        &mut self,
+        filters: Vec<Filter>,
+    ) -> anyhow::Result<(SubscriptionId, Vec<Event>)> {
         let id = self.new_sub_id();
         match self.req_with_id(&id, filters).await? {
             ReqOutcome::Eose(events) => Ok((id, events)),
@@ -189,7 +217,10 @@ impl NostrClient {
     /// The next live event on subscription `id`.
     pub async fn next_event(&mut self, id: &SubscriptionId) -> anyhow::Result<Event> {
         self.wait_for(|m| match m {
-            RelayMessage::Event { subscription_id, event } if **subscription_id == *id => Some(event.clone().into_owned()),
+            RelayMessage::Event {
+                subscription_id,
+                event,
+            } if **subscription_id == *id => Some(event.clone().into_owned()),
             _ => None,
         })
         .await

@@ -20,7 +20,11 @@ pub fn binary_path(name: &str) -> PathBuf {
         dir.pop();
     }
     let path = dir.join(name);
-    assert!(path.exists(), "{} not found; run `cargo build --workspace` first", path.display());
+    assert!(
+        path.exists(),
+        "{} not found; run `cargo build --workspace` first",
+        path.display()
+    );
     path
 }
 
@@ -53,7 +57,9 @@ impl TestServer {
             addr: "127.0.0.1:0".parse().unwrap(),
             extra_args: extra_args.iter().map(|s| s.to_string()).collect(),
         };
-        server.spawn().unwrap_or_else(|e| panic!("starting grasp-relay: {e:#}\n{}", server.logs()));
+        server
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting grasp-relay: {e:#}\n{}", server.logs()));
         server
     }
 
@@ -72,7 +78,10 @@ impl TestServer {
     fn spawn(&mut self) -> anyhow::Result<()> {
         let addr_file = self.data_dir.join("relay-addr");
         let _ = std::fs::remove_file(&addr_file);
-        let log = OpenOptions::new().create(true).append(true).open(&self.log_path)?;
+        let log = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log_path)?;
         writeln!(&log, "==== starting grasp-relay (bind {}) ====", self.addr)?;
         let child = self
             .command(self.addr)
@@ -85,7 +94,9 @@ impl TestServer {
         let child = self.child.as_mut().unwrap();
         let addr = wait_until("grasp-relay to listen", TIMEOUT, || {
             if let Ok(Some(status)) = child.try_wait() {
-                return Some(Err(anyhow::anyhow!("grasp-relay exited early with {status}")));
+                return Some(Err(anyhow::anyhow!(
+                    "grasp-relay exited early with {status}"
+                )));
             }
             let text = std::fs::read_to_string(&addr_file).ok()?;
             let addr: SocketAddr = text.trim().parse().ok()?;
@@ -128,13 +139,19 @@ impl TestServer {
     /// Sends SIGTERM and waits for the process to exit.
     pub fn stop(&mut self) -> ExitStatus {
         let mut child = self.child.take().expect("server not running");
-        let status = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status().expect("running kill");
+        let status = Command::new("kill")
+            .arg("-TERM")
+            .arg(child.id().to_string())
+            .status()
+            .expect("running kill");
         assert!(status.success(), "kill -TERM failed");
-        wait_until("grasp-relay to exit after SIGTERM", TIMEOUT, || child.try_wait().ok().flatten())
-            .unwrap_or_else(|e| {
-                let _ = child.kill();
-                panic!("{e:#}\n{}", self.logs())
-            })
+        wait_until("grasp-relay to exit after SIGTERM", TIMEOUT, || {
+            child.try_wait().ok().flatten()
+        })
+        .unwrap_or_else(|e| {
+            let _ = child.kill();
+            panic!("{e:#}\n{}", self.logs())
+        })
     }
 
     /// Kills the process (SIGKILL) and reaps it.
@@ -149,9 +166,14 @@ impl TestServer {
     pub fn restart(&mut self) {
         if self.child.is_some() {
             let status = self.stop();
-            assert!(status.success(), "relay exited with {status}\n{}", self.logs());
+            assert!(
+                status.success(),
+                "relay exited with {status}\n{}",
+                self.logs()
+            );
         }
-        self.spawn().unwrap_or_else(|e| panic!("restarting grasp-relay: {e:#}\n{}", self.logs()));
+        self.spawn()
+            .unwrap_or_else(|e| panic!("restarting grasp-relay: {e:#}\n{}", self.logs()));
     }
 
     /// Runs another `grasp-relay` on the same data dir to completion (e.g. to see the lock
@@ -164,7 +186,9 @@ impl TestServer {
             .stderr(Stdio::piped())
             .spawn()
             .expect("spawning second grasp-relay");
-        let exited = wait_until("second grasp-relay to exit", TIMEOUT, || child.try_wait().ok().flatten());
+        let exited = wait_until("second grasp-relay to exit", TIMEOUT, || {
+            child.try_wait().ok().flatten()
+        });
         if exited.is_err() {
             let _ = child.kill();
         }
@@ -176,7 +200,11 @@ impl Drop for TestServer {
     fn drop(&mut self) {
         self.kill();
         if std::thread::panicking() {
-            eprintln!("---- grasp-relay log ({}) ----\n{}", self.log_path.display(), self.logs());
+            eprintln!(
+                "---- grasp-relay log ({}) ----\n{}",
+                self.log_path.display(),
+                self.logs()
+            );
         }
     }
 }

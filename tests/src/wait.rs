@@ -6,7 +6,11 @@ use std::time::{Duration, Instant};
 pub const TIMEOUT: Duration = Duration::from_secs(20);
 
 /// Polls `cond` with a short backoff until it returns `Some`, or fails after `timeout`.
-pub fn wait_until<T>(what: &str, timeout: Duration, mut cond: impl FnMut() -> Option<T>) -> anyhow::Result<T> {
+pub fn wait_until<T>(
+    what: &str,
+    timeout: Duration,
+    mut cond: impl FnMut() -> Option<T>,
+) -> anyhow::Result<T> {
     let deadline = Instant::now() + timeout;
     let mut pause = Duration::from_millis(5);
     loop {
