@@ -1,0 +1,168 @@
+//! Command line and environment configuration of the daemon.
+//!
+//! Every flag can also be set through a `GRASP_*` environment variable; `--help` lists them all.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::str::FromStr;
+
+use clap::Parser;
+use nostr::prelude::*;
+
+/// Runtime configuration of `grasp-relay`.
+#[derive(Debug, Clone, Parser)]
+#[command(
+    name = "grasp-relay",
+    version,
+    about = "GRASP server: a Nostr relay and git smart-HTTP service on one port"
+)]
+pub struct Config {
+    /// Public host[:port] of this service, as it appears in repository announcements
+    /// (`clone`/`relays` tags); decides whether an announcement lists this server.
+    /// Defaults to the bound address.
+    #[arg(long, env = "GRASP_PUBLIC_HOST")]
+    pub public_host: Option<String>,
+
+    /// Address of the public listener (WebSocket relay, NIP-11, git smart HTTP).
+    #[arg(long, env = "GRASP_BIND", default_value = "127.0.0.1:8080")]
+    pub bind: SocketAddr,
+
+    /// Data directory: `events/` (event store), `git/` (bare repositories), `hooks/`.
+    #[arg(long, env = "GRASP_DATA_DIR", default_value = "./data")]
+    pub data_dir: PathBuf,
+
+    /// Log filter in `tracing` syntax, e.g. `info` or `grasp_relay=debug,info`.
+    #[arg(long, env = "GRASP_LOG", default_value = "info")]
+    pub log: String,
+
+    /// Largest accepted WebSocket message in bytes; bigger messages are answered with an error.
+    #[arg(long, env = "GRASP_MAX_MESSAGE_BYTES", default_value_t = 512 * 1024)]
+    pub max_message_bytes: usize,
+
+    /// Maximum number of open subscriptions per connection.
+    #[arg(long, env = "GRASP_MAX_SUBSCRIPTIONS", default_value_t = 32)]
+    pub max_subscriptions: usize,
+
+    /// Maximum number of filters in one REQ.
+    #[arg(long, env = "GRASP_MAX_FILTERS", default_value_t = 16)]
+    pub max_filters: usize,
+
+    /// Cap on a filter's `limit`, and the number of stored events returned when no limit is given.
+    #[arg(long, env = "GRASP_MAX_LIMIT", default_value_t = 500)]
+    pub max_limit: usize,
+
+    /// Address of the internal hook API (loopback only; token protected).
+    #[arg(long, env = "GRASP_API_BIND", default_value = "127.0.0.1:0")]
+    pub api_bind: SocketAddr,
+
+    /// Path of the `grasp-cgi` wrapper used to serve git. Defaults to `grasp-cgi` next to this
+    /// executable.
+    #[arg(long, env = "GRASP_CGI_PATH")]
+    pub cgi_path: Option<PathBuf>,
+
+    /// Public key (hex or npub) of the operator, published in the NIP-11 document.
+    #[arg(long, env = "GRASP_ADMIN_PUBKEY", value_parser = parse_pubkey)]
+    pub admin_pubkey: Option<PublicKey>,
+
+    /// Relay name published in the NIP-11 document.
+    #[arg(long, env = "GRASP_NAME", default_value = "grasp-relay")]
+    pub name: String,
+
+    /// Relay description published in the NIP-11 document.
+    #[arg(
+        long,
+        env = "GRASP_DESCRIPTION",
+        default_value = "A GRASP server: Nostr relay and git hosting for NIP-34 repositories."
+    )]
+    pub description: String,
+}
+
+fn parse_pubkey(s: &str) -> Result<PublicKey, String> {
+    if s.starts_with("npub1") {
+        PublicKey::from_bech32(s).map_err(|e| format!("invalid npub: {e}"))
+    } else {
+        PublicKey::from_str(s).map_err(|e| format!("invalid public key (give hex or npub): {e}"))
+    }
+}
+
+impl Config {
+    /// The public host[:port]: the configured one, else the bind address.
+    pub fn public_host(&self) -> String {
+        self.public_host
+            .clone()
+            .unwrap_or_else(|| self.bind.to_string())
+    }
+
+    /// Path of the CGI wrapper binary.
+    pub fn cgi_path(&self) -> PathBuf {
+        if let Some(p) = &self.cgi_path {
+            return p.clone();
+        }
+        std::env::current_exe()
+            .ok()
+            .and_then(|exe| exe.parent().map(|dir| dir.join("grasp-cgi")))
+            .unwrap_or_else(|| PathBuf::from("grasp-cgi"))
+    }
+
+    /// `<data>/events`: the LMDB event store.
+    pub fn events_dir(&self) -> PathBuf {
+        self.data_dir.join("events")
+    }
+
+    /// `<data>/git`: root of the bare repositories.
+    pub fn git_dir(&self) -> PathBuf {
+        self.data_dir.join("git")
+    }
+
+    /// `<data>/hooks`: the hooks directory used as `core.hooksPath`.
+    pub fn hooks_dir(&self) -> PathBuf {
+        self.data_dir.join("hooks")
+    }
+
+    /// A configuration with all defaults, for tests.
+    pub fn for_tests(data_dir: PathBuf) -> Self {
+        let mut cfg = Self::parse_from(["grasp-relay"]);
+        cfg.data_dir = data_dir;
+        cfg
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_is_consistent() {
+        Config::command().debug_assert();
+    }
+
+    #[test]
+    fn defaults() {
+        let cfg = Config::parse_from(["grasp-relay"]);
+        assert_eq!(cfg.bind.to_string(), "127.0.0.1:8080");
+        assert_eq!(cfg.public_host(), "127.0.0.1:8080");
+        assert_eq!(cfg.max_message_bytes, 512 * 1024);
+        assert_eq!(cfg.max_subscriptions, 32);
+        assert_eq!(cfg.max_filters, 16);
+        assert_eq!(cfg.max_limit, 500);
+        assert_eq!(cfg.events_dir(), PathBuf::from("./data/events"));
+        assert!(cfg.cgi_path().ends_with("grasp-cgi"));
+    }
+
+    #[test]
+    fn public_host_overrides_bind() {
+        let cfg = Config::parse_from(["grasp-relay", "--public-host", "git.example.com"]);
+        assert_eq!(cfg.public_host(), "git.example.com");
+    }
+
+    #[test]
+    fn admin_pubkey_accepts_hex_and_npub() {
+        let hex = "79be667ef9dcbbac55a06295ce870b07029bfcdb2dce28d959f2815b16f81798";
+        let a = Config::parse_from(["grasp-relay", "--admin-pubkey", hex]);
+        let npub = a.admin_pubkey.unwrap().to_bech32().unwrap();
+        let b = Config::parse_from(["grasp-relay", "--admin-pubkey", &npub]);
+        assert_eq!(a.admin_pubkey, b.admin_pubkey);
+        assert!(Config::try_parse_from(["grasp-relay", "--admin-pubkey", "nope"]).is_err());
+    }
+}

@@ -1,0 +1,333 @@
+//! One NIP-01 WebSocket connection.
+//!
+//! A single task per connection reads client messages, answers them, and forwards live events
+//! from the relay's broadcast to the matching subscriptions. Everything the client sends is
+//! hostile: unparseable, oversized or binary messages get a NOTICE (or `OK false` / `CLOSED`
+//! when the message can be attributed) and the connection stays usable.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use futures_util::{SinkExt, StreamExt};
+use nostr::prelude::*;
+use serde_json::Value;
+use std::collections::HashSet;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::broadcast::{self, error::RecvError, error::TryRecvError};
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::protocol::{CloseFrame, WebSocketConfig};
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::WebSocketStream;
+
+use crate::relay::Relay;
+use crate::shutdown::Shutdown;
+use crate::subscriptions::Subscriptions;
+
+/// Limits applied to each connection.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub max_message_bytes: usize,
+    pub max_subscriptions: usize,
+    pub max_filters: usize,
+    pub max_limit: usize,
+}
+
+impl Limits {
+    /// The WebSocket transport limit: well above `max_message_bytes`, so that oversized messages
+    /// are read and answered rather than killing the connection.
+    pub fn websocket_config(&self) -> WebSocketConfig {
+        let hard = self.max_message_bytes.saturating_mul(4).max(1 << 20);
+        WebSocketConfig::default()
+            .max_message_size(Some(hard))
+            .max_frame_size(Some(hard))
+    }
+}
+
+/// NIP-01 subscription ids are at most 64 characters.
+const MAX_SUBSCRIPTION_ID_LEN: usize = 64;
+
+/// Serves one WebSocket connection until the client leaves or shutdown is signalled.
+pub async fn handle<S>(
+    mut ws: WebSocketStream<S>,
+    relay: Arc<Relay>,
+    limits: Limits,
+    mut shutdown: Shutdown,
+    remote: SocketAddr,
+) where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let mut conn = Connection {
+        relay: relay.clone(),
+        limits,
+        subs: Subscriptions::new(limits.max_subscriptions, limits.max_filters),
+        out: Vec::new(),
+        live: relay.subscribe(),
+    };
+    tracing::debug!(%remote, "websocket open");
+    loop {
+        tokio::select! {
+            _ = shutdown.recv() => {
+                let frame = CloseFrame { code: CloseCode::Away, reason: "relay shutting down".into() };
+                let _ = ws.send(Message::Close(Some(frame))).await;
+                break;
+            }
+            msg = ws.next() => {
+                match msg {
+                    None => break,
+                    Some(Err(e)) => {
+                        tracing::debug!(%remote, error = %e, "websocket read error");
+                        break;
+                    }
+                    Some(Ok(Message::Text(text))) => conn.on_text(text.as_str()).await,
+                    Some(Ok(Message::Binary(_))) => {
+                        conn.notice("binary messages are not supported; send NIP-01 JSON as text frames")
+                    }
+                    Some(Ok(Message::Close(_))) => break,
+                    // Pings are answered by tungstenite itself.
+                    Some(Ok(_)) => {}
+                }
+            }
+            ev = conn.live.recv() => {
+                match ev {
+                    Ok(event) => conn.on_live(&event, None),
+                    Err(RecvError::Lagged(n)) => conn.lagged(n),
+                    Err(RecvError::Closed) => break,
+                }
+            }
+        }
+        if !conn.out.is_empty() {
+            let mut failed = false;
+            for m in conn.out.drain(..) {
+                if ws.feed(Message::text(m)).await.is_err() {
+                    failed = true;
+                    break;
+                }
+            }
+            if failed || ws.flush().await.is_err() {
+                break;
+            }
+        }
+    }
+    tracing::debug!(%remote, "websocket closed");
+}
+
+/// Per-connection state; replies are queued in `out` and flushed by the loop.
+struct Connection {
+    relay: Arc<Relay>,
+    limits: Limits,
+    subs: Subscriptions,
+    out: Vec<String>,
+    live: broadcast::Receiver<Arc<Event>>,
+}
+
+impl Connection {
+    fn send(&mut self, msg: RelayMessage<'_>) {
+        self.out.push(msg.as_json());
+    }
+
+    fn notice(&mut self, text: &str) {
+        self.send(RelayMessage::notice(text.to_string()));
+    }
+
+    /// Forwards a live event to the matching subscriptions, except to `skip.0` if its initial
+    /// results (`skip.1`) already contained the event.
+    fn on_live(&mut self, event: &Event, skip: Option<(&SubscriptionId, &HashSet<EventId>)>) {
+        let ids: Vec<SubscriptionId> = self.subs.matching(event).cloned().collect();
+        for id in ids {
+            if skip.is_some_and(|(sid, sent)| *sid == id && sent.contains(&event.id)) {
+                continue;
+            }
+            self.send(RelayMessage::event(id, event.clone()));
+        }
+    }
+
+    fn lagged(&mut self, n: u64) {
+        self.notice(&format!("error: this connection fell behind and missed {n} live events; re-subscribe to catch up"))
+    }
+
+    /// Handles the live events already broadcast, so a new subscription's initial query and its
+    /// live feed neither miss nor repeat events.
+    fn drain_live(&mut self, skip: Option<(&SubscriptionId, &HashSet<EventId>)>) {
+        loop {
+            match self.live.try_recv() {
+                Ok(event) => self.on_live(&event, skip),
+                Err(TryRecvError::Lagged(n)) => self.lagged(n),
+                Err(TryRecvError::Empty | TryRecvError::Closed) => break,
+            }
+        }
+    }
+
+    async fn on_text(&mut self, text: &str) {
+        if text.len() > self.limits.max_message_bytes {
+            let reason = format!(
+                "invalid: message too large ({} bytes, limit {}); send a smaller event or REQ",
+                text.len(),
+                self.limits.max_message_bytes
+            );
+            match sniff_event_id(text) {
+                Some(id) => self.send(RelayMessage::ok(id, false, reason)),
+                None => self.notice(&reason),
+            }
+            return;
+        }
+        let value: Value = match serde_json::from_str(text) {
+            Ok(v) => v,
+            Err(e) => {
+                return self.notice(&format!(
+                    "invalid: message is not JSON ({e}); send a NIP-01 JSON array"
+                ))
+            }
+        };
+        let Some(items) = value.as_array() else {
+            return self.notice("invalid: message must be a JSON array like [\"EVENT\", {...}]");
+        };
+        match items.first().and_then(Value::as_str) {
+            Some("EVENT") => self.on_event(items).await,
+            Some("REQ") => self.on_req(items).await,
+            Some("CLOSE") => self.on_close(items),
+            Some(other) => {
+                let other = truncate(other, 32);
+                self.notice(&format!("invalid: unsupported message type {other:?}; this relay speaks EVENT, REQ and CLOSE"))
+            }
+            None => self.notice("invalid: message must start with a type string such as \"EVENT\""),
+        }
+    }
+
+    async fn on_event(&mut self, items: &[Value]) {
+        let Some(raw) = items.get(1) else {
+            return self.notice("invalid: EVENT message without an event");
+        };
+        let event: Event = match serde_json::from_value(raw.clone()) {
+            Ok(e) => e,
+            Err(e) => {
+                let reason = format!("invalid: malformed event ({e})");
+                match raw
+                    .get("id")
+                    .and_then(Value::as_str)
+                    .and_then(|s| EventId::from_hex(s).ok())
+                {
+                    Some(id) => self.send(RelayMessage::ok(id, false, reason)),
+                    None => self.notice(&reason),
+                }
+                return;
+            }
+        };
+        let (ok, message) = self.relay.submit(&event).await;
+        tracing::debug!(id = %event.id, kind = event.kind.as_u16(), ok, %message, "EVENT");
+        self.send(RelayMessage::ok(event.id, ok, message));
+    }
+
+    async fn on_req(&mut self, items: &[Value]) {
+        let Some(id) = items.get(1).and_then(Value::as_str) else {
+            return self.notice("invalid: REQ needs a subscription id string");
+        };
+        if id.is_empty() || id.chars().count() > MAX_SUBSCRIPTION_ID_LEN {
+            return self.notice("invalid: subscription id must be 1 to 64 characters");
+        }
+        let sub_id = SubscriptionId::new(id);
+        let mut filters = Vec::with_capacity(items.len().saturating_sub(2));
+        for raw in &items[2..] {
+            match serde_json::from_value::<Filter>(raw.clone()) {
+                Ok(f) => filters.push(f),
+                Err(e) => {
+                    return self.send(RelayMessage::closed(
+                        sub_id,
+                        format!("invalid: malformed filter ({e})"),
+                    ));
+                }
+            }
+        }
+        if let Err(e) = self.subs.check(&sub_id, &filters) {
+            // A rejected REQ that reuses an open id ends that subscription too.
+            self.subs.remove(&sub_id);
+            return self.send(RelayMessage::closed(sub_id, e.to_string()));
+        }
+        // Events broadcast before this REQ go to the existing subscriptions only.
+        self.drain_live(None);
+        match self
+            .relay
+            .store()
+            .query(filters.clone(), self.limits.max_limit)
+            .await
+        {
+            Ok(events) => {
+                let sent: HashSet<EventId> = events.iter().map(|e| e.id).collect();
+                for event in events {
+                    self.send(RelayMessage::event(sub_id.clone(), event));
+                }
+                self.send(RelayMessage::eose(sub_id.clone()));
+                // Checked above; cannot fail.
+                let _ = self.subs.insert(sub_id.clone(), filters);
+                // Events broadcast during the query: live, unless already in the initial results.
+                self.drain_live(Some((&sub_id, &sent)));
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "query failed");
+                self.send(RelayMessage::closed(
+                    sub_id,
+                    "error: could not query the event store; try again",
+                ));
+            }
+        }
+    }
+
+    fn on_close(&mut self, items: &[Value]) {
+        match items.get(1).and_then(Value::as_str) {
+            Some(id) => {
+                self.subs.remove(&SubscriptionId::new(id));
+            }
+            None => self.notice("invalid: CLOSE needs a subscription id string"),
+        }
+    }
+}
+
+fn truncate(s: &str, max: usize) -> String {
+    s.chars().take(max).collect()
+}
+
+/// Finds the event id of an (oversized) `["EVENT", {..."id":"<hex>"...}]` message without parsing
+/// it, so that the refusal can be an `OK false` the client is waiting for.
+fn sniff_event_id(text: &str) -> Option<EventId> {
+    let head = text
+        .trim_start()
+        .strip_prefix('[')?
+        .trim_start()
+        .strip_prefix("\"EVENT\"")?;
+    let mut rest = head;
+    while let Some(pos) = rest.find("\"id\"") {
+        let after = rest[pos + 4..]
+            .trim_start()
+            .strip_prefix(':')
+            .map(str::trim_start);
+        if let Some(v) = after.and_then(|a| a.strip_prefix('"')) {
+            if let Some(hex) = v.get(..64) {
+                if let Ok(id) = EventId::from_hex(hex) {
+                    return Some(id);
+                }
+            }
+        }
+        rest = &rest[pos + 4..];
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sniffs_event_id() {
+        let id = "a".repeat(64);
+        assert_eq!(
+            sniff_event_id(&format!(r#"["EVENT", {{"content":"x","id" : "{id}"}}]"#)),
+            Some(EventId::from_hex(&id).unwrap())
+        );
+        assert_eq!(
+            sniff_event_id(&format!(r#"["REQ", {{"id":"{id}"}}]"#)),
+            None
+        );
+        assert_eq!(sniff_event_id(r#"["EVENT", {"id":"zz"}]"#), None);
+        assert_eq!(sniff_event_id("garbage"), None);
+        assert_eq!(sniff_event_id(r#"["EVENT", {"id":"é"#), None);
+    }
+}

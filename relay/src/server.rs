@@ -1,0 +1,305 @@
+//! The public HTTP listener and the daemon's lifecycle.
+//!
+//! One hyper (HTTP/1.1, with upgrades) listener routes:
+//! - `GET /` with a WebSocket upgrade: the Nostr relay ([`crate::connection`]);
+//! - `GET /` with `Accept: application/nostr+json`: the NIP-11 document;
+//! - `GET /` otherwise: a small home page;
+//! - `OPTIONS` anywhere: `204` with CORS;
+//! - `/npub1...`: git smart HTTP;
+//! - anything else: `404`.
+//!
+//! Every response carries the CORS headers ([`crate::http::with_cors`]).
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use hyper::body::Incoming;
+use hyper::header::{
+    HeaderValue, ACCEPT, CONNECTION, CONTENT_TYPE, SEC_WEBSOCKET_ACCEPT, SEC_WEBSOCKET_KEY,
+    SEC_WEBSOCKET_VERSION, UPGRADE,
+};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::net::TcpListener;
+use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
+use tokio_tungstenite::tungstenite::protocol::Role;
+use tokio_tungstenite::WebSocketStream;
+
+use crate::config::Config;
+use crate::connection::{self, Limits};
+use crate::datadir::DataDir;
+use crate::http::{self, Body};
+use crate::policy::Policy;
+use crate::relay::Relay;
+use crate::shutdown::{Shutdown, ShutdownController};
+use crate::store::Store;
+
+/// How long tasks get to finish after SIGINT/SIGTERM.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
+/// Clients must send their request headers within this time (slowloris protection).
+const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Shared state of the public listener.
+#[derive(Debug)]
+pub struct AppState {
+    pub cfg: Config,
+    pub relay: Arc<Relay>,
+    pub limits: Limits,
+}
+
+/// Runs the daemon until SIGINT/SIGTERM: opens the data dir (exclusive lock) and the store, binds
+/// the public listener, serves, then shuts down gracefully.
+pub async fn run(mut cfg: Config) -> anyhow::Result<()> {
+    let data = DataDir::open(&cfg.data_dir)?;
+    let store = Store::open(&data.events())
+        .await
+        .context("opening the event store")?;
+    let relay = Arc::new(Relay::new(store, Policy::new()));
+
+    let listener = TcpListener::bind(cfg.bind)
+        .await
+        .with_context(|| format!("binding {}", cfg.bind))?;
+    let addr = listener.local_addr()?;
+    cfg.bind = addr;
+    if cfg.public_host.is_none() {
+        cfg.public_host = Some(addr.to_string());
+    }
+    let limits = Limits {
+        max_message_bytes: cfg.max_message_bytes,
+        max_subscriptions: cfg.max_subscriptions,
+        max_filters: cfg.max_filters,
+        max_limit: cfg.max_limit,
+    };
+    let state = Arc::new(AppState { cfg, relay, limits });
+
+    let controller = ShutdownController::new();
+    let accept = tokio::spawn(accept_loop(listener, state.clone(), controller.subscribe()));
+
+    std::fs::write(data.relay_addr_file(), addr.to_string())
+        .with_context(|| format!("writing {}", data.relay_addr_file().display()))?;
+    tracing::info!(%addr, public_host = %state.cfg.public_host(), data_dir = %data.root().display(), "listening on http://{addr}");
+
+    wait_for_signal().await;
+    tracing::info!("shutting down");
+    if !controller.wait_for_tasks(SHUTDOWN_GRACE).await {
+        tracing::warn!("some connections did not finish within {SHUTDOWN_GRACE:?}");
+    }
+    accept.abort();
+    let _ = std::fs::remove_file(data.relay_addr_file());
+    tracing::info!("stopped");
+    Ok(())
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot listen for SIGTERM; only SIGINT stops the daemon");
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}
+
+async fn accept_loop(listener: TcpListener, state: Arc<AppState>, mut shutdown: Shutdown) {
+    loop {
+        let (stream, remote) = tokio::select! {
+            _ = shutdown.recv() => return,
+            res = listener.accept() => match res {
+                Ok(v) => v,
+                Err(e) => {
+                    // Typically out of file descriptors: back off briefly instead of spinning.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+        };
+        tokio::spawn(serve_connection(
+            stream,
+            remote,
+            state.clone(),
+            shutdown.clone(),
+        ));
+    }
+}
+
+async fn serve_connection(
+    stream: tokio::net::TcpStream,
+    remote: SocketAddr,
+    state: Arc<AppState>,
+    mut shutdown: Shutdown,
+) {
+    let svc_shutdown = shutdown.clone();
+    let svc = service_fn(move |req| {
+        let state = state.clone();
+        let shutdown = svc_shutdown.clone();
+        async move { Ok::<_, Infallible>(route(req, state, remote, shutdown).await) }
+    });
+    let conn = http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_READ_TIMEOUT)
+        .serve_connection(TokioIo::new(stream), svc)
+        .with_upgrades();
+    tokio::pin!(conn);
+    tokio::select! {
+        res = conn.as_mut() => {
+            if let Err(e) = res {
+                tracing::debug!(%remote, error = %e, "http connection error");
+            }
+        }
+        _ = shutdown.recv() => {
+            conn.as_mut().graceful_shutdown();
+            let _ = conn.await;
+        }
+    }
+}
+
+async fn route(
+    req: Request<Incoming>,
+    state: Arc<AppState>,
+    remote: SocketAddr,
+    shutdown: Shutdown,
+) -> Response<Body> {
+    let path = req.uri().path();
+    let resp = if req.method() == Method::OPTIONS {
+        let mut r = Response::new(http::empty());
+        *r.status_mut() = StatusCode::NO_CONTENT;
+        r
+    } else if path.starts_with("/npub1") {
+        git_http_serve(req, &state.cfg, remote).await
+    } else if path == "/" && (req.method() == Method::GET || req.method() == Method::HEAD) {
+        if is_websocket_upgrade(&req) {
+            websocket_upgrade(req, state, remote, shutdown)
+        } else if accepts_nostr_json(&req) {
+            let mut r = http::text(
+                StatusCode::OK,
+                crate::nip11::document(&state.cfg).to_string(),
+            );
+            r.headers_mut().insert(
+                CONTENT_TYPE,
+                HeaderValue::from_static("application/nostr+json"),
+            );
+            r
+        } else {
+            http::html(StatusCode::OK, home_page(&state.cfg))
+        }
+    } else {
+        http::text(StatusCode::NOT_FOUND, "not found: this server serves a Nostr relay at / and git repositories at /<npub>/<identifier>.git\n")
+    };
+    http::with_cors(resp)
+}
+
+// TODO(merge): git_http::serve
+async fn git_http_serve(
+    _req: Request<Incoming>,
+    _cfg: &Config,
+    _remote: SocketAddr,
+) -> Response<Body> {
+    http::text(
+        StatusCode::NOT_FOUND,
+        "not found: git serving is not available yet\n",
+    )
+}
+
+fn header_has_token(req: &Request<Incoming>, name: hyper::header::HeaderName, token: &str) -> bool {
+    req.headers()
+        .get_all(name)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|t| t.trim().eq_ignore_ascii_case(token))
+}
+
+fn is_websocket_upgrade(req: &Request<Incoming>) -> bool {
+    header_has_token(req, UPGRADE, "websocket") && header_has_token(req, CONNECTION, "upgrade")
+}
+
+fn accepts_nostr_json(req: &Request<Incoming>) -> bool {
+    req.headers()
+        .get_all(ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .any(|v| v.to_ascii_lowercase().contains("application/nostr+json"))
+}
+
+fn websocket_upgrade(
+    mut req: Request<Incoming>,
+    state: Arc<AppState>,
+    remote: SocketAddr,
+    shutdown: Shutdown,
+) -> Response<Body> {
+    let version_ok = req
+        .headers()
+        .get(SEC_WEBSOCKET_VERSION)
+        .is_some_and(|v| v == "13");
+    let Some(key) = req.headers().get(SEC_WEBSOCKET_KEY).cloned() else {
+        return http::text(
+            StatusCode::BAD_REQUEST,
+            "bad request: WebSocket upgrade without Sec-WebSocket-Key\n",
+        );
+    };
+    if !version_ok {
+        let mut r = http::text(
+            StatusCode::UPGRADE_REQUIRED,
+            "WebSocket version 13 required\n",
+        );
+        r.headers_mut()
+            .insert(SEC_WEBSOCKET_VERSION, HeaderValue::from_static("13"));
+        return r;
+    }
+    let accept = derive_accept_key(key.as_bytes());
+    let on_upgrade = hyper::upgrade::on(&mut req);
+    tokio::spawn(async move {
+        match on_upgrade.await {
+            Ok(upgraded) => {
+                let ws = WebSocketStream::from_raw_socket(
+                    TokioIo::new(upgraded),
+                    Role::Server,
+                    Some(state.limits.websocket_config()),
+                )
+                .await;
+                connection::handle(ws, state.relay.clone(), state.limits, shutdown, remote).await;
+            }
+            Err(e) => tracing::debug!(%remote, error = %e, "websocket upgrade failed"),
+        }
+    });
+    let mut r = Response::new(http::empty());
+    *r.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
+    let h = r.headers_mut();
+    h.insert(UPGRADE, HeaderValue::from_static("websocket"));
+    h.insert(CONNECTION, HeaderValue::from_static("Upgrade"));
+    if let Ok(v) = HeaderValue::from_str(&accept) {
+        h.insert(SEC_WEBSOCKET_ACCEPT, v);
+    }
+    r
+}
+
+fn home_page(cfg: &Config) -> String {
+    let esc = |s: &str| {
+        s.replace('&', "&amp;")
+            .replace('<', "&lt;")
+            .replace('>', "&gt;")
+    };
+    let host = esc(&cfg.public_host());
+    format!(
+        "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>{name}</title></head><body>\n\
+         <h1>{name}</h1>\n<p>{desc}</p>\n\
+         <p>Nostr relay: <code>ws://{host}/</code>. Git repositories: <code>http://{host}/&lt;npub&gt;/&lt;identifier&gt;.git</code>.</p>\n\
+         <p>Implements GRASP-01 and NIPs 1, 9, 11, 34. Version {version}.</p>\n</body></html>\n",
+        name = esc(&cfg.name),
+        desc = esc(&cfg.description),
+        version = env!("CARGO_PKG_VERSION"),
+    )
+}

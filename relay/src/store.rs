@@ -1,0 +1,342 @@
+//! The event store: a thin wrapper around `nostr-lmdb` at `<data>/events`.
+//!
+//! nostr-lmdb already implements the NIP-01 storage rules this relay relies on, verified by the
+//! tests below: replaceable (10000-19999) and addressable (30000-39999) events replace older ones
+//! (same second: the lower id wins) and an older one arriving later is refused; NIP-09 deletions
+//! remove the author's events and leave tombstones. On top of that, [`Store::is_deleted`] also
+//! honours deletions of ids the store never held (e.g. events still in purgatory), by looking for
+//! the author's stored kind-5 request.
+
+use std::collections::{BTreeSet, HashSet};
+use std::path::Path;
+
+use nostr::prelude::*;
+use nostr_database::{NostrDatabase, RejectedReason, SaveEventStatus};
+use nostr_lmdb::NostrLmdb;
+
+/// A storage failure (disk, LMDB).
+#[derive(Debug, thiserror::Error)]
+#[error("event store error: {0}")]
+pub struct StoreError(#[from] nostr_database::error::Error);
+
+/// What happened to an event handed to [`Store::save`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SaveOutcome {
+    /// Stored (and, for a deletion request, the deletion applied).
+    Saved,
+    /// Already stored.
+    Duplicate,
+    /// Its id or coordinate was deleted by its author (NIP-09).
+    Deleted,
+    /// A newer (or same-second lower-id) version of this replaceable/addressable event is stored.
+    Superseded,
+    /// A deletion request that targets someone else's events.
+    InvalidDeletion,
+    /// Ephemeral kinds (20000-29999) are never stored.
+    Ephemeral,
+    /// The store refused it for another reason.
+    Refused,
+}
+
+impl SaveOutcome {
+    /// The NIP-01 `OK` answer (status, message) for this outcome.
+    pub fn ok_reply(self) -> (bool, String) {
+        let (ok, msg) = match self {
+            Self::Saved | Self::Ephemeral => (true, ""),
+            Self::Duplicate => (true, "duplicate: already have this event"),
+            Self::Deleted => (
+                false,
+                "blocked: this event was deleted by its author (NIP-09) and cannot be republished",
+            ),
+            Self::Superseded => (
+                false,
+                "invalid: a newer version of this replaceable event is already stored; \
+                 publish with a later created_at",
+            ),
+            Self::InvalidDeletion => (
+                false,
+                "invalid: a deletion request may only target the author's own events",
+            ),
+            Self::Refused => (false, "error: the event store refused this event"),
+        };
+        (ok, msg.to_string())
+    }
+}
+
+/// The event store.
+#[derive(Debug)]
+pub struct Store {
+    db: NostrLmdb,
+}
+
+impl Store {
+    /// Opens (creating if needed) the LMDB store in directory `path`.
+    pub async fn open(path: &Path) -> Result<Self, StoreError> {
+        let db = NostrLmdb::builder(path)
+            .process_nip09(true)
+            .process_nip62(false)
+            .build()
+            .await?;
+        Ok(Self { db })
+    }
+
+    /// Stores `event` following the NIP-01/NIP-09 rules. The caller has verified id and signature.
+    pub async fn save(&self, event: &Event) -> Result<SaveOutcome, StoreError> {
+        if event.kind.is_ephemeral() {
+            return Ok(SaveOutcome::Ephemeral);
+        }
+        if self.db.event_by_id(&event.id).await?.is_some() {
+            return Ok(SaveOutcome::Duplicate);
+        }
+        if self.is_deleted(event).await? {
+            return Ok(SaveOutcome::Deleted);
+        }
+        Ok(match self.db.save_event(event).await? {
+            SaveEventStatus::Success => SaveOutcome::Saved,
+            SaveEventStatus::Rejected(reason) => match reason {
+                RejectedReason::Duplicate => SaveOutcome::Duplicate,
+                RejectedReason::Deleted | RejectedReason::Vanished => SaveOutcome::Deleted,
+                RejectedReason::Replaced => SaveOutcome::Superseded,
+                RejectedReason::InvalidDelete => SaveOutcome::InvalidDeletion,
+                RejectedReason::Ephemeral => SaveOutcome::Ephemeral,
+                RejectedReason::Expired | RejectedReason::Other => SaveOutcome::Refused,
+            },
+        })
+    }
+
+    /// Events matching any of `filters` (OR), newest first (ties: lower id first), without
+    /// duplicates. Each filter's `limit` is capped at `max_limit`, which is also the default.
+    pub async fn query(
+        &self,
+        filters: Vec<Filter>,
+        max_limit: usize,
+    ) -> Result<Vec<Event>, StoreError> {
+        let mut seen: HashSet<EventId> = HashSet::new();
+        let mut out: Vec<Event> = Vec::new();
+        for mut filter in filters {
+            let limit = filter.limit.map_or(max_limit, |l| l.min(max_limit));
+            if limit == 0 {
+                continue;
+            }
+            filter.limit = Some(limit);
+            let found: BTreeSet<Event> = self.db.query(filter).await?;
+            for event in found {
+                if seen.insert(event.id) {
+                    out.push(event);
+                }
+            }
+        }
+        out.sort_by(|a, b| {
+            b.created_at
+                .cmp(&a.created_at)
+                .then_with(|| a.id.cmp(&b.id))
+        });
+        Ok(out)
+    }
+
+    /// The stored event with this id, if any.
+    pub async fn event_by_id(&self, id: &EventId) -> Result<Option<Event>, StoreError> {
+        Ok(self.db.event_by_id(id).await?)
+    }
+
+    /// True if `event`'s author has asked (NIP-09) to delete its id, or its coordinate at or after
+    /// its `created_at`. Holds even if the event itself was never stored.
+    pub async fn is_deleted(&self, event: &Event) -> Result<bool, StoreError> {
+        if matches!(
+            self.db.check_id(&event.id).await?,
+            nostr_database::DatabaseEventStatus::Deleted
+        ) {
+            return Ok(true);
+        }
+        let by_id = Filter::new()
+            .kind(Kind::EventDeletion)
+            .author(event.pubkey)
+            .event(event.id)
+            .limit(1);
+        if !self.db.query(by_id).await?.is_empty() {
+            return Ok(true);
+        }
+        if let Some(coordinate) = event.coordinate() {
+            let by_coord = Filter::new()
+                .kind(Kind::EventDeletion)
+                .author(event.pubkey)
+                .coordinate(&coordinate)
+                .since(event.created_at)
+                .limit(1);
+            if !self.db.query(by_coord).await?.is_empty() {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn keys(n: u8) -> Keys {
+        let mut sk = [0u8; 32];
+        sk[31] = n;
+        sk[0] = 1;
+        Keys::new(SecretKey::from_slice(&sk).unwrap())
+    }
+
+    fn ev(k: &Keys, kind: u16, at: u64, content: &str, tags: Vec<Tag>) -> Event {
+        EventBuilder::new(Kind::from(kind), content)
+            .tags(tags)
+            .custom_created_at(Timestamp::from(at))
+            .finalize(k)
+            .unwrap()
+    }
+
+    async fn store() -> (Store, tempfile::TempDir) {
+        let tmp = tempfile::tempdir().unwrap();
+        (Store::open(tmp.path()).await.unwrap(), tmp)
+    }
+
+    #[tokio::test]
+    async fn save_duplicate_and_query_order() {
+        let (s, _t) = store().await;
+        let k = keys(1);
+        let a = ev(&k, 1, 100, "a", vec![]);
+        let b = ev(&k, 1, 200, "b", vec![]);
+        assert_eq!(s.save(&a).await.unwrap(), SaveOutcome::Saved);
+        assert_eq!(s.save(&a).await.unwrap(), SaveOutcome::Duplicate);
+        assert_eq!(s.save(&b).await.unwrap(), SaveOutcome::Saved);
+        let got = s
+            .query(vec![Filter::new().kind(Kind::TextNote)], 500)
+            .await
+            .unwrap();
+        assert_eq!(
+            got.iter().map(|e| e.id).collect::<Vec<_>>(),
+            vec![b.id, a.id]
+        );
+        let capped = s
+            .query(vec![Filter::new().kind(Kind::TextNote).limit(10)], 1)
+            .await
+            .unwrap();
+        assert_eq!(capped.len(), 1);
+        // OR of filters, deduplicated
+        let both = s
+            .query(
+                vec![
+                    Filter::new().id(a.id),
+                    Filter::new().id(b.id),
+                    Filter::new().author(k.public_key()),
+                ],
+                500,
+            )
+            .await
+            .unwrap();
+        assert_eq!(both.len(), 2);
+        assert_eq!(s.event_by_id(&a.id).await.unwrap(), Some(a));
+    }
+
+    #[tokio::test]
+    async fn replaceable_newer_wins_older_refused() {
+        let (s, _t) = store().await;
+        let k = keys(2);
+        let old = ev(&k, 10002, 100, "old", vec![]);
+        let new = ev(&k, 10002, 200, "new", vec![]);
+        assert_eq!(s.save(&new).await.unwrap(), SaveOutcome::Saved);
+        assert_eq!(s.save(&old).await.unwrap(), SaveOutcome::Superseded);
+        let got = s
+            .query(vec![Filter::new().kind(Kind::from(10002))], 500)
+            .await
+            .unwrap();
+        assert_eq!(got, vec![new]);
+    }
+
+    #[tokio::test]
+    async fn addressable_same_second_lower_id_wins() {
+        let (s, _t) = store().await;
+        let k = keys(3);
+        let d = || vec![Tag::identifier("repo")];
+        let x = ev(&k, 30618, 100, "x", d());
+        let y = ev(&k, 30618, 100, "y", d());
+        let (low, high) = if x.id < y.id { (x, y) } else { (y, x) };
+        // higher id first, then lower id replaces it
+        assert_eq!(s.save(&high).await.unwrap(), SaveOutcome::Saved);
+        assert_eq!(s.save(&low).await.unwrap(), SaveOutcome::Saved);
+        let got = s
+            .query(vec![Filter::new().kind(Kind::from(30618))], 500)
+            .await
+            .unwrap();
+        assert_eq!(got, vec![low.clone()]);
+        // higher id again: refused
+        let (s2, _t2) = store().await;
+        assert_eq!(s2.save(&low).await.unwrap(), SaveOutcome::Saved);
+        assert_eq!(s2.save(&high).await.unwrap(), SaveOutcome::Superseded);
+        // different d tag is independent
+        let other = ev(&k, 30618, 50, "other", vec![Tag::identifier("other")]);
+        assert_eq!(s2.save(&other).await.unwrap(), SaveOutcome::Saved);
+    }
+
+    #[tokio::test]
+    async fn deletion_by_id_removes_and_blocks_republish() {
+        let (s, _t) = store().await;
+        let k = keys(4);
+        let note = ev(&k, 1, 100, "bye", vec![]);
+        assert_eq!(s.save(&note).await.unwrap(), SaveOutcome::Saved);
+        let del = ev(&k, 5, 101, "", vec![Tag::event(note.id)]);
+        assert_eq!(s.save(&del).await.unwrap(), SaveOutcome::Saved);
+        assert_eq!(s.event_by_id(&note.id).await.unwrap(), None);
+        assert!(s.is_deleted(&note).await.unwrap());
+        assert_eq!(s.save(&note).await.unwrap(), SaveOutcome::Deleted);
+    }
+
+    #[tokio::test]
+    async fn deletion_of_unseen_id_still_blocks() {
+        let (s, _t) = store().await;
+        let k = keys(5);
+        let note = ev(&k, 1, 100, "never stored", vec![]);
+        let del = ev(&k, 5, 101, "", vec![Tag::event(note.id)]);
+        assert_eq!(s.save(&del).await.unwrap(), SaveOutcome::Saved);
+        assert_eq!(s.save(&note).await.unwrap(), SaveOutcome::Deleted);
+    }
+
+    #[tokio::test]
+    async fn deletion_by_others_is_invalid_or_ignored() {
+        let (s, _t) = store().await;
+        let (alice, mallory) = (keys(6), keys(7));
+        let note = ev(&alice, 1, 100, "mine", vec![]);
+        assert_eq!(s.save(&note).await.unwrap(), SaveOutcome::Saved);
+        let del = ev(&mallory, 5, 101, "", vec![Tag::event(note.id)]);
+        assert_eq!(s.save(&del).await.unwrap(), SaveOutcome::InvalidDeletion);
+        assert!(s.event_by_id(&note.id).await.unwrap().is_some());
+        assert!(!s.is_deleted(&note).await.unwrap());
+    }
+
+    #[tokio::test]
+    async fn deletion_by_coordinate() {
+        let (s, _t) = store().await;
+        let k = keys(8);
+        let ann = ev(&k, 30617, 100, "", vec![Tag::identifier("r")]);
+        assert_eq!(s.save(&ann).await.unwrap(), SaveOutcome::Saved);
+        let coord = Coordinate::new(Kind::from(30617), k.public_key()).identifier("r");
+        let del = ev(&k, 5, 150, "", vec![Tag::coordinate(coord, None)]);
+        assert_eq!(s.save(&del).await.unwrap(), SaveOutcome::Saved);
+        assert!(s
+            .query(vec![Filter::new().kind(Kind::from(30617))], 500)
+            .await
+            .unwrap()
+            .is_empty());
+        // older or same-second version refused, newer one accepted
+        let older = ev(&k, 30617, 120, "again", vec![Tag::identifier("r")]);
+        assert_eq!(s.save(&older).await.unwrap(), SaveOutcome::Deleted);
+        let newer = ev(&k, 30617, 200, "new", vec![Tag::identifier("r")]);
+        assert_eq!(s.save(&newer).await.unwrap(), SaveOutcome::Saved);
+    }
+
+    #[test]
+    fn ok_replies_use_nip01_prefixes() {
+        assert_eq!(SaveOutcome::Saved.ok_reply(), (true, String::new()));
+        assert!(SaveOutcome::Duplicate
+            .ok_reply()
+            .1
+            .starts_with("duplicate:"));
+        assert!(SaveOutcome::Deleted.ok_reply().1.starts_with("blocked:"));
+        assert!(!SaveOutcome::Superseded.ok_reply().0);
+    }
+}

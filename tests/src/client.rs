@@ -1,0 +1,256 @@
+//! [`NostrClient`]: a minimal NIP-01 client over tokio-tungstenite for tests.
+//!
+//! Messages that arrive while the client waits for something else are kept in a backlog, so
+//! interleaved live events, OKs and NOTICEs are never lost.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Context};
+use futures_util::{SinkExt, StreamExt};
+use nostr::prelude::*;
+use tokio::net::TcpStream;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+
+use crate::wait::TIMEOUT;
+
+/// The end of a REQ's stored results.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReqOutcome {
+    /// Stored events then EOSE.
+    Eose(Vec<Event>),
+    /// The relay refused or ended the subscription with this message.
+    Closed(String),
+}
+
+/// A test Nostr client connected to one relay.
+pub struct NostrClient {
+    ws: WebSocketStream<MaybeTlsStream<TcpStream>>,
+    backlog: VecDeque<RelayMessage<'static>>,
+    next_sub: u64,
+    timeout: Duration,
+}
+
+impl NostrClient {
+    /// Connects to `url` (`ws://ADDR/`).
+    pub async fn connect(url: &str) -> anyhow::Result<Self> {
+        let (ws, _) = tokio::time::timeout(TIMEOUT, tokio_tungstenite::connect_async(url))
+            .await
+            .context("connect timed out")?
+            .with_context(|| format!("connecting to {url}"))?;
+        Ok(Self {
+            ws,
+            backlog: VecDeque::new(),
+            next_sub: 0,
+            timeout: TIMEOUT,
+        })
+    }
+
+    /// Sends a raw text frame.
+    pub async fn raw_send(&mut self, text: impl Into<String>) -> anyhow::Result<()> {
+        self.ws
+            .send(Message::text(text.into()))
+            .await
+            .context("sending")
+    }
+
+    /// Sends a raw WebSocket message (binary frames, pings, ...).
+    pub async fn send_ws(&mut self, msg: Message) -> anyhow::Result<()> {
+        self.ws.send(msg).await.context("sending")
+    }
+
+    pub async fn send(&mut self, msg: ClientMessage<'_>) -> anyhow::Result<()> {
+        self.raw_send(msg.as_json()).await
+    }
+
+    /// Reads the next relay message from the socket (not the backlog), with the deadline.
+    async fn read(&mut self) -> anyhow::Result<RelayMessage<'static>> {
+        loop {
+            let frame = tokio::time::timeout(self.timeout, self.ws.next())
+                .await
+                .map_err(|_| anyhow!("no message from the relay within {:?}", self.timeout))?
+                .ok_or_else(|| anyhow!("connection closed by the relay"))?
+                .context("websocket error")?;
+            match frame {
+                Message::Text(t) => {
+                    return RelayMessage::from_json(t.as_str())
+                        .with_context(|| format!("relay sent an unparseable message: {t}"))
+                }
+                Message::Close(c) => bail!("relay closed the connection: {c:?}"),
+                _ => continue,
+            }
+        }
+    }
+
+    /// Waits for the first message for which `pick` returns `Some`; other messages stay queued.
+    pub async fn wait_for<T>(
+        &mut self,
+        mut pick: impl FnMut(&RelayMessage<'static>) -> Option<T>,
+    ) -> anyhow::Result<T> {
+        if let Some(pos) = self.backlog.iter().position(|m| pick(m).is_some()) {
+            let m = self.backlog.remove(pos).unwrap();
+            return Ok(pick(&m).unwrap());
+        }
+        loop {
+            let m = self.read().await?;
+            if let Some(v) = pick(&m) {
+                return Ok(v);
+            }
+            self.backlog.push_back(m);
+        }
+    }
+
+    /// Messages received but not yet consumed by a wait.
+    pub fn backlog(&self) -> impl Iterator<Item = &RelayMessage<'static>> {
+        self.backlog.iter()
+    }
+
+    /// Next message of any kind (backlog first).
+    pub async fn next_message(&mut self) -> anyhow::Result<RelayMessage<'static>> {
+        match self.backlog.pop_front() {
+            Some(m) => Ok(m),
+            None => self.read().await,
+        }
+    }
+
+    /// Publishes `event` and returns the relay's `OK` (status, message).
+    pub async fn send_event(&mut self, event: &Event) -> anyhow::Result<(bool, String)> {
+        self.send(ClientMessage::event(event.clone())).await?;
+        let id = event.id;
+        self.wait_for(|m| match m {
+            RelayMessage::Ok {
+                event_id,
+                status,
+                message,
+            } if *event_id == id => Some((*status, message.to_string())),
+            _ => None,
+        })
+        .await
+    }
+
+    /// Waits for the `OK` about `id` (after a raw send).
+    pub async fn wait_ok(&mut self, id: EventId) -> anyhow::Result<(bool, String)> {
+        self.wait_for(|m| match m {
+            RelayMessage::Ok {
+                event_id,
+                status,
+                message,
+            } if *event_id == id => Some((*status, message.to_string())),
+            _ => None,
+        })
+        .await
+    }
+
+    /// Waits for a NOTICE and returns its text.
+    pub async fn wait_notice(&mut self) -> anyhow::Result<String> {
+        self.wait_for(|m| match m {
+            RelayMessage::Notice(t) => Some(t.to_string()),
+            _ => None,
+        })
+        .await
+    }
+
+    fn new_sub_id(&mut self) -> SubscriptionId {
+        self.next_sub += 1;
+        SubscriptionId::new(format!("sub{}", self.next_sub))
+    }
+
+    /// Opens subscription `id` and collects stored events until EOSE or CLOSED.
+    pub async fn req_with_id(
+        &mut self,
+        id: &SubscriptionId,
+        filters: Vec<Filter>,
+    ) -> anyhow::Result<ReqOutcome> {
+        self.send(ClientMessage::req(id.clone(), filters)).await?;
+        let mut events = Vec::new();
+        loop {
+            let sid = id.clone();
+            let m = self
+                .wait_for(|m| match m {
+                    RelayMessage::Event {
+                        subscription_id, ..
+                    }
+                    | RelayMessage::EndOfStoredEvents(subscription_id)
+                    | RelayMessage::Closed {
+                        subscription_id, ..
+                    } if **subscription_id == sid => Some(m.clone()),
+                    _ => None,
+                })
+                .await?;
+            match m {
+                RelayMessage::Event { event, .. } => events.push(event.into_owned()),
+                RelayMessage::EndOfStoredEvents(_) => return Ok(ReqOutcome::Eose(events)),
+                RelayMessage::Closed { message, .. } => {
+                    return Ok(ReqOutcome::Closed(message.to_string()))
+                }
+                _ => unreachable!(),
+            }
+        }
+    }
+
+    /// One-shot query: stored events matching `filters` (until EOSE); the subscription is closed.
+    pub async fn req(&mut self, filters: Vec<Filter>) -> anyhow::Result<Vec<Event>> {
+        let id = self.new_sub_id();
+        match self.req_with_id(&id, filters).await? {
+            ReqOutcome::Eose(events) => {
+                self.close(&id).await?;
+                Ok(events)
+            }
+            ReqOutcome::Closed(msg) => bail!("REQ refused: {msg}"),
+        }
+    }
+
+    /// Opens a live subscription: returns its id and the stored events; then use
+    /// [`next_event`](Self::next_event).
+    pub async fn subscribe(
+        &mut self,
+        filters: Vec<Filter>,
+    ) -> anyhow::Result<(SubscriptionId, Vec<Event>)> {
+        let id = self.new_sub_id();
+        match self.req_with_id(&id, filters).await? {
+            ReqOutcome::Eose(events) => Ok((id, events)),
+            ReqOutcome::Closed(msg) => bail!("REQ refused: {msg}"),
+        }
+    }
+
+    /// The next live event on subscription `id`.
+    pub async fn next_event(&mut self, id: &SubscriptionId) -> anyhow::Result<Event> {
+        self.wait_for(|m| match m {
+            RelayMessage::Event {
+                subscription_id,
+                event,
+            } if **subscription_id == *id => Some(event.clone().into_owned()),
+            _ => None,
+        })
+        .await
+    }
+
+    /// Closes subscription `id`.
+    pub async fn close(&mut self, id: &SubscriptionId) -> anyhow::Result<()> {
+        self.send(ClientMessage::close(id.clone())).await
+    }
+
+    /// Sends a WebSocket ping and waits for the matching pong (text messages are kept).
+    pub async fn ws_ping(&mut self) -> anyhow::Result<()> {
+        let payload = b"grasp-ping".to_vec();
+        self.ws.send(Message::Ping(payload.clone().into())).await?;
+        loop {
+            let frame = tokio::time::timeout(self.timeout, self.ws.next())
+                .await
+                .map_err(|_| anyhow!("no pong within {:?}", self.timeout))?
+                .ok_or_else(|| anyhow!("connection closed by the relay"))??;
+            match frame {
+                Message::Pong(p) if p.as_ref() == payload.as_slice() => return Ok(()),
+                Message::Text(t) => self.backlog.push_back(RelayMessage::from_json(t.as_str())?),
+                Message::Close(c) => bail!("relay closed the connection: {c:?}"),
+                _ => {}
+            }
+        }
+    }
+
+    /// Proves the connection still works: a REQ round trip.
+    pub async fn ping_relay(&mut self) -> anyhow::Result<()> {
+        self.req(vec![Filter::new().limit(0)]).await.map(|_| ())
+    }
+}
