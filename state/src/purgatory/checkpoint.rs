@@ -525,3 +525,284 @@ pub fn set_aside(path: &Path) -> io::Result<PathBuf> {
     fs::rename(path, &aside)?;
     Ok(aside)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::testutil::*;
+    use super::super::{ManualClock, SweepAction};
+    use super::*;
+
+    const MIN5: Duration = Duration::from_secs(5 * 60);
+    const MIN10: Duration = Duration::from_secs(10 * 60);
+
+    /// A purgatory holding one of everything, 10 minutes after the adds.
+    fn populated() -> (Arc<ManualClock>, Purgatory) {
+        let (clock, mut p) = purgatory();
+        // Soft-expired announcement of author 1 (not saved).
+        add_ann(&mut p, &signed(1, ANNOUNCEMENT, 0), "gone").unwrap();
+        // An expired state event (saved in expired_events).
+        let old = signed(2, STATE, 2);
+        p.add_state(old.clone(), old.pubkey, "repo".into()).unwrap();
+        clock.advance(MIN30);
+        assert_eq!(p.sweep().len(), 2);
+        add_ann(&mut p, &signed(0, ANNOUNCEMENT, 0), "repo").unwrap();
+        let s = signed(0, STATE, 0);
+        p.add_state(s.clone(), s.pubkey, "repo".into()).unwrap();
+        p.add_pr(signed(1, PR, 0), "c0ffee".into(), vec![repo(0, "repo")]).unwrap();
+        p.add_pr_placeholder(EventId::from_byte_array([4; 32]), "beef".into(), repo(0, "repo"))
+            .unwrap();
+        clock.advance(MIN10);
+        (clock, p)
+    }
+
+    fn reopened(
+        state: PurgatoryState,
+        wall: SystemTime,
+        repo_exists: impl Fn(&Path) -> bool,
+    ) -> (Arc<ManualClock>, Purgatory, RestoreReport) {
+        let clock = Arc::new(ManualClock::starting_at(wall));
+        let (p, report) =
+            Purgatory::restore(state, PurgatoryConfig::default(), clock.clone(), repo_exists);
+        (clock, p, report)
+    }
+
+    #[test]
+    fn round_trip_keeps_every_entry_type_with_downtime_subtracted() {
+        let (old_clock, old) = populated();
+        let json = old.snapshot().to_json();
+        let state = PurgatoryState::from_json(&json).unwrap();
+        let (clock, p, report) = reopened(state, old_clock.wall() + MIN5, |_| true);
+        assert_eq!(report.downtime, MIN5);
+        assert_eq!(
+            (report.announcements, report.states, report.prs, report.placeholders),
+            (1, 1, 1, 1)
+        );
+        assert_eq!(report.expired_events, 1);
+        assert_eq!(report.expired_during_downtime, 0);
+        assert!(report.skipped.is_empty(), "{:?}", report.skipped);
+        p.assert_consistent();
+        let left = MIN30 - MIN10 - MIN5;
+
+        let a = p.get_announcement(&pubkey(0), "repo").unwrap();
+        assert_eq!(a.event, signed(0, ANNOUNCEMENT, 0));
+        assert_eq!(a.repo_path, PathBuf::from("/git/repo.git"));
+        assert!(a.relays.contains("wss://relay.example"));
+        assert_eq!(a.expires_at, clock.now() + left);
+        assert_eq!(clock.now() - a.created_at, MIN10 + MIN5);
+        assert!(p.get_announcement(&pubkey(1), "gone").is_none(), "soft-expired not saved");
+
+        let s = &p.states_for("repo")[0];
+        assert_eq!(s.event, signed(0, STATE, 0));
+        assert_eq!(s.author, pubkey(0));
+        assert_eq!(s.expires_at, clock.now() + left);
+
+        let pr = p.find_pr(&signed(1, PR, 0).id).unwrap();
+        assert_eq!(pr.event.as_ref(), Some(&signed(1, PR, 0)));
+        assert_eq!((pr.commit.as_str(), &pr.repos), ("c0ffee", &vec![repo(0, "repo")]));
+        assert_eq!(pr.expires_at, clock.now() + left);
+
+        let ph = p.find_pr(&EventId::from_byte_array([4; 32])).unwrap();
+        assert!(ph.is_placeholder());
+        assert_eq!((ph.commit.as_str(), &ph.destinations), ("beef", &vec![repo(0, "repo")]));
+        assert_eq!(ph.expires_at, clock.now() + left);
+
+        assert!(p.is_expired(&signed(2, STATE, 2).id));
+        // A second snapshot of the restored purgatory says the same thing.
+        let again = p.snapshot();
+        let first = PurgatoryState::from_json(&json).unwrap();
+        assert_eq!(again.announcement_purgatory.len(), first.announcement_purgatory.len());
+        assert_eq!(again.pr_events.len(), 2);
+        assert_eq!(
+            again.state_events["repo"][0].expires_in_secs,
+            first.state_events["repo"][0].expires_in_secs - MIN5.as_secs()
+        );
+    }
+
+    #[test]
+    fn entries_expired_during_downtime_are_swept_at_once() {
+        let (old_clock, old) = populated();
+        let (_clock, mut p, report) =
+            reopened(old.snapshot(), old_clock.wall() + MIN30, |_| true);
+        assert_eq!(report.expired_during_downtime, 4);
+        let actions = p.sweep();
+        assert_eq!(actions.len(), 4, "{actions:?}");
+        assert!(actions.iter().any(|a| matches!(a, SweepAction::SoftExpireAnnouncement { .. })));
+        assert!(actions.iter().any(|a| matches!(a, SweepAction::ExpireState { .. })));
+        assert!(actions.iter().any(|a| matches!(a, SweepAction::ExpirePr { .. })));
+        assert!(actions.iter().any(|a| matches!(a, SweepAction::ExpirePlaceholder { .. })));
+    }
+
+    #[test]
+    fn expired_event_records_past_retention_are_dropped() {
+        let (old_clock, old) = populated();
+        let (_c, p, report) = reopened(old.snapshot(), old_clock.wall() + H24, |_| true);
+        assert_eq!(report.expired_events, 0);
+        assert!(!p.is_expired(&signed(2, STATE, 2).id));
+    }
+
+    #[test]
+    fn announcement_whose_repository_is_gone_is_not_restored() {
+        let (old_clock, old) = populated();
+        let (_c, p, report) = reopened(old.snapshot(), old_clock.wall(), |path| {
+            path != Path::new("/git/repo.git")
+        });
+        assert_eq!(report.announcements, 0);
+        assert_eq!(report.skipped.len(), 1);
+        assert!(report.skipped[0].reason.contains("no longer exists"));
+        assert!(p.get_announcement(&pubkey(0), "repo").is_none());
+        assert_eq!(p.states_for("repo").len(), 1);
+        p.assert_consistent();
+    }
+
+    #[test]
+    fn soft_expired_flag_in_a_file_is_honoured() {
+        let (old_clock, old) = populated();
+        let mut state = old.snapshot();
+        state.announcement_purgatory.values_mut().for_each(|a| a.soft_expired = true);
+        let (_c, p, report) = reopened(state, old_clock.wall(), |_| true);
+        assert_eq!(report.announcements, 0);
+        assert!(p.announcements().next().is_none());
+    }
+
+    #[test]
+    fn pending_placeholder_cleanup_is_due_at_once_after_restart() {
+        let (clock, mut p) = purgatory();
+        let id = EventId::from_byte_array([4; 32]);
+        p.add_pr_placeholder(id, "beef".into(), repo(0, "repo")).unwrap();
+        clock.advance(MIN30);
+        assert_eq!(p.sweep().len(), 1);
+        // Crash before the caller reported the ref deletion.
+        let state = p.snapshot();
+        assert_eq!(state.pr_events[&id.to_hex()].expires_in_secs, 0);
+        let (_c, mut p, _) = reopened(state, clock.wall(), |_| true);
+        assert!(matches!(p.sweep()[..], [SweepAction::ExpirePlaceholder { .. }]));
+    }
+
+    #[test]
+    fn bad_events_are_reported_and_skipped() {
+        let (old_clock, old) = populated();
+        let mut value: serde_json::Value = serde_json::from_str(&old.snapshot().to_json()).unwrap();
+        // Tamper with the state event (signature no longer matches) and make the PR junk.
+        value["state_events"]["repo"][0]["event"]["content"] = "tampered".into();
+        let pr_key = signed(1, PR, 0).id.to_hex();
+        value["pr_events"][&pr_key]["event"] = serde_json::json!({"not": "an event"});
+        let state = PurgatoryState::from_json(&value.to_string()).unwrap();
+        let (_c, p, report) = reopened(state, old_clock.wall(), |_| true);
+        assert_eq!((report.states, report.prs, report.placeholders), (0, 0, 1));
+        assert_eq!(report.skipped.len(), 2, "{:?}", report.skipped);
+        assert!(report.skipped.iter().any(|s| s.reason.contains("verification")));
+        assert!(report.skipped.iter().any(|s| s.reason.contains("not a nostr event")));
+        assert_eq!(p.announcements().count(), 1);
+        p.assert_consistent();
+    }
+
+    #[test]
+    fn version_1_file_without_announcements_loads() {
+        let state_event = signed(0, STATE, 0).as_json();
+        let json = format!(
+            r#"{{"version":1,"saved_at":{BASE},
+                "state_events":{{"repo":[{{"event":{state_event},"author":"{}","identifier":"repo","expires_in_secs":600}}]}},
+                "pr_events":{{}},"expired_events":{{}}}}"#,
+            pubkey(0).to_hex()
+        );
+        let state = PurgatoryState::from_json(&json).unwrap();
+        assert!(state.announcement_purgatory.is_empty());
+        let wall = UNIX_EPOCH + Duration::from_secs(BASE + 60);
+        let (clock, p, report) = reopened(state, wall, |_| true);
+        assert_eq!(report.states, 1);
+        assert_eq!(p.states_for("repo")[0].expires_at, clock.now() + Duration::from_secs(540));
+        assert_eq!(PurgatoryState::from_json("{}").unwrap(), PurgatoryState::default());
+    }
+
+    #[test]
+    fn unknown_version_and_corrupt_json_are_rejected() {
+        assert!(matches!(
+            PurgatoryState::from_json(r#"{"version":2}"#),
+            Err(CheckpointError::UnsupportedVersion(2))
+        ));
+        assert!(matches!(
+            PurgatoryState::from_json("{\"version\":1, "),
+            Err(CheckpointError::Corrupt(_))
+        ));
+        assert!(matches!(
+            PurgatoryState::from_json(r#"{"state_events": 5}"#),
+            Err(CheckpointError::Corrupt(_))
+        ));
+        // restore() refuses a wrong version it is handed directly.
+        let state = PurgatoryState { version: 9, ..PurgatoryState::default() };
+        let (_c, p, report) = reopened(state, SystemTime::now(), |_| true);
+        assert_eq!(report.skipped.len(), 1);
+        assert_eq!(p.stats(), Default::default());
+    }
+
+    struct TempDir(PathBuf);
+
+    impl TempDir {
+        fn new(name: &str) -> Self {
+            let dir = std::env::temp_dir().join(format!(
+                "grasp-purgatory-{}-{name}-{}",
+                std::process::id(),
+                SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos()
+            ));
+            fs::create_dir_all(&dir).unwrap();
+            TempDir(dir)
+        }
+    }
+
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = fs::remove_dir_all(&self.0);
+        }
+    }
+
+    #[test]
+    fn write_replaces_atomically_via_tmp_and_read_returns_it() {
+        let dir = TempDir::new("write");
+        let path = dir.0.join("purgatory-state.json");
+        let tmp = dir.0.join("purgatory-state.json.tmp");
+        assert!(read_checkpoint(&path).unwrap().is_none());
+
+        let (_clock, p) = populated();
+        let first = p.snapshot();
+        write_checkpoint(&path, &first).unwrap();
+        assert!(!tmp.exists());
+        assert_eq!(read_checkpoint(&path).unwrap(), Some(first.clone()));
+
+        // A stale tmp from a crashed write is overwritten, and the rename replaces the file.
+        fs::write(&tmp, "half a checkp").unwrap();
+        let second = PurgatoryState { saved_at: 42, ..PurgatoryState::default() };
+        write_checkpoint(&path, &second).unwrap();
+        assert!(!tmp.exists());
+        assert_eq!(read_checkpoint(&path).unwrap(), Some(second));
+        // Reading (and restoring) never removes the file.
+        assert!(path.exists());
+
+        // A failed write leaves the previous checkpoint intact.
+        let missing = dir.0.join("no-such-dir").join("purgatory-state.json");
+        assert!(write_checkpoint(&missing, &first).is_err());
+        assert!(!missing.exists());
+        fs::create_dir(&tmp).unwrap(); // the tmp path cannot be created as a file
+        assert!(write_checkpoint(&path, &first).is_err());
+        assert_eq!(read_checkpoint(&path).unwrap().unwrap().saved_at, 42);
+    }
+
+    #[test]
+    fn corrupt_or_unknown_file_is_an_error_and_can_be_set_aside() {
+        let dir = TempDir::new("corrupt");
+        let path = dir.0.join("purgatory-state.json");
+        fs::write(&path, "{ this is not json").unwrap();
+        assert!(matches!(read_checkpoint(&path), Err(CheckpointError::Corrupt(_))));
+        let aside = set_aside(&path).unwrap();
+        assert!(!path.exists());
+        assert!(aside.exists());
+        assert!(aside
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .starts_with("purgatory-state.json.corrupt-"));
+        fs::write(&path, r#"{"version": 7}"#).unwrap();
+        let err = read_checkpoint(&path).unwrap_err();
+        assert!(matches!(err, CheckpointError::UnsupportedVersion(7)));
+        assert!(err.to_string().contains("moved aside"));
+    }
+}

@@ -463,3 +463,64 @@ impl Purgatory {
         assert_eq!(indexed, self.by_id.len());
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::testutil::*;
+    use super::*;
+
+    #[test]
+    fn listing_shows_every_entry_soonest_first() {
+        let (clock, mut p) = purgatory();
+        let ann = signed(0, ANNOUNCEMENT, 0);
+        add_ann(&mut p, &ann, "repo").unwrap();
+        clock.advance(Duration::from_secs(60));
+        let s = signed(1, STATE, 0);
+        p.add_state(s.clone(), s.pubkey, "repo".into()).unwrap();
+        clock.advance(Duration::from_secs(60));
+        let pr = signed(2, PR, 0);
+        p.add_pr(pr.clone(), "abc".into(), vec![repo(0, "repo")]).unwrap();
+        clock.advance(Duration::from_secs(60));
+        let ph = EventId::from_byte_array([3; 32]);
+        p.add_pr_placeholder(ph, "def".into(), repo(1, "other")).unwrap();
+        clock.advance(Duration::from_secs(60));
+
+        let view = p.listing();
+        let kinds: Vec<EntryKind> = view.iter().map(|v| v.kind).collect();
+        assert_eq!(
+            kinds,
+            [EntryKind::Announcement, EntryKind::State, EntryKind::Pr, EntryKind::Placeholder]
+        );
+        let a = &view[0];
+        assert_eq!(a.pubkey.as_deref(), Some(ann.pubkey.to_hex().as_str()));
+        assert_eq!(a.identifier.as_deref(), Some("repo"));
+        assert_eq!(a.event_id, ann.id.to_hex());
+        assert_eq!(a.age, Duration::from_secs(240));
+        assert_eq!(a.time_left, MIN30 - Duration::from_secs(240));
+        assert!(!a.soft_expired);
+        assert_eq!(view[2].pubkey.as_deref(), Some(pr.pubkey.to_hex().as_str()));
+        assert!(view[2].waiting_for.as_deref().unwrap().contains("commit abc"));
+        assert_eq!(view[3].pubkey, None);
+        assert_eq!(view[3].identifier.as_deref(), Some("other"));
+        assert_eq!(view[3].age, Duration::from_secs(60));
+
+        let stats = p.stats();
+        assert_eq!(
+            (stats.announcements, stats.states, stats.prs, stats.placeholders, stats.deadlines),
+            (1, 1, 1, 1, 4)
+        );
+    }
+
+    #[test]
+    fn soft_expired_announcement_is_listed_as_such() {
+        let (clock, mut p) = purgatory();
+        add_ann(&mut p, &signed(0, ANNOUNCEMENT, 0), "repo").unwrap();
+        clock.advance(MIN30);
+        p.sweep();
+        let view = p.listing();
+        assert!(view[0].soft_expired);
+        assert_eq!(view[0].time_left, H24);
+        assert!(view[0].waiting_for.as_deref().unwrap().contains("revive"));
+        assert_eq!(p.stats().soft_expired_announcements, 1);
+    }
+}
