@@ -142,7 +142,13 @@ mod tests {
         let (clock, mut p) = purgatory();
         let ev = signed(0, ANNOUNCEMENT, 0);
         let added = add_ann(&mut p, &ev, "repo").unwrap();
-        assert_eq!(added, AnnouncementAdded { replaced: false, revived: false });
+        assert_eq!(
+            added,
+            AnnouncementAdded {
+                replaced: false,
+                revived: false
+            }
+        );
         assert_eq!(p.announcements_for("repo").len(), 1);
         assert_eq!(p.announcements_for("other").len(), 0);
         let entry = p.get_announcement(&ev.pubkey, "repo").unwrap();
@@ -177,7 +183,13 @@ mod tests {
         add_ann(&mut p, &v1, "repo").unwrap();
         clock.advance(MIN20);
         let added = add_ann(&mut p, &v2, "repo").unwrap();
-        assert_eq!(added, AnnouncementAdded { replaced: true, revived: false });
+        assert_eq!(
+            added,
+            AnnouncementAdded {
+                replaced: true,
+                revived: false
+            }
+        );
         let e = p.get_announcement(&v2.pubkey, "repo").unwrap();
         assert_eq!(e.event.id, v2.id);
         assert_eq!(e.expires_at, clock.now() + MIN30);
@@ -200,8 +212,14 @@ mod tests {
         let (low, high) = if a.id < b.id { (&a, &b) } else { (&b, &a) };
         assert!(supersedes(low, high));
         assert!(!supersedes(high, low));
-        assert!(supersedes(&signed(0, ANNOUNCEMENT, 1), &signed(0, ANNOUNCEMENT, 0)));
-        assert!(!supersedes(&signed(0, ANNOUNCEMENT, 0), &signed(0, ANNOUNCEMENT, 1)));
+        assert!(supersedes(
+            &signed(0, ANNOUNCEMENT, 1),
+            &signed(0, ANNOUNCEMENT, 0)
+        ));
+        assert!(!supersedes(
+            &signed(0, ANNOUNCEMENT, 0),
+            &signed(0, ANNOUNCEMENT, 1)
+        ));
     }
 
     #[test]
@@ -210,18 +228,23 @@ mod tests {
         let ev = signed(0, ANNOUNCEMENT, 0);
         add_ann(&mut p, &ev, "repo").unwrap();
         clock.advance(MIN20);
-        let ext = p.extend_announcement_expiry(&ev.pubkey, "repo", MIN30).unwrap();
+        let ext = p
+            .extend_announcement_expiry(&ev.pubkey, "repo", MIN30)
+            .unwrap();
         assert!(!ext.revived);
         assert_eq!(
             p.get_announcement(&ev.pubkey, "repo").unwrap().expires_at,
             clock.now() + MIN30
         );
-        p.extend_announcement_expiry(&ev.pubkey, "repo", Duration::from_secs(1)).unwrap();
+        p.extend_announcement_expiry(&ev.pubkey, "repo", Duration::from_secs(1))
+            .unwrap();
         assert_eq!(
             p.get_announcement(&ev.pubkey, "repo").unwrap().expires_at,
             clock.now() + MIN30
         );
-        assert!(p.extend_announcement_expiry(&ev.pubkey, "nope", MIN30).is_none());
+        assert!(p
+            .extend_announcement_expiry(&ev.pubkey, "nope", MIN30)
+            .is_none());
         p.assert_consistent();
     }
 

@@ -9,7 +9,8 @@
 //! thousands of throwaway keys) push out a legitimate maintainer's waiting events. Refusing
 //! instead means each throwaway key is stopped by its per-author cap (`rate-limited:`) and the
 //! total cap stops the rest (`blocked:`), while everything already held keeps waiting for its
-//! git data. Entries leave only by release, deletion or expiry.
+//! git data. Entries leave only by release, deletion or expiry. A soft-expired announcement
+//! still counts against its owner until it is fully expired (it is still held in memory).
 
 use std::collections::HashMap;
 use std::fmt;
@@ -197,10 +198,15 @@ mod tests {
     fn author_and_placeholder_repo_caps_are_rate_limits_totals_are_blocks() {
         let full = |scope| PurgatoryFull { scope, limit: 1 };
         assert_eq!(full(CapScope::Author).ok_prefix(), "rate-limited");
-        assert_eq!(full(CapScope::PlaceholdersPerRepo).ok_prefix(), "rate-limited");
+        assert_eq!(
+            full(CapScope::PlaceholdersPerRepo).ok_prefix(),
+            "rate-limited"
+        );
         assert_eq!(full(CapScope::Total).ok_prefix(), "blocked");
         assert_eq!(full(CapScope::PlaceholdersTotal).ok_prefix(), "blocked");
-        assert!(full(CapScope::Author).to_string().contains("1 events waiting"));
+        assert!(full(CapScope::Author)
+            .to_string()
+            .contains("1 events waiting"));
     }
 
     use super::super::testutil::*;
@@ -229,17 +235,34 @@ mod tests {
             p.add_state(s.clone(), s.pubkey, "repo".into()).unwrap();
         }
         let over = signed(0, STATE, 2);
-        let err = p.add_state(over.clone(), over.pubkey, "repo".into()).unwrap_err();
-        assert_eq!(err, PurgatoryFull { scope: CapScope::Author, limit: 3 });
+        let err = p
+            .add_state(over.clone(), over.pubkey, "repo".into())
+            .unwrap_err();
+        assert_eq!(
+            err,
+            PurgatoryFull {
+                scope: CapScope::Author,
+                limit: 3
+            }
+        );
         let pr = signed(0, PR, 0);
         assert!(p.add_pr(pr, "c".into(), vec![]).is_err());
         // Another author is unaffected; a replacement of a held announcement is not an add.
         let other = signed(1, STATE, 0);
-        assert!(p.add_state(other.clone(), other.pubkey, "repo".into()).unwrap());
-        assert!(add_ann(&mut p, &signed(0, ANNOUNCEMENT, 1), "repo").unwrap().replaced);
+        assert!(p
+            .add_state(other.clone(), other.pubkey, "repo".into())
+            .unwrap());
+        assert!(
+            add_ann(&mut p, &signed(0, ANNOUNCEMENT, 1), "repo")
+                .unwrap()
+                .replaced
+        );
         // Releasing one frees room.
-        p.remove_state_event("repo", &signed(0, STATE, 0).id).unwrap();
-        assert!(p.add_state(over.clone(), over.pubkey, "repo".into()).unwrap());
+        p.remove_state_event("repo", &signed(0, STATE, 0).id)
+            .unwrap();
+        assert!(p
+            .add_state(over.clone(), over.pubkey, "repo".into())
+            .unwrap());
         p.assert_consistent();
     }
 
@@ -247,7 +270,8 @@ mod tests {
     fn throwaway_key_flood_never_evicts_the_maintainer() {
         let (clock, mut p) = purgatory_with(small());
         let maintainer = signed(0, STATE, 0);
-        p.add_state(maintainer.clone(), maintainer.pubkey, "repo".into()).unwrap();
+        p.add_state(maintainer.clone(), maintainer.pubkey, "repo".into())
+            .unwrap();
         let mut refused = Vec::new();
         // 30 throwaway keys, 3 events each, all for the maintainer's identifier.
         for key in 10..40u8 {
@@ -259,24 +283,33 @@ mod tests {
             }
         }
         assert_eq!(p.states_for("repo").len(), 10);
-        assert!(p.states_for("repo").iter().any(|s| s.event.id == maintainer.id));
+        assert!(p
+            .states_for("repo")
+            .iter()
+            .any(|s| s.event.id == maintainer.id));
         assert_eq!(refused.len(), 90 - 9);
-        assert!(refused.iter().all(|f| f.scope == CapScope::Total && f.ok_prefix() == "blocked"));
+        assert!(refused
+            .iter()
+            .all(|f| f.scope == CapScope::Total && f.ok_prefix() == "blocked"));
         // The maintainer's other events are refused too while full, but nothing already held
         // is lost; once the flood expires there is room again.
         p.assert_consistent();
         clock.advance(MIN30);
         assert_eq!(p.sweep().len(), 10);
         let again = signed(0, STATE, 1);
-        assert!(p.add_state(again.clone(), again.pubkey, "repo".into()).unwrap());
+        assert!(p
+            .add_state(again.clone(), again.pubkey, "repo".into())
+            .unwrap());
     }
 
     #[test]
     fn placeholder_caps_per_repo_and_total() {
         let (_c, mut p) = purgatory_with(small());
         let id = |n: u8| EventId::from_byte_array([n; 32]);
-        p.add_pr_placeholder(id(1), "c".into(), repo(0, "a")).unwrap();
-        p.add_pr_placeholder(id(2), "c".into(), repo(0, "a")).unwrap();
+        p.add_pr_placeholder(id(1), "c".into(), repo(0, "a"))
+            .unwrap();
+        p.add_pr_placeholder(id(2), "c".into(), repo(0, "a"))
+            .unwrap();
         assert_eq!(
             p.add_pr_placeholder(id(3), "c".into(), repo(0, "a")),
             Err(PlaceholderError::Full(PurgatoryFull {
@@ -285,14 +318,23 @@ mod tests {
             }))
         );
         // Adding a destination to an existing placeholder counts per repository only.
-        assert!(p.add_pr_placeholder(id(1), "c".into(), repo(0, "a")).is_ok());
-        p.add_pr_placeholder(id(3), "c".into(), repo(1, "b")).unwrap();
-        let err = p.add_pr_placeholder(id(4), "c".into(), repo(2, "c")).unwrap_err();
+        assert!(p
+            .add_pr_placeholder(id(1), "c".into(), repo(0, "a"))
+            .is_ok());
+        p.add_pr_placeholder(id(3), "c".into(), repo(1, "b"))
+            .unwrap();
+        let err = p
+            .add_pr_placeholder(id(4), "c".into(), repo(2, "c"))
+            .unwrap_err();
         assert_eq!(
             err,
-            PlaceholderError::Full(PurgatoryFull { scope: CapScope::PlaceholdersTotal, limit: 3 })
+            PlaceholderError::Full(PurgatoryFull {
+                scope: CapScope::PlaceholdersTotal,
+                limit: 3
+            })
         );
-        p.add_pr_placeholder(id(3), "c".into(), repo(2, "c")).unwrap();
+        p.add_pr_placeholder(id(3), "c".into(), repo(2, "c"))
+            .unwrap();
         // Placeholders do not use the event budget.
         for v in 0..3 {
             let s = signed(0, STATE, v);

@@ -211,7 +211,9 @@ pub struct RestoreReport {
 }
 
 fn unix_secs(t: SystemTime) -> u64 {
-    t.duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+    t.duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
 }
 
 /// Whole seconds from `now` to `at`, rounded up (a round trip never shortens a deadline).
@@ -548,9 +550,14 @@ mod tests {
         add_ann(&mut p, &signed(0, ANNOUNCEMENT, 0), "repo").unwrap();
         let s = signed(0, STATE, 0);
         p.add_state(s.clone(), s.pubkey, "repo".into()).unwrap();
-        p.add_pr(signed(1, PR, 0), "c0ffee".into(), vec![repo(0, "repo")]).unwrap();
-        p.add_pr_placeholder(EventId::from_byte_array([4; 32]), "beef".into(), repo(0, "repo"))
+        p.add_pr(signed(1, PR, 0), "c0ffee".into(), vec![repo(0, "repo")])
             .unwrap();
+        p.add_pr_placeholder(
+            EventId::from_byte_array([4; 32]),
+            "beef".into(),
+            repo(0, "repo"),
+        )
+        .unwrap();
         clock.advance(MIN10);
         (clock, p)
     }
@@ -561,8 +568,12 @@ mod tests {
         repo_exists: impl Fn(&Path) -> bool,
     ) -> (Arc<ManualClock>, Purgatory, RestoreReport) {
         let clock = Arc::new(ManualClock::starting_at(wall));
-        let (p, report) =
-            Purgatory::restore(state, PurgatoryConfig::default(), clock.clone(), repo_exists);
+        let (p, report) = Purgatory::restore(
+            state,
+            PurgatoryConfig::default(),
+            clock.clone(),
+            repo_exists,
+        );
         (clock, p, report)
     }
 
@@ -574,7 +585,12 @@ mod tests {
         let (clock, p, report) = reopened(state, old_clock.wall() + MIN5, |_| true);
         assert_eq!(report.downtime, MIN5);
         assert_eq!(
-            (report.announcements, report.states, report.prs, report.placeholders),
+            (
+                report.announcements,
+                report.states,
+                report.prs,
+                report.placeholders
+            ),
             (1, 1, 1, 1)
         );
         assert_eq!(report.expired_events, 1);
@@ -589,7 +605,10 @@ mod tests {
         assert!(a.relays.contains("wss://relay.example"));
         assert_eq!(a.expires_at, clock.now() + left);
         assert_eq!(clock.now() - a.created_at, MIN10 + MIN5);
-        assert!(p.get_announcement(&pubkey(1), "gone").is_none(), "soft-expired not saved");
+        assert!(
+            p.get_announcement(&pubkey(1), "gone").is_none(),
+            "soft-expired not saved"
+        );
 
         let s = &p.states_for("repo")[0];
         assert_eq!(s.event, signed(0, STATE, 0));
@@ -598,19 +617,28 @@ mod tests {
 
         let pr = p.find_pr(&signed(1, PR, 0).id).unwrap();
         assert_eq!(pr.event.as_ref(), Some(&signed(1, PR, 0)));
-        assert_eq!((pr.commit.as_str(), &pr.repos), ("c0ffee", &vec![repo(0, "repo")]));
+        assert_eq!(
+            (pr.commit.as_str(), &pr.repos),
+            ("c0ffee", &vec![repo(0, "repo")])
+        );
         assert_eq!(pr.expires_at, clock.now() + left);
 
         let ph = p.find_pr(&EventId::from_byte_array([4; 32])).unwrap();
         assert!(ph.is_placeholder());
-        assert_eq!((ph.commit.as_str(), &ph.destinations), ("beef", &vec![repo(0, "repo")]));
+        assert_eq!(
+            (ph.commit.as_str(), &ph.destinations),
+            ("beef", &vec![repo(0, "repo")])
+        );
         assert_eq!(ph.expires_at, clock.now() + left);
 
         assert!(p.is_expired(&signed(2, STATE, 2).id));
         // A second snapshot of the restored purgatory says the same thing.
         let again = p.snapshot();
         let first = PurgatoryState::from_json(&json).unwrap();
-        assert_eq!(again.announcement_purgatory.len(), first.announcement_purgatory.len());
+        assert_eq!(
+            again.announcement_purgatory.len(),
+            first.announcement_purgatory.len()
+        );
         assert_eq!(again.pr_events.len(), 2);
         assert_eq!(
             again.state_events["repo"][0].expires_in_secs,
@@ -621,15 +649,22 @@ mod tests {
     #[test]
     fn entries_expired_during_downtime_are_swept_at_once() {
         let (old_clock, old) = populated();
-        let (_clock, mut p, report) =
-            reopened(old.snapshot(), old_clock.wall() + MIN30, |_| true);
+        let (_clock, mut p, report) = reopened(old.snapshot(), old_clock.wall() + MIN30, |_| true);
         assert_eq!(report.expired_during_downtime, 4);
         let actions = p.sweep();
         assert_eq!(actions.len(), 4, "{actions:?}");
-        assert!(actions.iter().any(|a| matches!(a, SweepAction::SoftExpireAnnouncement { .. })));
-        assert!(actions.iter().any(|a| matches!(a, SweepAction::ExpireState { .. })));
-        assert!(actions.iter().any(|a| matches!(a, SweepAction::ExpirePr { .. })));
-        assert!(actions.iter().any(|a| matches!(a, SweepAction::ExpirePlaceholder { .. })));
+        assert!(actions
+            .iter()
+            .any(|a| matches!(a, SweepAction::SoftExpireAnnouncement { .. })));
+        assert!(actions
+            .iter()
+            .any(|a| matches!(a, SweepAction::ExpireState { .. })));
+        assert!(actions
+            .iter()
+            .any(|a| matches!(a, SweepAction::ExpirePr { .. })));
+        assert!(actions
+            .iter()
+            .any(|a| matches!(a, SweepAction::ExpirePlaceholder { .. })));
     }
 
     #[test]
@@ -658,7 +693,10 @@ mod tests {
     fn soft_expired_flag_in_a_file_is_honoured() {
         let (old_clock, old) = populated();
         let mut state = old.snapshot();
-        state.announcement_purgatory.values_mut().for_each(|a| a.soft_expired = true);
+        state
+            .announcement_purgatory
+            .values_mut()
+            .for_each(|a| a.soft_expired = true);
         let (_c, p, report) = reopened(state, old_clock.wall(), |_| true);
         assert_eq!(report.announcements, 0);
         assert!(p.announcements().next().is_none());
@@ -668,14 +706,18 @@ mod tests {
     fn pending_placeholder_cleanup_is_due_at_once_after_restart() {
         let (clock, mut p) = purgatory();
         let id = EventId::from_byte_array([4; 32]);
-        p.add_pr_placeholder(id, "beef".into(), repo(0, "repo")).unwrap();
+        p.add_pr_placeholder(id, "beef".into(), repo(0, "repo"))
+            .unwrap();
         clock.advance(MIN30);
         assert_eq!(p.sweep().len(), 1);
         // Crash before the caller reported the ref deletion.
         let state = p.snapshot();
         assert_eq!(state.pr_events[&id.to_hex()].expires_in_secs, 0);
         let (_c, mut p, _) = reopened(state, clock.wall(), |_| true);
-        assert!(matches!(p.sweep()[..], [SweepAction::ExpirePlaceholder { .. }]));
+        assert!(matches!(
+            p.sweep()[..],
+            [SweepAction::ExpirePlaceholder { .. }]
+        ));
     }
 
     #[test]
@@ -690,8 +732,14 @@ mod tests {
         let (_c, p, report) = reopened(state, old_clock.wall(), |_| true);
         assert_eq!((report.states, report.prs, report.placeholders), (0, 0, 1));
         assert_eq!(report.skipped.len(), 2, "{:?}", report.skipped);
-        assert!(report.skipped.iter().any(|s| s.reason.contains("verification")));
-        assert!(report.skipped.iter().any(|s| s.reason.contains("not a nostr event")));
+        assert!(report
+            .skipped
+            .iter()
+            .any(|s| s.reason.contains("verification")));
+        assert!(report
+            .skipped
+            .iter()
+            .any(|s| s.reason.contains("not a nostr event")));
         assert_eq!(p.announcements().count(), 1);
         p.assert_consistent();
     }
@@ -710,8 +758,14 @@ mod tests {
         let wall = UNIX_EPOCH + Duration::from_secs(BASE + 60);
         let (clock, p, report) = reopened(state, wall, |_| true);
         assert_eq!(report.states, 1);
-        assert_eq!(p.states_for("repo")[0].expires_at, clock.now() + Duration::from_secs(540));
-        assert_eq!(PurgatoryState::from_json("{}").unwrap(), PurgatoryState::default());
+        assert_eq!(
+            p.states_for("repo")[0].expires_at,
+            clock.now() + Duration::from_secs(540)
+        );
+        assert_eq!(
+            PurgatoryState::from_json("{}").unwrap(),
+            PurgatoryState::default()
+        );
     }
 
     #[test]
@@ -729,7 +783,10 @@ mod tests {
             Err(CheckpointError::Corrupt(_))
         ));
         // restore() refuses a wrong version it is handed directly.
-        let state = PurgatoryState { version: 9, ..PurgatoryState::default() };
+        let state = PurgatoryState {
+            version: 9,
+            ..PurgatoryState::default()
+        };
         let (_c, p, report) = reopened(state, SystemTime::now(), |_| true);
         assert_eq!(report.skipped.len(), 1);
         assert_eq!(p.stats(), Default::default());
@@ -742,7 +799,10 @@ mod tests {
             let dir = std::env::temp_dir().join(format!(
                 "grasp-purgatory-{}-{name}-{}",
                 std::process::id(),
-                SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos()
+                SystemTime::now()
+                    .duration_since(UNIX_EPOCH)
+                    .unwrap()
+                    .as_nanos()
             ));
             fs::create_dir_all(&dir).unwrap();
             TempDir(dir)
@@ -770,7 +830,10 @@ mod tests {
 
         // A stale tmp from a crashed write is overwritten, and the rename replaces the file.
         fs::write(&tmp, "half a checkp").unwrap();
-        let second = PurgatoryState { saved_at: 42, ..PurgatoryState::default() };
+        let second = PurgatoryState {
+            saved_at: 42,
+            ..PurgatoryState::default()
+        };
         write_checkpoint(&path, &second).unwrap();
         assert!(!tmp.exists());
         assert_eq!(read_checkpoint(&path).unwrap(), Some(second));
@@ -791,7 +854,10 @@ mod tests {
         let dir = TempDir::new("corrupt");
         let path = dir.0.join("purgatory-state.json");
         fs::write(&path, "{ this is not json").unwrap();
-        assert!(matches!(read_checkpoint(&path), Err(CheckpointError::Corrupt(_))));
+        assert!(matches!(
+            read_checkpoint(&path),
+            Err(CheckpointError::Corrupt(_))
+        ));
         let aside = set_aside(&path).unwrap();
         assert!(!path.exists());
         assert!(aside.exists());

@@ -91,7 +91,10 @@ mod tests {
         assert_eq!(w0, SystemTime::UNIX_EPOCH + Duration::from_secs(1000));
         clock.advance(Duration::from_secs(90));
         assert_eq!(clock.now() - t0, Duration::from_secs(90));
-        assert_eq!(clock.wall().duration_since(w0).unwrap(), Duration::from_secs(90));
+        assert_eq!(
+            clock.wall().duration_since(w0).unwrap(),
+            Duration::from_secs(90)
+        );
     }
 
     #[test]

@@ -162,7 +162,9 @@ mod tests {
     fn coordinate_deletion_older_than_announcement_keeps_it() {
         let (_c, mut p) = setup();
         let coords = vec![(ANNOUNCEMENT, pubkey(0), "repo".to_owned())];
-        assert!(p.remove_by_deletion(&pubkey(0), &[], &coords, ts(0)).is_empty());
+        assert!(p
+            .remove_by_deletion(&pubkey(0), &[], &coords, ts(0))
+            .is_empty());
         assert!(p.get_announcement(&pubkey(0), "repo").is_some());
     }
 
@@ -170,8 +172,11 @@ mod tests {
     fn placeholders_cannot_be_deleted_by_kind5() {
         let (_c, mut p) = purgatory();
         let id = nostr::prelude::EventId::from_byte_array([9; 32]);
-        p.add_pr_placeholder(id, "c".into(), repo(0, "repo")).unwrap();
-        assert!(p.remove_by_deletion(&pubkey(0), &[id], &[], ts(2)).is_empty());
+        p.add_pr_placeholder(id, "c".into(), repo(0, "repo"))
+            .unwrap();
+        assert!(p
+            .remove_by_deletion(&pubkey(0), &[id], &[], ts(2))
+            .is_empty());
         assert!(p.find_pr(&id).is_some());
     }
 }

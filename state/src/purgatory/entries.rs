@@ -94,9 +94,17 @@ impl PrEntry {
 /// Names one entry. Ordered so it can sit in the deadline set next to its [`Instant`].
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum EntryKey {
-    Announcement { owner: PublicKey, identifier: String },
-    State { identifier: String, event_id: EventId },
-    Pr { event_id: EventId },
+    Announcement {
+        owner: PublicKey,
+        identifier: String,
+    },
+    State {
+        identifier: String,
+        event_id: EventId,
+    },
+    Pr {
+        event_id: EventId,
+    },
 }
 
 /// What [`Purgatory::add_announcement`](super::Purgatory::add_announcement) did.

@@ -35,7 +35,10 @@ impl Purgatory {
 
     /// The state events waiting for `identifier`, oldest added first.
     pub fn states_for(&self, identifier: &str) -> &[StateEntry] {
-        self.states.get(identifier).map(Vec::as_slice).unwrap_or(&[])
+        self.states
+            .get(identifier)
+            .map(Vec::as_slice)
+            .unwrap_or(&[])
     }
 
     /// Releases (or drops) one state event.
@@ -255,7 +258,9 @@ mod tests {
     fn pr_event_then_release() {
         let (_clock, mut p) = purgatory();
         let pr = signed(0, PR, 0);
-        assert!(p.add_pr(pr.clone(), "c0ffee".into(), vec![repo(0, "repo")]).unwrap());
+        assert!(p
+            .add_pr(pr.clone(), "c0ffee".into(), vec![repo(0, "repo")])
+            .unwrap());
         assert!(!p.add_pr(pr.clone(), "c0ffee".into(), vec![]).unwrap());
         let entry = p.find_pr(&pr.id).unwrap();
         assert!(!entry.is_placeholder());
@@ -270,17 +275,22 @@ mod tests {
     fn placeholder_destinations_and_commit_mismatch() {
         let (clock, mut p) = purgatory();
         let id = EventId::from_byte_array([7; 32]);
-        p.add_pr_placeholder(id, "aaa".into(), repo(0, "r1")).unwrap();
+        p.add_pr_placeholder(id, "aaa".into(), repo(0, "r1"))
+            .unwrap();
         clock.advance(MIN20);
-        p.add_pr_placeholder(id, "aaa".into(), repo(1, "r1")).unwrap();
-        p.add_pr_placeholder(id, "aaa".into(), repo(1, "r1")).unwrap();
+        p.add_pr_placeholder(id, "aaa".into(), repo(1, "r1"))
+            .unwrap();
+        p.add_pr_placeholder(id, "aaa".into(), repo(1, "r1"))
+            .unwrap();
         let e = p.find_pr(&id).unwrap();
         assert!(e.is_placeholder());
         assert_eq!(e.destinations, vec![repo(0, "r1"), repo(1, "r1")]);
         assert_eq!(e.expires_at, clock.now() + MIN30);
         assert_eq!(
             p.add_pr_placeholder(id, "bbb".into(), repo(2, "r1")),
-            Err(PlaceholderError::CommitMismatch { existing: "aaa".into() })
+            Err(PlaceholderError::CommitMismatch {
+                existing: "aaa".into()
+            })
         );
         assert_eq!(p.stats().placeholders, 1);
         p.assert_consistent();
@@ -290,8 +300,11 @@ mod tests {
     fn pr_event_over_placeholder_keeps_destinations() {
         let (_clock, mut p) = purgatory();
         let pr = signed(0, PR, 0);
-        p.add_pr_placeholder(pr.id, "aaa".into(), repo(0, "repo")).unwrap();
-        assert!(p.add_pr(pr.clone(), "aaa".into(), vec![repo(0, "repo")]).unwrap());
+        p.add_pr_placeholder(pr.id, "aaa".into(), repo(0, "repo"))
+            .unwrap();
+        assert!(p
+            .add_pr(pr.clone(), "aaa".into(), vec![repo(0, "repo")])
+            .unwrap());
         let e = p.find_pr(&pr.id).unwrap();
         assert!(!e.is_placeholder());
         assert_eq!(e.destinations, vec![repo(0, "repo")]);
@@ -306,13 +319,18 @@ mod tests {
         let (s1, s2, pr) = (signed(0, STATE, 0), signed(0, STATE, 1), signed(1, PR, 0));
         p.add_state(s1.clone(), s1.pubkey, "repo".into()).unwrap();
         p.add_state(s2.clone(), s2.pubkey, "repo".into()).unwrap();
-        p.add_pr(pr.clone(), "c".into(), vec![repo(0, "repo")]).unwrap();
+        p.add_pr(pr.clone(), "c".into(), vec![repo(0, "repo")])
+            .unwrap();
         let start = clock.now();
         clock.advance(MIN20);
         assert_eq!(p.extend_expiry("repo", &[s1.id, pr.id], MIN30), 2);
         assert_eq!(p.extend_expiry("other", &[s2.id], MIN30), 0);
         let exp = |p: &Purgatory, id| {
-            p.states_for("repo").iter().find(|s| s.event.id == id).unwrap().expires_at
+            p.states_for("repo")
+                .iter()
+                .find(|s| s.event.id == id)
+                .unwrap()
+                .expires_at
         };
         assert_eq!(exp(&p, s1.id), clock.now() + MIN30);
         assert_eq!(exp(&p, s2.id), start + MIN30);

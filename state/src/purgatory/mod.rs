@@ -47,8 +47,10 @@ use nostr::prelude::{EventId, PublicKey};
 pub use caps::{CapScope, Caps, PlaceholderError, PurgatoryFull};
 pub use checkpoint::{
     read_checkpoint, set_aside, write_checkpoint, CheckpointError, PurgatoryState, RestoreReport,
+    Skipped,
 };
 pub use clock::{Clock, ManualClock, SystemClock};
+pub use deletion::Coordinate;
 pub use entries::{
     AnnouncementAdded, AnnouncementEntry, EntryKey, EntryKind, EntryView, Extension, PrEntry,
     PurgatoryStats, Removed, RepoId, StateEntry,
@@ -86,6 +88,10 @@ impl Default for PurgatoryConfig {
 }
 
 /// The holding area. See the module docs.
+///
+/// Not internally synchronised: the relay wraps it in a `std::sync::Mutex` and keeps every
+/// critical section short (no I/O under the lock: `sweep` and `snapshot` return data to act on
+/// afterwards). Sync-running flags are a set, not a counter: one sync task per identifier.
 pub struct Purgatory {
     config: PurgatoryConfig,
     clock: Arc<dyn Clock>,
@@ -245,7 +251,9 @@ impl Purgatory {
                 waiting_for: Some(waiting_for),
             });
         }
-        out.sort_by(|a, b| (a.time_left, a.kind, &a.event_id).cmp(&(b.time_left, b.kind, &b.event_id)));
+        out.sort_by(|a, b| {
+            (a.time_left, a.kind, &a.event_id).cmp(&(b.time_left, b.kind, &b.event_id))
+        });
         out
     }
 
@@ -370,7 +378,8 @@ impl Purgatory {
             self.counts.add_destination(d.clone());
         }
         if !entry.cleanup_pending {
-            self.deadlines.arm(entry.expires_at, EntryKey::Pr { event_id });
+            self.deadlines
+                .arm(entry.expires_at, EntryKey::Pr { event_id });
         }
         self.prs.insert(event_id, entry);
     }
@@ -390,7 +399,11 @@ impl Purgatory {
             event_id: *event_id,
         };
         let identifiers: Vec<String> = entry.identifiers().map(str::to_owned).collect();
-        self.unschedule(&key, entry.expires_at, identifiers.iter().map(String::as_str));
+        self.unschedule(
+            &key,
+            entry.expires_at,
+            identifiers.iter().map(String::as_str),
+        );
         Some(entry)
     }
 
@@ -408,11 +421,17 @@ impl Purgatory {
         let deferred: BTreeSet<&EntryKey> = self.deferred.values().flatten().collect();
         let mut check = |key: EntryKey, at: Instant, armable: bool| {
             if !armable {
-                assert!(!self.deadlines.contains(at, &key), "{key:?} armed while pending");
+                assert!(
+                    !self.deadlines.contains(at, &key),
+                    "{key:?} armed while pending"
+                );
                 return;
             }
             let is_armed = self.deadlines.contains(at, &key);
-            assert!(is_armed != deferred.contains(&key), "{key:?} armed xor deferred");
+            assert!(
+                is_armed != deferred.contains(&key),
+                "{key:?} armed xor deferred"
+            );
             if is_armed {
                 armed += 1;
             }
@@ -451,14 +470,22 @@ impl Purgatory {
             for d in &p.destinations {
                 *per_repo.entry(d.clone()).or_default() += 1;
             }
-            check(EntryKey::Pr { event_id: *id }, p.expires_at, !p.cleanup_pending);
+            check(
+                EntryKey::Pr { event_id: *id },
+                p.expires_at,
+                !p.cleanup_pending,
+            );
         }
         assert_eq!(armed, self.deadlines.len(), "stray deadlines");
         assert_eq!(per_author, self.counts.per_author);
         assert_eq!(per_author.values().sum::<usize>(), self.counts.total);
         assert_eq!(placeholders, self.counts.placeholders_total);
         assert_eq!(per_repo, self.counts.placeholders_per_repo);
-        let indexed = self.announcements.values().map(BTreeMap::len).sum::<usize>()
+        let indexed = self
+            .announcements
+            .values()
+            .map(BTreeMap::len)
+            .sum::<usize>()
             + self.states.values().map(Vec::len).sum::<usize>();
         assert_eq!(indexed, self.by_id.len());
     }
@@ -470,6 +497,12 @@ mod tests {
     use super::*;
 
     #[test]
+    fn purgatory_can_live_behind_a_mutex_shared_across_threads() {
+        fn assert_send_sync<T: Send + Sync>() {}
+        assert_send_sync::<std::sync::Mutex<Purgatory>>();
+    }
+
+    #[test]
     fn listing_shows_every_entry_soonest_first() {
         let (clock, mut p) = purgatory();
         let ann = signed(0, ANNOUNCEMENT, 0);
@@ -479,17 +512,24 @@ mod tests {
         p.add_state(s.clone(), s.pubkey, "repo".into()).unwrap();
         clock.advance(Duration::from_secs(60));
         let pr = signed(2, PR, 0);
-        p.add_pr(pr.clone(), "abc".into(), vec![repo(0, "repo")]).unwrap();
+        p.add_pr(pr.clone(), "abc".into(), vec![repo(0, "repo")])
+            .unwrap();
         clock.advance(Duration::from_secs(60));
         let ph = EventId::from_byte_array([3; 32]);
-        p.add_pr_placeholder(ph, "def".into(), repo(1, "other")).unwrap();
+        p.add_pr_placeholder(ph, "def".into(), repo(1, "other"))
+            .unwrap();
         clock.advance(Duration::from_secs(60));
 
         let view = p.listing();
         let kinds: Vec<EntryKind> = view.iter().map(|v| v.kind).collect();
         assert_eq!(
             kinds,
-            [EntryKind::Announcement, EntryKind::State, EntryKind::Pr, EntryKind::Placeholder]
+            [
+                EntryKind::Announcement,
+                EntryKind::State,
+                EntryKind::Pr,
+                EntryKind::Placeholder
+            ]
         );
         let a = &view[0];
         assert_eq!(a.pubkey.as_deref(), Some(ann.pubkey.to_hex().as_str()));
@@ -499,14 +539,24 @@ mod tests {
         assert_eq!(a.time_left, MIN30 - Duration::from_secs(240));
         assert!(!a.soft_expired);
         assert_eq!(view[2].pubkey.as_deref(), Some(pr.pubkey.to_hex().as_str()));
-        assert!(view[2].waiting_for.as_deref().unwrap().contains("commit abc"));
+        assert!(view[2]
+            .waiting_for
+            .as_deref()
+            .unwrap()
+            .contains("commit abc"));
         assert_eq!(view[3].pubkey, None);
         assert_eq!(view[3].identifier.as_deref(), Some("other"));
         assert_eq!(view[3].age, Duration::from_secs(60));
 
         let stats = p.stats();
         assert_eq!(
-            (stats.announcements, stats.states, stats.prs, stats.placeholders, stats.deadlines),
+            (
+                stats.announcements,
+                stats.states,
+                stats.prs,
+                stats.placeholders,
+                stats.deadlines
+            ),
             (1, 1, 1, 1, 4)
         );
     }

@@ -179,8 +179,10 @@ mod tests {
         let (s, pr) = (signed(0, STATE, 0), signed(0, PR, 0));
         let ph = EventId::from_byte_array([5; 32]);
         p.add_state(s.clone(), s.pubkey, "repo".into()).unwrap();
-        p.add_pr(pr.clone(), "c1".into(), vec![repo(0, "repo")]).unwrap();
-        p.add_pr_placeholder(ph, "c2".into(), repo(0, "repo")).unwrap();
+        p.add_pr(pr.clone(), "c1".into(), vec![repo(0, "repo")])
+            .unwrap();
+        p.add_pr_placeholder(ph, "c2".into(), repo(0, "repo"))
+            .unwrap();
         clock.advance(MIN30 - SEC);
         assert!(p.sweep().is_empty());
         assert!(!p.is_expired(&s.id));
@@ -210,7 +212,10 @@ mod tests {
         // The placeholder stays until its refs are cleaned.
         assert!(p.find_pr(&ph).unwrap().cleanup_pending);
         p.assert_consistent();
-        assert!(p.sweep().is_empty(), "a pending placeholder is not swept twice");
+        assert!(
+            p.sweep().is_empty(),
+            "a pending placeholder is not swept twice"
+        );
         assert!(p.placeholder_cleaned(&ph, &[repo(0, "repo")]));
         assert!(p.find_pr(&ph).is_none());
         assert_eq!(p.stats().prs + p.stats().placeholders + p.stats().states, 0);
@@ -318,7 +323,9 @@ mod tests {
         clock.advance(MIN30);
         p.sweep();
         clock.advance(Duration::from_secs(3600));
-        let ext = p.extend_announcement_expiry(&ev.pubkey, "repo", MIN30).unwrap();
+        let ext = p
+            .extend_announcement_expiry(&ev.pubkey, "repo", MIN30)
+            .unwrap();
         assert!(ext.revived);
         let e = p.get_announcement(&ev.pubkey, "repo").unwrap();
         assert!(!e.soft_expired);
@@ -326,7 +333,10 @@ mod tests {
         p.assert_consistent();
         // It soft-expires again 30 minutes later, not 24 h later.
         clock.advance(MIN30);
-        assert!(matches!(p.sweep()[..], [SweepAction::SoftExpireAnnouncement { .. }]));
+        assert!(matches!(
+            p.sweep()[..],
+            [SweepAction::SoftExpireAnnouncement { .. }]
+        ));
         // A replacement of a soft-expired announcement revives it too.
         let added = add_ann(&mut p, &signed(0, ANNOUNCEMENT, 1), "repo").unwrap();
         assert!(added.replaced && added.revived);
@@ -357,17 +367,27 @@ mod tests {
     #[test]
     fn sweep_defers_while_sync_runs_and_expires_after() {
         let (clock, mut p) = purgatory();
-        let (ann, s, pr) = (signed(0, ANNOUNCEMENT, 0), signed(0, STATE, 0), signed(1, PR, 0));
+        let (ann, s, pr) = (
+            signed(0, ANNOUNCEMENT, 0),
+            signed(0, STATE, 0),
+            signed(1, PR, 0),
+        );
         let other = signed(1, STATE, 0);
         add_ann(&mut p, &ann, "repo").unwrap();
         p.add_state(s.clone(), s.pubkey, "repo".into()).unwrap();
-        p.add_state(other.clone(), other.pubkey, "other".into()).unwrap();
-        p.add_pr(pr.clone(), "c".into(), vec![repo(0, "repo")]).unwrap();
+        p.add_state(other.clone(), other.pubkey, "other".into())
+            .unwrap();
+        p.add_pr(pr.clone(), "c".into(), vec![repo(0, "repo")])
+            .unwrap();
         p.set_sync_running("repo", true);
         assert!(p.is_sync_running("repo"));
         clock.advance(MIN30);
         let actions = p.sweep();
-        assert_eq!(actions.len(), 1, "only the other identifier expires: {actions:?}");
+        assert_eq!(
+            actions.len(),
+            1,
+            "only the other identifier expires: {actions:?}"
+        );
         assert_eq!(p.stats().deferred, 3);
         p.assert_consistent();
         clock.advance(MIN30);
@@ -379,8 +399,12 @@ mod tests {
         p.assert_consistent();
         let actions = p.sweep();
         assert_eq!(actions.len(), 2, "{actions:?}");
-        assert!(actions.iter().any(|a| matches!(a, SweepAction::SoftExpireAnnouncement { .. })));
-        assert!(actions.iter().any(|a| matches!(a, SweepAction::ExpirePr { .. })));
+        assert!(actions
+            .iter()
+            .any(|a| matches!(a, SweepAction::SoftExpireAnnouncement { .. })));
+        assert!(actions
+            .iter()
+            .any(|a| matches!(a, SweepAction::ExpirePr { .. })));
         assert_eq!(p.stats().deferred, 0);
         p.assert_consistent();
     }
@@ -403,6 +427,38 @@ mod tests {
     }
 
     #[test]
+    fn expiring_pr_that_replaced_a_placeholder_reports_its_refs() {
+        let (clock, mut p) = purgatory();
+        let pr = signed(0, PR, 0);
+        p.add_pr_placeholder(pr.id, "c".into(), repo(1, "b"))
+            .unwrap();
+        p.add_pr(pr.clone(), "c".into(), vec![repo(0, "a")])
+            .unwrap();
+        clock.advance(MIN30);
+        assert_eq!(
+            p.sweep(),
+            vec![SweepAction::ExpirePr {
+                event_id: pr.id,
+                commit: "c".into(),
+                destinations: vec![repo(1, "b")]
+            }]
+        );
+        p.assert_consistent();
+    }
+
+    #[test]
+    fn placeholder_is_deferred_while_its_destination_syncs() {
+        let (clock, mut p) = purgatory();
+        let ph = EventId::from_byte_array([5; 32]);
+        p.add_pr_placeholder(ph, "c".into(), repo(0, "a")).unwrap();
+        p.set_sync_running("a", true);
+        clock.advance(MIN30);
+        assert!(p.sweep().is_empty());
+        p.set_sync_running("a", false);
+        assert_eq!(p.sweep().len(), 1);
+    }
+
+    #[test]
     fn sweep_cost_is_independent_of_entry_count() {
         let clock = Arc::new(super::super::ManualClock::default());
         let config = PurgatoryConfig {
@@ -415,7 +471,8 @@ mod tests {
         };
         let mut p = Purgatory::new(config, clock.clone());
         let early = fake_event(0, STATE, 1, 0);
-        p.add_state(early.clone(), early.pubkey, "repo".into()).unwrap();
+        p.add_state(early.clone(), early.pubkey, "repo".into())
+            .unwrap();
         clock.advance(MIN20);
         for n in 1..20_000u32 {
             let e = fake_event(0, STATE, 1, n);
