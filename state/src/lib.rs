@@ -16,9 +16,8 @@
 //! - [`hook_api`]: the versioned JSON request/response types the hooks send to
 //!   the relay's internal API.
 //! - `identifier`: repository path layout and identifier validation (decision 2).
-//! - `purgatory`: the purgatory data model and its checkpoint format.
-//!
-//! (`identifier` and `purgatory` are written on other branches and merged in.)
+//! - [`purgatory`]: the purgatory data model (entries, deadlines, caps, expiry
+//!   sweep) and its crash-safe checkpoint format.
 //!
 //! Everything that reaches this crate may come from the network: bad input
 //! yields a typed error whose message says what is wrong and what to do, never
@@ -27,5 +26,6 @@
 pub mod hook_api;
 pub mod maintainers;
 pub mod nip34;
+pub mod purgatory;
 pub mod push;
 pub mod refs;

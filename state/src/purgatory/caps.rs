@@ -1,0 +1,346 @@
+//! Bounded memory (GRASP.md decision 9): the purgatory never trusts the network.
+//!
+//! Every event entry counts against its author (announcement owner, state/PR author) and against
+//! a total; git-first placeholders have their own budget per destination repository and in
+//! total, because anyone may push `refs/nostr/<id>` and placeholders carry no author.
+//!
+//! When a budget is spent the add is refused with [`PurgatoryFull`]; **existing entries are never
+//! evicted to make room**. Eviction would let a flood (say, state events for one identifier from
+//! thousands of throwaway keys) push out a legitimate maintainer's waiting events. Refusing
+//! instead means each throwaway key is stopped by its per-author cap (`rate-limited:`) and the
+//! total cap stops the rest (`blocked:`), while everything already held keeps waiting for its
+//! git data. Entries leave only by release, deletion or expiry. A soft-expired announcement
+//! still counts against its owner until it is fully expired (it is still held in memory).
+
+use std::collections::HashMap;
+use std::fmt;
+
+use nostr::prelude::PublicKey;
+
+use super::entries::RepoId;
+
+/// Limits on how much the purgatory holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Caps {
+    /// Announcements + state events + PR events of one pubkey.
+    pub per_author: usize,
+    /// Announcements + state events + PR events in total.
+    pub total: usize,
+    /// Git-first placeholders pointing at one repository.
+    pub placeholders_per_repo: usize,
+    /// Git-first placeholders in total.
+    pub placeholders_total: usize,
+    /// Remembered expired event ids (oldest are forgotten first; this is only a hint).
+    pub expired_events: usize,
+}
+
+impl Default for Caps {
+    fn default() -> Self {
+        Caps {
+            per_author: 100,
+            total: 10_000,
+            placeholders_per_repo: 100,
+            placeholders_total: 2_000,
+            expired_events: 100_000,
+        }
+    }
+}
+
+/// Which budget is spent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CapScope {
+    Author,
+    Total,
+    PlaceholdersPerRepo,
+    PlaceholdersTotal,
+}
+
+/// An add was refused because a budget is spent. Nothing was changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub struct PurgatoryFull {
+    pub scope: CapScope,
+    pub limit: usize,
+}
+
+impl PurgatoryFull {
+    /// The NIP-01 OK prefix the relay answers with: one sender over its budget is
+    /// `rate-limited`, a full purgatory is `blocked`.
+    pub fn ok_prefix(&self) -> &'static str {
+        match self.scope {
+            CapScope::Author | CapScope::PlaceholdersPerRepo => "rate-limited",
+            CapScope::Total | CapScope::PlaceholdersTotal => "blocked",
+        }
+    }
+}
+
+impl fmt::Display for PurgatoryFull {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let limit = self.limit;
+        match self.scope {
+            CapScope::Author => write!(
+                f,
+                "you already have {limit} events waiting for git data; push the git data for them or wait for them to expire (30 min) before sending more"
+            ),
+            CapScope::Total => write!(
+                f,
+                "purgatory is full ({limit} events waiting for git data); push your git data first, then publish the event, or try again later"
+            ),
+            CapScope::PlaceholdersPerRepo => write!(
+                f,
+                "this repository already has {limit} refs/nostr/* pushes waiting for their events; publish those PR events first or try again in 30 min"
+            ),
+            CapScope::PlaceholdersTotal => write!(
+                f,
+                "too many refs/nostr/* pushes are waiting for their events ({limit}); publish the PR event first, or try again later"
+            ),
+        }
+    }
+}
+
+/// Why a git-first placeholder could not be recorded.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PlaceholderError {
+    #[error(transparent)]
+    Full(#[from] PurgatoryFull),
+    /// Another push (or the PR event) already fixed a different commit for this event id.
+    #[error("refs/nostr/<event-id> is already waiting with commit {existing}; push that commit, or use the id of your own PR event")]
+    CommitMismatch { existing: String },
+}
+
+/// Running counts, kept in step with the entries on every insert and removal.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct Counts {
+    pub per_author: HashMap<PublicKey, usize>,
+    pub total: usize,
+    pub placeholders_per_repo: HashMap<RepoId, usize>,
+    pub placeholders_total: usize,
+}
+
+impl Counts {
+    pub fn check_entry(&self, caps: &Caps, author: &PublicKey) -> Result<(), PurgatoryFull> {
+        if self.per_author.get(author).copied().unwrap_or(0) >= caps.per_author {
+            return Err(PurgatoryFull {
+                scope: CapScope::Author,
+                limit: caps.per_author,
+            });
+        }
+        if self.total >= caps.total {
+            return Err(PurgatoryFull {
+                scope: CapScope::Total,
+                limit: caps.total,
+            });
+        }
+        Ok(())
+    }
+
+    pub fn add_entry(&mut self, author: PublicKey) {
+        *self.per_author.entry(author).or_default() += 1;
+        self.total += 1;
+    }
+
+    pub fn remove_entry(&mut self, author: &PublicKey) {
+        if let Some(n) = self.per_author.get_mut(author) {
+            *n -= 1;
+            if *n == 0 {
+                self.per_author.remove(author);
+            }
+        }
+        self.total = self.total.saturating_sub(1);
+    }
+
+    /// `new_placeholder`: whether a new placeholder entry would be created (counts against the
+    /// total) or a destination is added to an existing one.
+    pub fn check_placeholder(
+        &self,
+        caps: &Caps,
+        destination: &RepoId,
+        new_placeholder: bool,
+    ) -> Result<(), PurgatoryFull> {
+        let here = self
+            .placeholders_per_repo
+            .get(destination)
+            .copied()
+            .unwrap_or(0);
+        if here >= caps.placeholders_per_repo {
+            return Err(PurgatoryFull {
+                scope: CapScope::PlaceholdersPerRepo,
+                limit: caps.placeholders_per_repo,
+            });
+        }
+        if new_placeholder && self.placeholders_total >= caps.placeholders_total {
+            return Err(PurgatoryFull {
+                scope: CapScope::PlaceholdersTotal,
+                limit: caps.placeholders_total,
+            });
+        }
+        Ok(())
+    }
+
+    pub fn add_destination(&mut self, destination: RepoId) {
+        *self.placeholders_per_repo.entry(destination).or_default() += 1;
+    }
+
+    pub fn remove_destination(&mut self, destination: &RepoId) {
+        if let Some(n) = self.placeholders_per_repo.get_mut(destination) {
+            *n -= 1;
+            if *n == 0 {
+                self.placeholders_per_repo.remove(destination);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn author_and_placeholder_repo_caps_are_rate_limits_totals_are_blocks() {
+        let full = |scope| PurgatoryFull { scope, limit: 1 };
+        assert_eq!(full(CapScope::Author).ok_prefix(), "rate-limited");
+        assert_eq!(
+            full(CapScope::PlaceholdersPerRepo).ok_prefix(),
+            "rate-limited"
+        );
+        assert_eq!(full(CapScope::Total).ok_prefix(), "blocked");
+        assert_eq!(full(CapScope::PlaceholdersTotal).ok_prefix(), "blocked");
+        assert!(full(CapScope::Author)
+            .to_string()
+            .contains("1 events waiting"));
+    }
+
+    use super::super::testutil::*;
+    use super::super::PurgatoryConfig;
+    use nostr::prelude::EventId;
+
+    fn small() -> PurgatoryConfig {
+        PurgatoryConfig {
+            caps: Caps {
+                per_author: 3,
+                total: 10,
+                placeholders_per_repo: 2,
+                placeholders_total: 3,
+                expired_events: 100,
+            },
+            ..PurgatoryConfig::default()
+        }
+    }
+
+    #[test]
+    fn per_author_cap_limits_one_key_not_others() {
+        let (_c, mut p) = purgatory_with(small());
+        add_ann(&mut p, &signed(0, ANNOUNCEMENT, 0), "repo").unwrap();
+        for v in 0..2 {
+            let s = signed(0, STATE, v);
+            p.add_state(s.clone(), s.pubkey, "repo".into()).unwrap();
+        }
+        let over = signed(0, STATE, 2);
+        let err = p
+            .add_state(over.clone(), over.pubkey, "repo".into())
+            .unwrap_err();
+        assert_eq!(
+            err,
+            PurgatoryFull {
+                scope: CapScope::Author,
+                limit: 3
+            }
+        );
+        let pr = signed(0, PR, 0);
+        assert!(p.add_pr(pr, "c".into(), vec![]).is_err());
+        // Another author is unaffected; a replacement of a held announcement is not an add.
+        let other = signed(1, STATE, 0);
+        assert!(p
+            .add_state(other.clone(), other.pubkey, "repo".into())
+            .unwrap());
+        assert!(
+            add_ann(&mut p, &signed(0, ANNOUNCEMENT, 1), "repo")
+                .unwrap()
+                .replaced
+        );
+        // Releasing one frees room.
+        p.remove_state_event("repo", &signed(0, STATE, 0).id)
+            .unwrap();
+        assert!(p
+            .add_state(over.clone(), over.pubkey, "repo".into())
+            .unwrap());
+        p.assert_consistent();
+    }
+
+    #[test]
+    fn throwaway_key_flood_never_evicts_the_maintainer() {
+        let (clock, mut p) = purgatory_with(small());
+        let maintainer = signed(0, STATE, 0);
+        p.add_state(maintainer.clone(), maintainer.pubkey, "repo".into())
+            .unwrap();
+        let mut refused = Vec::new();
+        // 30 throwaway keys, 3 events each, all for the maintainer's identifier.
+        for key in 10..40u8 {
+            for n in 0..3 {
+                let e = fake_event(key, STATE, 0, n);
+                if let Err(full) = p.add_state(e.clone(), e.pubkey, "repo".into()) {
+                    refused.push(full);
+                }
+            }
+        }
+        assert_eq!(p.states_for("repo").len(), 10);
+        assert!(p
+            .states_for("repo")
+            .iter()
+            .any(|s| s.event.id == maintainer.id));
+        assert_eq!(refused.len(), 90 - 9);
+        assert!(refused
+            .iter()
+            .all(|f| f.scope == CapScope::Total && f.ok_prefix() == "blocked"));
+        // The maintainer's other events are refused too while full, but nothing already held
+        // is lost; once the flood expires there is room again.
+        p.assert_consistent();
+        clock.advance(MIN30);
+        assert_eq!(p.sweep().len(), 10);
+        let again = signed(0, STATE, 1);
+        assert!(p
+            .add_state(again.clone(), again.pubkey, "repo".into())
+            .unwrap());
+    }
+
+    #[test]
+    fn placeholder_caps_per_repo_and_total() {
+        let (_c, mut p) = purgatory_with(small());
+        let id = |n: u8| EventId::from_byte_array([n; 32]);
+        p.add_pr_placeholder(id(1), "c".into(), repo(0, "a"))
+            .unwrap();
+        p.add_pr_placeholder(id(2), "c".into(), repo(0, "a"))
+            .unwrap();
+        assert_eq!(
+            p.add_pr_placeholder(id(3), "c".into(), repo(0, "a")),
+            Err(PlaceholderError::Full(PurgatoryFull {
+                scope: CapScope::PlaceholdersPerRepo,
+                limit: 2
+            }))
+        );
+        // Adding a destination to an existing placeholder counts per repository only.
+        assert!(p
+            .add_pr_placeholder(id(1), "c".into(), repo(0, "a"))
+            .is_ok());
+        p.add_pr_placeholder(id(3), "c".into(), repo(1, "b"))
+            .unwrap();
+        let err = p
+            .add_pr_placeholder(id(4), "c".into(), repo(2, "c"))
+            .unwrap_err();
+        assert_eq!(
+            err,
+            PlaceholderError::Full(PurgatoryFull {
+                scope: CapScope::PlaceholdersTotal,
+                limit: 3
+            })
+        );
+        p.add_pr_placeholder(id(3), "c".into(), repo(2, "c"))
+            .unwrap();
+        // Placeholders do not use the event budget.
+        for v in 0..3 {
+            let s = signed(0, STATE, v);
+            p.add_state(s.clone(), s.pubkey, "a".into()).unwrap();
+        }
+        assert_eq!(p.stats().placeholders, 3);
+        p.assert_consistent();
+    }
+}

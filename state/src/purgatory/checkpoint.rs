@@ -1,0 +1,874 @@
+//! The checkpoint: the purgatory on disk, so in-flight work survives a restart.
+//!
+//! The relay saves a checkpoint every 60 s and on graceful shutdown, to
+//! `<git_data_path>/purgatory-state.json`, and restores it at start. Flow:
+//! [`Purgatory::snapshot`] under the relay's lock (clones data, no serialisation), then
+//! [`PurgatoryState::to_json`] and [`write_checkpoint`] outside it. At start,
+//! [`read_checkpoint`]; on [`CheckpointError`] the caller moves the file aside with [`set_aside`]
+//! and starts empty; otherwise [`Purgatory::restore`]. Restore never deletes the file: it stays
+//! the crash-safe copy until a newer complete checkpoint replaces it (tmp + fsync + rename).
+//!
+//! Format (`version` 1, JSON): `saved_at` is unix seconds; every deadline is stored as
+//! `expires_in_secs`, an offset from `saved_at`, and ages as `age_secs`; on restore the downtime
+//! (`now - saved_at`) is subtracted. Events are stored as their NIP-01 JSON. Every field has a
+//! serde default so older version-1 files (e.g. without `announcement_purgatory`) load.
+//! Soft-expired announcements are not saved (their bare repository is gone), and neither is the
+//! sync-running state (rebuilt by the sync loop).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs;
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use nostr::prelude::{Event, EventId, PublicKey};
+use serde::{Deserialize, Serialize};
+
+use super::entries::{AnnouncementEntry, PrEntry, RepoId, StateEntry};
+use super::{Clock, Purgatory, PurgatoryConfig};
+
+/// The only format version this code reads and writes.
+pub const CHECKPOINT_VERSION: u32 = 1;
+
+fn default_version() -> u32 {
+    CHECKPOINT_VERSION
+}
+
+/// The on-disk purgatory. Maps are keyed for readability; entries carry their own fields.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PurgatoryState {
+    #[serde(default = "default_version")]
+    pub version: u32,
+    /// Unix seconds of the save: the reference for every `*_secs` offset.
+    #[serde(default)]
+    pub saved_at: u64,
+    /// `"<owner hex>:<identifier>"` -> announcement (non-soft-expired only).
+    #[serde(default)]
+    pub announcement_purgatory: BTreeMap<String, SavedAnnouncement>,
+    /// identifier -> state events.
+    #[serde(default)]
+    pub state_events: BTreeMap<String, Vec<SavedState>>,
+    /// event id hex -> PR event or placeholder.
+    #[serde(default)]
+    pub pr_events: BTreeMap<String, SavedPr>,
+    /// event id hex -> unix seconds when it expired.
+    #[serde(default)]
+    pub expired_events: BTreeMap<String, u64>,
+}
+
+impl Default for PurgatoryState {
+    fn default() -> Self {
+        PurgatoryState {
+            version: CHECKPOINT_VERSION,
+            saved_at: 0,
+            announcement_purgatory: BTreeMap::new(),
+            state_events: BTreeMap::new(),
+            pr_events: BTreeMap::new(),
+            expired_events: BTreeMap::new(),
+        }
+    }
+}
+
+/// An event as saved: parsed when it looked like an event, raw JSON otherwise (reported and
+/// skipped at restore rather than failing the whole file).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum SavedEvent {
+    Parsed(Event),
+    Raw(serde_json::Value),
+}
+
+impl Default for SavedEvent {
+    fn default() -> Self {
+        SavedEvent::Raw(serde_json::Value::Null)
+    }
+}
+
+impl SavedEvent {
+    fn into_verified(self) -> Result<Event, String> {
+        match self {
+            SavedEvent::Parsed(event) => match event.verify() {
+                Ok(()) => Ok(event),
+                Err(e) => Err(format!("event fails verification: {e}")),
+            },
+            SavedEvent::Raw(json) => Err(match Event::from_json(json.to_string()) {
+                Err(e) => format!("not a nostr event: {e}"),
+                Ok(_) => "not a nostr event".to_owned(),
+            }),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SavedAnnouncement {
+    #[serde(default)]
+    pub event: SavedEvent,
+    #[serde(default)]
+    pub owner: String,
+    #[serde(default)]
+    pub identifier: String,
+    #[serde(default)]
+    pub repo_path: PathBuf,
+    #[serde(default)]
+    pub relays: Vec<String>,
+    #[serde(default)]
+    pub age_secs: u64,
+    #[serde(default)]
+    pub expires_in_secs: u64,
+    /// Never written as true; a file that says so is honoured by skipping the entry.
+    #[serde(default)]
+    pub soft_expired: bool,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SavedState {
+    #[serde(default)]
+    pub event: SavedEvent,
+    #[serde(default)]
+    pub author: String,
+    #[serde(default)]
+    pub identifier: String,
+    #[serde(default)]
+    pub age_secs: u64,
+    #[serde(default)]
+    pub expires_in_secs: u64,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SavedRepo {
+    #[serde(default)]
+    pub owner: String,
+    #[serde(default)]
+    pub identifier: String,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SavedPr {
+    /// `None`: a git-first placeholder.
+    #[serde(default)]
+    pub event: Option<SavedEvent>,
+    #[serde(default)]
+    pub commit: String,
+    #[serde(default)]
+    pub repos: Vec<SavedRepo>,
+    /// Legacy records without destinations load, but cannot drive ref cleanup.
+    #[serde(default)]
+    pub destinations: Vec<SavedRepo>,
+    #[serde(default)]
+    pub age_secs: u64,
+    #[serde(default)]
+    pub expires_in_secs: u64,
+}
+
+/// Why a checkpoint file cannot be used. The caller moves it aside ([`set_aside`]) and starts
+/// with an empty purgatory.
+#[derive(Debug, thiserror::Error)]
+pub enum CheckpointError {
+    #[error("cannot read the purgatory checkpoint: {0}")]
+    Io(#[from] io::Error),
+    #[error("purgatory checkpoint is not valid JSON of the expected shape ({0}); it was moved aside, the purgatory starts empty")]
+    Corrupt(#[from] serde_json::Error),
+    #[error("purgatory checkpoint has version {0}, this relay reads version {CHECKPOINT_VERSION}; it was moved aside, the purgatory starts empty")]
+    UnsupportedVersion(u32),
+}
+
+impl PurgatoryState {
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).expect("purgatory state serialises")
+    }
+
+    /// Parses a checkpoint and checks its version.
+    pub fn from_json(json: &str) -> Result<Self, CheckpointError> {
+        let state: PurgatoryState = serde_json::from_str(json)?;
+        if state.version != CHECKPOINT_VERSION {
+            return Err(CheckpointError::UnsupportedVersion(state.version));
+        }
+        Ok(state)
+    }
+}
+
+/// One entry restore skipped, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Skipped {
+    /// e.g. `state 3f2a…` or `announcement <owner>:<identifier>`.
+    pub entry: String,
+    pub reason: String,
+}
+
+/// What [`Purgatory::restore`] did, for the startup log.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RestoreReport {
+    pub downtime: Duration,
+    pub announcements: usize,
+    pub states: usize,
+    pub prs: usize,
+    pub placeholders: usize,
+    pub expired_events: usize,
+    /// Restored entries whose deadline passed while the relay was down (due at once).
+    pub expired_during_downtime: usize,
+    pub skipped: Vec<Skipped>,
+}
+
+fn unix_secs(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+/// Whole seconds from `now` to `at`, rounded up (a round trip never shortens a deadline).
+fn secs_until(now: Instant, at: Instant) -> u64 {
+    let d = at.saturating_duration_since(now);
+    d.as_secs() + u64::from(d.subsec_nanos() > 0)
+}
+
+fn saved_repo(r: &RepoId) -> SavedRepo {
+    SavedRepo {
+        owner: r.owner.to_hex(),
+        identifier: r.identifier.clone(),
+    }
+}
+
+fn parse_repos(repos: &[SavedRepo]) -> Result<Vec<RepoId>, String> {
+    repos
+        .iter()
+        .map(|r| {
+            PublicKey::from_hex(&r.owner)
+                .map(|owner| RepoId::new(owner, r.identifier.clone()))
+                .map_err(|e| format!("bad repository owner {:?}: {e}", r.owner))
+        })
+        .collect()
+}
+
+impl Purgatory {
+    /// Copies the data for a checkpoint. Cheap enough to run under the relay's lock: events are
+    /// cloned, not serialised.
+    pub fn snapshot(&self) -> PurgatoryState {
+        let now = self.clock.now();
+        let mut state = PurgatoryState {
+            saved_at: unix_secs(self.clock.wall()),
+            ..PurgatoryState::default()
+        };
+        let age = |created: Instant| now.saturating_duration_since(created).as_secs();
+        for a in self.announcements().filter(|a| !a.soft_expired) {
+            state.announcement_purgatory.insert(
+                format!("{}:{}", a.owner.to_hex(), a.identifier),
+                SavedAnnouncement {
+                    event: SavedEvent::Parsed(a.event.clone()),
+                    owner: a.owner.to_hex(),
+                    identifier: a.identifier.clone(),
+                    repo_path: a.repo_path.clone(),
+                    relays: a.relays.iter().cloned().collect(),
+                    age_secs: age(a.created_at),
+                    expires_in_secs: secs_until(now, a.expires_at),
+                    soft_expired: false,
+                },
+            );
+        }
+        for (identifier, list) in &self.states {
+            state.state_events.insert(
+                identifier.clone(),
+                list.iter()
+                    .map(|s| SavedState {
+                        event: SavedEvent::Parsed(s.event.clone()),
+                        author: s.author.to_hex(),
+                        identifier: s.identifier.clone(),
+                        age_secs: age(s.created_at),
+                        expires_in_secs: secs_until(now, s.expires_at),
+                    })
+                    .collect(),
+            );
+        }
+        for (id, p) in &self.prs {
+            state.pr_events.insert(
+                id.to_hex(),
+                SavedPr {
+                    event: p.event.clone().map(SavedEvent::Parsed),
+                    commit: p.commit.clone(),
+                    repos: p.repos.iter().map(saved_repo).collect(),
+                    destinations: p.destinations.iter().map(saved_repo).collect(),
+                    age_secs: age(p.created_at),
+                    // Pending cleanup: due at once after a restart.
+                    expires_in_secs: if p.cleanup_pending {
+                        0
+                    } else {
+                        secs_until(now, p.expires_at)
+                    },
+                },
+            );
+        }
+        for (id, at) in self.expired.iter() {
+            state.expired_events.insert(id.to_hex(), unix_secs(*at));
+        }
+        state
+    }
+
+    /// Rebuilds a purgatory from a checkpoint. Downtime (`clock.wall() - saved_at`) is subtracted
+    /// from every deadline; entries that expired meanwhile are due now (the next sweep expires
+    /// them). Soft-expired announcements and announcements whose repository no longer exists
+    /// (`repo_exists`) are not restored; entries whose event does not parse or verify, or that
+    /// exceed the caps, are skipped. All skips are reported.
+    pub fn restore(
+        state: PurgatoryState,
+        config: PurgatoryConfig,
+        clock: Arc<dyn Clock>,
+        repo_exists: impl Fn(&Path) -> bool,
+    ) -> (Purgatory, RestoreReport) {
+        let mut p = Purgatory::new(config, clock);
+        let mut report = RestoreReport::default();
+        if state.version != CHECKPOINT_VERSION {
+            report.skipped.push(Skipped {
+                entry: "checkpoint".to_owned(),
+                reason: format!("unsupported version {}", state.version),
+            });
+            return (p, report);
+        }
+        let now = p.clock.now();
+        let wall = p.clock.wall();
+        let saved_at = UNIX_EPOCH + Duration::from_secs(state.saved_at);
+        let downtime = wall.duration_since(saved_at).unwrap_or(Duration::ZERO);
+        report.downtime = downtime;
+        let mut timing = |age_secs: u64, expires_in_secs: u64| {
+            let remaining = Duration::from_secs(expires_in_secs).saturating_sub(downtime);
+            if remaining.is_zero() {
+                report.expired_during_downtime += 1;
+            }
+            let created = now
+                .checked_sub(Duration::from_secs(age_secs) + downtime)
+                .unwrap_or(now);
+            (created, now + remaining)
+        };
+        let mut skipped = Vec::new();
+        let caps = p.config.caps;
+
+        for (key, a) in state.announcement_purgatory {
+            let entry = format!("announcement {key}");
+            if a.soft_expired {
+                skipped.push(Skipped {
+                    entry,
+                    reason: "soft-expired: its bare repository was deleted".into(),
+                });
+                continue;
+            }
+            if !repo_exists(&a.repo_path) {
+                skipped.push(Skipped {
+                    entry,
+                    reason: format!("repository {} no longer exists", a.repo_path.display()),
+                });
+                continue;
+            }
+            let parsed = a.event.into_verified().and_then(|event| {
+                let owner = PublicKey::from_hex(&a.owner).map_err(|e| format!("bad owner: {e}"))?;
+                if owner != event.pubkey {
+                    return Err("owner is not the event's author".into());
+                }
+                p.counts
+                    .check_entry(&caps, &owner)
+                    .map_err(|e| e.to_string())?;
+                Ok((event, owner))
+            });
+            match parsed {
+                Ok((event, owner)) => {
+                    let (created_at, expires_at) = timing(a.age_secs, a.expires_in_secs);
+                    p.attach_announcement(AnnouncementEntry {
+                        event,
+                        owner,
+                        identifier: a.identifier,
+                        repo_path: a.repo_path,
+                        relays: a.relays.into_iter().collect::<BTreeSet<_>>(),
+                        created_at,
+                        expires_at,
+                        soft_expired: false,
+                    });
+                    report.announcements += 1;
+                }
+                Err(reason) => skipped.push(Skipped { entry, reason }),
+            }
+        }
+
+        for (identifier, list) in state.state_events {
+            for s in list {
+                let parsed = s.event.into_verified().and_then(|event| {
+                    if p.by_id.contains_key(&event.id) {
+                        return Err("duplicate".into());
+                    }
+                    p.counts
+                        .check_entry(&caps, &event.pubkey)
+                        .map_err(|e| e.to_string())?;
+                    Ok(event)
+                });
+                match parsed {
+                    Ok(event) => {
+                        let (created_at, expires_at) = timing(s.age_secs, s.expires_in_secs);
+                        p.attach_state(StateEntry {
+                            author: event.pubkey,
+                            event,
+                            identifier: identifier.clone(),
+                            created_at,
+                            expires_at,
+                        });
+                        report.states += 1;
+                    }
+                    Err(reason) => skipped.push(Skipped {
+                        entry: format!("state for {identifier}"),
+                        reason,
+                    }),
+                }
+            }
+        }
+
+        for (id_hex, saved) in state.pr_events {
+            let entry = format!("pr {id_hex}");
+            let parsed = (|| -> Result<(EventId, PrEntry), String> {
+                let id = EventId::from_hex(&id_hex).map_err(|e| format!("bad event id: {e}"))?;
+                let event = match saved.event {
+                    Some(e) => {
+                        let event = e.into_verified()?;
+                        if event.id != id {
+                            return Err("event id does not match its key".into());
+                        }
+                        p.counts
+                            .check_entry(&caps, &event.pubkey)
+                            .map_err(|e| e.to_string())?;
+                        Some(event)
+                    }
+                    None => {
+                        if p.counts.placeholders_total >= caps.placeholders_total {
+                            return Err("over the placeholder cap".into());
+                        }
+                        None
+                    }
+                };
+                let (created_at, expires_at) = (now, now); // filled below
+                Ok((
+                    id,
+                    PrEntry {
+                        event,
+                        commit: saved.commit,
+                        repos: parse_repos(&saved.repos)?,
+                        destinations: parse_repos(&saved.destinations)?,
+                        created_at,
+                        expires_at,
+                        cleanup_pending: false,
+                    },
+                ))
+            })();
+            match parsed {
+                Ok((id, mut pr)) => {
+                    (pr.created_at, pr.expires_at) = timing(saved.age_secs, saved.expires_in_secs);
+                    if pr.is_placeholder() {
+                        report.placeholders += 1;
+                    } else {
+                        report.prs += 1;
+                    }
+                    p.attach_pr(id, pr);
+                }
+                Err(reason) => skipped.push(Skipped { entry, reason }),
+            }
+        }
+
+        let ttl = p.config.expired_events_ttl;
+        for (id_hex, secs) in state.expired_events {
+            let Ok(id) = EventId::from_hex(&id_hex) else {
+                skipped.push(Skipped {
+                    entry: format!("expired event {id_hex}"),
+                    reason: "bad event id".into(),
+                });
+                continue;
+            };
+            let at = UNIX_EPOCH + Duration::from_secs(secs);
+            if wall.duration_since(at).unwrap_or(Duration::ZERO) < ttl {
+                p.expired.record(id, at, caps.expired_events);
+                report.expired_events += 1;
+            }
+        }
+        report.skipped = skipped;
+        (p, report)
+    }
+}
+
+/// `<path>` + `suffix`, e.g. `purgatory-state.json.tmp`.
+fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
+    let mut s = path.as_os_str().to_owned();
+    s.push(suffix);
+    PathBuf::from(s)
+}
+
+/// Writes `state` to `path` atomically: `<path>.tmp`, fsync, rename over `path`, fsync the
+/// directory. A crash at any point leaves either the old or the new complete file.
+pub fn write_checkpoint(path: &Path, state: &PurgatoryState) -> io::Result<()> {
+    let tmp = with_suffix(path, ".tmp");
+    {
+        let mut file = fs::File::create(&tmp)?;
+        file.write_all(state.to_json().as_bytes())?;
+        file.sync_all()?;
+    }
+    fs::rename(&tmp, path)?;
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    fs::File::open(dir)?.sync_all()
+}
+
+/// Reads a checkpoint; `Ok(None)` if there is none. Corrupt JSON or an unknown version is an
+/// error: move the file aside with [`set_aside`] and start empty.
+pub fn read_checkpoint(path: &Path) -> Result<Option<PurgatoryState>, CheckpointError> {
+    match fs::read_to_string(path) {
+        Ok(json) => PurgatoryState::from_json(&json).map(Some),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Renames an unusable checkpoint to `<path>.corrupt-<unix seconds>` and returns the new path.
+pub fn set_aside(path: &Path) -> io::Result<PathBuf> {
+    let aside = with_suffix(path, &format!(".corrupt-{}", unix_secs(SystemTime::now())));
+    fs::rename(path, &aside)?;
+    Ok(aside)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testutil::*;
+    use super::super::{ManualClock, SweepAction};
+    use super::*;
+
+    const MIN5: Duration = Duration::from_secs(5 * 60);
+    const MIN10: Duration = Duration::from_secs(10 * 60);
+
+    /// A purgatory holding one of everything, 10 minutes after the adds.
+    fn populated() -> (Arc<ManualClock>, Purgatory) {
+        let (clock, mut p) = purgatory();
+        // Soft-expired announcement of author 1 (not saved).
+        add_ann(&mut p, &signed(1, ANNOUNCEMENT, 0), "gone").unwrap();
+        // An expired state event (saved in expired_events).
+        let old = signed(2, STATE, 2);
+        p.add_state(old.clone(), old.pubkey, "repo".into()).unwrap();
+        clock.advance(MIN30);
+        assert_eq!(p.sweep().len(), 2);
+        add_ann(&mut p, &signed(0, ANNOUNCEMENT, 0), "repo").unwrap();
+        let s = signed(0, STATE, 0);
+        p.add_state(s.clone(), s.pubkey, "repo".into()).unwrap();
+        p.add_pr(signed(1, PR, 0), "c0ffee".into(), vec![repo(0, "repo")])
+            .unwrap();
+        p.add_pr_placeholder(
+            EventId::from_byte_array([4; 32]),
+            "beef".into(),
+            repo(0, "repo"),
+        )
+        .unwrap();
+        clock.advance(MIN10);
+        (clock, p)
+    }
+
+    fn reopened(
+        state: PurgatoryState,
+        wall: SystemTime,
+        repo_exists: impl Fn(&Path) -> bool,
+    ) -> (Arc<ManualClock>, Purgatory, RestoreReport) {
+        let clock = Arc::new(ManualClock::starting_at(wall));
+        let (p, report) = Purgatory::restore(
+            state,
+            PurgatoryConfig::default(),
+            clock.clone(),
+            repo_exists,
+        );
+        (clock, p, report)
+    }
+
+    #[test]
+    fn round_trip_keeps_every_entry_type_with_downtime_subtracted() {
+        let (old_clock, old) = populated();
+        let json = old.snapshot().to_json();
+        let state = PurgatoryState::from_json(&json).unwrap();
+        let (clock, p, report) = reopened(state, old_clock.wall() + MIN5, |_| true);
+        assert_eq!(report.downtime, MIN5);
+        assert_eq!(
+            (
+                report.announcements,
+                report.states,
+                report.prs,
+                report.placeholders
+            ),
+            (1, 1, 1, 1)
+        );
+        assert_eq!(report.expired_events, 1);
+        assert_eq!(report.expired_during_downtime, 0);
+        assert!(report.skipped.is_empty(), "{:?}", report.skipped);
+        p.assert_consistent();
+        let left = MIN30 - MIN10 - MIN5;
+
+        let a = p.get_announcement(&pubkey(0), "repo").unwrap();
+        assert_eq!(a.event, signed(0, ANNOUNCEMENT, 0));
+        assert_eq!(a.repo_path, PathBuf::from("/git/repo.git"));
+        assert!(a.relays.contains("wss://relay.example"));
+        assert_eq!(a.expires_at, clock.now() + left);
+        assert_eq!(clock.now() - a.created_at, MIN10 + MIN5);
+        assert!(
+            p.get_announcement(&pubkey(1), "gone").is_none(),
+            "soft-expired not saved"
+        );
+
+        let s = &p.states_for("repo")[0];
+        assert_eq!(s.event, signed(0, STATE, 0));
+        assert_eq!(s.author, pubkey(0));
+        assert_eq!(s.expires_at, clock.now() + left);
+
+        let pr = p.find_pr(&signed(1, PR, 0).id).unwrap();
+        assert_eq!(pr.event.as_ref(), Some(&signed(1, PR, 0)));
+        assert_eq!(
+            (pr.commit.as_str(), &pr.repos),
+            ("c0ffee", &vec![repo(0, "repo")])
+        );
+        assert_eq!(pr.expires_at, clock.now() + left);
+
+        let ph = p.find_pr(&EventId::from_byte_array([4; 32])).unwrap();
+        assert!(ph.is_placeholder());
+        assert_eq!(
+            (ph.commit.as_str(), &ph.destinations),
+            ("beef", &vec![repo(0, "repo")])
+        );
+        assert_eq!(ph.expires_at, clock.now() + left);
+
+        assert!(p.is_expired(&signed(2, STATE, 2).id));
+        // A second snapshot of the restored purgatory says the same thing.
+        let again = p.snapshot();
+        let first = PurgatoryState::from_json(&json).unwrap();
+        assert_eq!(
+            again.announcement_purgatory.len(),
+            first.announcement_purgatory.len()
+        );
+        assert_eq!(again.pr_events.len(), 2);
+        assert_eq!(
+            again.state_events["repo"][0].expires_in_secs,
+            first.state_events["repo"][0].expires_in_secs - MIN5.as_secs()
+        );
+    }
+
+    #[test]
+    fn entries_expired_during_downtime_are_swept_at_once() {
+        let (old_clock, old) = populated();
+        let (_clock, mut p, report) = reopened(old.snapshot(), old_clock.wall() + MIN30, |_| true);
+        assert_eq!(report.expired_during_downtime, 4);
+        let actions = p.sweep();
+        assert_eq!(actions.len(), 4, "{actions:?}");
+        assert!(actions
+            .iter()
+            .any(|a| matches!(a, SweepAction::SoftExpireAnnouncement { .. })));
+        assert!(actions
+            .iter()
+            .any(|a| matches!(a, SweepAction::ExpireState { .. })));
+        assert!(actions
+            .iter()
+            .any(|a| matches!(a, SweepAction::ExpirePr { .. })));
+        assert!(actions
+            .iter()
+            .any(|a| matches!(a, SweepAction::ExpirePlaceholder { .. })));
+    }
+
+    #[test]
+    fn expired_event_records_past_retention_are_dropped() {
+        let (old_clock, old) = populated();
+        let (_c, p, report) = reopened(old.snapshot(), old_clock.wall() + H24, |_| true);
+        assert_eq!(report.expired_events, 0);
+        assert!(!p.is_expired(&signed(2, STATE, 2).id));
+    }
+
+    #[test]
+    fn announcement_whose_repository_is_gone_is_not_restored() {
+        let (old_clock, old) = populated();
+        let (_c, p, report) = reopened(old.snapshot(), old_clock.wall(), |path| {
+            path != Path::new("/git/repo.git")
+        });
+        assert_eq!(report.announcements, 0);
+        assert_eq!(report.skipped.len(), 1);
+        assert!(report.skipped[0].reason.contains("no longer exists"));
+        assert!(p.get_announcement(&pubkey(0), "repo").is_none());
+        assert_eq!(p.states_for("repo").len(), 1);
+        p.assert_consistent();
+    }
+
+    #[test]
+    fn soft_expired_flag_in_a_file_is_honoured() {
+        let (old_clock, old) = populated();
+        let mut state = old.snapshot();
+        state
+            .announcement_purgatory
+            .values_mut()
+            .for_each(|a| a.soft_expired = true);
+        let (_c, p, report) = reopened(state, old_clock.wall(), |_| true);
+        assert_eq!(report.announcements, 0);
+        assert!(p.announcements().next().is_none());
+    }
+
+    #[test]
+    fn pending_placeholder_cleanup_is_due_at_once_after_restart() {
+        let (clock, mut p) = purgatory();
+        let id = EventId::from_byte_array([4; 32]);
+        p.add_pr_placeholder(id, "beef".into(), repo(0, "repo"))
+            .unwrap();
+        clock.advance(MIN30);
+        assert_eq!(p.sweep().len(), 1);
+        // Crash before the caller reported the ref deletion.
+        let state = p.snapshot();
+        assert_eq!(state.pr_events[&id.to_hex()].expires_in_secs, 0);
+        let (_c, mut p, _) = reopened(state, clock.wall(), |_| true);
+        assert!(matches!(
+            p.sweep()[..],
+            [SweepAction::ExpirePlaceholder { .. }]
+        ));
+    }
+
+    #[test]
+    fn bad_events_are_reported_and_skipped() {
+        let (old_clock, old) = populated();
+        let mut value: serde_json::Value = serde_json::from_str(&old.snapshot().to_json()).unwrap();
+        // Tamper with the state event (signature no longer matches) and make the PR junk.
+        value["state_events"]["repo"][0]["event"]["content"] = "tampered".into();
+        let pr_key = signed(1, PR, 0).id.to_hex();
+        value["pr_events"][&pr_key]["event"] = serde_json::json!({"not": "an event"});
+        let state = PurgatoryState::from_json(&value.to_string()).unwrap();
+        let (_c, p, report) = reopened(state, old_clock.wall(), |_| true);
+        assert_eq!((report.states, report.prs, report.placeholders), (0, 0, 1));
+        assert_eq!(report.skipped.len(), 2, "{:?}", report.skipped);
+        assert!(report
+            .skipped
+            .iter()
+            .any(|s| s.reason.contains("verification")));
+        assert!(report
+            .skipped
+            .iter()
+            .any(|s| s.reason.contains("not a nostr event")));
+        assert_eq!(p.announcements().count(), 1);
+        p.assert_consistent();
+    }
+
+    #[test]
+    fn version_1_file_without_announcements_loads() {
+        let state_event = signed(0, STATE, 0).as_json();
+        let json = format!(
+            r#"{{"version":1,"saved_at":{BASE},
+                "state_events":{{"repo":[{{"event":{state_event},"author":"{}","identifier":"repo","expires_in_secs":600}}]}},
+                "pr_events":{{}},"expired_events":{{}}}}"#,
+            pubkey(0).to_hex()
+        );
+        let state = PurgatoryState::from_json(&json).unwrap();
+        assert!(state.announcement_purgatory.is_empty());
+        let wall = UNIX_EPOCH + Duration::from_secs(BASE + 60);
+        let (clock, p, report) = reopened(state, wall, |_| true);
+        assert_eq!(report.states, 1);
+        assert_eq!(
+            p.states_for("repo")[0].expires_at,
+            clock.now() + Duration::from_secs(540)
+        );
+        assert_eq!(
+            PurgatoryState::from_json("{}").unwrap(),
+            PurgatoryState::default()
+        );
+    }
+
+    #[test]
+    fn unknown_version_and_corrupt_json_are_rejected() {
+        assert!(matches!(
+            PurgatoryState::from_json(r#"{"version":2}"#),
+            Err(CheckpointError::UnsupportedVersion(2))
+        ));
+        assert!(matches!(
+            PurgatoryState::from_json("{\"version\":1, "),
+            Err(CheckpointError::Corrupt(_))
+        ));
+        assert!(matches!(
+            PurgatoryState::from_json(r#"{"state_events": 5}"#),
+            Err(CheckpointError::Corrupt(_))
+        ));
+        // restore() refuses a wrong version it is handed directly.
+        let state = PurgatoryState {
+            version: 9,
+            ..PurgatoryState::default()
+        };
+        let (_c, p, report) = reopened(state, SystemTime::now(), |_| true);
+        assert_eq!(report.skipped.len(), 1);
+        assert_eq!(p.stats(), Default::default());
+    }
+
+    struct TempDir(PathBuf);
+
+    impl TempDir {
+        fn new(name: &str) -> Self {
+            let dir = std::env::temp_dir().join(format!(
+                "grasp-purgatory-{}-{name}-{}",
+                std::process::id(),
+                SystemTime::now()
+                    .duration_since(UNIX_EPOCH)
+                    .unwrap()
+                    .as_nanos()
+            ));
+            fs::create_dir_all(&dir).unwrap();
+            TempDir(dir)
+        }
+    }
+
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = fs::remove_dir_all(&self.0);
+        }
+    }
+
+    #[test]
+    fn write_replaces_atomically_via_tmp_and_read_returns_it() {
+        let dir = TempDir::new("write");
+        let path = dir.0.join("purgatory-state.json");
+        let tmp = dir.0.join("purgatory-state.json.tmp");
+        assert!(read_checkpoint(&path).unwrap().is_none());
+
+        let (_clock, p) = populated();
+        let first = p.snapshot();
+        write_checkpoint(&path, &first).unwrap();
+        assert!(!tmp.exists());
+        assert_eq!(read_checkpoint(&path).unwrap(), Some(first.clone()));
+
+        // A stale tmp from a crashed write is overwritten, and the rename replaces the file.
+        fs::write(&tmp, "half a checkp").unwrap();
+        let second = PurgatoryState {
+            saved_at: 42,
+            ..PurgatoryState::default()
+        };
+        write_checkpoint(&path, &second).unwrap();
+        assert!(!tmp.exists());
+        assert_eq!(read_checkpoint(&path).unwrap(), Some(second));
+        // Reading (and restoring) never removes the file.
+        assert!(path.exists());
+
+        // A failed write leaves the previous checkpoint intact.
+        let missing = dir.0.join("no-such-dir").join("purgatory-state.json");
+        assert!(write_checkpoint(&missing, &first).is_err());
+        assert!(!missing.exists());
+        fs::create_dir(&tmp).unwrap(); // the tmp path cannot be created as a file
+        assert!(write_checkpoint(&path, &first).is_err());
+        assert_eq!(read_checkpoint(&path).unwrap().unwrap().saved_at, 42);
+    }
+
+    #[test]
+    fn corrupt_or_unknown_file_is_an_error_and_can_be_set_aside() {
+        let dir = TempDir::new("corrupt");
+        let path = dir.0.join("purgatory-state.json");
+        fs::write(&path, "{ this is not json").unwrap();
+        assert!(matches!(
+            read_checkpoint(&path),
+            Err(CheckpointError::Corrupt(_))
+        ));
+        let aside = set_aside(&path).unwrap();
+        assert!(!path.exists());
+        assert!(aside.exists());
+        assert!(aside
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .starts_with("purgatory-state.json.corrupt-"));
+        fs::write(&path, r#"{"version": 7}"#).unwrap();
+        let err = read_checkpoint(&path).unwrap_err();
+        assert!(matches!(err, CheckpointError::UnsupportedVersion(7)));
+        assert!(err.to_string().contains("moved aside"));
+    }
+}

@@ -1,0 +1,185 @@
+//! What the purgatory holds: one entry type per kind of waiting thing, and the keys that name them.
+//!
+//! Entries store the signed [`Event`] plus the few fields the relay already extracted from it
+//! (owner, identifier, commit, repository); the purgatory never parses tags itself.
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use nostr::prelude::{Event, EventId, PublicKey};
+
+/// A repository on this server: `/<npub of owner>/<identifier>.git`.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct RepoId {
+    pub owner: PublicKey,
+    pub identifier: String,
+}
+
+impl RepoId {
+    pub fn new(owner: PublicKey, identifier: impl Into<String>) -> Self {
+        RepoId {
+            owner,
+            identifier: identifier.into(),
+        }
+    }
+}
+
+/// A repository announcement (kind 30617) whose repository has no git data yet.
+///
+/// The bare repository at `repo_path` exists while `soft_expired` is false. After the first
+/// expiry the repository is deleted but the event is kept (soft expiry) so a late state event
+/// can revive it.
+#[derive(Debug, Clone)]
+pub struct AnnouncementEntry {
+    pub event: Event,
+    pub owner: PublicKey,
+    pub identifier: String,
+    pub repo_path: PathBuf,
+    /// Relay URLs from the `relays` and `clone` tags, for sync registration.
+    pub relays: BTreeSet<String>,
+    pub created_at: Instant,
+    pub expires_at: Instant,
+    pub soft_expired: bool,
+}
+
+/// A repository state event (kind 30618) whose git objects have not arrived yet.
+///
+/// Refs are deliberately not extracted here: they are matched at push time (late binding).
+#[derive(Debug, Clone)]
+pub struct StateEntry {
+    pub event: Event,
+    pub author: PublicKey,
+    pub identifier: String,
+    pub created_at: Instant,
+    pub expires_at: Instant,
+}
+
+/// A pull request or PR update (kind 1618/1619) waiting for its commit, or a placeholder
+/// (`event == None`) for a git-first push to `refs/nostr/<event-id>` waiting for its event.
+#[derive(Debug, Clone)]
+pub struct PrEntry {
+    /// `None` means placeholder: git data arrived first.
+    pub event: Option<Event>,
+    /// The `c` tag of the event, or the commit pushed for a placeholder.
+    pub commit: String,
+    /// Repositories the PR event targets (its `a` tags), used to defer expiry while a sync of
+    /// one of them runs. Empty for placeholders.
+    pub repos: Vec<RepoId>,
+    /// Repositories whose `refs/nostr/<event-id>` a git-first push wrote. The caller deletes
+    /// these refs (compare-and-delete against `commit`) when the placeholder expires.
+    pub destinations: Vec<RepoId>,
+    pub created_at: Instant,
+    pub expires_at: Instant,
+    /// Set by the sweep for an expired placeholder: its refs are being deleted by the caller, who
+    /// then calls `remove_pr` (done) or `retain_placeholder_for_retry` (failed). No deadline is
+    /// armed meanwhile; a checkpoint saves it as due immediately.
+    pub cleanup_pending: bool,
+}
+
+impl PrEntry {
+    pub fn is_placeholder(&self) -> bool {
+        self.event.is_none()
+    }
+
+    /// Every identifier this entry relates to (for sync-running deferral).
+    pub(crate) fn identifiers(&self) -> impl Iterator<Item = &str> {
+        self.repos
+            .iter()
+            .chain(self.destinations.iter())
+            .map(|r| r.identifier.as_str())
+    }
+}
+
+/// Names one entry. Ordered so it can sit in the deadline set next to its [`Instant`].
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum EntryKey {
+    Announcement {
+        owner: PublicKey,
+        identifier: String,
+    },
+    State {
+        identifier: String,
+        event_id: EventId,
+    },
+    Pr {
+        event_id: EventId,
+    },
+}
+
+/// What [`Purgatory::add_announcement`](super::Purgatory::add_announcement) did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AnnouncementAdded {
+    /// An entry for (owner, identifier) existed; it was replaced and its expiry extended.
+    pub replaced: bool,
+    /// The replaced entry was soft-expired: the caller must recreate the bare repository.
+    pub revived: bool,
+}
+
+/// What an expiry extension did to an announcement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Extension {
+    /// The entry was soft-expired (bare repository deleted): the caller must recreate it.
+    pub revived: bool,
+}
+
+/// An entry taken out of the purgatory by a deletion (kind 5) or a service change.
+#[derive(Debug, Clone)]
+pub enum Removed {
+    /// The caller deletes `repo_path` unless the entry was already soft-expired.
+    Announcement(AnnouncementEntry),
+    State(StateEntry),
+    Pr(EventId, PrEntry),
+}
+
+impl Removed {
+    pub fn event_id(&self) -> EventId {
+        match self {
+            Removed::Announcement(a) => a.event.id,
+            Removed::State(s) => s.event.id,
+            Removed::Pr(id, _) => *id,
+        }
+    }
+}
+
+/// The kind of a listed entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum EntryKind {
+    Announcement,
+    State,
+    Pr,
+    Placeholder,
+}
+
+/// One line of the operator view.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EntryView {
+    pub kind: EntryKind,
+    /// Owner (announcement) or author (state, PR) as hex; `None` for placeholders.
+    pub pubkey: Option<String>,
+    /// Repository identifier (for PRs: the first target or destination repository).
+    pub identifier: Option<String>,
+    pub event_id: String,
+    pub age: Duration,
+    pub time_left: Duration,
+    pub soft_expired: bool,
+    /// What would release the entry, in words.
+    pub waiting_for: Option<String>,
+}
+
+/// Counts for metrics and the operator view.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PurgatoryStats {
+    pub announcements: usize,
+    pub soft_expired_announcements: usize,
+    pub states: usize,
+    pub prs: usize,
+    pub placeholders: usize,
+    pub expired_events: usize,
+    /// Armed deadlines (one per entry that is neither deferred nor pending cleanup).
+    pub deadlines: usize,
+    /// Entries whose expiry waits for a running sync.
+    pub deferred: usize,
+    /// Deadlines the last sweep looked at (proves the sweep never scans every entry).
+    pub last_sweep_examined: usize,
+}
