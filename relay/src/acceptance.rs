@@ -6,7 +6,7 @@ use grasp_state::nip34::{
     references, Announcement, PullRequest, RepoState, KIND_ANNOUNCEMENT, KIND_DELETION, KIND_PR,
     KIND_PR_UPDATE, KIND_STATE, KIND_USER_GRASP_LIST,
 };
-use grasp_state::purgatory::PurgatoryError;
+use grasp_state::purgatory::{PurgatoryFull, RepoId, Removed};
 use nostr::{Alphabet, Event, Filter, Kind, SingleLetterTag, ToBech32};
 
 use crate::git;
@@ -16,14 +16,14 @@ use crate::policy::Admission;
 /// The answer for events accepted into the purgatory.
 pub const PURGATORY_MESSAGE: &str = "purgatory: won't be served until git data arrives";
 
-fn full(e: PurgatoryError) -> Admission {
-    Admission::Reject(e.to_string())
+fn full(e: PurgatoryFull) -> Admission {
+    Admission::Reject(format!("{}: {e}", e.ok_prefix()))
 }
 
 impl Grasp {
     /// Decides what happens to a verified event.
     pub async fn admit(&self, ev: &Event) -> Admission {
-        if self.store.is_deleted(ev).await {
+        if self.relay.store().is_deleted(ev).await.unwrap_or(false) {
             return Admission::Reject(
                 "blocked: this event was deleted by its author (kind 5) and cannot be republished".into(),
             );
@@ -150,8 +150,8 @@ impl Grasp {
             }
         }
         let mut p = self.purgatory.lock().unwrap();
-        match p.add_state(ev.clone(), s.identifier.clone(), s.author) {
-            Ok(()) => {
+        match p.add_state(ev.clone(), s.author, s.identifier.clone()) {
+            Ok(_) => {
                 tracing::info!(identifier = %s.identifier, event = %ev.id, "state event held in purgatory");
                 Admission::Purgatory(PURGATORY_MESSAGE.into())
             }
@@ -225,9 +225,9 @@ impl Grasp {
                 Err(e) => Admission::Reject(e),
             };
         }
-        let (owner, identifier, _) = &repos[0];
-        match p.add_pr(ev.clone(), pr.commit.clone(), *owner, identifier.clone()) {
-            Ok(()) => {
+        let targets = repos.iter().map(|(o, i, _)| RepoId::new(*o, i.clone())).collect();
+        match p.add_pr(ev.clone(), pr.commit.clone(), targets) {
+            Ok(_) => {
                 tracing::info!(event = %ev.id, commit = %pr.commit, "pull request held in purgatory");
                 Admission::Purgatory(PURGATORY_MESSAGE.into())
             }
@@ -249,8 +249,10 @@ impl Grasp {
         };
         for r in removed {
             tracing::info!(event = %r.event_id(), "purgatory entry removed by deletion {}", ev.id);
-            if let Some(repo) = r.repo_path() {
-                self.delete_repo(repo).await;
+            if let Removed::Announcement(a) = r {
+                if !a.soft_expired {
+                    self.delete_repo(&a.repo_path).await;
+                }
             }
         }
         Admission::Store
@@ -266,13 +268,13 @@ impl Grasp {
                 }
             } else {
                 let f = Filter::new().kind(Kind::Custom(c.kind)).author(c.pubkey).identifier(&c.identifier).limit(1);
-                if !self.store.query(vec![f]).await.is_empty() {
+                if !self.query(vec![f]).await.is_empty() {
                     return Admission::Store;
                 }
             }
         }
         for id in &refs.event_ids {
-            if self.store.event_by_id(id).await.is_some() {
+            if self.event_by_id(id).await.is_some() {
                 return Admission::Store;
             }
         }
@@ -289,7 +291,7 @@ impl Grasp {
                 ['a', 'A', 'q'].iter().filter_map(|c| single_letter(*c)).map(|t| Filter::new().custom_tag(t, coord.clone()).limit(1)),
             );
         }
-        if !self.store.query(filters).await.is_empty() {
+        if !self.query(filters).await.is_empty() {
             return Admission::Store;
         }
         Admission::Reject(

@@ -45,7 +45,7 @@ impl Grasp {
         let mut known_prs = BTreeMap::new();
         for u in updates {
             let Some(id) = u.name.strip_prefix("refs/nostr/").and_then(|h| EventId::from_hex(h).ok()) else { continue };
-            if let Some(ev) = self.store.event_by_id(&id).await {
+            if let Some(ev) = self.event_by_id(&id).await {
                 if let Ok(pr) = PullRequest::from_event(&ev) {
                     known_prs.insert(id, pr.commit);
                 }

@@ -61,6 +61,34 @@ pub struct Config {
     pub cgi_path: Option<PathBuf>,
 
     /// Public key (hex or npub) of the operator, published in the NIP-11 document.
+    /// How long an event or placeholder waits in the purgatory for its git data (seconds).
+    #[arg(long, env = "GRASP_PURGATORY_TTL", default_value_t = 30 * 60, value_name = "SECS")]
+    pub purgatory_ttl: u64,
+
+    /// How long a soft-expired announcement is kept for revival after its repository was deleted (seconds).
+    #[arg(long, env = "GRASP_SOFT_EXPIRY_TTL", default_value_t = 24 * 60 * 60, value_name = "SECS")]
+    pub soft_expiry_ttl: u64,
+
+    /// How often the purgatory is checkpointed to <data>/purgatory-state.json (seconds).
+    #[arg(long, env = "GRASP_CHECKPOINT_INTERVAL", default_value_t = 60, value_name = "SECS")]
+    pub checkpoint_interval: u64,
+
+    /// Most purgatory entries one author may hold (answered `rate-limited:` beyond).
+    #[arg(long, env = "GRASP_PURGATORY_PER_AUTHOR", default_value_t = 100)]
+    pub purgatory_per_author: usize,
+
+    /// Most purgatory entries in total (answered `blocked:` beyond).
+    #[arg(long, env = "GRASP_PURGATORY_TOTAL", default_value_t = 10_000)]
+    pub purgatory_total: usize,
+
+    /// Most git-first refs/nostr placeholders per repository.
+    #[arg(long, env = "GRASP_PLACEHOLDERS_PER_REPO", default_value_t = 100)]
+    pub placeholders_per_repo: usize,
+
+    /// Most git-first refs/nostr placeholders in total.
+    #[arg(long, env = "GRASP_PLACEHOLDERS_TOTAL", default_value_t = 2_000)]
+    pub placeholders_total: usize,
+
     #[arg(long, env = "GRASP_ADMIN_PUBKEY", value_parser = parse_pubkey)]
     pub admin_pubkey: Option<PublicKey>,
 
@@ -120,6 +148,21 @@ impl Config {
     }
 
     /// A configuration with all defaults, for tests.
+    /// The purgatory's durations and caps.
+    pub fn purgatory(&self) -> grasp_state::purgatory::PurgatoryConfig {
+        use std::time::Duration;
+        let mut c = grasp_state::purgatory::PurgatoryConfig {
+            entry_ttl: Duration::from_secs(self.purgatory_ttl),
+            soft_expiry_ttl: Duration::from_secs(self.soft_expiry_ttl),
+            ..Default::default()
+        };
+        c.caps.per_author = self.purgatory_per_author;
+        c.caps.total = self.purgatory_total;
+        c.caps.placeholders_per_repo = self.placeholders_per_repo;
+        c.caps.placeholders_total = self.placeholders_total;
+        c
+    }
+
     pub fn for_tests(data_dir: PathBuf) -> Self {
         let mut cfg = Self::parse_from(["grasp-relay"]);
         cfg.data_dir = data_dir;

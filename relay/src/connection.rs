@@ -19,7 +19,7 @@ use tokio_tungstenite::tungstenite::protocol::{CloseFrame, WebSocketConfig};
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::WebSocketStream;
 
-use crate::relay::Relay;
+use crate::grasp::Grasp;
 use crate::shutdown::Shutdown;
 use crate::subscriptions::Subscriptions;
 
@@ -49,7 +49,7 @@ const MAX_SUBSCRIPTION_ID_LEN: usize = 64;
 /// Serves one WebSocket connection until the client leaves or shutdown is signalled.
 pub async fn handle<S>(
     mut ws: WebSocketStream<S>,
-    relay: Arc<Relay>,
+    grasp: Arc<Grasp>,
     limits: Limits,
     mut shutdown: Shutdown,
     remote: SocketAddr,
@@ -57,11 +57,11 @@ pub async fn handle<S>(
     S: AsyncRead + AsyncWrite + Unpin,
 {
     let mut conn = Connection {
-        relay: relay.clone(),
+        grasp: grasp.clone(),
         limits,
         subs: Subscriptions::new(limits.max_subscriptions, limits.max_filters),
         out: Vec::new(),
-        live: relay.subscribe(),
+        live: grasp.relay.subscribe(),
     };
     tracing::debug!(%remote, "websocket open");
     loop {
@@ -113,7 +113,7 @@ pub async fn handle<S>(
 
 /// Per-connection state; replies are queued in `out` and flushed by the loop.
 struct Connection {
-    relay: Arc<Relay>,
+    grasp: Arc<Grasp>,
     limits: Limits,
     subs: Subscriptions,
     out: Vec<String>,
@@ -212,7 +212,7 @@ impl Connection {
                 return;
             }
         };
-        let (ok, message) = self.relay.submit(&event).await;
+        let (ok, message) = self.grasp.submit(&event).await;
         tracing::debug!(id = %event.id, kind = event.kind.as_u16(), ok, %message, "EVENT");
         self.send(RelayMessage::ok(event.id, ok, message));
     }
@@ -245,6 +245,7 @@ impl Connection {
         // Events broadcast before this REQ go to the existing subscriptions only.
         self.drain_live(None);
         match self
+            .grasp
             .relay
             .store()
             .query(filters.clone(), self.limits.max_limit)

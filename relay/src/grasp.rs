@@ -17,7 +17,8 @@ use grasp_state::purgatory::Purgatory;
 use nostr::{Event, Filter, Kind, PublicKey};
 use tokio::sync::OwnedMutexGuard;
 
-use crate::store::Store;
+use crate::policy::Admission;
+use crate::relay::Relay;
 
 /// Where an announcement or state event came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,7 +48,8 @@ impl RepoLocks {
 
 /// Everything the GRASP rules need, shared by the WebSocket side and the hook API.
 pub struct Grasp {
-    pub store: Store,
+    /// Event store and live broadcast.
+    pub relay: Arc<Relay>,
     pub purgatory: Mutex<Purgatory>,
     pub layout: RepoLayout,
     pub hooks_dir: PathBuf,
@@ -57,11 +59,57 @@ pub struct Grasp {
 }
 
 impl Grasp {
+    pub fn new(relay: Arc<Relay>, purgatory: Purgatory, layout: RepoLayout, hooks_dir: PathBuf, public_host: String) -> Self {
+        Grasp { relay, purgatory: Mutex::new(purgatory), layout, hooks_dir, public_host, locks: RepoLocks::default() }
+    }
+
+    /// The full `EVENT` pipeline for a client-submitted event: verify, admit, store, broadcast.
+    /// Returns the NIP-01 `OK` status and message.
+    pub async fn submit(&self, event: &Event) -> (bool, String) {
+        if !event.verify_id() {
+            return (false, "invalid: event id does not match the event's content; recompute the id (NIP-01)".into());
+        }
+        if !event.verify_signature() {
+            return (false, "invalid: bad signature; sign the event id with the author's key".into());
+        }
+        match self.admit(event).await {
+            Admission::Reject(msg) => {
+                tracing::info!(event = %event.id, kind = event.kind.as_u16(), reason = %msg, "event rejected");
+                (false, msg)
+            }
+            Admission::Purgatory(msg) => (true, msg),
+            Admission::Published => (true, String::new()),
+            Admission::Store => match self.relay.publish(event).await {
+                Ok(outcome) => outcome.ok_reply(),
+                Err(e) => {
+                    tracing::error!(error = %e, id = %event.id, "saving event failed");
+                    (false, "error: could not save the event; try again later".into())
+                }
+            },
+        }
+    }
+
+    /// Stored events matching any of `filters` (store errors are logged and read as none).
+    pub async fn query(&self, filters: Vec<Filter>) -> Vec<Event> {
+        match self.relay.store().query(filters, usize::MAX).await {
+            Ok(events) => events,
+            Err(e) => {
+                tracing::error!(error = %e, "event store query failed");
+                Vec::new()
+            }
+        }
+    }
+
+    /// A stored event by id.
+    pub async fn event_by_id(&self, id: &nostr::EventId) -> Option<Event> {
+        self.relay.store().event_by_id(id).await.ok().flatten()
+    }
+
     /// The announcements for `identifier`, newest per owner, stored or in purgatory.
     pub async fn announcements(&self, identifier: &str) -> Vec<(Announcement, Source)> {
         let filter = Filter::new().kind(Kind::Custom(KIND_ANNOUNCEMENT)).identifier(identifier);
         let mut by_owner: BTreeMap<PublicKey, (Announcement, Source)> = BTreeMap::new();
-        for ev in self.store.query(vec![filter]).await {
+        for ev in self.query(vec![filter]).await {
             if let Ok(a) = Announcement::from_event(&ev) {
                 if a.identifier == identifier {
                     by_owner.insert(a.owner, (a, Source::Stored));
@@ -107,8 +155,7 @@ impl Grasp {
             .kind(Kind::Custom(KIND_STATE))
             .identifier(identifier)
             .authors(set.iter().copied());
-        self.store
-            .query(vec![filter])
+        self.query(vec![filter])
             .await
             .iter()
             .filter_map(|ev| RepoState::from_event(ev).ok())

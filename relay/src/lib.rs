@@ -15,15 +15,29 @@
 //! - `connection`: one NIP-01 WebSocket connection.
 //! - `subscriptions`: the subscriptions of one connection.
 //! - `store`: the nostr-lmdb event store.
-//! - `policy`: event acceptance policy (what is stored, held in purgatory, or refused).
+//! - `policy`: the verdict type of the acceptance policy.
+//! - `grasp`: the GRASP brain ([`grasp::Grasp`]): store + purgatory + repositories, lookups.
+//! - `acceptance`: which events are accepted, held in the purgatory, or refused.
+//! - `authorize`: push authorisation for the pre-receive hook.
+//! - `release`: git data arrival: promotion, release, ref alignment, copies to other owners.
+//! - `git`: the relay's own git subprocess operations.
+//! - `hook_api`: the loopback, token-protected API the git hooks call.
+//! - `lifecycle`: purgatory restore, expiry sweeps and checkpoints.
 
+pub mod acceptance;
+pub mod authorize;
 pub mod config;
 pub mod connection;
 pub mod datadir;
+pub mod git;
+pub mod grasp;
+pub mod hook_api;
+pub mod lifecycle;
 pub mod http;
 pub mod nip11;
 pub mod policy;
 pub mod relay;
+pub mod release;
 pub mod server;
 pub mod shutdown;
 pub mod store;

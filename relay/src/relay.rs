@@ -1,30 +1,30 @@
-//! The relay core shared by all connections: store, policy and the live-event broadcast.
+//! The relay core shared by all connections: the event store and the live-event broadcast.
+//!
+//! Deciding what to store is the GRASP brain's job (`crate::grasp::Grasp::submit`); this type only
+//! stores and broadcasts.
 
 use std::sync::Arc;
 
 use nostr::event::Event;
 use tokio::sync::broadcast;
 
-use crate::policy::{Admission, Policy};
 use crate::store::{SaveOutcome, Store, StoreError};
 
 /// Capacity of the live-event channel; a connection lagging further behind is told so by NOTICE.
 const BROADCAST_CAPACITY: usize = 4096;
 
-/// Store, policy and subscribers of the relay.
+/// Store and subscribers of the relay.
 #[derive(Debug)]
 pub struct Relay {
     store: Store,
-    policy: Policy,
     live: broadcast::Sender<Arc<Event>>,
 }
 
 impl Relay {
-    pub fn new(store: Store, policy: Policy) -> Self {
+    pub fn new(store: Store) -> Self {
         let (live, _) = broadcast::channel(BROADCAST_CAPACITY);
         Self {
             store,
-            policy,
             live,
         }
     }
@@ -33,45 +33,9 @@ impl Relay {
         &self.store
     }
 
-    pub fn policy(&self) -> &Policy {
-        &self.policy
-    }
-
     /// A receiver of every event stored (or ephemeral) from now on.
     pub fn subscribe(&self) -> broadcast::Receiver<Arc<Event>> {
         self.live.subscribe()
-    }
-
-    /// The full `EVENT` pipeline for a client-submitted event: verify, admit, store, broadcast.
-    /// Returns the NIP-01 `OK` status and message.
-    pub async fn submit(&self, event: &Event) -> (bool, String) {
-        if !event.verify_id() {
-            return (
-                false,
-                "invalid: event id does not match the event's content; recompute the id (NIP-01)"
-                    .into(),
-            );
-        }
-        if !event.verify_signature() {
-            return (
-                false,
-                "invalid: bad signature; sign the event id with the author's key".into(),
-            );
-        }
-        match self.policy.admit(event).await {
-            Admission::Reject(msg) => (false, msg),
-            Admission::Purgatory(msg) => (true, format!("purgatory: {msg}")),
-            Admission::Store => match self.publish(event).await {
-                Ok(outcome) => outcome.ok_reply(),
-                Err(e) => {
-                    tracing::error!(error = %e, id = %event.id, "saving event failed");
-                    (
-                        false,
-                        "error: could not save the event; try again later".into(),
-                    )
-                }
-            },
-        }
     }
 
     /// Stores `event` (no policy check) and broadcasts it to subscribers if it was stored or is

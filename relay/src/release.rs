@@ -15,6 +15,7 @@ use nostr::{Event, PublicKey, ToBech32};
 
 use crate::git;
 use crate::grasp::{Grasp, Source};
+use grasp_state::purgatory::RepoId;
 
 fn released(ev: &Event, summary: impl Into<String>) -> ReleasedEvent {
     ReleasedEvent { id: ev.id.to_hex(), kind: ev.kind.as_u16(), summary: summary.into() }
@@ -27,7 +28,11 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> 
 impl Grasp {
     /// Stores `ev` and broadcasts it to subscribers.
     pub async fn publish(&self, ev: &Event) -> Result<(), String> {
-        self.relay.publish(ev.clone()).await
+        match self.relay.publish(ev).await {
+            Ok(crate::store::SaveOutcome::Saved) => Ok(()),
+            Ok(other) => Err(other.ok_reply().1),
+            Err(e) => Err(format!("error: could not save the event: {e}")),
+        }
     }
 
     /// Creates `owner`'s bare repository for `identifier` if it is missing.
@@ -81,12 +86,12 @@ impl Grasp {
         for u in updates {
             let Some(id) = u.name.strip_prefix("refs/nostr/") else { continue };
             let Ok(event_id) = nostr::EventId::from_hex(id) else { continue };
-            if u.new == ZERO_OID || self.store.event_by_id(&event_id).await.is_some() {
+            if u.new == ZERO_OID || self.event_by_id(&event_id).await.is_some() {
                 continue;
             }
             let mut p = self.purgatory.lock().unwrap();
-            if p.find_pr(&event_id).is_none() {
-                match p.add_pr_placeholder(event_id, u.new.clone(), *owner, identifier.to_string()) {
+            if p.find_pr(&event_id).is_none_or(|e| e.event.is_none()) {
+                match p.add_pr_placeholder(event_id, u.new.clone(), RepoId::new(*owner, identifier)) {
                     Ok(()) => tracing::info!(event = %event_id, commit = %u.new, identifier, "git-first placeholder recorded"),
                     Err(e) => tracing::warn!(event = %event_id, error = %e, "placeholder not recorded"),
                 }
@@ -183,7 +188,7 @@ impl Grasp {
         // 2. Held pull requests for this repository whose commit exists here.
         let prs: Vec<(Event, String)> = {
             let p = self.purgatory.lock().unwrap();
-            p.prs_for(owner, identifier).into_iter().filter_map(|e| e.event.clone().map(|ev| (ev, e.commit.clone()))).collect()
+            p.prs_for(&RepoId::new(*owner, identifier)).into_iter().filter_map(|e| e.event.clone().map(|ev| (ev, e.commit.clone()))).collect()
         };
         for (ev, commit) in prs {
             let name = format!("refs/nostr/{}", ev.id.to_hex());
@@ -265,11 +270,13 @@ impl Grasp {
 
     /// Reconciles every repository with the purgatory (startup, after a crash between the hooks).
     pub async fn reconcile_all(&self) {
-        let targets: Vec<(PublicKey, String)> = { self.purgatory.lock().unwrap().repos_waiting() };
-        for (owner, identifier) in targets {
-            let released = self.process_repo(&owner, &identifier).await;
-            if !released.is_empty() {
-                tracing::info!(identifier, count = released.len(), "reconciled: released held events");
+        let identifiers = { self.purgatory.lock().unwrap().waiting_identifiers() };
+        for identifier in identifiers {
+            for (a, _) in self.announcements(&identifier).await {
+                let released = self.process_repo(&a.owner, &identifier).await;
+                if !released.is_empty() {
+                    tracing::info!(identifier, count = released.len(), "reconciled: released held events");
+                }
             }
         }
     }

@@ -34,7 +34,7 @@ use crate::config::Config;
 use crate::connection::{self, Limits};
 use crate::datadir::DataDir;
 use crate::http::{self, Body};
-use crate::policy::Policy;
+use crate::grasp::Grasp;
 use crate::relay::Relay;
 use crate::shutdown::{Shutdown, ShutdownController};
 use crate::store::Store;
@@ -49,7 +49,7 @@ const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 #[derive(Debug)]
 pub struct AppState {
     pub cfg: Config,
-    pub relay: Arc<Relay>,
+    pub grasp: Arc<Grasp>,
     pub limits: Limits,
 }
 
@@ -60,7 +60,7 @@ pub async fn run(mut cfg: Config) -> anyhow::Result<()> {
     let store = Store::open(&data.events())
         .await
         .context("opening the event store")?;
-    let relay = Arc::new(Relay::new(store, Policy::new()));
+    let relay = Arc::new(Relay::new(store));
 
     let listener = TcpListener::bind(cfg.bind)
         .await
@@ -76,14 +76,40 @@ pub async fn run(mut cfg: Config) -> anyhow::Result<()> {
         max_filters: cfg.max_filters,
         max_limit: cfg.max_limit,
     };
-    let state = Arc::new(AppState { cfg, relay, limits });
+
+    // The purgatory, restored from its checkpoint (downtime subtracted).
+    let purgatory = crate::lifecycle::restore(data.root(), cfg.purgatory());
+    let layout = grasp_state::identifier::RepoLayout::new(data.git());
+    let grasp = Arc::new(Grasp::new(relay, purgatory, layout, data.hooks(), cfg.public_host()));
+
+    // The hooks git runs, and the loopback API they call.
+    let bin_dir = cfg.cgi_path().parent().map(|p| p.to_path_buf()).unwrap_or_default();
+    crate::hook_api::install_hooks(&data.hooks(), &bin_dir, data.root())
+        .context("installing the git hooks")?;
+    let (api_listener, token) = crate::hook_api::bind(cfg.api_bind, data.root()).await?;
+    let api_addr = api_listener.local_addr()?;
 
     let controller = ShutdownController::new();
+    tokio::spawn(crate::hook_api::serve(api_listener, token, grasp.clone(), controller.subscribe()));
+
+    // Nothing is lost if the relay was down between a push's two hooks: release what the
+    // repositories already satisfy.
+    grasp.reconcile_all().await;
+
+    tokio::spawn(crate::lifecycle::run_expiry(grasp.clone(), controller.subscribe()));
+    tokio::spawn(crate::lifecycle::run_checkpoints(
+        grasp.clone(),
+        data.root().to_path_buf(),
+        Duration::from_secs(cfg.checkpoint_interval.max(1)),
+        controller.subscribe(),
+    ));
+
+    let state = Arc::new(AppState { cfg, grasp: grasp.clone(), limits });
     let accept = tokio::spawn(accept_loop(listener, state.clone(), controller.subscribe()));
 
     std::fs::write(data.relay_addr_file(), addr.to_string())
         .with_context(|| format!("writing {}", data.relay_addr_file().display()))?;
-    tracing::info!(%addr, public_host = %state.cfg.public_host(), data_dir = %data.root().display(), "listening on http://{addr}");
+    tracing::info!(%addr, %api_addr, public_host = %state.cfg.public_host(), data_dir = %data.root().display(), "listening on http://{addr}");
 
     wait_for_signal().await;
     tracing::info!("shutting down");
@@ -91,6 +117,11 @@ pub async fn run(mut cfg: Config) -> anyhow::Result<()> {
         tracing::warn!("some connections did not finish within {SHUTDOWN_GRACE:?}");
     }
     accept.abort();
+    // Background mutation has stopped: write the final checkpoint.
+    match crate::lifecycle::checkpoint(&grasp, data.root()).await {
+        Ok(()) => tracing::info!("purgatory checkpoint written"),
+        Err(e) => tracing::error!(error = %e, "final purgatory checkpoint failed"),
+    }
     let _ = std::fs::remove_file(data.relay_addr_file());
     tracing::info!("stopped");
     Ok(())
@@ -270,7 +301,7 @@ fn websocket_upgrade(
                     Some(state.limits.websocket_config()),
                 )
                 .await;
-                connection::handle(ws, state.relay.clone(), state.limits, shutdown, remote).await;
+                connection::handle(ws, state.grasp.clone(), state.limits, shutdown, remote).await;
             }
             Err(e) => tracing::debug!(%remote, error = %e, "websocket upgrade failed"),
         }

@@ -41,6 +41,25 @@ impl Purgatory {
             .unwrap_or(&[])
     }
 
+    /// The pull requests (events, not placeholders) waiting for data in `repo`.
+    /// A scan of the held pull requests, which the caps keep small.
+    pub fn prs_for(&self, repo: &RepoId) -> Vec<&PrEntry> {
+        self.prs
+            .values()
+            .filter(|p| p.event.is_some() && p.repos.contains(repo))
+            .collect()
+    }
+
+    /// Every identifier something waits for: held announcements, states and pull requests.
+    pub fn waiting_identifiers(&self) -> std::collections::BTreeSet<String> {
+        let mut ids: std::collections::BTreeSet<String> = self.announcements.keys().cloned().collect();
+        ids.extend(self.states.iter().filter(|(_, v)| !v.is_empty()).map(|(k, _)| k.clone()));
+        for p in self.prs.values() {
+            ids.extend(p.repos.iter().chain(&p.destinations).map(|r| r.identifier.clone()));
+        }
+        ids
+    }
+
     /// Releases (or drops) one state event.
     pub fn remove_state_event(
         &mut self,

@@ -1,0 +1,176 @@
+//! The purgatory's lifecycle around the pure model: restore at startup, the expiry task that
+//! carries out what [`Purgatory::sweep`] decides, and crash-safe checkpoints
+//! (seed: "Crash-Safe Checkpoint Persistence", "Announcement Expiry", placeholder expiry).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use grasp_state::purgatory::{
+    read_checkpoint, set_aside, write_checkpoint, Purgatory, PurgatoryConfig, RepoId, SweepAction, SystemClock,
+};
+use nostr::ToBech32;
+
+use crate::git;
+use crate::grasp::Grasp;
+use crate::shutdown::Shutdown;
+
+/// The checkpoint file in the data directory.
+pub const CHECKPOINT_FILE: &str = "purgatory-state.json";
+
+/// How often the expiry sweep runs. The sweep pops only due deadlines, so this is cheap.
+const SWEEP_TICK: Duration = Duration::from_secs(1);
+
+/// Loads the purgatory from `<data>/purgatory-state.json`, subtracting downtime from every
+/// deadline. A corrupt or unknown-version file is reported and renamed aside, never lost, and
+/// the relay starts with an empty purgatory. The file itself stays in place.
+pub fn restore(data_dir: &Path, config: PurgatoryConfig) -> Purgatory {
+    let path = data_dir.join(CHECKPOINT_FILE);
+    let clock = Arc::new(SystemClock);
+    match read_checkpoint(&path) {
+        Ok(None) => Purgatory::new(config, clock),
+        Ok(Some(state)) => {
+            let (p, report) = Purgatory::restore(state, config, clock, |repo| repo.exists());
+            tracing::info!(
+                downtime_secs = report.downtime.as_secs(),
+                announcements = report.announcements,
+                states = report.states,
+                prs = report.prs,
+                placeholders = report.placeholders,
+                expired_during_downtime = report.expired_during_downtime,
+                skipped = report.skipped.len(),
+                "purgatory restored from checkpoint"
+            );
+            for s in &report.skipped {
+                tracing::warn!(entry = %s.entry, reason = %s.reason, "purgatory entry not restored");
+            }
+            p
+        }
+        Err(e) => {
+            match set_aside(&path) {
+                Ok(aside) => tracing::error!(error = %e, kept_as = %aside.display(), "purgatory checkpoint unreadable; set aside, starting empty"),
+                Err(io) => tracing::error!(error = %e, rename_error = %io, "purgatory checkpoint unreadable and could not be set aside; starting empty"),
+            }
+            Purgatory::new(config, clock)
+        }
+    }
+}
+
+/// Writes one checkpoint. The snapshot is taken under the lock (a clone); serialising and the
+/// disk writes happen outside it, so request handling is not blocked for long.
+pub async fn checkpoint(grasp: &Grasp, data_dir: &Path) -> std::io::Result<()> {
+    let snapshot = grasp.purgatory.lock().unwrap().snapshot();
+    let path: PathBuf = data_dir.join(CHECKPOINT_FILE);
+    tokio::task::spawn_blocking(move || write_checkpoint(&path, &snapshot))
+        .await
+        .map_err(std::io::Error::other)?
+}
+
+/// Checkpoints every `interval` until shutdown (the final checkpoint is the caller's, after
+/// background mutation has stopped).
+pub async fn run_checkpoints(grasp: Arc<Grasp>, data_dir: PathBuf, interval: Duration, mut shutdown: Shutdown) {
+    let mut ticker = tokio::time::interval(interval);
+    ticker.tick().await;
+    loop {
+        tokio::select! {
+            _ = ticker.tick() => {
+                if let Err(e) = checkpoint(&grasp, &data_dir).await {
+                    tracing::error!(error = %e, "purgatory checkpoint failed");
+                }
+            }
+            _ = shutdown.recv() => return,
+        }
+    }
+}
+
+/// Runs the expiry sweep every second until shutdown.
+pub async fn run_expiry(grasp: Arc<Grasp>, mut shutdown: Shutdown) {
+    let mut ticker = tokio::time::interval(SWEEP_TICK);
+    loop {
+        tokio::select! {
+            _ = ticker.tick() => expire(&grasp).await,
+            _ = shutdown.recv() => return,
+        }
+    }
+}
+
+/// One sweep: the model decides, this carries out the I/O.
+pub async fn expire(grasp: &Grasp) {
+    let actions = grasp.purgatory.lock().unwrap().sweep();
+    for action in actions {
+        match action {
+            SweepAction::SoftExpireAnnouncement { owner, identifier, repo_path } => {
+                tracing::info!(owner = %npub(&owner), identifier, "announcement soft-expired: repository deleted, event kept for revival");
+                grasp.delete_repo(&repo_path).await;
+            }
+            SweepAction::ExpireAnnouncement { owner, identifier, event_id } => {
+                tracing::info!(owner = %npub(&owner), identifier, event = %event_id, "announcement expired");
+            }
+            SweepAction::ExpireState { event_id, identifier, author } => {
+                tracing::info!(identifier, event = %event_id, author = %npub(&author), "state event expired without its git data");
+            }
+            SweepAction::ExpirePr { event_id, commit, destinations } => {
+                tracing::info!(event = %event_id, commit, "pull request expired without its commit");
+                remove_nostr_refs(grasp, &event_id, &commit, &destinations).await;
+            }
+            SweepAction::ExpirePlaceholder { event_id, commit, destinations } => {
+                // An accepted event whose placeholder survived in an older checkpoint keeps its ref.
+                if grasp.event_by_id(&event_id).await.is_some() {
+                    grasp.purgatory.lock().unwrap().remove_pr(&event_id);
+                    continue;
+                }
+                let cleaned = remove_nostr_refs(grasp, &event_id, &commit, &destinations).await;
+                let mut p = grasp.purgatory.lock().unwrap();
+                if cleaned.len() == destinations.len() {
+                    p.placeholder_cleaned(&event_id, &cleaned);
+                    tracing::info!(event = %event_id, commit, "placeholder expired: refs/nostr ref removed");
+                } else {
+                    let retry = p.config().placeholder_retry;
+                    p.placeholder_cleaned(&event_id, &cleaned);
+                    p.retain_placeholder_for_retry(&event_id, retry);
+                    tracing::warn!(event = %event_id, retry_secs = retry.as_secs(), "placeholder ref removal failed; will retry");
+                }
+            }
+        }
+    }
+}
+
+/// Compare-and-deletes `refs/nostr/<id>` (still at `commit`) in each destination, under its
+/// lock, unless the PR event arrived meanwhile. Returns the destinations that are clean.
+async fn remove_nostr_refs(grasp: &Grasp, event_id: &nostr::EventId, commit: &str, destinations: &[RepoId]) -> Vec<RepoId> {
+    let mut cleaned = Vec::new();
+    let name = format!("refs/nostr/{}", event_id.to_hex());
+    for dest in destinations {
+        let Some(repo) = grasp.repo_path(&dest.owner, &dest.identifier) else {
+            cleaned.push(dest.clone());
+            continue;
+        };
+        let _guard = grasp.locks.lock(&repo).await;
+        if grasp.purgatory.lock().unwrap().find_pr(event_id).is_some_and(|e| e.event.is_some()) {
+            cleaned.push(dest.clone());
+            continue;
+        }
+        let (repo2, name2, commit2) = (repo.clone(), name.clone(), commit.to_string());
+        let res = tokio::task::spawn_blocking(move || -> Result<(), git::GitError> {
+            if !repo2.exists() {
+                return Ok(());
+            }
+            let refs = git::read_refs(&repo2)?;
+            if refs.get(&name2) == Some(&commit2) {
+                git::update_refs(&repo2, &[git::RefChange::Delete { name: name2, old: commit2 }])?;
+            }
+            Ok(())
+        })
+        .await;
+        match res {
+            Ok(Ok(())) => cleaned.push(dest.clone()),
+            Ok(Err(e)) => tracing::warn!(repo = %repo.display(), error = %e, "could not remove expired refs/nostr ref"),
+            Err(e) => tracing::warn!(error = %e, "ref removal task failed"),
+        }
+    }
+    cleaned
+}
+
+fn npub(pk: &nostr::PublicKey) -> String {
+    pk.to_bech32().unwrap_or_else(|_| pk.to_hex())
+}
