@@ -6,5 +6,7 @@
 //!
 //! Layout (one file per concept):
 //! - `http`: response body type and CORS for everything on the public port.
+//! - `sync`: background git-data sync (queue, per-domain throttle, URL safety, fetch by oid).
 
 pub mod http;
+pub mod sync;

@@ -1,0 +1,1 @@
+//! Integration-style tests of the syncer against real git over smart HTTP.
