@@ -58,7 +58,9 @@ pub struct FetchOutcome {
 /// Whether `oid` is a full hexadecimal SHA-1 or SHA-256 object id.
 pub fn is_valid_oid(oid: &str) -> bool {
     (oid.len() == 40 || oid.len() == 64)
-        && oid.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        && oid
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
 /// What a failed fetch's stderr says about the requested oids.
@@ -83,7 +85,10 @@ fn classify(stderr: &str, oids: &[String]) -> Failure {
     if !LACKING.iter().any(|pattern| lower.contains(pattern)) {
         return Failure::Transport;
     }
-    for line in lower.lines().filter(|line| LACKING.iter().any(|p| line.contains(p))) {
+    for line in lower
+        .lines()
+        .filter(|line| LACKING.iter().any(|p| line.contains(p)))
+    {
         if let Some(oid) = oids.iter().find(|oid| line.contains(oid.as_str())) {
             return Failure::Lacks(oid.clone());
         }
@@ -134,7 +139,12 @@ fn git(repo: &Path) -> Command {
 }
 
 /// Run one `git fetch` for `oids`; Ok on success, Err(stderr) on failure or timeout.
-async fn run_fetch(repo: &Path, url: &str, oids: &[String], options: &FetchOptions) -> Result<(), String> {
+async fn run_fetch(
+    repo: &Path,
+    url: &str,
+    oids: &[String],
+    options: &FetchOptions,
+) -> Result<(), String> {
     let mut command = git(repo);
     command
         .arg("-c")
@@ -142,7 +152,10 @@ async fn run_fetch(repo: &Path, url: &str, oids: &[String], options: &FetchOptio
         .arg("-c")
         .arg(format!("http.lowSpeedLimit={}", options.low_speed_limit))
         .arg("-c")
-        .arg(format!("http.lowSpeedTime={}", options.low_speed_time.as_secs().max(1)))
+        .arg(format!(
+            "http.lowSpeedTime={}",
+            options.low_speed_time.as_secs().max(1)
+        ))
         .arg("-c")
         .arg("http.followRedirects=false")
         .arg("-c")
@@ -150,25 +163,41 @@ async fn run_fetch(repo: &Path, url: &str, oids: &[String], options: &FetchOptio
         .arg("-c")
         .arg("credential.helper=");
     if let Some(resolve) = &options.curl_resolve {
-        command.arg("-c").arg(format!("http.curloptResolve={resolve}"));
+        command
+            .arg("-c")
+            .arg(format!("http.curloptResolve={resolve}"));
     }
     command
-        .args(["fetch", "--no-tags", "--no-write-fetch-head", "--no-auto-gc", "--quiet"])
+        .args([
+            "fetch",
+            "--no-tags",
+            "--no-write-fetch-head",
+            "--no-auto-gc",
+            "--quiet",
+        ])
         .arg(url)
         .args(oids);
-    let mut child = command.spawn().map_err(|error| format!("could not run git: {error}"))?;
+    let mut child = command
+        .spawn()
+        .map_err(|error| format!("could not run git: {error}"))?;
     let mut stderr = child.stderr.take();
     let run = async {
         let mut captured = Vec::new();
         if let Some(stderr) = stderr.as_mut() {
-            let _ = (&mut *stderr).take(64 * 1024).read_to_end(&mut captured).await;
+            let _ = (&mut *stderr)
+                .take(64 * 1024)
+                .read_to_end(&mut captured)
+                .await;
             let _ = tokio::io::copy(stderr, &mut tokio::io::sink()).await;
         }
         (child.wait().await, captured)
     };
     // On timeout the future (and the child in it) is dropped, which kills git.
     match tokio::time::timeout(options.timeout, run).await {
-        Err(_) => Err(format!("git fetch timed out after {} s", options.timeout.as_secs())),
+        Err(_) => Err(format!(
+            "git fetch timed out after {} s",
+            options.timeout.as_secs()
+        )),
         Ok((Err(error), _)) => Err(format!("git fetch failed to run: {error}")),
         Ok((Ok(status), _)) if status.success() => Ok(()),
         Ok((Ok(_), stderr)) => Err(clean_error(&stderr)),
@@ -185,7 +214,9 @@ pub async fn missing_objects(repo: &Path, oids: &[String]) -> Result<Vec<String>
         .args(["cat-file", "--batch-check=%(objectname)"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped());
-    let mut child = command.spawn().map_err(|error| format!("could not run git: {error}"))?;
+    let mut child = command
+        .spawn()
+        .map_err(|error| format!("could not run git: {error}"))?;
     let mut stdin = child.stdin.take().ok_or("git cat-file has no stdin")?;
     let input: String = oids.iter().map(|oid| format!("{oid}\n")).collect();
     let write = async move {
@@ -197,7 +228,10 @@ pub async fn missing_objects(repo: &Path, oids: &[String]) -> Result<Vec<String>
     let output = output.map_err(|error| format!("git cat-file failed: {error}"))?;
     written.map_err(|error| format!("git cat-file failed: {error}"))?;
     if !output.status.success() {
-        return Err(format!("git cat-file failed: {}", clean_error(&output.stderr)));
+        return Err(format!(
+            "git cat-file failed: {}",
+            clean_error(&output.stderr)
+        ));
     }
     // Present objects print their name; absent ones print "<oid> missing".
     let present: HashSet<&str> = std::str::from_utf8(&output.stdout)
@@ -214,7 +248,12 @@ pub async fn missing_objects(repo: &Path, oids: &[String]) -> Result<Vec<String>
 
 /// Fetch `oids` from `url` into `repo` without touching any ref. Never fails as a whole: the
 /// outcome says what arrived, what the remote lacks, and the last error.
-pub async fn fetch_oids(repo: &Path, url: &str, oids: &[String], options: &FetchOptions) -> FetchOutcome {
+pub async fn fetch_oids(
+    repo: &Path,
+    url: &str,
+    oids: &[String],
+    options: &FetchOptions,
+) -> FetchOutcome {
     let mut outcome = FetchOutcome::default();
     let mut wanted: Vec<String> = Vec::new();
     for oid in oids {
@@ -264,8 +303,13 @@ pub async fn fetch_oids(repo: &Path, url: &str, oids: &[String], options: &Fetch
     // The object store is the truth about what arrived.
     match missing_objects(repo, &wanted).await {
         Ok(absent) => {
-            outcome.fetched = wanted.into_iter().filter(|oid| !absent.contains(oid)).collect();
-            outcome.missing_on_remote.retain(|oid| !outcome.fetched.contains(oid));
+            outcome.fetched = wanted
+                .into_iter()
+                .filter(|oid| !absent.contains(oid))
+                .collect();
+            outcome
+                .missing_on_remote
+                .retain(|oid| !outcome.fetched.contains(oid));
         }
         Err(error) => outcome.error = Some(error),
     }
@@ -297,11 +341,21 @@ mod tests {
     fn classifies_git_errors() {
         let not_ours = format!("fatal: remote error: upload-pack: not our ref {B}");
         assert_eq!(classify(&not_ours, &oids()), Failure::Lacks(B.to_string()));
-        let unadvertised = format!("error: Server does not allow request for unadvertised object {A}");
-        assert_eq!(classify(&unadvertised, &oids()), Failure::Lacks(A.to_string()));
-        assert_eq!(classify("fatal: couldn't find remote ref something", &oids()), Failure::LacksUnnamed);
+        let unadvertised =
+            format!("error: Server does not allow request for unadvertised object {A}");
         assert_eq!(
-            classify("fatal: unable to access 'http://x/': Failed to connect", &oids()),
+            classify(&unadvertised, &oids()),
+            Failure::Lacks(A.to_string())
+        );
+        assert_eq!(
+            classify("fatal: couldn't find remote ref something", &oids()),
+            Failure::LacksUnnamed
+        );
+        assert_eq!(
+            classify(
+                "fatal: unable to access 'http://x/': Failed to connect",
+                &oids()
+            ),
             Failure::Transport
         );
         assert_eq!(classify("", &oids()), Failure::Transport);
@@ -309,7 +363,10 @@ mod tests {
 
     #[test]
     fn errors_are_cleaned_and_bounded() {
-        assert_eq!(clean_error(b"fatal: a\n\nremote: b\x1b[31m\n"), "fatal: a; remote: b [31m");
+        assert_eq!(
+            clean_error(b"fatal: a\n\nremote: b\x1b[31m\n"),
+            "fatal: a; remote: b [31m"
+        );
         assert_eq!(clean_error(b""), "git fetch failed without a message");
         assert_eq!(clean_error(&[b'x'; 10_000]).len(), 500);
     }

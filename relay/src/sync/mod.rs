@@ -154,7 +154,11 @@ impl<C: SyncContext> Syncer<C> {
 
     /// Like [`Syncer::new`] with an injected clock (tests).
     pub fn with_clock(ctx: C, config: SyncConfig, clock: Clock) -> Self {
-        let policy = UrlPolicy::new(config.allow_private, &config.extra_denied, &config.own_hosts);
+        let policy = UrlPolicy::new(
+            config.allow_private,
+            &config.extra_denied,
+            &config.own_hosts,
+        );
         Syncer {
             shared: Arc::new(Shared {
                 queue: Mutex::new(SyncQueue::new(config.queue.clone())),
@@ -228,7 +232,9 @@ impl<C: SyncContext> Syncer<C> {
                     tasks.spawn(Shared::sync_task(shared.clone(), identifier));
                 }
             }
-            shared.throttle.prune(now, SystemTime::now(), KEEP_ERRORS_FOR);
+            shared
+                .throttle
+                .prune(now, SystemTime::now(), KEEP_ERRORS_FOR);
             tokio::select! {
                 _ = tokio::time::sleep(shared.config.tick) => {}
                 _ = shared.wake.notified() => {}
@@ -262,7 +268,9 @@ impl<C: SyncContext> Drop for TaskGuard<C> {
 
 impl<C: SyncContext> Shared<C> {
     fn queue(&self) -> MutexGuard<'_, SyncQueue> {
-        self.queue.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.queue
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     async fn sync_task(shared: Arc<Self>, identifier: String) {
@@ -292,7 +300,8 @@ impl<C: SyncContext> Shared<C> {
                 Ok(safe) => safe,
                 Err(rejected) => {
                     if let UrlRejected::Resolve { host, .. } = &rejected {
-                        self.throttle.record_error(host, &rejected.to_string(), SystemTime::now());
+                        self.throttle
+                            .record_error(host, &rejected.to_string(), SystemTime::now());
                     }
                     tracing::debug!(identifier, url, reason = %rejected, "clone URL skipped");
                     continue;
@@ -300,7 +309,12 @@ impl<C: SyncContext> Shared<C> {
             };
             let (progressed, throttled) = self.sync_from_url(identifier, &safe, &targets).await;
             if let Some(ThrottledUntil(until)) = throttled {
-                tracing::debug!(identifier, url, domain = safe.url.domain(), "domain throttled");
+                tracing::debug!(
+                    identifier,
+                    url,
+                    domain = safe.url.domain(),
+                    "domain throttled"
+                );
                 throttled_until = Some(throttled_until.map_or(until, |t| t.min(until)));
             }
             if !progressed {
@@ -348,7 +362,10 @@ impl<C: SyncContext> Shared<C> {
             if missing.is_empty() {
                 continue;
             }
-            let permit = match self.throttle.try_acquire(domain, identifier, (self.clock)()) {
+            let permit = match self
+                .throttle
+                .try_acquire(domain, identifier, (self.clock)())
+            {
                 Ok(permit) => permit,
                 Err(throttled) => return (progressed, Some(throttled)),
             };

@@ -196,7 +196,8 @@ impl SyncQueue {
     /// Drop an identifier entirely (e.g. its purgatory entries expired).
     pub fn remove(&mut self, identifier: &str) {
         if let Some(entry) = self.entries.remove(identifier) {
-            self.waiting.remove(&(entry.next_attempt, identifier.to_string()));
+            self.waiting
+                .remove(&(entry.next_attempt, identifier.to_string()));
         }
     }
 
@@ -249,7 +250,10 @@ mod tests {
         q.enqueue("user", Origin::User, t0);
         q.enqueue("sync", Origin::Sync, t0);
         assert!(q.ready(t0).is_empty());
-        assert_eq!(q.ready(t0 + Duration::from_millis(499)), Vec::<String>::new());
+        assert_eq!(
+            q.ready(t0 + Duration::from_millis(499)),
+            Vec::<String>::new()
+        );
         assert_eq!(q.ready(t0 + Duration::from_millis(500)), vec!["sync"]);
         assert_eq!(q.ready(t0 + 179 * S), vec!["sync"]);
         assert_eq!(q.ready(t0 + 180 * S), vec!["sync", "user"]);
@@ -278,7 +282,10 @@ mod tests {
             assert_eq!(q.ready(now), vec!["r"]);
             assert!(q.start("r"));
             assert!(q.is_running("r"));
-            assert!(q.ready(now + 1000 * S).is_empty(), "running entries are not ready");
+            assert!(
+                q.ready(now + 1000 * S).is_empty(),
+                "running entries are not ready"
+            );
             q.finish("r", Outcome::Incomplete, now);
             let next = q.entry("r").unwrap().next_attempt;
             delays.push((next - now).as_secs());
@@ -326,10 +333,18 @@ mod tests {
         let entry = q.entry("r").unwrap();
         assert_eq!(entry.attempt_count, 0);
         assert_eq!(entry.next_attempt, t0 + S + Duration::from_millis(500));
-        assert_eq!(q.ready(t0 + 10 * S), vec!["r"], "old waiting slot was replaced");
+        assert_eq!(
+            q.ready(t0 + 10 * S),
+            vec!["r"],
+            "old waiting slot was replaced"
+        );
         q.start("r");
         q.finish("r", Outcome::Incomplete, t0 + 10 * S);
-        assert_eq!(q.entry("r").unwrap().next_attempt, t0 + 30 * S, "back to 20 s");
+        assert_eq!(
+            q.entry("r").unwrap().next_attempt,
+            t0 + 30 * S,
+            "back to 20 s"
+        );
     }
 
     #[test]
@@ -359,7 +374,11 @@ mod tests {
         assert_eq!(entry.attempt_count, 0);
         q.start("r");
         q.finish("r", Outcome::Throttled { until: t0 }, t0 + 9 * S);
-        assert_eq!(q.entry("r").unwrap().next_attempt, t0 + 9 * S, "never in the past");
+        assert_eq!(
+            q.entry("r").unwrap().next_attempt,
+            t0 + 9 * S,
+            "never in the past"
+        );
     }
 
     #[test]

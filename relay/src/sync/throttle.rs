@@ -101,7 +101,10 @@ impl DomainState {
 
     fn free_slots(&self, limits: &ThrottleLimits) -> usize {
         let concurrent = limits.max_concurrent.max(1).saturating_sub(self.in_flight);
-        let rate = limits.max_per_window.max(1).saturating_sub(self.starts.len());
+        let rate = limits
+            .max_per_window
+            .max(1)
+            .saturating_sub(self.starts.len());
         concurrent.min(rate)
     }
 
@@ -137,7 +140,9 @@ impl Throttle {
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
         // The state stays consistent between statements, so a panic elsewhere cannot corrupt it.
-        self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.inner
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Take a slot for one fetch from `domain` on behalf of `identifier`, or learn when to retry.
@@ -192,7 +197,9 @@ impl Throttle {
     pub fn forget(&self, identifier: &str) {
         let mut inner = self.lock();
         for state in inner.domains.values_mut() {
-            state.waiters.retain(|waiter| waiter.identifier != identifier);
+            state
+                .waiters
+                .retain(|waiter| waiter.identifier != identifier);
         }
     }
 
@@ -230,10 +237,14 @@ impl Throttle {
                     in_flight: state.in_flight,
                     requests_in_window: state.starts.len(),
                     waiting: state.waiters.len(),
-                    last_error: state.last_error.as_ref().map(|(message, _)| message.clone()),
-                    last_error_at: state.last_error.as_ref().map(|(_, at)| {
-                        at.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs()
-                    }),
+                    last_error: state
+                        .last_error
+                        .as_ref()
+                        .map(|(message, _)| message.clone()),
+                    last_error_at: state
+                        .last_error
+                        .as_ref()
+                        .map(|(_, at)| at.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs()),
                 }
             })
             .collect();
@@ -301,7 +312,11 @@ mod tests {
         let t0 = Instant::now();
         let throttle = Throttle::default();
         let permits: Vec<Permit> = (0..5)
-            .map(|i| throttle.try_acquire("a.example", &format!("id{i}"), t0).unwrap())
+            .map(|i| {
+                throttle
+                    .try_acquire("a.example", &format!("id{i}"), t0)
+                    .unwrap()
+            })
             .collect();
         assert_eq!(
             throttle.try_acquire("a.example", "id5", t0).unwrap_err(),
@@ -333,7 +348,10 @@ mod tests {
         let throttle = Throttle::default();
         for i in 0..30u32 {
             // Released at once: only the rate limit matters here.
-            throttle.try_acquire("d", "x", t0 + i * S).unwrap().release();
+            throttle
+                .try_acquire("d", "x", t0 + i * S)
+                .unwrap()
+                .release();
         }
         // Full until the first start leaves the window at t0 + 60 s.
         assert_eq!(
@@ -343,7 +361,10 @@ mod tests {
         assert!(throttle
             .try_acquire("d", "x", t0 + 60 * S - Duration::from_millis(1))
             .is_err());
-        throttle.try_acquire("d", "x", t0 + 60 * S).unwrap().release();
+        throttle
+            .try_acquire("d", "x", t0 + 60 * S)
+            .unwrap()
+            .release();
         // Second start (t0 + 1 s) leaves at t0 + 61 s.
         assert_eq!(
             throttle.try_acquire("d", "x", t0 + 60 * S).unwrap_err(),
@@ -368,7 +389,10 @@ mod tests {
         let a = throttle.try_acquire("d", "a", t0).unwrap();
         assert!(throttle.try_acquire("d", "b", t0).is_err(), "still busy");
         drop(a);
-        assert!(throttle.try_acquire("d", "newcomer", t0).is_err(), "b is ahead");
+        assert!(
+            throttle.try_acquire("d", "newcomer", t0).is_err(),
+            "b is ahead"
+        );
         let b = throttle.try_acquire("d", "b", t0).unwrap();
         drop(b);
         assert!(throttle.try_acquire("d", "newcomer", t0).is_ok());

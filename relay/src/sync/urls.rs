@@ -63,9 +63,7 @@ fn prefix_match(net: u128, ip: u128, width: u8, prefix: u8) -> bool {
 /// IPv4-mapped IPv6 addresses are really IPv4 addresses.
 fn canonical(ip: IpAddr) -> IpAddr {
     match ip {
-        IpAddr::V6(v6) => v6
-            .to_ipv4_mapped()
-            .map_or(IpAddr::V6(v6), IpAddr::V4),
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
         v4 => v4,
     }
 }
@@ -123,8 +121,14 @@ pub fn default_denied_ranges() -> Vec<Cidr> {
         (Ipv6Addr::new(0xff00, 0, 0, 0, 0, 0, 0, 0), 8),
     ];
     V4.iter()
-        .map(|(ip, prefix)| Cidr { network: IpAddr::V4(*ip), prefix: *prefix })
-        .chain(V6.iter().map(|(ip, prefix)| Cidr { network: IpAddr::V6(*ip), prefix: *prefix }))
+        .map(|(ip, prefix)| Cidr {
+            network: IpAddr::V4(*ip),
+            prefix: *prefix,
+        })
+        .chain(V6.iter().map(|(ip, prefix)| Cidr {
+            network: IpAddr::V6(*ip),
+            prefix: *prefix,
+        }))
         .collect()
 }
 
@@ -286,7 +290,10 @@ impl UrlPolicy {
             .filter_map(|entry| {
                 let parsed = parse_authority(entry.trim());
                 if parsed.is_none() {
-                    tracing::warn!(entry, "ignoring unparsable own host; write host or host:port");
+                    tracing::warn!(
+                        entry,
+                        "ignoring unparsable own host; write host or host:port"
+                    );
                 }
                 parsed
             })
@@ -301,9 +308,10 @@ impl UrlPolicy {
     /// Checks that need no network: syntax, scheme, credentials, own server, literal addresses.
     pub fn check(&self, url: &str) -> Result<CloneUrl, UrlRejected> {
         let url = CloneUrl::parse(url)?;
-        let own = self.own_hosts.iter().any(|(host, port)| {
-            *host == url.host && port.is_none_or(|port| port == url.port)
-        });
+        let own = self
+            .own_hosts
+            .iter()
+            .any(|(host, port)| *host == url.host && port.is_none_or(|port| port == url.port));
         if own {
             return Err(UrlRejected::OwnServer(url.url));
         }
@@ -333,11 +341,12 @@ impl UrlPolicy {
             host: url.host.clone(),
             reason,
         };
-        let addresses: Vec<SocketAddr> = match tokio::time::timeout(self.resolve_timeout, lookup).await {
-            Err(_) => return Err(resolve_error("timed out".to_string())),
-            Ok(Err(error)) => return Err(resolve_error(error.to_string())),
-            Ok(Ok(addresses)) => addresses.collect(),
-        };
+        let addresses: Vec<SocketAddr> =
+            match tokio::time::timeout(self.resolve_timeout, lookup).await {
+                Err(_) => return Err(resolve_error("timed out".to_string())),
+                Ok(Err(error)) => return Err(resolve_error(error.to_string())),
+                Ok(Ok(addresses)) => addresses.collect(),
+            };
         if addresses.is_empty() {
             return Err(resolve_error("no addresses".to_string()));
         }
@@ -365,7 +374,16 @@ mod tests {
         assert_eq!(cidr("10.0.0.0/8").to_string(), "10.0.0.0/8");
         assert_eq!(cidr("::1").to_string(), "::1/128");
         assert_eq!(cidr("1.2.3.4").to_string(), "1.2.3.4/32");
-        for bad in ["", "10.0.0.0/", "10.0.0.0/33", "::/129", "10.0.0/8", "x/8", "1.2.3.4/+8", "1.2.3.4/8/9"] {
+        for bad in [
+            "",
+            "10.0.0.0/",
+            "10.0.0.0/33",
+            "::/129",
+            "10.0.0/8",
+            "x/8",
+            "1.2.3.4/+8",
+            "1.2.3.4/8/9",
+        ] {
             assert!(bad.parse::<Cidr>().is_err(), "{bad:?} should not parse");
         }
     }
@@ -400,17 +418,48 @@ mod tests {
     fn default_deny_list() {
         let policy = UrlPolicy::new(false, &[], &[]);
         let denied = [
-            "127.0.0.1", "127.255.0.1", "10.1.2.3", "172.20.0.1", "192.168.1.1", "169.254.169.254",
-            "100.64.0.1", "100.127.255.255", "0.0.0.0", "0.1.2.3", "224.0.0.1", "239.1.1.1",
-            "255.255.255.255", "::1", "::", "fc00::1", "fdff::1", "fe80::1", "febf::1", "ff02::1",
-            "::ffff:10.0.0.1", "::ffff:127.0.0.1",
+            "127.0.0.1",
+            "127.255.0.1",
+            "10.1.2.3",
+            "172.20.0.1",
+            "192.168.1.1",
+            "169.254.169.254",
+            "100.64.0.1",
+            "100.127.255.255",
+            "0.0.0.0",
+            "0.1.2.3",
+            "224.0.0.1",
+            "239.1.1.1",
+            "255.255.255.255",
+            "::1",
+            "::",
+            "fc00::1",
+            "fdff::1",
+            "fe80::1",
+            "febf::1",
+            "ff02::1",
+            "::ffff:10.0.0.1",
+            "::ffff:127.0.0.1",
         ];
         for address in denied {
-            assert!(policy.check_address("h", ip(address)).is_err(), "{address} should be denied");
+            assert!(
+                policy.check_address("h", ip(address)).is_err(),
+                "{address} should be denied"
+            );
         }
-        let allowed = ["8.8.8.8", "100.63.255.255", "100.128.0.0", "172.32.0.1", "2001:db8::1", "fec0::1"];
+        let allowed = [
+            "8.8.8.8",
+            "100.63.255.255",
+            "100.128.0.0",
+            "172.32.0.1",
+            "2001:db8::1",
+            "fec0::1",
+        ];
         for address in allowed {
-            assert!(policy.check_address("h", ip(address)).is_ok(), "{address} should be allowed");
+            assert!(
+                policy.check_address("h", ip(address)).is_ok(),
+                "{address} should be allowed"
+            );
         }
         let open = UrlPolicy::new(true, &[], &[]);
         assert!(open.check_address("h", ip("127.0.0.1")).is_ok());
@@ -422,18 +471,35 @@ mod tests {
     #[test]
     fn url_parsing() {
         let url = CloneUrl::parse("https://Git.Example.com/npub1x/repo.git").unwrap();
-        assert_eq!((url.host.as_str(), url.port, url.https), ("git.example.com", 443, true));
+        assert_eq!(
+            (url.host.as_str(), url.port, url.https),
+            ("git.example.com", 443, true)
+        );
         let url = CloneUrl::parse("http://127.0.0.1:8080/a.git").unwrap();
-        assert_eq!((url.host.as_str(), url.port, url.https), ("127.0.0.1", 8080, false));
+        assert_eq!(
+            (url.host.as_str(), url.port, url.https),
+            ("127.0.0.1", 8080, false)
+        );
         let url = CloneUrl::parse("http://[::1]:81/a").unwrap();
         assert_eq!((url.host.as_str(), url.port), ("::1", 81));
         assert_eq!(url.authority(), "[::1]:81");
         let url = CloneUrl::parse("HTTPS://h?x#y").unwrap();
         assert_eq!((url.host.as_str(), url.port), ("h", 443));
         for bad in [
-            "", "https://", "https:///path", "https://h:/x", "https://h:0/x", "https://h:65536/",
-            "https://h:8a/", "https://[::1/", "https://[zz]/", "https://[::1]x/", "https://h /x",
-            "https://h/\nx", "https://hö.example/", "//h/x",
+            "",
+            "https://",
+            "https:///path",
+            "https://h:/x",
+            "https://h:0/x",
+            "https://h:65536/",
+            "https://h:8a/",
+            "https://[::1/",
+            "https://[zz]/",
+            "https://[::1]x/",
+            "https://h /x",
+            "https://h/\nx",
+            "https://hö.example/",
+            "//h/x",
         ] {
             assert!(
                 matches!(CloneUrl::parse(bad), Err(UrlRejected::Malformed(_))),
@@ -444,11 +510,17 @@ mod tests {
         for scheme in ["ssh://h/x", "git://h/x", "file:///etc", "ext::sh -c x"] {
             let result = CloneUrl::parse(scheme);
             assert!(
-                matches!(result, Err(UrlRejected::Scheme(_)) | Err(UrlRejected::Malformed(_))),
+                matches!(
+                    result,
+                    Err(UrlRejected::Scheme(_)) | Err(UrlRejected::Malformed(_))
+                ),
                 "{scheme:?}: {result:?}"
             );
         }
-        assert!(matches!(CloneUrl::parse("git://h/x"), Err(UrlRejected::Scheme(_))));
+        assert!(matches!(
+            CloneUrl::parse("git://h/x"),
+            Err(UrlRejected::Scheme(_))
+        ));
         assert!(matches!(
             CloneUrl::parse("https://user:pw@h/x"),
             Err(UrlRejected::Credentials(_))
@@ -460,25 +532,42 @@ mod tests {
         let policy = UrlPolicy::new(
             true,
             &[],
-            &["Relay.Example.com".to_string(), "127.0.0.1:7000".to_string(), "[::1]:7000".to_string(), "bad host".to_string()],
+            &[
+                "Relay.Example.com".to_string(),
+                "127.0.0.1:7000".to_string(),
+                "[::1]:7000".to_string(),
+                "bad host".to_string(),
+            ],
         );
         let own = |url: &str| matches!(policy.check(url), Err(UrlRejected::OwnServer(_)));
         assert!(own("https://relay.example.com/npub/x.git"));
-        assert!(own("http://relay.example.com:9999/npub/x.git"), "host entry matches any port");
+        assert!(
+            own("http://relay.example.com:9999/npub/x.git"),
+            "host entry matches any port"
+        );
         assert!(own("http://127.0.0.1:7000/x.git"));
         assert!(!own("http://127.0.0.1:7001/x.git"));
         assert!(own("http://[::1]:7000/x.git"));
         assert!(!own("https://other.example.com/x.git"));
         let default_port = UrlPolicy::new(true, &[], &["h.example:443".to_string()]);
-        assert!(matches!(default_port.check("https://h.example/x"), Err(UrlRejected::OwnServer(_))));
+        assert!(matches!(
+            default_port.check("https://h.example/x"),
+            Err(UrlRejected::OwnServer(_))
+        ));
         assert!(default_port.check("http://h.example/x").is_ok());
     }
 
     #[test]
     fn literal_addresses_are_checked_without_dns() {
         let policy = UrlPolicy::new(false, &[], &[]);
-        assert!(matches!(policy.check("http://127.0.0.1:80/x"), Err(UrlRejected::Denied { .. })));
-        assert!(matches!(policy.check("http://[::ffff:192.168.0.1]/x"), Err(UrlRejected::Denied { .. })));
+        assert!(matches!(
+            policy.check("http://127.0.0.1:80/x"),
+            Err(UrlRejected::Denied { .. })
+        ));
+        assert!(matches!(
+            policy.check("http://[::ffff:192.168.0.1]/x"),
+            Err(UrlRejected::Denied { .. })
+        ));
         assert!(policy.check("https://8.8.8.8/x").is_ok());
     }
 
@@ -486,7 +575,10 @@ mod tests {
     async fn resolution_denies_if_any_address_is_denied() {
         let strict = UrlPolicy::new(false, &[], &[]);
         let result = strict.resolve("http://localhost:1/x.git").await;
-        assert!(matches!(result, Err(UrlRejected::Denied { .. })), "{result:?}");
+        assert!(
+            matches!(result, Err(UrlRejected::Denied { .. })),
+            "{result:?}"
+        );
         let open = UrlPolicy::new(true, &[], &[]);
         let safe = open.resolve("http://localhost:1/x.git").await.unwrap();
         assert!(!safe.addresses.is_empty());
@@ -494,15 +586,24 @@ mod tests {
         let literal = open.resolve("http://127.0.0.1:1/x.git").await.unwrap();
         assert_eq!(literal.curl_resolve(), None);
         let unresolvable = open.resolve("http://does-not-exist.invalid/x.git").await;
-        assert!(matches!(unresolvable, Err(UrlRejected::Resolve { .. })), "{unresolvable:?}");
+        assert!(
+            matches!(unresolvable, Err(UrlRejected::Resolve { .. })),
+            "{unresolvable:?}"
+        );
     }
 
     #[test]
     fn curl_resolve_brackets_ipv6() {
         let safe = SafeUrl {
             url: CloneUrl::parse("https://h.example/x").unwrap(),
-            addresses: vec!["[2001:db8::1]:443".parse().unwrap(), "192.0.2.1:443".parse().unwrap()],
+            addresses: vec![
+                "[2001:db8::1]:443".parse().unwrap(),
+                "192.0.2.1:443".parse().unwrap(),
+            ],
         };
-        assert_eq!(safe.curl_resolve().unwrap(), "h.example:443:[2001:db8::1],192.0.2.1");
+        assert_eq!(
+            safe.curl_resolve().unwrap(),
+            "h.example:443:[2001:db8::1],192.0.2.1"
+        );
     }
 }
