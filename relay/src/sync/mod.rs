@@ -184,6 +184,13 @@ impl<C: SyncContext> Syncer<C> {
         self.shared.wake.notify_one();
     }
 
+    /// Forget `identifier` (e.g. all its purgatory entries expired). A running task finishes,
+    /// then the entry is dropped whatever its outcome.
+    pub fn remove(&self, identifier: &str) {
+        self.shared.queue().remove(identifier);
+        self.shared.throttle.forget(identifier);
+    }
+
     /// Whether a sync task for `identifier` is running now.
     pub fn is_running(&self, identifier: &str) -> bool {
         self.shared.queue().is_running(identifier)
@@ -235,8 +242,15 @@ impl<C: SyncContext> Syncer<C> {
             shared
                 .throttle
                 .prune(now, SystemTime::now(), KEEP_ERRORS_FOR);
+            // Sleep until the next deadline, at most one tick. A deadline already due means the
+            // parallelism cap is reached: a finishing task (or the tick) wakes the loop.
+            let tick = shared.config.tick;
+            let wait = match shared.queue().next_deadline() {
+                Some(deadline) if deadline > now => (deadline - now).min(tick),
+                _ => tick,
+            };
             tokio::select! {
-                _ = tokio::time::sleep(shared.config.tick) => {}
+                _ = tokio::time::sleep(wait) => {}
                 _ = shared.wake.notified() => {}
                 changed = shutdown.changed() => if changed.is_err() { break },
                 Some(_) = tasks.join_next(), if !tasks.is_empty() => {}

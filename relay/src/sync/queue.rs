@@ -85,6 +85,8 @@ pub struct SyncQueueEntry {
     pub in_progress: bool,
     /// A new event arrived while the task was running: reschedule even if it completes.
     requeue: Option<Origin>,
+    /// Removed while running: drop the entry when the task finishes.
+    removed: bool,
 }
 
 /// Per-identifier schedule of background syncs.
@@ -113,6 +115,7 @@ impl SyncQueue {
         match self.entries.get_mut(identifier) {
             Some(entry) if entry.in_progress => {
                 entry.attempt_count = 0;
+                entry.removed = false;
                 entry.requeue = Some(match (entry.requeue, origin) {
                     (Some(Origin::Sync), _) | (_, Origin::Sync) => Origin::Sync,
                     _ => Origin::User,
@@ -133,6 +136,7 @@ impl SyncQueue {
                         attempt_count: 0,
                         in_progress: false,
                         requeue: None,
+                        removed: false,
                     },
                 );
                 self.waiting.insert((next_attempt, identifier.to_string()));
@@ -173,6 +177,10 @@ impl SyncQueue {
             return;
         };
         entry.in_progress = false;
+        if entry.removed {
+            self.entries.remove(identifier);
+            return;
+        }
         let next_attempt = if let Some(origin) = entry.requeue.take() {
             // A new event arrived meanwhile: schedule as if it arrived now (count already reset).
             now + self.timings.delay(origin)
@@ -193,11 +201,20 @@ impl SyncQueue {
         self.waiting.insert((next_attempt, identifier.to_string()));
     }
 
-    /// Drop an identifier entirely (e.g. its purgatory entries expired).
+    /// Drop an identifier entirely (e.g. its purgatory entries expired). A running entry is
+    /// dropped when its task finishes, unless a new event arrives before that.
     pub fn remove(&mut self, identifier: &str) {
-        if let Some(entry) = self.entries.remove(identifier) {
-            self.waiting
-                .remove(&(entry.next_attempt, identifier.to_string()));
+        match self.entries.get_mut(identifier) {
+            Some(entry) if entry.in_progress => {
+                entry.removed = true;
+                entry.requeue = None;
+            }
+            Some(entry) => {
+                let key = (entry.next_attempt, identifier.to_string());
+                self.waiting.remove(&key);
+                self.entries.remove(identifier);
+            }
+            None => {}
         }
     }
 
@@ -382,6 +399,25 @@ mod tests {
     }
 
     #[test]
+    fn removing_a_running_entry_drops_it_when_the_task_ends() {
+        let t0 = Instant::now();
+        let mut q = queue();
+        q.enqueue("r", Origin::Sync, t0);
+        q.start("r");
+        q.remove("r");
+        assert!(q.is_running("r"), "the task still runs");
+        q.finish("r", Outcome::Incomplete, t0);
+        assert!(q.is_empty());
+
+        q.enqueue("r", Origin::Sync, t0);
+        q.start("r");
+        q.remove("r");
+        q.enqueue("r", Origin::Sync, t0 + S);
+        q.finish("r", Outcome::Complete, t0 + 2 * S);
+        assert_eq!(q.ready(t0 + 10 * S), vec!["r"], "a later event revives it");
+    }
+
+    #[test]
     fn stats_and_remove() {
         let t0 = Instant::now();
         let mut q = queue();
@@ -394,8 +430,10 @@ mod tests {
         assert_eq!(q.len(), 3);
         q.remove("b");
         q.remove("a");
-        assert_eq!(q.len(), 1);
+        assert_eq!(q.len(), 2, "a and c still run");
         assert!(q.ready(t0 + 1000 * S).is_empty());
+        q.finish("a", Outcome::Incomplete, t0);
+        assert_eq!(q.len(), 1);
         q.finish("a", Outcome::Incomplete, t0); // unknown now: ignored
         assert_eq!(q.len(), 1);
         assert!(!q.start("unknown"));

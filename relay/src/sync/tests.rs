@@ -90,7 +90,12 @@ struct ServerState {
     current: AtomicUsize,
     max: AtomicUsize,
     paths: Mutex<Vec<String>>,
+    /// Evaluated at every request; results in `observations`.
+    observer: Mutex<Option<Observer>>,
+    observations: Mutex<Vec<bool>>,
 }
+
+type Observer = Box<dyn Fn() -> bool + Send + Sync>;
 
 struct GitServer {
     addr: SocketAddr,
@@ -107,6 +112,8 @@ impl GitServer {
             current: AtomicUsize::new(0),
             max: AtomicUsize::new(0),
             paths: Mutex::new(Vec::new()),
+            observer: Mutex::new(None),
+            observations: Mutex::new(Vec::new()),
         });
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -169,6 +176,10 @@ async fn cgi(
 ) -> Result<Response<Full<Bytes>>, Infallible> {
     let path = req.uri().path().to_string();
     state.paths.lock().unwrap().push(path.clone());
+    if let Some(observer) = state.observer.lock().unwrap().as_ref() {
+        let observation = observer();
+        state.observations.lock().unwrap().push(observation);
+    }
     let _in_flight = InFlight::enter(&state);
     if path.ends_with("/info/refs") {
         let mut gate = state.gate.clone();
@@ -294,6 +305,15 @@ impl MockContext {
             .insert(identifier.to_string(), urls.to_vec());
     }
 
+    fn lock_of(&self, repo: &Path) -> Arc<tokio::sync::Mutex<()>> {
+        self.locks
+            .lock()
+            .unwrap()
+            .entry(repo.to_path_buf())
+            .or_default()
+            .clone()
+    }
+
     fn running_log(&self) -> Vec<(String, bool)> {
         self.running.lock().unwrap().clone()
     }
@@ -335,14 +355,7 @@ impl SyncContext for MockContext {
     }
 
     async fn lock_repo(&self, repo: &Path) -> Self::RepoGuard {
-        let lock = self
-            .locks
-            .lock()
-            .unwrap()
-            .entry(repo.to_path_buf())
-            .or_default()
-            .clone();
-        lock.lock_owned().await
+        self.lock_of(repo).lock_owned().await
     }
 
     async fn process(&self, _identifier: &str) -> usize {
@@ -468,6 +481,35 @@ async fn fetch_by_oid_drops_what_the_remote_lacks_and_writes_no_refs() {
 }
 
 #[tokio::test]
+async fn git_connects_to_the_pinned_address_not_a_new_lookup() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("served");
+    let history = history(dir.path());
+    init_bare(&root.join("src.git"));
+    publish(&history, &root.join("src.git"), &history.a);
+    let dst = dir.path().join("dst.git");
+    init_bare(&dst);
+    let server = GitServer::start(&root).await;
+    let port = server.addr.port();
+    // `.invalid` never resolves: the fetch can only work through the pinned address.
+    let url = format!("http://pinned.invalid:{port}/src.git");
+    let safe = SafeUrl {
+        url: CloneUrl::parse(&url).unwrap(),
+        addresses: vec![server.addr],
+    };
+    let pinned = FetchOptions {
+        curl_resolve: safe.curl_resolve(),
+        ..FetchOptions::default()
+    };
+    let wanted = vec![history.a.clone()];
+    let unpinned = fetch_oids(&dst, &url, &wanted, &FetchOptions::default()).await;
+    assert!(unpinned.fetched.is_empty() && unpinned.error.is_some());
+    let outcome = fetch_oids(&dst, &url, &wanted, &pinned).await;
+    assert_eq!(outcome.error, None);
+    assert_eq!(outcome.fetched, wanted);
+}
+
+#[tokio::test]
 async fn fetch_from_an_unreachable_url_reports_the_error() {
     let dir = tempfile::tempdir().unwrap();
     let dst = dir.path().join("dst.git");
@@ -522,6 +564,9 @@ async fn missing_oids_are_fetched_then_processed_skipping_unsafe_and_own_urls() 
     syncer
         .context()
         .wait_for("repo1", &dst, &[&history.a, &history.b], &urls);
+    // Every request to the remote happens while the syncer holds the repository lock.
+    let lock = syncer.context().lock_of(&dst);
+    *server.state.observer.lock().unwrap() = Some(Box::new(move || lock.try_lock().is_err()));
     let (stopper, handle) = spawn_syncer(&syncer);
 
     syncer.enqueue("repo1", Origin::User);
@@ -549,6 +594,11 @@ async fn missing_oids_are_fetched_then_processed_skipping_unsafe_and_own_urls() 
     assert_eq!(own.requests(), 0, "this server's own URL is never fetched");
     assert!(server.requests() > 0);
     assert_eq!(refs(&dst), "");
+    let observations = server.state.observations.lock().unwrap().clone();
+    assert!(
+        !observations.is_empty() && observations.iter().all(|held| *held),
+        "{observations:?}"
+    );
     assert_eq!(syncer.stats().queue_length, 0);
     stop(stopper, handle).await;
 }
