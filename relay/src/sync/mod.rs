@@ -309,6 +309,7 @@ impl<C: SyncContext> Shared<C> {
         let mut seen = std::collections::HashSet::new();
         urls.retain(|url| seen.insert(url.clone()));
         let mut throttled_until: Option<Instant> = None;
+        let mut fetched_anywhere = false;
         for url in urls {
             let safe = match self.policy.resolve(&url).await {
                 Ok(safe) => safe,
@@ -321,8 +322,9 @@ impl<C: SyncContext> Shared<C> {
                     continue;
                 }
             };
-            let (progressed, throttled) = self.sync_from_url(identifier, &safe, &targets).await;
-            if let Some(ThrottledUntil(until)) = throttled {
+            let attempt = self.sync_from_url(identifier, &safe, &targets).await;
+            fetched_anywhere |= attempt.fetched;
+            if let Some(ThrottledUntil(until)) = attempt.throttled {
                 tracing::debug!(
                     identifier,
                     url,
@@ -331,7 +333,7 @@ impl<C: SyncContext> Shared<C> {
                 );
                 throttled_until = Some(throttled_until.map_or(until, |t| t.min(until)));
             }
-            if !progressed {
+            if !attempt.progressed {
                 continue;
             }
             let released = self.ctx.process(identifier).await;
@@ -341,26 +343,27 @@ impl<C: SyncContext> Shared<C> {
                 return Outcome::Complete;
             }
         }
+        // Only throttled: come back when the domain frees. Otherwise back off, so failing URLs
+        // are not retried at the throttle's pace.
         match throttled_until {
-            Some(until) => Outcome::Throttled { until },
-            None => Outcome::Incomplete,
+            Some(until) if !fetched_anywhere => Outcome::Throttled { until },
+            _ => Outcome::Incomplete,
         }
     }
 
-    /// Fetch the still-missing oids of every target from one URL. Returns whether anything needed
-    /// is now present locally, and whether the domain turned us away (then later targets wait).
+    /// Fetch the still-missing oids of every target from one URL.
     async fn sync_from_url(
         &self,
         identifier: &str,
         safe: &SafeUrl,
         targets: &[SyncTarget],
-    ) -> (bool, Option<ThrottledUntil>) {
+    ) -> UrlAttempt {
         let domain = safe.url.domain();
         let options = FetchOptions {
             curl_resolve: safe.curl_resolve(),
             ..self.config.fetch.clone()
         };
-        let mut progressed = false;
+        let mut attempt = UrlAttempt::default();
         for target in targets.iter().filter(|target| !target.oids.is_empty()) {
             let lock = self.ctx.lock_repo(&target.repo).await;
             let missing = match missing_objects(&target.repo, &target.oids).await {
@@ -371,7 +374,7 @@ impl<C: SyncContext> Shared<C> {
                 }
             };
             if missing.len() < target.oids.len() {
-                progressed = true;
+                attempt.progressed = true;
             }
             if missing.is_empty() {
                 continue;
@@ -381,8 +384,12 @@ impl<C: SyncContext> Shared<C> {
                 .try_acquire(domain, identifier, (self.clock)())
             {
                 Ok(permit) => permit,
-                Err(throttled) => return (progressed, Some(throttled)),
+                Err(throttled) => {
+                    attempt.throttled = Some(throttled);
+                    return attempt;
+                }
             };
+            attempt.fetched = true;
             let outcome = fetch_oids(&target.repo, &safe.url.url, &missing, &options).await;
             drop(permit);
             drop(lock);
@@ -393,8 +400,19 @@ impl<C: SyncContext> Shared<C> {
             if !outcome.missing_on_remote.is_empty() {
                 tracing::debug!(identifier, url = safe.url.url, lacking = ?outcome.missing_on_remote, "remote lacks objects");
             }
-            progressed |= !outcome.fetched.is_empty();
+            attempt.progressed |= !outcome.fetched.is_empty();
         }
-        (progressed, None)
+        attempt
     }
+}
+
+/// What trying one URL achieved.
+#[derive(Debug, Default)]
+struct UrlAttempt {
+    /// Something needed is now present locally (fetched or already there).
+    progressed: bool,
+    /// At least one fetch was made.
+    fetched: bool,
+    /// The domain turned us away; later targets were not tried.
+    throttled: Option<ThrottledUntil>,
 }

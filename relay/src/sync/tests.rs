@@ -770,6 +770,17 @@ async fn the_throttle_caps_concurrent_fetches_per_domain() {
     )
     .await;
     assert_eq!(server.state.max.load(Ordering::SeqCst), 2);
+    // The turned-away identifiers come back when the domain may free, without backoff.
+    let retry_at = clock.now() + ThrottleLimits::default().concurrency_retry;
+    let turned_away: Vec<SyncQueueEntry> = identifiers
+        .iter()
+        .filter_map(|id| syncer.entry(id))
+        .filter(|entry| !entry.in_progress)
+        .collect();
+    assert_eq!(turned_away.len(), 3);
+    assert!(turned_away
+        .iter()
+        .all(|entry| entry.attempt_count == 0 && entry.next_attempt == retry_at));
 
     server.gate.send(true).unwrap();
     wait_until(
