@@ -11,7 +11,7 @@
 //! - `shutdown`: graceful shutdown signal shared by all tasks.
 //! - `http`: response body type and CORS for everything on the public port.
 //! - `nip11`: the relay information document.
-//! - `relay`: store + policy + live broadcast, shared by all connections.
+//! - `relay`: event store + live broadcast, shared by all connections.
 //! - `connection`: one NIP-01 WebSocket connection.
 //! - `subscriptions`: the subscriptions of one connection.
 //! - `store`: the nostr-lmdb event store.
@@ -23,6 +23,7 @@
 //! - `git`: the relay's own git subprocess operations.
 //! - `hook_api`: the loopback, token-protected API the git hooks call.
 //! - `lifecycle`: purgatory restore, expiry sweeps and checkpoints.
+//! - `sync`: background git-data sync (queue, per-domain throttle, URL safety, fetch by oid).
 
 pub mod acceptance;
 pub mod authorize;
@@ -42,3 +43,4 @@ pub mod server;
 pub mod shutdown;
 pub mod store;
 pub mod subscriptions;
+pub mod sync;

@@ -1,0 +1,373 @@
+//! Fetching specific objects by id from a remote clone URL.
+//!
+//! `git fetch <url> <oid>...` with protocol v2 asks the remote for exactly those objects (and what
+//! they need) and writes no refs at all (`--no-write-fetch-head`, no refspec destination). The
+//! objects land in the repository's object store; making them visible under refs is left to the
+//! normal release/alignment path.
+//!
+//! If the remote lacks one of the oids, git fails the whole fetch. The error names the culprit
+//! ("not our ref <oid>"), so it is dropped and the rest retried; if the culprit is not named, the
+//! oids are fetched one at a time. Transport errors (refused, timeout, 404) stop at once.
+//!
+//! git runs without user or system configuration, without prompts, without redirects, only over
+//! http(s), with object checking, and is killed when its timeout expires.
+
+use std::collections::HashSet;
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::process::Command;
+
+/// How to run one fetch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FetchOptions {
+    /// Bound on each git invocation; git is killed when it expires.
+    pub timeout: Duration,
+    /// Abort when slower than `low_speed_limit` bytes/s for `low_speed_time` (git's
+    /// `http.lowSpeedLimit` / `http.lowSpeedTime`).
+    pub low_speed_limit: u32,
+    pub low_speed_time: Duration,
+    /// `http.curloptResolve` value pinning the host to already-checked addresses.
+    pub curl_resolve: Option<String>,
+}
+
+impl Default for FetchOptions {
+    fn default() -> Self {
+        FetchOptions {
+            timeout: Duration::from_secs(300),
+            low_speed_limit: 1000,
+            low_speed_time: Duration::from_secs(30),
+            curl_resolve: None,
+        }
+    }
+}
+
+/// What one `fetch_oids` call achieved.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FetchOutcome {
+    /// Requested oids now present in the repository.
+    pub fetched: Vec<String>,
+    /// Requested oids the remote said it does not have (or that are not valid object ids).
+    pub missing_on_remote: Vec<String>,
+    /// The last error, if any oid is neither fetched nor known missing, or git misbehaved.
+    pub error: Option<String>,
+}
+
+/// Whether `oid` is a full hexadecimal SHA-1 or SHA-256 object id.
+pub fn is_valid_oid(oid: &str) -> bool {
+    (oid.len() == 40 || oid.len() == 64)
+        && oid
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+/// What a failed fetch's stderr says about the requested oids.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Failure {
+    /// The remote lacks this oid.
+    Lacks(String),
+    /// The remote lacks some oid but did not say which.
+    LacksUnnamed,
+    /// Anything else: connection, HTTP status, timeout, corrupt data.
+    Transport,
+}
+
+fn classify(stderr: &str, oids: &[String]) -> Failure {
+    const LACKING: [&str; 4] = [
+        "not our ref",
+        "couldn't find remote ref",
+        "no such remote ref",
+        "unadvertised object",
+    ];
+    let lower = stderr.to_ascii_lowercase();
+    if !LACKING.iter().any(|pattern| lower.contains(pattern)) {
+        return Failure::Transport;
+    }
+    for line in lower
+        .lines()
+        .filter(|line| LACKING.iter().any(|p| line.contains(p)))
+    {
+        if let Some(oid) = oids.iter().find(|oid| line.contains(oid.as_str())) {
+            return Failure::Lacks(oid.clone());
+        }
+    }
+    Failure::LacksUnnamed
+}
+
+/// Printable, bounded version of git's stderr (it may carry text from a hostile remote).
+fn clean_error(stderr: &[u8]) -> String {
+    let text = String::from_utf8_lossy(stderr);
+    let mut cleaned: String = text
+        .lines()
+        .map(str::trim)
+        .filter(|line| !line.is_empty())
+        .collect::<Vec<_>>()
+        .join("; ")
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .take(500)
+        .collect();
+    if cleaned.is_empty() {
+        cleaned = "git fetch failed without a message".to_string();
+    }
+    cleaned
+}
+
+/// A git command in `repo` with no inherited git environment or user/system configuration.
+fn git(repo: &Path) -> Command {
+    let mut command = Command::new("git");
+    for (key, _) in std::env::vars_os() {
+        if key.to_string_lossy().starts_with("GIT_") {
+            command.env_remove(key);
+        }
+    }
+    command
+        .env_remove("SSH_ASKPASS")
+        .env("GIT_TERMINAL_PROMPT", "0")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_ALLOW_PROTOCOL", "http:https")
+        .arg("--git-dir")
+        .arg(repo)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    command
+}
+
+/// Run one `git fetch` for `oids`; Ok on success, Err(stderr) on failure or timeout.
+async fn run_fetch(
+    repo: &Path,
+    url: &str,
+    oids: &[String],
+    options: &FetchOptions,
+) -> Result<(), String> {
+    let mut command = git(repo);
+    command
+        .arg("-c")
+        .arg("protocol.version=2")
+        .arg("-c")
+        .arg(format!("http.lowSpeedLimit={}", options.low_speed_limit))
+        .arg("-c")
+        .arg(format!(
+            "http.lowSpeedTime={}",
+            options.low_speed_time.as_secs().max(1)
+        ))
+        .arg("-c")
+        .arg("http.followRedirects=false")
+        .arg("-c")
+        .arg("transfer.fsckObjects=true")
+        .arg("-c")
+        .arg("credential.helper=");
+    if let Some(resolve) = &options.curl_resolve {
+        command
+            .arg("-c")
+            .arg(format!("http.curloptResolve={resolve}"));
+    }
+    command
+        .args([
+            "fetch",
+            "--no-tags",
+            "--no-write-fetch-head",
+            "--no-auto-gc",
+            "--quiet",
+        ])
+        .arg(url)
+        .args(oids);
+    let mut child = command
+        .spawn()
+        .map_err(|error| format!("could not run git: {error}"))?;
+    let mut stderr = child.stderr.take();
+    let run = async {
+        let mut captured = Vec::new();
+        if let Some(stderr) = stderr.as_mut() {
+            let _ = (&mut *stderr)
+                .take(64 * 1024)
+                .read_to_end(&mut captured)
+                .await;
+            let _ = tokio::io::copy(stderr, &mut tokio::io::sink()).await;
+        }
+        (child.wait().await, captured)
+    };
+    // On timeout the future (and the child in it) is dropped, which kills git.
+    match tokio::time::timeout(options.timeout, run).await {
+        Err(_) => Err(format!(
+            "git fetch timed out after {} s",
+            options.timeout.as_secs()
+        )),
+        Ok((Err(error), _)) => Err(format!("git fetch failed to run: {error}")),
+        Ok((Ok(status), _)) if status.success() => Ok(()),
+        Ok((Ok(_), stderr)) => Err(clean_error(&stderr)),
+    }
+}
+
+/// Which of `oids` are absent from `repo` (one `git cat-file --batch-check`).
+pub async fn missing_objects(repo: &Path, oids: &[String]) -> Result<Vec<String>, String> {
+    if oids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut command = git(repo);
+    command
+        .args(["cat-file", "--batch-check=%(objectname)"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped());
+    let mut child = command
+        .spawn()
+        .map_err(|error| format!("could not run git: {error}"))?;
+    let mut stdin = child.stdin.take().ok_or("git cat-file has no stdin")?;
+    let input: String = oids.iter().map(|oid| format!("{oid}\n")).collect();
+    let write = async move {
+        let result = stdin.write_all(input.as_bytes()).await;
+        drop(stdin);
+        result
+    };
+    let (written, output) = tokio::join!(write, child.wait_with_output());
+    let output = output.map_err(|error| format!("git cat-file failed: {error}"))?;
+    written.map_err(|error| format!("git cat-file failed: {error}"))?;
+    if !output.status.success() {
+        return Err(format!(
+            "git cat-file failed: {}",
+            clean_error(&output.stderr)
+        ));
+    }
+    // Present objects print their name; absent ones print "<oid> missing".
+    let present: HashSet<&str> = std::str::from_utf8(&output.stdout)
+        .unwrap_or_default()
+        .lines()
+        .filter(|line| !line.ends_with(" missing"))
+        .collect();
+    Ok(oids
+        .iter()
+        .filter(|oid| !present.contains(oid.as_str()))
+        .cloned()
+        .collect())
+}
+
+/// Fetch `oids` from `url` into `repo` without touching any ref. Never fails as a whole: the
+/// outcome says what arrived, what the remote lacks, and the last error.
+pub async fn fetch_oids(
+    repo: &Path,
+    url: &str,
+    oids: &[String],
+    options: &FetchOptions,
+) -> FetchOutcome {
+    let mut outcome = FetchOutcome::default();
+    let mut wanted: Vec<String> = Vec::new();
+    for oid in oids {
+        if !is_valid_oid(oid) {
+            outcome.missing_on_remote.push(oid.clone());
+        } else if !wanted.contains(oid) {
+            wanted.push(oid.clone());
+        }
+    }
+    let mut remaining = wanted.clone();
+    let mut one_by_one = false;
+    while !remaining.is_empty() && !one_by_one {
+        match run_fetch(repo, url, &remaining, options).await {
+            Ok(()) => {
+                remaining.clear();
+            }
+            Err(stderr) => match classify(&stderr, &remaining) {
+                Failure::Lacks(oid) => {
+                    remaining.retain(|other| *other != oid);
+                    outcome.missing_on_remote.push(oid);
+                }
+                Failure::LacksUnnamed if remaining.len() > 1 => one_by_one = true,
+                Failure::LacksUnnamed => {
+                    outcome.missing_on_remote.append(&mut remaining);
+                }
+                Failure::Transport => {
+                    outcome.error = Some(stderr);
+                    break;
+                }
+            },
+        }
+    }
+    if one_by_one {
+        for oid in std::mem::take(&mut remaining) {
+            match run_fetch(repo, url, std::slice::from_ref(&oid), options).await {
+                Ok(()) => {}
+                Err(stderr) => match classify(&stderr, std::slice::from_ref(&oid)) {
+                    Failure::Transport => {
+                        outcome.error = Some(stderr);
+                        break;
+                    }
+                    _ => outcome.missing_on_remote.push(oid),
+                },
+            }
+        }
+    }
+    // The object store is the truth about what arrived.
+    match missing_objects(repo, &wanted).await {
+        Ok(absent) => {
+            outcome.fetched = wanted
+                .into_iter()
+                .filter(|oid| !absent.contains(oid))
+                .collect();
+            outcome
+                .missing_on_remote
+                .retain(|oid| !outcome.fetched.contains(oid));
+        }
+        Err(error) => outcome.error = Some(error),
+    }
+    outcome
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const A: &str = "2a6c0444229f81cc252e679ed36980ef5711430f";
+    const B: &str = "e279de5f4a1134c06562e2c043986c3ccd2280a5";
+
+    fn oids() -> Vec<String> {
+        vec![A.to_string(), B.to_string()]
+    }
+
+    #[test]
+    fn oid_validation() {
+        assert!(is_valid_oid(A));
+        assert!(is_valid_oid(&"ab".repeat(32)));
+        assert!(!is_valid_oid(&A.to_uppercase()));
+        assert!(!is_valid_oid(&A[..39]));
+        assert!(!is_valid_oid("--upload-pack=touch /tmp/x"));
+        assert!(!is_valid_oid(""));
+    }
+
+    #[test]
+    fn classifies_git_errors() {
+        let not_ours = format!("fatal: remote error: upload-pack: not our ref {B}");
+        assert_eq!(classify(&not_ours, &oids()), Failure::Lacks(B.to_string()));
+        let unadvertised =
+            format!("error: Server does not allow request for unadvertised object {A}");
+        assert_eq!(
+            classify(&unadvertised, &oids()),
+            Failure::Lacks(A.to_string())
+        );
+        assert_eq!(
+            classify("fatal: couldn't find remote ref something", &oids()),
+            Failure::LacksUnnamed
+        );
+        assert_eq!(
+            classify(
+                "fatal: unable to access 'http://x/': Failed to connect",
+                &oids()
+            ),
+            Failure::Transport
+        );
+        assert_eq!(classify("", &oids()), Failure::Transport);
+    }
+
+    #[test]
+    fn errors_are_cleaned_and_bounded() {
+        assert_eq!(
+            clean_error(b"fatal: a\n\nremote: b\x1b[31m\n"),
+            "fatal: a; remote: b [31m"
+        );
+        assert_eq!(clean_error(b""), "git fetch failed without a message");
+        assert_eq!(clean_error(&[b'x'; 10_000]).len(), 500);
+    }
+}

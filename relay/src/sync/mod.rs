@@ -1,0 +1,418 @@
+//! Background git-data sync: fetch from other servers what purgatory is waiting for.
+//!
+//! When a state or PR event is accepted before its git data, the relay does not wait forever for a
+//! push: after a delay it fetches the missing objects from the other clone URLs it knows, then lets
+//! the purgatory release whatever became satisfiable, exactly as after a push.
+//!
+//! Layout:
+//! - [`queue`]: per-identifier schedule (3 min after a user event, 500 ms after a synced one,
+//!   backoff 20 s, 40 s, then 2 min), pure over an injected `now`.
+//! - [`throttle`]: per-domain concurrency and per-minute limits with a fair line of waiters.
+//! - [`urls`]: which clone URLs are safe to fetch from (http(s) only, deny-list after DNS).
+//! - [`fetch`]: `git fetch <url> <oid>...` without writing refs, dropping oids a remote lacks.
+//! - this file: the [`SyncContext`] the GRASP brain implements, and the [`Syncer`] loop.
+//!
+//! The syncer never writes refs: it only adds objects to a repository (under the repository lock
+//! shared with the push flow) and then calls [`SyncContext::process`], which releases events and
+//! aligns refs through the normal path.
+
+pub mod fetch;
+pub mod queue;
+pub mod throttle;
+pub mod urls;
+
+#[cfg(test)]
+mod tests;
+
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant, SystemTime};
+
+use serde::Serialize;
+use tokio::sync::{watch, Notify};
+use tokio::task::JoinSet;
+
+pub use fetch::{fetch_oids, missing_objects, FetchOptions, FetchOutcome};
+pub use queue::{Origin, Outcome, QueueTimings, SyncQueue, SyncQueueEntry};
+pub use throttle::{DomainStats, Permit, Throttle, ThrottleLimits, ThrottledUntil};
+pub use urls::{Cidr, CloneUrl, SafeUrl, UrlPolicy, UrlRejected};
+
+/// Objects one local repository still waits for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SyncTarget {
+    /// The bare repository the objects must end up in.
+    pub repo: PathBuf,
+    /// Full object ids (commits) purgatory waits for in that repository.
+    pub oids: Vec<String>,
+}
+
+/// What the syncer needs from the rest of the relay (implemented by the GRASP brain).
+pub trait SyncContext: Send + Sync + 'static {
+    /// Guard of the per-repository lock; held while objects are fetched into a repository.
+    type RepoGuard: Send;
+
+    /// What purgatory still waits for under `identifier`, per local repository. Empty when
+    /// nothing waits (the sync is then complete).
+    fn needed(&self, identifier: &str) -> impl Future<Output = Vec<SyncTarget>> + Send;
+
+    /// Clone URLs to try: those of the announcements for `identifier` (stored and in purgatory)
+    /// and the `clone` tags of waiting PR events. Unsafe ones and this server's own are skipped
+    /// by the syncer.
+    fn candidate_urls(&self, identifier: &str) -> impl Future<Output = Vec<String>> + Send;
+
+    /// Take the lock on `repo` shared with the push flow.
+    fn lock_repo(&self, repo: &Path) -> impl Future<Output = Self::RepoGuard> + Send;
+
+    /// Release whatever under `identifier` is now satisfiable; returns how many events were
+    /// released.
+    fn process(&self, identifier: &str) -> impl Future<Output = usize> + Send;
+
+    /// A sync task for `identifier` starts (true) or ends (false); the expiry sweep skips the
+    /// identifier's purgatory entries while it runs.
+    fn set_sync_running(&self, identifier: &str, running: bool);
+}
+
+/// Everything configurable about background sync.
+#[derive(Debug, Clone)]
+pub struct SyncConfig {
+    pub queue: QueueTimings,
+    pub throttle: ThrottleLimits,
+    /// Per git invocation timeout and slow-transfer abort.
+    pub fetch: FetchOptions,
+    /// Disable the default deny-list of loopback/private ranges (tests, private deployments).
+    pub allow_private: bool,
+    /// Ranges denied in addition to (or, with `allow_private`, instead of) the defaults.
+    pub extra_denied: Vec<Cidr>,
+    /// This server's own `host` or `host:port`, never fetched from.
+    pub own_hosts: Vec<String>,
+    /// How often the loop looks for ready identifiers (it also wakes on enqueue).
+    pub tick: Duration,
+    /// At most this many identifiers sync at once.
+    pub max_parallel: usize,
+}
+
+impl Default for SyncConfig {
+    fn default() -> Self {
+        SyncConfig {
+            queue: QueueTimings::default(),
+            throttle: ThrottleLimits::default(),
+            fetch: FetchOptions::default(),
+            allow_private: false,
+            extra_denied: Vec::new(),
+            own_hosts: Vec::new(),
+            tick: Duration::from_secs(1),
+            max_parallel: 16,
+        }
+    }
+}
+
+/// Figures for the admin view.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SyncStats {
+    /// Identifiers queued (waiting or running).
+    pub queue_length: usize,
+    /// Identifiers with a running sync, sorted.
+    pub in_progress: Vec<String>,
+    pub domains: Vec<DomainStats>,
+}
+
+/// Source of `Instant`s; injectable so tests control time.
+pub type Clock = Arc<dyn Fn() -> Instant + Send + Sync>;
+
+/// How long a domain's last error stays visible once the domain is idle.
+const KEEP_ERRORS_FOR: Duration = Duration::from_secs(3600);
+
+/// The background sync engine. Clones share state: keep one to [`Syncer::enqueue`] and
+/// [`Syncer::stats`], give one to [`Syncer::run`].
+pub struct Syncer<C: SyncContext> {
+    shared: Arc<Shared<C>>,
+}
+
+impl<C: SyncContext> Clone for Syncer<C> {
+    fn clone(&self) -> Self {
+        Syncer {
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+struct Shared<C> {
+    ctx: C,
+    config: SyncConfig,
+    queue: Mutex<SyncQueue>,
+    throttle: Throttle,
+    policy: UrlPolicy,
+    clock: Clock,
+    wake: Notify,
+}
+
+impl<C: SyncContext> Syncer<C> {
+    pub fn new(ctx: C, config: SyncConfig) -> Self {
+        Syncer::with_clock(ctx, config, Arc::new(Instant::now))
+    }
+
+    /// Like [`Syncer::new`] with an injected clock (tests).
+    pub fn with_clock(ctx: C, config: SyncConfig, clock: Clock) -> Self {
+        let policy = UrlPolicy::new(
+            config.allow_private,
+            &config.extra_denied,
+            &config.own_hosts,
+        );
+        Syncer {
+            shared: Arc::new(Shared {
+                queue: Mutex::new(SyncQueue::new(config.queue.clone())),
+                throttle: Throttle::new(config.throttle.clone()),
+                policy,
+                ctx,
+                config,
+                clock,
+                wake: Notify::new(),
+            }),
+        }
+    }
+
+    /// The context given at construction.
+    pub fn context(&self) -> &C {
+        &self.shared.ctx
+    }
+
+    /// Schedule a sync of `identifier` because an event arrived whose git data is missing.
+    pub fn enqueue(&self, identifier: &str, origin: Origin) {
+        let now = (self.shared.clock)();
+        self.shared.queue().enqueue(identifier, origin, now);
+        self.shared.wake.notify_one();
+    }
+
+    /// Forget `identifier` (e.g. all its purgatory entries expired). A running task finishes,
+    /// then the entry is dropped whatever its outcome.
+    pub fn remove(&self, identifier: &str) {
+        self.shared.queue().remove(identifier);
+        self.shared.throttle.forget(identifier);
+    }
+
+    /// Whether a sync task for `identifier` is running now.
+    pub fn is_running(&self, identifier: &str) -> bool {
+        self.shared.queue().is_running(identifier)
+    }
+
+    /// The queue entry of `identifier`, if queued.
+    pub fn entry(&self, identifier: &str) -> Option<SyncQueueEntry> {
+        self.shared.queue().entry(identifier).cloned()
+    }
+
+    pub fn stats(&self) -> SyncStats {
+        let now = (self.shared.clock)();
+        let (queue_length, in_progress) = {
+            let queue = self.shared.queue();
+            (queue.len(), queue.in_progress())
+        };
+        SyncStats {
+            queue_length,
+            in_progress,
+            domains: self.shared.throttle.stats(now),
+        }
+    }
+
+    /// Run until `shutdown` becomes true (or its sender is dropped): start a task for every ready
+    /// identifier, at most `max_parallel` at a time. Running tasks are aborted on shutdown (git is
+    /// killed; the objects fetched so far stay, refs are untouched).
+    pub async fn run(self, mut shutdown: watch::Receiver<bool>) {
+        let shared = self.shared;
+        let mut tasks = JoinSet::new();
+        loop {
+            if *shutdown.borrow() {
+                break;
+            }
+            while let Some(result) = tasks.try_join_next() {
+                if let Err(error) = result {
+                    tracing::error!(%error, "sync task failed");
+                }
+            }
+            let now = (shared.clock)();
+            let ready = shared.queue().ready(now);
+            for identifier in ready {
+                if tasks.len() >= shared.config.max_parallel.max(1) {
+                    break;
+                }
+                if shared.queue().start(&identifier) {
+                    tasks.spawn(Shared::sync_task(shared.clone(), identifier));
+                }
+            }
+            shared
+                .throttle
+                .prune(now, SystemTime::now(), KEEP_ERRORS_FOR);
+            // Sleep until the next deadline, at most one tick. A deadline already due means the
+            // parallelism cap is reached: a finishing task (or the tick) wakes the loop.
+            let tick = shared.config.tick;
+            let wait = match shared.queue().next_deadline() {
+                Some(deadline) if deadline > now => (deadline - now).min(tick),
+                _ => tick,
+            };
+            tokio::select! {
+                _ = tokio::time::sleep(wait) => {}
+                _ = shared.wake.notified() => {}
+                changed = shutdown.changed() => if changed.is_err() { break },
+                Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
+            }
+        }
+        tasks.shutdown().await;
+        tracing::info!("background sync stopped");
+    }
+}
+
+/// Ends a sync task even if it panics or is aborted: clears the running flag and reschedules.
+struct TaskGuard<C: SyncContext> {
+    shared: Arc<Shared<C>>,
+    identifier: String,
+    outcome: Option<Outcome>,
+}
+
+impl<C: SyncContext> Drop for TaskGuard<C> {
+    fn drop(&mut self) {
+        let outcome = self.outcome.unwrap_or(Outcome::Incomplete);
+        self.shared.ctx.set_sync_running(&self.identifier, false);
+        if outcome == Outcome::Complete {
+            self.shared.throttle.forget(&self.identifier);
+        }
+        let now = (self.shared.clock)();
+        self.shared.queue().finish(&self.identifier, outcome, now);
+    }
+}
+
+impl<C: SyncContext> Shared<C> {
+    fn queue(&self) -> MutexGuard<'_, SyncQueue> {
+        self.queue
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    async fn sync_task(shared: Arc<Self>, identifier: String) {
+        shared.ctx.set_sync_running(&identifier, true);
+        let mut guard = TaskGuard {
+            shared: shared.clone(),
+            identifier,
+            outcome: None,
+        };
+        let outcome = shared.sync_identifier(&guard.identifier).await;
+        tracing::debug!(identifier = %guard.identifier, ?outcome, "sync attempt finished");
+        guard.outcome = Some(outcome);
+    }
+
+    /// One attempt: try the candidate URLs in order until nothing is needed any more.
+    async fn sync_identifier(&self, identifier: &str) -> Outcome {
+        let mut targets = self.ctx.needed(identifier).await;
+        if targets.iter().all(|target| target.oids.is_empty()) {
+            return Outcome::Complete;
+        }
+        let mut urls = self.ctx.candidate_urls(identifier).await;
+        let mut seen = std::collections::HashSet::new();
+        urls.retain(|url| seen.insert(url.clone()));
+        let mut throttled_until: Option<Instant> = None;
+        let mut fetched_anywhere = false;
+        for url in urls {
+            let safe = match self.policy.resolve(&url).await {
+                Ok(safe) => safe,
+                Err(rejected) => {
+                    if let UrlRejected::Resolve { host, .. } = &rejected {
+                        self.throttle
+                            .record_error(host, &rejected.to_string(), SystemTime::now());
+                    }
+                    tracing::debug!(identifier, url, reason = %rejected, "clone URL skipped");
+                    continue;
+                }
+            };
+            let attempt = self.sync_from_url(identifier, &safe, &targets).await;
+            fetched_anywhere |= attempt.fetched;
+            if let Some(ThrottledUntil(until)) = attempt.throttled {
+                tracing::debug!(
+                    identifier,
+                    url,
+                    domain = safe.url.domain(),
+                    "domain throttled"
+                );
+                throttled_until = Some(throttled_until.map_or(until, |t| t.min(until)));
+            }
+            if !attempt.progressed {
+                continue;
+            }
+            let released = self.ctx.process(identifier).await;
+            tracing::info!(identifier, url, released, "synced git data");
+            targets = self.ctx.needed(identifier).await;
+            if targets.iter().all(|target| target.oids.is_empty()) {
+                return Outcome::Complete;
+            }
+        }
+        // Only throttled: come back when the domain frees. Otherwise back off, so failing URLs
+        // are not retried at the throttle's pace.
+        match throttled_until {
+            Some(until) if !fetched_anywhere => Outcome::Throttled { until },
+            _ => Outcome::Incomplete,
+        }
+    }
+
+    /// Fetch the still-missing oids of every target from one URL.
+    async fn sync_from_url(
+        &self,
+        identifier: &str,
+        safe: &SafeUrl,
+        targets: &[SyncTarget],
+    ) -> UrlAttempt {
+        let domain = safe.url.domain();
+        let options = FetchOptions {
+            curl_resolve: safe.curl_resolve(),
+            ..self.config.fetch.clone()
+        };
+        let mut attempt = UrlAttempt::default();
+        for target in targets.iter().filter(|target| !target.oids.is_empty()) {
+            let lock = self.ctx.lock_repo(&target.repo).await;
+            let missing = match missing_objects(&target.repo, &target.oids).await {
+                Ok(missing) => missing,
+                Err(error) => {
+                    tracing::warn!(identifier, repo = %target.repo.display(), %error, "cannot inspect repository");
+                    continue;
+                }
+            };
+            if missing.len() < target.oids.len() {
+                attempt.progressed = true;
+            }
+            if missing.is_empty() {
+                continue;
+            }
+            let permit = match self
+                .throttle
+                .try_acquire(domain, identifier, (self.clock)())
+            {
+                Ok(permit) => permit,
+                Err(throttled) => {
+                    attempt.throttled = Some(throttled);
+                    return attempt;
+                }
+            };
+            attempt.fetched = true;
+            let outcome = fetch_oids(&target.repo, &safe.url.url, &missing, &options).await;
+            drop(permit);
+            drop(lock);
+            if let Some(error) = &outcome.error {
+                self.throttle.record_error(domain, error, SystemTime::now());
+                tracing::warn!(identifier, url = safe.url.url, %error, "sync fetch failed");
+            }
+            if !outcome.missing_on_remote.is_empty() {
+                tracing::debug!(identifier, url = safe.url.url, lacking = ?outcome.missing_on_remote, "remote lacks objects");
+            }
+            attempt.progressed |= !outcome.fetched.is_empty();
+        }
+        attempt
+    }
+}
+
+/// What trying one URL achieved.
+#[derive(Debug, Default)]
+struct UrlAttempt {
+    /// Something needed is now present locally (fetched or already there).
+    progressed: bool,
+    /// At least one fetch was made.
+    fetched: bool,
+    /// The domain turned us away; later targets were not tried.
+    throttled: Option<ThrottledUntil>,
+}

@@ -1,0 +1,609 @@
+//! Which clone URLs background sync may fetch from.
+//!
+//! Clone URLs come from signed events anyone can publish, so they are hostile input: a URL could
+//! point the relay at its own loopback services or a private network (SSRF). A URL is used only if
+//! - its scheme is `http` or `https` and it carries no credentials,
+//! - it is not one of this server's own URLs (`own_hosts`),
+//! - every address its host resolves to lies outside the denied ranges.
+//!
+//! The resolved addresses are handed to git (`http.curloptResolve`) so git connects to exactly the
+//! addresses that were checked, not to whatever a second DNS lookup returns.
+
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::str::FromStr;
+use std::time::Duration;
+
+use thiserror::Error;
+
+/// An address range such as `10.0.0.0/8` or `fc00::/7`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cidr {
+    network: IpAddr,
+    prefix: u8,
+}
+
+#[derive(Debug, Error, PartialEq, Eq)]
+#[error("invalid address range {0:?}: write it as ADDRESS/PREFIX, e.g. 10.0.0.0/8 or fc00::/7")]
+pub struct CidrParseError(String);
+
+impl Cidr {
+    /// A range of `prefix` leading bits; host bits of `network` are ignored.
+    pub fn new(network: IpAddr, prefix: u8) -> Option<Cidr> {
+        let max = match network {
+            IpAddr::V4(_) => 32,
+            IpAddr::V6(_) => 128,
+        };
+        (prefix <= max).then_some(Cidr { network, prefix })
+    }
+
+    /// Whether `ip` lies in the range. IPv4-mapped IPv6 addresses (`::ffff:a.b.c.d`) count as
+    /// their IPv4 address.
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        match (self.network, canonical(ip)) {
+            (IpAddr::V4(net), IpAddr::V4(ip)) => {
+                prefix_match(u32::from(net).into(), u32::from(ip).into(), 32, self.prefix)
+            }
+            (IpAddr::V6(net), IpAddr::V6(ip)) => {
+                prefix_match(u128::from(net), u128::from(ip), 128, self.prefix)
+            }
+            _ => false,
+        }
+    }
+}
+
+fn prefix_match(net: u128, ip: u128, width: u8, prefix: u8) -> bool {
+    if prefix == 0 {
+        return true;
+    }
+    let shift = u32::from(width - prefix);
+    (net >> shift) == (ip >> shift)
+}
+
+/// IPv4-mapped IPv6 addresses are really IPv4 addresses.
+fn canonical(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
+        v4 => v4,
+    }
+}
+
+impl FromStr for Cidr {
+    type Err = CidrParseError;
+
+    /// `ADDRESS/PREFIX`, or a bare address meaning just that address.
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let error = || CidrParseError(text.to_string());
+        let (address, prefix) = match text.split_once('/') {
+            Some((address, prefix)) => {
+                if prefix.is_empty() || !prefix.bytes().all(|b| b.is_ascii_digit()) {
+                    return Err(error());
+                }
+                (address, Some(prefix.parse::<u8>().map_err(|_| error())?))
+            }
+            None => (text, None),
+        };
+        let network: IpAddr = address.parse().map_err(|_| error())?;
+        let prefix = prefix.unwrap_or(match network {
+            IpAddr::V4(_) => 32,
+            IpAddr::V6(_) => 128,
+        });
+        Cidr::new(network, prefix).ok_or_else(error)
+    }
+}
+
+impl fmt::Display for Cidr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.network, self.prefix)
+    }
+}
+
+/// Ranges denied unless `allow_private` is set: "this network", private, CGNAT, loopback,
+/// link-local, multicast and reserved IPv4; unspecified, loopback, unique-local, link-local and
+/// multicast IPv6.
+pub fn default_denied_ranges() -> Vec<Cidr> {
+    const V4: [(Ipv4Addr, u8); 9] = [
+        (Ipv4Addr::new(0, 0, 0, 0), 8),
+        (Ipv4Addr::new(10, 0, 0, 0), 8),
+        (Ipv4Addr::new(100, 64, 0, 0), 10),
+        (Ipv4Addr::new(127, 0, 0, 0), 8),
+        (Ipv4Addr::new(169, 254, 0, 0), 16),
+        (Ipv4Addr::new(172, 16, 0, 0), 12),
+        (Ipv4Addr::new(192, 168, 0, 0), 16),
+        (Ipv4Addr::new(224, 0, 0, 0), 4),
+        (Ipv4Addr::new(240, 0, 0, 0), 4),
+    ];
+    const V6: [(Ipv6Addr, u8); 5] = [
+        (Ipv6Addr::UNSPECIFIED, 128),
+        (Ipv6Addr::LOCALHOST, 128),
+        (Ipv6Addr::new(0xfc00, 0, 0, 0, 0, 0, 0, 0), 7),
+        (Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, 0), 10),
+        (Ipv6Addr::new(0xff00, 0, 0, 0, 0, 0, 0, 0), 8),
+    ];
+    V4.iter()
+        .map(|(ip, prefix)| Cidr {
+            network: IpAddr::V4(*ip),
+            prefix: *prefix,
+        })
+        .chain(V6.iter().map(|(ip, prefix)| Cidr {
+            network: IpAddr::V6(*ip),
+            prefix: *prefix,
+        }))
+        .collect()
+}
+
+/// Why a clone URL is not used for sync.
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum UrlRejected {
+    #[error("clone URL {0:?} is not a valid http(s) URL")]
+    Malformed(String),
+    #[error("clone URL {0:?} is not http or https; only http(s) clone URLs are synced")]
+    Scheme(String),
+    #[error("clone URL {0:?} carries credentials; publish a URL without user:password@")]
+    Credentials(String),
+    #[error("clone URL {0:?} points at this server")]
+    OwnServer(String),
+    #[error("host {host} resolves to {address}, which is in the denied range {range}")]
+    Denied {
+        host: String,
+        address: IpAddr,
+        range: Cidr,
+    },
+    #[error("could not resolve host {host}: {reason}")]
+    Resolve { host: String, reason: String },
+}
+
+/// A syntactically acceptable http(s) clone URL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CloneUrl {
+    /// The URL as given (passed to git unchanged).
+    pub url: String,
+    pub https: bool,
+    /// Lower-case host name or IP literal, without IPv6 brackets.
+    pub host: String,
+    /// The explicit port or the scheme's default.
+    pub port: u16,
+}
+
+impl CloneUrl {
+    /// Throttling key: the host.
+    pub fn domain(&self) -> &str {
+        &self.host
+    }
+
+    /// `host:port` as curl's `--resolve` expects it (IPv6 in brackets).
+    fn authority(&self) -> String {
+        if self.host.contains(':') {
+            format!("[{}]:{}", self.host, self.port)
+        } else {
+            format!("{}:{}", self.host, self.port)
+        }
+    }
+
+    pub fn parse(url: &str) -> Result<CloneUrl, UrlRejected> {
+        let malformed = || UrlRejected::Malformed(url.to_string());
+        if url.len() > 2048 || url.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return Err(malformed());
+        }
+        let (scheme, rest) = url.split_once("://").ok_or_else(malformed)?;
+        let https = match scheme.to_ascii_lowercase().as_str() {
+            "https" => true,
+            "http" => false,
+            _ => return Err(UrlRejected::Scheme(url.to_string())),
+        };
+        let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+        if authority.contains('@') {
+            return Err(UrlRejected::Credentials(url.to_string()));
+        }
+        let (host, port) = parse_authority(authority).ok_or_else(malformed)?;
+        Ok(CloneUrl {
+            url: url.to_string(),
+            https,
+            host,
+            port: port.unwrap_or(if https { 443 } else { 80 }),
+        })
+    }
+}
+
+/// `host`, `host:port`, `[v6]` or `[v6]:port` → (lower-case host, port).
+fn parse_authority(authority: &str) -> Option<(String, Option<u16>)> {
+    let (host, port) = if let Some(rest) = authority.strip_prefix('[') {
+        let (v6, after) = rest.split_once(']')?;
+        let ip: Ipv6Addr = v6.parse().ok()?;
+        let port = match after {
+            "" => None,
+            _ => Some(after.strip_prefix(':')?),
+        };
+        (ip.to_string(), port)
+    } else {
+        let (host, port) = match authority.rsplit_once(':') {
+            Some((host, port)) => (host, Some(port)),
+            None => (authority, None),
+        };
+        let valid = !host.is_empty()
+            && host
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-' || b == b'_');
+        if !valid {
+            return None;
+        }
+        (host.to_ascii_lowercase(), port)
+    };
+    let port = match port {
+        None => None,
+        Some(port) if !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit()) => {
+            Some(port.parse::<u16>().ok().filter(|p| *p != 0)?)
+        }
+        Some(_) => return None,
+    };
+    Some((host, port))
+}
+
+/// A clone URL that passed every check, with the addresses git must connect to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SafeUrl {
+    pub url: CloneUrl,
+    pub addresses: Vec<SocketAddr>,
+}
+
+impl SafeUrl {
+    /// Values for git's `http.curloptResolve` pinning the host to the checked addresses
+    /// (empty for IP literals, which need no lookup).
+    pub fn curl_resolve(&self) -> Option<String> {
+        if self.url.host.parse::<IpAddr>().is_ok() || self.addresses.is_empty() {
+            return None;
+        }
+        let addresses: Vec<String> = self
+            .addresses
+            .iter()
+            .map(|address| match address.ip() {
+                IpAddr::V6(v6) => format!("[{v6}]"),
+                IpAddr::V4(v4) => v4.to_string(),
+            })
+            .collect();
+        Some(format!("{}:{}", self.url.authority(), addresses.join(",")))
+    }
+}
+
+/// The URL policy: denied ranges and this server's own addresses.
+#[derive(Debug, Clone)]
+pub struct UrlPolicy {
+    denied: Vec<Cidr>,
+    /// This server's own `host` or `host:port` entries.
+    own_hosts: Vec<(String, Option<u16>)>,
+    resolve_timeout: Duration,
+}
+
+impl UrlPolicy {
+    /// `allow_private` drops the default deny-list (tests, private deployments); `extra_denied`
+    /// is always applied. `own_hosts` are `host` (any port) or `host:port` entries; unparsable
+    /// entries are ignored with a warning.
+    pub fn new(allow_private: bool, extra_denied: &[Cidr], own_hosts: &[String]) -> UrlPolicy {
+        let mut denied = if allow_private {
+            Vec::new()
+        } else {
+            default_denied_ranges()
+        };
+        denied.extend_from_slice(extra_denied);
+        let own_hosts = own_hosts
+            .iter()
+            .filter_map(|entry| {
+                let parsed = parse_authority(entry.trim());
+                if parsed.is_none() {
+                    tracing::warn!(
+                        entry,
+                        "ignoring unparsable own host; write host or host:port"
+                    );
+                }
+                parsed
+            })
+            .collect();
+        UrlPolicy {
+            denied,
+            own_hosts,
+            resolve_timeout: Duration::from_secs(5),
+        }
+    }
+
+    /// Checks that need no network: syntax, scheme, credentials, own server, literal addresses.
+    pub fn check(&self, url: &str) -> Result<CloneUrl, UrlRejected> {
+        let url = CloneUrl::parse(url)?;
+        let own = self
+            .own_hosts
+            .iter()
+            .any(|(host, port)| *host == url.host && port.is_none_or(|port| port == url.port));
+        if own {
+            return Err(UrlRejected::OwnServer(url.url));
+        }
+        if let Ok(ip) = url.host.parse::<IpAddr>() {
+            self.check_address(&url.host, ip)?;
+        }
+        Ok(url)
+    }
+
+    /// The first denied range containing `ip`, as an error.
+    pub fn check_address(&self, host: &str, ip: IpAddr) -> Result<(), UrlRejected> {
+        match self.denied.iter().find(|range| range.contains(ip)) {
+            Some(range) => Err(UrlRejected::Denied {
+                host: host.to_string(),
+                address: ip,
+                range: *range,
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// Full check: [`UrlPolicy::check`], then resolve the host and deny if ANY address is denied.
+    pub async fn resolve(&self, url: &str) -> Result<SafeUrl, UrlRejected> {
+        let url = self.check(url)?;
+        let lookup = tokio::net::lookup_host((url.host.as_str(), url.port));
+        let resolve_error = |reason: String| UrlRejected::Resolve {
+            host: url.host.clone(),
+            reason,
+        };
+        let addresses: Vec<SocketAddr> =
+            match tokio::time::timeout(self.resolve_timeout, lookup).await {
+                Err(_) => return Err(resolve_error("timed out".to_string())),
+                Ok(Err(error)) => return Err(resolve_error(error.to_string())),
+                Ok(Ok(addresses)) => addresses.collect(),
+            };
+        if addresses.is_empty() {
+            return Err(resolve_error("no addresses".to_string()));
+        }
+        for address in &addresses {
+            self.check_address(&url.host, address.ip())?;
+        }
+        Ok(SafeUrl { url, addresses })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cidr(text: &str) -> Cidr {
+        text.parse().unwrap()
+    }
+
+    fn ip(text: &str) -> IpAddr {
+        text.parse().unwrap()
+    }
+
+    #[test]
+    fn cidr_parsing() {
+        assert_eq!(cidr("10.0.0.0/8").to_string(), "10.0.0.0/8");
+        assert_eq!(cidr("::1").to_string(), "::1/128");
+        assert_eq!(cidr("1.2.3.4").to_string(), "1.2.3.4/32");
+        for bad in [
+            "",
+            "10.0.0.0/",
+            "10.0.0.0/33",
+            "::/129",
+            "10.0.0/8",
+            "x/8",
+            "1.2.3.4/+8",
+            "1.2.3.4/8/9",
+        ] {
+            assert!(bad.parse::<Cidr>().is_err(), "{bad:?} should not parse");
+        }
+    }
+
+    #[test]
+    fn cidr_membership() {
+        let private = cidr("172.16.0.0/12");
+        assert!(private.contains(ip("172.16.0.1")));
+        assert!(private.contains(ip("172.31.255.255")));
+        assert!(!private.contains(ip("172.32.0.0")));
+        assert!(!private.contains(ip("172.15.255.255")));
+        assert!(!private.contains(ip("::1")), "families never mix");
+        assert!(cidr("0.0.0.0/0").contains(ip("8.8.8.8")));
+        assert!(cidr("::/0").contains(ip("2001:db8::1")));
+        let host = cidr("192.0.2.7/32");
+        assert!(host.contains(ip("192.0.2.7")));
+        assert!(!host.contains(ip("192.0.2.8")));
+        let ula = cidr("fc00::/7");
+        assert!(ula.contains(ip("fd12:3456::1")));
+        assert!(!ula.contains(ip("fe00::1")));
+        // Host bits in the network are ignored.
+        assert!(cidr("10.1.2.3/8").contains(ip("10.200.0.1")));
+    }
+
+    #[test]
+    fn ipv4_mapped_ipv6_counts_as_ipv4() {
+        assert!(cidr("127.0.0.0/8").contains(ip("::ffff:127.0.0.1")));
+        assert!(!cidr("127.0.0.0/8").contains(ip("::ffff:8.8.8.8")));
+    }
+
+    #[test]
+    fn default_deny_list() {
+        let policy = UrlPolicy::new(false, &[], &[]);
+        let denied = [
+            "127.0.0.1",
+            "127.255.0.1",
+            "10.1.2.3",
+            "172.20.0.1",
+            "192.168.1.1",
+            "169.254.169.254",
+            "100.64.0.1",
+            "100.127.255.255",
+            "0.0.0.0",
+            "0.1.2.3",
+            "224.0.0.1",
+            "239.1.1.1",
+            "255.255.255.255",
+            "::1",
+            "::",
+            "fc00::1",
+            "fdff::1",
+            "fe80::1",
+            "febf::1",
+            "ff02::1",
+            "::ffff:10.0.0.1",
+            "::ffff:127.0.0.1",
+        ];
+        for address in denied {
+            assert!(
+                policy.check_address("h", ip(address)).is_err(),
+                "{address} should be denied"
+            );
+        }
+        let allowed = [
+            "8.8.8.8",
+            "100.63.255.255",
+            "100.128.0.0",
+            "172.32.0.1",
+            "2001:db8::1",
+            "fec0::1",
+        ];
+        for address in allowed {
+            assert!(
+                policy.check_address("h", ip(address)).is_ok(),
+                "{address} should be allowed"
+            );
+        }
+        let open = UrlPolicy::new(true, &[], &[]);
+        assert!(open.check_address("h", ip("127.0.0.1")).is_ok());
+        let extra = UrlPolicy::new(true, &[cidr("203.0.113.0/24")], &[]);
+        assert!(extra.check_address("h", ip("203.0.113.9")).is_err());
+        assert!(extra.check_address("h", ip("127.0.0.1")).is_ok());
+    }
+
+    #[test]
+    fn url_parsing() {
+        let url = CloneUrl::parse("https://Git.Example.com/npub1x/repo.git").unwrap();
+        assert_eq!(
+            (url.host.as_str(), url.port, url.https),
+            ("git.example.com", 443, true)
+        );
+        let url = CloneUrl::parse("http://127.0.0.1:8080/a.git").unwrap();
+        assert_eq!(
+            (url.host.as_str(), url.port, url.https),
+            ("127.0.0.1", 8080, false)
+        );
+        let url = CloneUrl::parse("http://[::1]:81/a").unwrap();
+        assert_eq!((url.host.as_str(), url.port), ("::1", 81));
+        assert_eq!(url.authority(), "[::1]:81");
+        let url = CloneUrl::parse("HTTPS://h?x#y").unwrap();
+        assert_eq!((url.host.as_str(), url.port), ("h", 443));
+        for bad in [
+            "",
+            "https://",
+            "https:///path",
+            "https://h:/x",
+            "https://h:0/x",
+            "https://h:65536/",
+            "https://h:8a/",
+            "https://[::1/",
+            "https://[zz]/",
+            "https://[::1]x/",
+            "https://h /x",
+            "https://h/\nx",
+            "https://hö.example/",
+            "//h/x",
+        ] {
+            assert!(
+                matches!(CloneUrl::parse(bad), Err(UrlRejected::Malformed(_))),
+                "{bad:?} should be malformed, got {:?}",
+                CloneUrl::parse(bad)
+            );
+        }
+        for scheme in ["ssh://h/x", "git://h/x", "file:///etc", "ext::sh -c x"] {
+            let result = CloneUrl::parse(scheme);
+            assert!(
+                matches!(
+                    result,
+                    Err(UrlRejected::Scheme(_)) | Err(UrlRejected::Malformed(_))
+                ),
+                "{scheme:?}: {result:?}"
+            );
+        }
+        assert!(matches!(
+            CloneUrl::parse("git://h/x"),
+            Err(UrlRejected::Scheme(_))
+        ));
+        assert!(matches!(
+            CloneUrl::parse("https://user:pw@h/x"),
+            Err(UrlRejected::Credentials(_))
+        ));
+    }
+
+    #[test]
+    fn own_server_is_excluded() {
+        let policy = UrlPolicy::new(
+            true,
+            &[],
+            &[
+                "Relay.Example.com".to_string(),
+                "127.0.0.1:7000".to_string(),
+                "[::1]:7000".to_string(),
+                "bad host".to_string(),
+            ],
+        );
+        let own = |url: &str| matches!(policy.check(url), Err(UrlRejected::OwnServer(_)));
+        assert!(own("https://relay.example.com/npub/x.git"));
+        assert!(
+            own("http://relay.example.com:9999/npub/x.git"),
+            "host entry matches any port"
+        );
+        assert!(own("http://127.0.0.1:7000/x.git"));
+        assert!(!own("http://127.0.0.1:7001/x.git"));
+        assert!(own("http://[::1]:7000/x.git"));
+        assert!(!own("https://other.example.com/x.git"));
+        let default_port = UrlPolicy::new(true, &[], &["h.example:443".to_string()]);
+        assert!(matches!(
+            default_port.check("https://h.example/x"),
+            Err(UrlRejected::OwnServer(_))
+        ));
+        assert!(default_port.check("http://h.example/x").is_ok());
+    }
+
+    #[test]
+    fn literal_addresses_are_checked_without_dns() {
+        let policy = UrlPolicy::new(false, &[], &[]);
+        assert!(matches!(
+            policy.check("http://127.0.0.1:80/x"),
+            Err(UrlRejected::Denied { .. })
+        ));
+        assert!(matches!(
+            policy.check("http://[::ffff:192.168.0.1]/x"),
+            Err(UrlRejected::Denied { .. })
+        ));
+        assert!(policy.check("https://8.8.8.8/x").is_ok());
+    }
+
+    #[tokio::test]
+    async fn resolution_denies_if_any_address_is_denied() {
+        let strict = UrlPolicy::new(false, &[], &[]);
+        let result = strict.resolve("http://localhost:1/x.git").await;
+        assert!(
+            matches!(result, Err(UrlRejected::Denied { .. })),
+            "{result:?}"
+        );
+        let open = UrlPolicy::new(true, &[], &[]);
+        let safe = open.resolve("http://localhost:1/x.git").await.unwrap();
+        assert!(!safe.addresses.is_empty());
+        assert!(safe.curl_resolve().unwrap().starts_with("localhost:1:"));
+        let literal = open.resolve("http://127.0.0.1:1/x.git").await.unwrap();
+        assert_eq!(literal.curl_resolve(), None);
+        let unresolvable = open.resolve("http://does-not-exist.invalid/x.git").await;
+        assert!(
+            matches!(unresolvable, Err(UrlRejected::Resolve { .. })),
+            "{unresolvable:?}"
+        );
+    }
+
+    #[test]
+    fn curl_resolve_brackets_ipv6() {
+        let safe = SafeUrl {
+            url: CloneUrl::parse("https://h.example/x").unwrap(),
+            addresses: vec![
+                "[2001:db8::1]:443".parse().unwrap(),
+                "192.0.2.1:443".parse().unwrap(),
+            ],
+        };
+        assert_eq!(
+            safe.curl_resolve().unwrap(),
+            "h.example:443:[2001:db8::1],192.0.2.1"
+        );
+    }
+}
