@@ -1,1 +1,3 @@
+pub mod identifier;
+
 pub fn placeholder() {}
