@@ -6,5 +6,9 @@
 //!
 //! Layout (one file per concept):
 //! - `http`: response body type and CORS for everything on the public port.
+//! - `git_http`: git smart HTTP by running `grasp-cgi` as a CGI child.
+//! - `repos`: bare repositories on disk (create, delete, refs, objects).
 
+pub mod git_http;
 pub mod http;
+pub mod repos;
