@@ -62,8 +62,18 @@ struct Args {
 }
 
 fn main() -> ExitCode {
-    let args = Args::parse();
     let mut out = io::stdout().lock();
+    let args = match Args::try_parse() {
+        Ok(args) => args,
+        // Misconfigured under a web server: still answer with a CGI response (CORS included).
+        Err(e) if e.use_stderr() && std::env::var_os("GATEWAY_INTERFACE").is_some() => {
+            eprintln!("grasp-cgi: {e}");
+            let _ = respond(&mut out, "500 Internal Server Error", "text/plain; charset=utf-8",
+                b"grasp-cgi is misconfigured: set GRASP_GIT_ROOT (see grasp-cgi --help).\n", false);
+            return ExitCode::FAILURE;
+        }
+        Err(e) => e.exit(),
+    };
     match run(&args, &mut out) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -340,3 +340,32 @@ fn large_push_with_chunked_body_and_large_fetch() {
     git(f.tmp.path(), &["clone", "-q", &url, "clone"]);
     assert_eq!(std::fs::read_to_string(f.tmp.path().join("clone/random.txt")).unwrap(), data);
 }
+
+/// grasp-cgi on its own, as nginx + fcgiwrap runs it: CGI environment in, CGI response out.
+#[test]
+fn cgi_binary_standalone() {
+    let f = fixture("standalone");
+    let npub = npub_of(&test_owner(0));
+    let run = |envs: &[(&str, &str)]| {
+        let out = Command::new(grasp_tests::git::bin("grasp-cgi"))
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap())
+            .env("GATEWAY_INTERFACE", "CGI/1.1")
+            .envs(envs.iter().copied())
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let root = f.server.layout.git_root().to_str().unwrap().to_string();
+    let refs_path = format!("/{npub}/standalone.git/info/refs");
+    let ok = run(&[("GRASP_GIT_ROOT", &root), ("REQUEST_METHOD", "GET"), ("PATH_INFO", &refs_path), ("QUERY_STRING", "service=git-upload-pack")]);
+    assert!(ok.contains("Content-Type: application/x-git-upload-pack-advertisement\r\n"), "{ok}");
+    assert!(ok.contains("Access-Control-Allow-Origin: *\r\n") && ok.contains(&f.tip), "{ok}");
+    let options = run(&[("GRASP_GIT_ROOT", &root), ("REQUEST_METHOD", "OPTIONS"), ("PATH_INFO", "/anything")]);
+    assert!(options.starts_with("Status: 204 No Content\r\n") && options.contains("Access-Control-Allow-Origin: *"), "{options}");
+    let missing = run(&[("GRASP_GIT_ROOT", &root), ("REQUEST_METHOD", "GET"), ("PATH_INFO", &format!("/{npub}/../standalone.git/info/refs"))]);
+    assert!(missing.starts_with("Status: 404 Not Found\r\n") && missing.contains("Access-Control-Allow-Origin: *"), "{missing}");
+    let misconfigured = run(&[("REQUEST_METHOD", "GET"), ("PATH_INFO", &refs_path)]);
+    assert!(misconfigured.starts_with("Status: 500") && misconfigured.contains("GRASP_GIT_ROOT"), "{misconfigured}");
+}
