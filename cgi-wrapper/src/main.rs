@@ -1,1 +1,329 @@
-fn main() {}
+//! grasp-cgi: the CGI/1.1 program serving GRASP repositories over git smart HTTP.
+//!
+//! Used the same way under nginx + fcgiwrap and by grasp-relay's own listener. For a request
+//! to `/<npub>/<identifier>.git<rest>` (CGI `PATH_INFO`, decoded as RFC 3875 says) it:
+//! - answers `OPTIONS` with 204 and CORS headers;
+//! - validates the path with [`grasp_state::identifier::parse_repo_path`] and answers 404 (HTML
+//!   for browsers, text otherwise) for malformed paths and repositories that do not exist;
+//! - serves a small HTML page for `GET /<npub>/<id>.git` (and `.git/`);
+//! - otherwise runs stock `git http-backend` with `GIT_PROJECT_ROOT`, `GIT_HTTP_EXPORT_ALL`, and
+//!   the GRASP git config passed per request (`GIT_CONFIG_COUNT`/`_KEY_n`/`_VALUE_n`), so repos
+//!   created by older versions behave too. Request bodies go to the backend untouched (it
+//!   inflates `Content-Encoding: gzip` itself from `HTTP_CONTENT_ENCODING`); its output is
+//!   streamed, with the CORS headers inserted into its CGI header block. `HEAD` runs as `GET`
+//!   with the body dropped.
+//!
+//! Every response carries the CORS headers GRASP requires.
+//!
+//! Pushes to one repository are serialised across processes: `POST .../git-receive-pack` holds an
+//! exclusive lock on `<repo>/grasp.lock` ([`PUSH_LOCK_FILE`]) while the backend (and so the
+//! hooks) run. Anything else that must not interleave with a push may take the same lock, but
+//! never from code the hooks wait on (that would deadlock).
+//!
+//! Configuration: `--git-root` / `GRASP_GIT_ROOT` (required), `--hooks-dir` / `GRASP_HOOKS_DIR`
+//! (optional, becomes `core.hooksPath`), `--git` / `GRASP_GIT` (default `git`).
+
+mod pages;
+
+use std::ffi::OsString;
+use std::fs::File;
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode, Stdio};
+
+use anyhow::Context;
+use clap::Parser;
+use grasp_state::identifier::{parse_repo_path, RepoLayout, RepoUrlPath};
+
+/// File inside a bare repository locked exclusively for the duration of a receive-pack.
+pub const PUSH_LOCK_FILE: &str = "grasp.lock";
+
+const CORS_HEADERS: &str = "Access-Control-Allow-Origin: *\r\n\
+Access-Control-Allow-Methods: GET, POST, OPTIONS, HEAD\r\n\
+Access-Control-Allow-Headers: Content-Type, Git-Protocol, Authorization, Accept, Content-Encoding, X-Requested-With\r\n";
+
+/// Largest CGI header block accepted from git http-backend.
+const MAX_BACKEND_HEADER_BYTES: usize = 64 * 1024;
+
+/// CGI program serving GRASP repositories (/<npub>/<identifier>.git) through git http-backend.
+/// The request comes from the CGI environment (PATH_INFO, REQUEST_METHOD, QUERY_STRING, ...).
+#[derive(Parser, Debug)]
+#[command(version)]
+struct Args {
+    /// Root directory holding <npub>/<identifier>.git bare repositories.
+    #[arg(long, env = "GRASP_GIT_ROOT")]
+    git_root: PathBuf,
+    /// Directory with the GRASP git hooks, set as core.hooksPath for every request.
+    #[arg(long, env = "GRASP_HOOKS_DIR")]
+    hooks_dir: Option<PathBuf>,
+    /// The git executable.
+    #[arg(long, env = "GRASP_GIT", default_value = "git")]
+    git: PathBuf,
+}
+
+fn main() -> ExitCode {
+    let mut out = io::stdout().lock();
+    let args = match Args::try_parse() {
+        Ok(args) => args,
+        // Misconfigured under a web server: still answer with a CGI response (CORS included).
+        Err(e) if e.use_stderr() && std::env::var_os("GATEWAY_INTERFACE").is_some() => {
+            eprintln!("grasp-cgi: {e}");
+            let _ = respond(&mut out, "500 Internal Server Error", "text/plain; charset=utf-8",
+                b"grasp-cgi is misconfigured: set GRASP_GIT_ROOT (see grasp-cgi --help).\n", false);
+            return ExitCode::FAILURE;
+        }
+        Err(e) => e.exit(),
+    };
+    match run(&args, &mut out) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            // Headers may already be out; this is the best we can do in both cases.
+            eprintln!("grasp-cgi: {e:#}");
+            let _ = respond(&mut out, "500 Internal Server Error", "text/plain; charset=utf-8",
+                format!("grasp-cgi failed: {e:#}\n").as_bytes(), false);
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The request as far as the wrapper cares, read from the CGI environment.
+struct Request {
+    method: String,
+    path_info: String,
+    accept: String,
+}
+
+impl Request {
+    fn from_env() -> Request {
+        let var = |k: &str| std::env::var(k).unwrap_or_default();
+        Request { method: var("REQUEST_METHOD").to_ascii_uppercase(), path_info: var("PATH_INFO"), accept: var("HTTP_ACCEPT") }
+    }
+
+    fn is_head(&self) -> bool {
+        self.method == "HEAD"
+    }
+}
+
+fn run(args: &Args, out: &mut impl Write) -> anyhow::Result<()> {
+    let req = Request::from_env();
+    if req.method == "OPTIONS" {
+        return respond(out, "204 No Content", "", b"", false);
+    }
+    let layout = RepoLayout::new(&args.git_root);
+    let Some(repo) = parse_repo_path(&req.path_info) else {
+        return not_found(out, &req);
+    };
+    let repo_dir = layout.repo_path(&repo.owner, &repo.identifier)?;
+    if !repo_dir.is_dir() {
+        return not_found(out, &req);
+    }
+    if repo.rest.is_empty() || repo.rest == "/" {
+        if req.method != "GET" && !req.is_head() {
+            return not_found(out, &req);
+        }
+        let page = repo_page(&repo);
+        return respond(out, "200 OK", "text/html; charset=utf-8", page.as_bytes(), req.is_head());
+    }
+    let _push_lock = if req.method == "POST" && repo.rest == "/git-receive-pack" {
+        Some(lock_for_push(&repo_dir)?)
+    } else {
+        None
+    };
+    run_backend(args, &req, &repo, &repo_dir, out)
+}
+
+fn repo_page(repo: &RepoUrlPath) -> String {
+    let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+    let host = var("HTTP_HOST").unwrap_or_else(|| match (var("SERVER_NAME"), var("SERVER_PORT")) {
+        (Some(n), Some(p)) if p != "80" && p != "443" => format!("{n}:{p}"),
+        (Some(n), _) => n,
+        _ => "localhost".to_string(),
+    });
+    let https = matches!(var("HTTPS").as_deref(), Some("on" | "ON" | "1"))
+        || var("REQUEST_SCHEME").as_deref() == Some("https")
+        || var("HTTP_X_FORWARDED_PROTO").as_deref() == Some("https");
+    let page = pages::RepoPage {
+        npub: &repo.npub,
+        identifier: &repo.identifier,
+        host: &host,
+        scheme: if https { "https" } else { "http" },
+    };
+    page.html()
+}
+
+fn not_found(out: &mut impl Write, req: &Request) -> anyhow::Result<()> {
+    if req.accept.contains("text/html") {
+        let body = pages::not_found_html(&req.path_info);
+        respond(out, "404 Not Found", "text/html; charset=utf-8", body.as_bytes(), req.is_head())
+    } else {
+        let body = pages::not_found_text(&req.path_info);
+        respond(out, "404 Not Found", "text/plain; charset=utf-8", body.as_bytes(), req.is_head())
+    }
+}
+
+/// Writes a whole CGI response (CORS included). `head_only` drops the body.
+fn respond(out: &mut impl Write, status: &str, content_type: &str, body: &[u8], head_only: bool) -> anyhow::Result<()> {
+    let mut head = format!("Status: {status}\r\n{CORS_HEADERS}");
+    if !content_type.is_empty() {
+        head.push_str(&format!("Content-Type: {content_type}\r\nContent-Length: {}\r\n", body.len()));
+    }
+    head.push_str("\r\n");
+    out.write_all(head.as_bytes())?;
+    if !head_only {
+        out.write_all(body)?;
+    }
+    out.flush()?;
+    Ok(())
+}
+
+/// Takes the per-repository push lock, blocking until other pushes to it are done.
+fn lock_for_push(repo_dir: &Path) -> anyhow::Result<File> {
+    let path = repo_dir.join(PUSH_LOCK_FILE);
+    let file = File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .with_context(|| format!("opening push lock {}", path.display()))?;
+    file.lock().with_context(|| format!("locking {}", path.display()))?;
+    Ok(file)
+}
+
+/// The git config every request runs with, whatever the repository's own config says.
+fn per_request_config(hooks_dir: Option<&Path>) -> Vec<(String, OsString)> {
+    let mut cfg: Vec<(String, OsString)> = [
+        ("uploadpack.allowFilter", "true"),
+        ("uploadpack.allowTipSHA1InWant", "true"),
+        ("uploadpack.allowReachableSHA1InWant", "true"),
+        ("http.receivepack", "true"),
+        ("http.uploadpack", "true"),
+        ("receive.advertisePushOptions", "false"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), OsString::from(v)))
+    .collect();
+    if let Some(dir) = hooks_dir {
+        cfg.push(("core.hooksPath".to_string(), dir.as_os_str().to_owned()));
+    }
+    cfg
+}
+
+/// Runs `git http-backend` for `repo` and streams its response to `out`, CORS inserted.
+fn run_backend(args: &Args, req: &Request, repo: &RepoUrlPath, repo_dir: &Path, out: &mut impl Write) -> anyhow::Result<()> {
+    let mut cmd = Command::new(&args.git);
+    cmd.arg("http-backend")
+        .env_remove("GIT_DIR")
+        .env_remove("GIT_CONFIG_PARAMETERS")
+        .env("GIT_PROJECT_ROOT", &args.git_root)
+        .env("GIT_HTTP_EXPORT_ALL", "1")
+        .env("PATH_INFO", format!("/{}/{}.git{}", repo.npub, repo.identifier, repo.rest))
+        .env("PATH_TRANSLATED", format!("{}{}", repo_dir.display(), repo.rest))
+        .stdin(Stdio::inherit())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    if req.is_head() {
+        cmd.env("REQUEST_METHOD", "GET");
+    }
+    let config = per_request_config(args.hooks_dir.as_deref());
+    cmd.env("GIT_CONFIG_COUNT", config.len().to_string());
+    for (i, (k, v)) in config.into_iter().enumerate() {
+        cmd.env(format!("GIT_CONFIG_KEY_{i}"), k).env(format!("GIT_CONFIG_VALUE_{i}"), v);
+    }
+    let mut child = cmd.spawn().with_context(|| format!("running {} http-backend", args.git.display()))?;
+    let stdout = child.stdout.take().expect("piped stdout");
+    let result = relay_backend_output(BufReader::new(stdout), out, req.is_head());
+    let status = child.wait().context("waiting for git http-backend")?;
+    result?;
+    if !status.success() {
+        // The response is already out; the backend printed its reason on stderr (server log).
+        eprintln!("grasp-cgi: git http-backend exited with {status} for {}", req.path_info);
+    }
+    Ok(())
+}
+
+/// Copies the backend's CGI header block with CORS added (dropping any CORS headers of its
+/// own), then the body raw. `head_only` discards the body.
+fn relay_backend_output(mut from: impl BufRead, out: &mut impl Write, head_only: bool) -> anyhow::Result<()> {
+    let mut head = String::new();
+    let mut seen = 0usize;
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        let n = from.read_until(b'\n', &mut line).context("reading git http-backend headers")?;
+        seen += n;
+        anyhow::ensure!(n > 0, "git http-backend ended before its header block was complete");
+        anyhow::ensure!(seen <= MAX_BACKEND_HEADER_BYTES, "git http-backend header block too large");
+        let text = std::str::from_utf8(&line).context("git http-backend header is not UTF-8")?;
+        let text = text.trim_end_matches(['\r', '\n']);
+        if text.is_empty() {
+            break;
+        }
+        if text.to_ascii_lowercase().starts_with("access-control-") {
+            continue;
+        }
+        head.push_str(text);
+        head.push_str("\r\n");
+    }
+    head.push_str(CORS_HEADERS);
+    head.push_str("\r\n");
+    out.write_all(head.as_bytes())?;
+    out.flush()?;
+    if head_only {
+        io::copy(&mut from, &mut io::sink())?;
+    } else {
+        copy_streaming(&mut from, out)?;
+    }
+    out.flush()?;
+    Ok(())
+}
+
+/// Copies with a flush after every read, so git's progress (side-band) reaches the client as
+/// it is produced rather than when a buffer fills.
+fn copy_streaming(from: &mut impl Read, out: &mut impl Write) -> io::Result<()> {
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = match from.read(&mut buf) {
+            Ok(0) => return Ok(()),
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        out.write_all(&buf[..n])?;
+        out.flush()?;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backend_headers_get_cors_and_body_is_copied_raw() {
+        let backend = b"Status: 200 OK\nContent-Type: application/x-git-upload-pack-advertisement\nAccess-Control-Allow-Origin: evil\n\n\x00\x01binary\n\nrest";
+        let mut out = Vec::new();
+        relay_backend_output(&backend[..], &mut out, false).unwrap();
+        let out = String::from_utf8_lossy(&out);
+        let (head, body) = out.split_once("\r\n\r\n").unwrap();
+        assert!(head.starts_with("Status: 200 OK\r\nContent-Type: application/x-git-upload-pack-advertisement\r\n"));
+        assert!(head.contains("Access-Control-Allow-Origin: *"));
+        assert!(!head.contains("evil"));
+        assert_eq!(body, "\x00\x01binary\n\nrest");
+    }
+
+    #[test]
+    fn head_drops_body_and_truncated_headers_fail() {
+        let mut out = Vec::new();
+        relay_backend_output(&b"Content-Type: text/plain\r\n\r\nbody"[..], &mut out, true).unwrap();
+        assert!(String::from_utf8(out).unwrap().ends_with("X-Requested-With\r\n\r\n"));
+        assert!(relay_backend_output(&b"Content-Type: text/plain\n"[..], &mut Vec::new(), false).is_err());
+    }
+
+    #[test]
+    fn whole_responses_carry_cors() {
+        let mut out = Vec::new();
+        respond(&mut out, "204 No Content", "", b"", false).unwrap();
+        let s = String::from_utf8(out).unwrap();
+        assert!(s.starts_with("Status: 204 No Content\r\n") && s.contains("Access-Control-Allow-Methods: GET, POST, OPTIONS, HEAD"));
+        assert!(s.ends_with("\r\n\r\n"));
+    }
+}

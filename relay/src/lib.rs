@@ -23,6 +23,8 @@
 //! - `git`: the relay's own git subprocess operations.
 //! - `hook_api`: the loopback, token-protected API the git hooks call.
 //! - `lifecycle`: purgatory restore, expiry sweeps and checkpoints.
+//! - `git_http`: git smart HTTP by running `grasp-cgi` as a CGI child.
+//! - `repos`: bare repositories on disk (create, delete, refs, objects).
 //! - `sync`: background git-data sync (queue, per-domain throttle, URL safety, fetch by oid).
 
 pub mod acceptance;
@@ -31,6 +33,7 @@ pub mod config;
 pub mod connection;
 pub mod datadir;
 pub mod git;
+pub mod git_http;
 pub mod grasp;
 pub mod hook_api;
 pub mod lifecycle;
@@ -39,6 +42,7 @@ pub mod nip11;
 pub mod policy;
 pub mod relay;
 pub mod release;
+pub mod repos;
 pub mod server;
 pub mod shutdown;
 pub mod store;

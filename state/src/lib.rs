@@ -15,7 +15,7 @@
 //!   [`push::decide_push`], plus helpers for releasing events after a push.
 //! - [`hook_api`]: the versioned JSON request/response types the hooks send to
 //!   the relay's internal API.
-//! - `identifier`: repository path layout and identifier validation (decision 2).
+//! - [`identifier`]: repository path layout and identifier validation (decision 2).
 //! - [`purgatory`]: the purgatory data model (entries, deadlines, caps, expiry
 //!   sweep) and its crash-safe checkpoint format.
 //!
@@ -24,6 +24,7 @@
 //! a panic.
 
 pub mod hook_api;
+pub mod identifier;
 pub mod maintainers;
 pub mod nip34;
 pub mod purgatory;

@@ -4,6 +4,7 @@
 //! Build first: `cargo build --workspace && cargo test --workspace` (the tests run the binaries
 //! from `target/debug`).
 
+pub mod git;
 pub mod client;
 pub mod server;
 pub mod wait;

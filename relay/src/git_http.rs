@@ -1,0 +1,269 @@
+//! Git smart HTTP on the relay's public listener, by running `grasp-cgi` as a CGI/1.1 child.
+//!
+//! The relay does not speak git itself: for every request it hands to [`serve`] (in practice every
+//! path other than `/` and the relay's own pages, so unknown paths get grasp-cgi's 404 page) it
+//! spawns the same `grasp-cgi` program nginx + fcgiwrap would run, with the CGI environment built
+//! from the request. The request body is streamed into the child's stdin by a task, the child's
+//! CGI header block (`Status:` and headers) becomes the response head, and the rest of its stdout
+//! is streamed as the body. Dropping the response body (client gone) kills the child.
+//!
+//! `PATH_INFO` is the percent-decoded path, as RFC 3875 and `git http-backend` expect; a path that
+//! cannot be decoded (bad `%` escape, `%00`) gets a 404 here without spawning anything.
+
+use std::ffi::OsString;
+use std::net::SocketAddr;
+use std::os::unix::ffi::OsStringExt;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::process::Stdio;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http_body_util::BodyExt;
+use hyper::body::{Frame, Incoming};
+use hyper::header::{HeaderName, HeaderValue};
+use hyper::{Method, Request, Response, StatusCode};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWriteExt, BufReader, ReadBuf};
+use tokio::process::{Child, ChildStdout, Command};
+
+use crate::http::{empty, text, with_cors, Body, BodyError};
+
+/// Largest CGI header block accepted from the child.
+const MAX_CGI_HEADER_BYTES: usize = 64 * 1024;
+
+/// How to run the CGI wrapper.
+#[derive(Debug, Clone)]
+pub struct GitHttpConfig {
+    /// The `grasp-cgi` executable.
+    pub cgi_path: PathBuf,
+    /// Root of `<npub>/<identifier>.git` (passed as `GRASP_GIT_ROOT`).
+    pub git_root: PathBuf,
+    /// Hooks directory (passed as `GRASP_HOOKS_DIR`, becomes `core.hooksPath`).
+    pub hooks_dir: Option<PathBuf>,
+    /// Extra environment for the child (e.g. what the hooks need to reach the relay).
+    pub env: Vec<(String, String)>,
+}
+
+/// Serves one request through `grasp-cgi`. Never fails: errors become a 502 with a message.
+/// Every response carries the GRASP CORS headers.
+pub async fn serve(req: Request<Incoming>, remote_addr: SocketAddr, cfg: &GitHttpConfig) -> Response<Body> {
+    if req.method() == Method::OPTIONS {
+        let mut resp = Response::new(empty());
+        *resp.status_mut() = StatusCode::NO_CONTENT;
+        return with_cors(resp);
+    }
+    let Some(path_info) = decode_path(req.uri().path()) else {
+        return with_cors(text(StatusCode::NOT_FOUND, format!("Not found: {} is not a valid path.\n", req.uri().path())));
+    };
+    match run_cgi(req, path_info, remote_addr, cfg).await {
+        Ok(resp) => with_cors(resp),
+        Err(e) => {
+            tracing::warn!(error = %e, "git http: CGI wrapper failed");
+            with_cors(text(StatusCode::BAD_GATEWAY, format!("git service unavailable: {e}. Try again later or tell the operator.\n")))
+        }
+    }
+}
+
+/// Percent-decodes a URL path into `PATH_INFO` bytes; `None` for a bad escape or a NUL.
+fn decode_path(path: &str) -> Option<OsString> {
+    let bytes = path.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let b = if bytes[i] == b'%' {
+            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
+            if !hex.bytes().all(|c| c.is_ascii_hexdigit()) {
+                return None;
+            }
+            i += 3;
+            u8::from_str_radix(hex, 16).ok()?
+        } else {
+            i += 1;
+            bytes[i - 1]
+        };
+        if b == 0 {
+            return None;
+        }
+        out.push(b);
+    }
+    Some(OsString::from_vec(out))
+}
+
+/// The CGI environment for `req` (headers become `HTTP_*`; `Proxy` is dropped, see httpoxy).
+fn cgi_env(req: &Request<Incoming>, path_info: OsString, remote_addr: SocketAddr) -> Vec<(String, OsString)> {
+    let mut env: Vec<(String, OsString)> = vec![
+        ("GATEWAY_INTERFACE".into(), "CGI/1.1".into()),
+        ("SERVER_PROTOCOL".into(), format!("{:?}", req.version()).into()),
+        ("SERVER_SOFTWARE".into(), concat!("grasp-relay/", env!("CARGO_PKG_VERSION")).into()),
+        ("REQUEST_METHOD".into(), req.method().as_str().into()),
+        ("REQUEST_URI".into(), req.uri().path_and_query().map_or("/", |p| p.as_str()).into()),
+        ("SCRIPT_NAME".into(), "".into()),
+        ("PATH_INFO".into(), path_info),
+        ("QUERY_STRING".into(), req.uri().query().unwrap_or("").into()),
+        ("REMOTE_ADDR".into(), remote_addr.ip().to_string().into()),
+        ("REMOTE_PORT".into(), remote_addr.port().to_string().into()),
+    ];
+    let mut headers: Vec<(String, Vec<u8>)> = Vec::new();
+    for (name, value) in req.headers() {
+        let key = match name.as_str() {
+            "content-type" => "CONTENT_TYPE".to_string(),
+            "content-length" => "CONTENT_LENGTH".to_string(),
+            "proxy" => continue,
+            n => format!("HTTP_{}", n.to_ascii_uppercase().replace('-', "_")),
+        };
+        match headers.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, v)) => {
+                v.extend_from_slice(b", ");
+                v.extend_from_slice(value.as_bytes());
+            }
+            None => headers.push((key, value.as_bytes().to_vec())),
+        }
+    }
+    env.extend(headers.into_iter().map(|(k, v)| (k, OsString::from_vec(v))));
+    env
+}
+
+async fn run_cgi(req: Request<Incoming>, path_info: OsString, remote_addr: SocketAddr, cfg: &GitHttpConfig) -> Result<Response<Body>, String> {
+    let mut cmd = Command::new(&cfg.cgi_path);
+    for var in ["CONTENT_TYPE", "CONTENT_LENGTH", "GIT_DIR", "GIT_CONFIG_PARAMETERS"] {
+        cmd.env_remove(var);
+    }
+    cmd.envs(cgi_env(&req, path_info, remote_addr))
+        .env("GRASP_GIT_ROOT", &cfg.git_root)
+        .envs(cfg.env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true);
+    match &cfg.hooks_dir {
+        Some(dir) => cmd.env("GRASP_HOOKS_DIR", dir),
+        None => cmd.env_remove("GRASP_HOOKS_DIR"),
+    };
+    let mut child = cmd.spawn().map_err(|e| format!("cannot run {}: {e}", cfg.cgi_path.display()))?;
+
+    // Request body -> child stdin, concurrently with reading the response.
+    let mut stdin = child.stdin.take().expect("piped stdin");
+    let mut body = req.into_body();
+    tokio::spawn(async move {
+        while let Some(frame) = body.frame().await {
+            let Ok(frame) = frame else { break };
+            if let Some(data) = frame.data_ref() {
+                if stdin.write_all(data).await.is_err() {
+                    break;
+                }
+            }
+        }
+        let _ = stdin.shutdown().await;
+    });
+
+    let mut stdout = BufReader::new(child.stdout.take().expect("piped stdout"));
+    let mut resp = Response::new(empty());
+    let mut seen = 0usize;
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        let n = stdout.read_until(b'\n', &mut line).await.map_err(|e| format!("reading CGI headers: {e}"))?;
+        seen += n;
+        if n == 0 {
+            return Err("the CGI wrapper ended before sending its headers".into());
+        }
+        if seen > MAX_CGI_HEADER_BYTES {
+            return Err("the CGI wrapper sent an over-long header block".into());
+        }
+        let line = trim_eol(&line);
+        if line.is_empty() {
+            break;
+        }
+        let Some(colon) = line.iter().position(|&b| b == b':') else {
+            return Err(format!("malformed CGI header line {:?}", String::from_utf8_lossy(line)));
+        };
+        let (name, value) = (&line[..colon], trim_ascii(&line[colon + 1..]));
+        if name.eq_ignore_ascii_case(b"status") {
+            let code = value.get(..3).and_then(|c| std::str::from_utf8(c).ok()).and_then(|c| c.parse::<u16>().ok());
+            *resp.status_mut() = code
+                .and_then(|c| StatusCode::from_u16(c).ok())
+                .ok_or_else(|| format!("bad CGI Status {:?}", String::from_utf8_lossy(value)))?;
+            continue;
+        }
+        match (HeaderName::from_bytes(name), HeaderValue::from_bytes(value)) {
+            (Ok(n), Ok(v)) => {
+                resp.headers_mut().append(n, v);
+            }
+            _ => tracing::warn!(header = %String::from_utf8_lossy(line), "git http: dropping invalid CGI header"),
+        }
+    }
+    *resp.body_mut() = BodyExt::boxed(CgiBody { stdout, child: Some(child), buf: vec![0; 32 * 1024].into_boxed_slice() });
+    Ok(resp)
+}
+
+fn trim_eol(line: &[u8]) -> &[u8] {
+    let line = line.strip_suffix(b"\n").unwrap_or(line);
+    line.strip_suffix(b"\r").unwrap_or(line)
+}
+
+fn trim_ascii(s: &[u8]) -> &[u8] {
+    s.trim_ascii()
+}
+
+/// The rest of the child's stdout as a streamed body. Dropping it before the end kills the child;
+/// at the end the child is reaped by a background task.
+struct CgiBody {
+    stdout: BufReader<ChildStdout>,
+    child: Option<Child>,
+    buf: Box<[u8]>,
+}
+
+impl hyper::body::Body for CgiBody {
+    type Data = Bytes;
+    type Error = BodyError;
+
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
+        let this = self.get_mut();
+        if this.child.is_none() {
+            return Poll::Ready(None);
+        }
+        let mut rb = ReadBuf::new(&mut this.buf);
+        match Pin::new(&mut this.stdout).poll_read(cx, &mut rb) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(Err(e)) => {
+                this.child = None; // killed on drop
+                Poll::Ready(Some(Err(Box::new(e))))
+            }
+            Poll::Ready(Ok(())) if rb.filled().is_empty() => {
+                if let Some(mut child) = this.child.take() {
+                    tokio::spawn(async move {
+                        match child.wait().await {
+                            Ok(status) if !status.success() => tracing::warn!(%status, "git http: CGI wrapper exited with failure"),
+                            Err(e) => tracing::warn!(error = %e, "git http: waiting for CGI wrapper"),
+                            Ok(_) => {}
+                        }
+                    });
+                }
+                Poll::Ready(None)
+            }
+            Poll::Ready(Ok(())) => Poll::Ready(Some(Ok(Frame::data(Bytes::copy_from_slice(rb.filled()))))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decodes_paths_for_path_info() {
+        assert_eq!(decode_path("/npub1x/my%20repo.git/info/refs").unwrap(), OsString::from("/npub1x/my repo.git/info/refs"));
+        assert_eq!(decode_path("/a%2Fb").unwrap(), OsString::from("/a/b"));
+        assert_eq!(decode_path("/%FF").unwrap(), OsString::from_vec(vec![b'/', 0xff]));
+        for bad in ["/a%00b", "/a%zz", "/a%2", "/%"] {
+            assert_eq!(decode_path(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn trims_header_lines() {
+        assert_eq!(trim_eol(b"Status: 200 OK\r\n"), b"Status: 200 OK");
+        assert_eq!(trim_eol(b"X: y\n"), b"X: y");
+        assert_eq!(trim_eol(b"\r\n"), b"");
+    }
+}

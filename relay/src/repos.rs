@@ -1,0 +1,287 @@
+//! Bare repositories on disk: creation, deletion and read-only queries, by running `git`.
+//!
+//! All functions block (they run `git` and touch the file system); call them from
+//! `tokio::task::spawn_blocking`. Paths come from [`RepoLayout::repo_path`] only.
+//!
+//! Creation is atomic: the repository is initialised and configured in
+//! `<git_root>/<npub>/.tmp-<unique>` and renamed into place, so nobody (git http-backend, the
+//! hooks) ever sees a half-made repository. Temporary and deleted directories never end in `.git`,
+//! so they can never be mistaken for a repository by [`RepoLayout::locate`] or a URL.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use grasp_state::identifier::{IdentifierError, RepoLayout};
+use nostr::key::PublicKey;
+
+/// Git config every GRASP repository gets at creation (grasp-cgi also passes it per request).
+pub const REPO_CONFIG: &[(&str, &str)] = &[
+    ("uploadpack.allowFilter", "true"),
+    ("uploadpack.allowTipSHA1InWant", "true"),
+    ("uploadpack.allowReachableSHA1InWant", "true"),
+    ("http.receivepack", "true"),
+    ("http.uploadpack", "true"),
+    ("receive.advertisePushOptions", "false"),
+];
+
+#[derive(Debug, thiserror::Error)]
+pub enum RepoError {
+    #[error(transparent)]
+    Identifier(#[from] IdentifierError),
+    #[error("{what} {path}: {source}")]
+    Io { what: &'static str, path: PathBuf, source: std::io::Error },
+    #[error("`git {args}` failed in {path}: {stderr}")]
+    Git { args: String, path: PathBuf, stderr: String },
+}
+
+fn io_err<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> RepoError + 'a {
+    move |source| RepoError::Io { what, path: path.to_path_buf(), source }
+}
+
+/// A name unique within this process and (by pid and time) across processes.
+fn unique_name(prefix: &str) -> String {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!("{prefix}{}-{nanos}-{}", std::process::id(), COUNTER.fetch_add(1, Ordering::Relaxed))
+}
+
+/// Runs `git --git-dir <repo> <args>` and returns its output, failing on a non-zero exit.
+fn git(repo: &Path, args: &[&str]) -> Result<Output, RepoError> {
+    let out = Command::new("git")
+        .arg("--git-dir")
+        .arg(repo)
+        .args(args)
+        .env_remove("GIT_DIR")
+        .stdin(Stdio::null())
+        .output()
+        .map_err(io_err("running git in", repo))?;
+    if !out.status.success() {
+        return Err(RepoError::Git {
+            args: args.join(" "),
+            path: repo.to_path_buf(),
+            stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        });
+    }
+    Ok(out)
+}
+
+/// Creates `<git_root>/<npub>/<identifier>.git` as a configured bare repository, atomically.
+/// If it already exists, returns its path without touching it.
+pub fn create_bare_repo(layout: &RepoLayout, owner: &PublicKey, identifier: &str, hooks_dir: &Path) -> Result<PathBuf, RepoError> {
+    let path = layout.repo_path(owner, identifier)?;
+    if path.is_dir() {
+        return Ok(path);
+    }
+    let owner_dir = layout.owner_dir(owner);
+    std::fs::create_dir_all(&owner_dir).map_err(io_err("creating", &owner_dir))?;
+    let tmp = owner_dir.join(unique_name(".tmp-"));
+    let result = init_configured(&tmp, hooks_dir).and_then(|()| match std::fs::rename(&tmp, &path) {
+        Ok(()) => Ok(()),
+        // Somebody else created it meanwhile: theirs wins, it is configured the same way.
+        Err(_) if path.is_dir() => Ok(()),
+        Err(e) => Err(io_err("renaming into place", &path)(e)),
+    });
+    if tmp.exists() {
+        let _ = std::fs::remove_dir_all(&tmp);
+    }
+    result.map(|()| path)
+}
+
+fn init_configured(dir: &Path, hooks_dir: &Path) -> Result<(), RepoError> {
+    let out = Command::new("git")
+        .args(["init", "--bare", "--quiet"])
+        .arg(dir)
+        .env_remove("GIT_DIR")
+        .stdin(Stdio::null())
+        .output()
+        .map_err(io_err("running git init for", dir))?;
+    if !out.status.success() {
+        return Err(RepoError::Git {
+            args: "init --bare".into(),
+            path: dir.to_path_buf(),
+            stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        });
+    }
+    for (key, value) in REPO_CONFIG {
+        git(dir, &["config", key, value])?;
+    }
+    let hooks = hooks_dir.to_str().ok_or_else(|| RepoError::Io {
+        what: "hooks directory is not UTF-8:",
+        path: hooks_dir.to_path_buf(),
+        source: std::io::Error::from(std::io::ErrorKind::InvalidInput),
+    })?;
+    git(dir, &["config", "core.hooksPath", hooks])?;
+    Ok(())
+}
+
+/// Removes a repository: renamed aside first (so it disappears at once), then deleted.
+/// Returns whether it existed.
+pub fn delete_repo(layout: &RepoLayout, owner: &PublicKey, identifier: &str) -> Result<bool, RepoError> {
+    let path = layout.repo_path(owner, identifier)?;
+    let aside = layout.owner_dir(owner).join(unique_name(".del-"));
+    match std::fs::rename(&path, &aside) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+        Err(e) => return Err(io_err("moving aside", &path)(e)),
+    }
+    std::fs::remove_dir_all(&aside).map_err(io_err("removing", &aside))?;
+    Ok(true)
+}
+
+/// All refs of `repo` (not `HEAD`): refname -> object id.
+pub fn read_refs(repo: &Path) -> Result<BTreeMap<String, String>, RepoError> {
+    let out = git(repo, &["for-each-ref", "--format=%(objectname) %(refname)"])?;
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_once(' '))
+        .map(|(oid, name)| (name.to_string(), oid.to_string()))
+        .collect())
+}
+
+/// A full hex object id (SHA-1 or SHA-256). Anything else is never passed to git.
+fn is_full_oid(oid: &str) -> bool {
+    (oid.len() == 40 || oid.len() == 64) && oid.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+/// Whether `repo` has object `oid`.
+pub fn has_object(repo: &Path, oid: &str) -> bool {
+    is_full_oid(oid)
+        && Command::new("git")
+            .arg("--git-dir")
+            .arg(repo)
+            .args(["cat-file", "-e", oid])
+            .env_remove("GIT_DIR")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+}
+
+/// The subset of `oids` that `repo` lacks, in input order (one `git cat-file --batch-check`).
+/// Malformed ids count as missing.
+pub fn has_objects(repo: &Path, oids: &[String]) -> Result<Vec<String>, RepoError> {
+    let (valid, mut missing): (Vec<&String>, Vec<&String>) = oids.iter().partition(|o| is_full_oid(o));
+    if !valid.is_empty() {
+        let mut child = Command::new("git")
+            .arg("--git-dir")
+            .arg(repo)
+            .args(["cat-file", "--batch-check=%(objectname)"])
+            .env_remove("GIT_DIR")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(io_err("running git cat-file in", repo))?;
+        let mut stdin = child.stdin.take().expect("piped stdin");
+        let input: String = valid.iter().map(|o| format!("{o}\n")).collect();
+        // Write from a thread so a large batch cannot deadlock against unread output.
+        let writer = std::thread::spawn(move || stdin.write_all(input.as_bytes()));
+        let stdout = BufReader::new(child.stdout.take().expect("piped stdout"));
+        let lines: Vec<String> = stdout.lines().collect::<Result<_, _>>().map_err(io_err("reading git cat-file in", repo))?;
+        let _ = writer.join();
+        let status = child.wait().map_err(io_err("waiting for git cat-file in", repo))?;
+        if !status.success() || lines.len() != valid.len() {
+            return Err(RepoError::Git { args: "cat-file --batch-check".into(), path: repo.to_path_buf(), stderr: format!("exit {status}, {} answers for {} ids", lines.len(), valid.len()) });
+        }
+        missing.extend(valid.iter().zip(&lines).filter(|(_, l)| l.ends_with(" missing")).map(|(o, _)| *o));
+    }
+    let missing: std::collections::HashSet<&String> = missing.into_iter().collect();
+    Ok(oids.iter().filter(|o| missing.contains(o)).cloned().collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn owner() -> PublicKey {
+        PublicKey::from_hex("79be667ef9dcbbac55a06295ce870b07029bfcdb2dce28d959f2815b16f81798").unwrap()
+    }
+
+    fn config(repo: &Path, key: &str) -> String {
+        String::from_utf8(git(repo, &["config", "--get", key]).unwrap().stdout).unwrap().trim().to_string()
+    }
+
+    #[test]
+    fn creates_configured_repo_atomically_and_idempotently() {
+        let root = tempfile::tempdir().unwrap();
+        let layout = RepoLayout::new(root.path());
+        let hooks = root.path().join("hooks");
+        let path = create_bare_repo(&layout, &owner(), "my repo", &hooks).unwrap();
+        assert_eq!(path, layout.repo_path(&owner(), "my repo").unwrap());
+        assert!(path.join("HEAD").is_file());
+        for (k, v) in REPO_CONFIG {
+            assert_eq!(config(&path, k), *v, "{k}");
+        }
+        assert_eq!(config(&path, "core.hooksPath"), hooks.to_str().unwrap());
+        assert_eq!(config(&path, "core.bare"), "true");
+        // Idempotent, and no temporary directories are left behind.
+        assert_eq!(create_bare_repo(&layout, &owner(), "my repo", &hooks).unwrap(), path);
+        let names: Vec<_> = std::fs::read_dir(layout.owner_dir(&owner())).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(names, vec![std::ffi::OsString::from("my repo.git")]);
+        assert!(read_refs(&path).unwrap().is_empty());
+    }
+
+    #[test]
+    fn concurrent_creation_yields_one_repo() {
+        let root = tempfile::tempdir().unwrap();
+        let layout = RepoLayout::new(root.path());
+        let hooks = root.path().join("hooks");
+        let handles: Vec<_> = (0..4)
+            .map(|_| {
+                let (layout, hooks) = (layout.clone(), hooks.clone());
+                std::thread::spawn(move || create_bare_repo(&layout, &owner(), "race", &hooks))
+            })
+            .collect();
+        for h in handles {
+            h.join().unwrap().unwrap();
+        }
+        let names: Vec<_> = std::fs::read_dir(layout.owner_dir(&owner())).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(names, vec![std::ffi::OsString::from("race.git")]);
+    }
+
+    #[test]
+    fn rejects_bad_identifiers_and_deletes() {
+        let root = tempfile::tempdir().unwrap();
+        let layout = RepoLayout::new(root.path());
+        for id in ["..", "../x", "a/b", ""] {
+            assert!(matches!(create_bare_repo(&layout, &owner(), id, root.path()), Err(RepoError::Identifier(_))), "{id}");
+        }
+        let path = create_bare_repo(&layout, &owner(), "gone", root.path()).unwrap();
+        assert!(delete_repo(&layout, &owner(), "gone").unwrap());
+        assert!(!path.exists());
+        assert!(!delete_repo(&layout, &owner(), "gone").unwrap());
+        assert_eq!(std::fs::read_dir(layout.owner_dir(&owner())).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn reads_refs_and_objects() {
+        let root = tempfile::tempdir().unwrap();
+        let layout = RepoLayout::new(root.path());
+        let repo = create_bare_repo(&layout, &owner(), "objs", root.path()).unwrap();
+        let work = root.path().join("work");
+        let run = |args: &[&str]| {
+            let ok = Command::new("git").args(args).current_dir(root.path()).env("GIT_AUTHOR_NAME", "t").env("GIT_AUTHOR_EMAIL", "t@t")
+                .env("GIT_COMMITTER_NAME", "t").env("GIT_COMMITTER_EMAIL", "t@t").status().unwrap().success();
+            assert!(ok, "{args:?}");
+        };
+        run(&["init", "-q", work.to_str().unwrap()]);
+        run(&["-C", work.to_str().unwrap(), "commit", "-q", "--allow-empty", "-m", "one"]);
+        run(&["-C", work.to_str().unwrap(), "push", "-q", repo.to_str().unwrap(), "HEAD:refs/heads/main", "HEAD:refs/tags/v1"]);
+        let refs = read_refs(&repo).unwrap();
+        assert_eq!(refs.keys().collect::<Vec<_>>(), ["refs/heads/main", "refs/tags/v1"]);
+        let tip = refs["refs/heads/main"].clone();
+        assert!(has_object(&repo, &tip));
+        let absent = "1".repeat(40);
+        assert!(!has_object(&repo, &absent));
+        assert!(!has_object(&repo, "--help"));
+        let asked = vec![absent.clone(), tip.clone(), "nonsense\nHEAD".to_string()];
+        assert_eq!(has_objects(&repo, &asked).unwrap(), vec![absent, "nonsense\nHEAD".to_string()]);
+        assert!(has_objects(&repo, &[]).unwrap().is_empty());
+    }
+}

@@ -1,0 +1,375 @@
+//! Repository identifiers and the on-disk layout `<git_root>/<npub>/<identifier>.git`.
+//!
+//! Identifiers (the `d` tag of a NIP-34 announcement) come from the network, so they are
+//! validated before they touch the disk ([`validate_identifier`]), and [`RepoLayout`] is the
+//! one place that turns `(owner, identifier)` into a path and a path back into
+//! `(owner, identifier)`.
+//!
+//! Rules (GRASP.md decision 2):
+//! - rejected: empty, `.`, `..`, anything containing `/`, `\`, NUL or another control character
+//!   (C0, DEL, C1), and anything longer than [`MAX_IDENTIFIER_BYTES`] bytes of UTF-8;
+//! - allowed: any other Unicode, spaces, a leading dot, and a trailing `.git` (the directory is
+//!   always `<identifier>.git`, so `foo.git` lives in `foo.git.git`; stripping exactly one `.git`
+//!   from a URL or directory name gets the identifier back unambiguously).
+//!
+//! [`MAX_IDENTIFIER_BYTES`] is 100: far below the 255-byte file name limit of common file systems
+//! once `.git` is appended, and long enough for any real project name.
+//!
+//! URL paths are parsed by [`parse_repo_url_path`] (raw, percent-encoded, as in an HTTP request
+//! line) or [`parse_repo_path`] (already decoded, as in CGI `PATH_INFO`). The npub segment must be
+//! the canonical lowercase bech32 form, so one repository has exactly one URL.
+
+use std::path::{Component, Path, PathBuf};
+
+use nostr::nips::nip19::{FromBech32, ToBech32};
+use nostr::key::PublicKey;
+
+/// Longest accepted identifier, in bytes of UTF-8.
+pub const MAX_IDENTIFIER_BYTES: usize = 100;
+
+/// Why an identifier, URL path or repository path was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum IdentifierError {
+    #[error("repository identifier is empty; use a non-empty `d` tag")]
+    Empty,
+    #[error("repository identifier `.` or `..` is not allowed; choose a name")]
+    DotName,
+    #[error("repository identifier must not contain `/` or `\\`; use `-` instead")]
+    Separator,
+    #[error("repository identifier must not contain NUL or control characters")]
+    ControlChar,
+    #[error("repository identifier is {0} bytes long; at most {MAX_IDENTIFIER_BYTES} bytes are allowed")]
+    TooLong(usize),
+    #[error("repository path {0} is outside the git root")]
+    OutsideRoot(PathBuf),
+    #[error("path {0} is not of the form <git_root>/<npub>/<identifier>.git")]
+    NotARepoPath(PathBuf),
+}
+
+/// Checks that `identifier` may name a repository directory (see the module docs).
+pub fn validate_identifier(identifier: &str) -> Result<(), IdentifierError> {
+    if identifier.is_empty() {
+        return Err(IdentifierError::Empty);
+    }
+    if identifier == "." || identifier == ".." {
+        return Err(IdentifierError::DotName);
+    }
+    if identifier.len() > MAX_IDENTIFIER_BYTES {
+        return Err(IdentifierError::TooLong(identifier.len()));
+    }
+    if identifier.contains(['/', '\\']) {
+        return Err(IdentifierError::Separator);
+    }
+    if identifier.chars().any(char::is_control) {
+        return Err(IdentifierError::ControlChar);
+    }
+    Ok(())
+}
+
+/// Parses a canonical npub (lowercase bech32 that re-encodes to itself).
+pub fn parse_npub(npub: &str) -> Option<PublicKey> {
+    let pk = PublicKey::from_bech32(npub).ok()?;
+    (pk.to_bech32().ok()? == npub).then_some(pk)
+}
+
+/// The npub string of `owner` (infallible for valid keys).
+pub fn npub_of(owner: &PublicKey) -> String {
+    owner.to_bech32().expect("bech32 encoding of a public key cannot fail")
+}
+
+/// Where bare repositories live: `<git_root>/<npub>/<identifier>.git`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RepoLayout {
+    git_root: PathBuf,
+}
+
+impl RepoLayout {
+    /// A layout rooted at `git_root` (use an absolute, canonical path; [`RepoLayout::locate`]
+    /// compares canonical hook `GIT_DIR`s against it).
+    pub fn new(git_root: impl Into<PathBuf>) -> Self {
+        RepoLayout { git_root: git_root.into() }
+    }
+
+    pub fn git_root(&self) -> &Path {
+        &self.git_root
+    }
+
+    /// The directory holding all repositories of `owner`.
+    pub fn owner_dir(&self, owner: &PublicKey) -> PathBuf {
+        self.git_root.join(npub_of(owner))
+    }
+
+    /// The ONE function building repository paths: `<git_root>/<npub>/<identifier>.git`,
+    /// after validating `identifier` and checking the result stays under the git root.
+    pub fn repo_path(&self, owner: &PublicKey, identifier: &str) -> Result<PathBuf, IdentifierError> {
+        validate_identifier(identifier)?;
+        let path = self.owner_dir(owner).join(format!("{identifier}.git"));
+        // Belt and braces: validation already excludes every way out, but prove it structurally.
+        let rel = path
+            .strip_prefix(&self.git_root)
+            .map_err(|_| IdentifierError::OutsideRoot(path.clone()))?;
+        let normal = rel.components().all(|c| matches!(c, Component::Normal(_)));
+        if !normal || rel.components().count() != 2 {
+            return Err(IdentifierError::OutsideRoot(path));
+        }
+        Ok(path)
+    }
+
+    /// The inverse of [`RepoLayout::repo_path`]: given a (canonicalised) `GIT_DIR`, returns
+    /// `(owner, identifier)` iff it is exactly `<git_root>/<npub>/<identifier>.git`.
+    pub fn locate(&self, git_dir: &Path) -> Result<(PublicKey, String), IdentifierError> {
+        let bad = || IdentifierError::NotARepoPath(git_dir.to_path_buf());
+        let rel = git_dir.strip_prefix(&self.git_root).map_err(|_| bad())?;
+        let parts: Vec<&str> = rel
+            .components()
+            .map(|c| match c {
+                Component::Normal(s) => s.to_str().ok_or_else(bad),
+                _ => Err(bad()),
+            })
+            .collect::<Result<_, _>>()?;
+        let [npub, dir] = parts.as_slice() else { return Err(bad()) };
+        let owner = parse_npub(npub).ok_or_else(bad)?;
+        let identifier = dir.strip_suffix(".git").ok_or_else(bad)?;
+        validate_identifier(identifier)?;
+        Ok((owner, identifier.to_string()))
+    }
+}
+
+/// A URL path addressing a repository: `/<npub>/<identifier>.git<rest>`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RepoUrlPath {
+    pub owner: PublicKey,
+    pub npub: String,
+    /// Decoded and validated.
+    pub identifier: String,
+    /// What follows `.git`: empty, `/`, or `/info/refs`, `/git-upload-pack`, ... (decoded).
+    /// Never contains `.` or `..` segments, `\`, or control characters.
+    pub rest: String,
+}
+
+/// Parses a raw (percent-encoded) URL path such as `/npub1.../my%20repo.git/info/refs`.
+/// Each segment is decoded separately, so `%2F` can never introduce a separator. Returns `None`
+/// for invalid percent-encoding or UTF-8, a non-canonical npub, or an invalid identifier.
+pub fn parse_repo_url_path(path: &str) -> Option<RepoUrlPath> {
+    let path = path.split_once('?').map_or(path, |(p, _)| p);
+    let mut decoded = String::with_capacity(path.len());
+    for (i, segment) in path.split('/').enumerate() {
+        if i > 0 {
+            decoded.push('/');
+        }
+        let seg = percent_decode(segment)?;
+        if seg.contains('/') {
+            return None;
+        }
+        decoded.push_str(&seg);
+    }
+    parse_repo_path(&decoded)
+}
+
+/// Parses an already decoded path (CGI `PATH_INFO`) of the form `/<npub>/<identifier>.git<rest>`.
+pub fn parse_repo_path(path: &str) -> Option<RepoUrlPath> {
+    let path = path.strip_prefix('/')?;
+    let (npub, after) = path.split_once('/')?;
+    let owner = parse_npub(npub)?;
+    let (dir, rest) = match after.find('/') {
+        Some(i) => after.split_at(i),
+        None => (after, ""),
+    };
+    let identifier = dir.strip_suffix(".git")?;
+    validate_identifier(identifier).ok()?;
+    let rest_ok = !rest.contains('\\')
+        && !rest.chars().any(char::is_control)
+        && rest.split('/').all(|s| s != "." && s != "..");
+    if !rest_ok {
+        return None;
+    }
+    Some(RepoUrlPath { owner, npub: npub.to_string(), identifier: identifier.to_string(), rest: rest.to_string() })
+}
+
+/// Decodes `%XX` escapes; `None` on a malformed escape or invalid UTF-8.
+pub fn percent_decode(s: &str) -> Option<String> {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = bytes.get(i + 1..i + 3)?;
+            let hex = std::str::from_utf8(hex).ok()?;
+            if !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+                return None;
+            }
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+/// Percent-encodes `s` for use as one URL path segment (unreserved characters stay as they are).
+pub fn percent_encode_segment(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn owner() -> (PublicKey, String) {
+        let pk = PublicKey::from_hex("79be667ef9dcbbac55a06295ce870b07029bfcdb2dce28d959f2815b16f81798").unwrap();
+        let npub = npub_of(&pk);
+        (pk, npub)
+    }
+
+    #[test]
+    fn valid_identifiers() {
+        for id in ["ngit", "my repo", "Ünïcødé-名前", ".hidden", "foo.git", "a..b", "x", "-dash", "100%"] {
+            assert_eq!(validate_identifier(id), Ok(()), "{id:?}");
+        }
+        assert_eq!(validate_identifier(&"a".repeat(MAX_IDENTIFIER_BYTES)), Ok(()));
+    }
+
+    #[test]
+    fn invalid_identifiers() {
+        use IdentifierError::*;
+        let cases: &[(&str, IdentifierError)] = &[
+            ("", Empty),
+            (".", DotName),
+            ("..", DotName),
+            ("../x", Separator),
+            ("a/b", Separator),
+            ("/abs", Separator),
+            ("a\\b", Separator),
+            ("..\\x", Separator),
+            ("a\0b", ControlChar),
+            ("a\nb", ControlChar),
+            ("tab\t", ControlChar),
+            ("del\x7f", ControlChar),
+            ("c1\u{85}", ControlChar),
+        ];
+        for (id, err) in cases {
+            assert_eq!(validate_identifier(id).as_ref(), Err(err), "{id:?}");
+        }
+        let long = "é".repeat(51); // 102 bytes, 51 chars
+        assert_eq!(validate_identifier(&long), Err(TooLong(102)));
+    }
+
+    #[test]
+    fn repo_path_and_locate_round_trip() {
+        let (pk, npub) = owner();
+        let layout = RepoLayout::new("/srv/git");
+        for id in ["ngit", "my repo", "foo.git", ".hidden", "名前"] {
+            let p = layout.repo_path(&pk, id).unwrap();
+            assert_eq!(p, PathBuf::from(format!("/srv/git/{npub}/{id}.git")));
+            assert_eq!(layout.locate(&p).unwrap(), (pk, id.to_string()));
+        }
+    }
+
+    #[test]
+    fn repo_path_rejects_traversal() {
+        let (pk, _) = owner();
+        let layout = RepoLayout::new("/srv/git");
+        for id in ["..", "../x", "a/b", "/etc", "", "a\0"] {
+            assert!(layout.repo_path(&pk, id).is_err(), "{id:?}");
+        }
+    }
+
+    #[test]
+    fn locate_rejects_anything_else() {
+        let (_, npub) = owner();
+        let layout = RepoLayout::new("/srv/git");
+        let bad = [
+            "/srv/git".to_string(),
+            format!("/srv/git/{npub}"),
+            format!("/srv/git/{npub}/repo"),
+            format!("/srv/git/{npub}/.git"),
+            format!("/srv/git/{npub}/repo.git/objects"),
+            format!("/srv/gitx/{npub}/repo.git"),
+            format!("/other/{npub}/repo.git"),
+            format!("/srv/git/{npub}/../{npub}/repo.git"),
+            format!("/srv/git/{}/repo.git", npub.to_uppercase()),
+            "/srv/git/npub1notakey/repo.git".to_string(),
+            "/srv/git/x/y/repo.git".to_string(),
+        ];
+        for p in bad {
+            assert!(layout.locate(Path::new(&p)).is_err(), "{p}");
+        }
+    }
+
+    #[test]
+    fn parses_url_paths() {
+        let (pk, npub) = owner();
+        let p = parse_repo_url_path(&format!("/{npub}/my%20repo.git/info/refs")).unwrap();
+        assert_eq!(p, RepoUrlPath { owner: pk, npub: npub.clone(), identifier: "my repo".into(), rest: "/info/refs".into() });
+        let p = parse_repo_url_path(&format!("/{npub}/ngit.git")).unwrap();
+        assert_eq!((p.identifier.as_str(), p.rest.as_str()), ("ngit", ""));
+        let p = parse_repo_url_path(&format!("/{npub}/ngit.git/")).unwrap();
+        assert_eq!(p.rest, "/");
+        let p = parse_repo_url_path(&format!("/{npub}/ngit.git/info/refs?service=git-upload-pack")).unwrap();
+        assert_eq!(p.rest, "/info/refs");
+        let p = parse_repo_url_path(&format!("/{npub}/foo.git.git/HEAD")).unwrap();
+        assert_eq!(p.identifier, "foo.git");
+        let p = parse_repo_url_path(&format!("/{npub}/%E5%90%8D%E5%89%8D.git/HEAD")).unwrap();
+        assert_eq!(p.identifier, "名前");
+        let p = parse_repo_path(&format!("/{npub}/my repo.git/git-upload-pack")).unwrap();
+        assert_eq!(p.identifier, "my repo");
+    }
+
+    #[test]
+    fn rejects_bad_url_paths() {
+        let (_, npub) = owner();
+        let bad = [
+            String::new(),
+            "/".into(),
+            format!("/{npub}"),
+            format!("/{npub}/"),
+            format!("/{npub}/repo"),
+            format!("/{npub}/.git"),
+            format!("/{npub}/..git"),
+            format!("/{npub}/...git/info/refs"),
+            format!("/{npub}/%2e%2e.git/info/refs"),
+            format!("/{npub}/%2E.git"),
+            format!("/{npub}/a%2Fb.git/info/refs"),
+            format!("/{npub}/a%2fb.git"),
+            format!("/{npub}/a%5Cb.git"),
+            format!("/{npub}/a%00b.git"),
+            format!("/{npub}/a%0Ab.git"),
+            format!("/{npub}/a%ZZ.git"),
+            format!("/{npub}/a%2.git"),
+            format!("/{npub}/a%FF.git"),
+            format!("/{npub}/repo.git/../../etc/passwd"),
+            format!("/{npub}/repo.git/%2e%2e/x"),
+            format!("/{npub}/repo.git/objects/%2F/x"),
+            format!("/{npub}/repo.git/./HEAD"),
+            format!("/{npub}/repo.git/a%00"),
+            format!("/{}/repo.git", npub.to_uppercase()),
+            format!("{npub}/repo.git"),
+            "/npub1xyz/repo.git".into(),
+            "/../repo.git".into(),
+            format!("/{}/repo.git", "a".repeat(63)),
+            format!("/{npub}/{}.git", "a".repeat(101)),
+        ];
+        for p in bad {
+            assert_eq!(parse_repo_url_path(&p), None, "{p}");
+        }
+        assert_eq!(parse_repo_path(&format!("/{npub}/a\0.git")), None);
+    }
+
+    #[test]
+    fn percent_encoding_round_trips() {
+        for s in ["my repo", "名前", "100%", "a/b", "plain-name_1.0~"] {
+            assert_eq!(percent_decode(&percent_encode_segment(s)).as_deref(), Some(s));
+        }
+        assert_eq!(percent_encode_segment("a b/c"), "a%20b%2Fc");
+    }
+}
