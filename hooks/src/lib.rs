@@ -78,7 +78,7 @@ pub fn context(data_dir: PathBuf) -> Result<HookContext> {
     let mut input = String::new();
     std::io::stdin().read_to_string(&mut input).context("cannot read ref updates from stdin")?;
     let updates = parse_ref_updates(&input).map_err(|e| anyhow!("{e}"))?;
-    use nostr::ToBech32;
+    use nostr::prelude::ToBech32;
     let owner = owner.to_bech32().map_err(|e| anyhow!("{e}"))?;
     Ok(HookContext { data_dir, owner, identifier, updates })
 }

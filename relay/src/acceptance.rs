@@ -7,7 +7,7 @@ use grasp_state::nip34::{
     KIND_PR_UPDATE, KIND_STATE, KIND_USER_GRASP_LIST,
 };
 use grasp_state::purgatory::{PurgatoryFull, RepoId, Removed};
-use nostr::{Alphabet, Event, Filter, Kind, SingleLetterTag, ToBech32};
+use nostr::prelude::{Event, Filter, Kind, SingleLetterTag, ToBech32};
 
 use crate::git;
 use crate::grasp::{Grasp, Source};
@@ -211,20 +211,20 @@ impl Grasp {
                 served = true;
             }
         }
-        let mut p = self.purgatory.lock().unwrap();
-        if let Some(entry) = p.find_pr(&ev.id) {
-            if entry.event.is_none() {
+        {
+            let mut p = self.purgatory.lock().unwrap();
+            if p.find_pr(&ev.id).is_some_and(|entry| entry.event.is_none()) {
                 // The placeholder's ref was checked above; it has done its job either way.
                 p.remove_pr(&ev.id);
             }
         }
         if served {
-            drop(p);
             return match self.publish(ev).await {
                 Ok(()) => Admission::Published,
                 Err(e) => Admission::Reject(e),
             };
         }
+        let mut p = self.purgatory.lock().unwrap();
         let targets = repos.iter().map(|(o, i, _)| RepoId::new(*o, i.clone())).collect();
         match p.add_pr(ev.clone(), pr.commit.clone(), targets) {
             Ok(_) => {
@@ -236,7 +236,7 @@ impl Grasp {
     }
 
     async fn admit_deletion(&self, ev: &Event) -> Admission {
-        let ids: Vec<_> = ev.tags.event_ids().copied().collect();
+        let ids: Vec<_> = ev.tags.event_ids().collect();
         let coords: Vec<_> = ev
             .tags
             .coordinates()
@@ -251,7 +251,7 @@ impl Grasp {
             tracing::info!(event = %r.event_id(), "purgatory entry removed by deletion {}", ev.id);
             if let Removed::Announcement(a) = r {
                 if !a.soft_expired {
-                    self.delete_repo(&a.repo_path).await;
+                    self.delete_repo(&a.owner, &a.identifier).await;
                 }
             }
         }
@@ -303,6 +303,5 @@ impl Grasp {
 }
 
 fn single_letter(c: char) -> Option<SingleLetterTag> {
-    let alphabet = Alphabet::try_from(c.to_ascii_lowercase()).ok()?;
-    Some(if c.is_ascii_uppercase() { SingleLetterTag::uppercase(alphabet) } else { SingleLetterTag::lowercase(alphabet) })
+    SingleLetterTag::from_char(c).ok()
 }

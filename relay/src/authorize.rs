@@ -8,7 +8,7 @@ use grasp_state::hook_api::{PreReceiveResponse, HOOK_API_VERSION};
 use grasp_state::nip34::PullRequest;
 use grasp_state::push::{decide_push, PushDecision, PushRequest, StateCandidate, StateSource};
 use grasp_state::refs::RefUpdate;
-use nostr::{EventId, PublicKey, ToBech32};
+use nostr::prelude::{EventId, PublicKey, ToBech32};
 
 use crate::git;
 use crate::grasp::Grasp;

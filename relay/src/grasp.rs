@@ -14,7 +14,7 @@ use grasp_state::identifier::RepoLayout;
 use grasp_state::maintainers::MaintainerSet;
 use grasp_state::nip34::{Announcement, RepoState, KIND_ANNOUNCEMENT, KIND_STATE};
 use grasp_state::purgatory::Purgatory;
-use nostr::{Event, Filter, Kind, PublicKey};
+use nostr::prelude::{Event, Filter, Kind, PublicKey};
 use tokio::sync::OwnedMutexGuard;
 
 use crate::policy::Admission;
@@ -101,7 +101,7 @@ impl Grasp {
     }
 
     /// A stored event by id.
-    pub async fn event_by_id(&self, id: &nostr::EventId) -> Option<Event> {
+    pub async fn event_by_id(&self, id: &nostr::prelude::EventId) -> Option<Event> {
         self.relay.store().event_by_id(id).await.ok().flatten()
     }
 

@@ -20,7 +20,7 @@ use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
-use nostr::{FromBech32, PublicKey};
+use nostr::prelude::{FromBech32, PublicKey};
 use serde::Serialize;
 use tokio::net::TcpListener;
 

@@ -9,7 +9,7 @@ use std::time::Duration;
 use grasp_state::purgatory::{
     read_checkpoint, set_aside, write_checkpoint, Purgatory, PurgatoryConfig, RepoId, SweepAction, SystemClock,
 };
-use nostr::ToBech32;
+use nostr::prelude::ToBech32;
 
 use crate::git;
 use crate::grasp::Grasp;
@@ -99,9 +99,9 @@ pub async fn expire(grasp: &Grasp) {
     let actions = grasp.purgatory.lock().unwrap().sweep();
     for action in actions {
         match action {
-            SweepAction::SoftExpireAnnouncement { owner, identifier, repo_path } => {
+            SweepAction::SoftExpireAnnouncement { owner, identifier, .. } => {
                 tracing::info!(owner = %npub(&owner), identifier, "announcement soft-expired: repository deleted, event kept for revival");
-                grasp.delete_repo(&repo_path).await;
+                grasp.delete_repo(&owner, &identifier).await;
             }
             SweepAction::ExpireAnnouncement { owner, identifier, event_id } => {
                 tracing::info!(owner = %npub(&owner), identifier, event = %event_id, "announcement expired");
@@ -137,7 +137,7 @@ pub async fn expire(grasp: &Grasp) {
 
 /// Compare-and-deletes `refs/nostr/<id>` (still at `commit`) in each destination, under its
 /// lock, unless the PR event arrived meanwhile. Returns the destinations that are clean.
-async fn remove_nostr_refs(grasp: &Grasp, event_id: &nostr::EventId, commit: &str, destinations: &[RepoId]) -> Vec<RepoId> {
+async fn remove_nostr_refs(grasp: &Grasp, event_id: &nostr::prelude::EventId, commit: &str, destinations: &[RepoId]) -> Vec<RepoId> {
     let mut cleaned = Vec::new();
     let name = format!("refs/nostr/{}", event_id.to_hex());
     for dest in destinations {
@@ -171,6 +171,6 @@ async fn remove_nostr_refs(grasp: &Grasp, event_id: &nostr::EventId, commit: &st
     cleaned
 }
 
-fn npub(pk: &nostr::PublicKey) -> String {
+fn npub(pk: &nostr::prelude::PublicKey) -> String {
     pk.to_bech32().unwrap_or_else(|_| pk.to_hex())
 }

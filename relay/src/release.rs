@@ -11,7 +11,7 @@ use grasp_state::hook_api::{PostReceiveResponse, ReleasedEvent, HOOK_API_VERSION
 use grasp_state::maintainers::MaintainerSet;
 use grasp_state::nip34::RepoState;
 use grasp_state::refs::{served_refs, RefUpdate, ZERO_OID};
-use nostr::{Event, PublicKey, ToBech32};
+use nostr::prelude::{Event, PublicKey, ToBech32};
 
 use crate::git;
 use crate::grasp::{Grasp, Source};
@@ -41,13 +41,14 @@ impl Grasp {
         blocking(move || crate::repos::create_bare_repo(&layout, &owner, &id, &hooks).map_err(|e| e.to_string())).await
     }
 
-    /// Deletes a bare repository (purgatory expiry, deletion, service change).
-    pub async fn delete_repo(&self, repo: &Path) {
-        let _guard = self.locks.lock(repo).await;
-        let repo = repo.to_path_buf();
-        let shown = repo.display().to_string();
-        if let Err(e) = blocking(move || crate::repos::delete_repo(&repo)).await {
-            tracing::warn!(repo = %shown, error = %e, "could not delete repository");
+    /// Deletes `owner`'s bare repository for `identifier` (purgatory expiry, deletion, service
+    /// change).
+    pub async fn delete_repo(&self, owner: &PublicKey, identifier: &str) {
+        let Some(repo) = self.repo_path(owner, identifier) else { return };
+        let _guard = self.locks.lock(&repo).await;
+        let (layout, owner2, id) = (self.layout.clone(), *owner, identifier.to_string());
+        if let Err(e) = blocking(move || crate::repos::delete_repo(&layout, &owner2, &id)).await {
+            tracing::warn!(repo = %repo.display(), error = %e, "could not delete repository");
         }
     }
 
@@ -56,7 +57,7 @@ impl Grasp {
         let entry = self.purgatory.lock().unwrap().remove_announcement(owner, identifier);
         if let Some(entry) = entry {
             tracing::info!(identifier, event = %entry.event.id, reason, "held announcement removed");
-            self.delete_repo(&entry.repo_path).await;
+            self.delete_repo(owner, identifier).await;
         }
     }
 
@@ -85,7 +86,7 @@ impl Grasp {
     pub async fn git_arrived(&self, owner: &PublicKey, identifier: &str, updates: &[RefUpdate]) -> PostReceiveResponse {
         for u in updates {
             let Some(id) = u.name.strip_prefix("refs/nostr/") else { continue };
-            let Ok(event_id) = nostr::EventId::from_hex(id) else { continue };
+            let Ok(event_id) = nostr::prelude::EventId::from_hex(id) else { continue };
             if u.new == ZERO_OID || self.event_by_id(&event_id).await.is_some() {
                 continue;
             }
@@ -116,7 +117,7 @@ impl Grasp {
         let all = self.announcements(identifier).await;
         let set = Grasp::maintainer_set(*owner, &all);
         let Some(state) = self.latest_stored_state(identifier, &set).await else { return out };
-        for (other, _) in &all {
+        for other in all.iter().map(|(a, _)| &a.owner) {
             if other == owner || !Grasp::maintainer_set(*other, &all).contains(&state.author) {
                 continue;
             }
@@ -174,8 +175,8 @@ impl Grasp {
             if !matches!(&missing, Ok(m) if m.is_empty()) {
                 continue;
             }
-            let ev = { self.purgatory.lock().unwrap().remove_state_event(identifier, &state.event_id) };
-            let Some(ev) = ev else { continue };
+            let entry = { self.purgatory.lock().unwrap().remove_state_event(identifier, &state.event_id) };
+            let Some(ev) = entry.map(|e| e.event) else { continue };
             match self.publish(&ev).await {
                 Ok(()) => {
                     tracing::info!(repo = %shown, event = %ev.id, "state event released");

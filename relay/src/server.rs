@@ -46,7 +46,6 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Shared state of the public listener.
-#[derive(Debug)]
 pub struct AppState {
     pub cfg: Config,
     pub grasp: Arc<Grasp>,

@@ -143,7 +143,8 @@ impl Removed {
 }
 
 /// The kind of a listed entry.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
 pub enum EntryKind {
     Announcement,
     State,
@@ -151,8 +152,8 @@ pub enum EntryKind {
     Placeholder,
 }
 
-/// One line of the operator view.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// One line of the operator view (durations serialise as whole seconds).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct EntryView {
     pub kind: EntryKind,
     /// Owner (announcement) or author (state, PR) as hex; `None` for placeholders.
@@ -160,7 +161,9 @@ pub struct EntryView {
     /// Repository identifier (for PRs: the first target or destination repository).
     pub identifier: Option<String>,
     pub event_id: String,
+    #[serde(rename = "age_secs", serialize_with = "secs")]
     pub age: Duration,
+    #[serde(rename = "time_left_secs", serialize_with = "secs")]
     pub time_left: Duration,
     pub soft_expired: bool,
     /// What would release the entry, in words.
@@ -182,4 +185,8 @@ pub struct PurgatoryStats {
     pub deferred: usize,
     /// Deadlines the last sweep looked at (proves the sweep never scans every entry).
     pub last_sweep_examined: usize,
+}
+
+fn secs<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_u64(d.as_secs())
 }
