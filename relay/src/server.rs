@@ -48,6 +48,7 @@ const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 /// Shared state of the public listener.
 pub struct AppState {
     pub cfg: Config,
+    pub git: crate::git_http::GitHttpConfig,
     pub grasp: Arc<Grasp>,
     pub limits: Limits,
 }
@@ -103,7 +104,13 @@ pub async fn run(mut cfg: Config) -> anyhow::Result<()> {
         controller.subscribe(),
     ));
 
-    let state = Arc::new(AppState { cfg, grasp: grasp.clone(), limits });
+    let git = crate::git_http::GitHttpConfig {
+        cgi_path: cfg.cgi_path(),
+        git_root: data.git(),
+        hooks_dir: Some(data.hooks()),
+        env: Vec::new(),
+    };
+    let state = Arc::new(AppState { cfg, git, grasp: grasp.clone(), limits });
     let accept = tokio::spawn(accept_loop(listener, state.clone(), controller.subscribe()));
 
     std::fs::write(data.relay_addr_file(), addr.to_string())
@@ -208,7 +215,7 @@ async fn route(
         *r.status_mut() = StatusCode::NO_CONTENT;
         r
     } else if path.starts_with("/npub1") {
-        git_http_serve(req, &state.cfg, remote).await
+        crate::git_http::serve(req, remote, &state.git).await
     } else if path == "/" && (req.method() == Method::GET || req.method() == Method::HEAD) {
         if is_websocket_upgrade(&req) {
             websocket_upgrade(req, state, remote, shutdown)
@@ -229,18 +236,6 @@ async fn route(
         http::text(StatusCode::NOT_FOUND, "not found: this server serves a Nostr relay at / and git repositories at /<npub>/<identifier>.git\n")
     };
     http::with_cors(resp)
-}
-
-// TODO(merge): git_http::serve
-async fn git_http_serve(
-    _req: Request<Incoming>,
-    _cfg: &Config,
-    _remote: SocketAddr,
-) -> Response<Body> {
-    http::text(
-        StatusCode::NOT_FOUND,
-        "not found: git serving is not available yet\n",
-    )
 }
 
 fn header_has_token(req: &Request<Incoming>, name: hyper::header::HeaderName, token: &str) -> bool {

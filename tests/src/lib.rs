@@ -5,6 +5,7 @@
 //! from `target/debug`).
 
 pub mod git;
+pub mod grasp;
 pub mod client;
 pub mod server;
 pub mod wait;

@@ -1,0 +1,167 @@
+//! GRASP fixtures for end-to-end tests: signed NIP-34 events pointing at a [`TestServer`], and a
+//! [`Repo`] handle that names the server's repository URL and pushes to it with real `git`.
+
+use std::path::{Path, PathBuf};
+
+use grasp_state::identifier::{npub_of, percent_encode_segment};
+use nostr::prelude::*;
+
+use crate::git::{git_output, WorkTree};
+use crate::TestServer;
+
+/// Seconds since the epoch, now.
+pub fn now() -> u64 {
+    Timestamp::now().as_secs()
+}
+
+fn sign(keys: &Keys, kind: u16, at: u64, tags: Vec<Vec<String>>) -> Event {
+    let tags: Vec<Tag> = tags.into_iter().map(|t| Tag::parse(t).expect("valid tag")).collect();
+    EventBuilder::new(Kind::from(kind), "")
+        .tags(tags)
+        .custom_created_at(Timestamp::from(at))
+        .finalize(keys)
+        .expect("signing")
+}
+
+fn s(v: &[&str]) -> Vec<String> {
+    v.iter().map(|x| x.to_string()).collect()
+}
+
+/// `host:port` of the server (what announcements must list).
+pub fn host(server: &TestServer) -> String {
+    server.addr().to_string()
+}
+
+/// The git URL of `owner`'s repository `identifier` on `server`.
+pub fn repo_url(server: &TestServer, owner: &PublicKey, identifier: &str) -> String {
+    format!("http://{}/{}/{}.git", host(server), npub_of(owner), percent_encode_segment(identifier))
+}
+
+/// A repository announcement (30617) by `keys` listing `server` (clone + relays), with optional
+/// maintainers, created at `at`.
+pub fn announcement_at(server: &TestServer, keys: &Keys, identifier: &str, maintainers: &[PublicKey], at: u64) -> Event {
+    let mut tags = vec![
+        s(&["d", identifier]),
+        s(&["name", identifier]),
+        s(&["clone", &repo_url(server, &keys.public_key(), identifier)]),
+        s(&["relays", &format!("ws://{}", host(server))]),
+    ];
+    if !maintainers.is_empty() {
+        let mut m = vec!["maintainers".to_string()];
+        m.extend(maintainers.iter().map(|pk| pk.to_hex()));
+        tags.push(m);
+    }
+    sign(keys, 30617, at, tags)
+}
+
+/// [`announcement_at`] now.
+pub fn announcement(server: &TestServer, keys: &Keys, identifier: &str, maintainers: &[PublicKey]) -> Event {
+    announcement_at(server, keys, identifier, maintainers, now())
+}
+
+/// An announcement with arbitrary clone/relays URLs (for "does it list this service" tests).
+pub fn announcement_with_urls(keys: &Keys, identifier: &str, clone: &str, relays: &str) -> Event {
+    sign(keys, 30617, now(), vec![s(&["d", identifier]), s(&["clone", clone]), s(&["relays", relays])])
+}
+
+/// A repository state (30618) by `keys`: `refs` are (`refs/heads/x` or `refs/tags/x`, oid);
+/// HEAD points at `head` (a branch name like `main`) when given.
+pub fn state_at(keys: &Keys, identifier: &str, refs: &[(&str, &str)], head: Option<&str>, at: u64) -> Event {
+    let mut tags = vec![s(&["d", identifier])];
+    for (name, oid) in refs {
+        tags.push(s(&[name, oid]));
+    }
+    if let Some(h) = head {
+        tags.push(s(&["HEAD", &format!("ref: refs/heads/{h}")]));
+    }
+    sign(keys, 30618, at, tags)
+}
+
+/// [`state_at`] now.
+pub fn state(keys: &Keys, identifier: &str, refs: &[(&str, &str)], head: Option<&str>) -> Event {
+    state_at(keys, identifier, refs, head, now())
+}
+
+/// A pull request (1618) by `keys` for `owner`'s repository, tip `commit`.
+pub fn pull_request(keys: &Keys, owner: &PublicKey, identifier: &str, commit: &str, clone: &[&str]) -> Event {
+    let mut tags = vec![s(&["a", &format!("30617:{}:{identifier}", owner.to_hex())]), s(&["c", commit]), s(&["subject", "a change"])];
+    if !clone.is_empty() {
+        let mut c = vec!["clone".to_string()];
+        c.extend(clone.iter().map(|u| u.to_string()));
+        tags.push(c);
+    }
+    sign(keys, 1618, now(), tags)
+}
+
+/// An issue (1621) tagging `owner`'s repository.
+pub fn issue(keys: &Keys, owner: &PublicKey, identifier: &str) -> Event {
+    sign(keys, 1621, now(), vec![s(&["a", &format!("30617:{}:{identifier}", owner.to_hex())]), s(&["subject", "a bug"])])
+}
+
+/// Any event of `kind` with the given tags, created now.
+pub fn event(keys: &Keys, kind: u16, tags: &[&[&str]]) -> Event {
+    sign(keys, kind, now(), tags.iter().map(|t| s(t)).collect())
+}
+
+/// A local work tree with commits that pushes to a server's repository over HTTP.
+pub struct Repo {
+    pub work: WorkTree,
+    pub url: String,
+}
+
+impl Repo {
+    /// A new work tree in `dir` for `owner`'s `identifier` on `server`.
+    pub fn new(dir: &Path, server: &TestServer, owner: &PublicKey, identifier: &str) -> Repo {
+        Repo { work: WorkTree::new(dir.to_path_buf()), url: repo_url(server, owner, identifier) }
+    }
+
+    /// Commits a file; returns the commit id.
+    pub fn commit(&self, file: &str, content: &str) -> String {
+        self.work.commit(file, content)
+    }
+
+    /// `git push <url> <refspecs>`: Ok(stderr) when accepted, Err(stderr) when refused.
+    pub fn push(&self, refspecs: &[&str]) -> Result<String, String> {
+        self.push_to(&self.url, refspecs)
+    }
+
+    /// Pushes to another URL.
+    pub fn push_to(&self, url: &str, refspecs: &[&str]) -> Result<String, String> {
+        let mut args = vec!["push", "--porcelain", url];
+        args.extend_from_slice(refspecs);
+        let out = git_output(&self.work.dir, &args);
+        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        if out.status.success() { Ok(text) } else { Err(text) }
+    }
+
+    /// `git rev-parse` in the work tree.
+    pub fn rev(&self, what: &str) -> String {
+        crate::git::git(&self.work.dir, &["rev-parse", what])
+    }
+}
+
+/// The refs (`refs/...` -> oid) of a bare repository on disk.
+pub fn bare_refs(repo: &Path) -> std::collections::BTreeMap<String, String> {
+    let out = git_output(repo, &["for-each-ref", "--format=%(objectname) %(refname)"]);
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_once(' '))
+        .map(|(o, n)| (n.to_string(), o.to_string()))
+        .collect()
+}
+
+/// Where `owner`'s repository `identifier` lives in the server's data directory.
+pub fn repo_dir(server: &TestServer, owner: &PublicKey, identifier: &str) -> PathBuf {
+    server.data_dir().join("git").join(npub_of(owner)).join(format!("{identifier}.git"))
+}
+
+/// `git clone` of `url` into `dir`; Ok(()) or Err(stderr).
+pub fn clone(url: &str, dir: &Path, extra: &[&str]) -> Result<(), String> {
+    let parent = dir.parent().unwrap();
+    let mut args = vec!["clone", "-q"];
+    args.extend_from_slice(extra);
+    args.push(url);
+    args.push(dir.to_str().unwrap());
+    let out = git_output(parent, &args);
+    if out.status.success() { Ok(()) } else { Err(String::from_utf8_lossy(&out.stderr).to_string()) }
+}
