@@ -152,7 +152,9 @@ impl Grasp {
         let mut p = self.purgatory.lock().unwrap();
         match p.add_state(ev.clone(), s.author, s.identifier.clone()) {
             Ok(_) => {
+                drop(p);
                 tracing::info!(identifier = %s.identifier, event = %ev.id, "state event held in purgatory");
+                self.note_waiting(&s.identifier);
                 Admission::Purgatory(PURGATORY_MESSAGE.into())
             }
             Err(e) => full(e),
@@ -228,7 +230,11 @@ impl Grasp {
         let targets = repos.iter().map(|(o, i, _)| RepoId::new(*o, i.clone())).collect();
         match p.add_pr(ev.clone(), pr.commit.clone(), targets) {
             Ok(_) => {
+                drop(p);
                 tracing::info!(event = %ev.id, commit = %pr.commit, "pull request held in purgatory");
+                for (_, identifier, _) in &repos {
+                    self.note_waiting(identifier);
+                }
                 Admission::Purgatory(PURGATORY_MESSAGE.into())
             }
             Err(e) => full(e),

@@ -56,11 +56,22 @@ pub struct Grasp {
     /// host[:port] that announcements must list (GRASP.md decision 1).
     pub public_host: String,
     pub locks: RepoLocks,
+    /// Told whenever an event starts waiting in the purgatory for an identifier's git data
+    /// (the background sync schedules a fetch). Set once at startup.
+    pub on_waiting: std::sync::OnceLock<Box<dyn Fn(&str) + Send + Sync>>,
 }
 
 impl Grasp {
     pub fn new(relay: Arc<Relay>, purgatory: Purgatory, layout: RepoLayout, hooks_dir: PathBuf, public_host: String) -> Self {
-        Grasp { relay, purgatory: Mutex::new(purgatory), layout, hooks_dir, public_host, locks: RepoLocks::default() }
+        Grasp {
+            relay,
+            purgatory: Mutex::new(purgatory),
+            layout,
+            hooks_dir,
+            public_host,
+            locks: RepoLocks::default(),
+            on_waiting: std::sync::OnceLock::new(),
+        }
     }
 
     /// The full `EVENT` pipeline for a client-submitted event: verify, admit, store, broadcast.
@@ -86,6 +97,13 @@ impl Grasp {
                     (false, "error: could not save the event; try again later".into())
                 }
             },
+        }
+    }
+
+    /// An event now waits in the purgatory for `identifier`'s git data.
+    pub fn note_waiting(&self, identifier: &str) {
+        if let Some(f) = self.on_waiting.get() {
+            f(identifier);
         }
     }
 
