@@ -96,12 +96,18 @@ pub struct GitHttpServer {
 
 impl GitHttpServer {
     pub fn start(git_root: &Path, hooks_dir: Option<&Path>) -> GitHttpServer {
-        let cfg = Arc::new(GitHttpConfig {
+        GitHttpServer::start_with(GitHttpConfig {
             cgi_path: bin("grasp-cgi"),
             git_root: git_root.to_path_buf(),
             hooks_dir: hooks_dir.map(Path::to_path_buf),
             env: vec![],
-        });
+        })
+    }
+
+    /// Serves with an explicit config (e.g. a fake CGI program).
+    pub fn start_with(cfg: GitHttpConfig) -> GitHttpServer {
+        let git_root = cfg.git_root.clone();
+        let cfg = Arc::new(cfg);
         let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         listener.set_nonblocking(true).unwrap();

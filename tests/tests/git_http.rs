@@ -369,3 +369,73 @@ fn cgi_binary_standalone() {
     let misconfigured = run(&[("REQUEST_METHOD", "GET"), ("PATH_INFO", &refs_path)]);
     assert!(misconfigured.starts_with("Status: 500") && misconfigured.contains("GRASP_GIT_ROOT"), "{misconfigured}");
 }
+
+fn fake_cgi_server(tmp: &Path, script: &str) -> GitHttpServer {
+    let cgi = tmp.join("fake-cgi");
+    write_hook(&cgi, script);
+    GitHttpServer::start_with(grasp_relay::git_http::GitHttpConfig {
+        cgi_path: cgi,
+        git_root: tmp.to_path_buf(),
+        hooks_dir: None,
+        env: vec![("FAKE_CGI_DIR".into(), tmp.to_str().unwrap().into())],
+    })
+}
+
+/// The CGI child is killed when the client goes away mid-response.
+#[test]
+fn cgi_child_dies_with_the_client() {
+    use std::io::{BufRead, BufReader};
+    let tmp = tempfile::tempdir().unwrap();
+    let server = fake_cgi_server(
+        tmp.path(),
+        "echo $$ > \"$FAKE_CGI_DIR/pid\"\nprintf 'Status: 200 OK\\r\\nContent-Type: text/plain\\r\\n\\r\\nstarted\\n'\nexec sleep 60\n",
+    );
+    let mut conn = std::net::TcpStream::connect(server.addr).unwrap();
+    write!(conn, "GET /x HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
+    let mut reader = BufReader::new(conn.try_clone().unwrap());
+    let mut line = String::new();
+    while !line.contains("started") {
+        line.clear();
+        assert!(reader.read_line(&mut line).unwrap() > 0, "connection closed before the body started");
+    }
+    let pid: u32 = std::fs::read_to_string(tmp.path().join("pid")).unwrap().trim().parse().unwrap();
+    let alive = || {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .map(|s| !s.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')))
+            .unwrap_or(false)
+    };
+    assert!(alive());
+    drop(reader);
+    conn.shutdown(std::net::Shutdown::Both).unwrap();
+    drop(conn);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while alive() {
+        if Instant::now() > deadline {
+            let _ = Command::new("kill").arg(pid.to_string()).status(); // don't leak it
+            panic!("CGI child {pid} still running after the client left");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn broken_cgi_gives_502_with_cors() {
+    let tmp = tempfile::tempdir().unwrap();
+    let client = Client::new();
+    let no_headers = fake_cgi_server(tmp.path(), "exit 1\n");
+    let resp = client.get(format!("{}/a/b.git/info/refs", no_headers.base_url())).send().unwrap();
+    assert_eq!(resp.status(), StatusCode::BAD_GATEWAY);
+    assert_cors(&resp);
+    assert!(resp.text().unwrap().contains("before sending its headers"));
+
+    let missing = GitHttpServer::start_with(grasp_relay::git_http::GitHttpConfig {
+        cgi_path: tmp.path().join("does-not-exist"),
+        git_root: tmp.path().to_path_buf(),
+        hooks_dir: None,
+        env: vec![],
+    });
+    let resp = client.get(format!("{}/a/b.git/info/refs", missing.base_url())).send().unwrap();
+    assert_eq!(resp.status(), StatusCode::BAD_GATEWAY);
+    assert_cors(&resp);
+    assert!(resp.text().unwrap().contains("cannot run"));
+}
