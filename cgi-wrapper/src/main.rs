@@ -33,10 +33,7 @@ use std::process::{Command, ExitCode, Stdio};
 
 use anyhow::Context;
 use clap::Parser;
-use grasp_state::identifier::{parse_repo_path, RepoLayout, RepoUrlPath};
-
-/// File inside a bare repository locked exclusively for the duration of a receive-pack.
-pub const PUSH_LOCK_FILE: &str = "grasp.lock";
+use grasp_state::identifier::{parse_repo_path, RepoLayout, RepoUrlPath, PUSH_LOCK_FILE};
 
 const CORS_HEADERS: &str = "Access-Control-Allow-Origin: *\r\n\
 Access-Control-Allow-Methods: GET, POST, OPTIONS, HEAD\r\n\

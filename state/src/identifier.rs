@@ -24,6 +24,11 @@ use std::path::{Component, Path, PathBuf};
 use nostr::key::PublicKey;
 use nostr::nips::nip19::{FromBech32, ToBech32};
 
+/// File inside each bare repository that grasp-cgi locks exclusively (`File::lock`) while a
+/// receive-pack runs, serialising pushes to one repository across processes. Other writers may
+/// take it too, but never from code a hook waits on (the push holding it would deadlock).
+pub const PUSH_LOCK_FILE: &str = "grasp.lock";
+
 /// Longest accepted identifier, in bytes of UTF-8.
 pub const MAX_IDENTIFIER_BYTES: usize = 100;
 

@@ -455,7 +455,7 @@ fn pushes_to_one_repo_wait_for_the_push_lock() {
         .create(true)
         .truncate(false)
         .write(true)
-        .open(f.bare.join("grasp.lock"))
+        .open(f.bare.join(grasp_state::identifier::PUSH_LOCK_FILE))
         .unwrap();
     lock.lock().unwrap();
 
