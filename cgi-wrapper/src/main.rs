@@ -33,10 +33,7 @@ use std::process::{Command, ExitCode, Stdio};
 
 use anyhow::Context;
 use clap::Parser;
-use grasp_state::identifier::{parse_repo_path, RepoLayout, RepoUrlPath};
-
-/// File inside a bare repository locked exclusively for the duration of a receive-pack.
-pub const PUSH_LOCK_FILE: &str = "grasp.lock";
+use grasp_state::identifier::{parse_repo_path, RepoLayout, RepoUrlPath, PUSH_LOCK_FILE};
 
 const CORS_HEADERS: &str = "Access-Control-Allow-Origin: *\r\n\
 Access-Control-Allow-Methods: GET, POST, OPTIONS, HEAD\r\n\
@@ -68,8 +65,13 @@ fn main() -> ExitCode {
         // Misconfigured under a web server: still answer with a CGI response (CORS included).
         Err(e) if e.use_stderr() && std::env::var_os("GATEWAY_INTERFACE").is_some() => {
             eprintln!("grasp-cgi: {e}");
-            let _ = respond(&mut out, "500 Internal Server Error", "text/plain; charset=utf-8",
-                b"grasp-cgi is misconfigured: set GRASP_GIT_ROOT (see grasp-cgi --help).\n", false);
+            let _ = respond(
+                &mut out,
+                "500 Internal Server Error",
+                "text/plain; charset=utf-8",
+                b"grasp-cgi is misconfigured: set GRASP_GIT_ROOT (see grasp-cgi --help).\n",
+                false,
+            );
             return ExitCode::FAILURE;
         }
         Err(e) => e.exit(),
@@ -79,8 +81,13 @@ fn main() -> ExitCode {
         Err(e) => {
             // Headers may already be out; this is the best we can do in both cases.
             eprintln!("grasp-cgi: {e:#}");
-            let _ = respond(&mut out, "500 Internal Server Error", "text/plain; charset=utf-8",
-                format!("grasp-cgi failed: {e:#}\n").as_bytes(), false);
+            let _ = respond(
+                &mut out,
+                "500 Internal Server Error",
+                "text/plain; charset=utf-8",
+                format!("grasp-cgi failed: {e:#}\n").as_bytes(),
+                false,
+            );
             ExitCode::FAILURE
         }
     }
@@ -96,7 +103,11 @@ struct Request {
 impl Request {
     fn from_env() -> Request {
         let var = |k: &str| std::env::var(k).unwrap_or_default();
-        Request { method: var("REQUEST_METHOD").to_ascii_uppercase(), path_info: var("PATH_INFO"), accept: var("HTTP_ACCEPT") }
+        Request {
+            method: var("REQUEST_METHOD").to_ascii_uppercase(),
+            path_info: var("PATH_INFO"),
+            accept: var("HTTP_ACCEPT"),
+        }
     }
 
     fn is_head(&self) -> bool {
@@ -122,7 +133,13 @@ fn run(args: &Args, out: &mut impl Write) -> anyhow::Result<()> {
             return not_found(out, &req);
         }
         let page = repo_page(&repo);
-        return respond(out, "200 OK", "text/html; charset=utf-8", page.as_bytes(), req.is_head());
+        return respond(
+            out,
+            "200 OK",
+            "text/html; charset=utf-8",
+            page.as_bytes(),
+            req.is_head(),
+        );
     }
     let _push_lock = if req.method == "POST" && repo.rest == "/git-receive-pack" {
         Some(lock_for_push(&repo_dir)?)
@@ -154,18 +171,39 @@ fn repo_page(repo: &RepoUrlPath) -> String {
 fn not_found(out: &mut impl Write, req: &Request) -> anyhow::Result<()> {
     if req.accept.contains("text/html") {
         let body = pages::not_found_html(&req.path_info);
-        respond(out, "404 Not Found", "text/html; charset=utf-8", body.as_bytes(), req.is_head())
+        respond(
+            out,
+            "404 Not Found",
+            "text/html; charset=utf-8",
+            body.as_bytes(),
+            req.is_head(),
+        )
     } else {
         let body = pages::not_found_text(&req.path_info);
-        respond(out, "404 Not Found", "text/plain; charset=utf-8", body.as_bytes(), req.is_head())
+        respond(
+            out,
+            "404 Not Found",
+            "text/plain; charset=utf-8",
+            body.as_bytes(),
+            req.is_head(),
+        )
     }
 }
 
 /// Writes a whole CGI response (CORS included). `head_only` drops the body.
-fn respond(out: &mut impl Write, status: &str, content_type: &str, body: &[u8], head_only: bool) -> anyhow::Result<()> {
+fn respond(
+    out: &mut impl Write,
+    status: &str,
+    content_type: &str,
+    body: &[u8],
+    head_only: bool,
+) -> anyhow::Result<()> {
     let mut head = format!("Status: {status}\r\n{CORS_HEADERS}");
     if !content_type.is_empty() {
-        head.push_str(&format!("Content-Type: {content_type}\r\nContent-Length: {}\r\n", body.len()));
+        head.push_str(&format!(
+            "Content-Type: {content_type}\r\nContent-Length: {}\r\n",
+            body.len()
+        ));
     }
     head.push_str("\r\n");
     out.write_all(head.as_bytes())?;
@@ -185,7 +223,8 @@ fn lock_for_push(repo_dir: &Path) -> anyhow::Result<File> {
         .write(true)
         .open(&path)
         .with_context(|| format!("opening push lock {}", path.display()))?;
-    file.lock().with_context(|| format!("locking {}", path.display()))?;
+    file.lock()
+        .with_context(|| format!("locking {}", path.display()))?;
     Ok(file)
 }
 
@@ -209,15 +248,27 @@ fn per_request_config(hooks_dir: Option<&Path>) -> Vec<(String, OsString)> {
 }
 
 /// Runs `git http-backend` for `repo` and streams its response to `out`, CORS inserted.
-fn run_backend(args: &Args, req: &Request, repo: &RepoUrlPath, repo_dir: &Path, out: &mut impl Write) -> anyhow::Result<()> {
+fn run_backend(
+    args: &Args,
+    req: &Request,
+    repo: &RepoUrlPath,
+    repo_dir: &Path,
+    out: &mut impl Write,
+) -> anyhow::Result<()> {
     let mut cmd = Command::new(&args.git);
     cmd.arg("http-backend")
         .env_remove("GIT_DIR")
         .env_remove("GIT_CONFIG_PARAMETERS")
         .env("GIT_PROJECT_ROOT", &args.git_root)
         .env("GIT_HTTP_EXPORT_ALL", "1")
-        .env("PATH_INFO", format!("/{}/{}.git{}", repo.npub, repo.identifier, repo.rest))
-        .env("PATH_TRANSLATED", format!("{}{}", repo_dir.display(), repo.rest))
+        .env(
+            "PATH_INFO",
+            format!("/{}/{}.git{}", repo.npub, repo.identifier, repo.rest),
+        )
+        .env(
+            "PATH_TRANSLATED",
+            format!("{}{}", repo_dir.display(), repo.rest),
+        )
         .stdin(Stdio::inherit())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit());
@@ -227,32 +278,50 @@ fn run_backend(args: &Args, req: &Request, repo: &RepoUrlPath, repo_dir: &Path, 
     let config = per_request_config(args.hooks_dir.as_deref());
     cmd.env("GIT_CONFIG_COUNT", config.len().to_string());
     for (i, (k, v)) in config.into_iter().enumerate() {
-        cmd.env(format!("GIT_CONFIG_KEY_{i}"), k).env(format!("GIT_CONFIG_VALUE_{i}"), v);
+        cmd.env(format!("GIT_CONFIG_KEY_{i}"), k)
+            .env(format!("GIT_CONFIG_VALUE_{i}"), v);
     }
-    let mut child = cmd.spawn().with_context(|| format!("running {} http-backend", args.git.display()))?;
+    let mut child = cmd
+        .spawn()
+        .with_context(|| format!("running {} http-backend", args.git.display()))?;
     let stdout = child.stdout.take().expect("piped stdout");
     let result = relay_backend_output(BufReader::new(stdout), out, req.is_head());
     let status = child.wait().context("waiting for git http-backend")?;
     result?;
     if !status.success() {
         // The response is already out; the backend printed its reason on stderr (server log).
-        eprintln!("grasp-cgi: git http-backend exited with {status} for {}", req.path_info);
+        eprintln!(
+            "grasp-cgi: git http-backend exited with {status} for {}",
+            req.path_info
+        );
     }
     Ok(())
 }
 
 /// Copies the backend's CGI header block with CORS added (dropping any CORS headers of its
 /// own), then the body raw. `head_only` discards the body.
-fn relay_backend_output(mut from: impl BufRead, out: &mut impl Write, head_only: bool) -> anyhow::Result<()> {
+fn relay_backend_output(
+    mut from: impl BufRead,
+    out: &mut impl Write,
+    head_only: bool,
+) -> anyhow::Result<()> {
     let mut head = String::new();
     let mut seen = 0usize;
     let mut line = Vec::new();
     loop {
         line.clear();
-        let n = from.read_until(b'\n', &mut line).context("reading git http-backend headers")?;
+        let n = from
+            .read_until(b'\n', &mut line)
+            .context("reading git http-backend headers")?;
         seen += n;
-        anyhow::ensure!(n > 0, "git http-backend ended before its header block was complete");
-        anyhow::ensure!(seen <= MAX_BACKEND_HEADER_BYTES, "git http-backend header block too large");
+        anyhow::ensure!(
+            n > 0,
+            "git http-backend ended before its header block was complete"
+        );
+        anyhow::ensure!(
+            seen <= MAX_BACKEND_HEADER_BYTES,
+            "git http-backend header block too large"
+        );
         let text = std::str::from_utf8(&line).context("git http-backend header is not UTF-8")?;
         let text = text.trim_end_matches(['\r', '\n']);
         if text.is_empty() {
@@ -304,7 +373,9 @@ mod tests {
         relay_backend_output(&backend[..], &mut out, false).unwrap();
         let out = String::from_utf8_lossy(&out);
         let (head, body) = out.split_once("\r\n\r\n").unwrap();
-        assert!(head.starts_with("Status: 200 OK\r\nContent-Type: application/x-git-upload-pack-advertisement\r\n"));
+        assert!(head.starts_with(
+            "Status: 200 OK\r\nContent-Type: application/x-git-upload-pack-advertisement\r\n"
+        ));
         assert!(head.contains("Access-Control-Allow-Origin: *"));
         assert!(!head.contains("evil"));
         assert_eq!(body, "\x00\x01binary\n\nrest");
@@ -314,8 +385,13 @@ mod tests {
     fn head_drops_body_and_truncated_headers_fail() {
         let mut out = Vec::new();
         relay_backend_output(&b"Content-Type: text/plain\r\n\r\nbody"[..], &mut out, true).unwrap();
-        assert!(String::from_utf8(out).unwrap().ends_with("X-Requested-With\r\n\r\n"));
-        assert!(relay_backend_output(&b"Content-Type: text/plain\n"[..], &mut Vec::new(), false).is_err());
+        assert!(String::from_utf8(out)
+            .unwrap()
+            .ends_with("X-Requested-With\r\n\r\n"));
+        assert!(
+            relay_backend_output(&b"Content-Type: text/plain\n"[..], &mut Vec::new(), false)
+                .is_err()
+        );
     }
 
     #[test]
@@ -323,7 +399,10 @@ mod tests {
         let mut out = Vec::new();
         respond(&mut out, "204 No Content", "", b"", false).unwrap();
         let s = String::from_utf8(out).unwrap();
-        assert!(s.starts_with("Status: 204 No Content\r\n") && s.contains("Access-Control-Allow-Methods: GET, POST, OPTIONS, HEAD"));
+        assert!(
+            s.starts_with("Status: 204 No Content\r\n")
+                && s.contains("Access-Control-Allow-Methods: GET, POST, OPTIONS, HEAD")
+        );
         assert!(s.ends_with("\r\n\r\n"));
     }
 }

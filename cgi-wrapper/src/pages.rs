@@ -20,12 +20,23 @@ impl RepoPage<'_> {
     /// `nostr://<npub>/<host>/<identifier>`, the URL git-nostr clients (ngit's
     /// `git-remote-nostr`) clone from.
     pub fn nostr_url(&self) -> String {
-        format!("nostr://{}/{}/{}", self.npub, self.host, percent_encode_segment(self.identifier))
+        format!(
+            "nostr://{}/{}/{}",
+            self.npub,
+            self.host,
+            percent_encode_segment(self.identifier)
+        )
     }
 
     /// `<scheme>://<host>/<npub>/<identifier>.git`, plain git over smart HTTP.
     pub fn http_url(&self) -> String {
-        format!("{}://{}/{}/{}.git", self.scheme, self.host, self.npub, percent_encode_segment(self.identifier))
+        format!(
+            "{}://{}/{}/{}.git",
+            self.scheme,
+            self.host,
+            self.npub,
+            percent_encode_segment(self.identifier)
+        )
     }
 
     pub fn html(&self) -> String {
@@ -88,17 +99,35 @@ mod tests {
 
     #[test]
     fn repo_page_urls() {
-        let p = RepoPage { npub: "npub1abc", identifier: "my repo", host: "example.com:8080", scheme: "https" };
+        let p = RepoPage {
+            npub: "npub1abc",
+            identifier: "my repo",
+            host: "example.com:8080",
+            scheme: "https",
+        };
         assert_eq!(p.nostr_url(), "nostr://npub1abc/example.com:8080/my%20repo");
-        assert_eq!(p.http_url(), "https://example.com:8080/npub1abc/my%20repo.git");
-        assert!(p.html().contains("git clone nostr://npub1abc/example.com:8080/my%20repo"));
+        assert_eq!(
+            p.http_url(),
+            "https://example.com:8080/npub1abc/my%20repo.git"
+        );
+        assert!(p
+            .html()
+            .contains("git clone nostr://npub1abc/example.com:8080/my%20repo"));
     }
 
     #[test]
     fn pages_escape_hostile_input() {
-        let p = RepoPage { npub: "npub1abc", identifier: "<script>x</script>", host: "h\"><b>", scheme: "http" };
+        let p = RepoPage {
+            npub: "npub1abc",
+            identifier: "<script>x</script>",
+            host: "h\"><b>",
+            scheme: "http",
+        };
         let html = p.html();
-        assert!(!html.contains("<script>") && !html.contains("\"><b>"), "{html}");
+        assert!(
+            !html.contains("<script>") && !html.contains("\"><b>"),
+            "{html}"
+        );
         assert!(!not_found_html("/<img src=x>").contains("<img"));
     }
 }

@@ -46,20 +46,30 @@ pub struct GitHttpConfig {
 
 /// Serves one request through `grasp-cgi`. Never fails: errors become a 502 with a message.
 /// Every response carries the GRASP CORS headers.
-pub async fn serve(req: Request<Incoming>, remote_addr: SocketAddr, cfg: &GitHttpConfig) -> Response<Body> {
+pub async fn serve(
+    req: Request<Incoming>,
+    remote_addr: SocketAddr,
+    cfg: &GitHttpConfig,
+) -> Response<Body> {
     if req.method() == Method::OPTIONS {
         let mut resp = Response::new(empty());
         *resp.status_mut() = StatusCode::NO_CONTENT;
         return with_cors(resp);
     }
     let Some(path_info) = decode_path(req.uri().path()) else {
-        return with_cors(text(StatusCode::NOT_FOUND, format!("Not found: {} is not a valid path.\n", req.uri().path())));
+        return with_cors(text(
+            StatusCode::NOT_FOUND,
+            format!("Not found: {} is not a valid path.\n", req.uri().path()),
+        ));
     };
     match run_cgi(req, path_info, remote_addr, cfg).await {
         Ok(resp) => with_cors(resp),
         Err(e) => {
             tracing::warn!(error = %e, "git http: CGI wrapper failed");
-            with_cors(text(StatusCode::BAD_GATEWAY, format!("git service unavailable: {e}. Try again later or tell the operator.\n")))
+            with_cors(text(
+                StatusCode::BAD_GATEWAY,
+                format!("git service unavailable: {e}. Try again later or tell the operator.\n"),
+            ))
         }
     }
 }
@@ -90,16 +100,35 @@ fn decode_path(path: &str) -> Option<OsString> {
 }
 
 /// The CGI environment for `req` (headers become `HTTP_*`; `Proxy` is dropped, see httpoxy).
-fn cgi_env(req: &Request<Incoming>, path_info: OsString, remote_addr: SocketAddr) -> Vec<(String, OsString)> {
+fn cgi_env(
+    req: &Request<Incoming>,
+    path_info: OsString,
+    remote_addr: SocketAddr,
+) -> Vec<(String, OsString)> {
     let mut env: Vec<(String, OsString)> = vec![
         ("GATEWAY_INTERFACE".into(), "CGI/1.1".into()),
-        ("SERVER_PROTOCOL".into(), format!("{:?}", req.version()).into()),
-        ("SERVER_SOFTWARE".into(), concat!("grasp-relay/", env!("CARGO_PKG_VERSION")).into()),
+        (
+            "SERVER_PROTOCOL".into(),
+            format!("{:?}", req.version()).into(),
+        ),
+        (
+            "SERVER_SOFTWARE".into(),
+            concat!("grasp-relay/", env!("CARGO_PKG_VERSION")).into(),
+        ),
         ("REQUEST_METHOD".into(), req.method().as_str().into()),
-        ("REQUEST_URI".into(), req.uri().path_and_query().map_or("/", |p| p.as_str()).into()),
+        (
+            "REQUEST_URI".into(),
+            req.uri()
+                .path_and_query()
+                .map_or("/", |p| p.as_str())
+                .into(),
+        ),
         ("SCRIPT_NAME".into(), "".into()),
         ("PATH_INFO".into(), path_info),
-        ("QUERY_STRING".into(), req.uri().query().unwrap_or("").into()),
+        (
+            "QUERY_STRING".into(),
+            req.uri().query().unwrap_or("").into(),
+        ),
         ("REMOTE_ADDR".into(), remote_addr.ip().to_string().into()),
         ("REMOTE_PORT".into(), remote_addr.port().to_string().into()),
     ];
@@ -123,9 +152,19 @@ fn cgi_env(req: &Request<Incoming>, path_info: OsString, remote_addr: SocketAddr
     env
 }
 
-async fn run_cgi(req: Request<Incoming>, path_info: OsString, remote_addr: SocketAddr, cfg: &GitHttpConfig) -> Result<Response<Body>, String> {
+async fn run_cgi(
+    req: Request<Incoming>,
+    path_info: OsString,
+    remote_addr: SocketAddr,
+    cfg: &GitHttpConfig,
+) -> Result<Response<Body>, String> {
     let mut cmd = Command::new(&cfg.cgi_path);
-    for var in ["CONTENT_TYPE", "CONTENT_LENGTH", "GIT_DIR", "GIT_CONFIG_PARAMETERS"] {
+    for var in [
+        "CONTENT_TYPE",
+        "CONTENT_LENGTH",
+        "GIT_DIR",
+        "GIT_CONFIG_PARAMETERS",
+    ] {
         cmd.env_remove(var);
     }
     cmd.envs(cgi_env(&req, path_info, remote_addr))
@@ -139,7 +178,9 @@ async fn run_cgi(req: Request<Incoming>, path_info: OsString, remote_addr: Socke
         Some(dir) => cmd.env("GRASP_HOOKS_DIR", dir),
         None => cmd.env_remove("GRASP_HOOKS_DIR"),
     };
-    let mut child = cmd.spawn().map_err(|e| format!("cannot run {}: {e}", cfg.cgi_path.display()))?;
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("cannot run {}: {e}", cfg.cgi_path.display()))?;
 
     // Request body -> child stdin, concurrently with reading the response.
     let mut stdin = child.stdin.take().expect("piped stdin");
@@ -162,7 +203,10 @@ async fn run_cgi(req: Request<Incoming>, path_info: OsString, remote_addr: Socke
     let mut line = Vec::new();
     loop {
         line.clear();
-        let n = stdout.read_until(b'\n', &mut line).await.map_err(|e| format!("reading CGI headers: {e}"))?;
+        let n = stdout
+            .read_until(b'\n', &mut line)
+            .await
+            .map_err(|e| format!("reading CGI headers: {e}"))?;
         seen += n;
         if n == 0 {
             return Err("the CGI wrapper ended before sending its headers".into());
@@ -175,11 +219,17 @@ async fn run_cgi(req: Request<Incoming>, path_info: OsString, remote_addr: Socke
             break;
         }
         let Some(colon) = line.iter().position(|&b| b == b':') else {
-            return Err(format!("malformed CGI header line {:?}", String::from_utf8_lossy(line)));
+            return Err(format!(
+                "malformed CGI header line {:?}",
+                String::from_utf8_lossy(line)
+            ));
         };
         let (name, value) = (&line[..colon], trim_ascii(&line[colon + 1..]));
         if name.eq_ignore_ascii_case(b"status") {
-            let code = value.get(..3).and_then(|c| std::str::from_utf8(c).ok()).and_then(|c| c.parse::<u16>().ok());
+            let code = value
+                .get(..3)
+                .and_then(|c| std::str::from_utf8(c).ok())
+                .and_then(|c| c.parse::<u16>().ok());
             *resp.status_mut() = code
                 .and_then(|c| StatusCode::from_u16(c).ok())
                 .ok_or_else(|| format!("bad CGI Status {:?}", String::from_utf8_lossy(value)))?;
@@ -189,10 +239,16 @@ async fn run_cgi(req: Request<Incoming>, path_info: OsString, remote_addr: Socke
             (Ok(n), Ok(v)) => {
                 resp.headers_mut().append(n, v);
             }
-            _ => tracing::warn!(header = %String::from_utf8_lossy(line), "git http: dropping invalid CGI header"),
+            _ => {
+                tracing::warn!(header = %String::from_utf8_lossy(line), "git http: dropping invalid CGI header")
+            }
         }
     }
-    *resp.body_mut() = BodyExt::boxed(CgiBody { stdout, child: Some(child), buf: vec![0; 32 * 1024].into_boxed_slice() });
+    *resp.body_mut() = BodyExt::boxed(CgiBody {
+        stdout,
+        child: Some(child),
+        buf: vec![0; 32 * 1024].into_boxed_slice(),
+    });
     Ok(resp)
 }
 
@@ -217,7 +273,10 @@ impl hyper::body::Body for CgiBody {
     type Data = Bytes;
     type Error = BodyError;
 
-    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
         let this = self.get_mut();
         if this.child.is_none() {
             return Poll::Ready(None);
@@ -233,15 +292,21 @@ impl hyper::body::Body for CgiBody {
                 if let Some(mut child) = this.child.take() {
                     tokio::spawn(async move {
                         match child.wait().await {
-                            Ok(status) if !status.success() => tracing::warn!(%status, "git http: CGI wrapper exited with failure"),
-                            Err(e) => tracing::warn!(error = %e, "git http: waiting for CGI wrapper"),
+                            Ok(status) if !status.success() => {
+                                tracing::warn!(%status, "git http: CGI wrapper exited with failure")
+                            }
+                            Err(e) => {
+                                tracing::warn!(error = %e, "git http: waiting for CGI wrapper")
+                            }
                             Ok(_) => {}
                         }
                     });
                 }
                 Poll::Ready(None)
             }
-            Poll::Ready(Ok(())) => Poll::Ready(Some(Ok(Frame::data(Bytes::copy_from_slice(rb.filled()))))),
+            Poll::Ready(Ok(())) => {
+                Poll::Ready(Some(Ok(Frame::data(Bytes::copy_from_slice(rb.filled())))))
+            }
         }
     }
 }
@@ -252,9 +317,15 @@ mod tests {
 
     #[test]
     fn decodes_paths_for_path_info() {
-        assert_eq!(decode_path("/npub1x/my%20repo.git/info/refs").unwrap(), OsString::from("/npub1x/my repo.git/info/refs"));
+        assert_eq!(
+            decode_path("/npub1x/my%20repo.git/info/refs").unwrap(),
+            OsString::from("/npub1x/my repo.git/info/refs")
+        );
         assert_eq!(decode_path("/a%2Fb").unwrap(), OsString::from("/a/b"));
-        assert_eq!(decode_path("/%FF").unwrap(), OsString::from_vec(vec![b'/', 0xff]));
+        assert_eq!(
+            decode_path("/%FF").unwrap(),
+            OsString::from_vec(vec![b'/', 0xff])
+        );
         for bad in ["/a%00b", "/a%zz", "/a%2", "/%"] {
             assert_eq!(decode_path(bad), None, "{bad}");
         }

@@ -32,13 +32,25 @@ pub enum RepoError {
     #[error(transparent)]
     Identifier(#[from] IdentifierError),
     #[error("{what} {path}: {source}")]
-    Io { what: &'static str, path: PathBuf, source: std::io::Error },
+    Io {
+        what: &'static str,
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("`git {args}` failed in {path}: {stderr}")]
-    Git { args: String, path: PathBuf, stderr: String },
+    Git {
+        args: String,
+        path: PathBuf,
+        stderr: String,
+    },
 }
 
 fn io_err<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> RepoError + 'a {
-    move |source| RepoError::Io { what, path: path.to_path_buf(), source }
+    move |source| RepoError::Io {
+        what,
+        path: path.to_path_buf(),
+        source,
+    }
 }
 
 /// A name unique within this process and (by pid and time) across processes.
@@ -47,7 +59,11 @@ fn unique_name(prefix: &str) -> String {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos());
-    format!("{prefix}{}-{nanos}-{}", std::process::id(), COUNTER.fetch_add(1, Ordering::Relaxed))
+    format!(
+        "{prefix}{}-{nanos}-{}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    )
 }
 
 /// Runs `git --git-dir <repo> <args>` and returns its output, failing on a non-zero exit.
@@ -72,7 +88,12 @@ fn git(repo: &Path, args: &[&str]) -> Result<Output, RepoError> {
 
 /// Creates `<git_root>/<npub>/<identifier>.git` as a configured bare repository, atomically.
 /// If it already exists, returns its path without touching it.
-pub fn create_bare_repo(layout: &RepoLayout, owner: &PublicKey, identifier: &str, hooks_dir: &Path) -> Result<PathBuf, RepoError> {
+pub fn create_bare_repo(
+    layout: &RepoLayout,
+    owner: &PublicKey,
+    identifier: &str,
+    hooks_dir: &Path,
+) -> Result<PathBuf, RepoError> {
     let path = layout.repo_path(owner, identifier)?;
     if path.is_dir() {
         return Ok(path);
@@ -80,12 +101,13 @@ pub fn create_bare_repo(layout: &RepoLayout, owner: &PublicKey, identifier: &str
     let owner_dir = layout.owner_dir(owner);
     std::fs::create_dir_all(&owner_dir).map_err(io_err("creating", &owner_dir))?;
     let tmp = owner_dir.join(unique_name(".tmp-"));
-    let result = init_configured(&tmp, hooks_dir).and_then(|()| match std::fs::rename(&tmp, &path) {
-        Ok(()) => Ok(()),
-        // Somebody else created it meanwhile: theirs wins, it is configured the same way.
-        Err(_) if path.is_dir() => Ok(()),
-        Err(e) => Err(io_err("renaming into place", &path)(e)),
-    });
+    let result =
+        init_configured(&tmp, hooks_dir).and_then(|()| match std::fs::rename(&tmp, &path) {
+            Ok(()) => Ok(()),
+            // Somebody else created it meanwhile: theirs wins, it is configured the same way.
+            Err(_) if path.is_dir() => Ok(()),
+            Err(e) => Err(io_err("renaming into place", &path)(e)),
+        });
     if tmp.exists() {
         let _ = std::fs::remove_dir_all(&tmp);
     }
@@ -121,7 +143,11 @@ fn init_configured(dir: &Path, hooks_dir: &Path) -> Result<(), RepoError> {
 
 /// Removes a repository: renamed aside first (so it disappears at once), then deleted.
 /// Returns whether it existed.
-pub fn delete_repo(layout: &RepoLayout, owner: &PublicKey, identifier: &str) -> Result<bool, RepoError> {
+pub fn delete_repo(
+    layout: &RepoLayout,
+    owner: &PublicKey,
+    identifier: &str,
+) -> Result<bool, RepoError> {
     let path = layout.repo_path(owner, identifier)?;
     let aside = layout.owner_dir(owner).join(unique_name(".del-"));
     match std::fs::rename(&path, &aside) {
@@ -166,7 +192,8 @@ pub fn has_object(repo: &Path, oid: &str) -> bool {
 /// The subset of `oids` that `repo` lacks, in input order (one `git cat-file --batch-check`).
 /// Malformed ids count as missing.
 pub fn has_objects(repo: &Path, oids: &[String]) -> Result<Vec<String>, RepoError> {
-    let (valid, mut missing): (Vec<&String>, Vec<&String>) = oids.iter().partition(|o| is_full_oid(o));
+    let (valid, mut missing): (Vec<&String>, Vec<&String>) =
+        oids.iter().partition(|o| is_full_oid(o));
     if !valid.is_empty() {
         let mut child = Command::new("git")
             .arg("--git-dir")
@@ -183,16 +210,39 @@ pub fn has_objects(repo: &Path, oids: &[String]) -> Result<Vec<String>, RepoErro
         // Write from a thread so a large batch cannot deadlock against unread output.
         let writer = std::thread::spawn(move || stdin.write_all(input.as_bytes()));
         let stdout = BufReader::new(child.stdout.take().expect("piped stdout"));
-        let lines: Vec<String> = stdout.lines().collect::<Result<_, _>>().map_err(io_err("reading git cat-file in", repo))?;
+        let lines: Vec<String> = stdout
+            .lines()
+            .collect::<Result<_, _>>()
+            .map_err(io_err("reading git cat-file in", repo))?;
         let _ = writer.join();
-        let status = child.wait().map_err(io_err("waiting for git cat-file in", repo))?;
+        let status = child
+            .wait()
+            .map_err(io_err("waiting for git cat-file in", repo))?;
         if !status.success() || lines.len() != valid.len() {
-            return Err(RepoError::Git { args: "cat-file --batch-check".into(), path: repo.to_path_buf(), stderr: format!("exit {status}, {} answers for {} ids", lines.len(), valid.len()) });
+            return Err(RepoError::Git {
+                args: "cat-file --batch-check".into(),
+                path: repo.to_path_buf(),
+                stderr: format!(
+                    "exit {status}, {} answers for {} ids",
+                    lines.len(),
+                    valid.len()
+                ),
+            });
         }
-        missing.extend(valid.iter().zip(&lines).filter(|(_, l)| l.ends_with(" missing")).map(|(o, _)| *o));
+        missing.extend(
+            valid
+                .iter()
+                .zip(&lines)
+                .filter(|(_, l)| l.ends_with(" missing"))
+                .map(|(o, _)| *o),
+        );
     }
     let missing: std::collections::HashSet<&String> = missing.into_iter().collect();
-    Ok(oids.iter().filter(|o| missing.contains(o)).cloned().collect())
+    Ok(oids
+        .iter()
+        .filter(|o| missing.contains(o))
+        .cloned()
+        .collect())
 }
 
 #[cfg(test)]
@@ -200,11 +250,15 @@ mod tests {
     use super::*;
 
     fn owner() -> PublicKey {
-        PublicKey::from_hex("79be667ef9dcbbac55a06295ce870b07029bfcdb2dce28d959f2815b16f81798").unwrap()
+        PublicKey::from_hex("79be667ef9dcbbac55a06295ce870b07029bfcdb2dce28d959f2815b16f81798")
+            .unwrap()
     }
 
     fn config(repo: &Path, key: &str) -> String {
-        String::from_utf8(git(repo, &["config", "--get", key]).unwrap().stdout).unwrap().trim().to_string()
+        String::from_utf8(git(repo, &["config", "--get", key]).unwrap().stdout)
+            .unwrap()
+            .trim()
+            .to_string()
     }
 
     #[test]
@@ -221,8 +275,14 @@ mod tests {
         assert_eq!(config(&path, "core.hooksPath"), hooks.to_str().unwrap());
         assert_eq!(config(&path, "core.bare"), "true");
         // Idempotent, and no temporary directories are left behind.
-        assert_eq!(create_bare_repo(&layout, &owner(), "my repo", &hooks).unwrap(), path);
-        let names: Vec<_> = std::fs::read_dir(layout.owner_dir(&owner())).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(
+            create_bare_repo(&layout, &owner(), "my repo", &hooks).unwrap(),
+            path
+        );
+        let names: Vec<_> = std::fs::read_dir(layout.owner_dir(&owner()))
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
         assert_eq!(names, vec![std::ffi::OsString::from("my repo.git")]);
         assert!(read_refs(&path).unwrap().is_empty());
     }
@@ -241,7 +301,10 @@ mod tests {
         for h in handles {
             h.join().unwrap().unwrap();
         }
-        let names: Vec<_> = std::fs::read_dir(layout.owner_dir(&owner())).unwrap().map(|e| e.unwrap().file_name()).collect();
+        let names: Vec<_> = std::fs::read_dir(layout.owner_dir(&owner()))
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
         assert_eq!(names, vec![std::ffi::OsString::from("race.git")]);
     }
 
@@ -250,13 +313,24 @@ mod tests {
         let root = tempfile::tempdir().unwrap();
         let layout = RepoLayout::new(root.path());
         for id in ["..", "../x", "a/b", ""] {
-            assert!(matches!(create_bare_repo(&layout, &owner(), id, root.path()), Err(RepoError::Identifier(_))), "{id}");
+            assert!(
+                matches!(
+                    create_bare_repo(&layout, &owner(), id, root.path()),
+                    Err(RepoError::Identifier(_))
+                ),
+                "{id}"
+            );
         }
         let path = create_bare_repo(&layout, &owner(), "gone", root.path()).unwrap();
         assert!(delete_repo(&layout, &owner(), "gone").unwrap());
         assert!(!path.exists());
         assert!(!delete_repo(&layout, &owner(), "gone").unwrap());
-        assert_eq!(std::fs::read_dir(layout.owner_dir(&owner())).unwrap().count(), 0);
+        assert_eq!(
+            std::fs::read_dir(layout.owner_dir(&owner()))
+                .unwrap()
+                .count(),
+            0
+        );
     }
 
     #[test]
@@ -266,22 +340,52 @@ mod tests {
         let repo = create_bare_repo(&layout, &owner(), "objs", root.path()).unwrap();
         let work = root.path().join("work");
         let run = |args: &[&str]| {
-            let ok = Command::new("git").args(args).current_dir(root.path()).env("GIT_AUTHOR_NAME", "t").env("GIT_AUTHOR_EMAIL", "t@t")
-                .env("GIT_COMMITTER_NAME", "t").env("GIT_COMMITTER_EMAIL", "t@t").status().unwrap().success();
+            let ok = Command::new("git")
+                .args(args)
+                .current_dir(root.path())
+                .env("GIT_AUTHOR_NAME", "t")
+                .env("GIT_AUTHOR_EMAIL", "t@t")
+                .env("GIT_COMMITTER_NAME", "t")
+                .env("GIT_COMMITTER_EMAIL", "t@t")
+                .status()
+                .unwrap()
+                .success();
             assert!(ok, "{args:?}");
         };
         run(&["init", "-q", work.to_str().unwrap()]);
-        run(&["-C", work.to_str().unwrap(), "commit", "-q", "--allow-empty", "-m", "one"]);
-        run(&["-C", work.to_str().unwrap(), "push", "-q", repo.to_str().unwrap(), "HEAD:refs/heads/main", "HEAD:refs/tags/v1"]);
+        run(&[
+            "-C",
+            work.to_str().unwrap(),
+            "commit",
+            "-q",
+            "--allow-empty",
+            "-m",
+            "one",
+        ]);
+        run(&[
+            "-C",
+            work.to_str().unwrap(),
+            "push",
+            "-q",
+            repo.to_str().unwrap(),
+            "HEAD:refs/heads/main",
+            "HEAD:refs/tags/v1",
+        ]);
         let refs = read_refs(&repo).unwrap();
-        assert_eq!(refs.keys().collect::<Vec<_>>(), ["refs/heads/main", "refs/tags/v1"]);
+        assert_eq!(
+            refs.keys().collect::<Vec<_>>(),
+            ["refs/heads/main", "refs/tags/v1"]
+        );
         let tip = refs["refs/heads/main"].clone();
         assert!(has_object(&repo, &tip));
         let absent = "1".repeat(40);
         assert!(!has_object(&repo, &absent));
         assert!(!has_object(&repo, "--help"));
         let asked = vec![absent.clone(), tip.clone(), "nonsense\nHEAD".to_string()];
-        assert_eq!(has_objects(&repo, &asked).unwrap(), vec![absent, "nonsense\nHEAD".to_string()]);
+        assert_eq!(
+            has_objects(&repo, &asked).unwrap(),
+            vec![absent, "nonsense\nHEAD".to_string()]
+        );
         assert!(has_objects(&repo, &[]).unwrap().is_empty());
     }
 }

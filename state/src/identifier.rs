@@ -21,8 +21,13 @@
 
 use std::path::{Component, Path, PathBuf};
 
-use nostr::nips::nip19::{FromBech32, ToBech32};
 use nostr::key::PublicKey;
+use nostr::nips::nip19::{FromBech32, ToBech32};
+
+/// File inside each bare repository that grasp-cgi locks exclusively (`File::lock`) while a
+/// receive-pack runs, serialising pushes to one repository across processes. Other writers may
+/// take it too, but never from code a hook waits on (the push holding it would deadlock).
+pub const PUSH_LOCK_FILE: &str = "grasp.lock";
 
 /// Longest accepted identifier, in bytes of UTF-8.
 pub const MAX_IDENTIFIER_BYTES: usize = 100;
@@ -38,7 +43,9 @@ pub enum IdentifierError {
     Separator,
     #[error("repository identifier must not contain NUL or control characters")]
     ControlChar,
-    #[error("repository identifier is {0} bytes long; at most {MAX_IDENTIFIER_BYTES} bytes are allowed")]
+    #[error(
+        "repository identifier is {0} bytes long; at most {MAX_IDENTIFIER_BYTES} bytes are allowed"
+    )]
     TooLong(usize),
     #[error("repository path {0} is outside the git root")]
     OutsideRoot(PathBuf),
@@ -74,7 +81,9 @@ pub fn parse_npub(npub: &str) -> Option<PublicKey> {
 
 /// The npub string of `owner` (infallible for valid keys).
 pub fn npub_of(owner: &PublicKey) -> String {
-    owner.to_bech32().expect("bech32 encoding of a public key cannot fail")
+    owner
+        .to_bech32()
+        .expect("bech32 encoding of a public key cannot fail")
 }
 
 /// Where bare repositories live: `<git_root>/<npub>/<identifier>.git`.
@@ -87,7 +96,9 @@ impl RepoLayout {
     /// A layout rooted at `git_root` (use an absolute, canonical path; [`RepoLayout::locate`]
     /// compares canonical hook `GIT_DIR`s against it).
     pub fn new(git_root: impl Into<PathBuf>) -> Self {
-        RepoLayout { git_root: git_root.into() }
+        RepoLayout {
+            git_root: git_root.into(),
+        }
     }
 
     pub fn git_root(&self) -> &Path {
@@ -101,7 +112,11 @@ impl RepoLayout {
 
     /// The ONE function building repository paths: `<git_root>/<npub>/<identifier>.git`,
     /// after validating `identifier` and checking the result stays under the git root.
-    pub fn repo_path(&self, owner: &PublicKey, identifier: &str) -> Result<PathBuf, IdentifierError> {
+    pub fn repo_path(
+        &self,
+        owner: &PublicKey,
+        identifier: &str,
+    ) -> Result<PathBuf, IdentifierError> {
         validate_identifier(identifier)?;
         let path = self.owner_dir(owner).join(format!("{identifier}.git"));
         // Belt and braces: validation already excludes every way out, but prove it structurally.
@@ -127,7 +142,9 @@ impl RepoLayout {
                 _ => Err(bad()),
             })
             .collect::<Result<_, _>>()?;
-        let [npub, dir] = parts.as_slice() else { return Err(bad()) };
+        let [npub, dir] = parts.as_slice() else {
+            return Err(bad());
+        };
         let owner = parse_npub(npub).ok_or_else(bad)?;
         let identifier = dir.strip_suffix(".git").ok_or_else(bad)?;
         validate_identifier(identifier)?;
@@ -183,7 +200,12 @@ pub fn parse_repo_path(path: &str) -> Option<RepoUrlPath> {
     if !rest_ok {
         return None;
     }
-    Some(RepoUrlPath { owner, npub: npub.to_string(), identifier: identifier.to_string(), rest: rest.to_string() })
+    Some(RepoUrlPath {
+        owner,
+        npub: npub.to_string(),
+        identifier: identifier.to_string(),
+        rest: rest.to_string(),
+    })
 }
 
 /// Decodes `%XX` escapes; `None` on a malformed escape or invalid UTF-8.
@@ -226,17 +248,32 @@ mod tests {
     use super::*;
 
     fn owner() -> (PublicKey, String) {
-        let pk = PublicKey::from_hex("79be667ef9dcbbac55a06295ce870b07029bfcdb2dce28d959f2815b16f81798").unwrap();
+        let pk =
+            PublicKey::from_hex("79be667ef9dcbbac55a06295ce870b07029bfcdb2dce28d959f2815b16f81798")
+                .unwrap();
         let npub = npub_of(&pk);
         (pk, npub)
     }
 
     #[test]
     fn valid_identifiers() {
-        for id in ["ngit", "my repo", "Ünïcødé-名前", ".hidden", "foo.git", "a..b", "x", "-dash", "100%"] {
+        for id in [
+            "ngit",
+            "my repo",
+            "Ünïcødé-名前",
+            ".hidden",
+            "foo.git",
+            "a..b",
+            "x",
+            "-dash",
+            "100%",
+        ] {
             assert_eq!(validate_identifier(id), Ok(()), "{id:?}");
         }
-        assert_eq!(validate_identifier(&"a".repeat(MAX_IDENTIFIER_BYTES)), Ok(()));
+        assert_eq!(
+            validate_identifier(&"a".repeat(MAX_IDENTIFIER_BYTES)),
+            Ok(())
+        );
     }
 
     #[test]
@@ -310,12 +347,23 @@ mod tests {
     fn parses_url_paths() {
         let (pk, npub) = owner();
         let p = parse_repo_url_path(&format!("/{npub}/my%20repo.git/info/refs")).unwrap();
-        assert_eq!(p, RepoUrlPath { owner: pk, npub: npub.clone(), identifier: "my repo".into(), rest: "/info/refs".into() });
+        assert_eq!(
+            p,
+            RepoUrlPath {
+                owner: pk,
+                npub: npub.clone(),
+                identifier: "my repo".into(),
+                rest: "/info/refs".into()
+            }
+        );
         let p = parse_repo_url_path(&format!("/{npub}/ngit.git")).unwrap();
         assert_eq!((p.identifier.as_str(), p.rest.as_str()), ("ngit", ""));
         let p = parse_repo_url_path(&format!("/{npub}/ngit.git/")).unwrap();
         assert_eq!(p.rest, "/");
-        let p = parse_repo_url_path(&format!("/{npub}/ngit.git/info/refs?service=git-upload-pack")).unwrap();
+        let p = parse_repo_url_path(&format!(
+            "/{npub}/ngit.git/info/refs?service=git-upload-pack"
+        ))
+        .unwrap();
         assert_eq!(p.rest, "/info/refs");
         let p = parse_repo_url_path(&format!("/{npub}/foo.git.git/HEAD")).unwrap();
         assert_eq!(p.identifier, "foo.git");
@@ -368,7 +416,10 @@ mod tests {
     #[test]
     fn percent_encoding_round_trips() {
         for s in ["my repo", "名前", "100%", "a/b", "plain-name_1.0~"] {
-            assert_eq!(percent_decode(&percent_encode_segment(s)).as_deref(), Some(s));
+            assert_eq!(
+                percent_decode(&percent_encode_segment(s)).as_deref(),
+                Some(s)
+            );
         }
         assert_eq!(percent_encode_segment("a b/c"), "a%20b%2Fc");
     }

@@ -16,13 +16,20 @@ use nostr::key::PublicKey;
 /// `target/<profile>/` of this build, found from the test executable (`target/debug/deps/x`).
 pub fn target_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("test executable path");
-    exe.parent().and_then(Path::parent).expect("target/<profile>/deps/<test>").to_path_buf()
+    exe.parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>/deps/<test>")
+        .to_path_buf()
 }
 
 /// A workspace binary, e.g. `grasp-cgi`. Panics with the fix if it was not built.
 pub fn bin(name: &str) -> PathBuf {
     let path = target_dir().join(name);
-    assert!(path.is_file(), "{} not found: run `cargo build --workspace` before the tests", path.display());
+    assert!(
+        path.is_file(),
+        "{} not found: run `cargo build --workspace` before the tests",
+        path.display()
+    );
     path
 }
 
@@ -55,7 +62,12 @@ pub fn git_output(dir: &Path, args: &[&str]) -> Output {
 /// Runs `git`, panicking with its stderr on failure; returns trimmed stdout.
 pub fn git(dir: &Path, args: &[&str]) -> String {
     let out = git_output(dir, args);
-    assert!(out.status.success(), "git {args:?} in {} failed:\n{}", dir.display(), String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "git {args:?} in {} failed:\n{}",
+        dir.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
@@ -96,13 +108,23 @@ pub struct GitHttpServer {
 
 impl GitHttpServer {
     pub fn start(git_root: &Path, hooks_dir: Option<&Path>) -> GitHttpServer {
-        let cfg = Arc::new(GitHttpConfig {
+        GitHttpServer::start_with(GitHttpConfig {
             cgi_path: bin("grasp-cgi"),
             git_root: git_root.to_path_buf(),
             hooks_dir: hooks_dir.map(Path::to_path_buf),
             env: vec![],
-        });
-        let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+        })
+    }
+
+    /// Serves with an explicit config (e.g. a fake CGI program).
+    pub fn start_with(cfg: GitHttpConfig) -> GitHttpServer {
+        let git_root = cfg.git_root.clone();
+        let cfg = Arc::new(cfg);
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         listener.set_nonblocking(true).unwrap();
         let addr = listener.local_addr().unwrap();
@@ -120,7 +142,11 @@ impl GitHttpServer {
                 });
             }
         });
-        GitHttpServer { addr, layout: RepoLayout::new(git_root), _runtime: runtime }
+        GitHttpServer {
+            addr,
+            layout: RepoLayout::new(git_root),
+            _runtime: runtime,
+        }
     }
 
     pub fn base_url(&self) -> String {
@@ -129,6 +155,11 @@ impl GitHttpServer {
 
     /// `http://127.0.0.1:<port>/<npub>/<identifier>.git`
     pub fn repo_url(&self, owner: &PublicKey, identifier: &str) -> String {
-        format!("{}/{}/{}.git", self.base_url(), npub_of(owner), percent_encode_segment(identifier))
+        format!(
+            "{}/{}/{}.git",
+            self.base_url(),
+            npub_of(owner),
+            percent_encode_segment(identifier)
+        )
     }
 }
