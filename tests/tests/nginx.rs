@@ -153,7 +153,12 @@ impl Front {
             let _ = std::fs::remove_file(&socket);
             let mut fcgiwrap = Daemon::spawn(
                 "fcgiwrap",
-                Command::new(find_program("fcgiwrap")).arg("-c").arg("2").arg("-s").arg(format!("unix:{}", socket.display())),
+                // As docs/deployment.md runs it: stderr to nginx, only grasp-cgi may run.
+                Command::new(find_program("fcgiwrap"))
+                    .args(["-f", "-c", "2", "-p"])
+                    .arg(binary_path("grasp-cgi"))
+                    .arg("-s")
+                    .arg(format!("unix:{}", socket.display())),
                 &prefix.path().join("fcgiwrap.log"),
             );
             wait_until("fcgiwrap to listen", TIMEOUT, || {
