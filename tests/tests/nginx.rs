@@ -1,0 +1,398 @@
+//! The production front end to end: nginx + fcgiwrap + grasp-cgi in front of grasp-relay, run
+//! with the example configuration shipped in docs/nginx/grasp.conf (issue 6, item 1).
+//!
+//! Needs `nginx` and `fcgiwrap` (Debian packages of the same names), so the tests are ignored by
+//! the plain `cargo test`; `.ci/run` installs both and runs them with
+//! `cargo test -p grasp-tests --test nginx -- --ignored`.
+//!
+//! [`Front`] starts the relay on a random loopback port with `--public-host` set to nginx's
+//! address, fcgiwrap on a unix socket in a temp dir, and nginx (`daemon off`, everything under a
+//! temp prefix) with docs/nginx/grasp.conf, its site-specific values replaced. Every client
+//! (Nostr WebSocket, git, HTTP) then talks to nginx only.
+
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::unix::fs::MetadataExt;
+use std::os::unix::net::UnixStream;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use grasp_state::identifier::{npub_of, percent_encode_segment};
+use grasp_tests::git::WorkTree;
+use grasp_tests::grasp::*;
+use grasp_tests::{binary_path, wait_until, NostrClient, TestServer, TIMEOUT};
+use nostr::prelude::*;
+
+/// The example configuration, read at test time so the test runs exactly what the docs ship.
+const TEMPLATE: &str = include_str!("../../docs/nginx/grasp.conf");
+
+/// A process started in its own process group (nginx and fcgiwrap fork workers), stopped with
+/// SIGTERM to that group on drop, SIGKILL if it does not exit in time.
+struct Daemon {
+    name: &'static str,
+    child: Child,
+}
+
+impl Daemon {
+    fn spawn(name: &'static str, cmd: &mut Command, log: &Path) -> Daemon {
+        let log = std::fs::File::create(log).unwrap();
+        let child = cmd
+            .process_group(0)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {name}: {e}"));
+        Daemon { name, child }
+    }
+
+    fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
+
+    fn signal_group(&self, signal: &str) {
+        let _ = Command::new("kill")
+            .args(["-s", signal, "--", &format!("-{}", self.child.id())])
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if self.exited().is_some() {
+            // The group may still hold workers of an exited master.
+            self.signal_group("KILL");
+            return;
+        }
+        self.signal_group("TERM");
+        let stopped = wait_until(self.name, Duration::from_secs(10), || self.child.try_wait().ok().flatten());
+        if stopped.is_err() {
+            eprintln!("{} did not stop on SIGTERM; killing it", self.name);
+        }
+        self.signal_group("KILL");
+        let _ = self.child.wait();
+    }
+}
+
+/// grasp-relay behind nginx + fcgiwrap, all on loopback. Dropping it stops everything.
+struct Front {
+    // Dropped in this order: nginx first, then fcgiwrap, then the relay.
+    nginx: Option<Daemon>,
+    fcgiwrap: Option<Daemon>,
+    relay: TestServer,
+    addr: SocketAddr,
+    prefix: tempfile::TempDir,
+}
+
+/// `name` on PATH or in the sbin directories (not on a normal user's PATH).
+fn find_program(name: &str) -> PathBuf {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain(["/usr/sbin", "/sbin", "/usr/local/sbin"].map(PathBuf::from))
+        .map(|dir| dir.join(name))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| panic!("{name} is not installed: apt-get install nginx fcgiwrap (or run .ci/run)"))
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+fn running_as_root() -> bool {
+    std::fs::metadata("/proc/self").map(|m| m.uid() == 0).unwrap_or(false)
+}
+
+/// docs/nginx/grasp.conf with its site-specific values replaced. Panics if one of them is gone
+/// from the template (the docs and this test must stay in step).
+fn site_config(listen: SocketAddr, relay: SocketAddr, socket: &Path, data_dir: &Path) -> String {
+    let begin = TEMPLATE.find("    # BEGIN listen\n").expect("template has a `# BEGIN listen` block");
+    let end_marker = "    # END listen\n";
+    let end = TEMPLATE.find(end_marker).expect("template has an `# END listen` line") + end_marker.len();
+    let mut conf = format!("{}    listen {listen};\n{}", &TEMPLATE[..begin], &TEMPLATE[end..]);
+    let replacements = [
+        ("git.example.com", listen.ip().to_string()),
+        ("127.0.0.1:8080", relay.to_string()),
+        ("unix:/run/grasp/fcgiwrap.sock", format!("unix:{}", socket.display())),
+        ("/usr/local/bin/grasp-cgi", binary_path("grasp-cgi").display().to_string()),
+        ("/var/lib/grasp", data_dir.display().to_string()),
+    ];
+    for (from, to) in replacements {
+        assert!(conf.contains(from), "docs/nginx/grasp.conf no longer contains {from:?}");
+        conf = conf.replace(from, &to);
+    }
+    conf
+}
+
+/// The main nginx.conf around the site: everything under `prefix`, in the foreground.
+fn main_config(prefix: &Path) -> String {
+    let p = prefix.display();
+    // As root, nginx's workers would run as `nobody` and could not reach the socket in a 0700
+    // temp dir; production uses www-data + a group-writable socket (docs/deployment.md).
+    let user = if running_as_root() { "user root;\n" } else { "" };
+    format!(
+        "daemon off;\nmaster_process on;\nworker_processes 1;\n{user}pid {p}/nginx.pid;\nerror_log {p}/error.log info;\n\
+         events {{ worker_connections 256; }}\n\
+         http {{\n  access_log {p}/access.log;\n  client_body_temp_path {p}/temp/body;\n  proxy_temp_path {p}/temp/proxy;\n  \
+         fastcgi_temp_path {p}/temp/fastcgi;\n  uwsgi_temp_path {p}/temp/uwsgi;\n  scgi_temp_path {p}/temp/scgi;\n  \
+         include {p}/grasp.conf;\n}}\n"
+    )
+}
+
+impl Front {
+    fn start() -> Front {
+        let prefix = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(prefix.path().join("temp")).unwrap();
+        // nginx's port is chosen first so the relay can be told its public host.
+        let mut last_error = String::new();
+        for _attempt in 0..3 {
+            let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+            let relay = TestServer::start_with(&["--public-host", &addr.to_string()]);
+            let socket = prefix.path().join("fcgiwrap.sock");
+            let _ = std::fs::remove_file(&socket);
+            let mut fcgiwrap = Daemon::spawn(
+                "fcgiwrap",
+                // As docs/deployment.md runs it: stderr to nginx, only grasp-cgi may run.
+                Command::new(find_program("fcgiwrap"))
+                    .args(["-f", "-c", "2", "-p"])
+                    .arg(binary_path("grasp-cgi"))
+                    .arg("-s")
+                    .arg(format!("unix:{}", socket.display())),
+                &prefix.path().join("fcgiwrap.log"),
+            );
+            wait_until("fcgiwrap to listen", TIMEOUT, || {
+                if let Some(status) = fcgiwrap.exited() {
+                    panic!("fcgiwrap exited with {status}: {}", read(&prefix.path().join("fcgiwrap.log")));
+                }
+                UnixStream::connect(&socket).ok()
+            })
+            .unwrap();
+
+            let site = site_config(addr, relay.addr(), &socket, relay.data_dir());
+            std::fs::write(prefix.path().join("grasp.conf"), site).unwrap();
+            std::fs::write(prefix.path().join("nginx.conf"), main_config(prefix.path())).unwrap();
+            let mut nginx = Daemon::spawn(
+                "nginx",
+                Command::new(find_program("nginx"))
+                    .arg("-p")
+                    .arg(prefix.path())
+                    .arg("-c")
+                    .arg(prefix.path().join("nginx.conf"))
+                    .arg("-e")
+                    .arg(prefix.path().join("error.log")),
+                &prefix.path().join("nginx.out"),
+            );
+            let up = wait_until("nginx to listen", TIMEOUT, || {
+                if nginx.exited().is_some() {
+                    return Some(false);
+                }
+                TcpStream::connect_timeout(&addr, Duration::from_secs(1)).ok().map(|_| true)
+            })
+            .unwrap();
+            if up {
+                return Front { nginx: Some(nginx), fcgiwrap: Some(fcgiwrap), relay, addr, prefix };
+            }
+            last_error = format!("{}{}", read(&prefix.path().join("nginx.out")), read(&prefix.path().join("error.log")));
+            if !last_error.contains("Address already in use") {
+                break;
+            }
+        }
+        panic!("nginx did not start:\n{last_error}");
+    }
+
+    fn ws_url(&self) -> String {
+        format!("ws://{}/", self.addr)
+    }
+
+    fn http_url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    /// The git URL of a repository, through nginx.
+    fn repo_url(&self, owner: &PublicKey, identifier: &str) -> String {
+        format!("http://{}/{}/{}.git", self.addr, npub_of(owner), percent_encode_segment(identifier))
+    }
+
+    /// An announcement listing this front (clone URL and relay) as the service.
+    fn announcement(&self, keys: &Keys, identifier: &str) -> Event {
+        announcement_with_urls(keys, identifier, &self.repo_url(&keys.public_key(), identifier), &format!("ws://{}", self.addr))
+    }
+
+    fn logs(&self) -> String {
+        let p = self.prefix.path();
+        format!(
+            "---- nginx error.log ----\n{}\n---- nginx access.log ----\n{}\n---- fcgiwrap ----\n{}",
+            read(&p.join("error.log")),
+            read(&p.join("access.log")),
+            read(&p.join("fcgiwrap.log"))
+        )
+    }
+}
+
+impl Drop for Front {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("{}", self.logs());
+        }
+        self.nginx.take();
+        self.fcgiwrap.take();
+    }
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_default()
+}
+
+async fn stored(c: &mut NostrClient, id: EventId) -> bool {
+    !c.req(vec![Filter::new().id(id)]).await.unwrap().is_empty()
+}
+
+/// Incompressible text of `len` bytes, so a push carrying it is larger than git's 1 MiB
+/// `http.postBuffer` and goes out with a chunked request body.
+fn noise(len: usize) -> String {
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut s = String::with_capacity(len + 16);
+    while s.len() < len {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        s.push_str(&format!("{x:016x}"));
+    }
+    s
+}
+
+fn http() -> reqwest::Client {
+    reqwest::Client::builder().no_proxy().timeout(TIMEOUT).build().unwrap()
+}
+
+/// The values of `name` in `resp` (to catch headers sent twice).
+fn header_values(resp: &reqwest::Response, name: &str) -> Vec<String> {
+    resp.headers().get_all(name).iter().map(|v| v.to_str().unwrap_or("?").to_string()).collect()
+}
+
+fn assert_cors(resp: &reqwest::Response, what: &str) {
+    assert_eq!(header_values(resp, "access-control-allow-origin"), ["*"], "{what}: {:?}", resp.headers());
+    assert_eq!(header_values(resp, "access-control-allow-methods"), ["GET, POST, OPTIONS, HEAD"], "{what}");
+    assert_eq!(header_values(resp, "access-control-allow-headers").len(), 1, "{what}");
+}
+
+#[tokio::test]
+#[ignore = "needs nginx and fcgiwrap; run by .ci/run with --ignored"]
+async fn announce_state_push_clone_and_pr_through_nginx() {
+    let front = Front::start();
+    let tmp = tempfile::tempdir().unwrap();
+    let mut c = NostrClient::connect(&front.ws_url()).await.expect("WebSocket through nginx");
+    let owner = Keys::generate();
+
+    // Announce through the proxied WebSocket: held until the git data arrives.
+    let ann = front.announcement(&owner, "hello");
+    let (ok, msg) = c.send_event(&ann).await.unwrap();
+    assert!(ok && msg.starts_with("purgatory:"), "{msg}");
+    let url = front.repo_url(&owner.public_key(), "hello");
+    let repo = Repo { work: WorkTree::new(tmp.path().join("w")), url: url.clone() };
+    repo.commit("a.txt", "one");
+    let tip = repo.commit("big.txt", &noise(3 << 20));
+
+    let st = state(&owner, "hello", &[("refs/heads/main", &tip)], Some("main"));
+    let (ok, msg) = c.send_event(&st).await.unwrap();
+    assert!(ok && msg.starts_with("purgatory:"), "{msg}");
+
+    // The push runs grasp-cgi under fcgiwrap; its hooks reach the relay's hook API.
+    let out = repo.push(&["main"]).unwrap_or_else(|e| panic!("push through nginx failed:\n{e}\n{}", front.logs()));
+    assert!(out.contains("released"), "{out}");
+    let access = read(&front.prefix.path().join("access.log"));
+    assert!(access.contains("hello.git/git-receive-pack HTTP/1.1\" 200"), "push did not go through nginx:\n{access}");
+    assert!(stored(&mut c, st.id).await, "state released");
+    assert!(stored(&mut c, ann.id).await, "announcement released");
+    let bare = repo_dir(&front.relay, &owner.public_key(), "hello");
+    assert_eq!(bare_refs(&bare).get("refs/heads/main"), Some(&tip));
+
+    // Clone through nginx.
+    let clone_dir = tmp.path().join("clone");
+    clone(&url, &clone_dir, &[]).unwrap();
+    let cloned = WorkTree { dir: clone_dir };
+    assert_eq!(grasp_tests::git::git(&cloned.dir, &["rev-parse", "HEAD"]), tip);
+
+    // A contributor's pull request: event first (held), then its commit to refs/nostr/<id>.
+    let contributor = Keys::generate();
+    let pr_tip = cloned.commit("fix.txt", "a fix");
+    let pr = pull_request(&contributor, &owner.public_key(), "hello", &pr_tip, &[&url]);
+    let (ok, msg) = c.send_event(&pr).await.unwrap();
+    assert!(ok, "{msg}");
+    let pr_ref = format!("refs/nostr/{}", pr.id.to_hex());
+    let pr_push = Repo { work: cloned, url: url.clone() };
+    pr_push.push(&[&format!("HEAD:{pr_ref}")]).unwrap_or_else(|e| panic!("PR push failed:\n{e}"));
+    assert_eq!(bare_refs(&bare).get(&pr_ref), Some(&pr_tip));
+    assert!(stored(&mut c, pr.id).await, "pull request released by its push");
+
+    // A push the state does not allow is refused, and git shows the reason.
+    let second = repo.commit("b.txt", "two");
+    let err = repo.push(&["main"]).unwrap_err();
+    assert!(err.contains("refs/heads/main") && err.contains(&second[..7]) && err.contains(&tip[..7]), "{err}");
+    assert_eq!(bare_refs(&bare).get("refs/heads/main"), Some(&tip), "rejected push changed nothing");
+}
+
+#[tokio::test]
+#[ignore = "needs nginx and fcgiwrap; run by .ci/run with --ignored"]
+async fn nip11_cors_limits_and_client_addresses_through_nginx() {
+    let mut front = Front::start();
+    let client = http();
+
+    // NIP-11 from the relay, CORS once (nginx's; the relay's are hidden).
+    let resp = client.get(front.http_url("/")).header("Accept", "application/nostr+json").send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_cors(&resp, "NIP-11");
+    assert_eq!(resp.headers()["content-type"], "application/nostr+json");
+    let doc: serde_json::Value = resp.json().await.unwrap();
+    assert!(doc.get("name").is_some() && doc.get("supported_nips").is_some(), "{doc}");
+
+    // nginx's own 404.
+    let resp = client.get(front.http_url("/favicon.ico")).send().await.unwrap();
+    assert_eq!(resp.status(), 404);
+    assert_cors(&resp, "nginx 404");
+    assert!(resp.text().await.unwrap().contains("git repositories at /<npub>/<identifier>.git"));
+
+    // grasp-cgi's 404 for a repository that does not exist, through fcgiwrap.
+    let nobody = Keys::generate().public_key();
+    let resp = client
+        .get(format!("{}/info/refs?service=git-upload-pack", front.repo_url(&nobody, "none")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 404);
+    assert_cors(&resp, "grasp-cgi 404");
+
+    // Preflight anywhere.
+    for path in ["/", "/anything", &format!("/{}/x.git/git-receive-pack", npub_of(&nobody))] {
+        let resp = client.request(reqwest::Method::OPTIONS, front.http_url(path)).send().await.unwrap();
+        assert_eq!(resp.status(), 204, "OPTIONS {path}");
+        assert_cors(&resp, "OPTIONS");
+    }
+
+    // A body over the limit outside the git paths: nginx's 413, with CORS.
+    let resp = client.post(front.http_url("/")).body(vec![b'x'; 2 << 20]).send().await;
+    match resp {
+        Ok(resp) => {
+            assert_eq!(resp.status(), 413);
+            assert_cors(&resp, "nginx 413");
+        }
+        // nginx may close the connection before reading the whole body; the status line is what
+        // matters and reqwest cannot always read it then. Check nginx's log instead.
+        Err(_) => assert!(read(&front.prefix.path().join("error.log")).contains("client intended to send too large body")),
+    }
+
+    // X-Forwarded-For from a client that is not the configured proxy is ignored.
+    let resp = client.get(front.http_url("/")).header("X-Forwarded-For", "203.0.113.7").send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    let access = read(&front.prefix.path().join("access.log"));
+    let last = access.lines().last().unwrap_or_default();
+    assert!(last.starts_with("127.0.0.1 "), "client address taken from X-Forwarded-For: {last}");
+    assert!(!access.contains("203.0.113.7"), "{access}");
+
+    // The relay down: nginx's 502, with CORS.
+    front.relay.kill();
+    let resp = client.get(front.http_url("/")).header("Accept", "application/nostr+json").send().await.unwrap();
+    assert_eq!(resp.status(), 502);
+    assert_cors(&resp, "nginx 502");
+}
