@@ -470,12 +470,17 @@ async fn deletions_remove_stored_and_held_events_for_good() {
     let del_pr = ev_at(&alice, 5, now(), "", &[&["e", &pr.id.to_hex()]]);
     assert_stored_ok(c.send_event(&del_pr).await.unwrap());
     assert_refused(c.send_event(&pr).await.unwrap(), "blocked:", &["deleted"]);
-    // A deletion that also names someone else's stored event is refused whole.
+    assert!(!purgatory_ids(&server).await.contains(&pr.id.to_hex()));
+    // A deletion that also names someone else's stored event is refused whole: the author's
+    // own held pull request it names stays in the purgatory.
     let stored_issue = issue_about(&alice, &owner.public_key(), "proj", "second issue");
     assert_stored_ok(c.send_event(&stored_issue).await.unwrap());
-    let mixed = ev_at(&mallory, 5, now(), "", &[&["e", &stored_issue.id.to_hex()]]);
+    let mallory_pr = pull_request(&mallory, &owner.public_key(), "proj", &"7".repeat(40), &[]);
+    assert_held(c.send_event(&mallory_pr).await.unwrap());
+    let mixed = ev_at(&mallory, 5, now(), "", &[&["e", &mallory_pr.id.to_hex()], &["e", &stored_issue.id.to_hex()]]);
     assert_refused(c.send_event(&mixed).await.unwrap(), "invalid:", &["own"]);
     assert!(stored(&mut c, stored_issue.id).await);
+    assert!(purgatory_ids(&server).await.contains(&mallory_pr.id.to_hex()), "a refused deletion emptied the purgatory");
 }
 
 #[tokio::test]
