@@ -39,6 +39,10 @@ pub const PURGATORY_MESSAGE: &str = "purgatory: won't be served until git data a
 /// at worst hide a real anchor (a refusal), never admit an unrelated event.
 const TAGGED_BY_SCAN: usize = 32;
 
+/// At most this many coordinates and this many event ids of one event are looked up (each is a
+/// store query): an event relates through one of its first references or not at all.
+const MAX_REFERENCES_CHECKED: usize = 64;
+
 /// Kinds accepted from anyone without any relation (GRASP.md: 10317 and 5). They never anchor
 /// a related event.
 pub fn is_unconditional(kind: u16) -> bool {
@@ -327,12 +331,12 @@ impl Grasp {
             return Admission::Store;
         }
         let refs = references(ev);
-        for c in &refs.coordinates {
+        for c in refs.coordinates.iter().take(MAX_REFERENCES_CHECKED) {
             if self.coordinate_accepted(c).await {
                 return Admission::Store;
             }
         }
-        for id in &refs.event_ids {
+        for id in refs.event_ids.iter().take(MAX_REFERENCES_CHECKED) {
             if self.id_accepted(id).await {
                 return Admission::Store;
             }

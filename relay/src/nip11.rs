@@ -13,7 +13,7 @@ pub const SUPPORTED_NIPS: &[u16] = &[1, 9, 11, 34];
 /// The human-readable acceptance criteria required by GRASP, for a purgatory that holds events
 /// `purgatory_ttl_secs` seconds. Kept in step with `crate::acceptance`.
 pub fn repo_acceptance_criteria(public_host: &str, purgatory_ttl_secs: u64) -> String {
-    let wait = if purgatory_ttl_secs % 60 == 0 {
+    let wait = if purgatory_ttl_secs.is_multiple_of(60) {
         format!("{} minutes", purgatory_ttl_secs / 60)
     } else {
         format!("{purgatory_ttl_secs} seconds")
