@@ -423,11 +423,14 @@ fn single_letter(c: char) -> Option<SingleLetterTag> {
 
 /// The refusal for an announcement that does not list this service: what is missing and
 /// the exact URLs to add.
-pub fn not_listed_message(host: &str, a: &Announcement) -> String {
+pub fn not_listed_message(public_host: &str, a: &Announcement) -> String {
+    // The configured host may carry a scheme or a trailing `/` (tolerated by `lists_service`).
+    let host = public_host.split_once("://").map_or(public_host, |(_, rest)| rest).trim_end_matches('/');
     let npub = a.owner.to_bech32().unwrap_or_default();
     // Check each half with the other one made right.
-    let clone_ok = Announcement { relays: vec![format!("ws://{host}")], ..a.clone() }.lists_service(host);
-    let relays_ok = Announcement { clone_urls: vec![format!("http://{host}/")], ..a.clone() }.lists_service(host);
+    let clone_ok = Announcement { relays: vec![format!("ws://{host}")], ..a.clone() }.lists_service(public_host);
+    let relays_ok =
+        Announcement { clone_urls: vec![format!("http://{host}/")], ..a.clone() }.lists_service(public_host);
     let clone_url = format!(
         "http(s)://{host}/{npub}/{}.git",
         grasp_state::identifier::percent_encode_segment(&a.identifier)
@@ -479,6 +482,9 @@ mod tests {
         assert!(m.contains("http(s)://git.example.com/npub1"), "{m}");
         let m = not_listed_message(host, &announcement(&[], &[]));
         assert!(m.contains("add the clone URL") && m.contains("and the relays URL"), "{m}");
+        // A configured scheme or trailing slash does not leak into the advice.
+        let m = not_listed_message("https://git.example.com/", &announcement(&["https://git.example.com/x.git"], &[]));
+        assert!(m.contains("no `relays` URL") && m.contains("add ws(s)://git.example.com ("), "{m}");
     }
 
     #[test]

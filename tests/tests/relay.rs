@@ -560,7 +560,7 @@ async fn sigterm_exits_cleanly_and_restart_keeps_events() {
 }
 
 #[tokio::test]
-async fn ephemeral_events_are_broadcast_not_stored() {
+async fn ephemeral_events_about_a_repository_are_broadcast_not_stored() {
     let server = TestServer::start();
     let mut sub = connect(&server).await;
     let mut publisher = connect(&server).await;
