@@ -1,5 +1,22 @@
 //! Which events this relay accepts (GRASP.md "GRASP-01 requirements" and decisions 1-3, 6, 8),
 //! and where they go: straight to the store, or to the purgatory until their git data arrives.
+//!
+//! - 30617 announcements must list this service (or come from the owner or a maintainer of an
+//!   accepted announcement with the same identifier); new ones wait in the purgatory.
+//! - 30618 states need an announcement whose recursive maintainer set holds the author.
+//! - 1618/1619 pull requests need an `a` tag naming an announced repository.
+//! - 10317 grasp lists and kind 5 deletions are accepted from anyone.
+//! - Everything else is a *related event*: accepted when it tags (`a`/`A`/`q` coordinates,
+//!   `e`/`E`/`q` ids), or is tagged by, an accepted event. Accepted means stored here, or held in
+//!   the purgatory: an announcement or a pull request answered `OK true "purgatory: ..."` already
+//!   exists for its author, so comments, statuses and issues about it are taken (and served) at
+//!   once; the held event itself is served only when its git data arrives. Events tagged only by
+//!   a held event are not accepted (the purgatory's tags are not indexed).
+//! - 10317 and kind 5 events never make another event acceptable: anyone may publish them, so
+//!   letting them anchor a relation would let anyone store anything.
+//!
+//! Every refusal is a NIP-01 `blocked:`/`invalid:`/`rate-limited:`/`error:` message that says
+//! what to do instead.
 
 use grasp_state::identifier::validate_identifier;
 use grasp_state::nip34::{
@@ -12,9 +29,30 @@ use nostr::prelude::{Event, Filter, Kind, SingleLetterTag, ToBech32};
 use crate::git;
 use crate::grasp::{Grasp, Source};
 use crate::policy::Admission;
+use crate::store::SaveOutcome;
 
 /// The answer for events accepted into the purgatory.
 pub const PURGATORY_MESSAGE: &str = "purgatory: won't be served until git data arrives";
+
+/// How many stored events tagging an incoming event are examined for one that may anchor it
+/// ("is tagged by"). Events of [`is_unconditional`] kinds are skipped, so a flood of those can
+/// at worst hide a real anchor (a refusal), never admit an unrelated event.
+const TAGGED_BY_SCAN: usize = 32;
+
+/// At most this many coordinates and this many event ids of one event are looked up (each is a
+/// store query): an event relates through one of its first references or not at all.
+const MAX_REFERENCES_CHECKED: usize = 64;
+
+/// Kinds accepted from anyone without any relation (GRASP.md: 10317 and 5). They never anchor
+/// a related event.
+pub fn is_unconditional(kind: u16) -> bool {
+    kind == KIND_DELETION || kind == KIND_USER_GRASP_LIST
+}
+
+/// The refusal for a republished deleted event.
+pub const DELETED_MESSAGE: &str = "blocked: this event was deleted by its author (kind 5) and cannot be \
+     republished; publish a new event instead (a replaceable or addressable one with a created_at \
+     later than the deletion)";
 
 fn full(e: PurgatoryFull) -> Admission {
     Admission::Reject(format!("{}: {e}", e.ok_prefix()))
@@ -24,9 +62,7 @@ impl Grasp {
     /// Decides what happens to a verified event.
     pub async fn admit(&self, ev: &Event) -> Admission {
         if self.relay.store().is_deleted(ev).await.unwrap_or(false) {
-            return Admission::Reject(
-                "blocked: this event was deleted by its author (kind 5) and cannot be republished".into(),
-            );
+            return Admission::Reject(DELETED_MESSAGE.into());
         }
         match ev.kind.as_u16() {
             KIND_ANNOUNCEMENT => self.admit_announcement(ev).await,
@@ -44,14 +80,16 @@ impl Grasp {
             Err(e) => return Admission::Reject(format!("invalid: {e}")),
         };
         if let Err(e) = validate_identifier(&a.identifier) {
-            return Admission::Reject(format!("invalid: repository identifier: {e}"));
+            return Admission::Reject(format!("invalid: {e}"));
         }
         let all = self.announcements(&a.identifier).await;
         let existing = all.iter().find(|(x, _)| x.owner == a.owner);
         if let Some((old, _)) = existing {
             if (old.created_at, std::cmp::Reverse(old.event_id)) > (a.created_at, std::cmp::Reverse(a.event_id)) {
                 return Admission::Reject(
-                    "duplicate: a newer announcement of this repository by this author is already known".into(),
+                    "invalid: a newer announcement of this repository by this author is already known; \
+                     publish with a later created_at"
+                        .into(),
                 );
             }
         }
@@ -67,12 +105,7 @@ impl Grasp {
             if trusted {
                 return Admission::Store;
             }
-            return Admission::Reject(format!(
-                "blocked: this announcement does not list this service; add a clone URL \
-                 http(s)://{host}/{npub}/{id}.git and a relays URL ws(s)://{host}",
-                host = self.public_host,
-                id = a.identifier
-            ));
+            return Admission::Reject(not_listed_message(&self.public_host, &a));
         }
         let repo = match self.ensure_repo(&a.owner, &a.identifier).await {
             Ok(repo) => repo,
@@ -117,16 +150,24 @@ impl Grasp {
             Err(e) => return Admission::Reject(format!("invalid: {e}")),
         };
         if let Err(e) = validate_identifier(&s.identifier) {
-            return Admission::Reject(format!("invalid: repository identifier: {e}"));
+            return Admission::Reject(format!("invalid: {e}"));
         }
         let all = self.announcements(&s.identifier).await;
+        if all.is_empty() {
+            return Admission::Reject(format!(
+                "blocked: repository '{}' is not announced on this relay; publish its announcement \
+                 (kind 30617, listing this server in `clone` and `relays`) here first",
+                s.identifier
+            ));
+        }
         let owners = Grasp::owners_trusting(&s.author, &all);
         if owners.is_empty() {
             return Admission::Reject(format!(
-                "blocked: no announcement of repository '{}' on this relay lists {} as owner or maintainer; \
-                 publish the repository announcement (kind 30617) here first",
-                s.identifier,
-                s.author.to_bech32().unwrap_or_default()
+                "blocked: {} is not the owner or a maintainer of any announcement of repository '{}' \
+                 on this relay; ask an owner to add you to the `maintainers` tag of their announcement, \
+                 or announce your own repository (kind 30617) here first",
+                s.author.to_bech32().unwrap_or_default(),
+                s.identifier
             ));
         }
         // Trigger 1 of the expiry extensions; revives soft-expired announcements.
@@ -176,9 +217,16 @@ impl Grasp {
             }
         }
         if repos.is_empty() {
-            return Admission::Reject(
-                "blocked: this pull request does not tag (`a` tag) a repository announced on this relay".into(),
-            );
+            return Admission::Reject(match pr.repos.first() {
+                Some((owner, identifier)) => format!(
+                    "blocked: repository 30617:{}:{identifier} is not announced on this relay; \
+                     publish its announcement here first, or tag a repository announced here",
+                    owner.to_hex()
+                ),
+                None => "blocked: this pull request names no repository; add an `a` tag \
+                         [\"a\", \"30617:<owner hex>:<identifier>\"] of a repository announced here"
+                    .into(),
+            });
         }
         let ref_name = format!("refs/nostr/{}", ev.id.to_hex());
         let mut served = false;
@@ -242,6 +290,19 @@ impl Grasp {
     }
 
     async fn admit_deletion(&self, ev: &Event) -> Admission {
+        // Store first: a deletion the store refuses (it also targets someone else's stored
+        // event) must not remove anything from the purgatory either. Once it is stored, held
+        // events it names can no longer be released (the store refuses deleted events).
+        match self.relay.publish(ev).await {
+            Ok(SaveOutcome::Saved) => {}
+            // Duplicate, invalid or deleted: `submit` answers from the store's verdict (saving
+            // again changes nothing).
+            Ok(_) => return Admission::Store,
+            Err(e) => {
+                tracing::error!(error = %e, id = %ev.id, "saving a deletion failed");
+                return Admission::Reject("error: could not save the deletion; try again later".into());
+            }
+        }
         let ids: Vec<_> = ev.tags.event_ids().collect();
         let coords: Vec<_> = ev
             .tags
@@ -254,60 +315,181 @@ impl Grasp {
             p.remove_by_deletion(&ev.pubkey, &ids, &coords, ev.created_at)
         };
         for r in removed {
-            tracing::info!(event = %r.event_id(), "purgatory entry removed by deletion {}", ev.id);
+            tracing::info!(event = %r.event_id(), deletion = %ev.id, "purgatory entry removed by deletion");
             if let Removed::Announcement(a) = r {
                 if !a.soft_expired {
                     self.delete_repo(&a.owner, &a.identifier).await;
                 }
             }
         }
-        Admission::Store
+        Admission::Published
     }
 
     async fn admit_related(&self, ev: &Event) -> Admission {
-        let refs = references(ev);
-        for c in &refs.coordinates {
-            if c.kind == KIND_ANNOUNCEMENT {
-                let all = self.announcements(&c.identifier).await;
-                if all.iter().any(|(a, _)| a.owner == c.pubkey) {
-                    return Admission::Store;
-                }
-            } else {
-                let f = Filter::new().kind(Kind::Custom(c.kind)).author(c.pubkey).identifier(&c.identifier).limit(1);
-                if !self.query(vec![f]).await.is_empty() {
-                    return Admission::Store;
-                }
-            }
+        // Already stored (it was related when it came): `submit` answers `duplicate:`.
+        if self.event_by_id(&ev.id).await.is_some() {
+            return Admission::Store;
         }
-        for id in &refs.event_ids {
-            if self.event_by_id(id).await.is_some() {
+        let refs = references(ev);
+        for c in refs.coordinates.iter().take(MAX_REFERENCES_CHECKED) {
+            if self.coordinate_accepted(c).await {
                 return Admission::Store;
             }
         }
-        // Tagged by a stored event (it arrived first and referenced this one).
+        for id in refs.event_ids.iter().take(MAX_REFERENCES_CHECKED) {
+            if self.id_accepted(id).await {
+                return Admission::Store;
+            }
+        }
+        if self.tagged_by_accepted(ev).await {
+            return Admission::Store;
+        }
+        let unknown_repo = refs.coordinates.iter().find(|c| c.kind == KIND_ANNOUNCEMENT);
+        Admission::Reject(match unknown_repo {
+            Some(c) => format!(
+                "blocked: repository {c} is not announced on this relay; publish its announcement \
+                 here first (listing this server in `clone` and `relays`), or tag a repository \
+                 announced here"
+            ),
+            None => "blocked: this relay only accepts git repository events (NIP-34) and events \
+                     about them; tag a repository announced here with [\"a\", \"30617:<owner hex>:<identifier>\"] \
+                     or an event stored here with [\"e\", \"<event id>\"]"
+                .into(),
+        })
+    }
+
+    /// Is the event at coordinate `c` accepted here (stored, or held in the purgatory)?
+    async fn coordinate_accepted(&self, c: &grasp_state::nip34::Coordinate) -> bool {
+        if is_unconditional(c.kind) {
+            return false;
+        }
+        if c.kind == KIND_ANNOUNCEMENT {
+            let all = self.announcements(&c.identifier).await;
+            return all.iter().any(|(a, _)| a.owner == c.pubkey);
+        }
+        if c.kind == KIND_STATE {
+            let held = {
+                let p = self.purgatory.lock().unwrap();
+                p.states_for(&c.identifier).iter().any(|s| s.author == c.pubkey)
+            };
+            if held {
+                return true;
+            }
+        }
+        let kind = Kind::Custom(c.kind);
+        let mut f = Filter::new().kind(kind).author(c.pubkey).limit(1);
+        if kind.is_addressable() {
+            f = f.identifier(&c.identifier);
+        } else if !kind.is_replaceable() {
+            // Only replaceable and addressable events have coordinates.
+            return false;
+        }
+        !self.query(vec![f]).await.is_empty()
+    }
+
+    /// Is the event `id` accepted here: stored (and not of an unconditional kind), or a pull
+    /// request held in the purgatory?
+    async fn id_accepted(&self, id: &nostr::prelude::EventId) -> bool {
+        if let Some(stored) = self.event_by_id(id).await {
+            return !is_unconditional(stored.kind.as_u16());
+        }
+        let p = self.purgatory.lock().unwrap();
+        p.find_pr(id).is_some_and(|entry| entry.event.is_some())
+    }
+
+    /// Is `ev` tagged (by id, or by coordinate for replaceable/addressable events) by a stored
+    /// event that may anchor it? This accepts forward references: a reply stored before its
+    /// target.
+    async fn tagged_by_accepted(&self, ev: &Event) -> bool {
         let id = ev.id.to_hex();
         let mut filters: Vec<Filter> = ['e', 'E', 'q']
             .iter()
             .filter_map(|c| single_letter(*c))
-            .map(|t| Filter::new().custom_tag(t, id.clone()).limit(1))
+            .map(|t| Filter::new().custom_tag(t, id.clone()).limit(TAGGED_BY_SCAN))
             .collect();
         if let Some(coord) = ev.coordinate() {
             let coord = coord.to_string();
-            filters.extend(
-                ['a', 'A', 'q'].iter().filter_map(|c| single_letter(*c)).map(|t| Filter::new().custom_tag(t, coord.clone()).limit(1)),
-            );
+            filters.extend(['a', 'A', 'q'].iter().filter_map(|c| single_letter(*c)).map(|t| {
+                Filter::new().custom_tag(t, coord.clone()).limit(TAGGED_BY_SCAN)
+            }));
         }
-        if !self.query(filters).await.is_empty() {
-            return Admission::Store;
-        }
-        Admission::Reject(
-            "blocked: this relay only accepts git repository events (NIP-34) and events that reference a \
-             repository, issue, patch or other event it holds; tag one with an `a`, `e` or `q` tag"
-                .into(),
-        )
+        self.query(filters).await.iter().any(|e| !is_unconditional(e.kind.as_u16()))
     }
 }
 
 fn single_letter(c: char) -> Option<SingleLetterTag> {
     SingleLetterTag::from_char(c).ok()
+}
+
+/// The refusal for an announcement that does not list this service: what is missing and
+/// the exact URLs to add.
+pub fn not_listed_message(public_host: &str, a: &Announcement) -> String {
+    // The configured host may carry a scheme or a trailing `/` (tolerated by `lists_service`).
+    let host = public_host.split_once("://").map_or(public_host, |(_, rest)| rest).trim_end_matches('/');
+    let npub = a.owner.to_bech32().unwrap_or_default();
+    // Check each half with the other one made right.
+    let clone_ok = Announcement { relays: vec![format!("ws://{host}")], ..a.clone() }.lists_service(public_host);
+    let relays_ok =
+        Announcement { clone_urls: vec![format!("http://{host}/")], ..a.clone() }.lists_service(public_host);
+    let clone_url = format!(
+        "http(s)://{host}/{npub}/{}.git",
+        grasp_state::identifier::percent_encode_segment(&a.identifier)
+    );
+    let relay_url = format!("ws(s)://{host}");
+    let missing = match (clone_ok, relays_ok) {
+        (true, false) => format!("no `relays` URL is this server; add {relay_url}"),
+        (false, true) => format!("no `clone` URL is this server; add {clone_url}"),
+        _ => format!("no `clone` or `relays` URL is this server; add the clone URL {clone_url} and the relays URL {relay_url}"),
+    };
+    format!(
+        "blocked: this repository announcement does not list this server ({host}): {missing} \
+         (host and port must match exactly)"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nostr::prelude::*;
+
+    fn announcement(clone: &[&str], relays: &[&str]) -> Announcement {
+        let mut tags = vec![Tag::identifier("my repo")];
+        if !clone.is_empty() {
+            tags.push(Tag::parse(std::iter::once("clone").chain(clone.iter().copied())).unwrap());
+        }
+        if !relays.is_empty() {
+            tags.push(Tag::parse(std::iter::once("relays").chain(relays.iter().copied())).unwrap());
+        }
+        let ev = EventBuilder::new(Kind::Custom(KIND_ANNOUNCEMENT), "").tags(tags).finalize(&Keys::generate()).unwrap();
+        Announcement::from_event(&ev).unwrap()
+    }
+
+    #[test]
+    fn only_grasp_lists_and_deletions_are_unconditional() {
+        assert!(is_unconditional(5) && is_unconditional(10317));
+        for kind in [0, 1, 7, 1111, 1617, 1618, 1619, 1621, 1630, 10002, 30617, 30618] {
+            assert!(!is_unconditional(kind), "{kind}");
+        }
+    }
+
+    #[test]
+    fn not_listed_message_names_what_is_missing() {
+        let host = "git.example.com";
+        let m = not_listed_message(host, &announcement(&["https://git.example.com/x.git"], &["wss://other.net"]));
+        assert!(m.starts_with("blocked:") && m.contains("no `relays` URL") && m.contains("ws(s)://git.example.com"), "{m}");
+        let m = not_listed_message(host, &announcement(&["https://git.example.com.evil/x.git"], &["wss://git.example.com"]));
+        assert!(m.contains("no `clone` URL") && m.contains("/my%20repo.git"), "{m}");
+        assert!(m.contains("http(s)://git.example.com/npub1"), "{m}");
+        let m = not_listed_message(host, &announcement(&[], &[]));
+        assert!(m.contains("add the clone URL") && m.contains("and the relays URL"), "{m}");
+        // A configured scheme or trailing slash does not leak into the advice.
+        let m = not_listed_message("https://git.example.com/", &announcement(&["https://git.example.com/x.git"], &[]));
+        assert!(m.contains("no `relays` URL") && m.contains("add ws(s)://git.example.com ("), "{m}");
+    }
+
+    #[test]
+    fn deleted_message_says_what_to_do() {
+        assert!(DELETED_MESSAGE.starts_with("blocked:") && DELETED_MESSAGE.contains("publish a new event"));
+        assert!(!DELETED_MESSAGE.contains("  "), "{DELETED_MESSAGE}");
+    }
 }

@@ -10,12 +10,25 @@ pub const SOFTWARE_URL: &str = "https://example.invalid/grasp-relay";
 /// NIPs this relay implements.
 pub const SUPPORTED_NIPS: &[u16] = &[1, 9, 11, 34];
 
-/// The human-readable acceptance criteria required by GRASP.
-pub const REPO_ACCEPTANCE_CRITERIA: &str =
-    "Repositories whose NIP-34 announcement (kind 30617) lists this \
-server in both its `clone` and `relays` tags are accepted. State, patch, PR and issue events about \
-accepted repositories are stored; new announcements, state events and PRs are held until their git \
-data has been pushed, and discarded after 30 minutes otherwise.";
+/// The human-readable acceptance criteria required by GRASP, for a purgatory that holds events
+/// `purgatory_ttl_secs` seconds. Kept in step with `crate::acceptance`.
+pub fn repo_acceptance_criteria(public_host: &str, purgatory_ttl_secs: u64) -> String {
+    let wait = if purgatory_ttl_secs.is_multiple_of(60) {
+        format!("{} minutes", purgatory_ttl_secs / 60)
+    } else {
+        format!("{purgatory_ttl_secs} seconds")
+    };
+    format!(
+        "Git repositories whose NIP-34 announcement (kind 30617) lists this server ({public_host}) \
+in both a `clone` URL and a `relays` URL (exact host and port) are accepted; announcements from the \
+owner or a maintainer of an accepted announcement with the same identifier are stored even if they \
+do not. Accepted too: repository state events (kind 30618) from the owner's recursive maintainer \
+set, pull requests for accepted repositories, events that tag (or are tagged by) accepted \
+repositories and events, user grasp lists (kind 10317) and deletions (kind 5). New announcements, \
+state events and pull requests are held, not served, until their git data is pushed, and dropped \
+after {wait} otherwise. Everything else is refused."
+    )
+}
 
 /// The NIP-11 document for this configuration.
 pub fn document(cfg: &Config) -> Value {
@@ -26,7 +39,7 @@ pub fn document(cfg: &Config) -> Value {
         "version": env!("CARGO_PKG_VERSION"),
         "supported_nips": SUPPORTED_NIPS,
         "supported_grasps": ["GRASP-01"],
-        "repo_acceptance_criteria": REPO_ACCEPTANCE_CRITERIA,
+        "repo_acceptance_criteria": repo_acceptance_criteria(&cfg.public_host(), cfg.purgatory_ttl),
         "limitation": {
             "max_message_length": cfg.max_message_bytes,
             "max_subscriptions": cfg.max_subscriptions,
@@ -52,9 +65,17 @@ mod tests {
         let doc = document(&cfg);
         assert_eq!(doc["supported_grasps"], json!(["GRASP-01"]));
         assert_eq!(doc["supported_nips"], json!([1, 9, 11, 34]));
-        assert!(doc["repo_acceptance_criteria"].as_str().unwrap().len() > 20);
+        let criteria = doc["repo_acceptance_criteria"].as_str().unwrap();
+        assert!(criteria.contains("30617") && criteria.contains("127.0.0.1:8080"), "{criteria}");
+        assert!(criteria.contains("30 minutes"), "{criteria}");
         assert_eq!(doc["limitation"]["max_subscriptions"], json!(32));
         assert!(doc.get("curation").is_none());
         assert!(doc.get("pubkey").is_none());
+    }
+
+    #[test]
+    fn criteria_name_the_purgatory_wait() {
+        assert!(repo_acceptance_criteria("h", 90).contains("after 90 seconds"));
+        assert!(repo_acceptance_criteria("h", 120).contains("after 2 minutes"));
     }
 }

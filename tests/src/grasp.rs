@@ -165,3 +165,28 @@ pub fn clone(url: &str, dir: &Path, extra: &[&str]) -> Result<(), String> {
     let out = git_output(parent, &args);
     if out.status.success() { Ok(()) } else { Err(String::from_utf8_lossy(&out.stderr).to_string()) }
 }
+
+/// The event ids (hex) of every entry in the server's purgatory, from the operator listing of
+/// the loopback hook API (`GET /v1/purgatory` with the token in `<data>/api-token`).
+pub async fn purgatory_ids(server: &TestServer) -> std::collections::BTreeSet<String> {
+    let data = server.data_dir();
+    let addr = std::fs::read_to_string(data.join("api-addr")).expect("api-addr");
+    let token = std::fs::read_to_string(data.join("api-token")).expect("api-token");
+    let listing: serde_json::Value = reqwest::Client::new()
+        .get(format!("http://{}/v1/purgatory", addr.trim()))
+        .header(grasp_state::hook_api::TOKEN_HEADER, token.trim())
+        .send()
+        .await
+        .expect("hook API reachable")
+        .error_for_status()
+        .expect("purgatory listing")
+        .json()
+        .await
+        .expect("purgatory listing is JSON");
+    listing
+        .as_array()
+        .expect("listing is an array")
+        .iter()
+        .filter_map(|e| e["event_id"].as_str().map(str::to_owned))
+        .collect()
+}

@@ -1,5 +1,12 @@
 //! End-to-end NIP-01/09/11 behaviour of the real `grasp-relay` binary.
+//!
+//! The GRASP acceptance policy refuses events unrelated to git repositories, so every test first
+//! announces a repository ([`Anchor`]; the announcement waits in the purgatory, which counts as
+//! accepted for related events) and publishes events that tag it with an `a` tag. The NIP-01
+//! behaviour checked is the same as for any other event. The policy itself is tested in
+//! `acceptance.rs`.
 
+use grasp_tests::grasp::announcement;
 use grasp_tests::{NostrClient, ReqOutcome, TestServer};
 use nostr::prelude::*;
 use serde_json::Value;
@@ -10,6 +17,33 @@ fn note(keys: &Keys, kind: u16, at: u64, content: &str, tags: Vec<Tag>) -> Event
         .custom_created_at(Timestamp::from(at))
         .finalize(keys)
         .unwrap()
+}
+
+/// A repository announced on the server; events tagging it are accepted.
+struct Anchor {
+    coordinate: String,
+}
+
+impl Anchor {
+    /// Announces a fresh repository (its owner is a new key) and checks it was accepted.
+    async fn announce(server: &TestServer, c: &mut NostrClient) -> Anchor {
+        let owner = Keys::generate();
+        let ann = announcement(server, &owner, "anchor", &[]);
+        let (ok, msg) = c.send_event(&ann).await.unwrap();
+        assert!(ok && msg.starts_with("purgatory:"), "{msg}");
+        Anchor { coordinate: format!("30617:{}:anchor", owner.public_key().to_hex()) }
+    }
+
+    /// The `a` tag pointing at the repository.
+    fn tag(&self) -> Tag {
+        Tag::parse(["a", self.coordinate.as_str()]).unwrap()
+    }
+
+    /// An event of `kind` that tags the repository, plus `tags`.
+    fn event(&self, keys: &Keys, kind: u16, at: u64, content: &str, mut tags: Vec<Tag>) -> Event {
+        tags.push(self.tag());
+        note(keys, kind, at, content, tags)
+    }
 }
 
 fn ids(events: &[Event]) -> Vec<EventId> {
@@ -24,8 +58,9 @@ async fn connect(server: &TestServer) -> NostrClient {
 async fn event_ok_and_duplicate() {
     let server = TestServer::start();
     let mut c = connect(&server).await;
+    let repo = Anchor::announce(&server, &mut c).await;
     let keys = Keys::generate();
-    let e = note(&keys, 1, 1_700_000_000, "hello", vec![]);
+    let e = repo.event(&keys, 1621, 1_700_000_000, "hello", vec![]);
     assert_eq!(c.send_event(&e).await.unwrap(), (true, String::new()));
     let (ok, msg) = c.send_event(&e).await.unwrap();
     assert!(ok && msg.starts_with("duplicate:"), "{msg}");
@@ -39,8 +74,10 @@ async fn event_ok_and_duplicate() {
 async fn bad_signature_and_wrong_id_are_rejected() {
     let server = TestServer::start();
     let mut c = connect(&server).await;
+    let repo = Anchor::announce(&server, &mut c).await;
     let keys = Keys::generate();
-    let good = note(&keys, 1, 1_700_000_000, "original", vec![]);
+    // Would be accepted with a valid id and signature (it tags an announced repository).
+    let good = repo.event(&keys, 1621, 1_700_000_000, "original", vec![]);
 
     // Content changed after signing: the id no longer matches.
     let mut json: Value = serde_json::from_str(&good.as_json()).unwrap();
@@ -53,7 +90,7 @@ async fn bad_signature_and_wrong_id_are_rejected() {
     );
 
     // Correct id, signature from another event.
-    let other = note(&keys, 1, 1_700_000_001, "other", vec![]);
+    let other = repo.event(&keys, 1621, 1_700_000_001, "other", vec![]);
     let mut json: Value = serde_json::from_str(&good.as_json()).unwrap();
     json["sig"] = other.sig.to_string().into();
     c.raw_send(format!(r#"["EVENT",{json}]"#)).await.unwrap();
@@ -68,25 +105,28 @@ async fn bad_signature_and_wrong_id_are_rejected() {
         .await
         .unwrap()
         .is_empty());
+    // The untampered event is accepted: the refusals above were about id and signature only.
+    assert_eq!(c.send_event(&good).await.unwrap(), (true, String::new()));
 }
 
 #[tokio::test]
 async fn req_filter_fields_or_and_limit() {
     let server = TestServer::start();
     let mut c = connect(&server).await;
+    let repo = Anchor::announce(&server, &mut c).await;
     let (alice, bob) = (Keys::generate(), Keys::generate());
-    let a1 = note(&alice, 1, 1000, "a1", vec![Tag::hashtag("grasp")]);
-    let a2 = note(
+    let a1 = repo.event(&alice, 1621, 1000, "a1", vec![Tag::hashtag("grasp")]);
+    let a2 = repo.event(
         &alice,
-        7,
+        1630,
         2000,
         "a2",
         vec![Tag::public_key(bob.public_key())],
     );
-    let b1 = note(&bob, 1, 3000, "b1", vec![Tag::hashtag("other")]);
-    let b2 = note(&bob, 1621, 4000, "b2", vec![Tag::hashtag("grasp")]);
+    let b1 = repo.event(&bob, 1621, 3000, "b1", vec![Tag::hashtag("other")]);
+    let b2 = repo.event(&bob, 1111, 4000, "b2", vec![Tag::hashtag("grasp")]);
     for e in [&a1, &a2, &b1, &b2] {
-        assert!(c.send_event(e).await.unwrap().0);
+        assert_eq!(c.send_event(e).await.unwrap(), (true, String::new()));
     }
     let q = |f: Filter| vec![f];
     let mut c2 = connect(&server).await;
@@ -106,7 +146,7 @@ async fn req_filter_fields_or_and_limit() {
     // kinds
     assert_eq!(
         ids(&c2
-            .req(q(Filter::new().kinds([Kind::from(1)])))
+            .req(q(Filter::new().kinds([Kind::from(1621)])))
             .await
             .unwrap()),
         vec![b1.id, a1.id]
@@ -133,7 +173,7 @@ async fn req_filter_fields_or_and_limit() {
     assert_eq!(ids(&c2.req(q(f)).await.unwrap()), vec![b2.id]);
     // OR of filters, no duplicates
     let fs = vec![
-        Filter::new().kind(Kind::from(7)),
+        Filter::new().kind(Kind::from(1630)),
         Filter::new().hashtag("grasp"),
         Filter::new().id(a2.id),
     ];
@@ -143,16 +183,20 @@ async fn req_filter_fields_or_and_limit() {
         .authors([alice.public_key(), bob.public_key()])
         .limit(2);
     assert_eq!(ids(&c2.req(q(f)).await.unwrap()), vec![b2.id, b1.id]);
+    // #a: everything tagging the repository (the held announcement itself is not served)
+    let f = Filter::new().custom_tag(SingleLetterTag::from_char('a').unwrap(), repo.coordinate.clone());
+    assert_eq!(ids(&c2.req(q(f)).await.unwrap()), vec![b2.id, b1.id, a2.id, a1.id]);
 }
 
 #[tokio::test]
 async fn max_limit_caps_results() {
     let server = TestServer::start_with(&["--max-limit", "2"]);
     let mut c = connect(&server).await;
+    let repo = Anchor::announce(&server, &mut c).await;
     let keys = Keys::generate();
     for i in 0..4 {
         assert!(
-            c.send_event(&note(&keys, 1, 1000 + i, "n", vec![]))
+            c.send_event(&repo.event(&keys, 1621, 1000 + i, "n", vec![]))
                 .await
                 .unwrap()
                 .0
@@ -179,21 +223,22 @@ async fn live_broadcast_close_and_eose() {
     let server = TestServer::start();
     let mut sub = connect(&server).await;
     let mut publisher = connect(&server).await;
+    let repo = Anchor::announce(&server, &mut publisher).await;
     let keys = Keys::generate();
-    let old = note(&keys, 1, 1000, "stored", vec![]);
+    let old = repo.event(&keys, 1621, 1000, "stored", vec![]);
     assert!(publisher.send_event(&old).await.unwrap().0);
 
     let (sid, stored) = sub
         .subscribe(vec![Filter::new()
             .author(keys.public_key())
-            .kind(Kind::from(1))])
+            .kind(Kind::from(1621))])
         .await
         .unwrap();
     assert_eq!(ids(&stored), vec![old.id]);
 
     // A non-matching event is not delivered: the next event seen is the matching one sent after it.
-    let other_kind = note(&keys, 7, 1001, "not for you", vec![]);
-    let live = note(&keys, 1, 1002, "live", vec![]);
+    let other_kind = repo.event(&keys, 1630, 1001, "not for you", vec![]);
+    let live = repo.event(&keys, 1621, 1002, "live", vec![]);
     assert!(publisher.send_event(&other_kind).await.unwrap().0);
     assert!(publisher.send_event(&live).await.unwrap().0);
     assert_eq!(sub.next_event(&sid).await.unwrap().id, live.id);
@@ -204,7 +249,7 @@ async fn live_broadcast_close_and_eose() {
         .subscribe(vec![Filter::new().author(keys.public_key())])
         .await
         .unwrap();
-    let later = note(&keys, 1, 1003, "later", vec![]);
+    let later = repo.event(&keys, 1621, 1003, "later", vec![]);
     assert!(publisher.send_event(&later).await.unwrap().0);
     assert_eq!(sub.next_event(&sid2).await.unwrap().id, later.id);
     // The relay answers in order, so after this round trip anything sent for `later` has arrived.
@@ -219,44 +264,46 @@ async fn live_broadcast_close_and_eose() {
 async fn replaceable_and_addressable_replacement() {
     let server = TestServer::start();
     let mut c = connect(&server).await;
+    let repo = Anchor::announce(&server, &mut c).await;
     let keys = Keys::generate();
 
-    // replaceable: newer replaces, older refused
-    let r1 = note(&keys, 10002, 1000, "r1", vec![]);
-    let r2 = note(&keys, 10002, 2000, "r2", vec![]);
+    // replaceable (10317, the user's grasp list, is always accepted): newer replaces, older refused
+    let r1 = note(&keys, 10317, 1000, "r1", vec![]);
+    let r2 = note(&keys, 10317, 2000, "r2", vec![]);
     assert!(c.send_event(&r1).await.unwrap().0);
     assert!(c.send_event(&r2).await.unwrap().0);
     let (ok, msg) = c.send_event(&r1).await.unwrap();
     assert!(!ok || msg.starts_with("duplicate:"), "{ok} {msg}");
-    let r0 = note(&keys, 10002, 500, "r0", vec![]);
+    let r0 = note(&keys, 10317, 500, "r0", vec![]);
     let (ok, msg) = c.send_event(&r0).await.unwrap();
     assert!(!ok, "an older replaceable event must be refused: {msg}");
     assert_eq!(
         ids(&c
             .req(vec![Filter::new()
                 .author(keys.public_key())
-                .kind(Kind::from(10002))])
+                .kind(Kind::from(10317))])
             .await
             .unwrap()),
         vec![r2.id]
     );
 
-    // addressable, same second: lower id wins, higher id refused afterwards
+    // addressable (an application-data event about the repository), same second: lower id
+    // wins, higher id refused afterwards
     let d = || vec![Tag::identifier("repo")];
-    let x = note(&keys, 30618, 3000, "x", d());
-    let y = note(&keys, 30618, 3000, "y", d());
+    let x = repo.event(&keys, 30078, 3000, "x", d());
+    let y = repo.event(&keys, 30078, 3000, "y", d());
     let (low, high) = if x.id < y.id { (x, y) } else { (y, x) };
     assert!(c.send_event(&high).await.unwrap().0);
     assert!(
         c.send_event(&low).await.unwrap().0,
         "lower id must replace at the same second"
     );
-    let again = note(&keys, 30618, 3000, "z", d());
+    let again = repo.event(&keys, 30078, 3000, "z", d());
     let (ok, _) = c.send_event(&again).await.unwrap();
     assert_eq!(ok, again.id < low.id);
     let got = c
         .req(vec![Filter::new()
-            .kind(Kind::from(30618))
+            .kind(Kind::from(30078))
             .author(keys.public_key())
             .identifier("repo")])
         .await
@@ -264,16 +311,20 @@ async fn replaceable_and_addressable_replacement() {
     assert_eq!(got.len(), 1);
     assert_eq!(got[0].id, low.id.min(again.id));
     // a different d tag is independent
-    let other = note(&keys, 30618, 10, "o", vec![Tag::identifier("other")]);
+    let other = repo.event(&keys, 30078, 10, "o", vec![Tag::identifier("other")]);
     assert!(c.send_event(&other).await.unwrap().0);
+    let older = repo.event(&keys, 30078, 2999, "older", d());
+    let (ok, msg) = c.send_event(&older).await.unwrap();
+    assert!(!ok && msg.starts_with("invalid:"), "an older addressable event must be refused: {msg}");
 }
 
 #[tokio::test]
 async fn deletion_removes_and_blocks_republish() {
     let server = TestServer::start();
     let mut c = connect(&server).await;
+    let repo = Anchor::announce(&server, &mut c).await;
     let (alice, mallory) = (Keys::generate(), Keys::generate());
-    let e = note(&alice, 1, 1000, "regret", vec![]);
+    let e = repo.event(&alice, 1621, 1000, "regret", vec![]);
     assert!(c.send_event(&e).await.unwrap().0);
 
     let bad = note(&mallory, 5, 1001, "", vec![Tag::event(e.id)]);
@@ -292,18 +343,22 @@ async fn deletion_removes_and_blocks_republish() {
     assert!(!ok && msg.starts_with("blocked:"), "{msg}");
 
     // addressable by coordinate
-    let ann = note(&alice, 30617, 2000, "", vec![Tag::identifier("r")]);
-    assert!(c.send_event(&ann).await.unwrap().0);
-    let coord = Coordinate::new(Kind::from(30617), alice.public_key()).identifier("r");
+    let addr = repo.event(&alice, 30078, 2000, "", vec![Tag::identifier("r")]);
+    assert!(c.send_event(&addr).await.unwrap().0);
+    assert_eq!(c.req(vec![Filter::new().id(addr.id)]).await.unwrap().len(), 1);
+    let coord = Coordinate::new(Kind::from(30078), alice.public_key()).identifier("r");
     let del = note(&alice, 5, 2001, "", vec![Tag::coordinate(coord, None)]);
     assert!(c.send_event(&del).await.unwrap().0);
     assert!(c
-        .req(vec![Filter::new().id(ann.id)])
+        .req(vec![Filter::new().id(addr.id)])
         .await
         .unwrap()
         .is_empty());
-    let (ok, _) = c.send_event(&ann).await.unwrap();
-    assert!(!ok);
+    let (ok, msg) = c.send_event(&addr).await.unwrap();
+    assert!(!ok && msg.starts_with("blocked:"), "{msg}");
+    // a version newer than the deletion is a new event and accepted
+    let newer = repo.event(&alice, 30078, 2002, "again", vec![Tag::identifier("r")]);
+    assert_eq!(c.send_event(&newer).await.unwrap(), (true, String::new()));
 }
 
 #[tokio::test]
@@ -334,8 +389,9 @@ async fn too_many_subscriptions_and_filters_are_closed() {
 async fn oversized_message_is_answered_and_connection_survives() {
     let server = TestServer::start_with(&["--max-message-bytes", "2048"]);
     let mut c = connect(&server).await;
+    let repo = Anchor::announce(&server, &mut c).await;
     let keys = Keys::generate();
-    let big = note(&keys, 1, 1000, &"x".repeat(4096), vec![]);
+    let big = repo.event(&keys, 1621, 1000, &"x".repeat(4096), vec![]);
     let (ok, msg) = c.send_event(&big).await.unwrap();
     assert!(!ok && msg.contains("too large"), "{msg}");
     c.raw_send(format!(
@@ -345,8 +401,8 @@ async fn oversized_message_is_answered_and_connection_survives() {
     .await
     .unwrap();
     assert!(c.wait_notice().await.unwrap().contains("too large"));
-    let small = note(&keys, 1, 1001, "fits", vec![]);
-    assert!(c.send_event(&small).await.unwrap().0);
+    let small = repo.event(&keys, 1621, 1001, "fits", vec![]);
+    assert_eq!(c.send_event(&small).await.unwrap(), (true, String::new()));
     assert!(c
         .req(vec![Filter::new().id(big.id)])
         .await
@@ -390,9 +446,10 @@ async fn garbage_gets_notice_and_connection_survives() {
     assert!(c.wait_notice().await.unwrap().contains("binary"));
     c.ping_relay().await.unwrap();
     c.ws_ping().await.unwrap();
+    let repo = Anchor::announce(&server, &mut c).await;
     let keys = Keys::generate();
     assert!(
-        c.send_event(&note(&keys, 1, 1, "still here", vec![]))
+        c.send_event(&repo.event(&keys, 1621, 1, "still here", vec![]))
             .await
             .unwrap()
             .0
@@ -475,10 +532,11 @@ async fn data_dir_lock_refuses_second_instance() {
 async fn sigterm_exits_cleanly_and_restart_keeps_events() {
     let mut server = TestServer::start();
     let keys = Keys::generate();
-    let e = note(&keys, 1, 1000, "persist me", vec![]);
     {
         let mut c = connect(&server).await;
-        assert!(c.send_event(&e).await.unwrap().0);
+        let repo = Anchor::announce(&server, &mut c).await;
+        let e = repo.event(&keys, 1621, 1000, "persist me", vec![]);
+        assert_eq!(c.send_event(&e).await.unwrap(), (true, String::new()));
         // an open connection must not block shutdown
         let mut idle = connect(&server).await;
         idle.subscribe(vec![Filter::new().limit(0)]).await.unwrap();
@@ -491,10 +549,9 @@ async fn sigterm_exits_cleanly_and_restart_keeps_events() {
     }
     server.restart();
     let mut c = connect(&server).await;
-    assert_eq!(
-        ids(&c.req(vec![Filter::new().id(e.id)]).await.unwrap()),
-        vec![e.id]
-    );
+    let kept = c.req(vec![Filter::new().author(keys.public_key())]).await.unwrap();
+    assert_eq!(kept.len(), 1);
+    assert_eq!(kept[0].content, "persist me");
     // after SIGKILL the lock is released too
     server.kill();
     server.restart();
@@ -503,17 +560,23 @@ async fn sigterm_exits_cleanly_and_restart_keeps_events() {
 }
 
 #[tokio::test]
-async fn ephemeral_events_are_broadcast_not_stored() {
+async fn ephemeral_events_about_a_repository_are_broadcast_not_stored() {
     let server = TestServer::start();
     let mut sub = connect(&server).await;
     let mut publisher = connect(&server).await;
+    let repo = Anchor::announce(&server, &mut publisher).await;
     let keys = Keys::generate();
     let (sid, _) = sub
         .subscribe(vec![Filter::new().author(keys.public_key())])
         .await
         .unwrap();
-    let eph = note(&keys, 20001, 1000, "fleeting", vec![]);
-    assert!(publisher.send_event(&eph).await.unwrap().0);
+    // An ephemeral event unrelated to any repository is refused by the GRASP policy, clearly.
+    let unrelated = note(&keys, 20001, 999, "chatter", vec![]);
+    let (ok, msg) = publisher.send_event(&unrelated).await.unwrap();
+    assert!(!ok && msg.starts_with("blocked:") && msg.contains("repository"), "{msg}");
+    // One about a repository is broadcast (and is the first event the subscription sees).
+    let eph = repo.event(&keys, 20001, 1000, "fleeting", vec![]);
+    assert_eq!(publisher.send_event(&eph).await.unwrap(), (true, String::new()));
     assert_eq!(sub.next_event(&sid).await.unwrap().id, eph.id);
     assert!(publisher
         .req(vec![Filter::new().id(eph.id)])
@@ -527,10 +590,11 @@ async fn req_with_open_id_replaces_the_subscription() {
     let server = TestServer::start();
     let mut sub = connect(&server).await;
     let mut publisher = connect(&server).await;
+    let repo = Anchor::announce(&server, &mut publisher).await;
     let keys = Keys::generate();
     let id = SubscriptionId::new("same");
-    let kind1 = Filter::new().author(keys.public_key()).kind(Kind::from(1));
-    let kind7 = Filter::new().author(keys.public_key()).kind(Kind::from(7));
+    let kind1 = Filter::new().author(keys.public_key()).kind(Kind::from(1621));
+    let kind7 = Filter::new().author(keys.public_key()).kind(Kind::from(1630));
     assert!(matches!(
         sub.req_with_id(&id, vec![kind1]).await.unwrap(),
         ReqOutcome::Eose(_)
@@ -539,9 +603,9 @@ async fn req_with_open_id_replaces_the_subscription() {
         sub.req_with_id(&id, vec![kind7]).await.unwrap(),
         ReqOutcome::Eose(_)
     ));
-    let one = note(&keys, 1, 1000, "old filter", vec![]);
-    let seven = note(&keys, 7, 1001, "new filter", vec![]);
-    assert!(publisher.send_event(&one).await.unwrap().0);
-    assert!(publisher.send_event(&seven).await.unwrap().0);
+    let one = repo.event(&keys, 1621, 1000, "old filter", vec![]);
+    let seven = repo.event(&keys, 1630, 1001, "new filter", vec![]);
+    assert_eq!(publisher.send_event(&one).await.unwrap(), (true, String::new()));
+    assert_eq!(publisher.send_event(&seven).await.unwrap(), (true, String::new()));
     assert_eq!(sub.next_event(&id).await.unwrap().id, seven.id);
 }
