@@ -373,6 +373,16 @@ async fn head_follows_the_state() {
     let cl = tmp.path().join("clone");
     clone(&repo.url, &cl, &[]).unwrap();
     assert_eq!(grasp_tests::git::git(&cl, &["rev-parse", "HEAD"]), c2, "a clone checks out the state's HEAD");
+
+    // A newer state that only moves HEAD: its objects are here, so it is served and HEAD moves.
+    let st2 = state_at(&owner, "head", &[("refs/heads/main", &c1), ("refs/heads/dev", &c2)], Some("main"), now() + 1);
+    served(&mut c, &st2).await;
+    assert_eq!(bare_head(&dir), "refs/heads/main");
+    // A state without HEAD and without main: HEAD goes to a branch that exists.
+    let st3 = state_at(&owner, "head", &[("refs/heads/dev", &c2)], None, now() + 2);
+    served(&mut c, &st3).await;
+    assert_eq!(bare_refs(&dir), refs(&[("refs/heads/dev", &c2)]));
+    assert_eq!(bare_head(&dir), "refs/heads/dev");
 }
 
 #[tokio::test]
@@ -425,6 +435,74 @@ async fn relay_stopped_push_is_rejected_and_the_repository_unchanged() {
     assert!(err.contains("could not get a verdict from the GRASP relay"), "{err}");
     assert!(err.contains("nothing was changed"), "{err}");
     assert!(bare_refs(&dir).is_empty());
+}
+
+fn signal(pid: u32, sig: &str) {
+    let ok = std::process::Command::new("kill").arg(format!("-{sig}")).arg(pid.to_string()).status().unwrap().success();
+    assert!(ok, "kill -{sig} {pid}");
+}
+
+#[tokio::test]
+async fn pre_receive_fails_closed_on_a_hung_relay_or_a_garbage_answer() {
+    let mut server = TestServer::start();
+    let tmp = tempfile::tempdir().unwrap();
+    let mut c = connect(&server).await;
+    let owner = Keys::generate();
+    held(&mut c, &announcement(&server, &owner, "hung", &[])).await;
+    let work = WorkTree::new(tmp.path().join("w"));
+    let c1 = work.commit("a", "1");
+    held(&mut c, &state(&owner, "hung", &[("refs/heads/main", &c1)], Some("main"))).await;
+    drop(c);
+    let dir = repo_dir(&server, &owner.public_key(), "hung");
+
+    // A relay that accepts connections but never answers: rejected after the hook's deadline.
+    let pid = server.pid().unwrap();
+    signal(pid, "STOP");
+    let started = Instant::now();
+    let res = push_on_disk(&work, &dir, None, &["main"]);
+    let took = started.elapsed();
+    signal(pid, "CONT");
+    let err = res.unwrap_err();
+    assert!(took < Duration::from_secs(20), "bounded time: {took:?}");
+    assert!(err.contains("could not get a verdict from the GRASP relay"), "{err}");
+    assert!(bare_refs(&dir).is_empty());
+
+    // Something that answers garbage where the relay should be: rejected too.
+    server.stop();
+    let fake = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    std::fs::write(server.data_dir().join("api-addr"), fake.local_addr().unwrap().to_string()).unwrap();
+    let answer = std::thread::spawn(move || {
+        use std::io::{Read, Write};
+        let (mut conn, _) = fake.accept().unwrap();
+        let mut buf = [0u8; 4096];
+        let _ = conn.read(&mut buf);
+        let _ = conn.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\nConnection: close\r\n\r\nnot json!");
+    });
+    let err = push_on_disk(&work, &dir, None, &["main"]).unwrap_err();
+    answer.join().unwrap();
+    assert!(err.contains("the relay answered something this hook does not understand"), "{err}");
+    assert!(bare_refs(&dir).is_empty());
+}
+
+#[tokio::test]
+async fn unclaimed_placeholder_ref_is_removed_when_it_expires() {
+    let server = TestServer::start_with(&["--purgatory-ttl", "2"]);
+    let tmp = tempfile::tempdir().unwrap();
+    let mut c = connect(&server).await;
+    let owner = Keys::generate();
+    held(&mut c, &announcement(&server, &owner, "ph", &[])).await;
+    let repo = Repo::new(&tmp.path().join("w"), &server, &owner.public_key(), "ph");
+    let dir = repo_dir(&server, &owner.public_key(), "ph");
+    let c1 = repo.commit("a", "1");
+    held(&mut c, &state(&owner, "ph", &[("refs/heads/main", &c1)], Some("main"))).await;
+    repo.push(&["main"]).unwrap();
+    let id = random_event_id();
+    let name = format!("refs/nostr/{id}");
+    repo.push(&[&format!("main:{name}")]).unwrap();
+    assert!(bare_refs(&dir).contains_key(&name));
+    wait_until("the unclaimed placeholder's ref to go", TIMEOUT, || (!bare_refs(&dir).contains_key(&name)).then_some(())).unwrap();
+    assert_eq!(bare_refs(&dir), refs(&[("refs/heads/main", &c1)]), "the served refs stay");
+    assert!(!purgatory_listing(&server).await.to_string().contains(&id));
 }
 
 #[tokio::test]
