@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use grasp_state::hook_api::{PreReceiveResponse, HOOK_API_VERSION};
 use grasp_state::nip34::PullRequest;
-use grasp_state::push::{decide_push, PushDecision, PushRequest, StateCandidate, StateSource};
+use grasp_state::push::{decide_push, PushDecision, PushRequest, Rejection, StateCandidate, StateSource};
 use grasp_state::refs::RefUpdate;
 use nostr::prelude::{EventId, PublicKey, ToBech32};
 
@@ -43,11 +43,23 @@ impl Grasp {
             candidates.push(StateCandidate { state, source: StateSource::Purgatory });
         }
         let mut known_prs = BTreeMap::new();
+        let mut not_prs = Vec::new();
         for u in updates {
             let Some(id) = u.name.strip_prefix("refs/nostr/").and_then(|h| EventId::from_hex(h).ok()) else { continue };
             if let Some(ev) = self.event_by_id(&id).await {
-                if let Ok(pr) = PullRequest::from_event(&ev) {
-                    known_prs.insert(id, pr.commit);
+                match PullRequest::from_event(&ev) {
+                    Ok(pr) => {
+                        known_prs.insert(id, pr.commit);
+                    }
+                    // A stored event that is no pull request will never claim this ref.
+                    Err(_) if !u.is_noop() && u.new != grasp_state::refs::ZERO_OID => not_prs.push(format!(
+                        "{}: event {} is a kind {} event, not a pull request (1618) or pull request update (1619) \
+                         with a `c` tag: push pull request commits to refs/nostr/<pull request event id>",
+                        u.name,
+                        &id.to_hex()[..12],
+                        ev.kind.as_u16()
+                    )),
+                    Err(_) => {}
                 }
                 continue;
             }
@@ -56,6 +68,15 @@ impl Grasp {
             }
         }
         let decision = decide_push(&PushRequest { current: &current, updates, candidates: &candidates, known_prs: &known_prs });
+        // One rejection lists every problem, the relay's own checks included.
+        let decision = match decision {
+            PushDecision::Accept(_) if !not_prs.is_empty() => PushDecision::Reject(Rejection { reasons: not_prs }),
+            PushDecision::Reject(mut rej) => {
+                rej.reasons.extend(not_prs);
+                PushDecision::Reject(rej)
+            }
+            accepted => accepted,
+        };
         match decision {
             PushDecision::Accept(acc) => {
                 let mut messages = Vec::new();

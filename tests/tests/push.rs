@@ -264,6 +264,11 @@ async fn refs_outside_the_served_namespaces_and_invalid_nostr_ids_are_rejected()
     let upper = random_event_id().to_uppercase();
     let err = repo.push(&[&format!("main:refs/nostr/{upper}")]).unwrap_err();
     assert!(err.contains("64 character lowercase hex event id"), "{err}");
+    // A stored event that is no pull request cannot name a refs/nostr/ ref.
+    let bug = issue(&owner, &owner.public_key(), "ns");
+    served(&mut c, &bug).await;
+    let err = repo.push(&[&format!("main:refs/nostr/{}", bug.id.to_hex())]).unwrap_err();
+    assert!(err.contains(&format!("event {} is a kind 1621 event, not a pull request", &bug.id.to_hex()[..12])), "{err}");
     let err = repo.push(&["main:refs/notes/x"]).unwrap_err();
     assert!(err.contains("refs/notes/x: this server only accepts pushes to refs/heads/*, refs/tags/* and refs/nostr/<event-id>"), "{err}");
     assert!(bare_refs(&repo_dir(&server, &owner.public_key(), "ns")).is_empty());
