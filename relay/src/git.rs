@@ -259,7 +259,7 @@ mod tests {
         // All or nothing: the stale delete fails the whole transaction.
         assert!(update_refs(&repo, &[good.clone(), stale]).is_err());
         assert!(!read_refs(&repo).unwrap().contains_key("refs/heads/dev"));
-        update_refs(&repo, &[good.clone()]).unwrap();
+        update_refs(&repo, std::slice::from_ref(&good)).unwrap();
         assert_eq!(read_refs(&repo).unwrap()["refs/heads/dev"], tip);
         // Creating a ref that exists now fails.
         assert!(update_refs(&repo, &[good]).is_err());

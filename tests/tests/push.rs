@@ -491,14 +491,15 @@ async fn pre_receive_fails_closed_on_a_hung_relay_or_a_garbage_answer() {
 
 #[tokio::test]
 async fn unclaimed_placeholder_ref_is_removed_when_it_expires() {
-    let server = TestServer::start_with(&["--purgatory-ttl", "2"]);
+    let server = TestServer::start_with(&["--purgatory-ttl", "3"]);
     let tmp = tempfile::tempdir().unwrap();
     let mut c = connect(&server).await;
     let owner = Keys::generate();
-    held(&mut c, &announcement(&server, &owner, "ph", &[])).await;
     let repo = Repo::new(&tmp.path().join("w"), &server, &owner.public_key(), "ph");
     let dir = repo_dir(&server, &owner.public_key(), "ph");
     let c1 = repo.commit("a", "1");
+    // Promote the announcement at once (before its short TTL), so only the placeholder expires.
+    held(&mut c, &announcement(&server, &owner, "ph", &[])).await;
     held(&mut c, &state(&owner, "ph", &[("refs/heads/main", &c1)], Some("main"))).await;
     repo.push(&["main"]).unwrap();
     let id = random_event_id();
