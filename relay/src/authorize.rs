@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use grasp_state::hook_api::{PreReceiveResponse, HOOK_API_VERSION};
 use grasp_state::nip34::PullRequest;
 use grasp_state::push::{decide_push, PushDecision, PushRequest, Rejection, StateCandidate, StateSource};
+use grasp_state::purgatory::RepoId;
 use grasp_state::refs::RefUpdate;
 use nostr::prelude::{EventId, PublicKey, ToBech32};
 
@@ -77,6 +78,15 @@ impl Grasp {
             }
             accepted => accepted,
         };
+        // Git-first pull request refs: reserve their placeholders now, so that the purgatory's caps
+        // apply before any data lands and a crash before post-receive loses nothing.
+        let decision = match decision {
+            PushDecision::Accept(acc) => match self.reserve_placeholders(owner, identifier, &acc.placeholders) {
+                Ok(()) => PushDecision::Accept(acc),
+                Err(reasons) => PushDecision::Reject(Rejection { reasons }),
+            },
+            rejected => rejected,
+        };
         match decision {
             PushDecision::Accept(acc) => {
                 let mut messages = Vec::new();
@@ -108,5 +118,30 @@ impl Grasp {
                 reject(messages)
             }
         }
+    }
+
+    /// Records a placeholder for each `(event id, commit)` pushed to `refs/nostr/` before its
+    /// event is known. All or nothing: if one cannot be recorded (purgatory full, or another push
+    /// already waits with a different commit for that id), the ones created here are dropped again
+    /// and the reasons returned.
+    fn reserve_placeholders(&self, owner: &PublicKey, identifier: &str, placeholders: &[(EventId, String)]) -> Result<(), Vec<String>> {
+        let mut p = self.purgatory.lock().unwrap();
+        let mut created = Vec::new();
+        let mut reasons = Vec::new();
+        for (id, commit) in placeholders {
+            let new = p.find_pr(id).is_none();
+            match p.add_pr_placeholder(*id, commit.clone(), RepoId::new(*owner, identifier)) {
+                Ok(()) if new => created.push(*id),
+                Ok(()) => {}
+                Err(e) => reasons.push(format!("refs/nostr/{}: {e}", id.to_hex())),
+            }
+        }
+        if reasons.is_empty() {
+            return Ok(());
+        }
+        for id in created {
+            p.remove_pr(&id);
+        }
+        Err(reasons)
     }
 }

@@ -303,6 +303,30 @@ async fn unknown_nostr_id_is_a_placeholder_until_its_event_comes() {
 }
 
 #[tokio::test]
+async fn placeholders_are_capped_and_keep_their_commit() {
+    let server = TestServer::start_with(&["--placeholders-per-repo", "1"]);
+    let tmp = tempfile::tempdir().unwrap();
+    let mut c = connect(&server).await;
+    let owner = Keys::generate();
+    held(&mut c, &announcement(&server, &owner, "cap", &[])).await;
+    let repo = Repo::new(&tmp.path().join("w"), &server, &owner.public_key(), "cap");
+    let dir = repo_dir(&server, &owner.public_key(), "cap");
+    let c1 = repo.commit("a", "1");
+    let c2 = repo.commit("b", "2");
+    let (first, second) = (random_event_id(), random_event_id());
+    repo.push(&[&format!("{c1}:refs/nostr/{first}")]).unwrap();
+    // Another commit for a waiting id is refused; the first push's commit stays.
+    let err = repo.push(&[&format!("+{c2}:refs/nostr/{first}")]).unwrap_err();
+    assert!(err.contains(&format!("refs/nostr/{first}: refs/nostr/<event-id> is already waiting with commit {c1}")), "{err}");
+    // The repository's placeholder budget is spent: refused before any data lands.
+    let err = repo.push(&[&format!("{c2}:refs/nostr/{second}")]).unwrap_err();
+    assert!(err.contains(&format!("refs/nostr/{second}: ")) && err.contains("already has 1 refs/nostr/* pushes waiting for their events"), "{err}");
+    assert_eq!(bare_refs(&dir), refs(&[(&format!("refs/nostr/{first}"), &c1)]));
+    let listing = purgatory_listing(&server).await.to_string();
+    assert!(listing.contains(&first) && !listing.contains(&second), "{listing}");
+}
+
+#[tokio::test]
 async fn git_first_then_event_with_another_commit_deletes_the_ref_and_the_event_waits() {
     let server = TestServer::start();
     let tmp = tempfile::tempdir().unwrap();
