@@ -426,11 +426,15 @@ async fn second_owners_repository_receives_the_objects() {
     held(&mut c, &ann2).await;
     let repo = Repo::new(&tmp.path().join("w"), &server, &owner1.public_key(), "shared");
     let c1 = repo.commit("a", "1");
-    let st = state(&owner1, "shared", &[("refs/heads/main", &c1), ("refs/tags/v1", &c1)], Some("main"));
+    // An annotated tag: the state names the tag object, which must be copied too.
+    grasp_tests::git::git(&repo.work.dir, &["tag", "-a", "v1", "-m", "version 1"]);
+    let tag = repo.rev("refs/tags/v1");
+    assert_ne!(tag, c1);
+    let st = state(&owner1, "shared", &[("refs/heads/main", &c1), ("refs/tags/v1", &tag)], Some("main"));
     held(&mut c, &st).await;
-    let out = repo.push(&["main", "main:refs/tags/v1"]).unwrap();
+    let out = repo.push(&["main", "refs/tags/v1"]).unwrap();
     assert!(says_released(&out, &st) && says_released(&out, &ann1) && says_released(&out, &ann2), "{out}");
-    let want = refs(&[("refs/heads/main", &c1), ("refs/tags/v1", &c1)]);
+    let want = refs(&[("refs/heads/main", &c1), ("refs/tags/v1", &tag)]);
     let dir2 = repo_dir(&server, &owner2.public_key(), "shared");
     assert_eq!(bare_refs(&dir2), want);
     assert_eq!(bare_head(&dir2), "refs/heads/main");
