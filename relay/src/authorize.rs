@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 
 use grasp_state::hook_api::{PreReceiveResponse, HOOK_API_VERSION};
 use grasp_state::nip34::PullRequest;
-use grasp_state::push::{decide_push, PushDecision, PushRequest, StateCandidate, StateSource};
+use grasp_state::push::{decide_push, PushDecision, PushRequest, Rejection, StateCandidate, StateSource};
+use grasp_state::purgatory::RepoId;
 use grasp_state::refs::RefUpdate;
 use nostr::prelude::{EventId, PublicKey, ToBech32};
 
@@ -43,11 +44,23 @@ impl Grasp {
             candidates.push(StateCandidate { state, source: StateSource::Purgatory });
         }
         let mut known_prs = BTreeMap::new();
+        let mut not_prs = Vec::new();
         for u in updates {
             let Some(id) = u.name.strip_prefix("refs/nostr/").and_then(|h| EventId::from_hex(h).ok()) else { continue };
             if let Some(ev) = self.event_by_id(&id).await {
-                if let Ok(pr) = PullRequest::from_event(&ev) {
-                    known_prs.insert(id, pr.commit);
+                match PullRequest::from_event(&ev) {
+                    Ok(pr) => {
+                        known_prs.insert(id, pr.commit);
+                    }
+                    // A stored event that is no pull request will never claim this ref.
+                    Err(_) if !u.is_noop() && u.new != grasp_state::refs::ZERO_OID => not_prs.push(format!(
+                        "{}: event {} is a kind {} event, not a pull request (1618) or pull request update (1619) \
+                         with a `c` tag: push pull request commits to refs/nostr/<pull request event id>",
+                        u.name,
+                        &id.to_hex()[..12],
+                        ev.kind.as_u16()
+                    )),
+                    Err(_) => {}
                 }
                 continue;
             }
@@ -56,6 +69,24 @@ impl Grasp {
             }
         }
         let decision = decide_push(&PushRequest { current: &current, updates, candidates: &candidates, known_prs: &known_prs });
+        // One rejection lists every problem, the relay's own checks included.
+        let decision = match decision {
+            PushDecision::Accept(_) if !not_prs.is_empty() => PushDecision::Reject(Rejection { reasons: not_prs }),
+            PushDecision::Reject(mut rej) => {
+                rej.reasons.extend(not_prs);
+                PushDecision::Reject(rej)
+            }
+            accepted => accepted,
+        };
+        // Git-first pull request refs: reserve their placeholders now, so that the purgatory's caps
+        // apply before any data lands and a crash before post-receive loses nothing.
+        let decision = match decision {
+            PushDecision::Accept(acc) => match self.reserve_placeholders(owner, identifier, &acc.placeholders) {
+                Ok(()) => PushDecision::Accept(acc),
+                Err(reasons) => PushDecision::Reject(Rejection { reasons }),
+            },
+            rejected => rejected,
+        };
         match decision {
             PushDecision::Accept(acc) => {
                 let mut messages = Vec::new();
@@ -87,5 +118,30 @@ impl Grasp {
                 reject(messages)
             }
         }
+    }
+
+    /// Records a placeholder for each `(event id, commit)` pushed to `refs/nostr/` before its
+    /// event is known. All or nothing: if one cannot be recorded (purgatory full, or another push
+    /// already waits with a different commit for that id), the ones created here are dropped again
+    /// and the reasons returned.
+    fn reserve_placeholders(&self, owner: &PublicKey, identifier: &str, placeholders: &[(EventId, String)]) -> Result<(), Vec<String>> {
+        let mut p = self.purgatory.lock().unwrap();
+        let mut created = Vec::new();
+        let mut reasons = Vec::new();
+        for (id, commit) in placeholders {
+            let new = p.find_pr(id).is_none();
+            match p.add_pr_placeholder(*id, commit.clone(), RepoId::new(*owner, identifier)) {
+                Ok(()) if new => created.push(*id),
+                Ok(()) => {}
+                Err(e) => reasons.push(format!("refs/nostr/{}: {e}", id.to_hex())),
+            }
+        }
+        if reasons.is_empty() {
+            return Ok(());
+        }
+        for id in created {
+            p.remove_pr(&id);
+        }
+        Err(reasons)
     }
 }

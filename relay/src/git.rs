@@ -9,7 +9,7 @@ use std::io::Write;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-use grasp_state::refs::{RefMap, ZERO_OID};
+use grasp_state::refs::{is_valid_oid, RefMap, ZERO_OID};
 
 /// A failed git command, with what git said.
 #[derive(Debug, thiserror::Error)]
@@ -66,26 +66,29 @@ pub fn read_refs(repo: &Path) -> Result<RefMap, GitError> {
         .collect())
 }
 
-/// Which of `oids` the repository does not have (one `cat-file --batch-check` for all).
+/// Which of `oids` the repository does not have, in input order (one `git cat-file
+/// --batch-check` for all). Anything that is not a full hex object id counts as missing and is
+/// never passed to git.
 pub fn missing_objects(repo: &Path, oids: &[String]) -> Result<Vec<String>, GitError> {
-    if oids.is_empty() {
-        return Ok(Vec::new());
+    let valid: Vec<&String> = oids.iter().filter(|o| is_valid_oid(o)).collect();
+    let mut present = std::collections::HashSet::new();
+    if !valid.is_empty() {
+        let input: String = valid.iter().map(|o| format!("{o}\n")).collect();
+        let mut cmd = git(repo);
+        cmd.args(["cat-file", "--batch-check=%(objectname)"]);
+        let out = run(repo, cmd, "cat-file", Some(input.as_bytes()))?;
+        let text = String::from_utf8_lossy(&out);
+        let lines: Vec<&str> = text.lines().collect();
+        if lines.len() != valid.len() {
+            return Err(GitError::Failed {
+                command: "cat-file --batch-check".into(),
+                repo: repo.display().to_string(),
+                stderr: format!("{} answers for {} object ids", lines.len(), valid.len()),
+            });
+        }
+        present.extend(valid.iter().zip(&lines).filter(|(_, l)| !l.ends_with(" missing")).map(|(o, _)| o.as_str()));
     }
-    let mut input = String::new();
-    for oid in oids {
-        input.push_str(oid);
-        input.push('\n');
-    }
-    let mut cmd = git(repo);
-    cmd.args(["cat-file", "--batch-check=%(objectname)"]);
-    let out = run(repo, cmd, "cat-file", Some(input.as_bytes()))?;
-    let text = String::from_utf8_lossy(&out);
-    Ok(oids
-        .iter()
-        .zip(text.lines())
-        .filter(|(_, line)| line.ends_with(" missing"))
-        .map(|(oid, _)| oid.clone())
-        .collect())
+    Ok(oids.iter().filter(|o| !present.contains(o.as_str())).cloned().collect())
 }
 
 /// One compare-and-swap ref change.
@@ -158,6 +161,14 @@ pub fn fetch_objects_local(repo: &Path, from: &Path, oids: &[String]) -> Result<
     if oids.is_empty() {
         return Ok(());
     }
+    // Object ids only: anything else could be read by `git fetch` as an option or a refspec.
+    if let Some(bad) = oids.iter().find(|o| !is_valid_oid(o)) {
+        return Err(GitError::Failed {
+            command: "fetch".into(),
+            repo: repo.display().to_string(),
+            stderr: format!("refusing to fetch {bad:?}: not an object id"),
+        });
+    }
     let mut cmd = git(repo);
     cmd.args([
         "fetch",
@@ -196,5 +207,75 @@ mod tests {
             ]
         );
         assert!(alignment(&target, &target).is_empty());
+    }
+
+    fn run_in(dir: &Path, args: &[&str]) -> String {
+        let out = Command::new("git")
+            .args(args)
+            .current_dir(dir)
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("GIT_AUTHOR_NAME", "t")
+            .env("GIT_AUTHOR_EMAIL", "t@t")
+            .env("GIT_COMMITTER_NAME", "t")
+            .env("GIT_COMMITTER_EMAIL", "t@t")
+            .env_remove("GIT_DIR")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap().trim().to_string()
+    }
+
+    /// A bare repository with `main` and tag `v1` at one commit; returns (tmp, repo, commit).
+    fn fixture() -> (tempfile::TempDir, std::path::PathBuf, String) {
+        let tmp = tempfile::tempdir().unwrap();
+        let (repo, work) = (tmp.path().join("r.git"), tmp.path().join("w"));
+        run_in(tmp.path(), &["init", "-q", "--bare", repo.to_str().unwrap()]);
+        run_in(tmp.path(), &["init", "-q", work.to_str().unwrap()]);
+        run_in(&work, &["commit", "-q", "--allow-empty", "-m", "one"]);
+        run_in(&work, &["push", "-q", repo.to_str().unwrap(), "HEAD:refs/heads/main", "HEAD:refs/tags/v1"]);
+        let tip = run_in(&work, &["rev-parse", "HEAD"]);
+        (tmp, repo, tip)
+    }
+
+    #[test]
+    fn reads_refs_and_finds_missing_objects() {
+        let (_tmp, repo, tip) = fixture();
+        let refs = read_refs(&repo).unwrap();
+        assert_eq!(refs.keys().collect::<Vec<_>>(), ["refs/heads/main", "refs/tags/v1"]);
+        assert_eq!(refs["refs/heads/main"], tip);
+        let absent = "1".repeat(40);
+        let asked = vec![absent.clone(), tip.clone(), "nonsense\nHEAD".to_string(), "--help".to_string()];
+        assert_eq!(missing_objects(&repo, &asked).unwrap(), vec![absent, "nonsense\nHEAD".to_string(), "--help".to_string()]);
+        assert!(missing_objects(&repo, &[]).unwrap().is_empty());
+        assert!(missing_objects(&repo, std::slice::from_ref(&tip)).unwrap().is_empty());
+    }
+
+    #[test]
+    fn ref_updates_are_compare_and_swap() {
+        let (_tmp, repo, tip) = fixture();
+        let stale = RefChange::Delete { name: "refs/heads/main".into(), old: "2".repeat(40) };
+        let good = RefChange::Set { name: "refs/heads/dev".into(), old: ZERO_OID.into(), new: tip.clone() };
+        // All or nothing: the stale delete fails the whole transaction.
+        assert!(update_refs(&repo, &[good.clone(), stale]).is_err());
+        assert!(!read_refs(&repo).unwrap().contains_key("refs/heads/dev"));
+        update_refs(&repo, std::slice::from_ref(&good)).unwrap();
+        assert_eq!(read_refs(&repo).unwrap()["refs/heads/dev"], tip);
+        // Creating a ref that exists now fails.
+        assert!(update_refs(&repo, &[good]).is_err());
+        set_head(&repo, "refs/heads/dev").unwrap();
+        assert_eq!(head(&repo).unwrap().as_deref(), Some("refs/heads/dev"));
+    }
+
+    #[test]
+    fn local_fetch_copies_objects_and_refuses_non_oids() {
+        let (tmp, src, tip) = fixture();
+        let dst = tmp.path().join("d.git");
+        run_in(tmp.path(), &["init", "-q", "--bare", dst.to_str().unwrap()]);
+        assert!(fetch_objects_local(&dst, &src, &["--upload-pack=touch /tmp/x".to_string()]).is_err());
+        assert_eq!(missing_objects(&dst, std::slice::from_ref(&tip)).unwrap(), vec![tip.clone()]);
+        fetch_objects_local(&dst, &src, std::slice::from_ref(&tip)).unwrap();
+        assert!(missing_objects(&dst, std::slice::from_ref(&tip)).unwrap().is_empty());
+        assert!(read_refs(&dst).unwrap().is_empty(), "no refs are touched");
     }
 }

@@ -254,9 +254,10 @@ impl Grasp {
             let current = git::read_refs(&repo2)?;
             let changes = git::alignment(&current, &state2.refs);
             git::update_refs(&repo2, &changes)?;
-            if let Some(head) = &state2.head {
-                if state2.refs.contains_key(head) && git::head(&repo2)?.as_deref() != Some(head.as_str()) {
-                    git::set_head(&repo2, head)?;
+            let current_head = git::head(&repo2)?;
+            if let Some(head) = head_for(&state2, current_head.as_deref()) {
+                if current_head.as_deref() != Some(head.as_str()) {
+                    git::set_head(&repo2, &head)?;
                 }
             }
             Ok(changes.len())
@@ -280,5 +281,53 @@ impl Grasp {
                 }
             }
         }
+    }
+}
+
+/// Where HEAD should point once the repository matches `state`: the branch the state names, if
+/// it declares that branch; otherwise HEAD stays where it is if that branch exists, else the
+/// first of `main`, `master` or any declared branch (so that clones check something out).
+/// `None`: leave HEAD alone.
+fn head_for(state: &RepoState, current: Option<&str>) -> Option<String> {
+    if let Some(head) = state.head.as_deref().filter(|h| state.refs.contains_key(*h)) {
+        return Some(head.to_string());
+    }
+    if current.is_some_and(|h| state.refs.contains_key(h)) {
+        return current.map(str::to_string);
+    }
+    ["refs/heads/main", "refs/heads/master"]
+        .into_iter()
+        .find(|b| state.refs.contains_key(*b))
+        .map(str::to_string)
+        .or_else(|| state.refs.keys().find(|r| r.starts_with("refs/heads/")).cloned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nostr::prelude::{EventId, Keys, Timestamp};
+
+    fn st(branches: &[&str], head: Option<&str>) -> RepoState {
+        RepoState {
+            event_id: EventId::from_slice(&[0; 32]).unwrap(),
+            author: Keys::generate().public_key(),
+            identifier: "r".into(),
+            refs: branches.iter().map(|b| (b.to_string(), "a".repeat(40))).collect(),
+            head: head.map(str::to_string),
+            created_at: Timestamp::from_secs(1),
+        }
+    }
+
+    #[test]
+    fn head_follows_the_state_or_falls_back_to_a_declared_branch() {
+        let (main, dev, tag) = ("refs/heads/main", "refs/heads/dev", "refs/tags/v1");
+        assert_eq!(head_for(&st(&[main, dev], Some(dev)), Some(main)).as_deref(), Some(dev));
+        // HEAD naming an undeclared branch is ignored.
+        assert_eq!(head_for(&st(&[main, dev], Some("refs/heads/gone")), Some(dev)).as_deref(), Some(dev));
+        assert_eq!(head_for(&st(&[main, dev], None), Some("refs/heads/master")).as_deref(), Some(main));
+        assert_eq!(head_for(&st(&["refs/heads/master", dev], None), None).as_deref(), Some("refs/heads/master"));
+        assert_eq!(head_for(&st(&[dev, tag], None), Some("refs/heads/master")).as_deref(), Some(dev));
+        assert_eq!(head_for(&st(&[tag], None), Some("refs/heads/master")), None);
+        assert_eq!(head_for(&st(&[], None), None), None);
     }
 }

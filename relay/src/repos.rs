@@ -8,8 +8,6 @@
 //! hooks) ever sees a half-made repository. Temporary and deleted directories never end in `.git`,
 //! so they can never be mistaken for a repository by [`RepoLayout::locate`] or a URL.
 
-use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -159,91 +157,8 @@ pub fn delete_repo(
     Ok(true)
 }
 
-/// All refs of `repo` (not `HEAD`): refname -> object id.
-pub fn read_refs(repo: &Path) -> Result<BTreeMap<String, String>, RepoError> {
-    let out = git(repo, &["for-each-ref", "--format=%(objectname) %(refname)"])?;
-    Ok(String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| l.split_once(' '))
-        .map(|(oid, name)| (name.to_string(), oid.to_string()))
-        .collect())
-}
-
-/// A full hex object id (SHA-1 or SHA-256). Anything else is never passed to git.
-fn is_full_oid(oid: &str) -> bool {
-    (oid.len() == 40 || oid.len() == 64) && oid.bytes().all(|b| b.is_ascii_hexdigit())
-}
-
-/// Whether `repo` has object `oid`.
-pub fn has_object(repo: &Path, oid: &str) -> bool {
-    is_full_oid(oid)
-        && Command::new("git")
-            .arg("--git-dir")
-            .arg(repo)
-            .args(["cat-file", "-e", oid])
-            .env_remove("GIT_DIR")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
-}
-
-/// The subset of `oids` that `repo` lacks, in input order (one `git cat-file --batch-check`).
-/// Malformed ids count as missing.
-pub fn has_objects(repo: &Path, oids: &[String]) -> Result<Vec<String>, RepoError> {
-    let (valid, mut missing): (Vec<&String>, Vec<&String>) =
-        oids.iter().partition(|o| is_full_oid(o));
-    if !valid.is_empty() {
-        let mut child = Command::new("git")
-            .arg("--git-dir")
-            .arg(repo)
-            .args(["cat-file", "--batch-check=%(objectname)"])
-            .env_remove("GIT_DIR")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(io_err("running git cat-file in", repo))?;
-        let mut stdin = child.stdin.take().expect("piped stdin");
-        let input: String = valid.iter().map(|o| format!("{o}\n")).collect();
-        // Write from a thread so a large batch cannot deadlock against unread output.
-        let writer = std::thread::spawn(move || stdin.write_all(input.as_bytes()));
-        let stdout = BufReader::new(child.stdout.take().expect("piped stdout"));
-        let lines: Vec<String> = stdout
-            .lines()
-            .collect::<Result<_, _>>()
-            .map_err(io_err("reading git cat-file in", repo))?;
-        let _ = writer.join();
-        let status = child
-            .wait()
-            .map_err(io_err("waiting for git cat-file in", repo))?;
-        if !status.success() || lines.len() != valid.len() {
-            return Err(RepoError::Git {
-                args: "cat-file --batch-check".into(),
-                path: repo.to_path_buf(),
-                stderr: format!(
-                    "exit {status}, {} answers for {} ids",
-                    lines.len(),
-                    valid.len()
-                ),
-            });
-        }
-        missing.extend(
-            valid
-                .iter()
-                .zip(&lines)
-                .filter(|(_, l)| l.ends_with(" missing"))
-                .map(|(o, _)| *o),
-        );
-    }
-    let missing: std::collections::HashSet<&String> = missing.into_iter().collect();
-    Ok(oids
-        .iter()
-        .filter(|o| missing.contains(o))
-        .cloned()
-        .collect())
-}
+/// All refs of `repo` (not `HEAD`): refname -> object id. One implementation, in [`crate::git`].
+pub use crate::git::read_refs;
 
 #[cfg(test)]
 mod tests {
@@ -331,61 +246,5 @@ mod tests {
                 .count(),
             0
         );
-    }
-
-    #[test]
-    fn reads_refs_and_objects() {
-        let root = tempfile::tempdir().unwrap();
-        let layout = RepoLayout::new(root.path());
-        let repo = create_bare_repo(&layout, &owner(), "objs", root.path()).unwrap();
-        let work = root.path().join("work");
-        let run = |args: &[&str]| {
-            let ok = Command::new("git")
-                .args(args)
-                .current_dir(root.path())
-                .env("GIT_AUTHOR_NAME", "t")
-                .env("GIT_AUTHOR_EMAIL", "t@t")
-                .env("GIT_COMMITTER_NAME", "t")
-                .env("GIT_COMMITTER_EMAIL", "t@t")
-                .status()
-                .unwrap()
-                .success();
-            assert!(ok, "{args:?}");
-        };
-        run(&["init", "-q", work.to_str().unwrap()]);
-        run(&[
-            "-C",
-            work.to_str().unwrap(),
-            "commit",
-            "-q",
-            "--allow-empty",
-            "-m",
-            "one",
-        ]);
-        run(&[
-            "-C",
-            work.to_str().unwrap(),
-            "push",
-            "-q",
-            repo.to_str().unwrap(),
-            "HEAD:refs/heads/main",
-            "HEAD:refs/tags/v1",
-        ]);
-        let refs = read_refs(&repo).unwrap();
-        assert_eq!(
-            refs.keys().collect::<Vec<_>>(),
-            ["refs/heads/main", "refs/tags/v1"]
-        );
-        let tip = refs["refs/heads/main"].clone();
-        assert!(has_object(&repo, &tip));
-        let absent = "1".repeat(40);
-        assert!(!has_object(&repo, &absent));
-        assert!(!has_object(&repo, "--help"));
-        let asked = vec![absent.clone(), tip.clone(), "nonsense\nHEAD".to_string()];
-        assert_eq!(
-            has_objects(&repo, &asked).unwrap(),
-            vec![absent, "nonsense\nHEAD".to_string()]
-        );
-        assert!(has_objects(&repo, &[]).unwrap().is_empty());
     }
 }

@@ -169,24 +169,64 @@ pub fn clone(url: &str, dir: &Path, extra: &[&str]) -> Result<(), String> {
 /// The event ids (hex) of every entry in the server's purgatory, from the operator listing of
 /// the loopback hook API (`GET /v1/purgatory` with the token in `<data>/api-token`).
 pub async fn purgatory_ids(server: &TestServer) -> std::collections::BTreeSet<String> {
-    let data = server.data_dir();
-    let addr = std::fs::read_to_string(data.join("api-addr")).expect("api-addr");
-    let token = std::fs::read_to_string(data.join("api-token")).expect("api-token");
-    let listing: serde_json::Value = reqwest::Client::new()
-        .get(format!("http://{}/v1/purgatory", addr.trim()))
-        .header(grasp_state::hook_api::TOKEN_HEADER, token.trim())
-        .send()
+    purgatory_listing(server)
         .await
-        .expect("hook API reachable")
-        .error_for_status()
-        .expect("purgatory listing")
-        .json()
-        .await
-        .expect("purgatory listing is JSON");
-    listing
         .as_array()
         .expect("listing is an array")
         .iter()
         .filter_map(|e| e["event_id"].as_str().map(str::to_owned))
         .collect()
+}
+
+/// A pull request (1618) like [`pull_request`], created at `at` (sign it before pushing its
+/// commit to `refs/nostr/<id>` to test git-first arrival).
+pub fn pull_request_at(keys: &Keys, owner: &PublicKey, identifier: &str, commit: &str, at: u64) -> Event {
+    let tags = vec![s(&["a", &format!("30617:{}:{identifier}", owner.to_hex())]), s(&["c", commit]), s(&["subject", "a change"])];
+    sign(keys, 1618, at, tags)
+}
+
+/// What HEAD of a bare repository points at (`refs/heads/...`).
+pub fn bare_head(repo: &Path) -> String {
+    crate::git::git(repo, &["symbolic-ref", "HEAD"])
+}
+
+/// `git push` straight into a bare repository on disk (no HTTP, so it works while the relay is
+/// down). `receive_pack` replaces the `git receive-pack` command, e.g. to run it with another
+/// `core.hooksPath`. Ok(output) when accepted, Err(output) when refused.
+pub fn push_on_disk(work: &WorkTree, bare: &Path, receive_pack: Option<&str>, refspecs: &[&str]) -> Result<String, String> {
+    let mut args = vec!["push", "--porcelain"];
+    let rp;
+    if let Some(cmd) = receive_pack {
+        rp = format!("--receive-pack={cmd}");
+        args.push(&rp);
+    }
+    args.push(bare.to_str().unwrap());
+    args.extend_from_slice(refspecs);
+    let out = git_output(&work.dir, &args);
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    if out.status.success() { Ok(text) } else { Err(text) }
+}
+
+/// The relay's hook API address and token (from its data directory).
+pub fn hook_api(server: &TestServer) -> (String, String) {
+    let read = |f: &str| std::fs::read_to_string(server.data_dir().join(f)).unwrap().trim().to_string();
+    (read("api-addr"), read("api-token"))
+}
+
+/// The operator's purgatory listing (`GET /v1/purgatory` on the hook API) as JSON.
+pub async fn purgatory_listing(server: &TestServer) -> serde_json::Value {
+    let (addr, token) = hook_api(server);
+    let resp = reqwest::Client::new()
+        .get(format!("http://{addr}/v1/purgatory"))
+        .header(grasp_state::hook_api::TOKEN_HEADER, token)
+        .send()
+        .await
+        .expect("hook API reachable");
+    assert!(resp.status().is_success(), "purgatory listing: {}", resp.status());
+    resp.json().await.expect("purgatory listing is JSON")
+}
+
+/// A random, syntactically valid event id (hex) nobody has published.
+pub fn random_event_id() -> String {
+    sign(&Keys::generate(), 1, now(), vec![]).id.to_hex()
 }
