@@ -41,6 +41,9 @@ impl DataDir {
             move |source| DataDirError::Io { path, source }
         };
         fs::create_dir_all(root).map_err(io(root))?;
+        // Absolute from here on: the hook scripts and every repository's core.hooksPath name
+        // paths under the data directory, and git runs them from inside the repository.
+        let root = &fs::canonicalize(root).map_err(io(root))?;
         let lock_path = root.join("grasp-relay.lock");
         let lock = OpenOptions::new()
             .create(true)
@@ -48,7 +51,6 @@ impl DataDir {
             .write(true)
             .open(&lock_path)
             .map_err(io(&lock_path))?;
-        #[allow(clippy::incompatible_msrv)]
         match lock.try_lock() {
             Ok(()) => {}
             Err(std::fs::TryLockError::WouldBlock) => {
@@ -93,6 +95,16 @@ impl DataDir {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn relative_roots_become_absolute() {
+        let rel = std::path::PathBuf::from(format!("target/datadir-test-{}", std::process::id()));
+        let dir = super::DataDir::open(&rel).unwrap();
+        assert!(dir.root().is_absolute(), "{}", dir.root().display());
+        assert_eq!(dir.root(), std::fs::canonicalize(&rel).unwrap());
+        drop(dir);
+        std::fs::remove_dir_all(&rel).unwrap();
+    }
+
     use super::*;
 
     #[test]

@@ -82,8 +82,19 @@ pub async fn run(mut cfg: Config) -> anyhow::Result<()> {
     let layout = grasp_state::identifier::RepoLayout::new(data.git());
     let grasp = Arc::new(Grasp::new(relay, purgatory, layout, data.hooks(), cfg.public_host()));
 
-    // The hooks git runs, and the loopback API they call.
-    let bin_dir = cfg.cgi_path().parent().map(|p| p.to_path_buf()).unwrap_or_default();
+    // The hooks git runs, and the loopback API they call. Without the helper binaries the relay
+    // could not serve git or authorise a push: refuse to start rather than fail every request.
+    let cgi = cfg.cgi_path();
+    let bin_dir = cgi.parent().map(|p| p.to_path_buf()).unwrap_or_default();
+    for bin in [cgi.clone(), bin_dir.join("grasp-pre-receive"), bin_dir.join("grasp-post-receive")] {
+        if !bin.is_file() {
+            anyhow::bail!(
+                "{} not found: build every binary with `cargo build --release --workspace` \
+                 (or point --cgi-path at an installed grasp-cgi with the hooks beside it)",
+                bin.display()
+            );
+        }
+    }
     crate::hook_api::install_hooks(&data.hooks(), &bin_dir, data.root())
         .context("installing the git hooks")?;
     let (api_listener, token) = crate::hook_api::bind(cfg.api_bind, data.root()).await?;
