@@ -16,6 +16,11 @@ use crate::policy::Admission;
 /// The answer for events accepted into the purgatory.
 pub const PURGATORY_MESSAGE: &str = "purgatory: won't be served until git data arrives";
 
+/// The answer for a state event that already waited its full time in the purgatory without its
+/// git data (it is not held again, so it cannot loop through purgatory and background sync).
+pub const EXPIRED_STATE_MESSAGE: &str = "blocked: this state event already expired in purgatory without its git data; \
+     sign a new state event and push its commits";
+
 fn full(e: PurgatoryFull) -> Admission {
     Admission::Reject(format!("{}: {e}", e.ok_prefix()))
 }
@@ -150,6 +155,9 @@ impl Grasp {
             }
         }
         let mut p = self.purgatory.lock().unwrap();
+        if p.is_expired(&ev.id) {
+            return Admission::Reject(EXPIRED_STATE_MESSAGE.into());
+        }
         match p.add_state(ev.clone(), s.author, s.identifier.clone()) {
             Ok(_) => {
                 drop(p);
@@ -227,6 +235,13 @@ impl Grasp {
             };
         }
         let mut p = self.purgatory.lock().unwrap();
+        if p.is_expired(&ev.id) {
+            return Admission::Reject(format!(
+                "blocked: this pull request already expired in purgatory without its commit; \
+                 push {} to {ref_name} first, then send the event again",
+                pr.commit
+            ));
+        }
         let targets = repos.iter().map(|(o, i, _)| RepoId::new(*o, i.clone())).collect();
         match p.add_pr(ev.clone(), pr.commit.clone(), targets) {
             Ok(_) => {
