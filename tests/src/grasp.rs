@@ -165,3 +165,30 @@ pub fn clone(url: &str, dir: &Path, extra: &[&str]) -> Result<(), String> {
     let out = git_output(parent, &args);
     if out.status.success() { Ok(()) } else { Err(String::from_utf8_lossy(&out.stderr).to_string()) }
 }
+
+/// An announcement (30617) by `keys` listing every server in `servers` (clone + relays) and the
+/// extra clone URLs `other_clones` (e.g. a plain git server, or an unreachable one).
+pub fn announcement_on(servers: &[&TestServer], keys: &Keys, identifier: &str, other_clones: &[&str]) -> Event {
+    let mut clone = vec!["clone".to_string()];
+    clone.extend(servers.iter().map(|server| repo_url(server, &keys.public_key(), identifier)));
+    clone.extend(other_clones.iter().map(|u| u.to_string()));
+    let mut relays = vec!["relays".to_string()];
+    relays.extend(servers.iter().map(|server| format!("ws://{}", host(server))));
+    sign(keys, 30617, now(), vec![s(&["d", identifier]), clone, relays])
+}
+
+/// `GET <path>` on the server's operator (hook) API with its token, e.g. `/v1/sync` or
+/// `/v1/purgatory`; the JSON answer.
+pub async fn operator_get(server: &TestServer, path: &str) -> anyhow::Result<serde_json::Value> {
+    let addr = std::fs::read_to_string(server.data_dir().join("api-addr"))?;
+    let token = std::fs::read_to_string(server.data_dir().join("api-token"))?;
+    let response = reqwest::Client::new()
+        .get(format!("http://{}{path}", addr.trim()))
+        .header(grasp_state::hook_api::TOKEN_HEADER, token.trim())
+        .send()
+        .await?;
+    let status = response.status();
+    let body: serde_json::Value = response.json().await?;
+    anyhow::ensure!(status.is_success(), "GET {path}: {status}: {body}");
+    Ok(body)
+}

@@ -11,7 +11,7 @@
 //! back from the brain would be a cycle.
 
 use std::collections::HashSet;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Weak};
 
 use grasp_state::maintainers::MaintainerSet;
@@ -78,17 +78,59 @@ impl SyncContext for Arc<Grasp> {
         self.locks.lock(repo).await
     }
 
-    /// Releases what every owner repository of `identifier` now satisfies (the push path).
+    /// Releases what every owner repository of `identifier` now satisfies (the push path),
+    /// holding the push lock of each of them: alignment must not move refs under a push in
+    /// flight (its receive-pack would then fail to create or update them).
     async fn process(&self, identifier: &str) -> usize {
-        let mut released = 0;
-        for (announcement, _) in self.announcements(identifier).await {
-            released += self.process_repo(&announcement.owner, identifier).await.len();
+        let owners: Vec<_> = self.announcements(identifier).await.into_iter().map(|(a, _)| a.owner).collect();
+        let mut repos: Vec<PathBuf> = owners
+            .iter()
+            .filter_map(|owner| self.repo_path(owner, identifier))
+            .filter(|repo| repo.exists())
+            .collect();
+        repos.sort();
+        let mut push_locks = Vec::new();
+        for repo in repos {
+            push_locks.extend(push_lock(repo).await);
         }
+        let mut released = 0;
+        for owner in &owners {
+            released += self.process_repo(owner, identifier).await.len();
+        }
+        drop(push_locks);
         released
     }
 
     fn set_sync_running(&self, identifier: &str, running: bool) {
         self.purgatory.lock().unwrap().set_sync_running(identifier, running);
+    }
+}
+
+/// The file `grasp-cgi` locks exclusively in a repository while a push (receive-pack and its
+/// hooks) runs (`grasp_cgi::PUSH_LOCK_FILE`).
+pub const PUSH_LOCK_FILE: &str = "grasp.lock";
+
+/// Waits for pushes to `repo` to finish and keeps new ones out until the returned file is
+/// dropped. Never call this from code a hook waits on (the hook's push holds the lock).
+async fn push_lock(repo: PathBuf) -> Option<std::fs::File> {
+    let path = repo.join(PUSH_LOCK_FILE);
+    let shown = path.clone();
+    let locked = tokio::task::spawn_blocking(move || {
+        let file = std::fs::File::options().create(true).truncate(false).write(true).open(&path)?;
+        file.lock()?;
+        Ok::<_, std::io::Error>(file)
+    })
+    .await;
+    match locked {
+        Ok(Ok(file)) => Some(file),
+        Ok(Err(error)) => {
+            tracing::warn!(lock = %shown.display(), %error, "cannot take the push lock; releasing without it");
+            None
+        }
+        Err(error) => {
+            tracing::warn!(%error, "push lock task failed");
+            None
+        }
     }
 }
 
