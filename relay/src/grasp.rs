@@ -60,7 +60,7 @@ pub struct Grasp {
     /// (the background sync schedules a fetch). Set once at startup.
     pub on_waiting: std::sync::OnceLock<Box<dyn Fn(&str) + Send + Sync>>,
     /// The background sync's figures for the operator view (`GET /v1/sync`). Set once at startup.
-    pub sync_stats: std::sync::OnceLock<Box<dyn Fn() -> Option<crate::sync::SyncStats> + Send + Sync>>,
+    pub sync_stats: std::sync::OnceLock<crate::sync::StatsSource>,
 }
 
 impl Grasp {

@@ -31,7 +31,12 @@ macro_rules! eventually {
             if let Some(value) = $cond {
                 break value;
             }
-            assert!(Instant::now() < deadline, "timed out after {:?} waiting for {}", TIMEOUT, $what);
+            assert!(
+                Instant::now() < deadline,
+                "timed out after {:?} waiting for {}",
+                TIMEOUT,
+                $what
+            );
             tokio::time::sleep(pause).await;
             pause = (pause * 2).min(Duration::from_millis(50));
         }
@@ -60,7 +65,11 @@ fn relay(user_delay_ms: u64, extra: &[&str]) -> TestServer {
 }
 
 fn block_on<F: Future>(future: F) -> F::Output {
-    tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(future)
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(future)
 }
 
 async fn connect(server: &TestServer) -> NostrClient {
@@ -73,7 +82,11 @@ async fn stored(c: &mut NostrClient, id: EventId) -> bool {
 
 async fn held(c: &mut NostrClient, event: &Event) {
     let (ok, msg) = c.send_event(event).await.unwrap();
-    assert!(ok && msg.starts_with("purgatory:"), "event kind {} not held: {msg}", event.kind);
+    assert!(
+        ok && msg.starts_with("purgatory:"),
+        "event kind {} not held: {msg}",
+        event.kind
+    );
 }
 
 async fn sync_stats(server: &TestServer) -> Value {
@@ -82,11 +95,17 @@ async fn sync_stats(server: &TestServer) -> Value {
 
 /// The queue entry of `identifier` in the sync stats.
 fn queued<'a>(stats: &'a Value, identifier: &str) -> Option<&'a Value> {
-    stats["identifiers"].as_array()?.iter().find(|e| e["identifier"] == identifier)
+    stats["identifiers"]
+        .as_array()?
+        .iter()
+        .find(|e| e["identifier"] == identifier)
 }
 
 fn domain<'a>(stats: &'a Value, name: &str) -> Option<&'a Value> {
-    stats["domains"].as_array()?.iter().find(|d| d["domain"] == name)
+    stats["domains"]
+        .as_array()?
+        .iter()
+        .find(|d| d["domain"] == name)
 }
 
 /// A bare repository `<root>/<npub>/<name>.git` for a fork.
@@ -99,11 +118,26 @@ fn fork_repo(root: &Path, owner: &PublicKey, name: &str) -> std::path::PathBuf {
 
 /// Announces `identifier` on `server` and makes it hold `main` at a first commit (stored
 /// announcement and state). Returns the work tree and the commit.
-async fn seeded(c: &mut NostrClient, server: &TestServer, owner: &Keys, identifier: &str, dir: &Path) -> (Repo, String) {
+async fn seeded(
+    c: &mut NostrClient,
+    server: &TestServer,
+    owner: &Keys,
+    identifier: &str,
+    dir: &Path,
+) -> (Repo, String) {
     held(c, &announcement(server, owner, identifier, &[])).await;
     let repo = Repo::new(dir, server, &owner.public_key(), identifier);
     let base = repo.commit("base.txt", "base");
-    held(c, &state(owner, identifier, &[("refs/heads/main", &base)], Some("main"))).await;
+    held(
+        c,
+        &state(
+            owner,
+            identifier,
+            &[("refs/heads/main", &base)],
+            Some("main"),
+        ),
+    )
+    .await;
     repo.push(&["main"]).unwrap();
     (repo, base)
 }
@@ -127,7 +161,11 @@ fn a_state_accepted_on_b_is_synced_from_a_and_refs_aligned() {
         let st = state(
             &owner,
             id,
-            &[("refs/heads/main", &tip), ("refs/heads/dev", &first), ("refs/tags/v1", &first)],
+            &[
+                ("refs/heads/main", &tip),
+                ("refs/heads/dev", &first),
+                ("refs/tags/v1", &first),
+            ],
             Some("dev"),
         );
         held(&mut ca, &st).await;
@@ -141,17 +179,34 @@ fn a_state_accepted_on_b_is_synced_from_a_and_refs_aligned() {
         held(&mut cb, &st).await;
         let b_dir = repo_dir(&b, &owner.public_key(), id);
         assert!(bare_refs(&b_dir).is_empty());
-        eventually!("B to release the state", stored(&mut cb, st.id).await.then_some(()));
+        eventually!(
+            "B to release the state",
+            stored(&mut cb, st.id).await.then_some(())
+        );
         eventually!("B's refs and HEAD to equal A's", {
             let head = git(&b_dir, &["symbolic-ref", "HEAD"]);
             (bare_refs(&b_dir) == a_refs && head == "refs/heads/dev").then_some(())
         });
-        assert!(stored(&mut cb, ann.id).await, "the announcement is promoted with the data");
-        assert!(b.logs().contains("synced git data"), "released by the sync, not by a push");
-        eventually!("B's sync queue to empty", (sync_stats(&b).await["queue_length"] == 0).then_some(()));
+        assert!(
+            stored(&mut cb, ann.id).await,
+            "the announcement is promoted with the data"
+        );
+        assert!(
+            b.logs().contains("synced git data"),
+            "released by the sync, not by a push"
+        );
+        eventually!(
+            "B's sync queue to empty",
+            (sync_stats(&b).await["queue_length"] == 0).then_some(())
+        );
 
         // Anyone can clone the synced repository from B.
-        clone(&repo_url(&b, &owner.public_key(), id), &tmp.path().join("clone"), &[]).unwrap();
+        clone(
+            &repo_url(&b, &owner.public_key(), id),
+            &tmp.path().join("clone"),
+            &[],
+        )
+        .unwrap();
     });
 }
 
@@ -176,10 +231,20 @@ fn a_pull_request_commit_only_at_its_clone_url_is_released() {
         held(&mut cb, &pr).await;
 
         let b_dir = repo_dir(&b, &owner.public_key(), id);
-        eventually!("B to release the pull request", stored(&mut cb, pr.id).await.then_some(()));
+        eventually!(
+            "B to release the pull request",
+            stored(&mut cb, pr.id).await.then_some(())
+        );
         let refs = bare_refs(&b_dir);
-        assert_eq!(refs.get(&format!("refs/nostr/{}", pr.id.to_hex())), Some(&pr_tip));
-        assert_eq!(refs.get("refs/heads/main"), Some(&base), "served branches are untouched");
+        assert_eq!(
+            refs.get(&format!("refs/nostr/{}", pr.id.to_hex())),
+            Some(&pr_tip)
+        );
+        assert_eq!(
+            refs.get("refs/heads/main"),
+            Some(&base),
+            "served branches are untouched"
+        );
         assert!(!refs.contains_key("refs/heads/feature"), "{refs:?}");
     });
     drop(forks);
@@ -188,7 +253,10 @@ fn a_pull_request_commit_only_at_its_clone_url_is_released() {
 #[test]
 fn an_unreachable_clone_url_backs_off_and_a_new_event_resets_the_count() {
     // A port that refuses connections.
-    let dead: SocketAddr = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let dead: SocketAddr = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
     let b = relay(1500, &[]);
     let tmp = tempfile::tempdir().unwrap();
     block_on(async {
@@ -196,39 +264,70 @@ fn an_unreachable_clone_url_backs_off_and_a_new_event_resets_the_count() {
         let owner = Keys::generate();
         let id = "unreachable";
         let unreachable = format!("http://{dead}/{}/{id}.git", npub_of(&owner.public_key()));
-        held(&mut cb, &announcement_on(&[&b], &owner, id, &[&unreachable])).await;
+        held(
+            &mut cb,
+            &announcement_on(&[&b], &owner, id, &[&unreachable]),
+        )
+        .await;
         let repo = Repo::new(&tmp.path().join("w"), &b, &owner.public_key(), id);
         let first = repo.commit("a.txt", "never pushed");
-        held(&mut cb, &state(&owner, id, &[("refs/heads/main", &first)], None)).await;
+        held(
+            &mut cb,
+            &state(&owner, id, &[("refs/heads/main", &first)], None),
+        )
+        .await;
 
         // Each failed attempt is rescheduled after base, twice the base, then the cap.
         let expected = |attempt: u64| BACKOFF_MS[(attempt.clamp(1, 3) - 1) as usize];
         let mut seen = std::collections::BTreeMap::new();
         eventually!("four failed attempts", {
             let stats = sync_stats(&b).await;
-            let entry = queued(&stats, id).expect("queued while the data is missing").clone();
+            let entry = queued(&stats, id)
+                .expect("queued while the data is missing")
+                .clone();
             let attempt = entry["attempt_count"].as_u64().unwrap();
             if entry["in_progress"] == false && attempt > 0 {
                 seen.insert(attempt, entry["last_delay_ms"].as_u64().unwrap());
-                assert!(entry["next_attempt_in_ms"].as_u64().unwrap() <= expected(attempt), "{entry}");
+                assert!(
+                    entry["next_attempt_in_ms"].as_u64().unwrap() <= expected(attempt),
+                    "{entry}"
+                );
             }
             (attempt >= 4).then_some(())
         });
-        assert!(seen.len() >= 2, "attempts are observable between retries: {seen:?}");
+        assert!(
+            seen.len() >= 2,
+            "attempts are observable between retries: {seen:?}"
+        );
         for (attempt, delay) in &seen {
-            assert_eq!(*delay, expected(*attempt), "delay after attempt {attempt}: {seen:?}");
+            assert_eq!(
+                *delay,
+                expected(*attempt),
+                "delay after attempt {attempt}: {seen:?}"
+            );
         }
         let stats = sync_stats(&b).await;
-        let error = domain(&stats, "127.0.0.1").and_then(|d| d["last_error"].as_str()).map(str::to_string);
-        assert!(error.is_some_and(|e| !e.is_empty()), "the domain's last error is shown: {stats}");
+        let error = domain(&stats, "127.0.0.1")
+            .and_then(|d| d["last_error"].as_str())
+            .map(str::to_string);
+        assert!(
+            error.is_some_and(|e| !e.is_empty()),
+            "the domain's last error is shown: {stats}"
+        );
         assert!(b.logs().contains("sync fetch failed"));
 
         // A new event for the identifier resets the count and waits the user delay again.
         let second = repo.commit("b.txt", "also never pushed");
-        held(&mut cb, &state_at(&owner, id, &[("refs/heads/main", &second)], None, now() + 1)).await;
+        held(
+            &mut cb,
+            &state_at(&owner, id, &[("refs/heads/main", &second)], None, now() + 1),
+        )
+        .await;
         eventually!("the attempt count to reset", {
             let stats = sync_stats(&b).await;
-            queued(&stats, id).filter(|e| e["attempt_count"] == 0 && e["last_delay_ms"] == 1500).map(|_| ())
+            queued(&stats, id)
+                .filter(|e| e["attempt_count"] == 0 && e["last_delay_ms"] == 1500)
+                .map(|_| ())
         });
     });
 }
@@ -266,7 +365,11 @@ impl GatedProxy {
                 });
             }
         });
-        GatedProxy { addr, accepted, gate }
+        GatedProxy {
+            addr,
+            accepted,
+            gate,
+        }
     }
 
     fn accepted(&self) -> usize {
@@ -281,7 +384,8 @@ impl GatedProxy {
 
 /// Copies both ways until both sides are done.
 fn pipe(client: TcpStream, upstream: TcpStream) {
-    let (mut client_read, mut upstream_write) = (client.try_clone().unwrap(), upstream.try_clone().unwrap());
+    let (mut client_read, mut upstream_write) =
+        (client.try_clone().unwrap(), upstream.try_clone().unwrap());
     let up = std::thread::spawn(move || {
         let _ = io::copy(&mut client_read, &mut upstream_write);
         let _ = upstream_write.shutdown(std::net::Shutdown::Write);
@@ -300,7 +404,11 @@ fn throttling_holds_a_domain_to_its_concurrency_limit() {
     let fork = fork_repo(&tmp.path().join("forks"), &contributor.public_key(), "fork");
     let forks = GitHttpServer::start(&tmp.path().join("forks"), None);
     let proxy = GatedProxy::start(forks.addr);
-    let fork_url = format!("http://{}/{}/fork.git", proxy.addr, npub_of(&contributor.public_key()));
+    let fork_url = format!(
+        "http://{}/{}/fork.git",
+        proxy.addr,
+        npub_of(&contributor.public_key())
+    );
     block_on(async {
         let mut cb = connect(&b).await;
         let owner = Keys::generate();
@@ -309,7 +417,8 @@ fn throttling_holds_a_domain_to_its_concurrency_limit() {
             let id = format!("t{i}");
             let (repo, _) = seeded(&mut cb, &b, &owner, &id, &tmp.path().join(&id)).await;
             let tip = repo.commit("change.txt", &format!("change {i}"));
-            repo.work.push_to(&fork, &[&format!("main:refs/heads/p{i}")]);
+            repo.work
+                .push_to(&fork, &[&format!("main:refs/heads/p{i}")]);
             prs.push((id, tip));
         }
         let mut events = Vec::new();
@@ -322,17 +431,28 @@ fn throttling_holds_a_domain_to_its_concurrency_limit() {
         // Three identifiers want the same domain: one fetch goes out, the others queue.
         let stats = eventually!("one fetch in flight and two identifiers turned away", {
             let stats = sync_stats(&b).await;
-            let busy = domain(&stats, "127.0.0.1").is_some_and(|d| d["in_flight"] == 1 && d["waiting"] == 2);
+            let busy = domain(&stats, "127.0.0.1")
+                .is_some_and(|d| d["in_flight"] == 1 && d["waiting"] == 2);
             busy.then_some(stats)
         });
-        assert_eq!(proxy.accepted(), 1, "only one fetch reached the domain: {stats}");
+        assert_eq!(
+            proxy.accepted(),
+            1,
+            "only one fetch reached the domain: {stats}"
+        );
         assert!(b.logs().contains("domain throttled"));
 
         proxy.open();
         for (pr, (id, tip)) in events.iter().zip(&prs) {
-            eventually!(format!("the pull request for {id} to be released"), stored(&mut cb, pr.id).await.then_some(()));
+            eventually!(
+                format!("the pull request for {id} to be released"),
+                stored(&mut cb, pr.id).await.then_some(())
+            );
             let refs = bare_refs(&repo_dir(&b, &owner.public_key(), id));
-            assert_eq!(refs.get(&format!("refs/nostr/{}", pr.id.to_hex())), Some(tip));
+            assert_eq!(
+                refs.get(&format!("refs/nostr/{}", pr.id.to_hex())),
+                Some(tip)
+            );
         }
         assert!(proxy.accepted() >= 3, "every identifier fetched in turn");
     });
@@ -347,7 +467,11 @@ fn the_expiry_sweep_waits_for_a_running_sync() {
     let fork = fork_repo(&tmp.path().join("forks"), &contributor.public_key(), "fork");
     let forks = GitHttpServer::start(&tmp.path().join("forks"), None);
     let proxy = GatedProxy::start(forks.addr);
-    let fork_url = format!("http://{}/{}/fork.git", proxy.addr, npub_of(&contributor.public_key()));
+    let fork_url = format!(
+        "http://{}/{}/fork.git",
+        proxy.addr,
+        npub_of(&contributor.public_key())
+    );
     block_on(async {
         let mut cb = connect(&b).await;
         let owner = Keys::generate();
@@ -357,7 +481,10 @@ fn the_expiry_sweep_waits_for_a_running_sync() {
         repo.work.push_to(&fork, &["main:refs/heads/pr"]);
         let pr = pull_request(&contributor, &owner.public_key(), id, &tip, &[&fork_url]);
         held(&mut cb, &pr).await;
-        eventually!("the fetch to be held at the proxy", (proxy.accepted() == 1).then_some(()));
+        eventually!(
+            "the fetch to be held at the proxy",
+            (proxy.accepted() == 1).then_some(())
+        );
         assert_eq!(sync_stats(&b).await["in_progress"], serde_json::json!([id]));
 
         // A witness with a later deadline: once the sweep expires it, the pull request's
@@ -366,15 +493,28 @@ fn the_expiry_sweep_waits_for_a_running_sync() {
         held(&mut cb, &announcement(&b, &witness, "witness", &[])).await;
         eventually!(
             "the witness to soft-expire",
-            b.logs().lines().any(|l| l.contains("soft-expired") && l.contains("witness")).then_some(())
+            b.logs()
+                .lines()
+                .any(|l| l.contains("soft-expired") && l.contains("witness"))
+                .then_some(())
         );
         let listing = operator_get(&b, "/v1/purgatory").await.unwrap();
-        let waiting = listing.as_array().unwrap().iter().any(|e| e["event_id"] == pr.id.to_hex());
-        assert!(waiting, "the pull request must not expire while its sync runs: {listing}");
+        let waiting = listing
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["event_id"] == pr.id.to_hex());
+        assert!(
+            waiting,
+            "the pull request must not expire while its sync runs: {listing}"
+        );
         assert!(!b.logs().contains("pull request expired"));
 
         proxy.open();
-        eventually!("the pull request to be released", stored(&mut cb, pr.id).await.then_some(()));
+        eventually!(
+            "the pull request to be released",
+            stored(&mut cb, pr.id).await.then_some(())
+        );
     });
     drop(forks);
 }
@@ -395,11 +535,20 @@ fn an_expired_state_is_not_held_again() {
         let line = format!("event={}", st.id.to_hex());
         eventually!(
             "the state to expire",
-            b.logs().lines().any(|l| l.contains("state event expired") && l.contains(&line)).then_some(())
+            b.logs()
+                .lines()
+                .any(|l| l.contains("state event expired") && l.contains(&line))
+                .then_some(())
         );
 
         let (ok, msg) = cb.send_event(&st).await.unwrap();
-        assert!(!ok && msg.starts_with("blocked:") && msg.contains("expired"), "{msg}");
-        eventually!("the sync to forget the identifier", queued(&sync_stats(&b).await, id).is_none().then_some(()));
+        assert!(
+            !ok && msg.starts_with("blocked:") && msg.contains("expired"),
+            "{msg}"
+        );
+        eventually!(
+            "the sync to forget the identifier",
+            queued(&sync_stats(&b).await, id).is_none().then_some(())
+        );
     });
 }

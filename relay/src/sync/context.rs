@@ -20,7 +20,9 @@ use grasp_state::purgatory::RepoId;
 use tokio::sync::{watch, OwnedMutexGuard};
 use tokio::task::JoinHandle;
 
-use super::{missing_objects, Origin, Shared, SyncConfig, SyncContext, SyncStats, SyncTarget, Syncer};
+use super::{
+    missing_objects, Origin, Shared, SyncConfig, SyncContext, SyncStats, SyncTarget, Syncer,
+};
 use crate::grasp::Grasp;
 use crate::shutdown::Shutdown;
 
@@ -35,7 +37,9 @@ impl SyncContext for Arc<Grasp> {
         let mut targets = Vec::new();
         for (announcement, _) in &all {
             let owner = announcement.owner;
-            let Some(repo) = self.repo_path(&owner, identifier) else { continue };
+            let Some(repo) = self.repo_path(&owner, identifier) else {
+                continue;
+            };
             if !repo.exists() {
                 continue;
             }
@@ -47,8 +51,13 @@ impl SyncContext for Arc<Grasp> {
             }
             match missing_objects(&repo, &wanted).await {
                 Ok(missing) if missing.is_empty() => {}
-                Ok(missing) => targets.push(SyncTarget { repo, oids: missing }),
-                Err(error) => tracing::warn!(identifier, repo = %repo.display(), %error, "cannot inspect repository for sync"),
+                Ok(missing) => targets.push(SyncTarget {
+                    repo,
+                    oids: missing,
+                }),
+                Err(error) => {
+                    tracing::warn!(identifier, repo = %repo.display(), %error, "cannot inspect repository for sync")
+                }
             }
         }
         targets
@@ -82,7 +91,12 @@ impl SyncContext for Arc<Grasp> {
     /// holding the push lock of each of them: alignment must not move refs under a push in
     /// flight (its receive-pack would then fail to create or update them).
     async fn process(&self, identifier: &str) -> usize {
-        let owners: Vec<_> = self.announcements(identifier).await.into_iter().map(|(a, _)| a.owner).collect();
+        let owners: Vec<_> = self
+            .announcements(identifier)
+            .await
+            .into_iter()
+            .map(|(a, _)| a.owner)
+            .collect();
         let mut repos: Vec<PathBuf> = owners
             .iter()
             .filter_map(|owner| self.repo_path(owner, identifier))
@@ -102,7 +116,10 @@ impl SyncContext for Arc<Grasp> {
     }
 
     fn set_sync_running(&self, identifier: &str, running: bool) {
-        self.purgatory.lock().unwrap().set_sync_running(identifier, running);
+        self.purgatory
+            .lock()
+            .unwrap()
+            .set_sync_running(identifier, running);
     }
 }
 
@@ -116,7 +133,11 @@ async fn push_lock(repo: PathBuf) -> Option<std::fs::File> {
     let path = repo.join(PUSH_LOCK_FILE);
     let shown = path.clone();
     let locked = tokio::task::spawn_blocking(move || {
-        let file = std::fs::File::options().create(true).truncate(false).write(true).open(&path)?;
+        let file = std::fs::File::options()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)?;
         file.lock()?;
         Ok::<_, std::io::Error>(file)
     })
@@ -136,12 +157,23 @@ async fn push_lock(repo: PathBuf) -> Option<std::fs::File> {
 
 /// The ref targets of each held state of `identifier` authored inside `set`.
 fn held_state_refs(grasp: &Grasp, identifier: &str, set: &MaintainerSet) -> Vec<Vec<String>> {
-    grasp.held_states(identifier, set).into_iter().map(|s| s.refs.into_values().collect()).collect()
+    grasp
+        .held_states(identifier, set)
+        .into_iter()
+        .map(|s| s.refs.into_values().collect())
+        .collect()
 }
 
 /// Commits of the pull request events (not placeholders) held for `repo`.
 fn held_pr_commits(grasp: &Grasp, repo: &RepoId) -> Vec<String> {
-    grasp.purgatory.lock().unwrap().prs_for(repo).into_iter().map(|e| e.commit.clone()).collect()
+    grasp
+        .purgatory
+        .lock()
+        .unwrap()
+        .prs_for(repo)
+        .into_iter()
+        .map(|e| e.commit.clone())
+        .collect()
 }
 
 /// Every oid the held states and pull requests of one repository need, once each, in order.
@@ -186,14 +218,18 @@ impl SyncHandle {
 
     /// The syncer's figures, if it still runs.
     pub fn stats(&self) -> Option<SyncStats> {
-        self.shared.upgrade().map(|shared| Syncer { shared }.stats())
+        self.shared
+            .upgrade()
+            .map(|shared| Syncer { shared }.stats())
     }
 }
 
 impl Syncer<Arc<Grasp>> {
     /// A weak handle for callers that must not keep the syncer (and the brain) alive.
     pub fn handle(&self) -> SyncHandle {
-        SyncHandle { shared: Arc::downgrade(&self.shared) }
+        SyncHandle {
+            shared: Arc::downgrade(&self.shared),
+        }
     }
 }
 
@@ -205,7 +241,13 @@ pub fn start(grasp: &Arc<Grasp>, config: SyncConfig, mut shutdown: Shutdown) -> 
     let syncer = Syncer::new(grasp.clone(), config);
     let handle = syncer.handle();
     let enqueue = handle.clone();
-    if grasp.on_waiting.set(Box::new(move |identifier| enqueue.enqueue(identifier, Origin::User))).is_err() {
+    if grasp
+        .on_waiting
+        .set(Box::new(move |identifier| {
+            enqueue.enqueue(identifier, Origin::User)
+        }))
+        .is_err()
+    {
         tracing::warn!("background sync already wired; events will not be enqueued twice");
     }
     let _ = grasp.sync_stats.set(Box::new(move || handle.stats()));
@@ -238,7 +280,10 @@ mod tests {
         let mut c = vec!["clone".to_string()];
         c.extend(clone.iter().map(|u| u.to_string()));
         tags.push(Tag::parse(c).unwrap());
-        let ev = EventBuilder::new(Kind::Custom(30617), "").tags(tags).finalize(keys).unwrap();
+        let ev = EventBuilder::new(Kind::Custom(30617), "")
+            .tags(tags)
+            .finalize(keys)
+            .unwrap();
         Announcement::from_event(&ev).unwrap()
     }
 
@@ -252,7 +297,10 @@ mod tests {
             c.extend(clone.iter().map(|u| u.to_string()));
             tags.push(Tag::parse(c).unwrap());
         }
-        let ev = EventBuilder::new(Kind::Custom(1618), "").tags(tags).finalize(keys).unwrap();
+        let ev = EventBuilder::new(Kind::Custom(1618), "")
+            .tags(tags)
+            .finalize(keys)
+            .unwrap();
         PullRequest::from_event(&ev).unwrap()
     }
 
@@ -263,20 +311,34 @@ mod tests {
             announcement(&a, &["https://one/x.git", "https://two/x.git"]),
             announcement(&b, &["https://two/x.git", " ", "https://three/x.git"]),
         ];
-        let prs = [pr(&c, &a, &["https://fork/x.git", "https://one/x.git"]), pr(&c, &a, &[])];
+        let prs = [
+            pr(&c, &a, &["https://fork/x.git", "https://one/x.git"]),
+            pr(&c, &a, &[]),
+        ];
         assert_eq!(
             clone_urls(&anns, &prs),
-            ["https://one/x.git", "https://two/x.git", "https://three/x.git", "https://fork/x.git"]
+            [
+                "https://one/x.git",
+                "https://two/x.git",
+                "https://three/x.git",
+                "https://fork/x.git"
+            ]
         );
         assert!(clone_urls(&[], &[]).is_empty());
-        assert_eq!(clone_urls(&[], &prs[..1]), ["https://fork/x.git", "https://one/x.git"]);
+        assert_eq!(
+            clone_urls(&[], &prs[..1]),
+            ["https://fork/x.git", "https://one/x.git"]
+        );
     }
 
     #[test]
     fn waiting_oids_are_deduplicated_in_order() {
         let (x, y, z) = ("1".repeat(40), "2".repeat(40), "3".repeat(40));
         let states = vec![vec![x.clone(), y.clone()], vec![y.clone()]];
-        assert_eq!(waiting_oids(&states, &[z.clone(), x.clone()]), [x.clone(), y.clone(), z.clone()]);
+        assert_eq!(
+            waiting_oids(&states, &[z.clone(), x.clone()]),
+            [x.clone(), y.clone(), z.clone()]
+        );
         assert!(waiting_oids(&[], &[]).is_empty());
         assert_eq!(waiting_oids(&[], std::slice::from_ref(&z)), [z]);
     }

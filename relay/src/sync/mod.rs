@@ -137,6 +137,9 @@ pub struct IdentifierStats {
     pub last_delay_ms: u64,
 }
 
+/// Where the operator view reads the syncer's figures (`None` once the syncer is gone).
+pub type StatsSource = Box<dyn Fn() -> Option<SyncStats> + Send + Sync>;
+
 /// Cap on [`SyncStats::identifiers`], so the admin view stays small under a flood.
 pub const MAX_LISTED_IDENTIFIERS: usize = 1000;
 

@@ -278,7 +278,10 @@ mod tests {
         q.enqueue("user", Origin::User, t0);
         q.enqueue("sync", Origin::Sync, t0);
         assert_eq!(q.entry("user").unwrap().last_delay, 180 * S);
-        assert_eq!(q.entry("sync").unwrap().last_delay, Duration::from_millis(500));
+        assert_eq!(
+            q.entry("sync").unwrap().last_delay,
+            Duration::from_millis(500)
+        );
         assert!(q.ready(t0).is_empty());
         assert_eq!(
             q.ready(t0 + Duration::from_millis(499)),
