@@ -1,8 +1,9 @@
 //! The GRASP brain as the syncer's [`SyncContext`], and the daemon's wiring of the syncer.
 //!
 //! - [`SyncContext`] for `Arc<Grasp>`: what the purgatory waits for per owner repository, which
-//!   clone URLs may have it, the repository locks shared with the push flow, and release through
-//!   [`Grasp::process_repo`] (the same path as after a push).
+//!   clone URLs may have it, the in-process repository locks (`Grasp::locks`) around fetches,
+//!   and release through [`Grasp::process_repo`] (the same path as after a push) under the
+//!   cross-process push lock `grasp-cgi` holds during a receive-pack.
 //! - [`start`]: creates the [`Syncer`], points `Grasp::on_waiting` (every event that starts
 //!   waiting enqueues its identifier) and `Grasp::sync_stats` (the operator view) at it through a
 //!   [`SyncHandle`], and runs it until shutdown.
