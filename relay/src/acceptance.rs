@@ -54,6 +54,11 @@ pub const DELETED_MESSAGE: &str = "blocked: this event was deleted by its author
      republished; publish a new event instead (a replaceable or addressable one with a created_at \
      later than the deletion)";
 
+/// The answer for a state event that already waited its full time in the purgatory without its
+/// git data (it is not held again, so it cannot loop through purgatory and background sync).
+pub const EXPIRED_STATE_MESSAGE: &str = "blocked: this state event already expired in purgatory without its git data; \
+     sign a new state event and push its commits";
+
 fn full(e: PurgatoryFull) -> Admission {
     Admission::Reject(format!("{}: {e}", e.ok_prefix()))
 }
@@ -184,13 +189,14 @@ impl Grasp {
                 if let Err(e) = self.publish(ev).await {
                     return Admission::Reject(e);
                 }
-                for (owner, _) in &owners {
-                    self.process_repo(owner, &s.identifier).await;
-                }
+                self.process_identifier(&s.identifier).await;
                 return Admission::Published;
             }
         }
         let mut p = self.purgatory.lock().unwrap();
+        if p.is_expired(&ev.id) {
+            return Admission::Reject(EXPIRED_STATE_MESSAGE.into());
+        }
         match p.add_state(ev.clone(), s.author, s.identifier.clone()) {
             Ok(_) => {
                 drop(p);
@@ -275,6 +281,13 @@ impl Grasp {
             };
         }
         let mut p = self.purgatory.lock().unwrap();
+        if p.is_expired(&ev.id) {
+            return Admission::Reject(format!(
+                "blocked: this pull request already expired in purgatory without its commit; \
+                 push {} to {ref_name} first, then send the event again",
+                pr.commit
+            ));
+        }
         let targets = repos.iter().map(|(o, i, _)| RepoId::new(*o, i.clone())).collect();
         match p.add_pr(ev.clone(), pr.commit.clone(), targets) {
             Ok(_) => {

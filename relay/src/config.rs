@@ -9,6 +9,8 @@ use std::str::FromStr;
 use clap::Parser;
 use nostr::prelude::*;
 
+use crate::sync::{Cidr, FetchOptions, QueueTimings, SyncConfig, ThrottleLimits};
+
 /// Runtime configuration of `grasp-relay`.
 #[derive(Debug, Clone, Parser)]
 #[command(
@@ -60,7 +62,6 @@ pub struct Config {
     #[arg(long, env = "GRASP_CGI_PATH")]
     pub cgi_path: Option<PathBuf>,
 
-    /// Public key (hex or npub) of the operator, published in the NIP-11 document.
     /// How long an event or placeholder waits in the purgatory for its git data (seconds).
     #[arg(long, env = "GRASP_PURGATORY_TTL", default_value_t = 30 * 60, value_name = "SECS")]
     pub purgatory_ttl: u64,
@@ -89,6 +90,52 @@ pub struct Config {
     #[arg(long, env = "GRASP_PLACEHOLDERS_TOTAL", default_value_t = 2_000)]
     pub placeholders_total: usize,
 
+    /// Background sync: wait this long after a user-submitted event before fetching its missing
+    /// git data from other servers (milliseconds; gives the user's `git push` time to arrive).
+    #[arg(long, env = "GRASP_SYNC_USER_DELAY_MS", default_value_t = 180_000, value_name = "MS")]
+    pub sync_user_delay_ms: u64,
+
+    /// Background sync: delay after an event that arrived through relay sync (milliseconds).
+    #[arg(long, env = "GRASP_SYNC_DELAY_MS", default_value_t = 500, value_name = "MS")]
+    pub sync_delay_ms: u64,
+
+    /// Background sync: first retry delay after an incomplete attempt; the second is twice this
+    /// (milliseconds).
+    #[arg(long, env = "GRASP_SYNC_BACKOFF_MS", default_value_t = 20_000, value_name = "MS")]
+    pub sync_backoff_ms: u64,
+
+    /// Background sync: retry delay from the third retry on, and upper bound of every retry
+    /// delay (milliseconds).
+    #[arg(long, env = "GRASP_SYNC_BACKOFF_CAP_MS", default_value_t = 120_000, value_name = "MS")]
+    pub sync_backoff_cap_ms: u64,
+
+    /// Background sync: most concurrent fetches from one domain.
+    #[arg(long, env = "GRASP_SYNC_DOMAIN_CONCURRENCY", default_value_t = 5)]
+    pub sync_domain_concurrency: usize,
+
+    /// Background sync: most fetches started per minute from one domain.
+    #[arg(long, env = "GRASP_SYNC_DOMAIN_PER_MINUTE", default_value_t = 30)]
+    pub sync_domain_per_minute: usize,
+
+    /// Background sync: most identifiers synced at once.
+    #[arg(long, env = "GRASP_SYNC_MAX_PARALLEL", default_value_t = 16)]
+    pub sync_max_parallel: usize,
+
+    /// Background sync: kill a `git fetch` that runs longer than this (seconds).
+    #[arg(long, env = "GRASP_SYNC_FETCH_TIMEOUT", default_value_t = 300, value_name = "SECS")]
+    pub sync_fetch_timeout: u64,
+
+    /// Background sync: also fetch from loopback and private address ranges (denied by default;
+    /// for tests and private deployments).
+    #[arg(long, env = "GRASP_SYNC_ALLOW_PRIVATE")]
+    pub sync_allow_private: bool,
+
+    /// Background sync: never fetch from these address ranges (ADDRESS/PREFIX, repeatable or
+    /// comma separated), in addition to the defaults.
+    #[arg(long = "sync-deny", env = "GRASP_SYNC_DENY", value_name = "CIDR", value_delimiter = ',')]
+    pub sync_deny: Vec<Cidr>,
+
+    /// Public key (hex or npub) of the operator, published in the NIP-11 document.
     #[arg(long, env = "GRASP_ADMIN_PUBKEY", value_parser = parse_pubkey)]
     pub admin_pubkey: Option<PublicKey>,
 
@@ -147,7 +194,6 @@ impl Config {
         self.data_dir.join("hooks")
     }
 
-    /// A configuration with all defaults, for tests.
     /// The purgatory's durations and caps.
     pub fn purgatory(&self) -> grasp_state::purgatory::PurgatoryConfig {
         use std::time::Duration;
@@ -163,6 +209,36 @@ impl Config {
         c
     }
 
+    /// Background sync settings. `own_hosts`: the public host and the bound address.
+    pub fn sync(&self) -> SyncConfig {
+        use std::time::Duration;
+        let ms = Duration::from_millis;
+        SyncConfig {
+            queue: QueueTimings {
+                user_delay: ms(self.sync_user_delay_ms),
+                sync_delay: ms(self.sync_delay_ms),
+                backoff_base: ms(self.sync_backoff_ms),
+                backoff_cap: ms(self.sync_backoff_cap_ms),
+            },
+            throttle: ThrottleLimits {
+                max_concurrent: self.sync_domain_concurrency.max(1),
+                max_per_window: self.sync_domain_per_minute.max(1),
+                window: Duration::from_secs(60),
+                ..ThrottleLimits::default()
+            },
+            fetch: FetchOptions {
+                timeout: Duration::from_secs(self.sync_fetch_timeout.max(1)),
+                ..FetchOptions::default()
+            },
+            allow_private: self.sync_allow_private,
+            extra_denied: self.sync_deny.clone(),
+            own_hosts: vec![self.public_host(), self.bind.to_string()],
+            max_parallel: self.sync_max_parallel.max(1),
+            ..SyncConfig::default()
+        }
+    }
+
+    /// A configuration with all defaults, for tests.
     pub fn for_tests(data_dir: PathBuf) -> Self {
         let mut cfg = Self::parse_from(["grasp-relay"]);
         cfg.data_dir = data_dir;
@@ -191,6 +267,49 @@ mod tests {
         assert_eq!(cfg.max_limit, 500);
         assert_eq!(cfg.events_dir(), PathBuf::from("./data/events"));
         assert!(cfg.cgi_path().ends_with("grasp-cgi"));
+    }
+
+    #[test]
+    fn sync_defaults_follow_the_design() {
+        let cfg = Config::parse_from(["grasp-relay", "--public-host", "git.example.com"]);
+        let sync = cfg.sync();
+        assert_eq!(sync.queue, QueueTimings::default());
+        assert_eq!(sync.throttle, ThrottleLimits::default());
+        assert_eq!(sync.fetch, FetchOptions::default());
+        assert!(!sync.allow_private);
+        assert!(sync.extra_denied.is_empty());
+        assert_eq!(sync.own_hosts, ["git.example.com", "127.0.0.1:8080"]);
+    }
+
+    #[test]
+    fn sync_flags() {
+        let cfg = Config::parse_from([
+            "grasp-relay",
+            "--sync-user-delay-ms", "200",
+            "--sync-delay-ms", "10",
+            "--sync-backoff-ms", "300",
+            "--sync-backoff-cap-ms", "900",
+            "--sync-domain-concurrency", "1",
+            "--sync-domain-per-minute", "2",
+            "--sync-fetch-timeout", "7",
+            "--sync-allow-private",
+            "--sync-deny", "10.1.0.0/16,192.0.2.1",
+            "--sync-deny", "fc00::/7",
+        ]);
+        let sync = cfg.sync();
+        let ms = std::time::Duration::from_millis;
+        assert_eq!(sync.queue.user_delay, ms(200));
+        assert_eq!(sync.queue.sync_delay, ms(10));
+        assert_eq!(sync.queue.backoff(1), ms(300));
+        assert_eq!(sync.queue.backoff(2), ms(600));
+        assert_eq!(sync.queue.backoff(3), ms(900));
+        assert_eq!(sync.throttle.max_concurrent, 1);
+        assert_eq!(sync.throttle.max_per_window, 2);
+        assert_eq!(sync.fetch.timeout, std::time::Duration::from_secs(7));
+        assert!(sync.allow_private);
+        let denied: Vec<String> = sync.extra_denied.iter().map(|c| c.to_string()).collect();
+        assert_eq!(denied, ["10.1.0.0/16", "192.0.2.1/32", "fc00::/7"]);
+        assert!(Config::try_parse_from(["grasp-relay", "--sync-deny", "10.0.0.0/33"]).is_err());
     }
 
     #[test]

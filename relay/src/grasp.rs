@@ -59,6 +59,8 @@ pub struct Grasp {
     /// Told whenever an event starts waiting in the purgatory for an identifier's git data
     /// (the background sync schedules a fetch). Set once at startup.
     pub on_waiting: std::sync::OnceLock<Box<dyn Fn(&str) + Send + Sync>>,
+    /// The background sync's figures for the operator view (`GET /v1/sync`). Set once at startup.
+    pub sync_stats: std::sync::OnceLock<crate::sync::StatsSource>,
 }
 
 impl Grasp {
@@ -71,6 +73,7 @@ impl Grasp {
             public_host,
             locks: RepoLocks::default(),
             on_waiting: std::sync::OnceLock::new(),
+            sync_stats: std::sync::OnceLock::new(),
         }
     }
 

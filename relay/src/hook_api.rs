@@ -31,6 +31,9 @@ use crate::shutdown::Shutdown;
 /// Path of the operator's purgatory listing (same token).
 pub const PATH_PURGATORY: &str = "/v1/purgatory";
 
+/// Path of the operator's background sync view (same token).
+pub const PATH_SYNC: &str = "/v1/sync";
+
 /// Largest request body accepted (a push may update many refs, but not millions).
 const MAX_REQUEST_BYTES: usize = 8 * 1024 * 1024;
 
@@ -114,6 +117,12 @@ async fn handle(req: Request<Incoming>, token: &str, grasp: &Grasp) -> Response<
     if method == Method::GET && path == PATH_PURGATORY {
         let listing = grasp.purgatory.lock().unwrap().listing();
         return json(StatusCode::OK, &listing);
+    }
+    if method == Method::GET && path == PATH_SYNC {
+        return match grasp.sync_stats.get().and_then(|stats| stats()) {
+            Some(stats) => json(StatusCode::OK, &stats),
+            None => error(StatusCode::SERVICE_UNAVAILABLE, "background sync is not running"),
+        };
     }
     if method != Method::POST {
         return error(StatusCode::METHOD_NOT_ALLOWED, "use POST");

@@ -82,6 +82,28 @@ impl Grasp {
         }
     }
 
+    /// Releases what every owner's repository for `identifier` satisfies, with no push running
+    /// on them meanwhile (their push locks are held). For callers outside a push: a state event
+    /// whose data is already here, a background sync. Never call it from code a hook waits on
+    /// (that push holds its repository's lock). Returns the number of events released.
+    pub async fn process_identifier(&self, identifier: &str) -> usize {
+        let owners: Vec<_> = self.announcements(identifier).await.into_iter().map(|(a, _)| a.owner).collect();
+        let mut repos: Vec<PathBuf> =
+            owners.iter().filter_map(|owner| self.repo_path(owner, identifier)).filter(|repo| repo.exists()).collect();
+        // One order for everyone who takes several: no lock-order deadlocks.
+        repos.sort();
+        let mut push_locks = Vec::new();
+        for repo in repos {
+            push_locks.extend(push_lock(repo).await);
+        }
+        let mut released = 0;
+        for owner in &owners {
+            released += self.process_repo(owner, identifier).await.len();
+        }
+        drop(push_locks);
+        released
+    }
+
     /// The post-receive hook's report: record git-first placeholders, then release.
     pub async fn git_arrived(&self, owner: &PublicKey, identifier: &str, updates: &[RefUpdate]) -> PostReceiveResponse {
         for u in updates {
@@ -329,5 +351,29 @@ mod tests {
         assert_eq!(head_for(&st(&[dev, tag], None), Some("refs/heads/master")).as_deref(), Some(dev));
         assert_eq!(head_for(&st(&[tag], None), Some("refs/heads/master")), None);
         assert_eq!(head_for(&st(&[], None), None), None);
+    }
+}
+
+/// Waits for pushes to `repo` to finish and keeps new ones out until the returned file is
+/// dropped (`grasp-cgi` holds the same lock for a whole receive-pack, hooks included).
+async fn push_lock(repo: PathBuf) -> Option<std::fs::File> {
+    let path = repo.join(grasp_state::identifier::PUSH_LOCK_FILE);
+    let shown = path.clone();
+    let locked = tokio::task::spawn_blocking(move || {
+        let file = std::fs::File::options().create(true).truncate(false).write(true).open(&path)?;
+        file.lock()?;
+        Ok::<_, std::io::Error>(file)
+    })
+    .await;
+    match locked {
+        Ok(Ok(file)) => Some(file),
+        Ok(Err(error)) => {
+            tracing::warn!(lock = %shown.display(), %error, "cannot take the push lock; releasing without it");
+            None
+        }
+        Err(error) => {
+            tracing::warn!(%error, "push lock task failed");
+            None
+        }
     }
 }

@@ -107,6 +107,9 @@ pub async fn run(mut cfg: Config) -> anyhow::Result<()> {
     // repositories already satisfy.
     grasp.reconcile_all().await;
 
+    // Background sync: fetch what the purgatory waits for from the other clone URLs it knows.
+    crate::sync::start(&grasp, cfg.sync(), controller.subscribe());
+
     tokio::spawn(crate::lifecycle::run_expiry(grasp.clone(), controller.subscribe()));
     tokio::spawn(crate::lifecycle::run_checkpoints(
         grasp.clone(),

@@ -215,18 +215,36 @@ pub fn hook_api(server: &TestServer) -> (String, String) {
 
 /// The operator's purgatory listing (`GET /v1/purgatory` on the hook API) as JSON.
 pub async fn purgatory_listing(server: &TestServer) -> serde_json::Value {
-    let (addr, token) = hook_api(server);
-    let resp = reqwest::Client::new()
-        .get(format!("http://{addr}/v1/purgatory"))
-        .header(grasp_state::hook_api::TOKEN_HEADER, token)
-        .send()
-        .await
-        .expect("hook API reachable");
-    assert!(resp.status().is_success(), "purgatory listing: {}", resp.status());
-    resp.json().await.expect("purgatory listing is JSON")
+    operator_get(server, "/v1/purgatory").await.expect("purgatory listing")
 }
 
 /// A random, syntactically valid event id (hex) nobody has published.
 pub fn random_event_id() -> String {
     sign(&Keys::generate(), 1, now(), vec![]).id.to_hex()
+}
+
+/// An announcement (30617) by `keys` listing every server in `servers` (clone + relays) and the
+/// extra clone URLs `other_clones` (e.g. a plain git server, or an unreachable one).
+pub fn announcement_on(servers: &[&TestServer], keys: &Keys, identifier: &str, other_clones: &[&str]) -> Event {
+    let mut clone = vec!["clone".to_string()];
+    clone.extend(servers.iter().map(|server| repo_url(server, &keys.public_key(), identifier)));
+    clone.extend(other_clones.iter().map(|u| u.to_string()));
+    let mut relays = vec!["relays".to_string()];
+    relays.extend(servers.iter().map(|server| format!("ws://{}", host(server))));
+    sign(keys, 30617, now(), vec![s(&["d", identifier]), clone, relays])
+}
+
+/// `GET <path>` on the server's operator (hook) API with its token, e.g. `/v1/sync` or
+/// `/v1/purgatory`; the JSON answer.
+pub async fn operator_get(server: &TestServer, path: &str) -> anyhow::Result<serde_json::Value> {
+    let (addr, token) = hook_api(server);
+    let response = reqwest::Client::new()
+        .get(format!("http://{addr}{path}"))
+        .header(grasp_state::hook_api::TOKEN_HEADER, token)
+        .send()
+        .await?;
+    let status = response.status();
+    let body: serde_json::Value = response.json().await?;
+    anyhow::ensure!(status.is_success(), "GET {path}: {status}: {body}");
+    Ok(body)
 }

@@ -11,11 +11,14 @@
 //! - [`urls`]: which clone URLs are safe to fetch from (http(s) only, deny-list after DNS).
 //! - [`fetch`]: `git fetch <url> <oid>...` without writing refs, dropping oids a remote lacks.
 //! - this file: the [`SyncContext`] the GRASP brain implements, and the [`Syncer`] loop.
+//! - [`context`]: that implementation for `Arc<Grasp>`, and [`context::start`], the daemon's
+//!   wiring (enqueue on `Grasp::on_waiting`, stats for the operator view, stop on shutdown).
 //!
 //! The syncer never writes refs: it only adds objects to a repository (under the repository lock
 //! shared with the push flow) and then calls [`SyncContext::process`], which releases events and
 //! aligns refs through the normal path.
 
+pub mod context;
 pub mod fetch;
 pub mod queue;
 pub mod throttle;
@@ -33,6 +36,7 @@ use serde::Serialize;
 use tokio::sync::{watch, Notify};
 use tokio::task::JoinSet;
 
+pub use context::{start, SyncHandle};
 pub use fetch::{fetch_oids, missing_objects, FetchOptions, FetchOutcome};
 pub use queue::{Origin, Outcome, QueueTimings, SyncQueue, SyncQueueEntry};
 pub use throttle::{DomainStats, Permit, Throttle, ThrottleLimits, ThrottledUntil};
@@ -115,7 +119,29 @@ pub struct SyncStats {
     /// Identifiers with a running sync, sorted.
     pub in_progress: Vec<String>,
     pub domains: Vec<DomainStats>,
+    /// Queued identifiers (at most [`MAX_LISTED_IDENTIFIERS`]), soonest attempt first.
+    pub identifiers: Vec<IdentifierStats>,
 }
+
+/// One queued identifier in the admin view.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct IdentifierStats {
+    pub identifier: String,
+    pub in_progress: bool,
+    /// Failed attempts since the last new event for the identifier.
+    pub attempt_count: u32,
+    /// Milliseconds until the next attempt (0 when due or running).
+    pub next_attempt_in_ms: u64,
+    /// The delay chosen when the identifier was last scheduled (initial delay, backoff, or the
+    /// wait for a throttled domain), in milliseconds.
+    pub last_delay_ms: u64,
+}
+
+/// Where the operator view reads the syncer's figures (`None` once the syncer is gone).
+pub type StatsSource = Box<dyn Fn() -> Option<SyncStats> + Send + Sync>;
+
+/// Cap on [`SyncStats::identifiers`], so the admin view stays small under a flood.
+pub const MAX_LISTED_IDENTIFIERS: usize = 1000;
 
 /// Source of `Instant`s; injectable so tests control time.
 pub type Clock = Arc<dyn Fn() -> Instant + Send + Sync>;
@@ -203,14 +229,37 @@ impl<C: SyncContext> Syncer<C> {
 
     pub fn stats(&self) -> SyncStats {
         let now = (self.shared.clock)();
-        let (queue_length, in_progress) = {
+        let (queue_length, in_progress, mut identifiers) = {
             let queue = self.shared.queue();
-            (queue.len(), queue.in_progress())
+            let identifiers: Vec<IdentifierStats> = queue
+                .entries()
+                .map(|(identifier, entry)| IdentifierStats {
+                    identifier: identifier.to_string(),
+                    in_progress: entry.in_progress,
+                    attempt_count: entry.attempt_count,
+                    next_attempt_in_ms: if entry.in_progress {
+                        0
+                    } else {
+                        millis(entry.next_attempt.saturating_duration_since(now))
+                    },
+                    last_delay_ms: millis(entry.last_delay),
+                })
+                .collect();
+            (queue.len(), queue.in_progress(), identifiers)
         };
+        identifiers.sort_by(|a, b| {
+            (!a.in_progress, a.next_attempt_in_ms, &a.identifier).cmp(&(
+                !b.in_progress,
+                b.next_attempt_in_ms,
+                &b.identifier,
+            ))
+        });
+        identifiers.truncate(MAX_LISTED_IDENTIFIERS);
         SyncStats {
             queue_length,
             in_progress,
             domains: self.shared.throttle.stats(now),
+            identifiers,
         }
     }
 
@@ -259,6 +308,10 @@ impl<C: SyncContext> Syncer<C> {
         tasks.shutdown().await;
         tracing::info!("background sync stopped");
     }
+}
+
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// Ends a sync task even if it panics or is aborted: clears the running flag and reschedules.

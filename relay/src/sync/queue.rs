@@ -83,6 +83,9 @@ pub struct SyncQueueEntry {
     pub attempt_count: u32,
     /// Whether a sync task is currently running for this identifier.
     pub in_progress: bool,
+    /// The delay chosen when the entry was last (re)scheduled: the initial delay, a backoff, or
+    /// the wait for a throttled domain.
+    pub last_delay: Duration,
     /// A new event arrived while the task was running: reschedule even if it completes.
     requeue: Option<Origin>,
     /// Removed while running: drop the entry when the task finishes.
@@ -126,6 +129,7 @@ impl SyncQueue {
                     .remove(&(entry.next_attempt, identifier.to_string()));
                 entry.attempt_count = 0;
                 entry.next_attempt = next_attempt;
+                entry.last_delay = self.timings.delay(origin);
                 self.waiting.insert((next_attempt, identifier.to_string()));
             }
             None => {
@@ -135,6 +139,7 @@ impl SyncQueue {
                         next_attempt,
                         attempt_count: 0,
                         in_progress: false,
+                        last_delay: self.timings.delay(origin),
                         requeue: None,
                         removed: false,
                     },
@@ -198,7 +203,13 @@ impl SyncQueue {
             }
         };
         entry.next_attempt = next_attempt;
+        entry.last_delay = next_attempt.saturating_duration_since(now);
         self.waiting.insert((next_attempt, identifier.to_string()));
+    }
+
+    /// Every entry, by identifier.
+    pub fn entries(&self) -> impl Iterator<Item = (&str, &SyncQueueEntry)> {
+        self.entries.iter().map(|(id, entry)| (id.as_str(), entry))
     }
 
     /// Drop an identifier entirely (e.g. its purgatory entries expired). A running entry is
@@ -266,6 +277,11 @@ mod tests {
         let mut q = queue();
         q.enqueue("user", Origin::User, t0);
         q.enqueue("sync", Origin::Sync, t0);
+        assert_eq!(q.entry("user").unwrap().last_delay, 180 * S);
+        assert_eq!(
+            q.entry("sync").unwrap().last_delay,
+            Duration::from_millis(500)
+        );
         assert!(q.ready(t0).is_empty());
         assert_eq!(
             q.ready(t0 + Duration::from_millis(499)),
@@ -306,6 +322,7 @@ mod tests {
             q.finish("r", Outcome::Incomplete, now);
             let next = q.entry("r").unwrap().next_attempt;
             delays.push((next - now).as_secs());
+            assert_eq!(q.entry("r").unwrap().last_delay, next - now);
             assert!(q.ready(next - Duration::from_millis(1)).is_empty());
             now = next;
         }
@@ -350,6 +367,7 @@ mod tests {
         let entry = q.entry("r").unwrap();
         assert_eq!(entry.attempt_count, 0);
         assert_eq!(entry.next_attempt, t0 + S + Duration::from_millis(500));
+        assert_eq!(entry.last_delay, Duration::from_millis(500));
         assert_eq!(
             q.ready(t0 + 10 * S),
             vec!["r"],
@@ -388,6 +406,7 @@ mod tests {
         q.finish("r", Outcome::Throttled { until: t0 + 7 * S }, t0 + S);
         let entry = q.entry("r").unwrap();
         assert_eq!(entry.next_attempt, t0 + 7 * S);
+        assert_eq!(entry.last_delay, 6 * S);
         assert_eq!(entry.attempt_count, 0);
         q.start("r");
         q.finish("r", Outcome::Throttled { until: t0 }, t0 + 9 * S);

@@ -1,0 +1,293 @@
+//! The GRASP brain as the syncer's [`SyncContext`], and the daemon's wiring of the syncer.
+//!
+//! - [`SyncContext`] for `Arc<Grasp>`: what the purgatory waits for per owner repository, which
+//!   clone URLs may have it, the in-process repository locks (`Grasp::locks`) around fetches,
+//!   and release through [`Grasp::process_repo`] (the same path as after a push) under the
+//!   cross-process push lock `grasp-cgi` holds during a receive-pack.
+//! - [`start`]: creates the [`Syncer`], points `Grasp::on_waiting` (every event that starts
+//!   waiting enqueues its identifier) and `Grasp::sync_stats` (the operator view) at it through a
+//!   [`SyncHandle`], and runs it until shutdown.
+//!
+//! The handle holds the syncer weakly: the syncer owns an `Arc<Grasp>`, so a strong reference
+//! back from the brain would be a cycle.
+
+use std::collections::HashSet;
+use std::path::Path;
+use std::sync::{Arc, Weak};
+
+use grasp_state::maintainers::MaintainerSet;
+use grasp_state::nip34::{Announcement, PullRequest};
+use grasp_state::purgatory::RepoId;
+use tokio::sync::{watch, OwnedMutexGuard};
+use tokio::task::JoinHandle;
+
+use super::{
+    missing_objects, Origin, Shared, SyncConfig, SyncContext, SyncStats, SyncTarget, Syncer,
+};
+use crate::grasp::Grasp;
+use crate::shutdown::Shutdown;
+
+impl SyncContext for Arc<Grasp> {
+    type RepoGuard = OwnedMutexGuard<()>;
+
+    /// Per owner repository of `identifier` (that exists on disk): the objects of the held state
+    /// events authored inside the owner's maintainer set and the commits of the held pull
+    /// requests targeting it, that the repository still lacks.
+    async fn needed(&self, identifier: &str) -> Vec<SyncTarget> {
+        let all = self.announcements(identifier).await;
+        let mut targets = Vec::new();
+        for (announcement, _) in &all {
+            let owner = announcement.owner;
+            let Some(repo) = self.repo_path(&owner, identifier) else {
+                continue;
+            };
+            if !repo.exists() {
+                continue;
+            }
+            let set = Grasp::maintainer_set(owner, &all);
+            let prs = held_pr_commits(self, &RepoId::new(owner, identifier));
+            let wanted = waiting_oids(&held_state_refs(self, identifier, &set), &prs);
+            if wanted.is_empty() {
+                continue;
+            }
+            match missing_objects(&repo, &wanted).await {
+                Ok(missing) if missing.is_empty() => {}
+                Ok(missing) => targets.push(SyncTarget {
+                    repo,
+                    oids: missing,
+                }),
+                Err(error) => {
+                    tracing::warn!(identifier, repo = %repo.display(), %error, "cannot inspect repository for sync")
+                }
+            }
+        }
+        targets
+    }
+
+    /// Clone URLs of the identifier's announcements (stored and held), then the `clone` tags of
+    /// the pull requests waiting for its repositories. The syncer drops this server's own URLs
+    /// and unsafe ones.
+    async fn candidate_urls(&self, identifier: &str) -> Vec<String> {
+        let all = self.announcements(identifier).await;
+        let announcements: Vec<Announcement> = all.iter().map(|(a, _)| a.clone()).collect();
+        let prs: Vec<PullRequest> = {
+            let p = self.purgatory.lock().unwrap();
+            let mut seen = HashSet::new();
+            announcements
+                .iter()
+                .flat_map(|a| p.prs_for(&RepoId::new(a.owner, identifier)))
+                .filter_map(|entry| entry.event.as_ref())
+                .filter(|ev| seen.insert(ev.id))
+                .filter_map(|ev| PullRequest::from_event(ev).ok())
+                .collect()
+        };
+        clone_urls(&announcements, &prs)
+    }
+
+    async fn lock_repo(&self, repo: &Path) -> Self::RepoGuard {
+        self.locks.lock(repo).await
+    }
+
+    /// Releases what every owner repository of `identifier` now satisfies (the push path),
+    /// holding the push lock of each of them: alignment must not move refs under a push in
+    /// flight (its receive-pack would then fail to create or update them).
+    async fn process(&self, identifier: &str) -> usize {
+        self.process_identifier(identifier).await
+    }
+
+    fn set_sync_running(&self, identifier: &str, running: bool) {
+        self.purgatory
+            .lock()
+            .unwrap()
+            .set_sync_running(identifier, running);
+    }
+}
+
+/// The ref targets of each held state of `identifier` authored inside `set`.
+fn held_state_refs(grasp: &Grasp, identifier: &str, set: &MaintainerSet) -> Vec<Vec<String>> {
+    grasp
+        .held_states(identifier, set)
+        .into_iter()
+        .map(|s| s.refs.into_values().collect())
+        .collect()
+}
+
+/// Commits of the pull request events (not placeholders) held for `repo`.
+fn held_pr_commits(grasp: &Grasp, repo: &RepoId) -> Vec<String> {
+    grasp
+        .purgatory
+        .lock()
+        .unwrap()
+        .prs_for(repo)
+        .into_iter()
+        .map(|e| e.commit.clone())
+        .collect()
+}
+
+/// Every oid the held states and pull requests of one repository need, once each, in order.
+pub fn waiting_oids(state_refs: &[Vec<String>], pr_commits: &[String]) -> Vec<String> {
+    let mut seen = HashSet::new();
+    state_refs
+        .iter()
+        .flatten()
+        .chain(pr_commits)
+        .filter(|oid| seen.insert(oid.as_str()))
+        .cloned()
+        .collect()
+}
+
+/// Candidate clone URLs, once each: the announcements' (in the given order) first, they are the
+/// repository's own homes; then the pull requests' `clone` tags.
+pub fn clone_urls(announcements: &[Announcement], prs: &[PullRequest]) -> Vec<String> {
+    let mut seen = HashSet::new();
+    announcements
+        .iter()
+        .flat_map(|a| &a.clone_urls)
+        .chain(prs.iter().flat_map(|pr| &pr.clone_urls))
+        .map(|url| url.trim())
+        .filter(|url| !url.is_empty() && seen.insert(*url))
+        .map(str::to_string)
+        .collect()
+}
+
+/// A weak handle on a running [`Syncer`]: enqueue and read stats without keeping it alive.
+#[derive(Clone)]
+pub struct SyncHandle {
+    shared: Weak<Shared<Arc<Grasp>>>,
+}
+
+impl SyncHandle {
+    /// Schedules a sync of `identifier` (no-op once the syncer is gone).
+    pub fn enqueue(&self, identifier: &str, origin: Origin) {
+        if let Some(shared) = self.shared.upgrade() {
+            Syncer { shared }.enqueue(identifier, origin);
+        }
+    }
+
+    /// The syncer's figures, if it still runs.
+    pub fn stats(&self) -> Option<SyncStats> {
+        self.shared
+            .upgrade()
+            .map(|shared| Syncer { shared }.stats())
+    }
+}
+
+impl Syncer<Arc<Grasp>> {
+    /// A weak handle for callers that must not keep the syncer (and the brain) alive.
+    pub fn handle(&self) -> SyncHandle {
+        SyncHandle {
+            shared: Arc::downgrade(&self.shared),
+        }
+    }
+}
+
+/// Starts background sync for the daemon: every event that starts waiting in the purgatory
+/// enqueues its identifier (as user-submitted), the operator view reads the syncer's stats, and
+/// the syncer runs until `shutdown` (running fetches are then killed; the returned task ends
+/// after that, and holds `shutdown` until then).
+pub fn start(grasp: &Arc<Grasp>, config: SyncConfig, mut shutdown: Shutdown) -> JoinHandle<()> {
+    let syncer = Syncer::new(grasp.clone(), config);
+    let handle = syncer.handle();
+    let enqueue = handle.clone();
+    if grasp
+        .on_waiting
+        .set(Box::new(move |identifier| {
+            enqueue.enqueue(identifier, Origin::User)
+        }))
+        .is_err()
+    {
+        tracing::warn!("background sync already wired; events will not be enqueued twice");
+    }
+    let _ = grasp.sync_stats.set(Box::new(move || handle.stats()));
+    // Catch up on what was already waiting at startup (restored purgatory).
+    let waiting = grasp.purgatory.lock().unwrap().waiting_identifiers();
+    for identifier in &waiting {
+        syncer.enqueue(identifier, Origin::User);
+    }
+    tokio::spawn(async move {
+        let (stop, stopped) = watch::channel(false);
+        let run = syncer.run(stopped);
+        tokio::pin!(run);
+        tokio::select! {
+            _ = &mut run => {}
+            _ = shutdown.recv() => {
+                let _ = stop.send(true);
+                run.await;
+            }
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nostr::prelude::*;
+
+    fn announcement(keys: &Keys, clone: &[&str]) -> Announcement {
+        let mut tags = vec![Tag::parse(["d", "repo"]).unwrap()];
+        let mut c = vec!["clone".to_string()];
+        c.extend(clone.iter().map(|u| u.to_string()));
+        tags.push(Tag::parse(c).unwrap());
+        let ev = EventBuilder::new(Kind::Custom(30617), "")
+            .tags(tags)
+            .finalize(keys)
+            .unwrap();
+        Announcement::from_event(&ev).unwrap()
+    }
+
+    fn pr(keys: &Keys, owner: &Keys, clone: &[&str]) -> PullRequest {
+        let mut tags = vec![
+            Tag::parse(["a", &format!("30617:{}:repo", owner.public_key().to_hex())]).unwrap(),
+            Tag::parse(["c", &"a".repeat(40)]).unwrap(),
+        ];
+        if !clone.is_empty() {
+            let mut c = vec!["clone".to_string()];
+            c.extend(clone.iter().map(|u| u.to_string()));
+            tags.push(Tag::parse(c).unwrap());
+        }
+        let ev = EventBuilder::new(Kind::Custom(1618), "")
+            .tags(tags)
+            .finalize(keys)
+            .unwrap();
+        PullRequest::from_event(&ev).unwrap()
+    }
+
+    #[test]
+    fn announcement_urls_come_first_then_pull_requests_without_duplicates() {
+        let (a, b, c) = (Keys::generate(), Keys::generate(), Keys::generate());
+        let anns = [
+            announcement(&a, &["https://one/x.git", "https://two/x.git"]),
+            announcement(&b, &["https://two/x.git", " ", "https://three/x.git"]),
+        ];
+        let prs = [
+            pr(&c, &a, &["https://fork/x.git", "https://one/x.git"]),
+            pr(&c, &a, &[]),
+        ];
+        assert_eq!(
+            clone_urls(&anns, &prs),
+            [
+                "https://one/x.git",
+                "https://two/x.git",
+                "https://three/x.git",
+                "https://fork/x.git"
+            ]
+        );
+        assert!(clone_urls(&[], &[]).is_empty());
+        assert_eq!(
+            clone_urls(&[], &prs[..1]),
+            ["https://fork/x.git", "https://one/x.git"]
+        );
+    }
+
+    #[test]
+    fn waiting_oids_are_deduplicated_in_order() {
+        let (x, y, z) = ("1".repeat(40), "2".repeat(40), "3".repeat(40));
+        let states = vec![vec![x.clone(), y.clone()], vec![y.clone()]];
+        assert_eq!(
+            waiting_oids(&states, &[z.clone(), x.clone()]),
+            [x.clone(), y.clone(), z.clone()]
+        );
+        assert!(waiting_oids(&[], &[]).is_empty());
+        assert_eq!(waiting_oids(&[], std::slice::from_ref(&z)), [z]);
+    }
+}
