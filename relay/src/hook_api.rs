@@ -16,6 +16,7 @@ use bytes::Bytes;
 use grasp_state::hook_api::{
     ApiError, PostReceiveRequest, PreReceiveRequest, HOOK_API_VERSION, PATH_POST_RECEIVE, PATH_PRE_RECEIVE, TOKEN_HEADER,
 };
+use grasp_state::purgatory::{EntryView, ExpiredView, Purgatory, PurgatoryStats};
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
@@ -30,6 +31,30 @@ use crate::shutdown::Shutdown;
 
 /// Path of the operator's purgatory listing (same token).
 pub const PATH_PURGATORY: &str = "/v1/purgatory";
+
+/// How many expired event ids the operator listing shows (newest first).
+const LISTED_EXPIRED: usize = 1000;
+
+/// The answer to `GET /v1/purgatory`: every held entry (soonest expiry first), the most recently
+/// expired event ids, and counts.
+#[derive(Debug, Serialize)]
+pub struct PurgatoryListing {
+    pub version: u32,
+    pub entries: Vec<EntryView>,
+    pub expired_events: Vec<ExpiredView>,
+    pub stats: PurgatoryStats,
+}
+
+impl PurgatoryListing {
+    pub fn of(p: &Purgatory) -> Self {
+        PurgatoryListing {
+            version: HOOK_API_VERSION,
+            entries: p.listing(),
+            expired_events: p.expired_listing(LISTED_EXPIRED),
+            stats: p.stats(),
+        }
+    }
+}
 
 /// Largest request body accepted (a push may update many refs, but not millions).
 const MAX_REQUEST_BYTES: usize = 8 * 1024 * 1024;
@@ -112,8 +137,7 @@ async fn handle(req: Request<Incoming>, token: &str, grasp: &Grasp) -> Response<
     }
     let (method, path) = (req.method().clone(), req.uri().path().to_string());
     if method == Method::GET && path == PATH_PURGATORY {
-        let listing = grasp.purgatory.lock().unwrap().listing();
-        return json(StatusCode::OK, &listing);
+        return json(StatusCode::OK, &PurgatoryListing::of(&grasp.purgatory.lock().unwrap()));
     }
     if method != Method::POST {
         return error(StatusCode::METHOD_NOT_ALLOWED, "use POST");

@@ -56,9 +56,15 @@ pub fn restore(data_dir: &Path, config: PurgatoryConfig) -> Purgatory {
     }
 }
 
-/// Writes one checkpoint. The snapshot is taken under the lock (a clone); serialising and the
-/// disk writes happen outside it, so request handling is not blocked for long.
+/// Serialises checkpoint writers (periodic task, final checkpoint): two writers would share the
+/// temp file, and an older snapshot must never be renamed over a newer one.
+static CHECKPOINT_LOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Writes one checkpoint. The snapshot is taken under the purgatory lock (a clone);
+/// serialising and the disk writes happen outside it, so request handling is not blocked for
+/// long.
 pub async fn checkpoint(grasp: &Grasp, data_dir: &Path) -> std::io::Result<()> {
+    let _writer = CHECKPOINT_LOCK.lock().await;
     let snapshot = grasp.purgatory.lock().unwrap().snapshot();
     let path: PathBuf = data_dir.join(CHECKPOINT_FILE);
     tokio::task::spawn_blocking(move || write_checkpoint(&path, &snapshot))
@@ -70,6 +76,7 @@ pub async fn checkpoint(grasp: &Grasp, data_dir: &Path) -> std::io::Result<()> {
 /// background mutation has stopped).
 pub async fn run_checkpoints(grasp: Arc<Grasp>, data_dir: PathBuf, interval: Duration, mut shutdown: Shutdown) {
     let mut ticker = tokio::time::interval(interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     ticker.tick().await;
     loop {
         tokio::select! {
@@ -83,12 +90,19 @@ pub async fn run_checkpoints(grasp: Arc<Grasp>, data_dir: PathBuf, interval: Dur
     }
 }
 
-/// Runs the expiry sweep every second until shutdown.
+/// Runs the expiry sweep until shutdown: it sleeps until the earliest deadline, but never
+/// longer than [`SWEEP_TICK`] or a quarter of the entry TTL (entries added meanwhile may be due
+/// sooner than anything armed now).
 pub async fn run_expiry(grasp: Arc<Grasp>, mut shutdown: Shutdown) {
-    let mut ticker = tokio::time::interval(SWEEP_TICK);
     loop {
+        let wake = {
+            let p = grasp.purgatory.lock().unwrap();
+            let longest = SWEEP_TICK.min(p.config().entry_ttl / 4).max(Duration::from_millis(10));
+            let latest = std::time::Instant::now() + longest;
+            p.next_deadline().map_or(latest, |at| at.min(latest))
+        };
         tokio::select! {
-            _ = ticker.tick() => expire(&grasp).await,
+            _ = tokio::time::sleep_until(wake.into()) => expire(&grasp).await,
             _ = shutdown.recv() => return,
         }
     }
@@ -99,18 +113,18 @@ pub async fn expire(grasp: &Grasp) {
     let actions = grasp.purgatory.lock().unwrap().sweep();
     for action in actions {
         match action {
-            SweepAction::SoftExpireAnnouncement { owner, identifier, .. } => {
-                tracing::info!(owner = %npub(&owner), identifier, "announcement soft-expired: repository deleted, event kept for revival");
+            SweepAction::SoftExpireAnnouncement { owner, identifier, event_id, .. } => {
                 grasp.delete_repo(&owner, &identifier).await;
+                tracing::info!(owner = %npub(&owner), identifier, event = %event_id, "purgatory: announcement soft-expired: repository deleted, event kept for revival");
             }
             SweepAction::ExpireAnnouncement { owner, identifier, event_id } => {
-                tracing::info!(owner = %npub(&owner), identifier, event = %event_id, "announcement expired");
+                tracing::info!(owner = %npub(&owner), identifier, event = %event_id, "purgatory: announcement expired and forgotten");
             }
             SweepAction::ExpireState { event_id, identifier, author } => {
-                tracing::info!(identifier, event = %event_id, author = %npub(&author), "state event expired without its git data");
+                tracing::info!(identifier, event = %event_id, author = %npub(&author), "purgatory: state event expired without its git data");
             }
             SweepAction::ExpirePr { event_id, commit, destinations } => {
-                tracing::info!(event = %event_id, commit, "pull request expired without its commit");
+                tracing::info!(event = %event_id, commit, "purgatory: pull request expired without its commit");
                 remove_nostr_refs(grasp, &event_id, &commit, &destinations).await;
             }
             SweepAction::ExpirePlaceholder { event_id, commit, destinations } => {
@@ -123,7 +137,7 @@ pub async fn expire(grasp: &Grasp) {
                 let mut p = grasp.purgatory.lock().unwrap();
                 if cleaned.len() == destinations.len() {
                     p.placeholder_cleaned(&event_id, &cleaned);
-                    tracing::info!(event = %event_id, commit, "placeholder expired: refs/nostr ref removed");
+                    tracing::info!(event = %event_id, commit, "purgatory: placeholder expired, refs/nostr ref removed");
                 } else {
                     let retry = p.config().placeholder_retry;
                     p.placeholder_cleaned(&event_id, &cleaned);

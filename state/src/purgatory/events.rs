@@ -236,6 +236,7 @@ impl Purgatory {
                     event_id: *id,
                 };
                 self.rearm(key, old, new, &[identifier.to_owned()]);
+                tracing::info!(identifier, event = %id, time_left_secs = duration.as_secs(), "purgatory: state event expiry extended");
                 extended += 1;
             } else if let Some(p) = self.prs.get_mut(id).filter(|p| !p.cleanup_pending) {
                 let old = p.expires_at;
@@ -243,6 +244,7 @@ impl Purgatory {
                 let new = p.expires_at;
                 let identifiers: Vec<String> = p.identifiers().map(str::to_owned).collect();
                 self.rearm(EntryKey::Pr { event_id: *id }, old, new, &identifiers);
+                tracing::info!(event = %id, time_left_secs = duration.as_secs(), "purgatory: pull request expiry extended");
                 extended += 1;
             }
         }
