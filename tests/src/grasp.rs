@@ -165,3 +165,31 @@ pub fn clone(url: &str, dir: &Path, extra: &[&str]) -> Result<(), String> {
     let out = git_output(parent, &args);
     if out.status.success() { Ok(()) } else { Err(String::from_utf8_lossy(&out.stderr).to_string()) }
 }
+
+/// A kind-5 deletion by `keys` of event ids and `a` coordinates, created at `at`.
+pub fn deletion_at(keys: &Keys, ids: &[EventId], coordinates: &[String], at: u64) -> Event {
+    let mut tags: Vec<Vec<String>> = ids.iter().map(|id| s(&["e", &id.to_hex()])).collect();
+    tags.extend(coordinates.iter().map(|c| s(&["a", c])));
+    sign(keys, 5, at, tags)
+}
+
+/// The `a` coordinate `kind:<pubkey hex>:<identifier>`.
+pub fn coordinate(kind: u16, pubkey: &PublicKey, identifier: &str) -> String {
+    format!("{kind}:{}:{identifier}", pubkey.to_hex())
+}
+
+/// The operator's purgatory listing (`GET /v1/purgatory` on the loopback API, with the token
+/// from `<data>/api-token`) as JSON.
+pub async fn purgatory_listing(server: &TestServer) -> serde_json::Value {
+    let data = server.data_dir();
+    let addr = std::fs::read_to_string(data.join("api-addr")).expect("api-addr");
+    let token = std::fs::read_to_string(data.join("api-token")).expect("api-token");
+    let resp = reqwest::Client::new()
+        .get(format!("http://{}/v1/purgatory", addr.trim()))
+        .header("x-grasp-token", token.trim())
+        .send()
+        .await
+        .expect("GET /v1/purgatory");
+    assert!(resp.status().is_success(), "GET /v1/purgatory: {}", resp.status());
+    resp.json().await.expect("purgatory listing is JSON")
+}
