@@ -85,8 +85,10 @@ fn age_checkpoint(server: &TestServer, secs: u64) {
     std::fs::write(&path, v.to_string()).unwrap();
 }
 
-fn inode(p: &Path) -> Option<u64> {
-    std::fs::metadata(p).ok().map(|m| std::os::unix::fs::MetadataExt::ino(&m))
+/// Identity of the file's current version: inode (a rename makes a new one) and mtime.
+fn version(p: &Path) -> Option<(u64, std::time::SystemTime)> {
+    let m = std::fs::metadata(p).ok()?;
+    Some((std::os::unix::fs::MetadataExt::ino(&m), m.modified().ok()?))
 }
 
 fn git_url_status(url: &str) -> u16 {
@@ -238,9 +240,9 @@ async fn kill_9_during_repeated_checkpoints_always_leaves_a_loadable_checkpoint(
     });
     let mut kills_mid_write = 0;
     for i in 0..25u64 {
-        // Wait for a checkpoint written by this run (a rename gives the file a new inode).
-        let first = inode(&path);
-        eventually!("a checkpoint", WAIT, inode(&path).filter(|n| Some(*n) != first));
+        // Wait for a checkpoint written by this run.
+        let first = version(&path);
+        eventually!("a checkpoint", WAIT, version(&path).filter(|v| Some(*v) != first));
         // Kill at a varying point of the next checkpoint cycles (fault injection, not sync).
         std::thread::sleep(Duration::from_micros(i * 397 % 6000));
         if server.data_dir().join("purgatory-state.json.tmp").exists() {
