@@ -567,3 +567,58 @@ async fn deletions_remove_purgatory_entries_by_id_and_coordinate() {
     assert!(!ok && msg.starts_with("blocked:"), "{msg}");
     assert!(server.logs().contains("removed by deletion"));
 }
+
+#[tokio::test]
+async fn placeholder_caps_refuse_the_push_before_its_refs_land() {
+    let server = TestServer::start_with(&["--placeholders-per-repo", "1", "--placeholders-total", "2"]);
+    let tmp = tempfile::tempdir().unwrap();
+    let mut c = connect(&server).await;
+    let mut pushes = Vec::new();
+    for (n, name) in ["a", "b", "c"].iter().enumerate() {
+        let owner = Keys::generate();
+        held(&mut c, &announcement(&server, &owner, name, &[])).await;
+        let work = Repo::new(&tmp.path().join(name), &server, &owner.public_key(), name);
+        work.commit("f.txt", &format!("{n}"));
+        pushes.push((owner, work));
+    }
+    let push = |work: &Repo| {
+        let id = random_id();
+        (id, work.push(&[&format!("HEAD:refs/nostr/{}", id.to_hex())]))
+    };
+    let (first, ok) = push(&pushes[0].1);
+    ok.expect("first placeholder");
+    // Per repository.
+    let (second, refused) = push(&pushes[0].1);
+    let err = refused.expect_err("second placeholder in the same repository");
+    assert!(err.contains("rate-limited"), "{err}");
+    let bare = repo_dir(&server, &pushes[0].0.public_key(), "a");
+    let refs = bare_refs(&bare);
+    assert!(refs.contains_key(&format!("refs/nostr/{}", first.to_hex())));
+    assert!(!refs.contains_key(&format!("refs/nostr/{}", second.to_hex())), "refused ref did not land");
+    // In total.
+    push(&pushes[1].1).1.expect("placeholder in another repository");
+    let (_, refused) = push(&pushes[2].1);
+    let err = refused.expect_err("over the total");
+    assert!(err.contains("blocked"), "{err}");
+    let l = purgatory_listing(&server).await;
+    assert_eq!(l["stats"]["placeholders"], 2, "{l}");
+}
+
+#[tokio::test]
+async fn announcement_whose_repository_vanished_is_not_restored() {
+    let mut server = TestServer::start_with(&["--checkpoint-interval", "1h"]);
+    let owner = Keys::generate();
+    let mut c = connect(&server).await;
+    let ann = announcement(&server, &owner, "vanishing", &[]);
+    held(&mut c, &ann).await;
+    let kept = announcement(&server, &owner, "staying", &[]);
+    held(&mut c, &kept).await;
+    drop(c);
+    server.stop();
+    std::fs::remove_dir_all(repo_dir(&server, &owner.public_key(), "vanishing")).unwrap();
+    server.restart();
+    let l = purgatory_listing(&server).await;
+    assert!(entry(&l, &ann.id).is_none(), "{l}");
+    assert!(entry(&l, &kept.id).is_some(), "{l}");
+    assert!(server.logs().contains("not restored"));
+}

@@ -53,7 +53,11 @@ impl ExpiredEvents {
 
     /// The `limit` most recent records, newest first.
     pub fn newest(&self, limit: usize) -> impl Iterator<Item = (EventId, SystemTime)> + '_ {
-        self.order.iter().rev().take(limit).map(|(when, id)| (*id, *when))
+        self.order
+            .iter()
+            .rev()
+            .take(limit)
+            .map(|(when, id)| (*id, *when))
     }
 
     pub fn iter(&self) -> impl Iterator<Item = (&EventId, &SystemTime)> {

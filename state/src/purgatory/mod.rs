@@ -627,16 +627,16 @@ mod tests {
         assert!(p.check_room(&s.pubkey).is_ok());
         p.add_state(s.clone(), s.pubkey, "repo".into()).unwrap();
         assert_eq!(p.next_deadline(), Some(clock.now() + MIN30));
-        assert_eq!(
-            p.check_room(&s.pubkey).unwrap_err().scope,
-            CapScope::Author
-        );
+        assert_eq!(p.check_room(&s.pubkey).unwrap_err().scope, CapScope::Author);
         assert_eq!(p.stats().states, 1, "check_room adds nothing");
         let pr = signed(1, PR, 0);
         p.add_pr(pr.clone(), "c0ffee".into(), vec![repo(0, "repo")])
             .unwrap();
         let view = p.listing();
-        assert_eq!(view.iter().find(|v| v.kind == EntryKind::Pr).unwrap().oids, ["c0ffee"]);
+        assert_eq!(
+            view.iter().find(|v| v.kind == EntryKind::Pr).unwrap().oids,
+            ["c0ffee"]
+        );
         clock.advance(MIN30);
         p.sweep();
         clock.advance(Duration::from_secs(5));
