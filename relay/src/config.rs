@@ -29,8 +29,12 @@ pub struct Config {
     pub bind: SocketAddr,
 
     /// Data directory: `events/` (event store), `git/` (bare repositories), `hooks/`.
-    #[arg(long, env = "GRASP_DATA_DIR", default_value = "./data")]
+    #[arg(long, env = "GRASP_DATA_DIR", default_value = "./data", global = true)]
     pub data_dir: PathBuf,
+
+    /// Instead of running the daemon, ask the relay running on `--data-dir` something.
+    #[command(subcommand)]
+    pub command: Option<Command>,
 
     /// Log filter in `tracing` syntax, e.g. `info` or `grasp_relay=debug,info`.
     #[arg(long, env = "GRASP_LOG", default_value = "info")]
@@ -107,6 +111,17 @@ pub struct Config {
         default_value = "A GRASP server: Nostr relay and git hosting for NIP-34 repositories."
     )]
     pub description: String,
+}
+
+/// One-shot commands against a running relay (through its loopback API).
+#[derive(Debug, Clone, PartialEq, Eq, clap::Subcommand)]
+pub enum Command {
+    /// Print what waits in the purgatory of the relay running on --data-dir.
+    Purgatory {
+        /// Print the JSON of `GET /v1/purgatory` instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// A duration: whole seconds (`90`), or a number with a unit `ms`, `s`, `m` or `h`.
@@ -243,6 +258,16 @@ mod tests {
         for bad in ["", "ms", "1.5", "-1", "10d", "99999999999999999999h"] {
             assert!(parse_duration(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn purgatory_subcommand_takes_the_data_dir_after_it() {
+        let cfg = Config::parse_from(["grasp-relay", "purgatory", "--data-dir", "/srv/grasp"]);
+        assert_eq!(cfg.command, Some(Command::Purgatory { json: false }));
+        assert_eq!(cfg.data_dir, PathBuf::from("/srv/grasp"));
+        let cfg = Config::parse_from(["grasp-relay", "--data-dir", "d", "purgatory", "--json"]);
+        assert_eq!(cfg.command, Some(Command::Purgatory { json: true }));
+        assert_eq!(Config::parse_from(["grasp-relay"]).command, None);
     }
 
     #[test]

@@ -621,4 +621,22 @@ async fn announcement_whose_repository_vanished_is_not_restored() {
     assert!(entry(&l, &ann.id).is_none(), "{l}");
     assert!(entry(&l, &kept.id).is_some(), "{l}");
     assert!(server.logs().contains("not restored"));
+
+    // The operator's command asks the running relay.
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(grasp_tests::binary_path("grasp-relay")).args(args).output().unwrap();
+        (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let data = server.data_dir().to_str().unwrap().to_owned();
+    let (ok, table, err) = run(&["purgatory", "--data-dir", &data]);
+    assert!(ok, "{err}");
+    let line = table.lines().find(|l| l.contains("staying")).unwrap_or_else(|| panic!("{table}"));
+    assert!(line.starts_with("announcement") && line.contains(&kept.id.to_hex()[..12]), "{table}");
+    let (ok, json, err) = run(&["purgatory", "--json", "--data-dir", &data]);
+    assert!(ok, "{err}");
+    let v: Value = serde_json::from_str(&json).unwrap();
+    assert!(entry(&v, &kept.id).is_some(), "{json}");
+    server.stop();
+    let (ok, _, err) = run(&["purgatory", "--data-dir", &data]);
+    assert!(!ok && err.contains("is grasp-relay running"), "{err}");
 }
