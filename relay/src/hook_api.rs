@@ -150,7 +150,7 @@ async fn handle(req: Request<Incoming>, token: &str, grasp: &Grasp) -> Response<
         PATH_PRE_RECEIVE => {
             let req: PreReceiveRequest = match parse(&body) {
                 Ok(r) => r,
-                Err(resp) => return resp,
+                Err(resp) => return *resp,
             };
             let Some(owner) = owner(&req.owner) else { return error(StatusCode::BAD_REQUEST, "owner is not an npub") };
             json(StatusCode::OK, &grasp.authorize_push(&owner, &req.identifier, &req.updates).await)
@@ -158,7 +158,7 @@ async fn handle(req: Request<Incoming>, token: &str, grasp: &Grasp) -> Response<
         PATH_POST_RECEIVE => {
             let req: PostReceiveRequest = match parse(&body) {
                 Ok(r) => r,
-                Err(resp) => return resp,
+                Err(resp) => return *resp,
             };
             let Some(owner) = owner(&req.owner) else { return error(StatusCode::BAD_REQUEST, "owner is not an npub") };
             json(StatusCode::OK, &grasp.git_arrived(&owner, &req.identifier, &req.updates).await)
@@ -171,13 +171,14 @@ fn owner(npub: &str) -> Option<PublicKey> {
     PublicKey::from_bech32(npub).ok()
 }
 
-fn parse<T: serde::de::DeserializeOwned + Versioned>(body: &[u8]) -> Result<T, Response<Body>> {
-    let req: T = serde_json::from_slice(body).map_err(|e| error(StatusCode::BAD_REQUEST, format!("bad request: {e}")))?;
+/// Parses a versioned request; the error is the response to send (boxed: it is large).
+fn parse<T: serde::de::DeserializeOwned + Versioned>(body: &[u8]) -> Result<T, Box<Response<Body>>> {
+    let req: T = serde_json::from_slice(body).map_err(|e| Box::new(error(StatusCode::BAD_REQUEST, format!("bad request: {e}"))))?;
     if req.version() != HOOK_API_VERSION {
-        return Err(error(
+        return Err(Box::new(error(
             StatusCode::BAD_REQUEST,
             format!("hook API version {} is not supported (this relay speaks {HOOK_API_VERSION}); update grasp-hooks", req.version()),
-        ));
+        )));
     }
     Ok(req)
 }
