@@ -300,7 +300,7 @@ async fn corrupt_or_unknown_checkpoint_is_set_aside_and_the_server_starts() {
 
 #[tokio::test]
 async fn soft_expiry_deletes_the_repository_and_a_state_event_revives_it() {
-    let server = TestServer::start_with(&["--purgatory-ttl", "4", "--soft-expiry-ttl", "1h"]);
+    let server = TestServer::start_with(&["--purgatory-ttl", "6", "--soft-expiry-ttl", "1h"]);
     let tmp = tempfile::tempdir().unwrap();
     let owner = Keys::generate();
     let mut c = connect(&server).await;
@@ -330,7 +330,7 @@ async fn soft_expiry_deletes_the_repository_and_a_state_event_revives_it() {
     let l = purgatory_listing(&server).await;
     let revived = entry(&l, &ann.id).expect("still held");
     assert_eq!(revived["soft_expired"], false);
-    assert!(secs(&revived, "time_left_secs") <= 4, "timer reset to the TTL: {revived}");
+    assert!(secs(&revived, "time_left_secs") <= 6, "timer reset to the TTL: {revived}");
     // ... and the push releases both.
     let out = work.push(&["main"]).expect("push to the revived repository");
     assert!(out.contains("released"), "{out}");
@@ -348,7 +348,7 @@ async fn soft_expiry_deletes_the_repository_and_a_state_event_revives_it() {
 
 #[tokio::test]
 async fn full_expiry_after_the_soft_expiry_ttl_records_the_event_as_expired() {
-    let server = TestServer::start_with(&["--purgatory-ttl", "1", "--soft-expiry-ttl", "1"]);
+    let server = TestServer::start_with(&["--purgatory-ttl", "2", "--soft-expiry-ttl", "1"]);
     let owner = Keys::generate();
     let mut c = connect(&server).await;
     let ann = announcement(&server, &owner, "brief", &[]);
@@ -374,7 +374,7 @@ async fn full_expiry_after_the_soft_expiry_ttl_records_the_event_as_expired() {
 
 #[tokio::test]
 async fn expired_placeholder_ref_is_removed_from_the_bare_repository() {
-    let server = TestServer::start_with(&["--purgatory-ttl", "3"]);
+    let server = TestServer::start_with(&["--purgatory-ttl", "6"]);
     let tmp = tempfile::tempdir().unwrap();
     let owner = Keys::generate();
     let mut c = connect(&server).await;
