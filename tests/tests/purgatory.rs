@@ -340,6 +340,10 @@ async fn soft_expiry_deletes_the_repository_and_a_state_event_revives_it() {
 
     let logs = server.logs();
     let ann_hex = ann.id.to_hex();
+    // Trigger 2: the push authorised against the held state extended it and the announcement.
+    assert!(logs.lines().any(|l| l.contains("INFO") && l.contains("state event expiry extended") && l.contains(&st.id.to_hex())));
+    let extended = logs.lines().filter(|l| l.contains("announcement expiry extended") && l.contains(&ann_hex)).count();
+    assert!(extended >= 2, "revival and push both extend the announcement ({extended})");
     assert!(logs.lines().any(|l| l.contains("INFO") && l.contains("soft-expired") && l.contains(&ann_hex)), "soft expiry logged with the id");
     assert!(logs.lines().any(|l| l.contains("INFO") && l.contains("expiry extended") && l.contains(&ann_hex) && l.contains("revived=true")), "revival logged");
     assert!(logs.lines().any(|l| l.contains("INFO") && l.contains("held in purgatory") && l.contains(&ann_hex)), "enter logged");
@@ -478,6 +482,15 @@ async fn replacement_extends_an_older_replay_is_refused_and_dropping_the_service
     assert!(secs(&e, "time_left_secs") >= 9, "expiry extended: {e}");
     assert!(entry(&l, &v1.id).is_none(), "one entry per (owner, identifier): {l}");
     assert_eq!(l["stats"]["announcements"], 1);
+
+    // A state event for it resets the timer too (trigger 1).
+    eventually!("time to pass again", WAIT, {
+        let l = purgatory_listing(&server).await;
+        entry(&l, &v2.id).filter(|e| secs(e, "time_left_secs") <= 7)
+    });
+    held(&mut c, &state(&owner, "moving", &[("refs/heads/main", &"9".repeat(40))], None)).await;
+    let e = entry(&purgatory_listing(&server).await, &v2.id).unwrap();
+    assert!(secs(&e, "time_left_secs") >= 9, "a state event extends the announcement: {e}");
 
     // An older replay never evicts the newer one, even one dropping this service.
     let (ok, msg) = c.send_event(&v1).await.unwrap();
