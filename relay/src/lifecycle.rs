@@ -1,6 +1,15 @@
 //! The purgatory's lifecycle around the pure model: restore at startup, the expiry task that
 //! carries out what [`Purgatory::sweep`] decides, and crash-safe checkpoints
 //! (seed: "Crash-Safe Checkpoint Persistence", "Announcement Expiry", placeholder expiry).
+//!
+//! - [`restore`]: read `<data>/purgatory-state.json`, subtract downtime, set a bad file aside.
+//! - [`run_expiry`]: sleeps until the model's next deadline (at most [`SWEEP_TICK`]), sweeps,
+//!   and does the I/O the sweep asks for (delete soft-expired repositories, compare-and-delete
+//!   expired `refs/nostr/<id>` placeholder refs, retrying failures later).
+//! - [`run_checkpoints`] / [`checkpoint`]: snapshot under the lock, write outside it (temp file,
+//!   fsync, rename, directory fsync), one writer at a time.
+//!
+//! Durations come from `--purgatory-ttl`, `--soft-expiry-ttl` and `--checkpoint-interval`.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -18,7 +27,8 @@ use crate::shutdown::Shutdown;
 /// The checkpoint file in the data directory.
 pub const CHECKPOINT_FILE: &str = "purgatory-state.json";
 
-/// How often the expiry sweep runs. The sweep pops only due deadlines, so this is cheap.
+/// The longest the expiry task sleeps between sweeps. A sweep pops only due deadlines, so
+/// waking is cheap.
 const SWEEP_TICK: Duration = Duration::from_secs(1);
 
 /// Loads the purgatory from `<data>/purgatory-state.json`, subtracting downtime from every
