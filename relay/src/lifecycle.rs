@@ -3,7 +3,7 @@
 //! (seed: "Crash-Safe Checkpoint Persistence", "Announcement Expiry", placeholder expiry).
 //!
 //! - [`restore`]: read `<data>/purgatory-state.json`, subtract downtime, set a bad file aside.
-//! - [`run_expiry`]: sleeps until the model's next deadline (at most [`SWEEP_TICK`]), sweeps,
+//! - [`run_expiry`]: sleeps until the model's next deadline (at most a second), sweeps,
 //!   and does the I/O the sweep asks for (delete soft-expired repositories, compare-and-delete
 //!   expired `refs/nostr/<id>` placeholder refs, retrying failures later).
 //! - [`run_checkpoints`] / [`checkpoint`]: snapshot under the lock, write outside it (temp file,
@@ -101,7 +101,7 @@ pub async fn run_checkpoints(grasp: Arc<Grasp>, data_dir: PathBuf, interval: Dur
 }
 
 /// Runs the expiry sweep until shutdown: it sleeps until the earliest deadline, but never
-/// longer than [`SWEEP_TICK`] or a quarter of the entry TTL (entries added meanwhile may be due
+/// longer than `SWEEP_TICK` or a quarter of the entry TTL (entries added meanwhile may be due
 /// sooner than anything armed now).
 pub async fn run_expiry(grasp: Arc<Grasp>, mut shutdown: Shutdown) {
     loop {
