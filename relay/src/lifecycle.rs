@@ -124,8 +124,9 @@ pub async fn expire(grasp: &Grasp) {
     for action in actions {
         match action {
             SweepAction::SoftExpireAnnouncement { owner, identifier, event_id, .. } => {
-                grasp.delete_repo(&owner, &identifier).await;
-                tracing::info!(owner = %npub(&owner), identifier, event = %event_id, "purgatory: announcement soft-expired: repository deleted, event kept for revival");
+                if delete_soft_expired_repo(grasp, &owner, &identifier).await {
+                    tracing::info!(owner = %npub(&owner), identifier, event = %event_id, "purgatory: announcement soft-expired: repository deleted, event kept for revival");
+                }
             }
             SweepAction::ExpireAnnouncement { owner, identifier, event_id } => {
                 tracing::info!(owner = %npub(&owner), identifier, event = %event_id, "purgatory: announcement expired and forgotten");
@@ -157,6 +158,39 @@ pub async fn expire(grasp: &Grasp) {
             }
         }
     }
+}
+
+/// Deletes the bare repository of a soft-expired announcement, unless a state event revived it
+/// since the sweep. The check and the move-aside happen under the purgatory lock, which revival
+/// also takes (clearing `soft_expired` before it recreates the repository), so the two cannot
+/// interleave: either the revival comes first and the repository stays, or the repository is
+/// moved away first and the revival creates a fresh one. Returns whether it was deleted.
+async fn delete_soft_expired_repo(grasp: &Grasp, owner: &nostr::prelude::PublicKey, identifier: &str) -> bool {
+    let Some(repo) = grasp.repo_path(owner, identifier) else { return false };
+    let _guard = grasp.locks.lock(&repo).await;
+    let aside = {
+        let p = grasp.purgatory.lock().unwrap();
+        if !p.get_announcement(owner, identifier).is_some_and(|a| a.soft_expired) {
+            tracing::info!(identifier, "purgatory: announcement revived before its repository was deleted; kept");
+            return false;
+        }
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+        let aside = repo.with_file_name(format!(".del-expired-{}-{nanos}", std::process::id()));
+        match std::fs::rename(&repo, &aside) {
+            Ok(()) => aside,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return true,
+            Err(e) => {
+                tracing::warn!(repo = %repo.display(), error = %e, "could not delete soft-expired repository");
+                return false;
+            }
+        }
+    };
+    match tokio::task::spawn_blocking(move || std::fs::remove_dir_all(&aside).map_err(|e| (aside, e))).await {
+        Ok(Err((aside, e))) => tracing::warn!(path = %aside.display(), error = %e, "could not remove a deleted repository"),
+        Err(e) => tracing::warn!(error = %e, "repository removal task failed"),
+        Ok(Ok(())) => {}
+    }
+    true
 }
 
 /// Compare-and-deletes `refs/nostr/<id>` (still at `commit`) in each destination, under its
