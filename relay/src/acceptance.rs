@@ -112,6 +112,13 @@ impl Grasp {
             }
             return Admission::Reject(not_listed_message(&self.public_host, &a));
         }
+        // Refuse before creating a bare repository the caps would leave orphaned.
+        let repo_exists = self.repo_path(&a.owner, &a.identifier).is_some_and(|p| p.exists());
+        if existing.is_none() && !repo_exists {
+            if let Err(e) = self.purgatory.lock().unwrap().check_room(&a.owner) {
+                return full(e);
+            }
+        }
         let repo = match self.ensure_repo(&a.owner, &a.identifier).await {
             Ok(repo) => repo,
             Err(e) => return Admission::Reject(format!("error: could not create the repository: {e}")),

@@ -5,6 +5,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::str::FromStr;
+use std::time::Duration;
 
 use clap::Parser;
 use nostr::prelude::*;
@@ -30,8 +31,12 @@ pub struct Config {
     pub bind: SocketAddr,
 
     /// Data directory: `events/` (event store), `git/` (bare repositories), `hooks/`.
-    #[arg(long, env = "GRASP_DATA_DIR", default_value = "./data")]
+    #[arg(long, env = "GRASP_DATA_DIR", default_value = "./data", global = true)]
     pub data_dir: PathBuf,
+
+    /// Instead of running the daemon, ask the relay running on `--data-dir` something.
+    #[command(subcommand)]
+    pub command: Option<Command>,
 
     /// Log filter in `tracing` syntax, e.g. `info` or `grasp_relay=debug,info`.
     #[arg(long, env = "GRASP_LOG", default_value = "info")]
@@ -62,17 +67,20 @@ pub struct Config {
     #[arg(long, env = "GRASP_CGI_PATH")]
     pub cgi_path: Option<PathBuf>,
 
-    /// How long an event or placeholder waits in the purgatory for its git data (seconds).
-    #[arg(long, env = "GRASP_PURGATORY_TTL", default_value_t = 30 * 60, value_name = "SECS")]
-    pub purgatory_ttl: u64,
+    /// How long an event or placeholder waits in the purgatory for its git data: seconds, or a
+    /// number with a unit (`500ms`, `90s`, `30m`, `24h`).
+    #[arg(long, env = "GRASP_PURGATORY_TTL", default_value = "1800", value_name = "DURATION", value_parser = parse_duration)]
+    pub purgatory_ttl: Duration,
 
-    /// How long a soft-expired announcement is kept for revival after its repository was deleted (seconds).
-    #[arg(long, env = "GRASP_SOFT_EXPIRY_TTL", default_value_t = 24 * 60 * 60, value_name = "SECS")]
-    pub soft_expiry_ttl: u64,
+    /// How long a soft-expired announcement is kept for revival after its repository was
+    /// deleted (seconds, or a number with a unit).
+    #[arg(long, env = "GRASP_SOFT_EXPIRY_TTL", default_value = "86400", value_name = "DURATION", value_parser = parse_duration)]
+    pub soft_expiry_ttl: Duration,
 
-    /// How often the purgatory is checkpointed to <data>/purgatory-state.json (seconds).
-    #[arg(long, env = "GRASP_CHECKPOINT_INTERVAL", default_value_t = 60, value_name = "SECS")]
-    pub checkpoint_interval: u64,
+    /// How often the purgatory is checkpointed to <data>/purgatory-state.json (seconds, or a
+    /// number with a unit; at least 10ms).
+    #[arg(long, env = "GRASP_CHECKPOINT_INTERVAL", default_value = "60", value_name = "DURATION", value_parser = parse_duration)]
+    pub checkpoint_interval: Duration,
 
     /// Most purgatory entries one author may hold (answered `rate-limited:` beyond).
     #[arg(long, env = "GRASP_PURGATORY_PER_AUTHOR", default_value_t = 100)]
@@ -152,6 +160,36 @@ pub struct Config {
     pub description: String,
 }
 
+/// One-shot commands against a running relay (through its loopback API).
+#[derive(Debug, Clone, PartialEq, Eq, clap::Subcommand)]
+pub enum Command {
+    /// Print what waits in the purgatory of the relay running on --data-dir.
+    Purgatory {
+        /// Print the JSON of `GET /v1/purgatory` instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// A duration: whole seconds (`90`), or a number with a unit `ms`, `s`, `m` or `h`.
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("invalid duration {s:?}: give seconds (90) or a number with ms, s, m or h (500ms, 30m)"))?;
+    let secs = |mul: u64| n.checked_mul(mul).map(Duration::from_secs);
+    match unit {
+        "ms" => Some(Duration::from_millis(n)),
+        "" | "s" => secs(1),
+        "m" => secs(60),
+        "h" => secs(3600),
+        _ => None,
+    }
+    .ok_or_else(|| format!("invalid duration {s:?}: give seconds (90) or a number with ms, s, m or h (500ms, 30m)"))
+}
+
 fn parse_pubkey(s: &str) -> Result<PublicKey, String> {
     if s.starts_with("npub1") {
         PublicKey::from_bech32(s).map_err(|e| format!("invalid npub: {e}"))
@@ -196,10 +234,9 @@ impl Config {
 
     /// The purgatory's durations and caps.
     pub fn purgatory(&self) -> grasp_state::purgatory::PurgatoryConfig {
-        use std::time::Duration;
         let mut c = grasp_state::purgatory::PurgatoryConfig {
-            entry_ttl: Duration::from_secs(self.purgatory_ttl),
-            soft_expiry_ttl: Duration::from_secs(self.soft_expiry_ttl),
+            entry_ttl: self.purgatory_ttl,
+            soft_expiry_ttl: self.soft_expiry_ttl,
             ..Default::default()
         };
         c.caps.per_author = self.purgatory_per_author;
@@ -236,6 +273,11 @@ impl Config {
             max_parallel: self.sync_max_parallel.max(1),
             ..SyncConfig::default()
         }
+    }
+
+    /// How often to checkpoint the purgatory (never more often than every 10 ms).
+    pub fn checkpoint_interval(&self) -> Duration {
+        self.checkpoint_interval.max(Duration::from_millis(10))
     }
 
     /// A configuration with all defaults, for tests.
@@ -310,6 +352,41 @@ mod tests {
         let denied: Vec<String> = sync.extra_denied.iter().map(|c| c.to_string()).collect();
         assert_eq!(denied, ["10.1.0.0/16", "192.0.2.1/32", "fc00::/7"]);
         assert!(Config::try_parse_from(["grasp-relay", "--sync-deny", "10.0.0.0/33"]).is_err());
+    }
+
+    #[test]
+    fn purgatory_durations_take_seconds_or_units() {
+        let cfg = Config::parse_from(["grasp-relay"]);
+        assert_eq!(cfg.purgatory().entry_ttl, Duration::from_secs(1800));
+        assert_eq!(cfg.purgatory().soft_expiry_ttl, Duration::from_secs(86400));
+        assert_eq!(cfg.checkpoint_interval(), Duration::from_secs(60));
+        let cfg = Config::parse_from([
+            "grasp-relay",
+            "--purgatory-ttl",
+            "2",
+            "--soft-expiry-ttl",
+            "3m",
+            "--checkpoint-interval",
+            "1ms",
+        ]);
+        assert_eq!(cfg.purgatory().entry_ttl, Duration::from_secs(2));
+        assert_eq!(cfg.purgatory().soft_expiry_ttl, Duration::from_secs(180));
+        assert_eq!(cfg.checkpoint_interval(), Duration::from_millis(10));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("2h"), Ok(Duration::from_secs(7200)));
+        for bad in ["", "ms", "1.5", "-1", "10d", "99999999999999999999h"] {
+            assert!(parse_duration(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn purgatory_subcommand_takes_the_data_dir_after_it() {
+        let cfg = Config::parse_from(["grasp-relay", "purgatory", "--data-dir", "/srv/grasp"]);
+        assert_eq!(cfg.command, Some(Command::Purgatory { json: false }));
+        assert_eq!(cfg.data_dir, PathBuf::from("/srv/grasp"));
+        let cfg = Config::parse_from(["grasp-relay", "--data-dir", "d", "purgatory", "--json"]);
+        assert_eq!(cfg.command, Some(Command::Purgatory { json: true }));
+        assert_eq!(Config::parse_from(["grasp-relay"]).command, None);
     }
 
     #[test]

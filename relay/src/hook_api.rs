@@ -16,6 +16,7 @@ use bytes::Bytes;
 use grasp_state::hook_api::{
     ApiError, PostReceiveRequest, PreReceiveRequest, HOOK_API_VERSION, PATH_POST_RECEIVE, PATH_PRE_RECEIVE, TOKEN_HEADER,
 };
+use grasp_state::purgatory::{EntryView, ExpiredView, Purgatory, PurgatoryStats};
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
@@ -33,6 +34,30 @@ pub const PATH_PURGATORY: &str = "/v1/purgatory";
 
 /// Path of the operator's background sync view (same token).
 pub const PATH_SYNC: &str = "/v1/sync";
+
+/// How many expired event ids the operator listing shows (newest first).
+const LISTED_EXPIRED: usize = 1000;
+
+/// The answer to `GET /v1/purgatory`: every held entry (soonest expiry first), the most recently
+/// expired event ids, and counts.
+#[derive(Debug, Serialize)]
+pub struct PurgatoryListing {
+    pub version: u32,
+    pub entries: Vec<EntryView>,
+    pub expired_events: Vec<ExpiredView>,
+    pub stats: PurgatoryStats,
+}
+
+impl PurgatoryListing {
+    pub fn of(p: &Purgatory) -> Self {
+        PurgatoryListing {
+            version: HOOK_API_VERSION,
+            entries: p.listing(),
+            expired_events: p.expired_listing(LISTED_EXPIRED),
+            stats: p.stats(),
+        }
+    }
+}
 
 /// Largest request body accepted (a push may update many refs, but not millions).
 const MAX_REQUEST_BYTES: usize = 8 * 1024 * 1024;
@@ -115,8 +140,7 @@ async fn handle(req: Request<Incoming>, token: &str, grasp: &Grasp) -> Response<
     }
     let (method, path) = (req.method().clone(), req.uri().path().to_string());
     if method == Method::GET && path == PATH_PURGATORY {
-        let listing = grasp.purgatory.lock().unwrap().listing();
-        return json(StatusCode::OK, &listing);
+        return json(StatusCode::OK, &PurgatoryListing::of(&grasp.purgatory.lock().unwrap()));
     }
     if method == Method::GET && path == PATH_SYNC {
         return match grasp.sync_stats.get().and_then(|stats| stats()) {
@@ -135,7 +159,7 @@ async fn handle(req: Request<Incoming>, token: &str, grasp: &Grasp) -> Response<
         PATH_PRE_RECEIVE => {
             let req: PreReceiveRequest = match parse(&body) {
                 Ok(r) => r,
-                Err(resp) => return resp,
+                Err(resp) => return *resp,
             };
             let Some(owner) = owner(&req.owner) else { return error(StatusCode::BAD_REQUEST, "owner is not an npub") };
             json(StatusCode::OK, &grasp.authorize_push(&owner, &req.identifier, &req.updates).await)
@@ -143,7 +167,7 @@ async fn handle(req: Request<Incoming>, token: &str, grasp: &Grasp) -> Response<
         PATH_POST_RECEIVE => {
             let req: PostReceiveRequest = match parse(&body) {
                 Ok(r) => r,
-                Err(resp) => return resp,
+                Err(resp) => return *resp,
             };
             let Some(owner) = owner(&req.owner) else { return error(StatusCode::BAD_REQUEST, "owner is not an npub") };
             json(StatusCode::OK, &grasp.git_arrived(&owner, &req.identifier, &req.updates).await)
@@ -156,13 +180,14 @@ fn owner(npub: &str) -> Option<PublicKey> {
     PublicKey::from_bech32(npub).ok()
 }
 
-fn parse<T: serde::de::DeserializeOwned + Versioned>(body: &[u8]) -> Result<T, Response<Body>> {
-    let req: T = serde_json::from_slice(body).map_err(|e| error(StatusCode::BAD_REQUEST, format!("bad request: {e}")))?;
+/// Parses a versioned request; the error is the response to send (boxed: it is large).
+fn parse<T: serde::de::DeserializeOwned + Versioned>(body: &[u8]) -> Result<T, Box<Response<Body>>> {
+    let req: T = serde_json::from_slice(body).map_err(|e| Box::new(error(StatusCode::BAD_REQUEST, format!("bad request: {e}"))))?;
     if req.version() != HOOK_API_VERSION {
-        return Err(error(
+        return Err(Box::new(error(
             StatusCode::BAD_REQUEST,
             format!("hook API version {} is not supported (this relay speaks {HOOK_API_VERSION}); update grasp-hooks", req.version()),
-        ));
+        )));
     }
     Ok(req)
 }
@@ -179,6 +204,79 @@ impl Versioned for PostReceiveRequest {
     fn version(&self) -> u32 {
         self.version
     }
+}
+
+/// `grasp-relay purgatory`: fetches `GET /v1/purgatory` from the relay running on `data_dir`
+/// (address and token from its files) and returns the JSON body.
+pub fn fetch_purgatory_listing(data_dir: &Path) -> Result<String> {
+    use std::io::Read;
+    let read = |name: &str| {
+        std::fs::read_to_string(data_dir.join(name)).map(|s| s.trim().to_owned()).with_context(|| {
+            format!("cannot read {}: is grasp-relay running with --data-dir {}?", data_dir.join(name).display(), data_dir.display())
+        })
+    };
+    let (addr, token) = (read(API_ADDR_FILE)?, read(API_TOKEN_FILE)?);
+    let sock: SocketAddr = addr.parse().with_context(|| format!("bad address {addr:?} in {API_ADDR_FILE}"))?;
+    let mut stream = std::net::TcpStream::connect_timeout(&sock, std::time::Duration::from_secs(5))
+        .with_context(|| format!("cannot reach the relay's API at {sock}: is grasp-relay running?"))?;
+    stream.set_read_timeout(Some(std::time::Duration::from_secs(30)))?;
+    write!(stream, "GET {PATH_PURGATORY} HTTP/1.1\r\nHost: {sock}\r\n{TOKEN_HEADER}: {token}\r\nConnection: close\r\n\r\n")?;
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw)?;
+    let text = String::from_utf8_lossy(&raw);
+    let (head, body) = text.split_once("\r\n\r\n").context("malformed HTTP response from the relay")?;
+    let status = head.lines().next().unwrap_or_default();
+    if !status.contains(" 200 ") {
+        bail!("the relay answered {status}: {body}");
+    }
+    Ok(body.to_owned())
+}
+
+/// The listing as a table for a terminal.
+pub fn render_purgatory_table(json: &str) -> Result<String> {
+    use std::fmt::Write as _;
+    let v: serde_json::Value = serde_json::from_str(json).context("the relay's listing is not JSON")?;
+    let mut out = String::new();
+    let short = |s: &str, n: usize| s.chars().take(n).collect::<String>();
+    writeln!(out, "{:<12} {:<12} {:<24} {:>7} {:>8} {:<12} WAITING FOR", "KIND", "PUBKEY", "IDENTIFIER", "AGE", "LEFT", "EVENT")?;
+    for e in v["entries"].as_array().map(Vec::as_slice).unwrap_or_default() {
+        let str_of = |k: &str| e[k].as_str().unwrap_or("-").to_owned();
+        let oids: Vec<String> = e["oids"].as_array().into_iter().flatten().filter_map(|o| o.as_str()).map(|o| short(o, 12)).collect();
+        let mut waiting = str_of("waiting_for");
+        if !oids.is_empty() {
+            waiting = format!("{} [{}]", waiting, oids.join(", "));
+        }
+        let kind = if e["soft_expired"] == true { "announcement*".to_owned() } else { str_of("kind") };
+        writeln!(
+            out,
+            "{:<12} {:<12} {:<24} {:>6}s {:>7}s {:<12} {}",
+            kind,
+            short(&str_of("pubkey"), 12),
+            short(&str_of("identifier"), 24),
+            e["age_secs"].as_u64().unwrap_or(0),
+            e["time_left_secs"].as_u64().unwrap_or(0),
+            short(&str_of("event_id"), 12),
+            waiting
+        )?;
+    }
+    let expired = v["expired_events"].as_array().map_or(0, Vec::len);
+    writeln!(out, "{} entries; {expired} recently expired event ids; * = soft-expired (repository deleted)", v["entries"].as_array().map_or(0, Vec::len))?;
+    Ok(out)
+}
+
+/// Runs a one-shot [`Command`](crate::config::Command) against the relay on `data_dir`.
+pub fn run_command(data_dir: &Path, command: &crate::config::Command) -> Result<()> {
+    match command {
+        crate::config::Command::Purgatory { json } => {
+            let body = fetch_purgatory_listing(data_dir)?;
+            if *json {
+                println!("{body}");
+            } else {
+                print!("{}", render_purgatory_table(&body)?);
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Writes the hook scripts git runs (`core.hooksPath` of every repository points here).
@@ -217,6 +315,18 @@ mod tests {
         assert!(!token_matches(b"abd", b"abc"));
         assert!(!token_matches(b"ab", b"abc"));
         assert!(!token_matches(b"", b"abc"));
+    }
+
+    #[test]
+    fn table_lists_every_entry() {
+        let json = r#"{"version":1,"entries":[{"kind":"state","pubkey":"ab","identifier":"repo","event_id":"0123456789abcdef","age_secs":5,"time_left_secs":60,"soft_expired":false,"waiting_for":"git","oids":["4f3c1a2b3c4d5e6f"]},{"kind":"announcement","pubkey":"cd","identifier":"x","event_id":"ff","age_secs":1,"time_left_secs":2,"soft_expired":true,"waiting_for":"revival","oids":[]}],"expired_events":[{"event_id":"ee","expired_secs_ago":3}],"stats":{}}"#;
+        let table = render_purgatory_table(json).unwrap();
+        let lines: Vec<&str> = table.lines().collect();
+        assert_eq!(lines.len(), 4, "{table}");
+        assert!(lines[1].starts_with("state") && lines[1].contains("0123456789ab") && lines[1].contains("[4f3c1a2b3c4d]"), "{table}");
+        assert!(lines[2].starts_with("announcement*"), "{table}");
+        assert!(lines[3].starts_with("2 entries; 1 recently expired"), "{table}");
+        assert!(render_purgatory_table("nope").is_err());
     }
 
     #[test]

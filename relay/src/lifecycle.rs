@@ -1,6 +1,15 @@
 //! The purgatory's lifecycle around the pure model: restore at startup, the expiry task that
 //! carries out what [`Purgatory::sweep`] decides, and crash-safe checkpoints
 //! (seed: "Crash-Safe Checkpoint Persistence", "Announcement Expiry", placeholder expiry).
+//!
+//! - [`restore`]: read `<data>/purgatory-state.json`, subtract downtime, set a bad file aside.
+//! - [`run_expiry`]: sleeps until the model's next deadline (at most a second), sweeps,
+//!   and does the I/O the sweep asks for (delete soft-expired repositories, compare-and-delete
+//!   expired `refs/nostr/<id>` placeholder refs, retrying failures later).
+//! - [`run_checkpoints`] / [`checkpoint`]: snapshot under the lock, write outside it (temp file,
+//!   fsync, rename, directory fsync), one writer at a time.
+//!
+//! Durations come from `--purgatory-ttl`, `--soft-expiry-ttl` and `--checkpoint-interval`.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -18,7 +27,8 @@ use crate::shutdown::Shutdown;
 /// The checkpoint file in the data directory.
 pub const CHECKPOINT_FILE: &str = "purgatory-state.json";
 
-/// How often the expiry sweep runs. The sweep pops only due deadlines, so this is cheap.
+/// The longest the expiry task sleeps between sweeps. A sweep pops only due deadlines, so
+/// waking is cheap.
 const SWEEP_TICK: Duration = Duration::from_secs(1);
 
 /// Loads the purgatory from `<data>/purgatory-state.json`, subtracting downtime from every
@@ -56,9 +66,15 @@ pub fn restore(data_dir: &Path, config: PurgatoryConfig) -> Purgatory {
     }
 }
 
-/// Writes one checkpoint. The snapshot is taken under the lock (a clone); serialising and the
-/// disk writes happen outside it, so request handling is not blocked for long.
+/// Serialises checkpoint writers (periodic task, final checkpoint): two writers would share the
+/// temp file, and an older snapshot must never be renamed over a newer one.
+static CHECKPOINT_LOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Writes one checkpoint. The snapshot is taken under the purgatory lock (a clone);
+/// serialising and the disk writes happen outside it, so request handling is not blocked for
+/// long.
 pub async fn checkpoint(grasp: &Grasp, data_dir: &Path) -> std::io::Result<()> {
+    let _writer = CHECKPOINT_LOCK.lock().await;
     let snapshot = grasp.purgatory.lock().unwrap().snapshot();
     let path: PathBuf = data_dir.join(CHECKPOINT_FILE);
     tokio::task::spawn_blocking(move || write_checkpoint(&path, &snapshot))
@@ -70,6 +86,7 @@ pub async fn checkpoint(grasp: &Grasp, data_dir: &Path) -> std::io::Result<()> {
 /// background mutation has stopped).
 pub async fn run_checkpoints(grasp: Arc<Grasp>, data_dir: PathBuf, interval: Duration, mut shutdown: Shutdown) {
     let mut ticker = tokio::time::interval(interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     ticker.tick().await;
     loop {
         tokio::select! {
@@ -83,12 +100,19 @@ pub async fn run_checkpoints(grasp: Arc<Grasp>, data_dir: PathBuf, interval: Dur
     }
 }
 
-/// Runs the expiry sweep every second until shutdown.
+/// Runs the expiry sweep until shutdown: it sleeps until the earliest deadline, but never
+/// longer than `SWEEP_TICK` or a quarter of the entry TTL (entries added meanwhile may be due
+/// sooner than anything armed now).
 pub async fn run_expiry(grasp: Arc<Grasp>, mut shutdown: Shutdown) {
-    let mut ticker = tokio::time::interval(SWEEP_TICK);
     loop {
+        let wake = {
+            let p = grasp.purgatory.lock().unwrap();
+            let longest = SWEEP_TICK.min(p.config().entry_ttl / 4).max(Duration::from_millis(10));
+            let latest = std::time::Instant::now() + longest;
+            p.next_deadline().map_or(latest, |at| at.min(latest))
+        };
         tokio::select! {
-            _ = ticker.tick() => expire(&grasp).await,
+            _ = tokio::time::sleep_until(wake.into()) => expire(&grasp).await,
             _ = shutdown.recv() => return,
         }
     }
@@ -99,18 +123,19 @@ pub async fn expire(grasp: &Grasp) {
     let actions = grasp.purgatory.lock().unwrap().sweep();
     for action in actions {
         match action {
-            SweepAction::SoftExpireAnnouncement { owner, identifier, .. } => {
-                tracing::info!(owner = %npub(&owner), identifier, "announcement soft-expired: repository deleted, event kept for revival");
-                grasp.delete_repo(&owner, &identifier).await;
+            SweepAction::SoftExpireAnnouncement { owner, identifier, event_id, .. } => {
+                if delete_soft_expired_repo(grasp, &owner, &identifier).await {
+                    tracing::info!(owner = %npub(&owner), identifier, event = %event_id, "purgatory: announcement soft-expired: repository deleted, event kept for revival");
+                }
             }
             SweepAction::ExpireAnnouncement { owner, identifier, event_id } => {
-                tracing::info!(owner = %npub(&owner), identifier, event = %event_id, "announcement expired");
+                tracing::info!(owner = %npub(&owner), identifier, event = %event_id, "purgatory: announcement expired and forgotten");
             }
             SweepAction::ExpireState { event_id, identifier, author } => {
-                tracing::info!(identifier, event = %event_id, author = %npub(&author), "state event expired without its git data");
+                tracing::info!(identifier, event = %event_id, author = %npub(&author), "purgatory: state event expired without its git data");
             }
             SweepAction::ExpirePr { event_id, commit, destinations } => {
-                tracing::info!(event = %event_id, commit, "pull request expired without its commit");
+                tracing::info!(event = %event_id, commit, "purgatory: pull request expired without its commit");
                 remove_nostr_refs(grasp, &event_id, &commit, &destinations).await;
             }
             SweepAction::ExpirePlaceholder { event_id, commit, destinations } => {
@@ -123,7 +148,7 @@ pub async fn expire(grasp: &Grasp) {
                 let mut p = grasp.purgatory.lock().unwrap();
                 if cleaned.len() == destinations.len() {
                     p.placeholder_cleaned(&event_id, &cleaned);
-                    tracing::info!(event = %event_id, commit, "placeholder expired: refs/nostr ref removed");
+                    tracing::info!(event = %event_id, commit, "purgatory: placeholder expired, refs/nostr ref removed");
                 } else {
                     let retry = p.config().placeholder_retry;
                     p.placeholder_cleaned(&event_id, &cleaned);
@@ -133,6 +158,39 @@ pub async fn expire(grasp: &Grasp) {
             }
         }
     }
+}
+
+/// Deletes the bare repository of a soft-expired announcement, unless a state event revived it
+/// since the sweep. The check and the move-aside happen under the purgatory lock, which revival
+/// also takes (clearing `soft_expired` before it recreates the repository), so the two cannot
+/// interleave: either the revival comes first and the repository stays, or the repository is
+/// moved away first and the revival creates a fresh one. Returns whether it was deleted.
+async fn delete_soft_expired_repo(grasp: &Grasp, owner: &nostr::prelude::PublicKey, identifier: &str) -> bool {
+    let Some(repo) = grasp.repo_path(owner, identifier) else { return false };
+    let _guard = grasp.locks.lock(&repo).await;
+    let aside = {
+        let p = grasp.purgatory.lock().unwrap();
+        if !p.get_announcement(owner, identifier).is_some_and(|a| a.soft_expired) {
+            tracing::info!(identifier, "purgatory: announcement revived before its repository was deleted; kept");
+            return false;
+        }
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+        let aside = repo.with_file_name(format!(".del-expired-{}-{nanos}", std::process::id()));
+        match std::fs::rename(&repo, &aside) {
+            Ok(()) => aside,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return true,
+            Err(e) => {
+                tracing::warn!(repo = %repo.display(), error = %e, "could not delete soft-expired repository");
+                return false;
+            }
+        }
+    };
+    match tokio::task::spawn_blocking(move || std::fs::remove_dir_all(&aside).map_err(|e| (aside, e))).await {
+        Ok(Err((aside, e))) => tracing::warn!(path = %aside.display(), error = %e, "could not remove a deleted repository"),
+        Err(e) => tracing::warn!(error = %e, "repository removal task failed"),
+        Ok(Ok(())) => {}
+    }
+    true
 }
 
 /// Compare-and-deletes `refs/nostr/<id>` (still at `commit`) in each destination, under its

@@ -7,6 +7,15 @@ use tracing_subscriber::EnvFilter;
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     let cfg = Config::parse();
+    if let Some(command) = &cfg.command {
+        return match grasp_relay::hook_api::run_command(&cfg.data_dir, command) {
+            Ok(()) => std::process::ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("grasp-relay: error: {e:#}");
+                std::process::ExitCode::FAILURE
+            }
+        };
+    }
     let filter = EnvFilter::try_new(&cfg.log).unwrap_or_else(|e| {
         eprintln!(
             "grasp-relay: invalid --log filter {:?} ({e}); using \"info\"",

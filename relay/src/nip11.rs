@@ -39,7 +39,7 @@ pub fn document(cfg: &Config) -> Value {
         "version": env!("CARGO_PKG_VERSION"),
         "supported_nips": SUPPORTED_NIPS,
         "supported_grasps": ["GRASP-01"],
-        "repo_acceptance_criteria": repo_acceptance_criteria(&cfg.public_host(), cfg.purgatory_ttl),
+        "repo_acceptance_criteria": repo_acceptance_criteria(&cfg.public_host(), cfg.purgatory_ttl.as_secs()),
         "limitation": {
             "max_message_length": cfg.max_message_bytes,
             "max_subscriptions": cfg.max_subscriptions,

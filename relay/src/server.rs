@@ -114,7 +114,7 @@ pub async fn run(mut cfg: Config) -> anyhow::Result<()> {
     tokio::spawn(crate::lifecycle::run_checkpoints(
         grasp.clone(),
         data.root().to_path_buf(),
-        Duration::from_secs(cfg.checkpoint_interval.max(1)),
+        cfg.checkpoint_interval(),
         controller.subscribe(),
     ));
 

@@ -170,9 +170,9 @@ pub fn clone(url: &str, dir: &Path, extra: &[&str]) -> Result<(), String> {
 /// the loopback hook API (`GET /v1/purgatory` with the token in `<data>/api-token`).
 pub async fn purgatory_ids(server: &TestServer) -> std::collections::BTreeSet<String> {
     purgatory_listing(server)
-        .await
+        .await["entries"]
         .as_array()
-        .expect("listing is an array")
+        .expect("listing has entries")
         .iter()
         .filter_map(|e| e["event_id"].as_str().map(str::to_owned))
         .collect()
@@ -247,4 +247,16 @@ pub async fn operator_get(server: &TestServer, path: &str) -> anyhow::Result<ser
     let body: serde_json::Value = response.json().await?;
     anyhow::ensure!(status.is_success(), "GET {path}: {status}: {body}");
     Ok(body)
+}
+
+/// A kind-5 deletion by `keys` of event ids and `a` coordinates, created at `at`.
+pub fn deletion_at(keys: &Keys, ids: &[EventId], coordinates: &[String], at: u64) -> Event {
+    let mut tags: Vec<Vec<String>> = ids.iter().map(|id| s(&["e", &id.to_hex()])).collect();
+    tags.extend(coordinates.iter().map(|c| s(&["a", c])));
+    sign(keys, 5, at, tags)
+}
+
+/// The `a` coordinate `kind:<pubkey hex>:<identifier>`.
+pub fn coordinate(kind: u16, pubkey: &PublicKey, identifier: &str) -> String {
+    format!("{kind}:{}:{identifier}", pubkey.to_hex())
 }

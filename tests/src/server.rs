@@ -176,6 +176,12 @@ impl TestServer {
             .unwrap_or_else(|e| panic!("restarting grasp-relay: {e:#}\n{}", self.logs()));
     }
 
+    /// [`restart`](Self::restart) with new extra command line arguments (same data dir).
+    pub fn restart_with(&mut self, extra_args: &[&str]) {
+        self.extra_args = extra_args.iter().map(|s| s.to_string()).collect();
+        self.restart();
+    }
+
     /// Runs another `grasp-relay` on the same data dir to completion (e.g. to see the lock
     /// refuse it), with a deadline.
     pub fn run_second_instance(&self) -> Output {

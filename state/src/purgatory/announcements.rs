@@ -43,6 +43,14 @@ impl Purgatory {
                 old.expires_at.max(now + ttl)
             };
             old.soft_expired = false;
+            tracing::info!(
+                owner = %owner.to_hex(),
+                identifier = %identifier,
+                event = %old.event.id,
+                time_left_secs = old.expires_at.saturating_duration_since(now).as_secs(),
+                revived,
+                "purgatory: announcement replaced, expiry extended"
+            );
             self.attach_announcement(old);
             return Ok(AnnouncementAdded {
                 replaced: true,
@@ -113,6 +121,14 @@ impl Purgatory {
         };
         entry.soft_expired = false;
         let new = entry.expires_at;
+        tracing::info!(
+            owner = %owner.to_hex(),
+            identifier,
+            event = %entry.event.id,
+            time_left_secs = new.saturating_duration_since(now).as_secs(),
+            revived,
+            "purgatory: announcement expiry extended"
+        );
         let key = EntryKey::Announcement {
             owner: *owner,
             identifier: identifier.to_owned(),

@@ -31,6 +31,11 @@ impl Deadlines {
         }
     }
 
+    /// The earliest armed deadline.
+    pub fn next(&self) -> Option<Instant> {
+        self.set.first().map(|(at, _)| *at)
+    }
+
     pub fn len(&self) -> usize {
         self.set.len()
     }
@@ -61,6 +66,7 @@ mod tests {
         d.arm(t0 + Duration::from_secs(10), key(1));
         d.arm(t0 + Duration::from_secs(30), key(3));
         assert_eq!(d.pop_due(t0), None);
+        assert_eq!(d.next(), Some(t0 + Duration::from_secs(10)));
         let now = t0 + Duration::from_secs(20);
         assert_eq!(d.pop_due(now).map(|(_, k)| k), Some(key(1)));
         assert_eq!(d.pop_due(now).map(|(_, k)| k), Some(key(2)));

@@ -168,10 +168,22 @@ pub struct EntryView {
     pub soft_expired: bool,
     /// What would release the entry, in words.
     pub waiting_for: Option<String>,
+    /// The git objects it waits for: the ref targets of a state event, the commit of a PR or
+    /// placeholder; empty for an announcement (any git data promotes it).
+    pub oids: Vec<String>,
+}
+
+/// An event id that expired without its git data, for the operator view.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ExpiredView {
+    pub event_id: String,
+    /// Seconds since it expired.
+    #[serde(rename = "expired_secs_ago", serialize_with = "secs")]
+    pub ago: Duration,
 }
 
 /// Counts for metrics and the operator view.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct PurgatoryStats {
     pub announcements: usize,
     pub soft_expired_announcements: usize,

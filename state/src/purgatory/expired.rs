@@ -51,6 +51,15 @@ impl ExpiredEvents {
         self.at.len()
     }
 
+    /// The `limit` most recent records, newest first.
+    pub fn newest(&self, limit: usize) -> impl Iterator<Item = (EventId, SystemTime)> + '_ {
+        self.order
+            .iter()
+            .rev()
+            .take(limit)
+            .map(|(when, id)| (*id, *when))
+    }
+
     pub fn iter(&self) -> impl Iterator<Item = (&EventId, &SystemTime)> {
         self.at.iter()
     }
@@ -91,6 +100,8 @@ mod tests {
         assert!(!e.contains(&id(1), t0, ttl));
         assert!(e.contains(&id(2), t0, ttl));
         assert!(e.contains(&id(4), t0, ttl));
+        let newest: Vec<EventId> = e.newest(2).map(|(id, _)| id).collect();
+        assert_eq!(newest, vec![id(4), id(3)]);
         // Re-recording moves the record, it does not duplicate it.
         e.record(id(2), t0 + Duration::from_secs(10), 3);
         assert_eq!(e.len(), 3);

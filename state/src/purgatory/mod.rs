@@ -52,8 +52,8 @@ pub use checkpoint::{
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use deletion::Coordinate;
 pub use entries::{
-    AnnouncementAdded, AnnouncementEntry, EntryKey, EntryKind, EntryView, Extension, PrEntry,
-    PurgatoryStats, Removed, RepoId, StateEntry,
+    AnnouncementAdded, AnnouncementEntry, EntryKey, EntryKind, EntryView, ExpiredView, Extension,
+    PrEntry, PurgatoryStats, Removed, RepoId, StateEntry,
 };
 pub use sweep::SweepAction;
 
@@ -109,6 +109,16 @@ pub struct Purgatory {
     deferred: HashMap<String, BTreeSet<EntryKey>>,
     counts: Counts,
     last_sweep_examined: usize,
+}
+
+/// The distinct ref targets a state event declares (empty if it does not parse).
+fn state_oids(event: &nostr::prelude::Event) -> Vec<String> {
+    let mut oids: Vec<String> = crate::nip34::RepoState::from_event(event)
+        .map(|s| s.refs.into_values().collect())
+        .unwrap_or_default();
+    oids.sort();
+    oids.dedup();
+    oids
 }
 
 impl std::fmt::Debug for Purgatory {
@@ -208,6 +218,7 @@ impl Purgatory {
                 } else {
                     format!("git data in {}", a.repo_path.display())
                 }),
+                oids: Vec::new(),
             });
         }
         for s in self.states.values().flatten() {
@@ -220,6 +231,7 @@ impl Purgatory {
                 time_left: left(s.expires_at),
                 soft_expired: false,
                 waiting_for: Some("git objects for every ref it declares".to_owned()),
+                oids: state_oids(&s.event),
             });
         }
         for (id, p) in &self.prs {
@@ -249,12 +261,38 @@ impl Purgatory {
                 time_left: left(p.expires_at),
                 soft_expired: false,
                 waiting_for: Some(waiting_for),
+                oids: vec![p.commit.clone()],
             });
         }
         out.sort_by(|a, b| {
             (a.time_left, a.kind, &a.event_id).cmp(&(b.time_left, b.kind, &b.event_id))
         });
         out
+    }
+
+    /// The `limit` most recently expired event ids, newest first, for an operator view.
+    pub fn expired_listing(&self, limit: usize) -> Vec<ExpiredView> {
+        let wall = self.clock.wall();
+        self.expired
+            .newest(limit)
+            .map(|(id, at)| ExpiredView {
+                event_id: id.to_hex(),
+                ago: wall.duration_since(at).unwrap_or(Duration::ZERO),
+            })
+            .collect()
+    }
+
+    /// When the next sweep has something to do (the earliest armed deadline), if anything is
+    /// armed. Lets the expiry task sleep exactly until then.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        self.deadlines.next()
+    }
+
+    /// Whether `author` may add one more entry, without adding it: lets the caller refuse
+    /// before doing expensive work (creating a bare repository) for an event the caps would
+    /// refuse anyway.
+    pub fn check_room(&self, author: &PublicKey) -> Result<(), PurgatoryFull> {
+        self.counts.check_entry(&self.config.caps, author)
     }
 
     // ---- internal bookkeeping shared by the API files ----
@@ -572,5 +610,41 @@ mod tests {
         assert_eq!(view[0].time_left, H24);
         assert!(view[0].waiting_for.as_deref().unwrap().contains("revive"));
         assert_eq!(p.stats().soft_expired_announcements, 1);
+    }
+
+    #[test]
+    fn next_deadline_check_room_and_expired_listing() {
+        let config = PurgatoryConfig {
+            caps: Caps {
+                per_author: 1,
+                ..Caps::default()
+            },
+            ..PurgatoryConfig::default()
+        };
+        let (clock, mut p) = testutil::purgatory_with(config);
+        assert_eq!(p.next_deadline(), None);
+        let s = signed(0, STATE, 0);
+        assert!(p.check_room(&s.pubkey).is_ok());
+        p.add_state(s.clone(), s.pubkey, "repo".into()).unwrap();
+        assert_eq!(p.next_deadline(), Some(clock.now() + MIN30));
+        assert_eq!(p.check_room(&s.pubkey).unwrap_err().scope, CapScope::Author);
+        assert_eq!(p.stats().states, 1, "check_room adds nothing");
+        let pr = signed(1, PR, 0);
+        p.add_pr(pr.clone(), "c0ffee".into(), vec![repo(0, "repo")])
+            .unwrap();
+        let view = p.listing();
+        assert_eq!(
+            view.iter().find(|v| v.kind == EntryKind::Pr).unwrap().oids,
+            ["c0ffee"]
+        );
+        clock.advance(MIN30);
+        p.sweep();
+        clock.advance(Duration::from_secs(5));
+        let expired = p.expired_listing(10);
+        assert_eq!(expired.len(), 2);
+        assert!(expired.iter().any(|e| e.event_id == s.id.to_hex()));
+        assert_eq!(expired[0].ago, Duration::from_secs(5));
+        assert_eq!(p.expired_listing(1).len(), 1);
+        assert_eq!(p.next_deadline(), None);
     }
 }

@@ -16,6 +16,7 @@ pub enum SweepAction {
     SoftExpireAnnouncement {
         owner: PublicKey,
         identifier: String,
+        event_id: EventId,
         repo_path: PathBuf,
     },
     /// Second expiry: the announcement is gone and recorded as expired.
@@ -90,6 +91,7 @@ impl Purgatory {
                         entry.soft_expired = true;
                         entry.expires_at = now + self.config.soft_expiry_ttl;
                         let repo_path = entry.repo_path.clone();
+                        let event_id = entry.event.id;
                         let at = entry.expires_at;
                         let key = EntryKey::Announcement {
                             owner,
@@ -99,6 +101,7 @@ impl Purgatory {
                         actions.push(SweepAction::SoftExpireAnnouncement {
                             owner,
                             identifier,
+                            event_id,
                             repo_path,
                         });
                     }
@@ -291,6 +294,7 @@ mod tests {
             vec![SweepAction::SoftExpireAnnouncement {
                 owner: ev.pubkey,
                 identifier: "repo".into(),
+                event_id: ev.id,
                 repo_path: "/git/repo.git".into()
             }]
         );
