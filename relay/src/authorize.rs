@@ -89,17 +89,6 @@ impl Grasp {
         };
         match decision {
             PushDecision::Accept(acc) => {
-                // Refuse git-first refs the purgatory could not track (caps, conflicting commit):
-                // an untracked refs/nostr ref would never be cleaned up.
-                let dest = grasp_state::purgatory::RepoId::new(*owner, identifier);
-                if let Err(e) = self.purgatory.lock().unwrap().check_placeholders(&dest, &acc.placeholders) {
-                    tracing::info!(repo = %shown, reason = %e, "push rejected: placeholders not trackable");
-                    let prefix = match &e {
-                        grasp_state::purgatory::PlaceholderError::Full(f) => f.ok_prefix(),
-                        _ => "invalid",
-                    };
-                    return reject(vec!["grasp: push rejected".into(), format!("grasp: {prefix}: {e}")]);
-                }
                 let mut messages = Vec::new();
                 if let Some((state_id, source)) = acc.matched_state {
                     messages.push(format!("grasp: push matches repository state {}", &state_id.to_hex()[..12]));
@@ -144,7 +133,13 @@ impl Grasp {
             match p.add_pr_placeholder(*id, commit.clone(), RepoId::new(*owner, identifier)) {
                 Ok(()) if new => created.push(*id),
                 Ok(()) => {}
-                Err(e) => reasons.push(format!("refs/nostr/{}: {e}", id.to_hex())),
+                Err(e) => {
+                    let prefix = match &e {
+                        grasp_state::purgatory::PlaceholderError::Full(full) => full.ok_prefix(),
+                        grasp_state::purgatory::PlaceholderError::CommitMismatch { .. } => "invalid",
+                    };
+                    reasons.push(format!("refs/nostr/{}: {prefix}: {e}", id.to_hex()))
+                }
             }
         }
         if reasons.is_empty() {

@@ -317,10 +317,10 @@ async fn placeholders_are_capped_and_keep_their_commit() {
     repo.push(&[&format!("{c1}:refs/nostr/{first}")]).unwrap();
     // Another commit for a waiting id is refused; the first push's commit stays.
     let err = repo.push(&[&format!("+{c2}:refs/nostr/{first}")]).unwrap_err();
-    assert!(err.contains(&format!("refs/nostr/{first}: refs/nostr/<event-id> is already waiting with commit {c1}")), "{err}");
+    assert!(err.contains(&format!("refs/nostr/{first}: invalid: refs/nostr/<event-id> is already waiting with commit {c1}")), "{err}");
     // The repository's placeholder budget is spent: refused before any data lands.
     let err = repo.push(&[&format!("{c2}:refs/nostr/{second}")]).unwrap_err();
-    assert!(err.contains(&format!("refs/nostr/{second}: ")) && err.contains("already has 1 refs/nostr/* pushes waiting for their events"), "{err}");
+    assert!(err.contains(&format!("refs/nostr/{second}: rate-limited: ")) && err.contains("already has 1 refs/nostr/* pushes waiting for their events"), "{err}");
     assert_eq!(bare_refs(&dir), refs(&[(&format!("refs/nostr/{first}"), &c1)]));
     let listing = purgatory_listing(&server).await.to_string();
     assert!(listing.contains(&first) && !listing.contains(&second), "{listing}");

@@ -208,57 +208,6 @@ impl Purgatory {
         false
     }
 
-    /// Whether a push writing `refs/nostr/<id>` = commit for each of `pushed` into `destination`
-    /// could be tracked as placeholders, without changing anything. Pre-receive asks this so a
-    /// push the caps (or a conflicting commit) would leave untracked is refused before its refs
-    /// land: an untracked ref would never be cleaned up.
-    pub fn check_placeholders(
-        &self,
-        destination: &RepoId,
-        pushed: &[(EventId, String)],
-    ) -> Result<(), PlaceholderError> {
-        let caps = &self.config.caps;
-        let (mut new_entries, mut new_destinations) = (0, 0);
-        for (id, commit) in pushed {
-            match self.prs.get(id) {
-                None => {
-                    new_entries += 1;
-                    new_destinations += 1;
-                }
-                Some(existing) if existing.event.is_some() => {}
-                Some(existing) if existing.commit != *commit => {
-                    return Err(PlaceholderError::CommitMismatch {
-                        existing: existing.commit.clone(),
-                    })
-                }
-                Some(existing) if existing.destinations.contains(destination) => {}
-                Some(_) => new_destinations += 1,
-            }
-        }
-        let here = self
-            .counts
-            .placeholders_per_repo
-            .get(destination)
-            .copied()
-            .unwrap_or(0);
-        if new_destinations > 0 && here + new_destinations > caps.placeholders_per_repo {
-            return Err(PurgatoryFull {
-                scope: super::CapScope::PlaceholdersPerRepo,
-                limit: caps.placeholders_per_repo,
-            }
-            .into());
-        }
-        if new_entries > 0 && self.counts.placeholders_total + new_entries > caps.placeholders_total
-        {
-            return Err(PurgatoryFull {
-                scope: super::CapScope::PlaceholdersTotal,
-                limit: caps.placeholders_total,
-            }
-            .into());
-        }
-        Ok(())
-    }
-
     /// A placeholder's ref deletion failed: keep the record and try again in `retry_in`
     /// (see [`PurgatoryConfig::placeholder_retry`](super::PurgatoryConfig)). Returns false if
     /// no such entry is held.
@@ -424,49 +373,4 @@ mod tests {
         p.assert_consistent();
     }
 
-    #[test]
-    fn check_placeholders_predicts_add_without_changing_anything() {
-        let config = super::super::PurgatoryConfig {
-            caps: super::super::Caps {
-                placeholders_per_repo: 2,
-                placeholders_total: 3,
-                ..Default::default()
-            },
-            ..Default::default()
-        };
-        let (_clock, mut p) = purgatory_with(config);
-        let id = |n: u8| EventId::from_byte_array([n; 32]);
-        let r0 = repo(0, "r");
-        assert!(p
-            .check_placeholders(&r0, &[(id(1), "a".into()), (id(2), "b".into())])
-            .is_ok());
-        let three = [
-            (id(1), "a".into()),
-            (id(2), "b".into()),
-            (id(3), "c".into()),
-        ];
-        assert!(matches!(
-            p.check_placeholders(&r0, &three),
-            Err(PlaceholderError::Full(f)) if f.ok_prefix() == "rate-limited"
-        ));
-        assert_eq!(p.stats().placeholders, 0);
-        p.add_pr_placeholder(id(1), "a".into(), r0.clone()).unwrap();
-        // Re-pushing a tracked one costs nothing; a different commit conflicts.
-        assert!(p
-            .check_placeholders(&r0, &[(id(1), "a".into()), (id(2), "b".into())])
-            .is_ok());
-        assert!(matches!(
-            p.check_placeholders(&r0, &[(id(1), "x".into())]),
-            Err(PlaceholderError::CommitMismatch { .. })
-        ));
-        p.add_pr_placeholder(id(2), "b".into(), r0.clone()).unwrap();
-        p.add_pr_placeholder(id(3), "c".into(), repo(1, "r"))
-            .unwrap();
-        let total = p.check_placeholders(&repo(2, "r"), &[(id(4), "d".into())]);
-        assert!(matches!(total, Err(PlaceholderError::Full(f)) if f.ok_prefix() == "blocked"));
-        // Adding an existing placeholder to another repository needs no new entry.
-        assert!(p
-            .check_placeholders(&repo(2, "r"), &[(id(3), "c".into())])
-            .is_ok());
-    }
 }
