@@ -126,9 +126,22 @@ impl Grasp {
         match existing {
             Some((_, Source::Stored)) => Admission::Store,
             Some((_, Source::Purgatory)) => {
-                let mut p = self.purgatory.lock().unwrap();
-                match p.add_announcement(ev.clone(), a.owner, a.identifier.clone(), repo, a.relays.iter().cloned().collect()) {
-                    Ok(_) => Admission::Purgatory(PURGATORY_MESSAGE.into()),
+                let added = {
+                    let mut p = self.purgatory.lock().unwrap();
+                    p.add_announcement(ev.clone(), a.owner, a.identifier.clone(), repo, a.relays.iter().cloned().collect())
+                };
+                match added {
+                    Ok(added) => {
+                        // Reviving a soft-expired entry: its repository may have been deleted
+                        // between the creation above and the revival; make sure it exists.
+                        if added.revived {
+                            if let Err(e) = self.ensure_repo(&a.owner, &a.identifier).await {
+                                return Admission::Reject(format!("error: could not recreate the repository: {e}"));
+                            }
+                            tracing::info!(repo = %format!("{npub}/{}", a.identifier), event = %ev.id, "soft-expired announcement revived by its replacement");
+                        }
+                        Admission::Purgatory(PURGATORY_MESSAGE.into())
+                    }
                     Err(e) => full(e),
                 }
             }
