@@ -489,3 +489,56 @@ async fn same_second_state_that_loses_the_tie_does_not_undo_a_push() {
         assert_eq!(refs.get("refs/heads/main"), Some(&w.published.tip));
     }
 }
+
+// ---------- the relay dies during a push ----------
+
+#[tokio::test]
+async fn relay_killed_during_a_push_leaves_the_repo_unchanged() {
+    let mut w = World::start().await;
+    let dir = w.published.repo.work.dir.clone();
+    // Enough random data that the push is still streaming when the relay dies.
+    std::fs::create_dir_all(dir.join("big")).unwrap();
+    let mut urandom = std::fs::File::open("/dev/urandom").unwrap();
+    let mut buf = vec![0u8; 1 << 20];
+    for i in 0..40 {
+        urandom.read_exact(&mut buf).unwrap();
+        std::fs::write(dir.join("big").join(format!("b{i}")), &buf).unwrap();
+    }
+    git(&dir, &["-c", "core.compression=0", "add", "big"]);
+    git(&dir, &["commit", "-q", "-m", "big"]);
+    let next = git(&dir, &["rev-parse", "HEAD"]);
+    let st = later(&w.owner, 30618, &[&["d", "base"], &["refs/heads/main", &next]]);
+    let (ok, msg) = w.client.send_event(&st).await.unwrap();
+    assert!(ok, "{msg}");
+
+    let url = w.published.repo.url.clone();
+    let pusher = {
+        let dir = dir.clone();
+        std::thread::spawn(move || grasp_tests::git::git_output(&dir, &["-c", "http.postBuffer=65536", "push", &url, "main"]))
+    };
+    let repo = w.repo_dir();
+    wait_until("the push to reach receive-pack", TIMEOUT, || (!quarantine_dirs(&repo).is_empty()).then_some(())).unwrap();
+    w.server.kill();
+    let out = pusher.join().unwrap();
+    assert!(!out.status.success(), "push succeeded although the relay died: {}", String::from_utf8_lossy(&out.stderr));
+    // The orphaned git processes see the end of their input (or a hook that cannot reach the
+    // relay) and give up. Known issue: git may leave its quarantine directory behind
+    // (objects/incoming-*): not visible to readers, but disk space until someone removes it.
+    assert_eq!(bare_refs(&repo).get("refs/heads/main"), Some(&w.published.tip));
+    let visible = grasp_tests::git::git_output(&repo, &["cat-file", "-e", &next]);
+    assert!(!visible.status.success(), "objects of the killed push became visible");
+    let left = quarantine_dirs(&repo);
+    if !left.is_empty() {
+        eprintln!("known issue: quarantine left behind after the relay died: {left:?}");
+    }
+
+    w.server.restart();
+    w.assert_intact().await;
+    // After the restart the same push goes through (the held state may not have been
+    // checkpointed before the kill: send it again).
+    let mut c = NostrClient::connect(&w.server.ws_url()).await.unwrap();
+    let (ok, msg) = c.send_event(&st).await.unwrap();
+    assert!(ok, "{msg}");
+    w.published.repo.push(&["main"]).unwrap();
+    assert_eq!(bare_refs(&repo).get("refs/heads/main"), Some(&next));
+}
