@@ -208,6 +208,38 @@ pub fn push_on_disk(work: &WorkTree, bare: &Path, receive_pack: Option<&str>, re
 }
 
 /// The relay's hook API address and token (from its data directory).
+
+/// A repository published end to end: announcement and state accepted, `main` pushed over HTTP
+/// and released. Returns the work tree, the pushed tip and the ids of the (now served)
+/// announcement and state.
+pub struct Published {
+    pub repo: Repo,
+    pub tip: String,
+    pub announcement: EventId,
+    pub state: EventId,
+}
+
+/// Announces `identifier` for `owner` on `server`, publishes a state for one commit and pushes
+/// it; panics (with the relay's answer) if any step is refused.
+pub async fn publish_repo(
+    server: &TestServer,
+    client: &mut crate::NostrClient,
+    work_dir: &Path,
+    owner: &Keys,
+    identifier: &str,
+) -> Published {
+    let ann = announcement(server, owner, identifier, &[]);
+    let (ok, msg) = client.send_event(&ann).await.unwrap();
+    assert!(ok, "announcement refused: {msg}");
+    let repo = Repo::new(work_dir, server, &owner.public_key(), identifier);
+    let tip = repo.commit("README", &format!("{identifier}\n"));
+    let st = state(owner, identifier, &[("refs/heads/main", &tip)], Some("main"));
+    let (ok, msg) = client.send_event(&st).await.unwrap();
+    assert!(ok, "state refused: {msg}");
+    repo.push(&["main"]).unwrap_or_else(|e| panic!("push of {identifier} refused: {e}"));
+    Published { repo, tip, announcement: ann.id, state: st.id }
+}
+
 pub fn hook_api(server: &TestServer) -> (String, String) {
     let read = |f: &str| std::fs::read_to_string(server.data_dir().join(f)).unwrap().trim().to_string();
     (read("api-addr"), read("api-token"))

@@ -1,0 +1,500 @@
+//! Property tests (proptest) for what grasp-state reads from the network and decides.
+//!
+//! - `refs::parse_ref_updates` never panics on any input and round-trips well-formed lines.
+//! - The NIP-34 parsers never panic on arbitrary tags, and what they accept keeps its promises.
+//! - `push::decide_push`: an accepted push leaves the served refs equal to the matched
+//!   candidate's refs exactly (or unchanged when nothing matched); with no candidates, any change
+//!   of heads/tags is rejected.
+//! - Identifier validation never accepts `/`, `\`, NUL, `.` or `..`; URL path parsing never
+//!   yields an identifier or rest that could leave the git root.
+//! - The purgatory model keeps its counts, caps and deadline bookkeeping under random operation
+//!   sequences, and a long enough wait empties it.
+//!
+//! Case counts are kept modest so `cargo test -p grasp-state` stays fast.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use grasp_state::identifier::{
+    parse_repo_url_path, percent_encode_segment, validate_identifier, npub_of,
+};
+use grasp_state::nip34::{references, Announcement, PullRequest, RepoState};
+use grasp_state::purgatory::{Caps, ManualClock, Purgatory, PurgatoryConfig};
+use grasp_state::push::{decide_push, PushDecision, PushRequest, StateCandidate, StateSource};
+use grasp_state::refs::{
+    apply_updates, is_served_ref, is_valid_oid, is_valid_ref_name, parse_ref_updates,
+    served_refs, RefMap, RefUpdate, ZERO_OID,
+};
+use nostr::prelude::*;
+use proptest::prelude::*;
+
+fn config(cases: u32) -> ProptestConfig {
+    ProptestConfig { cases, failure_persistence: None, ..ProptestConfig::default() }
+}
+
+/// A few fixed, valid public keys (computing keys is the slow part of building events).
+fn pubkeys() -> &'static [PublicKey] {
+    static KEYS: OnceLock<Vec<PublicKey>> = OnceLock::new();
+    KEYS.get_or_init(|| {
+        (1u8..=4)
+            .map(|i| Keys::new(SecretKey::from_slice(&[i; 32]).unwrap()).public_key())
+            .collect()
+    })
+}
+
+/// An unsigned look-alike event (the parsers never check signatures; the relay does first).
+fn fake_event(author: usize, kind: u16, n: u64, tags: Vec<Tag>) -> Event {
+    let mut id = [0u8; 32];
+    id[..8].copy_from_slice(&n.to_be_bytes());
+    id[8] = author as u8;
+    id[9..11].copy_from_slice(&kind.to_be_bytes());
+    Event::new(
+        EventId::from_byte_array(id),
+        pubkeys()[author % pubkeys().len()],
+        Timestamp::from(1_700_000_000 + n),
+        Kind::from_u16(kind),
+        tags,
+        "",
+        Signature::from_slice(&[0u8; 64]).unwrap(),
+    )
+}
+
+// ---------- strategies ----------
+
+fn hex40() -> impl Strategy<Value = String> {
+    "[0-9a-f]{40}"
+}
+
+fn oid() -> impl Strategy<Value = String> {
+    prop_oneof![1 => Just(ZERO_OID.to_owned()), 4 => hex40()]
+}
+
+/// Ref names git accepts: `refs/(heads|tags|nostr|x)/seg(/seg)*`.
+fn ref_name() -> impl Strategy<Value = String> {
+    (
+        prop::sample::select(vec!["heads", "tags", "nostr", "x"]),
+        prop::collection::vec(
+            "[a-zA-Z0-9_-]{1,6}(\\.[a-zA-Z0-9_-]{1,4})?".prop_filter("no .lock", |s: &String| !s.ends_with(".lock")),
+            1..3,
+        ),
+    )
+        .prop_map(|(ns, segs)| format!("refs/{ns}/{}", segs.join("/")))
+}
+
+/// Strings that look a bit like tag values: hex, refs, coordinates, URLs, junk.
+fn tag_value() -> impl Strategy<Value = String> {
+    prop_oneof![
+        hex40(),
+        "[0-9a-f]{64}",
+        ref_name(),
+        "ref: refs/heads/[a-z]{1,5}",
+        "30617:[0-9a-f]{64}:[a-z./]{0,6}",
+        "(https?|wss?)://[a-z.:0-9]{0,20}/?",
+        ".{0,20}",
+        Just(String::new()),
+    ]
+}
+
+fn tag_name() -> impl Strategy<Value = String> {
+    prop_oneof![
+        prop::sample::select(vec![
+            "d", "HEAD", "maintainers", "clone", "relays", "a", "c", "E", "e", "p", "refs/heads/main",
+            "refs/tags/v1", "refs/heads/x^{}", "refs/heads/..", "name",
+        ])
+        .prop_map(str::to_owned),
+        ref_name(),
+        ".{0,10}",
+    ]
+}
+
+fn tags() -> impl Strategy<Value = Vec<Tag>> {
+    prop::collection::vec(
+        (tag_name(), prop::collection::vec(tag_value(), 0..4)),
+        0..12,
+    )
+    .prop_map(|raw| {
+        raw.into_iter()
+            .filter_map(|(name, values)| {
+                let mut t = vec![name];
+                t.extend(values);
+                Tag::parse(t).ok()
+            })
+            .collect()
+    })
+}
+
+// ---------- refs ----------
+
+proptest! {
+    #![proptest_config(config(256))]
+
+    #[test]
+    fn parse_ref_updates_never_panics(input in ".{0,300}") {
+        let _ = parse_ref_updates(&input);
+    }
+
+    #[test]
+    fn parse_ref_updates_never_panics_on_near_misses(
+        lines in prop::collection::vec((oid(), "[0-9a-fA-F ]{0,42}", ".{0,30}", 0u8..4), 0..6)
+    ) {
+        let text: String = lines
+            .iter()
+            .map(|(a, b, c, sep)| match sep {
+                0 => format!("{a} {b} {c}\n"),
+                1 => format!("{a}  {b}\t{c}\r\n"),
+                2 => format!("{a} {b}"),
+                _ => format!("{c}\n\n"),
+            })
+            .collect();
+        if let Ok(updates) = parse_ref_updates(&text) {
+            for u in updates {
+                prop_assert!(is_valid_oid(&u.old) && is_valid_oid(&u.new) && is_valid_ref_name(&u.name));
+            }
+        }
+    }
+
+    #[test]
+    fn parse_ref_updates_round_trips_valid_lines(
+        updates in prop::collection::vec((oid(), oid(), ref_name()), 0..8),
+        crlf in any::<bool>(),
+        blank_lines in any::<bool>(),
+    ) {
+        let eol = if crlf { "\r\n" } else { "\n" };
+        let mut text = String::new();
+        for (old, new, name) in &updates {
+            if blank_lines {
+                text.push_str(eol);
+            }
+            text.push_str(&format!("{old} {new} {name}{eol}"));
+        }
+        let parsed = parse_ref_updates(&text).unwrap();
+        let expected: Vec<RefUpdate> =
+            updates.iter().map(|(o, n, r)| RefUpdate::new(o, n, r)).collect();
+        prop_assert_eq!(parsed, expected);
+    }
+}
+
+// ---------- NIP-34 parsers ----------
+
+proptest! {
+    #![proptest_config(config(256))]
+
+    #[test]
+    fn nip34_parsers_never_panic_on_arbitrary_tags(
+        tags in tags(),
+        kind in prop::sample::select(vec![30617u16, 30618, 1618, 1619, 1621, 1, 5]),
+        author in 0usize..4,
+    ) {
+        let event = fake_event(author, kind, 1, tags);
+        let _ = references(&event);
+        if let Ok(a) = Announcement::from_event(&event) {
+            prop_assert_eq!(a.owner, event.pubkey);
+            prop_assert!(!a.maintainers.contains(&a.owner), "owner listed as its own maintainer");
+            let unique: BTreeSet<_> = a.maintainers.iter().collect();
+            prop_assert_eq!(unique.len(), a.maintainers.len(), "duplicate maintainers");
+            let _ = a.lists_service("127.0.0.1:8080");
+            let _ = a.coordinate();
+        }
+        if let Ok(s) = RepoState::from_event(&event) {
+            for (name, oid) in &s.refs {
+                prop_assert!(is_served_ref(name) && is_valid_ref_name(name) && is_valid_oid(oid), "{name} {oid}");
+            }
+            if let Some(head) = &s.head {
+                prop_assert!(head.starts_with("refs/heads/") && is_valid_ref_name(head));
+            }
+        }
+        if let Ok(pr) = PullRequest::from_event(&event) {
+            prop_assert!(is_valid_oid(&pr.commit));
+        }
+    }
+}
+
+// ---------- push decision ----------
+
+const OIDS: [&str; 3] = [
+    "1111111111111111111111111111111111111111",
+    "2222222222222222222222222222222222222222",
+    "3333333333333333333333333333333333333333",
+];
+const NAMES: [&str; 4] = ["refs/heads/main", "refs/heads/dev", "refs/tags/v1", "refs/nostr/x"];
+
+/// Ref maps over a small name/oid pool so that matches actually happen.
+fn small_refmap() -> impl Strategy<Value = RefMap> {
+    prop::collection::btree_map(
+        prop::sample::select(NAMES[..3].to_vec()).prop_map(str::to_owned),
+        prop::sample::select(OIDS.to_vec()).prop_map(str::to_owned),
+        0..3,
+    )
+}
+
+fn small_updates(current: RefMap) -> impl Strategy<Value = (RefMap, Vec<RefUpdate>)> {
+    prop::collection::btree_map(
+        prop::sample::select(NAMES[..3].to_vec()).prop_map(str::to_owned),
+        prop_oneof![1 => Just(ZERO_OID), 3 => prop::sample::select(OIDS.to_vec())].prop_map(str::to_owned),
+        0..3,
+    )
+    .prop_map(move |news| {
+        let updates = news
+            .into_iter()
+            .map(|(name, new)| {
+                let old = current.get(&name).cloned().unwrap_or_else(|| ZERO_OID.to_owned());
+                RefUpdate::new(old, new, name)
+            })
+            .collect();
+        (current.clone(), updates)
+    })
+}
+
+fn candidates() -> impl Strategy<Value = Vec<StateCandidate>> {
+    prop::collection::vec((small_refmap(), 0u64..3, any::<bool>()), 0..4).prop_map(|raw| {
+        raw.into_iter()
+            .enumerate()
+            .map(|(i, (refs, t, stored))| {
+                let mut id = [0u8; 32];
+                id[0] = i as u8 + 1;
+                StateCandidate {
+                    state: RepoState {
+                        event_id: EventId::from_byte_array(id),
+                        author: pubkeys()[0],
+                        identifier: "repo".to_owned(),
+                        refs,
+                        head: None,
+                        created_at: Timestamp::from(1_700_000_000 + t),
+                    },
+                    source: if stored { StateSource::Stored } else { StateSource::Purgatory },
+                }
+            })
+            .collect()
+    })
+}
+
+proptest! {
+    #![proptest_config(config(512))]
+
+    #[test]
+    fn accepted_push_serves_exactly_the_matched_state(
+        (current, updates) in small_refmap().prop_flat_map(small_updates),
+        candidates in candidates(),
+    ) {
+        let known = BTreeMap::new();
+        let req = PushRequest { current: &current, updates: &updates, candidates: &candidates, known_prs: &known };
+        let before = served_refs(&current);
+        let after = served_refs(&apply_updates(&current, &updates));
+        match decide_push(&req) {
+            PushDecision::Accept(accepted) => match accepted.matched_state {
+                Some((id, source)) => {
+                    let matched = candidates
+                        .iter()
+                        .find(|c| c.state.event_id == id && c.source == source)
+                        .expect("matched candidate is one of the inputs");
+                    prop_assert_eq!(&after, &matched.state.refs);
+                    // The newest matching state wins (NIP-01 order).
+                    for c in candidates.iter().filter(|c| c.state.refs == after) {
+                        prop_assert!(!c.state.is_newer_than(&matched.state));
+                    }
+                }
+                None => {
+                    prop_assert_eq!(&after, &before, "accepted a change of served refs with no matching state");
+                    prop_assert!(candidates.iter().all(|c| c.state.refs != after));
+                }
+            },
+            PushDecision::Reject(r) => {
+                prop_assert!(!r.reasons.is_empty());
+                prop_assert!(after != before, "rejected a push that changes nothing");
+                prop_assert!(candidates.iter().all(|c| c.state.refs != after), "rejected although a state matches");
+            }
+        }
+    }
+
+    #[test]
+    fn no_candidates_and_a_served_change_is_rejected(
+        (current, updates) in small_refmap().prop_flat_map(small_updates),
+    ) {
+        let known = BTreeMap::new();
+        let req = PushRequest { current: &current, updates: &updates, candidates: &[], known_prs: &known };
+        let changed = served_refs(&apply_updates(&current, &updates)) != served_refs(&current);
+        let rejected = matches!(decide_push(&req), PushDecision::Reject(_));
+        prop_assert_eq!(rejected, changed);
+    }
+
+    #[test]
+    fn decide_push_never_panics_on_arbitrary_updates(
+        updates in prop::collection::vec((".{0,70}", ".{0,70}", ".{0,60}"), 0..5),
+        candidates in candidates(),
+    ) {
+        let updates: Vec<RefUpdate> = updates.into_iter().map(|(o, n, r)| RefUpdate::new(o, n, r)).collect();
+        let current = RefMap::new();
+        let known = BTreeMap::new();
+        let req = PushRequest { current: &current, updates: &updates, candidates: &candidates, known_prs: &known };
+        if let PushDecision::Reject(r) = decide_push(&req) {
+            prop_assert!(!r.reasons.is_empty());
+        }
+    }
+}
+
+// ---------- identifiers and URL paths ----------
+
+/// Strings rich in the characters that matter for path escapes.
+fn hostile_string() -> impl Strategy<Value = String> {
+    prop::collection::vec(
+        prop_oneof![
+            Just("/".to_owned()),
+            Just("\\".to_owned()),
+            Just("\0".to_owned()),
+            Just(".".to_owned()),
+            Just("..".to_owned()),
+            Just("%2f".to_owned()),
+            Just("%2F".to_owned()),
+            Just("%00".to_owned()),
+            Just("%2e".to_owned()),
+            Just("%5c".to_owned()),
+            "[a-z0-9_-]{1,4}",
+            ".{1,2}",
+        ],
+        0..8,
+    )
+    .prop_map(|parts| parts.concat())
+}
+
+proptest! {
+    #![proptest_config(config(512))]
+
+    #[test]
+    fn validate_identifier_never_accepts_path_tricks(s in prop_oneof![hostile_string(), ".{0,20}"]) {
+        if validate_identifier(&s).is_ok() {
+            prop_assert!(!s.contains(['/', '\\', '\0']), "{s:?}");
+            prop_assert!(s != "." && s != "..", "{s:?}");
+            prop_assert!(!s.is_empty());
+        }
+    }
+
+    #[test]
+    fn repo_url_paths_never_escape(ident in hostile_string(), rest in hostile_string()) {
+        let npub = npub_of(&pubkeys()[0]);
+        for path in [
+            format!("/{npub}/{ident}.git{rest}"),
+            format!("/{npub}/{ident}.git/{rest}"),
+            format!("/{npub}/{ident}"),
+            format!("/{ident}/{npub}/x.git/{rest}"),
+        ] {
+            if let Some(p) = parse_repo_url_path(&path) {
+                prop_assert!(validate_identifier(&p.identifier).is_ok(), "{path:?} -> {:?}", p.identifier);
+                prop_assert!(!p.rest.contains('\\') && !p.rest.contains('\0'), "{path:?}");
+                prop_assert!(p.rest.split('/').all(|s| s != ".." && s != "."), "{path:?} -> rest {:?}", p.rest);
+            }
+        }
+    }
+
+    #[test]
+    fn valid_identifiers_survive_url_encoding(ident in "[a-zA-Z0-9 ._~%#?&+=!@:;é漢-]{1,30}") {
+        prop_assume!(validate_identifier(&ident).is_ok());
+        let npub = npub_of(&pubkeys()[1]);
+        let path = format!("/{npub}/{}.git/info/refs", percent_encode_segment(&ident));
+        let parsed = parse_repo_url_path(&path).expect("a valid identifier, encoded, parses");
+        prop_assert_eq!(parsed.identifier, ident);
+        prop_assert_eq!(parsed.rest, "/info/refs");
+    }
+}
+
+// ---------- purgatory model ----------
+
+#[derive(Debug, Clone)]
+enum Op {
+    AddState { author: usize, ident: usize },
+    AddAnnouncement { owner: usize, ident: usize },
+    RemoveState { ident: usize, pick: usize },
+    Promote { owner: usize, ident: usize },
+    Advance { secs: u64 },
+    Sweep,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        4 => (0usize..3, 0usize..3).prop_map(|(author, ident)| Op::AddState { author, ident }),
+        2 => (0usize..3, 0usize..3).prop_map(|(owner, ident)| Op::AddAnnouncement { owner, ident }),
+        2 => (0usize..3, 0usize..4).prop_map(|(ident, pick)| Op::RemoveState { ident, pick }),
+        1 => (0usize..3, 0usize..3).prop_map(|(owner, ident)| Op::Promote { owner, ident }),
+        2 => (0u64..1200).prop_map(|secs| Op::Advance { secs }),
+        2 => Just(Op::Sweep),
+    ]
+}
+
+const IDENTS: [&str; 3] = ["alpha", "beta", "gamma"];
+
+fn check_invariants(p: &Purgatory, caps: &Caps) -> Result<(), TestCaseError> {
+    let stats = p.stats();
+    let states: usize = IDENTS.iter().map(|i| p.states_for(i).len()).sum();
+    prop_assert_eq!(stats.states, states);
+    prop_assert_eq!(stats.announcements, p.announcements().count());
+    prop_assert_eq!(stats.deferred, 0);
+    // Each entry is armed in the deadline set exactly once.
+    prop_assert_eq!(stats.deadlines, stats.announcements + stats.states + stats.prs + stats.placeholders);
+    prop_assert!(stats.announcements + stats.states + stats.prs <= caps.total);
+    for pk in pubkeys() {
+        let held = p.announcements().filter(|a| &a.owner == pk).count()
+            + IDENTS.iter().flat_map(|i| p.states_for(i)).filter(|s| &s.author == pk).count();
+        prop_assert!(held <= caps.per_author, "{held} entries for one author");
+    }
+    prop_assert_eq!(p.listing().len(), stats.announcements + stats.states + stats.prs + stats.placeholders);
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(config(128))]
+
+    #[test]
+    fn purgatory_keeps_its_books_under_random_operations(ops in prop::collection::vec(op(), 1..60)) {
+        let caps = Caps { per_author: 4, total: 9, ..Caps::default() };
+        let config = PurgatoryConfig { caps, ..PurgatoryConfig::default() };
+        let clock = Arc::new(ManualClock::default());
+        let mut p = Purgatory::new(config, clock.clone());
+        let mut n = 0u64;
+        for op in ops {
+            n += 1;
+            match op {
+                Op::AddState { author, ident } => {
+                    let event = fake_event(author, 30618, n, vec![]);
+                    let before = p.stats();
+                    match p.add_state(event.clone(), event.pubkey, IDENTS[ident].to_owned()) {
+                        Ok(added) => prop_assert!(added),
+                        Err(_) => prop_assert_eq!(p.stats(), before, "a refused add changed something"),
+                    }
+                }
+                Op::AddAnnouncement { owner, ident } => {
+                    let event = fake_event(owner, 30617, n, vec![]);
+                    let _ = p.add_announcement(
+                        event.clone(),
+                        event.pubkey,
+                        IDENTS[ident].to_owned(),
+                        format!("/git/{ident}.git").into(),
+                        BTreeSet::new(),
+                    );
+                }
+                Op::RemoveState { ident, pick } => {
+                    let ids: Vec<EventId> = p.states_for(IDENTS[ident]).iter().map(|s| s.event.id).collect();
+                    if let Some(id) = ids.get(pick) {
+                        prop_assert!(p.remove_state_event(IDENTS[ident], id).is_some());
+                        prop_assert!(p.states_for(IDENTS[ident]).iter().all(|s| &s.event.id != id));
+                    }
+                }
+                Op::Promote { owner, ident } => {
+                    let _ = p.promote_announcement(&pubkeys()[owner], IDENTS[ident]);
+                }
+                Op::Advance { secs } => clock.advance(Duration::from_secs(secs)),
+                Op::Sweep => {
+                    let _ = p.sweep();
+                }
+            }
+            check_invariants(&p, &caps)?;
+        }
+        // Waiting past every deadline (entry TTL, then the soft-expiry TTL) empties it.
+        clock.advance(config.entry_ttl + Duration::from_secs(1));
+        let _ = p.sweep();
+        clock.advance(config.soft_expiry_ttl + Duration::from_secs(1));
+        let _ = p.sweep();
+        let stats = p.stats();
+        prop_assert_eq!(stats.announcements + stats.states + stats.prs + stats.placeholders, 0, "{:?}", stats);
+        prop_assert_eq!(stats.deadlines, 0);
+    }
+}

@@ -1,0 +1,725 @@
+//! grasp-bench: side-by-side benchmarks of the full GRASP stack against bare `git http-backend`.
+//!
+//! ```text
+//! cargo build --release --workspace
+//! cargo run --release -p grasp-tests --bin grasp-bench            # default sizes, < ~5 min
+//! cargo run --release -p grasp-tests --bin grasp-bench -- --quick # smoke run, < ~1 min
+//! ```
+//!
+//! Measures, in one run, and prints one table (see docs/benchmarks.md):
+//! - small push wall time: relay (grasp-cgi + hooks + authorisation) vs bare http-backend;
+//! - clone of a repository of random (incompressible) blobs: relay vs bare;
+//! - peak RSS of the relay process (VmHWM) and of its children (sampled) during a small and a
+//!   large push (must stay flat: bodies are streamed);
+//! - event ingest rate of related events (issues tagging an announced repo) on 1 and 16
+//!   WebSocket connections;
+//! - push authorisation time (`/v1/pre-receive`, the call the hook makes) with 0 vs N purgatory
+//!   states for one identifier;
+//! - purgatory checkpoint of N entries (snapshot under the lock, JSON, write) and the worst
+//!   wait for the lock of a concurrent "request" while it runs (micro-benchmark on
+//!   `grasp_state::purgatory`).
+//!
+//! The bare baseline is served by the relay's own hyper front (`grasp_relay::git_http::serve`)
+//! with a CGI script that execs `git http-backend` directly: no grasp-cgi, no hooks, no relay.
+
+use std::collections::BTreeSet;
+use std::fs::OpenOptions;
+use std::net::{SocketAddr, TcpStream};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use grasp_relay::git_http::{serve, GitHttpConfig};
+use grasp_state::identifier::{npub_of, percent_encode_segment};
+use grasp_state::purgatory::{write_checkpoint, Caps, Purgatory, PurgatoryConfig, SystemClock};
+use grasp_tests::client::NostrClient;
+use grasp_tests::git::{git, git_output, WorkTree};
+use grasp_tests::{binary_path, wait_until};
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use nostr::prelude::*;
+
+// ---------- options ----------
+
+#[derive(Debug, Clone)]
+struct Opts {
+    push_runs: usize,
+    clone_mb: usize,
+    clone_runs: usize,
+    rss_small_mb: usize,
+    rss_big_mb: usize,
+    events: usize,
+    connections: usize,
+    purgatory_states: usize,
+    auth_runs: usize,
+    checkpoint_entries: usize,
+    skip: BTreeSet<String>,
+}
+
+impl Opts {
+    fn parse() -> Result<Opts> {
+        let mut o = Opts {
+            push_runs: 7,
+            clone_mb: 50,
+            clone_runs: 3,
+            rss_small_mb: 20,
+            rss_big_mb: 200,
+            events: 4000,
+            connections: 16,
+            purgatory_states: 10_000,
+            auth_runs: 7,
+            checkpoint_entries: 100_000,
+            skip: BTreeSet::new(),
+        };
+        let mut args = std::env::args().skip(1);
+        while let Some(a) = args.next() {
+            let mut num = |name: &str| -> Result<usize> {
+                args.next().with_context(|| format!("{name} needs a value"))?.parse().with_context(|| format!("{name}: not a number"))
+            };
+            match a.as_str() {
+                "--quick" => {
+                    o = Opts {
+                        push_runs: 3,
+                        clone_mb: 5,
+                        clone_runs: 1,
+                        rss_small_mb: 2,
+                        rss_big_mb: 20,
+                        events: 400,
+                        connections: 16,
+                        purgatory_states: 1000,
+                        auth_runs: 3,
+                        checkpoint_entries: 10_000,
+                        skip: o.skip,
+                    }
+                }
+                "--push-runs" => o.push_runs = num(&a)?,
+                "--clone-mb" => o.clone_mb = num(&a)?,
+                "--clone-runs" => o.clone_runs = num(&a)?,
+                "--rss-small-mb" => o.rss_small_mb = num(&a)?,
+                "--rss-big-mb" => o.rss_big_mb = num(&a)?,
+                "--events" => o.events = num(&a)?,
+                "--connections" => o.connections = num(&a)?,
+                "--purgatory-states" => o.purgatory_states = num(&a)?,
+                "--auth-runs" => o.auth_runs = num(&a)?,
+                "--checkpoint-entries" => o.checkpoint_entries = num(&a)?,
+                "--skip" => {
+                    o.skip.extend(args.next().context("--skip needs a list")?.split(',').map(str::to_owned))
+                }
+                "-h" | "--help" => {
+                    println!(
+                        "grasp-bench [--quick] [--push-runs N] [--clone-mb MB] [--clone-runs N] [--rss-small-mb MB] \
+                         [--rss-big-mb MB] [--events N] [--connections N] [--purgatory-states N] [--auth-runs N] \
+                         [--checkpoint-entries N] [--skip push,clone,rss,ingest,auth,checkpoint]\n\
+                         Flags after --quick override it. Build first: cargo build --release --workspace"
+                    );
+                    std::process::exit(0);
+                }
+                other => bail!("unknown argument {other:?} (try --help)"),
+            }
+        }
+        Ok(o)
+    }
+
+    fn runs(&self, what: &str) -> bool {
+        !self.skip.contains(what)
+    }
+}
+
+// ---------- result table ----------
+
+struct Row {
+    metric: String,
+    grasp: String,
+    baseline: String,
+    ratio: String,
+}
+
+fn row(metric: impl Into<String>, grasp: impl Into<String>, baseline: impl Into<String>, ratio: impl Into<String>) -> Row {
+    Row { metric: metric.into(), grasp: grasp.into(), baseline: baseline.into(), ratio: ratio.into() }
+}
+
+fn print_table(rows: &[Row]) {
+    let w = |f: &dyn Fn(&Row) -> usize, h: &str| rows.iter().map(f).max().unwrap_or(0).max(h.len());
+    let (a, b, c, d) = (
+        w(&|r| r.metric.len(), "metric"),
+        w(&|r| r.grasp.len(), "grasp"),
+        w(&|r| r.baseline.len(), "baseline"),
+        w(&|r| r.ratio.len(), "ratio"),
+    );
+    println!("| {:a$} | {:>b$} | {:>c$} | {:>d$} |", "metric", "grasp", "baseline", "ratio");
+    println!("|{}|{}:|{}:|{}:|", "-".repeat(a + 2), "-".repeat(b + 1), "-".repeat(c + 1), "-".repeat(d + 1));
+    for r in rows {
+        println!("| {:a$} | {:>b$} | {:>c$} | {:>d$} |", r.metric, r.grasp, r.baseline, r.ratio);
+    }
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.1} ms", d.as_secs_f64() * 1000.0)
+}
+
+fn mib(kib: u64) -> String {
+    format!("{:.1} MiB", kib as f64 / 1024.0)
+}
+
+fn ratio(a: f64, b: f64) -> String {
+    if b > 0.0 { format!("{:.2}x", a / b) } else { "-".into() }
+}
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+// ---------- processes ----------
+
+/// A release `grasp-relay` on a temp dir and a free loopback port, logging warnings only.
+struct Relay {
+    child: Child,
+    _tmp: tempfile::TempDir,
+    data_dir: PathBuf,
+    addr: SocketAddr,
+}
+
+impl Relay {
+    fn start(extra: &[&str]) -> Result<Relay> {
+        let tmp = tempfile::tempdir()?;
+        let data_dir = tmp.path().join("data");
+        let log = OpenOptions::new().create(true).append(true).open(tmp.path().join("relay.log"))?;
+        let child = Command::new(binary_path("grasp-relay"))
+            .args(["--bind", "127.0.0.1:0", "--log", "warn", "--data-dir"])
+            .arg(&data_dir)
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .context("spawning grasp-relay (run `cargo build --release --workspace` first)")?;
+        let addr = wait_until("grasp-relay to listen", Duration::from_secs(30), || {
+            let text = std::fs::read_to_string(data_dir.join("relay-addr")).ok()?;
+            let addr: SocketAddr = text.trim().parse().ok()?;
+            TcpStream::connect_timeout(&addr, Duration::from_secs(1)).ok()?;
+            Some(addr)
+        })?;
+        Ok(Relay { child, _tmp: tmp, data_dir, addr })
+    }
+
+    fn ws_url(&self) -> String {
+        format!("ws://{}/", self.addr)
+    }
+
+    fn repo_url(&self, owner: &PublicKey, identifier: &str) -> String {
+        format!("http://{}/{}/{}.git", self.addr, npub_of(owner), percent_encode_segment(identifier))
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Bare `git http-backend` behind the same hyper front, on its own runtime.
+struct BareGit {
+    addr: SocketAddr,
+    root: PathBuf,
+    _tmp: tempfile::TempDir,
+    _runtime: tokio::runtime::Runtime,
+}
+
+impl BareGit {
+    fn start() -> Result<BareGit> {
+        let tmp = tempfile::tempdir()?;
+        let root = tmp.path().join("git");
+        std::fs::create_dir_all(&root)?;
+        let script = tmp.path().join("bare-http-backend");
+        std::fs::write(
+            &script,
+            "#!/bin/sh\nGIT_PROJECT_ROOT=\"$GRASP_GIT_ROOT\" GIT_HTTP_EXPORT_ALL=1 exec git -c http.receivepack=true http-backend\n",
+        )?;
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755))?;
+        let cfg = Arc::new(GitHttpConfig { cgi_path: script, git_root: root.clone(), hooks_dir: None, env: vec![] });
+        let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+        listener.set_nonblocking(true)?;
+        let addr = listener.local_addr()?;
+        runtime.spawn(async move {
+            let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+            loop {
+                let Ok((stream, remote)) = listener.accept().await else { continue };
+                let cfg = cfg.clone();
+                tokio::spawn(async move {
+                    let service = service_fn(move |req| {
+                        let cfg = cfg.clone();
+                        async move { Ok::<_, std::convert::Infallible>(serve(req, remote, &cfg).await) }
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service).await;
+                });
+            }
+        });
+        Ok(BareGit { addr, root, _tmp: tmp, _runtime: runtime })
+    }
+
+    /// Creates an empty bare repository and returns its URL.
+    fn new_repo(&self, name: &str) -> String {
+        let dir = self.root.join(format!("{name}.git"));
+        std::fs::create_dir_all(&dir).unwrap();
+        git(&dir, &["init", "-q", "--bare", "-b", "main"]);
+        format!("http://{}/{name}.git", self.addr)
+    }
+}
+
+// ---------- git and events ----------
+
+fn sign(keys: &Keys, kind: u16, tags: Vec<Vec<String>>, content: &str) -> Event {
+    let tags: Vec<Tag> = tags.into_iter().map(|t| Tag::parse(t).unwrap()).collect();
+    EventBuilder::new(Kind::from(kind), content).tags(tags).finalize(keys).unwrap()
+}
+
+fn announcement(relay: &Relay, owner: &Keys, id: &str) -> Event {
+    let v = |s: &[&str]| s.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+    sign(
+        owner,
+        30617,
+        vec![
+            v(&["d", id]),
+            v(&["clone", &relay.repo_url(&owner.public_key(), id)]),
+            v(&["relays", &relay.ws_url()]),
+        ],
+        "",
+    )
+}
+
+fn state(owner: &Keys, id: &str, main: &str, nonce: usize) -> Event {
+    let v = |s: &[&str]| s.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+    sign(owner, 30618, vec![v(&["d", id]), v(&["refs/heads/main", main]), v(&["HEAD", "ref: refs/heads/main"])], &nonce.to_string())
+}
+
+async fn send_ok(c: &mut NostrClient, e: &Event) -> Result<()> {
+    let (ok, msg) = c.send_event(e).await?;
+    if !ok {
+        bail!("event {} refused: {msg}", e.kind);
+    }
+    Ok(())
+}
+
+/// Sends events pipelined on one connection; returns when every OK arrived (all must be true).
+async fn pipeline(c: &mut NostrClient, events: &[Event]) -> Result<()> {
+    for e in events {
+        c.raw_send(ClientMessage::event(e.clone()).as_json()).await?;
+    }
+    let mut left: BTreeSet<EventId> = events.iter().map(|e| e.id).collect();
+    while !left.is_empty() {
+        if let RelayMessage::Ok { event_id, status, message } = c.next_message().await? {
+            if !status {
+                bail!("event refused: {message}");
+            }
+            left.remove(&event_id);
+        }
+    }
+    Ok(())
+}
+
+fn push(dir: &Path, url: &str, refspec: &str) -> Result<Duration> {
+    let started = Instant::now();
+    let out = git_output(dir, &["-c", "http.postBuffer=1048576", "push", "-q", url, refspec]);
+    let took = started.elapsed();
+    if !out.status.success() {
+        bail!("push to {url} failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    Ok(took)
+}
+
+fn clone_time(url: &str, into: &Path) -> Result<Duration> {
+    let _ = std::fs::remove_dir_all(into);
+    let started = Instant::now();
+    let out = git_output(into.parent().unwrap(), &["clone", "-q", "--bare", url, into.to_str().unwrap()]);
+    if !out.status.success() {
+        bail!("clone of {url} failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    Ok(started.elapsed())
+}
+
+/// A commit adding `mb` MiB of random bytes in 1 MiB files (no compression: it would not help).
+fn commit_random(work: &WorkTree, tag: &str, mb: usize) -> Result<String> {
+    use std::io::Read;
+    let mut urandom = std::fs::File::open("/dev/urandom")?;
+    let mut buf = vec![0u8; 1 << 20];
+    let dir = work.dir.join(tag);
+    std::fs::create_dir_all(&dir)?;
+    for i in 0..mb {
+        urandom.read_exact(&mut buf)?;
+        std::fs::write(dir.join(format!("blob{i}")), &buf)?;
+    }
+    git(&work.dir, &["-c", "core.compression=0", "add", tag]);
+    git(&work.dir, &["commit", "-q", "-m", tag]);
+    Ok(git(&work.dir, &["rev-parse", "HEAD"]))
+}
+
+// ---------- memory ----------
+
+fn status_kib(pid: u32, field: &str) -> Option<u64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    text.lines().find(|l| l.starts_with(field))?.split_whitespace().nth(1)?.parse().ok()
+}
+
+fn descendants(root: u32) -> Vec<u32> {
+    let mut parent = std::collections::HashMap::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
+        // pid (comm) state ppid ...: comm may contain spaces, so split after the last ')'.
+        let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else { continue };
+        if let Some(ppid) = rest.split_whitespace().nth(1).and_then(|p| p.parse::<u32>().ok()) {
+            parent.insert(pid, ppid);
+        }
+    }
+    let mut out = Vec::new();
+    let mut frontier = vec![root];
+    while let Some(p) = frontier.pop() {
+        for (&child, &pp) in &parent {
+            if pp == p {
+                out.push(child);
+                frontier.push(child);
+            }
+        }
+    }
+    out
+}
+
+/// Peak RSS (KiB) of the relay (VmHWM, reset first) and the peak of the sum of its children's
+/// RSS (sampled every 10 ms) while `f` runs.
+fn measure_rss(relay_pid: u32, f: impl FnOnce() -> Result<Duration>) -> Result<(u64, u64, Duration)> {
+    // Writing 5 to clear_refs resets VmHWM to the current RSS (Linux >= 4.0).
+    std::fs::write(format!("/proc/{relay_pid}/clear_refs"), "5").context("resetting VmHWM")?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let peak_children = Arc::new(AtomicU64::new(0));
+    let sampler = {
+        let (stop, peak) = (stop.clone(), peak_children.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                let sum: u64 = descendants(relay_pid).iter().filter_map(|&p| status_kib(p, "VmRSS:")).sum();
+                peak.fetch_max(sum, Ordering::Relaxed);
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        })
+    };
+    let took = f();
+    stop.store(true, Ordering::Relaxed);
+    sampler.join().unwrap();
+    let relay_peak = status_kib(relay_pid, "VmHWM:").context("reading VmHWM")?;
+    Ok((relay_peak, peak_children.load(Ordering::Relaxed), took?))
+}
+
+// ---------- the benchmarks ----------
+
+async fn bench_push(o: &Opts, relay: &Relay, bare: &BareGit, tmp: &Path, rows: &mut Vec<Row>) -> Result<()> {
+    let mut c = NostrClient::connect(&relay.ws_url()).await?;
+    let (mut g, mut b) = (Vec::new(), Vec::new());
+    for i in 0..o.push_runs {
+        let owner = Keys::generate();
+        let id = format!("small{i}");
+        let work = WorkTree::new(tmp.join(&id));
+        let tip = work.commit("README", &format!("run {i}\n"));
+        send_ok(&mut c, &announcement(relay, &owner, &id)).await?;
+        send_ok(&mut c, &state(&owner, &id, &tip, i)).await?;
+        // Alternate which side goes first so caches and load are shared fairly.
+        let bare_url = bare.new_repo(&id);
+        if i % 2 == 0 {
+            g.push(push(&work.dir, &relay.repo_url(&owner.public_key(), &id), "main")?);
+            b.push(push(&work.dir, &bare_url, "main")?);
+        } else {
+            b.push(push(&work.dir, &bare_url, "main")?);
+            g.push(push(&work.dir, &relay.repo_url(&owner.public_key(), &id), "main")?);
+        }
+    }
+    let (g, b) = (median(g), median(b));
+    rows.push(row(format!("small push, median of {}", o.push_runs), ms(g), ms(b), ratio(g.as_secs_f64(), b.as_secs_f64())));
+    Ok(())
+}
+
+async fn bench_clone(o: &Opts, relay: &Relay, bare: &BareGit, tmp: &Path, rows: &mut Vec<Row>) -> Result<()> {
+    let mut c = NostrClient::connect(&relay.ws_url()).await?;
+    let owner = Keys::generate();
+    let work = WorkTree::new(tmp.join("clone-src"));
+    let tip = commit_random(&work, "data", o.clone_mb)?;
+    send_ok(&mut c, &announcement(relay, &owner, "big")).await?;
+    send_ok(&mut c, &state(&owner, "big", &tip, 0)).await?;
+    push(&work.dir, &relay.repo_url(&owner.public_key(), "big"), "main")?;
+    let bare_url = bare.new_repo("big");
+    push(&work.dir, &bare_url, "main")?;
+    let (mut g, mut b) = (Vec::new(), Vec::new());
+    for i in 0..o.clone_runs {
+        if i % 2 == 0 {
+            g.push(clone_time(&relay.repo_url(&owner.public_key(), "big"), &tmp.join("clone-g"))?);
+            b.push(clone_time(&bare_url, &tmp.join("clone-b"))?);
+        } else {
+            b.push(clone_time(&bare_url, &tmp.join("clone-b"))?);
+            g.push(clone_time(&relay.repo_url(&owner.public_key(), "big"), &tmp.join("clone-g"))?);
+        }
+    }
+    let (g, b) = (median(g), median(b));
+    rows.push(row(
+        format!("clone {} MiB random blobs, median of {}", o.clone_mb, o.clone_runs),
+        ms(g),
+        ms(b),
+        ratio(g.as_secs_f64(), b.as_secs_f64()),
+    ));
+    Ok(())
+}
+
+async fn bench_rss(o: &Opts, relay: &Relay, tmp: &Path, rows: &mut Vec<Row>) -> Result<()> {
+    let mut c = NostrClient::connect(&relay.ws_url()).await?;
+    let mut results = Vec::new();
+    for (n, mb) in [o.rss_small_mb, o.rss_big_mb].into_iter().enumerate() {
+        let owner = Keys::generate();
+        let id = format!("rss{n}");
+        let work = WorkTree::new(tmp.join(&id));
+        let tip = commit_random(&work, "data", mb)?;
+        send_ok(&mut c, &announcement(relay, &owner, &id)).await?;
+        send_ok(&mut c, &state(&owner, &id, &tip, n)).await?;
+        let url = relay.repo_url(&owner.public_key(), &id);
+        let (relay_kib, children_kib, took) = measure_rss(relay.pid(), || push(&work.dir, &url, "main"))?;
+        eprintln!("  push {mb} MiB: {} (relay peak {}, children peak {})", ms(took), mib(relay_kib), mib(children_kib));
+        results.push((mb, relay_kib, children_kib));
+    }
+    let (small, big) = (results[0], results[1]);
+    rows.push(row(
+        format!("relay peak RSS: {} MiB push (grasp) vs {} MiB push (baseline)", big.0, small.0),
+        mib(big.1),
+        mib(small.1),
+        ratio(big.1 as f64, small.1 as f64),
+    ));
+    rows.push(row(
+        format!("children peak RSS (cgi, git, hooks): {} vs {} MiB push", big.0, small.0),
+        mib(big.2),
+        mib(small.2),
+        ratio(big.2 as f64, small.2 as f64),
+    ));
+    Ok(())
+}
+
+async fn bench_ingest(o: &Opts, relay: &Relay, tmp: &Path, rows: &mut Vec<Row>) -> Result<()> {
+    let mut c = NostrClient::connect(&relay.ws_url()).await?;
+    let owner = Keys::generate();
+    let work = WorkTree::new(tmp.join("ingest"));
+    let tip = work.commit("README", "ingest\n");
+    send_ok(&mut c, &announcement(relay, &owner, "ingest")).await?;
+    send_ok(&mut c, &state(&owner, "ingest", &tip, 0)).await?;
+    push(&work.dir, &relay.repo_url(&owner.public_key(), "ingest"), "main")?;
+    let coordinate = format!("30617:{}:ingest", owner.public_key().to_hex());
+    let authors: Vec<Keys> = (0..32).map(|_| Keys::generate()).collect();
+    let make = |n: usize, offset: usize| -> Vec<Event> {
+        (0..n)
+            .map(|i| {
+                let k = &authors[(i + offset) % authors.len()];
+                sign(k, 1621, vec![vec!["a".into(), coordinate.clone()], vec!["subject".into(), format!("issue {}", i + offset)]], "body")
+            })
+            .collect()
+    };
+    // One connection.
+    let events = make(o.events, 0);
+    let started = Instant::now();
+    pipeline(&mut c, &events).await?;
+    let one = o.events as f64 / started.elapsed().as_secs_f64();
+    // N connections, the same number of events in total.
+    let events = make(o.events, o.events);
+    let mut clients = Vec::new();
+    for _ in 0..o.connections {
+        clients.push(NostrClient::connect(&relay.ws_url()).await?);
+    }
+    let per = o.events.div_ceil(o.connections);
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for (mut client, chunk) in clients.into_iter().zip(events.chunks(per).map(<[Event]>::to_vec)) {
+        tasks.push(tokio::spawn(async move { pipeline(&mut client, &chunk).await }));
+    }
+    for t in tasks {
+        t.await??;
+    }
+    let many = o.events as f64 / started.elapsed().as_secs_f64();
+    rows.push(row(
+        format!("ingest {} issues: {} connections (grasp) vs 1 (baseline)", o.events, o.connections),
+        format!("{many:.0} ev/s"),
+        format!("{one:.0} ev/s"),
+        ratio(many, one),
+    ));
+    Ok(())
+}
+
+async fn bench_auth(o: &Opts, tmp: &Path, rows: &mut Vec<Row>) -> Result<()> {
+    let cap = (o.purgatory_states + 100).to_string();
+    let relay = Relay::start(&["--purgatory-per-author", &cap, "--purgatory-total", &cap, "--max-message-bytes", "1048576"])?;
+    let mut c = NostrClient::connect(&relay.ws_url()).await?;
+    let owner = Keys::generate();
+    let work = WorkTree::new(tmp.join("auth"));
+    let tip = work.commit("README", "auth\n");
+    for id in ["empty", "crowded"] {
+        send_ok(&mut c, &announcement(&relay, &owner, id)).await?;
+    }
+    // N held states for "crowded", none matching the push.
+    let states: Vec<Event> = (0..o.purgatory_states)
+        .map(|i| state(&owner, "crowded", &format!("{:040x}", i + 1), i))
+        .collect();
+    let started = Instant::now();
+    for chunk in states.chunks(500) {
+        pipeline(&mut c, chunk).await?;
+    }
+    eprintln!("  held {} states in {}", o.purgatory_states, ms(started.elapsed()));
+    let api_addr = std::fs::read_to_string(relay.data_dir.join("api-addr"))?.trim().to_string();
+    let token = std::fs::read_to_string(relay.data_dir.join("api-token"))?.trim().to_string();
+    let http = reqwest::Client::new();
+    let ask = |id: &'static str| {
+        let body = serde_json::json!({
+            "version": 1, "owner": npub_of(&owner.public_key()), "identifier": id,
+            "updates": [{"old": "0".repeat(40), "new": tip, "name": "refs/heads/main"}]
+        });
+        let req = http.post(format!("http://{api_addr}/v1/pre-receive")).header("x-grasp-token", &token).json(&body);
+        async move {
+            let started = Instant::now();
+            let resp = req.send().await?;
+            let took = started.elapsed();
+            let v: serde_json::Value = resp.json().await?;
+            anyhow::ensure!(v["accepted"] == false, "expected a rejection: {v}");
+            Ok::<_, anyhow::Error>(took)
+        }
+    };
+    let (mut crowded, mut empty) = (Vec::new(), Vec::new());
+    for _ in 0..o.auth_runs {
+        empty.push(ask("empty").await?);
+        crowded.push(ask("crowded").await?);
+    }
+    let (g, b) = (median(crowded), median(empty));
+    rows.push(row(
+        format!("pre-receive decision: {} held states vs 0, median of {}", o.purgatory_states, o.auth_runs),
+        ms(g),
+        ms(b),
+        ratio(g.as_secs_f64(), b.as_secs_f64()),
+    ));
+    // End to end: the real rejected push with N states.
+    let started = Instant::now();
+    let out = git_output(&work.dir, &["push", "-q", &relay.repo_url(&owner.public_key(), "crowded"), "main"]);
+    anyhow::ensure!(!out.status.success(), "push should be rejected");
+    let g = started.elapsed();
+    let started = Instant::now();
+    let out = git_output(&work.dir, &["push", "-q", &relay.repo_url(&owner.public_key(), "empty"), "main"]);
+    anyhow::ensure!(!out.status.success(), "push should be rejected");
+    let b = started.elapsed();
+    rows.push(row(format!("rejected git push: {} held states vs 0", o.purgatory_states), ms(g), ms(b), ratio(g.as_secs_f64(), b.as_secs_f64())));
+    Ok(())
+}
+
+fn bench_checkpoint(o: &Opts, tmp: &Path, rows: &mut Vec<Row>) -> Result<()> {
+    let n = o.checkpoint_entries;
+    let caps = Caps { per_author: n + 1, total: n + 1, ..Caps::default() };
+    let mut p = Purgatory::new(PurgatoryConfig { caps, ..PurgatoryConfig::default() }, Arc::new(SystemClock));
+    let authors: Vec<PublicKey> = (0..16).map(|_| Keys::generate().public_key()).collect();
+    let sig = Signature::from_slice(&[0u8; 64])?;
+    for i in 0..n {
+        let mut id = [0u8; 32];
+        id[..8].copy_from_slice(&(i as u64).to_be_bytes());
+        let author = authors[i % authors.len()];
+        let identifier = format!("repo{}", i % 1000);
+        let tags = [
+            Tag::parse(["d", identifier.as_str()])?,
+            Tag::parse(["refs/heads/main", &format!("{:040x}", i)])?,
+            Tag::parse(["HEAD", "ref: refs/heads/main"])?,
+        ];
+        let event = Event::new(EventId::from_byte_array(id), author, Timestamp::now(), Kind::from(30618u16), tags, "", sig);
+        p.add_state(event, author, identifier)?;
+    }
+    let purgatory = Arc::new(Mutex::new(p));
+    // A "request" thread takes the lock in a loop, as event admission and pushes do, and records
+    // its worst wait while the checkpoint runs.
+    let stop = Arc::new(AtomicBool::new(false));
+    let worst_ns = Arc::new(AtomicU64::new(0));
+    let requester = {
+        let (purgatory, stop, worst) = (purgatory.clone(), stop.clone(), worst_ns.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                let started = Instant::now();
+                let guard = purgatory.lock().unwrap();
+                worst.fetch_max(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+                let _ = guard.states_for("repo1").len();
+                drop(guard);
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        })
+    };
+    std::thread::sleep(Duration::from_millis(50)); // let the requester reach its loop
+    let total = Instant::now();
+    let started = Instant::now();
+    let snapshot = purgatory.lock().unwrap().snapshot();
+    let held = started.elapsed();
+    let started = Instant::now();
+    let json_len = snapshot.to_json().len();
+    let json = started.elapsed();
+    let started = Instant::now();
+    write_checkpoint(&tmp.join("purgatory-state.json"), &snapshot)?;
+    let write = started.elapsed();
+    let total = total.elapsed();
+    stop.store(true, Ordering::Relaxed);
+    requester.join().unwrap();
+    let worst = Duration::from_nanos(worst_ns.load(Ordering::Relaxed));
+    eprintln!(
+        "  checkpoint of {n} entries ({:.1} MiB JSON): snapshot {} + to_json {} + write (incl. JSON) {}",
+        json_len as f64 / (1 << 20) as f64,
+        ms(held),
+        ms(json),
+        ms(write)
+    );
+    rows.push(row(format!("checkpoint {n} entries: total (grasp) vs lock held by snapshot (baseline)"), ms(total), ms(held), ratio(total.as_secs_f64(), held.as_secs_f64())));
+    rows.push(row("worst lock wait of a concurrent request during the checkpoint", ms(worst), "-", "-"));
+    Ok(())
+}
+
+fn main() -> Result<()> {
+    let o = Opts::parse()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    let tmp = tempfile::tempdir()?;
+    let mut rows = Vec::new();
+    let total = Instant::now();
+    eprintln!("grasp-bench: {o:?}");
+    // The bare server owns a runtime: create and drop it outside `block_on`.
+    let relay = Relay::start(&[])?;
+    let bare = BareGit::start()?;
+    runtime.block_on(async {
+        if o.runs("push") {
+            eprintln!("small pushes ...");
+            bench_push(&o, &relay, &bare, tmp.path(), &mut rows).await?;
+        }
+        if o.runs("clone") {
+            eprintln!("clone ...");
+            bench_clone(&o, &relay, &bare, tmp.path(), &mut rows).await?;
+        }
+        if o.runs("rss") {
+            eprintln!("peak RSS during pushes ...");
+            bench_rss(&o, &relay, tmp.path(), &mut rows).await?;
+        }
+        if o.runs("ingest") {
+            eprintln!("event ingest ...");
+            bench_ingest(&o, &relay, tmp.path(), &mut rows).await?;
+        }
+        if o.runs("auth") {
+            eprintln!("push authorisation with held states ...");
+            bench_auth(&o, tmp.path(), &mut rows).await?;
+        }
+        anyhow::Ok(())
+    })?;
+    if o.runs("checkpoint") {
+        eprintln!("checkpoint ...");
+        bench_checkpoint(&o, tmp.path(), &mut rows)?;
+    }
+    println!();
+    print_table(&rows);
+    println!("\n(total {:.0} s; ratio = grasp / baseline)", total.elapsed().as_secs_f64());
+    Ok(())
+}
