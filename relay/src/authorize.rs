@@ -36,13 +36,18 @@ impl Grasp {
         };
         let all = self.announcements(identifier).await;
         let set = Grasp::maintainer_set(*owner, &all);
-        let mut candidates = Vec::new();
-        if let Some(state) = self.latest_stored_state(identifier, &set).await {
-            candidates.push(StateCandidate { state, source: StateSource::Stored });
-        }
-        for state in self.held_states(identifier, &set) {
-            candidates.push(StateCandidate { state, source: StateSource::Purgatory });
-        }
+        let stored = self.latest_stored_state(identifier, &set).await;
+        // A held state that is not newer than the latest stored one (NIP-01 order: same second,
+        // lower id wins) could never become the served state: after the push the repository
+        // would be aligned back to the stored state. It does not authorise.
+        let held: Vec<StateCandidate> = self
+            .held_states(identifier, &set)
+            .into_iter()
+            .filter(|held| stored.as_ref().is_none_or(|stored| held.is_newer_than(stored)))
+            .map(|state| StateCandidate { state, source: StateSource::Purgatory })
+            .collect();
+        let candidates: Vec<StateCandidate> =
+            stored.map(|state| StateCandidate { state, source: StateSource::Stored }).into_iter().chain(held).collect();
         let mut known_prs = BTreeMap::new();
         let mut not_prs = Vec::new();
         for u in updates {

@@ -467,7 +467,6 @@ async fn concurrent_pushes_to_one_repo_end_consistent() {
 /// and that state is the one served. Today the push is accepted (the held state matches) and
 /// post-receive then realigns the refs to the older-ranked stored state, silently undoing it.
 #[tokio::test]
-#[ignore = "known issue: a held state that loses the same-second tie still authorises a push"]
 async fn same_second_state_that_loses_the_tie_does_not_undo_a_push() {
     let mut w = World::start().await;
     let stored = w.client.req(vec![Filter::new().id(w.published.state)]).await.unwrap().remove(0);
