@@ -499,7 +499,7 @@ fn the_expiry_sweep_waits_for_a_running_sync() {
                 .then_some(())
         );
         let listing = operator_get(&b, "/v1/purgatory").await.unwrap();
-        let waiting = listing
+        let waiting = listing["entries"]
             .as_array()
             .unwrap()
             .iter()
