@@ -230,17 +230,10 @@ fn lock_for_push(repo_dir: &Path) -> anyhow::Result<File> {
 
 /// The git config every request runs with, whatever the repository's own config says.
 fn per_request_config(hooks_dir: Option<&Path>) -> Vec<(String, OsString)> {
-    let mut cfg: Vec<(String, OsString)> = [
-        ("uploadpack.allowFilter", "true"),
-        ("uploadpack.allowTipSHA1InWant", "true"),
-        ("uploadpack.allowReachableSHA1InWant", "true"),
-        ("http.receivepack", "true"),
-        ("http.uploadpack", "true"),
-        ("receive.advertisePushOptions", "false"),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_string(), OsString::from(v)))
-    .collect();
+    let mut cfg: Vec<(String, OsString)> = grasp_state::identifier::GRASP_GIT_CONFIG
+        .iter()
+        .map(|(k, v)| (k.to_string(), OsString::from(v)))
+        .collect();
     if let Some(dir) = hooks_dir {
         cfg.push(("core.hooksPath".to_string(), dir.as_os_str().to_owned()));
     }

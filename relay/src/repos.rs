@@ -15,15 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use grasp_state::identifier::{IdentifierError, RepoLayout};
 use nostr::key::PublicKey;
 
-/// Git config every GRASP repository gets at creation (grasp-cgi also passes it per request).
-pub const REPO_CONFIG: &[(&str, &str)] = &[
-    ("uploadpack.allowFilter", "true"),
-    ("uploadpack.allowTipSHA1InWant", "true"),
-    ("uploadpack.allowReachableSHA1InWant", "true"),
-    ("http.receivepack", "true"),
-    ("http.uploadpack", "true"),
-    ("receive.advertisePushOptions", "false"),
-];
+use grasp_state::identifier::GRASP_GIT_CONFIG;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RepoError {
@@ -127,7 +119,7 @@ fn init_configured(dir: &Path, hooks_dir: &Path) -> Result<(), RepoError> {
             stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
         });
     }
-    for (key, value) in REPO_CONFIG {
+    for (key, value) in GRASP_GIT_CONFIG {
         git(dir, &["config", key, value])?;
     }
     let hooks = hooks_dir.to_str().ok_or_else(|| RepoError::Io {
@@ -184,7 +176,7 @@ mod tests {
         let path = create_bare_repo(&layout, &owner(), "my repo", &hooks).unwrap();
         assert_eq!(path, layout.repo_path(&owner(), "my repo").unwrap());
         assert!(path.join("HEAD").is_file());
-        for (k, v) in REPO_CONFIG {
+        for (k, v) in GRASP_GIT_CONFIG {
             assert_eq!(config(&path, k), *v, "{k}");
         }
         assert_eq!(config(&path, "core.hooksPath"), hooks.to_str().unwrap());

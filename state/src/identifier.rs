@@ -24,6 +24,18 @@ use std::path::{Component, Path, PathBuf};
 use nostr::key::PublicKey;
 use nostr::nips::nip19::{FromBech32, ToBech32};
 
+/// The git config every GRASP repository needs: set in each repository at creation by the relay
+/// and passed again per request by `grasp-cgi`, so repositories created by older versions still
+/// behave.
+pub const GRASP_GIT_CONFIG: &[(&str, &str)] = &[
+    ("uploadpack.allowFilter", "true"),
+    ("uploadpack.allowTipSHA1InWant", "true"),
+    ("uploadpack.allowReachableSHA1InWant", "true"),
+    ("http.receivepack", "true"),
+    ("http.uploadpack", "true"),
+    ("receive.advertisePushOptions", "false"),
+];
+
 /// File inside each bare repository that grasp-cgi locks exclusively (`File::lock`) while a
 /// receive-pack runs, serialising pushes to one repository across processes. Other writers may
 /// take it too, but never from code a hook waits on (the push holding it would deadlock).

@@ -480,7 +480,7 @@ fn pushes_to_one_repo_wait_for_the_push_lock() {
 #[test]
 fn created_repos_are_configured_for_grasp() {
     let f = fixture("cfg");
-    for (key, value) in grasp_relay::repos::REPO_CONFIG {
+    for (key, value) in grasp_state::identifier::GRASP_GIT_CONFIG {
         assert_eq!(git(&f.bare, &["config", "--get", key]), *value, "{key}");
     }
     assert_eq!(

@@ -33,14 +33,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use grasp_relay::git_http::{serve, GitHttpConfig};
+use grasp_relay::git_http::GitHttpConfig;
 use grasp_state::identifier::{npub_of, percent_encode_segment};
 use grasp_state::purgatory::{write_checkpoint, Caps, Purgatory, PurgatoryConfig, SystemClock};
 use grasp_tests::client::NostrClient;
-use grasp_tests::git::{git, git_output, WorkTree};
+use grasp_tests::git::{git, git_output, GitHttpServer, WorkTree};
 use grasp_tests::{binary_path, wait_until};
-use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
 use nostr::prelude::*;
 
 // ---------- options ----------
@@ -232,7 +230,7 @@ struct BareGit {
     addr: SocketAddr,
     root: PathBuf,
     _tmp: tempfile::TempDir,
-    _runtime: tokio::runtime::Runtime,
+    _server: GitHttpServer,
 }
 
 impl BareGit {
@@ -246,26 +244,8 @@ impl BareGit {
             "#!/bin/sh\nGIT_PROJECT_ROOT=\"$GRASP_GIT_ROOT\" GIT_HTTP_EXPORT_ALL=1 exec git -c http.receivepack=true http-backend\n",
         )?;
         std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755))?;
-        let cfg = Arc::new(GitHttpConfig { cgi_path: script, git_root: root.clone(), hooks_dir: None, env: vec![] });
-        let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
-        let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
-        listener.set_nonblocking(true)?;
-        let addr = listener.local_addr()?;
-        runtime.spawn(async move {
-            let listener = tokio::net::TcpListener::from_std(listener).unwrap();
-            loop {
-                let Ok((stream, remote)) = listener.accept().await else { continue };
-                let cfg = cfg.clone();
-                tokio::spawn(async move {
-                    let service = service_fn(move |req| {
-                        let cfg = cfg.clone();
-                        async move { Ok::<_, std::convert::Infallible>(serve(req, remote, &cfg).await) }
-                    });
-                    let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service).await;
-                });
-            }
-        });
-        Ok(BareGit { addr, root, _tmp: tmp, _runtime: runtime })
+        let server = GitHttpServer::start_with(GitHttpConfig { cgi_path: script, git_root: root.clone(), hooks_dir: None, env: vec![] });
+        Ok(BareGit { addr: server.addr, root, _tmp: tmp, _server: server })
     }
 
     /// Creates an empty bare repository and returns its URL.
