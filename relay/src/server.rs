@@ -5,8 +5,8 @@
 //! - `GET /` with `Accept: application/nostr+json`: the NIP-11 document;
 //! - `GET /` otherwise: a small home page;
 //! - `OPTIONS` anywhere: `204` with CORS;
-//! - `/npub1...`: git smart HTTP;
-//! - anything else: `404`.
+//! - every other path: `grasp-cgi` ([`crate::git_http`]): git smart HTTP and the repository
+//!   page for `/<npub>/<identifier>.git...`, its `404` page (HTML for browsers) for the rest.
 //!
 //! Every response carries the CORS headers ([`crate::http::with_cors`]).
 
@@ -228,8 +228,6 @@ async fn route(
         let mut r = Response::new(http::empty());
         *r.status_mut() = StatusCode::NO_CONTENT;
         r
-    } else if path.starts_with("/npub1") {
-        crate::git_http::serve(req, remote, &state.git).await
     } else if path == "/" && (req.method() == Method::GET || req.method() == Method::HEAD) {
         if is_websocket_upgrade(&req) {
             websocket_upgrade(req, state, remote, shutdown)
@@ -247,7 +245,9 @@ async fn route(
             http::html(StatusCode::OK, home_page(&state.cfg))
         }
     } else {
-        http::text(StatusCode::NOT_FOUND, "not found: this server serves a Nostr relay at / and git repositories at /<npub>/<identifier>.git\n")
+        // Repository paths, and every other path: grasp-cgi serves git, the repository pages and
+        // the one 404 page (HTML for browsers), the same here as behind nginx.
+        crate::git_http::serve(req, remote, &state.git).await
     };
     http::with_cors(resp)
 }

@@ -575,6 +575,14 @@ async fn nip11_document_and_cors_everywhere() {
     let resp = http.post(format!("{unknown}/git-upload-pack")).body("0000").send().await.unwrap();
     assert_eq!(resp.status(), 404);
     cors(&resp);
+    // Browsers get the HTML 404 page, on repository paths and elsewhere alike.
+    for path in [format!("{unknown}"), format!("{}/nothing-here", server.http_url())] {
+        let resp = http.get(&path).header("Accept", "text/html,application/xhtml+xml").send().await.unwrap();
+        assert_eq!(resp.status(), 404, "{path}");
+        cors(&resp);
+        let kind = resp.headers()["content-type"].to_str().unwrap().to_string();
+        assert!(kind.starts_with("text/html"), "{path}: {kind}");
+    }
     for path in ["/", "/anything", &format!("/{}/proj.git/git-upload-pack", npub_of(&owner.public_key()))] {
         let resp = http
             .request(reqwest::Method::OPTIONS, format!("{}{path}", server.http_url()))
