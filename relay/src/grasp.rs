@@ -92,9 +92,16 @@ impl Grasp {
                 (false, msg)
             }
             Admission::Purgatory(msg) => (true, msg),
-            Admission::Published => (true, String::new()),
+            Admission::Published => {
+                tracing::info!(event = %event.id, kind = event.kind.as_u16(), "event accepted with its git data");
+                (true, String::new())
+            }
             Admission::Store => match self.relay.publish(event).await {
-                Ok(outcome) => outcome.ok_reply(),
+                Ok(outcome) => {
+                    let (ok, msg) = outcome.ok_reply();
+                    tracing::info!(event = %event.id, kind = event.kind.as_u16(), ok, reply = %msg, "event stored");
+                    (ok, msg)
+                }
                 Err(e) => {
                     tracing::error!(error = %e, id = %event.id, "saving event failed");
                     (false, "error: could not save the event; try again later".into())
