@@ -46,6 +46,9 @@ impl RepoLocks {
     }
 }
 
+/// What the background sync registers to hear of events that start waiting for git data.
+pub type WaitingHook = Box<dyn Fn(&str) + Send + Sync>;
+
 /// Everything the GRASP rules need, shared by the WebSocket side and the hook API.
 pub struct Grasp {
     /// Event store and live broadcast.
@@ -58,7 +61,7 @@ pub struct Grasp {
     pub locks: RepoLocks,
     /// Told whenever an event starts waiting in the purgatory for an identifier's git data
     /// (the background sync schedules a fetch). Set once at startup.
-    pub on_waiting: std::sync::OnceLock<Box<dyn Fn(&str) + Send + Sync>>,
+    pub on_waiting: std::sync::OnceLock<WaitingHook>,
     /// The background sync's figures for the operator view (`GET /v1/sync`). Set once at startup.
     pub sync_stats: std::sync::OnceLock<crate::sync::StatsSource>,
 }

@@ -324,6 +324,30 @@ fn head_for(state: &RepoState, current: Option<&str>) -> Option<String> {
         .or_else(|| state.refs.keys().find(|r| r.starts_with("refs/heads/")).cloned())
 }
 
+/// Waits for pushes to `repo` to finish and keeps new ones out until the returned file is
+/// dropped (`grasp-cgi` holds the same lock for a whole receive-pack, hooks included).
+async fn push_lock(repo: PathBuf) -> Option<std::fs::File> {
+    let path = repo.join(grasp_state::identifier::PUSH_LOCK_FILE);
+    let shown = path.clone();
+    let locked = tokio::task::spawn_blocking(move || {
+        let file = std::fs::File::options().create(true).truncate(false).write(true).open(&path)?;
+        file.lock()?;
+        Ok::<_, std::io::Error>(file)
+    })
+    .await;
+    match locked {
+        Ok(Ok(file)) => Some(file),
+        Ok(Err(error)) => {
+            tracing::warn!(lock = %shown.display(), %error, "cannot take the push lock; releasing without it");
+            None
+        }
+        Err(error) => {
+            tracing::warn!(%error, "push lock task failed");
+            None
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -351,29 +375,5 @@ mod tests {
         assert_eq!(head_for(&st(&[dev, tag], None), Some("refs/heads/master")).as_deref(), Some(dev));
         assert_eq!(head_for(&st(&[tag], None), Some("refs/heads/master")), None);
         assert_eq!(head_for(&st(&[], None), None), None);
-    }
-}
-
-/// Waits for pushes to `repo` to finish and keeps new ones out until the returned file is
-/// dropped (`grasp-cgi` holds the same lock for a whole receive-pack, hooks included).
-async fn push_lock(repo: PathBuf) -> Option<std::fs::File> {
-    let path = repo.join(grasp_state::identifier::PUSH_LOCK_FILE);
-    let shown = path.clone();
-    let locked = tokio::task::spawn_blocking(move || {
-        let file = std::fs::File::options().create(true).truncate(false).write(true).open(&path)?;
-        file.lock()?;
-        Ok::<_, std::io::Error>(file)
-    })
-    .await;
-    match locked {
-        Ok(Ok(file)) => Some(file),
-        Ok(Err(error)) => {
-            tracing::warn!(lock = %shown.display(), %error, "cannot take the push lock; releasing without it");
-            None
-        }
-        Err(error) => {
-            tracing::warn!(%error, "push lock task failed");
-            None
-        }
     }
 }

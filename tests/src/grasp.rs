@@ -207,8 +207,6 @@ pub fn push_on_disk(work: &WorkTree, bare: &Path, receive_pack: Option<&str>, re
     if out.status.success() { Ok(text) } else { Err(text) }
 }
 
-/// The relay's hook API address and token (from its data directory).
-
 /// A repository published end to end: announcement and state accepted, `main` pushed over HTTP
 /// and released. Returns the work tree, the pushed tip and the ids of the (now served)
 /// announcement and state.
@@ -240,6 +238,7 @@ pub async fn publish_repo(
     Published { repo, tip, announcement: ann.id, state: st.id }
 }
 
+/// The relay's hook API address and token (from its data directory).
 pub fn hook_api(server: &TestServer) -> (String, String) {
     let read = |f: &str| std::fs::read_to_string(server.data_dir().join(f)).unwrap().trim().to_string();
     (read("api-addr"), read("api-token"))

@@ -576,7 +576,7 @@ async fn nip11_document_and_cors_everywhere() {
     assert_eq!(resp.status(), 404);
     cors(&resp);
     // Browsers get the HTML 404 page, on repository paths and elsewhere alike.
-    for path in [format!("{unknown}"), format!("{}/nothing-here", server.http_url())] {
+    for path in [unknown.clone(), format!("{}/nothing-here", server.http_url())] {
         let resp = http.get(&path).header("Accept", "text/html,application/xhtml+xml").send().await.unwrap();
         assert_eq!(resp.status(), 404, "{path}");
         cors(&resp);
