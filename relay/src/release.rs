@@ -5,6 +5,7 @@
 //! post-receive hook, a background sync fetch, and the reconciliation at startup. It is
 //! idempotent: running it twice releases nothing twice.
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use grasp_state::hook_api::{PostReceiveResponse, ReleasedEvent, HOOK_API_VERSION};
@@ -190,11 +191,25 @@ impl Grasp {
         let all = self.announcements(identifier).await;
         let set: MaintainerSet = Grasp::maintainer_set(*owner, &all);
 
-        // 1. Held states whose objects all exist here, oldest first.
-        for state in self.held_states(identifier, &set) {
-            let (repo2, oids) = (repo.clone(), state.refs.values().cloned().collect::<Vec<_>>());
-            let missing = blocking(move || git::missing_objects(&repo2, &oids)).await;
-            if !matches!(&missing, Ok(m) if m.is_empty()) {
+        // 1. Held states whose objects all exist here, oldest first (one object lookup for all).
+        let held = self.held_states(identifier, &set);
+        let wanted: Vec<String> =
+            held.iter().flat_map(|s| s.refs.values().cloned()).collect::<BTreeSet<_>>().into_iter().collect();
+        // None: the repository could not be asked, so nothing is released from it now.
+        let missing: Option<BTreeSet<String>> = match blocking({
+            let repo = repo.clone();
+            move || git::missing_objects(&repo, &wanted)
+        })
+        .await
+        {
+            Ok(m) => Some(m.into_iter().collect()),
+            Err(e) => {
+                tracing::warn!(repo = %shown, error = %e, "cannot check objects");
+                None
+            }
+        };
+        for state in held {
+            if missing.as_ref().is_none_or(|m| state.refs.values().any(|oid| m.contains(oid))) {
                 continue;
             }
             let entry = { self.purgatory.lock().unwrap().remove_state_event(identifier, &state.event_id) };
