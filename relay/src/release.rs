@@ -307,8 +307,11 @@ impl Grasp {
         }
     }
 
-    /// Reconciles every repository with the purgatory (startup, after a crash between the hooks).
+    /// Reconciles every repository with the purgatory (startup, after a crash between the hooks),
+    /// and removes push quarantines abandoned by a crash mid-push.
     pub async fn reconcile_all(&self) {
+        let git_root = self.layout.git_root().to_path_buf();
+        blocking(move || crate::repos::remove_stale_quarantines(&git_root, STALE_QUARANTINE)).await;
         let identifiers = { self.purgatory.lock().unwrap().waiting_identifiers() };
         for identifier in identifiers {
             for (a, _) in self.announcements(&identifier).await {
@@ -338,6 +341,9 @@ fn head_for(state: &RepoState, current: Option<&str>) -> Option<String> {
         .map(str::to_string)
         .or_else(|| state.refs.keys().find(|r| r.starts_with("refs/heads/")).cloned())
 }
+
+/// Push quarantines older than this are abandoned (no push runs for a day).
+const STALE_QUARANTINE: std::time::Duration = std::time::Duration::from_secs(24 * 60 * 60);
 
 /// Waits for pushes to `repo` to finish and keeps new ones out until the returned file is
 /// dropped (`grasp-cgi` holds the same lock for a whole receive-pack, hooks included).

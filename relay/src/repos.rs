@@ -152,8 +152,66 @@ pub fn delete_repo(
 /// All refs of `repo` (not `HEAD`): refname -> object id. One implementation, in [`crate::git`].
 pub use crate::git::read_refs;
 
+/// Prefix of the quarantine directories `git receive-pack` writes a push's objects into before
+/// its hooks accept it.
+const QUARANTINE_PREFIX: &str = "tmp_objdir-incoming-";
+
+/// Removes push quarantines older than `older_than` from every repository under `git_root`.
+/// A receive-pack killed mid-push (the relay or the web server died) leaves its quarantine
+/// behind: invisible to git, but as large as the push. The age threshold keeps quarantines of
+/// pushes still running elsewhere (e.g. through nginx while the relay restarts) safe.
+/// Returns how many were removed.
+pub fn remove_stale_quarantines(git_root: &Path, older_than: std::time::Duration) -> usize {
+    let now = std::time::SystemTime::now();
+    let dirs = |p: &Path| -> Vec<std::path::PathBuf> {
+        std::fs::read_dir(p)
+            .map(|rd| rd.flatten().filter(|e| e.file_type().is_ok_and(|t| t.is_dir())).map(|e| e.path()).collect())
+            .unwrap_or_default()
+    };
+    let mut removed = 0;
+    for owner in dirs(git_root) {
+        for repo in dirs(&owner) {
+            for tmp in dirs(&repo.join("objects")) {
+                let stale = tmp.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(QUARANTINE_PREFIX))
+                    && std::fs::metadata(&tmp)
+                        .and_then(|m| m.modified())
+                        .is_ok_and(|t| now.duration_since(t).is_ok_and(|age| age >= older_than));
+                if stale {
+                    match std::fs::remove_dir_all(&tmp) {
+                        Ok(()) => {
+                            tracing::info!(path = %tmp.display(), "removed an abandoned push quarantine");
+                            removed += 1;
+                        }
+                        Err(e) => tracing::warn!(path = %tmp.display(), error = %e, "cannot remove an abandoned push quarantine"),
+                    }
+                }
+            }
+        }
+    }
+    removed
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn stale_quarantines_are_removed_fresh_ones_kept() {
+        let root = tempfile::tempdir().unwrap();
+        let objects = root.path().join("npub1x").join("r.git").join("objects");
+        let old = objects.join("tmp_objdir-incoming-old");
+        let fresh = objects.join("tmp_objdir-incoming-new");
+        let pack = objects.join("pack");
+        for d in [&old, &fresh, &pack] {
+            std::fs::create_dir_all(d.join("pack")).unwrap();
+        }
+        let day_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(2 * 86400);
+        for d in [&old, &pack] {
+            std::fs::File::open(d).unwrap().set_modified(day_ago).unwrap();
+        }
+        let removed = super::remove_stale_quarantines(root.path(), std::time::Duration::from_secs(86400));
+        assert_eq!(removed, 1);
+        assert!(!old.exists() && fresh.exists() && pack.exists());
+    }
+
     use super::*;
 
     fn owner() -> PublicKey {
