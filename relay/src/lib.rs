@@ -31,6 +31,7 @@ pub mod acceptance;
 pub mod authorize;
 pub mod config;
 pub mod connection;
+pub mod connection_limits;
 pub mod datadir;
 pub mod git;
 pub mod git_http;
