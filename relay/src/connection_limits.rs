@@ -130,12 +130,12 @@ mod tests {
     fn per_address_limit_refuses_the_excess_and_frees_places_on_drop() {
         let l = ConnectionLimiter::new(100, 3);
         let a = ip("192.0.2.1");
-        let held: Vec<_> = (0..3).map(|_| l.try_open(a).unwrap()).collect();
+        let mut held: Vec<_> = (0..3).map(|_| l.try_open(a).unwrap()).collect();
         assert_eq!(l.try_open(a).unwrap_err(), Refusal::PerAddress(3));
         // Another address is not affected.
         let other = l.try_open(ip("192.0.2.2")).unwrap();
         assert_eq!((l.open(), l.open_from(a)), (4, 3));
-        drop(held.into_iter().next());
+        drop(held.pop());
         assert_eq!(l.open_from(a), 2);
         let again = l.try_open(a).unwrap();
         drop((again, other));
