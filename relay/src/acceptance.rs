@@ -24,11 +24,10 @@ use grasp_state::nip34::{
     KIND_PR_UPDATE, KIND_STATE, KIND_USER_GRASP_LIST,
 };
 use grasp_state::purgatory::{PurgatoryFull, RepoId, Removed};
-use grasp_state::refs::is_valid_oid;
 use nostr::prelude::{Event, Filter, Kind, SingleLetterTag, ToBech32};
-use std::path::Path;
 
 use crate::git;
+use crate::objects::surely_missing;
 use crate::grasp::{Grasp, Source};
 use crate::policy::Admission;
 use crate::store::SaveOutcome;
@@ -60,33 +59,6 @@ pub const DELETED_MESSAGE: &str = "blocked: this event was deleted by its author
 /// git data (it is not held again, so it cannot loop through purgatory and background sync).
 pub const EXPIRED_STATE_MESSAGE: &str = "blocked: this state event already expired in purgatory without its git data; \
      sign a new state event and push its commits";
-
-/// True when `repo` certainly lacks one of `oids`, decided from the file system without running
-/// git: the repository has no pack and no alternates, so every object it has is a loose file
-/// `objects/xx/yyyy...`, and one of `oids` has none (or is not an object id at all, which
-/// [`git::missing_objects`] also counts as missing). False means "ask git": packs, alternates,
-/// or any doubt (an unreadable directory).
-pub fn surely_missing(repo: &Path, oids: &[String]) -> bool {
-    let objects = repo.join("objects");
-    let absent = |p: &Path| matches!(std::fs::symlink_metadata(p), Err(e) if e.kind() == std::io::ErrorKind::NotFound);
-    if !absent(&objects.join("info").join("alternates")) {
-        return false;
-    }
-    match std::fs::read_dir(objects.join("pack")) {
-        Ok(entries) => {
-            for entry in entries {
-                match entry {
-                    Ok(e) if e.file_name().to_string_lossy().ends_with(".pack") => return false,
-                    Ok(_) => {}
-                    Err(_) => return false,
-                }
-            }
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(_) => return false,
-    }
-    oids.iter().any(|oid| !is_valid_oid(oid) || absent(&objects.join(&oid[..2]).join(&oid[2..])))
-}
 
 fn full(e: PurgatoryFull) -> Admission {
     Admission::Reject(format!("{}: {e}", e.ok_prefix()))
@@ -515,56 +487,6 @@ pub fn not_listed_message(public_host: &str, a: &Announcement) -> String {
 mod tests {
     use super::*;
     use nostr::prelude::*;
-
-    fn git_in(dir: &Path, args: &[&str]) -> String {
-        let out = std::process::Command::new("git")
-            .args(args)
-            .current_dir(dir)
-            .env("GIT_CONFIG_NOSYSTEM", "1")
-            .env("GIT_CONFIG_GLOBAL", "/dev/null")
-            .env("GIT_AUTHOR_NAME", "t")
-            .env("GIT_AUTHOR_EMAIL", "t@t")
-            .env("GIT_COMMITTER_NAME", "t")
-            .env("GIT_COMMITTER_EMAIL", "t@t")
-            .env_remove("GIT_DIR")
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
-        String::from_utf8(out.stdout).unwrap().trim().to_string()
-    }
-
-    /// The file-system shortcut agrees with git whenever it answers, and defers to git for
-    /// packs and alternates.
-    #[test]
-    fn surely_missing_only_answers_when_git_would_say_missing() {
-        let tmp = tempfile::tempdir().unwrap();
-        let (repo, work) = (tmp.path().join("r.git"), tmp.path().join("w"));
-        git_in(tmp.path(), &["init", "-q", "--bare", repo.to_str().unwrap()]);
-        git_in(tmp.path(), &["init", "-q", work.to_str().unwrap()]);
-        git_in(&work, &["commit", "-q", "--allow-empty", "-m", "one"]);
-        let tip = git_in(&work, &["rev-parse", "HEAD"]);
-        let absent = "1".repeat(40);
-        let both = vec![tip.clone(), absent.clone()];
-        // An empty repository: everything is missing.
-        assert!(surely_missing(&repo, std::slice::from_ref(&tip)));
-        assert!(surely_missing(&repo, &["not an oid".to_string()]));
-        assert!(!surely_missing(&repo, &[]), "nothing asked, nothing missing");
-        // Loose objects: decided by their files.
-        git_in(&work, &["push", "-q", repo.to_str().unwrap(), "HEAD:refs/heads/main"]);
-        assert!(git::missing_objects(&repo, std::slice::from_ref(&tip)).unwrap().is_empty());
-        assert!(!surely_missing(&repo, std::slice::from_ref(&tip)));
-        assert!(surely_missing(&repo, &both));
-        assert_eq!(git::missing_objects(&repo, &both).unwrap(), vec![absent.clone()]);
-        // A pack: git is asked.
-        git_in(&repo, &["repack", "-q", "-a", "-d"]);
-        assert!(!surely_missing(&repo, &both));
-        // Alternates: git is asked.
-        let other = tmp.path().join("o.git");
-        git_in(tmp.path(), &["init", "-q", "--bare", other.to_str().unwrap()]);
-        assert!(surely_missing(&other, std::slice::from_ref(&tip)));
-        std::fs::write(other.join("objects/info/alternates"), format!("{}\n", repo.join("objects").display())).unwrap();
-        assert!(!surely_missing(&other, std::slice::from_ref(&tip)));
-    }
 
     fn announcement(clone: &[&str], relays: &[&str]) -> Announcement {
         let mut tags = vec![Tag::identifier("my repo")];

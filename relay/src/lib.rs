@@ -40,6 +40,7 @@ pub mod hook_api;
 pub mod lifecycle;
 pub mod http;
 pub mod nip11;
+pub mod objects;
 pub mod policy;
 pub mod relay;
 pub mod release;
