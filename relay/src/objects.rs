@@ -8,7 +8,8 @@
 //! file) answers "ask git" instead, so it can make a lookup faster but never different.
 
 use std::fs::File;
-use std::io::{ErrorKind, Read, Seek, SeekFrom};
+use std::io::ErrorKind;
+use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 use grasp_state::refs::is_valid_oid;
@@ -17,38 +18,36 @@ const IDX_MAGIC: [u8; 4] = [0xff, b't', b'O', b'c'];
 const FANOUT_OFFSET: u64 = 8;
 const NAMES_OFFSET: u64 = FANOUT_OFFSET + 256 * 4;
 
+/// At most this many of the asked ids are looked up here (one missing id is enough to answer;
+/// a big state whose objects are all present is left to git's single batch lookup).
+const MAX_LOOKUPS: usize = 64;
+
 /// True when `repo` certainly lacks at least one of `oids` (an entry that is not an object id
 /// counts as missing, as in [`crate::git::missing_objects`]). False means "ask git".
 pub fn surely_missing(repo: &Path, oids: &[String]) -> bool {
+    if oids.iter().any(|oid| !is_valid_oid(oid)) {
+        return true;
+    }
     let objects = repo.join("objects");
     if !absent(&objects.join("info").join("alternates")) {
         return false;
     }
-    let Some(indexes) = pack_indexes(&objects.join("pack")) else { return false };
-    for oid in oids {
-        if !is_valid_oid(oid) {
-            return true;
-        }
-        if !absent(&objects.join(&oid[..2]).join(&oid[2..])) {
-            continue;
-        }
-        let Some(name) = decode_hex(oid) else { return false };
-        let mut found = false;
-        for idx in &indexes {
-            match idx_contains(idx, &name) {
-                Some(false) => {}
-                // Listed, or the index could not be read: not certain.
-                Some(true) | None => {
-                    found = true;
-                    break;
-                }
-            }
-        }
-        if !found {
-            return true;
+    let Some(paths) = pack_indexes(&objects.join("pack")) else { return false };
+    let mut indexes = Vec::new();
+    for path in paths {
+        match PackIndex::open(&path) {
+            Some(idx) => indexes.push(idx),
+            None => return false,
         }
     }
-    false
+    oids.iter().take(MAX_LOOKUPS).any(|oid| {
+        if !absent(&objects.join(&oid[..2]).join(&oid[2..])) {
+            return false;
+        }
+        let Some(name) = decode_hex(oid) else { return false };
+        // Missing only when every index certainly does not list it.
+        indexes.iter().all(|idx| idx.contains(&name) == Some(false))
+    })
 }
 
 /// Only `NotFound` counts as absent; any other error is a doubt.
@@ -83,34 +82,48 @@ fn decode_hex(oid: &str) -> Option<Vec<u8>> {
         .collect()
 }
 
-/// Whether the version 2 pack index at `path` lists `name`; None when it cannot be read or is
-/// not a version 2 index of names of this length.
-fn idx_contains(path: &Path, name: &[u8]) -> Option<bool> {
-    let mut f = File::open(path).ok()?;
-    let len = f.metadata().ok()?.len();
-    let mut header = [0u8; 8];
-    f.read_exact(&mut header).ok()?;
-    if header[..4] != IDX_MAGIC || header[4..] != [0, 0, 0, 2] {
-        return None;
+/// An open version 2 pack index.
+struct PackIndex {
+    file: File,
+    len: u64,
+    total: u64,
+}
+
+impl PackIndex {
+    /// None when it cannot be read or is not a version 2 index.
+    fn open(path: &Path) -> Option<PackIndex> {
+        let file = File::open(path).ok()?;
+        let len = file.metadata().ok()?.len();
+        let mut header = [0u8; 8];
+        file.read_exact_at(&mut header, 0).ok()?;
+        if header[..4] != IDX_MAGIC || header[4..] != [0, 0, 0, 2] {
+            return None;
+        }
+        let mut idx = PackIndex { file, len, total: 0 };
+        idx.total = idx.fanout(255)?;
+        Some(idx)
     }
-    let first = name[0] as u64;
-    let read_u32 = |f: &mut File, at: u64| -> Option<u64> {
+
+    fn fanout(&self, i: u64) -> Option<u64> {
         let mut b = [0u8; 4];
-        f.seek(SeekFrom::Start(at)).ok()?;
-        f.read_exact(&mut b).ok()?;
+        self.file.read_exact_at(&mut b, FANOUT_OFFSET + i * 4).ok()?;
         Some(u32::from_be_bytes(b) as u64)
-    };
-    let lo = if first == 0 { 0 } else { read_u32(&mut f, FANOUT_OFFSET + (first - 1) * 4)? };
-    let hi = read_u32(&mut f, FANOUT_OFFSET + first * 4)?;
-    let total = read_u32(&mut f, FANOUT_OFFSET + 255 * 4)?;
-    let width = name.len() as u64;
-    if lo > hi || hi > total || NAMES_OFFSET + total * width > len {
-        return None;
     }
-    let mut names = vec![0u8; ((hi - lo) * width) as usize];
-    f.seek(SeekFrom::Start(NAMES_OFFSET + lo * width)).ok()?;
-    f.read_exact(&mut names).ok()?;
-    Some(names.chunks_exact(width as usize).collect::<Vec<_>>().binary_search(&name).is_ok())
+
+    /// Whether the index lists `name`; None when that cannot be told (a short or inconsistent
+    /// file, names of another length).
+    fn contains(&self, name: &[u8]) -> Option<bool> {
+        let first = name[0] as u64;
+        let lo = if first == 0 { 0 } else { self.fanout(first - 1)? };
+        let hi = self.fanout(first)?;
+        let width = name.len() as u64;
+        if lo > hi || hi > self.total || NAMES_OFFSET + self.total * width > self.len {
+            return None;
+        }
+        let mut names = vec![0u8; ((hi - lo) * width) as usize];
+        self.file.read_exact_at(&mut names, NAMES_OFFSET + lo * width).ok()?;
+        Some(names.chunks_exact(width as usize).collect::<Vec<_>>().binary_search(&name).is_ok())
+    }
 }
 
 #[cfg(test)]
