@@ -27,6 +27,7 @@ use grasp_state::purgatory::{PurgatoryFull, RepoId, Removed};
 use nostr::prelude::{Event, Filter, Kind, SingleLetterTag, ToBech32};
 
 use crate::git;
+use crate::objects::surely_missing;
 use crate::grasp::{Grasp, Source};
 use crate::policy::Admission;
 use crate::store::SaveOutcome;
@@ -201,11 +202,13 @@ impl Grasp {
         for (owner, _) in &owners {
             let Some(repo) = self.repo_path(owner, &s.identifier) else { continue };
             let oids: Vec<String> = s.refs.values().cloned().collect();
-            let missing = tokio::task::spawn_blocking(move || git::missing_objects(&repo, &oids))
-                .await
-                .ok()
-                .and_then(|r| r.ok());
-            if missing.is_some_and(|m| m.is_empty()) && !s.refs.is_empty() {
+            // Most held states name commits not pushed yet: say so without a git process.
+            let all_present = tokio::task::spawn_blocking(move || {
+                !surely_missing(&repo, &oids) && git::missing_objects(&repo, &oids).is_ok_and(|m| m.is_empty())
+            })
+            .await
+            .unwrap_or(false);
+            if all_present && !s.refs.is_empty() {
                 if let Err(e) = self.publish(ev).await {
                     return Admission::Reject(e);
                 }

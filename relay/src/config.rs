@@ -58,6 +58,16 @@ pub struct Config {
     #[arg(long, env = "GRASP_MAX_LIMIT", default_value_t = 500)]
     pub max_limit: usize,
 
+    /// Most connections (HTTP and WebSocket) the public listener keeps open at once; new ones
+    /// beyond it get a `503` and are closed.
+    #[arg(long, env = "GRASP_MAX_CONNECTIONS", default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_connections: u32,
+
+    /// Most open connections from one client address (0: no per-address limit, e.g. behind a
+    /// reverse proxy, where every client has the proxy's address).
+    #[arg(long, env = "GRASP_MAX_CONNECTIONS_PER_IP", default_value_t = 64)]
+    pub max_connections_per_ip: u32,
+
     /// Address of the internal hook API (loopback only; token protected).
     #[arg(long, env = "GRASP_API_BIND", default_value = "127.0.0.1:0")]
     pub api_bind: SocketAddr,
@@ -307,6 +317,8 @@ mod tests {
         assert_eq!(cfg.max_subscriptions, 32);
         assert_eq!(cfg.max_filters, 16);
         assert_eq!(cfg.max_limit, 500);
+        assert_eq!((cfg.max_connections, cfg.max_connections_per_ip), (1024, 64));
+        assert!(Config::try_parse_from(["grasp-relay", "--max-connections", "0"]).is_err());
         assert_eq!(cfg.events_dir(), PathBuf::from("./data/events"));
         assert!(cfg.cgi_path().ends_with("grasp-cgi"));
     }

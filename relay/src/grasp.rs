@@ -46,6 +46,15 @@ impl RepoLocks {
     }
 }
 
+/// Who lists whom as maintainer, per owner with an announcement for the identifier.
+fn listing(announcements: &[(Announcement, Source)]) -> HashMap<PublicKey, &[PublicKey]> {
+    announcements.iter().map(|(a, _)| (a.owner, a.maintainers.as_slice())).collect()
+}
+
+fn maintainer_set_in(owner: PublicKey, listed: &HashMap<PublicKey, &[PublicKey]>) -> MaintainerSet {
+    MaintainerSet::compute(owner, |pk| listed.get(pk).map(|m| m.to_vec()))
+}
+
 /// What the background sync registers to hear of events that start waiting for git data.
 pub type WaitingHook = Box<dyn Fn(&str) + Send + Sync>;
 
@@ -166,16 +175,16 @@ impl Grasp {
 
     /// The recursive maintainer set of `owner` for an identifier, given its announcements.
     pub fn maintainer_set(owner: PublicKey, announcements: &[(Announcement, Source)]) -> MaintainerSet {
-        let listed: HashMap<PublicKey, Vec<PublicKey>> =
-            announcements.iter().map(|(a, _)| (a.owner, a.maintainers.clone())).collect();
-        MaintainerSet::compute(owner, |pk| listed.get(pk).cloned())
+        maintainer_set_in(owner, &listing(announcements))
     }
 
     /// Owners (with an announcement for the identifier) whose maintainer set contains `author`.
+    /// The listing is built once for all owners, and an owner trusts itself without a walk.
     pub fn owners_trusting(author: &PublicKey, announcements: &[(Announcement, Source)]) -> Vec<(PublicKey, Source)> {
+        let listed = listing(announcements);
         announcements
             .iter()
-            .filter(|(a, _)| Self::maintainer_set(a.owner, announcements).contains(author))
+            .filter(|(a, _)| a.owner == *author || maintainer_set_in(a.owner, &listed).contains(author))
             .map(|(a, s)| (a.owner, *s))
             .collect()
     }

@@ -9,6 +9,13 @@
 //!   page for `/<npub>/<identifier>.git...`, its `404` page (HTML for browsers) for the rest.
 //!
 //! Every response carries the CORS headers ([`crate::http::with_cors`]).
+//!
+//! Connection limits ([`crate::connection_limits`]): a connection beyond `--max-connections` or
+//! `--max-connections-per-ip` is answered with a canned `503` (CORS headers, a message saying
+//! what to do) written at once, without reading or parsing its request, then closed once the
+//! client closes (or after [`REFUSAL_LINGER`]). At most [`MAX_REFUSALS_IN_FLIGHT`] refusals are
+//! answered at a time; beyond that a flood's connections are closed without an answer, so
+//! refusing never costs more than accepting.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -25,13 +32,15 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
-use tokio::net::TcpListener;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 use tokio_tungstenite::tungstenite::protocol::Role;
 use tokio_tungstenite::WebSocketStream;
 
 use crate::config::Config;
 use crate::connection::{self, Limits};
+use crate::connection_limits::{ConnectionLimiter, ConnectionPermit, Refusal};
 use crate::datadir::DataDir;
 use crate::http::{self, Body};
 use crate::grasp::Grasp;
@@ -45,12 +54,23 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 /// Clients must send their request headers within this time (slowloris protection).
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// Refused connections answered at the same time; more are closed without an answer.
+const MAX_REFUSALS_IN_FLIGHT: usize = 256;
+
+/// How long a refused connection is kept open for the client to read the `503` and close.
+const REFUSAL_LINGER: Duration = Duration::from_secs(2);
+
+/// At most this much of a refused connection's request is read (and discarded).
+const REFUSAL_DRAIN_BYTES: usize = 64 * 1024;
+
 /// Shared state of the public listener.
 pub struct AppState {
     pub cfg: Config,
     pub git: crate::git_http::GitHttpConfig,
     pub grasp: Arc<Grasp>,
     pub limits: Limits,
+    /// Open connection counts of the public listener.
+    pub connections: Arc<ConnectionLimiter>,
 }
 
 /// Runs the daemon until SIGINT/SIGTERM: opens the data dir (exclusive lock) and the store, binds
@@ -124,7 +144,8 @@ pub async fn run(mut cfg: Config) -> anyhow::Result<()> {
         hooks_dir: Some(data.hooks()),
         env: Vec::new(),
     };
-    let state = Arc::new(AppState { cfg, git, grasp: grasp.clone(), limits });
+    let connections = ConnectionLimiter::new(cfg.max_connections as usize, cfg.max_connections_per_ip as usize);
+    let state = Arc::new(AppState { cfg, git, grasp: grasp.clone(), limits, connections });
     let accept = tokio::spawn(accept_loop(listener, state.clone(), controller.subscribe()));
 
     std::fs::write(data.relay_addr_file(), addr.to_string())
@@ -164,6 +185,7 @@ async fn wait_for_signal() {
 }
 
 async fn accept_loop(listener: TcpListener, state: Arc<AppState>, mut shutdown: Shutdown) {
+    let refusals = Arc::new(tokio::sync::Semaphore::new(MAX_REFUSALS_IN_FLIGHT));
     loop {
         let (stream, remote) = tokio::select! {
             _ = shutdown.recv() => return,
@@ -177,13 +199,63 @@ async fn accept_loop(listener: TcpListener, state: Arc<AppState>, mut shutdown: 
                 }
             },
         };
+        let permit = match state.connections.try_open(remote.ip()) {
+            Ok(permit) => Arc::new(permit),
+            Err(refusal) => {
+                tracing::debug!(%remote, ?refusal, open = state.connections.open(), "connection refused");
+                if let Ok(slot) = refusals.clone().try_acquire_owned() {
+                    tokio::spawn(async move {
+                        refuse(stream, refusal).await;
+                        drop(slot);
+                    });
+                }
+                continue;
+            }
+        };
         tokio::spawn(serve_connection(
             stream,
             remote,
             state.clone(),
             shutdown.clone(),
+            permit,
         ));
     }
+}
+
+/// Answers a connection over the limits with `503` (CORS headers included) without reading its
+/// request first, then reads and discards what the client sends until it closes, so that the
+/// close does not reset the connection before the client read the answer. Bounded in time and
+/// bytes.
+async fn refuse(mut stream: TcpStream, refusal: Refusal) {
+    let body = refusal.message();
+    let answer = format!(
+        "HTTP/1.1 503 Service Unavailable\r\n\
+         Content-Type: text/plain; charset=utf-8\r\n\
+         Content-Length: {}\r\n\
+         Retry-After: 5\r\n\
+         Connection: close\r\n\
+         Access-Control-Allow-Origin: *\r\n\
+         Access-Control-Allow-Methods: {}\r\n\
+         Access-Control-Allow-Headers: {}\r\n\
+         \r\n{body}",
+        body.len(),
+        http::CORS_ALLOW_METHODS,
+        http::CORS_ALLOW_HEADERS,
+    );
+    let _ = tokio::time::timeout(REFUSAL_LINGER, async {
+        stream.write_all(answer.as_bytes()).await?;
+        stream.shutdown().await?;
+        let mut buf = [0u8; 4096];
+        let mut drained = 0;
+        while drained < REFUSAL_DRAIN_BYTES {
+            match stream.read(&mut buf).await? {
+                0 => break,
+                n => drained += n,
+            }
+        }
+        Ok::<_, std::io::Error>(())
+    })
+    .await;
 }
 
 async fn serve_connection(
@@ -191,12 +263,15 @@ async fn serve_connection(
     remote: SocketAddr,
     state: Arc<AppState>,
     mut shutdown: Shutdown,
+    permit: Arc<ConnectionPermit>,
 ) {
     let svc_shutdown = shutdown.clone();
     let svc = service_fn(move |req| {
         let state = state.clone();
         let shutdown = svc_shutdown.clone();
-        async move { Ok::<_, Infallible>(route(req, state, remote, shutdown).await) }
+        // A WebSocket upgrade keeps the connection's place for as long as the socket lives.
+        let permit = permit.clone();
+        async move { Ok::<_, Infallible>(route(req, state, remote, shutdown, permit).await) }
     });
     let conn = http1::Builder::new()
         .timer(TokioTimer::new())
@@ -222,6 +297,7 @@ async fn route(
     state: Arc<AppState>,
     remote: SocketAddr,
     shutdown: Shutdown,
+    permit: Arc<ConnectionPermit>,
 ) -> Response<Body> {
     let path = req.uri().path();
     let resp = if req.method() == Method::OPTIONS {
@@ -230,7 +306,7 @@ async fn route(
         r
     } else if path == "/" && (req.method() == Method::GET || req.method() == Method::HEAD) {
         if is_websocket_upgrade(&req) {
-            websocket_upgrade(req, state, remote, shutdown)
+            websocket_upgrade(req, state, remote, shutdown, permit)
         } else if accepts_nostr_json(&req) {
             let mut r = http::text(
                 StatusCode::OK,
@@ -278,6 +354,7 @@ fn websocket_upgrade(
     state: Arc<AppState>,
     remote: SocketAddr,
     shutdown: Shutdown,
+    permit: Arc<ConnectionPermit>,
 ) -> Response<Body> {
     let version_ok = req
         .headers()
@@ -310,6 +387,7 @@ fn websocket_upgrade(
                 )
                 .await;
                 connection::handle(ws, state.grasp.clone(), state.limits, shutdown, remote).await;
+                drop(permit);
             }
             Err(e) => tracing::debug!(%remote, error = %e, "websocket upgrade failed"),
         }

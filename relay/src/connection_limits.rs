@@ -1,0 +1,178 @@
+//! How many connections the public listener keeps open: in total, and per client address
+//! (`--max-connections`, `--max-connections-per-ip`).
+//!
+//! The accept loop asks [`ConnectionLimiter::try_open`] for every new TCP connection. A granted
+//! [`ConnectionPermit`] travels with the connection (HTTP keep-alive, then the WebSocket after
+//! an upgrade) and gives its place back when dropped, so the counts fall as connections close.
+//! A refused connection is answered by `server` with a canned `503` that is written without
+//! reading the request (see `server::refuse`).
+//!
+//! The per-address count uses the TCP peer address. Behind a reverse proxy every client shares
+//! the proxy's address: set `--max-connections-per-ip 0` there (no per-address limit) and let the
+//! proxy limit its clients.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
+
+/// Why a connection was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// The listener already holds `--max-connections` connections.
+    Total(usize),
+    /// This address already holds `--max-connections-per-ip` connections.
+    PerAddress(usize),
+}
+
+impl Refusal {
+    /// The text of the `503` answer: what happened and what to do.
+    pub fn message(&self) -> String {
+        match self {
+            Refusal::Total(n) => format!(
+                "unavailable: this server already serves its maximum of {n} connections; \
+                 try again in a few seconds\n"
+            ),
+            Refusal::PerAddress(n) => format!(
+                "unavailable: your address already holds the maximum of {n} open connections to \
+                 this server; close some (reuse one WebSocket for many subscriptions) and try again\n"
+            ),
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct Counts {
+    total: usize,
+    per_address: HashMap<IpAddr, usize>,
+}
+
+/// The open connection counts and their limits, shared by the accept loop and every permit.
+#[derive(Debug)]
+pub struct ConnectionLimiter {
+    max_total: usize,
+    /// 0: no per-address limit.
+    max_per_address: usize,
+    counts: Mutex<Counts>,
+}
+
+/// One open connection's place. Dropping it (when the connection ends) frees the place.
+#[derive(Debug)]
+pub struct ConnectionPermit {
+    limiter: Arc<ConnectionLimiter>,
+    address: IpAddr,
+}
+
+/// IPv4 clients reaching an IPv6 socket count as their IPv4 address.
+fn canonical(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(ip),
+        v4 => v4,
+    }
+}
+
+impl ConnectionLimiter {
+    /// `max_total` connections at most (at least 1 is allowed), `max_per_address` per client
+    /// address (0: unlimited).
+    pub fn new(max_total: usize, max_per_address: usize) -> Arc<Self> {
+        Arc::new(ConnectionLimiter { max_total: max_total.max(1), max_per_address, counts: Mutex::default() })
+    }
+
+    /// Takes a place for a new connection from `address`, or says which limit refuses it.
+    pub fn try_open(self: &Arc<Self>, address: IpAddr) -> Result<ConnectionPermit, Refusal> {
+        let address = canonical(address);
+        let mut counts = self.counts.lock().unwrap();
+        if counts.total >= self.max_total {
+            return Err(Refusal::Total(self.max_total));
+        }
+        let mine = counts.per_address.get(&address).copied().unwrap_or(0);
+        if self.max_per_address > 0 && mine >= self.max_per_address {
+            return Err(Refusal::PerAddress(self.max_per_address));
+        }
+        counts.total += 1;
+        counts.per_address.insert(address, mine + 1);
+        Ok(ConnectionPermit { limiter: self.clone(), address })
+    }
+
+    /// Connections open now.
+    pub fn open(&self) -> usize {
+        self.counts.lock().unwrap().total
+    }
+
+    /// Connections open now from `address`.
+    pub fn open_from(&self, address: IpAddr) -> usize {
+        self.counts.lock().unwrap().per_address.get(&canonical(address)).copied().unwrap_or(0)
+    }
+}
+
+impl Drop for ConnectionPermit {
+    fn drop(&mut self) {
+        let mut counts = self.limiter.counts.lock().unwrap_or_else(|e| e.into_inner());
+        counts.total = counts.total.saturating_sub(1);
+        if let Some(n) = counts.per_address.get_mut(&self.address) {
+            *n -= 1;
+            if *n == 0 {
+                // Forget idle addresses so the map stays as small as the open connections.
+                counts.per_address.remove(&self.address);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn per_address_limit_refuses_the_excess_and_frees_places_on_drop() {
+        let l = ConnectionLimiter::new(100, 3);
+        let a = ip("192.0.2.1");
+        let mut held: Vec<_> = (0..3).map(|_| l.try_open(a).unwrap()).collect();
+        assert_eq!(l.try_open(a).unwrap_err(), Refusal::PerAddress(3));
+        // Another address is not affected.
+        let other = l.try_open(ip("192.0.2.2")).unwrap();
+        assert_eq!((l.open(), l.open_from(a)), (4, 3));
+        drop(held.pop());
+        assert_eq!(l.open_from(a), 2);
+        let again = l.try_open(a).unwrap();
+        drop((again, other));
+        assert_eq!(l.open(), 2);
+    }
+
+    #[test]
+    fn total_limit_counts_every_address() {
+        let l = ConnectionLimiter::new(2, 0);
+        let p1 = l.try_open(ip("192.0.2.1")).unwrap();
+        let _p2 = l.try_open(ip("2001:db8::1")).unwrap();
+        assert_eq!(l.try_open(ip("192.0.2.3")).unwrap_err(), Refusal::Total(2));
+        drop(p1);
+        assert!(l.try_open(ip("192.0.2.3")).is_ok());
+    }
+
+    #[test]
+    fn zero_per_address_means_unlimited_and_idle_addresses_are_forgotten() {
+        let l = ConnectionLimiter::new(1000, 0);
+        let held: Vec<_> = (0..500).map(|_| l.try_open(ip("192.0.2.1")).unwrap()).collect();
+        assert_eq!(l.open_from(ip("192.0.2.1")), 500);
+        drop(held);
+        assert_eq!(l.open(), 0);
+        assert!(l.counts.lock().unwrap().per_address.is_empty());
+    }
+
+    #[test]
+    fn mapped_ipv4_counts_as_ipv4() {
+        let l = ConnectionLimiter::new(10, 1);
+        let _p = l.try_open(ip("192.0.2.1")).unwrap();
+        assert_eq!(l.try_open(ip("::ffff:192.0.2.1")).unwrap_err(), Refusal::PerAddress(1));
+        assert!(ConnectionLimiter::new(0, 0).try_open(ip("192.0.2.1")).is_ok(), "at least one connection");
+    }
+
+    #[test]
+    fn messages_say_what_to_do() {
+        assert!(Refusal::Total(5).message().contains("try again"));
+        assert!(Refusal::PerAddress(3).message().contains("close some"));
+    }
+}
