@@ -25,6 +25,8 @@
 //! - `lifecycle`: purgatory restore, expiry sweeps and checkpoints.
 //! - `git_http`: git smart HTTP by running `grasp-cgi` as a CGI child.
 //! - `repos`: bare repositories on disk (create, delete, refs, objects).
+//! - `connection_limits`: total and per-address caps on the public listener's connections.
+//! - `objects`: a conservative "surely missing" object check (loose objects, pack indexes).
 //! - `sync`: background git-data sync (queue, per-domain throttle, URL safety, fetch by oid).
 
 pub mod acceptance;
