@@ -2,7 +2,8 @@
 //!
 //! The relay saves a checkpoint every 60 s and on graceful shutdown, to
 //! `<git_data_path>/purgatory-state.json`, and restores it at start. Flow:
-//! [`Purgatory::snapshot`] under the relay's lock (clones data, no serialisation), then
+//! [`Purgatory::snapshot`] under the relay's lock (shares the held events' `Arc`s and copies the
+//! small per-entry fields; no event is cloned, nothing is serialised), then
 //! [`PurgatoryState::to_json`] and [`write_checkpoint`] outside it. At start,
 //! [`read_checkpoint`]; on [`CheckpointError`] the caller moves the file aside with [`set_aside`]
 //! and starts empty; otherwise [`Purgatory::restore`]. Restore never deletes the file: it stays
@@ -72,10 +73,13 @@ impl Default for PurgatoryState {
 
 /// An event as saved: parsed when it looked like an event, raw JSON otherwise (reported and
 /// skipped at restore rather than failing the whole file).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(untagged)]
+///
+/// `Parsed` shares the purgatory's `Arc<Event>`, so a snapshot copies a pointer, not the event.
+/// On disk it is the event's NIP-01 JSON either way (untagged; see the `Serialize` and
+/// `Deserialize` impls below).
+#[derive(Debug, Clone, PartialEq)]
 pub enum SavedEvent {
-    Parsed(Event),
+    Parsed(Arc<Event>),
     Raw(serde_json::Value),
 }
 
@@ -85,8 +89,35 @@ impl Default for SavedEvent {
     }
 }
 
+impl Serialize for SavedEvent {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            SavedEvent::Parsed(event) => Event::serialize(event, s),
+            SavedEvent::Raw(json) => json.serialize(s),
+        }
+    }
+}
+
+/// The untagged on-disk shape of [`SavedEvent`] (serde's `Arc` support needs its `rc` feature;
+/// this keeps the format identical without it).
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum SavedEventRepr {
+    Parsed(Event),
+    Raw(serde_json::Value),
+}
+
+impl<'de> Deserialize<'de> for SavedEvent {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Ok(match SavedEventRepr::deserialize(d)? {
+            SavedEventRepr::Parsed(event) => SavedEvent::Parsed(Arc::new(event)),
+            SavedEventRepr::Raw(json) => SavedEvent::Raw(json),
+        })
+    }
+}
+
 impl SavedEvent {
-    fn into_verified(self) -> Result<Event, String> {
+    fn into_verified(self) -> Result<Arc<Event>, String> {
         match self {
             SavedEvent::Parsed(event) => match event.verify() {
                 Ok(()) => Ok(event),
@@ -242,7 +273,8 @@ fn parse_repos(repos: &[SavedRepo]) -> Result<Vec<RepoId>, String> {
 
 impl Purgatory {
     /// Copies the data for a checkpoint. Cheap enough to run under the relay's lock: events are
-    /// cloned, not serialised.
+    /// shared (`Arc` pointer copies), neither cloned nor serialised; only the small per-entry
+    /// fields (keys, hex pubkeys, identifiers, timings) are built here.
     pub fn snapshot(&self) -> PurgatoryState {
         let now = self.clock.now();
         let mut state = PurgatoryState {
@@ -254,7 +286,7 @@ impl Purgatory {
             state.announcement_purgatory.insert(
                 format!("{}:{}", a.owner.to_hex(), a.identifier),
                 SavedAnnouncement {
-                    event: SavedEvent::Parsed(a.event.clone()),
+                    event: SavedEvent::Parsed(Arc::clone(&a.event)),
                     owner: a.owner.to_hex(),
                     identifier: a.identifier.clone(),
                     repo_path: a.repo_path.clone(),
@@ -270,7 +302,7 @@ impl Purgatory {
                 identifier.clone(),
                 list.iter()
                     .map(|s| SavedState {
-                        event: SavedEvent::Parsed(s.event.clone()),
+                        event: SavedEvent::Parsed(Arc::clone(&s.event)),
                         author: s.author.to_hex(),
                         identifier: s.identifier.clone(),
                         age_secs: age(s.created_at),
@@ -283,7 +315,7 @@ impl Purgatory {
             state.pr_events.insert(
                 id.to_hex(),
                 SavedPr {
-                    event: p.event.clone().map(SavedEvent::Parsed),
+                    event: p.event.as_ref().map(|e| SavedEvent::Parsed(Arc::clone(e))),
                     commit: p.commit.clone(),
                     repos: p.repos.iter().map(saved_repo).collect(),
                     destinations: p.destinations.iter().map(saved_repo).collect(),
@@ -600,7 +632,7 @@ mod tests {
         let left = MIN30 - MIN10 - MIN5;
 
         let a = p.get_announcement(&pubkey(0), "repo").unwrap();
-        assert_eq!(a.event, signed(0, ANNOUNCEMENT, 0));
+        assert_eq!(*a.event, signed(0, ANNOUNCEMENT, 0));
         assert_eq!(a.repo_path, PathBuf::from("/git/repo.git"));
         assert!(a.relays.contains("wss://relay.example"));
         assert_eq!(a.expires_at, clock.now() + left);
@@ -611,12 +643,12 @@ mod tests {
         );
 
         let s = &p.states_for("repo")[0];
-        assert_eq!(s.event, signed(0, STATE, 0));
+        assert_eq!(*s.event, signed(0, STATE, 0));
         assert_eq!(s.author, pubkey(0));
         assert_eq!(s.expires_at, clock.now() + left);
 
         let pr = p.find_pr(&signed(1, PR, 0).id).unwrap();
-        assert_eq!(pr.event.as_ref(), Some(&signed(1, PR, 0)));
+        assert_eq!(pr.event.as_deref(), Some(&signed(1, PR, 0)));
         assert_eq!(
             (pr.commit.as_str(), &pr.repos),
             ("c0ffee", &vec![repo(0, "repo")])
@@ -644,6 +676,41 @@ mod tests {
             again.state_events["repo"][0].expires_in_secs,
             first.state_events["repo"][0].expires_in_secs - MIN5.as_secs()
         );
+    }
+
+    #[test]
+    fn snapshot_shares_the_held_events_and_saves_them_as_nip01_json() {
+        let (_clock, p) = populated();
+        let snap = p.snapshot();
+        let shared = |saved: &SavedEvent, held: &Arc<Event>| {
+            matches!(saved, SavedEvent::Parsed(e) if Arc::ptr_eq(e, held))
+        };
+        let key = format!("{}:repo", pubkey(0).to_hex());
+        let held_ann = &p.get_announcement(&pubkey(0), "repo").unwrap().event;
+        assert!(shared(&snap.announcement_purgatory[&key].event, held_ann));
+        let held_state = &p.states_for("repo")[0].event;
+        assert!(shared(&snap.state_events["repo"][0].event, held_state));
+        let pr_id = signed(1, PR, 0).id;
+        let held_pr = p.find_pr(&pr_id).unwrap().event.as_ref().unwrap();
+        let saved_pr = snap.pr_events[&pr_id.to_hex()].event.as_ref().unwrap();
+        assert!(shared(saved_pr, held_pr));
+
+        // On disk an event is exactly its NIP-01 JSON, as before events were shared.
+        let value: serde_json::Value = serde_json::from_str(&snap.to_json()).unwrap();
+        let nip01: serde_json::Value =
+            serde_json::from_str(&signed(0, STATE, 0).as_json()).unwrap();
+        assert_eq!(value["state_events"]["repo"][0]["event"], nip01);
+        assert_eq!(
+            serde_json::to_string(&SavedEvent::Parsed(held_state.clone())).unwrap(),
+            held_state.as_json()
+        );
+        let raw = SavedEvent::Raw(serde_json::json!({"not": "an event"}));
+        assert_eq!(
+            serde_json::to_string(&raw).unwrap(),
+            r#"{"not":"an event"}"#
+        );
+        // And it reads back to the same state (events compared by value).
+        assert_eq!(PurgatoryState::from_json(&snap.to_json()).unwrap(), snap);
     }
 
     #[test]
