@@ -2,9 +2,9 @@
 //!
 //! The relay saves a checkpoint every 60 s and on graceful shutdown, to
 //! `<git_data_path>/purgatory-state.json`, and restores it at start. Flow:
-//! [`Purgatory::snapshot`] under the relay's lock (shares the held events' `Arc`s and copies the
-//! small per-entry fields; no event is cloned, nothing is serialised), then
-//! [`PurgatoryState::to_json`] and [`write_checkpoint`] outside it. At start,
+//! [`Purgatory::snapshot`] under the relay's lock (a [`PurgatorySnapshot`]: the held events'
+//! `Arc`s and plain fields; no event is cloned, nothing is serialised), then
+//! [`write_checkpoint`] (or [`PurgatorySnapshot::to_state`] / `to_json`) outside it. At start,
 //! [`read_checkpoint`]; on [`CheckpointError`] the caller moves the file aside with [`set_aside`]
 //! and starts empty; otherwise [`Purgatory::restore`]. Restore never deletes the file: it stays
 //! the crash-safe copy until a newer complete checkpoint replaces it (tmp + fsync + rename).
@@ -271,18 +271,42 @@ fn parse_repos(repos: &[SavedRepo]) -> Result<Vec<RepoId>, String> {
         .collect()
 }
 
-impl Purgatory {
-    /// Copies the data for a checkpoint. Cheap enough to run under the relay's lock: events are
-    /// shared (`Arc` pointer copies), neither cloned nor serialised; only the small per-entry
-    /// fields (keys, hex pubkeys, identifiers, timings) are built here.
-    pub fn snapshot(&self) -> PurgatoryState {
-        let now = self.clock.now();
+/// A checkpoint captured under the relay's lock by [`Purgatory::snapshot`]: the held events'
+/// `Arc`s and the entries' plain fields, nothing serialised and (for state events, the bulk of a
+/// full purgatory) nothing allocated per entry but a slot in a `Vec`. Turning it into the
+/// on-disk [`PurgatoryState`] ([`to_state`](Self::to_state), [`to_json`](Self::to_json),
+/// [`write_checkpoint`]) builds the hex strings, keys and maps, outside the lock.
+#[derive(Debug, Clone)]
+pub struct PurgatorySnapshot {
+    now: Instant,
+    saved_at: u64,
+    /// Non-soft-expired announcements (small: one per announced repository waiting for data).
+    announcements: Vec<AnnouncementEntry>,
+    /// identifier -> its held state events, oldest added first.
+    states: Vec<(String, Vec<HeldState>)>,
+    prs: Vec<(EventId, PrEntry)>,
+    expired: Vec<(EventId, SystemTime)>,
+}
+
+/// A state event as captured: the shared event and `Copy` fields only.
+#[derive(Debug, Clone)]
+struct HeldState {
+    event: Arc<Event>,
+    author: PublicKey,
+    created_at: Instant,
+    expires_at: Instant,
+}
+
+impl PurgatorySnapshot {
+    /// The on-disk form: hex keys, offsets from `saved_at`, sorted maps.
+    pub fn to_state(&self) -> PurgatoryState {
+        let now = self.now;
         let mut state = PurgatoryState {
-            saved_at: unix_secs(self.clock.wall()),
+            saved_at: self.saved_at,
             ..PurgatoryState::default()
         };
         let age = |created: Instant| now.saturating_duration_since(created).as_secs();
-        for a in self.announcements().filter(|a| !a.soft_expired) {
+        for a in &self.announcements {
             state.announcement_purgatory.insert(
                 format!("{}:{}", a.owner.to_hex(), a.identifier),
                 SavedAnnouncement {
@@ -304,7 +328,7 @@ impl Purgatory {
                     .map(|s| SavedState {
                         event: SavedEvent::Parsed(Arc::clone(&s.event)),
                         author: s.author.to_hex(),
-                        identifier: s.identifier.clone(),
+                        identifier: identifier.clone(),
                         age_secs: age(s.created_at),
                         expires_in_secs: secs_until(now, s.expires_at),
                     })
@@ -329,10 +353,58 @@ impl Purgatory {
                 },
             );
         }
-        for (id, at) in self.expired.iter() {
+        for (id, at) in &self.expired {
             state.expired_events.insert(id.to_hex(), unix_secs(*at));
         }
         state
+    }
+
+    /// The checkpoint file's contents (pretty JSON, as [`PurgatoryState::to_json`]).
+    pub fn to_json(&self) -> String {
+        self.to_state().to_json()
+    }
+}
+
+/// Serialises as its [`PurgatoryState`], so [`write_checkpoint`] takes either.
+impl Serialize for PurgatorySnapshot {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.to_state().serialize(s)
+    }
+}
+
+impl Purgatory {
+    /// Captures the data for a checkpoint. Cheap enough to run under the relay's lock: events
+    /// are shared (`Arc` pointer copies), neither cloned nor serialised, and state events are
+    /// copied as plain fields; the strings and maps of the file are built later, by
+    /// [`PurgatorySnapshot::to_state`] outside the lock.
+    pub fn snapshot(&self) -> PurgatorySnapshot {
+        PurgatorySnapshot {
+            now: self.clock.now(),
+            saved_at: unix_secs(self.clock.wall()),
+            announcements: self
+                .announcements()
+                .filter(|a| !a.soft_expired)
+                .cloned()
+                .collect(),
+            states: self
+                .states
+                .iter()
+                .map(|(identifier, list)| {
+                    let held = list
+                        .iter()
+                        .map(|s| HeldState {
+                            event: Arc::clone(&s.event),
+                            author: s.author,
+                            created_at: s.created_at,
+                            expires_at: s.expires_at,
+                        })
+                        .collect();
+                    (identifier.clone(), held)
+                })
+                .collect(),
+            prs: self.prs.iter().map(|(id, p)| (*id, p.clone())).collect(),
+            expired: self.expired.iter().map(|(id, at)| (*id, *at)).collect(),
+        }
     }
 
     /// Rebuilds a purgatory from a checkpoint. Downtime (`clock.wall() - saved_at`) is subtracted
@@ -526,13 +598,15 @@ fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
     PathBuf::from(s)
 }
 
-/// Writes `state` to `path` atomically: `<path>.tmp`, fsync, rename over `path`, fsync the
-/// directory. A crash at any point leaves either the old or the new complete file.
-pub fn write_checkpoint(path: &Path, state: &PurgatoryState) -> io::Result<()> {
+/// Writes `state` (a [`PurgatorySnapshot`] or a [`PurgatoryState`]) to `path` as pretty JSON,
+/// atomically: `<path>.tmp`, fsync, rename over `path`, fsync the directory. A crash at any
+/// point leaves either the old or the new complete file.
+pub fn write_checkpoint(path: &Path, state: &impl Serialize) -> io::Result<()> {
+    let json = serde_json::to_vec_pretty(state).map_err(io::Error::other)?;
     let tmp = with_suffix(path, ".tmp");
     {
         let mut file = fs::File::create(&tmp)?;
-        file.write_all(state.to_json().as_bytes())?;
+        file.write_all(&json)?;
         file.sync_all()?;
     }
     fs::rename(&tmp, path)?;
@@ -665,7 +739,7 @@ mod tests {
 
         assert!(p.is_expired(&signed(2, STATE, 2).id));
         // A second snapshot of the restored purgatory says the same thing.
-        let again = p.snapshot();
+        let again = p.snapshot().to_state();
         let first = PurgatoryState::from_json(&json).unwrap();
         assert_eq!(
             again.announcement_purgatory.len(),
@@ -681,7 +755,13 @@ mod tests {
     #[test]
     fn snapshot_shares_the_held_events_and_saves_them_as_nip01_json() {
         let (_clock, p) = populated();
-        let snap = p.snapshot();
+        let capture = p.snapshot();
+        // Under the lock only pointers and plain fields were copied.
+        let held_state = &p.states_for("repo")[0].event;
+        assert_eq!(capture.states.len(), 1);
+        assert!(Arc::ptr_eq(&capture.states[0].1[0].event, held_state));
+        assert_eq!(capture.announcements.len(), 1, "soft-expired not captured");
+        let snap = capture.to_state();
         let shared = |saved: &SavedEvent, held: &Arc<Event>| {
             matches!(saved, SavedEvent::Parsed(e) if Arc::ptr_eq(e, held))
         };
@@ -711,12 +791,18 @@ mod tests {
         );
         // And it reads back to the same state (events compared by value).
         assert_eq!(PurgatoryState::from_json(&snap.to_json()).unwrap(), snap);
+        // The snapshot writes exactly the bytes of its state.
+        assert_eq!(capture.to_json(), snap.to_json());
+        let dir = TempDir::new("snapshot-bytes");
+        let path = dir.0.join("purgatory-state.json");
+        write_checkpoint(&path, &capture).unwrap();
+        assert_eq!(fs::read_to_string(&path).unwrap(), snap.to_json());
     }
 
     #[test]
     fn entries_expired_during_downtime_are_swept_at_once() {
         let (old_clock, old) = populated();
-        let (_clock, mut p, report) = reopened(old.snapshot(), old_clock.wall() + MIN30, |_| true);
+        let (_clock, mut p, report) = reopened(old.snapshot().to_state(), old_clock.wall() + MIN30, |_| true);
         assert_eq!(report.expired_during_downtime, 4);
         let actions = p.sweep();
         assert_eq!(actions.len(), 4, "{actions:?}");
@@ -737,7 +823,7 @@ mod tests {
     #[test]
     fn expired_event_records_past_retention_are_dropped() {
         let (old_clock, old) = populated();
-        let (_c, p, report) = reopened(old.snapshot(), old_clock.wall() + H24, |_| true);
+        let (_c, p, report) = reopened(old.snapshot().to_state(), old_clock.wall() + H24, |_| true);
         assert_eq!(report.expired_events, 0);
         assert!(!p.is_expired(&signed(2, STATE, 2).id));
     }
@@ -745,7 +831,7 @@ mod tests {
     #[test]
     fn announcement_whose_repository_is_gone_is_not_restored() {
         let (old_clock, old) = populated();
-        let (_c, p, report) = reopened(old.snapshot(), old_clock.wall(), |path| {
+        let (_c, p, report) = reopened(old.snapshot().to_state(), old_clock.wall(), |path| {
             path != Path::new("/git/repo.git")
         });
         assert_eq!(report.announcements, 0);
@@ -759,7 +845,7 @@ mod tests {
     #[test]
     fn soft_expired_flag_in_a_file_is_honoured() {
         let (old_clock, old) = populated();
-        let mut state = old.snapshot();
+        let mut state = old.snapshot().to_state();
         state
             .announcement_purgatory
             .values_mut()
@@ -778,7 +864,7 @@ mod tests {
         clock.advance(MIN30);
         assert_eq!(p.sweep().len(), 1);
         // Crash before the caller reported the ref deletion.
-        let state = p.snapshot();
+        let state = p.snapshot().to_state();
         assert_eq!(state.pr_events[&id.to_hex()].expires_in_secs, 0);
         let (_c, mut p, _) = reopened(state, clock.wall(), |_| true);
         assert!(matches!(
@@ -890,7 +976,7 @@ mod tests {
         assert!(read_checkpoint(&path).unwrap().is_none());
 
         let (_clock, p) = populated();
-        let first = p.snapshot();
+        let first = p.snapshot().to_state();
         write_checkpoint(&path, &first).unwrap();
         assert!(!tmp.exists());
         assert_eq!(read_checkpoint(&path).unwrap(), Some(first.clone()));
