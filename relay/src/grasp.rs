@@ -156,7 +156,7 @@ impl Grasp {
                 }
             }
         }
-        let held: Vec<Event> = {
+        let held: Vec<Arc<Event>> = {
             let p = self.purgatory.lock().unwrap();
             p.announcements_for(identifier).into_iter().map(|e| e.event.clone()).collect()
         };

@@ -70,9 +70,9 @@ pub fn restore(data_dir: &Path, config: PurgatoryConfig) -> Purgatory {
 /// temp file, and an older snapshot must never be renamed over a newer one.
 static CHECKPOINT_LOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-/// Writes one checkpoint. The snapshot is taken under the purgatory lock (a clone);
-/// serialising and the disk writes happen outside it, so request handling is not blocked for
-/// long.
+/// Writes one checkpoint. The snapshot is taken under the purgatory lock (the held events'
+/// `Arc`s and plain fields); building the file, serialising and the disk writes happen outside
+/// it, so request handling is not blocked for long.
 pub async fn checkpoint(grasp: &Grasp, data_dir: &Path) -> std::io::Result<()> {
     let _writer = CHECKPOINT_LOCK.lock().await;
     let snapshot = grasp.purgatory.lock().unwrap().snapshot();

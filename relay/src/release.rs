@@ -224,7 +224,7 @@ impl Grasp {
         }
 
         // 2. Held pull requests for this repository whose commit exists here.
-        let prs: Vec<(Event, String)> = {
+        let prs: Vec<(std::sync::Arc<Event>, String)> = {
             let p = self.purgatory.lock().unwrap();
             p.prs_for(&RepoId::new(*owner, identifier)).into_iter().filter_map(|e| e.event.clone().map(|ev| (ev, e.commit.clone()))).collect()
         };

@@ -3,6 +3,7 @@
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use nostr::prelude::{Event, PublicKey};
@@ -22,12 +23,13 @@ impl Purgatory {
     /// `revived` tells the caller to recreate the bare repository.
     pub fn add_announcement(
         &mut self,
-        event: Event,
+        event: impl Into<Arc<Event>>,
         owner: PublicKey,
         identifier: String,
         repo_path: PathBuf,
         relays: BTreeSet<String>,
     ) -> Result<AnnouncementAdded, PurgatoryFull> {
+        let event = event.into();
         let now = self.clock.now();
         let ttl = self.config.entry_ttl;
         if let Some(mut old) = self.detach_announcement(&owner, &identifier) {
@@ -76,7 +78,8 @@ impl Purgatory {
 
     /// Git data arrived: takes the announcement out so the caller stores and serves it.
     pub fn promote_announcement(&mut self, owner: &PublicKey, identifier: &str) -> Option<Event> {
-        self.detach_announcement(owner, identifier).map(|a| a.event)
+        self.detach_announcement(owner, identifier)
+            .map(|a| Arc::unwrap_or_clone(a.event))
     }
 
     /// The held announcements for `identifier` (any owner), for authorization checks.

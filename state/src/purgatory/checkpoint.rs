@@ -2,8 +2,9 @@
 //!
 //! The relay saves a checkpoint every 60 s and on graceful shutdown, to
 //! `<git_data_path>/purgatory-state.json`, and restores it at start. Flow:
-//! [`Purgatory::snapshot`] under the relay's lock (clones data, no serialisation), then
-//! [`PurgatoryState::to_json`] and [`write_checkpoint`] outside it. At start,
+//! [`Purgatory::snapshot`] under the relay's lock (a [`PurgatorySnapshot`]: the held events'
+//! `Arc`s and plain fields; no event is cloned, nothing is serialised), then
+//! [`write_checkpoint`] (or [`PurgatorySnapshot::to_state`] / `to_json`) outside it. At start,
 //! [`read_checkpoint`]; on [`CheckpointError`] the caller moves the file aside with [`set_aside`]
 //! and starts empty; otherwise [`Purgatory::restore`]. Restore never deletes the file: it stays
 //! the crash-safe copy until a newer complete checkpoint replaces it (tmp + fsync + rename).
@@ -72,10 +73,13 @@ impl Default for PurgatoryState {
 
 /// An event as saved: parsed when it looked like an event, raw JSON otherwise (reported and
 /// skipped at restore rather than failing the whole file).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(untagged)]
+///
+/// `Parsed` shares the purgatory's `Arc<Event>`, so a snapshot copies a pointer, not the event.
+/// On disk it is the event's NIP-01 JSON either way (untagged; see the `Serialize` and
+/// `Deserialize` impls below).
+#[derive(Debug, Clone, PartialEq)]
 pub enum SavedEvent {
-    Parsed(Event),
+    Parsed(Arc<Event>),
     Raw(serde_json::Value),
 }
 
@@ -85,8 +89,35 @@ impl Default for SavedEvent {
     }
 }
 
+impl Serialize for SavedEvent {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            SavedEvent::Parsed(event) => Event::serialize(event, s),
+            SavedEvent::Raw(json) => json.serialize(s),
+        }
+    }
+}
+
+/// The untagged on-disk shape of [`SavedEvent`] (serde's `Arc` support needs its `rc` feature;
+/// this keeps the format identical without it).
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum SavedEventRepr {
+    Parsed(Event),
+    Raw(serde_json::Value),
+}
+
+impl<'de> Deserialize<'de> for SavedEvent {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Ok(match SavedEventRepr::deserialize(d)? {
+            SavedEventRepr::Parsed(event) => SavedEvent::Parsed(Arc::new(event)),
+            SavedEventRepr::Raw(json) => SavedEvent::Raw(json),
+        })
+    }
+}
+
 impl SavedEvent {
-    fn into_verified(self) -> Result<Event, String> {
+    fn into_verified(self) -> Result<Arc<Event>, String> {
         match self {
             SavedEvent::Parsed(event) => match event.verify() {
                 Ok(()) => Ok(event),
@@ -240,21 +271,46 @@ fn parse_repos(repos: &[SavedRepo]) -> Result<Vec<RepoId>, String> {
         .collect()
 }
 
-impl Purgatory {
-    /// Copies the data for a checkpoint. Cheap enough to run under the relay's lock: events are
-    /// cloned, not serialised.
-    pub fn snapshot(&self) -> PurgatoryState {
-        let now = self.clock.now();
+/// A checkpoint captured under the relay's lock by [`Purgatory::snapshot`]: the held events'
+/// `Arc`s and the entries' plain fields, nothing serialised and (for state events, the bulk of a
+/// full purgatory) nothing allocated per entry but a slot in a `Vec`. Turning it into the
+/// on-disk [`PurgatoryState`] ([`to_state`](Self::to_state), [`to_json`](Self::to_json),
+/// [`write_checkpoint`]) builds the hex strings, keys and maps, outside the lock.
+#[derive(Debug, Clone)]
+pub struct PurgatorySnapshot {
+    now: Instant,
+    saved_at: u64,
+    /// Non-soft-expired announcements (small: one per announced repository waiting for data).
+    announcements: Vec<AnnouncementEntry>,
+    /// identifier -> its held state events, oldest added first.
+    states: Vec<(String, Vec<HeldState>)>,
+    prs: Vec<(EventId, PrEntry)>,
+    expired: Vec<(EventId, SystemTime)>,
+}
+
+/// A state event as captured: the shared event and `Copy` fields only.
+#[derive(Debug, Clone)]
+struct HeldState {
+    event: Arc<Event>,
+    author: PublicKey,
+    created_at: Instant,
+    expires_at: Instant,
+}
+
+impl PurgatorySnapshot {
+    /// The on-disk form: hex keys, offsets from `saved_at`, sorted maps.
+    pub fn to_state(&self) -> PurgatoryState {
+        let now = self.now;
         let mut state = PurgatoryState {
-            saved_at: unix_secs(self.clock.wall()),
+            saved_at: self.saved_at,
             ..PurgatoryState::default()
         };
         let age = |created: Instant| now.saturating_duration_since(created).as_secs();
-        for a in self.announcements().filter(|a| !a.soft_expired) {
+        for a in &self.announcements {
             state.announcement_purgatory.insert(
                 format!("{}:{}", a.owner.to_hex(), a.identifier),
                 SavedAnnouncement {
-                    event: SavedEvent::Parsed(a.event.clone()),
+                    event: SavedEvent::Parsed(Arc::clone(&a.event)),
                     owner: a.owner.to_hex(),
                     identifier: a.identifier.clone(),
                     repo_path: a.repo_path.clone(),
@@ -270,9 +326,9 @@ impl Purgatory {
                 identifier.clone(),
                 list.iter()
                     .map(|s| SavedState {
-                        event: SavedEvent::Parsed(s.event.clone()),
+                        event: SavedEvent::Parsed(Arc::clone(&s.event)),
                         author: s.author.to_hex(),
-                        identifier: s.identifier.clone(),
+                        identifier: identifier.clone(),
                         age_secs: age(s.created_at),
                         expires_in_secs: secs_until(now, s.expires_at),
                     })
@@ -283,7 +339,7 @@ impl Purgatory {
             state.pr_events.insert(
                 id.to_hex(),
                 SavedPr {
-                    event: p.event.clone().map(SavedEvent::Parsed),
+                    event: p.event.as_ref().map(|e| SavedEvent::Parsed(Arc::clone(e))),
                     commit: p.commit.clone(),
                     repos: p.repos.iter().map(saved_repo).collect(),
                     destinations: p.destinations.iter().map(saved_repo).collect(),
@@ -297,10 +353,58 @@ impl Purgatory {
                 },
             );
         }
-        for (id, at) in self.expired.iter() {
+        for (id, at) in &self.expired {
             state.expired_events.insert(id.to_hex(), unix_secs(*at));
         }
         state
+    }
+
+    /// The checkpoint file's contents (pretty JSON, as [`PurgatoryState::to_json`]).
+    pub fn to_json(&self) -> String {
+        self.to_state().to_json()
+    }
+}
+
+/// Serialises as its [`PurgatoryState`], so [`write_checkpoint`] takes either.
+impl Serialize for PurgatorySnapshot {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.to_state().serialize(s)
+    }
+}
+
+impl Purgatory {
+    /// Captures the data for a checkpoint. Cheap enough to run under the relay's lock: events
+    /// are shared (`Arc` pointer copies), neither cloned nor serialised, and state events are
+    /// copied as plain fields; the strings and maps of the file are built later, by
+    /// [`PurgatorySnapshot::to_state`] outside the lock.
+    pub fn snapshot(&self) -> PurgatorySnapshot {
+        PurgatorySnapshot {
+            now: self.clock.now(),
+            saved_at: unix_secs(self.clock.wall()),
+            announcements: self
+                .announcements()
+                .filter(|a| !a.soft_expired)
+                .cloned()
+                .collect(),
+            states: self
+                .states
+                .iter()
+                .map(|(identifier, list)| {
+                    let held = list
+                        .iter()
+                        .map(|s| HeldState {
+                            event: Arc::clone(&s.event),
+                            author: s.author,
+                            created_at: s.created_at,
+                            expires_at: s.expires_at,
+                        })
+                        .collect();
+                    (identifier.clone(), held)
+                })
+                .collect(),
+            prs: self.prs.iter().map(|(id, p)| (*id, p.clone())).collect(),
+            expired: self.expired.iter().map(|(id, at)| (*id, *at)).collect(),
+        }
     }
 
     /// Rebuilds a purgatory from a checkpoint. Downtime (`clock.wall() - saved_at`) is subtracted
@@ -494,13 +598,15 @@ fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
     PathBuf::from(s)
 }
 
-/// Writes `state` to `path` atomically: `<path>.tmp`, fsync, rename over `path`, fsync the
-/// directory. A crash at any point leaves either the old or the new complete file.
-pub fn write_checkpoint(path: &Path, state: &PurgatoryState) -> io::Result<()> {
+/// Writes `state` (a [`PurgatorySnapshot`] or a [`PurgatoryState`]) to `path` as pretty JSON,
+/// atomically: `<path>.tmp`, fsync, rename over `path`, fsync the directory. A crash at any
+/// point leaves either the old or the new complete file.
+pub fn write_checkpoint(path: &Path, state: &impl Serialize) -> io::Result<()> {
+    let json = serde_json::to_vec_pretty(state).map_err(io::Error::other)?;
     let tmp = with_suffix(path, ".tmp");
     {
         let mut file = fs::File::create(&tmp)?;
-        file.write_all(state.to_json().as_bytes())?;
+        file.write_all(&json)?;
         file.sync_all()?;
     }
     fs::rename(&tmp, path)?;
@@ -600,7 +706,7 @@ mod tests {
         let left = MIN30 - MIN10 - MIN5;
 
         let a = p.get_announcement(&pubkey(0), "repo").unwrap();
-        assert_eq!(a.event, signed(0, ANNOUNCEMENT, 0));
+        assert_eq!(*a.event, signed(0, ANNOUNCEMENT, 0));
         assert_eq!(a.repo_path, PathBuf::from("/git/repo.git"));
         assert!(a.relays.contains("wss://relay.example"));
         assert_eq!(a.expires_at, clock.now() + left);
@@ -611,12 +717,12 @@ mod tests {
         );
 
         let s = &p.states_for("repo")[0];
-        assert_eq!(s.event, signed(0, STATE, 0));
+        assert_eq!(*s.event, signed(0, STATE, 0));
         assert_eq!(s.author, pubkey(0));
         assert_eq!(s.expires_at, clock.now() + left);
 
         let pr = p.find_pr(&signed(1, PR, 0).id).unwrap();
-        assert_eq!(pr.event.as_ref(), Some(&signed(1, PR, 0)));
+        assert_eq!(pr.event.as_deref(), Some(&signed(1, PR, 0)));
         assert_eq!(
             (pr.commit.as_str(), &pr.repos),
             ("c0ffee", &vec![repo(0, "repo")])
@@ -633,7 +739,7 @@ mod tests {
 
         assert!(p.is_expired(&signed(2, STATE, 2).id));
         // A second snapshot of the restored purgatory says the same thing.
-        let again = p.snapshot();
+        let again = p.snapshot().to_state();
         let first = PurgatoryState::from_json(&json).unwrap();
         assert_eq!(
             again.announcement_purgatory.len(),
@@ -647,9 +753,56 @@ mod tests {
     }
 
     #[test]
+    fn snapshot_shares_the_held_events_and_saves_them_as_nip01_json() {
+        let (_clock, p) = populated();
+        let capture = p.snapshot();
+        // Under the lock only pointers and plain fields were copied.
+        let held_state = &p.states_for("repo")[0].event;
+        assert_eq!(capture.states.len(), 1);
+        assert!(Arc::ptr_eq(&capture.states[0].1[0].event, held_state));
+        assert_eq!(capture.announcements.len(), 1, "soft-expired not captured");
+        let snap = capture.to_state();
+        let shared = |saved: &SavedEvent, held: &Arc<Event>| {
+            matches!(saved, SavedEvent::Parsed(e) if Arc::ptr_eq(e, held))
+        };
+        let key = format!("{}:repo", pubkey(0).to_hex());
+        let held_ann = &p.get_announcement(&pubkey(0), "repo").unwrap().event;
+        assert!(shared(&snap.announcement_purgatory[&key].event, held_ann));
+        let held_state = &p.states_for("repo")[0].event;
+        assert!(shared(&snap.state_events["repo"][0].event, held_state));
+        let pr_id = signed(1, PR, 0).id;
+        let held_pr = p.find_pr(&pr_id).unwrap().event.as_ref().unwrap();
+        let saved_pr = snap.pr_events[&pr_id.to_hex()].event.as_ref().unwrap();
+        assert!(shared(saved_pr, held_pr));
+
+        // On disk an event is exactly its NIP-01 JSON, as before events were shared.
+        let value: serde_json::Value = serde_json::from_str(&snap.to_json()).unwrap();
+        let nip01: serde_json::Value =
+            serde_json::from_str(&signed(0, STATE, 0).as_json()).unwrap();
+        assert_eq!(value["state_events"]["repo"][0]["event"], nip01);
+        assert_eq!(
+            serde_json::to_string(&SavedEvent::Parsed(held_state.clone())).unwrap(),
+            held_state.as_json()
+        );
+        let raw = SavedEvent::Raw(serde_json::json!({"not": "an event"}));
+        assert_eq!(
+            serde_json::to_string(&raw).unwrap(),
+            r#"{"not":"an event"}"#
+        );
+        // And it reads back to the same state (events compared by value).
+        assert_eq!(PurgatoryState::from_json(&snap.to_json()).unwrap(), snap);
+        // The snapshot writes exactly the bytes of its state.
+        assert_eq!(capture.to_json(), snap.to_json());
+        let dir = TempDir::new("snapshot-bytes");
+        let path = dir.0.join("purgatory-state.json");
+        write_checkpoint(&path, &capture).unwrap();
+        assert_eq!(fs::read_to_string(&path).unwrap(), snap.to_json());
+    }
+
+    #[test]
     fn entries_expired_during_downtime_are_swept_at_once() {
         let (old_clock, old) = populated();
-        let (_clock, mut p, report) = reopened(old.snapshot(), old_clock.wall() + MIN30, |_| true);
+        let (_clock, mut p, report) = reopened(old.snapshot().to_state(), old_clock.wall() + MIN30, |_| true);
         assert_eq!(report.expired_during_downtime, 4);
         let actions = p.sweep();
         assert_eq!(actions.len(), 4, "{actions:?}");
@@ -670,7 +823,7 @@ mod tests {
     #[test]
     fn expired_event_records_past_retention_are_dropped() {
         let (old_clock, old) = populated();
-        let (_c, p, report) = reopened(old.snapshot(), old_clock.wall() + H24, |_| true);
+        let (_c, p, report) = reopened(old.snapshot().to_state(), old_clock.wall() + H24, |_| true);
         assert_eq!(report.expired_events, 0);
         assert!(!p.is_expired(&signed(2, STATE, 2).id));
     }
@@ -678,7 +831,7 @@ mod tests {
     #[test]
     fn announcement_whose_repository_is_gone_is_not_restored() {
         let (old_clock, old) = populated();
-        let (_c, p, report) = reopened(old.snapshot(), old_clock.wall(), |path| {
+        let (_c, p, report) = reopened(old.snapshot().to_state(), old_clock.wall(), |path| {
             path != Path::new("/git/repo.git")
         });
         assert_eq!(report.announcements, 0);
@@ -692,7 +845,7 @@ mod tests {
     #[test]
     fn soft_expired_flag_in_a_file_is_honoured() {
         let (old_clock, old) = populated();
-        let mut state = old.snapshot();
+        let mut state = old.snapshot().to_state();
         state
             .announcement_purgatory
             .values_mut()
@@ -711,7 +864,7 @@ mod tests {
         clock.advance(MIN30);
         assert_eq!(p.sweep().len(), 1);
         // Crash before the caller reported the ref deletion.
-        let state = p.snapshot();
+        let state = p.snapshot().to_state();
         assert_eq!(state.pr_events[&id.to_hex()].expires_in_secs, 0);
         let (_c, mut p, _) = reopened(state, clock.wall(), |_| true);
         assert!(matches!(
@@ -823,7 +976,7 @@ mod tests {
         assert!(read_checkpoint(&path).unwrap().is_none());
 
         let (_clock, p) = populated();
-        let first = p.snapshot();
+        let first = p.snapshot().to_state();
         write_checkpoint(&path, &first).unwrap();
         assert!(!tmp.exists());
         assert_eq!(read_checkpoint(&path).unwrap(), Some(first.clone()));

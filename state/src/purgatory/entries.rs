@@ -1,10 +1,13 @@
 //! What the purgatory holds: one entry type per kind of waiting thing, and the keys that name them.
 //!
 //! Entries store the signed [`Event`] plus the few fields the relay already extracted from it
-//! (owner, identifier, commit, repository); the purgatory never parses tags itself.
+//! (owner, identifier, commit, repository); the purgatory never parses tags itself. Events are
+//! held as `Arc<Event>`: a checkpoint snapshot, taken under the relay's lock, copies pointers
+//! instead of cloning every event's tags and content.
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use nostr::prelude::{Event, EventId, PublicKey};
@@ -32,7 +35,7 @@ impl RepoId {
 /// can revive it.
 #[derive(Debug, Clone)]
 pub struct AnnouncementEntry {
-    pub event: Event,
+    pub event: Arc<Event>,
     pub owner: PublicKey,
     pub identifier: String,
     pub repo_path: PathBuf,
@@ -48,7 +51,7 @@ pub struct AnnouncementEntry {
 /// Refs are deliberately not extracted here: they are matched at push time (late binding).
 #[derive(Debug, Clone)]
 pub struct StateEntry {
-    pub event: Event,
+    pub event: Arc<Event>,
     pub author: PublicKey,
     pub identifier: String,
     pub created_at: Instant,
@@ -60,7 +63,7 @@ pub struct StateEntry {
 #[derive(Debug, Clone)]
 pub struct PrEntry {
     /// `None` means placeholder: git data arrived first.
-    pub event: Option<Event>,
+    pub event: Option<Arc<Event>>,
     /// The `c` tag of the event, or the commit pushed for a placeholder.
     pub commit: String,
     /// Repositories the PR event targets (its `a` tags), used to defer expiry while a sync of

@@ -1,5 +1,6 @@
 //! State events, PR events and git-first placeholders waiting for their other half.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use nostr::prelude::{Event, EventId, PublicKey};
@@ -14,10 +15,11 @@ impl Purgatory {
     /// Returns `Ok(false)` if this event is already held (nothing changes).
     pub fn add_state(
         &mut self,
-        event: Event,
+        event: impl Into<Arc<Event>>,
         author: PublicKey,
         identifier: String,
     ) -> Result<bool, PurgatoryFull> {
+        let event = event.into();
         if self.by_id.contains_key(&event.id) {
             return Ok(false);
         }
@@ -100,10 +102,11 @@ impl Purgatory {
     /// destinations, so their refs are still cleaned up if the PR expires.
     pub fn add_pr(
         &mut self,
-        event: Event,
+        event: impl Into<Arc<Event>>,
         commit: String,
         repos: Vec<RepoId>,
     ) -> Result<bool, PurgatoryFull> {
+        let event = event.into();
         let id = event.id;
         if self.prs.get(&id).is_some_and(|p| p.event.is_some()) {
             return Ok(false);

@@ -46,8 +46,8 @@ use nostr::prelude::{EventId, PublicKey};
 
 pub use caps::{CapScope, Caps, PlaceholderError, PurgatoryFull};
 pub use checkpoint::{
-    read_checkpoint, set_aside, write_checkpoint, CheckpointError, PurgatoryState, RestoreReport,
-    Skipped,
+    read_checkpoint, set_aside, write_checkpoint, CheckpointError, PurgatorySnapshot,
+    PurgatoryState, RestoreReport, Skipped,
 };
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use deletion::Coordinate;
