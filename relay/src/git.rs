@@ -183,6 +183,25 @@ pub fn fetch_objects_local(repo: &Path, from: &Path, oids: &[String]) -> Result<
     run(repo, cmd, "fetch", None).map(|_| ())
 }
 
+/// Runs `git` in `dir` for unit tests (fixed identity, no user config); returns its output.
+#[cfg(test)]
+pub(crate) fn test_git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_AUTHOR_NAME", "t")
+        .env("GIT_AUTHOR_EMAIL", "t@t")
+        .env("GIT_COMMITTER_NAME", "t")
+        .env("GIT_COMMITTER_EMAIL", "t@t")
+        .env_remove("GIT_DIR")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -209,32 +228,15 @@ mod tests {
         assert!(alignment(&target, &target).is_empty());
     }
 
-    fn run_in(dir: &Path, args: &[&str]) -> String {
-        let out = Command::new("git")
-            .args(args)
-            .current_dir(dir)
-            .env("GIT_CONFIG_NOSYSTEM", "1")
-            .env("GIT_CONFIG_GLOBAL", "/dev/null")
-            .env("GIT_AUTHOR_NAME", "t")
-            .env("GIT_AUTHOR_EMAIL", "t@t")
-            .env("GIT_COMMITTER_NAME", "t")
-            .env("GIT_COMMITTER_EMAIL", "t@t")
-            .env_remove("GIT_DIR")
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
-        String::from_utf8(out.stdout).unwrap().trim().to_string()
-    }
-
     /// A bare repository with `main` and tag `v1` at one commit; returns (tmp, repo, commit).
     fn fixture() -> (tempfile::TempDir, std::path::PathBuf, String) {
         let tmp = tempfile::tempdir().unwrap();
         let (repo, work) = (tmp.path().join("r.git"), tmp.path().join("w"));
-        run_in(tmp.path(), &["init", "-q", "--bare", repo.to_str().unwrap()]);
-        run_in(tmp.path(), &["init", "-q", work.to_str().unwrap()]);
-        run_in(&work, &["commit", "-q", "--allow-empty", "-m", "one"]);
-        run_in(&work, &["push", "-q", repo.to_str().unwrap(), "HEAD:refs/heads/main", "HEAD:refs/tags/v1"]);
-        let tip = run_in(&work, &["rev-parse", "HEAD"]);
+        test_git(tmp.path(), &["init", "-q", "--bare", repo.to_str().unwrap()]);
+        test_git(tmp.path(), &["init", "-q", work.to_str().unwrap()]);
+        test_git(&work, &["commit", "-q", "--allow-empty", "-m", "one"]);
+        test_git(&work, &["push", "-q", repo.to_str().unwrap(), "HEAD:refs/heads/main", "HEAD:refs/tags/v1"]);
+        let tip = test_git(&work, &["rev-parse", "HEAD"]);
         (tmp, repo, tip)
     }
 
@@ -271,7 +273,7 @@ mod tests {
     fn local_fetch_copies_objects_and_refuses_non_oids() {
         let (tmp, src, tip) = fixture();
         let dst = tmp.path().join("d.git");
-        run_in(tmp.path(), &["init", "-q", "--bare", dst.to_str().unwrap()]);
+        test_git(tmp.path(), &["init", "-q", "--bare", dst.to_str().unwrap()]);
         assert!(fetch_objects_local(&dst, &src, &["--upload-pack=touch /tmp/x".to_string()]).is_err());
         assert_eq!(missing_objects(&dst, std::slice::from_ref(&tip)).unwrap(), vec![tip.clone()]);
         fetch_objects_local(&dst, &src, std::slice::from_ref(&tip)).unwrap();

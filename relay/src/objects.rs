@@ -130,35 +130,18 @@ impl PackIndex {
 mod tests {
     use super::*;
 
-    fn git_in(dir: &Path, args: &[&str]) -> String {
-        let out = std::process::Command::new("git")
-            .args(args)
-            .current_dir(dir)
-            .env("GIT_CONFIG_NOSYSTEM", "1")
-            .env("GIT_CONFIG_GLOBAL", "/dev/null")
-            .env("GIT_AUTHOR_NAME", "t")
-            .env("GIT_AUTHOR_EMAIL", "t@t")
-            .env("GIT_COMMITTER_NAME", "t")
-            .env("GIT_COMMITTER_EMAIL", "t@t")
-            .env_remove("GIT_DIR")
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
-        String::from_utf8(out.stdout).unwrap().trim().to_string()
-    }
-
     /// The shortcut agrees with git whenever it answers, for loose and packed objects, and
     /// defers to git for alternates and packs without an index.
     #[test]
     fn surely_missing_only_answers_when_git_would_say_missing() {
         let tmp = tempfile::tempdir().unwrap();
         let (repo, work) = (tmp.path().join("r.git"), tmp.path().join("w"));
-        git_in(tmp.path(), &["init", "-q", "--bare", repo.to_str().unwrap()]);
-        git_in(tmp.path(), &["init", "-q", work.to_str().unwrap()]);
+        crate::git::test_git(tmp.path(), &["init", "-q", "--bare", repo.to_str().unwrap()]);
+        crate::git::test_git(tmp.path(), &["init", "-q", work.to_str().unwrap()]);
         let mut commits = Vec::new();
         for i in 0..40 {
-            git_in(&work, &["commit", "-q", "--allow-empty", "-m", &format!("c{i}")]);
-            commits.push(git_in(&work, &["rev-parse", "HEAD"]));
+            crate::git::test_git(&work, &["commit", "-q", "--allow-empty", "-m", &format!("c{i}")]);
+            commits.push(crate::git::test_git(&work, &["rev-parse", "HEAD"]));
         }
         let tip = commits.last().unwrap().clone();
         let absent = "1".repeat(40);
@@ -173,15 +156,15 @@ mod tests {
         assert!(surely_missing(&repo, &["not an oid".to_string()]));
         assert!(!agrees(&[]), "nothing asked, nothing missing");
         // Loose objects.
-        git_in(&work, &["push", "-q", repo.to_str().unwrap(), "HEAD:refs/heads/main"]);
+        crate::git::test_git(&work, &["push", "-q", repo.to_str().unwrap(), "HEAD:refs/heads/main"]);
         assert!(!agrees(&commits));
         assert!(agrees(&[tip.clone(), absent.clone()]));
         // Packed objects (two packs), and every name shape near the fan-out edges.
-        git_in(&repo, &["repack", "-q", "-a", "-d"]);
-        git_in(&work, &["commit", "-q", "--allow-empty", "-m", "late"]);
-        let late = git_in(&work, &["rev-parse", "HEAD"]);
-        git_in(&work, &["push", "-q", repo.to_str().unwrap(), "HEAD:refs/heads/main"]);
-        git_in(&repo, &["repack", "-q", "-d"]);
+        crate::git::test_git(&repo, &["repack", "-q", "-a", "-d"]);
+        crate::git::test_git(&work, &["commit", "-q", "--allow-empty", "-m", "late"]);
+        let late = crate::git::test_git(&work, &["rev-parse", "HEAD"]);
+        crate::git::test_git(&work, &["push", "-q", repo.to_str().unwrap(), "HEAD:refs/heads/main"]);
+        crate::git::test_git(&repo, &["repack", "-q", "-d"]);
         assert!(!agrees(&commits));
         assert!(!agrees(std::slice::from_ref(&late)));
         for probe in ["0".repeat(40), "f".repeat(40), absent.clone(), format!("{}0", &tip[..39])] {
@@ -195,7 +178,7 @@ mod tests {
         assert!(surely_missing(&repo, std::slice::from_ref(&absent)));
         // Alternates: ask git.
         let other = tmp.path().join("o.git");
-        git_in(tmp.path(), &["init", "-q", "--bare", other.to_str().unwrap()]);
+        crate::git::test_git(tmp.path(), &["init", "-q", "--bare", other.to_str().unwrap()]);
         assert!(surely_missing(&other, std::slice::from_ref(&tip)));
         std::fs::write(other.join("objects/info/alternates"), format!("{}\n", repo.join("objects").display())).unwrap();
         assert!(!surely_missing(&other, std::slice::from_ref(&tip)));

@@ -117,16 +117,7 @@ impl NostrClient {
     /// Publishes `event` and returns the relay's `OK` (status, message).
     pub async fn send_event(&mut self, event: &Event) -> anyhow::Result<(bool, String)> {
         self.send(ClientMessage::event(event.clone())).await?;
-        let id = event.id;
-        self.wait_for(|m| match m {
-            RelayMessage::Ok {
-                event_id,
-                status,
-                message,
-            } if *event_id == id => Some((*status, message.to_string())),
-            _ => None,
-        })
-        .await
+        self.wait_ok(event.id).await
     }
 
     /// Waits for the `OK` about `id` (after a raw send).
