@@ -12,8 +12,8 @@
 //!
 //! Connection limits ([`crate::connection_limits`]): a connection beyond `--max-connections` or
 //! `--max-connections-per-ip` is answered with a canned `503` (CORS headers, a message saying
-//! what to do) written at once, without reading or parsing its request, then closed once the
-//! client closes (or after [`REFUSAL_LINGER`]). At most [`MAX_REFUSALS_IN_FLIGHT`] refusals are
+//! what to do) written once the request head has arrived (read and discarded, never parsed),
+//! then closed once the client closes (or after [`REFUSAL_LINGER`]). At most [`MAX_REFUSALS_IN_FLIGHT`] refusals are
 //! answered at a time; beyond that a flood's connections are closed without an answer, so
 //! refusing never costs more than accepting.
 
@@ -222,10 +222,10 @@ async fn accept_loop(listener: TcpListener, state: Arc<AppState>, mut shutdown: 
     }
 }
 
-/// Answers a connection over the limits with `503` (CORS headers included) without reading its
-/// request first, then reads and discards what the client sends until it closes, so that the
-/// close does not reset the connection before the client read the answer. Bounded in time and
-/// bytes.
+/// Answers a connection over the limits with `503` (CORS headers included) once its request head
+/// has arrived (discarded unparsed), then reads and discards what the client sends until it
+/// closes, so that the close does not reset the connection before the client read the answer.
+/// Bounded in time and bytes.
 async fn refuse(mut stream: TcpStream, refusal: Refusal) {
     let body = refusal.message();
     let answer = format!(
@@ -243,10 +243,19 @@ async fn refuse(mut stream: TcpStream, refusal: Refusal) {
         http::CORS_ALLOW_HEADERS,
     );
     let _ = tokio::time::timeout(REFUSAL_LINGER, async {
+        // Let the client finish sending its request head first: an HTTP client that receives
+        // an answer before it has written its request reports a broken connection instead.
+        let mut buf = [0u8; 4096];
+        let mut head: Vec<u8> = Vec::new();
+        while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < REFUSAL_DRAIN_BYTES {
+            match stream.read(&mut buf).await? {
+                0 => break,
+                n => head.extend_from_slice(&buf[..n]),
+            }
+        }
         stream.write_all(answer.as_bytes()).await?;
         stream.shutdown().await?;
-        let mut buf = [0u8; 4096];
-        let mut drained = 0;
+        let mut drained = head.len();
         while drained < REFUSAL_DRAIN_BYTES {
             match stream.read(&mut buf).await? {
                 0 => break,
