@@ -20,15 +20,11 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
-use grasp_state::hook_api::{TOKEN_HEADER};
+use grasp_state::hook_api::{ADDR_FILE, TOKEN_FILE, TOKEN_HEADER};
 use grasp_state::identifier::RepoLayout;
 use grasp_state::refs::{parse_ref_updates, RefUpdate};
 use serde::{de::DeserializeOwned, Serialize};
 
-/// Name of the file in the data directory holding the hook API address (`host:port`).
-pub const API_ADDR_FILE: &str = "api-addr";
-/// Name of the file in the data directory holding the hook API token (mode 0600).
-pub const API_TOKEN_FILE: &str = "api-token";
 
 /// What a hook knows about the push it runs for.
 pub struct HookContext {
@@ -90,8 +86,8 @@ pub fn call<Req: Serialize, Resp: DeserializeOwned>(
     request: &Req,
     timeout: Duration,
 ) -> Result<Resp> {
-    let addr = read_trimmed(&data_dir.join(API_ADDR_FILE))?;
-    let token = read_trimmed(&data_dir.join(API_TOKEN_FILE))?;
+    let addr = read_trimmed(&data_dir.join(ADDR_FILE))?;
+    let token = read_trimmed(&data_dir.join(TOKEN_FILE))?;
     let client = reqwest::blocking::Client::builder()
         .connect_timeout(Duration::from_secs(2).min(timeout))
         .timeout(timeout)

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use grasp_state::hook_api::{PreReceiveResponse, HOOK_API_VERSION};
+use grasp_state::hook_api::PreReceiveResponse;
 use grasp_state::nip34::PullRequest;
 use grasp_state::push::{decide_push, PushDecision, PushRequest, Rejection, StateCandidate, StateSource};
 use grasp_state::purgatory::RepoId;
@@ -14,16 +14,12 @@ use nostr::prelude::{EventId, PublicKey, ToBech32};
 use crate::git;
 use crate::grasp::Grasp;
 
-fn reject(messages: Vec<String>) -> PreReceiveResponse {
-    PreReceiveResponse { version: HOOK_API_VERSION, accepted: false, messages }
-}
-
 impl Grasp {
     /// May this push go in?
     pub async fn authorize_push(&self, owner: &PublicKey, identifier: &str, updates: &[RefUpdate]) -> PreReceiveResponse {
         let shown = format!("{}/{identifier}", owner.to_bech32().unwrap_or_default());
         let Some(repo) = self.repo_path(owner, identifier) else {
-            return reject(vec!["grasp: push rejected: not a valid repository path".into()]);
+            return PreReceiveResponse::reject(vec!["grasp: push rejected: not a valid repository path".into()]);
         };
         let current = match tokio::task::spawn_blocking({
             let repo = repo.clone();
@@ -32,7 +28,7 @@ impl Grasp {
         .await
         {
             Ok(Ok(refs)) => refs,
-            _ => return reject(vec!["grasp: push rejected: the relay could not read this repository's refs; try again".into()]),
+            _ => return PreReceiveResponse::reject(vec!["grasp: push rejected: the relay could not read this repository's refs; try again".into()]),
         };
         let all = self.announcements(identifier).await;
         let set = Grasp::maintainer_set(*owner, &all);
@@ -114,13 +110,13 @@ impl Grasp {
                     ));
                 }
                 tracing::info!(repo = %shown, state = ?acc.matched_state.map(|(id, _)| id), "push authorised");
-                PreReceiveResponse { version: HOOK_API_VERSION, accepted: true, messages }
+                PreReceiveResponse::accept(messages)
             }
             PushDecision::Reject(rej) => {
                 tracing::info!(repo = %shown, reasons = ?rej.reasons, "push rejected");
                 let mut messages = vec!["grasp: push rejected".to_string()];
                 messages.extend(rej.reasons.into_iter().map(|r| format!("grasp: {r}")));
-                reject(messages)
+                PreReceiveResponse::reject(messages)
             }
         }
     }

@@ -14,7 +14,8 @@ use std::sync::Arc;
 use anyhow::{bail, Context, Result};
 use bytes::Bytes;
 use grasp_state::hook_api::{
-    ApiError, PostReceiveRequest, PreReceiveRequest, HOOK_API_VERSION, PATH_POST_RECEIVE, PATH_PRE_RECEIVE, TOKEN_HEADER,
+    check_version, ApiError, PostReceiveRequest, PreReceiveRequest, ADDR_FILE, HOOK_API_VERSION, PATH_POST_RECEIVE,
+    PATH_PRE_RECEIVE, TOKEN_FILE, TOKEN_HEADER,
 };
 use grasp_state::purgatory::{EntryView, ExpiredView, Purgatory, PurgatoryStats};
 use http_body_util::{BodyExt, Limited};
@@ -62,9 +63,6 @@ impl PurgatoryListing {
 /// Largest request body accepted (a push may update many refs, but not millions).
 const MAX_REQUEST_BYTES: usize = 8 * 1024 * 1024;
 
-/// Files the hooks read to find and authenticate to the API.
-pub const API_ADDR_FILE: &str = "api-addr";
-pub const API_TOKEN_FILE: &str = "api-token";
 
 /// Binds the hook API, writes its address and a fresh token into `data_dir`.
 pub async fn bind(addr: SocketAddr, data_dir: &Path) -> Result<(TcpListener, String)> {
@@ -73,8 +71,8 @@ pub async fn bind(addr: SocketAddr, data_dir: &Path) -> Result<(TcpListener, Str
     }
     let listener = TcpListener::bind(addr).await.with_context(|| format!("cannot bind the hook API on {addr}"))?;
     let token = new_token()?;
-    write_private(&data_dir.join(API_TOKEN_FILE), token.as_bytes())?;
-    write_private(&data_dir.join(API_ADDR_FILE), listener.local_addr()?.to_string().as_bytes())?;
+    write_private(&data_dir.join(TOKEN_FILE), token.as_bytes())?;
+    write_private(&data_dir.join(ADDR_FILE), listener.local_addr()?.to_string().as_bytes())?;
     Ok((listener, token))
 }
 
@@ -125,7 +123,7 @@ fn json<T: Serialize>(status: StatusCode, value: &T) -> Response<Body> {
 }
 
 fn error(status: StatusCode, msg: impl Into<String>) -> Response<Body> {
-    json(status, &ApiError { version: HOOK_API_VERSION, error: msg.into() })
+    json(status, &ApiError::new(msg))
 }
 
 /// Constant-time comparison, so the token cannot be guessed byte by byte from timings.
@@ -183,12 +181,7 @@ fn owner(npub: &str) -> Option<PublicKey> {
 /// Parses a versioned request; the error is the response to send (boxed: it is large).
 fn parse<T: serde::de::DeserializeOwned + Versioned>(body: &[u8]) -> Result<T, Box<Response<Body>>> {
     let req: T = serde_json::from_slice(body).map_err(|e| Box::new(error(StatusCode::BAD_REQUEST, format!("bad request: {e}"))))?;
-    if req.version() != HOOK_API_VERSION {
-        return Err(Box::new(error(
-            StatusCode::BAD_REQUEST,
-            format!("hook API version {} is not supported (this relay speaks {HOOK_API_VERSION}); update grasp-hooks", req.version()),
-        )));
-    }
+    check_version(req.version()).map_err(|e| Box::new(error(StatusCode::BAD_REQUEST, e.to_string())))?;
     Ok(req)
 }
 
@@ -215,8 +208,8 @@ pub fn fetch_purgatory_listing(data_dir: &Path) -> Result<String> {
             format!("cannot read {}: is grasp-relay running with --data-dir {}?", data_dir.join(name).display(), data_dir.display())
         })
     };
-    let (addr, token) = (read(API_ADDR_FILE)?, read(API_TOKEN_FILE)?);
-    let sock: SocketAddr = addr.parse().with_context(|| format!("bad address {addr:?} in {API_ADDR_FILE}"))?;
+    let (addr, token) = (read(ADDR_FILE)?, read(TOKEN_FILE)?);
+    let sock: SocketAddr = addr.parse().with_context(|| format!("bad address {addr:?} in {ADDR_FILE}"))?;
     let mut stream = std::net::TcpStream::connect_timeout(&sock, std::time::Duration::from_secs(5))
         .with_context(|| format!("cannot reach the relay's API at {sock}: is grasp-relay running?"))?;
     stream.set_read_timeout(Some(std::time::Duration::from_secs(30)))?;

@@ -8,7 +8,7 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use grasp_state::hook_api::{PostReceiveResponse, ReleasedEvent, HOOK_API_VERSION};
+use grasp_state::hook_api::{PostReceiveResponse, ReleasedEvent};
 use grasp_state::maintainers::MaintainerSet;
 use grasp_state::nip34::RepoState;
 use grasp_state::refs::{served_refs, RefUpdate, ZERO_OID};
@@ -126,7 +126,7 @@ impl Grasp {
         if released.is_empty() {
             messages.push("grasp: push received; no held events were waiting for this data".to_string());
         }
-        PostReceiveResponse { version: HOOK_API_VERSION, released, messages }
+        PostReceiveResponse::new(released, messages)
     }
 
     /// Releases what `owner`'s repository for `identifier` now satisfies, aligns it, and copies

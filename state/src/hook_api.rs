@@ -22,6 +22,10 @@ pub const PATH_PRE_RECEIVE: &str = "/v1/pre-receive";
 pub const PATH_POST_RECEIVE: &str = "/v1/post-receive";
 /// Header carrying the API token.
 pub const TOKEN_HEADER: &str = "x-grasp-token";
+/// File in the relay's data directory holding the API's address (`host:port`).
+pub const ADDR_FILE: &str = "api-addr";
+/// File in the relay's data directory holding the API token (mode 0600, new at every start).
+pub const TOKEN_FILE: &str = "api-token";
 
 /// The other side speaks a different API version.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -241,7 +241,7 @@ pub async fn publish_repo(
 /// The relay's hook API address and token (from its data directory).
 pub fn hook_api(server: &TestServer) -> (String, String) {
     let read = |f: &str| std::fs::read_to_string(server.data_dir().join(f)).unwrap().trim().to_string();
-    (read("api-addr"), read("api-token"))
+    (read(grasp_state::hook_api::ADDR_FILE), read(grasp_state::hook_api::TOKEN_FILE))
 }
 
 /// The operator's purgatory listing (`GET /v1/purgatory` on the hook API) as JSON.

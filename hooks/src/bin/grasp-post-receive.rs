@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use grasp_hooks::{call, context, data_dir_from_args};
-use grasp_state::hook_api::{PostReceiveRequest, PostReceiveResponse, HOOK_API_VERSION, PATH_POST_RECEIVE};
+use grasp_state::hook_api::{PostReceiveRequest, PostReceiveResponse, PATH_POST_RECEIVE};
 
 /// Releasing may copy objects into other owners' repositories; give it time, but not forever.
 const TIMEOUT: Duration = Duration::from_secs(120);
@@ -11,12 +11,7 @@ const TIMEOUT: Duration = Duration::from_secs(120);
 fn main() {
     let result = (|| -> anyhow::Result<PostReceiveResponse> {
         let ctx = context(data_dir_from_args("grasp-post-receive")?)?;
-        let req = PostReceiveRequest {
-            version: HOOK_API_VERSION,
-            owner: ctx.owner,
-            identifier: ctx.identifier,
-            updates: ctx.updates,
-        };
+        let req = PostReceiveRequest::new(ctx.owner, ctx.identifier, ctx.updates);
         call(&ctx.data_dir, PATH_POST_RECEIVE, &req, TIMEOUT)
     })();
     match result {

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use grasp_hooks::{call, context, data_dir_from_args};
-use grasp_state::hook_api::{PreReceiveRequest, PreReceiveResponse, HOOK_API_VERSION, PATH_PRE_RECEIVE};
+use grasp_state::hook_api::{check_version, PreReceiveRequest, PreReceiveResponse, PATH_PRE_RECEIVE};
 
 /// How long the pusher waits for a verdict before the push is rejected.
 const TIMEOUT: Duration = Duration::from_secs(5);
@@ -11,16 +11,9 @@ const TIMEOUT: Duration = Duration::from_secs(5);
 fn main() {
     let verdict = (|| -> anyhow::Result<PreReceiveResponse> {
         let ctx = context(data_dir_from_args("grasp-pre-receive")?)?;
-        let req = PreReceiveRequest {
-            version: HOOK_API_VERSION,
-            owner: ctx.owner,
-            identifier: ctx.identifier,
-            updates: ctx.updates,
-        };
+        let req = PreReceiveRequest::new(ctx.owner, ctx.identifier, ctx.updates);
         let resp: PreReceiveResponse = call(&ctx.data_dir, PATH_PRE_RECEIVE, &req, TIMEOUT)?;
-        if resp.version != HOOK_API_VERSION {
-            anyhow::bail!("the relay speaks hook API version {}, this hook {}", resp.version, HOOK_API_VERSION);
-        }
+        check_version(resp.version)?;
         Ok(resp)
     })();
     match verdict {

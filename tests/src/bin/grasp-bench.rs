@@ -554,8 +554,8 @@ async fn bench_auth(o: &Opts, tmp: &Path, rows: &mut Vec<Row>) -> Result<()> {
         pipeline(&mut c, chunk).await?;
     }
     eprintln!("  held {} states in {}", o.purgatory_states, ms(started.elapsed()));
-    let api_addr = std::fs::read_to_string(relay.data_dir.join("api-addr"))?.trim().to_string();
-    let token = std::fs::read_to_string(relay.data_dir.join("api-token"))?.trim().to_string();
+    let api_addr = std::fs::read_to_string(relay.data_dir.join(grasp_state::hook_api::ADDR_FILE))?.trim().to_string();
+    let token = std::fs::read_to_string(relay.data_dir.join(grasp_state::hook_api::TOKEN_FILE))?.trim().to_string();
     let http = reqwest::Client::new();
     let ask = |id: &'static str| {
         let body = serde_json::json!({
