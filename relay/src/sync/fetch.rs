@@ -12,12 +12,11 @@
 //! git runs without user or system configuration, without prompts, without redirects, only over
 //! http(s), with object checking, and is killed when its timeout expires.
 
-use std::collections::HashSet;
 use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncReadExt;
 use tokio::process::Command;
 
 /// How to run one fetch.
@@ -55,13 +54,7 @@ pub struct FetchOutcome {
     pub error: Option<String>,
 }
 
-/// Whether `oid` is a full hexadecimal SHA-1 or SHA-256 object id.
-pub fn is_valid_oid(oid: &str) -> bool {
-    (oid.len() == 40 || oid.len() == 64)
-        && oid
-            .bytes()
-            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-}
+pub use grasp_state::refs::is_valid_oid;
 
 /// What a failed fetch's stderr says about the requested oids.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -206,44 +199,11 @@ async fn run_fetch(
 
 /// Which of `oids` are absent from `repo` (one `git cat-file --batch-check`).
 pub async fn missing_objects(repo: &Path, oids: &[String]) -> Result<Vec<String>, String> {
-    if oids.is_empty() {
-        return Ok(Vec::new());
-    }
-    let mut command = git(repo);
-    command
-        .args(["cat-file", "--batch-check=%(objectname)"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped());
-    let mut child = command
-        .spawn()
-        .map_err(|error| format!("could not run git: {error}"))?;
-    let mut stdin = child.stdin.take().ok_or("git cat-file has no stdin")?;
-    let input: String = oids.iter().map(|oid| format!("{oid}\n")).collect();
-    let write = async move {
-        let result = stdin.write_all(input.as_bytes()).await;
-        drop(stdin);
-        result
-    };
-    let (written, output) = tokio::join!(write, child.wait_with_output());
-    let output = output.map_err(|error| format!("git cat-file failed: {error}"))?;
-    written.map_err(|error| format!("git cat-file failed: {error}"))?;
-    if !output.status.success() {
-        return Err(format!(
-            "git cat-file failed: {}",
-            clean_error(&output.stderr)
-        ));
-    }
-    // Present objects print their name; absent ones print "<oid> missing".
-    let present: HashSet<&str> = std::str::from_utf8(&output.stdout)
-        .unwrap_or_default()
-        .lines()
-        .filter(|line| !line.ends_with(" missing"))
-        .collect();
-    Ok(oids
-        .iter()
-        .filter(|oid| !present.contains(oid.as_str()))
-        .cloned()
-        .collect())
+    let (repo, oids) = (repo.to_path_buf(), oids.to_vec());
+    tokio::task::spawn_blocking(move || crate::git::missing_objects(&repo, &oids))
+        .await
+        .map_err(|error| format!("git cat-file task failed: {error}"))?
+        .map_err(|error| error.to_string())
 }
 
 /// Fetch `oids` from `url` into `repo` without touching any ref. Never fails as a whole: the
