@@ -8,7 +8,7 @@ use tracing_subscriber::EnvFilter;
 async fn main() -> std::process::ExitCode {
     let cfg = Config::parse();
     if let Some(command) = &cfg.command {
-        return match grasp_relay::hook_api::run_command(&cfg.data_dir, command) {
+        return match grasp_relay::api::run_command(&cfg.data_dir, command) {
             Ok(()) => std::process::ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("grasp-relay: error: {e:#}");

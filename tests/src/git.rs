@@ -1,5 +1,5 @@
 //! Helpers for git smart-HTTP tests: run `git`, build fixture repositories, and serve a git root
-//! over HTTP with the relay's own [`grasp_relay::git_http::serve`] (which runs the real
+//! over HTTP with the relay's own [`grasp_relay::git::http::serve`] (which runs the real
 //! `grasp-cgi` binary around stock `git http-backend`) without starting the whole relay.
 
 use std::net::SocketAddr;
@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::Arc;
 
-use grasp_relay::git_http::{serve, GitHttpConfig};
+use grasp_relay::git::http::{serve, GitHttpConfig};
 use grasp_state::identifier::{npub_of, percent_encode_segment, RepoLayout};
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
@@ -99,7 +99,7 @@ impl WorkTree {
     }
 }
 
-/// A git root served over HTTP on 127.0.0.1 by `grasp_relay::git_http::serve`.
+/// A git root served over HTTP on 127.0.0.1 by `grasp_relay::git::http::serve`.
 pub struct GitHttpServer {
     pub addr: SocketAddr,
     pub layout: RepoLayout,

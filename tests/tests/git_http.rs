@@ -1,6 +1,6 @@
-//! Git smart HTTP end to end: real `git` against `grasp_relay::git_http::serve`, which runs the
+//! Git smart HTTP end to end: real `git` against `grasp_relay::git::http::serve`, which runs the
 //! real `grasp-cgi` binary around stock `git http-backend`. Repositories are created with
-//! `grasp_relay::repos::create_bare_repo` (or plain `git init --bare`) and filled through the file
+//! `grasp_relay::git::repos::create_bare_repo` (or plain `git init --bare`) and filled through the file
 //! system. Needs `cargo build --workspace` first (for `target/debug/grasp-cgi`).
 
 use std::io::Write;
@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use grasp_relay::repos::{create_bare_repo, read_refs};
+use grasp_relay::git::repos::{create_bare_repo, read_refs};
 use grasp_state::identifier::npub_of;
 use grasp_tests::git::{git, git_output, test_owner, GitHttpServer, WorkTree};
 use reqwest::blocking::Client;
@@ -582,7 +582,7 @@ fn cgi_binary_standalone() {
 fn fake_cgi_server(tmp: &Path, script: &str) -> GitHttpServer {
     let cgi = tmp.join("fake-cgi");
     write_hook(&cgi, script);
-    GitHttpServer::start_with(grasp_relay::git_http::GitHttpConfig {
+    GitHttpServer::start_with(grasp_relay::git::http::GitHttpConfig {
         cgi_path: cgi,
         git_root: tmp.to_path_buf(),
         hooks_dir: None,
@@ -650,7 +650,7 @@ fn broken_cgi_gives_502_with_cors() {
     assert_cors(&resp);
     assert!(resp.text().unwrap().contains("before sending its headers"));
 
-    let missing = GitHttpServer::start_with(grasp_relay::git_http::GitHttpConfig {
+    let missing = GitHttpServer::start_with(grasp_relay::git::http::GitHttpConfig {
         cgi_path: tmp.path().join("does-not-exist"),
         git_root: tmp.path().to_path_buf(),
         hooks_dir: None,

@@ -19,7 +19,7 @@
 //!   wait for the lock of a concurrent "request" while it runs (micro-benchmark on
 //!   `grasp_state::purgatory`).
 //!
-//! The bare baseline is served by the relay's own hyper front (`grasp_relay::git_http::serve`)
+//! The bare baseline is served by the relay's own hyper front (`grasp_relay::git::http::serve`)
 //! with a CGI script that execs `git http-backend` directly: no grasp-cgi, no hooks, no relay.
 
 use std::collections::BTreeSet;
@@ -33,7 +33,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use grasp_relay::git_http::GitHttpConfig;
+use grasp_relay::git::http::GitHttpConfig;
 use grasp_state::identifier::{npub_of, percent_encode_segment};
 use grasp_state::purgatory::{write_checkpoint, Caps, Purgatory, PurgatoryConfig, SystemClock};
 use grasp_tests::client::NostrClient;

@@ -27,7 +27,7 @@ use serde::Serialize;
 use tokio::net::TcpListener;
 
 use crate::grasp::Grasp;
-use crate::http::{full, Body};
+use crate::server::http::{full, Body};
 use crate::shutdown::Shutdown;
 
 /// Path of the operator's purgatory listing (same token).

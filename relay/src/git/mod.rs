@@ -5,6 +5,10 @@
 //! are compare-and-swap transactions (`git update-ref --stdin` with old values), so a push racing
 //! with an alignment makes one of them fail instead of mixing their results.
 
+pub mod http;
+pub mod objects;
+pub mod repos;
+
 use std::io::Write;
 use std::path::Path;
 use std::process::{Command, Stdio};

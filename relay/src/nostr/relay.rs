@@ -8,7 +8,7 @@ use std::sync::Arc;
 use nostr::event::Event;
 use tokio::sync::broadcast;
 
-use crate::store::{SaveOutcome, Store, StoreError};
+use crate::nostr::store::{SaveOutcome, Store, StoreError};
 
 /// Capacity of the live-event channel; a connection lagging further behind is told so by NOTICE.
 const BROADCAST_CAPACITY: usize = 4096;

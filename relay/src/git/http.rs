@@ -26,7 +26,7 @@ use hyper::{Method, Request, Response, StatusCode};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWriteExt, BufReader, ReadBuf};
 use tokio::process::{Child, ChildStdout, Command};
 
-use crate::http::{empty, text, with_cors, Body, BodyError};
+use crate::server::http::{empty, text, with_cors, Body, BodyError};
 
 /// Largest CGI header block accepted from the child.
 const MAX_CGI_HEADER_BYTES: usize = 64 * 1024;

@@ -27,10 +27,10 @@ use grasp_state::purgatory::{PurgatoryFull, RepoId, Removed};
 use nostr::prelude::{Event, Filter, Kind, SingleLetterTag, ToBech32};
 
 use crate::git;
-use crate::objects::surely_missing;
+use crate::git::objects::surely_missing;
 use crate::grasp::{Grasp, Source};
-use crate::policy::Admission;
-use crate::store::SaveOutcome;
+use crate::grasp::policy::Admission;
+use crate::nostr::store::SaveOutcome;
 
 /// The answer for events accepted into the purgatory.
 pub const PURGATORY_MESSAGE: &str = "purgatory: won't be served until git data arrives";

@@ -1,5 +1,5 @@
 //! The acceptance policy's verdict on an incoming event. The policy itself is
-//! `crate::acceptance` (methods of [`crate::grasp::Grasp`]).
+//! `crate::grasp::acceptance` (methods of [`crate::grasp::Grasp`]).
 
 /// What happens to an incoming, already verified event.
 #[derive(Debug, Clone, PartialEq, Eq)]

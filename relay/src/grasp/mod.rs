@@ -6,6 +6,12 @@
 //! authorisation (seed: "Authorization During Push"). Decisions themselves are pure functions in
 //! `grasp_state`; this module gathers their inputs and carries out their results.
 
+pub mod acceptance;
+pub mod authorize;
+pub mod lifecycle;
+pub mod policy;
+pub mod release;
+
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -17,8 +23,8 @@ use grasp_state::purgatory::Purgatory;
 use nostr::prelude::{Event, Filter, Kind, PublicKey};
 use tokio::sync::OwnedMutexGuard;
 
-use crate::policy::Admission;
-use crate::relay::Relay;
+use crate::grasp::policy::Admission;
+use crate::nostr::relay::Relay;
 
 /// Where an announcement or state event came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -11,7 +11,7 @@ pub const SOFTWARE_URL: &str = "https://example.invalid/grasp-relay";
 pub const SUPPORTED_NIPS: &[u16] = &[1, 9, 11, 34];
 
 /// The human-readable acceptance criteria required by GRASP, for a purgatory that holds events
-/// `purgatory_ttl_secs` seconds. Kept in step with `crate::acceptance`.
+/// `purgatory_ttl_secs` seconds. Kept in step with `crate::grasp::acceptance`.
 pub fn repo_acceptance_criteria(public_host: &str, purgatory_ttl_secs: u64) -> String {
     let wait = if purgatory_ttl_secs.is_multiple_of(60) {
         format!("{} minutes", purgatory_ttl_secs / 60)

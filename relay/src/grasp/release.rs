@@ -30,7 +30,7 @@ impl Grasp {
     /// Stores `ev` and broadcasts it to subscribers.
     pub async fn publish(&self, ev: &Event) -> Result<(), String> {
         match self.relay.publish(ev).await {
-            Ok(crate::store::SaveOutcome::Saved) => Ok(()),
+            Ok(crate::nostr::store::SaveOutcome::Saved) => Ok(()),
             Ok(other) => Err(other.ok_reply().1),
             Err(e) => Err(format!("error: could not save the event: {e}")),
         }
@@ -39,7 +39,7 @@ impl Grasp {
     /// Creates `owner`'s bare repository for `identifier` if it is missing.
     pub async fn ensure_repo(&self, owner: &PublicKey, identifier: &str) -> Result<PathBuf, String> {
         let (layout, hooks, owner, id) = (self.layout.clone(), self.hooks_dir.clone(), *owner, identifier.to_string());
-        blocking(move || crate::repos::create_bare_repo(&layout, &owner, &id, &hooks).map_err(|e| e.to_string())).await
+        blocking(move || crate::git::repos::create_bare_repo(&layout, &owner, &id, &hooks).map_err(|e| e.to_string())).await
     }
 
     /// Deletes `owner`'s bare repository for `identifier` (purgatory expiry, deletion, service
@@ -48,7 +48,7 @@ impl Grasp {
         let Some(repo) = self.repo_path(owner, identifier) else { return };
         let _guard = self.locks.lock(&repo).await;
         let (layout, owner2, id) = (self.layout.clone(), *owner, identifier.to_string());
-        if let Err(e) = blocking(move || crate::repos::delete_repo(&layout, &owner2, &id)).await {
+        if let Err(e) = blocking(move || crate::git::repos::delete_repo(&layout, &owner2, &id)).await {
             tracing::warn!(repo = %repo.display(), error = %e, "could not delete repository");
         }
     }
@@ -311,7 +311,7 @@ impl Grasp {
     /// and removes push quarantines abandoned by a crash mid-push.
     pub async fn reconcile_all(&self) {
         let git_root = self.layout.git_root().to_path_buf();
-        blocking(move || crate::repos::remove_stale_quarantines(&git_root, STALE_QUARANTINE)).await;
+        blocking(move || crate::git::repos::remove_stale_quarantines(&git_root, STALE_QUARANTINE)).await;
         let identifiers = { self.purgatory.lock().unwrap().waiting_identifiers() };
         for identifier in identifiers {
             for (a, _) in self.announcements(&identifier).await {

@@ -1,21 +1,24 @@
 //! The public HTTP listener and the daemon's lifecycle.
 //!
 //! One hyper (HTTP/1.1, with upgrades) listener routes:
-//! - `GET /` with a WebSocket upgrade: the Nostr relay ([`crate::connection`]);
+//! - `GET /` with a WebSocket upgrade: the Nostr relay ([`crate::nostr::connection`]);
 //! - `GET /` with `Accept: application/nostr+json`: the NIP-11 document;
 //! - `GET /` otherwise: a small home page;
 //! - `OPTIONS` anywhere: `204` with CORS;
-//! - every other path: `grasp-cgi` ([`crate::git_http`]): git smart HTTP and the repository
+//! - every other path: `grasp-cgi` ([`crate::git::http`]): git smart HTTP and the repository
 //!   page for `/<npub>/<identifier>.git...`, its `404` page (HTML for browsers) for the rest.
 //!
-//! Every response carries the CORS headers ([`crate::http::with_cors`]).
+//! Every response carries the CORS headers ([`crate::server::http::with_cors`]).
 //!
-//! Connection limits ([`crate::connection_limits`]): a connection beyond `--max-connections` or
+//! Connection limits ([`crate::server::connection_limits`]): a connection beyond `--max-connections` or
 //! `--max-connections-per-ip` is answered with a canned `503` (CORS headers, a message saying
 //! what to do) written once the request head has arrived (read and discarded, never parsed),
 //! then closed once the client closes (or after [`REFUSAL_LINGER`]). At most [`MAX_REFUSALS_IN_FLIGHT`] refusals are
 //! answered at a time; beyond that a flood's connections are closed without an answer, so
 //! refusing never costs more than accepting.
+
+pub mod connection_limits;
+pub mod http;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -39,14 +42,14 @@ use tokio_tungstenite::tungstenite::protocol::Role;
 use tokio_tungstenite::WebSocketStream;
 
 use crate::config::Config;
-use crate::connection::{self, Limits};
-use crate::connection_limits::{ConnectionLimiter, ConnectionPermit, Refusal};
+use crate::nostr::connection::{self, Limits};
+use crate::server::connection_limits::{ConnectionLimiter, ConnectionPermit, Refusal};
 use crate::datadir::DataDir;
-use crate::http::{self, Body};
+use crate::server::http::Body;
 use crate::grasp::Grasp;
-use crate::relay::Relay;
+use crate::nostr::relay::Relay;
 use crate::shutdown::{Shutdown, ShutdownController};
-use crate::store::Store;
+use crate::nostr::store::Store;
 
 /// How long tasks get to finish after SIGINT/SIGTERM.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
@@ -66,7 +69,7 @@ const REFUSAL_DRAIN_BYTES: usize = 64 * 1024;
 /// Shared state of the public listener.
 pub struct AppState {
     pub cfg: Config,
-    pub git: crate::git_http::GitHttpConfig,
+    pub git: crate::git::http::GitHttpConfig,
     pub grasp: Arc<Grasp>,
     pub limits: Limits,
     /// Open connection counts of the public listener.
@@ -98,7 +101,7 @@ pub async fn run(mut cfg: Config) -> anyhow::Result<()> {
     };
 
     // The purgatory, restored from its checkpoint (downtime subtracted).
-    let purgatory = crate::lifecycle::restore(data.root(), cfg.purgatory());
+    let purgatory = crate::grasp::lifecycle::restore(data.root(), cfg.purgatory());
     let layout = grasp_state::identifier::RepoLayout::new(data.git());
     let grasp = Arc::new(Grasp::new(relay, purgatory, layout, data.hooks(), cfg.public_host()));
 
@@ -115,13 +118,13 @@ pub async fn run(mut cfg: Config) -> anyhow::Result<()> {
             );
         }
     }
-    crate::hook_api::install_hooks(&data.hooks(), &bin_dir, data.root())
+    crate::api::install_hooks(&data.hooks(), &bin_dir, data.root())
         .context("installing the git hooks")?;
-    let (api_listener, token) = crate::hook_api::bind(cfg.api_bind, data.root()).await?;
+    let (api_listener, token) = crate::api::bind(cfg.api_bind, data.root()).await?;
     let api_addr = api_listener.local_addr()?;
 
     let controller = ShutdownController::new();
-    tokio::spawn(crate::hook_api::serve(api_listener, token, grasp.clone(), controller.subscribe()));
+    tokio::spawn(crate::api::serve(api_listener, token, grasp.clone(), controller.subscribe()));
 
     // Nothing is lost if the relay was down between a push's two hooks: release what the
     // repositories already satisfy.
@@ -130,15 +133,15 @@ pub async fn run(mut cfg: Config) -> anyhow::Result<()> {
     // Background sync: fetch what the purgatory waits for from the other clone URLs it knows.
     crate::sync::start(&grasp, cfg.sync(), controller.subscribe());
 
-    tokio::spawn(crate::lifecycle::run_expiry(grasp.clone(), controller.subscribe()));
-    tokio::spawn(crate::lifecycle::run_checkpoints(
+    tokio::spawn(crate::grasp::lifecycle::run_expiry(grasp.clone(), controller.subscribe()));
+    tokio::spawn(crate::grasp::lifecycle::run_checkpoints(
         grasp.clone(),
         data.root().to_path_buf(),
         cfg.checkpoint_interval(),
         controller.subscribe(),
     ));
 
-    let git = crate::git_http::GitHttpConfig {
+    let git = crate::git::http::GitHttpConfig {
         cgi_path: cfg.cgi_path(),
         git_root: data.git(),
         hooks_dir: Some(data.hooks()),
@@ -159,7 +162,7 @@ pub async fn run(mut cfg: Config) -> anyhow::Result<()> {
     }
     accept.abort();
     // Background mutation has stopped: write the final checkpoint.
-    match crate::lifecycle::checkpoint(&grasp, data.root()).await {
+    match crate::grasp::lifecycle::checkpoint(&grasp, data.root()).await {
         Ok(()) => tracing::info!("purgatory checkpoint written"),
         Err(e) => tracing::error!(error = %e, "final purgatory checkpoint failed"),
     }
@@ -319,7 +322,7 @@ async fn route(
         } else if accepts_nostr_json(&req) {
             let mut r = http::text(
                 StatusCode::OK,
-                crate::nip11::document(&state.cfg).to_string(),
+                crate::nostr::nip11::document(&state.cfg).to_string(),
             );
             r.headers_mut().insert(
                 CONTENT_TYPE,
@@ -332,7 +335,7 @@ async fn route(
     } else {
         // Repository paths, and every other path: grasp-cgi serves git, the repository pages and
         // the one 404 page (HTML for browsers), the same here as behind nginx.
-        crate::git_http::serve(req, remote, &state.git).await
+        crate::git::http::serve(req, remote, &state.git).await
     };
     http::with_cors(resp)
 }

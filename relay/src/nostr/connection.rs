@@ -21,7 +21,7 @@ use tokio_tungstenite::WebSocketStream;
 
 use crate::grasp::Grasp;
 use crate::shutdown::Shutdown;
-use crate::subscriptions::Subscriptions;
+use crate::nostr::subscriptions::Subscriptions;
 
 /// Limits applied to each connection.
 #[derive(Debug, Clone, Copy)]
