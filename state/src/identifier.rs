@@ -5,7 +5,7 @@
 //! one place that turns `(owner, identifier)` into a path and a path back into
 //! `(owner, identifier)`.
 //!
-//! Rules (GRASP.md decision 2):
+//! Rules (docs/protocol.md#decisions, decision 2):
 //! - rejected: empty, `.`, `..`, anything containing `/`, `\`, NUL or another control character
 //!   (C0, DEL, C1), and anything longer than [`MAX_IDENTIFIER_BYTES`] bytes of UTF-8;
 //! - allowed: any other Unicode, spaces, a leading dot, and a trailing `.git` (the directory is

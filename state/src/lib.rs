@@ -8,7 +8,7 @@
 //! - [`nip34`]: NIP-34 events as types: [`nip34::Announcement`] (30617),
 //!   [`nip34::RepoState`] (30618), [`nip34::PullRequest`] (1618/1619), the kind
 //!   constants, what an event references, and "does this announcement list
-//!   this service" (GRASP.md decision 1).
+//!   this service" (docs/protocol.md#decisions, decision 1).
 //! - [`maintainers`]: the recursive, cycle-safe [`maintainers::MaintainerSet`]
 //!   of an (owner, identifier) (decision 4).
 //! - [`push`]: the push decision (decisions 5 and 6) as one function,

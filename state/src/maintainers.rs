@@ -1,4 +1,4 @@
-//! The recursive maintainer set (GRASP.md decision 4).
+//! The recursive maintainer set (docs/protocol.md#decisions, decision 4).
 //!
 //! For owner O and identifier d the set is O, plus every pubkey in the
 //! `maintainers` tag of O's announcement for d, plus (recursively) the

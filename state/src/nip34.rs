@@ -4,8 +4,8 @@
 //! cares about into plain structs and says clearly what is wrong with the rest:
 //!
 //! - [`Announcement`] (kind 30617): who owns a repository, where it is served,
-//!   who maintains it. [`Announcement::lists_service`] implements GRASP.md
-//!   decision 1 ("lists this service").
+//!   who maintains it. [`Announcement::lists_service`] implements decision 1
+//!   ("lists this service", docs/protocol.md#decisions).
 //! - [`RepoState`] (kind 30618): the exact refs a maintainer wants served.
 //! - [`PullRequest`] (kinds 1618 and 1619): the commit to expect at
 //!   `refs/nostr/<event-id>`.
@@ -124,7 +124,7 @@ impl Announcement {
         })
     }
 
-    /// GRASP.md decision 1: true when some `clone` URL (http/https) and some
+    /// Decision 1 (docs/protocol.md#decisions): true when some `clone` URL (http/https) and some
     /// `relays` URL (ws/wss) have exactly `public_host` as `host[:port]`.
     ///
     /// `public_host` is `host` or `host:port` (a leading scheme and trailing `/`

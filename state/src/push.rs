@@ -1,4 +1,4 @@
-//! The push decision (GRASP.md decisions 5 and 6) as a pure function.
+//! The push decision (docs/protocol.md#push-authorisation, decisions 5 and 6) as a pure function.
 //!
 //! The `pre-receive` hook hands the relay the ref updates of a push; the relay
 //! gathers the repository's current refs, the state events that could

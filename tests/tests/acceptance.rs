@@ -296,7 +296,7 @@ async fn maintainer_exception_and_service_change() {
 
     assert_held(c.send_event(&announcement(&server, &owner, "proj", &[maint.public_key()])).await.unwrap());
     // The listed maintainer's announcement that does not list this service is stored (and
-    // served), but gets no repository here (decision 3).
+    // served), but gets no repository here (docs/protocol.md#decisions, decision 3).
     let m = elsewhere(&maint, "proj");
     assert_stored_ok(c.send_event(&m).await.unwrap());
     assert!(stored(&mut c, m.id).await);

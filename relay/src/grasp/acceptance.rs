@@ -1,4 +1,4 @@
-//! Which events this relay accepts (GRASP.md "GRASP-01 requirements" and decisions 1-3, 6, 8),
+//! Which events this relay accepts (docs/protocol.md#acceptance and #decisions 1-3, 6, 8, 10),
 //! and where they go: straight to the store, or to the purgatory until their git data arrives.
 //!
 //! - 30617 announcements must list this service (or come from the owner or a maintainer of an
@@ -44,7 +44,7 @@ const TAGGED_BY_SCAN: usize = 32;
 /// store query): an event relates through one of its first references or not at all.
 const MAX_REFERENCES_CHECKED: usize = 64;
 
-/// Kinds accepted from anyone without any relation (GRASP.md: 10317 and 5). They never anchor
+/// Kinds accepted from anyone without any relation (docs/protocol.md#acceptance). They never anchor
 /// a related event.
 pub fn is_unconditional(kind: u16) -> bool {
     kind == KIND_DELETION || kind == KIND_USER_GRASP_LIST
@@ -102,7 +102,7 @@ impl Grasp {
         let npub = a.owner.to_bech32().unwrap_or_default();
         if !a.lists_service(&self.public_host) {
             // Service change: a newer announcement dropping this service ends the owner's
-            // purgatory entry and its bare repository (decision 3).
+            // purgatory entry and its bare repository (docs/protocol.md#decisions, decision 3).
             if let Some((_, Source::Purgatory)) = existing {
                 self.drop_held_announcement(&a.owner, &a.identifier, "service no longer listed").await;
                 return Admission::Store;

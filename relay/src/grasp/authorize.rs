@@ -1,5 +1,5 @@
-//! Push authorisation for the pre-receive hook (GRASP.md decisions 5 and 6; seed "Authorization
-//! During Push"). Gathers the inputs — current refs, the maintainer set's latest stored state,
+//! Push authorisation for the pre-receive hook (docs/protocol.md#push-authorisation, decisions 5
+//! and 6). Gathers the inputs — current refs, the maintainer set's latest stored state,
 //! held states, known pull requests — and hands them to the pure `grasp_state::push::decide_push`.
 
 use std::collections::BTreeMap;

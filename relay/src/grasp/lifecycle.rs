@@ -1,6 +1,6 @@
 //! The purgatory's lifecycle around the pure model: restore at startup, the expiry task that
 //! carries out what [`Purgatory::sweep`] decides, and crash-safe checkpoints
-//! (seed: "Crash-Safe Checkpoint Persistence", "Announcement Expiry", placeholder expiry).
+//! (docs/protocol.md#checkpoints, #soft-expiry, #placeholders).
 //!
 //! - [`restore`]: read `<data>/purgatory-state.json`, subtract downtime, set a bad file aside.
 //! - [`run_expiry`]: sleeps until the model's next deadline (at most a second), sweeps,

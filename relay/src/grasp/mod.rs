@@ -3,7 +3,7 @@
 //!
 //! [`Grasp`] joins the event store, the purgatory and the repositories on disk. Lookups merge
 //! what is stored with what waits in the purgatory, because the purgatory's events count for
-//! authorisation (seed: "Authorization During Push"). Decisions themselves are pure functions in
+//! authorisation (docs/protocol.md#purgatory). Decisions themselves are pure functions in
 //! `grasp_state`; this module gathers their inputs and carries out their results.
 
 pub mod acceptance;
@@ -71,7 +71,7 @@ pub struct Grasp {
     pub purgatory: Mutex<Purgatory>,
     pub layout: RepoLayout,
     pub hooks_dir: PathBuf,
-    /// host[:port] that announcements must list (GRASP.md decision 1).
+    /// host[:port] that announcements must list (docs/protocol.md#decisions, decision 1).
     pub public_host: String,
     pub locks: RepoLocks,
     /// Told whenever an event starts waiting in the purgatory for an identifier's git data

@@ -1,5 +1,5 @@
 //! Git data arrival: promotion and release of held events, ref alignment, copies to other owners
-//! (GRASP.md decision 7; seed "Git Data Arrival → Promotion").
+//! (docs/protocol.md#release-and-alignment, decision 7).
 //!
 //! [`Grasp::process_repo`] is the one routine behind every arrival of git data: the
 //! post-receive hook, a background sync fetch, and the reconciliation at startup. It is

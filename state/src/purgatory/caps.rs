@@ -1,4 +1,4 @@
-//! Bounded memory (GRASP.md decision 9): the purgatory never trusts the network.
+//! Bounded memory (docs/protocol.md#caps, decision 9): the purgatory never trusts the network.
 //!
 //! Every event entry counts against its author (announcement owner, state/PR author) and against
 //! a total; git-first placeholders have their own budget per destination repository and in

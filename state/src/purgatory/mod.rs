@@ -2,7 +2,7 @@
 //!
 //! A GRASP relay accepts repository announcements, state events and PRs before their git data
 //! exists, and `refs/nostr/<id>` pushes before their PR event exists. Both wait here, unserved,
-//! until the other half arrives or 30 minutes pass (see `seed/purgatory-design.md`).
+//! until the other half arrives or 30 minutes pass (see docs/protocol.md#purgatory).
 //!
 //! This module is the pure data model: plain `&mut self` methods, no async, no git, no
 //! filesystem (except [`checkpoint`]'s read/write helpers). Time comes from an injected
