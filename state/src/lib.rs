@@ -13,6 +13,8 @@
 //!   of an (owner, identifier) (decision 4).
 //! - [`push`]: the push decision (decisions 5 and 6) as one function,
 //!   [`push::decide_push`], plus helpers for releasing events after a push.
+//! - [`recency`]: the NIP-01 "which event is newer" order as one type,
+//!   [`recency::Recency`].
 //! - [`hook_api`]: the versioned JSON request/response types the hooks send to
 //!   the relay's internal API.
 //! - [`identifier`]: repository path layout and identifier validation (decision 2).
@@ -29,4 +31,5 @@ pub mod maintainers;
 pub mod nip34;
 pub mod purgatory;
 pub mod push;
+pub mod recency;
 pub mod refs;

@@ -16,6 +16,7 @@
 
 use nostr::prelude::{Event, EventId, PublicKey, Timestamp};
 
+use crate::recency::Recency;
 use crate::refs::{is_valid_oid, is_valid_ref_name, RefMap, HEADS_PREFIX, TAGS_PREFIX};
 
 /// Repository announcement.
@@ -97,6 +98,11 @@ pub struct Announcement {
 }
 
 impl Announcement {
+    /// Where this announcement stands in the NIP-01 order.
+    pub fn recency(&self) -> Recency {
+        Recency::new(self.created_at, self.event_id)
+    }
+
     /// Read a kind 30617 event. Requires a `d` tag; invalid maintainer keys are skipped.
     pub fn from_event(event: &Event) -> Result<Self, EventError> {
         expect_kind(
@@ -239,18 +245,22 @@ impl RepoState {
     /// NIP-01 order for replaceable events: true when `self` replaces `other`
     /// (newer `created_at`, or same second and lower event id).
     pub fn is_newer_than(&self, other: &RepoState) -> bool {
-        newer(
-            self.created_at,
-            &self.event_id,
-            other.created_at,
-            &other.event_id,
-        )
+        self.recency() > other.recency()
+    }
+
+    /// Where this state stands in the NIP-01 order.
+    pub fn recency(&self) -> Recency {
+        Recency::new(self.created_at, self.event_id)
     }
 }
 
-/// NIP-01: is (a_time, a_id) newer than (b_time, b_id)? Same second: lower id wins.
-pub fn newer(a_time: Timestamp, a_id: &EventId, b_time: Timestamp, b_id: &EventId) -> bool {
-    a_time > b_time || (a_time == b_time && a_id < b_id)
+/// Where a known announcement or state event lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    /// In the event store (served).
+    Stored,
+    /// In purgatory, waiting for its git data.
+    Purgatory,
 }
 
 /// Pull request (kind 1618) or pull request update (kind 1619).

@@ -24,7 +24,7 @@ use std::collections::BTreeMap;
 
 use nostr::prelude::EventId;
 
-use crate::nip34::{newer, parse_event_id, RepoState};
+use crate::nip34::{parse_event_id, RepoState, Source};
 use crate::refs::{
     apply_updates, is_served_ref, is_valid_oid, is_valid_ref_name, is_zero_oid, served_refs,
     short_oid, RefMap, RefUpdate, NOSTR_PREFIX,
@@ -33,20 +33,11 @@ use crate::refs::{
 /// Most per-ref difference lines shown in one rejection.
 pub const MAX_DIFF_LINES: usize = 20;
 
-/// Where a candidate state event lives.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StateSource {
-    /// In the event store (served).
-    Stored,
-    /// In purgatory, waiting for its git data.
-    Purgatory,
-}
-
 /// A state event that may authorise a push.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StateCandidate {
     pub state: RepoState,
-    pub source: StateSource,
+    pub source: Source,
 }
 
 /// Everything [`decide_push`] needs.
@@ -74,7 +65,7 @@ pub enum PushDecision {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Accepted {
     /// The newest candidate the repository matches after the push, if any.
-    pub matched_state: Option<(EventId, StateSource)>,
+    pub matched_state: Option<(EventId, Source)>,
     /// `refs/nostr/<id>` pushes for events not known yet: (id, pushed commit).
     pub placeholders: Vec<(EventId, String)>,
     /// Known PRs / PR updates whose commit was pushed.
@@ -193,15 +184,8 @@ fn check_nostr_ref(
 /// NIP-01 order between candidates, newest greatest; the same event in both
 /// places counts as stored.
 fn candidate_order(a: &StateCandidate, b: &StateCandidate) -> Ordering {
-    let (sa, sb) = (&a.state, &b.state);
-    if newer(sa.created_at, &sa.event_id, sb.created_at, &sb.event_id) {
-        Ordering::Greater
-    } else if newer(sb.created_at, &sb.event_id, sa.created_at, &sa.event_id) {
-        Ordering::Less
-    } else {
-        let stored = |c: &StateCandidate| c.source == StateSource::Stored;
-        stored(a).cmp(&stored(b))
-    }
+    let stored = |c: &StateCandidate| c.source == Source::Stored;
+    a.state.recency().cmp(&b.state.recency()).then_with(|| stored(a).cmp(&stored(b)))
 }
 
 fn newest<'a>(candidates: impl Iterator<Item = &'a StateCandidate>) -> Option<&'a StateCandidate> {
@@ -258,11 +242,7 @@ fn mismatch_reasons(state: &RepoState, after: &RefMap, pushed: &[RefUpdate]) -> 
 /// Sort states in the order to release them: oldest first; on the same second
 /// the NIP-01 loser (higher id) first, so the last one released is the winner.
 pub fn release_order(states: &mut [RepoState]) {
-    states.sort_by(|a, b| {
-        a.created_at
-            .cmp(&b.created_at)
-            .then_with(|| b.event_id.cmp(&a.event_id))
-    });
+    states.sort_by_key(RepoState::recency);
 }
 
 /// The distinct oids `state` declares that the repository lacks (sorted).
@@ -322,14 +302,14 @@ mod tests {
     fn stored(s: RepoState) -> StateCandidate {
         StateCandidate {
             state: s,
-            source: StateSource::Stored,
+            source: Source::Stored,
         }
     }
 
     fn purg(s: RepoState) -> StateCandidate {
         StateCandidate {
             state: s,
-            source: StateSource::Purgatory,
+            source: Source::Purgatory,
         }
     }
 
@@ -388,7 +368,7 @@ mod tests {
         // A no-op push still reports a state the repo already matches.
         let cands = [purg(state(1, 10, &[("refs/heads/main", A)]))];
         let a = accepted(decide(&current, &noop, &cands));
-        assert_eq!(a.matched_state, Some((id(1), StateSource::Purgatory)));
+        assert_eq!(a.matched_state, Some((id(1), Source::Purgatory)));
     }
 
     #[test]
@@ -411,7 +391,7 @@ mod tests {
             &[up(ZERO_OID, A, "refs/heads/main")],
             &cands,
         ));
-        assert_eq!(a.matched_state, Some((id(1), StateSource::Purgatory)));
+        assert_eq!(a.matched_state, Some((id(1), Source::Purgatory)));
         assert!(a.placeholders.is_empty() && a.pr_matches.is_empty());
     }
 
@@ -431,7 +411,7 @@ mod tests {
             )),
         ];
         let a = accepted(decide(&current, &[up(A, B, "refs/heads/main")], &cands));
-        assert_eq!(a.matched_state, Some((id(2), StateSource::Purgatory)));
+        assert_eq!(a.matched_state, Some((id(2), Source::Purgatory)));
         // Wrong commit: rejected, with the ref named and both short oids.
         let reasons = rejected(decide(&current, &[up(A, C, "refs/heads/main")], &cands));
         assert!(reasons[0].contains("0202020"), "{reasons:?}");
@@ -449,7 +429,7 @@ mod tests {
         let matching = [stored(state(1, 10, &[("refs/heads/main", A)]))];
         assert_eq!(
             accepted(decide(&current, &del, &matching)).matched_state,
-            Some((id(1), StateSource::Stored))
+            Some((id(1), Source::Stored))
         );
         let still_declared = [stored(state(
             1,
@@ -526,7 +506,7 @@ mod tests {
             &[up(ZERO_OID, A, "refs/heads/main")],
             &[purg(s.clone())],
         ));
-        assert_eq!(a.matched_state, Some((id(1), StateSource::Purgatory)));
+        assert_eq!(a.matched_state, Some((id(1), Source::Purgatory)));
         s.head = None;
         assert!(accepted(decide(
             &RefMap::new(),
@@ -565,7 +545,7 @@ mod tests {
             &[up(ZERO_OID, A, "refs/heads/main")],
             &cands,
         ));
-        assert_eq!(a.matched_state, Some((id(2), StateSource::Purgatory)));
+        assert_eq!(a.matched_state, Some((id(2), Source::Purgatory)));
     }
 
     #[test]
@@ -581,7 +561,7 @@ mod tests {
             &[up(ZERO_OID, A, "refs/heads/main")],
             &cands,
         ));
-        assert_eq!(a.matched_state, Some((id(3), StateSource::Purgatory)));
+        assert_eq!(a.matched_state, Some((id(3), Source::Purgatory)));
     }
 
     #[test]
@@ -594,7 +574,7 @@ mod tests {
             &[up(ZERO_OID, A, "refs/heads/main")],
             &cands,
         ));
-        assert_eq!(a.matched_state, Some((id(2), StateSource::Stored)));
+        assert_eq!(a.matched_state, Some((id(2), Source::Stored)));
         // Same event in both places: counts as stored.
         let cands = [purg(state(1, 10, &target)), stored(state(1, 10, &target))];
         let a = accepted(decide(
@@ -602,7 +582,7 @@ mod tests {
             &[up(ZERO_OID, A, "refs/heads/main")],
             &cands,
         ));
-        assert_eq!(a.matched_state, Some((id(1), StateSource::Stored)));
+        assert_eq!(a.matched_state, Some((id(1), Source::Stored)));
         // Only the stored state matches.
         let cands = [
             stored(state(1, 10, &target)),
@@ -613,7 +593,7 @@ mod tests {
             &[up(ZERO_OID, A, "refs/heads/main")],
             &cands,
         ));
-        assert_eq!(a.matched_state, Some((id(1), StateSource::Stored)));
+        assert_eq!(a.matched_state, Some((id(1), Source::Stored)));
     }
 
     #[test]
@@ -771,7 +751,7 @@ mod tests {
             up(ZERO_OID, B, &unknown),
         ];
         let a = accepted(decide_with_prs(&RefMap::new(), &push, &cands, &prs));
-        assert_eq!(a.matched_state, Some((id(1), StateSource::Purgatory)));
+        assert_eq!(a.matched_state, Some((id(1), Source::Purgatory)));
         assert_eq!(a.pr_matches, vec![id(7)]);
         assert_eq!(a.placeholders, vec![(id(8), B.to_owned())]);
         // PR refs alone need no state event.

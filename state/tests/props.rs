@@ -21,7 +21,8 @@ use grasp_state::identifier::{
 };
 use grasp_state::nip34::{references, Announcement, PullRequest, RepoState};
 use grasp_state::purgatory::{Caps, ManualClock, Purgatory, PurgatoryConfig};
-use grasp_state::push::{decide_push, PushDecision, PushRequest, StateCandidate, StateSource};
+use grasp_state::nip34::Source;
+use grasp_state::push::{decide_push, PushDecision, PushRequest, StateCandidate};
 use grasp_state::refs::{
     apply_updates, is_served_ref, is_valid_oid, is_valid_ref_name, parse_ref_updates,
     served_refs, RefMap, RefUpdate, ZERO_OID,
@@ -262,7 +263,7 @@ fn candidates() -> impl Strategy<Value = Vec<StateCandidate>> {
                         head: None,
                         created_at: Timestamp::from(1_700_000_000 + t),
                     },
-                    source: if stored { StateSource::Stored } else { StateSource::Purgatory },
+                    source: if stored { Source::Stored } else { Source::Purgatory },
                 }
             })
             .collect()

@@ -91,7 +91,7 @@ impl Grasp {
         let all = self.announcements(&a.identifier).await;
         let existing = all.iter().find(|(x, _)| x.owner == a.owner);
         if let Some((old, _)) = existing {
-            if (old.created_at, std::cmp::Reverse(old.event_id)) > (a.created_at, std::cmp::Reverse(a.event_id)) {
+            if old.recency() > a.recency() {
                 return Admission::Reject(
                     "invalid: a newer announcement of this repository by this author is already known; \
                      publish with a later created_at"

@@ -5,8 +5,8 @@
 use std::collections::BTreeMap;
 
 use grasp_state::hook_api::PreReceiveResponse;
-use grasp_state::nip34::PullRequest;
-use grasp_state::push::{decide_push, PushDecision, PushRequest, Rejection, StateCandidate, StateSource};
+use grasp_state::nip34::{PullRequest, Source};
+use grasp_state::push::{decide_push, PushDecision, PushRequest, Rejection, StateCandidate};
 use grasp_state::purgatory::RepoId;
 use grasp_state::refs::RefUpdate;
 use nostr::prelude::{EventId, PublicKey, ToBech32};
@@ -40,10 +40,10 @@ impl Grasp {
             .held_states(identifier, &set)
             .into_iter()
             .filter(|held| stored.as_ref().is_none_or(|stored| held.is_newer_than(stored)))
-            .map(|state| StateCandidate { state, source: StateSource::Purgatory })
+            .map(|state| StateCandidate { state, source: Source::Purgatory })
             .collect();
         let candidates: Vec<StateCandidate> =
-            stored.map(|state| StateCandidate { state, source: StateSource::Stored }).into_iter().chain(held).collect();
+            stored.map(|state| StateCandidate { state, source: Source::Stored }).into_iter().chain(held).collect();
         let mut known_prs = BTreeMap::new();
         let mut not_prs = Vec::new();
         for u in updates {
@@ -93,7 +93,7 @@ impl Grasp {
                 let mut messages = Vec::new();
                 if let Some((state_id, source)) = acc.matched_state {
                     messages.push(format!("grasp: push matches repository state {}", &state_id.to_hex()[..12]));
-                    if source == StateSource::Purgatory {
+                    if source == Source::Purgatory {
                         // Trigger 2 of the expiry extensions: git data is arriving.
                         let owners: Vec<_> = all.iter().filter(|(a, _)| &a.owner == owner).map(|(a, s)| (a.owner, *s)).collect();
                         self.extend_held_announcements(&owners, identifier).await;

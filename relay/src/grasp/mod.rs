@@ -26,12 +26,7 @@ use tokio::sync::OwnedMutexGuard;
 use crate::grasp::policy::Admission;
 use crate::nostr::relay::Relay;
 
-/// Where an announcement or state event came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Source {
-    Stored,
-    Purgatory,
-}
+pub use grasp_state::nip34::Source;
 
 /// Serialises the relay's own mutations of one repository (alignment, object copies, sync
 /// fetches, placeholder removal). Entries are tiny and keyed by repository path.
@@ -168,9 +163,7 @@ impl Grasp {
         };
         for ev in held {
             if let Ok(a) = Announcement::from_event(&ev) {
-                let newer = by_owner.get(&a.owner).is_none_or(|(old, _)| {
-                    (a.created_at, std::cmp::Reverse(a.event_id)) > (old.created_at, std::cmp::Reverse(old.event_id))
-                });
+                let newer = by_owner.get(&a.owner).is_none_or(|(old, _)| a.recency() > old.recency());
                 if newer {
                     by_owner.insert(a.owner, (a, Source::Purgatory));
                 }
@@ -206,7 +199,7 @@ impl Grasp {
             .iter()
             .filter_map(|ev| RepoState::from_event(ev).ok())
             .filter(|s| s.identifier == identifier)
-            .max_by_key(|s| (s.created_at, std::cmp::Reverse(s.event_id)))
+            .max_by_key(RepoState::recency)
     }
 
     /// Purgatory state events for `identifier` authored inside `set`, oldest first.

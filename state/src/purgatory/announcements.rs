@@ -8,12 +8,14 @@ use std::time::Duration;
 
 use nostr::prelude::{Event, PublicKey};
 
+use crate::recency::Recency;
+
 use super::entries::{AnnouncementAdded, AnnouncementEntry, EntryKey, Extension};
 use super::{Purgatory, PurgatoryFull};
 
 /// NIP-01 order for replaceable events: later `created_at` wins, a tie goes to the lower id.
 pub(crate) fn supersedes(new: &Event, old: &Event) -> bool {
-    (new.created_at, std::cmp::Reverse(new.id)) >= (old.created_at, std::cmp::Reverse(old.id))
+    Recency::of(new) >= Recency::of(old)
 }
 
 impl Purgatory {
