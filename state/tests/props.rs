@@ -468,7 +468,6 @@ proptest! {
                         event.clone(),
                         event.pubkey,
                         IDENTS[ident].to_owned(),
-                        format!("/git/{ident}.git").into(),
                         BTreeSet::new(),
                     );
                 }

@@ -129,7 +129,7 @@ impl Grasp {
             Some((_, Source::Purgatory)) => {
                 let added = {
                     let mut p = self.purgatory.lock().unwrap();
-                    p.add_announcement(ev.clone(), a.owner, a.identifier.clone(), repo, a.relays.iter().cloned().collect())
+                    p.add_announcement(ev.clone(), a.owner, a.identifier.clone(), a.relays.iter().cloned().collect())
                 };
                 match added {
                     Ok(added) => {
@@ -159,7 +159,7 @@ impl Grasp {
                     return Admission::Store;
                 }
                 let mut p = self.purgatory.lock().unwrap();
-                match p.add_announcement(ev.clone(), a.owner, a.identifier.clone(), repo, a.relays.iter().cloned().collect()) {
+                match p.add_announcement(ev.clone(), a.owner, a.identifier.clone(), a.relays.iter().cloned().collect()) {
                     Ok(_) => {
                         tracing::info!(repo = %format!("{npub}/{}", a.identifier), event = %ev.id, "announcement held in purgatory");
                         Admission::Purgatory(PURGATORY_MESSAGE.into())

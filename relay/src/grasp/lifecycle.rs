@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use grasp_state::identifier::RepoLayout;
 use grasp_state::purgatory::{
     read_checkpoint, set_aside, write_checkpoint, Purgatory, PurgatoryConfig, RepoId, SweepAction, SystemClock,
 };
@@ -34,13 +35,13 @@ const SWEEP_TICK: Duration = Duration::from_secs(1);
 /// Loads the purgatory from `<data>/purgatory-state.json`, subtracting downtime from every
 /// deadline. A corrupt or unknown-version file is reported and renamed aside, never lost, and
 /// the relay starts with an empty purgatory. The file itself stays in place.
-pub fn restore(data_dir: &Path, config: PurgatoryConfig) -> Purgatory {
+pub fn restore(data_dir: &Path, layout: &RepoLayout, config: PurgatoryConfig) -> Purgatory {
     let path = data_dir.join(CHECKPOINT_FILE);
     let clock = Arc::new(SystemClock);
     match read_checkpoint(&path) {
         Ok(None) => Purgatory::new(config, clock),
         Ok(Some(state)) => {
-            let (p, report) = Purgatory::restore(state, config, clock, |repo| repo.exists());
+            let (p, report) = Purgatory::restore(state, config, clock, |owner, identifier| layout.repo_path(owner, identifier).is_ok_and(|repo| repo.exists()));
             tracing::info!(
                 downtime_secs = report.downtime.as_secs(),
                 announcements = report.announcements,

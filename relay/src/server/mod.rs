@@ -101,8 +101,8 @@ pub async fn run(mut cfg: Config) -> anyhow::Result<()> {
     };
 
     // The purgatory, restored from its checkpoint (downtime subtracted).
-    let purgatory = crate::grasp::lifecycle::restore(data.root(), cfg.purgatory());
     let layout = grasp_state::identifier::RepoLayout::new(data.git());
+    let purgatory = crate::grasp::lifecycle::restore(data.root(), &layout, cfg.purgatory());
     let grasp = Arc::new(Grasp::new(relay, purgatory, layout, data.hooks(), cfg.public_host()));
 
     // The hooks git runs, and the loopback API they call. Without the helper binaries the relay

@@ -2,7 +2,6 @@
 //! already created, until git data proves the repository has content.
 
 use std::collections::BTreeSet;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -28,7 +27,6 @@ impl Purgatory {
         event: impl Into<Arc<Event>>,
         owner: PublicKey,
         identifier: String,
-        repo_path: PathBuf,
         relays: BTreeSet<String>,
     ) -> Result<AnnouncementAdded, PurgatoryFull> {
         let event = event.into();
@@ -40,7 +38,6 @@ impl Purgatory {
                 old.event = event;
                 old.relays = relays;
             }
-            old.repo_path = repo_path;
             old.expires_at = if revived {
                 now + ttl
             } else {
@@ -66,7 +63,6 @@ impl Purgatory {
             event,
             owner,
             identifier,
-            repo_path,
             relays,
             created_at: now,
             expires_at: now + ttl,
@@ -143,7 +139,7 @@ impl Purgatory {
     }
 
     /// Takes the announcement out without expiring it (deletion, or a newer announcement that
-    /// drops this service). The caller deletes `repo_path` unless the entry was soft-expired.
+    /// drops this service). The caller deletes the bare repository unless the entry was soft-expired.
     pub fn remove_announcement(
         &mut self,
         owner: &PublicKey,
@@ -174,7 +170,6 @@ mod tests {
         assert_eq!(p.announcements_for("other").len(), 0);
         let entry = p.get_announcement(&ev.pubkey, "repo").unwrap();
         assert_eq!(entry.expires_at, clock.now() + MIN30);
-        assert_eq!(entry.repo_path, PathBuf::from("/git/repo.git"));
         p.assert_consistent();
         assert_eq!(p.promote_announcement(&ev.pubkey, "repo"), Some(ev.clone()));
         assert_eq!(p.promote_announcement(&ev.pubkey, "repo"), None);
@@ -275,7 +270,7 @@ mod tests {
         let ev = signed(0, ANNOUNCEMENT, 0);
         add_ann(&mut p, &ev, "repo").unwrap();
         let removed = p.remove_announcement(&ev.pubkey, "repo").unwrap();
-        assert_eq!(removed.repo_path, PathBuf::from("/git/repo.git"));
+        assert_eq!((removed.owner, removed.identifier.as_str()), (ev.pubkey, "repo"));
         assert!(p.remove_announcement(&ev.pubkey, "repo").is_none());
         assert_eq!(p.stats(), Default::default());
         p.assert_consistent();

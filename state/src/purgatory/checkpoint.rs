@@ -139,7 +139,9 @@ pub struct SavedAnnouncement {
     pub owner: String,
     #[serde(default)]
     pub identifier: String,
-    #[serde(default)]
+    /// Written by versions that kept absolute paths; read and ignored (paths are built from
+    /// owner and identifier, so a moved data directory keeps its announcements).
+    #[serde(default, skip_serializing)]
     pub repo_path: PathBuf,
     #[serde(default)]
     pub relays: Vec<String>,
@@ -313,7 +315,7 @@ impl PurgatorySnapshot {
                     event: SavedEvent::Parsed(Arc::clone(&a.event)),
                     owner: a.owner.to_hex(),
                     identifier: a.identifier.clone(),
-                    repo_path: a.repo_path.clone(),
+                    repo_path: PathBuf::new(),
                     relays: a.relays.iter().cloned().collect(),
                     age_secs: age(a.created_at),
                     expires_in_secs: secs_until(now, a.expires_at),
@@ -410,13 +412,13 @@ impl Purgatory {
     /// Rebuilds a purgatory from a checkpoint. Downtime (`clock.wall() - saved_at`) is subtracted
     /// from every deadline; entries that expired meanwhile are due now (the next sweep expires
     /// them). Soft-expired announcements and announcements whose repository no longer exists
-    /// (`repo_exists`) are not restored; entries whose event does not parse or verify, or that
+    /// (`repo_exists(owner, identifier)`) are not restored; entries whose event does not parse or verify, or that
     /// exceed the caps, are skipped. All skips are reported.
     pub fn restore(
         state: PurgatoryState,
         config: PurgatoryConfig,
         clock: Arc<dyn Clock>,
-        repo_exists: impl Fn(&Path) -> bool,
+        repo_exists: impl Fn(&PublicKey, &str) -> bool,
     ) -> (Purgatory, RestoreReport) {
         let mut p = Purgatory::new(config, clock);
         let mut report = RestoreReport::default();
@@ -454,17 +456,13 @@ impl Purgatory {
                 });
                 continue;
             }
-            if !repo_exists(&a.repo_path) {
-                skipped.push(Skipped {
-                    entry,
-                    reason: format!("repository {} no longer exists", a.repo_path.display()),
-                });
-                continue;
-            }
             let parsed = a.event.into_verified().and_then(|event| {
                 let owner = PublicKey::from_hex(&a.owner).map_err(|e| format!("bad owner: {e}"))?;
                 if owner != event.pubkey {
                     return Err("owner is not the event's author".into());
+                }
+                if !repo_exists(&owner, &a.identifier) {
+                    return Err(format!("repository {}/{}.git no longer exists", a.owner, a.identifier));
                 }
                 p.counts
                     .check_entry(&caps, &owner)
@@ -478,7 +476,6 @@ impl Purgatory {
                         event,
                         owner,
                         identifier: a.identifier,
-                        repo_path: a.repo_path,
                         relays: a.relays.into_iter().collect::<BTreeSet<_>>(),
                         created_at,
                         expires_at,
@@ -671,7 +668,7 @@ mod tests {
     fn reopened(
         state: PurgatoryState,
         wall: SystemTime,
-        repo_exists: impl Fn(&Path) -> bool,
+        repo_exists: impl Fn(&PublicKey, &str) -> bool,
     ) -> (Arc<ManualClock>, Purgatory, RestoreReport) {
         let clock = Arc::new(ManualClock::starting_at(wall));
         let (p, report) = Purgatory::restore(
@@ -688,7 +685,7 @@ mod tests {
         let (old_clock, old) = populated();
         let json = old.snapshot().to_json();
         let state = PurgatoryState::from_json(&json).unwrap();
-        let (clock, p, report) = reopened(state, old_clock.wall() + MIN5, |_| true);
+        let (clock, p, report) = reopened(state, old_clock.wall() + MIN5, |_, _| true);
         assert_eq!(report.downtime, MIN5);
         assert_eq!(
             (
@@ -707,7 +704,6 @@ mod tests {
 
         let a = p.get_announcement(&pubkey(0), "repo").unwrap();
         assert_eq!(*a.event, signed(0, ANNOUNCEMENT, 0));
-        assert_eq!(a.repo_path, PathBuf::from("/git/repo.git"));
         assert!(a.relays.contains("wss://relay.example"));
         assert_eq!(a.expires_at, clock.now() + left);
         assert_eq!(clock.now() - a.created_at, MIN10 + MIN5);
@@ -802,7 +798,7 @@ mod tests {
     #[test]
     fn entries_expired_during_downtime_are_swept_at_once() {
         let (old_clock, old) = populated();
-        let (_clock, mut p, report) = reopened(old.snapshot().to_state(), old_clock.wall() + MIN30, |_| true);
+        let (_clock, mut p, report) = reopened(old.snapshot().to_state(), old_clock.wall() + MIN30, |_, _| true);
         assert_eq!(report.expired_during_downtime, 4);
         let actions = p.sweep();
         assert_eq!(actions.len(), 4, "{actions:?}");
@@ -823,7 +819,7 @@ mod tests {
     #[test]
     fn expired_event_records_past_retention_are_dropped() {
         let (old_clock, old) = populated();
-        let (_c, p, report) = reopened(old.snapshot().to_state(), old_clock.wall() + H24, |_| true);
+        let (_c, p, report) = reopened(old.snapshot().to_state(), old_clock.wall() + H24, |_, _| true);
         assert_eq!(report.expired_events, 0);
         assert!(!p.is_expired(&signed(2, STATE, 2).id));
     }
@@ -831,8 +827,8 @@ mod tests {
     #[test]
     fn announcement_whose_repository_is_gone_is_not_restored() {
         let (old_clock, old) = populated();
-        let (_c, p, report) = reopened(old.snapshot().to_state(), old_clock.wall(), |path| {
-            path != Path::new("/git/repo.git")
+        let (_c, p, report) = reopened(old.snapshot().to_state(), old_clock.wall(), |owner, identifier| {
+            !(*owner == pubkey(0) && identifier == "repo")
         });
         assert_eq!(report.announcements, 0);
         assert_eq!(report.skipped.len(), 1);
@@ -843,6 +839,28 @@ mod tests {
     }
 
     #[test]
+    fn paths_are_not_saved_and_old_files_with_absolute_paths_still_restore() {
+        let (old_clock, old) = populated();
+        let json = old.snapshot().to_json();
+        assert!(!json.contains("repo_path"), "no absolute path in a new checkpoint: {json}");
+        // A checkpoint written by an older version names a path in a data directory that has
+        // since moved: the announcement is restored from its owner and identifier.
+        let mut state = PurgatoryState::from_json(&json).unwrap();
+        for a in state.announcement_purgatory.values_mut() {
+            a.repo_path = PathBuf::from("/old/data/git/somewhere.git");
+        }
+        let old_json = serde_json::to_string(&state).unwrap().replace(
+            "\"identifier\":\"repo\"",
+            "\"identifier\":\"repo\",\"repo_path\":\"/old/data/git/somewhere.git\"",
+        );
+        assert!(old_json.contains("repo_path"));
+        let state = PurgatoryState::from_json(&old_json).unwrap();
+        let (_c, p, report) = reopened(state, old_clock.wall(), |owner, identifier| *owner == pubkey(0) && identifier == "repo");
+        assert_eq!(report.announcements, 1, "{:?}", report.skipped);
+        assert!(p.get_announcement(&pubkey(0), "repo").is_some());
+    }
+
+    #[test]
     fn soft_expired_flag_in_a_file_is_honoured() {
         let (old_clock, old) = populated();
         let mut state = old.snapshot().to_state();
@@ -850,7 +868,7 @@ mod tests {
             .announcement_purgatory
             .values_mut()
             .for_each(|a| a.soft_expired = true);
-        let (_c, p, report) = reopened(state, old_clock.wall(), |_| true);
+        let (_c, p, report) = reopened(state, old_clock.wall(), |_, _| true);
         assert_eq!(report.announcements, 0);
         assert!(p.announcements().next().is_none());
     }
@@ -866,7 +884,7 @@ mod tests {
         // Crash before the caller reported the ref deletion.
         let state = p.snapshot().to_state();
         assert_eq!(state.pr_events[&id.to_hex()].expires_in_secs, 0);
-        let (_c, mut p, _) = reopened(state, clock.wall(), |_| true);
+        let (_c, mut p, _) = reopened(state, clock.wall(), |_, _| true);
         assert!(matches!(
             p.sweep()[..],
             [SweepAction::ExpirePlaceholder { .. }]
@@ -882,7 +900,7 @@ mod tests {
         let pr_key = signed(1, PR, 0).id.to_hex();
         value["pr_events"][&pr_key]["event"] = serde_json::json!({"not": "an event"});
         let state = PurgatoryState::from_json(&value.to_string()).unwrap();
-        let (_c, p, report) = reopened(state, old_clock.wall(), |_| true);
+        let (_c, p, report) = reopened(state, old_clock.wall(), |_, _| true);
         assert_eq!((report.states, report.prs, report.placeholders), (0, 0, 1));
         assert_eq!(report.skipped.len(), 2, "{:?}", report.skipped);
         assert!(report
@@ -909,7 +927,7 @@ mod tests {
         let state = PurgatoryState::from_json(&json).unwrap();
         assert!(state.announcement_purgatory.is_empty());
         let wall = UNIX_EPOCH + Duration::from_secs(BASE + 60);
-        let (clock, p, report) = reopened(state, wall, |_| true);
+        let (clock, p, report) = reopened(state, wall, |_, _| true);
         assert_eq!(report.states, 1);
         assert_eq!(
             p.states_for("repo")[0].expires_at,
@@ -940,7 +958,7 @@ mod tests {
             version: 9,
             ..PurgatoryState::default()
         };
-        let (_c, p, report) = reopened(state, SystemTime::now(), |_| true);
+        let (_c, p, report) = reopened(state, SystemTime::now(), |_, _| true);
         assert_eq!(report.skipped.len(), 1);
         assert_eq!(p.stats(), Default::default());
     }

@@ -6,7 +6,6 @@
 //! instead of cloning every event's tags and content.
 
 use std::collections::BTreeSet;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -30,7 +29,7 @@ impl RepoId {
 
 /// A repository announcement (kind 30617) whose repository has no git data yet.
 ///
-/// The bare repository at `repo_path` exists while `soft_expired` is false. After the first
+/// The bare repository of (`owner`, `identifier`) exists while `soft_expired` is false. After the first
 /// expiry the repository is deleted but the event is kept (soft expiry) so a late state event
 /// can revive it.
 #[derive(Debug, Clone)]
@@ -38,7 +37,6 @@ pub struct AnnouncementEntry {
     pub event: Arc<Event>,
     pub owner: PublicKey,
     pub identifier: String,
-    pub repo_path: PathBuf,
     /// Relay URLs from the `relays` and `clone` tags, for sync registration.
     pub relays: BTreeSet<String>,
     pub created_at: Instant,
@@ -129,7 +127,7 @@ pub struct Extension {
 /// An entry taken out of the purgatory by a deletion (kind 5) or a service change.
 #[derive(Debug, Clone)]
 pub enum Removed {
-    /// The caller deletes `repo_path` unless the entry was already soft-expired.
+    /// The caller deletes the bare repository unless the entry was already soft-expired.
     Announcement(AnnouncementEntry),
     State(StateEntry),
     Pr(EventId, PrEntry),

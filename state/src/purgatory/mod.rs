@@ -216,7 +216,7 @@ impl Purgatory {
                 waiting_for: Some(if a.soft_expired {
                     "a state event to revive it (bare repository deleted)".to_owned()
                 } else {
-                    format!("git data in {}", a.repo_path.display())
+                    format!("git data in {}/{}.git", a.owner.to_hex(), a.identifier)
                 }),
                 oids: Vec::new(),
             });

@@ -1,7 +1,6 @@
 //! Expiry. [`Purgatory::sweep`] pops only due deadlines (cost proportional to what expires, not
 //! to what is held) and returns the I/O the caller must do, outside its lock.
 
-use std::path::PathBuf;
 
 use nostr::prelude::{EventId, PublicKey};
 
@@ -11,13 +10,12 @@ use super::Purgatory;
 /// Something the sweep decided; the caller performs the I/O.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SweepAction {
-    /// First expiry of an announcement: delete the bare repository at `repo_path`. The event is
+    /// First expiry of an announcement: delete the bare repository of (`owner`, `identifier`). The event is
     /// kept (soft-expired) for `soft_expiry_ttl` so a late state event can revive it.
     SoftExpireAnnouncement {
         owner: PublicKey,
         identifier: String,
         event_id: EventId,
-        repo_path: PathBuf,
     },
     /// Second expiry: the announcement is gone and recorded as expired.
     ExpireAnnouncement {
@@ -90,7 +88,6 @@ impl Purgatory {
                     } else {
                         entry.soft_expired = true;
                         entry.expires_at = now + self.config.soft_expiry_ttl;
-                        let repo_path = entry.repo_path.clone();
                         let event_id = entry.event.id;
                         let at = entry.expires_at;
                         let key = EntryKey::Announcement {
@@ -102,7 +99,6 @@ impl Purgatory {
                             owner,
                             identifier,
                             event_id,
-                            repo_path,
                         });
                     }
                 }
@@ -295,7 +291,6 @@ mod tests {
                 owner: ev.pubkey,
                 identifier: "repo".into(),
                 event_id: ev.id,
-                repo_path: "/git/repo.git".into()
             }]
         );
         let e = p.get_announcement(&ev.pubkey, "repo").unwrap();

@@ -80,7 +80,6 @@ pub fn add_ann(
         event.clone(),
         event.pubkey,
         identifier.to_owned(),
-        format!("/git/{identifier}.git").into(),
         BTreeSet::from(["wss://relay.example".to_owned()]),
     )
 }
