@@ -138,7 +138,7 @@ async fn handle(req: Request<Incoming>, token: &str, grasp: &Grasp) -> Response<
     }
     let (method, path) = (req.method().clone(), req.uri().path().to_string());
     if method == Method::GET && path == PATH_PURGATORY {
-        return json(StatusCode::OK, &PurgatoryListing::of(&grasp.purgatory.lock().unwrap()));
+        return json(StatusCode::OK, &grasp.purgatory.listing());
     }
     if method == Method::GET && path == PATH_SYNC {
         return match grasp.sync_stats.get().and_then(|stats| stats()) {

@@ -30,6 +30,7 @@ use crate::git;
 use crate::git::objects::surely_missing;
 use crate::grasp::{Grasp, Source};
 use crate::grasp::policy::Admission;
+use crate::grasp::purgatory::HoldRefused;
 use crate::nostr::store::SaveOutcome;
 
 /// The answer for events accepted into the purgatory.
@@ -116,7 +117,7 @@ impl Grasp {
         // Refuse before creating a bare repository the caps would leave orphaned.
         let repo_exists = self.repo_path(&a.owner, &a.identifier).is_some_and(|p| p.exists());
         if existing.is_none() && !repo_exists {
-            if let Err(e) = self.purgatory.lock().unwrap().check_room(&a.owner) {
+            if let Err(e) = self.purgatory.check_room(&a.owner) {
                 return full(e);
             }
         }
@@ -127,10 +128,7 @@ impl Grasp {
         match existing {
             Some((_, Source::Stored)) => Admission::Store,
             Some((_, Source::Purgatory)) => {
-                let added = {
-                    let mut p = self.purgatory.lock().unwrap();
-                    p.add_announcement(ev.clone(), a.owner, a.identifier.clone(), a.relays.iter().cloned().collect())
-                };
+                let added = self.purgatory.hold_announcement(ev.clone(), a.owner, a.identifier.clone(), a.relays.iter().cloned().collect());
                 match added {
                     Ok(added) => {
                         // Reviving a soft-expired entry: its repository may have been deleted
@@ -158,8 +156,7 @@ impl Grasp {
                 if has_data {
                     return Admission::Store;
                 }
-                let mut p = self.purgatory.lock().unwrap();
-                match p.add_announcement(ev.clone(), a.owner, a.identifier.clone(), a.relays.iter().cloned().collect()) {
+                match self.purgatory.hold_announcement(ev.clone(), a.owner, a.identifier.clone(), a.relays.iter().cloned().collect()) {
                     Ok(_) => {
                         tracing::info!(repo = %format!("{npub}/{}", a.identifier), event = %ev.id, "announcement held in purgatory");
                         Admission::Purgatory(PURGATORY_MESSAGE.into())
@@ -216,18 +213,14 @@ impl Grasp {
                 return Admission::Published;
             }
         }
-        let mut p = self.purgatory.lock().unwrap();
-        if p.is_expired(&ev.id) {
-            return Admission::Reject(EXPIRED_STATE_MESSAGE.into());
-        }
-        match p.add_state(ev.clone(), s.author, s.identifier.clone()) {
+        match self.purgatory.hold_state(ev.clone(), s.author, s.identifier.clone()) {
+            Err(HoldRefused::Expired) => Admission::Reject(EXPIRED_STATE_MESSAGE.into()),
             Ok(_) => {
-                drop(p);
                 tracing::info!(identifier = %s.identifier, event = %ev.id, "state event held in purgatory");
                 self.note_waiting(&s.identifier);
                 Admission::Purgatory(PURGATORY_MESSAGE.into())
             }
-            Err(e) => full(e),
+            Err(HoldRefused::Full(e)) => full(e),
         }
     }
 
@@ -290,38 +283,29 @@ impl Grasp {
                 served = true;
             }
         }
-        {
-            let mut p = self.purgatory.lock().unwrap();
-            if p.find_pr(&ev.id).is_some_and(|entry| entry.event.is_none()) {
-                // The placeholder's ref was checked above; it has done its job either way.
-                p.remove_pr(&ev.id);
-            }
-        }
+        // The placeholder's ref was checked above; it has done its job either way.
+        self.purgatory.remove_placeholder(&ev.id);
         if served {
             return match self.publish(ev).await {
                 Ok(()) => Admission::Published,
                 Err(e) => Admission::Reject(e),
             };
         }
-        let mut p = self.purgatory.lock().unwrap();
-        if p.is_expired(&ev.id) {
-            return Admission::Reject(format!(
+        let targets = repos.iter().map(|(o, i, _)| RepoId::new(*o, i.clone())).collect();
+        match self.purgatory.hold_pr(ev.clone(), pr.commit.clone(), targets) {
+            Err(HoldRefused::Expired) => Admission::Reject(format!(
                 "blocked: this pull request already expired in purgatory without its commit; \
                  push {} to {ref_name} first, then send the event again",
                 pr.commit
-            ));
-        }
-        let targets = repos.iter().map(|(o, i, _)| RepoId::new(*o, i.clone())).collect();
-        match p.add_pr(ev.clone(), pr.commit.clone(), targets) {
+            )),
             Ok(_) => {
-                drop(p);
                 tracing::info!(event = %ev.id, commit = %pr.commit, "pull request held in purgatory");
                 for (_, identifier, _) in &repos {
                     self.note_waiting(identifier);
                 }
                 Admission::Purgatory(PURGATORY_MESSAGE.into())
             }
-            Err(e) => full(e),
+            Err(HoldRefused::Full(e)) => full(e),
         }
     }
 
@@ -346,10 +330,7 @@ impl Grasp {
             .filter(|c| c.public_key == ev.pubkey)
             .map(|c| (c.kind.as_u16(), c.public_key, c.identifier.clone()))
             .collect();
-        let removed = {
-            let mut p = self.purgatory.lock().unwrap();
-            p.remove_by_deletion(&ev.pubkey, &ids, &coords, ev.created_at)
-        };
+        let removed = self.purgatory.remove_deleted(&ev.pubkey, &ids, &coords, ev.created_at);
         for r in removed {
             tracing::info!(event = %r.event_id(), deletion = %ev.id, "purgatory entry removed by deletion");
             if let Removed::Announcement(a) = r {
@@ -403,14 +384,8 @@ impl Grasp {
             let all = self.announcements(&c.identifier).await;
             return all.iter().any(|(a, _)| a.owner == c.pubkey);
         }
-        if c.kind == KIND_STATE {
-            let held = {
-                let p = self.purgatory.lock().unwrap();
-                p.states_for(&c.identifier).iter().any(|s| s.author == c.pubkey)
-            };
-            if held {
-                return true;
-            }
+        if c.kind == KIND_STATE && self.purgatory.holds_state_by(&c.identifier, &c.pubkey) {
+            return true;
         }
         let kind = Kind::Custom(c.kind);
         let mut f = Filter::new().kind(kind).author(c.pubkey).limit(1);
@@ -429,8 +404,7 @@ impl Grasp {
         if let Some(stored) = self.event_by_id(id).await {
             return !is_unconditional(stored.kind.as_u16());
         }
-        let p = self.purgatory.lock().unwrap();
-        p.find_pr(id).is_some_and(|entry| entry.event.is_some())
+        self.purgatory.holds_pr_event(id)
     }
 
     /// Is `ev` tagged (by id, or by coordinate for replaceable/addressable events) by a stored

@@ -65,7 +65,7 @@ impl Grasp {
                 }
                 continue;
             }
-            if let Some(commit) = self.purgatory.lock().unwrap().find_pr(&id).and_then(|e| e.event.as_ref().map(|_| e.commit.clone())) {
+            if let Some(commit) = self.purgatory.held_pr_commit(&id) {
                 known_prs.insert(id, commit);
             }
         }
@@ -82,7 +82,7 @@ impl Grasp {
         // Git-first pull request refs: reserve their placeholders now, so that the purgatory's caps
         // apply before any data lands and a crash before post-receive loses nothing.
         let decision = match decision {
-            PushDecision::Accept(acc) => match self.reserve_placeholders(owner, identifier, &acc.placeholders) {
+            PushDecision::Accept(acc) => match self.purgatory.reserve_placeholders(&RepoId::new(*owner, identifier), &acc.placeholders) {
                 Ok(()) => PushDecision::Accept(acc),
                 Err(reasons) => PushDecision::Reject(Rejection { reasons }),
             },
@@ -97,9 +97,7 @@ impl Grasp {
                         // Trigger 2 of the expiry extensions: git data is arriving.
                         let owners: Vec<_> = all.iter().filter(|(a, _)| &a.owner == owner).map(|(a, s)| (a.owner, *s)).collect();
                         self.extend_held_announcements(&owners, identifier).await;
-                        let mut p = self.purgatory.lock().unwrap();
-                        let ttl = p.config().entry_ttl;
-                        p.extend_expiry(identifier, &[state_id], ttl);
+                        self.purgatory.extend_states(identifier, &[state_id]);
                     }
                 }
                 for (id, commit) in &acc.placeholders {
@@ -119,36 +117,5 @@ impl Grasp {
                 PreReceiveResponse::reject(messages)
             }
         }
-    }
-
-    /// Records a placeholder for each `(event id, commit)` pushed to `refs/nostr/` before its
-    /// event is known. All or nothing: if one cannot be recorded (purgatory full, or another push
-    /// already waits with a different commit for that id), the ones created here are dropped again
-    /// and the reasons returned.
-    fn reserve_placeholders(&self, owner: &PublicKey, identifier: &str, placeholders: &[(EventId, String)]) -> Result<(), Vec<String>> {
-        let mut p = self.purgatory.lock().unwrap();
-        let mut created = Vec::new();
-        let mut reasons = Vec::new();
-        for (id, commit) in placeholders {
-            let new = p.find_pr(id).is_none();
-            match p.add_pr_placeholder(*id, commit.clone(), RepoId::new(*owner, identifier)) {
-                Ok(()) if new => created.push(*id),
-                Ok(()) => {}
-                Err(e) => {
-                    let prefix = match &e {
-                        grasp_state::purgatory::PlaceholderError::Full(full) => full.ok_prefix(),
-                        grasp_state::purgatory::PlaceholderError::CommitMismatch { .. } => "invalid",
-                    };
-                    reasons.push(format!("refs/nostr/{}: {prefix}: {e}", id.to_hex()))
-                }
-            }
-        }
-        if reasons.is_empty() {
-            return Ok(());
-        }
-        for id in created {
-            p.remove_pr(&id);
-        }
-        Err(reasons)
     }
 }

@@ -76,7 +76,7 @@ static CHECKPOINT_LOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new((
 /// it, so request handling is not blocked for long.
 pub async fn checkpoint(grasp: &Grasp, data_dir: &Path) -> std::io::Result<()> {
     let _writer = CHECKPOINT_LOCK.lock().await;
-    let snapshot = grasp.purgatory.lock().unwrap().snapshot();
+    let snapshot = grasp.purgatory.snapshot();
     let path: PathBuf = data_dir.join(CHECKPOINT_FILE);
     tokio::task::spawn_blocking(move || write_checkpoint(&path, &snapshot))
         .await
@@ -106,12 +106,7 @@ pub async fn run_checkpoints(grasp: Arc<Grasp>, data_dir: PathBuf, interval: Dur
 /// sooner than anything armed now).
 pub async fn run_expiry(grasp: Arc<Grasp>, mut shutdown: Shutdown) {
     loop {
-        let wake = {
-            let p = grasp.purgatory.lock().unwrap();
-            let longest = SWEEP_TICK.min(p.config().entry_ttl / 4).max(Duration::from_millis(10));
-            let latest = std::time::Instant::now() + longest;
-            p.next_deadline().map_or(latest, |at| at.min(latest))
-        };
+        let wake = grasp.purgatory.next_wake(SWEEP_TICK);
         tokio::select! {
             _ = tokio::time::sleep_until(wake.into()) => expire(&grasp).await,
             _ = shutdown.recv() => return,
@@ -121,7 +116,7 @@ pub async fn run_expiry(grasp: Arc<Grasp>, mut shutdown: Shutdown) {
 
 /// One sweep: the model decides, this carries out the I/O.
 pub async fn expire(grasp: &Grasp) {
-    let actions = grasp.purgatory.lock().unwrap().sweep();
+    let actions = grasp.purgatory.sweep();
     for action in actions {
         match action {
             SweepAction::SoftExpireAnnouncement { owner, identifier, event_id, .. } => {
@@ -142,18 +137,15 @@ pub async fn expire(grasp: &Grasp) {
             SweepAction::ExpirePlaceholder { event_id, commit, destinations } => {
                 // An accepted event whose placeholder survived in an older checkpoint keeps its ref.
                 if grasp.event_by_id(&event_id).await.is_some() {
-                    grasp.purgatory.lock().unwrap().remove_pr(&event_id);
+                    grasp.purgatory.remove_pr(&event_id);
                     continue;
                 }
                 let cleaned = remove_nostr_refs(grasp, &event_id, &commit, &destinations).await;
-                let mut p = grasp.purgatory.lock().unwrap();
-                if cleaned.len() == destinations.len() {
-                    p.placeholder_cleaned(&event_id, &cleaned);
+                let complete = cleaned.len() == destinations.len();
+                let retry = grasp.purgatory.placeholder_cleanup_done(&event_id, &cleaned, complete);
+                if complete {
                     tracing::info!(event = %event_id, commit, "purgatory: placeholder expired, refs/nostr ref removed");
                 } else {
-                    let retry = p.config().placeholder_retry;
-                    p.placeholder_cleaned(&event_id, &cleaned);
-                    p.retain_placeholder_for_retry(&event_id, retry);
                     tracing::warn!(event = %event_id, retry_secs = retry.as_secs(), "placeholder ref removal failed; will retry");
                 }
             }
@@ -169,23 +161,20 @@ pub async fn expire(grasp: &Grasp) {
 async fn delete_soft_expired_repo(grasp: &Grasp, owner: &nostr::prelude::PublicKey, identifier: &str) -> bool {
     let Some(repo) = grasp.repo_path(owner, identifier) else { return false };
     let _guard = grasp.locks.lock(&repo).await;
-    let aside = {
-        let p = grasp.purgatory.lock().unwrap();
-        if !p.get_announcement(owner, identifier).is_some_and(|a| a.soft_expired) {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    let aside = repo.with_file_name(format!(".del-expired-{}-{nanos}", std::process::id()));
+    match grasp.purgatory.while_soft_expired(owner, identifier, || std::fs::rename(&repo, &aside)) {
+        None => {
             tracing::info!(identifier, "purgatory: announcement revived before its repository was deleted; kept");
             return false;
         }
-        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
-        let aside = repo.with_file_name(format!(".del-expired-{}-{nanos}", std::process::id()));
-        match std::fs::rename(&repo, &aside) {
-            Ok(()) => aside,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return true,
-            Err(e) => {
-                tracing::warn!(repo = %repo.display(), error = %e, "could not delete soft-expired repository");
-                return false;
-            }
+        Some(Ok(())) => {}
+        Some(Err(e)) if e.kind() == std::io::ErrorKind::NotFound => return true,
+        Some(Err(e)) => {
+            tracing::warn!(repo = %repo.display(), error = %e, "could not delete soft-expired repository");
+            return false;
         }
-    };
+    }
     match tokio::task::spawn_blocking(move || std::fs::remove_dir_all(&aside).map_err(|e| (aside, e))).await {
         Ok(Err((aside, e))) => tracing::warn!(path = %aside.display(), error = %e, "could not remove a deleted repository"),
         Err(e) => tracing::warn!(error = %e, "repository removal task failed"),
@@ -205,7 +194,7 @@ async fn remove_nostr_refs(grasp: &Grasp, event_id: &nostr::prelude::EventId, co
             continue;
         };
         let _guard = grasp.locks.lock(&repo).await;
-        if grasp.purgatory.lock().unwrap().find_pr(event_id).is_some_and(|e| e.event.is_some()) {
+        if grasp.purgatory.holds_pr_event(event_id) {
             cleaned.push(dest.clone());
             continue;
         }

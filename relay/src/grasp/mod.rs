@@ -10,6 +10,7 @@ pub mod acceptance;
 pub mod authorize;
 pub mod lifecycle;
 pub mod policy;
+pub mod purgatory;
 pub mod release;
 
 use std::collections::{BTreeMap, HashMap};
@@ -24,6 +25,7 @@ use nostr::prelude::{Event, Filter, Kind, PublicKey};
 use tokio::sync::OwnedMutexGuard;
 
 use crate::grasp::policy::Admission;
+use crate::grasp::purgatory::SharedPurgatory;
 use crate::nostr::relay::Relay;
 
 pub use grasp_state::nip34::Source;
@@ -63,7 +65,8 @@ pub type WaitingHook = Box<dyn Fn(&str) + Send + Sync>;
 pub struct Grasp {
     /// Event store and live broadcast.
     pub relay: Arc<Relay>,
-    pub purgatory: Mutex<Purgatory>,
+    /// Held events; the only way to the purgatory model (short critical sections).
+    pub purgatory: SharedPurgatory,
     pub layout: RepoLayout,
     pub hooks_dir: PathBuf,
     /// host[:port] that announcements must list (docs/protocol.md#decisions, decision 1).
@@ -80,7 +83,7 @@ impl Grasp {
     pub fn new(relay: Arc<Relay>, purgatory: Purgatory, layout: RepoLayout, hooks_dir: PathBuf, public_host: String) -> Self {
         Grasp {
             relay,
-            purgatory: Mutex::new(purgatory),
+            purgatory: SharedPurgatory::new(purgatory),
             layout,
             hooks_dir,
             public_host,
@@ -157,11 +160,7 @@ impl Grasp {
                 }
             }
         }
-        let held: Vec<Arc<Event>> = {
-            let p = self.purgatory.lock().unwrap();
-            p.announcements_for(identifier).into_iter().map(|e| e.event.clone()).collect()
-        };
-        for ev in held {
+        for ev in self.purgatory.announcement_events(identifier) {
             if let Ok(a) = Announcement::from_event(&ev) {
                 let newer = by_owner.get(&a.owner).is_none_or(|(old, _)| a.recency() > old.recency());
                 if newer {
@@ -204,13 +203,8 @@ impl Grasp {
 
     /// Purgatory state events for `identifier` authored inside `set`, oldest first.
     pub fn held_states(&self, identifier: &str, set: &MaintainerSet) -> Vec<RepoState> {
-        let p = self.purgatory.lock().unwrap();
-        let mut states: Vec<RepoState> = p
-            .states_for(identifier)
-            .iter()
-            .filter(|e| set.contains(&e.author))
-            .filter_map(|e| RepoState::from_event(&e.event).ok())
-            .collect();
+        let mut states: Vec<RepoState> =
+            self.purgatory.state_events(identifier, set).iter().filter_map(|ev| RepoState::from_event(ev).ok()).collect();
         grasp_state::push::release_order(&mut states);
         states
     }

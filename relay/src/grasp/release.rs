@@ -55,7 +55,7 @@ impl Grasp {
 
     /// Removes `owner`'s held announcement and its bare repository.
     pub async fn drop_held_announcement(&self, owner: &PublicKey, identifier: &str, reason: &str) {
-        let entry = self.purgatory.lock().unwrap().remove_announcement(owner, identifier);
+        let entry = self.purgatory.remove_announcement(owner, identifier);
         if let Some(entry) = entry {
             tracing::info!(identifier, event = %entry.event.id, reason, "held announcement removed");
             self.delete_repo(owner, identifier).await;
@@ -69,11 +69,7 @@ impl Grasp {
             if *source != Source::Purgatory {
                 continue;
             }
-            let ext = {
-                let mut p = self.purgatory.lock().unwrap();
-                let ttl = p.config().entry_ttl;
-                p.extend_announcement_expiry(owner, identifier, ttl)
-            };
+            let ext = self.purgatory.extend_announcement(owner, identifier);
             if ext.is_some_and(|e| e.revived) {
                 match self.ensure_repo(owner, identifier).await {
                     Ok(_) => tracing::info!(identifier, owner = %owner, "soft-expired announcement revived"),
@@ -113,12 +109,10 @@ impl Grasp {
             if u.new == ZERO_OID || self.event_by_id(&event_id).await.is_some() {
                 continue;
             }
-            let mut p = self.purgatory.lock().unwrap();
-            if p.find_pr(&event_id).is_none_or(|e| e.event.is_none()) {
-                match p.add_pr_placeholder(event_id, u.new.clone(), RepoId::new(*owner, identifier)) {
-                    Ok(()) => tracing::info!(event = %event_id, commit = %u.new, identifier, "git-first placeholder recorded"),
-                    Err(e) => tracing::warn!(event = %event_id, error = %e, "placeholder not recorded"),
-                }
+            match self.purgatory.record_placeholder(event_id, u.new.clone(), RepoId::new(*owner, identifier)) {
+                Some(Ok(())) => tracing::info!(event = %event_id, commit = %u.new, identifier, "git-first placeholder recorded"),
+                Some(Err(e)) => tracing::warn!(event = %event_id, error = %e, "placeholder not recorded"),
+                None => {}
             }
         }
         let released = self.process_repo(owner, identifier).await;
@@ -212,7 +206,7 @@ impl Grasp {
             if missing.as_ref().is_none_or(|m| state.refs.values().any(|oid| m.contains(oid))) {
                 continue;
             }
-            let entry = { self.purgatory.lock().unwrap().remove_state_event(identifier, &state.event_id) };
+            let entry = self.purgatory.remove_state(identifier, &state.event_id);
             let Some(ev) = entry.map(|e| e.event) else { continue };
             match self.publish(&ev).await {
                 Ok(()) => {
@@ -224,10 +218,7 @@ impl Grasp {
         }
 
         // 2. Held pull requests for this repository whose commit exists here.
-        let prs: Vec<(std::sync::Arc<Event>, String)> = {
-            let p = self.purgatory.lock().unwrap();
-            p.prs_for(&RepoId::new(*owner, identifier)).into_iter().filter_map(|e| e.event.clone().map(|ev| (ev, e.commit.clone()))).collect()
-        };
+        let prs = self.purgatory.pr_events_for(&RepoId::new(*owner, identifier));
         for (ev, commit) in prs {
             let name = format!("refs/nostr/{}", ev.id.to_hex());
             let (repo2, current) = (repo.clone(), refs.get(&name).cloned());
@@ -246,7 +237,7 @@ impl Grasp {
             if !matches!(ok, Ok(true)) {
                 continue;
             }
-            self.purgatory.lock().unwrap().remove_pr(&ev.id);
+            self.purgatory.remove_pr(&ev.id);
             match self.publish(&ev).await {
                 Ok(()) => {
                     tracing::info!(repo = %shown, event = %ev.id, "pull request released");
@@ -265,7 +256,7 @@ impl Grasp {
 
         // 4. Promote the owner's announcement once the repository holds data.
         if has_data {
-            let ev = { self.purgatory.lock().unwrap().promote_announcement(owner, identifier) };
+            let ev = self.purgatory.promote_announcement(owner, identifier);
             if let Some(ev) = ev {
                 match self.publish(&ev).await {
                     Ok(()) => {
@@ -312,7 +303,7 @@ impl Grasp {
     pub async fn reconcile_all(&self) {
         let git_root = self.layout.git_root().to_path_buf();
         blocking(move || crate::git::repos::remove_stale_quarantines(&git_root, STALE_QUARANTINE)).await;
-        let identifiers = { self.purgatory.lock().unwrap().waiting_identifiers() };
+        let identifiers = self.purgatory.waiting_identifiers();
         for identifier in identifiers {
             for (a, _) in self.announcements(&identifier).await {
                 let released = self.process_repo(&a.owner, &identifier).await;

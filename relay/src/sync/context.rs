@@ -70,17 +70,9 @@ impl SyncContext for Arc<Grasp> {
     async fn candidate_urls(&self, identifier: &str) -> Vec<String> {
         let all = self.announcements(identifier).await;
         let announcements: Vec<Announcement> = all.iter().map(|(a, _)| a.clone()).collect();
-        let prs: Vec<PullRequest> = {
-            let p = self.purgatory.lock().unwrap();
-            let mut seen = HashSet::new();
-            announcements
-                .iter()
-                .flat_map(|a| p.prs_for(&RepoId::new(a.owner, identifier)))
-                .filter_map(|entry| entry.event.as_ref())
-                .filter(|ev| seen.insert(ev.id))
-                .filter_map(|ev| PullRequest::from_event(ev).ok())
-                .collect()
-        };
+        let repos: Vec<RepoId> = announcements.iter().map(|a| RepoId::new(a.owner, identifier)).collect();
+        let prs: Vec<PullRequest> =
+            self.purgatory.pr_events_for_any(&repos).iter().filter_map(|ev| PullRequest::from_event(ev).ok()).collect();
         clone_urls(&announcements, &prs)
     }
 
@@ -96,10 +88,7 @@ impl SyncContext for Arc<Grasp> {
     }
 
     fn set_sync_running(&self, identifier: &str, running: bool) {
-        self.purgatory
-            .lock()
-            .unwrap()
-            .set_sync_running(identifier, running);
+        self.purgatory.set_sync_running(identifier, running);
     }
 }
 
@@ -114,14 +103,7 @@ fn held_state_refs(grasp: &Grasp, identifier: &str, set: &MaintainerSet) -> Vec<
 
 /// Commits of the pull request events (not placeholders) held for `repo`.
 fn held_pr_commits(grasp: &Grasp, repo: &RepoId) -> Vec<String> {
-    grasp
-        .purgatory
-        .lock()
-        .unwrap()
-        .prs_for(repo)
-        .into_iter()
-        .map(|e| e.commit.clone())
-        .collect()
+    grasp.purgatory.pr_commits_for(repo)
 }
 
 /// Every oid the held states and pull requests of one repository need, once each, in order.
@@ -200,7 +182,7 @@ pub fn start(grasp: &Arc<Grasp>, config: SyncConfig, mut shutdown: Shutdown) -> 
     }
     let _ = grasp.sync_stats.set(Box::new(move || handle.stats()));
     // Catch up on what was already waiting at startup (restored purgatory).
-    let waiting = grasp.purgatory.lock().unwrap().waiting_identifiers();
+    let waiting = grasp.purgatory.waiting_identifiers();
     for identifier in &waiting {
         syncer.enqueue(identifier, Origin::User);
     }

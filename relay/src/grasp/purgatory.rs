@@ -1,0 +1,295 @@
+//! The one owner of the in-memory purgatory.
+//!
+//! The model itself ([`grasp_state::purgatory::Purgatory`]) is pure and single-threaded.
+//! [`SharedPurgatory`] puts it behind a mutex that nothing else touches: every method below is
+//! one short critical section (no I/O, no `.await`, no other lock taken inside), and returns owned
+//! data, so a caller can never hold the purgatory across git, the store or the network. In the
+//! lock order (docs/architecture.md, "Lock order") the purgatory is the innermost lock.
+
+use std::collections::{BTreeSet, HashSet};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use grasp_state::maintainers::MaintainerSet;
+use grasp_state::purgatory::{
+    AnnouncementAdded, AnnouncementEntry, Coordinate, Extension, PlaceholderError, Purgatory, PurgatoryFull,
+    PurgatorySnapshot, Removed, RepoId, StateEntry, SweepAction,
+};
+use nostr::prelude::{Event, EventId, PublicKey, Timestamp};
+
+use crate::api::PurgatoryListing;
+
+/// Why an event could not be held.
+#[derive(Debug)]
+pub enum HoldRefused {
+    /// It already expired in the purgatory once (kept in `expired_events`).
+    Expired,
+    /// A cap is reached.
+    Full(PurgatoryFull),
+}
+
+/// The purgatory, shared by the WebSocket side, the hook API, expiry and background sync.
+pub struct SharedPurgatory {
+    inner: Mutex<Purgatory>,
+}
+
+impl SharedPurgatory {
+    pub fn new(purgatory: Purgatory) -> Self {
+        SharedPurgatory { inner: Mutex::new(purgatory) }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Purgatory> {
+        // A panic inside one of these short sections leaves the model as consistent as any
+        // single method call does; keep serving rather than poisoning every later request.
+        self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    // ---- Views -------------------------------------------------------------------------------
+
+    /// The operator listing (`GET /v1/purgatory`).
+    pub fn listing(&self) -> PurgatoryListing {
+        PurgatoryListing::of(&self.lock())
+    }
+
+    /// A copy for the checkpoint writer (pointers and plain fields; serialised outside the lock).
+    pub fn snapshot(&self) -> PurgatorySnapshot {
+        self.lock().snapshot()
+    }
+
+    /// Identifiers some held event waits for.
+    pub fn waiting_identifiers(&self) -> BTreeSet<String> {
+        self.lock().waiting_identifiers()
+    }
+
+    /// When the expiry task should wake: the next deadline, but no later than `now + longest`
+    /// (capped at a quarter of the entry TTL so short test TTLs stay precise).
+    pub fn next_wake(&self, longest: Duration) -> Instant {
+        let p = self.lock();
+        let longest = longest.min(p.config().entry_ttl / 4).max(Duration::from_millis(10));
+        let latest = Instant::now() + longest;
+        p.next_deadline().map_or(latest, |at| at.min(latest))
+    }
+
+    /// Was this event held once and expired without its git data?
+    pub fn is_expired(&self, id: &EventId) -> bool {
+        self.lock().is_expired(id)
+    }
+
+    /// The held announcement events of `identifier`.
+    pub fn announcement_events(&self, identifier: &str) -> Vec<Arc<Event>> {
+        self.lock().announcements_for(identifier).into_iter().map(|e| e.event.clone()).collect()
+    }
+
+    /// Runs `delete` while `owner`'s held announcement of `identifier` is soft-expired, inside
+    /// the critical section: revival clears the flag under the same lock before recreating the
+    /// repository, so the two cannot interleave. `delete` must be one quick filesystem step (a
+    /// rename aside); `None` means the announcement was revived (or is gone) and nothing ran.
+    pub fn while_soft_expired<R>(&self, owner: &PublicKey, identifier: &str, delete: impl FnOnce() -> R) -> Option<R> {
+        let p = self.lock();
+        p.get_announcement(owner, identifier).is_some_and(|a| a.soft_expired).then(delete)
+    }
+
+    /// Held state events of `identifier` authored inside `set` (unparsed; parse outside).
+    pub fn state_events(&self, identifier: &str, set: &MaintainerSet) -> Vec<Arc<Event>> {
+        self.lock()
+            .states_for(identifier)
+            .iter()
+            .filter(|e| set.contains(&e.author))
+            .map(|e| e.event.clone())
+            .collect()
+    }
+
+    /// Does `author` have a held state event for `identifier`?
+    pub fn holds_state_by(&self, identifier: &str, author: &PublicKey) -> bool {
+        self.lock().states_for(identifier).iter().any(|s| s.author == *author)
+    }
+
+    /// Is a pull request event (not just a git-first placeholder) held under `id`?
+    pub fn holds_pr_event(&self, id: &EventId) -> bool {
+        self.lock().find_pr(id).is_some_and(|e| e.event.is_some())
+    }
+
+    /// The commit of the pull request event held under `id` (placeholders excluded).
+    pub fn held_pr_commit(&self, id: &EventId) -> Option<String> {
+        self.lock().find_pr(id).and_then(|e| e.event.as_ref().map(|_| e.commit.clone()))
+    }
+
+    /// Pull request events (not placeholders) held for `repo`, with their commits.
+    pub fn pr_events_for(&self, repo: &RepoId) -> Vec<(Arc<Event>, String)> {
+        self.lock().prs_for(repo).into_iter().filter_map(|e| e.event.clone().map(|ev| (ev, e.commit.clone()))).collect()
+    }
+
+    /// Commits of every pull request entry held for `repo`.
+    pub fn pr_commits_for(&self, repo: &RepoId) -> Vec<String> {
+        self.lock().prs_for(repo).into_iter().map(|e| e.commit.clone()).collect()
+    }
+
+    /// Pull request events held for any of `repos`, each once.
+    pub fn pr_events_for_any(&self, repos: &[RepoId]) -> Vec<Arc<Event>> {
+        let p = self.lock();
+        let mut seen = HashSet::new();
+        repos
+            .iter()
+            .flat_map(|r| p.prs_for(r))
+            .filter_map(|entry| entry.event.clone())
+            .filter(|ev| seen.insert(ev.id))
+            .collect()
+    }
+
+    /// Room for one more held entry by `author`?
+    pub fn check_room(&self, author: &PublicKey) -> Result<(), PurgatoryFull> {
+        self.lock().check_room(author)
+    }
+
+    // ---- Holding ------------------------------------------------------------------------------
+
+    /// Holds (or replaces) `owner`'s announcement of `identifier`, whose bare repository exists.
+    pub fn hold_announcement(
+        &self,
+        event: impl Into<Arc<Event>>,
+        owner: PublicKey,
+        identifier: String,
+        relays: BTreeSet<String>,
+    ) -> Result<AnnouncementAdded, PurgatoryFull> {
+        self.lock().add_announcement(event, owner, identifier, relays)
+    }
+
+    /// Holds a state event unless it expired here before. `Ok(false)`: already held.
+    pub fn hold_state(&self, event: impl Into<Arc<Event>>, author: PublicKey, identifier: String) -> Result<bool, HoldRefused> {
+        let event = event.into();
+        let mut p = self.lock();
+        if p.is_expired(&event.id) {
+            return Err(HoldRefused::Expired);
+        }
+        p.add_state(event, author, identifier).map_err(HoldRefused::Full)
+    }
+
+    /// Holds a pull request event for `targets` unless it expired here before.
+    pub fn hold_pr(&self, event: impl Into<Arc<Event>>, commit: String, targets: Vec<RepoId>) -> Result<bool, HoldRefused> {
+        let event = event.into();
+        let mut p = self.lock();
+        if p.is_expired(&event.id) {
+            return Err(HoldRefused::Expired);
+        }
+        p.add_pr(event, commit, targets).map_err(HoldRefused::Full)
+    }
+
+    /// Records git-first placeholders for `(event id, commit)` pushed to `refs/nostr/` of
+    /// `repo`. All or nothing: if one cannot be recorded, the ones created here are dropped again
+    /// and one reason per failure is returned.
+    pub fn reserve_placeholders(&self, repo: &RepoId, placeholders: &[(EventId, String)]) -> Result<(), Vec<String>> {
+        let mut p = self.lock();
+        let mut created = Vec::new();
+        let mut reasons = Vec::new();
+        for (id, commit) in placeholders {
+            let new = p.find_pr(id).is_none();
+            match p.add_pr_placeholder(*id, commit.clone(), repo.clone()) {
+                Ok(()) if new => created.push(*id),
+                Ok(()) => {}
+                Err(e) => {
+                    let prefix = match &e {
+                        PlaceholderError::Full(full) => full.ok_prefix(),
+                        PlaceholderError::CommitMismatch { .. } => "invalid",
+                    };
+                    reasons.push(format!("refs/nostr/{}: {prefix}: {e}", id.to_hex()))
+                }
+            }
+        }
+        if reasons.is_empty() {
+            return Ok(());
+        }
+        for id in created {
+            p.remove_pr(&id);
+        }
+        Err(reasons)
+    }
+
+    /// Records a placeholder for a `refs/nostr/<id>` ref that landed in `repo`, unless a pull
+    /// request event is already held under that id.
+    pub fn record_placeholder(&self, id: EventId, commit: String, repo: RepoId) -> Option<Result<(), PlaceholderError>> {
+        let mut p = self.lock();
+        if p.find_pr(&id).is_some_and(|e| e.event.is_some()) {
+            return None;
+        }
+        Some(p.add_pr_placeholder(id, commit, repo))
+    }
+
+    // ---- Timers -------------------------------------------------------------------------------
+
+    /// Resets the expiry of held state events `ids` of `identifier` (git data is arriving).
+    pub fn extend_states(&self, identifier: &str, ids: &[EventId]) {
+        let mut p = self.lock();
+        let ttl = p.config().entry_ttl;
+        p.extend_expiry(identifier, ids, ttl);
+    }
+
+    /// Resets the expiry of `owner`'s held announcement; `revived` says it was soft-expired.
+    pub fn extend_announcement(&self, owner: &PublicKey, identifier: &str) -> Option<Extension> {
+        let mut p = self.lock();
+        let ttl = p.config().entry_ttl;
+        p.extend_announcement_expiry(owner, identifier, ttl)
+    }
+
+    /// Marks `identifier` as being fetched by background sync (its entries' expiry waits).
+    pub fn set_sync_running(&self, identifier: &str, running: bool) {
+        self.lock().set_sync_running(identifier, running);
+    }
+
+    /// Pops what is due: the caller carries out the actions.
+    pub fn sweep(&self) -> Vec<SweepAction> {
+        self.lock().sweep()
+    }
+
+    /// After an expired placeholder's refs were removed from `cleaned`: forget it if that was
+    /// every destination (`true`), else keep it and retry later.
+    pub fn placeholder_cleanup_done(&self, id: &EventId, cleaned: &[RepoId], complete: bool) -> Duration {
+        let mut p = self.lock();
+        let retry = p.config().placeholder_retry;
+        p.placeholder_cleaned(id, cleaned);
+        if !complete {
+            p.retain_placeholder_for_retry(id, retry);
+        }
+        retry
+    }
+
+    // ---- Leaving ------------------------------------------------------------------------------
+
+    /// Removes a held state event (released or superseded).
+    pub fn remove_state(&self, identifier: &str, id: &EventId) -> Option<StateEntry> {
+        self.lock().remove_state_event(identifier, id)
+    }
+
+    /// Removes a held pull request or placeholder.
+    pub fn remove_pr(&self, id: &EventId) {
+        self.lock().remove_pr(id);
+    }
+
+    /// Removes the placeholder under `id`, if that is all that is held there.
+    pub fn remove_placeholder(&self, id: &EventId) {
+        let mut p = self.lock();
+        if p.find_pr(id).is_some_and(|entry| entry.event.is_none()) {
+            p.remove_pr(id);
+        }
+    }
+
+    /// Takes `owner`'s announcement out to be stored (its repository now holds data).
+    pub fn promote_announcement(&self, owner: &PublicKey, identifier: &str) -> Option<Event> {
+        self.lock().promote_announcement(owner, identifier)
+    }
+
+    /// Removes `owner`'s held announcement (the caller deletes its repository).
+    pub fn remove_announcement(&self, owner: &PublicKey, identifier: &str) -> Option<AnnouncementEntry> {
+        self.lock().remove_announcement(owner, identifier)
+    }
+
+    /// Removes what a stored kind-5 deletion by `author` names.
+    pub fn remove_deleted(
+        &self,
+        author: &PublicKey,
+        ids: &[EventId],
+        coordinates: &[Coordinate],
+        created_at: Timestamp,
+    ) -> Vec<Removed> {
+        self.lock().remove_by_deletion(author, ids, coordinates, created_at)
+    }
+}
