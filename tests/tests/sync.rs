@@ -187,9 +187,10 @@ fn a_state_accepted_on_b_is_synced_from_a_and_refs_aligned() {
             let head = git(&b_dir, &["symbolic-ref", "HEAD"]);
             (bare_refs(&b_dir) == a_refs && head == "refs/heads/dev").then_some(())
         });
-        assert!(
-            stored(&mut cb, ann.id).await,
-            "the announcement is promoted with the data"
+        // Promotion follows alignment in the same release pass: wait for it, not race it.
+        eventually!(
+            "the announcement to be promoted with the data",
+            stored(&mut cb, ann.id).await.then_some(())
         );
         assert!(
             b.logs().contains("synced git data"),
