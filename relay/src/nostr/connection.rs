@@ -196,7 +196,11 @@ impl Connection {
             }
             Some(other) => {
                 let other = truncate(other, 32);
-                self.notice(&format!("invalid: unsupported message type {other:?}; this relay speaks EVENT, REQ and CLOSE"))
+                let speaks = match self.negentropy {
+                    Some(_) => "EVENT, REQ, CLOSE, NEG-OPEN, NEG-MSG and NEG-CLOSE",
+                    None => "EVENT, REQ and CLOSE",
+                };
+                self.notice(&format!("invalid: unsupported message type {other:?}; this relay speaks {speaks}"))
             }
             None => self.notice("invalid: message must start with a type string such as \"EVENT\""),
         }
