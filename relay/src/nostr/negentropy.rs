@@ -223,14 +223,6 @@ impl Sessions {
         }
     }
 
-    pub fn len(&self) -> usize {
-        self.open.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.open.is_empty()
-    }
-
     /// Handles one `NEG-OPEN`, `NEG-MSG` or `NEG-CLOSE` (the message as a JSON array) and
     /// returns the reply to send, if any.
     pub async fn handle(&mut self, items: &[Value], store: &Store) -> Option<RelayMessage<'static>> {
