@@ -10,6 +10,7 @@ use std::time::Duration;
 use clap::Parser;
 use nostr::prelude::*;
 
+use crate::nostr::negentropy::NegentropyLimits;
 use crate::sync::{Cidr, FetchOptions, QueueTimings, SyncConfig, ThrottleLimits};
 
 /// Runtime configuration of `grasp-relay`.
@@ -57,6 +58,16 @@ pub struct Config {
     /// Cap on a filter's `limit`, and the number of stored events returned when no limit is given.
     #[arg(long, env = "GRASP_MAX_LIMIT", default_value_t = 500)]
     pub max_limit: usize,
+
+    /// Do not serve NIP-77 negentropy reconciliation: NEG-OPEN is answered with a NOTICE, as by a
+    /// relay without NIP-77, and 77 is not listed in the NIP-11 document.
+    #[arg(long, env = "GRASP_NO_NEGENTROPY")]
+    pub no_negentropy: bool,
+
+    /// Most stored events one NIP-77 negentropy session may reconcile; a NEG-OPEN whose filter
+    /// matches more is answered `NEG-ERR "blocked: ..."`.
+    #[arg(long, env = "GRASP_NEGENTROPY_MAX_ITEMS", default_value_t = crate::nostr::negentropy::DEFAULT_MAX_ITEMS)]
+    pub negentropy_max_items: usize,
 
     /// Most connections (HTTP and WebSocket) the public listener keeps open at once; new ones
     /// beyond it get a `503` and are closed.
@@ -285,6 +296,14 @@ impl Config {
         }
     }
 
+    /// NIP-77 session limits per connection, or `None` with `--no-negentropy`.
+    pub fn negentropy(&self) -> Option<NegentropyLimits> {
+        (!self.no_negentropy).then(|| NegentropyLimits {
+            max_items: self.negentropy_max_items,
+            ..NegentropyLimits::default()
+        })
+    }
+
     /// How often to checkpoint the purgatory (never more often than every 10 ms).
     pub fn checkpoint_interval(&self) -> Duration {
         self.checkpoint_interval.max(Duration::from_millis(10))
@@ -399,6 +418,17 @@ mod tests {
         let cfg = Config::parse_from(["grasp-relay", "--data-dir", "d", "purgatory", "--json"]);
         assert_eq!(cfg.command, Some(Command::Purgatory { json: true }));
         assert_eq!(Config::parse_from(["grasp-relay"]).command, None);
+    }
+
+    #[test]
+    fn negentropy_is_on_unless_switched_off() {
+        let cfg = Config::parse_from(["grasp-relay"]);
+        assert_eq!(cfg.negentropy(), Some(NegentropyLimits::default()));
+        assert_eq!(NegentropyLimits::default().max_items, 500_000);
+        let cfg = Config::parse_from(["grasp-relay", "--negentropy-max-items", "3"]);
+        assert_eq!(cfg.negentropy().map(|l| l.max_items), Some(3));
+        let cfg = Config::parse_from(["grasp-relay", "--no-negentropy"]);
+        assert_eq!(cfg.negentropy(), None);
     }
 
     #[test]

@@ -12,7 +12,8 @@
 //!   (`connection_limits`).
 //! - [`nostr`]: the Nostr relay. One NIP-01 WebSocket connection (`connection`), its
 //!   subscriptions (`subscriptions`), the nostr-lmdb event store (`store`), store + live
-//!   broadcast shared by all connections (`relay`), the NIP-11 document (`nip11`).
+//!   broadcast shared by all connections (`relay`), the NIP-11 document (`nip11`), NIP-77
+//!   negentropy reconciliation over the store (`negentropy`).
 //! - [`grasp`]: the domain. [`grasp::Grasp`] joins store, purgatory and repositories
 //!   (`grasp/mod.rs`); which events are stored, held or refused (`acceptance`, `policy`); push
 //!   authorisation for pre-receive (`authorize`); git data arrival, release and alignment

@@ -3,7 +3,8 @@
 //! A single task per connection reads client messages, answers them, and forwards live events
 //! from the relay's broadcast to the matching subscriptions. Everything the client sends is
 //! hostile: unparseable, oversized or binary messages get a NOTICE (or `OK false` / `CLOSED`
-//! when the message can be attributed) and the connection stays usable.
+//! when the message can be attributed) and the connection stays usable. NIP-77 `NEG-*`
+//! messages go to the connection's negentropy sessions (`crate::nostr::negentropy`).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -20,8 +21,9 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::WebSocketStream;
 
 use crate::grasp::Grasp;
-use crate::shutdown::Shutdown;
+use crate::nostr::negentropy::{NegentropyLimits, Sessions};
 use crate::nostr::subscriptions::Subscriptions;
+use crate::shutdown::Shutdown;
 
 /// Limits applied to each connection.
 #[derive(Debug, Clone, Copy)]
@@ -30,6 +32,8 @@ pub struct Limits {
     pub max_subscriptions: usize,
     pub max_filters: usize,
     pub max_limit: usize,
+    /// NIP-77 negentropy sessions; `None`: NIP-77 is not served.
+    pub negentropy: Option<NegentropyLimits>,
 }
 
 impl Limits {
@@ -44,7 +48,7 @@ impl Limits {
 }
 
 /// NIP-01 subscription ids are at most 64 characters.
-const MAX_SUBSCRIPTION_ID_LEN: usize = 64;
+pub(crate) const MAX_SUBSCRIPTION_ID_LEN: usize = 64;
 
 /// Serves one WebSocket connection until the client leaves or shutdown is signalled.
 pub async fn handle<S>(
@@ -62,6 +66,7 @@ pub async fn handle<S>(
         subs: Subscriptions::new(limits.max_subscriptions, limits.max_filters),
         out: Vec::new(),
         live: grasp.relay.subscribe(),
+        negentropy: limits.negentropy.map(Sessions::new),
     };
     tracing::debug!(%remote, "websocket open");
     loop {
@@ -118,6 +123,7 @@ struct Connection {
     subs: Subscriptions,
     out: Vec<String>,
     live: broadcast::Receiver<Arc<Event>>,
+    negentropy: Option<Sessions>,
 }
 
 impl Connection {
@@ -185,9 +191,16 @@ impl Connection {
             Some("EVENT") => self.on_event(items).await,
             Some("REQ") => self.on_req(items).await,
             Some("CLOSE") => self.on_close(items),
+            Some("NEG-OPEN" | "NEG-MSG" | "NEG-CLOSE") if self.negentropy.is_some() => {
+                self.on_negentropy(items).await
+            }
             Some(other) => {
                 let other = truncate(other, 32);
-                self.notice(&format!("invalid: unsupported message type {other:?}; this relay speaks EVENT, REQ and CLOSE"))
+                let speaks = match self.negentropy {
+                    Some(_) => "EVENT, REQ, CLOSE, NEG-OPEN, NEG-MSG and NEG-CLOSE",
+                    None => "EVENT, REQ and CLOSE",
+                };
+                self.notice(&format!("invalid: unsupported message type {other:?}; this relay speaks {speaks}"))
             }
             None => self.notice("invalid: message must start with a type string such as \"EVENT\""),
         }
@@ -268,6 +281,14 @@ impl Connection {
                     sub_id,
                     "error: could not query the event store; try again",
                 ));
+            }
+        }
+    }
+
+    async fn on_negentropy(&mut self, items: &[Value]) {
+        if let Some(sessions) = self.negentropy.as_mut() {
+            if let Some(reply) = sessions.handle(items, self.grasp.relay.store()).await {
+                self.send(reply);
             }
         }
     }

@@ -1,7 +1,8 @@
 //! The Nostr side of the relay: NIP-01 connections and subscriptions, the event store, live
-//! broadcast and the NIP-11 document.
+//! broadcast, the NIP-11 document and NIP-77 negentropy reconciliation.
 
 pub mod connection;
+pub mod negentropy;
 pub mod nip11;
 pub mod relay;
 pub mod store;

@@ -7,7 +7,7 @@ use crate::config::Config;
 /// Where the software lives (placeholder until the project has a public home).
 pub const SOFTWARE_URL: &str = "https://example.invalid/grasp-relay";
 
-/// NIPs this relay implements.
+/// NIPs this relay implements (and 77 unless `--no-negentropy`).
 pub const SUPPORTED_NIPS: &[u16] = &[1, 9, 11, 34];
 
 /// The human-readable acceptance criteria required by GRASP, for a purgatory that holds events
@@ -37,7 +37,7 @@ pub fn document(cfg: &Config) -> Value {
         "description": cfg.description,
         "software": SOFTWARE_URL,
         "version": env!("CARGO_PKG_VERSION"),
-        "supported_nips": SUPPORTED_NIPS,
+        "supported_nips": SUPPORTED_NIPS.iter().copied().chain(cfg.negentropy().map(|_| 77)).collect::<Vec<u16>>(),
         "supported_grasps": ["GRASP-01"],
         "repo_acceptance_criteria": repo_acceptance_criteria(&cfg.public_host(), cfg.purgatory_ttl.as_secs()),
         "limitation": {
@@ -64,13 +64,20 @@ mod tests {
         let cfg = Config::for_tests("/tmp/x".into());
         let doc = document(&cfg);
         assert_eq!(doc["supported_grasps"], json!(["GRASP-01"]));
-        assert_eq!(doc["supported_nips"], json!([1, 9, 11, 34]));
+        assert_eq!(doc["supported_nips"], json!([1, 9, 11, 34, 77]));
         let criteria = doc["repo_acceptance_criteria"].as_str().unwrap();
         assert!(criteria.contains("30617") && criteria.contains("127.0.0.1:8080"), "{criteria}");
         assert!(criteria.contains("30 minutes"), "{criteria}");
         assert_eq!(doc["limitation"]["max_subscriptions"], json!(32));
         assert!(doc.get("curation").is_none());
         assert!(doc.get("pubkey").is_none());
+    }
+
+    #[test]
+    fn nip77_is_listed_only_when_served() {
+        let mut cfg = Config::for_tests("/tmp/x".into());
+        cfg.no_negentropy = true;
+        assert_eq!(document(&cfg)["supported_nips"], json!([1, 9, 11, 34]));
     }
 
     #[test]

@@ -134,6 +134,18 @@ impl Store {
         Ok(out)
     }
 
+    /// The (id, created_at) of the stored events matching `filter`, for NIP-77 reconciliation:
+    /// the newest `max` of them at most, and no more than the filter's own `limit`. Only stored
+    /// (served) events: held events are not in the store.
+    pub async fn negentropy_items(
+        &self,
+        mut filter: Filter,
+        max: usize,
+    ) -> Result<Vec<(EventId, Timestamp)>, StoreError> {
+        filter.limit = Some(filter.limit.map_or(max, |l| l.min(max)));
+        Ok(self.db.negentropy_items(filter).await?)
+    }
+
     /// The stored event with this id, if any.
     pub async fn event_by_id(&self, id: &EventId) -> Result<Option<Event>, StoreError> {
         Ok(self.db.event_by_id(id).await?)
@@ -231,6 +243,30 @@ mod tests {
             .unwrap();
         assert_eq!(both.len(), 2);
         assert_eq!(s.event_by_id(&a.id).await.unwrap(), Some(a));
+    }
+
+    #[tokio::test]
+    async fn negentropy_items_are_the_newest_within_the_caps() {
+        let (s, _t) = store().await;
+        let k = keys(9);
+        let notes: Vec<Event> = (0..5).map(|i| ev(&k, 1, 100 + i, &i.to_string(), vec![])).collect();
+        for e in &notes {
+            s.save(e).await.unwrap();
+        }
+        s.save(&ev(&k, 7, 300, "+", vec![])).await.unwrap();
+        let items = |f: Filter, max| {
+            let s = &s;
+            async move {
+                let mut got = s.negentropy_items(f, max).await.unwrap();
+                got.sort_by_key(|(_, at)| *at);
+                got
+            }
+        };
+        let all: Vec<(EventId, Timestamp)> = notes.iter().map(|e| (e.id, e.created_at)).collect();
+        assert_eq!(items(Filter::new().kind(Kind::TextNote), 100).await, all);
+        assert_eq!(items(Filter::new().kind(Kind::TextNote), 3).await, all[2..].to_vec());
+        assert_eq!(items(Filter::new().kind(Kind::TextNote).limit(2), 3).await, all[3..].to_vec());
+        assert_eq!(items(Filter::new(), 100).await.len(), 6);
     }
 
     #[tokio::test]

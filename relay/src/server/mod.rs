@@ -98,6 +98,7 @@ pub async fn run(mut cfg: Config) -> anyhow::Result<()> {
         max_subscriptions: cfg.max_subscriptions,
         max_filters: cfg.max_filters,
         max_limit: cfg.max_limit,
+        negentropy: cfg.negentropy(),
     };
 
     // The purgatory, restored from its checkpoint (downtime subtracted).
