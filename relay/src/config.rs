@@ -83,6 +83,12 @@ pub struct Config {
     #[arg(long, env = "GRASP_API_BIND", default_value = "127.0.0.1:0")]
     pub api_bind: SocketAddr,
 
+    /// Address of the metrics listener: Prometheus `/metrics`, `/healthz` and `/readyz` (off when
+    /// not given; never the public port; no authentication, so keep it on loopback or a private
+    /// network).
+    #[arg(long, env = "GRASP_METRICS_BIND", value_name = "ADDR")]
+    pub metrics_bind: Option<SocketAddr>,
+
     /// Path of the `grasp-cgi` wrapper used to serve git. Defaults to `grasp-cgi` next to this
     /// executable.
     #[arg(long, env = "GRASP_CGI_PATH")]
@@ -120,23 +126,41 @@ pub struct Config {
     pub placeholders_total: usize,
 
     /// Background sync: wait this long after a user-submitted event before fetching its missing
-    /// git data from other servers (milliseconds; gives the user's `git push` time to arrive).
-    #[arg(long, env = "GRASP_SYNC_USER_DELAY_MS", default_value_t = 180_000, value_name = "MS")]
-    pub sync_user_delay_ms: u64,
+    /// git data from other servers (gives the user's `git push` time to arrive). Seconds, or a
+    /// number with a unit.
+    #[arg(long, env = "GRASP_SYNC_USER_DELAY", default_value = "3m", value_name = "DURATION", value_parser = parse_duration)]
+    pub sync_user_delay: Duration,
 
-    /// Background sync: delay after an event that arrived through relay sync (milliseconds).
-    #[arg(long, env = "GRASP_SYNC_DELAY_MS", default_value_t = 500, value_name = "MS")]
-    pub sync_delay_ms: u64,
+    /// Background sync: delay after an event that arrived through relay sync (seconds, or a
+    /// number with a unit).
+    #[arg(long, env = "GRASP_SYNC_DELAY", default_value = "500ms", value_name = "DURATION", value_parser = parse_duration)]
+    pub sync_delay: Duration,
 
     /// Background sync: first retry delay after an incomplete attempt; the second is twice this
-    /// (milliseconds).
-    #[arg(long, env = "GRASP_SYNC_BACKOFF_MS", default_value_t = 20_000, value_name = "MS")]
-    pub sync_backoff_ms: u64,
+    /// (seconds, or a number with a unit).
+    #[arg(long, env = "GRASP_SYNC_BACKOFF", default_value = "20s", value_name = "DURATION", value_parser = parse_duration)]
+    pub sync_backoff: Duration,
 
     /// Background sync: retry delay from the third retry on, and upper bound of every retry
-    /// delay (milliseconds).
-    #[arg(long, env = "GRASP_SYNC_BACKOFF_CAP_MS", default_value_t = 120_000, value_name = "MS")]
-    pub sync_backoff_cap_ms: u64,
+    /// delay (seconds, or a number with a unit).
+    #[arg(long, env = "GRASP_SYNC_BACKOFF_CAP", default_value = "2m", value_name = "DURATION", value_parser = parse_duration)]
+    pub sync_backoff_cap: Duration,
+
+    /// Former name of --sync-user-delay, in milliseconds (kept for old command lines).
+    #[arg(long, env = "GRASP_SYNC_USER_DELAY_MS", hide = true, hide_env = true, value_name = "MS", conflicts_with = "sync_user_delay")]
+    pub sync_user_delay_ms: Option<u64>,
+
+    /// Former name of --sync-delay, in milliseconds (kept for old command lines).
+    #[arg(long, env = "GRASP_SYNC_DELAY_MS", hide = true, hide_env = true, value_name = "MS", conflicts_with = "sync_delay")]
+    pub sync_delay_ms: Option<u64>,
+
+    /// Former name of --sync-backoff, in milliseconds (kept for old command lines).
+    #[arg(long, env = "GRASP_SYNC_BACKOFF_MS", hide = true, hide_env = true, value_name = "MS", conflicts_with = "sync_backoff")]
+    pub sync_backoff_ms: Option<u64>,
+
+    /// Former name of --sync-backoff-cap, in milliseconds (kept for old command lines).
+    #[arg(long, env = "GRASP_SYNC_BACKOFF_CAP_MS", hide = true, hide_env = true, value_name = "MS", conflicts_with = "sync_backoff_cap")]
+    pub sync_backoff_cap_ms: Option<u64>,
 
     /// Background sync: most concurrent fetches from one domain.
     #[arg(long, env = "GRASP_SYNC_DOMAIN_CONCURRENCY", default_value_t = 5)]
@@ -150,9 +174,10 @@ pub struct Config {
     #[arg(long, env = "GRASP_SYNC_MAX_PARALLEL", default_value_t = 16)]
     pub sync_max_parallel: usize,
 
-    /// Background sync: kill a `git fetch` that runs longer than this (seconds).
-    #[arg(long, env = "GRASP_SYNC_FETCH_TIMEOUT", default_value_t = 300, value_name = "SECS")]
-    pub sync_fetch_timeout: u64,
+    /// Background sync: kill a `git fetch` that runs longer than this (seconds, or a number with
+    /// a unit; at least 1s).
+    #[arg(long, env = "GRASP_SYNC_FETCH_TIMEOUT", default_value = "5m", value_name = "DURATION", value_parser = parse_duration)]
+    pub sync_fetch_timeout: Duration,
 
     /// Background sync: also fetch from loopback and private address ranges (denied by default;
     /// for tests and private deployments).
@@ -269,14 +294,15 @@ impl Config {
 
     /// Background sync settings. `own_hosts`: the public host and the bound address.
     pub fn sync(&self) -> SyncConfig {
-        use std::time::Duration;
-        let ms = Duration::from_millis;
+        // The former `-ms` flags, when given, win over the defaults of the new ones (clap refuses
+        // both names at once).
+        let either = |ms: Option<u64>, d: Duration| ms.map_or(d, Duration::from_millis);
         SyncConfig {
             queue: QueueTimings {
-                user_delay: ms(self.sync_user_delay_ms),
-                sync_delay: ms(self.sync_delay_ms),
-                backoff_base: ms(self.sync_backoff_ms),
-                backoff_cap: ms(self.sync_backoff_cap_ms),
+                user_delay: either(self.sync_user_delay_ms, self.sync_user_delay),
+                sync_delay: either(self.sync_delay_ms, self.sync_delay),
+                backoff_base: either(self.sync_backoff_ms, self.sync_backoff),
+                backoff_cap: either(self.sync_backoff_cap_ms, self.sync_backoff_cap),
             },
             throttle: ThrottleLimits {
                 max_concurrent: self.sync_domain_concurrency.max(1),
@@ -285,7 +311,7 @@ impl Config {
                 ..ThrottleLimits::default()
             },
             fetch: FetchOptions {
-                timeout: Duration::from_secs(self.sync_fetch_timeout.max(1)),
+                timeout: self.sync_fetch_timeout.max(Duration::from_secs(1)),
                 ..FetchOptions::default()
             },
             allow_private: self.sync_allow_private,
@@ -358,10 +384,10 @@ mod tests {
     fn sync_flags() {
         let cfg = Config::parse_from([
             "grasp-relay",
-            "--sync-user-delay-ms", "200",
-            "--sync-delay-ms", "10",
-            "--sync-backoff-ms", "300",
-            "--sync-backoff-cap-ms", "900",
+            "--sync-user-delay", "200ms",
+            "--sync-delay", "10ms",
+            "--sync-backoff", "300ms",
+            "--sync-backoff-cap", "900ms",
             "--sync-domain-concurrency", "1",
             "--sync-domain-per-minute", "2",
             "--sync-fetch-timeout", "7",
@@ -383,6 +409,67 @@ mod tests {
         let denied: Vec<String> = sync.extra_denied.iter().map(|c| c.to_string()).collect();
         assert_eq!(denied, ["10.1.0.0/16", "192.0.2.1/32", "fc00::/7"]);
         assert!(Config::try_parse_from(["grasp-relay", "--sync-deny", "10.0.0.0/33"]).is_err());
+    }
+
+    #[test]
+    fn former_millisecond_sync_flags_still_work() {
+        let cfg = Config::parse_from([
+            "grasp-relay",
+            "--sync-user-delay-ms", "200",
+            "--sync-delay-ms", "10",
+            "--sync-backoff-ms", "300",
+            "--sync-backoff-cap-ms", "900",
+        ]);
+        let (sync, ms) = (cfg.sync(), Duration::from_millis);
+        assert_eq!((sync.queue.user_delay, sync.queue.sync_delay), (ms(200), ms(10)));
+        assert_eq!((sync.queue.backoff(1), sync.queue.backoff(3)), (ms(300), ms(900)));
+        // The new names take units; a bare number is seconds, as for every other duration.
+        let cfg = Config::parse_from(["grasp-relay", "--sync-user-delay", "2", "--sync-backoff-cap", "1h", "--sync-fetch-timeout", "90s"]);
+        assert_eq!(cfg.sync().queue.user_delay, Duration::from_secs(2));
+        assert_eq!(cfg.sync().queue.backoff_cap, Duration::from_secs(3600));
+        assert_eq!(cfg.sync().fetch.timeout, Duration::from_secs(90));
+        assert_eq!(Config::parse_from(["grasp-relay", "--sync-fetch-timeout", "1ms"]).sync().fetch.timeout, Duration::from_secs(1));
+        // Old and new name together is ambiguous.
+        assert!(Config::try_parse_from(["grasp-relay", "--sync-delay", "1s", "--sync-delay-ms", "5"]).is_err());
+        assert!(Config::try_parse_from(["grasp-relay", "--sync-delay", "5 parsecs"]).is_err());
+        // Their environment variables are unchanged, and hidden from --help like the flags.
+        let cmd = Config::command();
+        for (id, env) in [
+            ("sync_user_delay_ms", "GRASP_SYNC_USER_DELAY_MS"),
+            ("sync_delay_ms", "GRASP_SYNC_DELAY_MS"),
+            ("sync_backoff_ms", "GRASP_SYNC_BACKOFF_MS"),
+            ("sync_backoff_cap_ms", "GRASP_SYNC_BACKOFF_CAP_MS"),
+        ] {
+            let arg = cmd.get_arguments().find(|a| a.get_id() == id).unwrap();
+            assert_eq!(arg.get_env().and_then(|e| e.to_str()), Some(env));
+            assert!(arg.is_hide_set());
+        }
+    }
+
+    /// Every visible flag reads a `GRASP_*` environment variable and has a line in README's
+    /// configuration table.
+    #[test]
+    fn every_flag_has_an_environment_variable_and_a_readme_line() {
+        let readme = include_str!("../../README.md");
+        let table: Vec<&str> = readme.lines().filter(|l| l.starts_with("| `--")).collect();
+        for arg in Config::command().get_arguments() {
+            let Some(long) = arg.get_long() else { continue };
+            if arg.is_hide_set() || ["help", "version"].contains(&long) {
+                continue;
+            }
+            let env = arg.get_env().and_then(|e| e.to_str()).unwrap_or_else(|| panic!("--{long} has no environment variable"));
+            assert!(env.starts_with("GRASP_"), "--{long}: {env}");
+            let line = table.iter().find(|l| l.contains(&format!("`--{long}`")));
+            let line = line.unwrap_or_else(|| panic!("README's configuration table has no line for --{long}"));
+            assert!(line.contains(&format!("`{env}`")), "README's line for --{long} does not name {env}");
+        }
+    }
+
+    #[test]
+    fn metrics_listener_is_off_unless_asked() {
+        assert_eq!(Config::parse_from(["grasp-relay"]).metrics_bind, None);
+        let cfg = Config::parse_from(["grasp-relay", "--metrics-bind", "127.0.0.1:9187"]);
+        assert_eq!(cfg.metrics_bind, Some("127.0.0.1:9187".parse().unwrap()));
     }
 
     #[test]

@@ -23,6 +23,8 @@
 //!   `grasp-cgi` (`http`).
 //! - [`api`]: the loopback, token-protected API the git hooks call.
 //! - [`sync`]: background git-data sync (queue, per-domain throttle, URL safety, fetch by id).
+//! - [`metrics`]: the Prometheus families ([`metrics::Metrics`], kept on `Grasp`), the separate
+//!   metrics listener (`server`) and the `/healthz` / `/readyz` probes (`health`).
 //! - [`config`], [`datadir`], [`shutdown`]: command line and environment, the data directory
 //!   layout and its exclusive lock, the shutdown signal every task is handed.
 
@@ -31,6 +33,7 @@ pub mod config;
 pub mod datadir;
 pub mod git;
 pub mod grasp;
+pub mod metrics;
 pub mod nostr;
 pub mod server;
 pub mod shutdown;

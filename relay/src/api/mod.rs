@@ -27,6 +27,7 @@ use serde::Serialize;
 use tokio::net::TcpListener;
 
 use crate::grasp::Grasp;
+use crate::metrics::health::Health;
 use crate::server::http::{full, Body};
 use crate::shutdown::Shutdown;
 
@@ -97,18 +98,18 @@ fn write_private(path: &Path, data: &[u8]) -> Result<()> {
 }
 
 /// Serves the hook API until shutdown.
-pub async fn serve(listener: TcpListener, token: String, grasp: Arc<Grasp>, mut shutdown: Shutdown) {
+pub async fn serve(listener: TcpListener, token: String, grasp: Arc<Grasp>, health: Arc<Health>, mut shutdown: Shutdown) {
     let token = Arc::new(token);
     loop {
         let (stream, _) = tokio::select! {
             r = listener.accept() => match r { Ok(s) => s, Err(e) => { tracing::warn!(error = %e, "hook API accept failed"); continue } },
             _ = shutdown.recv() => return,
         };
-        let (grasp, token) = (grasp.clone(), token.clone());
+        let (grasp, token, health) = (grasp.clone(), token.clone(), health.clone());
         tokio::spawn(async move {
             let service = hyper::service::service_fn(move |req| {
-                let (grasp, token) = (grasp.clone(), token.clone());
-                async move { Ok::<_, std::convert::Infallible>(handle(req, &token, &grasp).await) }
+                let (grasp, token, health) = (grasp.clone(), token.clone(), health.clone());
+                async move { Ok::<_, std::convert::Infallible>(handle(req, &token, &grasp, &health).await) }
             });
             let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service).await;
         });
@@ -131,7 +132,11 @@ fn token_matches(given: &[u8], expected: &[u8]) -> bool {
     given.len() == expected.len() && given.iter().zip(expected).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
 }
 
-async fn handle(req: Request<Incoming>, token: &str, grasp: &Grasp) -> Response<Body> {
+async fn handle(req: Request<Incoming>, token: &str, grasp: &Grasp, health: &Health) -> Response<Body> {
+    // Probes need no token (docs/deployment.md): they reveal nothing but check names.
+    if let Some(resp) = crate::metrics::health::probe(&req, health).await {
+        return resp;
+    }
     let given = req.headers().get(TOKEN_HEADER).map(|v| v.as_bytes().to_vec()).unwrap_or_default();
     if !token_matches(&given, token.as_bytes()) {
         return error(StatusCode::UNAUTHORIZED, format!("missing or wrong {TOKEN_HEADER} header"));
@@ -160,7 +165,7 @@ async fn handle(req: Request<Incoming>, token: &str, grasp: &Grasp) -> Response<
                 Err(resp) => return *resp,
             };
             let Some(owner) = owner(&req.owner) else { return error(StatusCode::BAD_REQUEST, "owner is not an npub") };
-            json(StatusCode::OK, &grasp.authorize_push(&owner, &req.identifier, &req.updates).await)
+            json(StatusCode::OK, &grasp.metrics.push_authorization(grasp.authorize_push(&owner, &req.identifier, &req.updates)).await)
         }
         PATH_POST_RECEIVE => {
             let req: PostReceiveRequest = match parse(&body) {
@@ -168,7 +173,7 @@ async fn handle(req: Request<Incoming>, token: &str, grasp: &Grasp) -> Response<
                 Err(resp) => return *resp,
             };
             let Some(owner) = owner(&req.owner) else { return error(StatusCode::BAD_REQUEST, "owner is not an npub") };
-            json(StatusCode::OK, &grasp.git_arrived(&owner, &req.identifier, &req.updates).await)
+            json(StatusCode::OK, &grasp.metrics.push_release(grasp.git_arrived(&owner, &req.identifier, &req.updates)).await)
         }
         _ => error(StatusCode::NOT_FOUND, format!("no such endpoint {path}")),
     }

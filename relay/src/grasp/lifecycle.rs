@@ -76,11 +76,14 @@ static CHECKPOINT_LOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new((
 /// it, so request handling is not blocked for long.
 pub async fn checkpoint(grasp: &Grasp, data_dir: &Path) -> std::io::Result<()> {
     let _writer = CHECKPOINT_LOCK.lock().await;
+    let started = std::time::Instant::now();
     let snapshot = grasp.purgatory.snapshot();
     let path: PathBuf = data_dir.join(CHECKPOINT_FILE);
-    tokio::task::spawn_blocking(move || write_checkpoint(&path, &snapshot))
+    let written = tokio::task::spawn_blocking(move || write_checkpoint(&path, &snapshot).and_then(|()| std::fs::metadata(&path)))
         .await
-        .map_err(std::io::Error::other)?
+        .map_err(std::io::Error::other)?;
+    grasp.metrics.checkpoint_written(started.elapsed(), written.as_ref().map(|m| m.len()).map_err(drop));
+    written.map(drop)
 }
 
 /// Checkpoints every `interval` until shutdown (the final checkpoint is the caller's, after
@@ -118,6 +121,7 @@ pub async fn run_expiry(grasp: Arc<Grasp>, mut shutdown: Shutdown) {
 pub async fn expire(grasp: &Grasp) {
     let actions = grasp.purgatory.sweep();
     for action in actions {
+        grasp.metrics.purgatory_expired(&action);
         match action {
             SweepAction::SoftExpireAnnouncement { owner, identifier, event_id, .. } => {
                 if delete_soft_expired_repo(grasp, &owner, &identifier).await {

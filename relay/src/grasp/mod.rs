@@ -77,10 +77,19 @@ pub struct Grasp {
     pub on_waiting: std::sync::OnceLock<WaitingHook>,
     /// The background sync's figures for the operator view (`GET /v1/sync`). Set once at startup.
     pub sync_stats: std::sync::OnceLock<crate::sync::StatsSource>,
+    /// The operator's metrics, recorded by every part of the relay.
+    pub metrics: Arc<crate::metrics::Metrics>,
 }
 
 impl Grasp {
-    pub fn new(relay: Arc<Relay>, purgatory: Purgatory, layout: RepoLayout, hooks_dir: PathBuf, public_host: String) -> Self {
+    pub fn new(
+        relay: Arc<Relay>,
+        purgatory: Purgatory,
+        layout: RepoLayout,
+        hooks_dir: PathBuf,
+        public_host: String,
+        metrics: Arc<crate::metrics::Metrics>,
+    ) -> Self {
         Grasp {
             relay,
             purgatory: SharedPurgatory::new(purgatory),
@@ -90,6 +99,7 @@ impl Grasp {
             locks: RepoLocks::default(),
             on_waiting: std::sync::OnceLock::new(),
             sync_stats: std::sync::OnceLock::new(),
+            metrics,
         }
     }
 

@@ -51,6 +51,11 @@ impl SharedPurgatory {
         PurgatoryListing::of(&self.lock())
     }
 
+    /// Counts per entry type (the metrics scrape).
+    pub fn stats(&self) -> grasp_state::purgatory::PurgatoryStats {
+        self.lock().stats()
+    }
+
     /// A copy for the checkpoint writer (pointers and plain fields; serialised outside the lock).
     pub fn snapshot(&self) -> PurgatorySnapshot {
         self.lock().snapshot()

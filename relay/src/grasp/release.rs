@@ -267,6 +267,7 @@ impl Grasp {
                 }
             }
         }
+        self.metrics.released(&out);
         out
     }
 

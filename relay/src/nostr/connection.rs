@@ -68,6 +68,7 @@ pub async fn handle<S>(
         live: grasp.relay.subscribe(),
         negentropy: limits.negentropy.map(Sessions::new),
     };
+    let _open = grasp.metrics.websocket_opened();
     tracing::debug!(%remote, "websocket open");
     loop {
         tokio::select! {
@@ -214,6 +215,7 @@ impl Connection {
             Ok(e) => e,
             Err(e) => {
                 let reason = format!("invalid: malformed event ({e})");
+                self.grasp.metrics.event(None, false, &reason);
                 match raw
                     .get("id")
                     .and_then(Value::as_str)
@@ -226,6 +228,7 @@ impl Connection {
             }
         };
         let (ok, message) = self.grasp.submit(&event).await;
+        self.grasp.metrics.event(Some(event.kind.as_u16()), ok, &message);
         tracing::debug!(id = %event.id, kind = event.kind.as_u16(), ok, %message, "EVENT");
         self.send(RelayMessage::ok(event.id, ok, message));
     }

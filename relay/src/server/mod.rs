@@ -47,6 +47,8 @@ use crate::server::connection_limits::{ConnectionLimiter, ConnectionPermit, Refu
 use crate::datadir::DataDir;
 use crate::server::http::Body;
 use crate::grasp::Grasp;
+use crate::metrics::health::Health;
+use crate::metrics::server::MetricsState;
 use crate::nostr::relay::Relay;
 use crate::shutdown::{Shutdown, ShutdownController};
 use crate::nostr::store::Store;
@@ -104,13 +106,15 @@ pub async fn run(mut cfg: Config) -> anyhow::Result<()> {
     // The purgatory, restored from its checkpoint (downtime subtracted).
     let layout = grasp_state::identifier::RepoLayout::new(data.git());
     let purgatory = crate::grasp::lifecycle::restore(data.root(), &layout, cfg.purgatory());
-    let grasp = Arc::new(Grasp::new(relay, purgatory, layout, data.hooks(), cfg.public_host()));
+    let metrics = Arc::new(crate::metrics::Metrics::new());
+    let grasp = Arc::new(Grasp::new(relay, purgatory, layout, data.hooks(), cfg.public_host(), metrics.clone()));
 
     // The hooks git runs, and the loopback API they call. Without the helper binaries the relay
     // could not serve git or authorise a push: refuse to start rather than fail every request.
     let cgi = cfg.cgi_path();
     let bin_dir = cgi.parent().map(|p| p.to_path_buf()).unwrap_or_default();
-    for bin in [cgi.clone(), bin_dir.join("grasp-pre-receive"), bin_dir.join("grasp-post-receive")] {
+    let binaries = vec![cgi.clone(), bin_dir.join("grasp-pre-receive"), bin_dir.join("grasp-post-receive")];
+    for bin in &binaries {
         if !bin.is_file() {
             anyhow::bail!(
                 "{} not found: build every binary with `cargo build --release --workspace` \
@@ -124,8 +128,10 @@ pub async fn run(mut cfg: Config) -> anyhow::Result<()> {
     let (api_listener, token) = crate::api::bind(cfg.api_bind, data.root()).await?;
     let api_addr = api_listener.local_addr()?;
 
+    let health = Arc::new(Health { grasp: grasp.clone(), data_dir: data.root().to_path_buf(), binaries, api_addr });
+
     let controller = ShutdownController::new();
-    tokio::spawn(crate::api::serve(api_listener, token, grasp.clone(), controller.subscribe()));
+    tokio::spawn(crate::api::serve(api_listener, token, grasp.clone(), health.clone(), controller.subscribe()));
 
     // Nothing is lost if the relay was down between a push's two hooks: release what the
     // repositories already satisfy.
@@ -149,6 +155,17 @@ pub async fn run(mut cfg: Config) -> anyhow::Result<()> {
         env: Vec::new(),
     };
     let connections = ConnectionLimiter::new(cfg.max_connections as usize, cfg.max_connections_per_ip as usize);
+    // The metrics listener (off unless --metrics-bind): its own socket, never the public port.
+    let metrics_file = data.root().join(crate::metrics::server::ADDR_FILE);
+    let _ = std::fs::remove_file(&metrics_file);
+    if let Some(metrics_bind) = cfg.metrics_bind {
+        let listener = crate::metrics::server::bind(metrics_bind, addr).await?;
+        let metrics_addr = listener.local_addr()?;
+        let state = Arc::new(MetricsState { metrics, grasp: grasp.clone(), connections: connections.clone(), health });
+        tokio::spawn(crate::metrics::server::serve(listener, state, controller.subscribe()));
+        std::fs::write(&metrics_file, metrics_addr.to_string()).with_context(|| format!("writing {}", metrics_file.display()))?;
+        tracing::info!(%metrics_addr, "metrics on http://{metrics_addr}/metrics (probes /healthz, /readyz)");
+    }
     let state = Arc::new(AppState { cfg, git, grasp: grasp.clone(), limits, connections });
     let accept = tokio::spawn(accept_loop(listener, state.clone(), controller.subscribe()));
 
@@ -168,6 +185,7 @@ pub async fn run(mut cfg: Config) -> anyhow::Result<()> {
         Err(e) => tracing::error!(error = %e, "final purgatory checkpoint failed"),
     }
     let _ = std::fs::remove_file(data.relay_addr_file());
+    let _ = std::fs::remove_file(&metrics_file);
     tracing::info!("stopped");
     Ok(())
 }
@@ -207,6 +225,7 @@ async fn accept_loop(listener: TcpListener, state: Arc<AppState>, mut shutdown: 
             Ok(permit) => Arc::new(permit),
             Err(refusal) => {
                 tracing::debug!(%remote, ?refusal, open = state.connections.open(), "connection refused");
+                state.grasp.metrics.connection_refused(&refusal);
                 if let Ok(slot) = refusals.clone().try_acquire_owned() {
                     tokio::spawn(async move {
                         refuse(stream, refusal).await;
@@ -336,7 +355,8 @@ async fn route(
     } else {
         // Repository paths, and every other path: grasp-cgi serves git, the repository pages and
         // the one 404 page (HTML for browsers), the same here as behind nginx.
-        crate::git::http::serve(req, remote, &state.git).await
+        let timer = state.grasp.metrics.git_request(&req);
+        timer.finish(crate::git::http::serve(req, remote, &state.git).await)
     };
     http::with_cors(resp)
 }

@@ -90,6 +90,14 @@ impl SyncContext for Arc<Grasp> {
     fn set_sync_running(&self, identifier: &str, running: bool) {
         self.purgatory.set_sync_running(identifier, running);
     }
+
+    fn fetched(&self, outcome: &super::FetchOutcome, took: std::time::Duration) {
+        self.metrics.sync_fetched(outcome, took);
+    }
+
+    fn attempted(&self, outcome: &super::Outcome) {
+        self.metrics.sync_attempt(outcome);
+    }
 }
 
 /// The ref targets of each held state of `identifier` authored inside `set`.

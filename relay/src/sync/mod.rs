@@ -75,6 +75,12 @@ pub trait SyncContext: Send + Sync + 'static {
     /// A sync task for `identifier` starts (true) or ends (false); the expiry sweep skips the
     /// identifier's purgatory entries while it runs.
     fn set_sync_running(&self, identifier: &str, running: bool);
+
+    /// One `git fetch` finished after `took` (the operator's metrics; nothing by default).
+    fn fetched(&self, _outcome: &FetchOutcome, _took: Duration) {}
+
+    /// One sync attempt for an identifier finished (the operator's metrics; nothing by default).
+    fn attempted(&self, _outcome: &Outcome) {}
 }
 
 /// Everything configurable about background sync.
@@ -348,6 +354,7 @@ impl<C: SyncContext> Shared<C> {
             outcome: None,
         };
         let outcome = shared.sync_identifier(&guard.identifier).await;
+        shared.ctx.attempted(&outcome);
         tracing::debug!(identifier = %guard.identifier, ?outcome, "sync attempt finished");
         guard.outcome = Some(outcome);
     }
@@ -443,7 +450,9 @@ impl<C: SyncContext> Shared<C> {
                 }
             };
             attempt.fetched = true;
+            let started = Instant::now();
             let outcome = fetch_oids(&target.repo, &safe.url.url, &missing, &options).await;
+            self.ctx.fetched(&outcome, started.elapsed());
             drop(permit);
             drop(lock);
             if let Some(error) = &outcome.error {

@@ -1,0 +1,587 @@
+//! Operator metrics and health probes.
+//!
+//! [`Metrics`] owns every Prometheus family of the relay, registered once at startup in one
+//! `prometheus-client` registry. It is created by the daemon, kept on [`crate::grasp::Grasp`]
+//! (`grasp.metrics`), and recorded with one short call at each site (`metrics.event(..)`,
+//! `metrics.push_authorization(..)`, ...). Label values are always from small fixed sets (event
+//! kinds outside the NIP-34 ones become `other`, refusal reasons are the NIP-01 prefix), so a
+//! hostile client cannot grow the series count.
+//!
+//! Layout:
+//! - this file: the families and the recording methods;
+//! - [`server`]: the separate metrics listener (`--metrics-bind`, off by default) serving
+//!   `/metrics` (Prometheus text format 0.0.4), `/healthz` and `/readyz`;
+//! - [`health`]: the readiness checks, shared by the metrics listener and the hook API.
+//!
+//! Gauges that describe state held elsewhere (purgatory entries, sync queue, open connections)
+//! are read at scrape time ([`Metrics::refresh_purgatory`], [`Metrics::refresh_sync`]), never
+//! kept in step by hand. See docs/deployment.md for the list of families.
+
+pub mod health;
+pub mod server;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use grasp_state::hook_api::{PostReceiveResponse, PreReceiveResponse, ReleasedEvent};
+use grasp_state::purgatory::{PurgatoryStats, SweepAction};
+use hyper::body::{Frame, SizeHint};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::metrics::info::Info;
+use prometheus_client::registry::Registry;
+
+use crate::server::connection_limits::Refusal;
+use crate::server::http::Body;
+use crate::sync::{FetchOutcome, Outcome, SyncStats};
+
+/// `Content-Type` of `/metrics`: the Prometheus text exposition format, version 0.0.4.
+pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
+
+type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
+
+/// Seconds, 5 ms to about 160 s (a big clone or push).
+fn duration_buckets() -> Histogram {
+    Histogram::new(exponential_buckets(0.005, 2.0, 16))
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabels {
+    kind: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct EventLabels {
+    kind: &'static str,
+    /// `stored`, `held`, `duplicate` or `refused`.
+    outcome: &'static str,
+    /// The NIP-01 prefix of the answer (`blocked`, `invalid`, ...); empty when there is none.
+    reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabels {
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabels {
+    reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TypeLabels {
+    r#type: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PurgatoryLabels {
+    r#type: &'static str,
+    /// `waiting` (for git data) or `soft_expired` (repository deleted, kept for revival).
+    level: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct HookLabels {
+    hook: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct GitLabels {
+    service: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct GitRequestLabels {
+    service: &'static str,
+    /// `2xx`, `3xx`, `4xx` or `5xx`.
+    status: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BuildLabels {
+    version: &'static str,
+}
+
+/// Every metric family of the relay. Cheap to record into from any task (atomics, and a
+/// read lock per labelled family).
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    // Public listener and WebSocket connections.
+    connections_open: Gauge,
+    connections_refused: Family<ReasonLabels, Counter>,
+    websocket_open: Gauge,
+    websocket_connections: Counter,
+    // Events submitted by clients.
+    events_received: Family<KindLabels, Counter>,
+    events: Family<EventLabels, Counter>,
+    // Purgatory.
+    purgatory_entries: Family<PurgatoryLabels, Gauge>,
+    purgatory_expired_ids: Gauge,
+    purgatory_expiries: Family<TypeLabels, Counter>,
+    purgatory_releases: Family<KindLabels, Counter>,
+    // Pushes (through the hooks, whoever serves git) and git smart HTTP on the public port.
+    pushes: Family<OutcomeLabels, Counter>,
+    push_hook_duration: HistogramFamily<HookLabels>,
+    git_requests: Family<GitRequestLabels, Counter>,
+    git_request_duration: HistogramFamily<GitLabels>,
+    // Background git-data sync.
+    sync_fetches: Family<OutcomeLabels, Counter>,
+    sync_fetch_duration: Histogram,
+    sync_attempts: Family<OutcomeLabels, Counter>,
+    sync_queue: Gauge,
+    sync_in_progress: Gauge,
+    sync_domains_failing: Gauge,
+    // Relay-to-relay event sync (GRASP-02) does not exist yet. When it does, its families go
+    // here, recorded by the relay sync the same way: per peer relay a state gauge
+    // (`grasp_relay_sync_state{relay,state}`), events received, errors and the current backoff,
+    // with peers from the configured list only (never a label value taken from the network).
+    // Purgatory checkpoints.
+    checkpoint_duration: Histogram,
+    checkpoint_bytes: Gauge,
+    checkpoint_failures: Counter,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// Creates and registers every family (names get the `grasp_` prefix).
+    pub fn new() -> Self {
+        let mut r = Registry::with_prefix("grasp");
+        let m = Metrics {
+            registry: Registry::default(),
+            connections_open: Gauge::default(),
+            connections_refused: Family::default(),
+            websocket_open: Gauge::default(),
+            websocket_connections: Counter::default(),
+            events_received: Family::default(),
+            events: Family::default(),
+            purgatory_entries: Family::default(),
+            purgatory_expired_ids: Gauge::default(),
+            purgatory_expiries: Family::default(),
+            purgatory_releases: Family::default(),
+            pushes: Family::default(),
+            push_hook_duration: HistogramFamily::new_with_constructor(duration_buckets),
+            git_requests: Family::default(),
+            git_request_duration: HistogramFamily::new_with_constructor(duration_buckets),
+            sync_fetches: Family::default(),
+            sync_fetch_duration: duration_buckets(),
+            sync_attempts: Family::default(),
+            sync_queue: Gauge::default(),
+            sync_in_progress: Gauge::default(),
+            sync_domains_failing: Gauge::default(),
+            checkpoint_duration: duration_buckets(),
+            checkpoint_bytes: Gauge::default(),
+            checkpoint_failures: Counter::default(),
+        };
+        r.register("build", "Version of the running grasp-relay", Info::new(BuildLabels { version: env!("CARGO_PKG_VERSION") }));
+        r.register("connections_open", "Open connections (HTTP and WebSocket) on the public listener", m.connections_open.clone());
+        r.register(
+            "connections_refused",
+            "Connections refused by --max-connections (reason=total) or --max-connections-per-ip (reason=per_address)",
+            m.connections_refused.clone(),
+        );
+        r.register("websocket_connections_open", "Open Nostr WebSocket connections", m.websocket_open.clone());
+        r.register("websocket_connections", "Nostr WebSocket connections accepted", m.websocket_connections.clone());
+        r.register("events_received", "EVENT messages received from clients, by kind (NIP-34 kinds, else other)", m.events_received.clone());
+        r.register(
+            "events",
+            "Client events by kind and outcome (stored, held in the purgatory, duplicate, refused) with the NIP-01 reason prefix",
+            m.events.clone(),
+        );
+        r.register(
+            "purgatory_entries",
+            "Entries in the purgatory by type and level (waiting for git data, or soft_expired awaiting revival)",
+            m.purgatory_entries.clone(),
+        );
+        r.register("purgatory_expired_ids", "Expired event ids the purgatory remembers (refused if sent again)", m.purgatory_expired_ids.clone());
+        r.register("purgatory_expiries", "Purgatory expiries by type (soft_expiry deletes an announcement's repository)", m.purgatory_expiries.clone());
+        r.register("purgatory_releases", "Held events released (stored and served) once their git data arrived, by kind", m.purgatory_releases.clone());
+        r.register("pushes", "Pushes decided by the pre-receive hook: accepted or refused", m.pushes.clone());
+        r.register(
+            "push_hook_duration_seconds",
+            "Time the relay took to answer a push's pre-receive (authorisation) or post-receive (release) hook",
+            m.push_hook_duration.clone(),
+        );
+        r.register(
+            "git_requests",
+            "Git smart HTTP requests served on the public listener, by service and status class (not counted behind nginx + fcgiwrap)",
+            m.git_requests.clone(),
+        );
+        r.register(
+            "git_request_duration_seconds",
+            "Duration of git smart HTTP requests on the public listener until the response body ended, by service",
+            m.git_request_duration.clone(),
+        );
+        r.register("sync_fetches", "Background sync git fetches from other servers: ok or error", m.sync_fetches.clone());
+        r.register("sync_fetch_duration_seconds", "Duration of background sync git fetches", m.sync_fetch_duration.clone());
+        r.register(
+            "sync_attempts",
+            "Background sync attempts per identifier: complete, incomplete (retried with backoff) or throttled",
+            m.sync_attempts.clone(),
+        );
+        r.register("sync_queue_length", "Identifiers queued for background sync (waiting or running)", m.sync_queue.clone());
+        r.register("sync_in_progress", "Identifiers with a background sync running now", m.sync_in_progress.clone());
+        r.register("sync_domains_failing", "Domains whose last background sync fetch failed (errors kept for an hour)", m.sync_domains_failing.clone());
+        r.register("checkpoint_duration_seconds", "Time to snapshot and write the purgatory checkpoint", m.checkpoint_duration.clone());
+        r.register("checkpoint_bytes", "Size of the last purgatory checkpoint written", m.checkpoint_bytes.clone());
+        r.register("checkpoint_failures", "Purgatory checkpoints that could not be written", m.checkpoint_failures.clone());
+        Metrics { registry: r, ..m }
+    }
+
+    /// The whole registry in the Prometheus text format (see [`CONTENT_TYPE`]).
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::prometheus_text::encode(&mut out, &self.registry);
+        out
+    }
+
+    /// Open connections of the public listener, read at scrape time.
+    pub fn set_connections_open(&self, open: usize) {
+        self.connections_open.set(gauge(open));
+    }
+
+    /// A connection beyond the public listener's caps was refused.
+    pub fn connection_refused(&self, refusal: &Refusal) {
+        let reason = match refusal {
+            Refusal::Total(_) => "total",
+            Refusal::PerAddress(_) => "per_address",
+        };
+        self.connections_refused.get_or_create(&ReasonLabels { reason }).inc();
+    }
+
+    /// A Nostr WebSocket connection opened; it counts as open until the guard drops.
+    pub fn websocket_opened(&self) -> OpenGuard<'_> {
+        self.websocket_connections.inc();
+        self.websocket_open.inc();
+        OpenGuard(&self.websocket_open)
+    }
+
+    /// A client's EVENT and the relay's `OK` answer (`kind` is `None` when the event could not
+    /// even be parsed).
+    pub fn event(&self, kind: Option<u16>, ok: bool, message: &str) {
+        let kind = kind.map_or("unparsed", kind_label);
+        self.events_received.get_or_create(&KindLabels { kind }).inc();
+        let prefix = reason_prefix(message);
+        let (outcome, reason) = match (ok, prefix) {
+            (true, "purgatory") => ("held", ""),
+            (true, "duplicate") => ("duplicate", ""),
+            (true, _) => ("stored", ""),
+            (false, reason) => ("refused", reason),
+        };
+        self.events.get_or_create(&EventLabels { kind, outcome, reason }).inc();
+    }
+
+    /// Reads the purgatory's counts (at scrape time).
+    pub fn refresh_purgatory(&self, stats: &PurgatoryStats) {
+        let set = |r#type, level, n: usize| self.purgatory_entries.get_or_create(&PurgatoryLabels { r#type, level }).set(gauge(n));
+        set("announcement", "waiting", stats.announcements.saturating_sub(stats.soft_expired_announcements));
+        set("announcement", "soft_expired", stats.soft_expired_announcements);
+        set("state", "waiting", stats.states);
+        set("pull_request", "waiting", stats.prs);
+        set("placeholder", "waiting", stats.placeholders);
+        self.purgatory_expired_ids.set(gauge(stats.expired_events));
+    }
+
+    /// One expiry decided by the purgatory's sweep.
+    pub fn purgatory_expired(&self, action: &SweepAction) {
+        let r#type = match action {
+            SweepAction::SoftExpireAnnouncement { .. } => "announcement_soft_expiry",
+            SweepAction::ExpireAnnouncement { .. } => "announcement",
+            SweepAction::ExpireState { .. } => "state",
+            SweepAction::ExpirePr { .. } => "pull_request",
+            SweepAction::ExpirePlaceholder { .. } => "placeholder",
+        };
+        self.purgatory_expiries.get_or_create(&TypeLabels { r#type }).inc();
+    }
+
+    /// Held events released from the purgatory (stored and served).
+    pub fn released(&self, events: &[ReleasedEvent]) {
+        for ev in events {
+            self.purgatory_releases.get_or_create(&KindLabels { kind: kind_label(ev.kind) }).inc();
+        }
+    }
+
+    /// Times a pre-receive authorisation and counts its verdict.
+    pub async fn push_authorization(&self, decide: impl Future<Output = PreReceiveResponse>) -> PreReceiveResponse {
+        let started = Instant::now();
+        let resp = decide.await;
+        self.observe_hook("pre-receive", started.elapsed());
+        let outcome = if resp.accepted { "accepted" } else { "refused" };
+        self.pushes.get_or_create(&OutcomeLabels { outcome }).inc();
+        resp
+    }
+
+    /// Times a post-receive release.
+    pub async fn push_release(&self, release: impl Future<Output = PostReceiveResponse>) -> PostReceiveResponse {
+        let started = Instant::now();
+        let resp = release.await;
+        self.observe_hook("post-receive", started.elapsed());
+        resp
+    }
+
+    fn observe_hook(&self, hook: &'static str, took: Duration) {
+        self.push_hook_duration.get_or_create(&HookLabels { hook }).observe(took.as_secs_f64());
+    }
+
+    /// Starts timing a git smart HTTP request on the public listener; see [`GitTimer::finish`].
+    pub fn git_request<B>(&self, req: &hyper::Request<B>) -> GitTimer<'_> {
+        GitTimer { metrics: self, service: git_service(req.uri().path(), req.uri().query()), started: Instant::now() }
+    }
+
+    /// One background sync fetch and how long it took.
+    pub fn sync_fetched(&self, outcome: &FetchOutcome, took: Duration) {
+        let outcome = if outcome.error.is_some() { "error" } else { "ok" };
+        self.sync_fetches.get_or_create(&OutcomeLabels { outcome }).inc();
+        self.sync_fetch_duration.observe(took.as_secs_f64());
+    }
+
+    /// One finished sync attempt for an identifier.
+    pub fn sync_attempt(&self, outcome: &Outcome) {
+        let outcome = match outcome {
+            Outcome::Complete => "complete",
+            Outcome::Incomplete => "incomplete",
+            Outcome::Throttled { .. } => "throttled",
+        };
+        self.sync_attempts.get_or_create(&OutcomeLabels { outcome }).inc();
+    }
+
+    /// Reads the syncer's queue (at scrape time; `None` when it does not run).
+    pub fn refresh_sync(&self, stats: Option<&SyncStats>) {
+        let (queued, running, failing) = stats.map_or((0, 0, 0), |s| {
+            (s.queue_length, s.in_progress.len(), s.domains.iter().filter(|d| d.last_error.is_some()).count())
+        });
+        self.sync_queue.set(gauge(queued));
+        self.sync_in_progress.set(gauge(running));
+        self.sync_domains_failing.set(gauge(failing));
+    }
+
+    /// One purgatory checkpoint: how long it took and, when written, its size.
+    pub fn checkpoint_written(&self, took: Duration, written: Result<u64, ()>) {
+        self.checkpoint_duration.observe(took.as_secs_f64());
+        match written {
+            Ok(bytes) => {
+                self.checkpoint_bytes.set(i64::try_from(bytes).unwrap_or(i64::MAX));
+            }
+            Err(()) => {
+                self.checkpoint_failures.inc();
+            }
+        }
+    }
+}
+
+fn gauge(n: usize) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// Keeps a connection counted as open until dropped.
+pub struct OpenGuard<'a>(&'a Gauge);
+
+impl Drop for OpenGuard<'_> {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
+/// The event kinds that get their own label value; everything else is `other`.
+const KIND_LABELS: &[(u16, &str)] = &[
+    (0, "0"),
+    (1, "1"),
+    (5, "5"),
+    (7, "7"),
+    (1111, "1111"),
+    (1617, "1617"),
+    (1618, "1618"),
+    (1619, "1619"),
+    (1621, "1621"),
+    (1630, "1630"),
+    (1631, "1631"),
+    (1632, "1632"),
+    (1633, "1633"),
+    (10317, "10317"),
+    (30617, "30617"),
+    (30618, "30618"),
+];
+
+/// The label value of an event kind: its number for the NIP-34 kinds and the few others this
+/// relay sees, `other` for the rest (a client must not be able to create series at will).
+pub fn kind_label(kind: u16) -> &'static str {
+    KIND_LABELS.iter().find(|(k, _)| *k == kind).map_or("other", |(_, label)| label)
+}
+
+/// The NIP-01 prefixes a reason label may take; another prefix becomes `other`.
+const REASON_PREFIXES: &[&str] =
+    &["invalid", "blocked", "rate-limited", "restricted", "auth-required", "error", "duplicate", "pow", "mute", "purgatory"];
+
+/// The machine-readable prefix of an `OK` message (`""` for none, `other` for an unknown one).
+pub fn reason_prefix(message: &str) -> &'static str {
+    match message.split_once(':') {
+        None if message.is_empty() => "",
+        Some((prefix, _)) => REASON_PREFIXES.iter().find(|p| **p == prefix).copied().unwrap_or("other"),
+        None => "other",
+    }
+}
+
+/// The git service a smart HTTP request is for: `upload-pack` (fetch, clone), `receive-pack`
+/// (push), `info-refs` with neither (dumb HTTP, refused by git), else `other` (pages, 404s).
+pub fn git_service(path: &str, query: Option<&str>) -> &'static str {
+    let wants = |service: &str| query.is_some_and(|q| q.split('&').any(|kv| kv == format!("service={service}")));
+    if path.ends_with("/git-upload-pack") || (path.ends_with("/info/refs") && wants("git-upload-pack")) {
+        "upload-pack"
+    } else if path.ends_with("/git-receive-pack") || (path.ends_with("/info/refs") && wants("git-receive-pack")) {
+        "receive-pack"
+    } else if path.ends_with("/info/refs") {
+        "info-refs"
+    } else {
+        "other"
+    }
+}
+
+/// A git request being timed; the time runs until its response body ends or is dropped.
+pub struct GitTimer<'a> {
+    metrics: &'a Metrics,
+    service: &'static str,
+    started: Instant,
+}
+
+impl GitTimer<'_> {
+    /// Counts the response and wraps its body so the duration covers the whole transfer.
+    pub fn finish(self, resp: hyper::Response<Body>) -> hyper::Response<Body> {
+        let status = match resp.status().as_u16() {
+            200..=299 => "2xx",
+            300..=399 => "3xx",
+            400..=499 => "4xx",
+            _ => "5xx",
+        };
+        let m = self.metrics;
+        m.git_requests.get_or_create(&GitRequestLabels { service: self.service, status }).inc();
+        let histogram = m.git_request_duration.get_or_create_owned(&GitLabels { service: self.service });
+        let started = self.started;
+        resp.map(|body| http_body_util::BodyExt::boxed(TimedBody { body, histogram, started }))
+    }
+}
+
+/// A response body that observes its duration into a histogram when it is dropped (finished,
+/// or abandoned by the client).
+struct TimedBody {
+    body: Body,
+    histogram: Histogram,
+    started: Instant,
+}
+
+impl Drop for TimedBody {
+    fn drop(&mut self) {
+        self.histogram.observe(self.started.elapsed().as_secs_f64());
+    }
+}
+
+impl hyper::body::Body for TimedBody {
+    type Data = bytes::Bytes;
+    type Error = crate::server::http::BodyError;
+
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        Pin::new(&mut self.get_mut().body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every non-comment line of the text format: `name{labels} value` or `name value`.
+    fn samples(text: &str) -> Vec<(String, f64)> {
+        text.lines()
+            .filter(|l| !l.starts_with('#') && !l.is_empty())
+            .map(|l| {
+                let (series, value) = l.rsplit_once(' ').unwrap_or_else(|| panic!("bad line {l:?}"));
+                (series.to_string(), value.parse::<f64>().unwrap_or_else(|_| panic!("bad value in {l:?}")))
+            })
+            .collect()
+    }
+
+    fn value(text: &str, series: &str) -> Option<f64> {
+        samples(text).into_iter().find(|(s, _)| s == series).map(|(_, v)| v)
+    }
+
+    #[test]
+    fn events_are_counted_by_kind_outcome_and_reason() {
+        let m = Metrics::new();
+        m.event(Some(30617), true, "purgatory: won't be served until git data arrives");
+        m.event(Some(1), true, "");
+        m.event(Some(1), false, "blocked: not about a repository here");
+        m.event(Some(1), false, "blocked: again");
+        m.event(Some(4242), false, "nonsense without prefix");
+        m.event(None, false, "invalid: malformed event");
+        let text = m.encode();
+        assert_eq!(value(&text, r#"grasp_events_total{kind="30617",outcome="held",reason=""}"#), Some(1.0), "{text}");
+        assert_eq!(value(&text, r#"grasp_events_total{kind="1",outcome="stored",reason=""}"#), Some(1.0));
+        assert_eq!(value(&text, r#"grasp_events_total{kind="1",outcome="refused",reason="blocked"}"#), Some(2.0));
+        assert_eq!(value(&text, r#"grasp_events_total{kind="other",outcome="refused",reason="other"}"#), Some(1.0));
+        assert_eq!(value(&text, r#"grasp_events_received_total{kind="1"}"#), Some(3.0));
+        assert_eq!(value(&text, r#"grasp_events_received_total{kind="unparsed"}"#), Some(1.0));
+    }
+
+    #[test]
+    fn text_format_has_help_and_type_for_every_family() {
+        let m = Metrics::new();
+        m.refresh_purgatory(&PurgatoryStats { announcements: 3, soft_expired_announcements: 1, ..Default::default() });
+        m.checkpoint_written(Duration::from_millis(3), Ok(1234));
+        let text = m.encode();
+        for family in ["grasp_build_info", "grasp_purgatory_entries", "grasp_checkpoint_bytes", "grasp_websocket_connections_open"] {
+            assert!(text.contains(&format!("# HELP {family} ")), "{family}\n{text}");
+            assert!(text.contains(&format!("# TYPE {family} ")), "{family}\n{text}");
+        }
+        assert!(text.contains("grasp_build_info{version=\""), "{text}");
+        assert_eq!(value(&text, r#"grasp_purgatory_entries{type="announcement",level="waiting"}"#), Some(2.0));
+        assert_eq!(value(&text, r#"grasp_purgatory_entries{type="announcement",level="soft_expired"}"#), Some(1.0));
+        assert_eq!(value(&text, "grasp_checkpoint_bytes"), Some(1234.0));
+        assert_eq!(value(&text, "grasp_checkpoint_duration_seconds_count"), Some(1.0));
+    }
+
+    #[test]
+    fn websocket_guard_closes_what_it_opened() {
+        let m = Metrics::new();
+        let a = m.websocket_opened();
+        let b = m.websocket_opened();
+        drop(a);
+        let text = m.encode();
+        assert_eq!(value(&text, "grasp_websocket_connections_open"), Some(1.0));
+        assert_eq!(value(&text, "grasp_websocket_connections_total"), Some(2.0));
+        drop(b);
+        assert_eq!(value(&m.encode(), "grasp_websocket_connections_open"), Some(0.0));
+    }
+
+    #[test]
+    fn labels_come_from_fixed_sets() {
+        assert_eq!(kind_label(30618), "30618");
+        assert_eq!(kind_label(31337), "other");
+        assert_eq!(reason_prefix(""), "");
+        assert_eq!(reason_prefix("rate-limited: slow down"), "rate-limited");
+        assert_eq!(reason_prefix("made-up: x"), "other");
+        assert_eq!(reason_prefix("no colon"), "other");
+        assert_eq!(git_service("/npub1x/r.git/info/refs", Some("service=git-upload-pack")), "upload-pack");
+        assert_eq!(git_service("/npub1x/r.git/git-receive-pack", None), "receive-pack");
+        assert_eq!(git_service("/npub1x/r.git/info/refs", Some("service=git-receive-pack&x=1")), "receive-pack");
+        assert_eq!(git_service("/npub1x/r.git/info/refs", None), "info-refs");
+        assert_eq!(git_service("/favicon.ico", None), "other");
+    }
+}
