@@ -183,6 +183,19 @@ async fn metrics_parse_and_move_with_events_and_pushes() {
     .unwrap();
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn checkpoints_are_timed_and_sized() {
+    let server = start(&["--checkpoint-interval", "20ms"]);
+    let samples = wait_until("a checkpoint in the metrics", TIMEOUT, || {
+        let samples = futures_block(scrape(&server));
+        (value(&samples, "grasp_checkpoint_duration_seconds_count") >= 1.0).then_some(samples)
+    })
+    .unwrap();
+    let size = std::fs::metadata(server.data_dir().join("purgatory-state.json")).unwrap().len();
+    assert!(value(&samples, "grasp_checkpoint_bytes") > 0.0 && size > 0, "{samples:?}");
+    assert_eq!(value(&samples, "grasp_checkpoint_failures_total"), 0.0);
+}
+
 /// Runs a future to completion from a synchronous closure inside the test's runtime.
 fn futures_block<F: std::future::Future>(f: F) -> F::Output {
     tokio::task::block_in_place(|| tokio::runtime::Handle::current().block_on(f))

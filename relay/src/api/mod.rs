@@ -2,8 +2,10 @@
 //!
 //! It is never reachable through the public port (a separate socket bound to a loopback address;
 //! the relay refuses to start otherwise) and every request must carry the token from
-//! `<data>/api-token` (mode 0600, new at every start) in the `x-grasp-token` header. Requests and
-//! responses are the versioned JSON types of `grasp_state::hook_api`. See docs/hook-api.md.
+//! `<data>/api-token` (mode 0600, new at every start) in the `x-grasp-token` header, except the
+//! health probes `/healthz` and `/readyz` ([`crate::metrics::health`]), which reveal no data.
+//! Requests and responses are the versioned JSON types of `grasp_state::hook_api`. See
+//! docs/hook-api.md.
 
 use std::io::Write;
 use std::net::SocketAddr;

@@ -79,10 +79,10 @@ pub async fn checkpoint(grasp: &Grasp, data_dir: &Path) -> std::io::Result<()> {
     let started = std::time::Instant::now();
     let snapshot = grasp.purgatory.snapshot();
     let path: PathBuf = data_dir.join(CHECKPOINT_FILE);
-    let written = tokio::task::spawn_blocking(move || write_checkpoint(&path, &snapshot).and_then(|()| std::fs::metadata(&path)))
+    let written = tokio::task::spawn_blocking(move || write_checkpoint(&path, &snapshot).map(|()| std::fs::metadata(&path).map_or(0, |m| m.len())))
         .await
         .map_err(std::io::Error::other)?;
-    grasp.metrics.checkpoint_written(started.elapsed(), written.as_ref().map(|m| m.len()).map_err(drop));
+    grasp.metrics.checkpoint_written(started.elapsed(), written.as_ref().copied().map_err(drop));
     written.map(drop)
 }
 

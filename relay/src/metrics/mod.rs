@@ -236,7 +236,36 @@ impl Metrics {
         r.register("checkpoint_duration_seconds", "Time to snapshot and write the purgatory checkpoint", m.checkpoint_duration.clone());
         r.register("checkpoint_bytes", "Size of the last purgatory checkpoint written", m.checkpoint_bytes.clone());
         r.register("checkpoint_failures", "Purgatory checkpoints that could not be written", m.checkpoint_failures.clone());
+        m.zero_fixed_series();
         Metrics { registry: r, ..m }
+    }
+
+    /// Creates the series of the families whose labels are a small fixed set, at zero, so that
+    /// they are scraped before their first event (no gaps in `rate()`, no "no data" panels).
+    fn zero_fixed_series(&self) {
+        for reason in ["total", "per_address"] {
+            drop(self.connections_refused.get_or_create(&ReasonLabels { reason }));
+        }
+        for r#type in ["announcement_soft_expiry", "announcement", "state", "pull_request", "placeholder"] {
+            drop(self.purgatory_expiries.get_or_create(&TypeLabels { r#type }));
+        }
+        for outcome in ["accepted", "refused"] {
+            drop(self.pushes.get_or_create(&OutcomeLabels { outcome }));
+        }
+        for hook in ["pre-receive", "post-receive"] {
+            drop(self.push_hook_duration.get_or_create(&HookLabels { hook }));
+        }
+        for service in ["upload-pack", "receive-pack"] {
+            drop(self.git_requests.get_or_create(&GitRequestLabels { service, status: "2xx" }));
+            drop(self.git_request_duration.get_or_create(&GitLabels { service }));
+        }
+        for outcome in ["ok", "error"] {
+            drop(self.sync_fetches.get_or_create(&OutcomeLabels { outcome }));
+        }
+        for outcome in ["complete", "incomplete", "throttled"] {
+            drop(self.sync_attempts.get_or_create(&OutcomeLabels { outcome }));
+        }
+        self.refresh_purgatory(&PurgatoryStats::default());
     }
 
     /// The whole registry in the Prometheus text format (see [`CONTENT_TYPE`]).
@@ -568,6 +597,46 @@ mod tests {
         assert_eq!(value(&text, "grasp_websocket_connections_total"), Some(2.0));
         drop(b);
         assert_eq!(value(&m.encode(), "grasp_websocket_connections_open"), Some(0.0));
+    }
+
+    /// The families `docs/grafana-dashboard.json` and the table in docs/deployment.md name.
+    fn documented_families(doc: &str) -> std::collections::BTreeSet<String> {
+        let mut out = std::collections::BTreeSet::new();
+        let mut rest = doc;
+        while let Some(at) = rest.find("grasp_") {
+            let name: String = rest[at..].chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+            rest = &rest[at + name.len()..];
+            // `grasp_relay=debug` (a log filter) and `grasp_state::...` are no metric names.
+            if name != "grasp_relay" && name != "grasp_state" && name != "grasp_" {
+                out.insert(name);
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn dashboard_and_docs_name_only_families_that_exist() {
+        // Families with labels appear once they have a series.
+        let m = Metrics::new();
+        m.event(Some(1), true, "");
+        m.released(&[ReleasedEvent { id: String::new(), kind: 30618, summary: String::new() }]);
+        let text = m.encode();
+        let exists = |name: &str| {
+            let base = ["_bucket", "_sum", "_count"].iter().find_map(|s| name.strip_suffix(s)).unwrap_or(name);
+            text.contains(&format!("# TYPE {name} ")) || text.contains(&format!("# TYPE {base} histogram"))
+        };
+        let dashboard = include_str!("../../../docs/grafana-dashboard.json");
+        let deployment = include_str!("../../../docs/deployment.md");
+        let in_dashboard = documented_families(dashboard);
+        assert!(in_dashboard.len() > 15, "{in_dashboard:?}");
+        for name in in_dashboard.iter().chain(&documented_families(deployment)) {
+            assert!(exists(name), "{name} is documented but not exported");
+        }
+        // And every exported family is documented in the deployment guide.
+        for line in text.lines().filter_map(|l| l.strip_prefix("# TYPE ")) {
+            let name = line.split(' ').next().unwrap();
+            assert!(deployment.contains(&format!("`{name}`")), "{name} is missing from docs/deployment.md");
+        }
     }
 
     #[test]

@@ -8,7 +8,9 @@
 //! - every other path: `grasp-cgi` ([`crate::git::http`]): git smart HTTP and the repository
 //!   page for `/<npub>/<identifier>.git...`, its `404` page (HTML for browsers) for the rest.
 //!
-//! Every response carries the CORS headers ([`crate::server::http::with_cors`]).
+//! Every response carries the CORS headers ([`crate::server::http::with_cors`]). Metrics and
+//! health probes are never served here: they have their own listener
+//! ([`crate::metrics::server`], `--metrics-bind`).
 //!
 //! Connection limits ([`crate::server::connection_limits`]): a connection beyond `--max-connections` or
 //! `--max-connections-per-ip` is answered with a canned `503` (CORS headers, a message saying
