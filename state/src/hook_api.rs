@@ -152,6 +152,132 @@ impl PostReceiveResponse {
     }
 }
 
+/// Operator listing of every repository directory (`GET`, same token): [`RepoListing`].
+pub const PATH_REPOS: &str = "/v1/repos";
+/// Removes orphans the listing found (`POST` a [`PurgeRequest`], same token): [`PurgeResponse`].
+pub const PATH_REPOS_PURGE: &str = "/v1/repos/purge";
+/// One repository's page data (`GET <prefix><npub>/<percent-encoded identifier>`, same token):
+/// [`RepoInfo`]. Read-only; `grasp-cgi` renders the repository page from it.
+pub const PATH_REPO_PREFIX: &str = "/v1/repo/";
+
+/// Why a repository directory exists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RepoStatus {
+    /// A stored announcement justifies it: it is served.
+    Served,
+    /// Only an announcement waiting in the purgatory justifies it.
+    Held,
+    /// Nothing stored or held justifies it (e.g. left by a crash or by a removed event).
+    Orphaned,
+}
+
+/// One ref of a repository's latest state.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RefView {
+    pub name: String,
+    pub oid: String,
+}
+
+/// What the repository page shows. Every URL in it is built from the relay's configured public
+/// host, never from a request's `Host` header.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RepoInfo {
+    pub version: u32,
+    pub npub: String,
+    pub identifier: String,
+    pub status: RepoStatus,
+    /// `name` tag of the announcement (as published: escape before display).
+    #[serde(default)]
+    pub name: Option<String>,
+    /// `description` tag of the announcement (as published: escape before display).
+    #[serde(default)]
+    pub description: Option<String>,
+    /// The owner first, then the maintainers the announcement lists, as npubs.
+    #[serde(default)]
+    pub maintainers: Vec<String>,
+    /// `http(s)://<public host>/<npub>/<identifier>.git`.
+    pub http_clone_url: String,
+    /// `nostr://<npub>/<public host>/<identifier>`, for git-remote-nostr (ngit).
+    pub nostr_clone_url: String,
+    /// The announcement's coordinate as NIP-19 `naddr` (with this relay as hint).
+    pub naddr: String,
+    /// A web client's page for the repository (issues, patches, pull requests).
+    pub web_client_url: String,
+    /// `web` tags of the announcement (as published).
+    #[serde(default)]
+    pub web: Vec<String>,
+    /// Branch `HEAD` names in the latest state (`refs/heads/...`), if any.
+    #[serde(default)]
+    pub default_branch: Option<String>,
+    /// Branches and tags of the latest stored state, sorted by name.
+    #[serde(default)]
+    pub refs: Vec<RefView>,
+    /// `created_at` (Unix seconds) of that state; `None` when no state is stored.
+    #[serde(default)]
+    pub state_created_at: Option<u64>,
+}
+
+/// One repository directory under the git root.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RepoEntry {
+    /// Owner as npub.
+    pub owner: String,
+    pub identifier: String,
+    pub status: RepoStatus,
+    /// Bytes on disk (files under the directory).
+    pub size_bytes: u64,
+    /// Path relative to the git root (`<npub>/<identifier>.git`).
+    pub path: String,
+}
+
+/// A directory under the git root that is no repository the layout can name: left by a crash
+/// (`.tmp-*` being created, `.del-*` being deleted), an unparseable name, an empty owner
+/// directory.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Leftover {
+    /// Path relative to the git root.
+    pub path: String,
+    /// Why it is a leftover, in words.
+    pub reason: String,
+    pub size_bytes: u64,
+}
+
+/// The answer to `GET /v1/repos`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RepoListing {
+    pub version: u32,
+    /// Every repository directory, by owner then identifier.
+    pub repos: Vec<RepoEntry>,
+    #[serde(default)]
+    pub leftovers: Vec<Leftover>,
+}
+
+/// Asks the relay to remove orphaned repositories and leftovers, by path relative to the git
+/// root (as listed). The relay checks each again and removes only what is still an orphan.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PurgeRequest {
+    pub version: u32,
+    pub paths: Vec<String>,
+}
+
+/// A path the purge left alone, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PurgeKept {
+    pub path: String,
+    pub reason: String,
+}
+
+/// What a purge removed and what it kept.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PurgeResponse {
+    pub version: u32,
+    #[serde(default)]
+    pub removed: Vec<String>,
+    #[serde(default)]
+    pub kept: Vec<PurgeKept>,
+}
+
 /// Body of any non-2xx answer.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ApiError {
@@ -205,6 +331,41 @@ mod tests {
             vec![],
         ));
         round_trip(ApiError::new("bad token"));
+        round_trip(RepoInfo {
+            version: HOOK_API_VERSION,
+            npub: "npub1x".into(),
+            identifier: "r".into(),
+            status: RepoStatus::Served,
+            name: Some("<b>".into()),
+            description: None,
+            maintainers: vec!["npub1x".into()],
+            http_clone_url: "http://h/npub1x/r.git".into(),
+            nostr_clone_url: "nostr://npub1x/h/r".into(),
+            naddr: "naddr1".into(),
+            web_client_url: "https://gitworkshop.dev/naddr1".into(),
+            web: vec![],
+            default_branch: Some("refs/heads/main".into()),
+            refs: vec![RefView { name: "refs/heads/main".into(), oid: A.into() }],
+            state_created_at: Some(1),
+        });
+        round_trip(RepoListing {
+            version: HOOK_API_VERSION,
+            repos: vec![RepoEntry {
+                owner: "npub1x".into(),
+                identifier: "r".into(),
+                status: RepoStatus::Orphaned,
+                size_bytes: 3,
+                path: "npub1x/r.git".into(),
+            }],
+            leftovers: vec![Leftover { path: "npub1x/.tmp-1".into(), reason: "crash".into(), size_bytes: 0 }],
+        });
+        round_trip(PurgeRequest { version: HOOK_API_VERSION, paths: vec!["npub1x/r.git".into()] });
+        round_trip(PurgeResponse {
+            version: HOOK_API_VERSION,
+            removed: vec!["a".into()],
+            kept: vec![PurgeKept { path: "b".into(), reason: "served".into() }],
+        });
+        assert_eq!(serde_json::to_value(RepoStatus::Held).unwrap(), serde_json::json!("held"));
     }
 
     #[test]

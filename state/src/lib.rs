@@ -17,6 +17,7 @@
 //!   [`recency::Recency`].
 //! - [`hook_api`]: the versioned JSON request/response types the hooks send to
 //!   the relay's internal API.
+//! - [`html`]: the one HTML escaping function of every page.
 //! - [`identifier`]: repository path layout and identifier validation (decision 2).
 //! - [`purgatory`]: the purgatory data model (entries, deadlines, caps, expiry
 //!   sweep) and its crash-safe checkpoint format.
@@ -26,6 +27,7 @@
 //! a panic.
 
 pub mod hook_api;
+pub mod html;
 pub mod identifier;
 pub mod maintainers;
 pub mod nip34;
