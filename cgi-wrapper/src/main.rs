@@ -5,7 +5,8 @@
 //! - answers `OPTIONS` with 204 and CORS headers;
 //! - validates the path with [`grasp_state::identifier::parse_repo_path`] and answers 404 (HTML
 //!   for browsers, text otherwise) for malformed paths and repositories that do not exist;
-//! - serves a small HTML page for `GET /<npub>/<id>.git` (and `.git/`);
+//! - serves the repository page for `GET /<npub>/<id>.git` (and `.git/`), with the data the
+//!   relay's hook API gives (`--data-dir` / `GRASP_DATA_DIR`; [`pages`], [`relay_api`]);
 //! - otherwise runs stock `git http-backend` with `GIT_PROJECT_ROOT`, `GIT_HTTP_EXPORT_ALL`, and
 //!   the GRASP git config passed per request (`GIT_CONFIG_COUNT`/`_KEY_n`/`_VALUE_n`), so repos
 //!   created by older versions behave too. Request bodies go to the backend untouched (it
@@ -21,9 +22,11 @@
 //! never from code the hooks wait on (that would deadlock).
 //!
 //! Configuration: `--git-root` / `GRASP_GIT_ROOT` (required), `--hooks-dir` / `GRASP_HOOKS_DIR`
-//! (optional, becomes `core.hooksPath`), `--git` / `GRASP_GIT` (default `git`).
+//! (optional, becomes `core.hooksPath`), `--data-dir` / `GRASP_DATA_DIR` (optional, the relay's
+//! data directory, for the repository page), `--git` / `GRASP_GIT` (default `git`).
 
 mod pages;
+mod relay_api;
 
 use std::ffi::OsString;
 use std::fs::File;
@@ -53,6 +56,10 @@ struct Args {
     /// Directory with the GRASP git hooks, set as core.hooksPath for every request.
     #[arg(long, env = "GRASP_HOOKS_DIR")]
     hooks_dir: Option<PathBuf>,
+    /// The relay's data directory: grasp-cgi reads the hook API's address and token there to
+    /// fetch the repository page's data (without it the page shows no details).
+    #[arg(long, env = "GRASP_DATA_DIR")]
+    data_dir: Option<PathBuf>,
     /// The git executable.
     #[arg(long, env = "GRASP_GIT", default_value = "git")]
     git: PathBuf,
@@ -132,10 +139,10 @@ fn run(args: &Args, out: &mut impl Write) -> anyhow::Result<()> {
         if req.method != "GET" && !req.is_head() {
             return not_found(out, &req);
         }
-        let page = repo_page(&repo);
+        let (status, page) = pages::repo_page(args.data_dir.as_deref(), &repo);
         return respond(
             out,
-            "200 OK",
+            status,
             "text/html; charset=utf-8",
             page.as_bytes(),
             req.is_head(),
@@ -147,25 +154,6 @@ fn run(args: &Args, out: &mut impl Write) -> anyhow::Result<()> {
         None
     };
     run_backend(args, &req, &repo, &repo_dir, out)
-}
-
-fn repo_page(repo: &RepoUrlPath) -> String {
-    let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
-    let host = var("HTTP_HOST").unwrap_or_else(|| match (var("SERVER_NAME"), var("SERVER_PORT")) {
-        (Some(n), Some(p)) if p != "80" && p != "443" => format!("{n}:{p}"),
-        (Some(n), _) => n,
-        _ => "localhost".to_string(),
-    });
-    let https = matches!(var("HTTPS").as_deref(), Some("on" | "ON" | "1"))
-        || var("REQUEST_SCHEME").as_deref() == Some("https")
-        || var("HTTP_X_FORWARDED_PROTO").as_deref() == Some("https");
-    let page = pages::RepoPage {
-        npub: &repo.npub,
-        identifier: &repo.identifier,
-        host: &host,
-        scheme: if https { "https" } else { "http" },
-    };
-    page.html()
 }
 
 fn not_found(out: &mut impl Write, req: &Request) -> anyhow::Result<()> {

@@ -215,6 +215,24 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// List the repositories of the relay running on --data-dir: owner, identifier,
+    /// served/held/orphaned, size; directories left by crashes ("leftovers").
+    Repos {
+        /// Print the JSON of `GET /v1/repos` (or of the purge) instead of a table.
+        #[arg(long)]
+        json: bool,
+        /// Only orphaned repositories (no stored or held announcement justifies them) and
+        /// leftovers.
+        #[arg(long)]
+        orphans: bool,
+        /// Remove orphans and leftovers. Without --yes, only prints what would be removed.
+        #[arg(long)]
+        purge: bool,
+        /// With --purge: really remove (orphans younger than 10 minutes and repositories being
+        /// pushed to are kept).
+        #[arg(long, requires = "purge")]
+        yes: bool,
+    },
 }
 
 /// A duration: whole seconds (`90`), or a number with a unit `ms`, `s`, `m` or `h`.

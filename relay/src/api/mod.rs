@@ -7,6 +7,8 @@
 //! Requests and responses are the versioned JSON types of `grasp_state::hook_api`. See
 //! docs/hook-api.md.
 
+pub mod repos;
+
 use std::io::Write;
 use std::net::SocketAddr;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
@@ -153,6 +155,11 @@ async fn handle(req: Request<Incoming>, token: &str, grasp: &Grasp, health: &Hea
             None => error(StatusCode::SERVICE_UNAVAILABLE, "background sync is not running"),
         };
     }
+    if method == Method::GET {
+        if let Some(resp) = repos::route_get(&path, grasp).await {
+            return resp;
+        }
+    }
     if method != Method::POST {
         return error(StatusCode::METHOD_NOT_ALLOWED, "use POST");
     }
@@ -175,8 +182,11 @@ async fn handle(req: Request<Incoming>, token: &str, grasp: &Grasp, health: &Hea
                 Err(resp) => return *resp,
             };
             let Some(owner) = owner(&req.owner) else { return error(StatusCode::BAD_REQUEST, "owner is not an npub") };
-            json(StatusCode::OK, &grasp.metrics.push_release(grasp.git_arrived(&owner, &req.identifier, &req.updates)).await)
+            let resp = json(StatusCode::OK, &grasp.metrics.push_release(grasp.git_arrived(&owner, &req.identifier, &req.updates)).await);
+            crate::git::maintenance::after_push(grasp, &owner, &req.identifier);
+            resp
         }
+        grasp_state::hook_api::PATH_REPOS_PURGE => repos::route_purge(&body, grasp).await,
         _ => error(StatusCode::NOT_FOUND, format!("no such endpoint {path}")),
     }
 }
@@ -274,6 +284,9 @@ pub fn run_command(data_dir: &Path, command: &crate::config::Command) -> Result<
             } else {
                 print!("{}", render_purgatory_table(&body)?);
             }
+        }
+        crate::config::Command::Repos { json, orphans, purge, yes } => {
+            repos::run_command(data_dir, *json, *orphans, *purge, *yes)?;
         }
     }
     Ok(())

@@ -6,6 +6,7 @@
 //! with an alignment makes one of them fail instead of mixing their results.
 
 pub mod http;
+pub mod maintenance;
 pub mod objects;
 pub mod repos;
 

@@ -79,6 +79,8 @@ pub struct Grasp {
     pub sync_stats: std::sync::OnceLock<crate::sync::StatsSource>,
     /// The operator's metrics, recorded by every part of the relay.
     pub metrics: Arc<crate::metrics::Metrics>,
+    /// Background repository maintenance after pushes. Set once at startup.
+    pub maintenance: std::sync::OnceLock<crate::git::maintenance::Maintenance>,
 }
 
 impl Grasp {
@@ -100,6 +102,7 @@ impl Grasp {
             on_waiting: std::sync::OnceLock::new(),
             sync_stats: std::sync::OnceLock::new(),
             metrics,
+            maintenance: std::sync::OnceLock::new(),
         }
     }
 

@@ -3,7 +3,7 @@
 //! One hyper (HTTP/1.1, with upgrades) listener routes:
 //! - `GET /` with a WebSocket upgrade: the Nostr relay ([`crate::nostr::connection`]);
 //! - `GET /` with `Accept: application/nostr+json`: the NIP-11 document;
-//! - `GET /` otherwise: a small home page;
+//! - `GET /` otherwise: the home page ([`pages`]: relay and clone URLs, rules, repositories);
 //! - `OPTIONS` anywhere: `204` with CORS;
 //! - every other path: `grasp-cgi` ([`crate::git::http`]): git smart HTTP and the repository
 //!   page for `/<npub>/<identifier>.git...`, its `404` page (HTML for browsers) for the rest.
@@ -21,6 +21,7 @@
 
 pub mod connection_limits;
 pub mod http;
+pub mod pages;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -142,6 +143,7 @@ pub async fn run(mut cfg: Config) -> anyhow::Result<()> {
     // Background sync: fetch what the purgatory waits for from the other clone URLs it knows.
     crate::sync::start(&grasp, cfg.sync(), controller.subscribe());
 
+    let _ = grasp.maintenance.set(crate::git::maintenance::Maintenance::start(grasp.clone(), controller.subscribe()));
     tokio::spawn(crate::grasp::lifecycle::run_expiry(grasp.clone(), controller.subscribe()));
     tokio::spawn(crate::grasp::lifecycle::run_checkpoints(
         grasp.clone(),
@@ -154,7 +156,8 @@ pub async fn run(mut cfg: Config) -> anyhow::Result<()> {
         cgi_path: cfg.cgi_path(),
         git_root: data.git(),
         hooks_dir: Some(data.hooks()),
-        env: Vec::new(),
+        // grasp-cgi asks the hook API for the repository page's data.
+        env: vec![("GRASP_DATA_DIR".into(), data.root().display().to_string())],
     };
     let connections = ConnectionLimiter::new(cfg.max_connections as usize, cfg.max_connections_per_ip as usize);
     // The metrics listener (off unless --metrics-bind): its own socket, never the public port.
@@ -352,7 +355,7 @@ async fn route(
             );
             r
         } else {
-            http::html(StatusCode::OK, home_page(&state.cfg))
+            http::html(StatusCode::OK, pages::home(&state.cfg, &state.grasp, req.uri().query()).await)
         }
     } else {
         // Repository paths, and every other path: grasp-cgi serves git, the repository pages and
@@ -436,22 +439,4 @@ fn websocket_upgrade(
         h.insert(SEC_WEBSOCKET_ACCEPT, v);
     }
     r
-}
-
-fn home_page(cfg: &Config) -> String {
-    let esc = |s: &str| {
-        s.replace('&', "&amp;")
-            .replace('<', "&lt;")
-            .replace('>', "&gt;")
-    };
-    let host = esc(&cfg.public_host());
-    format!(
-        "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>{name}</title></head><body>\n\
-         <h1>{name}</h1>\n<p>{desc}</p>\n\
-         <p>Nostr relay: <code>ws://{host}/</code>. Git repositories: <code>http://{host}/&lt;npub&gt;/&lt;identifier&gt;.git</code>.</p>\n\
-         <p>Implements GRASP-01 and NIPs 1, 9, 11, 34. Version {version}.</p>\n</body></html>\n",
-        name = esc(&cfg.name),
-        desc = esc(&cfg.description),
-        version = env!("CARGO_PKG_VERSION"),
-    )
 }

@@ -1,0 +1,478 @@
+//! Repositories on the hook API: the repository page's data (`GET /v1/repo/<npub>/<id>`, read
+//! by `grasp-cgi`), the operator listing (`GET /v1/repos`), the orphan purge
+//! (`POST /v1/repos/purge`), and the `grasp-relay repos` command that calls them.
+//!
+//! A repository directory is *served* when a stored announcement justifies it, *held* when only
+//! an announcement waiting in the purgatory does, and *orphaned* otherwise. *Leftovers* are
+//! directories the layout cannot name (`.tmp-*` of a creation or `.del-*` of a deletion cut short
+//! by a crash, unparseable names, empty owner directories). A purge removes only what is still
+//! an orphan or leftover when it runs, at least [`MIN_ORPHAN_AGE`] old (so a repository being
+//! created right now is never taken), never while a push to it runs.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use anyhow::{bail, Context, Result};
+use grasp_state::hook_api::{
+    Leftover, PurgeKept, PurgeRequest, PurgeResponse, RefView, RepoEntry, RepoInfo, RepoListing, RepoStatus,
+    ADDR_FILE, HOOK_API_VERSION, PATH_REPOS, PATH_REPOS_PURGE, PATH_REPO_PREFIX, TOKEN_FILE, TOKEN_HEADER,
+};
+use grasp_state::identifier::{npub_of, parse_npub, validate_identifier, PUSH_LOCK_FILE};
+use grasp_state::nip34::{Announcement, KIND_ANNOUNCEMENT};
+use grasp_state::purgatory::EntryKind;
+use nostr::prelude::{Coordinate, Filter, Kind, Nip19Coordinate, PublicKey, RelayUrl, ToBech32};
+
+use crate::grasp::Grasp;
+use crate::server::pages::{tag_value, PublicUrls, WEB_CLIENT_BASE};
+
+/// Orphans and leftovers younger than this are never purged (they may be in the making).
+pub const MIN_ORPHAN_AGE: Duration = Duration::from_secs(10 * 60);
+
+/// The repository page's data for `owner`'s `identifier`; `None` when this server has no such
+/// repository (no directory, or nothing stored or held names it).
+pub async fn repo_info(grasp: &Grasp, owner: &PublicKey, identifier: &str) -> Option<RepoInfo> {
+    let repo = grasp.repo_path(owner, identifier)?;
+    if !repo.is_dir() {
+        return None;
+    }
+    let filter = Filter::new().kind(Kind::Custom(KIND_ANNOUNCEMENT)).author(*owner).identifier(identifier);
+    let stored = grasp.query(vec![filter]).await.into_iter().next();
+    let (event, status) = match stored {
+        Some(ev) => (ev, RepoStatus::Served),
+        None => {
+            let held = grasp.purgatory.lock().unwrap().announcements_for(identifier).into_iter().find(|e| e.event.pubkey == *owner).map(|e| (*e.event).clone());
+            match held {
+                Some(ev) => (ev, RepoStatus::Held),
+                None => return None,
+            }
+        }
+    };
+    let a = Announcement::from_event(&event).ok()?;
+    let all = grasp.announcements(identifier).await;
+    let set = Grasp::maintainer_set(*owner, &all);
+    let state = grasp.latest_stored_state(identifier, &set).await;
+    let urls = PublicUrls::new(&grasp.public_host);
+    let npub = npub_of(owner);
+    let coordinate = Coordinate::new(Kind::Custom(KIND_ANNOUNCEMENT), *owner).identifier(identifier);
+    let relays = RelayUrl::parse(&urls.relay_url()).ok();
+    let naddr = Nip19Coordinate::new(coordinate, relays).to_bech32().unwrap_or_default();
+    let mut maintainers = vec![npub.clone()];
+    maintainers.extend(a.maintainers.iter().map(npub_of));
+    Some(RepoInfo {
+        version: HOOK_API_VERSION,
+        http_clone_url: urls.repo_http_url(&npub, identifier),
+        nostr_clone_url: urls.repo_nostr_url(&npub, identifier),
+        web_client_url: format!("{WEB_CLIENT_BASE}{naddr}"),
+        naddr,
+        npub,
+        identifier: identifier.to_string(),
+        status,
+        name: tag_value(&event, "name"),
+        description: tag_value(&event, "description"),
+        maintainers,
+        web: event
+            .tags
+            .iter()
+            .filter(|t| t.as_slice().first().map(String::as_str) == Some("web"))
+            .flat_map(|t| t.as_slice().iter().skip(1).cloned())
+            .collect(),
+        default_branch: state.as_ref().and_then(|s| s.head.clone()),
+        refs: state
+            .as_ref()
+            .map(|s| s.refs.iter().map(|(name, oid)| RefView { name: name.clone(), oid: oid.clone() }).collect())
+            .unwrap_or_default(),
+        state_created_at: state.as_ref().map(|s| s.created_at.as_secs()),
+    })
+}
+
+/// The `GET` endpoints of this module: `Some(answer)` when `path` is one of them.
+pub(super) async fn route_get(path: &str, grasp: &Grasp) -> Option<hyper::Response<crate::server::http::Body>> {
+    use hyper::StatusCode;
+    if path == PATH_REPOS {
+        return Some(super::json(StatusCode::OK, &listing(grasp).await));
+    }
+    let rest = path.strip_prefix(PATH_REPO_PREFIX)?;
+    let Some(repo) = grasp_state::identifier::parse_repo_url_path(&format!("/{rest}.git")) else {
+        return Some(super::error(StatusCode::BAD_REQUEST, "expected /v1/repo/<npub>/<percent-encoded identifier>"));
+    };
+    Some(match repo_info(grasp, &repo.owner, &repo.identifier).await {
+        Some(info) => super::json(StatusCode::OK, &info),
+        None => super::error(StatusCode::NOT_FOUND, "no such repository on this server"),
+    })
+}
+
+/// `POST /v1/repos/purge` with its body.
+pub(super) async fn route_purge(body: &[u8], grasp: &Grasp) -> hyper::Response<crate::server::http::Body> {
+    match super::parse::<PurgeRequest>(body) {
+        Ok(req) => super::json(hyper::StatusCode::OK, &purge(grasp, &req).await),
+        Err(resp) => *resp,
+    }
+}
+
+impl super::Versioned for PurgeRequest {
+    fn version(&self) -> u32 {
+        self.version
+    }
+}
+
+/// Bytes of the files under `path` (symlinks not followed).
+fn disk_usage(path: &Path) -> u64 {
+    let Ok(meta) = std::fs::symlink_metadata(path) else { return 0 };
+    if !meta.is_dir() {
+        return meta.len();
+    }
+    std::fs::read_dir(path).map(|rd| rd.flatten().map(|e| disk_usage(&e.path())).sum()).unwrap_or(0)
+}
+
+fn subdirs(path: &Path) -> Vec<(String, PathBuf)> {
+    let mut out: Vec<(String, PathBuf)> = std::fs::read_dir(path)
+        .map(|rd| {
+            rd.flatten()
+                .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                .map(|e| (e.file_name().to_string_lossy().into_owned(), e.path()))
+                .collect()
+        })
+        .unwrap_or_default();
+    out.sort();
+    out
+}
+
+/// What justifies repositories: `(owner, identifier)` of stored and of held announcements.
+pub struct Justified {
+    pub stored: HashSet<(PublicKey, String)>,
+    pub held: HashSet<(PublicKey, String)>,
+}
+
+impl Justified {
+    pub async fn gather(grasp: &Grasp) -> Justified {
+        let filter = Filter::new().kind(Kind::Custom(KIND_ANNOUNCEMENT));
+        let stored = grasp
+            .query(vec![filter])
+            .await
+            .iter()
+            .filter_map(|ev| Announcement::from_event(ev).ok())
+            .map(|a| (a.owner, a.identifier))
+            .collect();
+        let held = grasp
+            .purgatory
+            .lock()
+            .unwrap()
+            .listing()
+            .into_iter()
+            .filter(|e| e.kind == EntryKind::Announcement && !e.soft_expired)
+            .filter_map(|e| Some((PublicKey::from_hex(e.pubkey.as_deref()?).ok()?, e.identifier?)))
+            .collect();
+        Justified { stored, held }
+    }
+
+    fn status(&self, owner: &PublicKey, identifier: &str) -> RepoStatus {
+        let key = (*owner, identifier.to_string());
+        if self.stored.contains(&key) {
+            RepoStatus::Served
+        } else if self.held.contains(&key) {
+            RepoStatus::Held
+        } else {
+            RepoStatus::Orphaned
+        }
+    }
+}
+
+/// Every directory under `git_root`, classified (blocking: walks the disk).
+pub fn classify(git_root: &Path, justified: &Justified) -> RepoListing {
+    let mut repos = Vec::new();
+    let mut leftovers = Vec::new();
+    let mut leftover = |rel: String, path: &Path, reason: &str| {
+        leftovers.push(Leftover { path: rel, reason: reason.to_string(), size_bytes: disk_usage(path) });
+    };
+    for (owner_name, owner_dir) in subdirs(git_root) {
+        let Some(owner) = parse_npub(&owner_name) else {
+            if owner_name != "lost+found" {
+                leftover(owner_name, &owner_dir, "not an npub: no repository can live here");
+            }
+            continue;
+        };
+        let entries = subdirs(&owner_dir);
+        let empty = std::fs::read_dir(&owner_dir).is_ok_and(|mut rd| rd.next().is_none());
+        if empty {
+            leftover(owner_name.clone(), &owner_dir, "empty owner directory");
+        }
+        for (name, path) in entries {
+            let rel = format!("{owner_name}/{name}");
+            if name.starts_with(".tmp-") {
+                leftover(rel, &path, "repository creation cut short (crash)");
+            } else if name.starts_with(".del-") {
+                leftover(rel, &path, "repository deletion cut short (crash)");
+            } else if let Some(identifier) = name.strip_suffix(".git").filter(|id| validate_identifier(id).is_ok()) {
+                repos.push(RepoEntry {
+                    owner: owner_name.clone(),
+                    identifier: identifier.to_string(),
+                    status: justified.status(&owner, identifier),
+                    size_bytes: disk_usage(&path),
+                    path: rel,
+                });
+            } else {
+                leftover(rel, &path, "not a repository name (<identifier>.git)");
+            }
+        }
+    }
+    RepoListing { version: HOOK_API_VERSION, repos, leftovers }
+}
+
+/// `GET /v1/repos`.
+pub async fn listing(grasp: &Grasp) -> RepoListing {
+    let justified = Justified::gather(grasp).await;
+    let root = grasp.layout.git_root().to_path_buf();
+    tokio::task::spawn_blocking(move || classify(&root, &justified))
+        .await
+        .unwrap_or(RepoListing { version: HOOK_API_VERSION, repos: Vec::new(), leftovers: Vec::new() })
+}
+
+fn old_enough(path: &Path) -> bool {
+    std::fs::symlink_metadata(path)
+        .and_then(|m| m.modified())
+        .is_ok_and(|t| SystemTime::now().duration_since(t).is_ok_and(|age| age >= MIN_ORPHAN_AGE))
+}
+
+/// `POST /v1/repos/purge`: removes each requested path that is still an orphan or a leftover.
+pub async fn purge(grasp: &Grasp, req: &PurgeRequest) -> PurgeResponse {
+    let now = listing(grasp).await;
+    let root = grasp.layout.git_root().to_path_buf();
+    let mut resp = PurgeResponse { version: HOOK_API_VERSION, removed: Vec::new(), kept: Vec::new() };
+    for rel in &req.paths {
+        let keep = |resp: &mut PurgeResponse, reason: &str| resp.kept.push(PurgeKept { path: rel.clone(), reason: reason.to_string() });
+        let repo = now.repos.iter().find(|r| &r.path == rel);
+        let is_leftover = now.leftovers.iter().any(|l| &l.path == rel);
+        match repo {
+            Some(r) if r.status != RepoStatus::Orphaned => {
+                keep(&mut resp, &format!("{:?} now: an announcement justifies it", r.status).to_lowercase());
+                continue;
+            }
+            None if !is_leftover => {
+                keep(&mut resp, "not an orphan or leftover in the current listing");
+                continue;
+            }
+            _ => {}
+        }
+        let path = root.join(rel);
+        if !old_enough(&path) {
+            keep(&mut resp, "younger than 10 minutes: it may be in the making; try again later");
+            continue;
+        }
+        let _guard = grasp.locks.lock(&path).await;
+        let shown = rel.clone();
+        let result = tokio::task::spawn_blocking(move || remove_unless_pushing(&path)).await;
+        match result {
+            Ok(Ok(())) => {
+                tracing::info!(path = %shown, "orphan purged");
+                resp.removed.push(rel.clone());
+            }
+            Ok(Err(e)) => {
+                tracing::warn!(path = %shown, error = %e, "orphan not purged");
+                keep(&mut resp, &e.to_string());
+            }
+            Err(e) => keep(&mut resp, &format!("purge task failed: {e}")),
+        }
+    }
+    resp
+}
+
+/// Removes `path` (renamed aside first), unless a push to it holds its push lock right now.
+fn remove_unless_pushing(path: &Path) -> std::io::Result<()> {
+    let lock = path.join(PUSH_LOCK_FILE);
+    let _held = if lock.is_file() {
+        let file = std::fs::File::options().write(true).open(&lock)?;
+        match file.try_lock() {
+            Ok(()) => Some(file),
+            Err(std::fs::TryLockError::WouldBlock) => {
+                return Err(std::io::Error::other("a push to it is running; try again later"));
+            }
+            Err(std::fs::TryLockError::Error(e)) => return Err(e),
+        }
+    } else {
+        None
+    };
+    if std::fs::read_dir(path)?.next().is_none() {
+        return std::fs::remove_dir(path);
+    }
+    let parent = path.parent().ok_or_else(|| std::io::Error::other("no parent directory"))?;
+    let aside = parent.join(format!(".del-purge-{}", std::process::id()));
+    let aside = (0..).map(|i| aside.with_extension(i.to_string())).find(|p| !p.exists()).unwrap_or(aside);
+    std::fs::rename(path, &aside)?;
+    std::fs::remove_dir_all(&aside)
+}
+
+/// One operator request to the relay running on `data_dir` (address and token from its files);
+/// the answer's body, or an error with the relay's message.
+pub fn operator_request(data_dir: &Path, method: &str, path: &str, body: Option<&str>) -> Result<String> {
+    use std::io::{Read, Write};
+    let read = |name: &str| {
+        std::fs::read_to_string(data_dir.join(name)).map(|s| s.trim().to_owned()).with_context(|| {
+            format!("cannot read {}: is grasp-relay running with --data-dir {}?", data_dir.join(name).display(), data_dir.display())
+        })
+    };
+    let (addr, token) = (read(ADDR_FILE)?, read(TOKEN_FILE)?);
+    let sock: std::net::SocketAddr = addr.parse().with_context(|| format!("bad address {addr:?} in {ADDR_FILE}"))?;
+    let mut stream = std::net::TcpStream::connect_timeout(&sock, Duration::from_secs(5))
+        .with_context(|| format!("cannot reach the relay's API at {sock}: is grasp-relay running?"))?;
+    stream.set_read_timeout(Some(Duration::from_secs(120)))?;
+    let body = body.unwrap_or_default();
+    write!(
+        stream,
+        "{method} {path} HTTP/1.1\r\nHost: {sock}\r\n{TOKEN_HEADER}: {token}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )?;
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw)?;
+    let text = String::from_utf8_lossy(&raw);
+    let (head, body) = text.split_once("\r\n\r\n").context("malformed HTTP response from the relay")?;
+    let status = head.lines().next().unwrap_or_default();
+    if !status.contains(" 200 ") {
+        bail!("the relay answered {status}: {body}");
+    }
+    Ok(body.to_owned())
+}
+
+fn human_size(bytes: u64) -> String {
+    match bytes {
+        b if b >= 1 << 30 => format!("{:.1} GiB", b as f64 / (1u64 << 30) as f64),
+        b if b >= 1 << 20 => format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64),
+        b if b >= 1 << 10 => format!("{:.1} KiB", b as f64 / 1024.0),
+        b => format!("{b} B"),
+    }
+}
+
+/// The listing as a table; with `orphans_only`, only orphaned repositories and leftovers.
+pub fn render_table(listing: &RepoListing, orphans_only: bool) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let _ = writeln!(out, "{:<9} {:>10}  {:<63} IDENTIFIER", "STATUS", "SIZE", "OWNER");
+    let shown: Vec<&RepoEntry> =
+        listing.repos.iter().filter(|r| !orphans_only || r.status == RepoStatus::Orphaned).collect();
+    for r in &shown {
+        let status = format!("{:?}", r.status).to_lowercase();
+        let _ = writeln!(out, "{status:<9} {:>10}  {:<63} {}", human_size(r.size_bytes), r.owner, r.identifier);
+    }
+    for l in &listing.leftovers {
+        let _ = writeln!(out, "{:<9} {:>10}  {} ({})", "leftover", human_size(l.size_bytes), l.path, l.reason);
+    }
+    let count = |s: RepoStatus| listing.repos.iter().filter(|r| r.status == s).count();
+    let _ = writeln!(
+        out,
+        "{} served, {} held, {} orphaned, {} leftovers",
+        count(RepoStatus::Served),
+        count(RepoStatus::Held),
+        count(RepoStatus::Orphaned),
+        listing.leftovers.len()
+    );
+    out
+}
+
+/// What `--purge` would remove: orphaned repositories and leftovers, as paths under the git root.
+pub fn purge_candidates(listing: &RepoListing) -> Vec<String> {
+    listing
+        .repos
+        .iter()
+        .filter(|r| r.status == RepoStatus::Orphaned)
+        .map(|r| r.path.clone())
+        .chain(listing.leftovers.iter().map(|l| l.path.clone()))
+        .collect()
+}
+
+/// `grasp-relay repos [--json] [--orphans] [--purge [--yes]]`.
+pub fn run_command(data_dir: &Path, json: bool, orphans: bool, purge: bool, yes: bool) -> Result<()> {
+    let body = operator_request(data_dir, "GET", PATH_REPOS, None)?;
+    let listing: RepoListing = serde_json::from_str(&body).context("the relay's listing is not understood")?;
+    if !purge {
+        if json {
+            println!("{body}");
+        } else {
+            print!("{}", render_table(&listing, orphans));
+        }
+        return Ok(());
+    }
+    let paths = purge_candidates(&listing);
+    if paths.is_empty() {
+        println!("nothing to purge: no orphaned repository or leftover directory");
+        return Ok(());
+    }
+    if !yes {
+        println!("would remove (under {}):", data_dir.join("git").display());
+        for p in &paths {
+            println!("  {p}");
+        }
+        println!("dry run: nothing removed. Run `grasp-relay repos --purge --yes` to remove them.");
+        return Ok(());
+    }
+    let req = serde_json::to_string(&PurgeRequest { version: HOOK_API_VERSION, paths })?;
+    let answer = operator_request(data_dir, "POST", PATH_REPOS_PURGE, Some(&req))?;
+    let resp: PurgeResponse = serde_json::from_str(&answer).context("the relay's purge answer is not understood")?;
+    if json {
+        println!("{answer}");
+        return Ok(());
+    }
+    for p in &resp.removed {
+        println!("removed {p}");
+    }
+    for k in &resp.kept {
+        println!("kept {} ({})", k.path, k.reason);
+    }
+    println!("{} removed, {} kept", resp.removed.len(), resp.kept.len());
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nostr::prelude::Keys;
+
+    #[test]
+    fn classifies_repos_and_leftovers() {
+        let root = tempfile::tempdir().unwrap();
+        let (a, b, c) = (Keys::generate().public_key(), Keys::generate().public_key(), Keys::generate().public_key());
+        let mk = |owner: &PublicKey, name: &str| std::fs::create_dir_all(root.path().join(npub_of(owner)).join(name)).unwrap();
+        mk(&a, "served.git");
+        mk(&a, "held.git");
+        mk(&b, "orphan.git");
+        mk(&b, ".tmp-123");
+        mk(&b, ".del-9");
+        mk(&b, "junk");
+        std::fs::create_dir_all(root.path().join(npub_of(&c))).unwrap();
+        std::fs::create_dir_all(root.path().join("not-an-npub")).unwrap();
+        std::fs::write(root.path().join(npub_of(&b)).join("orphan.git").join("HEAD"), "ref: x\n").unwrap();
+        let justified = Justified {
+            stored: [(a, "served".to_string())].into(),
+            held: [(a, "held".to_string())].into(),
+        };
+        let l = classify(root.path(), &justified);
+        let status = |id: &str| l.repos.iter().find(|r| r.identifier == id).unwrap().status;
+        assert_eq!(status("served"), RepoStatus::Served);
+        assert_eq!(status("held"), RepoStatus::Held);
+        assert_eq!(status("orphan"), RepoStatus::Orphaned);
+        assert_eq!(l.repos.iter().find(|r| r.identifier == "orphan").unwrap().size_bytes, 7);
+        let left: Vec<&str> = l.leftovers.iter().map(|x| x.path.as_str()).collect();
+        assert_eq!(left.len(), 5, "{left:?}");
+        assert!(left.contains(&"not-an-npub"));
+        assert!(left.iter().any(|p| p.ends_with("/.tmp-123")) && left.iter().any(|p| p.ends_with("/junk")));
+        let candidates = purge_candidates(&l);
+        assert_eq!(candidates.len(), 6);
+        assert!(!candidates.iter().any(|p| p.ends_with("served.git") || p.ends_with("held.git")));
+        let table = render_table(&l, true);
+        assert!(table.contains("orphaned") && !table.contains("served  ") && table.contains("1 served, 1 held, 1 orphaned, 5 leftovers"), "{table}");
+    }
+
+    #[test]
+    fn removal_waits_for_no_push() {
+        let root = tempfile::tempdir().unwrap();
+        let repo = root.path().join("r.git");
+        std::fs::create_dir_all(repo.join("objects")).unwrap();
+        let lock = std::fs::File::create(repo.join(PUSH_LOCK_FILE)).unwrap();
+        lock.lock().unwrap();
+        assert!(remove_unless_pushing(&repo).unwrap_err().to_string().contains("push"));
+        assert!(repo.exists());
+        drop(lock);
+        remove_unless_pushing(&repo).unwrap();
+        assert!(!repo.exists());
+        assert_eq!(std::fs::read_dir(root.path()).unwrap().count(), 0);
+    }
+}

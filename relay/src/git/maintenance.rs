@@ -1,0 +1,203 @@
+//! Background repository maintenance: `git maintenance run --auto` after pushes.
+//!
+//! Pushes add packs and loose objects; left alone, a busy repository slows down. After each
+//! push's post-receive the relay queues the repository here, and one worker (so at most one
+//! maintenance runs at a time, whatever the number of pushes) runs `git maintenance run --auto`
+//! in it: git decides itself whether anything is worth doing (its `gc.auto` thresholds) and
+//! returns at once when not. The worker first takes the repository's push lock
+//! (`<repo>/grasp.lock`, held by `grasp-cgi` for a whole receive-pack), so maintenance never runs
+//! while a push to that repository does, then the relay's own lock of the repository (the same
+//! order a push takes them). It waits for the push lock at most [`LOCK_WAIT`]; a repository still
+//! busy then is skipped until its next push.
+//!
+//! Stock git's own auto-gc at the end of receive-pack (`receive.autogc`) stays on its default:
+//! it runs inside the push, under the same lock, so the two never overlap; the relay's pass also
+//! covers objects that arrived without a receive-pack (background sync, copies between owners'
+//! repositories).
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::sync::mpsc;
+
+use crate::grasp::Grasp;
+use crate::shutdown::Shutdown;
+
+/// Longest wait for a repository's push lock before skipping it.
+pub const LOCK_WAIT: Duration = Duration::from_secs(120);
+/// Longest a maintenance run may take before it is killed.
+pub const RUN_TIMEOUT: Duration = Duration::from_secs(30 * 60);
+/// Most repositories waiting for maintenance; beyond it new requests are dropped (the next push
+/// queues the repository again).
+pub const MAX_QUEUED: usize = 10_000;
+
+/// The queue of repositories waiting for maintenance. Cheap to clone.
+#[derive(Clone)]
+pub struct Maintenance {
+    tx: mpsc::UnboundedSender<PathBuf>,
+    queued: Arc<Mutex<HashSet<PathBuf>>>,
+}
+
+impl Maintenance {
+    /// Starts the worker; it ends at shutdown or when every `Maintenance` handle is dropped.
+    pub fn start(grasp: Arc<Grasp>, shutdown: Shutdown) -> Maintenance {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let queued = Arc::new(Mutex::new(HashSet::new()));
+        tokio::spawn(worker(rx, queued.clone(), grasp, shutdown));
+        Maintenance { tx, queued }
+    }
+
+    /// Queues `repo` (once, however many pushes ask before it runs).
+    pub fn schedule(&self, repo: PathBuf) {
+        let mut queued = self.queued.lock().unwrap();
+        if queued.len() >= MAX_QUEUED || !queued.insert(repo.clone()) {
+            return;
+        }
+        if self.tx.send(repo.clone()).is_err() {
+            queued.remove(&repo);
+        }
+    }
+}
+
+/// Queues `owner`'s repository for `identifier` after a push (when the relay runs maintenance).
+pub fn after_push(grasp: &Grasp, owner: &nostr::prelude::PublicKey, identifier: &str) {
+    if let (Some(m), Some(repo)) = (grasp.maintenance.get(), grasp.repo_path(owner, identifier)) {
+        m.schedule(repo);
+    }
+}
+
+async fn worker(
+    mut rx: mpsc::UnboundedReceiver<PathBuf>,
+    queued: Arc<Mutex<HashSet<PathBuf>>>,
+    grasp: Arc<Grasp>,
+    mut shutdown: Shutdown,
+) {
+    loop {
+        let repo = tokio::select! {
+            _ = shutdown.recv() => return,
+            next = rx.recv() => match next { Some(repo) => repo, None => return },
+        };
+        queued.lock().unwrap().remove(&repo);
+        tokio::select! {
+            _ = shutdown.recv() => return,
+            () = maintain(&grasp, &repo) => {}
+        }
+    }
+}
+
+/// Runs maintenance in `repo` under its push lock and the relay's lock of it.
+async fn maintain(grasp: &Grasp, repo: &Path) {
+    let shown = grasp.layout.git_root().parent().map_or(repo, |root| repo.strip_prefix(root).unwrap_or(repo)).display().to_string();
+    let started = Instant::now();
+    let lock_path = repo.join(grasp_state::identifier::PUSH_LOCK_FILE);
+    let push_lock = tokio::task::spawn_blocking(move || wait_for_lock(&lock_path, LOCK_WAIT)).await;
+    let _push_lock = match push_lock {
+        Ok(Ok(Some(file))) => file,
+        Ok(Ok(None)) => {
+            tracing::info!(repo = %shown, "maintenance skipped: a push kept the repository busy");
+            return;
+        }
+        Ok(Err(e)) => {
+            // Gone (deleted meanwhile) or unreadable: nothing to maintain.
+            tracing::debug!(repo = %shown, error = %e, "maintenance skipped");
+            return;
+        }
+        Err(e) => {
+            tracing::warn!(repo = %shown, error = %e, "maintenance lock task failed");
+            return;
+        }
+    };
+    let _guard = grasp.locks.lock(repo).await;
+    let dir = repo.to_path_buf();
+    let result = tokio::task::spawn_blocking(move || run_auto(&dir)).await;
+    match result {
+        Ok(Ok(())) => tracing::info!(repo = %shown, elapsed_ms = started.elapsed().as_millis() as u64, "repository maintenance done"),
+        Ok(Err(e)) => tracing::warn!(repo = %shown, error = %e, "repository maintenance failed"),
+        Err(e) => tracing::warn!(repo = %shown, error = %e, "repository maintenance task failed"),
+    }
+}
+
+/// Takes the exclusive lock on `path` (an existing lock file or a new one), trying for at most
+/// `wait`; `None` when still busy then.
+fn wait_for_lock(path: &Path, wait: Duration) -> std::io::Result<Option<std::fs::File>> {
+    if !path.parent().is_some_and(Path::is_dir) {
+        return Err(std::io::Error::from(std::io::ErrorKind::NotFound));
+    }
+    let file = std::fs::File::options().create(true).truncate(false).write(true).open(path)?;
+    let deadline = Instant::now() + wait;
+    loop {
+        match file.try_lock() {
+            Ok(()) => return Ok(Some(file)),
+            Err(std::fs::TryLockError::WouldBlock) if Instant::now() < deadline => {
+                // A blocking-pool thread polling a lock held by another process (grasp-cgi):
+                // flock has no timed wait.
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            Err(std::fs::TryLockError::WouldBlock) => return Ok(None),
+            Err(std::fs::TryLockError::Error(e)) => return Err(e),
+        }
+    }
+}
+
+/// `git maintenance run --auto` in `repo`, killed after [`RUN_TIMEOUT`].
+fn run_auto(repo: &Path) -> std::io::Result<()> {
+    let mut child = std::process::Command::new("git")
+        .arg("--git-dir")
+        .arg(repo)
+        .args(["maintenance", "run", "--auto", "--quiet"])
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env_remove("GIT_DIR")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()?;
+    let deadline = Instant::now() + RUN_TIMEOUT;
+    loop {
+        if let Some(status) = child.try_wait()? {
+            if status.success() {
+                return Ok(());
+            }
+            let mut stderr = String::new();
+            if let Some(mut e) = child.stderr.take() {
+                let _ = std::io::Read::read_to_string(&mut e, &mut stderr);
+            }
+            return Err(std::io::Error::other(format!("git maintenance exited with {status}: {}", stderr.trim())));
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(std::io::Error::other("git maintenance took too long and was stopped"));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lock_wait_is_bounded_and_yields_to_pushes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("grasp.lock");
+        let push = std::fs::File::create(&path).unwrap();
+        push.lock().unwrap();
+        assert!(wait_for_lock(&path, Duration::from_millis(100)).unwrap().is_none());
+        drop(push);
+        assert!(wait_for_lock(&path, Duration::from_millis(100)).unwrap().is_some());
+        assert!(wait_for_lock(&dir.path().join("gone/grasp.lock"), Duration::ZERO).is_err());
+    }
+
+    #[test]
+    fn auto_maintenance_runs_in_a_bare_repository() {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = dir.path().join("r.git");
+        let ok = std::process::Command::new("git").args(["init", "--bare", "--quiet"]).arg(&repo).status().unwrap();
+        assert!(ok.success());
+        run_auto(&repo).unwrap();
+        assert!(run_auto(&dir.path().join("missing.git")).is_err());
+    }
+}
