@@ -8,6 +8,7 @@
 #   chromium --headless --no-sandbox --disable-gpu --disable-quic --no-first-run \
 #     --disable-background-networking --disable-component-update --disable-sync \
 #     --user-data-dir=<temp> --screenshot=docs/screenshots/<page>.png --window-size=1200,900 <url>
+# (1200,2000 for the home page, so that its repository list shows)
 # for the home page and two repository pages.
 set -eu
 cd "$(dirname "$0")/../.."

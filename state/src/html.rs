@@ -10,7 +10,7 @@ border-bottom:1px solid #dde;padding-bottom:.2rem}code,pre{font-family:ui-monosp
 background:#eef0f5;border-radius:4px}code{padding:.05rem .3rem}pre{padding:.6rem .8rem;overflow-x:auto}\
 .muted{color:#5d6475}.repo{padding:.6rem 0;border-bottom:1px solid #e4e6ee}.repo a{font-weight:600}\
 table{border-collapse:collapse}td,th{text-align:left;padding:.15rem .8rem .15rem 0;vertical-align:top}\
-a{color:#2450b3}nav a{margin-right:1rem}";
+a{color:#2450b3}nav a{margin-right:1rem}td code{overflow-wrap:anywhere}th{white-space:nowrap}";
 
 /// `secs` (Unix time) as `YYYY-MM-DD HH:MM UTC`.
 pub fn format_utc(secs: u64) -> String {

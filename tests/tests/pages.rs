@@ -203,12 +203,13 @@ async fn screenshots() {
         assert!(client.send_event(&st).await.unwrap().0);
         repo.push(&["main", "main:refs/tags/v0.1.0"]).unwrap();
     }
+    // The home page is long: a taller window shows the repository list too.
     let shots = [
-        ("home.png", format!("{}/", server.http_url())),
-        ("repository.png", repo_url(&server, &alice.public_key(), "grasp-relay")),
-        ("hostile-repository.png", repo_url(&server, &bob.public_key(), "notes")),
+        ("home.png", format!("{}/", server.http_url()), "1200,2000"),
+        ("repository.png", repo_url(&server, &alice.public_key(), "grasp-relay"), "1200,900"),
+        ("hostile-repository.png", repo_url(&server, &bob.public_key(), "notes"), "1200,900"),
     ];
-    for (file, url) in shots {
+    for (file, url, size) in shots {
         let profile = tempfile::tempdir().unwrap();
         let target = out_dir.join(file);
         let status = std::process::Command::new("chromium")
@@ -216,7 +217,7 @@ async fn screenshots() {
             .args(["--disable-background-networking", "--disable-component-update", "--disable-sync", "--hide-scrollbars"])
             .arg(format!("--user-data-dir={}", profile.path().display()))
             .arg(format!("--screenshot={}", target.display()))
-            .arg("--window-size=1200,900")
+            .arg(format!("--window-size={size}"))
             .arg(&url)
             .status()
             .expect("running chromium");
