@@ -178,7 +178,7 @@ pub fn render_home(cfg: &Config, repos: &[RepoCard], page: usize, more: bool) ->
         .collect();
     let criteria = escape(doc["repo_acceptance_criteria"].as_str().unwrap_or_default());
     let ttl = cfg.purgatory_ttl.as_secs();
-    let wait = if ttl % 60 == 0 { format!("{} minutes", ttl / 60) } else { format!("{ttl} seconds") };
+    let wait = if ttl.is_multiple_of(60) { format!("{} minutes", ttl / 60) } else { format!("{ttl} seconds") };
     let relay = escape(&urls.relay_url());
     let base = escape(&urls.http_base());
     let host = escape(urls.host());
