@@ -41,7 +41,7 @@ pub async fn repo_info(grasp: &Grasp, owner: &PublicKey, identifier: &str) -> Op
     let (event, status) = match stored {
         Some(ev) => (ev, RepoStatus::Served),
         None => {
-            let held = grasp.purgatory.lock().unwrap().announcements_for(identifier).into_iter().find(|e| e.event.pubkey == *owner).map(|e| (*e.event).clone());
+            let held = grasp.purgatory.announcement_events(identifier).into_iter().find(|e| e.pubkey == *owner).map(|e| (*e).clone());
             match held {
                 Some(ev) => (ev, RepoStatus::Held),
                 None => return None,
@@ -156,9 +156,8 @@ impl Justified {
             .collect();
         let held = grasp
             .purgatory
-            .lock()
-            .unwrap()
             .listing()
+            .entries
             .into_iter()
             .filter(|e| e.kind == EntryKind::Announcement && !e.soft_expired)
             .filter_map(|e| Some((PublicKey::from_hex(e.pubkey.as_deref()?).ok()?, e.identifier?)))
