@@ -14,17 +14,21 @@
 //! The hooks are installed by the relay as small scripts in `<data>/hooks/` that `exec` these
 //! binaries with `--data-dir <data>`. The repository is identified from the real path of
 //! `GIT_DIR` under `<data>/git` (never from `argv[0]`).
+//!
+//! Every line the hooks print goes out whole, in one `write` ([`say`]). [`client`] is the one
+//! client of the hook API; `grasp-relay`'s one-shot commands use it too.
 
-use std::io::Read;
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
-use grasp_state::hook_api::{ADDR_FILE, TOKEN_FILE, TOKEN_HEADER};
-use grasp_state::identifier::RepoLayout;
+use grasp_state::identifier::{npub_of, RepoLayout};
 use grasp_state::refs::{parse_ref_updates, RefUpdate};
 use serde::{de::DeserializeOwned, Serialize};
 
+pub mod client;
+pub use client::ApiClient;
 
 /// What a hook knows about the push it runs for.
 pub struct HookContext {
@@ -74,46 +78,26 @@ pub fn context(data_dir: PathBuf) -> Result<HookContext> {
     let mut input = String::new();
     std::io::stdin().read_to_string(&mut input).context("cannot read ref updates from stdin")?;
     let updates = parse_ref_updates(&input).map_err(|e| anyhow!("{e}"))?;
-    use nostr::prelude::ToBech32;
-    let owner = owner.to_bech32().map_err(|e| anyhow!("{e}"))?;
-    Ok(HookContext { data_dir, owner, identifier, updates })
+    Ok(HookContext { data_dir, owner: npub_of(&owner), identifier, updates })
 }
 
-/// Calls the relay's hook API at `path` with `request`, waiting at most `timeout`.
+/// Calls the relay's hook API at `path` with `request`, waiting at most `timeout` in total.
 pub fn call<Req: Serialize, Resp: DeserializeOwned>(
     data_dir: &Path,
     path: &str,
     request: &Req,
     timeout: Duration,
 ) -> Result<Resp> {
-    let addr = read_trimmed(&data_dir.join(ADDR_FILE))?;
-    let token = read_trimmed(&data_dir.join(TOKEN_FILE))?;
-    let client = reqwest::blocking::Client::builder()
-        .connect_timeout(Duration::from_secs(2).min(timeout))
-        .timeout(timeout)
-        .no_proxy()
-        .build()?;
-    let resp = client
-        .post(format!("http://{addr}{path}"))
-        .header(TOKEN_HEADER, token)
-        .json(request)
-        .send()
-        .with_context(|| format!("cannot reach the relay's hook API at {addr}"))?;
-    let status = resp.status();
-    let body = resp.bytes().context("the relay's answer was cut short")?;
-    if !status.is_success() {
-        let text = String::from_utf8_lossy(&body);
-        bail!("the relay answered {status}: {}", text.chars().take(300).collect::<String>());
-    }
-    serde_json::from_slice(&body).context("the relay answered something this hook does not understand")
+    ApiClient::from_data_dir(data_dir, timeout)?.post(path, request)
 }
 
-fn read_trimmed(path: &Path) -> Result<String> {
-    let s = std::fs::read_to_string(path)
-        .with_context(|| format!("cannot read {} (is grasp-relay running?)", path.display()))?;
-    let s = s.trim().to_string();
-    if s.is_empty() {
-        bail!("{} is empty (is grasp-relay running?)", path.display());
-    }
-    Ok(s)
+/// Writes `line` and its newline to stderr with one `write`, so that git relays it as one
+/// `remote:` line (clients that show sideband packets as they come, such as libgit2's, would
+/// otherwise split a line written in pieces).
+pub fn say(line: &str) {
+    let mut whole = String::with_capacity(line.len() + 1);
+    whole.push_str(line);
+    whole.push('\n');
+    // Nothing sensible is left to do if stderr is gone.
+    let _ = std::io::stderr().lock().write_all(whole.as_bytes());
 }

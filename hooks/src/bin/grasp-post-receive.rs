@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use grasp_hooks::{call, context, data_dir_from_args};
+use grasp_hooks::{call, context, data_dir_from_args, say};
 use grasp_state::hook_api::{PostReceiveRequest, PostReceiveResponse, PATH_POST_RECEIVE};
 
 /// Releasing may copy objects into other owners' repositories; give it time, but not forever.
@@ -17,16 +17,16 @@ fn main() {
     match result {
         Ok(resp) => {
             for line in &resp.messages {
-                eprintln!("{line}");
+                say(line);
             }
             for ev in &resp.released {
-                eprintln!("grasp: released {} (kind {}): {}", ev.id, ev.kind, ev.summary);
+                say(&format!("grasp: released {} (kind {}): {}", ev.id, ev.kind, ev.summary));
             }
         }
         // The push has already landed; the relay reconciles on its own (at startup and on the
         // next change), so this is a warning, not a failure.
-        Err(e) => eprintln!(
+        Err(e) => say(&format!(
             "grasp: warning: the relay was not told about this push ({e:#}); it will pick the data up when it reconciles"
-        ),
+        )),
     }
 }

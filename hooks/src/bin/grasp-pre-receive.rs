@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use grasp_hooks::{call, context, data_dir_from_args};
+use grasp_hooks::{call, context, data_dir_from_args, say};
 use grasp_state::hook_api::{check_version, PreReceiveRequest, PreReceiveResponse, PATH_PRE_RECEIVE};
 
 /// How long the pusher waits for a verdict before the push is rejected.
@@ -19,13 +19,13 @@ fn main() {
     match verdict {
         Ok(resp) => {
             for line in &resp.messages {
-                eprintln!("{line}");
+                say(line);
             }
             std::process::exit(if resp.accepted { 0 } else { 1 });
         }
         Err(e) => {
-            eprintln!("grasp: push rejected: could not get a verdict from the GRASP relay: {e:#}");
-            eprintln!("grasp: nothing was changed; try again in a moment, or tell the server's operator");
+            say(&format!("grasp: push rejected: could not get a verdict from the GRASP relay: {e:#}"));
+            say("grasp: nothing was changed; try again in a moment, or tell the server's operator");
             std::process::exit(1);
         }
     }

@@ -106,7 +106,7 @@ pub async fn serve(listener: TcpListener, token: String, grasp: Arc<Grasp>, heal
     let token = Arc::new(token);
     loop {
         let (stream, _) = tokio::select! {
-            r = listener.accept() => match r { Ok(s) => s, Err(e) => { tracing::warn!(error = %e, "hook API accept failed"); continue } },
+            r = crate::server::tcp::accept(&listener) => match r { Ok(s) => s, Err(e) => { tracing::warn!(error = %e, "hook API accept failed"); continue } },
             _ = shutdown.recv() => return,
         };
         let (grasp, token, health) = (grasp.clone(), token.clone(), health.clone());
@@ -216,30 +216,13 @@ impl Versioned for PostReceiveRequest {
     }
 }
 
+/// How long `grasp-relay purgatory` waits for the listing.
+const LISTING_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// `grasp-relay purgatory`: fetches `GET /v1/purgatory` from the relay running on `data_dir`
-/// (address and token from its files) and returns the JSON body.
+/// (address and token from its files, with the hooks' client) and returns the JSON body.
 pub fn fetch_purgatory_listing(data_dir: &Path) -> Result<String> {
-    use std::io::Read;
-    let read = |name: &str| {
-        std::fs::read_to_string(data_dir.join(name)).map(|s| s.trim().to_owned()).with_context(|| {
-            format!("cannot read {}: is grasp-relay running with --data-dir {}?", data_dir.join(name).display(), data_dir.display())
-        })
-    };
-    let (addr, token) = (read(ADDR_FILE)?, read(TOKEN_FILE)?);
-    let sock: SocketAddr = addr.parse().with_context(|| format!("bad address {addr:?} in {ADDR_FILE}"))?;
-    let mut stream = std::net::TcpStream::connect_timeout(&sock, std::time::Duration::from_secs(5))
-        .with_context(|| format!("cannot reach the relay's API at {sock}: is grasp-relay running?"))?;
-    stream.set_read_timeout(Some(std::time::Duration::from_secs(30)))?;
-    write!(stream, "GET {PATH_PURGATORY} HTTP/1.1\r\nHost: {sock}\r\n{TOKEN_HEADER}: {token}\r\nConnection: close\r\n\r\n")?;
-    let mut raw = Vec::new();
-    stream.read_to_end(&mut raw)?;
-    let text = String::from_utf8_lossy(&raw);
-    let (head, body) = text.split_once("\r\n\r\n").context("malformed HTTP response from the relay")?;
-    let status = head.lines().next().unwrap_or_default();
-    if !status.contains(" 200 ") {
-        bail!("the relay answered {status}: {body}");
-    }
-    Ok(body.to_owned())
+    grasp_hooks::ApiClient::from_data_dir(data_dir, LISTING_TIMEOUT)?.get(PATH_PURGATORY)
 }
 
 /// The listing as a table for a terminal.

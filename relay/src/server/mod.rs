@@ -22,6 +22,7 @@
 pub mod connection_limits;
 pub mod http;
 pub mod pages;
+pub mod tcp;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -216,7 +217,7 @@ async fn accept_loop(listener: TcpListener, state: Arc<AppState>, mut shutdown: 
     loop {
         let (stream, remote) = tokio::select! {
             _ = shutdown.recv() => return,
-            res = listener.accept() => match res {
+            res = tcp::accept(&listener) => match res {
                 Ok(v) => v,
                 Err(e) => {
                     // Typically out of file descriptors: back off briefly instead of spinning.

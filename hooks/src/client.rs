@@ -1,0 +1,103 @@
+//! The one client of the relay's loopback hook API, shared by the hooks and by `grasp-relay`'s
+//! one-shot commands (`grasp-relay purgatory`).
+//!
+//! A small blocking HTTP/1.1 client (`ureq`: no async runtime, no TLS, no proxy: the API is on
+//! loopback only) with `TCP_NODELAY` on its socket, bounded in time and in the size of the answer.
+//! The address and the token come from the files the relay writes into its data directory at
+//! every start.
+
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use grasp_state::hook_api::{ADDR_FILE, TOKEN_FILE, TOKEN_HEADER};
+use serde::{de::DeserializeOwned, Serialize};
+
+/// Longest wait for the TCP connection to the relay (capped by the call's own timeout).
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Largest answer read from the relay (a purgatory listing can be long; more is a broken relay).
+const MAX_ANSWER_BYTES: u64 = 64 * 1024 * 1024;
+
+/// The address and token of the relay's hook API, as read from its data directory.
+#[derive(Debug, Clone)]
+pub struct ApiClient {
+    addr: String,
+    token: String,
+    agent: ureq::Agent,
+}
+
+impl ApiClient {
+    /// Reads `<data_dir>/api-addr` and `<data_dir>/api-token`; every call waits at most `timeout`
+    /// in total (connect, send, answer).
+    pub fn from_data_dir(data_dir: &Path, timeout: Duration) -> Result<Self> {
+        let addr = read_trimmed(data_dir, ADDR_FILE)?;
+        let token = read_trimmed(data_dir, TOKEN_FILE)?;
+        let agent = ureq::Agent::config_builder()
+            .timeout_global(Some(timeout))
+            .timeout_connect(Some(CONNECT_TIMEOUT.min(timeout)))
+            .proxy(None)
+            .no_delay(true)
+            .max_redirects(0)
+            .http_status_as_error(false)
+            .build()
+            .new_agent();
+        Ok(ApiClient { addr, token, agent })
+    }
+
+    /// `POST`s `request` as JSON to `path` and decodes the JSON answer.
+    pub fn post<Req: Serialize, Resp: DeserializeOwned>(&self, path: &str, request: &Req) -> Result<Resp> {
+        let body = serde_json::to_vec(request).context("cannot encode the request")?;
+        let resp = self
+            .agent
+            .post(self.url(path))
+            .header(TOKEN_HEADER, &self.token)
+            .content_type("application/json")
+            .send(&body[..]);
+        let body = self.answer(resp)?;
+        serde_json::from_slice(&body).context("the relay answered something this hook does not understand")
+    }
+
+    /// `GET`s `path` and returns the answer's body as text.
+    pub fn get(&self, path: &str) -> Result<String> {
+        let resp = self.agent.get(self.url(path)).header(TOKEN_HEADER, &self.token).call();
+        let body = self.answer(resp)?;
+        String::from_utf8(body).context("the relay's answer is not UTF-8")
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    /// The body of a successful answer; any failure or non-2xx status as an error saying what.
+    fn answer(&self, resp: Result<ureq::http::Response<ureq::Body>, ureq::Error>) -> Result<Vec<u8>> {
+        let mut resp = resp.map_err(|e| match e {
+            ureq::Error::Timeout(_) => anyhow::anyhow!("the relay's hook API at {} did not answer in time", self.addr),
+            e => anyhow::anyhow!("cannot reach the relay's hook API at {} ({e}): is grasp-relay running?", self.addr),
+        })?;
+        let status = resp.status();
+        let body = resp
+            .body_mut()
+            .with_config()
+            .limit(MAX_ANSWER_BYTES)
+            .read_to_vec()
+            .context("the relay's answer was cut short")?;
+        if !status.is_success() {
+            let text = String::from_utf8_lossy(&body);
+            bail!("the relay answered {status}: {}", text.chars().take(300).collect::<String>());
+        }
+        Ok(body)
+    }
+}
+
+fn read_trimmed(data_dir: &Path, name: &str) -> Result<String> {
+    let path = data_dir.join(name);
+    let s = std::fs::read_to_string(&path).with_context(|| {
+        format!("cannot read {} (is grasp-relay running with --data-dir {}?)", path.display(), data_dir.display())
+    })?;
+    let s = s.trim().to_string();
+    if s.is_empty() {
+        bail!("{} is empty (is grasp-relay running?)", path.display());
+    }
+    Ok(s)
+}
