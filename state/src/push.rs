@@ -126,7 +126,8 @@ pub fn decide_push(req: &PushRequest) -> PushDecision {
         match newest(req.candidates.iter()) {
             None => reasons.push(
                 "no repository state event (kind 30618) from a maintainer of this repository is known to this server: \
-                 publish one that lists the refs you are pushing first (e.g. `ngit push` does this), then push again"
+                 publish one that lists the refs you are pushing first, then push again (`git push` to the \
+                 repository's `nostr://` remote does both: git-remote-nostr publishes the state event first)"
                     .to_owned(),
             ),
             Some(latest) => reasons.extend(mismatch_reasons(&latest.state, &after, &served_updates)),
@@ -196,7 +197,8 @@ fn newest<'a>(candidates: impl Iterator<Item = &'a StateCandidate>) -> Option<&'
 fn mismatch_reasons(state: &RepoState, after: &RefMap, pushed: &[RefUpdate]) -> Vec<String> {
     let mut lines = vec![format!(
         "refs after this push do not match the latest repository state event {} (kind 30618): \
-         push exactly the refs it declares, or publish a new state event for your refs first (e.g. `ngit push`)",
+         push exactly the refs it declares, or publish a new state event for your refs first \
+         (`git push` to the repository's `nostr://` remote publishes it before the git data)",
         short_oid(&state.event_id.to_hex())
     )];
     let touched = |name: &str| pushed.iter().any(|u| u.name == name && !u.is_noop());

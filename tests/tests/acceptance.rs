@@ -548,9 +548,10 @@ async fn nip11_document_and_cors_everywhere() {
     let criteria = doc["repo_acceptance_criteria"].as_str().unwrap();
     assert!(criteria.contains("30617") && criteria.contains(&server.addr().to_string()), "{criteria}");
     assert!(doc.get("curation").is_none(), "{doc}");
-    for field in ["name", "description", "software", "version"] {
+    for field in ["name", "description", "version"] {
         assert!(doc[field].is_string(), "{field}: {doc}");
     }
+    assert!(doc.get("software").is_none(), "no placeholder software URL: {doc}");
     assert!(doc["supported_nips"].as_array().unwrap().contains(&34.into()));
 
     // 200 on a repository (held announcement), 404 on unknown and malformed paths.

@@ -4,9 +4,6 @@ use serde_json::{json, Value};
 
 use crate::config::Config;
 
-/// Where the software lives (placeholder until the project has a public home).
-pub const SOFTWARE_URL: &str = "https://example.invalid/grasp-relay";
-
 /// NIPs this relay implements (and 77 unless `--no-negentropy`).
 pub const SUPPORTED_NIPS: &[u16] = &[1, 9, 11, 34];
 
@@ -30,12 +27,12 @@ after {wait} otherwise. Everything else is refused."
     )
 }
 
-/// The NIP-11 document for this configuration.
+/// The NIP-11 document for this configuration. `software` is omitted (the project has no public
+/// URL yet); `pubkey` is the operator's (`--admin-pubkey`), omitted when not configured.
 pub fn document(cfg: &Config) -> Value {
     let mut doc = json!({
         "name": cfg.name,
         "description": cfg.description,
-        "software": SOFTWARE_URL,
         "version": env!("CARGO_PKG_VERSION"),
         "supported_nips": SUPPORTED_NIPS.iter().copied().chain(cfg.negentropy().map(|_| 77)).collect::<Vec<u16>>(),
         "supported_grasps": ["GRASP-01"],
@@ -71,6 +68,15 @@ mod tests {
         assert_eq!(doc["limitation"]["max_subscriptions"], json!(32));
         assert!(doc.get("curation").is_none());
         assert!(doc.get("pubkey").is_none());
+        assert!(doc.get("software").is_none(), "no placeholder URL: {doc}");
+    }
+
+    #[test]
+    fn pubkey_is_the_operators() {
+        let mut cfg = Config::for_tests("/tmp/x".into());
+        let hex = "79be667ef9dcbbac55a06295ce870b07029bfcdb2dce28d959f2815b16f81798";
+        cfg.admin_pubkey = Some(::nostr::prelude::PublicKey::from_hex(hex).unwrap());
+        assert_eq!(document(&cfg)["pubkey"], json!(hex));
     }
 
     #[test]
