@@ -33,9 +33,9 @@ pub struct NostrClient {
 }
 
 impl NostrClient {
-    /// Connects to `url` (`ws://ADDR/`).
+    /// Connects to `url` (`ws://ADDR/`), with `TCP_NODELAY` on the socket.
     pub async fn connect(url: &str) -> anyhow::Result<Self> {
-        let (ws, _) = tokio::time::timeout(TIMEOUT, tokio_tungstenite::connect_async(url))
+        let (ws, _) = tokio::time::timeout(TIMEOUT, tokio_tungstenite::connect_async_with_config(url, None, true))
             .await
             .context("connect timed out")?
             .with_context(|| format!("connecting to {url}"))?;

@@ -132,6 +132,7 @@ impl GitHttpServer {
             let listener = tokio::net::TcpListener::from_std(listener).unwrap();
             loop {
                 let Ok((stream, remote)) = listener.accept().await else { continue };
+                let _ = stream.set_nodelay(true);
                 let cfg = cfg.clone();
                 tokio::spawn(async move {
                     let service = service_fn(move |req| {

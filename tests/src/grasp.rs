@@ -291,3 +291,26 @@ pub fn deletion_at(keys: &Keys, ids: &[EventId], coordinates: &[String], at: u64
 pub fn coordinate(kind: u16, pubkey: &PublicKey, identifier: &str) -> String {
     format!("{kind}:{}:{identifier}", pubkey.to_hex())
 }
+
+/// A Nostr client connected to `server` (panics if the relay refuses the connection).
+pub async fn connect(server: &TestServer) -> crate::NostrClient {
+    crate::NostrClient::connect(&server.ws_url()).await.unwrap()
+}
+
+/// Whether the relay serves the event `id` (a `REQ` by id finds it).
+pub async fn stored(c: &mut crate::NostrClient, id: EventId) -> bool {
+    !c.req(vec![Filter::new().id(id)]).await.unwrap().is_empty()
+}
+
+/// Sends `ev` and asserts the relay held it in purgatory (`OK true "purgatory: ..."`).
+pub async fn held(c: &mut crate::NostrClient, ev: &Event) {
+    let (ok, msg) = c.send_event(ev).await.unwrap();
+    assert!(ok && msg.starts_with("purgatory:"), "event {} (kind {}) not held: {ok} {msg}", ev.id, ev.kind);
+}
+
+/// Sends `ev` and asserts the relay accepted and serves it at once (not held).
+pub async fn served(c: &mut crate::NostrClient, ev: &Event) {
+    let (ok, msg) = c.send_event(ev).await.unwrap();
+    assert!(ok && !msg.starts_with("purgatory:"), "expected kind {} served at once: {ok} {msg}", ev.kind);
+    assert!(stored(c, ev.id).await);
+}

@@ -1,6 +1,11 @@
 //! End-to-end test harness: run the real `grasp-relay` binary in a temp dir on a random loopback
 //! port ([`TestServer`]) and talk to it as a Nostr client ([`NostrClient`]).
 //!
+//! What the suites share lives here, not in `tests/tests/*.rs`: [`grasp`] signs NIP-34 events for
+//! a server and runs the common steps (`connect`, `held`, `served`, `stored`, `publish_repo`,
+//! pushes and listings); [`git`] drives real git; [`wait`] waits on conditions with a deadline
+//! ([`wait_until`] in plain tests, [`eventually!`] in async tests).
+//!
 //! Build first: `cargo build --workspace && cargo test --workspace` (the tests run the binaries
 //! from `target/debug`).
 

@@ -9,17 +9,9 @@ use grasp_relay::grasp::acceptance::PURGATORY_MESSAGE;
 use grasp_state::identifier::npub_of;
 use grasp_tests::git::git_output;
 use grasp_tests::grasp::*;
-use grasp_tests::{NostrClient, TestServer};
+use grasp_tests::TestServer;
 use nostr::prelude::*;
 use serde_json::Value;
-
-async fn connect(server: &TestServer) -> NostrClient {
-    NostrClient::connect(&server.ws_url()).await.unwrap()
-}
-
-async fn stored(c: &mut NostrClient, id: EventId) -> bool {
-    !c.req(vec![Filter::new().id(id)]).await.unwrap().is_empty()
-}
 
 /// `30617:<owner hex>:<d>`
 fn coord(owner: &PublicKey, d: &str) -> String {

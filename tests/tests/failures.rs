@@ -14,7 +14,7 @@ use std::time::Duration;
 use grasp_state::identifier::npub_of;
 use grasp_tests::git::git;
 use grasp_tests::grasp::*;
-use grasp_tests::{wait_until, NostrClient, TestServer, TIMEOUT};
+use grasp_tests::{eventually, NostrClient, TestServer, TIMEOUT};
 use nostr::prelude::*;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::{Data, OpCode};
 use tokio_tungstenite::tungstenite::protocol::frame::Frame;
@@ -95,6 +95,7 @@ fn http() -> reqwest::Client {
 /// `..` or percent escapes). Returns (status, body).
 fn raw_http(addr: std::net::SocketAddr, method: &str, path: &str, body: &[u8]) -> (u16, String) {
     let mut s = TcpStream::connect(addr).unwrap();
+    s.set_nodelay(true).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
     let head = format!(
         "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n\r\n",
@@ -188,8 +189,7 @@ async fn malformed_pkt_lines_and_truncated_packs_leave_the_repo_unchanged() {
     assert!(!resp.status().is_success(), "wrong content type accepted: {}", resp.status());
 
     let repo = w.repo_dir();
-    wait_until("quarantine directories to be cleaned up", TIMEOUT, || quarantine_dirs(&repo).is_empty().then_some(()))
-        .unwrap();
+    eventually!("quarantine directories to be cleaned up", quarantine_dirs(&repo).is_empty().then_some(()));
     git(&repo, &["fsck", "--no-progress"]);
     w.assert_intact().await;
     // The real push of the same commit still works afterwards.
@@ -522,7 +522,7 @@ async fn relay_killed_during_a_push_leaves_the_repo_unchanged() {
     };
     let repo = w.repo_dir();
     // Packing 40 MiB of random data takes a while on a loaded machine: a generous deadline.
-    wait_until("the push to reach receive-pack", TIMEOUT * 4, || (!quarantine_dirs(&repo).is_empty()).then_some(())).unwrap();
+    eventually!("the push to reach receive-pack", TIMEOUT * 4, (!quarantine_dirs(&repo).is_empty()).then_some(()));
     w.server.kill();
     let out = pusher.join().unwrap();
     assert!(!out.status.success(), "push succeeded although the relay died: {}", String::from_utf8_lossy(&out.stderr));

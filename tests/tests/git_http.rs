@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use grasp_relay::git::repos::{create_bare_repo, read_refs};
 use grasp_state::identifier::npub_of;
 use grasp_tests::git::{git, git_output, test_owner, GitHttpServer, WorkTree};
+use grasp_tests::wait_until;
 use reqwest::blocking::Client;
 use reqwest::StatusCode;
 
@@ -597,6 +598,7 @@ fn cgi_child_dies_with_the_client() {
         "echo $$ > \"$FAKE_CGI_DIR/pid\"\nprintf 'Status: 200 OK\\r\\nContent-Type: text/plain\\r\\n\\r\\nstarted\\n'\nexec sleep 60\n",
     );
     let mut conn = std::net::TcpStream::connect(server.addr).unwrap();
+    conn.set_nodelay(true).unwrap();
     write!(conn, "GET /x HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
     let mut reader = BufReader::new(conn.try_clone().unwrap());
     let mut line = String::new();
@@ -624,13 +626,9 @@ fn cgi_child_dies_with_the_client() {
     drop(reader);
     conn.shutdown(std::net::Shutdown::Both).unwrap();
     drop(conn);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while alive() {
-        if Instant::now() > deadline {
-            let _ = Command::new("kill").arg(pid.to_string()).status(); // don't leak it
-            panic!("CGI child {pid} still running after the client left");
-        }
-        std::thread::sleep(Duration::from_millis(20));
+    if wait_until("the CGI child to exit", Duration::from_secs(10), || (!alive()).then_some(())).is_err() {
+        let _ = Command::new("kill").arg(pid.to_string()).status(); // don't leak it
+        panic!("CGI child {pid} still running after the client left");
     }
 }
 

@@ -4,13 +4,9 @@
 use std::time::Instant;
 
 use grasp_tests::grasp::*;
-use grasp_tests::{NostrClient, TestServer, TIMEOUT};
+use grasp_tests::{eventually, NostrClient, TestServer, TIMEOUT};
 use nostr::prelude::*;
 use tokio_tungstenite::tungstenite;
-
-async fn connect(server: &TestServer) -> NostrClient {
-    NostrClient::connect(&server.ws_url()).await.unwrap()
-}
 
 /// `n` chained commits made with `git fast-import` in `work` (on branch `chain`), oldest first.
 fn chain_of_commits(work: &grasp_tests::git::WorkTree, n: usize) -> Vec<String> {
@@ -81,7 +77,7 @@ async fn state_with_thousands_of_refs_whose_objects_exist_is_accepted() {
 /// The HTTP refusal a WebSocket connection attempt got: status, CORS origin header, body.
 /// Panics if the connection was accepted or failed without an HTTP answer.
 async fn refused_websocket(server: &TestServer) -> (u16, Option<String>, String) {
-    let res = tokio::time::timeout(TIMEOUT, tokio_tungstenite::connect_async(server.ws_url())).await.expect("connect timed out");
+    let res = tokio::time::timeout(TIMEOUT, tokio_tungstenite::connect_async_with_config(server.ws_url(), None, true)).await.expect("connect timed out");
     match res {
         Ok(_) => panic!("connection accepted beyond the limit"),
         Err(tungstenite::Error::Http(resp)) => (
@@ -96,15 +92,7 @@ async fn refused_websocket(server: &TestServer) -> (u16, Option<String>, String)
 /// Connects once the relay has noticed closed connections (their places are freed when the
 /// server side sees the close), within the test deadline.
 async fn connect_when_freed(server: &TestServer) -> NostrClient {
-    let deadline = Instant::now() + TIMEOUT;
-    loop {
-        match NostrClient::connect(&server.ws_url()).await {
-            Ok(c) => return c,
-            // Polling a condition with a deadline, like `wait_until`.
-            Err(_) if Instant::now() < deadline => tokio::time::sleep(std::time::Duration::from_millis(20)).await,
-            Err(e) => panic!("no connection accepted after closing one: {e:#}"),
-        }
-    }
+    eventually!("a connection accepted after closing one", NostrClient::connect(&server.ws_url()).await.ok())
 }
 
 #[tokio::test]

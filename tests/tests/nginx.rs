@@ -244,10 +244,6 @@ fn read(path: &Path) -> String {
     std::fs::read_to_string(path).unwrap_or_default()
 }
 
-async fn stored(c: &mut NostrClient, id: EventId) -> bool {
-    !c.req(vec![Filter::new().id(id)]).await.unwrap().is_empty()
-}
-
 /// Incompressible text of `len` bytes, so a push carrying it is larger than git's 1 MiB
 /// `http.postBuffer` and goes out with a chunked request body.
 fn noise(len: usize) -> String {

@@ -7,41 +7,11 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use grasp_tests::grasp::*;
-use grasp_tests::{NostrClient, TestServer};
+use grasp_tests::{eventually, TestServer};
 use nostr::prelude::*;
 use serde_json::Value;
 
-/// Polls `$body` (an expression yielding `Option<T>`, may `.await`) until it is `Some`.
-macro_rules! eventually {
-    ($what:expr, $timeout:expr, $body:expr) => {{
-        let timeout: Duration = $timeout;
-        let deadline = Instant::now() + timeout;
-        let mut pause = Duration::from_millis(10);
-        loop {
-            if let Some(v) = $body {
-                break v;
-            }
-            assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for {}", $what);
-            tokio::time::sleep(pause).await;
-            pause = (pause * 2).min(Duration::from_millis(100));
-        }
-    }};
-}
-
 const WAIT: Duration = Duration::from_secs(20);
-
-async fn connect(server: &TestServer) -> NostrClient {
-    NostrClient::connect(&server.ws_url()).await.unwrap()
-}
-
-async fn held(c: &mut NostrClient, ev: &Event) {
-    let (ok, msg) = c.send_event(ev).await.unwrap();
-    assert!(ok && msg.starts_with("purgatory:"), "event {} (kind {}) not held: {msg}", ev.id, ev.kind.as_u16());
-}
-
-async fn stored(c: &mut NostrClient, id: EventId) -> bool {
-    !c.req(vec![Filter::new().id(id)]).await.unwrap().is_empty()
-}
 
 /// The listed entry for `id`, if held.
 fn entry(listing: &Value, id: &EventId) -> Option<Value> {
@@ -244,7 +214,7 @@ async fn kill_9_during_repeated_checkpoints_always_leaves_a_loadable_checkpoint(
         let first = version(&path);
         eventually!("a checkpoint", WAIT, version(&path).filter(|v| Some(*v) != first));
         // Kill at a varying point of the next checkpoint cycles (fault injection, not sync).
-        std::thread::sleep(Duration::from_micros(i * 397 % 6000));
+        tokio::time::sleep(Duration::from_micros(i * 397 % 6000)).await;
         if server.data_dir().join("purgatory-state.json.tmp").exists() {
             kills_mid_write += 1;
         }

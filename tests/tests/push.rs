@@ -7,29 +7,8 @@ use std::time::{Duration, Instant};
 
 use grasp_tests::git::WorkTree;
 use grasp_tests::grasp::*;
-use grasp_tests::{wait_until, NostrClient, TestServer, TIMEOUT};
+use grasp_tests::{eventually, TestServer};
 use nostr::prelude::*;
-
-async fn connect(server: &TestServer) -> NostrClient {
-    NostrClient::connect(&server.ws_url()).await.unwrap()
-}
-
-async fn stored(c: &mut NostrClient, id: EventId) -> bool {
-    !c.req(vec![Filter::new().id(id)]).await.unwrap().is_empty()
-}
-
-/// Sends `ev` and asserts it was held in the purgatory.
-async fn held(c: &mut NostrClient, ev: &Event) {
-    let (ok, msg) = c.send_event(ev).await.unwrap();
-    assert!(ok && msg.starts_with("purgatory:"), "expected purgatory for kind {}: {ok} {msg}", ev.kind);
-}
-
-/// Sends `ev` and asserts it was accepted and served at once.
-async fn served(c: &mut NostrClient, ev: &Event) {
-    let (ok, msg) = c.send_event(ev).await.unwrap();
-    assert!(ok && !msg.starts_with("purgatory:"), "expected kind {} served at once: {ok} {msg}", ev.kind);
-    assert!(stored(c, ev.id).await);
-}
 
 fn refs(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
     pairs.iter().map(|(n, o)| (n.to_string(), o.to_string())).collect()
@@ -534,7 +513,7 @@ async fn unclaimed_placeholder_ref_is_removed_when_it_expires() {
     let name = format!("refs/nostr/{id}");
     repo.push(&[&format!("main:{name}")]).unwrap();
     assert!(bare_refs(&dir).contains_key(&name));
-    wait_until("the unclaimed placeholder's ref to go", TIMEOUT, || (!bare_refs(&dir).contains_key(&name)).then_some(())).unwrap();
+    eventually!("the unclaimed placeholder's ref to go", (!bare_refs(&dir).contains_key(&name)).then_some(()));
     assert_eq!(bare_refs(&dir), refs(&[("refs/heads/main", &c1)]), "the served refs stay");
     assert!(!purgatory_listing(&server).await.to_string().contains(&id));
 }
@@ -555,10 +534,7 @@ async fn relay_killed_between_the_hooks_releases_after_restart() {
     // The held state must be in a checkpoint for a SIGKILLed relay to remember it.
     let checkpoint = server.data_dir().join("purgatory-state.json");
     let id = st.id.to_hex();
-    wait_until("the held state in a purgatory checkpoint", TIMEOUT, || {
-        std::fs::read_to_string(&checkpoint).ok().filter(|t| t.contains(&id))
-    })
-    .unwrap();
+    eventually!("the held state in a purgatory checkpoint", std::fs::read_to_string(&checkpoint).ok().filter(|t| t.contains(&id)));
 
     // Simulated crash between the hooks: run receive-pack with a hooks directory that holds
     // only the relay's real pre-receive hook (the relay is up and authorises the push), so the

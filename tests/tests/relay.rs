@@ -6,7 +6,7 @@
 //! behaviour checked is the same as for any other event. The policy itself is tested in
 //! `acceptance.rs`.
 
-use grasp_tests::grasp::announcement;
+use grasp_tests::grasp::{announcement, connect};
 use grasp_tests::{NostrClient, ReqOutcome, TestServer};
 use nostr::prelude::*;
 use serde_json::Value;
@@ -48,10 +48,6 @@ impl Anchor {
 
 fn ids(events: &[Event]) -> Vec<EventId> {
     events.iter().map(|e| e.id).collect()
-}
-
-async fn connect(server: &TestServer) -> NostrClient {
-    NostrClient::connect(&server.ws_url()).await.unwrap()
 }
 
 #[tokio::test]

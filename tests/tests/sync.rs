@@ -12,36 +12,13 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
-use std::time::{Duration, Instant};
 
 use grasp_state::identifier::npub_of;
 use grasp_tests::git::{git, GitHttpServer};
 use grasp_tests::grasp::*;
-use grasp_tests::{NostrClient, TestServer, TIMEOUT};
+use grasp_tests::{eventually, NostrClient, TestServer};
 use nostr::prelude::*;
 use serde_json::Value;
-
-/// Polls `$cond` (an `Option` expression, may `.await`) until it is `Some`, failing after
-/// [`TIMEOUT`].
-macro_rules! eventually {
-    ($what:expr, $cond:expr) => {{
-        let deadline = Instant::now() + TIMEOUT;
-        let mut pause = Duration::from_millis(5);
-        loop {
-            if let Some(value) = $cond {
-                break value;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "timed out after {:?} waiting for {}",
-                TIMEOUT,
-                $what
-            );
-            tokio::time::sleep(pause).await;
-            pause = (pause * 2).min(Duration::from_millis(50));
-        }
-    }};
-}
 
 /// Backoff flags of every test server: 500 ms, 1 s, then 1.5 s (the design's 20 s, 40 s,
 /// 2 min, scaled down).
@@ -70,23 +47,6 @@ fn block_on<F: Future>(future: F) -> F::Output {
         .build()
         .unwrap()
         .block_on(future)
-}
-
-async fn connect(server: &TestServer) -> NostrClient {
-    NostrClient::connect(&server.ws_url()).await.unwrap()
-}
-
-async fn stored(c: &mut NostrClient, id: EventId) -> bool {
-    !c.req(vec![Filter::new().id(id)]).await.unwrap().is_empty()
-}
-
-async fn held(c: &mut NostrClient, event: &Event) {
-    let (ok, msg) = c.send_event(event).await.unwrap();
-    assert!(
-        ok && msg.starts_with("purgatory:"),
-        "event kind {} not held: {msg}",
-        event.kind
-    );
 }
 
 async fn sync_stats(server: &TestServer) -> Value {
