@@ -101,3 +101,62 @@ fn read_trimmed(data_dir: &Path, name: &str) -> Result<String> {
     }
     Ok(s)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+    use std::net::TcpListener;
+
+    /// A one-shot loopback server answering `answer` to the first request; returns the data
+    /// directory pointing at it and the thread that yields the request it received.
+    fn fake_relay(answer: &'static [u8]) -> (tempfile::TempDir, std::thread::JoinHandle<String>) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(ADDR_FILE), listener.local_addr().unwrap().to_string()).unwrap();
+        std::fs::write(dir.path().join(TOKEN_FILE), "secret\n").unwrap();
+        let server = std::thread::spawn(move || {
+            let (mut conn, _) = listener.accept().unwrap();
+            let mut request = Vec::new();
+            let mut buf = [0u8; 4096];
+            while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                let n = conn.read(&mut buf).unwrap();
+                assert!(n > 0, "client closed before sending its request head");
+                request.extend_from_slice(&buf[..n]);
+            }
+            conn.write_all(answer).unwrap();
+            String::from_utf8_lossy(&request).into_owned()
+        });
+        (dir, server)
+    }
+
+    #[test]
+    fn reads_a_chunked_answer_and_sends_the_token() {
+        let (dir, server) = fake_relay(
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n5\r\n{\"a\":\r\n3\r\n 1}\r\n0\r\n\r\n",
+        );
+        let body = ApiClient::from_data_dir(dir.path(), Duration::from_secs(10)).unwrap().get("/v1/purgatory").unwrap();
+        assert_eq!(body, "{\"a\": 1}");
+        let request = server.join().unwrap();
+        assert!(request.starts_with("GET /v1/purgatory HTTP/1.1\r\n"), "{request}");
+        assert!(request.to_ascii_lowercase().contains(&format!("{TOKEN_HEADER}: secret\r\n")), "{request}");
+    }
+
+    #[test]
+    fn a_refusal_is_an_error_that_quotes_the_relay() {
+        let (dir, server) = fake_relay(
+            b"HTTP/1.1 401 Unauthorized\r\nContent-Length: 14\r\nConnection: close\r\n\r\nwrong token!!!",
+        );
+        let err = ApiClient::from_data_dir(dir.path(), Duration::from_secs(10)).unwrap().get("/v1/purgatory").unwrap_err();
+        server.join().unwrap();
+        let err = format!("{err:#}");
+        assert!(err.contains("the relay answered 401") && err.contains("wrong token!!!"), "{err}");
+    }
+
+    #[test]
+    fn no_relay_files_say_whether_the_relay_runs() {
+        let dir = tempfile::tempdir().unwrap();
+        let err = ApiClient::from_data_dir(dir.path(), Duration::from_secs(1)).unwrap_err();
+        assert!(format!("{err:#}").contains("is grasp-relay running"), "{err:#}");
+    }
+}
