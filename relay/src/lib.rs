@@ -9,7 +9,7 @@
 //!
 //! - [`server`]: transport. The public HTTP listener, routing and daemon lifecycle
 //!   (`server/mod.rs`), response bodies and CORS (`http`), connection caps
-//!   (`connection_limits`).
+//!   (`connection_limits`), accepting sockets with `TCP_NODELAY` for every listener (`tcp`).
 //! - [`nostr`]: the Nostr relay. One NIP-01 WebSocket connection (`connection`), its
 //!   subscriptions (`subscriptions`), the nostr-lmdb event store (`store`), store + live
 //!   broadcast shared by all connections (`relay`), the NIP-11 document (`nip11`), NIP-77

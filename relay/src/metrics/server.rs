@@ -58,7 +58,7 @@ pub async fn bind(addr: SocketAddr, public: SocketAddr) -> anyhow::Result<TcpLis
 pub async fn serve(listener: TcpListener, state: Arc<MetricsState>, mut shutdown: Shutdown) {
     loop {
         let (stream, _) = tokio::select! {
-            r = listener.accept() => match r {
+            r = crate::server::tcp::accept(&listener) => match r {
                 Ok(s) => s,
                 Err(e) => {
                     tracing::warn!(error = %e, "metrics accept failed");

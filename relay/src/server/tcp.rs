@@ -1,8 +1,8 @@
 //! Accepting TCP connections: every accepted socket gets `TCP_NODELAY`.
 //!
 //! Without it, Nagle's algorithm holds back the small second write of an answer until the peer's
-//! delayed ACK (about 40 ms), so every second request on a kept-alive connection stalls. Both
-//! listeners (public and hook API) accept through [`accept`].
+//! delayed ACK (about 40 ms), so every second request on a kept-alive connection stalls. Every
+//! listener (public, hook API, metrics) accepts through [`accept`].
 
 use std::io;
 use std::net::SocketAddr;
