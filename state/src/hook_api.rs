@@ -43,9 +43,11 @@ pub fn check_version(found: u32) -> Result<(), VersionMismatch> {
     }
 }
 
-/// Asks whether a push may proceed.
+/// What both hooks send: the repository and the ref updates of the push, as git gave them on
+/// stdin. pre-receive asks whether the push may proceed ([`PreReceiveRequest`]); post-receive
+/// reports the updates git applied ([`PostReceiveRequest`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PreReceiveRequest {
+pub struct HookRequest {
     pub version: u32,
     /// Repository owner as npub (from the repository path).
     pub owner: String,
@@ -55,7 +57,7 @@ pub struct PreReceiveRequest {
     pub updates: Vec<RefUpdate>,
 }
 
-impl PreReceiveRequest {
+impl HookRequest {
     pub fn new(
         owner: impl Into<String>,
         identifier: impl Into<String>,
@@ -68,7 +70,17 @@ impl PreReceiveRequest {
             updates,
         }
     }
+
+    /// Refuses a request of another API version.
+    pub fn check_version(&self) -> Result<(), VersionMismatch> {
+        check_version(self.version)
+    }
 }
+
+/// Asks whether a push may proceed (sent to [`PATH_PRE_RECEIVE`]).
+pub type PreReceiveRequest = HookRequest;
+/// Reports the ref updates git applied (sent to [`PATH_POST_RECEIVE`]).
+pub type PostReceiveRequest = HookRequest;
 
 /// The verdict; `messages` are printed to the pusher as `remote: ...` lines.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -93,31 +105,6 @@ impl PreReceiveResponse {
             version: HOOK_API_VERSION,
             accepted: false,
             messages,
-        }
-    }
-}
-
-/// Reports the ref updates git applied.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PostReceiveRequest {
-    pub version: u32,
-    /// Repository owner as npub.
-    pub owner: String,
-    pub identifier: String,
-    pub updates: Vec<RefUpdate>,
-}
-
-impl PostReceiveRequest {
-    pub fn new(
-        owner: impl Into<String>,
-        identifier: impl Into<String>,
-        updates: Vec<RefUpdate>,
-    ) -> Self {
-        Self {
-            version: HOOK_API_VERSION,
-            owner: owner.into(),
-            identifier: identifier.into(),
-            updates,
         }
     }
 }

@@ -22,6 +22,7 @@
 use std::path::{Component, Path, PathBuf};
 
 use nostr::key::PublicKey;
+use percent_encoding::{percent_decode_str, utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use nostr::nips::nip19::{FromBech32, ToBech32};
 
 /// The git config every GRASP repository needs: set in each repository at creation by the relay
@@ -220,39 +221,27 @@ pub fn parse_repo_path(path: &str) -> Option<RepoUrlPath> {
     })
 }
 
+/// Characters percent-encoded in one path segment: all but the unreserved ones (RFC 3986).
+const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'.').remove(b'_').remove(b'~');
+
+/// Decodes `%XX` escapes into bytes; `None` on a malformed escape (a `%` not followed by two hex
+/// digits), which the `percent-encoding` crate would pass through unchanged.
+pub fn percent_decode_bytes(s: &str) -> Option<Vec<u8>> {
+    let bytes = s.as_bytes();
+    let well_formed = bytes.iter().enumerate().filter(|(_, b)| **b == b'%').all(|(i, _)| {
+        bytes.get(i + 1..i + 3).is_some_and(|hex| hex.iter().all(u8::is_ascii_hexdigit))
+    });
+    well_formed.then(|| percent_decode_str(s).collect())
+}
+
 /// Decodes `%XX` escapes; `None` on a malformed escape or invalid UTF-8.
 pub fn percent_decode(s: &str) -> Option<String> {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = bytes.get(i + 1..i + 3)?;
-            let hex = std::str::from_utf8(hex).ok()?;
-            if !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
-                return None;
-            }
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).ok()
+    String::from_utf8(percent_decode_bytes(s)?).ok()
 }
 
 /// Percent-encodes `s` for use as one URL path segment (unreserved characters stay as they are).
 pub fn percent_encode_segment(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
+    utf8_percent_encode(s, SEGMENT).to_string()
 }
 
 #[cfg(test)]
@@ -434,5 +423,49 @@ mod tests {
             );
         }
         assert_eq!(percent_encode_segment("a b/c"), "a%20b%2Fc");
+    }
+
+    #[test]
+    fn malformed_escapes_are_refused() {
+        for bad in ["%", "%2", "a%zz", "%%41", "%4G", "%\u{e9}1"] {
+            assert_eq!(percent_decode_bytes(bad), None, "{bad:?}");
+        }
+        assert_eq!(percent_decode_bytes("%2f%2F%ff").unwrap(), b"//\xff");
+        assert_eq!(percent_decode("%ff"), None, "not UTF-8");
+    }
+
+    /// Reference decoder: every `%` starts exactly two hex digits.
+    fn reference_decode(s: &str) -> Option<Vec<u8>> {
+        let bytes = s.as_bytes();
+        let mut out = Vec::new();
+        let mut i = 0;
+        while i < bytes.len() {
+            if bytes[i] == b'%' {
+                let hex = bytes.get(i + 1..i + 3)?;
+                if !hex.iter().all(u8::is_ascii_hexdigit) {
+                    return None;
+                }
+                out.push(u8::from_str_radix(std::str::from_utf8(hex).ok()?, 16).ok()?);
+                i += 3;
+            } else {
+                out.push(bytes[i]);
+                i += 1;
+            }
+        }
+        Some(out)
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn decoding_inverts_encoding(s in "\\PC{0,30}") {
+            let encoded = percent_encode_segment(&s);
+            proptest::prop_assert!(!encoded.contains('/'));
+            proptest::prop_assert_eq!(percent_decode(&encoded), Some(s));
+        }
+
+        #[test]
+        fn decoding_matches_a_reference(s in "([a-z/é]|%[0-9a-fA-F]{2}|%.{0,2})*") {
+            proptest::prop_assert_eq!(percent_decode_bytes(&s), reference_decode(&s));
+        }
     }
 }

@@ -19,6 +19,13 @@
 //!   the relay's internal API.
 //! - [`html`]: the one HTML escaping function of every page.
 //! - [`identifier`]: repository path layout and identifier validation (decision 2).
+//! - [`host`]: the one `host[:port]` parser (configuration and URLs, default ports per
+//!   scheme).
+//! - [`cors`]: the CORS headers and preflight answer of every public response.
+//! - [`cgi`]: the CGI response header block (what `grasp-cgi` and `git http-backend` print).
+//! - [`git_env`]: the environment policy of every git process (no system/global config, no
+//!   inherited `GIT_*`).
+//! - [`atomic_file`]: the one crash-safe file replacement (tmp, fsync, rename, dir fsync).
 //! - [`purgatory`]: the purgatory data model (entries, deadlines, caps, expiry
 //!   sweep) and its crash-safe checkpoint format.
 //!
@@ -26,8 +33,13 @@
 //! yields a typed error whose message says what is wrong and what to do, never
 //! a panic.
 
+pub mod atomic_file;
+pub mod cgi;
+pub mod cors;
+pub mod git_env;
 pub mod hook_api;
 pub mod html;
+pub mod host;
 pub mod identifier;
 pub mod maintainers;
 pub mod nip34;

@@ -18,6 +18,7 @@ use nostr::prelude::{Event, EventId, PublicKey, Timestamp};
 
 use crate::recency::Recency;
 use crate::refs::{is_valid_oid, is_valid_ref_name, RefMap, HEADS_PREFIX, TAGS_PREFIX};
+use crate::host::{url_authority, HostPort};
 
 /// Repository announcement.
 pub const KIND_ANNOUNCEMENT: u16 = 30617;
@@ -469,104 +470,25 @@ fn truncate(value: &str) -> String {
     value.chars().take(100).collect()
 }
 
-/// A configured public host, lowercased: (host, optional port).
-#[derive(Debug, PartialEq, Eq)]
-struct HostPort {
-    host: String,
-    port: Option<u16>,
-}
-
+/// A configured public host: `host[:port]`, a leading scheme and a trailing `/` tolerated.
 fn parse_public_host(configured: &str) -> Option<HostPort> {
     let s = configured.trim();
     let s = match s.find("://") {
         Some(i) => &s[i + 3..],
         None => s,
     };
-    let s = s.strip_suffix('/').unwrap_or(s);
-    if s.contains(['/', '\\', '?', '#', '@']) {
-        return None;
-    }
-    split_host_port(s)
+    HostPort::parse(s.strip_suffix('/').unwrap_or(s))
 }
 
-/// Split `host[:port]` (IPv6 in brackets), lowercasing the host.
-fn split_host_port(authority: &str) -> Option<HostPort> {
-    let (host, port) = if authority.starts_with('[') {
-        let end = authority.find(']')?;
-        let host = &authority[..=end];
-        match &authority[end + 1..] {
-            "" => (host, None),
-            rest => (host, Some(rest.strip_prefix(':')?)),
-        }
-    } else {
-        match authority.rsplit_once(':') {
-            Some((h, p)) => (h, Some(p)),
-            None => (authority, None),
-        }
-    };
-    if host.is_empty() || (host.contains(':') && !host.starts_with('[')) {
-        return None;
-    }
-    if host
-        .chars()
-        .any(|c| c.is_whitespace() || c.is_control() || matches!(c, '@' | '/' | '\\' | '%'))
-    {
-        return None;
-    }
-    let port = match port {
-        None => None,
-        Some(p) if !p.is_empty() && p.len() <= 5 && p.bytes().all(|b| b.is_ascii_digit()) => {
-            Some(p.parse::<u16>().ok()?)
-        }
-        Some(_) => return None,
-    };
-    Some(HostPort {
-        host: host.to_ascii_lowercase(),
-        port,
-    })
-}
-
-fn default_port(scheme: &str) -> Option<u16> {
-    match scheme {
-        "http" | "ws" => Some(80),
-        "https" | "wss" => Some(443),
-        _ => None,
-    }
-}
-
-/// Does `url` use one of `schemes` and have exactly `wanted` as its authority?
+/// Does `url` use one of `schemes` and have exactly `wanted` as its host and port? A wanted
+/// host without a port means the URL scheme's default port.
 fn url_matches(url: &str, schemes: &[&str], wanted: &HostPort) -> bool {
-    let url = url.trim();
-    let Some((scheme, rest)) = url.split_once("://") else {
+    let Some(found) = url_authority(url.trim()) else {
         return false;
     };
-    let scheme = scheme.to_ascii_lowercase();
-    if !schemes.contains(&scheme.as_str()) {
-        return false;
-    }
-    let Some(default) = default_port(&scheme) else {
-        return false;
-    };
-    // The authority ends at the first path, query or fragment delimiter;
-    // browsers treat `\` like `/` in special schemes, so do we.
-    let end = rest.find(['/', '\\', '?', '#']).unwrap_or(rest.len());
-    let authority = &rest[..end];
-    // Userinfo is never the host: `http://example.com@evil.net/` is evil.net.
-    let authority = match authority.rfind('@') {
-        Some(i) => &authority[i + 1..],
-        None => authority,
-    };
-    let Some(found) = split_host_port(authority) else {
-        return false;
-    };
-    if found.host != wanted.host {
-        return false;
-    }
-    let effective = found.port.unwrap_or(default);
-    match wanted.port {
-        None => effective == default,
-        Some(p) => effective == p,
-    }
+    schemes.contains(&found.scheme.as_str())
+        && found.host == wanted.host
+        && wanted.port_or_default(&found.scheme) == Some(found.port)
 }
 
 #[cfg(test)]

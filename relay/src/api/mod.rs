@@ -18,7 +18,7 @@ use std::sync::Arc;
 use anyhow::{bail, Context, Result};
 use bytes::Bytes;
 use grasp_state::hook_api::{
-    check_version, ApiError, PostReceiveRequest, PreReceiveRequest, ADDR_FILE, HOOK_API_VERSION, PATH_POST_RECEIVE,
+    check_version, ApiError, HookRequest, ADDR_FILE, HOOK_API_VERSION, PATH_POST_RECEIVE,
     PATH_PRE_RECEIVE, TOKEN_FILE, TOKEN_HEADER,
 };
 use grasp_state::purgatory::{EntryView, ExpiredView, Purgatory, PurgatoryStats};
@@ -169,7 +169,7 @@ async fn handle(req: Request<Incoming>, token: &str, grasp: &Grasp, health: &Hea
     };
     match path.as_str() {
         PATH_PRE_RECEIVE => {
-            let req: PreReceiveRequest = match parse(&body) {
+            let req = match parse::<HookRequest>(&body) {
                 Ok(r) => r,
                 Err(resp) => return *resp,
             };
@@ -177,7 +177,7 @@ async fn handle(req: Request<Incoming>, token: &str, grasp: &Grasp, health: &Hea
             json(StatusCode::OK, &grasp.metrics.push_authorization(grasp.authorize_push(&owner, &req.identifier, &req.updates)).await)
         }
         PATH_POST_RECEIVE => {
-            let req: PostReceiveRequest = match parse(&body) {
+            let req = match parse::<HookRequest>(&body) {
                 Ok(r) => r,
                 Err(resp) => return *resp,
             };
@@ -205,12 +205,8 @@ fn parse<T: serde::de::DeserializeOwned + Versioned>(body: &[u8]) -> Result<T, B
 trait Versioned {
     fn version(&self) -> u32;
 }
-impl Versioned for PreReceiveRequest {
-    fn version(&self) -> u32 {
-        self.version
-    }
-}
-impl Versioned for PostReceiveRequest {
+/// Both hooks send the one [`HookRequest`].
+impl Versioned for HookRequest {
     fn version(&self) -> u32 {
         self.version
     }

@@ -18,7 +18,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
-use std::io::{self, Write};
+use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -588,7 +588,7 @@ impl Purgatory {
     }
 }
 
-/// `<path>` + `suffix`, e.g. `purgatory-state.json.tmp`.
+/// `<path>` + `suffix`, e.g. `purgatory-state.json.corrupt-<secs>`.
 fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
     let mut s = path.as_os_str().to_owned();
     s.push(suffix);
@@ -596,22 +596,11 @@ fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
 }
 
 /// Writes `state` (a [`PurgatorySnapshot`] or a [`PurgatoryState`]) to `path` as pretty JSON,
-/// atomically: `<path>.tmp`, fsync, rename over `path`, fsync the directory. A crash at any
-/// point leaves either the old or the new complete file.
+/// atomically ([`crate::atomic_file::write_atomic`]: `<path>.tmp`, fsync, rename over `path`,
+/// fsync the directory). A crash at any point leaves either the old or the new complete file.
 pub fn write_checkpoint(path: &Path, state: &impl Serialize) -> io::Result<()> {
     let json = serde_json::to_vec_pretty(state).map_err(io::Error::other)?;
-    let tmp = with_suffix(path, ".tmp");
-    {
-        let mut file = fs::File::create(&tmp)?;
-        file.write_all(&json)?;
-        file.sync_all()?;
-    }
-    fs::rename(&tmp, path)?;
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
-    fs::File::open(dir)?.sync_all()
+    crate::atomic_file::write_atomic(path, &json, None)
 }
 
 /// Reads a checkpoint; `Ok(None)` if there is none. Corrupt JSON or an unknown version is an

@@ -1,0 +1,87 @@
+//! The one way files are replaced on disk: written whole to `<path>.tmp`, fsynced, renamed over
+//! `path`, then the directory fsynced. A crash at any point leaves either the old or the new
+//! complete file, never a mix; readers never see a partial file.
+//!
+//! Used for the purgatory checkpoint, the hook API's address and token files, the hook scripts
+//! and the relay's public address file. One writer per path at a time (the daemon holds the
+//! data-directory lock): the temporary name is fixed, so a stale one from a crash is replaced.
+
+use std::fs;
+use std::io::{self, Write};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+/// The temporary file [`write_atomic`] writes before renaming: `<path>.tmp`.
+pub fn tmp_path(path: &Path) -> PathBuf {
+    let mut s = path.as_os_str().to_owned();
+    s.push(".tmp");
+    PathBuf::from(s)
+}
+
+/// Replaces `path` by `data` atomically and durably. `mode` sets the file's permission bits
+/// exactly (e.g. `0o600` for secrets, `0o755` for scripts), whatever the umask; `None` keeps
+/// the default (`0o666` minus the umask). The file has its final mode before it appears at
+/// `path`.
+pub fn write_atomic(path: &Path, data: &[u8], mode: Option<u32>) -> io::Result<()> {
+    let tmp = tmp_path(path);
+    // A stale temporary from a crashed write; if it cannot be removed, creating it fails below.
+    let _ = fs::remove_file(&tmp);
+    let mut options = fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    if let Some(mode) = mode {
+        options.mode(mode);
+    }
+    let result = (|| {
+        let mut file = options.open(&tmp)?;
+        if let Some(mode) = mode {
+            file.set_permissions(fs::Permissions::from_mode(mode))?;
+        }
+        file.write_all(data)?;
+        file.sync_all()
+    })();
+    if let Err(e) = result {
+        if !tmp.is_dir() {
+            let _ = fs::remove_file(&tmp);
+        }
+        return Err(e);
+    }
+    fs::rename(&tmp, path)?;
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    fs::File::open(dir)?.sync_all()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replaces_whole_files_with_the_given_mode() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("token");
+        write_atomic(&path, b"one", Some(0o600)).unwrap();
+        assert_eq!(fs::read(&path).unwrap(), b"one");
+        assert_eq!(fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
+        // A stale temporary is replaced; the old content is replaced whole.
+        fs::write(tmp_path(&path), "stale and long").unwrap();
+        write_atomic(&path, b"two", Some(0o755)).unwrap();
+        assert_eq!(fs::read(&path).unwrap(), b"two");
+        assert_eq!(fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o755);
+        assert!(!tmp_path(&path).exists());
+        write_atomic(&path, b"three", None).unwrap();
+        assert_eq!(fs::read(&path).unwrap(), b"three");
+    }
+
+    #[test]
+    fn a_failed_write_keeps_the_old_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        write_atomic(&path, b"old", None).unwrap();
+        fs::create_dir(tmp_path(&path)).unwrap();
+        assert!(write_atomic(&path, b"new", None).is_err());
+        assert_eq!(fs::read(&path).unwrap(), b"old");
+        assert!(write_atomic(&dir.path().join("missing").join("f"), b"x", None).is_err());
+    }
+}
