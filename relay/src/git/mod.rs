@@ -1,6 +1,8 @@
 //! The relay's own git operations on bare repositories, as `git` subprocesses.
 //!
-//! Everything here is blocking; async callers go through `tokio::task::spawn_blocking`. The relay
+//! Every git process is started by the one runner, [`runner::GitCommand`] (one environment
+//! policy, one error type). Everything here is blocking; async callers go through
+//! `tokio::task::spawn_blocking`. The relay
 //! serialises its own mutations of one repository with [`crate::grasp::RepoLocks`]; ref updates
 //! are compare-and-swap transactions (`git update-ref --stdin` with old values), so a push racing
 //! with an alignment makes one of them fail instead of mixing their results.
@@ -9,61 +11,17 @@ pub mod http;
 pub mod maintenance;
 pub mod objects;
 pub mod repos;
+pub mod runner;
 
-use std::io::Write;
 use std::path::Path;
-use std::process::{Command, Stdio};
 
 use grasp_state::refs::{is_valid_oid, RefMap, ZERO_OID};
 
-/// A failed git command, with what git said.
-#[derive(Debug, thiserror::Error)]
-pub enum GitError {
-    #[error("could not run git: {0}")]
-    Spawn(#[from] std::io::Error),
-    #[error("git {command} failed in {repo}: {stderr}")]
-    Failed { command: String, repo: String, stderr: String },
-}
-
-fn git(repo: &Path) -> Command {
-    let mut cmd = Command::new("git");
-    cmd.arg("--git-dir").arg(repo);
-    // The relay never wants a user's or the system's git config to change what it does.
-    cmd.env("GIT_CONFIG_NOSYSTEM", "1").env("GIT_CONFIG_GLOBAL", "/dev/null");
-    cmd.env_remove("GIT_DIR").env_remove("GIT_QUARANTINE_PATH").env_remove("GIT_OBJECT_DIRECTORY");
-    cmd.env_remove("GIT_ALTERNATE_OBJECT_DIRECTORIES");
-    cmd
-}
-
-fn run(repo: &Path, mut cmd: Command, name: &str, stdin: Option<&[u8]>) -> Result<Vec<u8>, GitError> {
-    cmd.stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut child = cmd.spawn()?;
-    if let Some(input) = stdin {
-        // Write from a thread so a child that fills its stdout pipe cannot deadlock us.
-        let mut pipe = child.stdin.take().expect("stdin piped");
-        let input = input.to_vec();
-        std::thread::spawn(move || {
-            let _ = pipe.write_all(&input);
-        });
-    }
-    let out = child.wait_with_output()?;
-    if !out.status.success() {
-        return Err(GitError::Failed {
-            command: name.to_string(),
-            repo: repo.display().to_string(),
-            stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
-        });
-    }
-    Ok(out.stdout)
-}
+pub use runner::{GitCommand, GitError};
 
 /// All refs of the repository (`refs/...` -> oid), HEAD excluded.
 pub fn read_refs(repo: &Path) -> Result<RefMap, GitError> {
-    let mut cmd = git(repo);
-    cmd.args(["for-each-ref", "--format=%(objectname) %(refname)"]);
-    let out = run(repo, cmd, "for-each-ref", None)?;
+    let out = GitCommand::in_repo(repo).args(["for-each-ref", "--format=%(objectname) %(refname)"]).run()?;
     Ok(String::from_utf8_lossy(&out)
         .lines()
         .filter_map(|l| l.split_once(' '))
@@ -79,9 +37,7 @@ pub fn missing_objects(repo: &Path, oids: &[String]) -> Result<Vec<String>, GitE
     let mut present = std::collections::HashSet::new();
     if !valid.is_empty() {
         let input: String = valid.iter().map(|o| format!("{o}\n")).collect();
-        let mut cmd = git(repo);
-        cmd.args(["cat-file", "--batch-check=%(objectname)"]);
-        let out = run(repo, cmd, "cat-file", Some(input.as_bytes()))?;
+        let out = GitCommand::in_repo(repo).args(["cat-file", "--batch-check=%(objectname)"]).stdin(input).run()?;
         let text = String::from_utf8_lossy(&out);
         let lines: Vec<&str> = text.lines().collect();
         if lines.len() != valid.len() {
@@ -118,9 +74,7 @@ pub fn update_refs(repo: &Path, changes: &[RefChange]) -> Result<(), GitError> {
         }
     }
     input.push_str("prepare\ncommit\n");
-    let mut cmd = git(repo);
-    cmd.args(["update-ref", "--stdin"]);
-    run(repo, cmd, "update-ref", Some(input.as_bytes())).map(|_| ())
+    GitCommand::in_repo(repo).args(["update-ref", "--stdin"]).stdin(input).run().map(|_| ())
 }
 
 /// The changes that make `current`'s branches and tags equal `target` exactly
@@ -144,16 +98,12 @@ pub fn alignment(current: &RefMap, target: &RefMap) -> Vec<RefChange> {
 
 /// Points HEAD at `branch` (e.g. `refs/heads/main`).
 pub fn set_head(repo: &Path, branch: &str) -> Result<(), GitError> {
-    let mut cmd = git(repo);
-    cmd.args(["symbolic-ref", "HEAD", branch]);
-    run(repo, cmd, "symbolic-ref", None).map(|_| ())
+    GitCommand::in_repo(repo).args(["symbolic-ref", "HEAD", branch]).run().map(|_| ())
 }
 
 /// What HEAD points at, if it is symbolic.
 pub fn head(repo: &Path) -> Result<Option<String>, GitError> {
-    let mut cmd = git(repo);
-    cmd.args(["symbolic-ref", "-q", "HEAD"]);
-    match run(repo, cmd, "symbolic-ref", None) {
+    match GitCommand::in_repo(repo).args(["symbolic-ref", "-q", "HEAD"]).run() {
         Ok(out) => Ok(Some(String::from_utf8_lossy(&out).trim().to_string()).filter(|s| !s.is_empty())),
         Err(GitError::Failed { .. }) => Ok(None),
         Err(e) => Err(e),
@@ -174,37 +124,34 @@ pub fn fetch_objects_local(repo: &Path, from: &Path, oids: &[String]) -> Result<
             stderr: format!("refusing to fetch {bad:?}: not an object id"),
         });
     }
-    let mut cmd = git(repo);
-    cmd.args([
-        "fetch",
-        "--quiet",
-        "--no-tags",
-        "--no-write-fetch-head",
-        "--upload-pack",
-        "git -c uploadpack.allowAnySHA1InWant=true upload-pack",
-    ]);
-    cmd.arg(from);
-    cmd.args(oids);
-    run(repo, cmd, "fetch", None).map(|_| ())
+    GitCommand::in_repo(repo)
+        .args([
+            "fetch",
+            "--quiet",
+            "--no-tags",
+            "--no-write-fetch-head",
+            "--upload-pack",
+            "git -c uploadpack.allowAnySHA1InWant=true upload-pack",
+        ])
+        .arg(from)
+        .args(oids)
+        .run()
+        .map(|_| ())
 }
 
-/// Runs `git` in `dir` for unit tests (fixed identity, no user config); returns its output.
+/// Runs `git` in `dir` for unit tests (fixed identity, the runner's policy); returns its output.
 #[cfg(test)]
 pub(crate) fn test_git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
+    let out = GitCommand::without_repo()
         .args(args)
         .current_dir(dir)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
         .env("GIT_AUTHOR_NAME", "t")
         .env("GIT_AUTHOR_EMAIL", "t@t")
         .env("GIT_COMMITTER_NAME", "t")
         .env("GIT_COMMITTER_EMAIL", "t@t")
-        .env_remove("GIT_DIR")
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8(out.stdout).unwrap().trim().to_string()
+        .run()
+        .unwrap_or_else(|e| panic!("{args:?}: {e}"));
+    String::from_utf8(out).unwrap().trim().to_string()
 }
 
 #[cfg(test)]

@@ -1,6 +1,6 @@
 //! Bare repositories on disk: creation, deletion and read-only queries, by running `git`.
 //!
-//! All functions block (they run `git` and touch the file system); call them from
+//! All functions block (they run `git` through [`crate::git::runner`] and touch the file system); call them from
 //! `tokio::task::spawn_blocking`. Paths come from [`RepoLayout::repo_path`] only.
 //!
 //! Creation is atomic: the repository is initialised and configured in
@@ -9,13 +9,14 @@
 //! so they can never be mistaken for a repository by [`RepoLayout::locate`] or a URL.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use grasp_state::identifier::{IdentifierError, RepoLayout};
 use nostr::key::PublicKey;
 
 use grasp_state::identifier::GRASP_GIT_CONFIG;
+
+use crate::git::{GitCommand, GitError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum RepoError {
@@ -27,12 +28,8 @@ pub enum RepoError {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("`git {args}` failed in {path}: {stderr}")]
-    Git {
-        args: String,
-        path: PathBuf,
-        stderr: String,
-    },
+    #[error(transparent)]
+    Git(#[from] GitError),
 }
 
 fn io_err<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> RepoError + 'a {
@@ -54,26 +51,6 @@ fn unique_name(prefix: &str) -> String {
         std::process::id(),
         COUNTER.fetch_add(1, Ordering::Relaxed)
     )
-}
-
-/// Runs `git --git-dir <repo> <args>` and returns its output, failing on a non-zero exit.
-fn git(repo: &Path, args: &[&str]) -> Result<Output, RepoError> {
-    let out = Command::new("git")
-        .arg("--git-dir")
-        .arg(repo)
-        .args(args)
-        .env_remove("GIT_DIR")
-        .stdin(Stdio::null())
-        .output()
-        .map_err(io_err("running git in", repo))?;
-    if !out.status.success() {
-        return Err(RepoError::Git {
-            args: args.join(" "),
-            path: repo.to_path_buf(),
-            stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
-        });
-    }
-    Ok(out)
 }
 
 /// Creates `<git_root>/<npub>/<identifier>.git` as a configured bare repository, atomically.
@@ -105,29 +82,16 @@ pub fn create_bare_repo(
 }
 
 fn init_configured(dir: &Path, hooks_dir: &Path) -> Result<(), RepoError> {
-    let out = Command::new("git")
-        .args(["init", "--bare", "--quiet"])
-        .arg(dir)
-        .env_remove("GIT_DIR")
-        .stdin(Stdio::null())
-        .output()
-        .map_err(io_err("running git init for", dir))?;
-    if !out.status.success() {
-        return Err(RepoError::Git {
-            args: "init --bare".into(),
-            path: dir.to_path_buf(),
-            stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
-        });
-    }
+    GitCommand::without_repo().args(["init", "--bare", "--quiet"]).arg(dir).run()?;
     for (key, value) in GRASP_GIT_CONFIG {
-        git(dir, &["config", key, value])?;
+        GitCommand::in_repo(dir).args(["config", key, value]).run()?;
     }
     let hooks = hooks_dir.to_str().ok_or_else(|| RepoError::Io {
         what: "hooks directory is not UTF-8:",
         path: hooks_dir.to_path_buf(),
         source: std::io::Error::from(std::io::ErrorKind::InvalidInput),
     })?;
-    git(dir, &["config", "core.hooksPath", hooks])?;
+    GitCommand::in_repo(dir).args(["config", "core.hooksPath", hooks]).run()?;
     Ok(())
 }
 
@@ -220,7 +184,7 @@ mod tests {
     }
 
     fn config(repo: &Path, key: &str) -> String {
-        String::from_utf8(git(repo, &["config", "--get", key]).unwrap().stdout)
+        String::from_utf8(GitCommand::in_repo(repo).args(["config", "--get", key]).run().unwrap())
             .unwrap()
             .trim()
             .to_string()

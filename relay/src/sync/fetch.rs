@@ -9,15 +9,15 @@
 //! ("not our ref <oid>"), so it is dropped and the rest retried; if the culprit is not named, the
 //! oids are fetched one at a time. Transport errors (refused, timeout, 404) stop at once.
 //!
-//! git runs without user or system configuration, without prompts, without redirects, only over
-//! http(s), with object checking, and is killed when its timeout expires.
+//! git runs through the relay's one runner ([`crate::git::runner`]): without user or system
+//! configuration or inherited `GIT_*` variables, without prompts; with
+//! [`GitCommand::network_safety`] (no redirects, only http(s), object checking), and is killed
+//! when its timeout expires.
 
 use std::path::Path;
-use std::process::Stdio;
 use std::time::Duration;
 
-use tokio::io::AsyncReadExt;
-use tokio::process::Command;
+use crate::git::{GitCommand, GitError};
 
 /// How to run one fetch.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -108,59 +108,21 @@ fn clean_error(stderr: &[u8]) -> String {
     cleaned
 }
 
-/// A git command in `repo` with no inherited git environment or user/system configuration.
-fn git(repo: &Path) -> Command {
-    let mut command = Command::new("git");
-    for (key, _) in std::env::vars_os() {
-        if key.to_string_lossy().starts_with("GIT_") {
-            command.env_remove(key);
-        }
-    }
-    command
-        .env_remove("SSH_ASKPASS")
-        .env("GIT_TERMINAL_PROMPT", "0")
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .env("GIT_ALLOW_PROTOCOL", "http:https")
-        .arg("--git-dir")
-        .arg(repo)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
-    command
-}
-
-/// Run one `git fetch` for `oids`; Ok on success, Err(stderr) on failure or timeout.
+/// Run one `git fetch` for `oids`; Ok on success, Err(cleaned stderr) on failure or timeout.
 async fn run_fetch(
     repo: &Path,
     url: &str,
     oids: &[String],
     options: &FetchOptions,
 ) -> Result<(), String> {
-    let mut command = git(repo);
-    command
-        .arg("-c")
-        .arg("protocol.version=2")
-        .arg("-c")
-        .arg(format!("http.lowSpeedLimit={}", options.low_speed_limit))
-        .arg("-c")
-        .arg(format!(
-            "http.lowSpeedTime={}",
-            options.low_speed_time.as_secs().max(1)
-        ))
-        .arg("-c")
-        .arg("http.followRedirects=false")
-        .arg("-c")
-        .arg("transfer.fsckObjects=true")
-        .arg("-c")
-        .arg("credential.helper=");
+    let mut command = GitCommand::in_repo(repo)
+        .network_safety()
+        .config("http.lowSpeedLimit", options.low_speed_limit)
+        .config("http.lowSpeedTime", options.low_speed_time.as_secs().max(1));
     if let Some(resolve) = &options.curl_resolve {
-        command
-            .arg("-c")
-            .arg(format!("http.curloptResolve={resolve}"));
+        command = command.config("http.curloptResolve", resolve);
     }
-    command
+    let command = command
         .args([
             "fetch",
             "--no-tags",
@@ -170,30 +132,13 @@ async fn run_fetch(
         ])
         .arg(url)
         .args(oids);
-    let mut child = command
-        .spawn()
-        .map_err(|error| format!("could not run git: {error}"))?;
-    let mut stderr = child.stderr.take();
-    let run = async {
-        let mut captured = Vec::new();
-        if let Some(stderr) = stderr.as_mut() {
-            let _ = (&mut *stderr)
-                .take(64 * 1024)
-                .read_to_end(&mut captured)
-                .await;
-            let _ = tokio::io::copy(stderr, &mut tokio::io::sink()).await;
+    match command.run_async(options.timeout).await {
+        Ok(_) => Ok(()),
+        Err(GitError::TimedOut { after, .. }) => {
+            Err(format!("git fetch timed out after {} s", after.as_secs()))
         }
-        (child.wait().await, captured)
-    };
-    // On timeout the future (and the child in it) is dropped, which kills git.
-    match tokio::time::timeout(options.timeout, run).await {
-        Err(_) => Err(format!(
-            "git fetch timed out after {} s",
-            options.timeout.as_secs()
-        )),
-        Ok((Err(error), _)) => Err(format!("git fetch failed to run: {error}")),
-        Ok((Ok(status), _)) if status.success() => Ok(()),
-        Ok((Ok(_), stderr)) => Err(clean_error(&stderr)),
+        Err(GitError::Spawn(error)) => Err(format!("git fetch failed to run: {error}")),
+        Err(GitError::Failed { stderr, .. }) => Err(clean_error(stderr.as_bytes())),
     }
 }
 
