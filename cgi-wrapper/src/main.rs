@@ -14,7 +14,9 @@
 //!   streamed, with the CORS headers inserted into its CGI header block. `HEAD` runs as `GET`
 //!   with the body dropped.
 //!
-//! Every response carries the CORS headers GRASP requires.
+//! Every response carries the CORS headers GRASP requires ([`grasp_state::cors`], the same
+//! definition the relay uses). `git http-backend` runs under the relay's git environment policy
+//! ([`grasp_state::git_env`]: no inherited `GIT_*`, no system or global git configuration).
 //!
 //! Pushes to one repository are serialised across processes: `POST .../git-receive-pack` holds an
 //! exclusive lock on `<repo>/grasp.lock` ([`PUSH_LOCK_FILE`]) while the backend (and so the
@@ -37,13 +39,8 @@ use std::process::{Command, ExitCode, Stdio};
 use anyhow::Context;
 use clap::Parser;
 use grasp_state::identifier::{parse_repo_path, RepoLayout, RepoUrlPath, PUSH_LOCK_FILE};
+use grasp_state::{cgi, cors, git_env};
 
-const CORS_HEADERS: &str = "Access-Control-Allow-Origin: *\r\n\
-Access-Control-Allow-Methods: GET, POST, OPTIONS, HEAD\r\n\
-Access-Control-Allow-Headers: Content-Type, Git-Protocol, Authorization, Accept, Content-Encoding, X-Requested-With\r\n";
-
-/// Largest CGI header block accepted from git http-backend.
-const MAX_BACKEND_HEADER_BYTES: usize = 64 * 1024;
 
 /// CGI program serving GRASP repositories (/<npub>/<identifier>.git) through git http-backend.
 /// The request comes from the CGI environment (PATH_INFO, REQUEST_METHOD, QUERY_STRING, ...).
@@ -124,7 +121,7 @@ impl Request {
 
 fn run(args: &Args, out: &mut impl Write) -> anyhow::Result<()> {
     let req = Request::from_env();
-    if req.method == "OPTIONS" {
+    if cors::is_preflight(&req.method) {
         return respond(out, "204 No Content", "", b"", false);
     }
     let layout = RepoLayout::new(&args.git_root);
@@ -186,7 +183,7 @@ fn respond(
     body: &[u8],
     head_only: bool,
 ) -> anyhow::Result<()> {
-    let mut head = format!("Status: {status}\r\n{CORS_HEADERS}");
+    let mut head = format!("Status: {status}\r\n{}", cors::header_lines());
     if !content_type.is_empty() {
         head.push_str(&format!(
             "Content-Type: {content_type}\r\nContent-Length: {}\r\n",
@@ -237,9 +234,13 @@ fn run_backend(
     out: &mut impl Write,
 ) -> anyhow::Result<()> {
     let mut cmd = Command::new(&args.git);
+    // The relay's git environment policy first (no inherited GIT_*, no system/global config),
+    // then what http-backend needs.
+    for name in git_env::cleared_vars(std::env::vars_os()) {
+        cmd.env_remove(name);
+    }
+    cmd.envs(git_env::GIT_ENV.iter().copied());
     cmd.arg("http-backend")
-        .env_remove("GIT_DIR")
-        .env_remove("GIT_CONFIG_PARAMETERS")
         .env("GIT_PROJECT_ROOT", &args.git_root)
         .env("GIT_HTTP_EXPORT_ALL", "1")
         .env(
@@ -286,37 +287,29 @@ fn relay_backend_output(
     out: &mut impl Write,
     head_only: bool,
 ) -> anyhow::Result<()> {
-    let mut head = String::new();
-    let mut seen = 0usize;
-    let mut line = Vec::new();
-    loop {
-        line.clear();
+    let mut raw = Vec::new();
+    let parsed = loop {
         let n = from
-            .read_until(b'\n', &mut line)
+            .read_until(b'\n', &mut raw)
             .context("reading git http-backend headers")?;
-        seen += n;
+        if let Some(head) = cgi::parse_head(&raw).context("git http-backend")? {
+            break head;
+        }
         anyhow::ensure!(
             n > 0,
             "git http-backend ended before its header block was complete"
         );
-        anyhow::ensure!(
-            seen <= MAX_BACKEND_HEADER_BYTES,
-            "git http-backend header block too large"
-        );
-        let text = std::str::from_utf8(&line).context("git http-backend header is not UTF-8")?;
-        let text = text.trim_end_matches(['\r', '\n']);
-        if text.is_empty() {
-            break;
-        }
-        if text.to_ascii_lowercase().starts_with("access-control-") {
-            continue;
-        }
-        head.push_str(text);
-        head.push_str("\r\n");
+    };
+    let mut head = Vec::new();
+    for (name, value) in parsed.headers.iter().filter(|(n, _)| !cors::is_cors_header(n)) {
+        head.extend_from_slice(name.as_bytes());
+        head.extend_from_slice(b": ");
+        head.extend_from_slice(value);
+        head.extend_from_slice(b"\r\n");
     }
-    head.push_str(CORS_HEADERS);
-    head.push_str("\r\n");
-    out.write_all(head.as_bytes())?;
+    head.extend_from_slice(cors::header_lines().as_bytes());
+    head.extend_from_slice(b"\r\n");
+    out.write_all(&head)?;
     out.flush()?;
     if head_only {
         io::copy(&mut from, &mut io::sink())?;

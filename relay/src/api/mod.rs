@@ -11,8 +11,7 @@ pub mod repos;
 
 use std::io::Write;
 use std::net::SocketAddr;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
@@ -21,6 +20,7 @@ use grasp_state::hook_api::{
     check_version, ApiError, HookRequest, ADDR_FILE, HOOK_API_VERSION, PATH_POST_RECEIVE,
     PATH_PRE_RECEIVE, TOKEN_FILE, TOKEN_HEADER,
 };
+use grasp_state::atomic_file::write_atomic;
 use grasp_state::purgatory::{EntryView, ExpiredView, Purgatory, PurgatoryStats};
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
@@ -91,14 +91,7 @@ fn new_token() -> Result<String> {
 
 /// Writes `data` to `path` atomically with mode 0600.
 fn write_private(path: &Path, data: &[u8]) -> Result<()> {
-    let tmp: PathBuf = path.with_extension("tmp");
-    let _ = std::fs::remove_file(&tmp);
-    let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp)?;
-    f.write_all(data)?;
-    f.sync_all()?;
-    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o600))?;
-    std::fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))?;
-    Ok(())
+    write_atomic(path, data, Some(0o600)).with_context(|| format!("cannot write {}", path.display()))
 }
 
 /// Serves the hook API until shutdown.
@@ -284,11 +277,7 @@ pub fn install_hooks(hooks_dir: &Path, bin_dir: &Path, data_dir: &Path) -> Resul
             shell_quote(&bin_path),
             shell_quote(data_dir)
         );
-        let path = hooks_dir.join(hook);
-        let tmp = hooks_dir.join(format!(".{hook}.tmp"));
-        std::fs::write(&tmp, script)?;
-        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755))?;
-        std::fs::rename(&tmp, &path)?;
+        write_atomic(&hooks_dir.join(hook), script.as_bytes(), Some(0o755))?;
     }
     Ok(())
 }

@@ -22,14 +22,12 @@ use bytes::Bytes;
 use http_body_util::BodyExt;
 use hyper::body::{Frame, Incoming};
 use hyper::header::{HeaderName, HeaderValue};
-use hyper::{Method, Request, Response, StatusCode};
+use grasp_state::cgi;
+use hyper::{Request, Response, StatusCode};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWriteExt, BufReader, ReadBuf};
 use tokio::process::{Child, ChildStdout, Command};
 
-use crate::server::http::{empty, text, with_cors, Body, BodyError};
-
-/// Largest CGI header block accepted from the child.
-const MAX_CGI_HEADER_BYTES: usize = 64 * 1024;
+use crate::server::http::{empty, preflight, text, with_cors, Body, BodyError};
 
 /// How to run the CGI wrapper.
 #[derive(Debug, Clone)]
@@ -51,10 +49,8 @@ pub async fn serve(
     remote_addr: SocketAddr,
     cfg: &GitHttpConfig,
 ) -> Response<Body> {
-    if req.method() == Method::OPTIONS {
-        let mut resp = Response::new(empty());
-        *resp.status_mut() = StatusCode::NO_CONTENT;
-        return with_cors(resp);
+    if grasp_state::cors::is_preflight(req.method().as_str()) {
+        return preflight();
     }
     let Some(path_info) = decode_path(req.uri().path()) else {
         return with_cors(text(
@@ -76,27 +72,9 @@ pub async fn serve(
 
 /// Percent-decodes a URL path into `PATH_INFO` bytes; `None` for a bad escape or a NUL.
 fn decode_path(path: &str) -> Option<OsString> {
-    let bytes = path.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let b = if bytes[i] == b'%' {
-            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
-            if !hex.bytes().all(|c| c.is_ascii_hexdigit()) {
-                return None;
-            }
-            i += 3;
-            u8::from_str_radix(hex, 16).ok()?
-        } else {
-            i += 1;
-            bytes[i - 1]
-        };
-        if b == 0 {
-            return None;
-        }
-        out.push(b);
-    }
-    Some(OsString::from_vec(out))
+    grasp_state::identifier::percent_decode_bytes(path)
+        .filter(|bytes| !bytes.contains(&0))
+        .map(OsString::from_vec)
 }
 
 /// The CGI environment for `req` (headers become `HTTP_*`; `Proxy` is dropped, see httpoxy).
@@ -198,50 +176,28 @@ async fn run_cgi(
     });
 
     let mut stdout = BufReader::new(child.stdout.take().expect("piped stdout"));
-    let mut resp = Response::new(empty());
-    let mut seen = 0usize;
-    let mut line = Vec::new();
-    loop {
-        line.clear();
+    let mut raw = Vec::new();
+    let head = loop {
         let n = stdout
-            .read_until(b'\n', &mut line)
+            .read_until(b'\n', &mut raw)
             .await
             .map_err(|e| format!("reading CGI headers: {e}"))?;
-        seen += n;
+        if let Some(head) = cgi::parse_head(&raw).map_err(|e| format!("the CGI wrapper sent a bad header block: {e}"))? {
+            break head;
+        }
         if n == 0 {
             return Err("the CGI wrapper ended before sending its headers".into());
         }
-        if seen > MAX_CGI_HEADER_BYTES {
-            return Err("the CGI wrapper sent an over-long header block".into());
-        }
-        let line = trim_eol(&line);
-        if line.is_empty() {
-            break;
-        }
-        let Some(colon) = line.iter().position(|&b| b == b':') else {
-            return Err(format!(
-                "malformed CGI header line {:?}",
-                String::from_utf8_lossy(line)
-            ));
-        };
-        let (name, value) = (&line[..colon], trim_ascii(&line[colon + 1..]));
-        if name.eq_ignore_ascii_case(b"status") {
-            let code = value
-                .get(..3)
-                .and_then(|c| std::str::from_utf8(c).ok())
-                .and_then(|c| c.parse::<u16>().ok());
-            *resp.status_mut() = code
-                .and_then(|c| StatusCode::from_u16(c).ok())
-                .ok_or_else(|| format!("bad CGI Status {:?}", String::from_utf8_lossy(value)))?;
-            continue;
-        }
-        match (HeaderName::from_bytes(name), HeaderValue::from_bytes(value)) {
+    };
+    let status = head.status().map_err(|e| e.to_string())?;
+    let mut resp = Response::new(empty());
+    *resp.status_mut() = StatusCode::from_u16(status).map_err(|e| format!("bad CGI Status {status}: {e}"))?;
+    for (name, value) in head.fields() {
+        match (HeaderName::from_bytes(name.as_bytes()), HeaderValue::from_bytes(value)) {
             (Ok(n), Ok(v)) => {
                 resp.headers_mut().append(n, v);
             }
-            _ => {
-                tracing::warn!(header = %String::from_utf8_lossy(line), "git http: dropping invalid CGI header")
-            }
+            _ => tracing::warn!(header = name, "git http: dropping invalid CGI header"),
         }
     }
     *resp.body_mut() = BodyExt::boxed(CgiBody {
@@ -250,15 +206,6 @@ async fn run_cgi(
         buf: vec![0; 32 * 1024].into_boxed_slice(),
     });
     Ok(resp)
-}
-
-fn trim_eol(line: &[u8]) -> &[u8] {
-    let line = line.strip_suffix(b"\n").unwrap_or(line);
-    line.strip_suffix(b"\r").unwrap_or(line)
-}
-
-fn trim_ascii(s: &[u8]) -> &[u8] {
-    s.trim_ascii()
 }
 
 /// The rest of the child's stdout as a streamed body. Dropping it before the end kills the child;
@@ -329,12 +276,5 @@ mod tests {
         for bad in ["/a%00b", "/a%zz", "/a%2", "/%"] {
             assert_eq!(decode_path(bad), None, "{bad}");
         }
-    }
-
-    #[test]
-    fn trims_header_lines() {
-        assert_eq!(trim_eol(b"Status: 200 OK\r\n"), b"Status: 200 OK");
-        assert_eq!(trim_eol(b"X: y\n"), b"X: y");
-        assert_eq!(trim_eol(b"\r\n"), b"");
     }
 }

@@ -5,17 +5,14 @@
 
 use bytes::Bytes;
 use http_body_util::{combinators::BoxBody, BodyExt, Empty, Full};
-use hyper::header::{HeaderValue, ACCESS_CONTROL_ALLOW_HEADERS, ACCESS_CONTROL_ALLOW_METHODS, ACCESS_CONTROL_ALLOW_ORIGIN};
+use grasp_state::cors;
+use hyper::header::{HeaderName, HeaderValue};
 use hyper::{Response, StatusCode};
 
 /// Error type carried by streamed response bodies.
 pub type BodyError = Box<dyn std::error::Error + Send + Sync>;
 /// The body of every response of the public listener (streamed or whole).
 pub type Body = BoxBody<Bytes, BodyError>;
-
-pub const CORS_ALLOW_METHODS: &str = "GET, POST, OPTIONS, HEAD";
-pub const CORS_ALLOW_HEADERS: &str =
-    "Content-Type, Git-Protocol, Authorization, Accept, Content-Encoding, X-Requested-With";
 
 /// A body holding `data` whole.
 pub fn full(data: impl Into<Bytes>) -> Body {
@@ -27,13 +24,21 @@ pub fn empty() -> Body {
     Empty::new().map_err(|never| match never {}).boxed()
 }
 
-/// Adds the GRASP CORS headers to `resp`.
+/// Adds the GRASP CORS headers ([`grasp_state::cors`]) to `resp`, replacing any already there.
 pub fn with_cors(mut resp: Response<Body>) -> Response<Body> {
     let h = resp.headers_mut();
-    h.insert(ACCESS_CONTROL_ALLOW_ORIGIN, HeaderValue::from_static("*"));
-    h.insert(ACCESS_CONTROL_ALLOW_METHODS, HeaderValue::from_static(CORS_ALLOW_METHODS));
-    h.insert(ACCESS_CONTROL_ALLOW_HEADERS, HeaderValue::from_static(CORS_ALLOW_HEADERS));
+    for (name, value) in cors::HEADERS {
+        let name = HeaderName::from_bytes(name.as_bytes()).expect("CORS header names are valid");
+        h.insert(name, HeaderValue::from_static(value));
+    }
     resp
+}
+
+/// The answer to a preflight `OPTIONS` request: no content, CORS headers.
+pub fn preflight() -> Response<Body> {
+    let mut resp = Response::new(empty());
+    *resp.status_mut() = StatusCode::from_u16(cors::PREFLIGHT_STATUS).expect("valid status");
+    with_cors(resp)
 }
 
 /// A plain-text response with the given status.

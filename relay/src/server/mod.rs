@@ -175,7 +175,7 @@ pub async fn run(mut cfg: Config) -> anyhow::Result<()> {
     let state = Arc::new(AppState { cfg, git, grasp: grasp.clone(), limits, connections });
     let accept = tokio::spawn(accept_loop(listener, state.clone(), controller.subscribe()));
 
-    std::fs::write(data.relay_addr_file(), addr.to_string())
+    grasp_state::atomic_file::write_atomic(&data.relay_addr_file(), addr.to_string().as_bytes(), None)
         .with_context(|| format!("writing {}", data.relay_addr_file().display()))?;
     tracing::info!(%addr, %api_addr, public_host = %state.cfg.public_host(), data_dir = %data.root().display(), "listening on http://{addr}");
 
@@ -263,13 +263,10 @@ async fn refuse(mut stream: TcpStream, refusal: Refusal) {
          Content-Length: {}\r\n\
          Retry-After: 5\r\n\
          Connection: close\r\n\
-         Access-Control-Allow-Origin: *\r\n\
-         Access-Control-Allow-Methods: {}\r\n\
-         Access-Control-Allow-Headers: {}\r\n\
+         {}\
          \r\n{body}",
         body.len(),
-        http::CORS_ALLOW_METHODS,
-        http::CORS_ALLOW_HEADERS,
+        grasp_state::cors::header_lines(),
     );
     let _ = tokio::time::timeout(REFUSAL_LINGER, async {
         // Let the client finish sending its request head first: an HTTP client that receives
@@ -338,10 +335,8 @@ async fn route(
     permit: Arc<ConnectionPermit>,
 ) -> Response<Body> {
     let path = req.uri().path();
-    let resp = if req.method() == Method::OPTIONS {
-        let mut r = Response::new(http::empty());
-        *r.status_mut() = StatusCode::NO_CONTENT;
-        r
+    let resp = if grasp_state::cors::is_preflight(req.method().as_str()) {
+        http::preflight()
     } else if path == "/" && (req.method() == Method::GET || req.method() == Method::HEAD) {
         if is_websocket_upgrade(&req) {
             websocket_upgrade(req, state, remote, shutdown, permit)
