@@ -62,13 +62,6 @@ pub struct ConnectionPermit {
     address: IpAddr,
 }
 
-/// IPv4 clients reaching an IPv6 socket count as their IPv4 address.
-fn canonical(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(ip),
-        v4 => v4,
-    }
-}
 
 impl ConnectionLimiter {
     /// `max_total` connections at most (at least 1 is allowed), `max_per_address` per client
@@ -79,7 +72,8 @@ impl ConnectionLimiter {
 
     /// Takes a place for a new connection from `address`, or says which limit refuses it.
     pub fn try_open(self: &Arc<Self>, address: IpAddr) -> Result<ConnectionPermit, Refusal> {
-        let address = canonical(address);
+        // IPv4 clients reaching an IPv6 socket count as their IPv4 address.
+        let address = address.to_canonical();
         let mut counts = self.counts.lock().unwrap();
         if counts.total >= self.max_total {
             return Err(Refusal::Total(self.max_total));
@@ -100,7 +94,7 @@ impl ConnectionLimiter {
 
     /// Connections open now from `address`.
     pub fn open_from(&self, address: IpAddr) -> usize {
-        self.counts.lock().unwrap().per_address.get(&canonical(address)).copied().unwrap_or(0)
+        self.counts.lock().unwrap().per_address.get(&address.to_canonical()).copied().unwrap_or(0)
     }
 }
 

@@ -14,14 +14,13 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::str::FromStr;
 use std::time::Duration;
 
+use grasp_state::host::{url_authority, HostPort};
+use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 use thiserror::Error;
 
-/// An address range such as `10.0.0.0/8` or `fc00::/7`.
+/// An address range such as `10.0.0.0/8` or `fc00::/7` (an [`IpNet`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Cidr {
-    network: IpAddr,
-    prefix: u8,
-}
+pub struct Cidr(IpNet);
 
 #[derive(Debug, Error, PartialEq, Eq)]
 #[error("invalid address range {0:?}: write it as ADDRESS/PREFIX, e.g. 10.0.0.0/8 or fc00::/7")]
@@ -30,41 +29,13 @@ pub struct CidrParseError(String);
 impl Cidr {
     /// A range of `prefix` leading bits; host bits of `network` are ignored.
     pub fn new(network: IpAddr, prefix: u8) -> Option<Cidr> {
-        let max = match network {
-            IpAddr::V4(_) => 32,
-            IpAddr::V6(_) => 128,
-        };
-        (prefix <= max).then_some(Cidr { network, prefix })
+        IpNet::new(network, prefix).ok().map(Cidr)
     }
 
     /// Whether `ip` lies in the range. IPv4-mapped IPv6 addresses (`::ffff:a.b.c.d`) count as
     /// their IPv4 address.
     pub fn contains(&self, ip: IpAddr) -> bool {
-        match (self.network, canonical(ip)) {
-            (IpAddr::V4(net), IpAddr::V4(ip)) => {
-                prefix_match(u32::from(net).into(), u32::from(ip).into(), 32, self.prefix)
-            }
-            (IpAddr::V6(net), IpAddr::V6(ip)) => {
-                prefix_match(u128::from(net), u128::from(ip), 128, self.prefix)
-            }
-            _ => false,
-        }
-    }
-}
-
-fn prefix_match(net: u128, ip: u128, width: u8, prefix: u8) -> bool {
-    if prefix == 0 {
-        return true;
-    }
-    let shift = u32::from(width - prefix);
-    (net >> shift) == (ip >> shift)
-}
-
-/// IPv4-mapped IPv6 addresses are really IPv4 addresses.
-fn canonical(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
-        v4 => v4,
+        self.0.contains(&ip.to_canonical())
     }
 }
 
@@ -74,27 +45,21 @@ impl FromStr for Cidr {
     /// `ADDRESS/PREFIX`, or a bare address meaning just that address.
     fn from_str(text: &str) -> Result<Self, Self::Err> {
         let error = || CidrParseError(text.to_string());
-        let (address, prefix) = match text.split_once('/') {
-            Some((address, prefix)) => {
-                if prefix.is_empty() || !prefix.bytes().all(|b| b.is_ascii_digit()) {
-                    return Err(error());
-                }
-                (address, Some(prefix.parse::<u8>().map_err(|_| error())?))
-            }
-            None => (text, None),
-        };
-        let network: IpAddr = address.parse().map_err(|_| error())?;
-        let prefix = prefix.unwrap_or(match network {
-            IpAddr::V4(_) => 32,
-            IpAddr::V6(_) => 128,
-        });
-        Cidr::new(network, prefix).ok_or_else(error)
+        // Digits only after the slash (the parser below would take a sign).
+        if text.split_once('/').is_some_and(|(_, p)| p.is_empty() || !p.bytes().all(|b| b.is_ascii_digit())) {
+            return Err(error());
+        }
+        match text.parse::<IpNet>() {
+            Ok(net) => Ok(Cidr(net)),
+            Err(_) if !text.contains('/') => text.parse::<IpAddr>().map(|ip| Cidr(IpNet::from(ip))).map_err(|_| error()),
+            Err(_) => Err(error()),
+        }
     }
 }
 
 impl fmt::Display for Cidr {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.network, self.prefix)
+        self.0.fmt(f)
     }
 }
 
@@ -120,15 +85,10 @@ pub fn default_denied_ranges() -> Vec<Cidr> {
         (Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, 0), 10),
         (Ipv6Addr::new(0xff00, 0, 0, 0, 0, 0, 0, 0), 8),
     ];
-    V4.iter()
-        .map(|(ip, prefix)| Cidr {
-            network: IpAddr::V4(*ip),
-            prefix: *prefix,
-        })
-        .chain(V6.iter().map(|(ip, prefix)| Cidr {
-            network: IpAddr::V6(*ip),
-            prefix: *prefix,
-        }))
+    let v4 = V4.iter().map(|(ip, prefix)| Ipv4Net::new(*ip, *prefix).map(IpNet::V4));
+    let v6 = V6.iter().map(|(ip, prefix)| Ipv6Net::new(*ip, *prefix).map(IpNet::V6));
+    v4.chain(v6)
+        .map(|net| Cidr(net.expect("valid prefix lengths")))
         .collect()
 }
 
@@ -182,7 +142,9 @@ impl CloneUrl {
 
     pub fn parse(url: &str) -> Result<CloneUrl, UrlRejected> {
         let malformed = || UrlRejected::Malformed(url.to_string());
-        if url.len() > 2048 || url.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        // What git is handed must be what was checked: no blanks, no `\` (which URL parsers
+        // and curl may read differently), an ASCII authority.
+        if url.len() > 2048 || url.chars().any(|c| c.is_whitespace() || c.is_control() || c == '\\') {
             return Err(malformed());
         }
         let (scheme, rest) = url.split_once("://").ok_or_else(malformed)?;
@@ -195,48 +157,22 @@ impl CloneUrl {
         if authority.contains('@') {
             return Err(UrlRejected::Credentials(url.to_string()));
         }
-        let (host, port) = parse_authority(authority).ok_or_else(malformed)?;
+        if authority.is_empty() || !authority.is_ascii() {
+            return Err(malformed());
+        }
+        let parsed = url_authority(url).ok_or_else(malformed)?;
+        let plain_host = parsed.host.parse::<IpAddr>().is_ok()
+            || parsed.host.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-' || b == b'_');
+        if !plain_host {
+            return Err(malformed());
+        }
         Ok(CloneUrl {
             url: url.to_string(),
             https,
-            host,
-            port: port.unwrap_or(if https { 443 } else { 80 }),
+            host: parsed.host,
+            port: parsed.port,
         })
     }
-}
-
-/// `host`, `host:port`, `[v6]` or `[v6]:port` → (lower-case host, port).
-fn parse_authority(authority: &str) -> Option<(String, Option<u16>)> {
-    let (host, port) = if let Some(rest) = authority.strip_prefix('[') {
-        let (v6, after) = rest.split_once(']')?;
-        let ip: Ipv6Addr = v6.parse().ok()?;
-        let port = match after {
-            "" => None,
-            _ => Some(after.strip_prefix(':')?),
-        };
-        (ip.to_string(), port)
-    } else {
-        let (host, port) = match authority.rsplit_once(':') {
-            Some((host, port)) => (host, Some(port)),
-            None => (authority, None),
-        };
-        let valid = !host.is_empty()
-            && host
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-' || b == b'_');
-        if !valid {
-            return None;
-        }
-        (host.to_ascii_lowercase(), port)
-    };
-    let port = match port {
-        None => None,
-        Some(port) if !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit()) => {
-            Some(port.parse::<u16>().ok().filter(|p| *p != 0)?)
-        }
-        Some(_) => return None,
-    };
-    Some((host, port))
 }
 
 /// A clone URL that passed every check, with the addresses git must connect to.
@@ -288,7 +224,7 @@ impl UrlPolicy {
         let own_hosts = own_hosts
             .iter()
             .filter_map(|entry| {
-                let parsed = parse_authority(entry.trim());
+                let parsed = HostPort::parse(entry.trim()).map(|hp| (hp.host, hp.port));
                 if parsed.is_none() {
                     tracing::warn!(
                         entry,
@@ -569,6 +505,19 @@ mod tests {
             Err(UrlRejected::Denied { .. })
         ));
         assert!(policy.check("https://8.8.8.8/x").is_ok());
+    }
+
+    #[test]
+    fn numeric_host_forms_and_backslashes_cannot_hide_an_address() {
+        let policy = UrlPolicy::new(false, &[], &[]);
+        // Shorthand and hex IPv4 forms are the addresses they spell, checked without DNS.
+        for url in ["http://0x7f.1/x", "http://2130706433/x", "http://127.1:8080/x"] {
+            assert!(matches!(policy.check(url), Err(UrlRejected::Denied { .. })), "{url}");
+        }
+        for url in ["https://evil.net\\@example.com/x", "https://h\\x/"] {
+            assert!(matches!(CloneUrl::parse(url), Err(UrlRejected::Malformed(_))), "{url}");
+        }
+        assert_eq!(CloneUrl::parse("http://h:0080/x").unwrap().port, 80);
     }
 
     #[tokio::test]
