@@ -31,7 +31,8 @@ pub struct Config {
     #[arg(long, env = "GRASP_BIND", default_value = "127.0.0.1:8080")]
     pub bind: SocketAddr,
 
-    /// Data directory: `events/` (event store), `git/` (bare repositories), `hooks/`.
+    /// Data directory: `events/` (event store), `git/` (bare repositories), `hooks/`, the
+    /// purgatory checkpoint and the hook API files.
     #[arg(long, env = "GRASP_DATA_DIR", default_value = "./data", global = true)]
     pub data_dir: PathBuf,
 
@@ -281,19 +282,9 @@ impl Config {
             .unwrap_or_else(|| PathBuf::from("grasp-cgi"))
     }
 
-    /// `<data>/events`: the LMDB event store.
-    pub fn events_dir(&self) -> PathBuf {
-        self.data_dir.join("events")
-    }
-
-    /// `<data>/git`: root of the bare repositories.
-    pub fn git_dir(&self) -> PathBuf {
-        self.data_dir.join("git")
-    }
-
-    /// `<data>/hooks`: the hooks directory used as `core.hooksPath`.
-    pub fn hooks_dir(&self) -> PathBuf {
-        self.data_dir.join("hooks")
+    /// The layout under `--data-dir` (described once, in [`crate::datadir`]).
+    pub fn layout(&self) -> crate::datadir::DataLayout {
+        crate::datadir::DataLayout::new(&self.data_dir)
     }
 
     /// The purgatory's durations and caps.
@@ -382,7 +373,7 @@ mod tests {
         assert_eq!(cfg.max_limit, 500);
         assert_eq!((cfg.max_connections, cfg.max_connections_per_ip), (1024, 64));
         assert!(Config::try_parse_from(["grasp-relay", "--max-connections", "0"]).is_err());
-        assert_eq!(cfg.events_dir(), PathBuf::from("./data/events"));
+        assert_eq!(cfg.layout().events(), PathBuf::from("./data/events"));
         assert!(cfg.cgi_path().ends_with("grasp-cgi"));
     }
 

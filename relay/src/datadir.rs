@@ -1,11 +1,14 @@
-//! The data directory: its layout and the exclusive lock that keeps two daemons apart.
+//! The data directory: its layout (the one description of it, [`DataLayout`]) and the exclusive
+//! lock that keeps two daemons apart ([`DataDir`]).
 //!
 //! ```text
-//! <data>/grasp-relay.lock   exclusive lock held while the daemon runs
-//! <data>/relay-addr         public address once listening (for scripts and tests)
-//! <data>/events/            LMDB event store
-//! <data>/git/               bare repositories
-//! <data>/hooks/             git hooks (core.hooksPath)
+//! <data>/grasp-relay.lock       exclusive lock held while the daemon runs
+//! <data>/relay-addr             public address once listening (for scripts and tests)
+//! <data>/events/                LMDB event store
+//! <data>/git/<npub>/<id>.git    bare repositories (paths built by RepoLayout only)
+//! <data>/hooks/                 git hooks (core.hooksPath)
+//! <data>/purgatory-state.json   purgatory checkpoint (grasp::lifecycle::CHECKPOINT_FILE)
+//! <data>/api-addr, api-token    the hook API's address and token (grasp_state::hook_api)
 //! ```
 
 use std::fs::{self, File, OpenOptions};
@@ -26,11 +29,66 @@ pub enum DataDirError {
     Locked { path: PathBuf, lock: PathBuf },
 }
 
-/// An opened, locked data directory. The lock is released when this is dropped.
+/// Where everything lives under a data directory (paths only, nothing is touched).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DataLayout {
+    root: PathBuf,
+}
+
+impl DataLayout {
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        Self { root: root.into() }
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// `<data>/events`: the LMDB event store.
+    pub fn events(&self) -> PathBuf {
+        self.root.join("events")
+    }
+
+    /// `<data>/git`: root of the bare repositories.
+    pub fn git(&self) -> PathBuf {
+        self.root.join("git")
+    }
+
+    /// `<data>/hooks`: the hooks directory used as `core.hooksPath`.
+    pub fn hooks(&self) -> PathBuf {
+        self.root.join("hooks")
+    }
+
+    /// File holding the bound public address, written once the listener is up.
+    pub fn relay_addr_file(&self) -> PathBuf {
+        self.root.join("relay-addr")
+    }
+
+    /// The lock file held while a daemon runs on this directory.
+    pub fn lock_file(&self) -> PathBuf {
+        self.root.join("grasp-relay.lock")
+    }
+
+    /// The directories created at startup.
+    fn dirs(&self) -> [PathBuf; 3] {
+        [self.events(), self.git(), self.hooks()]
+    }
+}
+
+/// An opened, locked data directory. The lock is released when this is dropped. Derefs to its
+/// [`DataLayout`].
 #[derive(Debug)]
 pub struct DataDir {
-    root: PathBuf,
+    layout: DataLayout,
     _lock: File,
+}
+
+impl std::ops::Deref for DataDir {
+    type Target = DataLayout;
+
+    fn deref(&self) -> &DataLayout {
+        &self.layout
+    }
 }
 
 impl DataDir {
@@ -43,8 +101,8 @@ impl DataDir {
         fs::create_dir_all(root).map_err(io(root))?;
         // Absolute from here on: the hook scripts and every repository's core.hooksPath name
         // paths under the data directory, and git runs them from inside the repository.
-        let root = &fs::canonicalize(root).map_err(io(root))?;
-        let lock_path = root.join("grasp-relay.lock");
+        let layout = DataLayout::new(fs::canonicalize(root).map_err(io(root))?);
+        let lock_path = layout.lock_file();
         let lock = OpenOptions::new()
             .create(true)
             .truncate(false)
@@ -55,41 +113,16 @@ impl DataDir {
             Ok(()) => {}
             Err(std::fs::TryLockError::WouldBlock) => {
                 return Err(DataDirError::Locked {
-                    path: root.to_path_buf(),
+                    path: layout.root().to_path_buf(),
                     lock: lock_path,
                 })
             }
             Err(std::fs::TryLockError::Error(e)) => return Err(io(&lock_path)(e)),
         }
-        for sub in ["events", "git", "hooks"] {
-            let p = root.join(sub);
-            fs::create_dir_all(&p).map_err(io(&p))?;
+        for dir in layout.dirs() {
+            fs::create_dir_all(&dir).map_err(io(&dir))?;
         }
-        Ok(Self {
-            root: root.to_path_buf(),
-            _lock: lock,
-        })
-    }
-
-    pub fn root(&self) -> &Path {
-        &self.root
-    }
-
-    pub fn events(&self) -> PathBuf {
-        self.root.join("events")
-    }
-
-    pub fn git(&self) -> PathBuf {
-        self.root.join("git")
-    }
-
-    pub fn hooks(&self) -> PathBuf {
-        self.root.join("hooks")
-    }
-
-    /// File holding the bound public address, written once the listener is up.
-    pub fn relay_addr_file(&self) -> PathBuf {
-        self.root.join("relay-addr")
+        Ok(Self { layout, _lock: lock })
     }
 }
 
