@@ -18,7 +18,7 @@
 //!   (`grasp/mod.rs`); which events are stored, held or refused (`acceptance`, `policy`); push
 //!   authorisation for pre-receive (`authorize`); git data arrival, release and alignment
 //!   (`release`); purgatory restore, expiry sweeps and checkpoints (`lifecycle`).
-//! - [`git`]: storage on disk. The relay's git subprocesses (`git/mod.rs`), bare repositories
+//! - [`git`]: storage on disk. The one git runner (`runner`), git operations (`git/mod.rs`), bare repositories
 //!   (`repos`), the fast "surely missing" object check (`objects`), git smart HTTP through
 //!   `grasp-cgi` (`http`).
 //! - [`api`]: the loopback, token-protected API the git hooks call.
