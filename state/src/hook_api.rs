@@ -70,11 +70,6 @@ impl HookRequest {
             updates,
         }
     }
-
-    /// Refuses a request of another API version.
-    pub fn check_version(&self) -> Result<(), VersionMismatch> {
-        check_version(self.version)
-    }
 }
 
 /// Asks whether a push may proceed (sent to [`PATH_PRE_RECEIVE`]).

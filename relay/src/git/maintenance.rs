@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc;
 
+use crate::git::{GitCommand, GitError};
 use crate::grasp::Grasp;
 use crate::shutdown::Shutdown;
 
@@ -110,12 +111,9 @@ async fn maintain(grasp: &Grasp, repo: &Path) {
         }
     };
     let _guard = grasp.locks.lock(repo).await;
-    let dir = repo.to_path_buf();
-    let result = tokio::task::spawn_blocking(move || run_auto(&dir)).await;
-    match result {
-        Ok(Ok(())) => tracing::info!(repo = %shown, elapsed_ms = started.elapsed().as_millis() as u64, "repository maintenance done"),
-        Ok(Err(e)) => tracing::warn!(repo = %shown, error = %e, "repository maintenance failed"),
-        Err(e) => tracing::warn!(repo = %shown, error = %e, "repository maintenance task failed"),
+    match run_auto(repo).await {
+        Ok(()) => tracing::info!(repo = %shown, elapsed_ms = started.elapsed().as_millis() as u64, "repository maintenance done"),
+        Err(e) => tracing::warn!(repo = %shown, error = %e, "repository maintenance failed"),
     }
 }
 
@@ -141,38 +139,14 @@ fn wait_for_lock(path: &Path, wait: Duration) -> std::io::Result<Option<std::fs:
     }
 }
 
-/// `git maintenance run --auto` in `repo`, killed after [`RUN_TIMEOUT`].
-fn run_auto(repo: &Path) -> std::io::Result<()> {
-    let mut child = std::process::Command::new("git")
-        .arg("--git-dir")
-        .arg(repo)
+/// `git maintenance run --auto` in `repo` (through the one runner), killed after
+/// [`RUN_TIMEOUT`].
+async fn run_auto(repo: &Path) -> Result<(), GitError> {
+    GitCommand::in_repo(repo)
         .args(["maintenance", "run", "--auto", "--quiet"])
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .env_remove("GIT_DIR")
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()?;
-    let deadline = Instant::now() + RUN_TIMEOUT;
-    loop {
-        if let Some(status) = child.try_wait()? {
-            if status.success() {
-                return Ok(());
-            }
-            let mut stderr = String::new();
-            if let Some(mut e) = child.stderr.take() {
-                let _ = std::io::Read::read_to_string(&mut e, &mut stderr);
-            }
-            return Err(std::io::Error::other(format!("git maintenance exited with {status}: {}", stderr.trim())));
-        }
-        if Instant::now() >= deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err(std::io::Error::other("git maintenance took too long and was stopped"));
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+        .run_async(RUN_TIMEOUT)
+        .await
+        .map(|_| ())
 }
 
 #[cfg(test)]
@@ -191,13 +165,12 @@ mod tests {
         assert!(wait_for_lock(&dir.path().join("gone/grasp.lock"), Duration::ZERO).is_err());
     }
 
-    #[test]
-    fn auto_maintenance_runs_in_a_bare_repository() {
+    #[tokio::test]
+    async fn auto_maintenance_runs_in_a_bare_repository() {
         let dir = tempfile::tempdir().unwrap();
         let repo = dir.path().join("r.git");
-        let ok = std::process::Command::new("git").args(["init", "--bare", "--quiet"]).arg(&repo).status().unwrap();
-        assert!(ok.success());
-        run_auto(&repo).unwrap();
-        assert!(run_auto(&dir.path().join("missing.git")).is_err());
+        crate::git::test_git(dir.path(), &["init", "--bare", "--quiet", repo.to_str().unwrap()]);
+        run_auto(&repo).await.unwrap();
+        assert!(run_auto(&dir.path().join("missing.git")).await.is_err());
     }
 }
