@@ -41,7 +41,6 @@ use clap::Parser;
 use grasp_state::identifier::{parse_repo_path, RepoLayout, RepoUrlPath, PUSH_LOCK_FILE};
 use grasp_state::{cgi, cors, git_env};
 
-
 /// CGI program serving GRASP repositories (/<npub>/<identifier>.git) through git http-backend.
 /// The request comes from the CGI environment (PATH_INFO, REQUEST_METHOD, QUERY_STRING, ...).
 #[derive(Parser, Debug)]
@@ -236,10 +235,7 @@ fn run_backend(
     let mut cmd = Command::new(&args.git);
     // The relay's git environment policy first (no inherited GIT_*, no system/global config),
     // then what http-backend needs.
-    for name in git_env::cleared_vars(std::env::vars_os()) {
-        cmd.env_remove(name);
-    }
-    cmd.envs(git_env::GIT_ENV.iter().copied());
+    git_env::apply(&mut cmd);
     cmd.arg("http-backend")
         .env("GIT_PROJECT_ROOT", &args.git_root)
         .env("GIT_HTTP_EXPORT_ALL", "1")

@@ -10,7 +10,8 @@
 //!
 //! Callers then add what their one command needs (`grasp-cgi` the CGI variables,
 //! `GIT_PROJECT_ROOT` and the per-request configuration; the relay's runner per-call `-c`
-//! options). This module is data only; the relay's `git::runner` and `grasp-cgi` apply it.
+//! options). [`apply`] puts the policy on a `std::process::Command` (it spawns nothing); the
+//! relay's `git::runner` and `grasp-cgi` call it.
 
 use std::ffi::{OsStr, OsString};
 
@@ -25,6 +26,16 @@ pub const GIT_ENV: &[(&str, &str)] = &[
 pub fn is_cleared(name: &OsStr) -> bool {
     let bytes = name.as_encoded_bytes();
     bytes.starts_with(b"GIT_") || bytes == b"SSH_ASKPASS"
+}
+
+/// Applies the policy to a git command about to be spawned: clears what this process would
+/// pass on ([`cleared_vars`] of its environment), then sets [`GIT_ENV`]. Call it before adding
+/// the command's own variables.
+pub fn apply(cmd: &mut std::process::Command) {
+    for name in cleared_vars(std::env::vars_os()) {
+        cmd.env_remove(name);
+    }
+    cmd.envs(GIT_ENV.iter().copied());
 }
 
 /// The inherited variable names (from `vars`, e.g. `std::env::vars_os()`) a git child must not
@@ -61,6 +72,20 @@ mod tests {
             ["GIT_DIR", "GIT_CONFIG_PARAMETERS", "GIT_QUARANTINE_PATH", "SSH_ASKPASS"]
                 .map(OsString::from)
         );
+    }
+
+    #[test]
+    fn apply_clears_then_sets() {
+        let mut cmd = std::process::Command::new("git");
+        apply(&mut cmd);
+        let envs: Vec<_> = cmd.get_envs().map(|(k, v)| (k.to_owned(), v.map(OsStr::to_owned))).collect();
+        for (k, v) in GIT_ENV {
+            assert!(envs.contains(&(OsString::from(k), Some(OsString::from(v)))), "{k}");
+        }
+        for name in cleared_vars(std::env::vars_os()) {
+            let set = GIT_ENV.iter().any(|(k, _)| OsStr::new(k) == name);
+            assert!(set || envs.contains(&(name.clone(), None)), "{name:?} is not cleared");
+        }
     }
 
     #[test]

@@ -108,7 +108,7 @@ impl GitCommand {
             .map_or_else(|| "git".to_string(), |a| a.to_string_lossy().into_owned())
     }
 
-    fn where_(&self) -> String {
+    fn location(&self) -> String {
         match (&self.repo, &self.current_dir) {
             (Some(repo), _) => repo.display().to_string(),
             (None, Some(dir)) => dir.display().to_string(),
@@ -119,10 +119,7 @@ impl GitCommand {
     /// The process to spawn: policy first, then this call's environment and arguments.
     fn command(&self) -> std::process::Command {
         let mut cmd = std::process::Command::new("git");
-        for name in git_env::cleared_vars(std::env::vars_os()) {
-            cmd.env_remove(name);
-        }
-        cmd.envs(git_env::GIT_ENV.iter().copied());
+        git_env::apply(&mut cmd);
         cmd.envs(self.env.iter().map(|(k, v)| (k, v)));
         if let Some(repo) = &self.repo {
             cmd.arg("--git-dir").arg(repo);
@@ -143,7 +140,7 @@ impl GitCommand {
     fn failed(&self, stderr: &[u8]) -> GitError {
         GitError::Failed {
             command: self.name(),
-            repo: self.where_(),
+            repo: self.location(),
             stderr: String::from_utf8_lossy(stderr).trim().to_string(),
         }
     }

@@ -62,7 +62,6 @@ pub struct ConnectionPermit {
     address: IpAddr,
 }
 
-
 impl ConnectionLimiter {
     /// `max_total` connections at most (at least 1 is allowed), `max_per_address` per client
     /// address (0: unlimited).
