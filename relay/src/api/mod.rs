@@ -9,7 +9,6 @@
 
 pub mod repos;
 
-use std::io::Write;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
