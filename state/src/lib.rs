@@ -13,6 +13,12 @@
 //!   of an (owner, identifier) (decision 4).
 //! - [`push`]: the push decision (decisions 5 and 6) as one function,
 //!   [`push::decide_push`], plus helpers for releasing events after a push.
+//! - [`announcements`]: the announcements of an identifier, stored and held merged newest per
+//!   owner; maintainer sets and "which owners trust this author".
+//! - [`admission`]: where an incoming announcement or state event goes, as verdicts over
+//!   looked-up facts.
+//! - [`release`]: what to do when git data arrives, as a [`release::ReleasePlan`] (states to
+//!   store, pull request refs, alignment of refs and HEAD, promotion) and copy targets.
 //! - [`recency`]: the NIP-01 "which event is newer" order as one type,
 //!   [`recency::Recency`].
 //! - [`hook_api`]: the versioned JSON request/response types the hooks send to
@@ -33,6 +39,8 @@
 //! yields a typed error whose message says what is wrong and what to do, never
 //! a panic.
 
+pub mod admission;
+pub mod announcements;
 pub mod atomic_file;
 pub mod cgi;
 pub mod cors;
@@ -47,3 +55,4 @@ pub mod purgatory;
 pub mod push;
 pub mod recency;
 pub mod refs;
+pub mod release;

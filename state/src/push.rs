@@ -241,6 +241,32 @@ fn mismatch_reasons(state: &RepoState, after: &RefMap, pushed: &[RefUpdate]) -> 
     lines
 }
 
+/// The candidates that may authorise a push: the latest stored state of the maintainer set,
+/// and the held states authored inside it that are newer (NIP-01 order). A held state not newer
+/// than the stored one could never become the served state (after the push the repository
+/// would be aligned back to the stored state), so it does not authorise.
+pub fn push_candidates(stored: Option<RepoState>, held: Vec<RepoState>) -> Vec<StateCandidate> {
+    let held: Vec<StateCandidate> = held
+        .into_iter()
+        .filter(|held| stored.as_ref().is_none_or(|stored| held.is_newer_than(stored)))
+        .map(|state| StateCandidate { state, source: Source::Purgatory })
+        .collect();
+    stored.map(|state| StateCandidate { state, source: Source::Stored }).into_iter().chain(held).collect()
+}
+
+/// One rejection lists every problem: `decision` with the relay's own refusals `reasons` (found
+/// outside [`decide_push`]) merged in. An accepted push with such reasons is rejected.
+pub fn with_reasons(decision: PushDecision, reasons: Vec<String>) -> PushDecision {
+    match decision {
+        accepted @ PushDecision::Accept(_) if reasons.is_empty() => accepted,
+        PushDecision::Accept(_) => PushDecision::Reject(Rejection { reasons }),
+        PushDecision::Reject(mut rej) => {
+            rej.reasons.extend(reasons);
+            PushDecision::Reject(rej)
+        }
+    }
+}
+
 /// Sort states in the order to release them: oldest first; on the same second
 /// the NIP-01 loser (higher id) first, so the last one released is the winner.
 pub fn release_order(states: &mut [RepoState]) {

@@ -191,6 +191,41 @@ pub fn served_refs(map: &RefMap) -> RefMap {
         .collect()
 }
 
+/// One compare-and-swap ref change, as a plan step (the relay applies a list of them as one
+/// all-or-nothing `git update-ref --stdin` transaction).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RefChange {
+    /// Set `name` to `new`, provided it currently is `old` ([`ZERO_OID`]: must not exist).
+    Set { name: String, old: String, new: String },
+    /// Delete `name`, provided it currently is `old`.
+    Delete { name: String, old: String },
+}
+
+impl RefChange {
+    /// The ref this change touches.
+    pub fn name(&self) -> &str {
+        match self {
+            RefChange::Set { name, .. } | RefChange::Delete { name, .. } => name,
+        }
+    }
+}
+
+/// `map` with `changes` applied (what the refs are once the transaction committed).
+pub fn apply_changes(map: &RefMap, changes: &[RefChange]) -> RefMap {
+    let mut result = map.clone();
+    for change in changes {
+        match change {
+            RefChange::Set { name, new, .. } => {
+                result.insert(name.clone(), new.clone());
+            }
+            RefChange::Delete { name, .. } => {
+                result.remove(name);
+            }
+        }
+    }
+    result
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

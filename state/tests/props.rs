@@ -5,6 +5,11 @@
 //! - `push::decide_push`: an accepted push leaves the served refs equal to the matched
 //!   candidate's refs exactly (or unchanged when nothing matched); with no candidates, any change
 //!   of heads/tags is rejected.
+//! - `release::plan_release`: stores only held states whose objects exist, oldest first with the
+//!   winner last; aligns to exactly the winner's branches and tags (compare-and-swap against the
+//!   refs read); releases pull requests only when their commit exists. `copy_targets` names only
+//!   owners whose maintainer set contains the state's author; the announcement merge keeps the
+//!   newest per owner; announcement admission verdicts keep their promises.
 //! - Identifier validation never accepts `/`, `\`, NUL, `.` or `..`; URL path parsing never
 //!   yields an identifier or rest that could leave the git root.
 //! - The purgatory model keeps its counts, caps and deadline bookkeeping under random operation
@@ -23,8 +28,11 @@ use grasp_state::nip34::{references, Announcement, PullRequest, RepoState};
 use grasp_state::purgatory::{Caps, ManualClock, Purgatory, PurgatoryConfig};
 use grasp_state::nip34::Source;
 use grasp_state::push::{decide_push, PushDecision, PushRequest, StateCandidate};
+use grasp_state::admission::{admit_announcement, AfterRepo, AnnouncementAdmission, AnnouncementFacts};
+use grasp_state::announcements::{merge, owners_trusting};
+use grasp_state::release::{alignment, copy_targets, plan_release, settle, RepoFacts};
 use grasp_state::refs::{
-    apply_updates, is_served_ref, is_valid_oid, is_valid_ref_name, parse_ref_updates,
+    apply_changes, RefChange, apply_updates, is_served_ref, is_valid_oid, is_valid_ref_name, parse_ref_updates,
     served_refs, RefMap, RefUpdate, ZERO_OID,
 };
 use nostr::prelude::*;
@@ -496,5 +504,272 @@ proptest! {
         let stats = p.stats();
         prop_assert_eq!(stats.announcements + stats.states + stats.prs + stats.placeholders, 0, "{:?}", stats);
         prop_assert_eq!(stats.deadlines, 0);
+    }
+}
+
+// ---------- release plans, announcements, admission ----------
+
+fn state_id(n: u8, salt: u8) -> EventId {
+    let mut id = [0u8; 32];
+    id[0] = salt;
+    id[1] = n;
+    EventId::from_byte_array(id)
+}
+
+/// States over the small ref pool; `salt` keeps ids of different lists apart.
+fn states(salt: u8, max: usize) -> impl Strategy<Value = Vec<RepoState>> {
+    prop::collection::vec((small_refmap(), 0u64..3, 0usize..4), 0..max).prop_map(move |raw| {
+        raw.into_iter()
+            .enumerate()
+            .map(|(i, (refs, t, author))| RepoState {
+                event_id: state_id(i as u8, salt),
+                author: pubkeys()[author],
+                identifier: "repo".to_owned(),
+                refs,
+                head: None,
+                created_at: Timestamp::from(1_700_000_000 + t),
+            })
+            .collect()
+    })
+}
+
+/// Repository refs: served refs from the pool plus, sometimes, a pull request ref.
+fn repo_refs() -> impl Strategy<Value = RefMap> {
+    (small_refmap(), prop::option::of(prop::sample::select(OIDS.to_vec()))).prop_map(|(mut refs, pr)| {
+        if let Some(oid) = pr {
+            refs.insert(format!("refs/nostr/{}", state_id(0, 9).to_hex()), oid.to_owned());
+        }
+        refs
+    })
+}
+
+#[derive(Debug, Clone)]
+struct ReleaseCase {
+    refs: RefMap,
+    head: Option<String>,
+    held: Vec<RepoState>,
+    prs: Vec<(EventId, String)>,
+    latest: Option<RepoState>,
+    missing: Option<BTreeSet<String>>,
+    announcement_held: bool,
+}
+
+impl ReleaseCase {
+    fn facts(&self) -> RepoFacts<'_> {
+        RepoFacts {
+            refs: &self.refs,
+            head: self.head.as_deref(),
+            held_states: &self.held,
+            held_prs: &self.prs,
+            latest_stored: self.latest.as_ref(),
+            missing: self.missing.as_ref(),
+            announcement_held: self.announcement_held,
+        }
+    }
+
+    fn present(&self, oid: &str) -> bool {
+        self.missing.as_ref().is_some_and(|m| !m.contains(oid))
+    }
+}
+
+fn release_case() -> impl Strategy<Value = ReleaseCase> {
+    (
+        repo_refs(),
+        prop::option::of(prop::sample::select(vec!["refs/heads/main", "refs/heads/dev", "refs/heads/gone"])),
+        states(1, 5),
+        prop::collection::btree_map(0u8..3, prop::sample::select(OIDS.to_vec()), 0..3),
+        prop::option::of(states(2, 2)),
+        prop::option::of(prop::collection::btree_set(prop::sample::select(OIDS.to_vec()).prop_map(str::to_owned), 0..3)),
+        any::<bool>(),
+    )
+        .prop_map(|(refs, head, held, prs, latest, missing, announcement_held)| ReleaseCase {
+            refs,
+            head: head.map(str::to_owned),
+            held,
+            prs: prs.into_iter().map(|(n, oid)| (state_id(n, 9), oid.to_owned())).collect(),
+            latest: latest.and_then(|mut v| v.pop()),
+            missing,
+            announcement_held,
+        })
+}
+
+/// The maintainer set by a plain breadth-first walk over `listed` (owner -> maintainers).
+fn reachable(owner: PublicKey, listed: &BTreeMap<PublicKey, Vec<PublicKey>>) -> BTreeSet<PublicKey> {
+    let mut seen = BTreeSet::from([owner]);
+    let mut todo = vec![owner];
+    while let Some(pk) = todo.pop() {
+        for m in listed.get(&pk).into_iter().flatten() {
+            if seen.insert(*m) {
+                todo.push(*m);
+            }
+        }
+    }
+    seen
+}
+
+fn announcement(owner: usize, maintainers: &[usize], t: u64, n: u8) -> Announcement {
+    let mut id = [0u8; 32];
+    id[0] = 7;
+    id[1] = owner as u8;
+    id[2] = n;
+    Announcement {
+        event_id: EventId::from_byte_array(id),
+        owner: pubkeys()[owner],
+        identifier: "repo".to_owned(),
+        clone_urls: Vec::new(),
+        relays: Vec::new(),
+        maintainers: maintainers.iter().filter(|m| **m != owner).map(|m| pubkeys()[*m]).collect(),
+        created_at: Timestamp::from(1_700_000_000 + t),
+    }
+}
+
+fn announcement_list() -> impl Strategy<Value = Vec<Announcement>> {
+    prop::collection::vec((0usize..4, prop::collection::vec(0usize..4, 0..3), 0u64..3), 0..6).prop_map(|raw| {
+        raw.into_iter().enumerate().map(|(i, (owner, maintainers, t))| announcement(owner, &maintainers, t, i as u8)).collect()
+    })
+}
+
+proptest! {
+    #![proptest_config(config(512))]
+
+    /// A release plan stores only held states whose objects all exist, oldest first, and aligns
+    /// to the newest of them and the latest stored state: exactly that state's branches and
+    /// tags, nothing else touched; a state with missing objects is never aligned to.
+    #[test]
+    fn release_plans_store_complete_states_oldest_first_and_align_to_the_winner(case in release_case()) {
+        let plan = plan_release(&case.facts());
+        let complete = |s: &RepoState| case.missing.is_some() && s.refs.values().all(|oid| case.present(oid));
+        for s in &plan.store {
+            prop_assert!(complete(s), "stored a state whose objects are missing: {s:?}");
+        }
+        let expected: BTreeSet<EventId> = case.held.iter().filter(|s| complete(s)).map(|s| s.event_id).collect();
+        prop_assert_eq!(plan.store.iter().map(|s| s.event_id).collect::<BTreeSet<_>>(), expected);
+        prop_assert!(plan.store.windows(2).all(|w| w[0].recency() < w[1].recency()), "not oldest first");
+        let winner = plan.store.iter().chain(case.latest.as_ref()).max_by_key(|s| s.recency());
+        if let Some(last) = plan.store.last() {
+            prop_assert!(plan.store.iter().all(|s| s.recency() <= last.recency()), "the newest is stored last");
+        }
+        match (&plan.align, winner) {
+            (Some(al), Some(w)) => {
+                prop_assert_eq!(al.state, w.event_id);
+                prop_assert!(complete(w));
+                let after = apply_changes(&case.refs, &al.changes);
+                prop_assert_eq!(served_refs(&after), w.refs.clone());
+                let untouched = |m: &RefMap| m.iter().filter(|(n, _)| !is_served_ref(n)).map(|(a, b)| (a.clone(), b.clone())).collect::<Vec<_>>();
+                prop_assert_eq!(untouched(&after), untouched(&case.refs));
+                for change in &al.changes {
+                    let old = match change { RefChange::Set { old, .. } | RefChange::Delete { old, .. } => old };
+                    let now = case.refs.get(change.name()).map_or(ZERO_OID, String::as_str);
+                    prop_assert_eq!(old.as_str(), now, "compare-and-swap against the refs read");
+                }
+                if let Some(h) = &al.head {
+                    prop_assert!(w.refs.contains_key(h) && case.head.as_deref() != Some(h.as_str()));
+                }
+            }
+            (None, Some(w)) => prop_assert!(!complete(w), "a complete winner must be aligned to"),
+            (Some(_), None) => prop_assert!(false, "aligned without a state"),
+            (None, None) => {}
+        }
+        let has_data = winner.is_some() || !served_refs(&case.refs).is_empty();
+        prop_assert_eq!(plan.promote_announcement, case.announcement_held && has_data);
+        // Settling with every planned state stored gives the plan's own alignment.
+        let settled = settle(&case.facts(), &plan.store);
+        prop_assert_eq!(settled.align, plan.align.clone());
+    }
+
+    /// Pull requests are released only when their ref already points at their commit or the
+    /// commit exists; the change points the ref at the commit, compare-and-swap.
+    #[test]
+    fn release_plans_release_pull_requests_whose_commit_exists(case in release_case()) {
+        let plan = plan_release(&case.facts());
+        for (id, commit) in &case.prs {
+            let name = format!("refs/nostr/{}", id.to_hex());
+            let current = case.refs.get(&name);
+            let released = plan.prs.iter().find(|p| p.event_id == *id);
+            let releasable = current == Some(commit) || case.present(commit);
+            prop_assert_eq!(released.is_some(), releasable);
+            if let Some(change) = released.and_then(|p| p.change.clone()) {
+                prop_assert_eq!(apply_changes(&case.refs, &[change])[&name].clone(), commit.clone());
+            }
+        }
+    }
+
+    /// Alignment makes exactly the target's branches and tags, whatever the current refs.
+    #[test]
+    fn alignment_sets_exactly_the_target(current in repo_refs(), target in small_refmap()) {
+        let after = apply_changes(&current, &alignment(&current, &target));
+        prop_assert_eq!(served_refs(&after), target.clone());
+        prop_assert!(alignment(&after, &target).is_empty(), "aligning twice changes nothing");
+    }
+
+    /// Objects are copied only to other owners whose maintainer set contains the author.
+    #[test]
+    fn copies_go_only_to_owners_trusting_the_author(list in announcement_list(), owner in 0usize..4, author in 0usize..4) {
+        let merged = merge("repo", list.clone(), Vec::new());
+        let listed: BTreeMap<PublicKey, Vec<PublicKey>> = merged.iter().map(|(a, _)| (a.owner, a.maintainers.clone())).collect();
+        let (owner, author) = (pubkeys()[owner], pubkeys()[author]);
+        let targets = copy_targets(&owner, &author, &merged);
+        let expected: Vec<PublicKey> = merged
+            .iter()
+            .map(|(a, _)| a.owner)
+            .filter(|o| *o != owner && reachable(*o, &listed).contains(&author))
+            .collect();
+        prop_assert_eq!(targets, expected);
+        let trusting: Vec<PublicKey> = owners_trusting(&author, &merged).into_iter().map(|(o, _)| o).collect();
+        let expected: Vec<PublicKey> = merged.iter().map(|(a, _)| a.owner).filter(|o| reachable(*o, &listed).contains(&author)).collect();
+        prop_assert_eq!(trusting, expected);
+    }
+
+    /// Merging keeps the newest announcement per owner; a held one wins only when strictly newer.
+    #[test]
+    fn announcement_merge_keeps_the_newest_per_owner(stored in announcement_list(), held in announcement_list()) {
+        // One stored announcement per owner, as the store keeps.
+        let mut per_owner = BTreeMap::new();
+        for a in stored {
+            per_owner.entry(a.owner).and_modify(|old: &mut Announcement| if a.recency() > old.recency() { *old = a.clone() }).or_insert(a);
+        }
+        let stored: Vec<Announcement> = per_owner.into_values().collect();
+        let held: Vec<Announcement> = held.into_iter().map(|mut a| { a.event_id = state_id(a.event_id.as_bytes()[2], 8); a }).collect();
+        let merged = merge("repo", stored.clone(), held.clone());
+        let owners: BTreeSet<PublicKey> = stored.iter().chain(&held).map(|a| a.owner).collect();
+        prop_assert_eq!(merged.len(), owners.len());
+        for (a, source) in &merged {
+            let newest = stored.iter().chain(&held).filter(|x| x.owner == a.owner).map(|x| x.recency()).max().unwrap();
+            prop_assert_eq!(a.recency(), newest);
+            prop_assert_eq!(*source == Source::Stored, stored.iter().any(|x| x.event_id == a.event_id));
+        }
+        prop_assert!(merge("other", stored, held).is_empty());
+    }
+
+    /// Admission of announcements: an older one is always refused; one that does not list this
+    /// service never gets a repository; a new one checks the caps before a repository is made.
+    #[test]
+    fn announcement_admission_verdicts(
+        existing in prop::option::of((any::<bool>(), any::<bool>())),
+        lists_service in any::<bool>(),
+        owner_or_listed in any::<bool>(),
+        repo_exists in any::<bool>(),
+        repo_has_refs in any::<bool>(),
+    ) {
+        let existing = existing.map(|(held, newer)| (if held { Source::Purgatory } else { Source::Stored }, newer));
+        let facts = AnnouncementFacts { existing, lists_service, owner_or_listed, repo_exists, repo_has_refs };
+        let verdict = admit_announcement(&facts);
+        if existing.is_some_and(|(_, newer)| newer) {
+            prop_assert!(matches!(verdict, AnnouncementAdmission::Reject(ref m) if m.starts_with("invalid:")));
+            return Ok(());
+        }
+        match verdict {
+            AnnouncementAdmission::WithRepo { check_room, then } => {
+                prop_assert!(lists_service);
+                prop_assert_eq!(check_room, existing.is_none() && !repo_exists);
+                if then == AfterRepo::Hold {
+                    prop_assert!(existing.is_none() && !(repo_exists && repo_has_refs));
+                }
+            }
+            AnnouncementAdmission::DropHeldAndStore => prop_assert!(!lists_service && matches!(existing, Some((Source::Purgatory, _)))),
+            AnnouncementAdmission::StoreUnlisted => prop_assert!(!lists_service && owner_or_listed),
+            AnnouncementAdmission::RejectNotListed => prop_assert!(!lists_service && !owner_or_listed),
+            AnnouncementAdmission::Reject(_) => prop_assert!(false, "only older announcements are refused outright"),
+        }
     }
 }

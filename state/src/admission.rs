@@ -1,0 +1,178 @@
+//! Where an incoming announcement or state event goes (docs/protocol.md#acceptance, decisions 1-3
+//! and 8), as pure verdicts over facts the relay looked up (event store, purgatory, repositories).
+//!
+//! The relay gathers [`AnnouncementFacts`] or [`StateFacts`], asks [`admit_announcement`] or
+//! [`state_authority`] / [`state_placement`], and carries the verdict out (create the bare
+//! repository, hold, store, release). Messages are complete NIP-01 replies.
+
+use nostr::prelude::{PublicKey, ToBech32};
+
+use crate::nip34::Source;
+
+/// The refusal of an announcement older than the one known for its owner.
+pub const OLDER_ANNOUNCEMENT_MESSAGE: &str = "invalid: a newer announcement of this repository by this author is already known; \
+     publish with a later created_at";
+
+/// What is known about an incoming, well-formed announcement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AnnouncementFacts {
+    /// The announcement of the same owner and identifier known now (stored or held), and
+    /// whether it is newer than the incoming one.
+    pub existing: Option<(Source, bool)>,
+    /// Does the incoming announcement list this service (decision 1)?
+    pub lists_service: bool,
+    /// Is its author the owner of, or a listed maintainer in, a known announcement of the
+    /// identifier?
+    pub owner_or_listed: bool,
+    /// Does the owner's bare repository exist?
+    pub repo_exists: bool,
+    /// Does that repository hold any ref (only asked when it exists and nothing is known)?
+    pub repo_has_refs: bool,
+}
+
+/// The verdict on an announcement.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AnnouncementAdmission {
+    /// Refuse with this message.
+    Reject(String),
+    /// It does not list this service and nothing here trusts its author: refuse, naming the
+    /// URLs to add.
+    RejectNotListed,
+    /// It does not list this service but replaces a held one: drop the held entry and its bare
+    /// repository (service change, decision 3), then store it.
+    DropHeldAndStore,
+    /// It does not list this service, but its author is trusted here: store it, no repository.
+    StoreUnlisted,
+    /// It lists this service: make sure the bare repository exists, then do `then`.
+    /// `check_room`: first make sure the purgatory has room for a new entry by this author
+    /// (refuse before creating a repository the caps would leave orphaned).
+    WithRepo { check_room: bool, then: AfterRepo },
+}
+
+/// What happens to a listing announcement once its repository exists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AfterRepo {
+    /// Replaces a stored announcement, or the repository already holds git data: store it.
+    Store,
+    /// Replaces the held announcement (and extends its expiry).
+    ReplaceHeld,
+    /// New: hold it until git data arrives.
+    Hold,
+}
+
+/// The verdict on an announcement. Pure.
+pub fn admit_announcement(f: &AnnouncementFacts) -> AnnouncementAdmission {
+    if let Some((_, true)) = f.existing {
+        return AnnouncementAdmission::Reject(OLDER_ANNOUNCEMENT_MESSAGE.into());
+    }
+    let existing = f.existing.map(|(source, _)| source);
+    if !f.lists_service {
+        return match existing {
+            Some(Source::Purgatory) => AnnouncementAdmission::DropHeldAndStore,
+            _ if f.owner_or_listed => AnnouncementAdmission::StoreUnlisted,
+            _ => AnnouncementAdmission::RejectNotListed,
+        };
+    }
+    let then = match existing {
+        Some(Source::Stored) => AfterRepo::Store,
+        Some(Source::Purgatory) => AfterRepo::ReplaceHeld,
+        // A repository that already holds git data (restored from a crash, or synced) proves
+        // itself: serve the announcement at once.
+        None if f.repo_exists && f.repo_has_refs => AfterRepo::Store,
+        None => AfterRepo::Hold,
+    };
+    AnnouncementAdmission::WithRepo { check_room: existing.is_none() && !f.repo_exists, then }
+}
+
+/// Who may publish a state event for an identifier: an owner or a member of some owner's
+/// recursive maintainer set. `announced`: some announcement of the identifier is known;
+/// `trusting`: the owners whose maintainer set contains the author. `Err`: the refusal.
+pub fn state_authority(identifier: &str, author: &PublicKey, announced: bool, trusting: &[(PublicKey, Source)]) -> Result<(), String> {
+    if !announced {
+        return Err(format!(
+            "blocked: repository '{identifier}' is not announced on this relay; publish its announcement \
+             (kind 30617, listing this server in `clone` and `relays`) here first"
+        ));
+    }
+    if trusting.is_empty() {
+        return Err(format!(
+            "blocked: {} is not the owner or a maintainer of any announcement of repository '{identifier}' \
+             on this relay; ask an owner to add you to the `maintainers` tag of their announcement, \
+             or announce your own repository (kind 30617) here first",
+            author.to_bech32().unwrap_or_default(),
+        ));
+    }
+    Ok(())
+}
+
+/// Where an authorised state event goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StatePlacement {
+    /// Its objects are all in an authorised repository: store it, then release and align.
+    StoreAndRelease,
+    /// Hold it until its git data arrives.
+    Hold,
+}
+
+/// Facts about an authorised state event's git data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StateFacts {
+    /// Does it declare any ref?
+    pub declares_refs: bool,
+    /// Does some repository of an owner trusting its author hold every object it names?
+    pub data_present: bool,
+}
+
+/// Where an authorised state event goes. Pure. A state declaring no refs is held (there is no
+/// git data whose arrival would prove it).
+pub fn state_placement(f: &StateFacts) -> StatePlacement {
+    if f.declares_refs && f.data_present {
+        StatePlacement::StoreAndRelease
+    } else {
+        StatePlacement::Hold
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn facts() -> AnnouncementFacts {
+        AnnouncementFacts { existing: None, lists_service: true, owner_or_listed: false, repo_exists: false, repo_has_refs: false }
+    }
+
+    #[test]
+    fn announcements() {
+        let hold = AnnouncementAdmission::WithRepo { check_room: true, then: AfterRepo::Hold };
+        assert_eq!(admit_announcement(&facts()), hold);
+        let older = AnnouncementFacts { existing: Some((Source::Stored, true)), ..facts() };
+        assert_eq!(admit_announcement(&older), AnnouncementAdmission::Reject(OLDER_ANNOUNCEMENT_MESSAGE.into()));
+        let data = AnnouncementFacts { repo_exists: true, repo_has_refs: true, ..facts() };
+        assert_eq!(admit_announcement(&data), AnnouncementAdmission::WithRepo { check_room: false, then: AfterRepo::Store });
+        let empty = AnnouncementFacts { repo_exists: true, ..facts() };
+        assert_eq!(admit_announcement(&empty), AnnouncementAdmission::WithRepo { check_room: false, then: AfterRepo::Hold });
+        let held = AnnouncementFacts { existing: Some((Source::Purgatory, false)), ..facts() };
+        assert_eq!(admit_announcement(&held), AnnouncementAdmission::WithRepo { check_room: false, then: AfterRepo::ReplaceHeld });
+        let stored = AnnouncementFacts { existing: Some((Source::Stored, false)), ..facts() };
+        assert_eq!(admit_announcement(&stored), AnnouncementAdmission::WithRepo { check_room: false, then: AfterRepo::Store });
+        // Not listing this service.
+        let unlisted = AnnouncementFacts { lists_service: false, ..held };
+        assert_eq!(admit_announcement(&unlisted), AnnouncementAdmission::DropHeldAndStore);
+        let trusted = AnnouncementFacts { lists_service: false, owner_or_listed: true, ..stored };
+        assert_eq!(admit_announcement(&trusted), AnnouncementAdmission::StoreUnlisted);
+        let stranger = AnnouncementFacts { lists_service: false, ..facts() };
+        assert_eq!(admit_announcement(&stranger), AnnouncementAdmission::RejectNotListed);
+    }
+
+    #[test]
+    fn states() {
+        let pk = nostr::prelude::Keys::generate().public_key();
+        assert!(state_authority("r", &pk, false, &[]).unwrap_err().starts_with("blocked: repository 'r' is not announced"));
+        assert!(state_authority("r", &pk, true, &[]).unwrap_err().contains("is not the owner or a maintainer"));
+        assert!(state_authority("r", &pk, true, &[(pk, Source::Stored)]).is_ok());
+        let placement = |declares_refs, data_present| state_placement(&StateFacts { declares_refs, data_present });
+        assert_eq!(placement(true, true), StatePlacement::StoreAndRelease);
+        assert_eq!(placement(false, true), StatePlacement::Hold);
+        assert_eq!(placement(true, false), StatePlacement::Hold);
+    }
+}
