@@ -4,7 +4,8 @@
 //! pages, and git smart HTTP (by running the `grasp-cgi` wrapper around stock `git http-backend`).
 //! A second listener, on loopback only and token-protected, answers the git hooks.
 //!
-//! Decisions are pure functions in `grasp_state`; this crate gathers their inputs and carries out
+//! Decisions are pure functions in `grasp_state` (verdicts and plans such as
+//! `grasp_state::release::ReleasePlan`); this crate gathers their inputs and carries out
 //! their results. Layout (folders show the architecture, one file per concept):
 //!
 //! - [`server`]: transport. The public HTTP listener, routing and daemon lifecycle
@@ -17,7 +18,7 @@
 //! - [`grasp`]: the domain. [`grasp::Grasp`] joins store, purgatory and repositories
 //!   (`grasp/mod.rs`); which events are stored, held or refused (`acceptance`, `policy`); push
 //!   authorisation for pre-receive (`authorize`); git data arrival, release and alignment
-//!   (`release`); purgatory restore, expiry sweeps and checkpoints (`lifecycle`).
+//!   (`release`); the lock order and `RepoGuards` (`locks`); purgatory restore, expiry sweeps and checkpoints (`lifecycle`).
 //! - [`git`]: storage on disk. The one git runner (`runner`), git operations (`git/mod.rs`), bare repositories
 //!   (`repos`), the fast "surely missing" object check (`objects`), git smart HTTP through
 //!   `grasp-cgi` (`http`).

@@ -15,7 +15,7 @@ pub mod runner;
 
 use std::path::Path;
 
-use grasp_state::refs::{is_valid_oid, RefMap, ZERO_OID};
+use grasp_state::refs::{is_valid_oid, RefMap};
 
 pub use runner::{GitCommand, GitError};
 
@@ -52,14 +52,7 @@ pub fn missing_objects(repo: &Path, oids: &[String]) -> Result<Vec<String>, GitE
     Ok(oids.iter().filter(|o| !present.contains(o.as_str())).cloned().collect())
 }
 
-/// One compare-and-swap ref change.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RefChange {
-    /// Set `name` to `new`, provided it currently is `old` (`ZERO_OID`: must not exist).
-    Set { name: String, old: String, new: String },
-    /// Delete `name`, provided it currently is `old`.
-    Delete { name: String, old: String },
-}
+pub use grasp_state::refs::RefChange;
 
 /// Applies `changes` atomically (all or nothing).
 pub fn update_refs(repo: &Path, changes: &[RefChange]) -> Result<(), GitError> {
@@ -75,25 +68,6 @@ pub fn update_refs(repo: &Path, changes: &[RefChange]) -> Result<(), GitError> {
     }
     input.push_str("prepare\ncommit\n");
     GitCommand::in_repo(repo).args(["update-ref", "--stdin"]).stdin(input).run().map(|_| ())
-}
-
-/// The changes that make `current`'s branches and tags equal `target` exactly
-/// (refs outside refs/heads and refs/tags are left alone).
-pub fn alignment(current: &RefMap, target: &RefMap) -> Vec<RefChange> {
-    let served = |n: &str| n.starts_with("refs/heads/") || n.starts_with("refs/tags/");
-    let mut changes = Vec::new();
-    for (name, old) in current.iter().filter(|(n, _)| served(n)) {
-        if !target.contains_key(name) {
-            changes.push(RefChange::Delete { name: name.clone(), old: old.clone() });
-        }
-    }
-    for (name, new) in target {
-        let old = current.get(name).cloned().unwrap_or_else(|| ZERO_OID.to_string());
-        if &old != new {
-            changes.push(RefChange::Set { name: name.clone(), old, new: new.clone() });
-        }
-    }
-    changes
 }
 
 /// Points HEAD at `branch` (e.g. `refs/heads/main`).
@@ -157,28 +131,7 @@ pub(crate) fn test_git(dir: &Path, args: &[&str]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn map(pairs: &[(&str, &str)]) -> RefMap {
-        pairs.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect()
-    }
-
-    #[test]
-    fn alignment_deletes_undeclared_and_sets_declared() {
-        let a = "a".repeat(40);
-        let b = "b".repeat(40);
-        let current = map(&[("refs/heads/main", &a), ("refs/heads/old", &a), ("refs/nostr/x", &a)]);
-        let target = map(&[("refs/heads/main", &b), ("refs/tags/v1", &a)]);
-        let changes = alignment(&current, &target);
-        assert_eq!(
-            changes,
-            vec![
-                RefChange::Delete { name: "refs/heads/old".into(), old: a.clone() },
-                RefChange::Set { name: "refs/heads/main".into(), old: a.clone(), new: b.clone() },
-                RefChange::Set { name: "refs/tags/v1".into(), old: ZERO_OID.into(), new: a.clone() },
-            ]
-        );
-        assert!(alignment(&target, &target).is_empty());
-    }
+    use grasp_state::refs::ZERO_OID;
 
     /// A bare repository with `main` and tag `v1` at one commit; returns (tmp, repo, commit).
     fn fixture() -> (tempfile::TempDir, std::path::PathBuf, String) {

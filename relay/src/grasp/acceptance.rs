@@ -18,7 +18,13 @@
 //! Every refusal is a NIP-01 `blocked:`/`invalid:`/`rate-limited:`/`error:` message that says
 //! what to do instead.
 
+use grasp_state::admission::{
+    admit_announcement, state_authority, state_placement, AfterRepo, AnnouncementAdmission, AnnouncementFacts,
+    StateFacts, StatePlacement,
+};
+use grasp_state::announcements::{is_owner_or_listed, owners_trusting};
 use grasp_state::identifier::validate_identifier;
+use grasp_state::release::{pr_ref, PrRef};
 use grasp_state::nip34::{
     references, Announcement, PullRequest, RepoState, KIND_ANNOUNCEMENT, KIND_DELETION, KIND_PR,
     KIND_PR_UPDATE, KIND_STATE, KIND_USER_GRASP_LIST,
@@ -28,7 +34,8 @@ use nostr::prelude::{Event, Filter, Kind, SingleLetterTag, ToBech32};
 
 use crate::git;
 use crate::git::objects::surely_missing;
-use crate::grasp::{Grasp, Source};
+use crate::grasp::locks::{PushLocks, RepoGuards};
+use crate::grasp::Grasp;
 use crate::grasp::policy::Admission;
 use crate::grasp::purgatory::HoldRefused;
 use crate::nostr::store::SaveOutcome;
@@ -90,44 +97,53 @@ impl Grasp {
             return Admission::Reject(format!("invalid: {e}"));
         }
         let all = self.announcements(&a.identifier).await;
-        let existing = all.iter().find(|(x, _)| x.owner == a.owner);
-        if let Some((old, _)) = existing {
-            if old.recency() > a.recency() {
-                return Admission::Reject(
-                    "invalid: a newer announcement of this repository by this author is already known; \
-                     publish with a later created_at"
-                        .into(),
-                );
+        let existing = all.iter().find(|(x, _)| x.owner == a.owner).map(|(old, source)| (*source, old.recency() > a.recency()));
+        let repo = self.repo_path(&a.owner, &a.identifier);
+        let repo_exists = repo.as_ref().is_some_and(|p| p.exists());
+        let lists_service = a.lists_service(&self.public_host);
+        // A repository that already holds git data proves itself; only asked when it decides.
+        let repo_has_refs = match (&repo, existing) {
+            (Some(repo), None) if lists_service && repo_exists => {
+                let repo = repo.clone();
+                tokio::task::spawn_blocking(move || git::read_refs(&repo).map(|r| !r.is_empty()).unwrap_or(false))
+                    .await
+                    .unwrap_or(false)
             }
-        }
+            _ => false,
+        };
+        let facts = AnnouncementFacts {
+            existing,
+            lists_service,
+            owner_or_listed: is_owner_or_listed(&a.owner, &all),
+            repo_exists,
+            repo_has_refs,
+        };
         let npub = a.owner.to_bech32().unwrap_or_default();
-        if !a.lists_service(&self.public_host) {
-            // Service change: a newer announcement dropping this service ends the owner's
-            // purgatory entry and its bare repository (docs/protocol.md#decisions, decision 3).
-            if let Some((_, Source::Purgatory)) = existing {
+        let then = match admit_announcement(&facts) {
+            AnnouncementAdmission::Reject(msg) => return Admission::Reject(msg),
+            AnnouncementAdmission::RejectNotListed => return Admission::Reject(not_listed_message(&self.public_host, &a)),
+            AnnouncementAdmission::DropHeldAndStore => {
+                // Service change: a newer announcement dropping this service ends the owner's
+                // purgatory entry and its bare repository (docs/protocol.md#decisions, decision 3).
                 self.drop_held_announcement(&a.owner, &a.identifier, "service no longer listed").await;
                 return Admission::Store;
             }
-            let trusted = all.iter().any(|(x, _)| x.owner == a.owner || x.maintainers.contains(&a.owner));
-            if trusted {
-                return Admission::Store;
+            AnnouncementAdmission::StoreUnlisted => return Admission::Store,
+            AnnouncementAdmission::WithRepo { check_room, then } => {
+                if check_room {
+                    if let Err(e) = self.purgatory.check_room(&a.owner) {
+                        return full(e);
+                    }
+                }
+                then
             }
-            return Admission::Reject(not_listed_message(&self.public_host, &a));
-        }
-        // Refuse before creating a bare repository the caps would leave orphaned.
-        let repo_exists = self.repo_path(&a.owner, &a.identifier).is_some_and(|p| p.exists());
-        if existing.is_none() && !repo_exists {
-            if let Err(e) = self.purgatory.check_room(&a.owner) {
-                return full(e);
-            }
-        }
-        let repo = match self.ensure_repo(&a.owner, &a.identifier).await {
-            Ok(repo) => repo,
-            Err(e) => return Admission::Reject(format!("error: could not create the repository: {e}")),
         };
-        match existing {
-            Some((_, Source::Stored)) => Admission::Store,
-            Some((_, Source::Purgatory)) => {
+        if let Err(e) = self.ensure_repo(&a.owner, &a.identifier).await {
+            return Admission::Reject(format!("error: could not create the repository: {e}"));
+        }
+        match then {
+            AfterRepo::Store => Admission::Store,
+            AfterRepo::ReplaceHeld => {
                 let added = self.purgatory.hold_announcement(ev.clone(), a.owner, a.identifier.clone(), a.relays.iter().cloned().collect());
                 match added {
                     Ok(added) => {
@@ -144,18 +160,7 @@ impl Grasp {
                     Err(e) => full(e),
                 }
             }
-            None => {
-                // A repository that already holds git data (restored from a crash, or synced)
-                // proves itself: serve the announcement at once.
-                let has_data = tokio::task::spawn_blocking({
-                    let repo = repo.clone();
-                    move || git::read_refs(&repo).map(|r| !r.is_empty()).unwrap_or(false)
-                })
-                .await
-                .unwrap_or(false);
-                if has_data {
-                    return Admission::Store;
-                }
+            AfterRepo::Hold => {
                 match self.purgatory.hold_announcement(ev.clone(), a.owner, a.identifier.clone(), a.relays.iter().cloned().collect()) {
                     Ok(_) => {
                         tracing::info!(repo = %format!("{npub}/{}", a.identifier), event = %ev.id, "announcement held in purgatory");
@@ -176,51 +181,45 @@ impl Grasp {
             return Admission::Reject(format!("invalid: {e}"));
         }
         let all = self.announcements(&s.identifier).await;
-        if all.is_empty() {
-            return Admission::Reject(format!(
-                "blocked: repository '{}' is not announced on this relay; publish its announcement \
-                 (kind 30617, listing this server in `clone` and `relays`) here first",
-                s.identifier
-            ));
-        }
-        let owners = Grasp::owners_trusting(&s.author, &all);
-        if owners.is_empty() {
-            return Admission::Reject(format!(
-                "blocked: {} is not the owner or a maintainer of any announcement of repository '{}' \
-                 on this relay; ask an owner to add you to the `maintainers` tag of their announcement, \
-                 or announce your own repository (kind 30617) here first",
-                s.author.to_bech32().unwrap_or_default(),
-                s.identifier
-            ));
+        let owners = owners_trusting(&s.author, &all);
+        if let Err(msg) = state_authority(&s.identifier, &s.author, !all.is_empty(), &owners) {
+            return Admission::Reject(msg);
         }
         // Trigger 1 of the expiry extensions; revives soft-expired announcements.
         self.extend_held_announcements(&owners, &s.identifier).await;
         // Git data already here (in some authorised repository)?
-        for (owner, _) in &owners {
+        let declares_refs = !s.refs.is_empty();
+        let mut data_present = false;
+        for (owner, _) in owners.iter().filter(|_| declares_refs) {
             let Some(repo) = self.repo_path(owner, &s.identifier) else { continue };
             let oids: Vec<String> = s.refs.values().cloned().collect();
             // Most held states name commits not pushed yet: say so without a git process.
-            let all_present = tokio::task::spawn_blocking(move || {
+            data_present = tokio::task::spawn_blocking(move || {
                 !surely_missing(&repo, &oids) && git::missing_objects(&repo, &oids).is_ok_and(|m| m.is_empty())
             })
             .await
             .unwrap_or(false);
-            if all_present && !s.refs.is_empty() {
+            if data_present {
+                break;
+            }
+        }
+        match state_placement(&StateFacts { declares_refs, data_present }) {
+            StatePlacement::StoreAndRelease => {
                 if let Err(e) = self.publish(ev).await {
                     return Admission::Reject(e);
                 }
                 self.process_identifier(&s.identifier).await;
-                return Admission::Published;
+                Admission::Published
             }
-        }
-        match self.purgatory.hold_state(ev.clone(), s.author, s.identifier.clone()) {
-            Err(HoldRefused::Expired) => Admission::Reject(EXPIRED_STATE_MESSAGE.into()),
-            Ok(_) => {
-                tracing::info!(identifier = %s.identifier, event = %ev.id, "state event held in purgatory");
-                self.note_waiting(&s.identifier);
-                Admission::Purgatory(PURGATORY_MESSAGE.into())
-            }
-            Err(HoldRefused::Full(e)) => full(e),
+            StatePlacement::Hold => match self.purgatory.hold_state(ev.clone(), s.author, s.identifier.clone()) {
+                Err(HoldRefused::Expired) => Admission::Reject(EXPIRED_STATE_MESSAGE.into()),
+                Ok(_) => {
+                    tracing::info!(identifier = %s.identifier, event = %ev.id, "state event held in purgatory");
+                    self.note_waiting(&s.identifier);
+                    Admission::Purgatory(PURGATORY_MESSAGE.into())
+                }
+                Err(HoldRefused::Full(e)) => full(e),
+            },
         }
     }
 
@@ -256,27 +255,28 @@ impl Grasp {
             if !repo.exists() {
                 continue;
             }
-            let _guard = self.locks.lock(repo).await;
-            let (repo, ref_name, commit) = (repo.clone(), ref_name.clone(), pr.commit.clone());
+            // Busy past the lock wait: the event is held and released when its commit is seen.
+            let guards = match RepoGuards::acquire(&self.locks, [repo.clone()], PushLocks::Skip).await {
+                Ok(guards) => guards,
+                Err(error) => {
+                    tracing::warn!(repo = %repo.display(), %error, "pull request ref not checked");
+                    continue;
+                }
+            };
+            let Some(repo) = guards.get(repo) else { continue };
+            let (repo, ref_name, commit) = (repo.path().to_path_buf(), ref_name.clone(), pr.commit.clone());
             let ok = tokio::task::spawn_blocking(move || -> Result<bool, git::GitError> {
                 let refs = git::read_refs(&repo)?;
-                match refs.get(&ref_name) {
-                    Some(oid) if *oid == commit => return Ok(true),
-                    Some(oid) => {
-                        // A git-first push under this id brought another commit: remove it; the
-                        // event waits for the right one.
-                        git::update_refs(&repo, &[git::RefChange::Delete { name: ref_name.clone(), old: oid.clone() }])?;
-                    }
-                    None => {}
+                let current = refs.get(&ref_name).map(String::as_str);
+                let present = current == Some(commit.as_str())
+                    || git::missing_objects(&repo, std::slice::from_ref(&commit))?.is_empty();
+                match pr_ref(&ref_name, current, &commit, present) {
+                    PrRef::Served => Ok(true),
+                    PrRef::Set(change) => git::update_refs(&repo, &[change]).map(|()| true),
+                    // A git-first push under this id brought another commit: remove it; the
+                    // event waits for the right one.
+                    PrRef::Missing { stale } => git::update_refs(&repo, stale.as_slice()).map(|()| false),
                 }
-                if git::missing_objects(&repo, std::slice::from_ref(&commit))?.is_empty() {
-                    git::update_refs(
-                        &repo,
-                        &[git::RefChange::Set { name: ref_name, old: grasp_state::refs::ZERO_OID.into(), new: commit }],
-                    )?;
-                    return Ok(true);
-                }
-                Ok(false)
             })
             .await;
             if matches!(ok, Ok(Ok(true))) {

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use grasp_state::hook_api::PreReceiveResponse;
 use grasp_state::nip34::{PullRequest, Source};
-use grasp_state::push::{decide_push, PushDecision, PushRequest, Rejection, StateCandidate};
+use grasp_state::push::{decide_push, push_candidates, with_reasons, PushDecision, PushRequest, Rejection};
 use grasp_state::purgatory::RepoId;
 use grasp_state::refs::RefUpdate;
 use nostr::prelude::{EventId, PublicKey, ToBech32};
@@ -33,17 +33,7 @@ impl Grasp {
         let all = self.announcements(identifier).await;
         let set = Grasp::maintainer_set(*owner, &all);
         let stored = self.latest_stored_state(identifier, &set).await;
-        // A held state that is not newer than the latest stored one (NIP-01 order: same second,
-        // lower id wins) could never become the served state: after the push the repository
-        // would be aligned back to the stored state. It does not authorise.
-        let held: Vec<StateCandidate> = self
-            .held_states(identifier, &set)
-            .into_iter()
-            .filter(|held| stored.as_ref().is_none_or(|stored| held.is_newer_than(stored)))
-            .map(|state| StateCandidate { state, source: Source::Purgatory })
-            .collect();
-        let candidates: Vec<StateCandidate> =
-            stored.map(|state| StateCandidate { state, source: Source::Stored }).into_iter().chain(held).collect();
+        let candidates = push_candidates(stored, self.held_states(identifier, &set));
         let mut known_prs = BTreeMap::new();
         let mut not_prs = Vec::new();
         for u in updates {
@@ -71,14 +61,7 @@ impl Grasp {
         }
         let decision = decide_push(&PushRequest { current: &current, updates, candidates: &candidates, known_prs: &known_prs });
         // One rejection lists every problem, the relay's own checks included.
-        let decision = match decision {
-            PushDecision::Accept(_) if !not_prs.is_empty() => PushDecision::Reject(Rejection { reasons: not_prs }),
-            PushDecision::Reject(mut rej) => {
-                rej.reasons.extend(not_prs);
-                PushDecision::Reject(rej)
-            }
-            accepted => accepted,
-        };
+        let decision = with_reasons(decision, not_prs);
         // Git-first pull request refs: reserve their placeholders now, so that the purgatory's caps
         // apply before any data lands and a crash before post-receive loses nothing.
         let decision = match decision {

@@ -9,53 +9,29 @@
 pub mod acceptance;
 pub mod authorize;
 pub mod lifecycle;
+pub mod locks;
 pub mod policy;
 pub mod purgatory;
 pub mod release;
 
-use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use grasp_state::identifier::RepoLayout;
 use grasp_state::maintainers::MaintainerSet;
 use grasp_state::nip34::{Announcement, RepoState, KIND_ANNOUNCEMENT, KIND_STATE};
 use grasp_state::purgatory::Purgatory;
 use nostr::prelude::{Event, Filter, Kind, PublicKey};
-use tokio::sync::OwnedMutexGuard;
 
 use crate::grasp::policy::Admission;
 use crate::grasp::purgatory::SharedPurgatory;
 use crate::nostr::relay::Relay;
 
+pub use crate::grasp::locks::RepoLocks;
 pub use grasp_state::nip34::Source;
 
-/// Serialises the relay's own mutations of one repository (alignment, object copies, sync
-/// fetches, placeholder removal). Entries are tiny and keyed by repository path.
-#[derive(Default)]
-pub struct RepoLocks {
-    locks: Mutex<HashMap<PathBuf, Arc<tokio::sync::Mutex<()>>>>,
-}
-
-impl RepoLocks {
-    pub async fn lock(&self, repo: &std::path::Path) -> OwnedMutexGuard<()> {
-        let lock = {
-            let mut locks = self.locks.lock().unwrap();
-            // Forget locks nobody holds or waits for, so the map stays as small as the work.
-            locks.retain(|_, l| Arc::strong_count(l) > 1);
-            locks.entry(repo.to_path_buf()).or_default().clone()
-        };
-        lock.lock_owned().await
-    }
-}
-
-/// Who lists whom as maintainer, per owner with an announcement for the identifier.
-fn listing(announcements: &[(Announcement, Source)]) -> HashMap<PublicKey, &[PublicKey]> {
-    announcements.iter().map(|(a, _)| (a.owner, a.maintainers.as_slice())).collect()
-}
-
-fn maintainer_set_in(owner: PublicKey, listed: &HashMap<PublicKey, &[PublicKey]>) -> MaintainerSet {
-    MaintainerSet::compute(owner, |pk| listed.get(pk).map(|m| m.to_vec()))
+pub(crate) async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    tokio::task::spawn_blocking(f).await.expect("blocking git task panicked")
 }
 
 /// What the background sync registers to hear of events that start waiting for git data.
@@ -165,39 +141,74 @@ impl Grasp {
     /// The announcements for `identifier`, newest per owner, stored or in purgatory.
     pub async fn announcements(&self, identifier: &str) -> Vec<(Announcement, Source)> {
         let filter = Filter::new().kind(Kind::Custom(KIND_ANNOUNCEMENT)).identifier(identifier);
-        let mut by_owner: BTreeMap<PublicKey, (Announcement, Source)> = BTreeMap::new();
-        for ev in self.query(vec![filter]).await {
-            if let Ok(a) = Announcement::from_event(&ev) {
-                if a.identifier == identifier {
-                    by_owner.insert(a.owner, (a, Source::Stored));
-                }
-            }
-        }
-        for ev in self.purgatory.announcement_events(identifier) {
-            if let Ok(a) = Announcement::from_event(&ev) {
-                let newer = by_owner.get(&a.owner).is_none_or(|(old, _)| a.recency() > old.recency());
-                if newer {
-                    by_owner.insert(a.owner, (a, Source::Purgatory));
-                }
-            }
-        }
-        by_owner.into_values().collect()
+        let parse = |ev: &Event| Announcement::from_event(ev).ok();
+        let stored: Vec<Announcement> = self.query(vec![filter]).await.iter().filter_map(parse).collect();
+        let held: Vec<Announcement> = self.purgatory.announcement_events(identifier).iter().filter_map(|ev| parse(ev)).collect();
+        grasp_state::announcements::merge(identifier, stored, held)
     }
 
     /// The recursive maintainer set of `owner` for an identifier, given its announcements.
     pub fn maintainer_set(owner: PublicKey, announcements: &[(Announcement, Source)]) -> MaintainerSet {
-        maintainer_set_in(owner, &listing(announcements))
+        grasp_state::announcements::maintainer_set(owner, announcements)
     }
 
-    /// Owners (with an announcement for the identifier) whose maintainer set contains `author`.
-    /// The listing is built once for all owners, and an owner trusts itself without a walk.
-    pub fn owners_trusting(author: &PublicKey, announcements: &[(Announcement, Source)]) -> Vec<(PublicKey, Source)> {
-        let listed = listing(announcements);
-        announcements
-            .iter()
-            .filter(|(a, _)| a.owner == *author || maintainer_set_in(a.owner, &listed).contains(author))
-            .map(|(a, s)| (a.owner, *s))
-            .collect()
+    /// Stores `ev` and broadcasts it to subscribers.
+    pub async fn publish(&self, ev: &Event) -> Result<(), String> {
+        match self.relay.publish(ev).await {
+            Ok(crate::nostr::store::SaveOutcome::Saved) => Ok(()),
+            Ok(other) => Err(other.ok_reply().1),
+            Err(e) => Err(format!("error: could not save the event: {e}")),
+        }
+    }
+
+    /// Creates `owner`'s bare repository for `identifier` if it is missing.
+    pub async fn ensure_repo(&self, owner: &PublicKey, identifier: &str) -> Result<PathBuf, String> {
+        let (layout, hooks, owner, id) = (self.layout.clone(), self.hooks_dir.clone(), *owner, identifier.to_string());
+        blocking(move || crate::git::repos::create_bare_repo(&layout, &owner, &id, &hooks).map_err(|e| e.to_string())).await
+    }
+
+    /// Deletes `owner`'s bare repository for `identifier` (purgatory expiry, deletion, service
+    /// change).
+    pub async fn delete_repo(&self, owner: &PublicKey, identifier: &str) {
+        let Some(repo) = self.repo_path(owner, identifier) else { return };
+        let _guards = match locks::RepoGuards::acquire(&self.locks, [repo.clone()], locks::PushLocks::Skip).await {
+            Ok(guards) => guards,
+            Err(error) => {
+                tracing::warn!(repo = %repo.display(), %error, "repository not deleted");
+                return;
+            }
+        };
+        let (layout, owner2, id) = (self.layout.clone(), *owner, identifier.to_string());
+        if let Err(e) = blocking(move || crate::git::repos::delete_repo(&layout, &owner2, &id)).await {
+            tracing::warn!(repo = %repo.display(), error = %e, "could not delete repository");
+        }
+    }
+
+    /// Removes `owner`'s held announcement and its bare repository.
+    pub async fn drop_held_announcement(&self, owner: &PublicKey, identifier: &str, reason: &str) {
+        let entry = self.purgatory.remove_announcement(owner, identifier);
+        if let Some(entry) = entry {
+            tracing::info!(identifier, event = %entry.event.id, reason, "held announcement removed");
+            self.delete_repo(owner, identifier).await;
+        }
+    }
+
+    /// Resets the purgatory timer of the held announcements among `owners` (recreating the bare
+    /// repository of soft-expired ones: revival). Used when a state event arrives (acceptance)
+    /// and when git data for a held state arrives (push authorisation).
+    pub async fn extend_held_announcements(&self, owners: &[(PublicKey, Source)], identifier: &str) {
+        for (owner, source) in owners {
+            if *source != Source::Purgatory {
+                continue;
+            }
+            let ext = self.purgatory.extend_announcement(owner, identifier);
+            if ext.is_some_and(|e| e.revived) {
+                match self.ensure_repo(owner, identifier).await {
+                    Ok(_) => tracing::info!(identifier, owner = %owner, "soft-expired announcement revived"),
+                    Err(e) => tracing::warn!(identifier, error = %e, "could not recreate revived repository"),
+                }
+            }
+        }
     }
 
     /// The newest stored state event authored inside `set` for `identifier`.

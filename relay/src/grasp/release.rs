@@ -3,78 +3,57 @@
 //!
 //! [`Grasp::process_repo`] is the one routine behind every arrival of git data: the
 //! post-receive hook, a background sync fetch, and the reconciliation at startup. It is
-//! idempotent: running it twice releases nothing twice.
+//! idempotent: running it twice releases nothing twice. It gathers each repository's facts
+//! (refs and HEAD read once, one object lookup), asks the pure
+//! [`grasp_state::release::plan_release`] and carries the plan out. It runs only under the
+//! [`RepoGuards`] of the identifier's repositories (docs/architecture.md, "Lock order").
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use grasp_state::hook_api::{PostReceiveResponse, ReleasedEvent};
-use grasp_state::maintainers::MaintainerSet;
 use grasp_state::nip34::RepoState;
-use grasp_state::refs::{served_refs, RefUpdate, ZERO_OID};
-use nostr::prelude::{Event, PublicKey, ToBech32};
+use grasp_state::purgatory::RepoId;
+use grasp_state::refs::{RefMap, RefUpdate, ZERO_OID};
+use grasp_state::release::{copy_targets, plan_release, settle, wanted_oids, Alignment, RepoFacts, Settled};
+use nostr::prelude::{Event, EventId, PublicKey, ToBech32};
 
 use crate::git;
-use crate::grasp::{Grasp, Source};
-use grasp_state::purgatory::RepoId;
+use crate::grasp::locks::{Locked, PushLocks, RepoGuards};
+use crate::grasp::{blocking, Grasp};
 
 fn released(ev: &Event, summary: impl Into<String>) -> ReleasedEvent {
     ReleasedEvent { id: ev.id.to_hex(), kind: ev.kind.as_u16(), summary: summary.into() }
 }
 
-async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
-    tokio::task::spawn_blocking(f).await.expect("blocking git task panicked")
+/// A repository's refs and HEAD, read once.
+struct RepoView {
+    refs: RefMap,
+    head: Option<String>,
+}
+
+fn read_view(repo: &Path) -> Result<RepoView, git::GitError> {
+    Ok(RepoView { refs: git::read_refs(repo)?, head: git::head(repo)? })
 }
 
 impl Grasp {
-    /// Stores `ev` and broadcasts it to subscribers.
-    pub async fn publish(&self, ev: &Event) -> Result<(), String> {
-        match self.relay.publish(ev).await {
-            Ok(crate::nostr::store::SaveOutcome::Saved) => Ok(()),
-            Ok(other) => Err(other.ok_reply().1),
-            Err(e) => Err(format!("error: could not save the event: {e}")),
-        }
+    /// The existing repositories of the owners announcing `identifier`.
+    async fn owner_repos(&self, identifier: &str) -> Vec<PathBuf> {
+        let all = self.announcements(identifier).await;
+        all.iter().filter_map(|(a, _)| self.repo_path(&a.owner, identifier)).filter(|repo| repo.exists()).collect()
     }
 
-    /// Creates `owner`'s bare repository for `identifier` if it is missing.
-    pub async fn ensure_repo(&self, owner: &PublicKey, identifier: &str) -> Result<PathBuf, String> {
-        let (layout, hooks, owner, id) = (self.layout.clone(), self.hooks_dir.clone(), *owner, identifier.to_string());
-        blocking(move || crate::git::repos::create_bare_repo(&layout, &owner, &id, &hooks).map_err(|e| e.to_string())).await
-    }
-
-    /// Deletes `owner`'s bare repository for `identifier` (purgatory expiry, deletion, service
-    /// change).
-    pub async fn delete_repo(&self, owner: &PublicKey, identifier: &str) {
-        let Some(repo) = self.repo_path(owner, identifier) else { return };
-        let _guard = self.locks.lock(&repo).await;
-        let (layout, owner2, id) = (self.layout.clone(), *owner, identifier.to_string());
-        if let Err(e) = blocking(move || crate::git::repos::delete_repo(&layout, &owner2, &id)).await {
-            tracing::warn!(repo = %repo.display(), error = %e, "could not delete repository");
-        }
-    }
-
-    /// Removes `owner`'s held announcement and its bare repository.
-    pub async fn drop_held_announcement(&self, owner: &PublicKey, identifier: &str, reason: &str) {
-        let entry = self.purgatory.remove_announcement(owner, identifier);
-        if let Some(entry) = entry {
-            tracing::info!(identifier, event = %entry.event.id, reason, "held announcement removed");
-            self.delete_repo(owner, identifier).await;
-        }
-    }
-
-    /// Resets the purgatory timer of the held announcements of `owners` (recreating the bare
-    /// repository of soft-expired ones: revival).
-    pub async fn extend_held_announcements(&self, owners: &[(PublicKey, Source)], identifier: &str) {
-        for (owner, source) in owners {
-            if *source != Source::Purgatory {
-                continue;
-            }
-            let ext = self.purgatory.extend_announcement(owner, identifier);
-            if ext.is_some_and(|e| e.revived) {
-                match self.ensure_repo(owner, identifier).await {
-                    Ok(_) => tracing::info!(identifier, owner = %owner, "soft-expired announcement revived"),
-                    Err(e) => tracing::warn!(identifier, error = %e, "could not recreate revived repository"),
-                }
+    /// Locks `identifier`'s repositories (see [`RepoGuards::acquire`]). On a timeout the
+    /// background sync is asked to come back, and `None` is returned.
+    async fn guard_identifier(&self, identifier: &str, push: PushLocks) -> Option<RepoGuards> {
+        let repos = self.owner_repos(identifier).await;
+        match RepoGuards::acquire(&self.locks, repos, push).await {
+            Ok(guards) => Some(guards),
+            Err(error) => {
+                tracing::warn!(identifier, %error, "repositories busy; release retried by background sync");
+                self.note_waiting(identifier);
+                None
             }
         }
     }
@@ -82,22 +61,14 @@ impl Grasp {
     /// Releases what every owner's repository for `identifier` satisfies, with no push running
     /// on them meanwhile (their push locks are held). For callers outside a push: a state event
     /// whose data is already here, a background sync. Never call it from code a hook waits on
-    /// (that push holds its repository's lock). Returns the number of events released.
+    /// (that push holds its repository's push lock). Returns the number of events released.
     pub async fn process_identifier(&self, identifier: &str) -> usize {
+        let Some(guards) = self.guard_identifier(identifier, PushLocks::Take).await else { return 0 };
         let owners: Vec<_> = self.announcements(identifier).await.into_iter().map(|(a, _)| a.owner).collect();
-        let mut repos: Vec<PathBuf> =
-            owners.iter().filter_map(|owner| self.repo_path(owner, identifier)).filter(|repo| repo.exists()).collect();
-        // One order for everyone who takes several: no lock-order deadlocks.
-        repos.sort();
-        let mut push_locks = Vec::new();
-        for repo in repos {
-            push_locks.extend(push_lock(repo).await);
-        }
         let mut released = 0;
         for owner in &owners {
-            released += self.process_repo(owner, identifier).await.len();
+            released += self.process_repo(owner, identifier, &guards).await.len();
         }
-        drop(push_locks);
         released
     }
 
@@ -115,7 +86,15 @@ impl Grasp {
                 None => {}
             }
         }
-        let released = self.process_repo(owner, identifier).await;
+        // This push holds its repository's push lock: take the repository locks only.
+        let Some(guards) = self.guard_identifier(identifier, PushLocks::Skip).await else {
+            return PostReceiveResponse::new(
+                Vec::new(),
+                vec!["grasp: push received; the relay is busy with this repository, held events are released shortly".into()],
+            );
+        };
+        let released = self.process_repo(owner, identifier, &guards).await;
+        drop(guards);
         let mut messages = Vec::new();
         if released.is_empty() {
             messages.push("grasp: push received; no held events were waiting for this data".to_string());
@@ -125,73 +104,69 @@ impl Grasp {
 
     /// Releases what `owner`'s repository for `identifier` now satisfies, aligns it, and copies
     /// the data to the repositories of the other owners for whom the released state is
-    /// authoritative. Returns what was released.
-    pub async fn process_repo(&self, owner: &PublicKey, identifier: &str) -> Vec<ReleasedEvent> {
-        let mut out = self.process_one(owner, identifier).await;
-        // Copy to the other owners whose maintainer set trusts the latest state, each under its
-        // own lock (never two repository locks at once: no lock-order deadlocks).
-        let Some(src) = self.repo_path(owner, identifier) else { return out };
+    /// authoritative. Touches only repositories `guards` holds. Returns what was released.
+    pub async fn process_repo(&self, owner: &PublicKey, identifier: &str, guards: &RepoGuards) -> Vec<ReleasedEvent> {
+        let Some(src) = self.repo_path(owner, identifier) else { return Vec::new() };
+        let Some(src) = guards.get(&src) else { return Vec::new() };
+        let mut out = self.process_one(owner, identifier, src).await;
         let all = self.announcements(identifier).await;
         let set = Grasp::maintainer_set(*owner, &all);
         let Some(state) = self.latest_stored_state(identifier, &set).await else { return out };
-        for other in all.iter().map(|(a, _)| &a.owner) {
-            if other == owner || !Grasp::maintainer_set(*other, &all).contains(&state.author) {
+        for other in copy_targets(owner, &state.author, &all) {
+            let Some(dst) = self.repo_path(&other, identifier) else { continue };
+            // Repositories created since the guards were taken wait for the next arrival.
+            let Some(dst) = guards.get(&dst) else { continue };
+            if !dst.path().exists() {
                 continue;
             }
-            let Some(dst) = self.repo_path(other, identifier) else { continue };
-            if !dst.exists() {
+            let (dst2, src2) = (dst.path().to_path_buf(), src.path().to_path_buf());
+            let oids: Vec<String> = state.refs.values().cloned().collect();
+            let res = blocking(move || {
+                let missing = git::missing_objects(&dst2, &oids)?;
+                git::fetch_objects_local(&dst2, &src2, &missing)
+            })
+            .await;
+            if let Err(e) = res {
+                tracing::warn!(identifier, to = %dst.path().display(), error = %e, "could not copy objects to another owner's repository");
                 continue;
             }
-            {
-                let _guard = self.locks.lock(&dst).await;
-                let (dst2, src2) = (dst.clone(), src.clone());
-                let oids: Vec<String> = state.refs.values().cloned().collect();
-                let res = blocking(move || {
-                    let missing = git::missing_objects(&dst2, &oids)?;
-                    git::fetch_objects_local(&dst2, &src2, &missing)
-                })
-                .await;
-                if let Err(e) = res {
-                    tracing::warn!(identifier, to = %dst.display(), error = %e, "could not copy objects to another owner's repository");
-                    continue;
-                }
-            }
-            out.extend(self.process_one(other, identifier).await);
+            out.extend(self.process_one(&other, identifier, dst).await);
         }
         out
     }
 
-    /// Steps 1-4 of the release for one repository, under its lock.
-    async fn process_one(&self, owner: &PublicKey, identifier: &str) -> Vec<ReleasedEvent> {
+    /// The release for one repository: gather its facts, plan, carry the plan out.
+    async fn process_one(&self, owner: &PublicKey, identifier: &str, repo: Locked<'_>) -> Vec<ReleasedEvent> {
         let mut out = Vec::new();
-        let Some(repo) = self.repo_path(owner, identifier) else { return out };
-        if !repo.exists() {
+        if !repo.path().exists() {
             return out;
         }
-        let _guard = self.locks.lock(&repo).await;
         let shown = format!("{}/{identifier}", owner.to_bech32().unwrap_or_default());
-        let refs = match blocking({
-            let repo = repo.clone();
-            move || git::read_refs(&repo)
+        let view = match blocking({
+            let repo = repo.path().to_path_buf();
+            move || read_view(&repo)
         })
         .await
         {
-            Ok(r) => r,
+            Ok(v) => v,
             Err(e) => {
                 tracing::warn!(repo = %shown, error = %e, "cannot read refs");
                 return out;
             }
         };
         let all = self.announcements(identifier).await;
-        let set: MaintainerSet = Grasp::maintainer_set(*owner, &all);
-
-        // 1. Held states whose objects all exist here, oldest first (one object lookup for all).
-        let held = self.held_states(identifier, &set);
-        let wanted: Vec<String> =
-            held.iter().flat_map(|s| s.refs.values().cloned()).collect::<BTreeSet<_>>().into_iter().collect();
-        // None: the repository could not be asked, so nothing is released from it now.
+        let set = Grasp::maintainer_set(*owner, &all);
+        let held_states = self.held_states(identifier, &set);
+        let pr_events: Vec<(Arc<Event>, String)> = self.purgatory.pr_events_for(&RepoId::new(*owner, identifier));
+        let held_prs: Vec<(EventId, String)> = pr_events.iter().map(|(ev, commit)| (ev.id, commit.clone())).collect();
+        let pr_events: HashMap<EventId, Arc<Event>> = pr_events.into_iter().map(|(ev, _)| (ev.id, ev)).collect();
+        let latest_stored = self.latest_stored_state(identifier, &set).await;
+        let announcement_held = all.iter().any(|(a, source)| a.owner == *owner && *source == crate::grasp::Source::Purgatory);
+        // One object lookup for everything the plan needs; `None`: the repository could not be
+        // asked, so nothing is released from it now.
+        let wanted = wanted_oids(&held_states, &held_prs, latest_stored.as_ref());
         let missing: Option<BTreeSet<String>> = match blocking({
-            let repo = repo.clone();
+            let repo = repo.path().to_path_buf();
             move || git::missing_objects(&repo, &wanted)
         })
         .await
@@ -202,60 +177,64 @@ impl Grasp {
                 None
             }
         };
-        for state in held {
-            if missing.as_ref().is_none_or(|m| state.refs.values().any(|oid| m.contains(oid))) {
-                continue;
-            }
+        let facts = RepoFacts {
+            refs: &view.refs,
+            head: view.head.as_deref(),
+            held_states: &held_states,
+            held_prs: &held_prs,
+            latest_stored: latest_stored.as_ref(),
+            missing: missing.as_ref(),
+            announcement_held,
+        };
+        let plan = plan_release(&facts);
+
+        // 1. Held states whose objects all exist here, oldest first.
+        let mut stored: Vec<RepoState> = Vec::new();
+        for state in &plan.store {
             let entry = self.purgatory.remove_state(identifier, &state.event_id);
             let Some(ev) = entry.map(|e| e.event) else { continue };
             match self.publish(&ev).await {
                 Ok(()) => {
                     tracing::info!(repo = %shown, event = %ev.id, "state event released");
                     out.push(released(&ev, format!("repository state of {identifier}")));
+                    stored.push(state.clone());
                 }
                 Err(e) => tracing::info!(repo = %shown, event = %ev.id, reason = %e, "released state event not stored"),
             }
         }
 
         // 2. Held pull requests for this repository whose commit exists here.
-        let prs = self.purgatory.pr_events_for(&RepoId::new(*owner, identifier));
-        for (ev, commit) in prs {
-            let name = format!("refs/nostr/{}", ev.id.to_hex());
-            let (repo2, current) = (repo.clone(), refs.get(&name).cloned());
-            let ok = blocking(move || -> Result<bool, git::GitError> {
-                if current.as_deref() == Some(commit.as_str()) {
-                    return Ok(true);
+        for pr in &plan.prs {
+            let Some(ev) = pr_events.get(&pr.event_id) else { continue };
+            if let Some(change) = pr.change.clone() {
+                let repo2 = repo.path().to_path_buf();
+                if blocking(move || git::update_refs(&repo2, &[change])).await.is_err() {
+                    continue;
                 }
-                if !git::missing_objects(&repo2, std::slice::from_ref(&commit))?.is_empty() {
-                    return Ok(false);
-                }
-                let old = current.unwrap_or_else(|| ZERO_OID.to_string());
-                git::update_refs(&repo2, &[git::RefChange::Set { name, old, new: commit }])?;
-                Ok(true)
-            })
-            .await;
-            if !matches!(ok, Ok(true)) {
-                continue;
             }
             self.purgatory.remove_pr(&ev.id);
-            match self.publish(&ev).await {
+            match self.publish(ev).await {
                 Ok(()) => {
                     tracing::info!(repo = %shown, event = %ev.id, "pull request released");
-                    out.push(released(&ev, "pull request"));
+                    out.push(released(ev, "pull request"));
                 }
                 Err(e) => tracing::info!(repo = %shown, event = %ev.id, reason = %e, "released pull request not stored"),
             }
         }
 
-        // 3. Align branches, tags and HEAD to the latest state of the maintainer set.
-        let latest = self.latest_stored_state(identifier, &set).await;
-        let has_data = !served_refs(&refs).is_empty() || latest.is_some();
-        if let Some(state) = latest {
-            self.align(&repo, &shown, &state).await;
+        // 3. Align branches, tags and HEAD to the latest state of the maintainer set (the plan's,
+        // unless the store refused some of the states it released).
+        let Settled { align, promote_announcement } = if stored.len() == plan.store.len() {
+            Settled { align: plan.align, promote_announcement: plan.promote_announcement }
+        } else {
+            settle(&facts, &stored)
+        };
+        if let Some(alignment) = align {
+            self.align(repo, &shown, alignment).await;
         }
 
         // 4. Promote the owner's announcement once the repository holds data.
-        if has_data {
+        if promote_announcement {
             let ev = self.purgatory.promote_announcement(owner, identifier);
             if let Some(ev) = ev {
                 match self.publish(&ev).await {
@@ -271,31 +250,22 @@ impl Grasp {
         out
     }
 
-    /// Makes `repo`'s branches and tags equal `state` (when every object is present) and points
-    /// HEAD where it says. Caller holds the repository lock.
-    async fn align(&self, repo: &Path, shown: &str, state: &RepoState) {
-        let (repo2, state2) = (repo.to_path_buf(), state.clone());
+    /// Carries out an alignment (one compare-and-swap transaction, then HEAD).
+    async fn align(&self, repo: Locked<'_>, shown: &str, alignment: Alignment) {
+        let Alignment { state, changes, head } = alignment;
+        let repo2 = repo.path().to_path_buf();
         let res = blocking(move || -> Result<usize, git::GitError> {
-            let oids: Vec<String> = state2.refs.values().cloned().collect();
-            if !git::missing_objects(&repo2, &oids)?.is_empty() {
-                return Ok(0);
-            }
-            let current = git::read_refs(&repo2)?;
-            let changes = git::alignment(&current, &state2.refs);
             git::update_refs(&repo2, &changes)?;
-            let current_head = git::head(&repo2)?;
-            if let Some(head) = head_for(&state2, current_head.as_deref()) {
-                if current_head.as_deref() != Some(head.as_str()) {
-                    git::set_head(&repo2, &head)?;
-                }
+            if let Some(head) = head {
+                git::set_head(&repo2, &head)?;
             }
             Ok(changes.len())
         })
         .await;
         match res {
             Ok(0) => {}
-            Ok(n) => tracing::info!(repo = %shown, state = %state.event_id, changes = n, "refs aligned to state"),
-            Err(e) => tracing::warn!(repo = %shown, state = %state.event_id, error = %e, "could not align refs"),
+            Ok(n) => tracing::info!(repo = %shown, state = %state, changes = n, "refs aligned to state"),
+            Err(e) => tracing::warn!(repo = %shown, state = %state, error = %e, "could not align refs"),
         }
     }
 
@@ -306,8 +276,9 @@ impl Grasp {
         blocking(move || crate::git::repos::remove_stale_quarantines(&git_root, STALE_QUARANTINE)).await;
         let identifiers = self.purgatory.waiting_identifiers();
         for identifier in identifiers {
+            let Some(guards) = self.guard_identifier(&identifier, PushLocks::Take).await else { continue };
             for (a, _) in self.announcements(&identifier).await {
-                let released = self.process_repo(&a.owner, &identifier).await;
+                let released = self.process_repo(&a.owner, &identifier, &guards).await;
                 if !released.is_empty() {
                     tracing::info!(identifier, count = released.len(), "reconciled: released held events");
                 }
@@ -316,77 +287,6 @@ impl Grasp {
     }
 }
 
-/// Where HEAD should point once the repository matches `state`: the branch the state names, if
-/// it declares that branch; otherwise HEAD stays where it is if that branch exists, else the
-/// first of `main`, `master` or any declared branch (so that clones check something out).
-/// `None`: leave HEAD alone.
-fn head_for(state: &RepoState, current: Option<&str>) -> Option<String> {
-    if let Some(head) = state.head.as_deref().filter(|h| state.refs.contains_key(*h)) {
-        return Some(head.to_string());
-    }
-    if current.is_some_and(|h| state.refs.contains_key(h)) {
-        return current.map(str::to_string);
-    }
-    ["refs/heads/main", "refs/heads/master"]
-        .into_iter()
-        .find(|b| state.refs.contains_key(*b))
-        .map(str::to_string)
-        .or_else(|| state.refs.keys().find(|r| r.starts_with("refs/heads/")).cloned())
-}
-
 /// Push quarantines older than this are abandoned (no push runs for a day).
 const STALE_QUARANTINE: std::time::Duration = std::time::Duration::from_secs(24 * 60 * 60);
 
-/// Waits for pushes to `repo` to finish and keeps new ones out until the returned file is
-/// dropped (`grasp-cgi` holds the same lock for a whole receive-pack, hooks included).
-async fn push_lock(repo: PathBuf) -> Option<std::fs::File> {
-    let path = repo.join(grasp_state::identifier::PUSH_LOCK_FILE);
-    let shown = path.clone();
-    let locked = tokio::task::spawn_blocking(move || {
-        let file = std::fs::File::options().create(true).truncate(false).write(true).open(&path)?;
-        file.lock()?;
-        Ok::<_, std::io::Error>(file)
-    })
-    .await;
-    match locked {
-        Ok(Ok(file)) => Some(file),
-        Ok(Err(error)) => {
-            tracing::warn!(lock = %shown.display(), %error, "cannot take the push lock; releasing without it");
-            None
-        }
-        Err(error) => {
-            tracing::warn!(%error, "push lock task failed");
-            None
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use nostr::prelude::{EventId, Keys, Timestamp};
-
-    fn st(branches: &[&str], head: Option<&str>) -> RepoState {
-        RepoState {
-            event_id: EventId::from_slice(&[0; 32]).unwrap(),
-            author: Keys::generate().public_key(),
-            identifier: "r".into(),
-            refs: branches.iter().map(|b| (b.to_string(), "a".repeat(40))).collect(),
-            head: head.map(str::to_string),
-            created_at: Timestamp::from_secs(1),
-        }
-    }
-
-    #[test]
-    fn head_follows_the_state_or_falls_back_to_a_declared_branch() {
-        let (main, dev, tag) = ("refs/heads/main", "refs/heads/dev", "refs/tags/v1");
-        assert_eq!(head_for(&st(&[main, dev], Some(dev)), Some(main)).as_deref(), Some(dev));
-        // HEAD naming an undeclared branch is ignored.
-        assert_eq!(head_for(&st(&[main, dev], Some("refs/heads/gone")), Some(dev)).as_deref(), Some(dev));
-        assert_eq!(head_for(&st(&[main, dev], None), Some("refs/heads/master")).as_deref(), Some(main));
-        assert_eq!(head_for(&st(&["refs/heads/master", dev], None), None).as_deref(), Some("refs/heads/master"));
-        assert_eq!(head_for(&st(&[dev, tag], None), Some("refs/heads/master")).as_deref(), Some(dev));
-        assert_eq!(head_for(&st(&[tag], None), Some("refs/heads/master")), None);
-        assert_eq!(head_for(&st(&[], None), None), None);
-    }
-}
