@@ -22,6 +22,7 @@ use grasp_state::purgatory::{
 use nostr::prelude::ToBech32;
 
 use crate::git;
+use crate::grasp::locks::{PushLocks, RepoGuards};
 use crate::grasp::Grasp;
 use crate::shutdown::Shutdown;
 
@@ -164,7 +165,13 @@ pub async fn expire(grasp: &Grasp) {
 /// moved away first and the revival creates a fresh one. Returns whether it was deleted.
 async fn delete_soft_expired_repo(grasp: &Grasp, owner: &nostr::prelude::PublicKey, identifier: &str) -> bool {
     let Some(repo) = grasp.repo_path(owner, identifier) else { return false };
-    let _guard = grasp.locks.lock(&repo).await;
+    let _guards = match RepoGuards::acquire(&grasp.locks, [repo.clone()], PushLocks::Skip).await {
+        Ok(guards) => guards,
+        Err(error) => {
+            tracing::warn!(repo = %repo.display(), %error, "soft-expired repository not deleted");
+            return false;
+        }
+    };
     let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
     let aside = repo.with_file_name(format!(".del-expired-{}-{nanos}", std::process::id()));
     match grasp.purgatory.while_soft_expired(owner, identifier, || std::fs::rename(&repo, &aside)) {
@@ -197,7 +204,14 @@ async fn remove_nostr_refs(grasp: &Grasp, event_id: &nostr::prelude::EventId, co
             cleaned.push(dest.clone());
             continue;
         };
-        let _guard = grasp.locks.lock(&repo).await;
+        // Busy past the lock wait: not cleaned now, retried like a failed removal.
+        let _guards = match RepoGuards::acquire(&grasp.locks, [repo.clone()], PushLocks::Skip).await {
+            Ok(guards) => guards,
+            Err(error) => {
+                tracing::warn!(repo = %repo.display(), %error, "expired refs/nostr ref not removed yet");
+                continue;
+            }
+        };
         if grasp.purgatory.holds_pr_event(event_id) {
             cleaned.push(dest.clone());
             continue;

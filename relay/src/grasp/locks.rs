@@ -54,8 +54,9 @@ impl RepoLocks {
         locks.entry(repo.to_path_buf()).or_default().clone()
     }
 
-    /// The repository lock of one repository, for code that touches only that one and takes no
-    /// other lock but the purgatory's (expiry, pull request refs, background sync fetches).
+    /// The repository lock of one repository, unbounded, for the background sync's fetches
+    /// (`SyncContext::lock_repo`), which touch only that repository and take no other lock but
+    /// the purgatory's. Everything else goes through [`RepoGuards::acquire`].
     pub async fn lock(&self, repo: &Path) -> OwnedMutexGuard<()> {
         self.entry(repo).lock_owned().await
     }
