@@ -54,9 +54,9 @@ impl RepoLocks {
         locks.entry(repo.to_path_buf()).or_default().clone()
     }
 
-    /// The repository lock of one repository, unbounded, for the background sync's fetches
-    /// (`SyncContext::lock_repo`), which touch only that repository and take no other lock but
-    /// the purgatory's. Everything else goes through [`RepoGuards::acquire`].
+    /// The repository lock of one repository, unbounded, for code that touches only that
+    /// repository and takes no other lock after it but the purgatory's (background sync fetches,
+    /// git maintenance, orphan purge). Prefer [`RepoGuards::acquire`], whose wait is bounded.
     pub async fn lock(&self, repo: &Path) -> OwnedMutexGuard<()> {
         self.entry(repo).lock_owned().await
     }
