@@ -15,6 +15,9 @@
 //!   [`push::decide_push`], plus helpers for releasing events after a push.
 //! - [`recency`]: the NIP-01 "which event is newer" order as one type,
 //!   [`recency::Recency`].
+//! - [`auth`]: NIP-42 `AUTH` verification and the NIP-70 protected-event rule.
+//! - [`rate`]: write limits as token buckets (alone and per key) with the time passed in.
+//! - [`curation`]: the operator's allow and deny lists (authors, events, repositories).
 //! - [`hook_api`]: the versioned JSON request/response types the hooks send to
 //!   the relay's internal API.
 //! - [`html`]: the one HTML escaping function of every page.
@@ -37,6 +40,8 @@ pub mod atomic_file;
 pub mod cgi;
 pub mod cors;
 pub mod git_env;
+pub mod auth;
+pub mod curation;
 pub mod hook_api;
 pub mod html;
 pub mod host;
@@ -46,4 +51,5 @@ pub mod nip34;
 pub mod purgatory;
 pub mod push;
 pub mod recency;
+pub mod rate;
 pub mod refs;
