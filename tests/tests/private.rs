@@ -112,10 +112,20 @@ async fn reqs_and_events_need_a_members_auth() {
     assert!(c.send_event(&announcement(&server, &member, "open", &[])).await.unwrap().0);
     let services = event(&member, 10318, &[]);
     assert_eq!(c.send_event(&services).await.unwrap(), (true, String::new()));
-    // An unauthenticated connection is served nothing of it.
+    // An unauthenticated connection is served nothing of it, not even by NIP-77 reconciliation.
     let mut anon = connect(&server).await;
     let id2 = SubscriptionId::new("t");
     assert!(matches!(anon.req_with_id(&id2, vec![Filter::new().id(list.id)]).await.unwrap(), ReqOutcome::Closed(_)));
+    anon.raw_send(r#"["NEG-OPEN","n1",{},"6100"]"#).await.unwrap();
+    let refusal = anon
+        .wait_for(|m| match m {
+            RelayMessage::NegErr { message, .. } => Some(message.to_string()),
+            RelayMessage::NegMsg { .. } => Some("NEG-MSG".into()),
+            _ => None,
+        })
+        .await
+        .unwrap();
+    assert!(refusal.starts_with("auth-required:"), "{refusal}");
 }
 
 #[tokio::test]
