@@ -23,9 +23,16 @@
 //! hooks) run. Anything else that must not interleave with a push may take the same lock, but
 //! never from code the hooks wait on (that would deadlock).
 //!
+//! Private services (GRASP-08): while `<data>/private-service` exists, every repository request
+//! is first put to the relay (`POST /v1/git-auth` on its loopback API, with the request's
+//! `Authorization` header) before anything else happens; refused, unknown-repository and
+//! unreachable-relay requests alike get `401` with `WWW-Authenticate: Nostr` and an empty body
+//! ([`private_gate`]). docs/protocol.md#trust.
+//!
 //! Configuration: `--git-root` / `GRASP_GIT_ROOT` (required), `--hooks-dir` / `GRASP_HOOKS_DIR`
-//! (optional, becomes `core.hooksPath`), `--data-dir` / `GRASP_DATA_DIR` (optional, the relay's
-//! data directory, for the repository page), `--git` / `GRASP_GIT` (default `git`).
+//! (optional, becomes `core.hooksPath`), `--data-dir` / `GRASP_DATA_DIR` (the relay's data
+//! directory, for the repository page and a private service's checks; default: the parent of the
+//! git root), `--git` / `GRASP_GIT` (default `git`).
 
 mod pages;
 mod relay_api;
@@ -53,7 +60,8 @@ struct Args {
     #[arg(long, env = "GRASP_HOOKS_DIR")]
     hooks_dir: Option<PathBuf>,
     /// The relay's data directory: grasp-cgi reads the hook API's address and token there to
-    /// fetch the repository page's data (without it the page shows no details).
+    /// fetch the repository page's data (without it the page shows no details), and a private
+    /// service's marker (the parent of the git root is checked for it too).
     #[arg(long, env = "GRASP_DATA_DIR")]
     data_dir: Option<PathBuf>,
     /// The git executable.
@@ -127,6 +135,9 @@ fn run(args: &Args, out: &mut impl Write) -> anyhow::Result<()> {
     let Some(repo) = parse_repo_path(&req.path_info) else {
         return not_found(out, &req);
     };
+    if !private_gate(args, &repo) {
+        return unauthorized(out);
+    }
     let repo_dir = layout.repo_path(&repo.owner, &repo.identifier)?;
     if !repo_dir.is_dir() {
         return not_found(out, &req);
@@ -151,6 +162,34 @@ fn run(args: &Args, out: &mut impl Write) -> anyhow::Result<()> {
     };
     run_backend(args, &req, &repo, &repo_dir, out)
 }
+
+/// A private service's check, before the repository is even looked up: true when the data
+/// directory is not private, or the relay allows the request's `Authorization` proof. Fails
+/// closed: a relay that cannot be asked allows nothing.
+fn private_gate(args: &Args, repo: &RepoUrlPath) -> bool {
+    use grasp_state::hook_api::PRIVATE_MARKER_FILE;
+    let candidates = args.data_dir.iter().cloned().chain(args.git_root.parent().map(Path::to_path_buf));
+    let Some(data_dir) = candidates.into_iter().find(|d| d.join(PRIVATE_MARKER_FILE).exists()) else {
+        return true;
+    };
+    let authorization = std::env::var("HTTP_AUTHORIZATION").ok();
+    match relay_api::git_auth(&data_dir, &repo.npub, &repo.identifier, authorization) {
+        Ok(allowed) => allowed,
+        Err(e) => {
+            eprintln!("grasp-cgi: private service: cannot ask the relay ({e:#}); refusing");
+            false
+        }
+    }
+}
+
+/// `401` with `WWW-Authenticate: Nostr` and an empty body (CORS included).
+fn unauthorized(out: &mut impl Write) -> anyhow::Result<()> {
+    let head = format!("Status: 401 Unauthorized\r\nWWW-Authenticate: Nostr\r\n{}Content-Length: 0\r\n\r\n", cors::header_lines());
+    out.write_all(head.as_bytes())?;
+    out.flush()?;
+    Ok(())
+}
+
 
 fn not_found(out: &mut impl Write, req: &Request) -> anyhow::Result<()> {
     if req.accept.contains("text/html") {

@@ -11,6 +11,8 @@ use clap::Parser;
 use nostr::prelude::*;
 
 use crate::nostr::negentropy::NegentropyLimits;
+use grasp_state::curation::{Curation, RepoPattern};
+
 use crate::sync::{Cidr, FetchOptions, QueueTimings, SyncConfig, ThrottleLimits};
 
 /// Runtime configuration of `grasp-relay`.
@@ -194,6 +196,79 @@ pub struct Config {
     #[arg(long, env = "GRASP_ADMIN_PUBKEY", value_parser = parse_pubkey)]
     pub admin_pubkey: Option<PublicKey>,
 
+    /// Trust: run a GRASP-08 private service. Every REQ and EVENT needs NIP-42 AUTH as a member,
+    /// git over HTTP needs a member's `Authorization: Nostr` proof (docs/protocol.md#trust).
+    #[arg(long, env = "GRASP_PRIVATE")]
+    pub private: bool,
+
+    /// Trust: a member of the private service (npub or hex; repeatable or comma separated). The
+    /// admin pubkey is always a member.
+    #[arg(long = "member", env = "GRASP_MEMBERS", value_name = "PUBKEY", value_delimiter = ',', value_parser = parse_pubkey)]
+    pub member: Vec<PublicKey>,
+
+    /// Trust: a file of members (one npub or hex key per line, `#` comments), re-read when it
+    /// changes.
+    #[arg(long, env = "GRASP_MEMBERS_FILE", value_name = "PATH")]
+    pub members_file: Option<PathBuf>,
+
+    /// Trust: a private service's background sync fetches only from these peers (`host` or
+    /// `host:port`; repeatable or comma separated). Default: none, a private service fetches
+    /// from nobody.
+    #[arg(long = "private-sync-peer", env = "GRASP_PRIVATE_SYNC_PEERS", value_name = "HOST", value_delimiter = ',')]
+    pub private_sync_peer: Vec<String>,
+
+    /// Trust: events one connection may send at once before the rate applies.
+    #[arg(long, env = "GRASP_WRITE_BURST", default_value_t = 500)]
+    pub write_burst: u32,
+
+    /// Trust: events per second one connection may send after its burst.
+    #[arg(long, env = "GRASP_WRITE_RATE", default_value_t = 50.0)]
+    pub write_rate: f64,
+
+    /// Trust: events all connections from one client address may send at once.
+    #[arg(long, env = "GRASP_WRITE_BURST_PER_IP", default_value_t = 2000)]
+    pub write_burst_per_ip: u32,
+
+    /// Trust: events per second all connections from one client address may send after the burst.
+    #[arg(long, env = "GRASP_WRITE_RATE_PER_IP", default_value_t = 200.0)]
+    pub write_rate_per_ip: f64,
+
+    /// Trust: new repositories one author may create per hour.
+    #[arg(long, env = "GRASP_NEW_REPOS_PER_AUTHOR_PER_HOUR", default_value_t = 60)]
+    pub new_repos_per_author_per_hour: u32,
+
+    /// Trust: most repositories on disk; announcements that would create more are refused
+    /// (0: no limit).
+    #[arg(long, env = "GRASP_MAX_REPOS", default_value_t = 100_000)]
+    pub max_repos: usize,
+
+    /// Trust: a reverse proxy (ADDRESS/PREFIX; repeatable or comma separated) whose
+    /// `X-Forwarded-For` / `X-Real-IP` give the client address for connection and write limits.
+    #[arg(long = "trusted-proxy", env = "GRASP_TRUSTED_PROXIES", value_name = "CIDR", value_delimiter = ',', value_parser = parse_ipnet)]
+    pub trusted_proxy: Vec<ipnet::IpNet>,
+
+    /// Curation: refuse every event by this author (npub or hex; repeatable or comma separated).
+    #[arg(long = "block-author", env = "GRASP_BLOCK_AUTHORS", value_name = "PUBKEY", value_delimiter = ',', value_parser = parse_pubkey)]
+    pub block_author: Vec<PublicKey>,
+
+    /// Curation: refuse this event id (hex; repeatable or comma separated).
+    #[arg(long = "block-event", env = "GRASP_BLOCK_EVENTS", value_name = "ID", value_delimiter = ',', value_parser = parse_event_id)]
+    pub block_event: Vec<EventId>,
+
+    /// Curation: only host repositories matching these patterns (npub, npub/identifier or
+    /// identifier; repeatable or comma separated).
+    #[arg(long = "allow-repo", env = "GRASP_ALLOW_REPOS", value_name = "PATTERN", value_delimiter = ',')]
+    pub allow_repo: Vec<RepoPattern>,
+
+    /// Curation: never host repositories matching these patterns.
+    #[arg(long = "deny-repo", env = "GRASP_DENY_REPOS", value_name = "PATTERN", value_delimiter = ',')]
+    pub deny_repo: Vec<RepoPattern>,
+
+    /// Curation: a file of rules (`block-author`, `block-event`, `allow-repo`, `deny-repo`, one
+    /// per line), re-read when it changes.
+    #[arg(long, env = "GRASP_CURATION_FILE", value_name = "PATH")]
+    pub curation_file: Option<PathBuf>,
+
     /// Relay name published in the NIP-11 document.
     #[arg(long, env = "GRASP_NAME", default_value = "grasp-relay")]
     pub name: String,
@@ -234,6 +309,12 @@ pub enum Command {
         #[arg(long, requires = "purge")]
         yes: bool,
     },
+    /// Remove everything of one author from the relay running on --data-dir: stored events,
+    /// held events and repositories (blocking an author keeps what is stored; this removes it).
+    PurgeAuthor {
+        /// The author's npub or hex public key.
+        author: String,
+    },
 }
 
 /// A duration: whole seconds (`90`), or a number with a unit `ms`, `s`, `m` or `h`.
@@ -253,6 +334,17 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
         _ => None,
     }
     .ok_or_else(|| format!("invalid duration {s:?}: give seconds (90) or a number with ms, s, m or h (500ms, 30m)"))
+}
+
+fn parse_ipnet(s: &str) -> Result<ipnet::IpNet, String> {
+    let s = s.trim();
+    s.parse::<ipnet::IpNet>()
+        .or_else(|_| s.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+        .map_err(|_| format!("invalid address range {s:?}: give ADDRESS/PREFIX, e.g. 10.0.0.0/8 or ::1/128"))
+}
+
+fn parse_event_id(s: &str) -> Result<EventId, String> {
+    EventId::from_hex(s.trim()).map_err(|_| format!("invalid event id {s:?}: give 64 hex characters"))
 }
 
 fn parse_pubkey(s: &str) -> Result<PublicKey, String> {
@@ -327,6 +419,7 @@ impl Config {
             extra_denied: self.sync_deny.clone(),
             own_hosts: vec![self.public_host(), self.bind.to_string()],
             max_parallel: self.sync_max_parallel.max(1),
+            only_peers: self.private.then(|| self.private_sync_peer.clone()),
             ..SyncConfig::default()
         }
     }
@@ -337,6 +430,27 @@ impl Config {
             max_items: self.negentropy_max_items,
             ..NegentropyLimits::default()
         })
+    }
+
+    /// The write limits (docs/protocol.md#trust).
+    pub fn write_limits(&self) -> crate::trust::limits::WriteLimitConfig {
+        use grasp_state::rate::Rate;
+        crate::trust::limits::WriteLimitConfig {
+            per_connection: Rate { burst: self.write_burst, per_second: self.write_rate.max(0.0) },
+            per_address: Rate { burst: self.write_burst_per_ip, per_second: self.write_rate_per_ip.max(0.0) },
+            repos_per_author_per_hour: self.new_repos_per_author_per_hour,
+            max_repos: self.max_repos,
+        }
+    }
+
+    /// The allow/deny lists given on the command line.
+    pub fn curation(&self) -> Curation {
+        Curation {
+            blocked_authors: self.block_author.iter().copied().collect(),
+            blocked_events: self.block_event.iter().copied().collect(),
+            repo_allow: self.allow_repo.iter().cloned().collect(),
+            repo_deny: self.deny_repo.iter().cloned().collect(),
+        }
     }
 
     /// How often to checkpoint the purgatory (never more often than every 10 ms).
@@ -525,6 +639,31 @@ mod tests {
         assert_eq!(cfg.negentropy().map(|l| l.max_items), Some(3));
         let cfg = Config::parse_from(["grasp-relay", "--no-negentropy"]);
         assert_eq!(cfg.negentropy(), None);
+    }
+
+    #[test]
+    fn trust_flags() {
+        let cfg = Config::parse_from(["grasp-relay"]);
+        assert_eq!(cfg.write_limits(), crate::trust::limits::WriteLimitConfig::default());
+        assert!(!cfg.private && cfg.member.is_empty() && !cfg.curation().is_active());
+        let hex = "79be667ef9dcbbac55a06295ce870b07029bfcdb2dce28d959f2815b16f81798";
+        let cfg = Config::parse_from([
+            "grasp-relay",
+            "--private",
+            "--member", hex,
+            "--trusted-proxy", "10.0.0.0/8,::1",
+            "--block-author", hex,
+            "--deny-repo", "spam",
+            "--write-burst", "3",
+            "--write-rate", "1.5",
+        ]);
+        assert!(cfg.private);
+        assert_eq!(cfg.member.len(), 1);
+        assert_eq!(cfg.trusted_proxy.iter().map(|n| n.to_string()).collect::<Vec<_>>(), ["10.0.0.0/8", "::1/128"]);
+        assert!(cfg.curation().is_active());
+        assert_eq!(cfg.write_limits().per_connection.burst, 3);
+        assert!(Config::try_parse_from(["grasp-relay", "--allow-repo", "a/b/c"]).is_err());
+        assert!(Config::try_parse_from(["grasp-relay", "--trusted-proxy", "nope"]).is_err());
     }
 
     #[test]

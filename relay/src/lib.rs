@@ -26,6 +26,11 @@
 //! - [`sync`]: background git-data sync (queue, per-domain throttle, URL safety, fetch by id).
 //! - [`metrics`]: the Prometheus families ([`metrics::Metrics`], kept on `Grasp`), the separate
 //!   metrics listener (`server`) and the `/healthz` / `/readyz` probes (`health`).
+//! - [`trust`]: who may write what and how fast: the checks at the entry of admission (NIP-70,
+//!   curation, private repositories, repository caps), write limits (`limits`), client addresses
+//!   behind trusted proxies (`proxy`), files re-read on change (`reload`), the private service's
+//!   git check (`git_auth`), `purge-author` (`purge`). NIP-42 connection state is
+//!   `nostr::auth`.
 //! - [`config`], [`datadir`], [`shutdown`]: command line and environment, the data directory
 //!   layout and its exclusive lock, the shutdown signal every task is handed.
 
@@ -39,3 +44,4 @@ pub mod nostr;
 pub mod server;
 pub mod shutdown;
 pub mod sync;
+pub mod trust;

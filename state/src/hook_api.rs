@@ -277,6 +277,53 @@ impl ApiError {
     }
 }
 
+/// Operator: remove everything of one author (`POST` a [`PurgeAuthorRequest`], same token):
+/// stored events, held events, repositories. Used by `grasp-relay purge-author`.
+pub const PATH_PURGE_AUTHOR: &str = "/v1/purge-author";
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PurgeAuthorRequest {
+    pub version: u32,
+    /// npub or hex public key.
+    pub author: String,
+}
+
+/// What a purge removed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PurgeAuthorResponse {
+    pub version: u32,
+    pub events_removed: usize,
+    pub held_removed: usize,
+    pub repositories_removed: usize,
+}
+
+/// `<data>/private-service`: present while the data directory belongs to a private GRASP-08
+/// service; grasp-cgi then asks [`PATH_GIT_AUTH`] before serving any repository request.
+pub const PRIVATE_MARKER_FILE: &str = "private-service";
+
+/// grasp-cgi, private service: may the `Authorization` header of a git request for
+/// `/<owner>/<identifier>.git` read or write it? (`POST` a [`GitAuthRequest`], same token.)
+pub const PATH_GIT_AUTH: &str = "/v1/git-auth";
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GitAuthRequest {
+    pub version: u32,
+    /// The repository asked for: its owner's npub and its identifier.
+    pub owner: String,
+    pub identifier: String,
+    /// The HTTP `Authorization` header, if any.
+    pub authorization: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GitAuthResponse {
+    pub version: u32,
+    /// Serve the request.
+    pub allowed: bool,
+    /// Why not (for the relay's log; the client only sees `401`).
+    pub reason: String,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -21,6 +21,9 @@
 //!   store, pull request refs, alignment of refs and HEAD, promotion) and copy targets.
 //! - [`recency`]: the NIP-01 "which event is newer" order as one type,
 //!   [`recency::Recency`].
+//! - [`auth`]: NIP-42 `AUTH` verification and the NIP-70 protected-event rule.
+//! - [`rate`]: write limits as token buckets (alone and per key) with the time passed in.
+//! - [`curation`]: the operator's allow and deny lists (authors, events, repositories).
 //! - [`hook_api`]: the versioned JSON request/response types the hooks send to
 //!   the relay's internal API.
 //! - [`html`]: the one HTML escaping function of every page.
@@ -45,6 +48,8 @@ pub mod atomic_file;
 pub mod cgi;
 pub mod cors;
 pub mod git_env;
+pub mod auth;
+pub mod curation;
 pub mod hook_api;
 pub mod html;
 pub mod host;
@@ -54,5 +59,6 @@ pub mod nip34;
 pub mod purgatory;
 pub mod push;
 pub mod recency;
+pub mod rate;
 pub mod refs;
 pub mod release;

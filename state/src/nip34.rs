@@ -470,6 +470,14 @@ fn truncate(value: &str) -> String {
     value.chars().take(100).collect()
 }
 
+/// Does `url` (one of `schemes`, e.g. `["ws", "wss"]`) name exactly the configured public host
+/// `public_host`? The same comparison as [`Announcement::lists_service`] (case-insensitive host,
+/// explicit default ports equal none, no substring matching, userinfo ignored); the path is not
+/// compared.
+pub fn url_names_host(url: &str, schemes: &[&str], public_host: &str) -> bool {
+    parse_public_host(public_host).is_some_and(|wanted| url_matches(url, schemes, &wanted))
+}
+
 /// A configured public host: `host[:port]`, a leading scheme and a trailing `/` tolerated.
 fn parse_public_host(configured: &str) -> Option<HostPort> {
     let s = configured.trim();

@@ -1,7 +1,9 @@
 //! [`NostrClient`]: a minimal NIP-01 client over tokio-tungstenite for tests.
 //!
 //! Messages that arrive while the client waits for something else are kept in a backlog, so
-//! interleaved live events, OKs and NOTICEs are never lost.
+//! interleaved live events, OKs and NOTICEs are never lost. A NIP-42 `["AUTH", <challenge>]` from
+//! the relay is not queued: the client remembers the latest challenge ([`NostrClient::challenge`])
+//! and answers it when asked to ([`NostrClient::auth`]).
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -30,12 +32,28 @@ pub struct NostrClient {
     backlog: VecDeque<RelayMessage<'static>>,
     next_sub: u64,
     timeout: Duration,
+    url: String,
+    challenge: Option<String>,
 }
 
 impl NostrClient {
     /// Connects to `url` (`ws://ADDR/`), with `TCP_NODELAY` on the socket.
     pub async fn connect(url: &str) -> anyhow::Result<Self> {
-        let (ws, _) = tokio::time::timeout(TIMEOUT, tokio_tungstenite::connect_async_with_config(url, None, true))
+        Self::connect_with_headers(url, &[]).await
+    }
+
+    /// Connects to `url` sending extra HTTP headers with the upgrade request (e.g.
+    /// `X-Forwarded-For`, as a reverse proxy would).
+    pub async fn connect_with_headers(url: &str, headers: &[(&str, &str)]) -> anyhow::Result<Self> {
+        use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+        let mut request = url.into_client_request()?;
+        for (name, value) in headers {
+            request.headers_mut().append(
+                tokio_tungstenite::tungstenite::http::HeaderName::from_bytes(name.as_bytes())?,
+                value.parse()?,
+            );
+        }
+        let (ws, _) = tokio::time::timeout(TIMEOUT, tokio_tungstenite::connect_async_with_config(request, None, true))
             .await
             .context("connect timed out")?
             .with_context(|| format!("connecting to {url}"))?;
@@ -44,6 +62,8 @@ impl NostrClient {
             backlog: VecDeque::new(),
             next_sub: 0,
             timeout: TIMEOUT,
+            url: url.to_string(),
+            challenge: None,
         })
     }
 
@@ -64,8 +84,19 @@ impl NostrClient {
         self.raw_send(msg.as_json()).await
     }
 
-    /// Reads the next relay message from the socket (not the backlog), with the deadline.
+    /// Reads the next relay message from the socket (not the backlog), with the deadline; NIP-42
+    /// challenges are remembered, not returned.
     async fn read(&mut self) -> anyhow::Result<RelayMessage<'static>> {
+        loop {
+            match self.read_any().await? {
+                RelayMessage::Auth { challenge } => self.challenge = Some(challenge.to_string()),
+                m => return Ok(m),
+            }
+        }
+    }
+
+    /// Reads the next relay message of any type from the socket, with the deadline.
+    async fn read_any(&mut self) -> anyhow::Result<RelayMessage<'static>> {
         loop {
             let frame = tokio::time::timeout(self.timeout, self.ws.next())
                 .await
@@ -233,11 +264,53 @@ impl NostrClient {
                 .ok_or_else(|| anyhow!("connection closed by the relay"))??;
             match frame {
                 Message::Pong(p) if p.as_ref() == payload.as_slice() => return Ok(()),
-                Message::Text(t) => self.backlog.push_back(RelayMessage::from_json(t.as_str())?),
+                Message::Text(t) => match RelayMessage::from_json(t.as_str())? {
+                    RelayMessage::Auth { challenge } => self.challenge = Some(challenge.to_string()),
+                    m => self.backlog.push_back(m),
+                },
                 Message::Close(c) => bail!("relay closed the connection: {c:?}"),
                 _ => {}
             }
         }
+    }
+
+    /// The latest NIP-42 challenge the relay sent, if one arrived yet.
+    pub fn challenge(&self) -> Option<&str> {
+        self.challenge.as_deref()
+    }
+
+    /// Waits (with the deadline) until the relay has sent a NIP-42 challenge; returns it.
+    pub async fn wait_challenge(&mut self) -> anyhow::Result<String> {
+        while self.challenge.is_none() {
+            match self.read_any().await? {
+                RelayMessage::Auth { challenge } => self.challenge = Some(challenge.to_string()),
+                m => self.backlog.push_back(m),
+            }
+        }
+        Ok(self.challenge.clone().unwrap_or_default())
+    }
+
+    /// A kind 22242 AUTH event by `keys` for this connection's URL and latest challenge.
+    pub async fn auth_event(&mut self, keys: &Keys) -> anyhow::Result<Event> {
+        let challenge = self.wait_challenge().await?;
+        Ok(EventBuilder::new(Kind::Custom(22242), "")
+            .tags([
+                Tag::parse(["relay", self.url.as_str()])?,
+                Tag::parse(["challenge", challenge.as_str()])?,
+            ])
+            .finalize(keys)?)
+    }
+
+    /// Sends `["AUTH", event]` and returns the relay's `OK` (status, message).
+    pub async fn send_auth(&mut self, event: &Event) -> anyhow::Result<(bool, String)> {
+        self.send(ClientMessage::auth(event.clone())).await?;
+        self.wait_ok(event.id).await
+    }
+
+    /// Authenticates this connection as `keys` (NIP-42); returns the relay's `OK`.
+    pub async fn auth(&mut self, keys: &Keys) -> anyhow::Result<(bool, String)> {
+        let event = self.auth_event(keys).await?;
+        self.send_auth(&event).await
     }
 
     /// Proves the connection still works: a REQ round trip.

@@ -142,13 +142,21 @@ fn main_config(prefix: &Path) -> String {
 
 impl Front {
     fn start() -> Front {
+        Front::start_with(&[])
+    }
+
+    /// [`start`](Self::start) with extra relay arguments (e.g. `--private`).
+    fn start_with(relay_args: &[&str]) -> Front {
         let prefix = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(prefix.path().join("temp")).unwrap();
         // nginx's port is chosen first so the relay can be told its public host.
         let mut last_error = String::new();
         for _attempt in 0..3 {
             let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-            let relay = TestServer::start_with(&["--public-host", &addr.to_string()]);
+            let public_host = addr.to_string();
+            let mut args = vec!["--public-host", public_host.as_str()];
+            args.extend_from_slice(relay_args);
+            let relay = TestServer::start_with(&args);
             let socket = prefix.path().join("fcgiwrap.sock");
             let _ = std::fs::remove_file(&socket);
             let mut fcgiwrap = Daemon::spawn(
@@ -391,4 +399,34 @@ async fn nip11_cors_limits_and_client_addresses_through_nginx() {
     let resp = client.get(front.http_url("/")).header("Accept", "application/nostr+json").send().await.unwrap();
     assert_eq!(resp.status(), 502);
     assert_cors(&resp, "nginx 502");
+}
+
+/// A private GRASP-08 service behind nginx + fcgiwrap: grasp-cgi, run by fcgiwrap with the
+/// example configuration, asks the relay before serving, so git needs a member's proof there too.
+#[tokio::test]
+#[ignore = "needs nginx and fcgiwrap; run by .ci/run with --ignored"]
+async fn private_service_git_needs_a_members_proof_through_nginx() {
+    use base64::Engine as _;
+    let member = Keys::generate();
+    let front = Front::start_with(&["--private", "--member", &member.public_key().to_hex()]);
+    let mut c = NostrClient::connect(&front.ws_url()).await.expect("WebSocket through nginx");
+    assert!(c.auth(&member).await.unwrap().0, "AUTH through nginx");
+    let (ok, msg) = c.send_event(&front.announcement(&member, "secret")).await.unwrap();
+    assert!(ok, "{msg}");
+    let url = front.repo_url(&member.public_key(), "secret");
+    let proof = |keys: &Keys| {
+        let ev = EventBuilder::new(Kind::Custom(27235), "")
+            .tags([Tag::parse(["u", url.as_str()]).unwrap(), Tag::parse(["method", "GET"]).unwrap()])
+            .finalize(keys)
+            .unwrap();
+        format!("Nostr {}", base64::engine::general_purpose::STANDARD.encode(ev.as_json()))
+    };
+    let refs = format!("{url}/info/refs?service=git-upload-pack");
+    let resp = http().get(&refs).send().await.unwrap();
+    assert_eq!(resp.status(), 401, "no proof through nginx\n{}", front.logs());
+    assert_eq!(header_values(&resp, "www-authenticate"), ["Nostr"]);
+    let resp = http().get(&refs).header("Authorization", proof(&Keys::generate())).send().await.unwrap();
+    assert_eq!(resp.status(), 401, "non-member through nginx");
+    let resp = http().get(&refs).header("Authorization", proof(&member)).send().await.unwrap();
+    assert_eq!(resp.status(), 200, "member through nginx\n{}", front.logs());
 }

@@ -179,6 +179,26 @@ async fn handle(req: Request<Incoming>, token: &str, grasp: &Grasp, health: &Hea
             resp
         }
         grasp_state::hook_api::PATH_REPOS_PURGE => repos::route_purge(&body, grasp).await,
+        grasp_state::hook_api::PATH_PURGE_AUTHOR => {
+            let req: grasp_state::hook_api::PurgeAuthorRequest = match parse(&body) {
+                Ok(r) => r,
+                Err(resp) => return *resp,
+            };
+            let Some(author) = grasp_state::curation::parse_pubkey(&req.author) else {
+                return error(StatusCode::BAD_REQUEST, "author is not an npub or hex public key");
+            };
+            match crate::trust::purge::purge_author(grasp, &author).await {
+                Ok(r) => json(StatusCode::OK, &r),
+                Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, format!("purge failed: {e}")),
+            }
+        }
+        grasp_state::hook_api::PATH_GIT_AUTH => {
+            let req: grasp_state::hook_api::GitAuthRequest = match parse(&body) {
+                Ok(r) => r,
+                Err(resp) => return *resp,
+            };
+            json(StatusCode::OK, &crate::trust::git_auth::answer(grasp, &req))
+        }
         _ => error(StatusCode::NOT_FOUND, format!("no such endpoint {path}")),
     }
 }
@@ -196,6 +216,16 @@ fn parse<T: serde::de::DeserializeOwned + Versioned>(body: &[u8]) -> Result<T, B
 
 trait Versioned {
     fn version(&self) -> u32;
+}
+impl Versioned for grasp_state::hook_api::PurgeAuthorRequest {
+    fn version(&self) -> u32 {
+        self.version
+    }
+}
+impl Versioned for grasp_state::hook_api::GitAuthRequest {
+    fn version(&self) -> u32 {
+        self.version
+    }
 }
 /// Both hooks send the one [`HookRequest`].
 impl Versioned for HookRequest {
@@ -248,6 +278,9 @@ pub fn render_purgatory_table(json: &str) -> Result<String> {
 /// Runs a one-shot [`Command`](crate::config::Command) against the relay on `data_dir`.
 pub fn run_command(data_dir: &Path, command: &crate::config::Command) -> Result<()> {
     match command {
+        crate::config::Command::PurgeAuthor { author } => {
+            println!("{}", crate::trust::purge::run_purge_author(data_dir, author)?);
+        }
         crate::config::Command::Purgatory { json } => {
             let body = fetch_purgatory_listing(data_dir)?;
             if *json {

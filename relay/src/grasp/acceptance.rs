@@ -73,8 +73,17 @@ fn full(e: PurgatoryFull) -> Admission {
 }
 
 impl Grasp {
-    /// Decides what happens to a verified event.
-    pub async fn admit(&self, ev: &Event) -> Admission {
+    /// Decides what happens to a verified event submitted by `submitter`.
+    pub async fn admit(&self, ev: &Event, submitter: &grasp_state::auth::Submitter<'_>) -> Admission {
+        // Trust first (docs/protocol.md#trust): AUTH events, NIP-70, curation, private
+        // repositories on a public service, the new-repository caps. Before anything is created.
+        if let Err(msg) = self.trust.admit(self, ev, submitter) {
+            return Admission::Reject(msg);
+        }
+        if self.trust.private && ev.kind.as_u16() == crate::trust::KIND_PRIVATE_GRASP_LIST {
+            // A member's encrypted private service list (members only reach this point).
+            return Admission::Store;
+        }
         if self.relay.store().is_deleted(ev).await.unwrap_or(false) {
             return Admission::Reject(DELETED_MESSAGE.into());
         }

@@ -57,6 +57,9 @@ pub struct Grasp {
     pub metrics: Arc<crate::metrics::Metrics>,
     /// Background repository maintenance after pushes. Set once at startup.
     pub maintenance: std::sync::OnceLock<crate::git::maintenance::Maintenance>,
+    /// Who may write what, how fast (docs/protocol.md#trust). Public defaults unless
+    /// [`Grasp::with_trust`] says otherwise.
+    pub trust: Arc<crate::trust::Trust>,
 }
 
 impl Grasp {
@@ -79,19 +82,28 @@ impl Grasp {
             sync_stats: std::sync::OnceLock::new(),
             metrics,
             maintenance: std::sync::OnceLock::new(),
+            trust: Arc::default(),
         }
     }
 
-    /// The full `EVENT` pipeline for a client-submitted event: verify, admit, store, broadcast.
+    /// This brain with the operator's trust settings.
+    pub fn with_trust(mut self, trust: Arc<crate::trust::Trust>) -> Self {
+        self.trust = trust;
+        self
+    }
+
+    /// The full `EVENT` pipeline for a submitted event: verify, admit, store, broadcast.
+    /// `submitter` says who submits it: the keys its connection authenticated as, or relay sync
+    /// (`from_sync`), which never publishes protected events (docs/protocol.md#trust).
     /// Returns the NIP-01 `OK` status and message.
-    pub async fn submit(&self, event: &Event) -> (bool, String) {
+    pub async fn submit(&self, event: &Event, submitter: &grasp_state::auth::Submitter<'_>) -> (bool, String) {
         if !event.verify_id() {
             return (false, "invalid: event id does not match the event's content; recompute the id (NIP-01)".into());
         }
         if !event.verify_signature() {
             return (false, "invalid: bad signature; sign the event id with the author's key".into());
         }
-        match self.admit(event).await {
+        match self.admit(event, submitter).await {
             Admission::Reject(msg) => {
                 tracing::info!(event = %event.id, kind = event.kind.as_u16(), reason = %msg, "event rejected");
                 (false, msg)

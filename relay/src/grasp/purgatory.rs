@@ -75,6 +75,20 @@ impl SharedPurgatory {
         p.next_deadline().map_or(latest, |at| at.min(latest))
     }
 
+    /// What `author` has waiting (docs/protocol.md#trust, curation): the identifiers of the
+    /// held announcements it owns, and (identifier, id) of its held state events.
+    pub fn held_by(&self, author: &PublicKey) -> (Vec<String>, Vec<(String, EventId)>) {
+        let p = self.lock();
+        let announcements = p.announcements().filter(|a| a.owner == *author).map(|a| a.identifier.clone()).collect();
+        let mut states = Vec::new();
+        for identifier in p.waiting_identifiers() {
+            for s in p.states_for(&identifier).iter().filter(|s| s.author == *author) {
+                states.push((identifier.clone(), s.event.id));
+            }
+        }
+        (announcements, states)
+    }
+
     /// Was this event held once and expired without its git data?
     pub fn is_expired(&self, id: &EventId) -> bool {
         self.lock().is_expired(id)

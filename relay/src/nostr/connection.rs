@@ -5,8 +5,13 @@
 //! hostile: unparseable, oversized or binary messages get a NOTICE (or `OK false` / `CLOSED`
 //! when the message can be attributed) and the connection stays usable. NIP-77 `NEG-*`
 //! messages go to the connection's negentropy sessions (`crate::nostr::negentropy`).
+//!
+//! Trust (docs/protocol.md#trust): the connection is sent a NIP-42 challenge when it opens and
+//! remembers the keys it authenticates as ([`crate::nostr::auth`]); every `EVENT` takes a token
+//! from the connection's and the client address's write buckets; on a private service every
+//! `REQ` and `EVENT` needs a member's AUTH, and live events stop when membership ends.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use futures_util::{SinkExt, StreamExt};
@@ -21,9 +26,12 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::WebSocketStream;
 
 use crate::grasp::Grasp;
+use crate::nostr::auth::{AuthOutcome, ConnectionAuth};
 use crate::nostr::negentropy::{NegentropyLimits, Sessions};
 use crate::nostr::subscriptions::Subscriptions;
 use crate::shutdown::Shutdown;
+use grasp_state::auth::Submitter;
+use grasp_state::rate::TokenBucket;
 
 /// Limits applied to each connection.
 #[derive(Debug, Clone, Copy)]
@@ -50,13 +58,15 @@ impl Limits {
 /// NIP-01 subscription ids are at most 64 characters.
 pub(crate) const MAX_SUBSCRIPTION_ID_LEN: usize = 64;
 
-/// Serves one WebSocket connection until the client leaves or shutdown is signalled.
+/// Serves one WebSocket connection until the client leaves or shutdown is signalled. `client` is
+/// the client's address (the peer's, or the one a trusted proxy forwarded) for the write limits.
 pub async fn handle<S>(
     mut ws: WebSocketStream<S>,
     grasp: Arc<Grasp>,
     limits: Limits,
     mut shutdown: Shutdown,
     remote: SocketAddr,
+    client: IpAddr,
 ) where
     S: AsyncRead + AsyncWrite + Unpin,
 {
@@ -67,9 +77,17 @@ pub async fn handle<S>(
         out: Vec::new(),
         live: grasp.relay.subscribe(),
         negentropy: limits.negentropy.map(Sessions::new),
+        auth: ConnectionAuth::new(),
+        writes: grasp.trust.limits.connection_bucket(),
+        client,
     };
     let _open = grasp.metrics.websocket_opened();
-    tracing::debug!(%remote, "websocket open");
+    tracing::debug!(%remote, %client, "websocket open");
+    // NIP-42: the challenge comes first, so a client can AUTH before it is asked to.
+    let challenge = RelayMessage::auth(conn.auth.challenge().to_string()).as_json();
+    if ws.send(Message::text(challenge)).await.is_err() {
+        return;
+    }
     loop {
         tokio::select! {
             _ = shutdown.recv() => {
@@ -125,6 +143,12 @@ struct Connection {
     out: Vec<String>,
     live: broadcast::Receiver<Arc<Event>>,
     negentropy: Option<Sessions>,
+    /// NIP-42 challenge and authenticated keys.
+    auth: ConnectionAuth,
+    /// This connection's write bucket.
+    writes: TokenBucket,
+    /// The client's address, for the per-address write bucket.
+    client: IpAddr,
 }
 
 impl Connection {
@@ -139,6 +163,16 @@ impl Connection {
     /// Forwards a live event to the matching subscriptions, except to `skip.0` if its initial
     /// results (`skip.1`) already contained the event.
     fn on_live(&mut self, event: &Event, skip: Option<(&SubscriptionId, &HashSet<EventId>)>) {
+        if self.subs.is_empty() {
+            return;
+        }
+        // A private service serves nothing once the connection's membership ended.
+        if let Err(reason) = self.membership() {
+            for id in self.subs.remove_all() {
+                self.send(RelayMessage::closed(id, reason.clone()));
+            }
+            return;
+        }
         let ids: Vec<SubscriptionId> = self.subs.matching(event).cloned().collect();
         for id in ids {
             if skip.is_some_and(|(sid, sent)| *sid == id && sent.contains(&event.id)) {
@@ -192,14 +226,14 @@ impl Connection {
             Some("EVENT") => self.on_event(items).await,
             Some("REQ") => self.on_req(items).await,
             Some("CLOSE") => self.on_close(items),
+            Some("AUTH") => self.on_auth(items),
             Some("NEG-OPEN" | "NEG-MSG" | "NEG-CLOSE") if self.negentropy.is_some() => {
                 self.on_negentropy(items).await
             }
             Some(other) => {
-                let other = truncate(other, 32);
                 let speaks = match self.negentropy {
-                    Some(_) => "EVENT, REQ, CLOSE, NEG-OPEN, NEG-MSG and NEG-CLOSE",
-                    None => "EVENT, REQ and CLOSE",
+                    Some(_) => "EVENT, REQ, CLOSE, AUTH, NEG-OPEN, NEG-MSG and NEG-CLOSE",
+                    None => "EVENT, REQ, CLOSE and AUTH",
                 };
                 self.notice(&format!("invalid: unsupported message type {other:?}; this relay speaks {speaks}"))
             }
@@ -227,7 +261,17 @@ impl Connection {
                 return;
             }
         };
-        let (ok, message) = self.grasp.submit(&event).await;
+        if let Err(reason) = self.membership() {
+            self.grasp.metrics.event(Some(event.kind.as_u16()), false, &reason);
+            return self.send(RelayMessage::ok(event.id, false, reason));
+        }
+        if let Err(reason) = self.grasp.trust.limits.take_write(&mut self.writes, self.client) {
+            tracing::info!(event = %event.id, client = %self.client, reason = %reason, "event rate-limited");
+            self.grasp.metrics.event(Some(event.kind.as_u16()), false, &reason);
+            return self.send(RelayMessage::ok(event.id, false, reason));
+        }
+        let submitter = Submitter { authenticated: self.auth.authenticated(), from_sync: false };
+        let (ok, message) = self.grasp.submit(&event, &submitter).await;
         self.grasp.metrics.event(Some(event.kind.as_u16()), ok, &message);
         tracing::debug!(id = %event.id, kind = event.kind.as_u16(), ok, %message, "EVENT");
         self.send(RelayMessage::ok(event.id, ok, message));
@@ -252,6 +296,10 @@ impl Connection {
                     ));
                 }
             }
+        }
+        if let Err(reason) = self.membership() {
+            self.subs.remove(&sub_id);
+            return self.send(RelayMessage::closed(sub_id, reason));
         }
         if let Err(e) = self.subs.check(&sub_id, &filters) {
             // A rejected REQ that reuses an open id ends that subscription too.
@@ -289,9 +337,64 @@ impl Connection {
     }
 
     async fn on_negentropy(&mut self, items: &[Value]) {
+        // A private service reconciles only with members (docs/protocol.md#trust).
+        if items.first().and_then(Value::as_str) == Some("NEG-OPEN") {
+            if let Err(reason) = self.membership() {
+                if let Some(id) = items.get(1).and_then(Value::as_str) {
+                    let id = SubscriptionId::new(truncate(id, MAX_SUBSCRIPTION_ID_LEN));
+                    self.send(RelayMessage::NegErr { subscription_id: std::borrow::Cow::Owned(id), message: std::borrow::Cow::Owned(reason) });
+                }
+                return;
+            }
+        }
         if let Some(sessions) = self.negentropy.as_mut() {
             if let Some(reply) = sessions.handle(items, self.grasp.relay.store()).await {
                 self.send(reply);
+            }
+        }
+    }
+
+    /// On a private service: is this connection authenticated as a current member? The refusal
+    /// is a complete `auth-required:` / `restricted:` message.
+    fn membership(&self) -> Result<(), String> {
+        let trust = &self.grasp.trust;
+        if !trust.private {
+            return Ok(());
+        }
+        let keys = self.auth.authenticated();
+        if keys.is_empty() {
+            return Err("auth-required: this is a private GRASP service; authenticate as a member (NIP-42 AUTH) first".into());
+        }
+        if trust.any_member(keys) {
+            return Ok(());
+        }
+        Err("restricted: this is a private GRASP service and no key this connection authenticated as is a member; ask the operator to add you".into())
+    }
+
+    /// NIP-42 `["AUTH", <event>]`: answered with `OK` like an `EVENT`.
+    fn on_auth(&mut self, items: &[Value]) {
+        let Some(raw) = items.get(1) else {
+            return self.notice("invalid: AUTH message without an event; send [\"AUTH\", <signed kind 22242 event>]");
+        };
+        let event: Event = match serde_json::from_value(raw.clone()) {
+            Ok(e) => e,
+            Err(e) => {
+                let reason = format!("invalid: malformed AUTH event ({e})");
+                match raw.get("id").and_then(Value::as_str).and_then(|s| EventId::from_hex(s).ok()) {
+                    Some(id) => self.send(RelayMessage::ok(id, false, reason)),
+                    None => self.notice(&reason),
+                }
+                return;
+            }
+        };
+        match self.auth.authenticate(&event, &self.grasp.public_host) {
+            AuthOutcome::Authenticated(pk) => {
+                tracing::info!(pubkey = %pk, client = %self.client, "connection authenticated (NIP-42)");
+                self.send(RelayMessage::ok(event.id, true, ""));
+            }
+            AuthOutcome::Refused(reason) => {
+                tracing::info!(event = %event.id, client = %self.client, reason = %reason, "AUTH refused");
+                self.send(RelayMessage::ok(event.id, false, format!("invalid: {reason}")));
             }
         }
     }

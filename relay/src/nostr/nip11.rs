@@ -3,9 +3,10 @@
 use serde_json::{json, Value};
 
 use crate::config::Config;
+use crate::trust::Trust;
 
 /// NIPs this relay implements (and 77 unless `--no-negentropy`).
-pub const SUPPORTED_NIPS: &[u16] = &[1, 9, 11, 34];
+pub const SUPPORTED_NIPS: &[u16] = &[1, 9, 11, 34, 42, 70];
 
 /// The human-readable acceptance criteria required by GRASP, for a purgatory that holds events
 /// `purgatory_ttl_secs` seconds. Kept in step with `crate::grasp::acceptance`.
@@ -27,9 +28,11 @@ after {wait} otherwise. Everything else is refused."
     )
 }
 
-/// The NIP-11 document for this configuration. `software` is omitted (the project has no public
+/// The NIP-11 document for this configuration and these trust settings (the curation summary
+/// follows the curation file as it changes). `software` is omitted (the project has no public
 /// URL yet); `pubkey` is the operator's (`--admin-pubkey`), omitted when not configured.
-pub fn document(cfg: &Config) -> Value {
+pub fn document(cfg: &Config, trust: &Trust) -> Value {
+    let limits = trust.limits.config;
     let mut doc = json!({
         "name": cfg.name,
         "description": cfg.description,
@@ -42,10 +45,30 @@ pub fn document(cfg: &Config) -> Value {
             "max_subscriptions": cfg.max_subscriptions,
             "max_filters": cfg.max_filters,
             "max_limit": cfg.max_limit,
-            "auth_required": false,
+            "auth_required": trust.private,
             "payment_required": false,
+            "restricted_writes": trust.private,
+            "max_event_burst_per_connection": limits.per_connection.burst,
+            "max_events_per_second_per_connection": limits.per_connection.per_second,
+            "max_event_burst_per_address": limits.per_address.burst,
+            "max_events_per_second_per_address": limits.per_address.per_second,
+            "max_new_repositories_per_author_per_hour": limits.repos_per_author_per_hour,
+            "max_repositories": limits.max_repos,
         },
     });
+    if trust.private {
+        doc["supported_grasps"] = json!(["GRASP-01", "GRASP-08"]);
+        doc["repo_acceptance_criteria"] = Value::String(format!(
+            "A private GRASP-08 service: reading and writing need NIP-42 authentication as a member \
+(the operator keeps the member list), and git over HTTP needs a member's `Authorization: Nostr` \
+proof. For members: {}",
+            repo_acceptance_criteria(&cfg.public_host(), cfg.purgatory_ttl.as_secs())
+        ));
+    }
+    let curation = trust.curation();
+    if curation.is_active() {
+        doc["curation"] = Value::String(curation.summary());
+    }
     if let Some(pk) = &cfg.admin_pubkey {
         doc["pubkey"] = Value::String(pk.to_hex());
     }
@@ -59,9 +82,11 @@ mod tests {
     #[test]
     fn has_required_fields_and_no_curation() {
         let cfg = Config::for_tests("/tmp/x".into());
-        let doc = document(&cfg);
+        let doc = document(&cfg, &Trust::default());
         assert_eq!(doc["supported_grasps"], json!(["GRASP-01"]));
-        assert_eq!(doc["supported_nips"], json!([1, 9, 11, 34, 77]));
+        assert_eq!(doc["supported_nips"], json!([1, 9, 11, 34, 42, 70, 77]));
+        assert_eq!(doc["limitation"]["max_event_burst_per_connection"], json!(500));
+        assert_eq!(doc["limitation"]["auth_required"], json!(false));
         let criteria = doc["repo_acceptance_criteria"].as_str().unwrap();
         assert!(criteria.contains("30617") && criteria.contains("127.0.0.1:8080"), "{criteria}");
         assert!(criteria.contains("30 minutes"), "{criteria}");
@@ -76,14 +101,26 @@ mod tests {
         let mut cfg = Config::for_tests("/tmp/x".into());
         let hex = "79be667ef9dcbbac55a06295ce870b07029bfcdb2dce28d959f2815b16f81798";
         cfg.admin_pubkey = Some(::nostr::prelude::PublicKey::from_hex(hex).unwrap());
-        assert_eq!(document(&cfg)["pubkey"], json!(hex));
+        assert_eq!(document(&cfg, &Trust::default())["pubkey"], json!(hex));
     }
 
     #[test]
     fn nip77_is_listed_only_when_served() {
         let mut cfg = Config::for_tests("/tmp/x".into());
         cfg.no_negentropy = true;
-        assert_eq!(document(&cfg)["supported_nips"], json!([1, 9, 11, 34]));
+        assert_eq!(document(&cfg, &Trust::default())["supported_nips"], json!([1, 9, 11, 34, 42, 70]));
+    }
+
+    #[test]
+    fn private_service_and_curation_are_advertised() {
+        use clap::Parser;
+        let cfg = Config::parse_from(["grasp-relay", "--private", "--deny-repo", "spam"]);
+        let trust = Trust::from_config(&cfg, "/nonexistent".into()).unwrap();
+        let doc = document(&cfg, &trust);
+        assert_eq!(doc["supported_grasps"], json!(["GRASP-01", "GRASP-08"]));
+        assert_eq!(doc["limitation"]["auth_required"], json!(true));
+        assert!(doc["repo_acceptance_criteria"].as_str().unwrap().contains("member"));
+        assert!(doc["curation"].as_str().unwrap().contains("1 repository patterns"));
     }
 
     #[test]

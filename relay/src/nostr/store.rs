@@ -146,6 +146,12 @@ impl Store {
         Ok(self.db.negentropy_items(filter).await?)
     }
 
+    /// Removes every stored event matching `filter` (operator purges; not a NIP-09 deletion, so
+    /// the events may be published again).
+    pub async fn delete(&self, filter: Filter) -> Result<(), StoreError> {
+        Ok(self.db.delete(filter).await?)
+    }
+
     /// The stored event with this id, if any.
     pub async fn event_by_id(&self, id: &EventId) -> Result<Option<Event>, StoreError> {
         Ok(self.db.event_by_id(id).await?)

@@ -73,6 +73,11 @@ impl Subscriptions {
         self.subs.remove(id).is_some()
     }
 
+    /// Ends every subscription; returns their ids.
+    pub fn remove_all(&mut self) -> Vec<SubscriptionId> {
+        self.subs.drain().map(|(id, _)| id).collect()
+    }
+
     pub fn len(&self) -> usize {
         self.subs.len()
     }

@@ -8,8 +8,11 @@
 //! reading the request (see `server::refuse`).
 //!
 //! The per-address count uses the TCP peer address. Behind a reverse proxy every client shares
-//! the proxy's address: set `--max-connections-per-ip 0` there (no per-address limit) and let the
-//! proxy limit its clients.
+//! the proxy's address: either set `--max-connections-per-ip 0` there (no per-address limit) and
+//! let the proxy limit its clients, or name the proxy with `--trusted-proxy CIDR`: its connections
+//! then count only towards the total ([`ConnectionLimiter::try_open_from_proxy`]), and each
+//! WebSocket it forwards holds a place of the forwarded client address
+//! ([`ConnectionLimiter::try_hold_address`]).
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -60,6 +63,8 @@ pub struct ConnectionLimiter {
 pub struct ConnectionPermit {
     limiter: Arc<ConnectionLimiter>,
     address: IpAddr,
+    /// False for a forwarded client's per-address place.
+    counts_total: bool,
 }
 
 impl ConnectionLimiter {
@@ -83,7 +88,33 @@ impl ConnectionLimiter {
         }
         counts.total += 1;
         counts.per_address.insert(address, mine + 1);
-        Ok(ConnectionPermit { limiter: self.clone(), address })
+        Ok(ConnectionPermit { limiter: self.clone(), address, counts_total: true })
+    }
+
+    /// Takes a place for a new connection from a trusted reverse proxy: only the total applies
+    /// (the proxy carries many clients); the client's own place is taken per WebSocket with
+    /// [`try_hold_address`](Self::try_hold_address).
+    pub fn try_open_from_proxy(self: &Arc<Self>, proxy: IpAddr) -> Result<ConnectionPermit, Refusal> {
+        let address = proxy.to_canonical();
+        let mut counts = self.counts.lock().unwrap();
+        if counts.total >= self.max_total {
+            return Err(Refusal::Total(self.max_total));
+        }
+        counts.total += 1;
+        *counts.per_address.entry(address).or_insert(0) += 1;
+        Ok(ConnectionPermit { limiter: self.clone(), address, counts_total: true })
+    }
+
+    /// Takes a per-address place (not a total one) for a client forwarded by a trusted proxy.
+    pub fn try_hold_address(self: &Arc<Self>, client: IpAddr) -> Result<ConnectionPermit, Refusal> {
+        let address = client.to_canonical();
+        let mut counts = self.counts.lock().unwrap();
+        let mine = counts.per_address.get(&address).copied().unwrap_or(0);
+        if self.max_per_address > 0 && mine >= self.max_per_address {
+            return Err(Refusal::PerAddress(self.max_per_address));
+        }
+        counts.per_address.insert(address, mine + 1);
+        Ok(ConnectionPermit { limiter: self.clone(), address, counts_total: false })
     }
 
     /// Connections open now.
@@ -100,7 +131,9 @@ impl ConnectionLimiter {
 impl Drop for ConnectionPermit {
     fn drop(&mut self) {
         let mut counts = self.limiter.counts.lock().unwrap_or_else(|e| e.into_inner());
-        counts.total = counts.total.saturating_sub(1);
+        if self.counts_total {
+            counts.total = counts.total.saturating_sub(1);
+        }
         if let Some(n) = counts.per_address.get_mut(&self.address) {
             *n -= 1;
             if *n == 0 {
@@ -161,6 +194,23 @@ mod tests {
         let _p = l.try_open(ip("192.0.2.1")).unwrap();
         assert_eq!(l.try_open(ip("::ffff:192.0.2.1")).unwrap_err(), Refusal::PerAddress(1));
         assert!(ConnectionLimiter::new(0, 0).try_open(ip("192.0.2.1")).is_ok(), "at least one connection");
+    }
+
+    #[test]
+    fn trusted_proxies_count_in_the_total_and_forwarded_clients_per_address() {
+        let l = ConnectionLimiter::new(3, 1);
+        let proxy = ip("10.0.0.1");
+        let p1 = l.try_open_from_proxy(proxy).unwrap();
+        let _p2 = l.try_open_from_proxy(proxy).unwrap();
+        let client = l.try_hold_address(ip("203.0.113.1")).unwrap();
+        assert_eq!(l.try_hold_address(ip("203.0.113.1")).unwrap_err(), Refusal::PerAddress(1));
+        assert!(l.try_hold_address(ip("203.0.113.2")).is_ok());
+        assert_eq!(l.open(), 2);
+        let _p3 = l.try_open_from_proxy(proxy).unwrap();
+        assert_eq!(l.try_open_from_proxy(proxy).unwrap_err(), Refusal::Total(3));
+        drop((client, p1));
+        assert_eq!(l.open(), 2);
+        assert!(l.try_hold_address(ip("203.0.113.1")).is_ok());
     }
 
     #[test]

@@ -111,7 +111,22 @@ pub async fn run(mut cfg: Config) -> anyhow::Result<()> {
     let layout = grasp_state::identifier::RepoLayout::new(data.git());
     let purgatory = crate::grasp::lifecycle::restore(data.root(), &layout, cfg.purgatory());
     let metrics = Arc::new(crate::metrics::Metrics::new());
-    let grasp = Arc::new(Grasp::new(relay, purgatory, layout, data.hooks(), cfg.public_host(), metrics.clone()));
+    // A private service's data never turns public by a configuration change.
+    let marker = data.root().join(crate::trust::git_auth::PRIVATE_MARKER);
+    if cfg.private {
+        std::fs::write(&marker, "This data directory belongs to a private GRASP-08 service (docs/deployment.md).\n")
+            .with_context(|| format!("writing {}", marker.display()))?;
+    } else if marker.exists() {
+        anyhow::bail!(
+            "{} exists: this data directory belongs to a private GRASP-08 service; start with --private, \
+             or migrate its data to a public service deliberately (docs/deployment.md)",
+            marker.display()
+        );
+    }
+    let trust = Arc::new(crate::trust::Trust::from_config(&cfg, data.git())?);
+    let grasp = Arc::new(
+        Grasp::new(relay, purgatory, layout, data.hooks(), cfg.public_host(), metrics.clone()).with_trust(trust),
+    );
 
     // The hooks git runs, and the loopback API they call. Without the helper binaries the relay
     // could not serve git or authorise a push: refuse to start rather than fail every request.
@@ -146,6 +161,7 @@ pub async fn run(mut cfg: Config) -> anyhow::Result<()> {
 
     let _ = grasp.maintenance.set(crate::git::maintenance::Maintenance::start(grasp.clone(), controller.subscribe()));
     tokio::spawn(crate::grasp::lifecycle::run_expiry(grasp.clone(), controller.subscribe()));
+    tokio::spawn(crate::trust::run_curation_watch(grasp.clone(), controller.subscribe()));
     tokio::spawn(crate::grasp::lifecycle::run_checkpoints(
         grasp.clone(),
         data.root().to_path_buf(),
@@ -157,7 +173,8 @@ pub async fn run(mut cfg: Config) -> anyhow::Result<()> {
         cgi_path: cfg.cgi_path(),
         git_root: data.git(),
         hooks_dir: Some(data.hooks()),
-        // grasp-cgi asks the hook API for the repository page's data.
+        // grasp-cgi asks the hook API for the repository page's data and, on a private service,
+        // about every git request.
         env: vec![("GRASP_DATA_DIR".into(), data.root().display().to_string())],
     };
     let connections = ConnectionLimiter::new(cfg.max_connections as usize, cfg.max_connections_per_ip as usize);
@@ -227,7 +244,12 @@ async fn accept_loop(listener: TcpListener, state: Arc<AppState>, mut shutdown: 
                 }
             },
         };
-        let permit = match state.connections.try_open(remote.ip()) {
+        let opened = if crate::trust::proxy::is_trusted(remote.ip(), &state.grasp.trust.trusted_proxies) {
+            state.connections.try_open_from_proxy(remote.ip())
+        } else {
+            state.connections.try_open(remote.ip())
+        };
+        let permit = match opened {
             Ok(permit) => Arc::new(permit),
             Err(refusal) => {
                 tracing::debug!(%remote, ?refusal, open = state.connections.open(), "connection refused");
@@ -343,7 +365,7 @@ async fn route(
         } else if accepts_nostr_json(&req) {
             let mut r = http::text(
                 StatusCode::OK,
-                crate::nostr::nip11::document(&state.cfg).to_string(),
+                crate::nostr::nip11::document(&state.cfg, &state.grasp.trust).to_string(),
             );
             r.headers_mut().insert(
                 CONTENT_TYPE,
@@ -409,6 +431,21 @@ fn websocket_upgrade(
             .insert(SEC_WEBSOCKET_VERSION, HeaderValue::from_static("13"));
         return r;
     }
+    // Behind a trusted proxy, the forwarded client address holds a per-address place for as long
+    // as the WebSocket lives, and is the key of its write limits.
+    let trust = &state.grasp.trust;
+    let client = crate::trust::proxy::client_address(remote.ip(), req.headers(), &trust.trusted_proxies);
+    let client_place = if crate::trust::proxy::is_trusted(remote.ip(), &trust.trusted_proxies) {
+        match state.connections.try_hold_address(client) {
+            Ok(place) => Some(place),
+            Err(refusal) => {
+                tracing::debug!(%remote, %client, ?refusal, "forwarded websocket refused");
+                return http::text(StatusCode::SERVICE_UNAVAILABLE, refusal.message());
+            }
+        }
+    } else {
+        None
+    };
     let accept = derive_accept_key(key.as_bytes());
     let on_upgrade = hyper::upgrade::on(&mut req);
     tokio::spawn(async move {
@@ -420,8 +457,8 @@ fn websocket_upgrade(
                     Some(state.limits.websocket_config()),
                 )
                 .await;
-                connection::handle(ws, state.grasp.clone(), state.limits, shutdown, remote).await;
-                drop(permit);
+                connection::handle(ws, state.grasp.clone(), state.limits, shutdown, remote, client).await;
+                drop((permit, client_place));
             }
             Err(e) => tracing::debug!(%remote, error = %e, "websocket upgrade failed"),
         }

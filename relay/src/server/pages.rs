@@ -158,13 +158,13 @@ pub async fn served_repos(grasp: &Grasp, page: usize) -> (Vec<RepoCard>, bool) {
 pub async fn home(cfg: &Config, grasp: &Grasp, query: Option<&str>) -> String {
     let page = page_of(query);
     let (repos, more) = served_repos(grasp, page).await;
-    render_home(cfg, &repos, page, more)
+    render_home(cfg, &grasp.trust, &repos, page, more)
 }
 
 /// The home page's HTML (pure).
-pub fn render_home(cfg: &Config, repos: &[RepoCard], page: usize, more: bool) -> String {
+pub fn render_home(cfg: &Config, trust: &crate::trust::Trust, repos: &[RepoCard], page: usize, more: bool) -> String {
     let urls = PublicUrls::new(&cfg.public_host());
-    let doc = crate::nostr::nip11::document(cfg);
+    let doc = crate::nostr::nip11::document(cfg, trust);
     let nips: Vec<String> = crate::nostr::nip11::SUPPORTED_NIPS
         .iter()
         .map(|n| format!("<a href=\"https://github.com/nostr-protocol/nips/blob/master/{n:02}.md\">NIP-{n:02}</a>"))
@@ -290,7 +290,7 @@ mod tests {
             description: Some("\"quoted\" & 'single'".into()),
             announced_at: 0,
         }];
-        let html = render_home(&cfg, &repos, 2, true);
+        let html = render_home(&cfg, &crate::trust::Trust::default(), &repos, 2, true);
         assert!(!html.contains("<script>") && !html.contains("<b>relay"), "{html}");
         assert!(html.contains("&lt;script&gt;alert(1)&lt;/script&gt;"));
         assert!(html.contains("&quot;quoted&quot; &amp; &#39;single&#39;"));

@@ -100,6 +100,8 @@ pub struct SyncConfig {
     pub tick: Duration,
     /// At most this many identifiers sync at once.
     pub max_parallel: usize,
+    /// A private service: fetch only from these `host` / `host:port` peers (`None`: any peer).
+    pub only_peers: Option<Vec<String>>,
 }
 
 impl Default for SyncConfig {
@@ -113,6 +115,7 @@ impl Default for SyncConfig {
             own_hosts: Vec::new(),
             tick: Duration::from_secs(1),
             max_parallel: 16,
+            only_peers: None,
         }
     }
 }
@@ -186,11 +189,14 @@ impl<C: SyncContext> Syncer<C> {
 
     /// Like [`Syncer::new`] with an injected clock (tests).
     pub fn with_clock(ctx: C, config: SyncConfig, clock: Clock) -> Self {
-        let policy = UrlPolicy::new(
+        let mut policy = UrlPolicy::new(
             config.allow_private,
             &config.extra_denied,
             &config.own_hosts,
         );
+        if let Some(peers) = &config.only_peers {
+            policy = policy.only_peers(peers);
+        }
         Syncer {
             shared: Arc::new(Shared {
                 queue: Mutex::new(SyncQueue::new(config.queue.clone())),

@@ -103,6 +103,8 @@ pub enum UrlRejected {
     Credentials(String),
     #[error("clone URL {0:?} points at this server")]
     OwnServer(String),
+    #[error("clone URL {0:?} is not on a peer the operator listed (--private-sync-peer); a private service syncs only with those")]
+    NotAPeer(String),
     #[error("host {host} resolves to {address}, which is in the denied range {range}")]
     Denied {
         host: String,
@@ -207,6 +209,8 @@ pub struct UrlPolicy {
     denied: Vec<Cidr>,
     /// This server's own `host` or `host:port` entries.
     own_hosts: Vec<(String, Option<u16>)>,
+    /// A private service: the only `host` / `host:port` entries fetched from (none: anything).
+    only_peers: Option<Vec<(String, Option<u16>)>>,
     resolve_timeout: Duration,
 }
 
@@ -237,8 +241,16 @@ impl UrlPolicy {
         UrlPolicy {
             denied,
             own_hosts,
+            only_peers: None,
             resolve_timeout: Duration::from_secs(5),
         }
+    }
+
+    /// Fetch only from these `host` / `host:port` peers (a private service; an empty list
+    /// fetches from nobody).
+    pub fn only_peers(mut self, peers: &[String]) -> UrlPolicy {
+        self.only_peers = Some(peers.iter().filter_map(|p| HostPort::parse(p.trim()).map(|hp| (hp.host, hp.port))).collect());
+        self
     }
 
     /// Checks that need no network: syntax, scheme, credentials, own server, literal addresses.
@@ -250,6 +262,12 @@ impl UrlPolicy {
             .any(|(host, port)| *host == url.host && port.is_none_or(|port| port == url.port));
         if own {
             return Err(UrlRejected::OwnServer(url.url));
+        }
+        if let Some(peers) = &self.only_peers {
+            let listed = peers.iter().any(|(host, port)| *host == url.host && port.is_none_or(|port| port == url.port));
+            if !listed {
+                return Err(UrlRejected::NotAPeer(url.url));
+            }
         }
         if let Ok(ip) = url.host.parse::<IpAddr>() {
             self.check_address(&url.host, ip)?;
@@ -296,6 +314,17 @@ impl UrlPolicy {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_private_service_fetches_only_from_listed_peers() {
+        let policy = UrlPolicy::new(true, &[], &[]).only_peers(&["peer.example.com".into(), "127.0.0.1:9000".into()]);
+        assert!(policy.check("https://peer.example.com/npub1x/r.git").is_ok());
+        assert!(policy.check("http://127.0.0.1:9000/npub1x/r.git").is_ok());
+        assert!(matches!(policy.check("http://127.0.0.1:9001/npub1x/r.git"), Err(UrlRejected::NotAPeer(_))));
+        assert!(matches!(policy.check("https://other.example.com/r.git"), Err(UrlRejected::NotAPeer(_))));
+        let nobody = UrlPolicy::new(true, &[], &[]).only_peers(&[]);
+        assert!(matches!(nobody.check("https://peer.example.com/r.git"), Err(UrlRejected::NotAPeer(_))));
+    }
 
     fn cidr(text: &str) -> Cidr {
         text.parse().unwrap()

@@ -1,0 +1,186 @@
+//! Trust: who may write what, how fast, and what the operator refuses (docs/protocol.md#trust).
+//!
+//! - [`Trust`] holds the operator's settings: public or private service, the allow/deny lists
+//!   (`--block-author`, `--allow-repo`, ..., and `--curation-file`, re-read when it changes), the
+//!   members of a private service (`--member`, `--members-file`), the write limits
+//!   ([`limits`]) and the trusted reverse proxies ([`proxy`]).
+//! - [`Trust::admit`] is the check at the entry of admission, before any repository is created:
+//!   AUTH events are never stored, NIP-70 protected events only from their author, curation,
+//!   private repositories refused by a public service, the cap on new repositories.
+//! - Connection-level rules (NIP-42 state, per-connection write bucket, membership for REQ and
+//!   EVENT of a private service) are applied by `crate::nostr::connection`.
+//! - [`run_curation_watch`] drops the held events of authors that become blocked.
+//!
+//! The decisions themselves are pure: `grasp_state::auth`, `grasp_state::curation`,
+//! `grasp_state::rate`.
+
+pub mod git_auth;
+pub mod limits;
+pub mod proxy;
+pub mod purge;
+pub mod reload;
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use grasp_state::auth::{check_protected, Submitter, KIND_AUTH};
+use grasp_state::curation::Curation;
+use grasp_state::nip34::{Announcement, KIND_ANNOUNCEMENT};
+use ipnet::IpNet;
+use nostr::prelude::{Event, PublicKey};
+
+use crate::grasp::Grasp;
+use crate::shutdown::Shutdown;
+use crate::trust::limits::WriteLimits;
+use crate::trust::reload::Reloadable;
+
+/// A member's encrypted list of private GRASP services, accepted by a private service.
+pub const KIND_PRIVATE_GRASP_LIST: u16 = 10318;
+
+/// The refusal of a `["private","true"]` announcement by a public service.
+pub const PRIVATE_REFUSED: &str =
+    "blocked: this is a public GRASP server; private repositories need a GRASP-08 private service";
+
+/// The refusal of kind 22242 sent as `EVENT`.
+pub const AUTH_EVENT_REFUSED: &str =
+    "invalid: kind 22242 events authenticate a connection (NIP-42); send them as [\"AUTH\", <event>], they are never stored";
+
+/// Does the announcement ask for a private repository (`["private","true"]`)?
+pub fn is_private_announcement(ev: &Event) -> bool {
+    ev.tags.iter().any(|t| matches!(t.as_slice(), [n, v, ..] if n == "private" && v == "true"))
+}
+
+/// The operator's trust settings, shared by connections and the acceptance policy.
+#[derive(Default)]
+pub struct Trust {
+    /// A GRASP-08 private service: reads and writes need a member's NIP-42 AUTH.
+    pub private: bool,
+    pub limits: WriteLimits,
+    /// Reverse proxies whose `X-Forwarded-For` / `X-Real-IP` are believed.
+    pub trusted_proxies: Vec<IpNet>,
+    curation: Curation,
+    curation_file: Option<Reloadable<Curation>>,
+    members: BTreeSet<PublicKey>,
+    members_file: Option<Reloadable<BTreeSet<PublicKey>>>,
+}
+
+/// Reads a members file: one npub or hex public key per line, `#` comments.
+pub fn parse_members(text: &str) -> Result<BTreeSet<PublicKey>, String> {
+    let mut set = BTreeSet::new();
+    for (n, raw) in text.lines().enumerate() {
+        let line = raw.split('#').next().unwrap_or("").trim();
+        if line.is_empty() {
+            continue;
+        }
+        let pk = grasp_state::curation::parse_pubkey(line)
+            .ok_or_else(|| format!("line {}: {line:?} is not an npub or hex public key", n + 1))?;
+        set.insert(pk);
+    }
+    Ok(set)
+}
+
+impl Trust {
+    /// Settings from the command line; files named there are read now (an error if unreadable).
+    pub fn from_config(cfg: &crate::config::Config, git_root: std::path::PathBuf) -> anyhow::Result<Trust> {
+        let curation_file = match &cfg.curation_file {
+            Some(p) => Some(Reloadable::open(p, |t| Curation::parse(t).map_err(|e| e.to_string()))?),
+            None => None,
+        };
+        let members_file = match &cfg.members_file {
+            Some(p) => Some(Reloadable::open(p, parse_members)?),
+            None => None,
+        };
+        let mut members: BTreeSet<PublicKey> = cfg.member.iter().copied().collect();
+        members.extend(cfg.admin_pubkey);
+        Ok(Trust {
+            private: cfg.private,
+            limits: WriteLimits::new(cfg.write_limits(), Some(git_root), Arc::new(grasp_state::purgatory::SystemClock)),
+            trusted_proxies: cfg.trusted_proxy.clone(),
+            curation: cfg.curation(),
+            curation_file,
+            members,
+            members_file,
+        })
+    }
+
+    /// The allow/deny lists in force (flags and file together).
+    pub fn curation(&self) -> Arc<Curation> {
+        match &self.curation_file {
+            None => Arc::new(self.curation.clone()),
+            Some(f) => Arc::new(self.curation.clone().merged(&f.get())),
+        }
+    }
+
+    /// Is `pk` a current member of the private service (the admin always is)?
+    pub fn is_member(&self, pk: &PublicKey) -> bool {
+        self.members.contains(pk) || self.members_file.as_ref().is_some_and(|f| f.get().contains(pk))
+    }
+
+    /// Is any of the keys a connection authenticated as a current member?
+    pub fn any_member(&self, authenticated: &[PublicKey]) -> bool {
+        authenticated.iter().any(|pk| self.is_member(pk))
+    }
+
+    /// The checks at the entry of admission, cheapest first. `Err` is a complete NIP-01 message;
+    /// nothing has been created or stored when it is returned.
+    pub fn admit(&self, grasp: &Grasp, ev: &Event, submitter: &Submitter<'_>) -> Result<(), String> {
+        if ev.kind.as_u16() == KIND_AUTH {
+            return Err(AUTH_EVENT_REFUSED.into());
+        }
+        check_protected(ev, submitter).map_err(|r| r.message().to_string())?;
+        let curation = self.curation();
+        curation.check_event(&ev.pubkey, &ev.id)?;
+        if ev.kind.as_u16() == KIND_ANNOUNCEMENT {
+            if is_private_announcement(ev) && !self.private {
+                return Err(PRIVATE_REFUSED.into());
+            }
+            if let Ok(a) = Announcement::from_event(ev) {
+                curation.check_repo(&a.owner, &a.identifier)?;
+                let creates_repo = a.lists_service(&grasp.public_host)
+                    && grasp.repo_path(&a.owner, &a.identifier).is_some_and(|p| !p.exists());
+                if creates_repo {
+                    self.limits.take_new_repo(&a.owner)?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Every second, looks at the curation in force; when authors become blocked, drops their held
+/// announcements (and the bare repositories created for them) and state events. Stored events
+/// stay: `grasp-relay purge-author` removes them (docs/protocol.md#trust).
+pub async fn run_curation_watch(grasp: Arc<Grasp>, mut shutdown: Shutdown) {
+    let mut blocked: BTreeSet<PublicKey> = BTreeSet::new();
+    loop {
+        let now_blocked = grasp.trust.curation().blocked_authors.clone();
+        let new: Vec<PublicKey> = now_blocked.difference(&blocked).copied().collect();
+        for author in new {
+            drop_held_of(&grasp, &author).await;
+        }
+        blocked = now_blocked;
+        tokio::select! {
+            _ = shutdown.recv() => return,
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+        }
+    }
+}
+
+/// Drops what `author` has waiting in the purgatory (held announcements with their bare
+/// repositories, held state events); returns how many entries went.
+pub async fn drop_held_of(grasp: &Grasp, author: &PublicKey) -> usize {
+    let (announcements, states) = grasp.purgatory.held_by(author);
+    let mut dropped = 0;
+    for identifier in announcements {
+        grasp.drop_held_announcement(author, &identifier, "author blocked by the operator").await;
+        dropped += 1;
+    }
+    for (identifier, id) in states {
+        if grasp.purgatory.remove_state(&identifier, &id).is_some() {
+            tracing::info!(identifier, event = %id, reason = "author blocked by the operator", "held state event removed");
+            dropped += 1;
+        }
+    }
+    dropped
+}

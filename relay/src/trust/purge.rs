@@ -1,0 +1,61 @@
+//! `grasp-relay purge-author NPUB`: the operator removes everything of one author: stored events,
+//! held events, and the repositories under `<git>/<npub>/` (docs/protocol.md#trust). Blocking
+//! an author (curation) refuses new events but keeps what is stored; this is the deliberate
+//! second step.
+
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use grasp_state::hook_api::{PurgeAuthorRequest, PurgeAuthorResponse, HOOK_API_VERSION, PATH_PURGE_AUTHOR};
+use grasp_state::identifier::npub_of;
+use nostr::prelude::{Filter, PublicKey};
+
+use crate::grasp::Grasp;
+
+/// A purge of a prolific author deletes many events and repositories: give it time.
+const PURGE_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// Removes `author`'s held events, stored events and repositories.
+pub async fn purge_author(grasp: &Grasp, author: &PublicKey) -> Result<PurgeAuthorResponse, String> {
+    let held_removed = super::drop_held_of(grasp, author).await;
+    let filter = Filter::new().author(*author);
+    let events = grasp.relay.store().query(vec![filter.clone()], usize::MAX).await.map_err(|e| e.to_string())?;
+    grasp.relay.store().delete(filter).await.map_err(|e| e.to_string())?;
+    let owner_dir = grasp.layout.owner_dir(author);
+    let identifiers: Vec<String> = std::fs::read_dir(&owner_dir)
+        .map(|rd| {
+            rd.flatten()
+                .filter_map(|e| e.file_name().to_str().and_then(|n| n.strip_suffix(".git")).map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default();
+    for identifier in &identifiers {
+        grasp.delete_repo(author, identifier).await;
+    }
+    let _ = std::fs::remove_dir(&owner_dir);
+    tracing::info!(author = %npub_of(author), events = events.len(), held = held_removed, repositories = identifiers.len(), "author purged by the operator");
+    Ok(PurgeAuthorResponse {
+        version: HOOK_API_VERSION,
+        events_removed: events.len(),
+        held_removed,
+        repositories_removed: identifiers.len(),
+    })
+}
+
+/// The CLI side: asks the relay running on `data_dir` to purge `author` (through the one hook
+/// API client, `grasp_hooks::ApiClient`); returns a summary line.
+pub fn run_purge_author(data_dir: &Path, author: &str) -> Result<String> {
+    let pk = grasp_state::curation::parse_pubkey(author).with_context(|| format!("{author:?} is not an npub or hex public key"))?;
+    let request = PurgeAuthorRequest { version: HOOK_API_VERSION, author: npub_of(&pk) };
+    let r: PurgeAuthorResponse = grasp_hooks::ApiClient::from_data_dir(data_dir, PURGE_TIMEOUT)
+        .with_context(|| format!("is grasp-relay running with --data-dir {}?", data_dir.display()))?
+        .post(PATH_PURGE_AUTHOR, &request)?;
+    Ok(format!(
+        "purged {}: {} stored events, {} held events, {} repositories removed",
+        npub_of(&pk),
+        r.events_removed,
+        r.held_removed,
+        r.repositories_removed
+    ))
+}

@@ -1,0 +1,177 @@
+//! NIP-42 authentication, NIP-70 protected events and the public service's refusal of private
+//! repositories, end to end (docs/protocol.md#trust).
+
+use grasp_tests::grasp::*;
+use grasp_tests::{NostrClient, TestServer};
+use nostr::prelude::*;
+
+async fn connect(server: &TestServer) -> NostrClient {
+    NostrClient::connect(&server.ws_url()).await.unwrap()
+}
+
+fn signed(keys: &Keys, kind: u16, tags: &[&[&str]], at: u64) -> Event {
+    let tags: Vec<Tag> = tags.iter().map(|t| Tag::parse(t.iter().copied()).unwrap()).collect();
+    EventBuilder::new(Kind::Custom(kind), "")
+        .tags(tags)
+        .custom_created_at(Timestamp::from(at))
+        .finalize(keys)
+        .unwrap()
+}
+
+async fn nip11(server: &TestServer) -> serde_json::Value {
+    reqwest::Client::new()
+        .get(server.http_url())
+        .header("Accept", "application/nostr+json")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn challenge_on_connect_and_several_keys_authenticate() {
+    let server = TestServer::start();
+    let mut c = connect(&server).await;
+    let challenge = c.wait_challenge().await.unwrap();
+    assert_eq!(challenge.len(), 32, "{challenge}");
+    let mut other = connect(&server).await;
+    assert_ne!(other.wait_challenge().await.unwrap(), challenge, "each connection has its own challenge");
+    let (a, b) = (Keys::generate(), Keys::generate());
+    assert_eq!(c.auth(&a).await.unwrap(), (true, String::new()));
+    assert_eq!(c.auth(&b).await.unwrap(), (true, String::new()));
+    // The relay URL is compared after normalising (scheme case, host case, trailing slash).
+    let url = format!("WS://{}", host(&server).to_uppercase());
+    let ev = signed(&a, 22242, &[&["relay", &url], &["challenge", &challenge]], now());
+    assert_eq!(c.send_auth(&ev).await.unwrap(), (true, String::new()));
+    assert!(nip11(&server).await["supported_nips"].as_array().unwrap().iter().any(|n| n == 42));
+}
+
+#[tokio::test]
+async fn bad_auth_events_are_refused_and_the_connection_stays_usable() {
+    let server = TestServer::start();
+    let mut c = connect(&server).await;
+    let challenge = c.wait_challenge().await.unwrap();
+    let keys = Keys::generate();
+    let relay = server.ws_url();
+    let cases: Vec<(&str, Event)> = vec![
+        ("wrong challenge", signed(&keys, 22242, &[&["relay", &relay], &["challenge", "nope"]], now())),
+        ("challenge of another connection", {
+            let mut other = connect(&server).await;
+            let theirs = other.wait_challenge().await.unwrap();
+            signed(&keys, 22242, &[&["relay", &relay], &["challenge", &theirs]], now())
+        }),
+        ("other relay", signed(&keys, 22242, &[&["relay", "wss://relay.example.com/"], &["challenge", &challenge]], now())),
+        ("no relay tag", signed(&keys, 22242, &[&["challenge", &challenge]], now())),
+        ("too old", signed(&keys, 22242, &[&["relay", &relay], &["challenge", &challenge]], now() - 700)),
+        ("in the future", signed(&keys, 22242, &[&["relay", &relay], &["challenge", &challenge]], now() + 700)),
+        ("wrong kind", signed(&keys, 1, &[&["relay", &relay], &["challenge", &challenge]], now())),
+    ];
+    for (what, ev) in cases {
+        let (ok, msg) = c.send_auth(&ev).await.unwrap();
+        assert!(!ok && msg.starts_with("invalid:"), "{what}: {msg}");
+    }
+    // A forged signature.
+    let good = signed(&keys, 22242, &[&["relay", &relay], &["challenge", &challenge]], now());
+    let mut json = serde_json::to_value(&good).unwrap();
+    json["sig"] = serde_json::to_value(signed(&Keys::generate(), 22242, &[], now()).sig).unwrap();
+    c.raw_send(format!("[\"AUTH\",{json}]")).await.unwrap();
+    let (ok, msg) = c.wait_ok(good.id).await.unwrap();
+    assert!(!ok && msg.contains("signature"), "{msg}");
+    // Malformed AUTH messages get a NOTICE.
+    c.raw_send(r#"["AUTH"]"#).await.unwrap();
+    assert!(c.wait_notice().await.unwrap().starts_with("invalid:"));
+    // None of this authenticated: a protected event is still refused auth-required.
+    let protected = signed(&keys, 10317, &[&["-"]], now());
+    let (ok, msg) = c.send_event(&protected).await.unwrap();
+    assert!(!ok && msg.starts_with("auth-required:"), "{msg}");
+    c.ping_relay().await.unwrap();
+}
+
+#[tokio::test]
+async fn protected_events_only_from_their_authenticated_author() {
+    let server = TestServer::start();
+    let author = Keys::generate();
+    let someone = Keys::generate();
+    let mut c = connect(&server).await;
+    let protected = signed(&author, 10317, &[&["-"], &["g", "ws://example.com"]], now());
+
+    let (ok, msg) = c.send_event(&protected).await.unwrap();
+    assert!(!ok && msg.starts_with("auth-required:"), "{msg}");
+    assert!(c.auth(&someone).await.unwrap().0);
+    let (ok, msg) = c.send_event(&protected).await.unwrap();
+    assert!(!ok && msg.starts_with("restricted:"), "{msg}");
+    assert!(c.req(vec![Filter::new().id(protected.id)]).await.unwrap().is_empty(), "nothing stored when refused");
+
+    assert!(c.auth(&author).await.unwrap().0);
+    assert_eq!(c.send_event(&protected).await.unwrap(), (true, String::new()));
+    let stored = c.req(vec![Filter::new().id(protected.id)]).await.unwrap();
+    assert_eq!(stored.len(), 1);
+
+    // Unprotected events need no AUTH.
+    let mut anon = connect(&server).await;
+    let plain = signed(&someone, 10317, &[&["g", "ws://example.com"]], now());
+    assert_eq!(anon.send_event(&plain).await.unwrap(), (true, String::new()));
+    // Anyone may read the protected event once stored.
+    assert_eq!(anon.req(vec![Filter::new().id(protected.id)]).await.unwrap().len(), 1);
+    assert!(nip11(&server).await["supported_nips"].as_array().unwrap().iter().any(|n| n == 70));
+}
+
+#[tokio::test]
+async fn auth_events_are_never_stored_or_broadcast() {
+    let server = TestServer::start();
+    let keys = Keys::generate();
+    let mut watcher = connect(&server).await;
+    let kinds = [Kind::Custom(22242), Kind::Custom(10317)];
+    let (sub, _) = watcher.subscribe(vec![Filter::new().kinds(kinds)]).await.unwrap();
+    let mut c = connect(&server).await;
+    let ev = c.auth_event(&keys).await.unwrap();
+    let (ok, msg) = c.send_event(&ev).await.unwrap();
+    assert!(!ok && msg.starts_with("invalid:") && msg.contains("AUTH"), "{msg}");
+    assert_eq!(c.send_auth(&ev).await.unwrap(), (true, String::new()));
+    assert!(c.req(vec![Filter::new().kind(Kind::Custom(22242))]).await.unwrap().is_empty());
+    // The watcher's next live event is a later marker, not the AUTH event.
+    let marker = signed(&keys, 10317, &[], now());
+    assert!(c.send_event(&marker).await.unwrap().0);
+    assert_eq!(watcher.next_event(&sub).await.unwrap().id, marker.id);
+}
+
+#[tokio::test]
+async fn public_service_refuses_private_repositories_before_creating_anything() {
+    let server = TestServer::start();
+    let owner = Keys::generate();
+    let mut c = connect(&server).await;
+    // A public repository first: held, bare repository created.
+    let public = announcement(&server, &owner, "shared", &[]);
+    assert!(c.send_event(&public).await.unwrap().0);
+    let dir = repo_dir(&server, &owner.public_key(), "shared");
+    assert!(dir.exists());
+
+    let private_tags = |identifier: &str| -> Vec<Vec<String>> {
+        let url = repo_url(&server, &owner.public_key(), identifier);
+        let relay = format!("ws://{}", host(&server));
+        vec![
+            vec!["d".into(), identifier.into()],
+            vec!["clone".into(), url],
+            vec!["relays".into(), relay],
+            vec!["private".into(), "true".into()],
+        ]
+    };
+    let sign = |tags: Vec<Vec<String>>, at: u64| -> Event {
+        let tags: Vec<Tag> = tags.into_iter().map(|t| Tag::parse(t).unwrap()).collect();
+        EventBuilder::new(Kind::Custom(30617), "").tags(tags).custom_created_at(Timestamp::from(at)).finalize(&owner).unwrap()
+    };
+    let expected = "blocked: this is a public GRASP server; private repositories need a GRASP-08 private service";
+    let fresh = sign(private_tags("secret"), now());
+    assert_eq!(c.send_event(&fresh).await.unwrap(), (false, expected.to_string()));
+    assert!(!repo_dir(&server, &owner.public_key(), "secret").exists(), "no repository for a refused announcement");
+
+    // A private replacement of the held public announcement is refused and loses nothing.
+    let replacement = sign(private_tags("shared"), now() + 1);
+    assert_eq!(c.send_event(&replacement).await.unwrap(), (false, expected.to_string()));
+    assert!(dir.exists());
+    let held = purgatory_ids(&server).await;
+    assert!(held.contains(&public.id.to_hex()), "the held announcement stays: {held:?}");
+    assert!(!held.contains(&replacement.id.to_hex()));
+}

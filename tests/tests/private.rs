@@ -1,0 +1,241 @@
+//! A private GRASP-08 service end to end (docs/protocol.md#trust): NIP-11, members-only REQ and
+//! EVENT over NIP-42, live subscriptions ending with membership, git over HTTP only with a
+//! member's `Authorization: Nostr` proof (every refusal a bare `401`), and the data directory
+//! staying private.
+
+use base64::Engine as _;
+use grasp_tests::git::git_output;
+use grasp_tests::grasp::*;
+use grasp_tests::{binary_path, NostrClient, ReqOutcome, TestServer, TIMEOUT};
+use nostr::prelude::*;
+
+async fn connect(server: &TestServer) -> NostrClient {
+    NostrClient::connect(&server.ws_url()).await.unwrap()
+}
+
+fn start_private(member: &Keys, extra: &[&str]) -> TestServer {
+    let hex = member.public_key().to_hex();
+    let mut args = vec!["--private", "--member", hex.as_str()];
+    args.extend_from_slice(extra);
+    TestServer::start_with(&args)
+}
+
+/// An announcement with `["private","true"]` listing `server`.
+fn private_announcement(server: &TestServer, keys: &Keys, identifier: &str) -> Event {
+    event(
+        keys,
+        30617,
+        &[
+            &["d", identifier],
+            &["clone", &repo_url(server, &keys.public_key(), identifier)],
+            &["relays", &format!("ws://{}", host(server))],
+            &["private", "true"],
+        ],
+    )
+}
+
+/// `Authorization: Nostr <base64 kind 27235>` for `url`, `method`, created at `at`.
+fn proof(keys: &Keys, url: &str, method: &str, at: u64) -> String {
+    let ev = EventBuilder::new(Kind::Custom(27235), "")
+        .tags([Tag::parse(["u", url]).unwrap(), Tag::parse(["method", method]).unwrap()])
+        .custom_created_at(Timestamp::from(at))
+        .finalize(keys)
+        .unwrap();
+    format!("Nostr {}", base64::engine::general_purpose::STANDARD.encode(ev.as_json()))
+}
+
+async fn get_refs(url: &str, authorization: Option<&str>) -> reqwest::Response {
+    let mut req = reqwest::Client::new().get(format!("{url}/info/refs?service=git-upload-pack"));
+    if let Some(a) = authorization {
+        req = req.header("Authorization", a);
+    }
+    req.send().await.unwrap()
+}
+
+async fn assert_401(resp: reqwest::Response, what: &str) {
+    assert_eq!(resp.status(), 401, "{what}");
+    assert_eq!(resp.headers().get("www-authenticate").map(|v| v.to_str().unwrap()), Some("Nostr"), "{what}");
+    assert_eq!(resp.headers().get("access-control-allow-origin").map(|v| v.to_str().unwrap()), Some("*"), "{what}");
+    assert!(resp.bytes().await.unwrap().is_empty(), "{what}: the body is empty");
+}
+
+fn git_with(dir: &std::path::Path, authorization: &str, args: &[&str]) -> std::process::Output {
+    let header = format!("http.extraHeader=Authorization: {authorization}");
+    let mut all = vec!["-c", header.as_str()];
+    all.extend_from_slice(args);
+    git_output(dir, &all)
+}
+
+#[tokio::test]
+async fn nip11_says_reads_and_writes_need_membership() {
+    let server = start_private(&Keys::generate(), &[]);
+    let doc: serde_json::Value = reqwest::Client::new()
+        .get(server.http_url())
+        .header("Accept", "application/nostr+json")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(doc["supported_grasps"].as_array().unwrap().iter().any(|g| g == "GRASP-08"), "{doc}");
+    assert!(doc["supported_nips"].as_array().unwrap().iter().any(|n| n == 42));
+    assert_eq!(doc["limitation"]["auth_required"], true);
+    assert!(doc["repo_acceptance_criteria"].as_str().unwrap().contains("member"));
+}
+
+#[tokio::test]
+async fn reqs_and_events_need_a_members_auth() {
+    let member = Keys::generate();
+    let server = start_private(&member, &[]);
+    let stranger = Keys::generate();
+    let mut c = connect(&server).await;
+    let list = event(&member, 10317, &[&["g", "ws://example.com"]]);
+
+    let id = SubscriptionId::new("s");
+    assert!(matches!(c.req_with_id(&id, vec![Filter::new()]).await.unwrap(), ReqOutcome::Closed(m) if m.starts_with("auth-required:")));
+    let (ok, msg) = c.send_event(&list).await.unwrap();
+    assert!(!ok && msg.starts_with("auth-required:"), "{msg}");
+
+    assert!(c.auth(&stranger).await.unwrap().0);
+    assert!(matches!(c.req_with_id(&id, vec![Filter::new()]).await.unwrap(), ReqOutcome::Closed(m) if m.starts_with("restricted:")));
+    let (ok, msg) = c.send_event(&list).await.unwrap();
+    assert!(!ok && msg.starts_with("restricted:"), "{msg}");
+
+    assert!(c.auth(&member).await.unwrap().0);
+    assert_eq!(c.send_event(&list).await.unwrap(), (true, String::new()));
+    assert_eq!(c.req(vec![Filter::new().id(list.id)]).await.unwrap().len(), 1);
+    // Private and public announcements, and the member's private service list (10318).
+    let private = private_announcement(&server, &member, "secret");
+    assert!(c.send_event(&private).await.unwrap().0);
+    assert!(repo_dir(&server, &member.public_key(), "secret").exists());
+    assert!(c.send_event(&announcement(&server, &member, "open", &[])).await.unwrap().0);
+    let services = event(&member, 10318, &[]);
+    assert_eq!(c.send_event(&services).await.unwrap(), (true, String::new()));
+    // An unauthenticated connection is served nothing of it, not even by NIP-77 reconciliation.
+    let mut anon = connect(&server).await;
+    let id2 = SubscriptionId::new("t");
+    assert!(matches!(anon.req_with_id(&id2, vec![Filter::new().id(list.id)]).await.unwrap(), ReqOutcome::Closed(_)));
+    anon.raw_send(r#"["NEG-OPEN","n1",{},"6100"]"#).await.unwrap();
+    let refusal = anon
+        .wait_for(|m| match m {
+            RelayMessage::NegErr { message, .. } => Some(message.to_string()),
+            RelayMessage::NegMsg { .. } => Some("NEG-MSG".into()),
+            _ => None,
+        })
+        .await
+        .unwrap();
+    assert!(refusal.starts_with("auth-required:"), "{refusal}");
+}
+
+#[tokio::test]
+async fn live_subscriptions_end_when_membership_ends() {
+    let (alice, bob) = (Keys::generate(), Keys::generate());
+    let tmp = tempfile::tempdir().unwrap();
+    let members = tmp.path().join("members");
+    std::fs::write(&members, format!("# team\n{}\n", bob.public_key().to_bech32().unwrap())).unwrap();
+    let server = start_private(&alice, &["--members-file", members.to_str().unwrap()]);
+    let mut b = connect(&server).await;
+    assert!(b.auth(&bob).await.unwrap().0);
+    let (sub, _) = b.subscribe(vec![Filter::new().kind(Kind::Custom(10317))]).await.unwrap();
+    let mut a = connect(&server).await;
+    assert!(a.auth(&alice).await.unwrap().0);
+    let first = event(&alice, 10317, &[&["g", "ws://one.example.com"]]);
+    assert!(a.send_event(&first).await.unwrap().0);
+    assert_eq!(b.next_event(&sub).await.unwrap().id, first.id, "a member gets live events");
+
+    std::fs::write(&members, "# nobody\n").unwrap();
+    // Wait until the relay has re-read the file: a fresh connection of bob's is refused.
+    let deadline = std::time::Instant::now() + TIMEOUT;
+    loop {
+        let mut probe = connect(&server).await;
+        assert!(probe.auth(&bob).await.unwrap().0);
+        let id = SubscriptionId::new("probe");
+        if matches!(probe.req_with_id(&id, vec![Filter::new().limit(0)]).await.unwrap(), ReqOutcome::Closed(m) if m.starts_with("restricted:")) {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the members file was never re-read");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let second = event(&alice, 10317, &[&["g", "ws://two.example.com"]]);
+    assert!(a.send_event(&second).await.unwrap().0);
+    let closed = b
+        .wait_for(|m| match m {
+            RelayMessage::Closed { subscription_id, message } if **subscription_id == sub => Some(message.to_string()),
+            RelayMessage::Event { event, .. } if event.id == second.id => Some("EVENT".into()),
+            _ => None,
+        })
+        .await
+        .unwrap();
+    assert!(closed.starts_with("restricted:"), "the former member's subscription ends instead of getting {closed}");
+}
+
+#[tokio::test]
+async fn git_needs_a_members_proof_for_this_repository() {
+    let member = Keys::generate();
+    let stranger = Keys::generate();
+    let server = start_private(&member, &[]);
+    let tmp = tempfile::tempdir().unwrap();
+    let mut c = connect(&server).await;
+    assert!(c.auth(&member).await.unwrap().0);
+    let url = repo_url(&server, &member.public_key(), "secret");
+    assert!(c.send_event(&private_announcement(&server, &member, "secret")).await.unwrap().0);
+    let other_url = repo_url(&server, &member.public_key(), "other");
+    assert!(c.send_event(&private_announcement(&server, &member, "other")).await.unwrap().0);
+
+    // Every refusal looks the same.
+    assert_401(get_refs(&url, None).await, "no proof").await;
+    assert_401(get_refs(&url, Some(&proof(&stranger, &url, "GET", now()))).await, "non-member").await;
+    assert_401(get_refs(&url, Some(&proof(&member, &url, "GET", now() - 120))).await, "expired proof").await;
+    assert_401(get_refs(&url, Some(&proof(&member, &other_url, "GET", now()))).await, "proof for another repository").await;
+    assert_401(get_refs(&url, Some(&proof(&member, &url, "POST", now()))).await, "method POST").await;
+    assert_401(get_refs(&url, Some("Nostr garbage")).await, "garbage").await;
+    let unknown = repo_url(&server, &stranger.public_key(), "nothing");
+    assert_401(get_refs(&unknown, None).await, "unknown repository").await;
+    let page = reqwest::get(&url).await.unwrap();
+    assert_eq!(page.status(), 401, "the repository page too");
+    assert_eq!(get_refs(&url, Some(&proof(&member, &url, "GET", now()))).await.status(), 200);
+
+    // A real git client: push with the member's proof, the state authorises it, clone it back.
+    let repo = Repo::new(&tmp.path().join("w"), &server, &member.public_key(), "secret");
+    let tip = repo.commit("README", "secret\n");
+    let st = state(&member, "secret", &[("refs/heads/main", &tip)], Some("main"));
+    assert!(c.send_event(&st).await.unwrap().0);
+    let auth = proof(&member, &url, "GET", now());
+    let out = git_with(&repo.work.dir, &auth, &["push", &url, "main"]);
+    assert!(out.status.success(), "member push: {}", String::from_utf8_lossy(&out.stderr));
+    let out = git_with(tmp.path(), &auth, &["clone", "-q", &url, "clone-ok"]);
+    assert!(out.status.success(), "member clone: {}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(grasp_tests::git::git(&tmp.path().join("clone-ok"), &["rev-parse", "HEAD"]), tip);
+
+    for (what, header) in [
+        ("non-member", proof(&stranger, &url, "GET", now())),
+        ("expired", proof(&member, &url, "GET", now() - 120)),
+        ("another repository", proof(&member, &other_url, "GET", now())),
+        ("POST", proof(&member, &url, "POST", now())),
+    ] {
+        let out = git_with(tmp.path(), &header, &["clone", "-q", &url, &format!("clone-{}", what.replace(' ', "-"))]);
+        assert!(!out.status.success(), "{what} must not clone");
+        let out = git_with(&repo.work.dir, &header, &["push", &url, "main:refs/heads/other"]);
+        assert!(!out.status.success(), "{what} must not push");
+    }
+    let out = git_output(tmp.path(), &["clone", "-q", &url, "clone-none"]);
+    assert!(!out.status.success(), "no proof must not clone");
+    assert_eq!(bare_refs(&repo_dir(&server, &member.public_key(), "secret")).get("refs/heads/other"), None);
+}
+
+#[tokio::test]
+async fn a_private_data_directory_does_not_start_public() {
+    let member = Keys::generate();
+    let mut server = start_private(&member, &[]);
+    server.stop();
+    let out = std::process::Command::new(binary_path("grasp-relay"))
+        .args(["--bind", "127.0.0.1:0", "--data-dir"])
+        .arg(server.data_dir())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("private-service") && err.contains("--private"), "{err}");
+    server.restart();
+}
