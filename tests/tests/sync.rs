@@ -394,7 +394,8 @@ fn throttling_holds_a_domain_to_its_concurrency_limit() {
             let stats = sync_stats(&b).await;
             let busy = domain(&stats, "127.0.0.1")
                 .is_some_and(|d| d["in_flight"] == 1 && d["waiting"] == 2);
-            busy.then_some(stats)
+            // "In flight" is counted before the fetch connects: wait for the connection too.
+            (busy && proxy.accepted() >= 1).then_some(stats)
         });
         assert_eq!(
             proxy.accepted(),
