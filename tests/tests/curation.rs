@@ -98,6 +98,10 @@ async fn the_curation_file_is_reread_and_purge_author_removes_stored_data() {
     assert!(c.send_event(&held_state).await.unwrap().0);
     let alices = announcement(&server, &alice, "good", &[]);
     assert!(c.send_event(&alices).await.unwrap().0);
+    // A held pull request of the spammer's to someone else's repository.
+    let held_pr = pull_request(&spammer, &alice.public_key(), "good", &"b".repeat(40), &[]);
+    let (ok, msg) = c.send_event(&held_pr).await.unwrap();
+    assert!(ok && msg.starts_with("purgatory"), "{msg}");
     let dir = repo_dir(&server, &spammer.public_key(), "spam");
     assert!(dir.exists());
 
@@ -105,7 +109,7 @@ async fn the_curation_file_is_reread_and_purge_author_removes_stored_data() {
     eventually("the NIP-11 curation summary", || async { nip11(&server).await.get("curation").is_some() }).await;
     eventually("the blocked author's held entries to go", || async {
         let ids = purgatory_ids(&server).await;
-        !ids.contains(&held.id.to_hex()) && !ids.contains(&held_state.id.to_hex())
+        !ids.contains(&held.id.to_hex()) && !ids.contains(&held_state.id.to_hex()) && !ids.contains(&held_pr.id.to_hex())
     })
     .await;
     assert!(!dir.exists(), "the held announcement's repository goes with it");

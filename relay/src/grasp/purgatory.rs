@@ -75,6 +75,11 @@ impl SharedPurgatory {
         p.next_deadline().map_or(latest, |at| at.min(latest))
     }
 
+    /// Ids of `author`'s held pull request events without git-first refs to clean up.
+    pub fn pr_events_by(&self, author: &PublicKey) -> Vec<EventId> {
+        self.lock().pr_events_by(author)
+    }
+
     /// What `author` has waiting (docs/protocol.md#trust, curation): the identifiers of the
     /// held announcements it owns, and (identifier, id) of its held state events.
     pub fn held_by(&self, author: &PublicKey) -> (Vec<String>, Vec<(String, EventId)>) {

@@ -168,7 +168,7 @@ pub async fn run_curation_watch(grasp: Arc<Grasp>, mut shutdown: Shutdown) {
 }
 
 /// Drops what `author` has waiting in the purgatory (held announcements with their bare
-/// repositories, held state events); returns how many entries went.
+/// repositories, held state events, held pull requests); returns how many entries went.
 pub async fn drop_held_of(grasp: &Grasp, author: &PublicKey) -> usize {
     let (announcements, states) = grasp.purgatory.held_by(author);
     let mut dropped = 0;
@@ -181,6 +181,11 @@ pub async fn drop_held_of(grasp: &Grasp, author: &PublicKey) -> usize {
             tracing::info!(identifier, event = %id, reason = "author blocked by the operator", "held state event removed");
             dropped += 1;
         }
+    }
+    for id in grasp.purgatory.pr_events_by(author) {
+        grasp.purgatory.remove_pr(&id);
+        tracing::info!(event = %id, reason = "author blocked by the operator", "held pull request removed");
+        dropped += 1;
     }
     dropped
 }

@@ -191,6 +191,16 @@ impl Purgatory {
         self.prs.get(event_id)
     }
 
+    /// Ids of the held pull request events signed by `author` that no git-first push wrote a
+    /// `refs/nostr/` ref for (those keep their entry until expiry cleans the ref up).
+    pub fn pr_events_by(&self, author: &PublicKey) -> Vec<EventId> {
+        self.prs
+            .iter()
+            .filter(|(_, e)| e.destinations.is_empty() && e.event.as_ref().is_some_and(|ev| ev.pubkey == *author))
+            .map(|(id, _)| *id)
+            .collect()
+    }
+
     /// Releases a PR event or drops a placeholder (its event arrived, or its refs were cleaned).
     pub fn remove_pr(&mut self, event_id: &EventId) -> Option<PrEntry> {
         self.detach_pr(event_id)
