@@ -65,6 +65,17 @@ impl ApiClient {
         String::from_utf8(body).context("the relay's answer is not UTF-8")
     }
 
+    /// `GET`s `path` and decodes the JSON answer; `Ok(None)` when the relay answers 404 (no such
+    /// thing), an error for any other failure.
+    pub fn get_json<Resp: DeserializeOwned>(&self, path: &str) -> Result<Option<Resp>> {
+        let resp = self.agent.get(self.url(path)).header(TOKEN_HEADER, &self.token).call();
+        if resp.as_ref().is_ok_and(|r| r.status() == ureq::http::StatusCode::NOT_FOUND) {
+            return Ok(None);
+        }
+        let body = self.answer(resp)?;
+        serde_json::from_slice(&body).map(Some).context("the relay's answer is not understood")
+    }
+
     fn url(&self, path: &str) -> String {
         format!("http://{}{path}", self.addr)
     }

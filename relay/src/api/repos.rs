@@ -13,10 +13,10 @@ use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use grasp_state::hook_api::{
     Leftover, PurgeKept, PurgeRequest, PurgeResponse, RefView, RepoEntry, RepoInfo, RepoListing, RepoStatus,
-    ADDR_FILE, HOOK_API_VERSION, PATH_REPOS, PATH_REPOS_PURGE, PATH_REPO_PREFIX, TOKEN_FILE, TOKEN_HEADER,
+    HOOK_API_VERSION, PATH_REPOS, PATH_REPOS_PURGE, PATH_REPO_PREFIX,
 };
 use grasp_state::identifier::{npub_of, parse_npub, validate_identifier, PUSH_LOCK_FILE};
 use grasp_state::nip34::{Announcement, KIND_ANNOUNCEMENT};
@@ -301,35 +301,10 @@ fn remove_unless_pushing(path: &Path) -> std::io::Result<()> {
     std::fs::remove_dir_all(&aside)
 }
 
-/// One operator request to the relay running on `data_dir` (address and token from its files);
-/// the answer's body, or an error with the relay's message.
-pub fn operator_request(data_dir: &Path, method: &str, path: &str, body: Option<&str>) -> Result<String> {
-    use std::io::{Read, Write};
-    let read = |name: &str| {
-        std::fs::read_to_string(data_dir.join(name)).map(|s| s.trim().to_owned()).with_context(|| {
-            format!("cannot read {}: is grasp-relay running with --data-dir {}?", data_dir.join(name).display(), data_dir.display())
-        })
-    };
-    let (addr, token) = (read(ADDR_FILE)?, read(TOKEN_FILE)?);
-    let sock: std::net::SocketAddr = addr.parse().with_context(|| format!("bad address {addr:?} in {ADDR_FILE}"))?;
-    let mut stream = std::net::TcpStream::connect_timeout(&sock, Duration::from_secs(5))
-        .with_context(|| format!("cannot reach the relay's API at {sock}: is grasp-relay running?"))?;
-    stream.set_read_timeout(Some(Duration::from_secs(120)))?;
-    let body = body.unwrap_or_default();
-    write!(
-        stream,
-        "{method} {path} HTTP/1.1\r\nHost: {sock}\r\n{TOKEN_HEADER}: {token}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )?;
-    let mut raw = Vec::new();
-    stream.read_to_end(&mut raw)?;
-    let text = String::from_utf8_lossy(&raw);
-    let (head, body) = text.split_once("\r\n\r\n").context("malformed HTTP response from the relay")?;
-    let status = head.lines().next().unwrap_or_default();
-    if !status.contains(" 200 ") {
-        bail!("the relay answered {status}: {body}");
-    }
-    Ok(body.to_owned())
+/// The relay running on `data_dir`, through the one hook API client (operator commands may wait
+/// long: a purge removes directories).
+fn operator_client(data_dir: &Path) -> Result<grasp_hooks::client::ApiClient> {
+    grasp_hooks::client::ApiClient::from_data_dir(data_dir, Duration::from_secs(120))
 }
 
 fn human_size(bytes: u64) -> String {
@@ -380,7 +355,7 @@ pub fn purge_candidates(listing: &RepoListing) -> Vec<String> {
 
 /// `grasp-relay repos [--json] [--orphans] [--purge [--yes]]`.
 pub fn run_command(data_dir: &Path, json: bool, orphans: bool, purge: bool, yes: bool) -> Result<()> {
-    let body = operator_request(data_dir, "GET", PATH_REPOS, None)?;
+    let body = operator_client(data_dir)?.get(PATH_REPOS)?;
     let listing: RepoListing = serde_json::from_str(&body).context("the relay's listing is not understood")?;
     if !purge {
         if json {
@@ -403,11 +378,9 @@ pub fn run_command(data_dir: &Path, json: bool, orphans: bool, purge: bool, yes:
         println!("dry run: nothing removed. Run `grasp-relay repos --purge --yes` to remove them.");
         return Ok(());
     }
-    let req = serde_json::to_string(&PurgeRequest { version: HOOK_API_VERSION, paths })?;
-    let answer = operator_request(data_dir, "POST", PATH_REPOS_PURGE, Some(&req))?;
-    let resp: PurgeResponse = serde_json::from_str(&answer).context("the relay's purge answer is not understood")?;
+    let resp: PurgeResponse = operator_client(data_dir)?.post(PATH_REPOS_PURGE, &PurgeRequest { version: HOOK_API_VERSION, paths })?;
     if json {
-        println!("{answer}");
+        println!("{}", serde_json::to_string(&resp)?);
         return Ok(());
     }
     for p in &resp.removed {
