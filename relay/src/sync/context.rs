@@ -182,7 +182,7 @@ pub fn start(grasp: &Arc<Grasp>, config: SyncConfig, mut shutdown: Shutdown) -> 
     if grasp
         .on_waiting
         .set(Box::new(move |identifier| {
-            enqueue.enqueue(identifier, Origin::User)
+            enqueue.enqueue(identifier, crate::grasp::submit_origin())
         }))
         .is_err()
     {
