@@ -29,6 +29,9 @@ pub enum Verdict {
 pub struct Intake {
     pub grasp: Arc<Grasp>,
     pub waiting: Mutex<Waiting>,
+    /// Told when a synced announcement is accepted: held ones are not broadcast, and the
+    /// manager should register them without waiting for its timer.
+    pub announcement_accepted: tokio::sync::Notify,
 }
 
 /// Who submits synced events.
@@ -61,7 +64,7 @@ fn missing_parent(event: &Event, message: &str) -> bool {
 
 impl Intake {
     pub fn new(grasp: Arc<Grasp>, waiting: Waiting) -> Self {
-        Intake { grasp, waiting: Mutex::new(waiting) }
+        Intake { grasp, waiting: Mutex::new(waiting), announcement_accepted: tokio::sync::Notify::new() }
     }
 
     /// Submits `event` from `relay`; children waiting for it are tried again after it. Returns
@@ -98,6 +101,9 @@ impl Intake {
         }
         let (ok, message) = self.grasp.submit(event, &FROM_SYNC).await;
         if ok {
+            if event.kind.as_u16() == KIND_ANNOUNCEMENT {
+                self.announcement_accepted.notify_one();
+            }
             return Verdict::Accepted;
         }
         if missing_parent(event, &message) {

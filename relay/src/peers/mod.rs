@@ -234,6 +234,9 @@ impl Manager {
         loop {
             tokio::select! {
                 _ = self.shutdown.recv() => break,
+                _ = self.shared.intake.announcement_accepted.notified() => {
+                    accepted_since.get_or_insert_with(Instant::now);
+                }
                 event = feed.recv() => match event {
                     Ok(event) => {
                         for (child, relay) in self.shared.intake.arrived(&event) {
