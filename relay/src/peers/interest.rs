@@ -13,7 +13,7 @@ use super::wanted::{Interest, RepoInterest, SyncLevel};
 use crate::grasp::{Grasp, Source};
 
 /// Root events per repository whose replies are synced.
-pub const MAX_ROOTS: usize = 2_000;
+pub const MAX_ROOTS: usize = 500;
 
 /// Accepted announcements this server follows at most (the newest first).
 pub const MAX_REPOSITORIES: usize = 10_000;
@@ -46,12 +46,15 @@ pub async fn gather(grasp: &Grasp, bootstraps: &BTreeSet<RelayUrl>) -> Interest 
                 Source::Stored => SyncLevel::Full,
                 Source::Purgatory => SyncLevel::StateOnly,
             };
-            let mut roots = BTreeSet::new();
+            let mut roots = Vec::new();
             if level == SyncLevel::Full {
                 let coordinate = format!("{KIND_ANNOUNCEMENT}:{}:{}", a.owner.to_hex(), a.identifier);
                 let filter = Filter::new().custom_tag(a_tag, coordinate);
                 match grasp.relay.store().negentropy_items(filter, MAX_ROOTS).await {
-                    Ok(items) => roots.extend(items.into_iter().map(|(id, _)| id)),
+                    Ok(mut items) => {
+                        items.sort_by_key(|(id, at)| (*at, *id));
+                        roots.extend(items.into_iter().map(|(id, _)| id));
+                    }
                     Err(e) => tracing::warn!(error = %e, "listing root events for relay sync failed"),
                 }
             }

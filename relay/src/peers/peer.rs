@@ -276,11 +276,10 @@ impl Session<'_> {
         s.bootstrap = plan.bootstrap;
     }
 
-    /// (Re)opens the live subscriptions for `plan` (`since` a little before now).
+    /// (Re)opens the live subscriptions for `plan` (`since` a little before now). The new ones
+    /// are opened before the old ones are closed when the relay allows that many, so no event
+    /// slips through between them.
     async fn subscribe_live(&mut self, plan: &RelayPlan) -> Result<(), HistoryError> {
-        for id in std::mem::take(&mut self.live) {
-            self.wire.send(&ClientMessage::close(id)).await.map_err(|e| HistoryError::Failed(e.to_string()))?;
-        }
         let since = Timestamp::from(Timestamp::now().as_secs().saturating_sub(super::cursors::RESUME_MARGIN));
         let filters: Vec<Filter> = plan.filters.iter().map(|f| f.clone().since(since)).collect();
         // Keep two subscriptions free for history and fetches.
@@ -290,13 +289,28 @@ impl Session<'_> {
             tracing::warn!(relay = %self.peer.url, needed = reqs.len(), allowed = room, "relay allows too few subscriptions; following part of the plan live");
             reqs.truncate(room);
         }
+        let old = std::mem::take(&mut self.live);
+        let overlap = old.len() + reqs.len() <= room;
+        if !overlap {
+            self.close_all(&old).await?;
+        }
         for filters in reqs {
             let id = self.sub_id("live");
             self.wire.send(&ClientMessage::req(id.clone(), filters)).await.map_err(|e| HistoryError::Failed(e.to_string()))?;
             self.live.push(id);
         }
+        if overlap {
+            self.close_all(&old).await?;
+        }
         self.peer.set_state(PeerState::Live);
         self.peer.shared.touch_cursor(&self.peer.url);
+        Ok(())
+    }
+
+    async fn close_all(&mut self, ids: &[SubscriptionId]) -> Result<(), HistoryError> {
+        for id in ids {
+            self.wire.send(&ClientMessage::close(id.clone())).await.map_err(|e| HistoryError::Failed(e.to_string()))?;
+        }
         Ok(())
     }
 
