@@ -471,10 +471,11 @@ impl Config {
         }
     }
 
-    /// Relay sync settings, or `None` with `--no-relay-sync`. Address safety is the git sync's
-    /// (`--sync-allow-private`, `--sync-deny`, this server's own hosts).
+    /// Relay sync settings, or `None` with `--no-relay-sync` or on a private service (which
+    /// would have to sync only with its listed peers: not supported yet). Address safety is the
+    /// git sync's (`--sync-allow-private`, `--sync-deny`, this server's own hosts).
     pub fn peers(&self) -> Option<crate::peers::PeersConfig> {
-        if self.no_relay_sync {
+        if self.no_relay_sync || self.private {
             return None;
         }
         let sync = self.sync();

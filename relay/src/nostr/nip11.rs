@@ -28,10 +28,11 @@ after {wait} otherwise. Everything else is refused."
     )
 }
 
-/// GRASP-01 always; GRASP-02 (relay-to-relay sync) unless `--no-relay-sync`.
+/// GRASP-01 always; GRASP-02 (relay-to-relay sync) when it runs (not with `--no-relay-sync`,
+/// nor on a private service, whose document lists GRASP-08 instead).
 pub fn supported_grasps(cfg: &Config) -> Vec<&'static str> {
     let mut grasps = vec!["GRASP-01"];
-    if !cfg.no_relay_sync {
+    if cfg.peers().is_some() {
         grasps.push("GRASP-02");
     }
     grasps
