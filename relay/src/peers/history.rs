@@ -36,7 +36,10 @@ pub enum HistoryError {
 
 impl From<WireError> for HistoryError {
     fn from(e: WireError) -> Self {
-        HistoryError::Failed(e.to_string())
+        match e {
+            WireError::Shutdown => HistoryError::Stop,
+            e => HistoryError::Failed(e.to_string()),
+        }
     }
 }
 
@@ -113,6 +116,7 @@ impl Session<'_> {
         }
         let received = self.peer.stats.lock().unwrap().received - received_before;
         self.history_done(keys, resume, full);
+        self.count_bytes();
         tracing::info!(relay = %url, filters = plan.filters.len(), received, resumed = !full, took = ?started.elapsed(), negentropy = ?self.limits.negentropy, "relay history complete");
         Ok(())
     }
@@ -120,7 +124,12 @@ impl Session<'_> {
     /// Waits for the next message, handling live traffic (events of other subscriptions, rate
     /// limits) on the way.
     async fn next(&mut self) -> Result<RelayMessage<'static>, WireError> {
-        match self.wire.recv(self.peer.shared.config.timeout).await? {
+        let timeout = self.peer.shared.config.timeout;
+        let incoming = tokio::select! {
+            incoming = self.wire.recv(timeout) => incoming?,
+            _ = self.peer.shutdown.recv() => return Err(WireError::Shutdown),
+        };
+        match incoming {
             Incoming::Message(m) => Ok(m),
             Incoming::Unparsable(text) => Ok(RelayMessage::notice(format!("unparsable: {text}"))),
         }
@@ -262,7 +271,11 @@ impl Session<'_> {
                     if is_rate_limited(&message) {
                         return Err(HistoryError::RateLimited(message.into_owned()));
                     }
-                    return Err(HistoryError::Failed(format!("relay closed a history request: {message}")));
+                    // This filter is refused (too big, auth, ...): keep what came, go on with
+                    // the others.
+                    tracing::info!(relay = %self.peer.url, reason = %message, "relay refused a history request");
+                    self.peer.stats.lock().unwrap().last_error = Some(message.chars().take(300).collect());
+                    return Ok(events);
                 }
                 other => {
                     if let Some(end) = self.on_message(other).await {

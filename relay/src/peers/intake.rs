@@ -71,18 +71,23 @@ impl Intake {
     /// the verdict on `event` and on each child retried: (accepted, refused) of the children.
     pub async fn submit(&self, event: Arc<Event>, relay: &RelayUrl) -> (Verdict, u64) {
         let verdict = self.submit_one(&event, relay).await;
+        let readmitted = if verdict == Verdict::Accepted { self.readmit(&event).await } else { 0 };
+        (verdict, readmitted)
+    }
+
+    /// `parent` was accepted (by sync or any other path): tries the children waiting for it
+    /// again, and theirs in turn; returns how many were accepted.
+    pub async fn readmit(&self, parent: &Event) -> u64 {
         let mut readmitted = 0;
-        if verdict == Verdict::Accepted {
-            let mut queue = self.arrived(&event);
-            while let Some((child, from)) = queue.pop() {
-                if self.submit_one(&child, &from).await == Verdict::Accepted {
-                    readmitted += 1;
-                    tracing::info!(relay = %from, event = %child.id, "waiting synced event admitted after what it tags arrived");
-                    queue.extend(self.arrived(&child));
-                }
+        let mut queue = self.arrived(parent);
+        while let Some((child, from)) = queue.pop() {
+            if self.submit_one(&child, &from).await == Verdict::Accepted {
+                readmitted += 1;
+                tracing::info!(relay = %from, event = %child.id, parent = %parent.id, "waiting synced event admitted after what it tags arrived");
+                queue.extend(self.arrived(&child));
             }
         }
-        (verdict, readmitted)
+        readmitted
     }
 
     /// Children waiting for `event` (accepted here by any path), taken out of the index.

@@ -73,7 +73,8 @@ pub struct PeersConfig {
     /// Connect and read deadline (and ping interval on quiet live connections).
     pub timeout: Duration,
     pub waiting: WaitingLimits,
-    /// How often the wanted set is recomputed (held announcements are registered on this timer).
+    /// How often the purgatory is looked at for newly held announcements (registered on this
+    /// timer; the plans are recomputed when its identifiers changed, and every minute).
     pub refresh: Duration,
     /// Accepted events are batched this long before the wanted set is recomputed.
     pub batch: Duration,
@@ -179,6 +180,9 @@ impl PeersView {
     }
 }
 
+/// The plans are recomputed at least this often.
+const FULL_REFRESH: Duration = Duration::from_secs(60);
+
 struct PeerEntry {
     plan: watch::Sender<RelayPlan>,
     commands: mpsc::Sender<PeerCommand>,
@@ -231,6 +235,8 @@ impl Manager {
         let mut last_refresh: Option<Instant> = None;
         let mut accepted_since: Option<Instant> = None;
         let mut last_save = Instant::now();
+        let mut last_held_check = Instant::now();
+        let mut last_held = BTreeSet::new();
         loop {
             tokio::select! {
                 _ = self.shutdown.recv() => break,
@@ -239,9 +245,7 @@ impl Manager {
                 }
                 event = feed.recv() => match event {
                     Ok(event) => {
-                        for (child, relay) in self.shared.intake.arrived(&event) {
-                            self.shared.intake.submit(child, &relay).await;
-                        }
+                        self.shared.intake.readmit(&event).await;
                         accepted_since.get_or_insert_with(Instant::now);
                     }
                     Err(broadcast::error::RecvError::Lagged(_)) => {
@@ -252,9 +256,17 @@ impl Manager {
                 _ = tick.tick() => {
                     let now = Instant::now();
                     let cfg = &self.shared.config;
-                    let due = last_refresh.is_none_or(|t| now.duration_since(t) >= cfg.refresh)
+                    // Held announcements are not broadcast: every `refresh` the purgatory's
+                    // identifiers are compared, and the plans recomputed when they changed (and
+                    // in full every minute, and `batch` after accepted events).
+                    let mut due = last_refresh.is_none_or(|t| now.duration_since(t) >= FULL_REFRESH)
                         || accepted_since.is_some_and(|t| now.duration_since(t) >= cfg.batch);
+                    if !due && now.duration_since(last_held_check) >= cfg.refresh {
+                        last_held_check = now;
+                        due = grasp.purgatory.waiting_identifiers() != last_held;
+                    }
                     if due {
+                        last_held = grasp.purgatory.waiting_identifiers();
                         self.refresh().await;
                         last_refresh = Some(Instant::now());
                         accepted_since = None;

@@ -38,7 +38,10 @@ pub enum Ended {
 
 impl From<WireError> for Ended {
     fn from(e: WireError) -> Self {
-        Ended::Failed(e.to_string())
+        match e {
+            WireError::Shutdown => Ended::Stop,
+            e => Ended::Failed(e.to_string()),
+        }
     }
 }
 
@@ -77,6 +80,8 @@ pub struct Session<'a> {
     pub next_sub: u64,
     /// Open live subscriptions.
     pub live: Vec<SubscriptionId>,
+    /// The relay's byte counts before this connection.
+    pub bytes_before: (u64, u64),
 }
 
 impl Peer {
@@ -167,15 +172,14 @@ impl Peer {
             s.negentropy = limits.negentropy;
         }
         tracing::info!(relay = %self.url, negentropy = ?limits.negentropy, max_filters = limits.max_filters, "relay connected");
-        let mut session = Session { peer: self, wire, limits, next_sub: 0, live: Vec::new() };
+        let (bytes_in, bytes_out) = {
+            let s = self.stats.lock().unwrap();
+            (s.bytes_in, s.bytes_out)
+        };
+        let mut session = Session { peer: self, wire, limits, next_sub: 0, live: Vec::new(), bytes_before: (bytes_in, bytes_out) };
         let ended = session.follow().await;
-        let (bytes_in, bytes_out) = (session.wire.bytes_in, session.wire.bytes_out);
+        session.count_bytes();
         session.wire.close().await;
-        {
-            let mut s = self.stats.lock().unwrap();
-            s.bytes_in += bytes_in;
-            s.bytes_out += bytes_out;
-        }
         self.shared.touch_cursor(&self.url);
         tracing::info!(relay = %self.url, reason = ?ended, "relay disconnected");
         ended
@@ -192,12 +196,14 @@ impl Session<'_> {
     async fn follow(&mut self) -> Ended {
         let plan = self.peer.plan.borrow_and_update().clone();
         self.publish_plan(&plan);
-        if let Err(e) = self.history(&plan, true).await {
-            return e.into();
-        }
+        // Live first, then history: whatever the relay stores meanwhile arrives live.
         if let Err(e) = self.subscribe_live(&plan).await {
             return e.into();
         }
+        if let Err(e) = self.history(&plan, true).await {
+            return e.into();
+        }
+        self.now_live();
         let mut plan = plan;
         let ping_every = self.peer.shared.config.timeout;
         let mut silent = 0u32;
@@ -220,13 +226,13 @@ impl Session<'_> {
                         ..next.clone()
                     };
                     self.publish_plan(&next);
-                    self.peer.set_state(PeerState::SyncingHistory);
-                    if let Err(e) = self.history(&new_only, false).await {
-                        return e.into();
-                    }
                     if let Err(e) = self.subscribe_live(&next).await {
                         return e.into();
                     }
+                    if let Err(e) = self.history(&new_only, false).await {
+                        return e.into();
+                    }
+                    self.now_live();
                     plan = next;
                 }
                 command = self.peer.commands.recv() => match command {
@@ -276,12 +282,12 @@ impl Session<'_> {
         s.bootstrap = plan.bootstrap;
     }
 
-    /// (Re)opens the live subscriptions for `plan` (`since` a little before now). The new ones
-    /// are opened before the old ones are closed when the relay allows that many, so no event
-    /// slips through between them.
+    /// (Re)opens the live subscriptions for `plan`: `limit: 0` (NIP-01: no stored events, only
+    /// new ones, whatever their `created_at`; history covers the stored ones). The new ones are
+    /// opened before the old ones are closed when the relay allows that many, so no event slips
+    /// through between them.
     async fn subscribe_live(&mut self, plan: &RelayPlan) -> Result<(), HistoryError> {
-        let since = Timestamp::from(Timestamp::now().as_secs().saturating_sub(super::cursors::RESUME_MARGIN));
-        let filters: Vec<Filter> = plan.filters.iter().map(|f| f.clone().since(since)).collect();
+        let filters: Vec<Filter> = plan.filters.iter().map(|f| f.clone().limit(0)).collect();
         // Keep two subscriptions free for history and fetches.
         let room = self.limits.max_subscriptions.saturating_sub(2).max(1);
         let mut reqs = batches(&filters, self.limits.max_filters);
@@ -302,9 +308,13 @@ impl Session<'_> {
         if overlap {
             self.close_all(&old).await?;
         }
+        Ok(())
+    }
+
+    /// History done, subscriptions open.
+    fn now_live(&self) {
         self.peer.set_state(PeerState::Live);
         self.peer.shared.touch_cursor(&self.peer.url);
-        Ok(())
     }
 
     async fn close_all(&mut self, ids: &[SubscriptionId]) -> Result<(), HistoryError> {
@@ -359,6 +369,14 @@ impl Session<'_> {
         }
         let waiting = self.peer.shared.intake.waiting.lock().unwrap().from_relay(&self.peer.url);
         self.peer.stats.lock().unwrap().waiting = waiting;
+        self.count_bytes();
+    }
+
+    /// Brings the relay's byte counts up to date with this connection's.
+    pub fn count_bytes(&self) {
+        let mut s = self.peer.stats.lock().unwrap();
+        s.bytes_in = self.bytes_before.0 + self.wire.bytes_in;
+        s.bytes_out = self.bytes_before.1 + self.wire.bytes_out;
     }
 
     /// Keys of filters whose history is complete are remembered for resuming.

@@ -36,6 +36,8 @@ pub enum WireError {
     ReadTimeout(Duration),
     #[error("connection closed by the relay")]
     Closed,
+    #[error("shutting down")]
+    Shutdown,
     #[error("websocket error: {0}")]
     WebSocket(String),
 }
