@@ -569,6 +569,31 @@ mod tests {
     }
 
     #[test]
+    fn relay_sync_flags() {
+        let cfg = Config::parse_from(["grasp-relay", "--public-host", "git.example.com"]);
+        let peers = cfg.peers().expect("on by default");
+        assert!(peers.bootstraps.is_empty() && !peers.allow_private);
+        assert_eq!(peers.max_relays, 50);
+        assert_eq!(peers.health, crate::peers::health::HealthTimings::default());
+        assert_eq!(peers.own_hosts, ["git.example.com", "127.0.0.1:8080"]);
+        assert!(Config::parse_from(["grasp-relay", "--no-relay-sync"]).peers().is_none());
+        let cfg = Config::parse_from([
+            "grasp-relay",
+            "--sync-bootstrap-relay",
+            "ws://a.example,ws://b.example",
+            "--sync-bootstrap-relay",
+            "ws://c.example",
+            "--relay-sync-cooldown",
+            "3s",
+            "--sync-allow-private",
+        ]);
+        let peers = cfg.peers().unwrap();
+        assert_eq!(peers.bootstraps, ["ws://a.example", "ws://b.example", "ws://c.example"]);
+        assert_eq!(peers.health.cooldown, Duration::from_secs(3));
+        assert!(peers.allow_private);
+    }
+
+    #[test]
     fn sync_defaults_follow_the_design() {
         let cfg = Config::parse_from(["grasp-relay", "--public-host", "git.example.com"]);
         let sync = cfg.sync();
