@@ -598,7 +598,7 @@ async fn sync_run(peer_args: &[&str], n: usize, tmp: &Path) -> Result<(Duration,
     let started = Instant::now();
     push(&work.dir, &follower.repo_url(&owner.public_key(), id), "main")?;
     let url = peer.ws_url().trim_end_matches('/').to_string();
-    let deadline = Instant::now() + Duration::from_secs(600);
+    let deadline = Instant::now() + Duration::from_secs(std::env::var("GRASP_BENCH_SYNC_TIMEOUT").ok().and_then(|s| s.parse().ok()).unwrap_or(600));
     loop {
         let view = operator_view(&follower, "/v1/sync").await?;
         let entry = view["relays"].as_array().and_then(|r| r.iter().find(|r| r["url"] == url.as_str()).cloned());
@@ -608,7 +608,7 @@ async fn sync_run(peer_args: &[&str], n: usize, tmp: &Path) -> Result<(Duration,
             }
         }
         if Instant::now() > deadline {
-            bail!("the follower did not take {n} events from the peer within 10 minutes");
+            bail!("the follower did not take {n} events from the peer within 10 minutes: {view}");
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
