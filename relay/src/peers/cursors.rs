@@ -1,20 +1,19 @@
-//! Where each relay's sync stands, persisted in `<data>/relay-sync.json` so a restart resumes
+//! Where each relay's sync stands, persisted in `<data>/relay-sync.json`
+//! (`DataLayout::relay_sync_file`) so a restart resumes
 //! instead of downloading everything again.
 //!
 //! Per relay: until when the relay was followed live, when it was last fully reconciled, and
 //! which filters that covered. A reconnect within [`RESUME_WINDOW`] asks only for what is newer
 //! than the last live time (minus a margin for clock skew), for the filters it covered; other
 //! filters, and every relay about once a day (randomised per relay), get a full reconciliation.
-//! Written with the checkpoint's atomic write (temp file, fsync, rename).
+//! Written with the project's atomic write (`grasp_state::atomic_file`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::hash::{Hash, Hasher};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-/// File name in the data directory.
-pub const FILE: &str = "relay-sync.json";
 
 /// A reconnect within this many seconds resumes from the last live time.
 pub const RESUME_WINDOW: u64 = 15 * 60;
@@ -62,16 +61,10 @@ pub struct Cursors {
 }
 
 impl Cursors {
-    /// `<data>/relay-sync.json`.
-    pub fn path(data_dir: &Path) -> PathBuf {
-        data_dir.join(FILE)
-    }
-
     /// Reads the file; a missing or unreadable one starts empty (with a warning): the cost is
     /// one full reconciliation.
-    pub fn load(data_dir: &Path) -> Cursors {
-        let path = Self::path(data_dir);
-        match std::fs::read(&path) {
+    pub fn load(path: &Path) -> Cursors {
+        match std::fs::read(path) {
             Ok(bytes) => serde_json::from_slice(&bytes).unwrap_or_else(|e| {
                 tracing::warn!(path = %path.display(), error = %e, "relay sync cursors unreadable; reconciling in full");
                 Cursors::default()
@@ -81,8 +74,9 @@ impl Cursors {
     }
 
     /// Writes the file atomically.
-    pub fn save(&self, data_dir: &Path) -> std::io::Result<()> {
-        grasp_state::purgatory::write_checkpoint(&Self::path(data_dir), &Cursors { version: 1, relays: self.relays.clone() })
+    pub fn save(&self, path: &Path) -> std::io::Result<()> {
+        let json = serde_json::to_vec_pretty(&Cursors { version: 1, relays: self.relays.clone() }).map_err(std::io::Error::other)?;
+        grasp_state::atomic_file::write_atomic(path, &json, None)
     }
 }
 
@@ -114,12 +108,13 @@ mod tests {
     #[test]
     fn round_trips_through_the_file() {
         let dir = tempfile::tempdir().unwrap();
-        assert_eq!(Cursors::load(dir.path()), Cursors::default());
+        let path = dir.path().join("relay-sync.json");
+        assert_eq!(Cursors::load(&path), Cursors::default());
         let mut c = Cursors::default();
         c.relays.insert("wss://a".into(), Cursor { live_until: 5, last_full: 4, filters: ["x".into()].into() });
-        c.save(dir.path()).unwrap();
-        assert_eq!(Cursors::load(dir.path()).relays, c.relays);
-        std::fs::write(Cursors::path(dir.path()), "junk").unwrap();
-        assert_eq!(Cursors::load(dir.path()), Cursors::default());
+        c.save(&path).unwrap();
+        assert_eq!(Cursors::load(&path).relays, c.relays);
+        std::fs::write(&path, "junk").unwrap();
+        assert_eq!(Cursors::load(&path), Cursors::default());
     }
 }

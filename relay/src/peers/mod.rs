@@ -36,7 +36,7 @@ pub mod wanted;
 pub mod wire;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
@@ -102,7 +102,8 @@ pub struct Shared {
     pub config: PeersConfig,
     pub policy: UrlPolicy,
     pub intake: Intake,
-    data_dir: PathBuf,
+    /// `<data>/relay-sync.json`.
+    cursors_file: PathBuf,
     cursors: Mutex<Cursors>,
     cursors_dirty: AtomicBool,
     /// Every relay followed (or dead), for the operator view.
@@ -153,7 +154,7 @@ impl Shared {
             return;
         }
         let snapshot = self.cursors.lock().unwrap().clone();
-        if let Err(e) = snapshot.save(&self.data_dir) {
+        if let Err(e) = snapshot.save(&self.cursors_file) {
             self.cursors_dirty.store(true, Ordering::Relaxed);
             tracing::warn!(error = %e, "writing relay sync cursors failed");
         }
@@ -200,7 +201,8 @@ struct Manager {
 
 /// Starts relay sync; the returned task ends at shutdown (after its peers) and holds `shutdown`
 /// until then. Sets [`Grasp::relay_sync`] for the operator view.
-pub fn start(grasp: &Arc<Grasp>, config: PeersConfig, data_dir: &Path, shutdown: Shutdown) -> JoinHandle<()> {
+/// `cursors_file` is `<data>/relay-sync.json`.
+pub fn start(grasp: &Arc<Grasp>, config: PeersConfig, cursors_file: PathBuf, shutdown: Shutdown) -> JoinHandle<()> {
     let policy = UrlPolicy::new(config.allow_private, &config.extra_denied, &config.own_hosts);
     let mut bootstraps = BTreeSet::new();
     for raw in &config.bootstraps {
@@ -215,8 +217,8 @@ pub fn start(grasp: &Arc<Grasp>, config: PeersConfig, data_dir: &Path, shutdown:
         intake: Intake::new(grasp.clone(), Waiting::new(config.waiting)),
         config,
         policy,
-        data_dir: data_dir.to_path_buf(),
-        cursors: Mutex::new(Cursors::load(data_dir)),
+        cursors: Mutex::new(Cursors::load(&cursors_file)),
+        cursors_file,
         cursors_dirty: AtomicBool::new(false),
         relays: Mutex::new(BTreeMap::new()),
         levels: Mutex::new(BTreeMap::new()),
