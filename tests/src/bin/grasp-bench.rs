@@ -585,8 +585,14 @@ async fn sync_run(peer_args: &[&str], n: usize, tmp: &Path) -> Result<(Duration,
     push(&work.dir, &peer.repo_url(&owner.public_key(), id), "main")?;
     let coordinate = format!("30617:{}:{id}", owner.public_key().to_hex());
     let author = Keys::generate();
+    // One second apart, as real issues are (REQ paging cannot step past more than a page of
+    // events sharing one second).
+    let base = Timestamp::now().as_secs() - n as u64;
     let events: Vec<Event> = (0..n)
-        .map(|i| sign(&author, 1621, vec![vec!["a".into(), coordinate.clone()], vec!["subject".into(), format!("issue {i}")]], "body"))
+        .map(|i| {
+            let tags = [Tag::parse(["a", coordinate.as_str()]).unwrap(), Tag::parse(["subject".to_string(), format!("issue {i}")]).unwrap()];
+            EventBuilder::new(Kind::Custom(1621), "body").tags(tags).custom_created_at(Timestamp::from(base + i as u64)).finalize(&author).unwrap()
+        })
         .collect();
     for chunk in events.chunks(500) {
         pipeline(&mut c, chunk).await?;
