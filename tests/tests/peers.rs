@@ -169,7 +169,10 @@ async fn live_an_issue_and_its_comment_published_on_a_are_served_by_b() {
 
 /// B, started after A holds `count` events of a repository, ends with all of them.
 async fn history_case(a_args: &[&str], count: usize, negentropy: bool) {
-    let a = relay(a_args);
+    // A takes the events from one connection as fast as they come.
+    let mut args = vec!["--write-burst", "5000"];
+    args.extend_from_slice(a_args);
+    let a = relay(&args);
     let dir = tempfile::tempdir().unwrap();
     let owner = Keys::generate();
     let identifier = "history";
