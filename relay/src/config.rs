@@ -192,6 +192,45 @@ pub struct Config {
     #[arg(long = "sync-deny", env = "GRASP_SYNC_DENY", value_name = "CIDR", value_delimiter = ',')]
     pub sync_deny: Vec<Cidr>,
 
+    /// Relay sync (GRASP-02): do not follow other relays for events of accepted repositories.
+    #[arg(long, env = "GRASP_NO_RELAY_SYNC")]
+    pub no_relay_sync: bool,
+
+    /// Relay sync: a relay always followed for repository announcements, so announcements
+    /// listing this server published only there are found (ws:// URL; repeatable or comma
+    /// separated).
+    #[arg(long = "sync-bootstrap-relay", env = "GRASP_SYNC_BOOTSTRAP_RELAY", value_name = "URL", value_delimiter = ',')]
+    pub sync_bootstrap_relays: Vec<String>,
+
+    /// Relay sync: most relays followed at once (bootstraps first, then those serving most
+    /// repositories).
+    #[arg(long, env = "GRASP_SYNC_MAX_RELAYS", default_value_t = 50)]
+    pub sync_max_relays: usize,
+
+    /// Relay sync: first retry delay after a relay failed; doubled after each further failure
+    /// (seconds, or a number with a unit).
+    #[arg(long, env = "GRASP_RELAY_SYNC_BACKOFF", default_value = "5s", value_name = "DURATION", value_parser = parse_duration)]
+    pub relay_sync_backoff: Duration,
+
+    /// Relay sync: longest retry delay (seconds, or a number with a unit).
+    #[arg(long, env = "GRASP_RELAY_SYNC_BACKOFF_CAP", default_value = "15m", value_name = "DURATION", value_parser = parse_duration)]
+    pub relay_sync_backoff_cap: Duration,
+
+    /// Relay sync: pause after a relay answered `rate-limited:` (seconds, or a number with a
+    /// unit).
+    #[arg(long, env = "GRASP_RELAY_SYNC_COOLDOWN", default_value = "60s", value_name = "DURATION", value_parser = parse_duration)]
+    pub relay_sync_cooldown: Duration,
+
+    /// Relay sync: connect and read deadline; a quiet live connection is pinged this often
+    /// (seconds, or a number with a unit; at least 100ms).
+    #[arg(long, env = "GRASP_RELAY_SYNC_TIMEOUT", default_value = "15s", value_name = "DURATION", value_parser = parse_duration)]
+    pub relay_sync_timeout: Duration,
+
+    /// Relay sync: a synced event waiting for what it tags makes the missing event be asked
+    /// for by id after this long (seconds, or a number with a unit).
+    #[arg(long, env = "GRASP_RELAY_SYNC_PARENT_REQUEST", default_value = "10s", value_name = "DURATION", value_parser = parse_duration)]
+    pub relay_sync_parent_request: Duration,
+
     /// Public key (hex or npub) of the operator, published in the NIP-11 document.
     #[arg(long, env = "GRASP_ADMIN_PUBKEY", value_parser = parse_pubkey)]
     pub admin_pubkey: Option<PublicKey>,
@@ -288,6 +327,14 @@ pub enum Command {
     /// Print what waits in the purgatory of the relay running on --data-dir.
     Purgatory {
         /// Print the JSON of `GET /v1/purgatory` instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print the background sync of the relay running on --data-dir: each relay followed by
+    /// relay-to-relay sync (state, repositories, events received/accepted/refused, last error)
+    /// and the git-data sync queue.
+    Sync {
+        /// Print the JSON of `GET /v1/sync` instead of a table.
         #[arg(long)]
         json: bool,
     },
@@ -424,6 +471,36 @@ impl Config {
         }
     }
 
+    /// Relay sync settings, or `None` with `--no-relay-sync` or on a private service (which
+    /// would have to sync only with its listed peers: not supported yet). Address safety is the
+    /// git sync's (`--sync-allow-private`, `--sync-deny`, this server's own hosts).
+    pub fn peers(&self) -> Option<crate::peers::PeersConfig> {
+        if self.no_relay_sync || self.private {
+            return None;
+        }
+        let sync = self.sync();
+        let defaults = crate::peers::PeersConfig::default();
+        Some(crate::peers::PeersConfig {
+            bootstraps: self.sync_bootstrap_relays.clone(),
+            max_relays: self.sync_max_relays,
+            allow_private: sync.allow_private,
+            extra_denied: sync.extra_denied,
+            own_hosts: sync.own_hosts,
+            health: crate::peers::health::HealthTimings {
+                backoff_base: self.relay_sync_backoff.max(Duration::from_millis(10)),
+                backoff_cap: self.relay_sync_backoff_cap.max(self.relay_sync_backoff),
+                cooldown: self.relay_sync_cooldown,
+                ..defaults.health
+            },
+            timeout: self.relay_sync_timeout.max(Duration::from_millis(100)),
+            waiting: crate::peers::waiting::WaitingLimits {
+                request_after: self.relay_sync_parent_request,
+                ..defaults.waiting
+            },
+            ..defaults
+        })
+    }
+
     /// NIP-77 session limits per connection, or `None` with `--no-negentropy`.
     pub fn negentropy(&self) -> Option<NegentropyLimits> {
         (!self.no_negentropy).then(|| NegentropyLimits {
@@ -489,6 +566,31 @@ mod tests {
         assert!(Config::try_parse_from(["grasp-relay", "--max-connections", "0"]).is_err());
         assert_eq!(cfg.layout().events(), PathBuf::from("./data/events"));
         assert!(cfg.cgi_path().ends_with("grasp-cgi"));
+    }
+
+    #[test]
+    fn relay_sync_flags() {
+        let cfg = Config::parse_from(["grasp-relay", "--public-host", "git.example.com"]);
+        let peers = cfg.peers().expect("on by default");
+        assert!(peers.bootstraps.is_empty() && !peers.allow_private);
+        assert_eq!(peers.max_relays, 50);
+        assert_eq!(peers.health, crate::peers::health::HealthTimings::default());
+        assert_eq!(peers.own_hosts, ["git.example.com", "127.0.0.1:8080"]);
+        assert!(Config::parse_from(["grasp-relay", "--no-relay-sync"]).peers().is_none());
+        let cfg = Config::parse_from([
+            "grasp-relay",
+            "--sync-bootstrap-relay",
+            "ws://a.example,ws://b.example",
+            "--sync-bootstrap-relay",
+            "ws://c.example",
+            "--relay-sync-cooldown",
+            "3s",
+            "--sync-allow-private",
+        ]);
+        let peers = cfg.peers().unwrap();
+        assert_eq!(peers.bootstraps, ["ws://a.example", "ws://b.example", "ws://c.example"]);
+        assert_eq!(peers.health.cooldown, Duration::from_secs(3));
+        assert!(peers.allow_private);
     }
 
     #[test]

@@ -64,6 +64,11 @@ impl DataLayout {
         self.root.join("relay-addr")
     }
 
+    /// `<data>/relay-sync.json`: relay sync's per-relay resume points (`crate::peers::cursors`).
+    pub fn relay_sync_file(&self) -> PathBuf {
+        self.root.join("relay-sync.json")
+    }
+
     /// The lock file held while a daemon runs on this directory.
     pub fn lock_file(&self) -> PathBuf {
         self.root.join("grasp-relay.lock")

@@ -24,6 +24,8 @@
 //!   `grasp-cgi` (`http`).
 //! - [`api`]: the loopback, token-protected API the git hooks call.
 //! - [`sync`]: background git-data sync (queue, per-domain throttle, URL safety, fetch by id).
+//! - [`peers`]: relay-to-relay event sync (GRASP-02): follows the relays accepted repositories
+//!   list, by NIP-77 negentropy or REQ paging, then live.
 //! - [`metrics`]: the Prometheus families ([`metrics::Metrics`], kept on `Grasp`), the separate
 //!   metrics listener (`server`) and the `/healthz` / `/readyz` probes (`health`).
 //! - [`trust`]: who may write what and how fast: the checks at the entry of admission (NIP-70,
@@ -41,6 +43,7 @@ pub mod git;
 pub mod grasp;
 pub mod metrics;
 pub mod nostr;
+pub mod peers;
 pub mod server;
 pub mod shutdown;
 pub mod sync;

@@ -139,11 +139,11 @@ async fn handle(req: Request<Incoming>, token: &str, grasp: &Grasp, health: &Hea
     }
     let (method, path) = (req.method().clone(), req.uri().path().to_string());
     if method == Method::GET && path == PATH_PURGATORY {
-        return json(StatusCode::OK, &grasp.purgatory.listing());
+        return json(StatusCode::OK, &with_sync_levels(&grasp.purgatory.listing(), grasp));
     }
     if method == Method::GET && path == PATH_SYNC {
         return match grasp.sync_stats.get().and_then(|stats| stats()) {
-            Some(stats) => json(StatusCode::OK, &stats),
+            Some(stats) => json(StatusCode::OK, &sync_view(&stats, grasp)),
             None => error(StatusCode::SERVICE_UNAVAILABLE, "background sync is not running"),
         };
     }
@@ -203,6 +203,34 @@ async fn handle(req: Request<Incoming>, token: &str, grasp: &Grasp, health: &Hea
     }
 }
 
+/// `GET /v1/sync`: the git-data sync's figures, plus `relays`: each relay followed by
+/// relay-to-relay sync (empty with `--no-relay-sync`, which `relay_sync: false` says).
+fn sync_view(stats: &crate::sync::SyncStats, grasp: &Grasp) -> serde_json::Value {
+    let mut view = serde_json::to_value(stats).unwrap_or_default();
+    let relays = grasp.relay_sync.get().map(|v| v.relays()).unwrap_or_default();
+    view["relay_sync"] = grasp.relay_sync.get().is_some().into();
+    view["relays"] = serde_json::to_value(relays).unwrap_or_default();
+    view
+}
+
+/// The purgatory listing with each held announcement's relay sync level (`state-only` while
+/// held; `none` when relay sync does not follow it yet or is off).
+fn with_sync_levels(listing: &PurgatoryListing, grasp: &Grasp) -> serde_json::Value {
+    let mut value = serde_json::to_value(listing).unwrap_or_default();
+    let view = grasp.relay_sync.get();
+    if let Some(entries) = value["entries"].as_array_mut() {
+        for entry in entries {
+            if entry["kind"] != "announcement" {
+                continue;
+            }
+            let (owner, identifier) = (entry["pubkey"].as_str().unwrap_or_default(), entry["identifier"].as_str().unwrap_or_default());
+            let level = view.and_then(|v| v.level(owner, identifier)).map_or("none", |l| l.as_str());
+            entry["sync_level"] = level.into();
+        }
+    }
+    value
+}
+
 fn owner(npub: &str) -> Option<PublicKey> {
     PublicKey::from_bech32(npub).ok()
 }
@@ -240,7 +268,13 @@ const LISTING_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 /// `grasp-relay purgatory`: fetches `GET /v1/purgatory` from the relay running on `data_dir`
 /// (address and token from its files, with the hooks' client) and returns the JSON body.
 pub fn fetch_purgatory_listing(data_dir: &Path) -> Result<String> {
-    grasp_hooks::ApiClient::from_data_dir(data_dir, LISTING_TIMEOUT)?.get(PATH_PURGATORY)
+    fetch_operator_view(data_dir, PATH_PURGATORY)
+}
+
+/// `GET <path>` on the hook API of the relay running on `data_dir` (with the hooks' client);
+/// the JSON body.
+pub fn fetch_operator_view(data_dir: &Path, path: &str) -> Result<String> {
+    grasp_hooks::ApiClient::from_data_dir(data_dir, LISTING_TIMEOUT)?.get(path)
 }
 
 /// The listing as a table for a terminal.
@@ -256,6 +290,9 @@ pub fn render_purgatory_table(json: &str) -> Result<String> {
         let mut waiting = str_of("waiting_for");
         if !oids.is_empty() {
             waiting = format!("{} [{}]", waiting, oids.join(", "));
+        }
+        if let Some(level) = e["sync_level"].as_str() {
+            waiting = format!("{waiting} (relay sync: {level})");
         }
         let kind = if e["soft_expired"] == true { "announcement*".to_owned() } else { str_of("kind") };
         writeln!(
@@ -275,6 +312,43 @@ pub fn render_purgatory_table(json: &str) -> Result<String> {
     Ok(out)
 }
 
+/// The relays of `GET /v1/sync` as a table for a terminal.
+pub fn render_sync_table(json: &str) -> Result<String> {
+    use std::fmt::Write as _;
+    let v: serde_json::Value = serde_json::from_str(json).context("the relay's sync view is not JSON")?;
+    let mut out = String::new();
+    let relays = v["relays"].as_array().map(Vec::as_slice).unwrap_or_default();
+    writeln!(out, "{:<32} {:<16} {:>6} {:>9} {:>9} {:>8}  {:<8} LAST ERROR", "RELAY", "STATE", "REPOS", "RECEIVED", "ACCEPTED", "REFUSED", "NIP-77")?;
+    for r in relays {
+        let mut state = r["state"].as_str().unwrap_or("-").to_owned();
+        if r["cooling_down"] == true {
+            state = "cooling-down".into();
+        }
+        let nip77 = match r["negentropy"].as_bool() {
+            Some(true) => "yes",
+            Some(false) => "no",
+            None => "?",
+        };
+        let repos = r["repositories"].as_array().map_or(0, Vec::len);
+        let boot = if r["bootstrap"] == true { "*" } else { "" };
+        writeln!(
+            out,
+            "{:<32} {:<16} {:>6} {:>9} {:>9} {:>8}  {:<8} {}",
+            format!("{}{boot}", r["url"].as_str().unwrap_or("-")),
+            state,
+            repos,
+            r["received"].as_u64().unwrap_or(0),
+            r["accepted"].as_u64().unwrap_or(0),
+            r["refused"].as_u64().unwrap_or(0),
+            nip77,
+            r["last_error"].as_str().unwrap_or("")
+        )?;
+    }
+    let note = if v["relay_sync"] == false { " (relay sync is off: --no-relay-sync)" } else { "" };
+    writeln!(out, "{} relays{note}; * = bootstrap; git-data sync queue: {}", relays.len(), v["queue_length"].as_u64().unwrap_or(0))?;
+    Ok(out)
+}
+
 /// Runs a one-shot [`Command`](crate::config::Command) against the relay on `data_dir`.
 pub fn run_command(data_dir: &Path, command: &crate::config::Command) -> Result<()> {
     match command {
@@ -287,6 +361,14 @@ pub fn run_command(data_dir: &Path, command: &crate::config::Command) -> Result<
                 println!("{body}");
             } else {
                 print!("{}", render_purgatory_table(&body)?);
+            }
+        }
+        crate::config::Command::Sync { json } => {
+            let body = fetch_operator_view(data_dir, PATH_SYNC)?;
+            if *json {
+                println!("{body}");
+            } else {
+                print!("{}", render_sync_table(&body)?);
             }
         }
         crate::config::Command::Repos { json, orphans, purge, yes } => {
@@ -340,6 +422,17 @@ mod tests {
         assert!(lines[2].starts_with("announcement*"), "{table}");
         assert!(lines[3].starts_with("2 entries; 1 recently expired"), "{table}");
         assert!(render_purgatory_table("nope").is_err());
+    }
+
+    #[test]
+    fn sync_table_lists_every_relay() {
+        let json = r#"{"queue_length":2,"relay_sync":true,"relays":[{"url":"ws://a","state":"live","bootstrap":true,"repositories":["npub1x/r"],"received":5,"accepted":4,"refused":1,"negentropy":true,"cooling_down":false,"last_error":null},{"url":"ws://b","state":"backing-off","bootstrap":false,"repositories":[],"received":0,"accepted":0,"refused":0,"negentropy":null,"cooling_down":true,"last_error":"rate-limited: slow"}]}"#;
+        let table = render_sync_table(json).unwrap();
+        let lines: Vec<&str> = table.lines().collect();
+        assert_eq!(lines.len(), 4, "{table}");
+        assert!(lines[1].starts_with("ws://a*") && lines[1].contains("live") && lines[1].contains("yes"), "{table}");
+        assert!(lines[2].contains("cooling-down") && lines[2].contains("rate-limited: slow"), "{table}");
+        assert!(lines[3].starts_with("2 relays;") && lines[3].contains("queue: 2"), "{table}");
     }
 
     #[test]

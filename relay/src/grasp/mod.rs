@@ -34,6 +34,19 @@ pub(crate) async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + '
     tokio::task::spawn_blocking(f).await.expect("blocking git task panicked")
 }
 
+pub use crate::sync::Origin;
+
+tokio::task_local! {
+    /// Where the event being submitted on this task came from ([`Grasp::submit`]).
+    static SUBMIT_ORIGIN: Origin;
+}
+
+/// The origin of the event whose submission is running on this task ([`Origin::User`] outside
+/// [`Grasp::submit`]): the background sync's delay for an event that starts waiting.
+pub fn submit_origin() -> Origin {
+    SUBMIT_ORIGIN.try_with(|o| *o).unwrap_or(Origin::User)
+}
+
 /// What the background sync registers to hear of events that start waiting for git data.
 pub type WaitingHook = Box<dyn Fn(&str) + Send + Sync>;
 
@@ -60,6 +73,8 @@ pub struct Grasp {
     /// Who may write what, how fast (docs/protocol.md#trust). Public defaults unless
     /// [`Grasp::with_trust`] says otherwise.
     pub trust: Arc<crate::trust::Trust>,
+    /// Relay-to-relay sync's operator view. Set once at startup (unless `--no-relay-sync`).
+    pub relay_sync: std::sync::OnceLock<crate::peers::PeersView>,
 }
 
 impl Grasp {
@@ -83,6 +98,7 @@ impl Grasp {
             metrics,
             maintenance: std::sync::OnceLock::new(),
             trust: Arc::default(),
+            relay_sync: std::sync::OnceLock::new(),
         }
     }
 
@@ -97,6 +113,12 @@ impl Grasp {
     /// (`from_sync`), which never publishes protected events (docs/protocol.md#trust).
     /// Returns the NIP-01 `OK` status and message.
     pub async fn submit(&self, event: &Event, submitter: &grasp_state::auth::Submitter<'_>) -> (bool, String) {
+        // Relay sync's events that start waiting get the background sync's short delay.
+        let origin = if submitter.from_sync { Origin::Sync } else { Origin::User };
+        SUBMIT_ORIGIN.scope(origin, self.submit_checked(event, submitter)).await
+    }
+
+    async fn submit_checked(&self, event: &Event, submitter: &grasp_state::auth::Submitter<'_>) -> (bool, String) {
         if !event.verify_id() {
             return (false, "invalid: event id does not match the event's content; recompute the id (NIP-01)".into());
         }

@@ -28,6 +28,16 @@ after {wait} otherwise. Everything else is refused."
     )
 }
 
+/// GRASP-01 always; GRASP-02 (relay-to-relay sync) when it runs (not with `--no-relay-sync`,
+/// nor on a private service, whose document lists GRASP-08 instead).
+pub fn supported_grasps(cfg: &Config) -> Vec<&'static str> {
+    let mut grasps = vec!["GRASP-01"];
+    if cfg.peers().is_some() {
+        grasps.push("GRASP-02");
+    }
+    grasps
+}
+
 /// The NIP-11 document for this configuration and these trust settings (the curation summary
 /// follows the curation file as it changes). `software` is omitted (the project has no public
 /// URL yet); `pubkey` is the operator's (`--admin-pubkey`), omitted when not configured.
@@ -38,7 +48,7 @@ pub fn document(cfg: &Config, trust: &Trust) -> Value {
         "description": cfg.description,
         "version": env!("CARGO_PKG_VERSION"),
         "supported_nips": SUPPORTED_NIPS.iter().copied().chain(cfg.negentropy().map(|_| 77)).collect::<Vec<u16>>(),
-        "supported_grasps": ["GRASP-01"],
+        "supported_grasps": supported_grasps(cfg),
         "repo_acceptance_criteria": repo_acceptance_criteria(&cfg.public_host(), cfg.purgatory_ttl.as_secs()),
         "limitation": {
             "max_message_length": cfg.max_message_bytes,
@@ -83,7 +93,7 @@ mod tests {
     fn has_required_fields_and_no_curation() {
         let cfg = Config::for_tests("/tmp/x".into());
         let doc = document(&cfg, &Trust::default());
-        assert_eq!(doc["supported_grasps"], json!(["GRASP-01"]));
+        assert_eq!(doc["supported_grasps"], json!(["GRASP-01", "GRASP-02"]));
         assert_eq!(doc["supported_nips"], json!([1, 9, 11, 34, 42, 70, 77]));
         assert_eq!(doc["limitation"]["max_event_burst_per_connection"], json!(500));
         assert_eq!(doc["limitation"]["auth_required"], json!(false));
@@ -121,6 +131,13 @@ mod tests {
         assert_eq!(doc["limitation"]["auth_required"], json!(true));
         assert!(doc["repo_acceptance_criteria"].as_str().unwrap().contains("member"));
         assert!(doc["curation"].as_str().unwrap().contains("1 repository patterns"));
+    }
+
+    #[test]
+    fn grasp_02_is_listed_only_when_relay_sync_runs() {
+        let mut cfg = Config::for_tests("/tmp/x".into());
+        cfg.no_relay_sync = true;
+        assert_eq!(document(&cfg, &Trust::default())["supported_grasps"], json!(["GRASP-01"]));
     }
 
     #[test]

@@ -158,6 +158,10 @@ pub async fn run(mut cfg: Config) -> anyhow::Result<()> {
 
     // Background sync: fetch what the purgatory waits for from the other clone URLs it knows.
     crate::sync::start(&grasp, cfg.sync(), controller.subscribe());
+    // Relay-to-relay event sync (GRASP-02): follow the relays accepted repositories list.
+    if let Some(peers) = cfg.peers() {
+        crate::peers::start(&grasp, peers, data.relay_sync_file(), controller.subscribe());
+    }
 
     let _ = grasp.maintenance.set(crate::git::maintenance::Maintenance::start(grasp.clone(), controller.subscribe()));
     tokio::spawn(crate::grasp::lifecycle::run_expiry(grasp.clone(), controller.subscribe()));

@@ -172,7 +172,7 @@ impl Syncer<Arc<Grasp>> {
 }
 
 /// Starts background sync for the daemon: every event that starts waiting in the purgatory
-/// enqueues its identifier (as user-submitted), the operator view reads the syncer's stats, and
+/// enqueues its identifier (with the origin of its submission, `crate::grasp::submit_origin`), the operator view reads the syncer's stats, and
 /// the syncer runs until `shutdown` (running fetches are then killed; the returned task ends
 /// after that, and holds `shutdown` until then).
 pub fn start(grasp: &Arc<Grasp>, config: SyncConfig, mut shutdown: Shutdown) -> JoinHandle<()> {
@@ -182,7 +182,7 @@ pub fn start(grasp: &Arc<Grasp>, config: SyncConfig, mut shutdown: Shutdown) -> 
     if grasp
         .on_waiting
         .set(Box::new(move |identifier| {
-            enqueue.enqueue(identifier, Origin::User)
+            enqueue.enqueue(identifier, crate::grasp::submit_origin())
         }))
         .is_err()
     {

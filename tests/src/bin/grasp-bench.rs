@@ -15,6 +15,8 @@
 //!   WebSocket connections;
 //! - push authorisation time (`/v1/pre-receive`, the call the hook makes) with 0 vs N purgatory
 //!   states for one identifier;
+//! - relay-to-relay sync: a relay reconciling N related events from a peer by NIP-77
+//!   negentropy vs by `REQ` paging (a peer with `--no-negentropy`): time and bytes received;
 //! - purgatory checkpoint of N entries (snapshot under the lock, JSON, write) and the worst
 //!   wait for the lock of a concurrent "request" while it runs (micro-benchmark on
 //!   `grasp_state::purgatory`).
@@ -55,6 +57,7 @@ struct Opts {
     purgatory_states: usize,
     auth_runs: usize,
     checkpoint_entries: usize,
+    sync_events: usize,
     skip: BTreeSet<String>,
 }
 
@@ -71,6 +74,7 @@ impl Opts {
             purgatory_states: 10_000,
             auth_runs: 7,
             checkpoint_entries: 100_000,
+            sync_events: 10_000,
             skip: BTreeSet::new(),
         };
         let mut args = std::env::args().skip(1);
@@ -91,6 +95,7 @@ impl Opts {
                         purgatory_states: 1000,
                         auth_runs: 3,
                         checkpoint_entries: 10_000,
+                        sync_events: 1000,
                         skip: o.skip,
                     }
                 }
@@ -104,6 +109,7 @@ impl Opts {
                 "--purgatory-states" => o.purgatory_states = num(&a)?,
                 "--auth-runs" => o.auth_runs = num(&a)?,
                 "--checkpoint-entries" => o.checkpoint_entries = num(&a)?,
+                "--sync-events" => o.sync_events = num(&a)?,
                 "--skip" => {
                     o.skip.extend(args.next().context("--skip needs a list")?.split(',').map(str::to_owned))
                 }
@@ -111,7 +117,7 @@ impl Opts {
                     println!(
                         "grasp-bench [--quick] [--push-runs N] [--clone-mb MB] [--clone-runs N] [--rss-small-mb MB] \
                          [--rss-big-mb MB] [--events N] [--connections N] [--purgatory-states N] [--auth-runs N] \
-                         [--checkpoint-entries N] [--skip push,clone,rss,ingest,auth,checkpoint]\n\
+                         [--checkpoint-entries N] [--sync-events N] [--skip push,clone,rss,ingest,auth,sync,checkpoint]\n\
                          Flags after --quick override it. Build first: cargo build --release --workspace"
                     );
                     std::process::exit(0);
@@ -535,6 +541,103 @@ async fn bench_ingest(o: &Opts, relay: &Relay, tmp: &Path, rows: &mut Vec<Row>) 
     Ok(())
 }
 
+/// The relay's hook API view `GET <path>` (address and token from its data dir).
+async fn operator_view(relay: &Relay, path: &str) -> Result<serde_json::Value> {
+    let read = |f: &str| std::fs::read_to_string(relay.data_dir.join(f)).map(|s| s.trim().to_owned());
+    let (addr, token) = (read(grasp_state::hook_api::ADDR_FILE)?, read(grasp_state::hook_api::TOKEN_FILE)?);
+    let response = reqwest::Client::new()
+        .get(format!("http://{addr}{path}"))
+        .header(grasp_state::hook_api::TOKEN_HEADER, token)
+        .send()
+        .await?;
+    Ok(response.json().await?)
+}
+
+/// A peer holding `events` related events of a repository (announced on it and on `follower`'s
+/// address), then a follower relay taking the repository: time until the follower accepted
+/// them all, and the bytes it received from the peer.
+async fn sync_run(peer_args: &[&str], n: usize, tmp: &Path) -> Result<(Duration, u64)> {
+    let peer = Relay::start(&{
+        let mut a = vec!["--no-relay-sync"];
+        a.extend_from_slice(peer_args);
+        a
+    })?;
+    let follower = Relay::start(&["--sync-allow-private"])?;
+    let owner = Keys::generate();
+    let id = "synced";
+    let v = |s: &[&str]| s.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+    let ann = sign(
+        &owner,
+        30617,
+        vec![
+            v(&["d", id]),
+            v(&["clone", &peer.repo_url(&owner.public_key(), id), &follower.repo_url(&owner.public_key(), id)]),
+            v(&["relays", &peer.ws_url(), &follower.ws_url()]),
+        ],
+        "",
+    );
+    let work = WorkTree::new(tmp.join(format!("sync-{}", peer.addr.port())));
+    let tip = work.commit("README", "sync\n");
+    let st = state(&owner, id, &tip, 0);
+    let mut c = NostrClient::connect(&peer.ws_url()).await?;
+    send_ok(&mut c, &ann).await?;
+    send_ok(&mut c, &st).await?;
+    push(&work.dir, &peer.repo_url(&owner.public_key(), id), "main")?;
+    let coordinate = format!("30617:{}:{id}", owner.public_key().to_hex());
+    let author = Keys::generate();
+    // One second apart, as real issues are (REQ paging cannot step past more than a page of
+    // events sharing one second).
+    let base = Timestamp::now().as_secs() - n as u64;
+    let events: Vec<Event> = (0..n)
+        .map(|i| {
+            let tags = [Tag::parse(["a", coordinate.as_str()]).unwrap(), Tag::parse(["subject".to_string(), format!("issue {i}")]).unwrap()];
+            EventBuilder::new(Kind::Custom(1621), "body").tags(tags).custom_created_at(Timestamp::from(base + i as u64)).finalize(&author).unwrap()
+        })
+        .collect();
+    for chunk in events.chunks(500) {
+        pipeline(&mut c, chunk).await?;
+    }
+    // The follower takes the repository; its history from the peer starts.
+    let mut f = NostrClient::connect(&follower.ws_url()).await?;
+    send_ok(&mut f, &ann).await?;
+    send_ok(&mut f, &st).await?;
+    let started = Instant::now();
+    push(&work.dir, &follower.repo_url(&owner.public_key(), id), "main")?;
+    let url = peer.ws_url().trim_end_matches('/').to_string();
+    let deadline = Instant::now() + Duration::from_secs(std::env::var("GRASP_BENCH_SYNC_TIMEOUT").ok().and_then(|s| s.parse().ok()).unwrap_or(600));
+    loop {
+        let view = operator_view(&follower, "/v1/sync").await?;
+        let entry = view["relays"].as_array().and_then(|r| r.iter().find(|r| r["url"] == url.as_str()).cloned());
+        if let Some(e) = entry {
+            if e["accepted"].as_u64().unwrap_or(0) >= n as u64 && e["state"] == "live" {
+                return Ok((started.elapsed(), e["bytes_in"].as_u64().unwrap_or(0)));
+            }
+        }
+        if Instant::now() > deadline {
+            bail!("the follower did not take {n} events from the peer within 10 minutes: {view}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn bench_sync(o: &Opts, tmp: &Path, rows: &mut Vec<Row>) -> Result<()> {
+    let (neg, neg_bytes) = sync_run(&[], o.sync_events, tmp).await?;
+    let (page, page_bytes) = sync_run(&["--no-negentropy"], o.sync_events, tmp).await?;
+    rows.push(row(
+        format!("relay sync of {} events: negentropy (grasp) vs REQ paging (baseline), time", o.sync_events),
+        ms(neg),
+        ms(page),
+        ratio(neg.as_secs_f64(), page.as_secs_f64()),
+    ));
+    rows.push(row(
+        "relay sync: bytes received, negentropy vs REQ paging",
+        format!("{} KiB", neg_bytes / 1024),
+        format!("{} KiB", page_bytes / 1024),
+        ratio(neg_bytes as f64, page_bytes as f64),
+    ));
+    Ok(())
+}
+
 async fn bench_auth(o: &Opts, tmp: &Path, rows: &mut Vec<Row>) -> Result<()> {
     let cap = (o.purgatory_states + 100).to_string();
     let relay = Relay::start(&["--purgatory-per-author", &cap, "--purgatory-total", &cap, "--max-message-bytes", "1048576"])?;
@@ -691,6 +794,10 @@ fn main() -> Result<()> {
         if o.runs("auth") {
             eprintln!("push authorisation with held states ...");
             bench_auth(&o, tmp.path(), &mut rows).await?;
+        }
+        if o.runs("sync") {
+            eprintln!("relay-to-relay sync ...");
+            bench_sync(&o, tmp.path(), &mut rows).await?;
         }
         anyhow::Ok(())
     })?;

@@ -1,0 +1,290 @@
+//! The history of a relay's filters: NIP-77 negentropy reconciliation where the relay speaks
+//! it (only the ids this server lacks are then fetched, by id), else `REQ` + `EOSE` pages
+//! walking back with `until`. Either way every event goes through [`super::intake`].
+//!
+//! A relay is taken to speak NIP-77 when its NIP-11 document lists 77, or when it has no
+//! document and answers `NEG-OPEN` with `NEG-MSG`; a `NOTICE` instead, or silence, switches the
+//! connection to paging. A `NEG-ERR` (e.g. too many events) makes that one filter page.
+
+use std::collections::{BTreeSet, HashSet};
+
+use negentropy::{Id, Negentropy, NegentropyStorageVector};
+use nostr::prelude::*;
+use serde_json::json;
+
+use super::peer::{is_rate_limited, Ended, Session};
+use super::stats::PeerState;
+use super::wanted::{filter_key, RelayPlan};
+use super::wire::{Incoming, WireError};
+
+/// Negentropy messages this client sends stay under this size (bytes before hex).
+const FRAME_SIZE_LIMIT: u64 = 60_000;
+
+/// Local events one reconciliation lists at most; beyond it the filter is paged.
+const MAX_LOCAL_ITEMS: usize = 500_000;
+
+/// Pages one filter's history walks at most.
+const MAX_PAGES: usize = 10_000;
+
+/// Why a history run stopped the session.
+#[derive(Debug)]
+pub enum HistoryError {
+    RateLimited(String),
+    Stop,
+    Failed(String),
+}
+
+impl From<WireError> for HistoryError {
+    fn from(e: WireError) -> Self {
+        match e {
+            WireError::Shutdown => HistoryError::Stop,
+            e => HistoryError::Failed(e.to_string()),
+        }
+    }
+}
+
+impl From<Ended> for HistoryError {
+    fn from(e: Ended) -> Self {
+        match e {
+            Ended::Stop => HistoryError::Stop,
+            Ended::RateLimited(m) => HistoryError::RateLimited(m),
+            Ended::Failed(m) => HistoryError::Failed(m),
+        }
+    }
+}
+
+/// Why one negentropy reconciliation did not complete.
+enum NegFailure {
+    /// The relay does not speak NIP-77.
+    Unsupported(String),
+    /// This filter was refused (`NEG-ERR`): page it instead.
+    Refused(String),
+    Fatal(HistoryError),
+}
+
+impl From<WireError> for NegFailure {
+    fn from(e: WireError) -> Self {
+        NegFailure::Fatal(e.into())
+    }
+}
+
+fn to_event_id(id: Id) -> EventId {
+    EventId::from_byte_array(id.to_bytes())
+}
+
+impl Session<'_> {
+    /// Runs the history of `plan`'s filters; `resume` lets each filter start from the relay's
+    /// cursor (a reconnect within the resume window).
+    pub async fn history(&mut self, plan: &RelayPlan, resume: bool) -> Result<(), HistoryError> {
+        self.peer.set_state(PeerState::SyncingHistory);
+        let url = self.peer.url.clone();
+        let cursor = self.peer.shared.cursor(&url);
+        let now = Timestamp::now().as_secs();
+        let mut full = true;
+        let mut keys = BTreeSet::new();
+        let started = std::time::Instant::now();
+        let received_before = self.peer.stats.lock().unwrap().received;
+        for filter in &plan.filters {
+            let key = filter_key(filter);
+            let since = if resume { cursor.since(url.as_str(), &key, now) } else { None };
+            let filter = match since {
+                Some(s) => {
+                    full = false;
+                    filter.clone().since(Timestamp::from(s))
+                }
+                None => filter.clone(),
+            };
+            let mut done = false;
+            if self.limits.negentropy != Some(false) {
+                match self.reconcile(&filter).await {
+                    Ok(()) => done = true,
+                    Err(NegFailure::Unsupported(reason)) => {
+                        tracing::info!(relay = %url, reason = %reason, "relay does not reconcile by NIP-77; paging with REQ");
+                        self.limits.negentropy = Some(false);
+                        self.peer.stats.lock().unwrap().negentropy = Some(false);
+                    }
+                    Err(NegFailure::Refused(reason)) => {
+                        tracing::info!(relay = %url, reason = %reason, "relay refused a NIP-77 reconciliation; paging this filter");
+                    }
+                    Err(NegFailure::Fatal(e)) => return Err(e),
+                }
+            }
+            if !done {
+                self.page(&filter).await?;
+            }
+            keys.insert(key);
+        }
+        let received = self.peer.stats.lock().unwrap().received - received_before;
+        self.history_done(keys, resume, full);
+        self.count_bytes();
+        tracing::info!(relay = %url, filters = plan.filters.len(), received, resumed = !full, took = ?started.elapsed(), negentropy = ?self.limits.negentropy, "relay history complete");
+        Ok(())
+    }
+
+    /// Waits for the next message, handling live traffic (events of other subscriptions, rate
+    /// limits) on the way.
+    async fn next(&mut self) -> Result<RelayMessage<'static>, WireError> {
+        let timeout = self.peer.shared.config.timeout;
+        let incoming = tokio::select! {
+            incoming = self.wire.recv(timeout) => incoming?,
+            _ = self.peer.shutdown.recv() => return Err(WireError::Shutdown),
+        };
+        match incoming {
+            Incoming::Message(m) => Ok(m),
+            Incoming::Unparsable(text) => Ok(RelayMessage::notice(format!("unparsable: {text}"))),
+        }
+    }
+
+    /// One NIP-77 reconciliation of `filter`, then the missing events fetched by id.
+    async fn reconcile(&mut self, filter: &Filter) -> Result<(), NegFailure> {
+        let items = self
+            .peer
+            .shared
+            .grasp()
+            .relay
+            .store()
+            .negentropy_items(filter.clone(), MAX_LOCAL_ITEMS)
+            .await
+            .map_err(|e| NegFailure::Fatal(HistoryError::Failed(format!("event store: {e}"))))?;
+        let build = tokio::task::spawn_blocking(move || -> Result<(Negentropy<'static, NegentropyStorageVector>, Vec<u8>), negentropy::Error> {
+            let mut storage = NegentropyStorageVector::with_capacity(items.len());
+            for (id, at) in items {
+                storage.insert(at.as_secs(), Id::from_byte_array(id.to_bytes()))?;
+            }
+            storage.seal()?;
+            let mut neg = Negentropy::owned(storage, FRAME_SIZE_LIMIT)?;
+            let first = neg.initiate()?;
+            Ok((neg, first))
+        })
+        .await;
+        let (mut neg, first) = match build {
+            Ok(Ok(built)) => built,
+            Ok(Err(e)) => return Err(NegFailure::Refused(format!("negentropy: {e}"))),
+            Err(e) => return Err(NegFailure::Refused(format!("negentropy: {e}"))),
+        };
+        let sub = self.sub_id("neg");
+        let open = json!(["NEG-OPEN", sub.as_str(), filter, faster_hex::hex_string(&first)]).to_string();
+        self.wire.send_text(open).await?;
+        let (mut have, mut need): (Vec<Id>, Vec<Id>) = (Vec::new(), Vec::new());
+        let mut answered = false;
+        loop {
+            let message = match self.next().await {
+                Ok(m) => m,
+                Err(WireError::ReadTimeout(_)) if !answered => return Err(NegFailure::Unsupported("no answer to NEG-OPEN".into())),
+                Err(e) => return Err(e.into()),
+            };
+            match message {
+                RelayMessage::NegMsg { subscription_id, message } if *subscription_id == sub => {
+                    answered = true;
+                    let mut bytes = vec![0u8; message.len() / 2];
+                    if faster_hex::hex_decode(message.as_bytes(), &mut bytes).is_err() {
+                        return Err(NegFailure::Refused("NEG-MSG is not hex".into()));
+                    }
+                    match neg.reconcile_with_ids(&bytes, &mut have, &mut need) {
+                        Ok(Some(next)) => {
+                            let msg = json!(["NEG-MSG", sub.as_str(), faster_hex::hex_string(&next)]).to_string();
+                            self.wire.send_text(msg).await?;
+                        }
+                        Ok(None) => {
+                            self.wire.send_text(json!(["NEG-CLOSE", sub.as_str()]).to_string()).await?;
+                            break;
+                        }
+                        Err(e) => {
+                            let _ = self.wire.send_text(json!(["NEG-CLOSE", sub.as_str()]).to_string()).await;
+                            return Err(NegFailure::Refused(format!("bad NEG-MSG: {e}")));
+                        }
+                    }
+                }
+                RelayMessage::NegErr { subscription_id, message } if *subscription_id == sub => {
+                    if is_rate_limited(&message) {
+                        return Err(NegFailure::Fatal(HistoryError::RateLimited(message.into_owned())));
+                    }
+                    return Err(NegFailure::Refused(message.into_owned()));
+                }
+                RelayMessage::Notice(message) if !answered && !is_rate_limited(&message) => {
+                    return Err(NegFailure::Unsupported(message.into_owned()));
+                }
+                other => {
+                    if let Some(end) = self.on_message(other).await {
+                        return Err(NegFailure::Fatal(end.into()));
+                    }
+                }
+            }
+        }
+        let need: Vec<EventId> = need.into_iter().map(to_event_id).collect();
+        tracing::debug!(relay = %self.peer.url, need = need.len(), have = have.len(), "negentropy reconciliation done");
+        self.fetch_ids(&need).await.map_err(NegFailure::Fatal)
+    }
+
+    /// Fetches events by id, in REQs the relay's `max_limit` allows.
+    pub async fn fetch_ids(&mut self, ids: &[EventId]) -> Result<(), HistoryError> {
+        let chunk = self.limits.max_limit.clamp(1, 500);
+        for ids in ids.chunks(chunk) {
+            let filter = Filter::new().ids(ids.iter().copied()).limit(ids.len());
+            let events = self.collect(filter).await?;
+            self.take(events).await;
+        }
+        Ok(())
+    }
+
+    /// `REQ` pages of `filter`, newest first, walking back with `until` until a page brings
+    /// nothing new.
+    async fn page(&mut self, filter: &Filter) -> Result<(), HistoryError> {
+        let size = self.limits.max_limit.clamp(1, 500);
+        let mut until = filter.until;
+        let mut seen: HashSet<EventId> = HashSet::new();
+        for _ in 0..MAX_PAGES {
+            let mut f = filter.clone().limit(size);
+            if let Some(u) = until {
+                f = f.until(u);
+            }
+            let events = self.collect(f).await?;
+            let Some(oldest) = events.iter().map(|e| e.created_at).min() else { break };
+            let fresh: Vec<Event> = events.into_iter().filter(|e| !seen.contains(&e.id)).collect();
+            if fresh.is_empty() {
+                break;
+            }
+            // Events at the boundary second are asked for again by the next page (`until` is
+            // inclusive); remember them to tell the new from the known.
+            if until != Some(oldest) {
+                seen.clear();
+            }
+            seen.extend(fresh.iter().filter(|e| e.created_at == oldest).map(|e| e.id));
+            until = Some(oldest);
+            self.take(fresh).await;
+        }
+        Ok(())
+    }
+
+    /// One REQ until EOSE; its events.
+    async fn collect(&mut self, filter: Filter) -> Result<Vec<Event>, HistoryError> {
+        let sub = self.sub_id("hist");
+        self.wire.send(&ClientMessage::req(sub.clone(), vec![filter])).await?;
+        let mut events = Vec::new();
+        loop {
+            match self.next().await? {
+                RelayMessage::Event { subscription_id, event } if *subscription_id == sub => {
+                    events.push(event.into_owned());
+                }
+                RelayMessage::EndOfStoredEvents(id) if *id == sub => break,
+                RelayMessage::Closed { subscription_id, message } if *subscription_id == sub => {
+                    if is_rate_limited(&message) {
+                        return Err(HistoryError::RateLimited(message.into_owned()));
+                    }
+                    // This filter is refused (too big, auth, ...): keep what came, go on with
+                    // the others.
+                    tracing::info!(relay = %self.peer.url, reason = %message, "relay refused a history request");
+                    self.peer.stats.lock().unwrap().last_error = Some(message.chars().take(300).collect());
+                    return Ok(events);
+                }
+                other => {
+                    if let Some(end) = self.on_message(other).await {
+                        return Err(end.into());
+                    }
+                }
+            }
+        }
+        self.wire.send(&ClientMessage::close(sub)).await?;
+        Ok(events)
+    }
+}

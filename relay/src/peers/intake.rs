@@ -1,0 +1,149 @@
+//! Synced events enter through the same door as clients' ([`Grasp::submit`] with a relay-sync
+//! [`Submitter`], hence the sync origin): verification, acceptance policy, caps, deletions and
+//! tombstones all apply. Protected events (NIP-70 `["-"]`) are refused there (a peer is not their
+//! author) and never wait. An event refused only because what it tags is not here yet waits
+//! in the [`Waiting`] index and is tried again when that arrives.
+
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use grasp_state::nip34::{KIND_ANNOUNCEMENT, KIND_DELETION, KIND_STATE, KIND_USER_GRASP_LIST};
+use nostr::prelude::Event;
+
+use super::address::RelayUrl;
+use super::waiting::{NotParked, Waiting};
+use crate::grasp::acceptance::{DELETED_MESSAGE, EXPIRED_STATE_MESSAGE};
+use crate::grasp::Grasp;
+use grasp_state::auth::Submitter;
+
+/// What became of one synced event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    Accepted,
+    Refused,
+    /// Refused for now; waits for what it tags.
+    Waiting,
+}
+
+/// The door for synced events.
+pub struct Intake {
+    pub grasp: Arc<Grasp>,
+    pub waiting: Mutex<Waiting>,
+    /// Told when a synced announcement is accepted: held ones are not broadcast, and the
+    /// manager should register them without waiting for its timer.
+    pub announcement_accepted: tokio::sync::Notify,
+}
+
+/// Who submits synced events.
+const FROM_SYNC: Submitter<'static> = Submitter { authenticated: &[], from_sync: true };
+
+/// Keys under which children of `event` wait: its id, its coordinate, and for an announcement
+/// `d:<identifier>` (states wait for any announcement of their identifier).
+pub fn arrival_keys(event: &Event) -> Vec<String> {
+    let mut keys = vec![event.id.to_hex()];
+    if let Some(c) = event.coordinate() {
+        keys.push(c.to_string());
+    }
+    if event.kind.as_u16() == KIND_ANNOUNCEMENT {
+        if let Some(d) = event.tags.identifier() {
+            keys.push(format!("d:{d}"));
+        }
+    }
+    keys
+}
+
+/// Did the policy refuse `event` only because what it tags is missing here?
+fn missing_parent(event: &Event, message: &str) -> bool {
+    let kind = event.kind.as_u16();
+    message.starts_with("blocked:")
+        && message != DELETED_MESSAGE
+        && message != EXPIRED_STATE_MESSAGE
+        && !matches!(kind, KIND_ANNOUNCEMENT | KIND_DELETION | KIND_USER_GRASP_LIST)
+        && (kind != KIND_STATE || message.contains("is not announced"))
+}
+
+impl Intake {
+    pub fn new(grasp: Arc<Grasp>, waiting: Waiting) -> Self {
+        Intake { grasp, waiting: Mutex::new(waiting), announcement_accepted: tokio::sync::Notify::new() }
+    }
+
+    /// Submits `event` from `relay`; children waiting for it are tried again after it. Returns
+    /// the verdict on `event` and on each child retried: (accepted, refused) of the children.
+    pub async fn submit(&self, event: Arc<Event>, relay: &RelayUrl) -> (Verdict, u64) {
+        let verdict = self.submit_one(&event, relay).await;
+        let readmitted = if verdict == Verdict::Accepted { self.readmit(&event).await } else { 0 };
+        (verdict, readmitted)
+    }
+
+    /// `parent` was accepted (by sync or any other path): tries the children waiting for it
+    /// again, and theirs in turn; returns how many were accepted.
+    pub async fn readmit(&self, parent: &Event) -> u64 {
+        let mut readmitted = 0;
+        let mut queue = self.arrived(parent);
+        while let Some((child, from)) = queue.pop() {
+            if self.submit_one(&child, &from).await == Verdict::Accepted {
+                readmitted += 1;
+                tracing::info!(relay = %from, event = %child.id, parent = %parent.id, "waiting synced event admitted after what it tags arrived");
+                queue.extend(self.arrived(&child));
+            }
+        }
+        readmitted
+    }
+
+    /// Children waiting for `event` (accepted here by any path), taken out of the index.
+    pub fn arrived(&self, event: &Event) -> Vec<(Arc<Event>, RelayUrl)> {
+        let mut w = self.waiting.lock().unwrap();
+        if w.is_empty() {
+            return Vec::new();
+        }
+        arrival_keys(event).iter().flat_map(|k| w.arrived(k)).collect()
+    }
+
+    async fn submit_one(&self, event: &Arc<Event>, relay: &RelayUrl) -> Verdict {
+        if grasp_state::auth::is_protected(event) {
+            tracing::debug!(relay = %relay, event = %event.id, "protected event refused from sync");
+            return Verdict::Refused;
+        }
+        let (ok, message) = self.grasp.submit(event, &FROM_SYNC).await;
+        if ok {
+            if event.kind.as_u16() == KIND_ANNOUNCEMENT {
+                self.announcement_accepted.notify_one();
+            }
+            return Verdict::Accepted;
+        }
+        if missing_parent(event, &message) {
+            let parked = self.waiting.lock().unwrap().park(event.clone(), relay, Instant::now());
+            match parked {
+                Ok(()) | Err(NotParked::AlreadyWaiting) => return Verdict::Waiting,
+                Err(NotParked::Full) => {
+                    tracing::debug!(relay = %relay, event = %event.id, "waiting index full; synced event dropped")
+                }
+                Err(NotParked::NoParents) => {}
+            }
+        }
+        tracing::debug!(relay = %relay, event = %event.id, reason = %message, "synced event refused");
+        Verdict::Refused
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nostr::prelude::*;
+
+    #[test]
+    fn only_missing_parents_make_events_wait() {
+        let keys = Keys::generate();
+        let comment = EventBuilder::new(Kind::Custom(1111), "x").finalize(&keys).unwrap();
+        assert!(missing_parent(&comment, "blocked: this relay only accepts git repository events"));
+        assert!(!missing_parent(&comment, "invalid: bad"));
+        assert!(!missing_parent(&comment, DELETED_MESSAGE));
+        let ann = EventBuilder::new(Kind::Custom(KIND_ANNOUNCEMENT), "").finalize(&keys).unwrap();
+        assert!(!missing_parent(&ann, "blocked: does not list this server"));
+        let state = EventBuilder::new(Kind::Custom(KIND_STATE), "").tag(Tag::identifier("r")).finalize(&keys).unwrap();
+        assert!(missing_parent(&state, "blocked: repository 'r' is not announced on this relay"));
+        assert!(!missing_parent(&state, "blocked: x is not the owner or a maintainer"));
+        assert!(arrival_keys(&EventBuilder::new(Kind::Custom(KIND_ANNOUNCEMENT), "").tag(Tag::identifier("r")).finalize(&keys).unwrap())
+            .contains(&"d:r".to_string()));
+    }
+}

@@ -1,0 +1,371 @@
+//! Relay-to-relay event sync (GRASP-02): this server follows the other relays its repositories
+//! list, so issues, comments, pull requests and states published elsewhere reach it, and held
+//! announcements find the state event that names their git data.
+//!
+//! Layout (one concept per file):
+//! - [`address`]: which relay URLs are connected to (ws/wss only, the git sync's address
+//!   safety, resolved addresses pinned).
+//! - [`wanted`]: pure: accepted repositories → consolidated filters per relay ([`SyncLevel`]:
+//!   held announcements state-only, served ones full).
+//! - [`interest`]: gathers that input from the store and the purgatory.
+//! - [`wire`]: one WebSocket client connection, NIP-11 limits.
+//! - [`history`]: NIP-77 negentropy reconciliation, or `REQ` paging with `until`.
+//! - [`peer`]: the task following one relay (history, then live; backoff, cooldown, dead).
+//! - [`health`]: pure per-relay backoff / cooldown / dead bookkeeping.
+//! - [`cursors`]: per-relay resume points persisted in `<data>/relay-sync.json`.
+//! - [`intake`]: synced events through the client's door ([`crate::grasp::Grasp::submit`]
+//!   as relay sync, so [`crate::grasp::Origin::Sync`]); protected events refused.
+//! - [`waiting`]: pure bounded index of synced events waiting for what they tag.
+//! - [`stats`]: the operator view of each relay.
+//! - this file: [`PeersConfig`], [`start`] and the manager loop: every few seconds (and a
+//!   moment after accepted events, batched) it recomputes the plans, starts a [`peer::Peer`]
+//!   for each newly needed relay, hands changed plans to running ones, and drops relays no
+//!   accepted repository needs (bootstraps stay). Peer tasks end when the manager drops their
+//!   plan sender or at shutdown; the manager ends at shutdown.
+
+pub mod address;
+pub mod cursors;
+pub mod health;
+pub mod history;
+pub mod intake;
+pub mod interest;
+pub mod peer;
+pub mod stats;
+pub mod waiting;
+pub mod wanted;
+pub mod wire;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use tokio::sync::{broadcast, mpsc, watch};
+use tokio::task::JoinHandle;
+
+use self::address::RelayUrl;
+use self::cursors::{Cursor, Cursors};
+use self::health::{Health, HealthTimings};
+use self::intake::Intake;
+use self::peer::{Peer, PeerCommand};
+use self::stats::{PeerState, RelayStats};
+use self::waiting::{Waiting, WaitingLimits};
+use self::wanted::RelayPlan;
+pub use self::wanted::SyncLevel;
+use crate::grasp::Grasp;
+use crate::shutdown::Shutdown;
+use crate::sync::{Cidr, UrlPolicy};
+
+/// Everything configurable about relay sync.
+#[derive(Debug, Clone)]
+pub struct PeersConfig {
+    /// `--sync-bootstrap-relay`: followed for announcements even with no repository.
+    pub bootstraps: Vec<String>,
+    /// `--sync-max-relays`.
+    pub max_relays: usize,
+    /// Allow loopback and private ranges (`--sync-allow-private`).
+    pub allow_private: bool,
+    pub extra_denied: Vec<Cidr>,
+    /// This server's own `host[:port]`, never connected to.
+    pub own_hosts: Vec<String>,
+    pub health: HealthTimings,
+    /// Connect and read deadline (and ping interval on quiet live connections).
+    pub timeout: Duration,
+    pub waiting: WaitingLimits,
+    /// How often the purgatory is looked at for newly held announcements (registered on this
+    /// timer; the plans are recomputed when its identifiers changed, and every minute).
+    pub refresh: Duration,
+    /// Accepted events are batched this long before the wanted set is recomputed.
+    pub batch: Duration,
+}
+
+impl Default for PeersConfig {
+    fn default() -> Self {
+        PeersConfig {
+            bootstraps: Vec::new(),
+            max_relays: 50,
+            allow_private: false,
+            extra_denied: Vec::new(),
+            own_hosts: Vec::new(),
+            health: HealthTimings::default(),
+            timeout: Duration::from_secs(15),
+            waiting: WaitingLimits::default(),
+            refresh: Duration::from_secs(5),
+            batch: Duration::from_secs(2),
+        }
+    }
+}
+
+/// State shared by the manager and the peer tasks.
+pub struct Shared {
+    pub config: PeersConfig,
+    pub policy: UrlPolicy,
+    pub intake: Intake,
+    /// `<data>/relay-sync.json`.
+    cursors_file: PathBuf,
+    cursors: Mutex<Cursors>,
+    cursors_dirty: AtomicBool,
+    /// Every relay followed (or dead), for the operator view.
+    relays: Mutex<BTreeMap<RelayUrl, Arc<Mutex<RelayStats>>>>,
+    /// Sync level per repository (`owner hex`, identifier).
+    levels: Mutex<BTreeMap<(String, String), SyncLevel>>,
+}
+
+impl Shared {
+    pub fn grasp(&self) -> &Arc<Grasp> {
+        &self.intake.grasp
+    }
+
+    /// `relay`'s resume point.
+    pub fn cursor(&self, relay: &RelayUrl) -> Cursor {
+        self.cursors.lock().unwrap().relays.get(relay.as_str()).cloned().unwrap_or_default()
+    }
+
+    /// The relay is followed live up to now (ignored unless its state is live).
+    pub fn touch_cursor(&self, relay: &RelayUrl) {
+        let live = self.relays.lock().unwrap().get(relay).is_some_and(|s| s.lock().unwrap().state == PeerState::Live);
+        if !live {
+            return;
+        }
+        let now = nostr::prelude::Timestamp::now().as_secs();
+        self.cursors.lock().unwrap().relays.entry(relay.to_string()).or_default().live_until = now;
+        self.cursors_dirty.store(true, Ordering::Relaxed);
+    }
+
+    /// The history of `keys` completed (see [`peer::Session::history_done`]).
+    pub fn history_done(&self, relay: &RelayUrl, keys: BTreeSet<String>, initial: bool, full: bool) {
+        let now = nostr::prelude::Timestamp::now().as_secs();
+        let mut cursors = self.cursors.lock().unwrap();
+        let cursor = cursors.relays.entry(relay.to_string()).or_default();
+        if initial {
+            cursor.filters = keys;
+            if full {
+                cursor.last_full = now;
+            }
+        } else {
+            cursor.filters.extend(keys);
+        }
+        self.cursors_dirty.store(true, Ordering::Relaxed);
+    }
+
+    fn save_cursors(&self) {
+        if !self.cursors_dirty.swap(false, Ordering::Relaxed) {
+            return;
+        }
+        let snapshot = self.cursors.lock().unwrap().clone();
+        if let Err(e) = snapshot.save(&self.cursors_file) {
+            self.cursors_dirty.store(true, Ordering::Relaxed);
+            tracing::warn!(error = %e, "writing relay sync cursors failed");
+        }
+    }
+}
+
+/// The operator's view of relay sync (held weakly: it never keeps the tasks alive).
+#[derive(Clone)]
+pub struct PeersView(Weak<Shared>);
+
+impl PeersView {
+    /// Every relay followed, sorted by URL.
+    pub fn relays(&self) -> Vec<RelayStats> {
+        let Some(shared) = self.0.upgrade() else { return Vec::new() };
+        let relays = shared.relays.lock().unwrap();
+        relays.values().map(|s| s.lock().unwrap().clone()).collect()
+    }
+
+    /// The sync level of `owner_hex`'s repository `identifier`, if followed.
+    pub fn level(&self, owner_hex: &str, identifier: &str) -> Option<SyncLevel> {
+        let shared = self.0.upgrade()?;
+        let levels = shared.levels.lock().unwrap();
+        levels.get(&(owner_hex.to_string(), identifier.to_string())).copied()
+    }
+}
+
+/// The plans are recomputed at least this often.
+const FULL_REFRESH: Duration = Duration::from_secs(60);
+
+struct PeerEntry {
+    plan: watch::Sender<RelayPlan>,
+    commands: mpsc::Sender<PeerCommand>,
+    task: JoinHandle<()>,
+}
+
+struct Manager {
+    shared: Arc<Shared>,
+    bootstraps: BTreeSet<RelayUrl>,
+    peers: BTreeMap<RelayUrl, PeerEntry>,
+    /// Dead relays with the plan they died with: restarted only when the plan changes.
+    dead: BTreeMap<RelayUrl, RelayPlan>,
+    shutdown: Shutdown,
+}
+
+/// Starts relay sync; the returned task ends at shutdown (after its peers) and holds `shutdown`
+/// until then. Sets [`Grasp::relay_sync`] for the operator view.
+/// `cursors_file` is `<data>/relay-sync.json`.
+pub fn start(grasp: &Arc<Grasp>, config: PeersConfig, cursors_file: PathBuf, shutdown: Shutdown) -> JoinHandle<()> {
+    let policy = UrlPolicy::new(config.allow_private, &config.extra_denied, &config.own_hosts);
+    let mut bootstraps = BTreeSet::new();
+    for raw in &config.bootstraps {
+        match RelayUrl::parse(raw) {
+            Ok(url) => {
+                bootstraps.insert(url);
+            }
+            Err(e) => tracing::warn!(relay = %raw, error = %e, "ignoring bootstrap relay"),
+        }
+    }
+    let shared = Arc::new(Shared {
+        intake: Intake::new(grasp.clone(), Waiting::new(config.waiting)),
+        config,
+        policy,
+        cursors: Mutex::new(Cursors::load(&cursors_file)),
+        cursors_file,
+        cursors_dirty: AtomicBool::new(false),
+        relays: Mutex::new(BTreeMap::new()),
+        levels: Mutex::new(BTreeMap::new()),
+    });
+    let _ = grasp.relay_sync.set(PeersView(Arc::downgrade(&shared)));
+    let manager = Manager { shared, bootstraps, peers: BTreeMap::new(), dead: BTreeMap::new(), shutdown };
+    tokio::spawn(manager.run())
+}
+
+impl Manager {
+    async fn run(mut self) {
+        let grasp = self.shared.grasp().clone();
+        let mut feed = grasp.relay.subscribe();
+        let mut tick = tokio::time::interval(Duration::from_millis(250));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut last_refresh: Option<Instant> = None;
+        let mut accepted_since: Option<Instant> = None;
+        let mut last_save = Instant::now();
+        let mut last_held_check = Instant::now();
+        let mut last_held = BTreeSet::new();
+        loop {
+            tokio::select! {
+                _ = self.shutdown.recv() => break,
+                _ = self.shared.intake.announcement_accepted.notified() => {
+                    accepted_since.get_or_insert_with(Instant::now);
+                }
+                event = feed.recv() => match event {
+                    Ok(event) => {
+                        self.shared.intake.readmit(&event).await;
+                        accepted_since.get_or_insert_with(Instant::now);
+                    }
+                    Err(broadcast::error::RecvError::Lagged(_)) => {
+                        accepted_since.get_or_insert_with(Instant::now);
+                    }
+                    Err(broadcast::error::RecvError::Closed) => break,
+                },
+                _ = tick.tick() => {
+                    let now = Instant::now();
+                    let cfg = &self.shared.config;
+                    // Held announcements are not broadcast: every `refresh` the purgatory's
+                    // identifiers are compared, and the plans recomputed when they changed (and
+                    // in full every minute, and `batch` after accepted events).
+                    let mut due = last_refresh.is_none_or(|t| now.duration_since(t) >= FULL_REFRESH)
+                        || accepted_since.is_some_and(|t| now.duration_since(t) >= cfg.batch);
+                    if !due && now.duration_since(last_held_check) >= cfg.refresh {
+                        last_held_check = now;
+                        due = grasp.purgatory.waiting_identifiers() != last_held;
+                    }
+                    if due {
+                        last_held = grasp.purgatory.waiting_identifiers();
+                        self.refresh().await;
+                        last_refresh = Some(Instant::now());
+                        accepted_since = None;
+                    }
+                    self.request_missing_parents(now);
+                    if now.duration_since(last_save) >= Duration::from_secs(10) {
+                        self.shared.save_cursors();
+                        last_save = now;
+                    }
+                }
+            }
+        }
+        // Dropping the plan senders ends the peers; wait for them so the cursors are final.
+        let tasks: Vec<JoinHandle<()>> = std::mem::take(&mut self.peers).into_values().map(|p| p.task).collect();
+        for task in tasks {
+            let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
+        }
+        self.shared.save_cursors();
+    }
+
+    /// Recomputes the plans and brings the peers in line.
+    async fn refresh(&mut self) {
+        let grasp = self.shared.grasp().clone();
+        let interest = interest::gather(&grasp, &self.bootstraps).await;
+        *self.shared.levels.lock().unwrap() =
+            interest.repos.iter().map(|r| ((r.owner.to_hex(), r.identifier.clone()), r.level)).collect();
+        let policy = &self.shared.policy;
+        let plans = interest.plans(|url| url.check(policy).is_err(), self.shared.config.max_relays);
+        // Dead peers and relays no longer needed.
+        let finished: Vec<RelayUrl> = self.peers.iter().filter(|(_, p)| p.task.is_finished()).map(|(u, _)| u.clone()).collect();
+        for url in finished {
+            if let Some(entry) = self.peers.remove(&url) {
+                self.dead.insert(url, entry.plan.borrow().clone());
+            }
+        }
+        let unneeded: Vec<RelayUrl> = self.peers.keys().filter(|u| !plans.contains_key(*u)).cloned().collect();
+        for url in unneeded {
+            self.peers.remove(&url);
+            self.shared.relays.lock().unwrap().remove(&url);
+            tracing::info!(relay = %url, "relay no longer needed by any accepted repository; disconnecting");
+        }
+        self.dead.retain(|url, _| plans.contains_key(url));
+        self.shared.relays.lock().unwrap().retain(|url, _| plans.contains_key(url));
+        for (url, plan) in plans {
+            if let Some(entry) = self.peers.get(&url) {
+                entry.plan.send_if_modified(|current| {
+                    let changed = *current != plan;
+                    if changed {
+                        *current = plan.clone();
+                    }
+                    changed
+                });
+                continue;
+            }
+            if self.dead.get(&url) == Some(&plan) {
+                continue;
+            }
+            self.dead.remove(&url);
+            self.spawn_peer(url, plan);
+        }
+    }
+
+    fn spawn_peer(&mut self, url: RelayUrl, plan: RelayPlan) {
+        let stats = Arc::new(Mutex::new(RelayStats::new(url.clone())));
+        self.shared.relays.lock().unwrap().insert(url.clone(), stats.clone());
+        let (plan_tx, plan_rx) = watch::channel(plan);
+        let (commands_tx, commands_rx) = mpsc::channel(16);
+        let peer = Peer {
+            url: url.clone(),
+            shared: self.shared.clone(),
+            plan: plan_rx,
+            commands: commands_rx,
+            stats,
+            shutdown: self.shutdown.clone(),
+            health: Health::default(),
+        };
+        tracing::debug!(relay = %url, "following relay");
+        let task = tokio::spawn(peer.run());
+        self.peers.insert(url, PeerEntry { plan: plan_tx, commands: commands_tx, task });
+    }
+
+    /// Asks every connected relay for the parents waiting events have waited for too long.
+    fn request_missing_parents(&mut self, now: Instant) {
+        let ids = {
+            let mut waiting = self.shared.intake.waiting.lock().unwrap();
+            let expired = waiting.expire(now);
+            if expired > 0 {
+                tracing::info!(expired, "synced events dropped after waiting too long for what they tag");
+            }
+            waiting.due_requests(now)
+        };
+        if ids.is_empty() {
+            return;
+        }
+        tracing::info!(count = ids.len(), "asking connected relays for events that waiting synced events tag");
+        for entry in self.peers.values() {
+            let _ = entry.commands.try_send(PeerCommand::Fetch(ids.clone()));
+        }
+    }
+}

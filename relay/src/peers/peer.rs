@@ -1,0 +1,397 @@
+//! One relay followed by one task: connect, reconcile the history of its filters, then follow
+//! it live until its plan changes (new filters get their history, subscriptions are renewed),
+//! it fails (exponential backoff), it answers `rate-limited:` (cooldown), it has failed for a
+//! day (dead: the task ends until something needs the relay again), or its owner drops the plan
+//! sender or shuts down.
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use nostr::prelude::*;
+use tokio::sync::{mpsc, watch};
+
+use super::address::RelayUrl;
+use super::health::Health;
+use super::history::HistoryError;
+use super::intake::Verdict;
+use super::stats::{PeerState, RelayStats};
+use super::wanted::{batches, RelayPlan};
+use super::wire::{fetch_nip11, Incoming, RelayLimits, Wire, WireError};
+use super::Shared;
+use crate::shutdown::Shutdown;
+
+/// Asks for events by id (missing parents of waiting events).
+#[derive(Debug, Clone)]
+pub enum PeerCommand {
+    Fetch(Vec<EventId>),
+}
+
+/// How a session ended.
+#[derive(Debug)]
+pub enum Ended {
+    /// Shutdown, or the owner dropped the plan: the task ends.
+    Stop,
+    RateLimited(String),
+    Failed(String),
+}
+
+impl From<WireError> for Ended {
+    fn from(e: WireError) -> Self {
+        match e {
+            WireError::Shutdown => Ended::Stop,
+            e => Ended::Failed(e.to_string()),
+        }
+    }
+}
+
+impl From<HistoryError> for Ended {
+    fn from(e: HistoryError) -> Self {
+        match e {
+            HistoryError::RateLimited(m) => Ended::RateLimited(m),
+            HistoryError::Stop => Ended::Stop,
+            HistoryError::Failed(m) => Ended::Failed(m),
+        }
+    }
+}
+
+/// Text of a `rate-limited:` refusal.
+pub fn is_rate_limited(message: &str) -> bool {
+    message.starts_with("rate-limited:")
+}
+
+/// The task following one relay.
+pub struct Peer {
+    pub url: RelayUrl,
+    pub shared: Arc<Shared>,
+    pub plan: watch::Receiver<RelayPlan>,
+    pub commands: mpsc::Receiver<PeerCommand>,
+    pub stats: Arc<Mutex<RelayStats>>,
+    pub shutdown: Shutdown,
+    pub health: Health,
+}
+
+/// An open connection and what it knows of the relay.
+pub struct Session<'a> {
+    pub peer: &'a mut Peer,
+    pub wire: Wire,
+    pub limits: RelayLimits,
+    /// Subscription counter (ids are `<purpose>-<n>`).
+    pub next_sub: u64,
+    /// Open live subscriptions.
+    pub live: Vec<SubscriptionId>,
+    /// The relay's byte counts before this connection.
+    pub bytes_before: (u64, u64),
+}
+
+impl Peer {
+    pub fn set_state(&self, state: PeerState) {
+        self.stats.lock().unwrap().state = state;
+    }
+
+    fn note_error(&self, error: &str) {
+        self.stats.lock().unwrap().last_error = Some(error.chars().take(300).collect());
+    }
+
+    /// Runs until shutdown, until the plan sender is dropped, or until the relay is dead.
+    pub async fn run(mut self) {
+        loop {
+            let now = Instant::now();
+            let t = self.shared.config.health;
+            if self.health.is_dead(now, &t) {
+                self.set_state(PeerState::Dead);
+                tracing::info!(relay = %self.url, failures = self.health.failures, "relay dead: failing for a day; dropped until a repository needs it again");
+                return;
+            }
+            let wait = self.health.wait(now);
+            if !wait.is_zero() {
+                {
+                    let mut s = self.stats.lock().unwrap();
+                    s.state = PeerState::BackingOff;
+                    s.cooling_down = self.health.cooling_down;
+                    s.failures = self.health.failures;
+                    s.next_attempt_in_ms = wait.as_millis() as u64;
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(wait) => {}
+                    _ = self.shutdown.recv() => return,
+                    changed = self.plan.changed() => if changed.is_err() { return },
+                }
+                continue;
+            }
+            {
+                let mut s = self.stats.lock().unwrap();
+                s.state = PeerState::Connecting;
+                s.next_attempt_in_ms = 0;
+            }
+            let ended = self.session().await;
+            match ended {
+                Ended::Stop => return,
+                Ended::RateLimited(message) => {
+                    let pause = self.health.rate_limited(Instant::now(), &t);
+                    self.note_error(&message);
+                    tracing::info!(relay = %self.url, cooldown = ?pause, reason = %message, "relay rate-limits us; cooling down");
+                }
+                Ended::Failed(message) => {
+                    let delay = self.health.failed(Instant::now(), &t);
+                    self.note_error(&message);
+                    tracing::info!(relay = %self.url, failures = self.health.failures, backoff = ?delay, reason = %message, "relay sync failed; backing off");
+                }
+            }
+            let mut s = self.stats.lock().unwrap();
+            s.failures = self.health.failures;
+            s.cooling_down = self.health.cooling_down;
+            s.next_attempt_in_ms = self.health.wait(Instant::now()).as_millis() as u64;
+            s.state = PeerState::BackingOff;
+        }
+    }
+
+    async fn session(&mut self) -> Ended {
+        let cfg = &self.shared.config;
+        let timeout = cfg.timeout;
+        let addresses = match self.url.resolve(&self.shared.policy).await {
+            Ok(a) => a,
+            Err(e) => return Ended::Failed(e.to_string()),
+        };
+        let limits = match fetch_nip11(&self.url, &addresses, timeout).await {
+            Some(doc) => RelayLimits::from_nip11(&doc),
+            None => RelayLimits::default(),
+        };
+        let wire = tokio::select! {
+            w = Wire::connect(&self.url, &addresses, timeout) => match w {
+                Ok(w) => w,
+                Err(e) => return e.into(),
+            },
+            _ = self.shutdown.recv() => return Ended::Stop,
+        };
+        self.health.connected();
+        {
+            let mut s = self.stats.lock().unwrap();
+            s.failures = 0;
+            s.cooling_down = false;
+            s.negentropy = limits.negentropy;
+        }
+        tracing::info!(relay = %self.url, negentropy = ?limits.negentropy, max_filters = limits.max_filters, "relay connected");
+        let (bytes_in, bytes_out) = {
+            let s = self.stats.lock().unwrap();
+            (s.bytes_in, s.bytes_out)
+        };
+        let mut session = Session { peer: self, wire, limits, next_sub: 0, live: Vec::new(), bytes_before: (bytes_in, bytes_out) };
+        let ended = session.follow().await;
+        session.count_bytes();
+        session.wire.close().await;
+        self.shared.touch_cursor(&self.url);
+        tracing::info!(relay = %self.url, reason = ?ended, "relay disconnected");
+        ended
+    }
+}
+
+impl Session<'_> {
+    pub fn sub_id(&mut self, purpose: &str) -> SubscriptionId {
+        self.next_sub += 1;
+        SubscriptionId::new(format!("{purpose}-{}", self.next_sub))
+    }
+
+    /// History of the plan's filters, then live until something ends the session.
+    async fn follow(&mut self) -> Ended {
+        let plan = self.peer.plan.borrow_and_update().clone();
+        self.publish_plan(&plan);
+        // Live first, then history: whatever the relay stores meanwhile arrives live.
+        if let Err(e) = self.subscribe_live(&plan).await {
+            return e.into();
+        }
+        if let Err(e) = self.history(&plan, true).await {
+            return e.into();
+        }
+        self.now_live();
+        let mut plan = plan;
+        let ping_every = self.peer.shared.config.timeout;
+        let mut silent = 0u32;
+        let mut touch = tokio::time::interval(Duration::from_secs(10));
+        loop {
+            tokio::select! {
+                changed = self.peer.plan.changed() => {
+                    if changed.is_err() {
+                        return Ended::Stop;
+                    }
+                    let next = self.peer.plan.borrow_and_update().clone();
+                    if next.filters == plan.filters {
+                        self.publish_plan(&next);
+                        plan = next;
+                        continue;
+                    }
+                    let old = plan.filter_keys();
+                    let new_only = RelayPlan {
+                        filters: next.filters.iter().filter(|f| !old.contains(&super::wanted::filter_key(f))).cloned().collect(),
+                        ..next.clone()
+                    };
+                    self.publish_plan(&next);
+                    if let Err(e) = self.subscribe_live(&next).await {
+                        return e.into();
+                    }
+                    if let Err(e) = self.history(&new_only, false).await {
+                        return e.into();
+                    }
+                    self.now_live();
+                    plan = next;
+                }
+                command = self.peer.commands.recv() => match command {
+                    Some(PeerCommand::Fetch(ids)) => {
+                        for chunk in ids.chunks(self.limits.max_limit.clamp(1, 500)) {
+                            let id = self.sub_id("fetch");
+                            let req = ClientMessage::req(id, vec![Filter::new().ids(chunk.iter().copied())]);
+                            if let Err(e) = self.wire.send(&req).await {
+                                return e.into();
+                            }
+                        }
+                    }
+                    None => return Ended::Stop,
+                },
+                incoming = self.wire.recv(ping_every) => match incoming {
+                    Ok(Incoming::Message(message)) => {
+                        silent = 0;
+                        if let Some(end) = self.on_message(message).await {
+                            return end;
+                        }
+                    }
+                    Ok(Incoming::Unparsable(text)) => {
+                        silent = 0;
+                        tracing::debug!(relay = %self.peer.url, message = %text, "unparsable message from relay");
+                    }
+                    Err(WireError::ReadTimeout(_)) => {
+                        silent += 1;
+                        if silent > 2 {
+                            return Ended::Failed("the relay stopped answering pings".into());
+                        }
+                        if let Err(e) = self.wire.ping().await {
+                            return e.into();
+                        }
+                    }
+                    Err(e) => return e.into(),
+                },
+                _ = touch.tick() => self.peer.shared.touch_cursor(&self.peer.url),
+                _ = self.peer.shutdown.recv() => return Ended::Stop,
+            }
+        }
+    }
+
+    fn publish_plan(&self, plan: &RelayPlan) {
+        let mut s = self.peer.stats.lock().unwrap();
+        s.repositories = plan.repos.clone();
+        s.filters = plan.filters.len();
+        s.bootstrap = plan.bootstrap;
+    }
+
+    /// (Re)opens the live subscriptions for `plan`: `limit: 0` (NIP-01: no stored events, only
+    /// new ones, whatever their `created_at`; history covers the stored ones). The new ones are
+    /// opened before the old ones are closed when the relay allows that many, so no event slips
+    /// through between them.
+    async fn subscribe_live(&mut self, plan: &RelayPlan) -> Result<(), HistoryError> {
+        let filters: Vec<Filter> = plan.filters.iter().map(|f| f.clone().limit(0)).collect();
+        // Keep two subscriptions free for history and fetches.
+        let room = self.limits.max_subscriptions.saturating_sub(2).max(1);
+        let mut reqs = batches(&filters, self.limits.max_filters);
+        if reqs.len() > room {
+            tracing::warn!(relay = %self.peer.url, needed = reqs.len(), allowed = room, "relay allows too few subscriptions; following part of the plan live");
+            reqs.truncate(room);
+        }
+        let old = std::mem::take(&mut self.live);
+        let overlap = old.len() + reqs.len() <= room;
+        if !overlap {
+            self.close_all(&old).await?;
+        }
+        for filters in reqs {
+            let id = self.sub_id("live");
+            self.wire.send(&ClientMessage::req(id.clone(), filters)).await.map_err(|e| HistoryError::Failed(e.to_string()))?;
+            self.live.push(id);
+        }
+        if overlap {
+            self.close_all(&old).await?;
+        }
+        Ok(())
+    }
+
+    /// History done, subscriptions open.
+    fn now_live(&self) {
+        self.peer.set_state(PeerState::Live);
+        self.peer.shared.touch_cursor(&self.peer.url);
+    }
+
+    async fn close_all(&mut self, ids: &[SubscriptionId]) -> Result<(), HistoryError> {
+        for id in ids {
+            self.wire.send(&ClientMessage::close(id.clone())).await.map_err(|e| HistoryError::Failed(e.to_string()))?;
+        }
+        Ok(())
+    }
+
+    /// Handles a message outside a history exchange; `Some` ends the session.
+    pub(super) async fn on_message(&mut self, message: RelayMessage<'static>) -> Option<Ended> {
+        match message {
+            RelayMessage::Event { event, .. } => {
+                self.take(vec![event.into_owned()]).await;
+                self.peer.shared.touch_cursor(&self.peer.url);
+            }
+            RelayMessage::EndOfStoredEvents(id) if id.as_str().starts_with("fetch-") => {
+                let _ = self.wire.send(&ClientMessage::close(id.into_owned())).await;
+            }
+            RelayMessage::Closed { subscription_id, message } => {
+                if is_rate_limited(&message) {
+                    return Some(Ended::RateLimited(message.into_owned()));
+                }
+                if self.live.contains(&subscription_id) {
+                    tracing::info!(relay = %self.peer.url, subscription = %subscription_id, reason = %message, "relay closed a live subscription");
+                    self.peer.note_error(&message);
+                    self.live.retain(|s| *s != *subscription_id);
+                }
+            }
+            RelayMessage::Notice(message) | RelayMessage::Ok { message, .. } if is_rate_limited(&message) => {
+                return Some(Ended::RateLimited(message.into_owned()));
+            }
+            RelayMessage::Notice(message) => tracing::debug!(relay = %self.peer.url, notice = %message, "relay notice"),
+            _ => {}
+        }
+        None
+    }
+
+    /// Submits received events (announcements first, then states, then the rest, oldest first,
+    /// so parents tend to come before children) and counts them.
+    pub async fn take(&mut self, mut events: Vec<Event>) {
+        events.sort_by_key(|e| (kind_rank(e.kind.as_u16()), e.created_at, e.id));
+        for event in events {
+            let (verdict, readmitted) = self.peer.shared.intake.submit(Arc::new(event), &self.peer.url).await;
+            let mut s = self.peer.stats.lock().unwrap();
+            s.received += 1;
+            s.accepted += readmitted;
+            match verdict {
+                Verdict::Accepted => s.accepted += 1,
+                Verdict::Refused | Verdict::Waiting => s.refused += 1,
+            }
+        }
+        let waiting = self.peer.shared.intake.waiting.lock().unwrap().from_relay(&self.peer.url);
+        self.peer.stats.lock().unwrap().waiting = waiting;
+        self.count_bytes();
+    }
+
+    /// Brings the relay's byte counts up to date with this connection's.
+    pub fn count_bytes(&self) {
+        let mut s = self.peer.stats.lock().unwrap();
+        s.bytes_in = self.bytes_before.0 + self.wire.bytes_in;
+        s.bytes_out = self.bytes_before.1 + self.wire.bytes_out;
+    }
+
+    /// Keys of filters whose history is complete are remembered for resuming.
+    /// `initial`: the run after connecting (its keys replace the remembered ones); `full`: it
+    /// ran without a resume `since`.
+    pub fn history_done(&self, keys: BTreeSet<String>, initial: bool, full: bool) {
+        self.peer.shared.history_done(&self.peer.url, keys, initial, full);
+        self.peer.stats.lock().unwrap().history_runs += 1;
+    }
+}
+
+fn kind_rank(kind: u16) -> u8 {
+    match kind {
+        grasp_state::nip34::KIND_ANNOUNCEMENT => 0,
+        grasp_state::nip34::KIND_STATE => 1,
+        _ => 2,
+    }
+}

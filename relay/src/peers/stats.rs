@@ -1,0 +1,70 @@
+//! What operators see of each relay (`GET /v1/sync`, `grasp-relay sync`).
+
+use serde::Serialize;
+
+use super::address::RelayUrl;
+
+/// Where a relay's connection stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PeerState {
+    Connecting,
+    SyncingHistory,
+    Live,
+    /// Waiting after a failure (or, with `cooling_down`, after `rate-limited:`).
+    BackingOff,
+    /// Failing for a day: dropped until something needs it again.
+    Dead,
+}
+
+/// One relay in the operator view.
+#[derive(Debug, Clone, Serialize)]
+pub struct RelayStats {
+    pub url: RelayUrl,
+    pub state: PeerState,
+    pub bootstrap: bool,
+    /// Repositories (`npub/identifier`) it is asked about.
+    pub repositories: Vec<String>,
+    pub filters: usize,
+    /// Events received from it, accepted here, refused here.
+    pub received: u64,
+    pub accepted: u64,
+    pub refused: u64,
+    /// Its events waiting for what they tag.
+    pub waiting: usize,
+    /// Whether it reconciles by NIP-77 (`None` until known).
+    pub negentropy: Option<bool>,
+    pub failures: u32,
+    pub cooling_down: bool,
+    /// Milliseconds until the next connection attempt (while backing off).
+    pub next_attempt_in_ms: u64,
+    pub last_error: Option<String>,
+    /// Times the history of its filters completed.
+    pub history_runs: u64,
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+}
+
+impl RelayStats {
+    pub fn new(url: RelayUrl) -> Self {
+        RelayStats {
+            url,
+            state: PeerState::Connecting,
+            bootstrap: false,
+            repositories: Vec::new(),
+            filters: 0,
+            received: 0,
+            accepted: 0,
+            refused: 0,
+            waiting: 0,
+            negentropy: None,
+            failures: 0,
+            cooling_down: false,
+            next_attempt_in_ms: 0,
+            last_error: None,
+            history_runs: 0,
+            bytes_in: 0,
+            bytes_out: 0,
+        }
+    }
+}

@@ -1,0 +1,238 @@
+//! Synced events that arrived before what they tag (pure, bounded).
+//!
+//! An event the acceptance policy refused only because the event or repository it tags is not
+//! here yet waits here, keyed by each missing parent (an event id, or a coordinate). When a
+//! parent is accepted the children are handed back for another try. A child waiting longer than
+//! the request delay makes its missing event ids be asked for by id from the connected relays;
+//! one waiting past the TTL is dropped. Caps per relay and in total keep a relay sending junk
+//! from costing more than its own slots.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use grasp_state::nip34::{references, KIND_STATE};
+use nostr::prelude::{Event, EventId};
+
+use super::address::RelayUrl;
+
+/// A missing parent: an event id (hex) or a coordinate (`kind:pubkey:d`).
+pub type ParentKey = String;
+
+/// Bounds and timings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WaitingLimits {
+    pub per_relay: usize,
+    pub total: usize,
+    /// Ask connected relays for a missing parent id after this long.
+    pub request_after: Duration,
+    /// Give up on a child after this long.
+    pub ttl: Duration,
+}
+
+impl Default for WaitingLimits {
+    fn default() -> Self {
+        WaitingLimits { per_relay: 1_000, total: 10_000, request_after: Duration::from_secs(10), ttl: Duration::from_secs(30 * 60) }
+    }
+}
+
+#[derive(Debug)]
+struct Child {
+    event: Arc<Event>,
+    relay: RelayUrl,
+    parents: Vec<ParentKey>,
+    since: Instant,
+    requested: bool,
+}
+
+/// Why an event was not parked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NotParked {
+    /// It tags nothing: no parent could ever admit it.
+    NoParents,
+    /// The relay's or the total cap is reached.
+    Full,
+    AlreadyWaiting,
+}
+
+/// The waiting index.
+#[derive(Debug, Default)]
+pub struct Waiting {
+    limits: WaitingLimits,
+    children: HashMap<EventId, Child>,
+    by_parent: HashMap<ParentKey, Vec<EventId>>,
+    per_relay: BTreeMap<RelayUrl, usize>,
+}
+
+/// The parents an event waits for: the ids and coordinates it tags; a state event (which tags
+/// nothing) waits for any announcement of its identifier (`d:<identifier>`).
+pub fn parents_of(event: &Event) -> Vec<ParentKey> {
+    let refs = references(event);
+    let mut keys: Vec<ParentKey> = refs.event_ids.iter().map(EventId::to_hex).collect();
+    keys.extend(refs.coordinates.iter().map(|c| c.to_string()));
+    if event.kind.as_u16() == KIND_STATE {
+        if let Some(d) = event.tags.identifier() {
+            keys.push(format!("d:{d}"));
+        }
+    }
+    keys.truncate(64);
+    keys
+}
+
+impl Waiting {
+    pub fn new(limits: WaitingLimits) -> Self {
+        Waiting { limits, ..Default::default() }
+    }
+
+    pub fn len(&self) -> usize {
+        self.children.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.children.is_empty()
+    }
+
+    /// Children waiting that came from `relay`.
+    pub fn from_relay(&self, relay: &RelayUrl) -> usize {
+        self.per_relay.get(relay).copied().unwrap_or(0)
+    }
+
+    /// Parks `event` (from `relay`) until one of the things it tags is accepted.
+    pub fn park(&mut self, event: Arc<Event>, relay: &RelayUrl, now: Instant) -> Result<(), NotParked> {
+        if self.children.contains_key(&event.id) {
+            return Err(NotParked::AlreadyWaiting);
+        }
+        let parents = parents_of(&event);
+        if parents.is_empty() {
+            return Err(NotParked::NoParents);
+        }
+        if self.children.len() >= self.limits.total || self.from_relay(relay) >= self.limits.per_relay {
+            return Err(NotParked::Full);
+        }
+        for p in &parents {
+            self.by_parent.entry(p.clone()).or_default().push(event.id);
+        }
+        *self.per_relay.entry(relay.clone()).or_default() += 1;
+        self.children.insert(event.id, Child { event, relay: relay.clone(), parents, since: now, requested: false });
+        Ok(())
+    }
+
+    /// A parent was accepted: the children waiting for it, removed from the index, with the
+    /// relay each came from.
+    pub fn arrived(&mut self, parent: &str) -> Vec<(Arc<Event>, RelayUrl)> {
+        let Some(ids) = self.by_parent.remove(parent) else { return Vec::new() };
+        ids.into_iter().filter_map(|id| self.remove(&id)).map(|c| (c.event, c.relay)).collect()
+    }
+
+    fn remove(&mut self, id: &EventId) -> Option<Child> {
+        let child = self.children.remove(id)?;
+        for p in &child.parents {
+            if let Some(ids) = self.by_parent.get_mut(p) {
+                ids.retain(|x| x != id);
+                if ids.is_empty() {
+                    self.by_parent.remove(p);
+                }
+            }
+        }
+        if let Some(n) = self.per_relay.get_mut(&child.relay) {
+            *n -= 1;
+            if *n == 0 {
+                self.per_relay.remove(&child.relay);
+            }
+        }
+        Some(child)
+    }
+
+    /// Drops children older than the TTL; returns how many.
+    pub fn expire(&mut self, now: Instant) -> usize {
+        let old: Vec<EventId> = self
+            .children
+            .iter()
+            .filter(|(_, c)| now.saturating_duration_since(c.since) >= self.limits.ttl)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in &old {
+            self.remove(id);
+        }
+        old.len()
+    }
+
+    /// Missing parent ids to ask connected relays for: those of children waiting at least
+    /// `request_after` and not asked for yet (each child asks once).
+    pub fn due_requests(&mut self, now: Instant) -> Vec<EventId> {
+        let mut ids = Vec::new();
+        for child in self.children.values_mut() {
+            if child.requested || now.saturating_duration_since(child.since) < self.limits.request_after {
+                continue;
+            }
+            child.requested = true;
+            ids.extend(child.parents.iter().filter_map(|p| EventId::from_hex(p).ok()));
+        }
+        ids.sort();
+        ids.dedup();
+        ids
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::peers::address::RelayUrl;
+    use nostr::prelude::*;
+
+    fn url(s: &str) -> RelayUrl {
+        RelayUrl::parse(s).unwrap()
+    }
+
+    fn child_of(parent: &EventId) -> Arc<Event> {
+        let keys = Keys::generate();
+        Arc::new(EventBuilder::new(Kind::Custom(1111), "hi").tag(Tag::event(*parent)).finalize(&keys).unwrap())
+    }
+
+    fn limits() -> WaitingLimits {
+        WaitingLimits { per_relay: 2, total: 3, request_after: Duration::from_secs(10), ttl: Duration::from_secs(60) }
+    }
+
+    #[test]
+    fn children_come_back_when_their_parent_arrives() {
+        let (now, a) = (Instant::now(), url("wss://a"));
+        let mut w = Waiting::new(limits());
+        let parent = EventId::from_byte_array([1; 32]);
+        let c = child_of(&parent);
+        w.park(c.clone(), &a, now).unwrap();
+        assert_eq!(w.park(c.clone(), &a, now), Err(NotParked::AlreadyWaiting));
+        assert!(w.arrived("unrelated").is_empty());
+        let back = w.arrived(&parent.to_hex());
+        assert_eq!(back.len(), 1);
+        assert_eq!(back[0].0.id, c.id);
+        assert!(w.is_empty() && w.from_relay(&a) == 0 && w.by_parent.is_empty());
+    }
+
+    #[test]
+    fn caps_per_relay_and_total() {
+        let (now, a, b) = (Instant::now(), url("wss://a"), url("wss://b"));
+        let mut w = Waiting::new(limits());
+        let p = EventId::from_byte_array([1; 32]);
+        w.park(child_of(&p), &a, now).unwrap();
+        w.park(child_of(&p), &a, now).unwrap();
+        assert_eq!(w.park(child_of(&p), &a, now), Err(NotParked::Full), "relay cap");
+        w.park(child_of(&p), &b, now).unwrap();
+        assert_eq!(w.park(child_of(&p), &b, now), Err(NotParked::Full), "total cap");
+        let lonely = Arc::new(EventBuilder::new(Kind::TextNote, "x").finalize(&Keys::generate()).unwrap());
+        assert_eq!(Waiting::new(limits()).park(lonely, &a, now), Err(NotParked::NoParents));
+    }
+
+    #[test]
+    fn parents_are_requested_once_after_the_delay_and_children_expire() {
+        let (now, a) = (Instant::now(), url("wss://a"));
+        let mut w = Waiting::new(limits());
+        let p = EventId::from_byte_array([7; 32]);
+        w.park(child_of(&p), &a, now).unwrap();
+        assert!(w.due_requests(now + Duration::from_secs(5)).is_empty());
+        assert_eq!(w.due_requests(now + Duration::from_secs(10)), vec![p]);
+        assert!(w.due_requests(now + Duration::from_secs(20)).is_empty());
+        assert_eq!(w.expire(now + Duration::from_secs(59)), 0);
+        assert_eq!(w.expire(now + Duration::from_secs(60)), 1);
+        assert!(w.is_empty() && w.by_parent.is_empty());
+    }
+}

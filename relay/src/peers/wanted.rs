@@ -1,0 +1,285 @@
+//! What to ask which relay for: the accepted repositories and their relay lists turned into
+//! consolidated filters per relay (pure).
+//!
+//! Layers (docs/protocol.md#relay-sync): (a) repository announcements (kind 30617) from every
+//! connected relay; (b) per repository the state events (30618 for its `d`, authors in its
+//! maintainer set) and, at level [`SyncLevel::Full`], every event tagging it (`#a`); (c) events
+//! tagging those root events (`#e`/`#E`/`#q`). Filters of all repositories a relay serves are
+//! merged (one filter per layer, values chunked by [`MAX_VALUES`]) so a relay sees a handful of
+//! filters whatever the number of repositories.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use grasp_state::nip34::{KIND_ANNOUNCEMENT, KIND_STATE};
+use nostr::prelude::{EventId, Filter, Kind, PublicKey, SingleLetterTag};
+use serde::Serialize;
+
+use super::address::RelayUrl;
+
+/// Most values (authors, tag values) in one filter; longer lists are split over filters (a
+/// REQ of 10 such filters of event ids stays near 70 KB).
+pub const MAX_VALUES: usize = 100;
+
+/// How much of a repository is synced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SyncLevel {
+    /// A held announcement: only its state events, so the state naming its git data is found.
+    StateOnly,
+    /// A served announcement: states, events tagging it and events tagging those.
+    Full,
+}
+
+impl SyncLevel {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SyncLevel::StateOnly => "state-only",
+            SyncLevel::Full => "full",
+        }
+    }
+}
+
+/// One accepted repository (announcement stored or held) and what is wanted of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RepoInterest {
+    pub owner: PublicKey,
+    pub identifier: String,
+    /// The owner and its recursive maintainers (authors of acceptable state events).
+    pub maintainers: BTreeSet<PublicKey>,
+    /// The announcement's `relays` that parse as relay URLs.
+    pub relays: BTreeSet<RelayUrl>,
+    pub level: SyncLevel,
+    /// Ids of stored events tagging the repository (layer c), at level full, oldest first: a
+    /// new root then only changes the last filter of the chunked lists, and only that filter
+    /// needs its history reconciled.
+    pub roots: Vec<EventId>,
+}
+
+impl RepoInterest {
+    /// `30617:<owner hex>:<identifier>`.
+    pub fn coordinate(&self) -> String {
+        format!("{KIND_ANNOUNCEMENT}:{}:{}", self.owner.to_hex(), self.identifier)
+    }
+
+    /// How operators see it: `<npub>/<identifier>`.
+    pub fn label(&self) -> String {
+        format!("{}/{}", grasp_state::identifier::npub_of(&self.owner), self.identifier)
+    }
+}
+
+/// Everything this server wants from other relays.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Interest {
+    pub repos: Vec<RepoInterest>,
+    /// `--sync-bootstrap-relay`: always connected, asked for announcements.
+    pub bootstraps: BTreeSet<RelayUrl>,
+}
+
+/// What one relay is asked for.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RelayPlan {
+    /// Consolidated filters, deterministic order.
+    pub filters: Vec<Filter>,
+    /// Labels of the repositories it serves, sorted.
+    pub repos: Vec<String>,
+    pub bootstrap: bool,
+}
+
+impl RelayPlan {
+    /// A stable text key per filter (its JSON), to compare plans and remember finished history.
+    pub fn filter_keys(&self) -> BTreeSet<String> {
+        self.filters.iter().map(filter_key).collect()
+    }
+}
+
+/// A stable text key of a filter.
+pub fn filter_key(filter: &Filter) -> String {
+    serde_json::to_string(filter).unwrap_or_default()
+}
+
+fn tag(c: char) -> SingleLetterTag {
+    SingleLetterTag::from_char(c).expect("a single letter")
+}
+
+fn chunks<T: Clone>(values: &BTreeSet<T>) -> Vec<Vec<T>> {
+    let all: Vec<T> = values.iter().cloned().collect();
+    all.chunks(MAX_VALUES).map(<[T]>::to_vec).collect()
+}
+
+impl Interest {
+    /// The plan of every relay to connect to: relays named by accepted repositories and the
+    /// bootstraps, without those `excluded` (this server, unsafe), at most `max_relays`
+    /// (bootstraps first, then the relays serving most repositories).
+    pub fn plans(&self, excluded: impl Fn(&RelayUrl) -> bool, max_relays: usize) -> BTreeMap<RelayUrl, RelayPlan> {
+        let mut serving: BTreeMap<&RelayUrl, Vec<&RepoInterest>> = BTreeMap::new();
+        for repo in &self.repos {
+            for relay in &repo.relays {
+                serving.entry(relay).or_default().push(repo);
+            }
+        }
+        for relay in &self.bootstraps {
+            serving.entry(relay).or_default();
+        }
+        let mut ranked: Vec<(&RelayUrl, Vec<&RepoInterest>)> =
+            serving.into_iter().filter(|(relay, _)| !excluded(relay)).collect();
+        ranked.sort_by(|(a, ra), (b, rb)| {
+            let (ba, bb) = (self.bootstraps.contains(*a), self.bootstraps.contains(*b));
+            bb.cmp(&ba).then(rb.len().cmp(&ra.len())).then(a.cmp(b))
+        });
+        ranked
+            .into_iter()
+            .take(max_relays)
+            .map(|(relay, repos)| (relay.clone(), plan_for(&repos, self.bootstraps.contains(relay))))
+            .collect()
+    }
+}
+
+/// The consolidated filters for a relay serving `repos`.
+fn plan_for(repos: &[&RepoInterest], bootstrap: bool) -> RelayPlan {
+    let mut filters = vec![Filter::new().kind(Kind::Custom(KIND_ANNOUNCEMENT))];
+    let mut authors: BTreeSet<PublicKey> = BTreeSet::new();
+    let mut identifiers: BTreeSet<String> = BTreeSet::new();
+    let mut coordinates: BTreeSet<String> = BTreeSet::new();
+    let mut roots: Vec<String> = Vec::new();
+    let mut seen_roots: BTreeSet<EventId> = BTreeSet::new();
+    for repo in repos {
+        authors.extend(repo.maintainers.iter().copied());
+        identifiers.insert(repo.identifier.clone());
+        if repo.level == SyncLevel::Full {
+            coordinates.insert(repo.coordinate());
+            roots.extend(repo.roots.iter().filter(|id| seen_roots.insert(**id)).map(EventId::to_hex));
+        }
+    }
+    if !identifiers.is_empty() {
+        // Authors × identifiers may over-match (a maintainer of one repository, the `d` of
+        // another); the acceptance policy refuses what does not belong.
+        for authors in chunks(&authors) {
+            for ids in chunks(&identifiers) {
+                filters.push(Filter::new().kind(Kind::Custom(KIND_STATE)).authors(authors.clone()).identifiers(ids));
+            }
+        }
+    }
+    for values in chunks(&coordinates) {
+        filters.push(Filter::new().custom_tags(tag('a'), values));
+    }
+    for values in roots.chunks(MAX_VALUES).map(<[String]>::to_vec) {
+        for letter in ['e', 'E', 'q'] {
+            filters.push(Filter::new().custom_tags(tag(letter), values.clone()));
+        }
+    }
+    let mut repos: Vec<String> = repos.iter().map(|r| r.label()).collect();
+    repos.sort();
+    repos.dedup();
+    RelayPlan { filters, repos, bootstrap }
+}
+
+/// Splits `filters` into REQs of at most `max_filters` filters each.
+pub fn batches(filters: &[Filter], max_filters: usize) -> Vec<Vec<Filter>> {
+    filters.chunks(max_filters.max(1)).map(<[Filter]>::to_vec).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nostr::prelude::Keys;
+    use proptest::prelude::*;
+
+    fn url(s: &str) -> RelayUrl {
+        RelayUrl::parse(s).unwrap()
+    }
+
+    fn repo(id: &str, relays: &[&str], level: SyncLevel, roots: usize) -> RepoInterest {
+        let owner = Keys::generate().public_key();
+        RepoInterest {
+            owner,
+            identifier: id.into(),
+            maintainers: [owner].into(),
+            relays: relays.iter().map(|r| url(r)).collect(),
+            level,
+            roots: (0..roots).map(|n| EventId::from_byte_array([n as u8; 32])).collect(),
+        }
+    }
+
+    #[test]
+    fn held_repositories_get_states_only() {
+        let interest = Interest { repos: vec![repo("held", &["wss://a"], SyncLevel::StateOnly, 3)], bootstraps: BTreeSet::new() };
+        let plans = interest.plans(|_| false, 10);
+        let plan = &plans[&url("wss://a")];
+        let json: Vec<String> = plan.filters.iter().map(filter_key).collect();
+        assert_eq!(json.len(), 2, "{json:?}");
+        assert!(json[0].contains("30617"));
+        assert!(json[1].contains("30618") && json[1].contains("\"#d\":[\"held\"]"));
+    }
+
+    #[test]
+    fn full_repositories_add_tags_and_roots_merged_across_repositories() {
+        let interest = Interest {
+            repos: vec![repo("x", &["wss://a"], SyncLevel::Full, 2), repo("y", &["wss://a", "wss://b"], SyncLevel::Full, 0)],
+            bootstraps: [url("wss://boot")].into(),
+        };
+        let plans = interest.plans(|_| false, 10);
+        let a = &plans[&url("wss://a")];
+        // announcements, states, #a, #e, #E, #q: six filters for two repositories.
+        assert_eq!(a.filters.len(), 6, "{:?}", a.filters);
+        assert_eq!(a.repos.len(), 2);
+        let b = &plans[&url("wss://b")];
+        assert_eq!(b.filters.len(), 3, "no roots: no #e filters");
+        let boot = &plans[&url("wss://boot")];
+        assert!(boot.bootstrap && boot.repos.is_empty() && boot.filters.len() == 1);
+    }
+
+    #[test]
+    fn cap_keeps_bootstraps_then_busiest_relays_and_excludes_this_server() {
+        let interest = Interest {
+            repos: vec![
+                repo("x", &["wss://a", "wss://self"], SyncLevel::Full, 0),
+                repo("y", &["wss://a", "wss://b"], SyncLevel::Full, 0),
+            ],
+            bootstraps: [url("wss://boot")].into(),
+        };
+        let plans = interest.plans(|r| r.as_str() == "wss://self", 2);
+        let relays: Vec<&str> = plans.keys().map(RelayUrl::as_str).collect();
+        assert_eq!(relays, ["wss://a", "wss://boot"]);
+    }
+
+    #[test]
+    fn a_new_root_changes_only_the_last_chunk() {
+        let mut r = repo("x", &["wss://a"], SyncLevel::Full, 0);
+        r.roots = (0..250u32).map(|n| { let mut b = [0u8; 32]; b[28..].copy_from_slice(&(1000 - n).to_be_bytes()); EventId::from_byte_array(b) }).collect();
+        let before = Interest { repos: vec![r.clone()], bootstraps: BTreeSet::new() }.plans(|_| false, 1)[&url("wss://a")].filter_keys();
+        r.roots.push(EventId::from_byte_array([0; 32]));
+        let after = Interest { repos: vec![r], bootstraps: BTreeSet::new() }.plans(|_| false, 1)[&url("wss://a")].filter_keys();
+        // #e, #E, #q of the last chunk change; the two full chunks stay.
+        assert_eq!(after.difference(&before).count(), 3);
+    }
+
+    #[test]
+    fn batches_respect_the_relay_limit() {
+        let filters: Vec<Filter> = (0..25).map(|n| Filter::new().kind(Kind::Custom(n))).collect();
+        let b = batches(&filters, 10);
+        assert_eq!(b.iter().map(Vec::len).collect::<Vec<_>>(), [10, 10, 5]);
+        assert_eq!(batches(&filters, 0).len(), 25);
+    }
+
+    proptest! {
+        /// Filters never carry more than MAX_VALUES values, and every root is asked for.
+        #[test]
+        fn values_are_chunked(roots in 0usize..300, repos in 1usize..4) {
+            let repos: Vec<RepoInterest> = (0..repos).map(|n| {
+                let mut r = repo(&format!("r{n}"), &["wss://a"], SyncLevel::Full, 0);
+                r.roots = (0..roots).map(|i| { let mut b = [0u8; 32]; b[..8].copy_from_slice(&(i as u64).to_be_bytes()); b[8] = n as u8; EventId::from_byte_array(b) }).collect();
+                r
+            }).collect();
+            let total = repos.len() * roots;
+            let plan = &Interest { repos, bootstraps: BTreeSet::new() }.plans(|_| false, 1)[&url("wss://a")];
+            let mut e_values = 0;
+            for f in &plan.filters {
+                for values in f.generic_tags.values() {
+                    prop_assert!(values.len() <= MAX_VALUES);
+                }
+                if let Some(v) = f.generic_tags.get(&tag('e')) { e_values += v.len(); }
+            }
+            prop_assert_eq!(e_values, total);
+        }
+    }
+}

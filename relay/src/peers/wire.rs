@@ -1,0 +1,196 @@
+//! One WebSocket connection to another relay, as a client: connect to the checked addresses
+//! only (no second DNS lookup, no redirects), bounded frames, a deadline on every read, and the
+//! relay's NIP-11 limits when it publishes them.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use futures_util::{SinkExt, StreamExt};
+use nostr::prelude::{ClientMessage, RelayMessage};
+use serde_json::Value;
+use thiserror::Error;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::WebSocketStream;
+
+use super::address::RelayUrl;
+
+/// Largest message accepted from a peer relay.
+pub const MAX_MESSAGE_BYTES: usize = 1024 * 1024;
+
+/// Largest NIP-11 document read.
+const MAX_NIP11_BYTES: usize = 64 * 1024;
+
+/// Why a connection failed.
+#[derive(Debug, Error)]
+pub enum WireError {
+    #[error("connect timed out after {0:?}")]
+    ConnectTimeout(Duration),
+    #[error("connect failed: {0}")]
+    Connect(String),
+    #[error("{0} is not supported yet; list a ws:// relay or put a TLS proxy in front")]
+    Tls(RelayUrl),
+    #[error("no message from the relay within {0:?}")]
+    ReadTimeout(Duration),
+    #[error("connection closed by the relay")]
+    Closed,
+    #[error("shutting down")]
+    Shutdown,
+    #[error("websocket error: {0}")]
+    WebSocket(String),
+}
+
+/// A relay's published limits (NIP-11 `limitation`), with defaults when absent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RelayLimits {
+    pub max_filters: usize,
+    pub max_subscriptions: usize,
+    pub max_limit: usize,
+    /// `Some(true)` if NIP-11 lists 77, `Some(false)` if it lists NIPs without 77, `None`
+    /// without a document.
+    pub negentropy: Option<bool>,
+}
+
+impl Default for RelayLimits {
+    fn default() -> Self {
+        RelayLimits { max_filters: 10, max_subscriptions: 10, max_limit: 500, negentropy: None }
+    }
+}
+
+impl RelayLimits {
+    /// Reads a NIP-11 document; absent or silly values keep the defaults.
+    pub fn from_nip11(doc: &Value) -> RelayLimits {
+        let d = RelayLimits::default();
+        let lim = &doc["limitation"];
+        let num = |k: &str, default: usize| lim[k].as_u64().filter(|n| *n > 0).map_or(default, |n| n.min(1_000) as usize);
+        RelayLimits {
+            max_filters: num("max_filters", d.max_filters),
+            max_subscriptions: num("max_subscriptions", d.max_subscriptions),
+            max_limit: num("max_limit", d.max_limit),
+            negentropy: doc["supported_nips"].as_array().map(|nips| nips.iter().any(|n| n.as_u64() == Some(77))),
+        }
+    }
+}
+
+async fn connect_tcp(addresses: &[SocketAddr], timeout: Duration) -> Result<TcpStream, WireError> {
+    let mut last = WireError::Connect("no address".into());
+    for address in addresses {
+        match tokio::time::timeout(timeout, TcpStream::connect(address)).await {
+            Ok(Ok(stream)) => return Ok(stream),
+            Ok(Err(e)) => last = WireError::Connect(format!("{address}: {e}")),
+            Err(_) => last = WireError::ConnectTimeout(timeout),
+        }
+    }
+    Err(last)
+}
+
+/// `GET /` with `Accept: application/nostr+json` on the checked addresses (plain HTTP only).
+pub async fn fetch_nip11(url: &RelayUrl, addresses: &[SocketAddr], timeout: Duration) -> Option<Value> {
+    if url.is_tls() {
+        return None;
+    }
+    let fetch = async {
+        let mut stream = connect_tcp(addresses, timeout).await.ok()?;
+        let path = url.as_str().split_once("://").map(|(_, r)| r).and_then(|r| r.find('/').map(|at| &r[at..])).unwrap_or("/");
+        let request = format!("GET {path} HTTP/1.0\r\nHost: {}\r\nAccept: application/nostr+json\r\n\r\n", url.authority());
+        stream.write_all(request.as_bytes()).await.ok()?;
+        let mut raw = Vec::new();
+        stream.take(MAX_NIP11_BYTES as u64).read_to_end(&mut raw).await.ok()?;
+        let text = String::from_utf8_lossy(&raw);
+        let (head, body) = text.split_once("\r\n\r\n")?;
+        if !head.lines().next()?.contains(" 200") {
+            return None;
+        }
+        serde_json::from_str(body).ok()
+    };
+    tokio::time::timeout(timeout, fetch).await.ok().flatten()
+}
+
+/// An open connection.
+pub struct Wire {
+    ws: WebSocketStream<TcpStream>,
+    /// Bytes received and sent (the benchmark's figures).
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+}
+
+/// What arrived.
+#[derive(Debug)]
+pub enum Incoming {
+    Message(RelayMessage<'static>),
+    /// A text frame that is not a relay message this client knows.
+    Unparsable(String),
+}
+
+impl Wire {
+    /// Connects to `url` at `addresses` (already checked).
+    pub async fn connect(url: &RelayUrl, addresses: &[SocketAddr], timeout: Duration) -> Result<Wire, WireError> {
+        if url.is_tls() {
+            return Err(WireError::Tls(url.clone()));
+        }
+        let stream = connect_tcp(addresses, timeout).await?;
+        let config = WebSocketConfig::default().max_message_size(Some(MAX_MESSAGE_BYTES)).max_frame_size(Some(MAX_MESSAGE_BYTES));
+        let handshake = tokio_tungstenite::client_async_with_config(url.as_str(), stream, Some(config));
+        let (ws, _) = tokio::time::timeout(timeout, handshake)
+            .await
+            .map_err(|_| WireError::ConnectTimeout(timeout))?
+            .map_err(|e| WireError::Connect(e.to_string()))?;
+        Ok(Wire { ws, bytes_in: 0, bytes_out: 0 })
+    }
+
+    pub async fn send(&mut self, msg: &ClientMessage<'_>) -> Result<(), WireError> {
+        self.send_text(msg.as_json()).await
+    }
+
+    pub async fn send_text(&mut self, text: String) -> Result<(), WireError> {
+        self.bytes_out += text.len() as u64;
+        self.ws.send(Message::text(text)).await.map_err(|e| WireError::WebSocket(e.to_string()))
+    }
+
+    pub async fn ping(&mut self) -> Result<(), WireError> {
+        self.ws.send(Message::Ping(Vec::new().into())).await.map_err(|e| WireError::WebSocket(e.to_string()))
+    }
+
+    /// The next relay message, waiting at most `timeout` (pings and pongs are skipped; a pong
+    /// still counts as life: it resets the wait).
+    pub async fn recv(&mut self, timeout: Duration) -> Result<Incoming, WireError> {
+        loop {
+            let frame = tokio::time::timeout(timeout, self.ws.next())
+                .await
+                .map_err(|_| WireError::ReadTimeout(timeout))?
+                .ok_or(WireError::Closed)?
+                .map_err(|e| WireError::WebSocket(e.to_string()))?;
+            match frame {
+                Message::Text(t) => {
+                    self.bytes_in += t.len() as u64;
+                    return Ok(match RelayMessage::from_json(t.as_str()) {
+                        Ok(m) => Incoming::Message(m),
+                        Err(_) => Incoming::Unparsable(t.as_str().chars().take(200).collect()),
+                    });
+                }
+                Message::Close(_) => return Err(WireError::Closed),
+                _ => continue,
+            }
+        }
+    }
+
+    pub async fn close(mut self) {
+        let _ = tokio::time::timeout(Duration::from_secs(2), self.ws.close(None)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn limits_from_nip11() {
+        let l = RelayLimits::from_nip11(&json!({"supported_nips": [1, 11, 77], "limitation": {"max_filters": 3, "max_limit": 0}}));
+        assert_eq!(l, RelayLimits { max_filters: 3, max_subscriptions: 10, max_limit: 500, negentropy: Some(true) });
+        assert_eq!(RelayLimits::from_nip11(&json!({"supported_nips": [1]})).negentropy, Some(false));
+        assert_eq!(RelayLimits::from_nip11(&json!("junk")), RelayLimits::default());
+    }
+}

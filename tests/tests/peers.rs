@@ -1,0 +1,449 @@
+//! Relay-to-relay event sync (GRASP-02) end to end: real relays on loopback follow each other
+//! (`--sync-allow-private`), and a scripted fake relay plays the misbehaving peer (events out
+//! of order, `rate-limited:`). The operator view `GET /v1/sync` shows each relay followed.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures_util::{SinkExt, StreamExt};
+use grasp_tests::grasp::*;
+use grasp_tests::{NostrClient, TestServer, TIMEOUT};
+use nostr::prelude::*;
+use serde_json::{json, Value};
+use tokio_tungstenite::tungstenite::Message;
+
+/// Polls `$cond` (an `Option` expression, may `.await`) until it is `Some`, failing after
+/// `$timeout`.
+macro_rules! eventually {
+    ($what:expr, $timeout:expr, $cond:expr) => {{
+        let deadline = Instant::now() + $timeout;
+        let mut pause = Duration::from_millis(10);
+        loop {
+            if let Some(value) = $cond {
+                break value;
+            }
+            assert!(Instant::now() < deadline, "timed out after {:?} waiting for {}", $timeout, $what);
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_millis(200));
+        }
+    }};
+}
+
+/// A relay following loopback peers, with short retry delays.
+fn relay(extra: &[&str]) -> TestServer {
+    let mut args = vec![
+        "--sync-allow-private",
+        "--relay-sync-backoff",
+        "300ms",
+        "--relay-sync-backoff-cap",
+        "2s",
+        "--relay-sync-parent-request",
+        "1s",
+    ];
+    args.extend_from_slice(extra);
+    TestServer::start_with(&args)
+}
+
+async fn connect(server: &TestServer) -> NostrClient {
+    NostrClient::connect(&server.ws_url()).await.unwrap()
+}
+
+async fn send_ok(c: &mut NostrClient, event: &Event) {
+    let (ok, msg) = c.send_event(event).await.unwrap();
+    assert!(ok, "event kind {} refused: {msg}", event.kind);
+}
+
+async fn stored(c: &mut NostrClient, id: EventId) -> bool {
+    !c.req(vec![Filter::new().id(id)]).await.unwrap().is_empty()
+}
+
+/// How many of `ids` the server serves (asked in chunks under its `max_limit`).
+async fn served(c: &mut NostrClient, ids: &[EventId]) -> usize {
+    let mut n = 0;
+    for chunk in ids.chunks(400) {
+        n += c.req(vec![Filter::new().ids(chunk.iter().copied()).limit(chunk.len())]).await.unwrap().len();
+    }
+    n
+}
+
+/// The entry of relay `url` in `server`'s `GET /v1/sync`.
+async fn peer(server: &TestServer, url: &str) -> Option<Value> {
+    let view = operator_get(server, "/v1/sync").await.ok()?;
+    view["relays"].as_array()?.iter().find(|r| r["url"] == url.trim_end_matches('/')).cloned()
+}
+
+fn ws(server: &TestServer) -> String {
+    format!("ws://{}", host(server))
+}
+
+/// Announces `identifier` (listing every server of `on`) on each of `on` and makes each serve it:
+/// state for one commit, pushed to each. Returns the owner's keys and the tip.
+async fn served_repo(on: &[&TestServer], identifier: &str, dir: &std::path::Path) -> (Keys, String) {
+    let owner = Keys::generate();
+    let ann = announcement_on(on, &owner, identifier, &[]);
+    let repo = Repo::new(dir, on[0], &owner.public_key(), identifier);
+    let tip = repo.commit("README", identifier);
+    let st = state(&owner, identifier, &[("refs/heads/main", &tip)], Some("main"));
+    for server in on {
+        let mut c = connect(server).await;
+        send_ok(&mut c, &ann).await;
+        send_ok(&mut c, &st).await;
+        repo.push_to(&repo_url(server, &owner.public_key(), identifier), &["main"]).unwrap_or_else(|e| panic!("push refused: {e}"));
+        eventually!("the announcement to be served", TIMEOUT, stored(&mut c, ann.id).await.then_some(()));
+    }
+    (owner, tip)
+}
+
+/// A NIP-22 comment on `root` (tags only the root event, not the repository).
+fn comment_on(keys: &Keys, root: &Event, at: u64) -> Event {
+    EventBuilder::new(Kind::Custom(1111), "a comment")
+        .tags([
+            Tag::parse(["E", &root.id.to_hex()]).unwrap(),
+            Tag::parse(["K", &root.kind.as_u16().to_string()]).unwrap(),
+            Tag::parse(["e", &root.id.to_hex()]).unwrap(),
+        ])
+        .custom_created_at(Timestamp::from(at))
+        .finalize(keys)
+        .unwrap()
+}
+
+fn issue_at(keys: &Keys, owner: &PublicKey, identifier: &str, n: usize, at: u64) -> Event {
+    EventBuilder::new(Kind::Custom(1621), format!("issue {n}"))
+        .tags([
+            Tag::parse(["a", &coordinate(30617, owner, identifier)]).unwrap(),
+            Tag::parse(["subject", &format!("bug {n}")]).unwrap(),
+        ])
+        .custom_created_at(Timestamp::from(at))
+        .finalize(keys)
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn live_an_issue_and_its_comment_published_on_a_are_served_by_b() {
+    let (a, b) = (relay(&[]), relay(&[]));
+    let dir = tempfile::tempdir().unwrap();
+    let (owner, _) = served_repo(&[&a, &b], "live", dir.path()).await;
+    // B follows A live for the repository.
+    eventually!("B to follow A live", TIMEOUT, peer(&b, &ws(&a)).await.filter(|p| p["state"] == "live"));
+    let (mut ca, mut cb) = (connect(&a).await, connect(&b).await);
+    let user = Keys::generate();
+    let issue = issue(&user, &owner.public_key(), "live");
+    assert!(!stored(&mut cb, issue.id).await);
+    send_ok(&mut ca, &issue).await;
+    let t0 = Instant::now();
+    eventually!("B to serve the issue published on A", Duration::from_secs(10), stored(&mut cb, issue.id).await.then_some(()));
+    assert!(t0.elapsed() < Duration::from_secs(5), "took {:?}", t0.elapsed());
+    let comment = comment_on(&user, &issue, now());
+    send_ok(&mut ca, &comment).await;
+    eventually!("B to serve the comment published on A", Duration::from_secs(15), stored(&mut cb, comment.id).await.then_some(()));
+    let p = peer(&b, &ws(&a)).await.unwrap();
+    assert!(p["accepted"].as_u64().unwrap() >= 2, "{p}");
+    assert_eq!(p["repositories"].as_array().unwrap().len(), 1, "{p}");
+    assert_eq!(p["negentropy"], true, "{p}");
+    // A protected event is never taken from a peer: publish one on A (A takes it from its
+    // author) and see B refuse it.
+    let protected = EventBuilder::new(Kind::Custom(1621), "protected")
+        .tags([Tag::parse(["a", &coordinate(30617, &owner.public_key(), "live")]).unwrap(), Tag::protected()])
+        .finalize(&user)
+        .unwrap();
+    let (ok, _) = ca.send_event(&protected).await.unwrap();
+    if ok {
+        let refused_before = p["refused"].as_u64().unwrap();
+        eventually!("B to refuse the protected event", Duration::from_secs(10), peer(&b, &ws(&a)).await.filter(|p| p["refused"].as_u64().unwrap() > refused_before));
+        assert!(!stored(&mut cb, protected.id).await);
+    }
+    // NIP-11 advertises GRASP-02.
+    let doc: Value = reqwest::Client::new()
+        .get(b.http_url())
+        .header("Accept", "application/nostr+json")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(doc["supported_grasps"], json!(["GRASP-01", "GRASP-02"]));
+}
+
+/// B, started after A holds `count` events of a repository, ends with all of them.
+async fn history_case(a_args: &[&str], count: usize, negentropy: bool) {
+    // A takes the events from one connection as fast as they come.
+    let mut args = vec!["--write-burst", "5000"];
+    args.extend_from_slice(a_args);
+    let a = relay(&args);
+    let dir = tempfile::tempdir().unwrap();
+    let owner = Keys::generate();
+    let identifier = "history";
+    // The announcement lists A and B; B does not exist yet: reserve its address later by
+    // announcing on A with a placeholder, then replace. Simpler: A serves it alone first.
+    let mut ca = connect(&a).await;
+    let user = Keys::generate();
+    let b = relay(&[]);
+    let ann = announcement_on(&[&a, &b], &owner, identifier, &[]);
+    // Keep B from seeing anything before A holds all events: B learns the repository only
+    // when it is announced there, after A is filled.
+    send_ok(&mut ca, &ann).await;
+    let repo = Repo::new(dir.path(), &a, &owner.public_key(), identifier);
+    let tip = repo.commit("README", "history");
+    let st = state(&owner, identifier, &[("refs/heads/main", &tip)], Some("main"));
+    send_ok(&mut ca, &st).await;
+    repo.push(&["main"]).unwrap();
+    eventually!("A to serve the announcement", TIMEOUT, stored(&mut ca, ann.id).await.then_some(()));
+    let base = now() - 7200;
+    let events: Vec<Event> = (0..count).map(|n| issue_at(&user, &owner.public_key(), identifier, n, base + n as u64)).collect();
+    for e in &events {
+        send_ok(&mut ca, e).await;
+    }
+    let ids: Vec<EventId> = events.iter().map(|e| e.id).collect();
+    assert_eq!(served(&mut ca, &ids).await, count);
+    // Now B takes the repository (A is in its relays).
+    let mut cb = connect(&b).await;
+    send_ok(&mut cb, &ann).await;
+    send_ok(&mut cb, &st).await;
+    repo.push_to(&repo_url(&b, &owner.public_key(), identifier), &["main"]).unwrap();
+    let started = Instant::now();
+    eventually!("B to hold every event A had", Duration::from_secs(60), (served(&mut cb, &ids).await == count).then_some(()));
+    let p = peer(&b, &ws(&a)).await.unwrap();
+    assert_eq!(p["negentropy"], negentropy, "{p}");
+    eprintln!("history of {count} events (negentropy {negentropy}) in {:?}: {p}", started.elapsed());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn history_b_started_later_gets_all_1000_events_by_negentropy() {
+    history_case(&[], 1000, true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn history_b_gets_all_1000_events_by_req_paging_without_nip77() {
+    history_case(&["--no-negentropy"], 1000, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn discovery_an_announcement_published_only_on_a_is_held_synced_and_released_by_b() {
+    let a = relay(&[]);
+    // B's git sync waits 3 s after a synced event, so the held state can be seen.
+    let b = relay(&["--sync-bootstrap-relay", &ws(&a), "--sync-delay", "3s"]);
+    let dir = tempfile::tempdir().unwrap();
+    let owner = Keys::generate();
+    let identifier = "found";
+    let ann = announcement_on(&[&a, &b], &owner, identifier, &[]);
+    // The owner publishes to A and pushes to A only: A serves the announcement and the state.
+    let mut ca = connect(&a).await;
+    send_ok(&mut ca, &ann).await;
+    let repo = Repo::new(dir.path(), &a, &owner.public_key(), identifier);
+    let tip = repo.commit("README", "found");
+    let st = state(&owner, identifier, &[("refs/heads/main", &tip)], Some("main"));
+    send_ok(&mut ca, &st).await;
+    repo.push(&["main"]).unwrap();
+    eventually!("A to serve the announcement", TIMEOUT, stored(&mut ca, ann.id).await.then_some(()));
+    // B finds it on A (its bootstrap), holds it (no git data yet) and creates the repository;
+    // the held announcement is followed at level state-only.
+    let bare = repo_dir(&b, &owner.public_key(), identifier);
+    eventually!("B to create the repository", TIMEOUT, bare.exists().then_some(()));
+    let held = eventually!("B to hold the announcement at sync level state-only", TIMEOUT, {
+        let listing = purgatory_listing(&b).await;
+        listing["entries"].as_array().unwrap().iter().find(|e| e["event_id"] == ann.id.to_hex() && e["sync_level"] == "state-only").cloned()
+    });
+    assert_eq!(held["kind"], "announcement");
+    // B learns the state from A (held too), its background git sync fetches the data from A's
+    // clone URL, and both are released.
+    let mut cb = connect(&b).await;
+    eventually!("B to serve the state and the announcement", Duration::from_secs(30), (stored(&mut cb, st.id).await && stored(&mut cb, ann.id).await).then_some(()));
+    let refs = bare_refs(&bare);
+    assert_eq!(refs.get("refs/heads/main"), Some(&tip), "{refs:?}");
+    assert!(b.logs().contains("state event held in purgatory"), "the state was not held first");
+    let p = peer(&b, &ws(&a)).await.unwrap();
+    assert_eq!(p["bootstrap"], true, "{p}");
+}
+
+/// A scripted relay: answers each client message with what `script` returns.
+struct FakeRelay {
+    addr: SocketAddr,
+    connections: Arc<AtomicUsize>,
+    /// When each connection was accepted.
+    connected_at: Arc<Mutex<Vec<Instant>>>,
+}
+
+type Script = Arc<dyn Fn(&Value) -> Vec<Value> + Send + Sync>;
+
+impl FakeRelay {
+    async fn start(script: Script) -> FakeRelay {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let connections = Arc::new(AtomicUsize::new(0));
+        let connected_at = Arc::new(Mutex::new(Vec::new()));
+        let (count, times) = (connections.clone(), connected_at.clone());
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                let script = script.clone();
+                let (count, times) = (count.clone(), times.clone());
+                tokio::spawn(async move {
+                    // NIP-11 requests are plain HTTP: the handshake fails and they get nothing.
+                    let Ok(mut ws) = tokio_tungstenite::accept_async(stream).await else { return };
+                    count.fetch_add(1, Ordering::SeqCst);
+                    times.lock().unwrap().push(Instant::now());
+                    while let Some(Ok(msg)) = ws.next().await {
+                        let Message::Text(text) = msg else { continue };
+                        let Ok(value) = serde_json::from_str::<Value>(text.as_str()) else { continue };
+                        for reply in script(&value) {
+                            if ws.send(Message::text(reply.to_string())).await.is_err() {
+                                return;
+                            }
+                        }
+                    }
+                });
+            }
+        });
+        FakeRelay { addr, connections, connected_at }
+    }
+
+    fn url(&self) -> String {
+        format!("ws://{}", self.addr)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dependency_a_comment_before_its_issue_waits_and_the_issue_is_asked_for_by_id() {
+    let b = relay(&[]);
+    let dir = tempfile::tempdir().unwrap();
+    let owner = Keys::generate();
+    let identifier = "dep";
+    let user = Keys::generate();
+    let issue = issue_at(&user, &owner.public_key(), identifier, 1, now() - 100);
+    let comment = comment_on(&user, &issue, now() - 50);
+    // The fake peer sends the comment on every subscription, and the issue only when asked for
+    // it by id.
+    let (issue_json, comment_json) = (serde_json::to_value(&issue).unwrap(), serde_json::to_value(&comment).unwrap());
+    let issue_hex = issue.id.to_hex();
+    let asked_by_id = Arc::new(AtomicUsize::new(0));
+    let asked = asked_by_id.clone();
+    let fake = FakeRelay::start(Arc::new(move |msg: &Value| {
+        let kind = msg[0].as_str().unwrap_or_default();
+        match kind {
+            "NEG-OPEN" => vec![json!(["NOTICE", "unsupported: NEG-OPEN"])],
+            "REQ" => {
+                let sub = msg[1].clone();
+                let by_id = msg[2]["ids"].as_array().is_some_and(|ids| ids.iter().any(|i| i == issue_hex.as_str()));
+                if by_id {
+                    asked.fetch_add(1, Ordering::SeqCst);
+                    vec![json!(["EVENT", sub, issue_json]), json!(["EOSE", sub])]
+                } else {
+                    vec![json!(["EVENT", sub, comment_json]), json!(["EOSE", sub])]
+                }
+            }
+            _ => vec![],
+        }
+    }))
+    .await;
+    // The repository lists B and the fake peer.
+    let ann = {
+        let mut relays = vec!["relays".to_string(), ws(&b), fake.url()];
+        relays.dedup();
+        let clone = vec!["clone".to_string(), repo_url(&b, &owner.public_key(), identifier)];
+        EventBuilder::new(Kind::Custom(30617), "")
+            .tags([Tag::identifier(identifier), Tag::parse(clone).unwrap(), Tag::parse(relays).unwrap()])
+            .finalize(&owner)
+            .unwrap()
+    };
+    let mut cb = connect(&b).await;
+    send_ok(&mut cb, &ann).await;
+    let repo = Repo::new(dir.path(), &b, &owner.public_key(), identifier);
+    let tip = repo.commit("README", "dep");
+    send_ok(&mut cb, &state(&owner, identifier, &[("refs/heads/main", &tip)], Some("main"))).await;
+    repo.push(&["main"]).unwrap();
+    eventually!("B to serve the repository", TIMEOUT, stored(&mut cb, ann.id).await.then_some(()));
+    // The comment arrives first, waits; its issue is asked for by id and both end up stored.
+    eventually!("B to store the issue and the comment", Duration::from_secs(30), (stored(&mut cb, issue.id).await && stored(&mut cb, comment.id).await).then_some(()));
+    assert!(asked_by_id.load(Ordering::SeqCst) >= 1, "the issue was never asked for by id");
+    assert!(b.logs().contains("waiting synced event admitted"), "the comment did not wait for its issue");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failure_a_down_relay_backs_off_a_rate_limiting_one_cools_down_and_others_are_not_delayed() {
+    // A port nobody listens on.
+    let down = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    };
+    let limited = FakeRelay::start(Arc::new(|msg: &Value| match msg[0].as_str().unwrap_or_default() {
+        "REQ" => vec![json!(["CLOSED", msg[1], "rate-limited: slow down"])],
+        "NEG-OPEN" => vec![json!(["NEG-ERR", msg[1], "rate-limited: slow down"])],
+        _ => vec![],
+    }))
+    .await;
+    // Only B follows other relays (the fake one counts B's connections alone).
+    let a = relay(&["--no-relay-sync"]);
+    let b = relay(&["--relay-sync-cooldown", "3s"]);
+    let dir = tempfile::tempdir().unwrap();
+    let owner = Keys::generate();
+    let identifier = "fail";
+    let relays = [ws(&a), ws(&b), format!("ws://{down}"), limited.url()];
+    let ann = {
+        let mut r = vec!["relays".to_string()];
+        r.extend(relays.iter().cloned());
+        let clone = vec!["clone".to_string(), repo_url(&a, &owner.public_key(), identifier), repo_url(&b, &owner.public_key(), identifier)];
+        EventBuilder::new(Kind::Custom(30617), "")
+            .tags([Tag::identifier(identifier), Tag::parse(clone).unwrap(), Tag::parse(r).unwrap()])
+            .finalize(&owner)
+            .unwrap()
+    };
+    let repo = Repo::new(dir.path(), &a, &owner.public_key(), identifier);
+    let tip = repo.commit("README", "fail");
+    let st = state(&owner, identifier, &[("refs/heads/main", &tip)], Some("main"));
+    for server in [&a, &b] {
+        let mut c = connect(server).await;
+        send_ok(&mut c, &ann).await;
+        send_ok(&mut c, &st).await;
+        repo.push_to(&repo_url(server, &owner.public_key(), identifier), &["main"]).unwrap();
+        eventually!("the announcement to be served", TIMEOUT, stored(&mut c, ann.id).await.then_some(()));
+    }
+    // The others do not delay A: an issue on A reaches B within seconds.
+    eventually!("B to follow A live", TIMEOUT, peer(&b, &ws(&a)).await.filter(|p| p["state"] == "live"));
+    let issue = issue(&Keys::generate(), &owner.public_key(), identifier);
+    send_ok(&mut connect(&a).await, &issue).await;
+    let mut cb = connect(&b).await;
+    eventually!("B to serve the issue", Duration::from_secs(10), stored(&mut cb, issue.id).await.then_some(()));
+    // The down relay is retried with growing delays.
+    let p = eventually!("the down relay to fail repeatedly", TIMEOUT, peer(&b, &format!("ws://{down}")).await.filter(|p| p["failures"].as_u64().unwrap_or(0) >= 3));
+    assert_eq!(p["state"], "backing-off", "{p}");
+    assert!(p["last_error"].as_str().unwrap().contains("connect"), "{p}");
+    // The rate-limiting relay is cooled down: no reconnection within the cooldown.
+    let p = eventually!("the rate-limiting relay to be cooled down", TIMEOUT, peer(&b, &limited.url()).await.filter(|p| p["cooling_down"] == true));
+    assert!(p["last_error"].as_str().unwrap().starts_with("rate-limited:"), "{p}");
+    eventually!("a second connection after the cooldown", TIMEOUT, (limited.connections.load(Ordering::SeqCst) >= 2).then_some(()));
+    let times = limited.connected_at.lock().unwrap().clone();
+    let gap = times[1].duration_since(times[0]);
+    assert!(gap >= Duration::from_millis(2500), "reconnected after {gap:?}, within the 3 s cooldown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failure_b_restarted_resumes_without_downloading_everything_again() {
+    let a = relay(&["--no-negentropy"]);
+    let mut b = relay(&[]);
+    let dir = tempfile::tempdir().unwrap();
+    let (owner, _) = served_repo(&[&a, &b], "resume", dir.path()).await;
+    let user = Keys::generate();
+    let base = now() - 7200;
+    let events: Vec<Event> = (0..300).map(|n| issue_at(&user, &owner.public_key(), "resume", n, base + n as u64)).collect();
+    let mut ca = connect(&a).await;
+    for e in &events {
+        send_ok(&mut ca, e).await;
+    }
+    let ids: Vec<EventId> = events.iter().map(|e| e.id).collect();
+    let mut cb = connect(&b).await;
+    eventually!("B to hold all 300 events", Duration::from_secs(30), (served(&mut cb, &ids).await == 300).then_some(()));
+    drop(cb);
+    // The cursor is written at shutdown.
+    b.restart();
+    assert!(b.data_dir().join("relay-sync.json").exists());
+    let p = eventually!("B to follow A live again", TIMEOUT, peer(&b, &ws(&a)).await.filter(|p| p["state"] == "live" && p["history_runs"].as_u64() >= Some(1)));
+    let received = p["received"].as_u64().unwrap();
+    assert!(received < 100, "B downloaded {received} events again after a restart: {p}");
+    // And it still follows: a new issue arrives.
+    let fresh = issue(&user, &owner.public_key(), "resume");
+    send_ok(&mut ca, &fresh).await;
+    let mut cb = connect(&b).await;
+    eventually!("B to serve a new issue after the restart", Duration::from_secs(10), stored(&mut cb, fresh.id).await.then_some(()));
+}
