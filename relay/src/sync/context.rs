@@ -1,7 +1,8 @@
 //! The GRASP brain as the syncer's [`SyncContext`], and the daemon's wiring of the syncer.
 //!
 //! - [`SyncContext`] for `Arc<Grasp>`: what the purgatory waits for per owner repository, which
-//!   clone URLs may have it, the in-process repository locks (`Grasp::locks`) around fetches,
+//!   clone URLs may have it, the in-process repository locks (`Grasp::locks`) around moving
+//!   fetched objects in,
 //!   and release through [`Grasp::process_repo`] (the same path as after a push) under the
 //!   cross-process push lock `grasp-cgi` holds during a receive-pack.
 //! - [`start`]: creates the [`Syncer`], points `Grasp::on_waiting` (every event that starts
@@ -100,11 +101,14 @@ impl SyncContext for Arc<Grasp> {
     }
 }
 
-/// The ref targets of each held state of `identifier` authored inside `set`.
+/// The ref targets of each held state of `identifier` authored inside `set`. States that can
+/// never be satisfied (a value that is not a full object id) are skipped: fetching the rest of
+/// their objects would serve nobody.
 fn held_state_refs(grasp: &Grasp, identifier: &str, set: &MaintainerSet) -> Vec<Vec<String>> {
     grasp
         .held_states(identifier, set)
         .into_iter()
+        .filter(|s| s.is_satisfiable())
         .map(|s| s.refs.into_values().collect())
         .collect()
 }
