@@ -10,16 +10,20 @@
 //! - [`throttle`]: per-domain concurrency and per-minute limits with a fair line of waiters.
 //! - [`urls`]: which clone URLs are safe to fetch from (http(s) only, deny-list after DNS).
 //! - [`fetch`]: `git fetch <url> <oid>...` without writing refs, dropping oids a remote lacks.
+//! - [`quarantine`]: the repository a fetch writes into, without the repository lock; its
+//!   objects are moved into the real repository under the lock.
 //! - this file: the [`SyncContext`] the GRASP brain implements, and the [`Syncer`] loop.
 //! - [`context`]: that implementation for `Arc<Grasp>`, and [`context::start`], the daemon's
 //!   wiring (enqueue on `Grasp::on_waiting`, stats for the operator view, stop on shutdown).
 //!
-//! The syncer never writes refs: it only adds objects to a repository (under the repository lock
-//! shared with the push flow) and then calls [`SyncContext::process`], which releases events and
+//! The syncer never writes refs: it only adds objects to a repository (fetched into a quarantine
+//! without any lock, then moved in under the repository lock shared with the push flow) and then
+//! calls [`SyncContext::process`], which releases events and
 //! aligns refs through the normal path.
 
 pub mod context;
 pub mod fetch;
+pub mod quarantine;
 pub mod queue;
 pub mod throttle;
 pub mod urls;
@@ -38,6 +42,7 @@ use tokio::task::JoinSet;
 
 pub use context::{start, SyncHandle};
 pub use fetch::{fetch_oids, missing_objects, FetchOptions, FetchOutcome};
+pub use quarantine::Quarantine;
 pub use queue::{Origin, Outcome, QueueTimings, SyncQueue, SyncQueueEntry};
 pub use throttle::{DomainStats, Permit, Throttle, ThrottleLimits, ThrottledUntil};
 pub use urls::{Cidr, CloneUrl, SafeUrl, UrlPolicy, UrlRejected};
@@ -65,7 +70,8 @@ pub trait SyncContext: Send + Sync + 'static {
     /// by the syncer.
     fn candidate_urls(&self, identifier: &str) -> impl Future<Output = Vec<String>> + Send;
 
-    /// Take the lock on `repo` shared with the push flow.
+    /// Take the lock on `repo` shared with the push flow (held only while fetched objects are
+    /// moved in from their quarantine, never during a fetch).
     fn lock_repo(&self, repo: &Path) -> impl Future<Output = Self::RepoGuard> + Send;
 
     /// Release whatever under `identifier` is now satisfiable; returns how many events were
@@ -431,7 +437,6 @@ impl<C: SyncContext> Shared<C> {
         };
         let mut attempt = UrlAttempt::default();
         for target in targets.iter().filter(|target| !target.oids.is_empty()) {
-            let lock = self.ctx.lock_repo(&target.repo).await;
             let missing = match missing_objects(&target.repo, &target.oids).await {
                 Ok(missing) => missing,
                 Err(error) => {
@@ -456,11 +461,19 @@ impl<C: SyncContext> Shared<C> {
                 }
             };
             attempt.fetched = true;
+            // The remote is slow at worst: fetch without the repository lock, into a quarantine,
+            // so pushes and releases of this repository go on meanwhile.
+            let quarantine = match Quarantine::create(&target.repo).await {
+                Ok(quarantine) => quarantine,
+                Err(error) => {
+                    tracing::warn!(identifier, repo = %target.repo.display(), %error, "cannot create a sync quarantine");
+                    continue;
+                }
+            };
             let started = Instant::now();
-            let outcome = fetch_oids(&target.repo, &safe.url.url, &missing, &options).await;
+            let outcome = fetch_oids(quarantine.path(), &safe.url.url, &missing, &options).await;
             self.ctx.fetched(&outcome, started.elapsed());
             drop(permit);
-            drop(lock);
             if let Some(error) = &outcome.error {
                 self.throttle.record_error(domain, error, SystemTime::now());
                 tracing::warn!(identifier, url = safe.url.url, %error, "sync fetch failed");
@@ -468,7 +481,18 @@ impl<C: SyncContext> Shared<C> {
             if !outcome.missing_on_remote.is_empty() {
                 tracing::debug!(identifier, url = safe.url.url, lacking = ?outcome.missing_on_remote, "remote lacks objects");
             }
-            attempt.progressed |= !outcome.fetched.is_empty();
+            if outcome.fetched.is_empty() {
+                continue;
+            }
+            // Only moving the objects in needs the lock: a few renames.
+            let lock = self.ctx.lock_repo(&target.repo).await;
+            match quarantine.apply().await {
+                Ok(_) => attempt.progressed = true,
+                Err(error) => {
+                    tracing::warn!(identifier, repo = %target.repo.display(), %error, "cannot move synced objects into the repository")
+                }
+            }
+            drop(lock);
         }
         attempt
     }
