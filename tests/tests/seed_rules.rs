@@ -132,3 +132,185 @@ fn a_push_completes_while_a_background_fetch_of_the_same_repository_hangs() {
         assert!(stored(&mut c, st.id).await, "released before the push returned");
     });
 }
+
+// ---------------------------------------------------------------- the brain in process
+//
+// The expiry races and the internal entry points are driven on a `Grasp` built in this process
+// (store, purgatory with a manual clock, bare repositories on disk without hooks), so a test can
+// move time and run the expiry sweep exactly when it wants.
+
+mod in_process {
+    use std::path::{Path, PathBuf};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use grasp_relay::grasp::Grasp;
+    use grasp_relay::nostr::relay::Relay;
+    use grasp_relay::nostr::store::Store;
+    use grasp_state::identifier::RepoLayout;
+    use grasp_state::purgatory::{ManualClock, Purgatory, PurgatoryConfig, RepoId};
+    use grasp_tests::git::{git, WorkTree};
+    use grasp_tests::grasp::*;
+    use nostr::prelude::*;
+
+    pub const TTL: Duration = Duration::from_secs(30 * 60);
+
+    /// A brain on a temp dir, its clock, and one owner's stored announcement with its repository.
+    pub struct Brain {
+        pub grasp: Arc<Grasp>,
+        pub clock: Arc<ManualClock>,
+        pub owner: Keys,
+        pub identifier: String,
+        pub repo: PathBuf,
+        pub work: WorkTree,
+        _tmp: tempfile::TempDir,
+    }
+
+    impl Brain {
+        pub async fn new(identifier: &str) -> Brain {
+            let tmp = tempfile::tempdir().unwrap();
+            let store = Store::open(&tmp.path().join("events")).await.unwrap();
+            let clock = Arc::new(ManualClock::default());
+            let purgatory = Purgatory::new(PurgatoryConfig::default(), clock.clone());
+            let layout = RepoLayout::new(tmp.path().join("git"));
+            let hooks = tmp.path().join("hooks");
+            std::fs::create_dir_all(&hooks).unwrap();
+            let metrics = Arc::new(grasp_relay::metrics::Metrics::new());
+            let grasp = Arc::new(Grasp::new(Arc::new(Relay::new(store)), purgatory, layout.clone(), hooks.clone(), "127.0.0.1:9".into(), metrics));
+            let owner = Keys::generate();
+            let repo = grasp_relay::git::repos::create_bare_repo(&layout, &owner.public_key(), identifier, &hooks).unwrap();
+            let ann = event(&owner, 30617, &[&["d", identifier], &["clone", "http://127.0.0.1:9/x.git"], &["relays", "ws://127.0.0.1:9"]]);
+            grasp.relay.publish(&ann).await.unwrap();
+            let work = WorkTree::new(tmp.path().join("work"));
+            Brain { grasp, clock, owner, identifier: identifier.into(), repo, work, _tmp: tmp }
+        }
+
+        pub fn repo_id(&self) -> RepoId {
+            RepoId::new(self.owner.public_key(), &self.identifier)
+        }
+
+        /// A git-first push of `commit` to `refs/nostr/<id>`: the placeholder the pre-receive
+        /// hook reserves, and the ref the receive-pack writes.
+        pub fn git_first_push(&self, id: EventId, commit: &str) {
+            self.grasp.purgatory.reserve_placeholders(&self.repo_id(), &[(id, commit.to_string())]).unwrap();
+            push_ref(&self.work, &self.repo, commit, &nostr_ref(id));
+        }
+
+        pub fn nostr_ref_of(&self, id: EventId) -> Option<String> {
+            bare_refs(&self.repo).get(&nostr_ref(id)).cloned()
+        }
+
+        pub async fn stored(&self, id: EventId) -> bool {
+            self.grasp.event_by_id(&id).await.is_some()
+        }
+    }
+
+    pub fn nostr_ref(id: EventId) -> String {
+        format!("refs/nostr/{}", id.to_hex())
+    }
+
+    /// Pushes `commit` to `name` of the bare repository on disk (it has no hooks).
+    pub fn push_ref(work: &WorkTree, repo: &Path, commit: &str, name: &str) {
+        git(&work.dir, &["push", "-q", repo.to_str().unwrap(), &format!("{commit}:{name}")]);
+    }
+}
+
+use grasp_relay::grasp::lifecycle::expire;
+use grasp_state::purgatory::PurgatoryConfig;
+use in_process::*;
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap()
+}
+
+#[test]
+fn a_pull_request_accepted_while_its_placeholder_expires_keeps_its_ref() {
+    runtime().block_on(async {
+        let brain = Brain::new("race").await;
+        let contributor = Keys::generate();
+        for round in 0..40 {
+            let commit = brain.work.commit("f.txt", &format!("{round}"));
+            let pr = pull_request_at(&contributor, &brain.owner.public_key(), "race", &commit, now());
+            brain.git_first_push(pr.id, &commit);
+            brain.clock.advance(TTL + Duration::from_secs(1));
+            let grasp = brain.grasp.clone();
+            let sweep = tokio::spawn(async move { expire(&grasp).await });
+            let (ok, msg) = brain.grasp.submit(&pr).await;
+            sweep.await.unwrap();
+            assert!(ok, "round {round}: {msg}");
+            assert!(brain.stored(pr.id).await, "round {round}: accepted with its commit present");
+            assert_eq!(brain.nostr_ref_of(pr.id), Some(commit.clone()), "round {round}: the accepted pull request lost its ref");
+            expire(&brain.grasp).await;
+            assert_eq!(brain.nostr_ref_of(pr.id), Some(commit), "round {round}");
+        }
+    });
+}
+
+#[test]
+fn a_push_of_the_same_commit_during_placeholder_cleanup_is_not_orphaned() {
+    runtime().block_on(async {
+        let brain = Brain::new("repush").await;
+        let commit = brain.work.commit("f.txt", "x");
+        let id = EventId::from_hex(&random_event_id()).unwrap();
+        brain.git_first_push(id, &commit);
+        brain.clock.advance(TTL + Duration::from_secs(1));
+        // The expiry waits for the repository lock while the same commit is pushed again.
+        let guard = brain.grasp.locks.lock(&brain.repo).await;
+        let grasp = brain.grasp.clone();
+        let sweep = tokio::spawn(async move { expire(&grasp).await });
+        let deadline = std::time::Instant::now() + TIMEOUT;
+        while !brain.grasp.purgatory.placeholder_cleanup_pending(&id, &commit) {
+            assert!(std::time::Instant::now() < deadline, "the sweep never ran");
+            tokio::task::yield_now().await;
+        }
+        brain.git_first_push(id, &commit);
+        drop(guard);
+        sweep.await.unwrap();
+        assert_eq!(brain.nostr_ref_of(id), Some(commit.clone()), "the ref of the second push stays");
+        assert_eq!(brain.grasp.purgatory.stats().placeholders, 1, "and keeps its record");
+        // When that record expires in turn, the ref is removed: it was never orphaned.
+        brain.clock.advance(TTL + Duration::from_secs(1));
+        expire(&brain.grasp).await;
+        assert_eq!(brain.nostr_ref_of(id), None, "the second push's ref is cleaned at its own expiry");
+        assert_eq!(brain.grasp.purgatory.stats().placeholders, 0);
+    });
+}
+
+#[test]
+fn an_expired_placeholder_whose_event_is_stored_keeps_its_ref() {
+    runtime().block_on(async {
+        let brain = Brain::new("stored").await;
+        let contributor = Keys::generate();
+        let commit = brain.work.commit("f.txt", "x");
+        let pr = pull_request_at(&contributor, &brain.owner.public_key(), "stored", &commit, now());
+        brain.git_first_push(pr.id, &commit);
+        // The event is in the store, yet the placeholder is still held (an older checkpoint).
+        brain.grasp.relay.publish(&pr).await.unwrap();
+        brain.clock.advance(TTL + Duration::from_secs(1));
+        expire(&brain.grasp).await;
+        assert_eq!(brain.nostr_ref_of(pr.id), Some(commit));
+        assert_eq!(brain.grasp.purgatory.stats().placeholders, 0, "the placeholder is dropped");
+    });
+}
+
+#[test]
+fn a_failed_placeholder_ref_deletion_is_retried() {
+    runtime().block_on(async {
+        let brain = Brain::new("retry").await;
+        let commit = brain.work.commit("f.txt", "x");
+        let id = EventId::from_hex(&random_event_id()).unwrap();
+        brain.git_first_push(id, &commit);
+        brain.clock.advance(TTL + Duration::from_secs(1));
+        // The ref cannot be deleted: another git process holds its lock file.
+        let lock = brain.repo.join(format!("{}.lock", nostr_ref(id)));
+        std::fs::write(&lock, "").unwrap();
+        expire(&brain.grasp).await;
+        std::fs::remove_file(&lock).unwrap();
+        assert_eq!(brain.nostr_ref_of(id), Some(commit.clone()), "deletion failed");
+        assert_eq!(brain.grasp.purgatory.stats().placeholders, 1, "the record is kept for a retry");
+        brain.clock.advance(PurgatoryConfig::default().placeholder_retry);
+        expire(&brain.grasp).await;
+        assert_eq!(brain.nostr_ref_of(id), None, "removed on the retry");
+        assert_eq!(brain.grasp.purgatory.stats().placeholders, 0);
+    });
+}

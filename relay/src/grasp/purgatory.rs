@@ -264,16 +264,27 @@ impl SharedPurgatory {
         self.lock().sweep()
     }
 
-    /// After an expired placeholder's refs were removed from `cleaned`: forget it if that was
-    /// every destination (`true`), else keep it and retry later.
-    pub fn placeholder_cleanup_done(&self, id: &EventId, cleaned: &[RepoId], complete: bool) -> Duration {
+    /// Whether `id` is still a git-first placeholder for `commit` waiting for its refs to be
+    /// removed (no event took it over, no push re-armed it). Asked under each destination's
+    /// repository lock, right before its ref is deleted.
+    pub fn placeholder_cleanup_pending(&self, id: &EventId, commit: &str) -> bool {
+        self.lock().is_cleanup_pending(id, commit)
+    }
+
+    /// The expired placeholder's refs in `destinations` are gone: forget those destinations, and
+    /// the placeholder once none remain. Called under that repository's lock, so a push of the same
+    /// commit there afterwards records the destination again. Returns whether the record is gone.
+    pub fn placeholder_cleaned(&self, id: &EventId, destinations: &[RepoId]) -> bool {
+        self.lock().placeholder_cleaned(id, destinations)
+    }
+
+    /// Some ref of an expired placeholder could not be removed: try again later, if the
+    /// placeholder still waits for its cleanup. Returns the delay, or `None` when nothing is
+    /// left to retry.
+    pub fn retry_placeholder_cleanup(&self, id: &EventId) -> Option<Duration> {
         let mut p = self.lock();
         let retry = p.config().placeholder_retry;
-        p.placeholder_cleaned(id, cleaned);
-        if !complete {
-            p.retain_placeholder_for_retry(id, retry);
-        }
-        retry
+        p.retain_placeholder_for_retry(id, retry).then_some(retry)
     }
 
     // ---- Leaving ------------------------------------------------------------------------------
