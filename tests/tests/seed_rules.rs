@@ -168,11 +168,23 @@ mod in_process {
 
     impl Brain {
         pub async fn new(identifier: &str) -> Brain {
+            Brain::restored(identifier, None).await
+        }
+
+        /// With `checkpoint` (JSON) given, the purgatory is restored from it as at startup (on
+        /// the system clock); otherwise it starts empty on the manual clock.
+        pub async fn restored(identifier: &str, checkpoint: Option<serde_json::Value>) -> Brain {
             let tmp = tempfile::tempdir().unwrap();
             let store = Store::open(&tmp.path().join("events")).await.unwrap();
             let clock = Arc::new(ManualClock::default());
-            let purgatory = Purgatory::new(PurgatoryConfig::default(), clock.clone());
             let layout = RepoLayout::new(tmp.path().join("git"));
+            let purgatory = match checkpoint {
+                None => Purgatory::new(PurgatoryConfig::default(), clock.clone()),
+                Some(json) => {
+                    std::fs::write(tmp.path().join(grasp_relay::grasp::lifecycle::CHECKPOINT_FILE), json.to_string()).unwrap();
+                    grasp_relay::grasp::lifecycle::restore(tmp.path(), &layout, PurgatoryConfig::default())
+                }
+            };
             let hooks = tmp.path().join("hooks");
             std::fs::create_dir_all(&hooks).unwrap();
             let metrics = Arc::new(grasp_relay::metrics::Metrics::new());
@@ -312,5 +324,25 @@ fn a_failed_placeholder_ref_deletion_is_retried() {
         expire(&brain.grasp).await;
         assert_eq!(brain.nostr_ref_of(id), None, "removed on the retry");
         assert_eq!(brain.grasp.purgatory.stats().placeholders, 0);
+    });
+}
+
+#[test]
+fn a_legacy_placeholder_without_destinations_expires_without_touching_refs() {
+    runtime().block_on(async {
+        let id = EventId::from_hex(&random_event_id()).unwrap();
+        // An old version recorded the placeholder without saying where its ref is.
+        let commit = "1".repeat(40);
+        let checkpoint = serde_json::json!({
+            "saved_at": now(),
+            "pr_events": { id.to_hex(): { "commit": commit, "age_secs": 1800, "expires_in_secs": 0 } }
+        });
+        let brain = Brain::restored("legacy", Some(checkpoint)).await;
+        assert_eq!(brain.grasp.purgatory.stats().placeholders, 1, "the legacy record loads");
+        let pushed = brain.work.commit("f.txt", "x");
+        push_ref(&brain.work, &brain.repo, &pushed, &nostr_ref(id));
+        expire(&brain.grasp).await;
+        assert_eq!(brain.grasp.purgatory.stats().placeholders, 0, "expired and forgotten");
+        assert_eq!(brain.nostr_ref_of(id), Some(pushed), "no ref is touched: the record names none");
     });
 }
