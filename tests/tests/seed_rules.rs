@@ -346,3 +346,45 @@ fn a_legacy_placeholder_without_destinations_expires_without_touching_refs() {
         assert_eq!(brain.nostr_ref_of(id), Some(pushed), "no ref is touched: the record names none");
     });
 }
+
+#[test]
+fn the_sync_queue_is_rebuilt_after_a_restart() {
+    // A delay long enough that nothing is fetched: only the queue is looked at.
+    let mut server = TestServer::start_with(&["--sync-allow-private", "--sync-user-delay", "1h"]);
+    let tmp = tempfile::tempdir().unwrap();
+    let id = "queued";
+    let queued = |stats: &serde_json::Value| stats["identifiers"].as_array().is_some_and(|a| a.iter().any(|e| e["identifier"] == id));
+    block_on(async {
+        let mut c = connect(&server).await;
+        let owner = Keys::generate();
+        held(&mut c, &announcement(&server, &owner, id, &[])).await;
+        let repo = Repo::new(tmp.path(), &server, &owner.public_key(), id);
+        let tip = repo.commit("a.txt", "a");
+        held(&mut c, &state(&owner, id, &[("refs/heads/main", &tip)], Some("main"))).await;
+        assert!(queued(&operator_get(&server, "/v1/sync").await.unwrap()));
+    });
+    server.restart();
+    block_on(async {
+        let stats = operator_get(&server, "/v1/sync").await.unwrap();
+        assert!(queued(&stats), "the identifier the restored purgatory waits for is queued again: {stats}");
+    });
+}
+
+#[test]
+fn a_replacement_of_a_stored_announcement_is_stored_at_once() {
+    let server = TestServer::start();
+    let tmp = tempfile::tempdir().unwrap();
+    block_on(async {
+        let mut c = connect(&server).await;
+        let owner = Keys::generate();
+        let id = "replaced";
+        let published = publish_repo(&server, &mut c, tmp.path(), &owner, id).await;
+        assert!(stored(&mut c, published.announcement).await);
+        let newer = announcement_at(&server, &owner, id, &[Keys::generate().public_key()], now() + 1);
+        let (ok, msg) = c.send_event(&newer).await.unwrap();
+        assert!(ok && !msg.starts_with("purgatory:"), "{msg}");
+        assert!(stored(&mut c, newer.id).await, "served at once");
+        assert!(!purgatory_ids(&server).await.contains(&newer.id.to_hex()), "not held");
+        assert!(!stored(&mut c, published.announcement).await, "the older version is replaced");
+    });
+}
