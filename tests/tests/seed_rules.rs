@@ -388,3 +388,37 @@ fn a_replacement_of_a_stored_announcement_is_stored_at_once() {
         assert!(!stored(&mut c, published.announcement).await, "the older version is replaced");
     });
 }
+
+#[test]
+fn a_fully_expired_announcement_sent_again_is_blocked_without_a_new_repository() {
+    let server = TestServer::start_with(&["--purgatory-ttl", "1", "--soft-expiry-ttl", "1"]);
+    block_on(async {
+        let mut c = connect(&server).await;
+        let owner = Keys::generate();
+        let id = "expired-ann";
+        let ann = announcement(&server, &owner, id, &[]);
+        held(&mut c, &ann).await;
+        let dir = repo_dir(&server, &owner.public_key(), id);
+        assert!(dir.exists());
+        let deadline = Instant::now() + TIMEOUT;
+        loop {
+            let listing = purgatory_listing(&server).await;
+            let expired = listing["expired_events"].as_array().is_some_and(|a| a.iter().any(|e| e["event_id"] == ann.id.to_hex()));
+            if expired {
+                break;
+            }
+            assert!(Instant::now() < deadline, "the announcement never fully expired: {listing}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert!(!dir.exists(), "soft expiry deleted the repository");
+        // The same event again (e.g. from a peer relay): no new 30-minute cycle, no repository.
+        let (ok, msg) = c.send_event(&ann).await.unwrap();
+        assert!(!ok && msg.starts_with("blocked:") && msg.contains("expired"), "{msg}");
+        assert!(!dir.exists(), "no new bare repository");
+        assert!(!purgatory_ids(&server).await.contains(&ann.id.to_hex()));
+        // A new announcement (a new event) from the owner starts over.
+        let fresh = announcement_at(&server, &owner, id, &[], now() + 1);
+        held(&mut c, &fresh).await;
+        assert!(dir.exists());
+    });
+}
