@@ -894,7 +894,7 @@ mod tests {
         }
         let push_c = [up(A, C, "refs/heads/main")];
         match decide(&current, &push_c, &[bad, good]) {
-            PushDecision::Reject(r) => assert!(r.reasons[0].contains(&short_oid(&id(1).to_hex())), "{:?}", r.reasons),
+            PushDecision::Reject(r) => assert!(r.reasons[0].contains(short_oid(&id(1).to_hex())), "{:?}", r.reasons),
             other => panic!("{other:?}"),
         }
     }
