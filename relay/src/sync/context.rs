@@ -33,7 +33,8 @@ impl SyncContext for Arc<Grasp> {
 
     /// Per owner repository of `identifier` (that exists on disk): the objects of the held state
     /// events authored inside the owner's maintainer set and the commits of the held pull
-    /// requests targeting it, that the repository still lacks.
+    /// requests targeting it, that the repository still lacks (none, when they are all there but
+    /// still held: the release is due again).
     async fn needed(&self, identifier: &str) -> Vec<SyncTarget> {
         let all = self.announcements(identifier).await;
         let mut targets = Vec::new();
@@ -52,7 +53,8 @@ impl SyncContext for Arc<Grasp> {
                 continue;
             }
             match missing_objects(&repo, &wanted).await {
-                Ok(missing) if missing.is_empty() => {}
+                // Held although complete: a release did not finish; ask for it again.
+                Ok(missing) if missing.is_empty() => targets.push(SyncTarget { repo, oids: Vec::new() }),
                 Ok(missing) => targets.push(SyncTarget {
                     repo,
                     oids: missing,

@@ -47,7 +47,8 @@ pub use queue::{Origin, Outcome, QueueTimings, SyncQueue, SyncQueueEntry};
 pub use throttle::{DomainStats, Permit, Throttle, ThrottleLimits, ThrottledUntil};
 pub use urls::{Cidr, CloneUrl, SafeUrl, UrlPolicy, UrlRejected};
 
-/// Objects one local repository still waits for.
+/// Objects one local repository still waits for (none: they are all there but still held, so the
+/// release is due again).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SyncTarget {
     /// The bare repository the objects must end up in.
@@ -62,7 +63,9 @@ pub trait SyncContext: Send + Sync + 'static {
     type RepoGuard: Send;
 
     /// What purgatory still waits for under `identifier`, per local repository. Empty when
-    /// nothing waits (the sync is then complete).
+    /// nothing waits (the sync is then complete). A target without oids: events wait there
+    /// although their objects are present (a release did not finish); the syncer runs
+    /// [`SyncContext::process`] again.
     fn needed(&self, identifier: &str) -> impl Future<Output = Vec<SyncTarget>> + Send;
 
     /// Clone URLs to try: those of the announcements for `identifier` (stored and in purgatory)
@@ -374,8 +377,15 @@ impl<C: SyncContext> Shared<C> {
     /// One attempt: try the candidate URLs in order until nothing is needed any more.
     async fn sync_identifier(&self, identifier: &str) -> Outcome {
         let mut targets = self.ctx.needed(identifier).await;
-        if targets.iter().all(|target| target.oids.is_empty()) {
+        if targets.is_empty() {
             return Outcome::Complete;
+        }
+        if targets.iter().all(|target| target.oids.is_empty()) {
+            // Everything waited for is here, yet still held: a release did not finish (the
+            // store failed). Run it again; if it still does not finish, back off and retry.
+            let released = self.ctx.process(identifier).await;
+            tracing::info!(identifier, released, "retried the release of data already here");
+            return if self.ctx.needed(identifier).await.is_empty() { Outcome::Complete } else { Outcome::Incomplete };
         }
         let mut urls = self.ctx.candidate_urls(identifier).await;
         let mut seen = std::collections::HashSet::new();
