@@ -422,3 +422,45 @@ fn a_fully_expired_announcement_sent_again_is_blocked_without_a_new_repository()
         assert!(dir.exists());
     });
 }
+
+/// The queue entry of `identifier` in the syncer's figures: its last scheduling delay in ms.
+fn sync_delay_ms(grasp: &grasp_relay::grasp::Grasp, identifier: &str) -> Option<u64> {
+    let stats = (grasp.sync_stats.get()?)()?;
+    stats.identifiers.iter().find(|e| e.identifier == identifier).map(|e| e.last_delay_ms)
+}
+
+#[test]
+fn events_from_relay_sync_are_fetched_after_500ms_and_user_events_after_3_minutes() {
+    use grasp_relay::sync::Origin;
+    runtime().block_on(async {
+        let brain = Brain::new("origins").await;
+        let shutdown = grasp_relay::shutdown::ShutdownController::new();
+        let syncer = grasp_relay::sync::start(&brain.grasp, grasp_relay::sync::SyncConfig::default(), shutdown.subscribe());
+        let st = |n: u64| state_at(&brain.owner, "origins", &[("refs/heads/main", &"a".repeat(40))], Some("main"), now() + n);
+        let (ok, msg) = brain.grasp.submit(&st(0)).await;
+        assert!(ok && msg.starts_with("purgatory:"), "{msg}");
+        assert_eq!(sync_delay_ms(&brain.grasp, "origins"), Some(180_000), "a user's event waits for the push");
+        let (ok, msg) = brain.grasp.submit_from(&st(1), Origin::Sync).await;
+        assert!(ok && msg.starts_with("purgatory:"), "{msg}");
+        assert_eq!(sync_delay_ms(&brain.grasp, "origins"), Some(500), "a synced event is fetched at once");
+
+        // A soft-expired announcement keeps its state events syncing: one arriving through relay
+        // sync revives it and is fetched for after 500 ms.
+        let ann = event(&brain.owner, 30617, &[&["d", "soft"], &["clone", "http://127.0.0.1:9/x.git"], &["relays", "ws://127.0.0.1:9"]]);
+        let (ok, msg) = brain.grasp.submit(&ann).await;
+        assert!(ok && msg.starts_with("purgatory:"), "{msg}");
+        brain.clock.advance(TTL + Duration::from_secs(1));
+        expire(&brain.grasp).await;
+        let soft = brain.grasp.purgatory.listing();
+        assert!(soft.entries.iter().any(|e| e.soft_expired && e.identifier.as_deref() == Some("soft")), "soft-expired");
+        let registrations = brain.grasp.purgatory.state_sync_registrations();
+        assert!(registrations.iter().any(|r| r.identifier == "soft" && r.soft_expired), "still registered for state sync");
+        let late = state_at(&brain.owner, "soft", &[("refs/heads/main", &"b".repeat(40))], Some("main"), now());
+        let (ok, msg) = brain.grasp.submit_from(&late, Origin::Sync).await;
+        assert!(ok && msg.starts_with("purgatory:"), "{msg}");
+        assert_eq!(sync_delay_ms(&brain.grasp, "soft"), Some(500));
+        assert!(brain.grasp.repo_path(&brain.owner.public_key(), "soft").unwrap().exists(), "revived");
+        shutdown.trigger();
+        syncer.await.unwrap();
+    });
+}

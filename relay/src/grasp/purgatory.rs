@@ -61,6 +61,12 @@ impl SharedPurgatory {
         self.lock().snapshot()
     }
 
+    /// The held announcements, soft-expired ones included, whose state events relay-to-relay
+    /// event sync keeps pulling (docs/protocol.md#soft-expiry).
+    pub fn state_sync_registrations(&self) -> Vec<grasp_state::purgatory::StateSyncRegistration> {
+        self.lock().state_sync_registrations()
+    }
+
     /// Identifiers some held event waits for.
     pub fn waiting_identifiers(&self) -> BTreeSet<String> {
         self.lock().waiting_identifiers()
