@@ -753,9 +753,10 @@ proptest! {
         owner_or_listed in any::<bool>(),
         repo_exists in any::<bool>(),
         repo_has_refs in any::<bool>(),
+        expired in any::<bool>(),
     ) {
         let existing = existing.map(|(held, newer)| (if held { Source::Purgatory } else { Source::Stored }, newer));
-        let facts = AnnouncementFacts { existing, lists_service, owner_or_listed, repo_exists, repo_has_refs };
+        let facts = AnnouncementFacts { existing, lists_service, owner_or_listed, repo_exists, repo_has_refs, expired };
         let verdict = admit_announcement(&facts);
         if existing.is_some_and(|(_, newer)| newer) {
             prop_assert!(matches!(verdict, AnnouncementAdmission::Reject(ref m) if m.starts_with("invalid:")));
@@ -767,12 +768,16 @@ proptest! {
                 prop_assert_eq!(check_room, existing.is_none() && !repo_exists);
                 if then == AfterRepo::Hold {
                     prop_assert!(existing.is_none() && !(repo_exists && repo_has_refs));
+                    prop_assert!(!expired, "an expired announcement never starts a new cycle");
                 }
             }
             AnnouncementAdmission::DropHeldAndStore => prop_assert!(!lists_service && matches!(existing, Some((Source::Purgatory, _)))),
             AnnouncementAdmission::StoreUnlisted => prop_assert!(!lists_service && owner_or_listed),
             AnnouncementAdmission::RejectNotListed => prop_assert!(!lists_service && !owner_or_listed),
-            AnnouncementAdmission::Reject(_) => prop_assert!(false, "only older announcements are refused outright"),
+            AnnouncementAdmission::Reject(m) => prop_assert!(
+                m.starts_with("blocked:") && expired && lists_service && existing.is_none() && !(repo_exists && repo_has_refs),
+                "only older and already expired announcements are refused outright: {m}"
+            ),
         }
     }
 }

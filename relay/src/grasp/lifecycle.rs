@@ -161,7 +161,15 @@ async fn expire_placeholder(grasp: &Grasp, event_id: &nostr::prelude::EventId, c
             grasp.purgatory.placeholder_cleaned(event_id, std::slice::from_ref(dest));
             continue;
         };
-        let _guard = grasp.locks.lock(&repo).await;
+        // Busy past the lock wait: not cleaned now, retried like a failed removal.
+        let _guards = match RepoGuards::acquire(&grasp.locks, [repo.clone()], PushLocks::Skip).await {
+            Ok(guards) => guards,
+            Err(error) => {
+                tracing::warn!(repo = %repo.display(), %error, "expired refs/nostr ref not removed yet");
+                failed += 1;
+                continue;
+            }
+        };
         if !grasp.purgatory.placeholder_cleanup_pending(event_id, commit) {
             tracing::info!(event = %event_id, commit, "purgatory: expired placeholder taken over by its event or a new push; refs kept");
             return;

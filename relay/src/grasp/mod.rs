@@ -26,6 +26,7 @@ use nostr::prelude::{Event, Filter, Kind, PublicKey};
 use crate::grasp::policy::Admission;
 use crate::grasp::purgatory::SharedPurgatory;
 use crate::nostr::relay::Relay;
+use crate::sync::Origin;
 
 pub use crate::grasp::locks::RepoLocks;
 pub use grasp_state::nip34::Source;
@@ -34,8 +35,9 @@ pub(crate) async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + '
     tokio::task::spawn_blocking(f).await.expect("blocking git task panicked")
 }
 
-/// What the background sync registers to hear of events that start waiting for git data.
-pub type WaitingHook = Box<dyn Fn(&str) + Send + Sync>;
+/// What the background sync registers to hear of events that start waiting for git data, and
+/// where they came from (which decides how soon it fetches).
+pub type WaitingHook = Box<dyn Fn(&str, Origin) + Send + Sync>;
 
 /// Everything the GRASP rules need, shared by the WebSocket side and the hook API.
 pub struct Grasp {
@@ -127,10 +129,10 @@ impl Grasp {
         }
     }
 
-    /// An event now waits in the purgatory for `identifier`'s git data.
-    pub fn note_waiting(&self, identifier: &str) {
+    /// An event from `origin` now waits in the purgatory for `identifier`'s git data.
+    pub fn note_waiting(&self, identifier: &str, origin: Origin) {
         if let Some(f) = self.on_waiting.get() {
-            f(identifier);
+            f(identifier, origin);
         }
     }
 

@@ -52,7 +52,8 @@ impl Grasp {
             Ok(guards) => Some(guards),
             Err(error) => {
                 tracing::warn!(identifier, %error, "repositories busy; release retried by background sync");
-                self.note_waiting(identifier);
+                // Come back soon (the sync delay), then with the sync's backoff.
+                self.note_waiting(identifier, crate::sync::Origin::Sync);
                 None
             }
         }

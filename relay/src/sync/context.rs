@@ -178,17 +178,17 @@ impl Syncer<Arc<Grasp>> {
 }
 
 /// Starts background sync for the daemon: every event that starts waiting in the purgatory
-/// enqueues its identifier (as user-submitted), the operator view reads the syncer's stats, and
-/// the syncer runs until `shutdown` (running fetches are then killed; the returned task ends
-/// after that, and holds `shutdown` until then).
+/// enqueues its identifier with the delay of its origin (a user's event or relay sync), the
+/// operator view reads the syncer's stats, and the syncer runs until `shutdown` (running fetches
+/// are then killed; the returned task ends after that, and holds `shutdown` until then).
 pub fn start(grasp: &Arc<Grasp>, config: SyncConfig, mut shutdown: Shutdown) -> JoinHandle<()> {
     let syncer = Syncer::new(grasp.clone(), config);
     let handle = syncer.handle();
     let enqueue = handle.clone();
     if grasp
         .on_waiting
-        .set(Box::new(move |identifier| {
-            enqueue.enqueue(identifier, Origin::User)
+        .set(Box::new(move |identifier, origin| {
+            enqueue.enqueue(identifier, origin)
         }))
         .is_err()
     {
