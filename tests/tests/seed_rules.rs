@@ -464,3 +464,64 @@ fn events_from_relay_sync_are_fetched_after_500ms_and_user_events_after_3_minute
         syncer.await.unwrap();
     });
 }
+
+#[test]
+fn a_release_the_store_fails_stays_held_and_is_retried() {
+    runtime().block_on(async {
+        let brain = Brain::new("store-error").await;
+        let shutdown = grasp_relay::shutdown::ShutdownController::new();
+        let config = grasp_relay::sync::SyncConfig { tick: Duration::from_millis(20), ..Default::default() };
+        let syncer = grasp_relay::sync::start(&brain.grasp, config, shutdown.subscribe());
+        let tip = brain.work.commit("f.txt", "x");
+        let st = state(&brain.owner, "store-error", &[("refs/heads/main", &tip)], Some("main"));
+        let (ok, msg) = brain.grasp.submit(&st).await;
+        assert!(ok && msg.starts_with("purgatory:"), "{msg}");
+        push_ref(&brain.work, &brain.repo, &tip, "refs/heads/main");
+        // The release after the push cannot store the state: it stays held, nothing is lost.
+        brain.grasp.relay.store().fail_next_saves(1);
+        assert_eq!(brain.grasp.process_identifier("store-error").await, 0);
+        assert!(!brain.stored(st.id).await);
+        assert_eq!(brain.grasp.purgatory.stats().states, 1, "kept held for a retry");
+        // The background sync retries the release (the data is all here: nothing is fetched).
+        let deadline = std::time::Instant::now() + TIMEOUT;
+        while !brain.stored(st.id).await {
+            assert!(std::time::Instant::now() < deadline, "the release was never retried");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(brain.grasp.purgatory.stats().states, 0);
+        shutdown.trigger();
+        syncer.await.unwrap();
+    });
+}
+
+#[test]
+fn a_promotion_prunes_its_authors_older_states_whose_objects_are_missing() {
+    runtime().block_on(async {
+        let brain = Brain::new("prune").await;
+        let maintainer = Keys::generate();
+        let ann = event(&brain.owner, 30617, &[&["d", "prune"], &["clone", "http://127.0.0.1:9/x.git"], &["relays", "ws://127.0.0.1:9"], &["maintainers", &maintainer.public_key().to_hex()]]);
+        brain.grasp.relay.publish(&ann).await.unwrap();
+        let tip = brain.work.commit("f.txt", "x");
+        let (never, other) = ("1".repeat(40), "2".repeat(40));
+        let at = now();
+        let older = state_at(&brain.owner, "prune", &[("refs/heads/main", &never)], Some("main"), at);
+        let theirs = state_at(&maintainer, "prune", &[("refs/heads/main", &other)], Some("main"), at);
+        let promoted = state_at(&brain.owner, "prune", &[("refs/heads/main", &tip)], Some("main"), at + 1);
+        let newer = state_at(&brain.owner, "prune", &[("refs/heads/main", &never)], Some("main"), at + 2);
+        for ev in [&older, &theirs, &promoted, &newer] {
+            let (ok, msg) = brain.grasp.submit(ev).await;
+            assert!(ok && msg.starts_with("purgatory:"), "{msg}");
+        }
+        push_ref(&brain.work, &brain.repo, &tip, "refs/heads/main");
+        brain.grasp.process_identifier("prune").await;
+        assert!(brain.stored(promoted.id).await);
+        let held = purgatory_event_ids(&brain.grasp);
+        assert!(!held.contains(&older.id), "the author's older state without its objects is pruned");
+        assert!(held.contains(&theirs.id), "another maintainer's state stays");
+        assert!(held.contains(&newer.id), "a newer state of the author stays");
+    });
+}
+
+fn purgatory_event_ids(grasp: &grasp_relay::grasp::Grasp) -> Vec<EventId> {
+    grasp.purgatory.listing().entries.iter().filter_map(|e| EventId::from_hex(&e.event_id).ok()).collect()
+}

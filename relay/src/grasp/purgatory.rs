@@ -313,9 +313,24 @@ impl SharedPurgatory {
         }
     }
 
-    /// Takes `owner`'s announcement out to be stored (its repository now holds data).
-    pub fn promote_announcement(&self, owner: &PublicKey, identifier: &str) -> Option<Event> {
-        self.lock().promote_announcement(owner, identifier)
+    /// `owner`'s held announcement for `identifier`, to be stored before it is taken out
+    /// ([`Self::remove_promoted_announcement`]).
+    pub fn held_announcement(&self, owner: &PublicKey, identifier: &str) -> Option<Arc<Event>> {
+        self.lock().get_announcement(owner, identifier).map(|a| a.event.clone())
+    }
+
+    /// Takes `owner`'s announcement out once `stored` (the event now in the store) is what is
+    /// held: a replacement that arrived meanwhile stays held.
+    pub fn remove_promoted_announcement(&self, owner: &PublicKey, identifier: &str, stored: &EventId) {
+        let mut p = self.lock();
+        if p.get_announcement(owner, identifier).is_some_and(|a| a.event.id == *stored) {
+            p.promote_announcement(owner, identifier);
+        }
+    }
+
+    /// The held state event `id` of `identifier`, to be stored before it is removed.
+    pub fn held_state(&self, identifier: &str, id: &EventId) -> Option<Arc<Event>> {
+        self.lock().states_for(identifier).iter().find(|e| e.event.id == *id).map(|e| e.event.clone())
     }
 
     /// Removes `owner`'s held announcement (the caller deletes its repository).

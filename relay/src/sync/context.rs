@@ -38,7 +38,7 @@ impl SyncContext for Arc<Grasp> {
     async fn needed(&self, identifier: &str) -> Vec<SyncTarget> {
         let all = self.announcements(identifier).await;
         let mut targets = Vec::new();
-        for (announcement, _) in &all {
+        for (announcement, source) in &all {
             let owner = announcement.owner;
             let Some(repo) = self.repo_path(&owner, identifier) else {
                 continue;
@@ -50,6 +50,11 @@ impl SyncContext for Arc<Grasp> {
             let prs = held_pr_commits(self, &RepoId::new(owner, identifier));
             let wanted = waiting_oids(&held_state_refs(self, identifier, &set), &prs);
             if wanted.is_empty() {
+                // A held announcement whose repository serves refs is due for promotion (its
+                // store failed before): ask for the release again.
+                if *source == crate::grasp::Source::Purgatory && serves_refs(&repo).await {
+                    targets.push(SyncTarget { repo, oids: Vec::new() });
+                }
                 continue;
             }
             match missing_objects(&repo, &wanted).await {
@@ -113,6 +118,16 @@ fn held_state_refs(grasp: &Grasp, identifier: &str, set: &MaintainerSet) -> Vec<
         .filter(|s| s.is_satisfiable())
         .map(|s| s.refs.into_values().collect())
         .collect()
+}
+
+/// Whether `repo` has a branch or a tag (unreadable: no).
+async fn serves_refs(repo: &Path) -> bool {
+    let repo = repo.to_path_buf();
+    tokio::task::spawn_blocking(move || {
+        crate::git::read_refs(&repo).is_ok_and(|refs| refs.keys().any(|r| grasp_state::refs::is_served_ref(r)))
+    })
+    .await
+    .unwrap_or(false)
 }
 
 /// Commits of the pull request events (not placeholders) held for `repo`.
