@@ -240,7 +240,7 @@ fn a_pull_request_accepted_while_its_placeholder_expires_keeps_its_ref() {
     runtime().block_on(async {
         let brain = Brain::new("race").await;
         let contributor = Keys::generate();
-        for round in 0..40 {
+        for round in 0..100 {
             let commit = brain.work.commit("f.txt", &format!("{round}"));
             let pr = pull_request_at(&contributor, &brain.owner.public_key(), "race", &commit, now());
             brain.git_first_push(pr.id, &commit);
