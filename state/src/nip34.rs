@@ -273,18 +273,21 @@ impl RepoState {
     }
 }
 
+/// Longest value read as an (abbreviated or malformed) object id: a SHA-256 id's length.
+const MAX_DECLARED_OID: usize = 64;
+
 /// The value a state event declares for a ref, read leniently: a full hex object id in any case
-/// is lowercased; any other non-empty value (an abbreviated or malformed id) is kept as declared
-/// (at most 100 characters) and makes the state unsatisfiable ([`RepoState::unsatisfiable_refs`]).
-/// `None` for an empty value: the tag names nothing.
+/// is lowercased; any other value of 1 to 64 characters (an abbreviated or malformed id) is kept
+/// as declared and makes the state unsatisfiable ([`RepoState::unsatisfiable_refs`]). `None` for
+/// an empty value (the tag names nothing) or a longer one (it cannot be an object id).
 fn declared_oid(value: &str) -> Option<String> {
     let lower = value.to_ascii_lowercase();
     if is_valid_oid(&lower) {
         Some(lower)
-    } else if value.is_empty() {
+    } else if value.is_empty() || value.chars().count() > MAX_DECLARED_OID {
         None
     } else {
-        Some(truncate(value))
+        Some(value.to_owned())
     }
 }
 
@@ -916,10 +919,13 @@ pub(crate) mod tests {
             assert_eq!(s.unsatisfiable_refs().collect::<Vec<_>>(), [("refs/tags/v1", bad)]);
             assert_eq!(s.refs["refs/heads/main"], A);
         }
-        // A long junk value is kept short.
-        let long = "x".repeat(5000);
-        let s = state(&keys, vec![d(), tag(&["refs/heads/main", &long])]).unwrap();
-        assert_eq!(s.refs["refs/heads/main"].len(), 100);
+        // A value longer than any object id is not one: refused.
+        let long = "x".repeat(65);
+        assert!(matches!(
+            state(&keys, vec![d(), tag(&["refs/heads/main", &long])]).unwrap_err(),
+            EventError::InvalidRefOid { .. }
+        ));
+        assert!(state(&keys, vec![d(), tag(&["refs/heads/main", &long[..64]])]).is_ok());
         // A full id in upper case is a full id.
         let s = state(&keys, vec![d(), tag(&["refs/heads/main", &A.to_uppercase()])]).unwrap();
         assert!(s.is_satisfiable());

@@ -210,7 +210,7 @@ proptest! {
                 prop_assert!(is_served_ref(name) && is_valid_ref_name(name), "{name} {oid}");
                 // Lenient: a value that is not a full object id is kept (bounded) and makes the
                 // state unsatisfiable, never a ref some repository could serve.
-                prop_assert!(is_valid_oid(oid) || (!oid.is_empty() && oid.chars().count() <= 100 && !s.is_satisfiable()), "{name} {oid}");
+                prop_assert!(is_valid_oid(oid) || (!oid.is_empty() && oid.chars().count() <= 64 && !s.is_satisfiable()), "{name} {oid}");
             }
             if let Some(head) = &s.head {
                 prop_assert!(head.starts_with("refs/heads/") && is_valid_ref_name(head));

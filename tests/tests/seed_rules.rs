@@ -499,7 +499,19 @@ fn a_promotion_prunes_its_authors_older_states_whose_objects_are_missing() {
     runtime().block_on(async {
         let brain = Brain::new("prune").await;
         let maintainer = Keys::generate();
-        let ann = event(&brain.owner, 30617, &[&["d", "prune"], &["clone", "http://127.0.0.1:9/x.git"], &["relays", "ws://127.0.0.1:9"], &["maintainers", &maintainer.public_key().to_hex()]]);
+        // Replaces the announcement made with the brain: a later second, so it always wins.
+        let listed = maintainer.public_key().to_hex();
+        let tags = [
+            vec!["d", "prune"],
+            vec!["clone", "http://127.0.0.1:9/x.git"],
+            vec!["relays", "ws://127.0.0.1:9"],
+            vec!["maintainers", listed.as_str()],
+        ];
+        let ann = EventBuilder::new(Kind::from(30617u16), "")
+            .tags(tags.iter().map(|t| Tag::parse(t.iter().copied()).unwrap()))
+            .custom_created_at(Timestamp::from(now() + 5))
+            .finalize(&brain.owner)
+            .unwrap();
         brain.grasp.relay.publish(&ann).await.unwrap();
         let tip = brain.work.commit("f.txt", "x");
         let (never, other) = ("1".repeat(40), "2".repeat(40));
