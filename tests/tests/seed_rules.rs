@@ -228,6 +228,10 @@ mod in_process {
 }
 
 use grasp_relay::grasp::lifecycle::expire;
+use grasp_state::auth::Submitter;
+
+/// A client that did not authenticate.
+const ANONYMOUS: Submitter<'static> = Submitter::ANONYMOUS;
 use grasp_state::purgatory::PurgatoryConfig;
 use in_process::*;
 
@@ -247,7 +251,7 @@ fn a_pull_request_accepted_while_its_placeholder_expires_keeps_its_ref() {
             brain.clock.advance(TTL + Duration::from_secs(1));
             let grasp = brain.grasp.clone();
             let sweep = tokio::spawn(async move { expire(&grasp).await });
-            let (ok, msg) = brain.grasp.submit(&pr).await;
+            let (ok, msg) = brain.grasp.submit(&pr, &ANONYMOUS).await;
             sweep.await.unwrap();
             assert!(ok, "round {round}: {msg}");
             assert!(brain.stored(pr.id).await, "round {round}: accepted with its commit present");
@@ -431,23 +435,23 @@ fn sync_delay_ms(grasp: &grasp_relay::grasp::Grasp, identifier: &str) -> Option<
 
 #[test]
 fn events_from_relay_sync_are_fetched_after_500ms_and_user_events_after_3_minutes() {
-    use grasp_relay::sync::Origin;
+    let from_sync = Submitter { authenticated: &[], from_sync: true };
     runtime().block_on(async {
         let brain = Brain::new("origins").await;
         let shutdown = grasp_relay::shutdown::ShutdownController::new();
         let syncer = grasp_relay::sync::start(&brain.grasp, grasp_relay::sync::SyncConfig::default(), shutdown.subscribe());
         let st = |n: u64| state_at(&brain.owner, "origins", &[("refs/heads/main", &"a".repeat(40))], Some("main"), now() + n);
-        let (ok, msg) = brain.grasp.submit(&st(0)).await;
+        let (ok, msg) = brain.grasp.submit(&st(0), &ANONYMOUS).await;
         assert!(ok && msg.starts_with("purgatory:"), "{msg}");
         assert_eq!(sync_delay_ms(&brain.grasp, "origins"), Some(180_000), "a user's event waits for the push");
-        let (ok, msg) = brain.grasp.submit_from(&st(1), Origin::Sync).await;
+        let (ok, msg) = brain.grasp.submit(&st(1), &from_sync).await;
         assert!(ok && msg.starts_with("purgatory:"), "{msg}");
         assert_eq!(sync_delay_ms(&brain.grasp, "origins"), Some(500), "a synced event is fetched at once");
 
         // A soft-expired announcement keeps its state events syncing: one arriving through relay
         // sync revives it and is fetched for after 500 ms.
         let ann = event(&brain.owner, 30617, &[&["d", "soft"], &["clone", "http://127.0.0.1:9/x.git"], &["relays", "ws://127.0.0.1:9"]]);
-        let (ok, msg) = brain.grasp.submit(&ann).await;
+        let (ok, msg) = brain.grasp.submit(&ann, &ANONYMOUS).await;
         assert!(ok && msg.starts_with("purgatory:"), "{msg}");
         brain.clock.advance(TTL + Duration::from_secs(1));
         expire(&brain.grasp).await;
@@ -456,7 +460,7 @@ fn events_from_relay_sync_are_fetched_after_500ms_and_user_events_after_3_minute
         let registrations = brain.grasp.purgatory.state_sync_registrations();
         assert!(registrations.iter().any(|r| r.identifier == "soft" && r.soft_expired), "still registered for state sync");
         let late = state_at(&brain.owner, "soft", &[("refs/heads/main", &"b".repeat(40))], Some("main"), now());
-        let (ok, msg) = brain.grasp.submit_from(&late, Origin::Sync).await;
+        let (ok, msg) = brain.grasp.submit(&late, &from_sync).await;
         assert!(ok && msg.starts_with("purgatory:"), "{msg}");
         assert_eq!(sync_delay_ms(&brain.grasp, "soft"), Some(500));
         assert!(brain.grasp.repo_path(&brain.owner.public_key(), "soft").unwrap().exists(), "revived");
@@ -474,7 +478,7 @@ fn a_release_the_store_fails_stays_held_and_is_retried() {
         let syncer = grasp_relay::sync::start(&brain.grasp, config, shutdown.subscribe());
         let tip = brain.work.commit("f.txt", "x");
         let st = state(&brain.owner, "store-error", &[("refs/heads/main", &tip)], Some("main"));
-        let (ok, msg) = brain.grasp.submit(&st).await;
+        let (ok, msg) = brain.grasp.submit(&st, &ANONYMOUS).await;
         assert!(ok && msg.starts_with("purgatory:"), "{msg}");
         push_ref(&brain.work, &brain.repo, &tip, "refs/heads/main");
         // The release after the push cannot store the state: it stays held, nothing is lost.
@@ -521,7 +525,7 @@ fn a_promotion_prunes_its_authors_older_states_whose_objects_are_missing() {
         let promoted = state_at(&brain.owner, "prune", &[("refs/heads/main", &tip)], Some("main"), at + 1);
         let newer = state_at(&brain.owner, "prune", &[("refs/heads/main", &never)], Some("main"), at + 2);
         for ev in [&older, &theirs, &promoted, &newer] {
-            let (ok, msg) = brain.grasp.submit(ev).await;
+            let (ok, msg) = brain.grasp.submit(ev, &ANONYMOUS).await;
             assert!(ok && msg.starts_with("purgatory:"), "{msg}");
         }
         push_ref(&brain.work, &brain.repo, &tip, "refs/heads/main");
