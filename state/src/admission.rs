@@ -28,6 +28,8 @@ pub struct AnnouncementFacts {
     pub repo_exists: bool,
     /// Does that repository hold any ref (only asked when it exists and nothing is known)?
     pub repo_has_refs: bool,
+    /// Did this very event already expire in the purgatory (both phases of soft expiry)?
+    pub expired: bool,
 }
 
 /// The verdict on an announcement.
@@ -60,6 +62,12 @@ pub enum AfterRepo {
     Hold,
 }
 
+/// The refusal of an announcement that already waited out both phases of its expiry: sent
+/// again (by a client or a peer relay), it would start a new cycle with a new bare repository, and
+/// background sync could loop on it (docs/protocol.md#soft-expiry).
+pub const EXPIRED_ANNOUNCEMENT_MESSAGE: &str = "blocked: this announcement already expired in purgatory without any git data; \
+     publish a new announcement (a later created_at) and push right after it";
+
 /// The verdict on an announcement. Pure.
 pub fn admit_announcement(f: &AnnouncementFacts) -> AnnouncementAdmission {
     if let Some((_, true)) = f.existing {
@@ -79,6 +87,8 @@ pub fn admit_announcement(f: &AnnouncementFacts) -> AnnouncementAdmission {
         // A repository that already holds git data (restored from a crash, or synced) proves
         // itself: serve the announcement at once.
         None if f.repo_exists && f.repo_has_refs => AfterRepo::Store,
+        // The same event expired once already: no new cycle, no new repository.
+        None if f.expired => return AnnouncementAdmission::Reject(EXPIRED_ANNOUNCEMENT_MESSAGE.into()),
         None => AfterRepo::Hold,
     };
     AnnouncementAdmission::WithRepo { check_room: existing.is_none() && !f.repo_exists, then }
@@ -138,7 +148,7 @@ mod tests {
     use super::*;
 
     fn facts() -> AnnouncementFacts {
-        AnnouncementFacts { existing: None, lists_service: true, owner_or_listed: false, repo_exists: false, repo_has_refs: false }
+        AnnouncementFacts { existing: None, lists_service: true, owner_or_listed: false, repo_exists: false, repo_has_refs: false, expired: false }
     }
 
     #[test]
@@ -162,6 +172,16 @@ mod tests {
         assert_eq!(admit_announcement(&trusted), AnnouncementAdmission::StoreUnlisted);
         let stranger = AnnouncementFacts { lists_service: false, ..facts() };
         assert_eq!(admit_announcement(&stranger), AnnouncementAdmission::RejectNotListed);
+    }
+
+    #[test]
+    fn an_announcement_that_expired_once_is_refused_without_a_repository() {
+        let expired = AnnouncementFacts { expired: true, ..facts() };
+        assert_eq!(admit_announcement(&expired), AnnouncementAdmission::Reject(EXPIRED_ANNOUNCEMENT_MESSAGE.into()));
+        assert!(EXPIRED_ANNOUNCEMENT_MESSAGE.starts_with("blocked:"));
+        // Its repository already holds data (synced, restored): that proves it, as for any.
+        let proven = AnnouncementFacts { repo_exists: true, repo_has_refs: true, ..expired };
+        assert_eq!(admit_announcement(&proven), AnnouncementAdmission::WithRepo { check_room: false, then: AfterRepo::Store });
     }
 
     #[test]

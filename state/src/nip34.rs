@@ -170,16 +170,19 @@ pub struct RepoState {
     pub event_id: EventId,
     pub author: PublicKey,
     pub identifier: String,
-    /// Declared `refs/heads/*` and `refs/tags/*` (peeled `^{}` entries dropped).
+    /// Declared `refs/heads/*` and `refs/tags/*` (peeled `^{}` entries dropped). Values are
+    /// lowercase object ids, except those of [`RepoState::unsatisfiable_refs`].
     pub refs: RefMap,
-    /// `Some("refs/heads/<b>")` from `["HEAD", "ref: refs/heads/<b>"]`.
+    /// `Some("refs/heads/<b>")` from `["HEAD", "ref: refs/heads/<b>"]` (or `refs/heads/<b>`).
     pub head: Option<String>,
     pub created_at: Timestamp,
 }
 
 impl RepoState {
-    /// Read a kind 30618 event. Requires `d`; rejects invalid ref names, oids,
-    /// conflicting duplicates and a malformed `HEAD`. Other tags are ignored.
+    /// Read a kind 30618 event. Requires `d`; rejects invalid ref names, refs without a value,
+    /// conflicting duplicates and a malformed `HEAD`. Other tags are ignored. Lenient where
+    /// clients differ: `HEAD` may omit the `ref: ` prefix, and a value that is not a full object
+    /// id is kept (see [`RepoState::unsatisfiable_refs`]).
     pub fn from_event(event: &Event) -> Result<Self, EventError> {
         expect_kind(event, KIND_STATE, "repository state (kind 30618)")?;
         let identifier = identifier(event)?;
@@ -193,18 +196,14 @@ impl RepoState {
             let value = slice.get(1).map(String::as_str);
             if name == "HEAD" {
                 let value = value.unwrap_or("");
-                match value.strip_prefix("ref: ") {
-                    Some(target)
-                        if target.starts_with(HEADS_PREFIX) && is_valid_ref_name(target) =>
-                    {
-                        head = Some(target.to_owned())
-                    }
-                    _ => {
-                        return Err(EventError::InvalidHead {
-                            value: truncate(value),
-                        })
-                    }
+                // Lenient: some clients write `refs/heads/<b>` without the `ref: ` prefix.
+                let target = value.strip_prefix("ref: ").unwrap_or(value);
+                if !(target.starts_with(HEADS_PREFIX) && is_valid_ref_name(target)) {
+                    return Err(EventError::InvalidHead {
+                        value: truncate(value),
+                    });
                 }
+                head = Some(target.to_owned());
                 continue;
             }
             if !(name.starts_with(HEADS_PREFIX) || name.starts_with(TAGS_PREFIX)) {
@@ -218,14 +217,16 @@ impl RepoState {
                     name: truncate(name),
                 });
             }
-            let value = value.unwrap_or("");
-            if !is_valid_oid(value) {
-                return Err(EventError::InvalidRefOid {
-                    name: name.to_owned(),
-                    value: truncate(value),
-                });
-            }
-            if let Some(previous) = refs.insert(name.to_owned(), value.to_owned()) {
+            let value = match value.map(declared_oid) {
+                Some(Some(oid)) => oid,
+                _ => {
+                    return Err(EventError::InvalidRefOid {
+                        name: name.to_owned(),
+                        value: truncate(value.unwrap_or("")),
+                    })
+                }
+            };
+            if let Some(previous) = refs.insert(name.to_owned(), value.clone()) {
                 if previous != value {
                     return Err(EventError::DuplicateRef {
                         name: name.to_owned(),
@@ -243,6 +244,23 @@ impl RepoState {
         })
     }
 
+    /// The refs whose declared value is not a full object id (e.g. an abbreviated `abc123`), as
+    /// declared. A state naming one is held like any other but can never be satisfied: no
+    /// repository can serve such a ref, so it authorises no push, sync never fetches for it, it
+    /// is never released or served and it expires normally (docs/protocol.md#event-kinds).
+    pub fn unsatisfiable_refs(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.refs
+            .iter()
+            .filter(|(_, value)| !is_valid_oid(value))
+            .map(|(name, value)| (name.as_str(), value.as_str()))
+    }
+
+    /// Whether some repository could ever serve exactly this state: every declared value is a
+    /// full object id (see [`RepoState::unsatisfiable_refs`]).
+    pub fn is_satisfiable(&self) -> bool {
+        self.unsatisfiable_refs().next().is_none()
+    }
+
     /// NIP-01 order for replaceable events: true when `self` replaces `other`
     /// (newer `created_at`, or same second and lower event id).
     pub fn is_newer_than(&self, other: &RepoState) -> bool {
@@ -252,6 +270,24 @@ impl RepoState {
     /// Where this state stands in the NIP-01 order.
     pub fn recency(&self) -> Recency {
         Recency::new(self.created_at, self.event_id)
+    }
+}
+
+/// Longest value read as an (abbreviated or malformed) object id: a SHA-256 id's length.
+const MAX_DECLARED_OID: usize = 64;
+
+/// The value a state event declares for a ref, read leniently: a full hex object id in any case
+/// is lowercased; any other value of 1 to 64 characters (an abbreviated or malformed id) is kept
+/// as declared and makes the state unsatisfiable ([`RepoState::unsatisfiable_refs`]). `None` for
+/// an empty value (the tag names nothing) or a longer one (it cannot be an object id).
+fn declared_oid(value: &str) -> Option<String> {
+    let lower = value.to_ascii_lowercase();
+    if is_valid_oid(&lower) {
+        Some(lower)
+    } else if value.is_empty() || value.chars().count() > MAX_DECLARED_OID {
+        None
+    } else {
+        Some(value.to_owned())
     }
 }
 
@@ -810,7 +846,7 @@ pub(crate) mod tests {
             EventError::MissingIdentifier { kind: KIND_STATE }
         );
         assert!(matches!(
-            state(&keys, vec![d(), tag(&["refs/heads/main", "abc"])]).unwrap_err(),
+            state(&keys, vec![d(), tag(&["refs/heads/main", ""])]).unwrap_err(),
             EventError::InvalidRefOid { .. }
         ));
         assert!(matches!(
@@ -830,8 +866,10 @@ pub(crate) mod tests {
             EventError::DuplicateRef { .. }
         ));
         for head in [
-            "refs/heads/main",
+            "refs/tags/v1",
             "ref: refs/tags/v1",
+            "ref:refs/heads/main",
+            "refs/heads/a..b",
             "ref: refs/heads/a..b",
             "",
         ] {
@@ -845,6 +883,53 @@ pub(crate) mod tests {
             RepoState::from_event(&ev),
             Err(EventError::WrongKind { .. })
         ));
+    }
+
+    #[test]
+    fn head_without_ref_prefix_is_read_as_the_branch() {
+        let keys = Keys::generate();
+        let s = state(
+            &keys,
+            vec![tag(&["d", "repo"]), tag(&["HEAD", "refs/heads/main"])],
+        )
+        .unwrap();
+        assert_eq!(s.head.as_deref(), Some("refs/heads/main"));
+        let prefixed = state(
+            &keys,
+            vec![tag(&["d", "repo"]), tag(&["HEAD", "ref: refs/heads/main"])],
+        )
+        .unwrap();
+        assert_eq!(prefixed.head, s.head);
+    }
+
+    #[test]
+    fn non_full_object_ids_make_a_state_unsatisfiable() {
+        let keys = Keys::generate();
+        let d = || tag(&["d", "repo"]);
+        let ok = state(&keys, vec![d(), tag(&["refs/heads/main", A])]).unwrap();
+        assert!(ok.is_satisfiable());
+        assert_eq!(ok.unsatisfiable_refs().count(), 0);
+        for bad in ["abc123", &A[..39], "HEAD", "--upload-pack=x", "g".repeat(40).as_str()] {
+            let s = state(
+                &keys,
+                vec![d(), tag(&["refs/heads/main", A]), tag(&["refs/tags/v1", bad])],
+            )
+            .unwrap_or_else(|e| panic!("{bad:?} refused: {e}"));
+            assert!(!s.is_satisfiable(), "{bad:?}");
+            assert_eq!(s.unsatisfiable_refs().collect::<Vec<_>>(), [("refs/tags/v1", bad)]);
+            assert_eq!(s.refs["refs/heads/main"], A);
+        }
+        // A value longer than any object id is not one: refused.
+        let long = "x".repeat(65);
+        assert!(matches!(
+            state(&keys, vec![d(), tag(&["refs/heads/main", &long])]).unwrap_err(),
+            EventError::InvalidRefOid { .. }
+        ));
+        assert!(state(&keys, vec![d(), tag(&["refs/heads/main", &long[..64]])]).is_ok());
+        // A full id in upper case is a full id.
+        let s = state(&keys, vec![d(), tag(&["refs/heads/main", &A.to_uppercase()])]).unwrap();
+        assert!(s.is_satisfiable());
+        assert_eq!(s.refs["refs/heads/main"], A);
     }
 
     #[test]

@@ -119,17 +119,23 @@ pub fn decide_push(req: &PushRequest) -> PushDecision {
 
     let before = served_refs(req.current);
     let after = served_refs(&apply_updates(req.current, &served_updates));
-    accepted.matched_state = newest(req.candidates.iter().filter(|c| c.state.refs == after))
+    // A state naming a value that is not a full object id can never be served: it authorises
+    // nothing, and is not the one the reasons compare against (docs/protocol.md#event-kinds).
+    let satisfiable = || req.candidates.iter().filter(|c| c.state.is_satisfiable());
+    accepted.matched_state = newest(satisfiable().filter(|c| c.state.refs == after))
         .map(|c| (c.state.event_id, c.source));
 
     if after != before && accepted.matched_state.is_none() {
-        match newest(req.candidates.iter()) {
-            None => reasons.push(
-                "no repository state event (kind 30618) from a maintainer of this repository is known to this server: \
-                 publish one that lists the refs you are pushing first, then push again (`git push` to the \
-                 repository's `nostr://` remote does both: git-remote-nostr publishes the state event first)"
-                    .to_owned(),
-            ),
+        match newest(satisfiable()) {
+            None => match newest(req.candidates.iter()) {
+                Some(unsatisfiable) => reasons.push(unsatisfiable_reason(&unsatisfiable.state)),
+                None => reasons.push(
+                    "no repository state event (kind 30618) from a maintainer of this repository is known to this server: \
+                     publish one that lists the refs you are pushing first, then push again (`git push` to the \
+                     repository's `nostr://` remote does both: git-remote-nostr publishes the state event first)"
+                        .to_owned(),
+                ),
+            },
             Some(latest) => reasons.extend(mismatch_reasons(&latest.state, &after, &served_updates)),
         }
     }
@@ -191,6 +197,18 @@ fn candidate_order(a: &StateCandidate, b: &StateCandidate) -> Ordering {
 
 fn newest<'a>(candidates: impl Iterator<Item = &'a StateCandidate>) -> Option<&'a StateCandidate> {
     candidates.max_by(|a, b| candidate_order(a, b))
+}
+
+/// Why the only states known cannot authorise anything.
+fn unsatisfiable_reason(state: &RepoState) -> String {
+    let (name, value) = state.unsatisfiable_refs().next().unwrap_or_default();
+    format!(
+        "the repository state event {} (kind 30618) declares {} as {:?}, which is not a full 40 or 64 character \
+         object id, so no push can match it: publish a state event with full commit ids, then push again",
+        short_oid(&state.event_id.to_hex()),
+        clip(name),
+        value.chars().take(64).collect::<String>()
+    )
 }
 
 /// Explain how `after` differs from `state`, one line per ref.
@@ -274,12 +292,14 @@ pub fn release_order(states: &mut [RepoState]) {
 }
 
 /// The distinct oids `state` declares that the repository lacks (sorted).
-/// Empty means the state's git data is complete and it can be released.
+/// Empty means the state's git data is complete and it can be released. A value that is not a
+/// full object id ([`RepoState::unsatisfiable_refs`]) is always missing and never passed to
+/// `has_object`, so an unsatisfiable state is never complete.
 pub fn missing_oids(state: &RepoState, has_object: impl Fn(&str) -> bool) -> Vec<String> {
     let mut missing: Vec<String> = state
         .refs
         .values()
-        .filter(|oid| !has_object(oid))
+        .filter(|oid| !is_valid_oid(oid) || !has_object(oid))
         .cloned()
         .collect();
     missing.sort();
@@ -846,5 +866,36 @@ mod tests {
             missing_oids(&state(2, 10, &[]), |_| false),
             Vec::<String>::new()
         );
+        // A value that is not a full id is never present, whatever the lookup says.
+        let bad = state(3, 10, &[("refs/heads/main", A), ("refs/tags/v1", "abc123")]);
+        assert_eq!(missing_oids(&bad, |_| true), vec!["abc123".to_owned()]);
+    }
+
+    #[test]
+    fn unsatisfiable_states_never_authorise() {
+        // The repository holds A at main; the newest held state names an abbreviated id.
+        let current = refs(&[("refs/heads/main", A)]);
+        let bad = purg(state(2, 30, &[("refs/heads/main", "abc123")]));
+        let push_b = [up(A, B, "refs/heads/main")];
+        match decide(&current, &push_b, std::slice::from_ref(&bad)) {
+            PushDecision::Reject(r) => {
+                assert_eq!(r.reasons.len(), 1);
+                assert!(r.reasons[0].contains("not a full 40 or 64 character"), "{:?}", r.reasons);
+                assert!(r.reasons[0].contains("refs/heads/main") && r.reasons[0].contains("abc123"));
+            }
+            other => panic!("{other:?}"),
+        }
+        // Next to a satisfiable state, the reasons compare against the satisfiable one and a
+        // matching push is matched to it, even though the unsatisfiable one is newer.
+        let good = stored(state(1, 10, &[("refs/heads/main", B)]));
+        match decide(&current, &push_b, &[bad.clone(), good.clone()]) {
+            PushDecision::Accept(a) => assert_eq!(a.matched_state, Some((id(1), Source::Stored))),
+            other => panic!("{other:?}"),
+        }
+        let push_c = [up(A, C, "refs/heads/main")];
+        match decide(&current, &push_c, &[bad, good]) {
+            PushDecision::Reject(r) => assert!(r.reasons[0].contains(short_oid(&id(1).to_hex())), "{:?}", r.reasons),
+            other => panic!("{other:?}"),
+        }
     }
 }

@@ -133,6 +133,30 @@ pub fn settle(facts: &RepoFacts, stored: &[RepoState]) -> Settled {
     Settled { align, promote_announcement: facts.announcement_held && has_data }
 }
 
+/// The held states a promotion pass makes obsolete (docs/protocol.md#release-and-alignment): on
+/// the exact coordinate (same author and `d` tag) of a state in `promoted` (stored by this pass),
+/// those that lose to the newest promoted one in NIP-01 order and whose objects are still
+/// missing here. Reconstructable predecessors (their objects are here), newer states and other
+/// maintainers' states stay, as rollback candidates. Nothing is pruned when the repository could
+/// not be asked.
+pub fn superseded_held(facts: &RepoFacts, promoted: &[RepoState]) -> Vec<EventId> {
+    if facts.missing.is_none() {
+        return Vec::new();
+    }
+    let stored: BTreeSet<EventId> = promoted.iter().map(|s| s.event_id).collect();
+    facts
+        .held_states
+        .iter()
+        .filter(|held| !stored.contains(&held.event_id) && !facts.has_data(held))
+        .filter(|held| {
+            promoted
+                .iter()
+                .any(|p| p.author == held.author && p.identifier == held.identifier && held.recency() < p.recency())
+        })
+        .map(|held| held.event_id)
+        .collect()
+}
+
 /// Alignment of `refs` (and HEAD) to `state`, if every object `state` names exists (`missing`
 /// says which do not; `None`: unknown, no alignment).
 pub fn plan_alignment(refs: &RefMap, head: Option<&str>, state: &RepoState, missing: Option<&BTreeSet<String>>) -> Option<Alignment> {
@@ -219,7 +243,7 @@ pub fn copy_targets(owner: &PublicKey, author: &PublicKey, announcements: &[(Ann
 #[cfg(test)]
 mod tests {
     use super::*;
-    use nostr::prelude::{Keys, Timestamp};
+    use nostr::prelude::{Keys, PublicKey, Timestamp};
 
     fn st(branches: &[&str], head: Option<&str>) -> RepoState {
         RepoState {
@@ -284,6 +308,45 @@ mod tests {
             pr_ref(name, Some(&d), &c, false),
             PrRef::Missing { stale: Some(RefChange::Delete { name: name.into(), old: d }) }
         );
+    }
+
+    #[test]
+    fn a_promotion_prunes_only_older_states_of_its_coordinate_whose_objects_are_missing() {
+        let (here, gone) = ("a".repeat(40), "b".repeat(40));
+        let maintainer = Keys::generate().public_key();
+        let state = |n: u8, author: PublicKey, secs: u64, oid: &str| RepoState {
+            event_id: EventId::from_slice(&[n; 32]).unwrap(),
+            author,
+            identifier: "r".into(),
+            refs: map(&[("refs/heads/main", oid)]),
+            head: None,
+            created_at: Timestamp::from_secs(secs),
+        };
+        let owner = Keys::generate().public_key();
+        let promoted = state(1, owner, 20, &here);
+        let older_missing = state(2, owner, 10, &gone);
+        let older_here = state(3, owner, 15, &here);
+        let newer_missing = state(4, owner, 30, &gone);
+        let other_author = state(5, maintainer, 10, &gone);
+        let mut other_d = state(6, owner, 10, &gone);
+        other_d.identifier = "other".into();
+        let held = [promoted.clone(), older_missing.clone(), older_here.clone(), newer_missing, other_author, other_d];
+        let refs = RefMap::new();
+        let missing: BTreeSet<String> = [gone.clone()].into();
+        let facts = RepoFacts {
+            refs: &refs,
+            head: None,
+            held_states: &held,
+            held_prs: &[],
+            latest_stored: None,
+            missing: Some(&missing),
+            announcement_held: false,
+        };
+        let plan = plan_release(&facts);
+        assert_eq!(plan.store.iter().map(|s| s.event_id).collect::<Vec<_>>(), [older_here.event_id, promoted.event_id]);
+        assert_eq!(superseded_held(&facts, &plan.store), [older_missing.event_id]);
+        assert!(superseded_held(&facts, &[]).is_empty(), "nothing promoted, nothing pruned");
+        assert!(superseded_held(&RepoFacts { missing: None, ..facts }, &plan.store).is_empty());
     }
 
     #[test]

@@ -272,8 +272,12 @@ async fn state_needs_an_announcement_and_an_authorised_author() {
     assert_held(c.send_event(&state(&sub_maint, "proj", &refs, None)).await.unwrap());
 
     // A malformed state is invalid, with the fix.
-    let bad = ev_at(&owner, 30618, now(), "", &[&["d", "proj"], &["refs/heads/main", "not-an-oid"]]);
+    let bad = ev_at(&owner, 30618, now(), "", &[&["d", "proj"], &["refs/heads/main", ""]]);
     assert_refused(c.send_event(&bad).await.unwrap(), "invalid:", &["40"]);
+    // One naming something that is not a full object id is held, but can never be satisfied
+    // (docs/protocol.md#event-kinds; tests/tests/seed_rules.rs).
+    let unsatisfiable = ev_at(&owner, 30618, now(), "", &[&["d", "proj"], &["refs/heads/main", "not-an-oid"]]);
+    assert_held(c.send_event(&unsatisfiable).await.unwrap());
 }
 
 #[tokio::test]

@@ -39,6 +39,7 @@ use crate::grasp::Grasp;
 use crate::grasp::policy::Admission;
 use crate::grasp::purgatory::HoldRefused;
 use crate::nostr::store::SaveOutcome;
+use crate::sync::Origin;
 
 /// The answer for events accepted into the purgatory.
 pub const PURGATORY_MESSAGE: &str = "purgatory: won't be served until git data arrives";
@@ -84,13 +85,15 @@ impl Grasp {
             // A member's encrypted private service list (members only reach this point).
             return Admission::Store;
         }
+        // Relay sync's events have their git data fetched sooner (docs/protocol.md#background-sync).
+        let origin = if submitter.from_sync { Origin::Sync } else { Origin::User };
         if self.relay.store().is_deleted(ev).await.unwrap_or(false) {
             return Admission::Reject(DELETED_MESSAGE.into());
         }
         match ev.kind.as_u16() {
             KIND_ANNOUNCEMENT => self.admit_announcement(ev).await,
-            KIND_STATE => self.admit_state(ev).await,
-            KIND_PR | KIND_PR_UPDATE => self.admit_pr(ev).await,
+            KIND_STATE => self.admit_state(ev, origin).await,
+            KIND_PR | KIND_PR_UPDATE => self.admit_pr(ev, origin).await,
             KIND_DELETION => self.admit_deletion(ev).await,
             KIND_USER_GRASP_LIST => Admission::Store,
             _ => self.admit_related(ev).await,
@@ -126,6 +129,7 @@ impl Grasp {
             owner_or_listed: is_owner_or_listed(&a.owner, &all),
             repo_exists,
             repo_has_refs,
+            expired: self.purgatory.is_expired(&ev.id),
         };
         let npub = a.owner.to_bech32().unwrap_or_default();
         let then = match admit_announcement(&facts) {
@@ -181,7 +185,7 @@ impl Grasp {
         }
     }
 
-    async fn admit_state(&self, ev: &Event) -> Admission {
+    async fn admit_state(&self, ev: &Event, origin: Origin) -> Admission {
         let s = match RepoState::from_event(ev) {
             Ok(s) => s,
             Err(e) => return Admission::Reject(format!("invalid: {e}")),
@@ -224,7 +228,7 @@ impl Grasp {
                 Err(HoldRefused::Expired) => Admission::Reject(EXPIRED_STATE_MESSAGE.into()),
                 Ok(_) => {
                     tracing::info!(identifier = %s.identifier, event = %ev.id, "state event held in purgatory");
-                    self.note_waiting(&s.identifier);
+                    self.note_waiting(&s.identifier, origin);
                     Admission::Purgatory(PURGATORY_MESSAGE.into())
                 }
                 Err(HoldRefused::Full(e)) => full(e),
@@ -232,7 +236,7 @@ impl Grasp {
         }
     }
 
-    async fn admit_pr(&self, ev: &Event) -> Admission {
+    async fn admit_pr(&self, ev: &Event, origin: Origin) -> Admission {
         let pr = match PullRequest::from_event(ev) {
             Ok(pr) => pr,
             Err(e) => return Admission::Reject(format!("invalid: {e}")),
@@ -259,21 +263,22 @@ impl Grasp {
             });
         }
         let ref_name = format!("refs/nostr/{}", ev.id.to_hex());
-        let mut served = false;
-        for (_, _, repo) in &repos {
-            if !repo.exists() {
-                continue;
+        // Every named repository's lock is held until the event is stored: a git-first
+        // placeholder expiring meanwhile waits, then sees the stored event and keeps the ref
+        // (docs/protocol.md#placeholders).
+        let paths: Vec<_> = repos.iter().map(|(_, _, repo)| repo.clone()).filter(|repo| repo.exists()).collect();
+        let guards = match RepoGuards::acquire(&self.locks, paths.clone(), PushLocks::Skip).await {
+            Ok(guards) => Some(guards),
+            Err(error) => {
+                // Busy past the lock wait: the event is held and released when its commit is seen.
+                tracing::warn!(event = %ev.id, %error, "pull request refs not checked");
+                None
             }
-            // Busy past the lock wait: the event is held and released when its commit is seen.
-            let guards = match RepoGuards::acquire(&self.locks, [repo.clone()], PushLocks::Skip).await {
-                Ok(guards) => guards,
-                Err(error) => {
-                    tracing::warn!(repo = %repo.display(), %error, "pull request ref not checked");
-                    continue;
-                }
-            };
-            let Some(repo) = guards.get(repo) else { continue };
-            let (repo, ref_name, commit) = (repo.path().to_path_buf(), ref_name.clone(), pr.commit.clone());
+        };
+        let mut served = false;
+        for path in &paths {
+            let Some(repo) = guards.as_ref().and_then(|guards| guards.get(path)).map(|repo| repo.path().to_path_buf()) else { continue };
+            let (ref_name, commit) = (ref_name.clone(), pr.commit.clone());
             let ok = tokio::task::spawn_blocking(move || -> Result<bool, git::GitError> {
                 let refs = git::read_refs(&repo)?;
                 let current = refs.get(&ref_name).map(String::as_str);
@@ -292,14 +297,22 @@ impl Grasp {
                 served = true;
             }
         }
-        // The placeholder's ref was checked above; it has done its job either way.
-        self.purgatory.remove_placeholder(&ev.id);
         if served {
-            return match self.publish(ev).await {
+            // Store first; the placeholder goes only once the event is stored (a refused or failed
+            // store leaves it to expire and clean its ref as before).
+            let published = self.publish(ev).await;
+            if published.is_ok() {
+                self.purgatory.remove_placeholder(&ev.id);
+            }
+            drop(guards);
+            return match published {
                 Ok(()) => Admission::Published,
                 Err(e) => Admission::Reject(e),
             };
         }
+        drop(guards);
+        // The placeholder's ref was checked above (a wrong commit removed): the event takes over.
+        self.purgatory.remove_placeholder(&ev.id);
         let targets = repos.iter().map(|(o, i, _)| RepoId::new(*o, i.clone())).collect();
         match self.purgatory.hold_pr(ev.clone(), pr.commit.clone(), targets) {
             Err(HoldRefused::Expired) => Admission::Reject(format!(
@@ -310,7 +323,7 @@ impl Grasp {
             Ok(_) => {
                 tracing::info!(event = %ev.id, commit = %pr.commit, "pull request held in purgatory");
                 for (_, identifier, _) in &repos {
-                    self.note_waiting(identifier);
+                    self.note_waiting(identifier, origin);
                 }
                 Admission::Purgatory(PURGATORY_MESSAGE.into())
             }

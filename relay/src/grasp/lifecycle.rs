@@ -140,22 +140,86 @@ pub async fn expire(grasp: &Grasp) {
                 remove_nostr_refs(grasp, &event_id, &commit, &destinations).await;
             }
             SweepAction::ExpirePlaceholder { event_id, commit, destinations } => {
-                // An accepted event whose placeholder survived in an older checkpoint keeps its ref.
-                if grasp.event_by_id(&event_id).await.is_some() {
-                    grasp.purgatory.remove_pr(&event_id);
-                    continue;
-                }
-                let cleaned = remove_nostr_refs(grasp, &event_id, &commit, &destinations).await;
-                let complete = cleaned.len() == destinations.len();
-                let retry = grasp.purgatory.placeholder_cleanup_done(&event_id, &cleaned, complete);
-                if complete {
-                    tracing::info!(event = %event_id, commit, "purgatory: placeholder expired, refs/nostr ref removed");
-                } else {
-                    tracing::warn!(event = %event_id, retry_secs = retry.as_secs(), "placeholder ref removal failed; will retry");
-                }
+                expire_placeholder(grasp, &event_id, &commit, &destinations).await;
             }
         }
     }
+}
+
+/// Removes the refs of an expired git-first placeholder (docs/protocol.md#placeholders). For each
+/// destination, under its repository lock, it re-checks the record (a pull request event that
+/// arrived, or a push of the same commit that re-armed the placeholder, keeps every ref) and the
+/// store (an event accepted while an older checkpoint still held its placeholder keeps its ref),
+/// then compare-and-deletes `refs/nostr/<id>` and forgets that destination before the lock is
+/// released: a push of the same commit right after records the destination anew, so its ref is
+/// never left without a record. A failed deletion is retried later.
+async fn expire_placeholder(grasp: &Grasp, event_id: &nostr::prelude::EventId, commit: &str, destinations: &[RepoId]) {
+    let name = format!("refs/nostr/{}", event_id.to_hex());
+    let mut failed = 0;
+    for dest in destinations {
+        let Some(repo) = grasp.repo_path(&dest.owner, &dest.identifier) else {
+            grasp.purgatory.placeholder_cleaned(event_id, std::slice::from_ref(dest));
+            continue;
+        };
+        // Busy past the lock wait: not cleaned now, retried like a failed removal.
+        let _guards = match RepoGuards::acquire(&grasp.locks, [repo.clone()], PushLocks::Skip).await {
+            Ok(guards) => guards,
+            Err(error) => {
+                tracing::warn!(repo = %repo.display(), %error, "expired refs/nostr ref not removed yet");
+                failed += 1;
+                continue;
+            }
+        };
+        if !grasp.purgatory.placeholder_cleanup_pending(event_id, commit) {
+            tracing::info!(event = %event_id, commit, "purgatory: expired placeholder taken over by its event or a new push; refs kept");
+            return;
+        }
+        if grasp.event_by_id(event_id).await.is_some() {
+            grasp.purgatory.remove_placeholder(event_id);
+            tracing::info!(event = %event_id, commit, "purgatory: expired placeholder's event is stored; refs kept");
+            return;
+        }
+        match delete_ref_at(&repo, &name, commit).await {
+            Ok(()) => {
+                grasp.purgatory.placeholder_cleaned(event_id, std::slice::from_ref(dest));
+            }
+            Err(e) => {
+                tracing::warn!(repo = %repo.display(), event = %event_id, error = %e, "could not remove expired refs/nostr ref");
+                failed += 1;
+            }
+        }
+    }
+    if failed > 0 {
+        if let Some(retry) = grasp.purgatory.retry_placeholder_cleanup(event_id) {
+            tracing::warn!(event = %event_id, failed, retry_secs = retry.as_secs(), "placeholder ref removal failed; will retry");
+        }
+        return;
+    }
+    if destinations.is_empty() {
+        // A record from an old checkpoint that does not say where its refs are: no ref is
+        // touched, the record is forgotten.
+        grasp.purgatory.placeholder_cleaned(event_id, &[]);
+    }
+    tracing::info!(event = %event_id, commit, destinations = destinations.len(), "purgatory: placeholder expired, refs/nostr ref removed");
+}
+
+/// Compare-and-deletes `name` in `repo` if it still points at `commit` (a missing repository or
+/// ref is already clean). The caller holds the repository lock.
+async fn delete_ref_at(repo: &Path, name: &str, commit: &str) -> Result<(), String> {
+    let (repo, name, commit) = (repo.to_path_buf(), name.to_string(), commit.to_string());
+    tokio::task::spawn_blocking(move || -> Result<(), git::GitError> {
+        if !repo.exists() {
+            return Ok(());
+        }
+        let refs = git::read_refs(&repo)?;
+        if refs.get(&name) == Some(&commit) {
+            git::update_refs(&repo, &[git::RefChange::Delete { name, old: commit }])?;
+        }
+        Ok(())
+    })
+    .await
+    .map_err(|e| format!("ref removal task failed: {e}"))?
+    .map_err(|e| e.to_string())
 }
 
 /// Deletes the bare repository of a soft-expired announcement, unless a state event revived it
@@ -216,22 +280,9 @@ async fn remove_nostr_refs(grasp: &Grasp, event_id: &nostr::prelude::EventId, co
             cleaned.push(dest.clone());
             continue;
         }
-        let (repo2, name2, commit2) = (repo.clone(), name.clone(), commit.to_string());
-        let res = tokio::task::spawn_blocking(move || -> Result<(), git::GitError> {
-            if !repo2.exists() {
-                return Ok(());
-            }
-            let refs = git::read_refs(&repo2)?;
-            if refs.get(&name2) == Some(&commit2) {
-                git::update_refs(&repo2, &[git::RefChange::Delete { name: name2, old: commit2 }])?;
-            }
-            Ok(())
-        })
-        .await;
-        match res {
-            Ok(Ok(())) => cleaned.push(dest.clone()),
-            Ok(Err(e)) => tracing::warn!(repo = %repo.display(), error = %e, "could not remove expired refs/nostr ref"),
-            Err(e) => tracing::warn!(error = %e, "ref removal task failed"),
+        match delete_ref_at(&repo, &name, commit).await {
+            Ok(()) => cleaned.push(dest.clone()),
+            Err(e) => tracing::warn!(repo = %repo.display(), error = %e, "could not remove expired refs/nostr ref"),
         }
     }
     cleaned

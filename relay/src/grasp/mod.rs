@@ -26,6 +26,7 @@ use nostr::prelude::{Event, Filter, Kind, PublicKey};
 use crate::grasp::policy::Admission;
 use crate::grasp::purgatory::SharedPurgatory;
 use crate::nostr::relay::Relay;
+use crate::sync::Origin;
 
 pub use crate::grasp::locks::RepoLocks;
 pub use grasp_state::nip34::Source;
@@ -34,21 +35,9 @@ pub(crate) async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + '
     tokio::task::spawn_blocking(f).await.expect("blocking git task panicked")
 }
 
-pub use crate::sync::Origin;
-
-tokio::task_local! {
-    /// Where the event being submitted on this task came from ([`Grasp::submit`]).
-    static SUBMIT_ORIGIN: Origin;
-}
-
-/// The origin of the event whose submission is running on this task ([`Origin::User`] outside
-/// [`Grasp::submit`]): the background sync's delay for an event that starts waiting.
-pub fn submit_origin() -> Origin {
-    SUBMIT_ORIGIN.try_with(|o| *o).unwrap_or(Origin::User)
-}
-
-/// What the background sync registers to hear of events that start waiting for git data.
-pub type WaitingHook = Box<dyn Fn(&str) + Send + Sync>;
+/// What the background sync registers to hear of events that start waiting for git data, and
+/// where they came from (which decides how soon it fetches).
+pub type WaitingHook = Box<dyn Fn(&str, Origin) + Send + Sync>;
 
 /// Everything the GRASP rules need, shared by the WebSocket side and the hook API.
 pub struct Grasp {
@@ -113,12 +102,6 @@ impl Grasp {
     /// (`from_sync`), which never publishes protected events (docs/protocol.md#trust).
     /// Returns the NIP-01 `OK` status and message.
     pub async fn submit(&self, event: &Event, submitter: &grasp_state::auth::Submitter<'_>) -> (bool, String) {
-        // Relay sync's events that start waiting get the background sync's short delay.
-        let origin = if submitter.from_sync { Origin::Sync } else { Origin::User };
-        SUBMIT_ORIGIN.scope(origin, self.submit_checked(event, submitter)).await
-    }
-
-    async fn submit_checked(&self, event: &Event, submitter: &grasp_state::auth::Submitter<'_>) -> (bool, String) {
         if !event.verify_id() {
             return (false, "invalid: event id does not match the event's content; recompute the id (NIP-01)".into());
         }
@@ -149,10 +132,10 @@ impl Grasp {
         }
     }
 
-    /// An event now waits in the purgatory for `identifier`'s git data.
-    pub fn note_waiting(&self, identifier: &str) {
+    /// An event from `origin` now waits in the purgatory for `identifier`'s git data.
+    pub fn note_waiting(&self, identifier: &str, origin: Origin) {
         if let Some(f) = self.on_waiting.get() {
-            f(identifier);
+            f(identifier, origin);
         }
     }
 

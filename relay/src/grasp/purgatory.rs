@@ -61,6 +61,12 @@ impl SharedPurgatory {
         self.lock().snapshot()
     }
 
+    /// The held announcements, soft-expired ones included, whose state events relay-to-relay
+    /// event sync keeps pulling (docs/protocol.md#soft-expiry).
+    pub fn state_sync_registrations(&self) -> Vec<grasp_state::purgatory::StateSyncRegistration> {
+        self.lock().state_sync_registrations()
+    }
+
     /// Identifiers some held event waits for.
     pub fn waiting_identifiers(&self) -> BTreeSet<String> {
         self.lock().waiting_identifiers()
@@ -264,16 +270,27 @@ impl SharedPurgatory {
         self.lock().sweep()
     }
 
-    /// After an expired placeholder's refs were removed from `cleaned`: forget it if that was
-    /// every destination (`true`), else keep it and retry later.
-    pub fn placeholder_cleanup_done(&self, id: &EventId, cleaned: &[RepoId], complete: bool) -> Duration {
+    /// Whether `id` is still a git-first placeholder for `commit` waiting for its refs to be
+    /// removed (no event took it over, no push re-armed it). Asked under each destination's
+    /// repository lock, right before its ref is deleted.
+    pub fn placeholder_cleanup_pending(&self, id: &EventId, commit: &str) -> bool {
+        self.lock().is_cleanup_pending(id, commit)
+    }
+
+    /// The expired placeholder's refs in `destinations` are gone: forget those destinations, and
+    /// the placeholder once none remain. Called under that repository's lock, so a push of the same
+    /// commit there afterwards records the destination again. Returns whether the record is gone.
+    pub fn placeholder_cleaned(&self, id: &EventId, destinations: &[RepoId]) -> bool {
+        self.lock().placeholder_cleaned(id, destinations)
+    }
+
+    /// Some ref of an expired placeholder could not be removed: try again later, if the
+    /// placeholder still waits for its cleanup. Returns the delay, or `None` when nothing is
+    /// left to retry.
+    pub fn retry_placeholder_cleanup(&self, id: &EventId) -> Option<Duration> {
         let mut p = self.lock();
         let retry = p.config().placeholder_retry;
-        p.placeholder_cleaned(id, cleaned);
-        if !complete {
-            p.retain_placeholder_for_retry(id, retry);
-        }
-        retry
+        p.retain_placeholder_for_retry(id, retry).then_some(retry)
     }
 
     // ---- Leaving ------------------------------------------------------------------------------
@@ -296,9 +313,24 @@ impl SharedPurgatory {
         }
     }
 
-    /// Takes `owner`'s announcement out to be stored (its repository now holds data).
-    pub fn promote_announcement(&self, owner: &PublicKey, identifier: &str) -> Option<Event> {
-        self.lock().promote_announcement(owner, identifier)
+    /// `owner`'s held announcement for `identifier`, to be stored before it is taken out
+    /// ([`Self::remove_promoted_announcement`]).
+    pub fn held_announcement(&self, owner: &PublicKey, identifier: &str) -> Option<Arc<Event>> {
+        self.lock().get_announcement(owner, identifier).map(|a| a.event.clone())
+    }
+
+    /// Takes `owner`'s announcement out once `stored` (the event now in the store) is what is
+    /// held: a replacement that arrived meanwhile stays held.
+    pub fn remove_promoted_announcement(&self, owner: &PublicKey, identifier: &str, stored: &EventId) {
+        let mut p = self.lock();
+        if p.get_announcement(owner, identifier).is_some_and(|a| a.event.id == *stored) {
+            p.promote_announcement(owner, identifier);
+        }
+    }
+
+    /// The held state event `id` of `identifier`, to be stored before it is removed.
+    pub fn held_state(&self, identifier: &str, id: &EventId) -> Option<Arc<Event>> {
+        self.lock().states_for(identifier).iter().find(|e| e.event.id == *id).map(|e| e.event.clone())
     }
 
     /// Removes `owner`'s held announcement (the caller deletes its repository).

@@ -16,12 +16,13 @@ use grasp_state::hook_api::{PostReceiveResponse, ReleasedEvent};
 use grasp_state::nip34::RepoState;
 use grasp_state::purgatory::RepoId;
 use grasp_state::refs::{RefMap, RefUpdate, ZERO_OID};
-use grasp_state::release::{copy_targets, plan_release, settle, wanted_oids, Alignment, RepoFacts, Settled};
+use grasp_state::release::{copy_targets, plan_release, settle, superseded_held, wanted_oids, Alignment, RepoFacts, Settled};
 use nostr::prelude::{Event, EventId, PublicKey, ToBech32};
 
 use crate::git;
 use crate::grasp::locks::{Locked, PushLocks, RepoGuards};
 use crate::grasp::{blocking, Grasp};
+use crate::nostr::store::SaveOutcome;
 
 fn released(ev: &Event, summary: impl Into<String>) -> ReleasedEvent {
     ReleasedEvent { id: ev.id.to_hex(), kind: ev.kind.as_u16(), summary: summary.into() }
@@ -52,7 +53,8 @@ impl Grasp {
             Ok(guards) => Some(guards),
             Err(error) => {
                 tracing::warn!(identifier, %error, "repositories busy; release retried by background sync");
-                self.note_waiting(identifier);
+                // Come back soon (the sync delay), then with the sync's backoff.
+                self.note_waiting(identifier, crate::sync::Origin::Sync);
                 None
             }
         }
@@ -188,18 +190,36 @@ impl Grasp {
         };
         let plan = plan_release(&facts);
 
+        // Every released event is stored first and only then taken out of the purgatory: on a
+        // store error it stays held and the release is retried (by the background sync).
+        let mut retry = false;
+
         // 1. Held states whose objects all exist here, oldest first.
         let mut stored: Vec<RepoState> = Vec::new();
         for state in &plan.store {
-            let entry = self.purgatory.remove_state(identifier, &state.event_id);
-            let Some(ev) = entry.map(|e| e.event) else { continue };
-            match self.publish(&ev).await {
-                Ok(()) => {
+            let Some(ev) = self.purgatory.held_state(identifier, &state.event_id) else { continue };
+            match self.store_released(&ev).await {
+                StoreResult::Stored => {
+                    self.purgatory.remove_state(identifier, &ev.id);
                     tracing::info!(repo = %shown, event = %ev.id, "state event released");
                     out.push(released(&ev, format!("repository state of {identifier}")));
                     stored.push(state.clone());
                 }
-                Err(e) => tracing::info!(repo = %shown, event = %ev.id, reason = %e, "released state event not stored"),
+                StoreResult::Refused(reason) => {
+                    self.purgatory.remove_state(identifier, &ev.id);
+                    tracing::info!(repo = %shown, event = %ev.id, reason = %reason, "released state event not stored");
+                }
+                StoreResult::Failed(error) => {
+                    tracing::warn!(repo = %shown, event = %ev.id, %error, "released state event could not be stored; kept held, retried");
+                    retry = true;
+                }
+            }
+        }
+        // Held states the promoted ones make obsolete (same author and `d`, older, objects still
+        // missing) leave the purgatory: nobody needs their objects any more.
+        for id in superseded_held(&facts, &stored) {
+            if self.purgatory.remove_state(identifier, &id).is_some() {
+                tracing::info!(repo = %shown, event = %id, "purgatory: state event superseded by a promoted one of its author, pruned");
             }
         }
 
@@ -212,13 +232,20 @@ impl Grasp {
                     continue;
                 }
             }
-            self.purgatory.remove_pr(&ev.id);
-            match self.publish(ev).await {
-                Ok(()) => {
+            match self.store_released(ev).await {
+                StoreResult::Stored => {
+                    self.purgatory.remove_pr(&ev.id);
                     tracing::info!(repo = %shown, event = %ev.id, "pull request released");
                     out.push(released(ev, "pull request"));
                 }
-                Err(e) => tracing::info!(repo = %shown, event = %ev.id, reason = %e, "released pull request not stored"),
+                StoreResult::Refused(reason) => {
+                    self.purgatory.remove_pr(&ev.id);
+                    tracing::info!(repo = %shown, event = %ev.id, reason = %reason, "released pull request not stored");
+                }
+                StoreResult::Failed(error) => {
+                    tracing::warn!(repo = %shown, event = %ev.id, %error, "released pull request could not be stored; kept held, retried");
+                    retry = true;
+                }
             }
         }
 
@@ -235,19 +262,39 @@ impl Grasp {
 
         // 4. Promote the owner's announcement once the repository holds data.
         if promote_announcement {
-            let ev = self.purgatory.promote_announcement(owner, identifier);
-            if let Some(ev) = ev {
-                match self.publish(&ev).await {
-                    Ok(()) => {
+            if let Some(ev) = self.purgatory.held_announcement(owner, identifier) {
+                match self.store_released(&ev).await {
+                    StoreResult::Stored => {
+                        self.purgatory.remove_promoted_announcement(owner, identifier, &ev.id);
                         tracing::info!(repo = %shown, event = %ev.id, "announcement promoted");
                         out.insert(0, released(&ev, format!("announcement of {identifier}")));
                     }
-                    Err(e) => tracing::info!(repo = %shown, event = %ev.id, reason = %e, "promoted announcement not stored"),
+                    StoreResult::Refused(reason) => {
+                        self.purgatory.remove_promoted_announcement(owner, identifier, &ev.id);
+                        tracing::info!(repo = %shown, event = %ev.id, reason = %reason, "promoted announcement not stored");
+                    }
+                    StoreResult::Failed(error) => {
+                        tracing::warn!(repo = %shown, event = %ev.id, %error, "promoted announcement could not be stored; kept held, retried");
+                        retry = true;
+                    }
                 }
             }
         }
+        if retry {
+            self.note_waiting(identifier, crate::sync::Origin::Sync);
+        }
         self.metrics.released(&out);
         out
+    }
+
+    /// Stores an event released from the purgatory and broadcasts it. The caller removes it from
+    /// the purgatory unless storing failed.
+    async fn store_released(&self, ev: &Event) -> StoreResult {
+        match self.relay.publish(ev).await {
+            Ok(SaveOutcome::Saved) => StoreResult::Stored,
+            Ok(other) => StoreResult::Refused(other.ok_reply().1),
+            Err(e) => StoreResult::Failed(e.to_string()),
+        }
     }
 
     /// Carries out an alignment (one compare-and-swap transaction, then HEAD).
@@ -290,3 +337,13 @@ impl Grasp {
 /// Push quarantines older than this are abandoned (no push runs for a day).
 const STALE_QUARANTINE: std::time::Duration = std::time::Duration::from_secs(24 * 60 * 60);
 
+
+/// What storing an event released from the purgatory came to.
+enum StoreResult {
+    /// Stored and broadcast: take it out of the purgatory.
+    Stored,
+    /// The store will never take it (already there, deleted, superseded): take it out too.
+    Refused(String),
+    /// The store failed: keep it held and retry.
+    Failed(String),
+}

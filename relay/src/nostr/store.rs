@@ -67,6 +67,8 @@ impl SaveOutcome {
 #[derive(Debug)]
 pub struct Store {
     db: NostrLmdb,
+    /// How many of the next saves fail ([`Store::fail_next_saves`]).
+    failing_saves: std::sync::atomic::AtomicUsize,
 }
 
 impl Store {
@@ -77,13 +79,24 @@ impl Store {
             .process_nip62(false)
             .build()
             .await?;
-        Ok(Self { db })
+        Ok(Self { db, failing_saves: std::sync::atomic::AtomicUsize::new(0) })
+    }
+
+    /// Fault injection for tests: the next `n` calls of [`Store::save`] fail with a storage
+    /// error, as a full disk would. Nothing in the relay calls it.
+    #[doc(hidden)]
+    pub fn fail_next_saves(&self, n: usize) {
+        self.failing_saves.store(n, std::sync::atomic::Ordering::SeqCst);
     }
 
     /// Stores `event` following the NIP-01/NIP-09 rules. The caller has verified id and signature.
     pub async fn save(&self, event: &Event) -> Result<SaveOutcome, StoreError> {
         if event.kind.is_ephemeral() {
             return Ok(SaveOutcome::Ephemeral);
+        }
+        let fail = |n: usize| n.checked_sub(1);
+        if self.failing_saves.fetch_update(std::sync::atomic::Ordering::SeqCst, std::sync::atomic::Ordering::SeqCst, fail).is_ok() {
+            return Err(StoreError(nostr_database::error::Error::storage("injected failure")));
         }
         if self.db.event_by_id(&event.id).await?.is_some() {
             return Ok(SaveOutcome::Duplicate);

@@ -1,7 +1,8 @@
 //! The GRASP brain as the syncer's [`SyncContext`], and the daemon's wiring of the syncer.
 //!
 //! - [`SyncContext`] for `Arc<Grasp>`: what the purgatory waits for per owner repository, which
-//!   clone URLs may have it, the in-process repository locks (`Grasp::locks`) around fetches,
+//!   clone URLs may have it, the in-process repository locks (`Grasp::locks`) around moving
+//!   fetched objects in,
 //!   and release through [`Grasp::process_repo`] (the same path as after a push) under the
 //!   cross-process push lock `grasp-cgi` holds during a receive-pack.
 //! - [`start`]: creates the [`Syncer`], points `Grasp::on_waiting` (every event that starts
@@ -32,11 +33,12 @@ impl SyncContext for Arc<Grasp> {
 
     /// Per owner repository of `identifier` (that exists on disk): the objects of the held state
     /// events authored inside the owner's maintainer set and the commits of the held pull
-    /// requests targeting it, that the repository still lacks.
+    /// requests targeting it, that the repository still lacks (none, when they are all there but
+    /// still held: the release is due again).
     async fn needed(&self, identifier: &str) -> Vec<SyncTarget> {
         let all = self.announcements(identifier).await;
         let mut targets = Vec::new();
-        for (announcement, _) in &all {
+        for (announcement, source) in &all {
             let owner = announcement.owner;
             let Some(repo) = self.repo_path(&owner, identifier) else {
                 continue;
@@ -48,10 +50,16 @@ impl SyncContext for Arc<Grasp> {
             let prs = held_pr_commits(self, &RepoId::new(owner, identifier));
             let wanted = waiting_oids(&held_state_refs(self, identifier, &set), &prs);
             if wanted.is_empty() {
+                // A held announcement whose repository serves refs is due for promotion (its
+                // store failed before): ask for the release again.
+                if *source == crate::grasp::Source::Purgatory && serves_refs(&repo).await {
+                    targets.push(SyncTarget { repo, oids: Vec::new() });
+                }
                 continue;
             }
             match missing_objects(&repo, &wanted).await {
-                Ok(missing) if missing.is_empty() => {}
+                // Held although complete: a release did not finish; ask for it again.
+                Ok(missing) if missing.is_empty() => targets.push(SyncTarget { repo, oids: Vec::new() }),
                 Ok(missing) => targets.push(SyncTarget {
                     repo,
                     oids: missing,
@@ -100,13 +108,26 @@ impl SyncContext for Arc<Grasp> {
     }
 }
 
-/// The ref targets of each held state of `identifier` authored inside `set`.
+/// The ref targets of each held state of `identifier` authored inside `set`. States that can
+/// never be satisfied (a value that is not a full object id) are skipped: fetching the rest of
+/// their objects would serve nobody.
 fn held_state_refs(grasp: &Grasp, identifier: &str, set: &MaintainerSet) -> Vec<Vec<String>> {
     grasp
         .held_states(identifier, set)
         .into_iter()
+        .filter(|s| s.is_satisfiable())
         .map(|s| s.refs.into_values().collect())
         .collect()
+}
+
+/// Whether `repo` has a branch or a tag (unreadable: no).
+async fn serves_refs(repo: &Path) -> bool {
+    let repo = repo.to_path_buf();
+    tokio::task::spawn_blocking(move || {
+        crate::git::read_refs(&repo).is_ok_and(|refs| refs.keys().any(|r| grasp_state::refs::is_served_ref(r)))
+    })
+    .await
+    .unwrap_or(false)
 }
 
 /// Commits of the pull request events (not placeholders) held for `repo`.
@@ -172,17 +193,17 @@ impl Syncer<Arc<Grasp>> {
 }
 
 /// Starts background sync for the daemon: every event that starts waiting in the purgatory
-/// enqueues its identifier (with the origin of its submission, `crate::grasp::submit_origin`), the operator view reads the syncer's stats, and
-/// the syncer runs until `shutdown` (running fetches are then killed; the returned task ends
-/// after that, and holds `shutdown` until then).
+/// enqueues its identifier with the delay of its origin (a user's event or relay sync), the
+/// operator view reads the syncer's stats, and the syncer runs until `shutdown` (running fetches
+/// are then killed; the returned task ends after that, and holds `shutdown` until then).
 pub fn start(grasp: &Arc<Grasp>, config: SyncConfig, mut shutdown: Shutdown) -> JoinHandle<()> {
     let syncer = Syncer::new(grasp.clone(), config);
     let handle = syncer.handle();
     let enqueue = handle.clone();
     if grasp
         .on_waiting
-        .set(Box::new(move |identifier| {
-            enqueue.enqueue(identifier, crate::grasp::submit_origin())
+        .set(Box::new(move |identifier, origin| {
+            enqueue.enqueue(identifier, origin)
         }))
         .is_err()
     {

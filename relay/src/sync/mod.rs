@@ -10,16 +10,20 @@
 //! - [`throttle`]: per-domain concurrency and per-minute limits with a fair line of waiters.
 //! - [`urls`]: which clone URLs are safe to fetch from (http(s) only, deny-list after DNS).
 //! - [`fetch`]: `git fetch <url> <oid>...` without writing refs, dropping oids a remote lacks.
+//! - [`quarantine`]: the repository a fetch writes into, without the repository lock; its
+//!   objects are moved into the real repository under the lock.
 //! - this file: the [`SyncContext`] the GRASP brain implements, and the [`Syncer`] loop.
 //! - [`context`]: that implementation for `Arc<Grasp>`, and [`context::start`], the daemon's
 //!   wiring (enqueue on `Grasp::on_waiting`, stats for the operator view, stop on shutdown).
 //!
-//! The syncer never writes refs: it only adds objects to a repository (under the repository lock
-//! shared with the push flow) and then calls [`SyncContext::process`], which releases events and
+//! The syncer never writes refs: it only adds objects to a repository (fetched into a quarantine
+//! without any lock, then moved in under the repository lock shared with the push flow) and then
+//! calls [`SyncContext::process`], which releases events and
 //! aligns refs through the normal path.
 
 pub mod context;
 pub mod fetch;
+pub mod quarantine;
 pub mod queue;
 pub mod throttle;
 pub mod urls;
@@ -38,11 +42,13 @@ use tokio::task::JoinSet;
 
 pub use context::{start, SyncHandle};
 pub use fetch::{fetch_oids, missing_objects, FetchOptions, FetchOutcome};
+pub use quarantine::Quarantine;
 pub use queue::{Origin, Outcome, QueueTimings, SyncQueue, SyncQueueEntry};
 pub use throttle::{DomainStats, Permit, Throttle, ThrottleLimits, ThrottledUntil};
 pub use urls::{Cidr, CloneUrl, SafeUrl, UrlPolicy, UrlRejected};
 
-/// Objects one local repository still waits for.
+/// Objects one local repository still waits for (none: they are all there but still held, so the
+/// release is due again).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SyncTarget {
     /// The bare repository the objects must end up in.
@@ -57,7 +63,9 @@ pub trait SyncContext: Send + Sync + 'static {
     type RepoGuard: Send;
 
     /// What purgatory still waits for under `identifier`, per local repository. Empty when
-    /// nothing waits (the sync is then complete).
+    /// nothing waits (the sync is then complete). A target without oids: events wait there
+    /// although their objects are present (a release did not finish); the syncer runs
+    /// [`SyncContext::process`] again.
     fn needed(&self, identifier: &str) -> impl Future<Output = Vec<SyncTarget>> + Send;
 
     /// Clone URLs to try: those of the announcements for `identifier` (stored and in purgatory)
@@ -65,7 +73,8 @@ pub trait SyncContext: Send + Sync + 'static {
     /// by the syncer.
     fn candidate_urls(&self, identifier: &str) -> impl Future<Output = Vec<String>> + Send;
 
-    /// Take the lock on `repo` shared with the push flow.
+    /// Take the lock on `repo` shared with the push flow (held only while fetched objects are
+    /// moved in from their quarantine, never during a fetch).
     fn lock_repo(&self, repo: &Path) -> impl Future<Output = Self::RepoGuard> + Send;
 
     /// Release whatever under `identifier` is now satisfiable; returns how many events were
@@ -368,8 +377,15 @@ impl<C: SyncContext> Shared<C> {
     /// One attempt: try the candidate URLs in order until nothing is needed any more.
     async fn sync_identifier(&self, identifier: &str) -> Outcome {
         let mut targets = self.ctx.needed(identifier).await;
-        if targets.iter().all(|target| target.oids.is_empty()) {
+        if targets.is_empty() {
             return Outcome::Complete;
+        }
+        if targets.iter().all(|target| target.oids.is_empty()) {
+            // Everything waited for is here, yet still held: a release did not finish (the
+            // store failed). Run it again; if it still does not finish, back off and retry.
+            let released = self.ctx.process(identifier).await;
+            tracing::info!(identifier, released, "retried the release of data already here");
+            return if self.ctx.needed(identifier).await.is_empty() { Outcome::Complete } else { Outcome::Incomplete };
         }
         let mut urls = self.ctx.candidate_urls(identifier).await;
         let mut seen = std::collections::HashSet::new();
@@ -431,7 +447,6 @@ impl<C: SyncContext> Shared<C> {
         };
         let mut attempt = UrlAttempt::default();
         for target in targets.iter().filter(|target| !target.oids.is_empty()) {
-            let lock = self.ctx.lock_repo(&target.repo).await;
             let missing = match missing_objects(&target.repo, &target.oids).await {
                 Ok(missing) => missing,
                 Err(error) => {
@@ -456,11 +471,19 @@ impl<C: SyncContext> Shared<C> {
                 }
             };
             attempt.fetched = true;
+            // The remote is slow at worst: fetch without the repository lock, into a quarantine,
+            // so pushes and releases of this repository go on meanwhile.
+            let quarantine = match Quarantine::create(&target.repo).await {
+                Ok(quarantine) => quarantine,
+                Err(error) => {
+                    tracing::warn!(identifier, repo = %target.repo.display(), %error, "cannot create a sync quarantine");
+                    continue;
+                }
+            };
             let started = Instant::now();
-            let outcome = fetch_oids(&target.repo, &safe.url.url, &missing, &options).await;
+            let outcome = fetch_oids(quarantine.path(), &safe.url.url, &missing, &options).await;
             self.ctx.fetched(&outcome, started.elapsed());
             drop(permit);
-            drop(lock);
             if let Some(error) = &outcome.error {
                 self.throttle.record_error(domain, error, SystemTime::now());
                 tracing::warn!(identifier, url = safe.url.url, %error, "sync fetch failed");
@@ -468,7 +491,18 @@ impl<C: SyncContext> Shared<C> {
             if !outcome.missing_on_remote.is_empty() {
                 tracing::debug!(identifier, url = safe.url.url, lacking = ?outcome.missing_on_remote, "remote lacks objects");
             }
-            attempt.progressed |= !outcome.fetched.is_empty();
+            if outcome.fetched.is_empty() {
+                continue;
+            }
+            // Only moving the objects in needs the lock: a few renames.
+            let lock = self.ctx.lock_repo(&target.repo).await;
+            match quarantine.apply().await {
+                Ok(_) => attempt.progressed = true,
+                Err(error) => {
+                    tracing::warn!(identifier, repo = %target.repo.display(), %error, "cannot move synced objects into the repository")
+                }
+            }
+            drop(lock);
         }
         attempt
     }

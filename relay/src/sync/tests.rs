@@ -77,6 +77,22 @@ fn publish(history: &History, bare: &Path, oid: &str) {
     );
 }
 
+/// Sync quarantines left in the repository's object directory (removed off the runtime: polled).
+fn quarantines(bare: &Path) -> usize {
+    let count = || {
+        std::fs::read_dir(bare.join("objects"))
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with("tmp_objdir-incoming-grasp-sync-"))
+            .count()
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while count() > 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    count()
+}
+
 fn refs(bare: &Path) -> String {
     run_git(bare, &["for-each-ref"])
 }
@@ -286,6 +302,9 @@ struct MockContext {
     candidate_calls: AtomicUsize,
     process_calls: AtomicUsize,
     running: Mutex<Vec<(String, bool)>>,
+    /// identifier -> how many more releases fail: its events stay held although their data is
+    /// all there (a store error).
+    stuck: Mutex<HashMap<String, (PathBuf, usize)>>,
 }
 
 impl MockContext {
@@ -332,6 +351,9 @@ impl SyncContext for MockContext {
             .cloned()
             .unwrap_or_default();
         let mut targets = Vec::new();
+        if let Some((repo, _)) = self.stuck.lock().unwrap().get(identifier) {
+            targets.push(SyncTarget { repo: repo.clone(), oids: Vec::new() });
+        }
         for (repo, oids) in waiting {
             let missing = missing_objects(&repo, &oids).await.unwrap();
             if !missing.is_empty() {
@@ -358,9 +380,20 @@ impl SyncContext for MockContext {
         self.lock_of(repo).lock_owned().await
     }
 
-    async fn process(&self, _identifier: &str) -> usize {
+    async fn process(&self, identifier: &str) -> usize {
         self.process_calls.fetch_add(1, Ordering::SeqCst);
-        1
+        let mut stuck = self.stuck.lock().unwrap();
+        match stuck.get_mut(identifier) {
+            Some((_, 0)) => {
+                stuck.remove(identifier);
+                1
+            }
+            Some((_, failures)) => {
+                *failures -= 1;
+                0
+            }
+            None => 1,
+        }
     }
 
     fn set_sync_running(&self, identifier: &str, running: bool) {
@@ -564,9 +597,10 @@ async fn missing_oids_are_fetched_then_processed_skipping_unsafe_and_own_urls() 
     syncer
         .context()
         .wait_for("repo1", &dst, &[&history.a, &history.b], &urls);
-    // Every request to the remote happens while the syncer holds the repository lock.
+    // No request to the remote happens while the syncer holds the repository lock: a slow
+    // remote must not stall pushes (the objects land in a quarantine first).
     let lock = syncer.context().lock_of(&dst);
-    *server.state.observer.lock().unwrap() = Some(Box::new(move || lock.try_lock().is_err()));
+    *server.state.observer.lock().unwrap() = Some(Box::new(move || lock.try_lock().is_ok()));
     let (stopper, handle) = spawn_syncer(&syncer);
 
     syncer.enqueue("repo1", Origin::User);
@@ -596,9 +630,10 @@ async fn missing_oids_are_fetched_then_processed_skipping_unsafe_and_own_urls() 
     assert_eq!(refs(&dst), "");
     let observations = server.state.observations.lock().unwrap().clone();
     assert!(
-        !observations.is_empty() && observations.iter().all(|held| *held),
+        !observations.is_empty() && observations.iter().all(|free| *free),
         "{observations:?}"
     );
+    assert_eq!(quarantines(&dst), 0, "the quarantine is gone");
     assert_eq!(syncer.stats().queue_length, 0);
     stop(stopper, handle).await;
 }
@@ -800,5 +835,27 @@ async fn the_throttle_caps_concurrent_fetches_per_domain() {
         2,
         "never more than two at once"
     );
+    stop(stopper, handle).await;
+}
+
+#[tokio::test]
+async fn a_release_that_did_not_finish_is_retried_with_backoff_without_fetching() {
+    let dir = tempfile::tempdir().unwrap();
+    let repo = dir.path().join("dst.git");
+    init_bare(&repo);
+    let clock = ManualClock::new();
+    let syncer = Syncer::with_clock(MockContext::default(), test_config(), clock.clock());
+    // Held although the data is here: the first release after this attempt fails once more.
+    syncer.context().stuck.lock().unwrap().insert("repo1".into(), (repo.clone(), 1));
+    let (stopper, handle) = spawn_syncer(&syncer);
+    syncer.enqueue("repo1", Origin::Sync);
+    clock.advance(Duration::from_secs(1));
+    let ctx = syncer.context();
+    wait_until("the release is retried", || {}, || ctx.process_calls.load(Ordering::SeqCst) == 1).await;
+    wait_until("a backoff is scheduled", || {}, || syncer.entry("repo1").is_some_and(|e| !e.in_progress && e.attempt_count == 1)).await;
+    clock.advance(Duration::from_secs(20));
+    wait_until("the retry succeeds", || {}, || syncer.entry("repo1").is_none()).await;
+    assert_eq!(ctx.process_calls.load(Ordering::SeqCst), 2);
+    assert_eq!(ctx.candidate_calls.load(Ordering::SeqCst), 0, "nothing to fetch: no URL is asked");
     stop(stopper, handle).await;
 }

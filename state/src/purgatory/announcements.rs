@@ -9,7 +9,9 @@ use nostr::prelude::{Event, PublicKey};
 
 use crate::recency::Recency;
 
-use super::entries::{AnnouncementAdded, AnnouncementEntry, EntryKey, Extension};
+use super::entries::{
+    AnnouncementAdded, AnnouncementEntry, EntryKey, Extension, StateSyncRegistration,
+};
 use super::{Purgatory, PurgatoryFull};
 
 /// NIP-01 order for replaceable events: later `created_at` wins, a tie goes to the lower id.
@@ -96,6 +98,25 @@ impl Purgatory {
         self.announcements.get(identifier)?.get(owner)
     }
 
+    /// What relay-to-relay event sync pulls state events for: every held announcement,
+    /// soft-expired ones included. Phase 1 of soft expiry keeps the announcement's state events
+    /// syncing (docs/protocol.md#soft-expiry), so a late state event from another relay can
+    /// revive it; a fully expired announcement is no longer listed. Sorted by identifier, then
+    /// owner.
+    pub fn state_sync_registrations(&self) -> Vec<StateSyncRegistration> {
+        let mut out: Vec<StateSyncRegistration> = self
+            .announcements()
+            .map(|a| StateSyncRegistration {
+                owner: a.owner,
+                identifier: a.identifier.clone(),
+                relays: a.relays.clone(),
+                soft_expired: a.soft_expired,
+            })
+            .collect();
+        out.sort_by(|a, b| (&a.identifier, a.owner).cmp(&(&b.identifier, b.owner)));
+        out
+    }
+
     /// Every held announcement, for sync registration.
     pub fn announcements(&self) -> impl Iterator<Item = &AnnouncementEntry> {
         self.announcements.values().flat_map(|m| m.values())
@@ -176,6 +197,21 @@ mod tests {
         assert_eq!(p.stats().announcements, 0);
         assert_eq!(p.stats().deadlines, 0);
         p.assert_consistent();
+    }
+
+    #[test]
+    fn soft_expired_announcements_keep_their_state_sync_registration_until_fully_expired() {
+        let (clock, mut p) = purgatory();
+        let ev = signed(0, ANNOUNCEMENT, 0);
+        add_ann(&mut p, &ev, "repo").unwrap();
+        let registered = |p: &Purgatory| p.state_sync_registrations().into_iter().map(|r| (r.identifier, r.soft_expired)).collect::<Vec<_>>();
+        assert_eq!(registered(&p), [("repo".to_owned(), false)]);
+        clock.advance(MIN30);
+        p.sweep();
+        assert_eq!(registered(&p), [("repo".to_owned(), true)], "phase 1 keeps syncing state events");
+        clock.advance(H24);
+        p.sweep();
+        assert!(registered(&p).is_empty(), "fully expired: no longer synced");
     }
 
     #[test]

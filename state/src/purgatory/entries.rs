@@ -108,6 +108,18 @@ pub enum EntryKey {
     },
 }
 
+/// A held announcement whose state events relay-to-relay event sync should keep pulling
+/// ([`Purgatory::state_sync_registrations`](super::Purgatory::state_sync_registrations)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StateSyncRegistration {
+    pub owner: PublicKey,
+    pub identifier: String,
+    /// The relays (and clone URLs) its announcement lists.
+    pub relays: BTreeSet<String>,
+    /// Its bare repository is deleted (soft expiry phase 1): a state event revives it.
+    pub soft_expired: bool,
+}
+
 /// What [`Purgatory::add_announcement`](super::Purgatory::add_announcement) did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AnnouncementAdded {

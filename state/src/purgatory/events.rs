@@ -221,11 +221,25 @@ impl Purgatory {
         false
     }
 
+    /// Whether `event_id` is still a git-first placeholder for `commit` whose ref cleanup is
+    /// pending: no pull request event took it over and no push of the same commit re-armed it
+    /// since it expired. The expiry re-checks this under each repository's lock before it
+    /// deletes a ref (docs/protocol.md#placeholders).
+    pub fn is_cleanup_pending(&self, event_id: &EventId, commit: &str) -> bool {
+        self.prs
+            .get(event_id)
+            .is_some_and(|p| p.event.is_none() && p.cleanup_pending && p.commit == commit)
+    }
+
     /// A placeholder's ref deletion failed: keep the record and try again in `retry_in`
     /// (see [`PurgatoryConfig::placeholder_retry`](super::PurgatoryConfig)). Returns false if
-    /// no such entry is held.
+    /// no placeholder is pending cleanup under that id (an event or a new push took it over:
+    /// its own timer stands).
     pub fn retain_placeholder_for_retry(&mut self, event_id: &EventId, retry_in: Duration) -> bool {
         let now = self.clock.now();
+        if !self.prs.get(event_id).is_some_and(|p| p.event.is_none() && p.cleanup_pending) {
+            return false;
+        }
         let Some(mut entry) = self.detach_pr(event_id) else {
             return false;
         };

@@ -53,7 +53,7 @@ pub use clock::{Clock, ManualClock, SystemClock};
 pub use deletion::Coordinate;
 pub use entries::{
     AnnouncementAdded, AnnouncementEntry, EntryKey, EntryKind, EntryView, ExpiredView, Extension,
-    PrEntry, PurgatoryStats, Removed, RepoId, StateEntry,
+    PrEntry, PurgatoryStats, Removed, RepoId, StateEntry, StateSyncRegistration,
 };
 pub use sweep::SweepAction;
 

@@ -280,6 +280,28 @@ mod tests {
     }
 
     #[test]
+    fn a_push_of_the_same_commit_after_a_destination_was_cleaned_keeps_a_record() {
+        let (clock, mut p) = purgatory();
+        let ph = EventId::from_byte_array([5; 32]);
+        p.add_pr_placeholder(ph, "c".into(), repo(0, "a")).unwrap();
+        p.add_pr_placeholder(ph, "c".into(), repo(1, "b")).unwrap();
+        clock.advance(MIN30);
+        assert_eq!(p.sweep().len(), 1);
+        assert!(p.is_cleanup_pending(&ph, "c"));
+        assert!(!p.is_cleanup_pending(&ph, "d"), "another commit is another placeholder");
+        // `a` is cleaned (under its lock), then the same commit is pushed to `a` again.
+        assert!(!p.placeholder_cleaned(&ph, &[repo(0, "a")]));
+        p.add_pr_placeholder(ph, "c".into(), repo(0, "a")).unwrap();
+        assert!(!p.is_cleanup_pending(&ph, "c"), "re-armed by the push");
+        // The cleanup pass sees the record re-armed: it neither forgets it nor shortens it.
+        assert!(!p.retain_placeholder_for_retry(&ph, SEC));
+        let e = p.find_pr(&ph).unwrap();
+        assert!(e.destinations.contains(&repo(0, "a")), "the new ref in `a` has a record");
+        assert_eq!(e.expires_at, clock.now() + MIN30);
+        p.assert_consistent();
+    }
+
+    #[test]
     fn announcement_soft_expires_then_expires_after_24h() {
         let (clock, mut p) = purgatory();
         let ev = signed(0, ANNOUNCEMENT, 0);
