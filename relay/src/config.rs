@@ -92,6 +92,11 @@ pub struct Config {
     #[arg(long, env = "GRASP_METRICS_BIND", value_name = "ADDR")]
     pub metrics_bind: Option<SocketAddr>,
 
+    /// A git request whose client sends nothing for this long (or closes before the end of its
+    /// body) is ended and its git processes killed, releasing the repository's push lock.
+    #[arg(long, env = "GRASP_GIT_IDLE_TIMEOUT", default_value = "60s", value_name = "DURATION", value_parser = parse_duration)]
+    pub git_idle_timeout: Duration,
+
     /// Path of the `grasp-cgi` wrapper used to serve git. Defaults to `grasp-cgi` next to this
     /// executable.
     #[arg(long, env = "GRASP_CGI_PATH")]

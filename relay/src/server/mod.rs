@@ -180,6 +180,7 @@ pub async fn run(mut cfg: Config) -> anyhow::Result<()> {
         // grasp-cgi asks the hook API for the repository page's data and, on a private service,
         // about every git request.
         env: vec![("GRASP_DATA_DIR".into(), data.root().display().to_string())],
+        idle_timeout: cfg.git_idle_timeout,
     };
     let connections = ConnectionLimiter::new(cfg.max_connections as usize, cfg.max_connections_per_ip as usize);
     // The metrics listener (off unless --metrics-bind): its own socket, never the public port.
@@ -383,7 +384,7 @@ async fn route(
         // Repository paths, and every other path: grasp-cgi serves git, the repository pages and
         // the one 404 page (HTML for browsers), the same here as behind nginx.
         let timer = state.grasp.metrics.git_request(&req);
-        timer.finish(crate::git::http::serve(req, remote, &state.git).await)
+        timer.finish(crate::git::http::serve(req, remote, &state.git, shutdown).await)
     };
     http::with_cors(resp)
 }

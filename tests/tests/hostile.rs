@@ -1,0 +1,151 @@
+//! Hostile clients (issue 16): attacks that wait, count or stay behind, each reproduced as an
+//! anonymous client would run it on loopback. Every test names the bound it proves in
+//! docs/security.md.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::time::Duration;
+
+use grasp_state::identifier::npub_of;
+use grasp_tests::grasp::*;
+use grasp_tests::{wait_until, NostrClient, TestServer, TIMEOUT};
+use nostr::prelude::*;
+
+/// The processes (pid, command line) whose environment names `data_dir`: every grasp-cgi,
+/// git http-backend, receive-pack and hook the relay started for a request (they inherit
+/// `GRASP_GIT_ROOT` / `GIT_PROJECT_ROOT`), wherever they were reparented.
+fn children_of(data_dir: &Path) -> Vec<(u32, String)> {
+    let needle = data_dir.as_os_str().as_encoded_bytes();
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
+        let Ok(env) = std::fs::read(entry.path().join("environ")) else { continue };
+        if env.windows(needle.len()).any(|w| w == needle) {
+            let cmd = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+            found.push((pid, cmd));
+        }
+    }
+    found
+}
+
+/// Opens a `git-receive-pack` POST to `owner`'s `identifier` announcing a `Content-Length` of
+/// 1 MiB and sends only the first bytes of a push (one ref update line), then stops sending.
+fn start_receive_pack(server: &TestServer, owner: &PublicKey, identifier: &str) -> TcpStream {
+    let mut stream = TcpStream::connect(server.addr()).unwrap();
+    stream.set_read_timeout(Some(TIMEOUT)).unwrap();
+    let line = format!("{} {} refs/heads/main\0 report-status\n", "1".repeat(40), "2".repeat(40));
+    let pkt = format!("{:04x}{line}", line.len() + 4);
+    let head = format!(
+        "POST /{}/{identifier}.git/git-receive-pack HTTP/1.1\r\nHost: {}\r\n\
+         Content-Type: application/x-git-receive-pack-request\r\nContent-Length: {}\r\n\r\n",
+        npub_of(owner),
+        server.addr(),
+        1 << 20
+    );
+    stream.write_all(head.as_bytes()).unwrap();
+    stream.write_all(pkt.as_bytes()).unwrap();
+    stream.flush().unwrap();
+    stream
+}
+
+/// Waits until the relay has a git child for the request (so the test attacks a running push).
+fn wait_for_children(server: &TestServer) {
+    wait_until("the relay to start git for the request", TIMEOUT, || {
+        children_of(server.data_dir()).iter().any(|(_, c)| c.contains("http-backend")).then_some(())
+    })
+    .unwrap_or_else(|e| panic!("{e:#}\n{}", server.logs()));
+}
+
+fn assert_no_children_within(server: &TestServer, within: Duration, what: &str) {
+    if let Err(e) = wait_until(what, within, || children_of(server.data_dir()).is_empty().then_some(())) {
+        panic!("{e:#}: still running: {:?}\n{}", children_of(server.data_dir()), server.logs());
+    }
+}
+
+/// The published repository accepts its owner's next push (so its push lock is free).
+async fn push_next(server: &TestServer, client: &mut NostrClient, owner: &Keys, published: &Published, n: u32) {
+    let tip = published.repo.commit("README", &format!("next {n}\n"));
+    let st = state(owner, "base", &[("refs/heads/main", &tip)], Some("main"));
+    let (ok, msg) = client.send_event(&st).await.unwrap();
+    assert!(ok, "state refused: {msg}");
+    let out = grasp_tests::git::git_output(&published.repo.work.dir, &["push", "--porcelain", &published.repo.url, "main"]);
+    assert!(
+        out.status.success(),
+        "push after the attack failed: {}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        server.logs()
+    );
+}
+
+/// Kills what the test left running (only on failure paths), so a failing run does not leave
+/// spinning processes on the machine.
+struct Reaper(std::path::PathBuf);
+
+impl Drop for Reaper {
+    fn drop(&mut self) {
+        for (pid, _) in children_of(&self.0) {
+            let _ = std::process::Command::new("kill").args(["-KILL", &pid.to_string()]).status();
+        }
+    }
+}
+
+/// Item 1: a receive-pack POST whose client closes before its `Content-Length` ends the
+/// request: no git process stays behind and the repository takes the next push.
+#[tokio::test]
+async fn abandoned_push_ends_with_its_client() {
+    let server = TestServer::start_with(&["--git-idle-timeout", "60s"]);
+    let _reaper = Reaper(server.data_dir().to_path_buf());
+    let tmp = tempfile::tempdir().unwrap();
+    let mut client = NostrClient::connect(&server.ws_url()).await.unwrap();
+    let owner = Keys::generate();
+    let published = publish_repo(&server, &mut client, &tmp.path().join("w"), &owner, "base").await;
+
+    let streams: Vec<TcpStream> = (0..3).map(|_| start_receive_pack(&server, &owner.public_key(), "base")).collect();
+    wait_for_children(&server);
+    drop(streams); // the clients go away mid-body
+    // Far below the idle timeout: the client's going away is what ends the requests.
+    assert_no_children_within(&server, TIMEOUT, "abandoned pushes to end");
+    push_next(&server, &mut client, &owner, &published, 1).await;
+}
+
+/// Item 1: a client that stays connected but sends nothing more is cut off after
+/// `--git-idle-timeout`, its processes killed and the push lock released.
+#[tokio::test]
+async fn stalled_push_ends_after_the_idle_timeout() {
+    let server = TestServer::start_with(&["--git-idle-timeout", "2s"]);
+    let _reaper = Reaper(server.data_dir().to_path_buf());
+    let tmp = tempfile::tempdir().unwrap();
+    let mut client = NostrClient::connect(&server.ws_url()).await.unwrap();
+    let owner = Keys::generate();
+    let published = publish_repo(&server, &mut client, &tmp.path().join("w"), &owner, "base").await;
+
+    let mut stream = start_receive_pack(&server, &owner.public_key(), "base");
+    wait_for_children(&server);
+    assert_no_children_within(&server, TIMEOUT, "the stalled push to be cut off");
+    // The relay closed the request (an answer or the connection closed, never a hang).
+    let mut rest = Vec::new();
+    let _ = stream.read_to_end(&mut rest);
+    push_next(&server, &mut client, &owner, &published, 1).await;
+    assert!(server.logs().contains("idle"), "no log line names the idle timeout\n{}", server.logs());
+}
+
+/// Item 1: no child the relay started survives its shutdown, even one in the middle of a push
+/// from a client that is still connected.
+#[tokio::test]
+async fn no_git_child_survives_shutdown() {
+    let mut server = TestServer::start_with(&["--git-idle-timeout", "10m"]);
+    let _reaper = Reaper(server.data_dir().to_path_buf());
+    let tmp = tempfile::tempdir().unwrap();
+    let mut client = NostrClient::connect(&server.ws_url()).await.unwrap();
+    let owner = Keys::generate();
+    let _published = publish_repo(&server, &mut client, &tmp.path().join("w"), &owner, "base").await;
+
+    let _stream = start_receive_pack(&server, &owner.public_key(), "base");
+    wait_for_children(&server);
+    drop(client);
+    let status = server.stop();
+    assert!(status.success(), "relay exited with {status}\n{}", server.logs());
+    assert_no_children_within(&server, Duration::from_secs(5), "git children to be gone after shutdown");
+}
