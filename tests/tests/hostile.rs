@@ -149,3 +149,79 @@ async fn no_git_child_survives_shutdown() {
     assert!(status.success(), "relay exited with {status}\n{}", server.logs());
     assert_no_children_within(&server, Duration::from_secs(5), "git children to be gone after shutdown");
 }
+
+/// Runs grasp-cgi as fcgiwrap does (CGI environment, the body on its stdin) for a receive-pack
+/// POST announcing 1 MiB and writes the first bytes of a push. Returns grasp-cgi and the git
+/// root its children can be found by.
+fn cgi_receive_pack(tmp: &Path, idle_secs: &str) -> (std::process::Child, std::path::PathBuf) {
+    let owner = Keys::generate().public_key();
+    let root = tmp.join("git");
+    let repo = root.join(npub_of(&owner)).join("r.git");
+    std::fs::create_dir_all(&repo).unwrap();
+    let out = grasp_tests::git::git_output(&repo, &["init", "-q", "--bare"]);
+    assert!(out.status.success());
+    let mut child = std::process::Command::new(grasp_tests::binary_path("grasp-cgi"))
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap())
+        .env("GATEWAY_INTERFACE", "CGI/1.1")
+        .env("REQUEST_METHOD", "POST")
+        .env("PATH_INFO", format!("/{}/r.git/git-receive-pack", npub_of(&owner)))
+        .env("CONTENT_TYPE", "application/x-git-receive-pack-request")
+        .env("CONTENT_LENGTH", (1 << 20).to_string())
+        .env("GRASP_GIT_ROOT", &root)
+        .env("GRASP_GIT_IDLE_TIMEOUT", idle_secs)
+        .env("GIT_CONFIG_COUNT", "1")
+        .env("GIT_CONFIG_KEY_0", "http.receivepack")
+        .env("GIT_CONFIG_VALUE_0", "true")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let line = format!("{} {} refs/heads/main\0 report-status\n", "1".repeat(40), "2".repeat(40));
+    let pkt = format!("{:04x}{line}", line.len() + 4);
+    child.stdin.as_mut().unwrap().write_all(pkt.as_bytes()).unwrap();
+    (child, root)
+}
+
+fn wait_for_backend(root: &Path) {
+    wait_until("grasp-cgi to start git http-backend", TIMEOUT, || {
+        children_of(root).iter().any(|(_, c)| c.contains("http-backend")).then_some(())
+    })
+    .unwrap();
+}
+
+/// Item 1 behind nginx + fcgiwrap: grasp-cgi stops git http-backend's whole process group when
+/// its body ends short of `CONTENT_LENGTH` (without it, git http-backend spins forever).
+#[test]
+fn grasp_cgi_ends_git_when_the_body_ends_short() {
+    let tmp = tempfile::tempdir().unwrap();
+    let _reaper = Reaper(tmp.path().to_path_buf());
+    let (mut cgi, root) = cgi_receive_pack(tmp.path(), "600");
+    wait_for_backend(&root);
+    drop(cgi.stdin.take()); // fcgiwrap closes the body: the client went away
+    let status = wait_until("grasp-cgi to exit", TIMEOUT, || cgi.try_wait().unwrap()).unwrap();
+    let out = cgi.wait_with_output().unwrap();
+    assert!(!status.success(), "grasp-cgi succeeded on a short body");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("ended after"), "{}", String::from_utf8_lossy(&out.stderr));
+    if let Err(e) = wait_until("git processes to end", TIMEOUT, || children_of(tmp.path()).is_empty().then_some(())) {
+        panic!("{e:#}: {:?}", children_of(tmp.path()));
+    }
+}
+
+/// Item 1 behind nginx + fcgiwrap: a body that stalls for `GRASP_GIT_IDLE_TIMEOUT` ends the
+/// request and its git processes, though the pipe stays open.
+#[test]
+fn grasp_cgi_ends_git_when_the_body_stalls() {
+    let tmp = tempfile::tempdir().unwrap();
+    let _reaper = Reaper(tmp.path().to_path_buf());
+    let (mut cgi, root) = cgi_receive_pack(tmp.path(), "1");
+    wait_for_backend(&root);
+    let _still_open = cgi.stdin.take();
+    wait_until("grasp-cgi to exit", TIMEOUT, || cgi.try_wait().unwrap()).unwrap();
+    let out = cgi.wait_with_output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stderr).contains("idle timeout"), "{}", String::from_utf8_lossy(&out.stderr));
+    if let Err(e) = wait_until("git processes to end", TIMEOUT, || children_of(tmp.path()).is_empty().then_some(())) {
+        panic!("{e:#}: {:?}", children_of(tmp.path()));
+    }
+}
