@@ -82,6 +82,16 @@ pub struct Config {
     #[arg(long, env = "GRASP_MAX_CONNECTIONS_PER_IP", default_value_t = 64)]
     pub max_connections_per_ip: u32,
 
+    /// Most git requests (clones, fetches, pushes, repository pages) served at once; more get a
+    /// `503`. A request holds its place until its answer has streamed.
+    #[arg(long, env = "GRASP_GIT_MAX_REQUESTS", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..))]
+    pub git_max_requests: u32,
+
+    /// Most git requests one client address runs at once, stalled ones included (0: no
+    /// per-address limit, e.g. behind a reverse proxy).
+    #[arg(long, env = "GRASP_GIT_MAX_REQUESTS_PER_IP", default_value_t = 8)]
+    pub git_max_requests_per_ip: u32,
+
     /// Address of the internal hook API (loopback only; token protected).
     #[arg(long, env = "GRASP_API_BIND", default_value = "127.0.0.1:0")]
     pub api_bind: SocketAddr,

@@ -225,3 +225,59 @@ fn grasp_cgi_ends_git_when_the_body_stalls() {
         panic!("{e:#}: {:?}", children_of(tmp.path()));
     }
 }
+
+/// The status code of a raw HTTP/1.1 request sent from the loopback address `source`
+/// (127.0.0.0/8 is all loopback, so one test plays several clients).
+async fn status_from(source: &str, server: &TestServer, request: &str) -> u16 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind(format!("{source}:0").parse().unwrap()).unwrap();
+    let mut stream = socket.connect(server.addr()).await.unwrap();
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n") {
+        let n = tokio::time::timeout(TIMEOUT, stream.read(&mut byte)).await.expect("no answer").unwrap();
+        assert!(n > 0, "connection closed without an answer");
+        head.push(byte[0]);
+    }
+    String::from_utf8_lossy(&head).split(' ').nth(1).unwrap().parse().unwrap()
+}
+
+/// Item 4: one address holding stalled receive-pack POSTs gets only its share of the git
+/// request slots; everyone else's git requests are still served.
+#[tokio::test]
+async fn one_address_holds_only_its_share_of_git_slots() {
+    let server = TestServer::start_with(&["--git-idle-timeout", "10m", "--git-max-requests", "6", "--git-max-requests-per-ip", "2"]);
+    let _reaper = Reaper(server.data_dir().to_path_buf());
+    let tmp = tempfile::tempdir().unwrap();
+    let mut client = NostrClient::connect(&server.ws_url()).await.unwrap();
+    let owner = Keys::generate();
+    let _published = publish_repo(&server, &mut client, &tmp.path().join("w"), &owner, "base").await;
+
+    let path = format!("/{}/base.git", npub_of(&owner.public_key()));
+    let post = format!(
+        "POST {path}/git-receive-pack HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-git-receive-pack-request\r\n\
+         Content-Length: 1048576\r\n\r\n0000"
+    );
+    // The attacker's first two stalled pushes run; they hold their slots.
+    let mut attacker = Vec::new();
+    for _ in 0..2 {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind("127.0.0.3:0".parse().unwrap()).unwrap();
+        let mut stream = socket.connect(server.addr()).await.unwrap();
+        tokio::io::AsyncWriteExt::write_all(&mut stream, post.as_bytes()).await.unwrap();
+        attacker.push(stream);
+    }
+    wait_for_children(&server);
+    // Its next requests, of any kind, are refused at once...
+    for _ in 0..6 {
+        assert_eq!(status_from("127.0.0.3", &server, &post).await, 503, "{}", server.logs());
+    }
+    // ...while another client's clone and fetch requests are served.
+    let get = format!("GET {path}/info/refs?service=git-upload-pack HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    for _ in 0..4 {
+        assert_eq!(status_from("127.0.0.4", &server, &get).await, 200, "{}", server.logs());
+    }
+    drop(attacker);
+}
