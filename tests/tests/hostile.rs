@@ -67,7 +67,8 @@ fn assert_no_children_within(server: &TestServer, within: Duration, what: &str) 
 /// The published repository accepts its owner's next push (so its push lock is free).
 async fn push_next(server: &TestServer, client: &mut NostrClient, owner: &Keys, published: &Published, n: u32) {
     let tip = published.repo.commit("README", &format!("next {n}\n"));
-    let st = state(owner, "base", &[("refs/heads/main", &tip)], Some("main"));
+    // Newer than the published state even within the same second.
+    let st = state_at(owner, "base", &[("refs/heads/main", &tip)], Some("main"), now() + u64::from(n));
     let (ok, msg) = client.send_event(&st).await.unwrap();
     assert!(ok, "state refused: {msg}");
     let out = grasp_tests::git::git_output(&published.repo.work.dir, &["push", "--porcelain", &published.repo.url, "main"]);
