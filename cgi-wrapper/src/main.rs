@@ -325,19 +325,20 @@ fn run_backend(
         .spawn()
         .with_context(|| format!("running {} http-backend", args.git.display()))?;
     let group = child::BackendGroup::register(child.id());
-    let feeder = child.stdin.take().map(|stdin| {
+    // A fault is reported before the group is killed, so it is known once the output ends.
+    let (faults, fault) = std::sync::mpsc::sync_channel(1);
+    if let Some(stdin) = child.stdin.take() {
         let (content_length, idle) = (req.content_length, Duration::from_secs(args.idle_timeout));
         let (group, path) = (child.id() as i32, req.path_info.clone());
+        let from = io::stdin().as_fd().try_clone_to_owned().context("duplicating stdin")?;
         std::thread::spawn(move || {
-            let mut from = File::from(io::stdin().as_fd().try_clone_to_owned()?);
-            if let Err(fault) = child::feed_body(&mut from, stdin, content_length, idle) {
-                eprintln!("grasp-cgi: {fault}: ending {path} and its git processes");
+            if let Err(e) = child::feed_body(&mut File::from(from), stdin, content_length, idle) {
+                eprintln!("grasp-cgi: {e}: ending {path} and its git processes");
+                let _ = faults.send(e);
                 child::kill_group(group);
-                return Err(io::Error::other(fault.to_string()));
             }
-            Ok(())
-        })
-    });
+        });
+    }
     let stdout = child.stdout.take().expect("piped stdout");
     let result = relay_backend_output(BufReader::new(stdout), out, req.is_head());
     if result.is_err() {
@@ -346,8 +347,8 @@ fn run_backend(
     }
     let status = child.wait().context("waiting for git http-backend")?;
     group.finished();
-    if let Some(Ok(Err(fault))) = feeder.filter(|f| f.is_finished()).map(|f| f.join()) {
-        return Err(fault).context("request abandoned");
+    if let Ok(e) = fault.try_recv() {
+        anyhow::bail!("request abandoned: {e}");
     }
     result?;
     if !status.success() {
