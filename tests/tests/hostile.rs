@@ -282,3 +282,47 @@ async fn one_address_holds_only_its_share_of_git_slots() {
     }
     drop(attacker);
 }
+
+/// Files and directories under `dir`, and their apparent size in bytes.
+fn disk_use(dir: &Path) -> (usize, u64) {
+    let (mut inodes, mut bytes) = (1, 0);
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let meta = entry.metadata().unwrap();
+        if meta.is_dir() {
+            let (i, b) = disk_use(&entry.path());
+            inodes += i;
+            bytes += b;
+        } else {
+            inodes += 1;
+            bytes += meta.len();
+        }
+    }
+    (inodes, bytes)
+}
+
+/// Item 7: a held announcement's repository holds only what git needs (no sample hooks,
+/// description or info/exclude), and expiry leaves no empty owner directory behind.
+#[tokio::test]
+async fn held_repositories_are_small_and_expiry_leaves_no_owner_dirs() {
+    let server = TestServer::start_with(&["--purgatory-ttl", "2", "--soft-expiry-ttl", "1h"]);
+    let mut client = NostrClient::connect(&server.ws_url()).await.unwrap();
+    let owners: Vec<Keys> = (0..5).map(|_| Keys::generate()).collect();
+    for (i, keys) in owners.iter().enumerate() {
+        let (ok, msg) = client.send_event(&announcement(&server, keys, &format!("r{i}"), &[])).await.unwrap();
+        assert!(ok, "{msg}");
+    }
+    let repo = repo_dir(&server, &owners[0].public_key(), "r0");
+    assert!(repo.is_dir());
+    let (inodes, bytes) = disk_use(&repo);
+    assert!(!repo.join("hooks").exists() && !repo.join("description").exists() && !repo.join("info").exists(), "template files copied");
+    assert!(inodes <= 10 && bytes <= 4096, "a held repository takes {inodes} inodes, {bytes} bytes");
+
+    let git_root = server.data_dir().join("git");
+    wait_until("the held announcements to soft-expire", TIMEOUT, || {
+        owners.iter().all(|k| !git_root.join(npub_of(&k.public_key())).exists()).then_some(())
+    })
+    .unwrap_or_else(|e| {
+        let left: Vec<_> = std::fs::read_dir(&git_root).unwrap().flatten().map(|e| e.file_name()).collect();
+        panic!("{e:#}: left in {}: {left:?}\n{}", git_root.display(), server.logs())
+    });
+}
