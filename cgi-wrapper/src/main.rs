@@ -282,6 +282,10 @@ fn per_request_config(hooks_dir: Option<&Path>) -> Vec<(String, OsString)> {
     if let Some(dir) = hooks_dir {
         cfg.push(("core.hooksPath".to_string(), dir.as_os_str().to_owned()));
     }
+    // git stops reading a pack beyond the push limit (the relay passes --max-push-bytes).
+    if let Some(max) = std::env::var(grasp_state::push_limits::ENV_MAX_PUSH_BYTES).ok().and_then(|v| v.trim().parse::<u64>().ok()) {
+        cfg.push(("receive.maxInputSize".to_string(), max.to_string().into()));
+    }
     cfg
 }
 

@@ -92,6 +92,16 @@ pub struct Config {
     #[arg(long, env = "GRASP_GIT_MAX_REQUESTS_PER_IP", default_value_t = 8)]
     pub git_max_requests_per_ip: u32,
 
+    /// Most bytes of objects one push may bring (git's `receive.maxInputSize`, and checked on the
+    /// push's quarantine before anything lands); default 1 GiB.
+    #[arg(long, env = "GRASP_MAX_PUSH_BYTES", default_value_t = grasp_state::push_limits::DEFAULT_MAX_PUSH_BYTES)]
+    pub max_push_bytes: u64,
+
+    /// Most bytes of objects one push to `refs/nostr/*` (a pull request's commits, which anyone
+    /// may push) may bring, checked on the quarantine; default 100 MiB.
+    #[arg(long, env = "GRASP_MAX_PR_PUSH_BYTES", default_value_t = grasp_state::push_limits::DEFAULT_MAX_PR_PUSH_BYTES)]
+    pub max_pr_push_bytes: u64,
+
     /// Address of the internal hook API (loopback only; token protected).
     #[arg(long, env = "GRASP_API_BIND", default_value = "127.0.0.1:0")]
     pub api_bind: SocketAddr,
@@ -551,6 +561,11 @@ impl Config {
     }
 
     /// A configuration with all defaults, for tests.
+    /// The size limits of one push (`--max-push-bytes`, `--max-pr-push-bytes`).
+    pub fn push_limits(&self) -> grasp_state::push_limits::PushLimits {
+        grasp_state::push_limits::PushLimits { max_push_bytes: self.max_push_bytes, max_pr_push_bytes: self.max_pr_push_bytes }
+    }
+
     pub fn for_tests(data_dir: PathBuf) -> Self {
         let mut cfg = Self::parse_from(["grasp-relay"]);
         cfg.data_dir = data_dir;

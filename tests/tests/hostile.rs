@@ -326,3 +326,56 @@ async fn held_repositories_are_small_and_expiry_leaves_no_owner_dirs() {
         panic!("{e:#}: left in {}: {left:?}\n{}", git_root.display(), server.logs())
     });
 }
+
+/// Commits `bytes` of random (incompressible) data in `repo`'s work tree; returns the commit.
+fn commit_random(repo: &Repo, name: &str, bytes: usize) -> String {
+    let mut data = vec![0u8; bytes];
+    std::fs::File::open("/dev/urandom").unwrap().read_exact(&mut data).unwrap();
+    std::fs::write(repo.work.dir.join(name), &data).unwrap();
+    grasp_tests::git::git(&repo.work.dir, &["add", name]);
+    grasp_tests::git::git(&repo.work.dir, &["commit", "-q", "-m", name]);
+    repo.rev("HEAD")
+}
+
+/// Item 8: a push beyond `--max-push-bytes`, and an anonymous push to `refs/nostr/<id>` beyond
+/// `--max-pr-push-bytes`, are refused and their objects never land; both limits are in NIP-11.
+#[tokio::test]
+async fn oversized_pushes_are_refused_before_they_land() {
+    let server = TestServer::start_with(&["--max-push-bytes", "1000000", "--max-pr-push-bytes", "200000"]);
+    let tmp = tempfile::tempdir().unwrap();
+    let mut client = NostrClient::connect(&server.ws_url()).await.unwrap();
+    let owner = Keys::generate();
+    let published = publish_repo(&server, &mut client, &tmp.path().join("w"), &owner, "base").await;
+    let bare = repo_dir(&server, &owner.public_key(), "base");
+
+    // The owner's own push, with a matching state, of 1.5 MB.
+    let big = commit_random(&published.repo, "big", 1_500_000);
+    let st = state_at(&owner, "base", &[("refs/heads/main", &big)], Some("main"), now() + 1);
+    assert!(client.send_event(&st).await.unwrap().0);
+    let err = published.repo.push(&["main"]).expect_err("an oversized push was accepted");
+    assert!(err.contains("max-push-bytes") || err.contains("maximum allowed size"), "{err}");
+    assert!(!grasp_tests::git::git_output(&bare, &["cat-file", "-e", &big]).status.success(), "the refused pack landed");
+
+    // Anyone's pull request push of 300 kB to refs/nostr/<id>.
+    let pr_dir = tmp.path().join("pr");
+    let pr = Repo::new(&pr_dir, &server, &owner.public_key(), "base");
+    pr.commit("README", "pr\n");
+    let pr_tip = commit_random(&pr, "pr-big", 300_000);
+    let refspec = format!("HEAD:refs/nostr/{}", random_event_id());
+    let err = pr.push(&[&refspec]).expect_err("an oversized pull request push was accepted");
+    assert!(err.contains("max-pr-push-bytes"), "{err}");
+    assert!(!grasp_tests::git::git_output(&bare, &["cat-file", "-e", &pr_tip]).status.success(), "the refused pack landed");
+    assert_eq!(bare_refs(&bare).get("refs/heads/main"), Some(&published.tip));
+
+    let nip11: serde_json::Value = reqwest::Client::new()
+        .get(server.http_url())
+        .header("Accept", "application/nostr+json")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(nip11["limitation"]["max_push_bytes"], 1_000_000);
+    assert_eq!(nip11["limitation"]["max_pr_push_bytes"], 200_000);
+}

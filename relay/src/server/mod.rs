@@ -146,7 +146,7 @@ pub async fn run(mut cfg: Config) -> anyhow::Result<()> {
             );
         }
     }
-    crate::api::install_hooks(&data.hooks(), &bin_dir, data.root())
+    crate::api::install_hooks(&data.hooks(), &bin_dir, data.root(), cfg.push_limits())
         .context("installing the git hooks")?;
     let (api_listener, token) = crate::api::bind(cfg.api_bind, data.root()).await?;
     let api_addr = api_listener.local_addr()?;
@@ -182,8 +182,11 @@ pub async fn run(mut cfg: Config) -> anyhow::Result<()> {
         git_root: data.git(),
         hooks_dir: Some(data.hooks()),
         // grasp-cgi asks the hook API for the repository page's data and, on a private service,
-        // about every git request.
-        env: vec![("GRASP_DATA_DIR".into(), data.root().display().to_string())],
+        // about every git request; it sets git's receive.maxInputSize from the push limit.
+        env: vec![
+            ("GRASP_DATA_DIR".into(), data.root().display().to_string()),
+            (grasp_state::push_limits::ENV_MAX_PUSH_BYTES.into(), cfg.max_push_bytes.to_string()),
+        ],
         idle_timeout: cfg.git_idle_timeout,
     };
     let connections = ConnectionLimiter::new(cfg.max_connections as usize, cfg.max_connections_per_ip as usize);
