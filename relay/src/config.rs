@@ -145,6 +145,11 @@ pub struct Config {
     #[arg(long, env = "GRASP_PURGATORY_TOTAL", default_value_t = 10_000)]
     pub purgatory_total: usize,
 
+    /// Soft-expired announcements kept for revival (they cost no repository and do not count
+    /// against the caps above); beyond it the oldest expires for good.
+    #[arg(long, env = "GRASP_PURGATORY_SOFT_EXPIRED", default_value_t = 10_000)]
+    pub purgatory_soft_expired: usize,
+
     /// Most git-first refs/nostr placeholders per repository.
     #[arg(long, env = "GRASP_PLACEHOLDERS_PER_REPO", default_value_t = 100)]
     pub placeholders_per_repo: usize,
@@ -460,6 +465,7 @@ impl Config {
         };
         c.caps.per_author = self.purgatory_per_author;
         c.caps.total = self.purgatory_total;
+        c.caps.soft_expired = self.purgatory_soft_expired;
         c.caps.placeholders_per_repo = self.placeholders_per_repo;
         c.caps.placeholders_total = self.placeholders_total;
         c

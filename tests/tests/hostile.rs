@@ -379,3 +379,26 @@ async fn oversized_pushes_are_refused_before_they_land() {
     assert_eq!(nip11["limitation"]["max_push_bytes"], 1_000_000);
     assert_eq!(nip11["limitation"]["max_pr_push_bytes"], 200_000);
 }
+
+/// Item 6: soft-expired throwaway announcements stop counting against the purgatory caps once
+/// they soft-expire, so a newcomer is not refused for the soft-expiry window.
+#[tokio::test]
+async fn soft_expired_announcements_free_the_purgatory_cap() {
+    let server = TestServer::start_with(&["--purgatory-total", "3", "--purgatory-ttl", "2", "--soft-expiry-ttl", "1h"]);
+    let mut client = NostrClient::connect(&server.ws_url()).await.unwrap();
+    let throwaway: Vec<Keys> = (0..3).map(|_| Keys::generate()).collect();
+    for keys in &throwaway {
+        let (ok, msg) = client.send_event(&announcement(&server, keys, "spam", &[])).await.unwrap();
+        assert!(ok, "{msg}");
+    }
+    let newcomer = Keys::generate();
+    let (ok, msg) = client.send_event(&announcement(&server, &newcomer, "mine", &[])).await.unwrap();
+    assert!(!ok && msg.starts_with("blocked:"), "the cap is full: {ok} {msg}");
+    // After the purgatory TTL the throwaway announcements soft-expire (their repositories go).
+    wait_until("the throwaway announcements to soft-expire", TIMEOUT, || {
+        throwaway.iter().all(|k| !repo_dir(&server, &k.public_key(), "spam").exists()).then_some(())
+    })
+    .unwrap();
+    let (ok, msg) = client.send_event(&announcement(&server, &newcomer, "mine", &[])).await.unwrap();
+    assert!(ok, "a newcomer is still refused after the throwaway announcements soft-expired: {msg}");
+}

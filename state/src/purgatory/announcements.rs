@@ -121,6 +121,9 @@ impl Purgatory {
             old.max(now + duration)
         };
         entry.soft_expired = false;
+        if revived {
+            self.counts.revive(*owner);
+        }
         let new = entry.expires_at;
         tracing::info!(
             owner = %owner.to_hex(),
