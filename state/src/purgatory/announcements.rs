@@ -34,6 +34,13 @@ impl Purgatory {
         let ttl = self.config.entry_ttl;
         if let Some(mut old) = self.detach_announcement(&owner, &identifier) {
             let revived = old.soft_expired;
+            // A revival holds a repository again: it needs room under the held caps.
+            if revived {
+                if let Err(full) = self.counts.check_entry(&self.config.caps, &owner) {
+                    self.attach_announcement(old);
+                    return Err(full);
+                }
+            }
             if supersedes(&event, &old.event) {
                 old.event = event;
                 old.relays = relays;
