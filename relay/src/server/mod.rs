@@ -390,8 +390,10 @@ async fn route(
         }
     } else {
         // Repository paths, and every other path: grasp-cgi serves git, the repository pages and
-        // the one 404 page (HTML for browsers), the same here as behind nginx.
-        match state.git_requests.try_open(remote.ip()) {
+        // the one 404 page (HTML for browsers), the same here as behind nginx. Git request slots
+        // are counted per client: the forwarded address when the peer is a trusted proxy.
+        let client = crate::trust::proxy::client_address(remote.ip(), req.headers(), &state.grasp.trust.trusted_proxies);
+        match state.git_requests.try_open(client) {
             Ok(slot) => {
                 let timer = state.grasp.metrics.git_request(&req);
                 let resp = timer.finish(crate::git::http::serve(req, remote, &state.git, shutdown).await);
