@@ -23,6 +23,10 @@
 //! hooks) run. Anything else that must not interleave with a push may take the same lock, but
 //! never from code the hooks wait on (that would deadlock).
 //!
+//! An abandoned request ends: `git http-backend` runs in its own process group, grasp-cgi feeds
+//! it the request body itself and kills the group when the body ends short of
+//! `CONTENT_LENGTH`, stalls for `--idle-timeout`, or grasp-cgi is told to stop ([`child`]).
+//!
 //! Private services (GRASP-08): while `<data>/private-service` exists, every repository request
 //! is first put to the relay (`POST /v1/git-auth` on its loopback API, with the request's
 //! `Authorization` header) before anything else happens; refused, unknown-repository and
@@ -32,14 +36,19 @@
 //! Configuration: `--git-root` / `GRASP_GIT_ROOT` (required), `--hooks-dir` / `GRASP_HOOKS_DIR`
 //! (optional, becomes `core.hooksPath`), `--data-dir` / `GRASP_DATA_DIR` (the relay's data
 //! directory, for the repository page and a private service's checks; default: the parent of the
-//! git root), `--git` / `GRASP_GIT` (default `git`).
+//! git root), `--git` / `GRASP_GIT` (default `git`),
+//! `--idle-timeout` / `GRASP_GIT_IDLE_TIMEOUT` (seconds, default 60).
 
+mod child;
 mod pages;
 mod relay_api;
 
 use std::ffi::OsString;
 use std::fs::File;
 use std::io::{self, BufRead, BufReader, Read, Write};
+use std::os::fd::AsFd;
+use std::os::unix::process::CommandExt;
+use std::time::Duration;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 
@@ -67,6 +76,10 @@ struct Args {
     /// The git executable.
     #[arg(long, env = "GRASP_GIT", default_value = "git")]
     git: PathBuf,
+    /// Seconds a request body may send nothing before the request is ended and its git
+    /// processes killed (a body ending short of CONTENT_LENGTH ends it at once).
+    #[arg(long, env = "GRASP_GIT_IDLE_TIMEOUT", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
+    idle_timeout: u64,
 }
 
 fn main() -> ExitCode {
@@ -109,6 +122,8 @@ struct Request {
     method: String,
     path_info: String,
     accept: String,
+    /// `CONTENT_LENGTH`, when given and valid.
+    content_length: Option<u64>,
 }
 
 impl Request {
@@ -118,15 +133,22 @@ impl Request {
             method: var("REQUEST_METHOD").to_ascii_uppercase(),
             path_info: var("PATH_INFO"),
             accept: var("HTTP_ACCEPT"),
+            content_length: var("CONTENT_LENGTH").trim().parse().ok(),
         }
     }
 
     fn is_head(&self) -> bool {
         self.method == "HEAD"
     }
+
+    /// A body to feed the backend: any `POST`, or a request announcing a length.
+    fn has_body(&self) -> bool {
+        self.method == "POST" || self.content_length.is_some_and(|n| n > 0)
+    }
 }
 
 fn run(args: &Args, out: &mut impl Write) -> anyhow::Result<()> {
+    child::install_signal_handlers();
     let req = Request::from_env();
     if cors::is_preflight(&req.method) {
         return respond(out, "204 No Content", "", b"", false);
@@ -260,6 +282,10 @@ fn per_request_config(hooks_dir: Option<&Path>) -> Vec<(String, OsString)> {
     if let Some(dir) = hooks_dir {
         cfg.push(("core.hooksPath".to_string(), dir.as_os_str().to_owned()));
     }
+    // git stops reading a pack beyond the push limit (the relay passes --max-push-bytes).
+    if let Some(max) = std::env::var(grasp_state::push_limits::ENV_MAX_PUSH_BYTES).ok().and_then(|v| v.trim().parse::<u64>().ok()) {
+        cfg.push(("receive.maxInputSize".to_string(), max.to_string().into()));
+    }
     cfg
 }
 
@@ -286,9 +312,10 @@ fn run_backend(
             "PATH_TRANSLATED",
             format!("{}{}", repo_dir.display(), repo.rest),
         )
-        .stdin(Stdio::inherit())
+        .stdin(if req.has_body() { Stdio::piped() } else { Stdio::null() })
         .stdout(Stdio::piped())
-        .stderr(Stdio::inherit());
+        .stderr(Stdio::inherit())
+        .process_group(0);
     if req.is_head() {
         cmd.env("REQUEST_METHOD", "GET");
     }
@@ -301,9 +328,32 @@ fn run_backend(
     let mut child = cmd
         .spawn()
         .with_context(|| format!("running {} http-backend", args.git.display()))?;
+    let group = child::BackendGroup::register(child.id());
+    // A fault is reported before the group is killed, so it is known once the output ends.
+    let (faults, fault) = std::sync::mpsc::sync_channel(1);
+    if let Some(stdin) = child.stdin.take() {
+        let (content_length, idle) = (req.content_length, Duration::from_secs(args.idle_timeout));
+        let (group, path) = (child.id() as i32, req.path_info.clone());
+        let from = io::stdin().as_fd().try_clone_to_owned().context("duplicating stdin")?;
+        std::thread::spawn(move || {
+            if let Err(e) = child::feed_body(&mut File::from(from), stdin, content_length, idle) {
+                eprintln!("grasp-cgi: {e}: ending {path} and its git processes");
+                let _ = faults.send(e);
+                child::kill_group(group);
+            }
+        });
+    }
     let stdout = child.stdout.take().expect("piped stdout");
     let result = relay_backend_output(BufReader::new(stdout), out, req.is_head());
+    if result.is_err() {
+        // The answer cannot be delivered (client gone) or the backend died: end the whole tree.
+        group.kill();
+    }
     let status = child.wait().context("waiting for git http-backend")?;
+    group.finished();
+    if let Ok(e) = fault.try_recv() {
+        anyhow::bail!("request abandoned: {e}");
+    }
     result?;
     if !status.success() {
         // The response is already out; the backend printed its reason on stderr (server log).

@@ -82,6 +82,26 @@ pub struct Config {
     #[arg(long, env = "GRASP_MAX_CONNECTIONS_PER_IP", default_value_t = 64)]
     pub max_connections_per_ip: u32,
 
+    /// Most git requests (clones, fetches, pushes, repository pages) served at once; more get a
+    /// `503`. A request holds its place until its answer has streamed.
+    #[arg(long, env = "GRASP_GIT_MAX_REQUESTS", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..))]
+    pub git_max_requests: u32,
+
+    /// Most git requests one client address runs at once, stalled ones included (0: no
+    /// per-address limit, e.g. behind a reverse proxy).
+    #[arg(long, env = "GRASP_GIT_MAX_REQUESTS_PER_IP", default_value_t = 8)]
+    pub git_max_requests_per_ip: u32,
+
+    /// Most bytes of objects one push may bring (git's `receive.maxInputSize`, and checked on the
+    /// push's quarantine before anything lands); default 1 GiB.
+    #[arg(long, env = "GRASP_MAX_PUSH_BYTES", default_value_t = grasp_state::push_limits::DEFAULT_MAX_PUSH_BYTES)]
+    pub max_push_bytes: u64,
+
+    /// Most bytes of objects one push to `refs/nostr/*` (a pull request's commits, which anyone
+    /// may push) may bring, checked on the quarantine; default 100 MiB.
+    #[arg(long, env = "GRASP_MAX_PR_PUSH_BYTES", default_value_t = grasp_state::push_limits::DEFAULT_MAX_PR_PUSH_BYTES)]
+    pub max_pr_push_bytes: u64,
+
     /// Address of the internal hook API (loopback only; token protected).
     #[arg(long, env = "GRASP_API_BIND", default_value = "127.0.0.1:0")]
     pub api_bind: SocketAddr,
@@ -91,6 +111,11 @@ pub struct Config {
     /// network).
     #[arg(long, env = "GRASP_METRICS_BIND", value_name = "ADDR")]
     pub metrics_bind: Option<SocketAddr>,
+
+    /// A git request whose client sends nothing for this long (or closes before the end of its
+    /// body) is ended and its git processes killed, releasing the repository's push lock.
+    #[arg(long, env = "GRASP_GIT_IDLE_TIMEOUT", default_value = "60s", value_name = "DURATION", value_parser = parse_duration)]
+    pub git_idle_timeout: Duration,
 
     /// Path of the `grasp-cgi` wrapper used to serve git. Defaults to `grasp-cgi` next to this
     /// executable.
@@ -119,6 +144,11 @@ pub struct Config {
     /// Most purgatory entries in total (answered `blocked:` beyond).
     #[arg(long, env = "GRASP_PURGATORY_TOTAL", default_value_t = 10_000)]
     pub purgatory_total: usize,
+
+    /// Soft-expired announcements kept for revival (they cost no repository and do not count
+    /// against the caps above); beyond it the oldest expires for good.
+    #[arg(long, env = "GRASP_PURGATORY_SOFT_EXPIRED", default_value_t = 10_000)]
+    pub purgatory_soft_expired: usize,
 
     /// Most git-first refs/nostr placeholders per repository.
     #[arg(long, env = "GRASP_PLACEHOLDERS_PER_REPO", default_value_t = 100)]
@@ -435,6 +465,7 @@ impl Config {
         };
         c.caps.per_author = self.purgatory_per_author;
         c.caps.total = self.purgatory_total;
+        c.caps.soft_expired = self.purgatory_soft_expired;
         c.caps.placeholders_per_repo = self.placeholders_per_repo;
         c.caps.placeholders_total = self.placeholders_total;
         c
@@ -536,6 +567,11 @@ impl Config {
     }
 
     /// A configuration with all defaults, for tests.
+    /// The size limits of one push (`--max-push-bytes`, `--max-pr-push-bytes`).
+    pub fn push_limits(&self) -> grasp_state::push_limits::PushLimits {
+        grasp_state::push_limits::PushLimits { max_push_bytes: self.max_push_bytes, max_pr_push_bytes: self.max_pr_push_bytes }
+    }
+
     pub fn for_tests(data_dir: PathBuf) -> Self {
         let mut cfg = Self::parse_from(["grasp-relay"]);
         cfg.data_dir = data_dir;

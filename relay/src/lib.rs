@@ -21,7 +21,8 @@
 //!   (`release`); the lock order and `RepoGuards` (`locks`); purgatory restore, expiry sweeps and checkpoints (`lifecycle`).
 //! - [`git`]: storage on disk. The one git runner (`runner`), git operations (`git/mod.rs`), bare repositories
 //!   (`repos`), the fast "surely missing" object check (`objects`), git smart HTTP through
-//!   `grasp-cgi` (`http`).
+//!   `grasp-cgi` (`http`), each child in its own process group, ended with its request
+//!   (`cgi_child`).
 //! - [`api`]: the loopback, token-protected API the git hooks call.
 //! - [`sync`]: background git-data sync (queue, per-domain throttle, URL safety, fetch by id).
 //! - [`peers`]: relay-to-relay event sync (GRASP-02): follows the relays accepted repositories

@@ -104,6 +104,8 @@ pub struct GitHttpServer {
     pub addr: SocketAddr,
     pub layout: RepoLayout,
     _runtime: tokio::runtime::Runtime,
+    /// Ends the git children when the server is dropped.
+    _shutdown: grasp_relay::shutdown::ShutdownController,
 }
 
 impl GitHttpServer {
@@ -113,6 +115,7 @@ impl GitHttpServer {
             git_root: git_root.to_path_buf(),
             hooks_dir: hooks_dir.map(Path::to_path_buf),
             env: vec![],
+            idle_timeout: grasp_relay::git::http::DEFAULT_IDLE_TIMEOUT,
         })
     }
 
@@ -128,16 +131,18 @@ impl GitHttpServer {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         listener.set_nonblocking(true).unwrap();
         let addr = listener.local_addr().unwrap();
+        let shutdown = grasp_relay::shutdown::ShutdownController::new();
+        let handle = shutdown.subscribe();
         runtime.spawn(async move {
             let listener = tokio::net::TcpListener::from_std(listener).unwrap();
             loop {
                 let Ok((stream, remote)) = listener.accept().await else { continue };
                 let _ = stream.set_nodelay(true);
-                let cfg = cfg.clone();
+                let (cfg, handle) = (cfg.clone(), handle.clone());
                 tokio::spawn(async move {
                     let service = service_fn(move |req| {
-                        let cfg = cfg.clone();
-                        async move { Ok::<_, std::convert::Infallible>(serve(req, remote, &cfg).await) }
+                        let (cfg, handle) = (cfg.clone(), handle.clone());
+                        async move { Ok::<_, std::convert::Infallible>(serve(req, remote, &cfg, handle).await) }
                     });
                     let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service).await;
                 });
@@ -147,6 +152,7 @@ impl GitHttpServer {
             addr,
             layout: RepoLayout::new(git_root),
             _runtime: runtime,
+            _shutdown: shutdown,
         }
     }
 

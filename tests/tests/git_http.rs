@@ -581,6 +581,7 @@ fn fake_cgi_server(tmp: &Path, script: &str) -> GitHttpServer {
     let cgi = tmp.join("fake-cgi");
     write_hook(&cgi, script);
     GitHttpServer::start_with(grasp_relay::git::http::GitHttpConfig {
+        idle_timeout: grasp_relay::git::http::DEFAULT_IDLE_TIMEOUT,
         cgi_path: cgi,
         git_root: tmp.to_path_buf(),
         hooks_dir: None,
@@ -646,6 +647,7 @@ fn broken_cgi_gives_502_with_cors() {
     assert!(resp.text().unwrap().contains("before sending its headers"));
 
     let missing = GitHttpServer::start_with(grasp_relay::git::http::GitHttpConfig {
+        idle_timeout: grasp_relay::git::http::DEFAULT_IDLE_TIMEOUT,
         cgi_path: tmp.path().join("does-not-exist"),
         git_root: tmp.path().to_path_buf(),
         hooks_dir: None,

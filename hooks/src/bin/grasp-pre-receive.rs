@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use grasp_hooks::{call, context, data_dir_from_args, say};
+use grasp_state::push_limits::PushLimits;
 use grasp_state::hook_api::{check_version, PreReceiveRequest, PreReceiveResponse, PATH_PRE_RECEIVE};
 
 /// How long the pusher waits for a verdict before the push is rejected.
@@ -11,6 +12,13 @@ const TIMEOUT: Duration = Duration::from_secs(5);
 fn main() {
     let verdict = (|| -> anyhow::Result<PreReceiveResponse> {
         let ctx = context(data_dir_from_args("grasp-pre-receive")?)?;
+        // Size limits first, on the quarantine: a refused pack never lands.
+        let limits = PushLimits::from_vars(|k| std::env::var(k).ok());
+        if let Some(quarantine) = std::env::var_os("GIT_QUARANTINE_PATH") {
+            if let Err(message) = limits.check(&ctx.updates, dir_bytes(std::path::Path::new(&quarantine))) {
+                return Ok(PreReceiveResponse::reject(vec![format!("grasp: push rejected: {message}")]));
+            }
+        }
         let req = PreReceiveRequest::new(ctx.owner, ctx.identifier, ctx.updates);
         let resp: PreReceiveResponse = call(&ctx.data_dir, PATH_PRE_RECEIVE, &req, TIMEOUT)?;
         check_version(resp.version)?;
@@ -29,4 +37,17 @@ fn main() {
             std::process::exit(1);
         }
     }
+}
+
+/// Bytes of the files under `dir` (git's quarantine of this push's objects).
+fn dir_bytes(dir: &std::path::Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
+    entries
+        .flatten()
+        .map(|e| match e.file_type() {
+            Ok(t) if t.is_dir() => dir_bytes(&e.path()),
+            Ok(_) => e.metadata().map_or(0, |m| m.len()),
+            Err(_) => 0,
+        })
+        .sum()
 }

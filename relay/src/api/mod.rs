@@ -379,15 +379,20 @@ pub fn run_command(data_dir: &Path, command: &crate::config::Command) -> Result<
 }
 
 /// Writes the hook scripts git runs (`core.hooksPath` of every repository points here).
-pub fn install_hooks(hooks_dir: &Path, bin_dir: &Path, data_dir: &Path) -> Result<()> {
+pub fn install_hooks(hooks_dir: &Path, bin_dir: &Path, data_dir: &Path, limits: grasp_state::push_limits::PushLimits) -> Result<()> {
     std::fs::create_dir_all(hooks_dir)?;
     for (hook, bin) in [("pre-receive", "grasp-pre-receive"), ("post-receive", "grasp-post-receive")] {
         let bin_path = bin_dir.join(bin);
         if !bin_path.exists() {
             tracing::warn!(path = %bin_path.display(), "hook binary not found; pushes will be rejected until it is installed");
         }
+        // The push limits travel in the script, so they hold behind nginx + fcgiwrap too.
         let script = format!(
-            "#!/bin/sh\n# Written by grasp-relay at startup; do not edit.\nexec {} --data-dir {} \"$@\"\n",
+            "#!/bin/sh\n# Written by grasp-relay at startup; do not edit.\n{}={} {}={} exec {} --data-dir {} \"$@\"\n",
+            grasp_state::push_limits::ENV_MAX_PUSH_BYTES,
+            limits.max_push_bytes,
+            grasp_state::push_limits::ENV_MAX_PR_PUSH_BYTES,
+            limits.max_pr_push_bytes,
             shell_quote(&bin_path),
             shell_quote(data_dir)
         );

@@ -5,7 +5,12 @@
 //! spawns the same `grasp-cgi` program nginx + fcgiwrap would run, with the CGI environment built
 //! from the request. The request body is streamed into the child's stdin by a task, the child's
 //! CGI header block (`Status:` and headers) becomes the response head, and the rest of its stdout
-//! is streamed as the body. Dropping the response body (client gone) kills the child.
+//! is streamed as the body.
+//!
+//! An abandoned request ends with its git processes ([`super::cgi_child`]): the child runs in its
+//! own process group, and it is ended when the request body ends short (client gone), when the
+//! client sends nothing for `--git-idle-timeout`, when the response body is dropped before its
+//! end, or when the relay shuts down.
 //!
 //! `PATH_INFO` is the percent-decoded path, as RFC 3875 and `git http-backend` expect; a path that
 //! cannot be decoded (bad `%` escape, `%00`) gets a 404 here without spawning anything.
@@ -25,9 +30,16 @@ use hyper::header::{HeaderName, HeaderValue};
 use grasp_state::cgi;
 use hyper::{Request, Response, StatusCode};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWriteExt, BufReader, ReadBuf};
-use tokio::process::{Child, ChildStdout, Command};
+use std::time::Duration;
 
+use tokio::process::{ChildStdout, Command};
+
+use super::cgi_child::{self, Abandoned, CgiControl};
 use crate::server::http::{empty, preflight, text, with_cors, Body, BodyError};
+use crate::shutdown::Shutdown;
+
+/// `--git-idle-timeout`'s default.
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// How to run the CGI wrapper.
 #[derive(Debug, Clone)]
@@ -40,6 +52,8 @@ pub struct GitHttpConfig {
     pub hooks_dir: Option<PathBuf>,
     /// Extra environment for the child (e.g. what the hooks need to reach the relay).
     pub env: Vec<(String, String)>,
+    /// A request whose client sends nothing for this long is ended (`--git-idle-timeout`).
+    pub idle_timeout: Duration,
 }
 
 /// Serves one request through `grasp-cgi`. Never fails: errors become a 502 with a message.
@@ -48,6 +62,7 @@ pub async fn serve(
     req: Request<Incoming>,
     remote_addr: SocketAddr,
     cfg: &GitHttpConfig,
+    shutdown: Shutdown,
 ) -> Response<Body> {
     if grasp_state::cors::is_preflight(req.method().as_str()) {
         return preflight();
@@ -58,7 +73,7 @@ pub async fn serve(
             format!("Not found: {} is not a valid path.\n", req.uri().path()),
         ));
     };
-    match run_cgi(req, path_info, remote_addr, cfg).await {
+    match run_cgi(req, path_info, remote_addr, cfg, shutdown).await {
         Ok(resp) => with_cors(resp),
         Err(e) => {
             tracing::warn!(error = %e, "git http: CGI wrapper failed");
@@ -135,7 +150,9 @@ async fn run_cgi(
     path_info: OsString,
     remote_addr: SocketAddr,
     cfg: &GitHttpConfig,
+    shutdown: Shutdown,
 ) -> Result<Response<Body>, String> {
+    let what = format!("{} {} from {}", req.method(), req.uri().path(), remote_addr.ip());
     let mut cmd = Command::new(&cfg.cgi_path);
     for var in [
         "CONTENT_TYPE",
@@ -151,6 +168,8 @@ async fn run_cgi(
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
+        .env("GRASP_GIT_IDLE_TIMEOUT", cfg.idle_timeout.as_secs().max(1).to_string())
+        .process_group(0)
         .kill_on_drop(true);
     match &cfg.hooks_dir {
         Some(dir) => cmd.env("GRASP_HOOKS_DIR", dir),
@@ -160,22 +179,35 @@ async fn run_cgi(
         .spawn()
         .map_err(|e| format!("cannot run {}: {e}", cfg.cgi_path.display()))?;
 
-    // Request body -> child stdin, concurrently with reading the response.
     let mut stdin = child.stdin.take().expect("piped stdin");
+    let stdout = child.stdout.take().expect("piped stdout");
+    let control = cgi_child::supervise(child, what, shutdown);
+    // Until the response head is out, any failure ends the child.
+    let mut armed = AbortOnDrop(Some(control.clone()), Abandoned::BadAnswer);
+
+    // Request body -> child stdin, concurrently with reading the response. A body that ends
+    // short or stalls ends the request.
     let mut body = req.into_body();
+    let (feeder, idle) = (control.clone(), cfg.idle_timeout);
     tokio::spawn(async move {
-        while let Some(frame) = body.frame().await {
-            let Ok(frame) = frame else { break };
-            if let Some(data) = frame.data_ref() {
-                if stdin.write_all(data).await.is_err() {
-                    break;
+        loop {
+            match tokio::time::timeout(idle, body.frame()).await {
+                Err(_) => return feeder.abort(Abandoned::Idle(idle)),
+                Ok(Some(Err(_))) => return feeder.abort(Abandoned::ClientGone),
+                Ok(None) => break,
+                Ok(Some(Ok(frame))) => {
+                    if let Some(data) = frame.data_ref() {
+                        if stdin.write_all(data).await.is_err() {
+                            break; // the child answered without reading the whole body
+                        }
+                    }
                 }
             }
         }
         let _ = stdin.shutdown().await;
     });
 
-    let mut stdout = BufReader::new(child.stdout.take().expect("piped stdout"));
+    let mut stdout = BufReader::new(stdout);
     let mut raw = Vec::new();
     let head = loop {
         let n = stdout
@@ -200,20 +232,41 @@ async fn run_cgi(
             _ => tracing::warn!(header = name, "git http: dropping invalid CGI header"),
         }
     }
+    armed.0 = None;
     *resp.body_mut() = BodyExt::boxed(CgiBody {
         stdout,
-        child: Some(child),
+        control: Some(control),
         buf: vec![0; 32 * 1024].into_boxed_slice(),
     });
     Ok(resp)
 }
 
-/// The rest of the child's stdout as a streamed body. Dropping it before the end kills the child;
-/// at the end the child is reaped by a background task.
+/// Ends the child with the given reason when dropped still armed.
+struct AbortOnDrop(Option<CgiControl>, Abandoned);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        if let Some(control) = self.0.take() {
+            control.abort(self.1);
+        }
+    }
+}
+
+/// The rest of the child's stdout as a streamed body. Dropping it before the end ends the child
+/// (and its git processes); at the end the supervisor reaps it.
 struct CgiBody {
     stdout: BufReader<ChildStdout>,
-    child: Option<Child>,
+    /// `None` once the body has ended.
+    control: Option<CgiControl>,
     buf: Box<[u8]>,
+}
+
+impl Drop for CgiBody {
+    fn drop(&mut self) {
+        if let Some(control) = self.control.take() {
+            control.abort(Abandoned::AnswerUndelivered);
+        }
+    }
 }
 
 impl hyper::body::Body for CgiBody {
@@ -225,30 +278,20 @@ impl hyper::body::Body for CgiBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
         let this = self.get_mut();
-        if this.child.is_none() {
+        if this.control.is_none() {
             return Poll::Ready(None);
         }
         let mut rb = ReadBuf::new(&mut this.buf);
         match Pin::new(&mut this.stdout).poll_read(cx, &mut rb) {
             Poll::Pending => Poll::Pending,
             Poll::Ready(Err(e)) => {
-                this.child = None; // killed on drop
+                if let Some(control) = this.control.take() {
+                    control.abort(Abandoned::BadAnswer);
+                }
                 Poll::Ready(Some(Err(Box::new(e))))
             }
             Poll::Ready(Ok(())) if rb.filled().is_empty() => {
-                if let Some(mut child) = this.child.take() {
-                    tokio::spawn(async move {
-                        match child.wait().await {
-                            Ok(status) if !status.success() => {
-                                tracing::warn!(%status, "git http: CGI wrapper exited with failure")
-                            }
-                            Err(e) => {
-                                tracing::warn!(error = %e, "git http: waiting for CGI wrapper")
-                            }
-                            Ok(_) => {}
-                        }
-                    });
-                }
+                this.control = None; // finished: the supervisor reaps the child
                 Poll::Ready(None)
             }
             Poll::Ready(Ok(())) => {

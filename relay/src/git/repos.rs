@@ -81,8 +81,11 @@ pub fn create_bare_repo(
     result.map(|()| path)
 }
 
+/// `git init --bare` with no template (an empty `--template=`): only what git needs (`HEAD`,
+/// `config`, `objects/`, `refs/`), none of the sample hooks, `description` and `info/exclude`
+/// git's default template copies, so a held announcement costs about 36 kB and 9 inodes.
 fn init_configured(dir: &Path, hooks_dir: &Path) -> Result<(), RepoError> {
-    GitCommand::without_repo().args(["init", "--bare", "--quiet"]).arg(dir).run()?;
+    GitCommand::without_repo().args(["init", "--bare", "--quiet", "--template="]).arg(dir).run()?;
     for (key, value) in GRASP_GIT_CONFIG {
         GitCommand::in_repo(dir).args(["config", key, value]).run()?;
     }
@@ -110,7 +113,19 @@ pub fn delete_repo(
         Err(e) => return Err(io_err("moving aside", &path)(e)),
     }
     std::fs::remove_dir_all(&aside).map_err(io_err("removing", &aside))?;
+    remove_owner_dir_if_empty(layout, owner);
     Ok(true)
+}
+
+/// Removes `<git_root>/<npub>` when no repository (or anything else) is left in it. A repository
+/// created meanwhile keeps it: removing a non-empty directory fails, and creation recreates it.
+pub fn remove_owner_dir_if_empty(layout: &RepoLayout, owner: &PublicKey) {
+    let dir = layout.owner_dir(owner);
+    match std::fs::remove_dir(&dir) {
+        Ok(()) => tracing::debug!(dir = %dir.display(), "removed empty owner directory"),
+        Err(e) if matches!(e.kind(), std::io::ErrorKind::NotFound | std::io::ErrorKind::DirectoryNotEmpty) => {}
+        Err(e) => tracing::warn!(dir = %dir.display(), error = %e, "could not remove empty owner directory"),
+    }
 }
 
 /// All refs of `repo` (not `HEAD`): refname -> object id. One implementation, in [`crate::git`].
@@ -254,11 +269,7 @@ mod tests {
         assert!(delete_repo(&layout, &owner(), "gone").unwrap());
         assert!(!path.exists());
         assert!(!delete_repo(&layout, &owner(), "gone").unwrap());
-        assert_eq!(
-            std::fs::read_dir(layout.owner_dir(&owner()))
-                .unwrap()
-                .count(),
-            0
-        );
+        // Nothing is left behind: the emptied owner directory goes too.
+        assert!(!layout.owner_dir(&owner()).exists());
     }
 }

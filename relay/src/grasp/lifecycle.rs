@@ -253,7 +253,7 @@ async fn delete_soft_expired_repo(grasp: &Grasp, owner: &nostr::prelude::PublicK
     match tokio::task::spawn_blocking(move || std::fs::remove_dir_all(&aside).map_err(|e| (aside, e))).await {
         Ok(Err((aside, e))) => tracing::warn!(path = %aside.display(), error = %e, "could not remove a deleted repository"),
         Err(e) => tracing::warn!(error = %e, "repository removal task failed"),
-        Ok(Ok(())) => {}
+        Ok(Ok(())) => crate::git::repos::remove_owner_dir_if_empty(&grasp.layout, owner),
     }
     true
 }

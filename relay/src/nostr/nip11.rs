@@ -64,6 +64,8 @@ pub fn document(cfg: &Config, trust: &Trust) -> Value {
             "max_events_per_second_per_address": limits.per_address.per_second,
             "max_new_repositories_per_author_per_hour": limits.repos_per_author_per_hour,
             "max_repositories": limits.max_repos,
+            "max_push_bytes": cfg.max_push_bytes,
+            "max_pr_push_bytes": cfg.max_pr_push_bytes,
         },
     });
     if trust.private {
@@ -101,6 +103,8 @@ mod tests {
         assert!(criteria.contains("30617") && criteria.contains("127.0.0.1:8080"), "{criteria}");
         assert!(criteria.contains("30 minutes"), "{criteria}");
         assert_eq!(doc["limitation"]["max_subscriptions"], json!(32));
+        assert_eq!(doc["limitation"]["max_push_bytes"], json!(1u64 << 30));
+        assert_eq!(doc["limitation"]["max_pr_push_bytes"], json!(100u64 << 20));
         assert!(doc.get("curation").is_none());
         assert!(doc.get("pubkey").is_none());
         assert!(doc.get("software").is_none(), "no placeholder URL: {doc}");

@@ -56,3 +56,34 @@ pub fn html(status: StatusCode, body: impl Into<String>) -> Response<Body> {
     r.headers_mut().insert(hyper::header::CONTENT_TYPE, HeaderValue::from_static("text/html; charset=utf-8"));
     r
 }
+
+/// `body`, keeping `guard` alive until the body is dropped (e.g. a request slot held for as long
+/// as the answer streams).
+pub fn holding<G: Send + Sync + Unpin + 'static>(body: Body, guard: G) -> Body {
+    Holding { body, _guard: guard }.boxed()
+}
+
+struct Holding<G> {
+    body: Body,
+    _guard: G,
+}
+
+impl<G: Unpin> hyper::body::Body for Holding<G> {
+    type Data = Bytes;
+    type Error = BodyError;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, BodyError>>> {
+        std::pin::Pin::new(&mut self.get_mut().body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.body.size_hint()
+    }
+}

@@ -80,6 +80,10 @@ pub struct AppState {
     pub limits: Limits,
     /// Open connection counts of the public listener.
     pub connections: Arc<ConnectionLimiter>,
+    /// Git requests (grasp-cgi children) running, in total and per client address
+    /// (`--git-max-requests`, `--git-max-requests-per-ip`): held until the answer has streamed,
+    /// so stalled requests count against their address.
+    pub git_requests: Arc<ConnectionLimiter>,
 }
 
 /// Runs the daemon until SIGINT/SIGTERM: opens the data dir (exclusive lock) and the store, binds
@@ -142,7 +146,7 @@ pub async fn run(mut cfg: Config) -> anyhow::Result<()> {
             );
         }
     }
-    crate::api::install_hooks(&data.hooks(), &bin_dir, data.root())
+    crate::api::install_hooks(&data.hooks(), &bin_dir, data.root(), cfg.push_limits())
         .context("installing the git hooks")?;
     let (api_listener, token) = crate::api::bind(cfg.api_bind, data.root()).await?;
     let api_addr = api_listener.local_addr()?;
@@ -178,8 +182,12 @@ pub async fn run(mut cfg: Config) -> anyhow::Result<()> {
         git_root: data.git(),
         hooks_dir: Some(data.hooks()),
         // grasp-cgi asks the hook API for the repository page's data and, on a private service,
-        // about every git request.
-        env: vec![("GRASP_DATA_DIR".into(), data.root().display().to_string())],
+        // about every git request; it sets git's receive.maxInputSize from the push limit.
+        env: vec![
+            ("GRASP_DATA_DIR".into(), data.root().display().to_string()),
+            (grasp_state::push_limits::ENV_MAX_PUSH_BYTES.into(), cfg.max_push_bytes.to_string()),
+        ],
+        idle_timeout: cfg.git_idle_timeout,
     };
     let connections = ConnectionLimiter::new(cfg.max_connections as usize, cfg.max_connections_per_ip as usize);
     // The metrics listener (off unless --metrics-bind): its own socket, never the public port.
@@ -193,7 +201,8 @@ pub async fn run(mut cfg: Config) -> anyhow::Result<()> {
         std::fs::write(&metrics_file, metrics_addr.to_string()).with_context(|| format!("writing {}", metrics_file.display()))?;
         tracing::info!(%metrics_addr, "metrics on http://{metrics_addr}/metrics (probes /healthz, /readyz)");
     }
-    let state = Arc::new(AppState { cfg, git, grasp: grasp.clone(), limits, connections });
+    let git_requests = ConnectionLimiter::new(cfg.git_max_requests as usize, cfg.git_max_requests_per_ip as usize);
+    let state = Arc::new(AppState { cfg, git, grasp: grasp.clone(), limits, connections, git_requests });
     let accept = tokio::spawn(accept_loop(listener, state.clone(), controller.subscribe()));
 
     grasp_state::atomic_file::write_atomic(&data.relay_addr_file(), addr.to_string().as_bytes(), None)
@@ -381,11 +390,37 @@ async fn route(
         }
     } else {
         // Repository paths, and every other path: grasp-cgi serves git, the repository pages and
-        // the one 404 page (HTML for browsers), the same here as behind nginx.
-        let timer = state.grasp.metrics.git_request(&req);
-        timer.finish(crate::git::http::serve(req, remote, &state.git).await)
+        // the one 404 page (HTML for browsers), the same here as behind nginx. Git request slots
+        // are counted per client: the forwarded address when the peer is a trusted proxy.
+        let client = crate::trust::proxy::client_address(remote.ip(), req.headers(), &state.grasp.trust.trusted_proxies);
+        match state.git_requests.try_open(client) {
+            Ok(slot) => {
+                let timer = state.grasp.metrics.git_request(&req);
+                let resp = timer.finish(crate::git::http::serve(req, remote, &state.git, shutdown).await);
+                resp.map(|body| http::holding(body, slot))
+            }
+            Err(refusal) => {
+                tracing::info!(%remote, path = %req.uri().path(), ?refusal, "git request refused: too many running");
+                let mut r = http::text(StatusCode::SERVICE_UNAVAILABLE, git_refusal_message(refusal));
+                r.headers_mut().insert(hyper::header::RETRY_AFTER, HeaderValue::from_static("10"));
+                r
+            }
+        }
     };
     http::with_cors(resp)
+}
+
+/// The text of a refused git request: which limit, and what to do.
+fn git_refusal_message(refusal: Refusal) -> String {
+    match refusal {
+        Refusal::Total(n) => format!(
+            "unavailable: this server already runs its maximum of {n} git requests; try again in a few seconds\n"
+        ),
+        Refusal::PerAddress(n) => format!(
+            "unavailable: your address already runs the maximum of {n} git requests on this server; \
+             wait for your other clones and pushes to finish (or end stalled ones) and try again\n"
+        ),
+    }
 }
 
 fn header_has_token(req: &Request<Incoming>, name: hyper::header::HeaderName, token: &str) -> bool {

@@ -36,6 +36,13 @@ impl Purgatory {
         let ttl = self.config.entry_ttl;
         if let Some(mut old) = self.detach_announcement(&owner, &identifier) {
             let revived = old.soft_expired;
+            // A revival holds a repository again: it needs room under the held caps.
+            if revived {
+                if let Err(full) = self.counts.check_entry(&self.config.caps, &owner) {
+                    self.attach_announcement(old);
+                    return Err(full);
+                }
+            }
             if supersedes(&event, &old.event) {
                 old.event = event;
                 old.relays = relays;
@@ -142,6 +149,9 @@ impl Purgatory {
             old.max(now + duration)
         };
         entry.soft_expired = false;
+        if revived {
+            self.counts.revive(*owner);
+        }
         let new = entry.expires_at;
         tracing::info!(
             owner = %owner.to_hex(),

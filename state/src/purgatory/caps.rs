@@ -9,8 +9,14 @@
 //! thousands of throwaway keys) push out a legitimate maintainer's waiting events. Refusing
 //! instead means each throwaway key is stopped by its per-author cap (`rate-limited:`) and the
 //! total cap stops the rest (`blocked:`), while everything already held keeps waiting for its
-//! git data. Entries leave only by release, deletion or expiry. A soft-expired announcement
-//! still counts against its owner until it is fully expired (it is still held in memory).
+//! git data. Entries leave only by release, deletion or expiry.
+//!
+//! A soft-expired announcement costs no repository (it was deleted) and waits only for a revival:
+//! it leaves its owner's and the total budget when it soft-expires (so throwaway announcements
+//! free the caps after the purgatory TTL, not after the soft-expiry TTL) and counts against a
+//! budget of its own, [`Caps::soft_expired`]. That one is the exception to "never evict": when it
+//! is spent, the oldest soft-expired announcement expires for good to make room
+//! ([`Counts::soft_expired_full`]); a revival counts against its owner and the total again.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -32,6 +38,8 @@ pub struct Caps {
     pub placeholders_total: usize,
     /// Remembered expired event ids (oldest are forgotten first; this is only a hint).
     pub expired_events: usize,
+    /// Soft-expired announcements kept for revival; beyond it the oldest expires for good.
+    pub soft_expired: usize,
 }
 
 impl Default for Caps {
@@ -42,6 +50,7 @@ impl Default for Caps {
             placeholders_per_repo: 100,
             placeholders_total: 2_000,
             expired_events: 100_000,
+            soft_expired: 10_000,
         }
     }
 }
@@ -114,6 +123,8 @@ pub(crate) struct Counts {
     pub total: usize,
     pub placeholders_per_repo: HashMap<RepoId, usize>,
     pub placeholders_total: usize,
+    /// Soft-expired announcements (counted here instead of per author and in `total`).
+    pub soft_expired: usize,
 }
 
 impl Counts {
@@ -131,6 +142,41 @@ impl Counts {
             });
         }
         Ok(())
+    }
+
+    /// Whether one more soft-expired announcement needs the oldest one evicted first.
+    pub fn soft_expired_full(&self, caps: &Caps) -> bool {
+        self.soft_expired >= caps.soft_expired.max(1)
+    }
+
+    /// An announcement entry attached (`soft` when it is soft-expired).
+    pub fn add_announcement(&mut self, owner: PublicKey, soft: bool) {
+        if soft {
+            self.soft_expired += 1;
+        } else {
+            self.add_entry(owner);
+        }
+    }
+
+    /// An announcement entry detached (`soft` when it was soft-expired).
+    pub fn remove_announcement(&mut self, owner: &PublicKey, soft: bool) {
+        if soft {
+            self.soft_expired = self.soft_expired.saturating_sub(1);
+        } else {
+            self.remove_entry(owner);
+        }
+    }
+
+    /// A held announcement soft-expired: it leaves its owner's and the total budget.
+    pub fn soft_expire(&mut self, owner: &PublicKey) {
+        self.remove_announcement(owner, false);
+        self.add_announcement(*owner, true);
+    }
+
+    /// A soft-expired announcement was revived: it counts against its owner and the total again.
+    pub fn revive(&mut self, owner: PublicKey) {
+        self.remove_announcement(&owner, true);
+        self.add_announcement(owner, false);
     }
 
     pub fn add_entry(&mut self, author: PublicKey) {
@@ -221,6 +267,7 @@ mod tests {
                 placeholders_per_repo: 2,
                 placeholders_total: 3,
                 expired_events: 100,
+                soft_expired: 2,
             },
             ..PurgatoryConfig::default()
         }
@@ -342,5 +389,31 @@ mod tests {
         }
         assert_eq!(p.stats().placeholders, 3);
         p.assert_consistent();
+    }
+
+    #[test]
+    fn soft_expired_announcements_free_the_caps_and_the_oldest_is_evicted() {
+        let config = PurgatoryConfig { caps: Caps { per_author: 1, total: 3, soft_expired: 2, ..small().caps }, ..PurgatoryConfig::default() };
+        let ttl = config.entry_ttl;
+        let (clock, mut p) = purgatory_with(config);
+        for owner in 0..3 {
+            add_ann(&mut p, &fake_event(owner, ANNOUNCEMENT, 0, owner.into()), "repo").unwrap();
+        }
+        assert_eq!(add_ann(&mut p, &fake_event(3, ANNOUNCEMENT, 0, 3), "repo").unwrap_err().scope, CapScope::Total);
+        clock.advance(ttl);
+        let actions = p.sweep();
+        // Three soft-expire; the soft budget of 2 evicts the oldest for good.
+        let expired = actions.iter().filter(|a| matches!(a, super::super::SweepAction::ExpireAnnouncement { .. })).count();
+        assert_eq!(expired, 1, "{actions:?}");
+        assert_eq!(p.counts.soft_expired, 2);
+        // The held caps are free again: newcomers and the soft-expired owners themselves.
+        for owner in 3..6 {
+            add_ann(&mut p, &fake_event(owner, ANNOUNCEMENT, 0, owner.into()), "repo").unwrap();
+        }
+        assert_eq!(add_ann(&mut p, &fake_event(6, ANNOUNCEMENT, 0, 6), "repo").unwrap_err().scope, CapScope::Total);
+        // The two newest soft-expired ones are still held for revival.
+        let kept = (0..3).filter(|&o| p.get_announcement(&pubkey(o), "repo").is_some()).count();
+        assert_eq!(kept, 2);
+        assert_eq!(p.counts.total, 3);
     }
 }

@@ -348,7 +348,7 @@ impl Purgatory {
             identifier: entry.identifier.clone(),
         };
         self.by_id.insert(entry.event.id, key.clone());
-        self.counts.add_entry(entry.owner);
+        self.counts.add_announcement(entry.owner, entry.soft_expired);
         self.deadlines.arm(entry.expires_at, key);
         self.announcements
             .entry(entry.identifier.clone())
@@ -367,7 +367,7 @@ impl Purgatory {
             self.announcements.remove(identifier);
         }
         self.by_id.remove(&entry.event.id);
-        self.counts.remove_entry(owner);
+        self.counts.remove_announcement(owner, entry.soft_expired);
         let key = EntryKey::Announcement {
             owner: *owner,
             identifier: identifier.to_owned(),
@@ -474,10 +474,15 @@ impl Purgatory {
                 armed += 1;
             }
         };
+        let mut soft_expired = 0;
         for (ident, m) in &self.announcements {
             for (owner, a) in m {
                 assert_eq!((&a.identifier, &a.owner), (ident, owner));
-                *per_author.entry(*owner).or_default() += 1;
+                if a.soft_expired {
+                    soft_expired += 1;
+                } else {
+                    *per_author.entry(*owner).or_default() += 1;
+                }
                 let key = EntryKey::Announcement {
                     owner: *owner,
                     identifier: ident.clone(),
@@ -516,6 +521,7 @@ impl Purgatory {
         }
         assert_eq!(armed, self.deadlines.len(), "stray deadlines");
         assert_eq!(per_author, self.counts.per_author);
+        assert_eq!(soft_expired, self.counts.soft_expired);
         assert_eq!(per_author.values().sum::<usize>(), self.counts.total);
         assert_eq!(placeholders, self.counts.placeholders_total);
         assert_eq!(per_repo, self.counts.placeholders_per_repo);

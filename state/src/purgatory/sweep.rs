@@ -86,8 +86,25 @@ impl Purgatory {
                             });
                         }
                     } else {
+                        // Room among the soft-expired: the oldest one expires for good.
+                        if self.counts.soft_expired_full(&self.config.caps) {
+                            if let Some((old_owner, old_identifier)) = self.oldest_soft_expired() {
+                                if let Some(old) = self.detach_announcement(&old_owner, &old_identifier) {
+                                    self.expired.record(old.event.id, wall, cap);
+                                    actions.push(SweepAction::ExpireAnnouncement {
+                                        owner: old_owner,
+                                        identifier: old_identifier,
+                                        event_id: old.event.id,
+                                    });
+                                }
+                            }
+                        }
+                        let Some(entry) = self.announcements.get_mut(&identifier).and_then(|m| m.get_mut(&owner)) else {
+                            continue;
+                        };
                         entry.soft_expired = true;
                         entry.expires_at = now + self.config.soft_expiry_ttl;
+                        self.counts.soft_expire(&owner);
                         let event_id = entry.event.id;
                         let at = entry.expires_at;
                         let key = EntryKey::Announcement {
@@ -159,6 +176,18 @@ impl Purgatory {
                 .find(|i| self.sync_running.contains(*i))
                 .map(str::to_owned),
         }
+    }
+}
+
+impl Purgatory {
+    /// The soft-expired announcement whose final expiry comes first (the oldest soft-expiry).
+    fn oldest_soft_expired(&self) -> Option<(PublicKey, String)> {
+        self.announcements
+            .values()
+            .flat_map(|m| m.values())
+            .filter(|e| e.soft_expired)
+            .min_by_key(|e| e.expires_at)
+            .map(|e| (e.owner, e.identifier.clone()))
     }
 }
 

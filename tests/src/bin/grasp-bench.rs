@@ -250,7 +250,7 @@ impl BareGit {
             "#!/bin/sh\nGIT_PROJECT_ROOT=\"$GRASP_GIT_ROOT\" GIT_HTTP_EXPORT_ALL=1 exec git -c http.receivepack=true http-backend\n",
         )?;
         std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755))?;
-        let server = GitHttpServer::start_with(GitHttpConfig { cgi_path: script, git_root: root.clone(), hooks_dir: None, env: vec![] });
+        let server = GitHttpServer::start_with(GitHttpConfig { cgi_path: script, git_root: root.clone(), hooks_dir: None, env: vec![], idle_timeout: grasp_relay::git::http::DEFAULT_IDLE_TIMEOUT });
         Ok(BareGit { addr: server.addr, root, _tmp: tmp, _server: server })
     }
 

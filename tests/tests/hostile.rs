@@ -1,0 +1,404 @@
+//! Hostile clients (issue 16): attacks that wait, count or stay behind, each reproduced as an
+//! anonymous client would run it on loopback. Every test names the bound it proves in
+//! docs/security.md.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::time::Duration;
+
+use grasp_state::identifier::npub_of;
+use grasp_tests::grasp::*;
+use grasp_tests::{wait_until, NostrClient, TestServer, TIMEOUT};
+use nostr::prelude::*;
+
+/// The processes (pid, command line) whose environment names `data_dir`: every grasp-cgi,
+/// git http-backend, receive-pack and hook the relay started for a request (they inherit
+/// `GRASP_GIT_ROOT` / `GIT_PROJECT_ROOT`), wherever they were reparented.
+fn children_of(data_dir: &Path) -> Vec<(u32, String)> {
+    let needle = data_dir.as_os_str().as_encoded_bytes();
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
+        let Ok(env) = std::fs::read(entry.path().join("environ")) else { continue };
+        if env.windows(needle.len()).any(|w| w == needle) {
+            let cmd = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+            found.push((pid, cmd));
+        }
+    }
+    found
+}
+
+/// Opens a `git-receive-pack` POST to `owner`'s `identifier` announcing a `Content-Length` of
+/// 1 MiB and sends only the first bytes of a push (one ref update line), then stops sending.
+fn start_receive_pack(server: &TestServer, owner: &PublicKey, identifier: &str) -> TcpStream {
+    let mut stream = TcpStream::connect(server.addr()).unwrap();
+    stream.set_read_timeout(Some(TIMEOUT)).unwrap();
+    let line = format!("{} {} refs/heads/main\0 report-status\n", "1".repeat(40), "2".repeat(40));
+    let pkt = format!("{:04x}{line}", line.len() + 4);
+    let head = format!(
+        "POST /{}/{identifier}.git/git-receive-pack HTTP/1.1\r\nHost: {}\r\n\
+         Content-Type: application/x-git-receive-pack-request\r\nContent-Length: {}\r\n\r\n",
+        npub_of(owner),
+        server.addr(),
+        1 << 20
+    );
+    stream.write_all(head.as_bytes()).unwrap();
+    stream.write_all(pkt.as_bytes()).unwrap();
+    stream.flush().unwrap();
+    stream
+}
+
+/// Waits until the relay has a git child for the request (so the test attacks a running push).
+fn wait_for_children(server: &TestServer) {
+    wait_until("the relay to start git for the request", TIMEOUT, || {
+        children_of(server.data_dir()).iter().any(|(_, c)| c.contains("http-backend")).then_some(())
+    })
+    .unwrap_or_else(|e| panic!("{e:#}\n{}", server.logs()));
+}
+
+fn assert_no_children_within(server: &TestServer, within: Duration, what: &str) {
+    if let Err(e) = wait_until(what, within, || children_of(server.data_dir()).is_empty().then_some(())) {
+        panic!("{e:#}: still running: {:?}\n{}", children_of(server.data_dir()), server.logs());
+    }
+}
+
+/// The published repository accepts its owner's next push (so its push lock is free).
+async fn push_next(server: &TestServer, client: &mut NostrClient, owner: &Keys, published: &Published, n: u32) {
+    let tip = published.repo.commit("README", &format!("next {n}\n"));
+    // Newer than the published state even within the same second.
+    let st = state_at(owner, "base", &[("refs/heads/main", &tip)], Some("main"), now() + u64::from(n));
+    let (ok, msg) = client.send_event(&st).await.unwrap();
+    assert!(ok, "state refused: {msg}");
+    let out = grasp_tests::git::git_output(&published.repo.work.dir, &["push", "--porcelain", &published.repo.url, "main"]);
+    assert!(
+        out.status.success(),
+        "push after the attack failed: {}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        server.logs()
+    );
+}
+
+/// Kills what the test left running (only on failure paths), so a failing run does not leave
+/// spinning processes on the machine.
+struct Reaper(std::path::PathBuf);
+
+impl Drop for Reaper {
+    fn drop(&mut self) {
+        for (pid, _) in children_of(&self.0) {
+            let _ = std::process::Command::new("kill").args(["-KILL", &pid.to_string()]).status();
+        }
+    }
+}
+
+/// Item 1: a receive-pack POST whose client closes before its `Content-Length` ends the
+/// request: no git process stays behind and the repository takes the next push.
+#[tokio::test]
+async fn abandoned_push_ends_with_its_client() {
+    let server = TestServer::start_with(&["--git-idle-timeout", "60s"]);
+    let _reaper = Reaper(server.data_dir().to_path_buf());
+    let tmp = tempfile::tempdir().unwrap();
+    let mut client = NostrClient::connect(&server.ws_url()).await.unwrap();
+    let owner = Keys::generate();
+    let published = publish_repo(&server, &mut client, &tmp.path().join("w"), &owner, "base").await;
+
+    let streams: Vec<TcpStream> = (0..3).map(|_| start_receive_pack(&server, &owner.public_key(), "base")).collect();
+    wait_for_children(&server);
+    drop(streams); // the clients go away mid-body
+    // Far below the idle timeout: the client's going away is what ends the requests.
+    assert_no_children_within(&server, TIMEOUT, "abandoned pushes to end");
+    push_next(&server, &mut client, &owner, &published, 1).await;
+}
+
+/// Item 1: a client that stays connected but sends nothing more is cut off after
+/// `--git-idle-timeout`, its processes killed and the push lock released.
+#[tokio::test]
+async fn stalled_push_ends_after_the_idle_timeout() {
+    let server = TestServer::start_with(&["--git-idle-timeout", "2s"]);
+    let _reaper = Reaper(server.data_dir().to_path_buf());
+    let tmp = tempfile::tempdir().unwrap();
+    let mut client = NostrClient::connect(&server.ws_url()).await.unwrap();
+    let owner = Keys::generate();
+    let published = publish_repo(&server, &mut client, &tmp.path().join("w"), &owner, "base").await;
+
+    let mut stream = start_receive_pack(&server, &owner.public_key(), "base");
+    wait_for_children(&server);
+    assert_no_children_within(&server, TIMEOUT, "the stalled push to be cut off");
+    // The relay closed the request (an answer or the connection closed, never a hang).
+    let mut rest = Vec::new();
+    let _ = stream.read_to_end(&mut rest);
+    push_next(&server, &mut client, &owner, &published, 1).await;
+    assert!(server.logs().contains("idle"), "no log line names the idle timeout\n{}", server.logs());
+}
+
+/// Item 1: no child the relay started survives its shutdown, even one in the middle of a push
+/// from a client that is still connected.
+#[tokio::test]
+async fn no_git_child_survives_shutdown() {
+    let mut server = TestServer::start_with(&["--git-idle-timeout", "10m"]);
+    let _reaper = Reaper(server.data_dir().to_path_buf());
+    let tmp = tempfile::tempdir().unwrap();
+    let mut client = NostrClient::connect(&server.ws_url()).await.unwrap();
+    let owner = Keys::generate();
+    let _published = publish_repo(&server, &mut client, &tmp.path().join("w"), &owner, "base").await;
+
+    let _stream = start_receive_pack(&server, &owner.public_key(), "base");
+    wait_for_children(&server);
+    drop(client);
+    let status = server.stop();
+    assert!(status.success(), "relay exited with {status}\n{}", server.logs());
+    assert_no_children_within(&server, Duration::from_secs(5), "git children to be gone after shutdown");
+}
+
+/// Runs grasp-cgi as fcgiwrap does (CGI environment, the body on its stdin) for a receive-pack
+/// POST announcing 1 MiB and writes the first bytes of a push. Returns grasp-cgi and the git
+/// root its children can be found by.
+fn cgi_receive_pack(tmp: &Path, idle_secs: &str) -> (std::process::Child, std::path::PathBuf) {
+    let owner = Keys::generate().public_key();
+    let root = tmp.join("git");
+    let repo = root.join(npub_of(&owner)).join("r.git");
+    std::fs::create_dir_all(&repo).unwrap();
+    let out = grasp_tests::git::git_output(&repo, &["init", "-q", "--bare"]);
+    assert!(out.status.success());
+    let mut child = std::process::Command::new(grasp_tests::binary_path("grasp-cgi"))
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap())
+        .env("GATEWAY_INTERFACE", "CGI/1.1")
+        .env("REQUEST_METHOD", "POST")
+        .env("PATH_INFO", format!("/{}/r.git/git-receive-pack", npub_of(&owner)))
+        .env("CONTENT_TYPE", "application/x-git-receive-pack-request")
+        .env("CONTENT_LENGTH", (1 << 20).to_string())
+        .env("GRASP_GIT_ROOT", &root)
+        .env("GRASP_GIT_IDLE_TIMEOUT", idle_secs)
+        .env("GIT_CONFIG_COUNT", "1")
+        .env("GIT_CONFIG_KEY_0", "http.receivepack")
+        .env("GIT_CONFIG_VALUE_0", "true")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let line = format!("{} {} refs/heads/main\0 report-status\n", "1".repeat(40), "2".repeat(40));
+    let pkt = format!("{:04x}{line}", line.len() + 4);
+    child.stdin.as_mut().unwrap().write_all(pkt.as_bytes()).unwrap();
+    (child, root)
+}
+
+fn wait_for_backend(root: &Path) {
+    wait_until("grasp-cgi to start git http-backend", TIMEOUT, || {
+        children_of(root).iter().any(|(_, c)| c.contains("http-backend")).then_some(())
+    })
+    .unwrap();
+}
+
+/// Item 1 behind nginx + fcgiwrap: grasp-cgi stops git http-backend's whole process group when
+/// its body ends short of `CONTENT_LENGTH` (without it, git http-backend spins forever).
+#[test]
+fn grasp_cgi_ends_git_when_the_body_ends_short() {
+    let tmp = tempfile::tempdir().unwrap();
+    let _reaper = Reaper(tmp.path().to_path_buf());
+    let (mut cgi, root) = cgi_receive_pack(tmp.path(), "600");
+    wait_for_backend(&root);
+    drop(cgi.stdin.take()); // fcgiwrap closes the body: the client went away
+    let status = wait_until("grasp-cgi to exit", TIMEOUT, || cgi.try_wait().unwrap()).unwrap();
+    let out = cgi.wait_with_output().unwrap();
+    assert!(!status.success(), "grasp-cgi succeeded on a short body");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("ended after"), "{}", String::from_utf8_lossy(&out.stderr));
+    if let Err(e) = wait_until("git processes to end", TIMEOUT, || children_of(tmp.path()).is_empty().then_some(())) {
+        panic!("{e:#}: {:?}", children_of(tmp.path()));
+    }
+}
+
+/// Item 1 behind nginx + fcgiwrap: a body that stalls for `GRASP_GIT_IDLE_TIMEOUT` ends the
+/// request and its git processes, though the pipe stays open.
+#[test]
+fn grasp_cgi_ends_git_when_the_body_stalls() {
+    let tmp = tempfile::tempdir().unwrap();
+    let _reaper = Reaper(tmp.path().to_path_buf());
+    let (mut cgi, root) = cgi_receive_pack(tmp.path(), "1");
+    wait_for_backend(&root);
+    let _still_open = cgi.stdin.take();
+    wait_until("grasp-cgi to exit", TIMEOUT, || cgi.try_wait().unwrap()).unwrap();
+    let out = cgi.wait_with_output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stderr).contains("idle timeout"), "{}", String::from_utf8_lossy(&out.stderr));
+    if let Err(e) = wait_until("git processes to end", TIMEOUT, || children_of(tmp.path()).is_empty().then_some(())) {
+        panic!("{e:#}: {:?}", children_of(tmp.path()));
+    }
+}
+
+/// The status code of a raw HTTP/1.1 request sent from the loopback address `source`
+/// (127.0.0.0/8 is all loopback, so one test plays several clients).
+async fn status_from(source: &str, server: &TestServer, request: &str) -> u16 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind(format!("{source}:0").parse().unwrap()).unwrap();
+    let mut stream = socket.connect(server.addr()).await.unwrap();
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n") {
+        let n = tokio::time::timeout(TIMEOUT, stream.read(&mut byte)).await.expect("no answer").unwrap();
+        assert!(n > 0, "connection closed without an answer");
+        head.push(byte[0]);
+    }
+    String::from_utf8_lossy(&head).split(' ').nth(1).unwrap().parse().unwrap()
+}
+
+/// Item 4: one address holding stalled receive-pack POSTs gets only its share of the git
+/// request slots; everyone else's git requests are still served.
+#[tokio::test]
+async fn one_address_holds_only_its_share_of_git_slots() {
+    let server = TestServer::start_with(&["--git-idle-timeout", "10m", "--git-max-requests", "6", "--git-max-requests-per-ip", "2"]);
+    let _reaper = Reaper(server.data_dir().to_path_buf());
+    let tmp = tempfile::tempdir().unwrap();
+    let mut client = NostrClient::connect(&server.ws_url()).await.unwrap();
+    let owner = Keys::generate();
+    let _published = publish_repo(&server, &mut client, &tmp.path().join("w"), &owner, "base").await;
+
+    let path = format!("/{}/base.git", npub_of(&owner.public_key()));
+    let post = format!(
+        "POST {path}/git-receive-pack HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-git-receive-pack-request\r\n\
+         Content-Length: 1048576\r\n\r\n0000"
+    );
+    // The attacker's first two stalled pushes run; they hold their slots.
+    let mut attacker = Vec::new();
+    for _ in 0..2 {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind("127.0.0.3:0".parse().unwrap()).unwrap();
+        let mut stream = socket.connect(server.addr()).await.unwrap();
+        tokio::io::AsyncWriteExt::write_all(&mut stream, post.as_bytes()).await.unwrap();
+        attacker.push(stream);
+    }
+    wait_for_children(&server);
+    // Its next requests, of any kind, are refused at once...
+    for _ in 0..6 {
+        assert_eq!(status_from("127.0.0.3", &server, &post).await, 503, "{}", server.logs());
+    }
+    // ...while another client's clone and fetch requests are served.
+    let get = format!("GET {path}/info/refs?service=git-upload-pack HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    for _ in 0..4 {
+        assert_eq!(status_from("127.0.0.4", &server, &get).await, 200, "{}", server.logs());
+    }
+    drop(attacker);
+}
+
+/// Files and directories under `dir`, and their apparent size in bytes.
+fn disk_use(dir: &Path) -> (usize, u64) {
+    let (mut inodes, mut bytes) = (1, 0);
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let meta = entry.metadata().unwrap();
+        if meta.is_dir() {
+            let (i, b) = disk_use(&entry.path());
+            inodes += i;
+            bytes += b;
+        } else {
+            inodes += 1;
+            bytes += meta.len();
+        }
+    }
+    (inodes, bytes)
+}
+
+/// Item 7: a held announcement's repository holds only what git needs (no sample hooks,
+/// description or info/exclude), and expiry leaves no empty owner directory behind.
+#[tokio::test]
+async fn held_repositories_are_small_and_expiry_leaves_no_owner_dirs() {
+    let server = TestServer::start_with(&["--purgatory-ttl", "2", "--soft-expiry-ttl", "1h"]);
+    let mut client = NostrClient::connect(&server.ws_url()).await.unwrap();
+    let owners: Vec<Keys> = (0..5).map(|_| Keys::generate()).collect();
+    for (i, keys) in owners.iter().enumerate() {
+        let (ok, msg) = client.send_event(&announcement(&server, keys, &format!("r{i}"), &[])).await.unwrap();
+        assert!(ok, "{msg}");
+    }
+    let repo = repo_dir(&server, &owners[0].public_key(), "r0");
+    assert!(repo.is_dir());
+    let (inodes, bytes) = disk_use(&repo);
+    assert!(!repo.join("hooks").exists() && !repo.join("description").exists() && !repo.join("info").exists(), "template files copied");
+    assert!(inodes <= 10 && bytes <= 4096, "a held repository takes {inodes} inodes, {bytes} bytes");
+
+    let git_root = server.data_dir().join("git");
+    wait_until("the held announcements to soft-expire", TIMEOUT, || {
+        owners.iter().all(|k| !git_root.join(npub_of(&k.public_key())).exists()).then_some(())
+    })
+    .unwrap_or_else(|e| {
+        let left: Vec<_> = std::fs::read_dir(&git_root).unwrap().flatten().map(|e| e.file_name()).collect();
+        panic!("{e:#}: left in {}: {left:?}\n{}", git_root.display(), server.logs())
+    });
+}
+
+/// Commits `bytes` of random (incompressible) data in `repo`'s work tree; returns the commit.
+fn commit_random(repo: &Repo, name: &str, bytes: usize) -> String {
+    let mut data = vec![0u8; bytes];
+    std::fs::File::open("/dev/urandom").unwrap().read_exact(&mut data).unwrap();
+    std::fs::write(repo.work.dir.join(name), &data).unwrap();
+    grasp_tests::git::git(&repo.work.dir, &["add", name]);
+    grasp_tests::git::git(&repo.work.dir, &["commit", "-q", "-m", name]);
+    repo.rev("HEAD")
+}
+
+/// Item 8: a push beyond `--max-push-bytes`, and an anonymous push to `refs/nostr/<id>` beyond
+/// `--max-pr-push-bytes`, are refused and their objects never land; both limits are in NIP-11.
+#[tokio::test]
+async fn oversized_pushes_are_refused_before_they_land() {
+    let server = TestServer::start_with(&["--max-push-bytes", "1000000", "--max-pr-push-bytes", "200000"]);
+    let tmp = tempfile::tempdir().unwrap();
+    let mut client = NostrClient::connect(&server.ws_url()).await.unwrap();
+    let owner = Keys::generate();
+    let published = publish_repo(&server, &mut client, &tmp.path().join("w"), &owner, "base").await;
+    let bare = repo_dir(&server, &owner.public_key(), "base");
+
+    // The owner's own push, with a matching state, of 1.5 MB.
+    let big = commit_random(&published.repo, "big", 1_500_000);
+    let st = state_at(&owner, "base", &[("refs/heads/main", &big)], Some("main"), now() + 1);
+    assert!(client.send_event(&st).await.unwrap().0);
+    let err = published.repo.push(&["main"]).expect_err("an oversized push was accepted");
+    assert!(err.contains("max-push-bytes") || err.contains("maximum allowed size"), "{err}");
+    assert!(!grasp_tests::git::git_output(&bare, &["cat-file", "-e", &big]).status.success(), "the refused pack landed");
+
+    // Anyone's pull request push of 300 kB to refs/nostr/<id>.
+    let pr_dir = tmp.path().join("pr");
+    let pr = Repo::new(&pr_dir, &server, &owner.public_key(), "base");
+    pr.commit("README", "pr\n");
+    let pr_tip = commit_random(&pr, "pr-big", 300_000);
+    let refspec = format!("HEAD:refs/nostr/{}", random_event_id());
+    let err = pr.push(&[&refspec]).expect_err("an oversized pull request push was accepted");
+    assert!(err.contains("max-pr-push-bytes"), "{err}");
+    assert!(!grasp_tests::git::git_output(&bare, &["cat-file", "-e", &pr_tip]).status.success(), "the refused pack landed");
+    assert_eq!(bare_refs(&bare).get("refs/heads/main"), Some(&published.tip));
+
+    let nip11: serde_json::Value = reqwest::Client::new()
+        .get(server.http_url())
+        .header("Accept", "application/nostr+json")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(nip11["limitation"]["max_push_bytes"], 1_000_000);
+    assert_eq!(nip11["limitation"]["max_pr_push_bytes"], 200_000);
+}
+
+/// Item 6: soft-expired throwaway announcements stop counting against the purgatory caps once
+/// they soft-expire, so a newcomer is not refused for the soft-expiry window.
+#[tokio::test]
+async fn soft_expired_announcements_free_the_purgatory_cap() {
+    let server = TestServer::start_with(&["--purgatory-total", "3", "--purgatory-ttl", "2", "--soft-expiry-ttl", "1h"]);
+    let mut client = NostrClient::connect(&server.ws_url()).await.unwrap();
+    let throwaway: Vec<Keys> = (0..3).map(|_| Keys::generate()).collect();
+    for keys in &throwaway {
+        let (ok, msg) = client.send_event(&announcement(&server, keys, "spam", &[])).await.unwrap();
+        assert!(ok, "{msg}");
+    }
+    let newcomer = Keys::generate();
+    let (ok, msg) = client.send_event(&announcement(&server, &newcomer, "mine", &[])).await.unwrap();
+    assert!(!ok && msg.starts_with("blocked:"), "the cap is full: {ok} {msg}");
+    // After the purgatory TTL the throwaway announcements soft-expire (their repositories go).
+    wait_until("the throwaway announcements to soft-expire", TIMEOUT, || {
+        throwaway.iter().all(|k| !repo_dir(&server, &k.public_key(), "spam").exists()).then_some(())
+    })
+    .unwrap();
+    let (ok, msg) = client.send_event(&announcement(&server, &newcomer, "mine", &[])).await.unwrap();
+    assert!(ok, "a newcomer is still refused after the throwaway announcements soft-expired: {msg}");
+}
