@@ -47,6 +47,17 @@ pub fn submit_origin() -> Origin {
     SUBMIT_ORIGIN.try_with(|o| *o).unwrap_or(Origin::User)
 }
 
+/// Checks a client event's id and signature (NIP-01); the refusal says what to fix.
+pub fn verify(event: &Event) -> Result<(), &'static str> {
+    if !event.verify_id() {
+        return Err("invalid: event id does not match the event's content; recompute the id (NIP-01)");
+    }
+    if !event.verify_signature() {
+        return Err("invalid: bad signature; sign the event id with the author's key");
+    }
+    Ok(())
+}
+
 /// What the background sync registers to hear of events that start waiting for git data.
 pub type WaitingHook = Box<dyn Fn(&str) + Send + Sync>;
 
@@ -119,12 +130,16 @@ impl Grasp {
     }
 
     async fn submit_checked(&self, event: &Event, submitter: &grasp_state::auth::Submitter<'_>) -> (bool, String) {
-        if !event.verify_id() {
-            return (false, "invalid: event id does not match the event's content; recompute the id (NIP-01)".into());
+        if let Err(reason) = verify(event) {
+            return (false, reason.into());
         }
-        if !event.verify_signature() {
-            return (false, "invalid: bad signature; sign the event id with the author's key".into());
-        }
+        self.submit_verified(&Arc::new(event.clone()), submitter).await
+    }
+
+    /// [`Grasp::submit`] for an event whose id and signature [`verify`] already checked. The
+    /// event is shared with the live broadcast, not copied. Outside `submit`'s scope (a client
+    /// connection's pipeline) the origin is [`Origin::User`].
+    pub async fn submit_verified(&self, event: &Arc<Event>, submitter: &grasp_state::auth::Submitter<'_>) -> (bool, String) {
         match self.admit(event, submitter).await {
             Admission::Reject(msg) => {
                 tracing::info!(event = %event.id, kind = event.kind.as_u16(), reason = %msg, "event rejected");
@@ -135,7 +150,7 @@ impl Grasp {
                 tracing::info!(event = %event.id, kind = event.kind.as_u16(), "event accepted with its git data");
                 (true, String::new())
             }
-            Admission::Store => match self.relay.publish(event).await {
+            Admission::Store => match self.relay.publish_shared(event.clone()).await {
                 Ok(outcome) => {
                     let (ok, msg) = outcome.ok_reply();
                     tracing::info!(event = %event.id, kind = event.kind.as_u16(), ok, reply = %msg, "event stored");

@@ -41,11 +41,16 @@ impl Relay {
     /// Stores `event` (no policy check) and broadcasts it to subscribers if it was stored or is
     /// ephemeral. Used for client events after admission and for events released from purgatory.
     pub async fn publish(&self, event: &Event) -> Result<SaveOutcome, StoreError> {
-        let outcome = self.store.save(event).await?;
+        self.publish_shared(Arc::new(event.clone())).await
+    }
+
+    /// [`Relay::publish`] of an event already shared: subscribers get the same `Arc`, no copy.
+    pub async fn publish_shared(&self, event: Arc<Event>) -> Result<SaveOutcome, StoreError> {
+        let outcome = self.store.save(&event).await?;
         if matches!(outcome, SaveOutcome::Saved | SaveOutcome::Ephemeral) {
             tracing::debug!(id = %event.id, kind = event.kind.as_u16(), "event published");
             // No receivers is fine.
-            let _ = self.live.send(Arc::new(event.clone()));
+            let _ = self.live.send(event);
         }
         Ok(outcome)
     }
