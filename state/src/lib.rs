@@ -19,6 +19,8 @@
 //!   looked-up facts.
 //! - [`release`]: what to do when git data arrives, as a [`release::ReleasePlan`] (states to
 //!   store, pull request refs, alignment of refs and HEAD, promotion) and copy targets.
+//! - [`push_index`]: held states indexed by the refs they declare, for the same decision
+//!   over thousands of held states ([`push_index::IndexedCandidates`]).
 //! - [`recency`]: the NIP-01 "which event is newer" order as one type,
 //!   [`recency::Recency`].
 //! - [`auth`]: NIP-42 `AUTH` verification and the NIP-70 protected-event rule.
@@ -58,6 +60,7 @@ pub mod maintainers;
 pub mod nip34;
 pub mod purgatory;
 pub mod push;
+pub mod push_index;
 pub mod recency;
 pub mod rate;
 pub mod refs;

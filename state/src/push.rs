@@ -83,8 +83,35 @@ pub fn can_satisfy_state(refs: &RefMap, state: &RepoState) -> bool {
     served_refs(refs) == state.refs
 }
 
+/// Where [`decide_push_among`] finds the states that may authorise a push: a slice of
+/// candidates (compared one by one), or an index of them by declared refs
+/// ([`crate::push_index::IndexedCandidates`]). Both answer in the NIP-01 order, newest first; the
+/// same event stored and held counts as stored.
+pub trait Candidates {
+    /// The newest candidate whose branches and tags are exactly `refs`.
+    fn newest_matching(&self, refs: &RefMap) -> Option<(&RepoState, Source)>;
+    /// The newest candidate of all (the one a rejection explains itself against).
+    fn newest(&self) -> Option<(&RepoState, Source)>;
+}
+
+impl Candidates for [StateCandidate] {
+    fn newest_matching(&self, refs: &RefMap) -> Option<(&RepoState, Source)> {
+        newest(self.iter().filter(|c| c.state.refs == *refs)).map(|c| (&c.state, c.source))
+    }
+
+    fn newest(&self) -> Option<(&RepoState, Source)> {
+        newest(self.iter()).map(|c| (&c.state, c.source))
+    }
+}
+
 /// Decide a push. Pure: see the module docs for the rules.
 pub fn decide_push(req: &PushRequest) -> PushDecision {
+    decide_push_among(req, req.candidates)
+}
+
+/// [`decide_push`] with the candidates taken from `candidates` instead of `req.candidates`
+/// (which is not read): the same rules, the same answer for the same states.
+pub fn decide_push_among<C: Candidates + ?Sized>(req: &PushRequest, candidates: &C) -> PushDecision {
     let mut reasons = Vec::new();
     let mut accepted = Accepted::default();
     let mut served_updates = Vec::new();
@@ -119,18 +146,17 @@ pub fn decide_push(req: &PushRequest) -> PushDecision {
 
     let before = served_refs(req.current);
     let after = served_refs(&apply_updates(req.current, &served_updates));
-    accepted.matched_state = newest(req.candidates.iter().filter(|c| c.state.refs == after))
-        .map(|c| (c.state.event_id, c.source));
+    accepted.matched_state = candidates.newest_matching(&after).map(|(state, source)| (state.event_id, source));
 
     if after != before && accepted.matched_state.is_none() {
-        match newest(req.candidates.iter()) {
+        match candidates.newest() {
             None => reasons.push(
                 "no repository state event (kind 30618) from a maintainer of this repository is known to this server: \
                  publish one that lists the refs you are pushing first, then push again (`git push` to the \
                  repository's `nostr://` remote does both: git-remote-nostr publishes the state event first)"
                     .to_owned(),
             ),
-            Some(latest) => reasons.extend(mismatch_reasons(&latest.state, &after, &served_updates)),
+            Some((latest, _)) => reasons.extend(mismatch_reasons(latest, &after, &served_updates)),
         }
     }
 
