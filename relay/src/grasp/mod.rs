@@ -8,6 +8,7 @@
 
 pub mod acceptance;
 pub mod authorize;
+pub mod held_index;
 pub mod lifecycle;
 pub mod locks;
 pub mod policy;
@@ -86,6 +87,8 @@ pub struct Grasp {
     pub trust: Arc<crate::trust::Trust>,
     /// Relay-to-relay sync's operator view. Set once at startup (unless `--no-relay-sync`).
     pub relay_sync: std::sync::OnceLock<crate::peers::PeersView>,
+    /// Held states parsed and indexed by declared refs, for push authorisation.
+    pub held_indexes: held_index::HeldIndexes,
 }
 
 impl Grasp {
@@ -110,6 +113,7 @@ impl Grasp {
             maintenance: std::sync::OnceLock::new(),
             trust: Arc::default(),
             relay_sync: std::sync::OnceLock::new(),
+            held_indexes: held_index::HeldIndexes::default(),
         }
     }
 
