@@ -154,7 +154,8 @@ impl Grasp {
                 tracing::info!(event = %event.id, kind = event.kind.as_u16(), "event accepted with its git data");
                 (true, String::new())
             }
-            Admission::Store => match self.relay.publish_shared(event.clone()).await {
+            // `admit` checked the event's deletion first thing.
+            Admission::Store => match self.relay.publish_admitted(event.clone()).await {
                 Ok(outcome) => {
                     let (ok, msg) = outcome.ok_reply();
                     tracing::info!(event = %event.id, kind = event.kind.as_u16(), ok, reply = %msg, "event stored");

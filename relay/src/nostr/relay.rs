@@ -47,11 +47,23 @@ impl Relay {
     /// [`Relay::publish`] of an event already shared: subscribers get the same `Arc`, no copy.
     pub async fn publish_shared(&self, event: Arc<Event>) -> Result<SaveOutcome, StoreError> {
         let outcome = self.store.save(&event).await?;
+        self.broadcast(event, outcome);
+        Ok(outcome)
+    }
+
+    /// [`Relay::publish_shared`] of a client event the acceptance policy just admitted (it
+    /// checked the event's deletion first): stored with [`Store::save_admitted`].
+    pub async fn publish_admitted(&self, event: Arc<Event>) -> Result<SaveOutcome, StoreError> {
+        let outcome = self.store.save_admitted(&event).await?;
+        self.broadcast(event, outcome);
+        Ok(outcome)
+    }
+
+    fn broadcast(&self, event: Arc<Event>, outcome: SaveOutcome) {
         if matches!(outcome, SaveOutcome::Saved | SaveOutcome::Ephemeral) {
             tracing::debug!(id = %event.id, kind = event.kind.as_u16(), "event published");
             // No receivers is fine.
             let _ = self.live.send(event);
         }
-        Ok(outcome)
     }
 }
