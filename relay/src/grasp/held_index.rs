@@ -28,10 +28,13 @@ struct Entry {
     used: u64,
 }
 
-/// Held-state indexes by repository (see the module doc).
+/// A repository: (owner, identifier).
+type RepoKey = (PublicKey, String);
+
+/// Held-state indexes by repository (see the module doc), and the use counter.
 #[derive(Default)]
 pub struct HeldIndexes {
-    inner: Mutex<(HashMap<(PublicKey, String), Entry>, u64)>,
+    inner: Mutex<(HashMap<RepoKey, Entry>, u64)>,
 }
 
 impl HeldIndexes {
@@ -110,9 +113,9 @@ mod tests {
         let cache = HeldIndexes::default();
         let a = state(&keys, &"a".repeat(40), 1);
         let b = state(&keys, &"b".repeat(40), 2);
-        let first = cache.index(&owner, "r", &[a.clone()]);
+        let first = cache.index(&owner, "r", std::slice::from_ref(&a));
         assert_eq!(first.len(), 1);
-        assert!(Arc::ptr_eq(&first, &cache.index(&owner, "r", &[a.clone()])), "same events: same index");
+        assert!(Arc::ptr_eq(&first, &cache.index(&owner, "r", std::slice::from_ref(&a))), "same events: same index");
         let second = cache.index(&owner, "r", &[a.clone(), b.clone()]);
         assert_eq!(second.len(), 2);
         assert!(!Arc::ptr_eq(&first, &second));
