@@ -218,7 +218,11 @@ impl Relay {
         let data_dir = tmp.path().join("data");
         let log = OpenOptions::new().create(true).append(true).open(tmp.path().join("relay.log"))?;
         let child = Command::new(binary_path("grasp-relay"))
-            .args(["--bind", "127.0.0.1:0", "--log", "warn", "--data-dir"])
+            .args(["--bind", "127.0.0.1:0", "--log", "warn"])
+            // The bench measures throughput: the default write limits would refuse most of it.
+            .args(["--write-burst", "1000000", "--write-rate", "1000000"])
+            .args(["--write-burst-per-ip", "1000000", "--write-rate-per-ip", "1000000"])
+            .arg("--data-dir")
             .arg(&data_dir)
             .args(extra)
             .stdin(Stdio::null())
