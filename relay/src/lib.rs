@@ -14,10 +14,13 @@
 //! - [`nostr`]: the Nostr relay. One NIP-01 WebSocket connection (`connection`), its
 //!   subscriptions (`subscriptions`), the nostr-lmdb event store (`store`), store + live
 //!   broadcast shared by all connections (`relay`), the NIP-11 document (`nip11`), NIP-77
-//!   negentropy reconciliation over the store (`negentropy`).
+//!   negentropy reconciliation over the store (`negentropy`), the pipelining of one connection's
+//!   `EVENT`s (`pipeline`: verified on a bounded pool, independent ones admitted side by side,
+//!   `OK`s in order).
 //! - [`grasp`]: the domain. [`grasp::Grasp`] joins store, purgatory and repositories
 //!   (`grasp/mod.rs`); which events are stored, held or refused (`acceptance`, `policy`); push
-//!   authorisation for pre-receive (`authorize`); git data arrival, release and alignment
+//!   authorisation for pre-receive (`authorize`, held states parsed once and indexed by declared
+//!   refs in `held_index`); git data arrival, release and alignment
 //!   (`release`); the lock order and `RepoGuards` (`locks`); purgatory restore, expiry sweeps and checkpoints (`lifecycle`).
 //! - [`git`]: storage on disk. The one git runner (`runner`), git operations (`git/mod.rs`), bare repositories
 //!   (`repos`), the fast "surely missing" object check (`objects`), git smart HTTP through

@@ -21,6 +21,8 @@
 //!   store, pull request refs, alignment of refs and HEAD, promotion) and copy targets.
 //! - [`push_limits`]: how many bytes one push may bring (`--max-push-bytes`,
 //!   `--max-pr-push-bytes`), checked on the quarantine in `pre-receive`.
+//! - [`push_index`]: held states indexed by the refs they declare, for the same decision
+//!   over thousands of held states ([`push_index::IndexedCandidates`]).
 //! - [`recency`]: the NIP-01 "which event is newer" order as one type,
 //!   [`recency::Recency`].
 //! - [`auth`]: NIP-42 `AUTH` verification and the NIP-70 protected-event rule.
@@ -61,6 +63,7 @@ pub mod nip34;
 pub mod purgatory;
 pub mod push;
 pub mod push_limits;
+pub mod push_index;
 pub mod recency;
 pub mod rate;
 pub mod refs;

@@ -83,8 +83,42 @@ pub fn can_satisfy_state(refs: &RefMap, state: &RepoState) -> bool {
     served_refs(refs) == state.refs
 }
 
+/// Where [`decide_push_among`] finds the states that may authorise a push: a slice of
+/// candidates (compared one by one), or an index of them by declared refs
+/// ([`crate::push_index::IndexedCandidates`]). Both answer in the NIP-01 order, newest first; the
+/// same event stored and held counts as stored.
+pub trait Candidates {
+    /// The newest satisfiable candidate whose branches and tags are exactly `refs`.
+    fn newest_matching(&self, refs: &RefMap) -> Option<(&RepoState, Source)>;
+    /// The newest satisfiable candidate of all (the one a rejection explains itself against).
+    fn newest(&self) -> Option<(&RepoState, Source)>;
+    /// The newest candidate that can never be satisfied (it names a value that is not a full
+    /// object id), for the rejection when no satisfiable one exists.
+    fn newest_unsatisfiable(&self) -> Option<&RepoState>;
+}
+
+impl Candidates for [StateCandidate] {
+    fn newest_matching(&self, refs: &RefMap) -> Option<(&RepoState, Source)> {
+        newest(self.iter().filter(|c| c.state.is_satisfiable() && c.state.refs == *refs)).map(|c| (&c.state, c.source))
+    }
+
+    fn newest(&self) -> Option<(&RepoState, Source)> {
+        newest(self.iter().filter(|c| c.state.is_satisfiable())).map(|c| (&c.state, c.source))
+    }
+
+    fn newest_unsatisfiable(&self) -> Option<&RepoState> {
+        newest(self.iter().filter(|c| !c.state.is_satisfiable())).map(|c| &c.state)
+    }
+}
+
 /// Decide a push. Pure: see the module docs for the rules.
 pub fn decide_push(req: &PushRequest) -> PushDecision {
+    decide_push_among(req, req.candidates)
+}
+
+/// [`decide_push`] with the candidates taken from `candidates` instead of `req.candidates`
+/// (which is not read): the same rules, the same answer for the same states.
+pub fn decide_push_among<C: Candidates + ?Sized>(req: &PushRequest, candidates: &C) -> PushDecision {
     let mut reasons = Vec::new();
     let mut accepted = Accepted::default();
     let mut served_updates = Vec::new();
@@ -121,14 +155,12 @@ pub fn decide_push(req: &PushRequest) -> PushDecision {
     let after = served_refs(&apply_updates(req.current, &served_updates));
     // A state naming a value that is not a full object id can never be served: it authorises
     // nothing, and is not the one the reasons compare against (docs/protocol.md#event-kinds).
-    let satisfiable = || req.candidates.iter().filter(|c| c.state.is_satisfiable());
-    accepted.matched_state = newest(satisfiable().filter(|c| c.state.refs == after))
-        .map(|c| (c.state.event_id, c.source));
+    accepted.matched_state = candidates.newest_matching(&after).map(|(state, source)| (state.event_id, source));
 
     if after != before && accepted.matched_state.is_none() {
-        match newest(satisfiable()) {
-            None => match newest(req.candidates.iter()) {
-                Some(unsatisfiable) => reasons.push(unsatisfiable_reason(&unsatisfiable.state)),
+        match candidates.newest() {
+            None => match candidates.newest_unsatisfiable() {
+                Some(unsatisfiable) => reasons.push(unsatisfiable_reason(unsatisfiable)),
                 None => reasons.push(
                     "no repository state event (kind 30618) from a maintainer of this repository is known to this server: \
                      publish one that lists the refs you are pushing first, then push again (`git push` to the \
@@ -136,7 +168,7 @@ pub fn decide_push(req: &PushRequest) -> PushDecision {
                         .to_owned(),
                 ),
             },
-            Some(latest) => reasons.extend(mismatch_reasons(&latest.state, &after, &served_updates)),
+            Some((latest, _)) => reasons.extend(mismatch_reasons(latest, &after, &served_updates)),
         }
     }
 

@@ -784,3 +784,59 @@ proptest! {
         }
     }
 }
+
+/// A stored state (maybe) and held states with small ref maps and close `created_at`s.
+fn stored_and_held() -> impl Strategy<Value = (Option<RepoState>, Vec<RepoState>)> {
+    let state = |i: usize, refs: RefMap, t: u64| {
+        let mut id = [0u8; 32];
+        id[0] = i as u8 + 1;
+        id[1] = (t * 7 + i as u64) as u8; // ids do not follow the insertion order
+        RepoState {
+            event_id: EventId::from_byte_array(id),
+            author: pubkeys()[0],
+            identifier: "repo".to_owned(),
+            refs,
+            head: None,
+            created_at: Timestamp::from(1_700_000_000 + t),
+        }
+    };
+    (
+        prop::option::of((small_refmap(), 0u64..4)),
+        prop::collection::vec((small_refmap(), 0u64..4), 0..24),
+    )
+        .prop_map(move |(stored, held)| {
+            let stored = stored.map(|(refs, t)| state(200, refs, t));
+            let held = held.into_iter().enumerate().map(|(i, (refs, t))| state(i, refs, t)).collect();
+            (stored, held)
+        })
+}
+
+proptest! {
+    #![proptest_config(config(1024))]
+
+    /// The index by declared refs decides exactly as comparing with each candidate does: the
+    /// latest stored state plus the held states newer than it (what the relay gathers).
+    #[test]
+    fn indexed_decision_equals_the_plain_one(
+        (current, updates) in small_refmap().prop_flat_map(small_updates),
+        (stored, held) in stored_and_held(),
+    ) {
+        use grasp_state::push::decide_push_among;
+        use grasp_state::push_index::{HeldStateIndex, IndexedCandidates};
+        let plain: Vec<StateCandidate> = stored
+            .iter()
+            .map(|s| StateCandidate { state: s.clone(), source: Source::Stored })
+            .chain(
+                held.iter()
+                    .filter(|h| stored.as_ref().is_none_or(|s| h.is_newer_than(s)))
+                    .map(|h| StateCandidate { state: h.clone(), source: Source::Purgatory }),
+            )
+            .collect();
+        let known = BTreeMap::new();
+        let req = PushRequest { current: &current, updates: &updates, candidates: &plain, known_prs: &known };
+        let index = HeldStateIndex::new(held.iter().cloned().map(Arc::new));
+        let indexed = IndexedCandidates { stored: stored.as_ref(), held: &index };
+        prop_assert_eq!(decide_push_among(&req, &indexed), decide_push(&req));
+        prop_assert_eq!(index.len(), held.len());
+    }
+}

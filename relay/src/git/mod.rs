@@ -30,6 +30,40 @@ pub fn read_refs(repo: &Path) -> Result<RefMap, GitError> {
         .collect())
 }
 
+/// All refs (as [`read_refs`]) and what HEAD points at (as [`head`]), from one
+/// `git for-each-ref --include-root-refs` where it can: a push's post-receive reads both, and
+/// every process spawn costs milliseconds. An unborn HEAD (pointing at a branch that does not
+/// exist) is not listed by that command and is read with `symbolic-ref`; a git older than 2.46
+/// (no `--include-root-refs`) gets the two separate commands.
+pub fn read_refs_and_head(repo: &Path) -> Result<(RefMap, Option<String>), GitError> {
+    let out = match GitCommand::in_repo(repo)
+        .args(["for-each-ref", "--include-root-refs", "--format=%(objectname) %(refname) %(symref)"])
+        .run()
+    {
+        Ok(out) => out,
+        Err(GitError::Failed { .. }) => return Ok((read_refs(repo)?, head(repo)?)),
+        Err(e) => return Err(e),
+    };
+    let mut refs = RefMap::new();
+    let mut head_line = None;
+    for line in String::from_utf8_lossy(&out).lines() {
+        let mut parts = line.splitn(3, ' ');
+        let (Some(oid), Some(name)) = (parts.next(), parts.next()) else { continue };
+        let symref = parts.next().unwrap_or("").trim();
+        if name == "HEAD" {
+            // Detached: no symref, as `symbolic-ref -q` answers.
+            head_line = Some((!symref.is_empty()).then(|| symref.to_string()));
+        } else if name.starts_with("refs/") {
+            refs.insert(name.to_string(), oid.to_string());
+        }
+    }
+    let head = match head_line {
+        Some(head) => head,
+        None => head(repo)?,
+    };
+    Ok((refs, head))
+}
+
 /// Which of `oids` the repository does not have, in input order (one `git cat-file
 /// --batch-check` for all). Anything that is not a full hex object id counts as missing and is
 /// never passed to git.
@@ -157,6 +191,21 @@ mod tests {
         assert_eq!(missing_objects(&repo, &asked).unwrap(), vec![absent, "nonsense\nHEAD".to_string(), "--help".to_string()]);
         assert!(missing_objects(&repo, &[]).unwrap().is_empty());
         assert!(missing_objects(&repo, std::slice::from_ref(&tip)).unwrap().is_empty());
+    }
+
+    #[test]
+    fn refs_and_head_in_one_pass_equal_the_two_separate_reads() {
+        let (_tmp, repo, tip) = fixture();
+        test_git(&repo, &["update-ref", "refs/heads/dev", &tip]);
+        for target in ["refs/heads/main", "refs/heads/dev", "refs/heads/unborn"] {
+            set_head(&repo, target).unwrap();
+            let (refs, head_now) = read_refs_and_head(&repo).unwrap();
+            assert_eq!(refs, read_refs(&repo).unwrap());
+            assert_eq!(head_now.as_deref(), Some(target), "HEAD -> {target}");
+        }
+        // Detached HEAD: not symbolic.
+        test_git(&repo, &["update-ref", "--no-deref", "HEAD", &tip]);
+        assert_eq!(read_refs_and_head(&repo).unwrap(), (read_refs(&repo).unwrap(), None));
     }
 
     #[test]

@@ -1,12 +1,14 @@
 //! Push authorisation for the pre-receive hook (docs/protocol.md#push-authorisation, decisions 5
 //! and 6). Gathers the inputs — current refs, the maintainer set's latest stored state,
-//! held states, known pull requests — and hands them to the pure `grasp_state::push::decide_push`.
+//! held states (parsed once and indexed by declared refs, `held_index`), known pull requests — and
+//! hands them to the pure `grasp_state::push::decide_push_among`.
 
 use std::collections::BTreeMap;
 
 use grasp_state::hook_api::PreReceiveResponse;
 use grasp_state::nip34::{PullRequest, Source};
-use grasp_state::push::{decide_push, push_candidates, with_reasons, PushDecision, PushRequest, Rejection};
+use grasp_state::push::{decide_push_among, with_reasons, PushDecision, PushRequest, Rejection};
+use grasp_state::push_index::IndexedCandidates;
 use grasp_state::purgatory::RepoId;
 use grasp_state::refs::RefUpdate;
 use nostr::prelude::{EventId, PublicKey, ToBech32};
@@ -33,7 +35,11 @@ impl Grasp {
         let all = self.announcements(identifier).await;
         let set = Grasp::maintainer_set(*owner, &all);
         let stored = self.latest_stored_state(identifier, &set).await;
-        let candidates = push_candidates(stored, self.held_states(identifier, &set));
+        // The candidates of `grasp_state::push::push_candidates` (the stored state, and the held
+        // states newer than it), with the held states matched through their index by declared
+        // refs (`IndexedCandidates` applies the same rule).
+        let held = self.held_index(owner, identifier, &set);
+        let candidates = IndexedCandidates { stored: stored.as_ref(), held: &held };
         let mut known_prs = BTreeMap::new();
         let mut not_prs = Vec::new();
         for u in updates {
@@ -59,7 +65,8 @@ impl Grasp {
                 known_prs.insert(id, commit);
             }
         }
-        let decision = decide_push(&PushRequest { current: &current, updates, candidates: &candidates, known_prs: &known_prs });
+        let request = PushRequest { current: &current, updates, candidates: &[], known_prs: &known_prs };
+        let decision = decide_push_among(&request, &candidates);
         // One rejection lists every problem, the relay's own checks included.
         let decision = with_reasons(decision, not_prs);
         // Git-first pull request refs: reserve their placeholders now, so that the purgatory's caps

@@ -8,6 +8,7 @@
 
 pub mod acceptance;
 pub mod authorize;
+pub mod held_index;
 pub mod lifecycle;
 pub mod locks;
 pub mod policy;
@@ -33,6 +34,17 @@ pub use grasp_state::nip34::Source;
 
 pub(crate) async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
     tokio::task::spawn_blocking(f).await.expect("blocking git task panicked")
+}
+
+/// Checks a client event's id and signature (NIP-01); the refusal says what to fix.
+pub fn verify(event: &Event) -> Result<(), &'static str> {
+    if !event.verify_id() {
+        return Err("invalid: event id does not match the event's content; recompute the id (NIP-01)");
+    }
+    if !event.verify_signature() {
+        return Err("invalid: bad signature; sign the event id with the author's key");
+    }
+    Ok(())
 }
 
 /// What the background sync registers to hear of events that start waiting for git data, and
@@ -64,6 +76,8 @@ pub struct Grasp {
     pub trust: Arc<crate::trust::Trust>,
     /// Relay-to-relay sync's operator view. Set once at startup (unless `--no-relay-sync`).
     pub relay_sync: std::sync::OnceLock<crate::peers::PeersView>,
+    /// Held states parsed and indexed by declared refs, for push authorisation.
+    pub held_indexes: held_index::HeldIndexes,
 }
 
 impl Grasp {
@@ -88,6 +102,7 @@ impl Grasp {
             maintenance: std::sync::OnceLock::new(),
             trust: Arc::default(),
             relay_sync: std::sync::OnceLock::new(),
+            held_indexes: held_index::HeldIndexes::default(),
         }
     }
 
@@ -102,12 +117,15 @@ impl Grasp {
     /// (`from_sync`), which never publishes protected events (docs/protocol.md#trust).
     /// Returns the NIP-01 `OK` status and message.
     pub async fn submit(&self, event: &Event, submitter: &grasp_state::auth::Submitter<'_>) -> (bool, String) {
-        if !event.verify_id() {
-            return (false, "invalid: event id does not match the event's content; recompute the id (NIP-01)".into());
+        if let Err(reason) = verify(event) {
+            return (false, reason.into());
         }
-        if !event.verify_signature() {
-            return (false, "invalid: bad signature; sign the event id with the author's key".into());
-        }
+        self.submit_verified(&Arc::new(event.clone()), submitter).await
+    }
+
+    /// [`Grasp::submit`] for an event whose id and signature [`verify`] already checked. The
+    /// event is shared with the live broadcast, not copied.
+    pub async fn submit_verified(&self, event: &Arc<Event>, submitter: &grasp_state::auth::Submitter<'_>) -> (bool, String) {
         match self.admit(event, submitter).await {
             Admission::Reject(msg) => {
                 tracing::info!(event = %event.id, kind = event.kind.as_u16(), reason = %msg, "event rejected");
@@ -118,7 +136,8 @@ impl Grasp {
                 tracing::info!(event = %event.id, kind = event.kind.as_u16(), "event accepted with its git data");
                 (true, String::new())
             }
-            Admission::Store => match self.relay.publish(event).await {
+            // `admit` checked the event's deletion first thing.
+            Admission::Store => match self.relay.publish_admitted(event.clone()).await {
                 Ok(outcome) => {
                     let (ok, msg) = outcome.ok_reply();
                     tracing::info!(event = %event.id, kind = event.kind.as_u16(), ok, reply = %msg, "event stored");

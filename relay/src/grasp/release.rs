@@ -34,8 +34,10 @@ struct RepoView {
     head: Option<String>,
 }
 
+/// Refs and HEAD with one git process (a push's post-receive waits for it).
 fn read_view(repo: &Path) -> Result<RepoView, git::GitError> {
-    Ok(RepoView { refs: git::read_refs(repo)?, head: git::head(repo)? })
+    let (refs, head) = git::read_refs_and_head(repo)?;
+    Ok(RepoView { refs, head })
 }
 
 impl Grasp {

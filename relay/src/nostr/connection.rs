@@ -1,7 +1,10 @@
 //! One NIP-01 WebSocket connection.
 //!
 //! A single task per connection reads client messages, answers them, and forwards live events
-//! from the relay's broadcast to the matching subscriptions. Everything the client sends is
+//! from the relay's broadcast to the matching subscriptions. `EVENT`s go through the
+//! connection's pipeline (`crate::nostr::pipeline`): independent events are verified and
+//! admitted side by side, their `OK`s leave in order, and every other message waits until the
+//! events before it are answered. Everything the client sends is
 //! hostile: unparseable, oversized or binary messages get a NOTICE (or `OK false` / `CLOSED`
 //! when the message can be attributed) and the connection stays usable. NIP-77 `NEG-*`
 //! messages go to the connection's negentropy sessions (`crate::nostr::negentropy`).
@@ -28,9 +31,9 @@ use tokio_tungstenite::WebSocketStream;
 use crate::grasp::Grasp;
 use crate::nostr::auth::{AuthOutcome, ConnectionAuth};
 use crate::nostr::negentropy::{NegentropyLimits, Sessions};
+use crate::nostr::pipeline::{Answer, EventPipeline};
 use crate::nostr::subscriptions::Subscriptions;
 use crate::shutdown::Shutdown;
-use grasp_state::auth::Submitter;
 use grasp_state::rate::TokenBucket;
 
 /// Limits applied to each connection.
@@ -80,6 +83,7 @@ pub async fn handle<S>(
         auth: ConnectionAuth::new(),
         writes: grasp.trust.limits.connection_bucket(),
         client,
+        pipeline: EventPipeline::new(grasp.clone()),
     };
     let _open = grasp.metrics.websocket_opened();
     tracing::debug!(%remote, %client, "websocket open");
@@ -111,6 +115,7 @@ pub async fn handle<S>(
                     Some(Ok(_)) => {}
                 }
             }
+            Some(answer) = conn.pipeline.next(), if !conn.pipeline.is_empty() => conn.answer(answer),
             ev = conn.live.recv() => {
                 match ev {
                     Ok(event) => conn.on_live(&event, None),
@@ -149,11 +154,25 @@ struct Connection {
     writes: TokenBucket,
     /// The client's address, for the per-address write bucket.
     client: IpAddr,
+    /// `EVENT`s in flight; their `OK`s leave in order (`crate::nostr::pipeline`).
+    pipeline: EventPipeline,
 }
 
 impl Connection {
     fn send(&mut self, msg: RelayMessage<'_>) {
         self.out.push(msg.as_json());
+    }
+
+    fn answer(&mut self, a: Answer) {
+        self.send(RelayMessage::ok(a.id, a.ok, a.message));
+    }
+
+    /// Answers every `EVENT` in flight: any other message is handled after them, as if the
+    /// client had waited for each `OK`.
+    async fn drain_pipeline(&mut self) {
+        for a in self.pipeline.drain().await {
+            self.answer(a);
+        }
     }
 
     fn notice(&mut self, text: &str) {
@@ -205,6 +224,7 @@ impl Connection {
                 text.len(),
                 self.limits.max_message_bytes
             );
+            self.drain_pipeline().await;
             match sniff_event_id(text) {
                 Some(id) => self.send(RelayMessage::ok(id, false, reason)),
                 None => self.notice(&reason),
@@ -214,16 +234,23 @@ impl Connection {
         let value: Value = match serde_json::from_str(text) {
             Ok(v) => v,
             Err(e) => {
+                self.drain_pipeline().await;
                 return self.notice(&format!(
                     "invalid: message is not JSON ({e}); send a NIP-01 JSON array"
                 ))
             }
         };
-        let Some(items) = value.as_array() else {
+        let Value::Array(mut items) = value else {
+            self.drain_pipeline().await;
             return self.notice("invalid: message must be a JSON array like [\"EVENT\", {...}]");
         };
+        if items.first().and_then(Value::as_str) == Some("EVENT") {
+            return self.on_event(&mut items).await;
+        }
+        // `["EVENT"` with spaces, or not an EVENT after all.
+        self.drain_pipeline().await;
+        let items = &items[..];
         match items.first().and_then(Value::as_str) {
-            Some("EVENT") => self.on_event(items).await,
             Some("REQ") => self.on_req(items).await,
             Some("CLOSE") => self.on_close(items),
             Some("AUTH") => self.on_auth(items),
@@ -241,40 +268,44 @@ impl Connection {
         }
     }
 
-    async fn on_event(&mut self, items: &[Value]) {
-        let Some(raw) = items.get(1) else {
+    /// Hands the event to the pipeline; a malformed one is refused in its turn.
+    async fn on_event(&mut self, items: &mut [Value]) {
+        let Some(raw) = items.get_mut(1).map(Value::take) else {
+            self.drain_pipeline().await;
             return self.notice("invalid: EVENT message without an event");
         };
-        let event: Event = match serde_json::from_value(raw.clone()) {
+        let id = raw.get("id").and_then(Value::as_str).and_then(|s| EventId::from_hex(s).ok());
+        let event: Event = match serde_json::from_value(raw) {
             Ok(e) => e,
             Err(e) => {
                 let reason = format!("invalid: malformed event ({e})");
                 self.grasp.metrics.event(None, false, &reason);
-                match raw
-                    .get("id")
-                    .and_then(Value::as_str)
-                    .and_then(|s| EventId::from_hex(s).ok())
-                {
-                    Some(id) => self.send(RelayMessage::ok(id, false, reason)),
-                    None => self.notice(&reason),
+                match id {
+                    Some(id) => self.pipeline.refuse(id, reason),
+                    None => {
+                        self.drain_pipeline().await;
+                        self.notice(&reason)
+                    }
                 }
                 return;
             }
         };
+        // Refusals made here still answer in their turn, after the events in flight.
         if let Err(reason) = self.membership() {
             self.grasp.metrics.event(Some(event.kind.as_u16()), false, &reason);
-            return self.send(RelayMessage::ok(event.id, false, reason));
+            return self.pipeline.refuse(event.id, reason);
         }
         if let Err(reason) = self.grasp.trust.limits.take_write(&mut self.writes, self.client) {
             tracing::info!(event = %event.id, client = %self.client, reason = %reason, "event rate-limited");
             self.grasp.metrics.event(Some(event.kind.as_u16()), false, &reason);
-            return self.send(RelayMessage::ok(event.id, false, reason));
+            return self.pipeline.refuse(event.id, reason);
         }
-        let submitter = Submitter { authenticated: self.auth.authenticated(), from_sync: false };
-        let (ok, message) = self.grasp.submit(&event, &submitter).await;
-        self.grasp.metrics.event(Some(event.kind.as_u16()), ok, &message);
-        tracing::debug!(id = %event.id, kind = event.kind.as_u16(), ok, %message, "EVENT");
-        self.send(RelayMessage::ok(event.id, ok, message));
+        // The keys authenticated now: an AUTH sent later waits for this event (it drains the
+        // pipeline), as if the client had waited for the OK.
+        let authenticated = self.auth.authenticated().to_vec();
+        for a in self.pipeline.submit(event, authenticated).await {
+            self.answer(a);
+        }
     }
 
     async fn on_req(&mut self, items: &[Value]) {

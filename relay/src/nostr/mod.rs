@@ -1,10 +1,12 @@
 //! The Nostr side of the relay: NIP-01 connections and subscriptions, the event store, live
-//! broadcast, the NIP-11 document and NIP-77 negentropy reconciliation.
+//! broadcast, the NIP-11 document, NIP-77 negentropy reconciliation, and the pipelining of one
+//! connection's `EVENT`s (`pipeline`: verified and admitted side by side, answered in order).
 
 pub mod auth;
 pub mod connection;
 pub mod negentropy;
 pub mod nip11;
+pub mod pipeline;
 pub mod relay;
 pub mod store;
 pub mod subscriptions;

@@ -41,12 +41,29 @@ impl Relay {
     /// Stores `event` (no policy check) and broadcasts it to subscribers if it was stored or is
     /// ephemeral. Used for client events after admission and for events released from purgatory.
     pub async fn publish(&self, event: &Event) -> Result<SaveOutcome, StoreError> {
-        let outcome = self.store.save(event).await?;
+        self.publish_shared(Arc::new(event.clone())).await
+    }
+
+    /// [`Relay::publish`] of an event already shared: subscribers get the same `Arc`, no copy.
+    pub async fn publish_shared(&self, event: Arc<Event>) -> Result<SaveOutcome, StoreError> {
+        let outcome = self.store.save(&event).await?;
+        self.broadcast(event, outcome);
+        Ok(outcome)
+    }
+
+    /// [`Relay::publish_shared`] of a client event the acceptance policy just admitted (it
+    /// checked the event's deletion first): stored with [`Store::save_admitted`].
+    pub async fn publish_admitted(&self, event: Arc<Event>) -> Result<SaveOutcome, StoreError> {
+        let outcome = self.store.save_admitted(&event).await?;
+        self.broadcast(event, outcome);
+        Ok(outcome)
+    }
+
+    fn broadcast(&self, event: Arc<Event>, outcome: SaveOutcome) {
         if matches!(outcome, SaveOutcome::Saved | SaveOutcome::Ephemeral) {
             tracing::debug!(id = %event.id, kind = event.kind.as_u16(), "event published");
             // No receivers is fine.
-            let _ = self.live.send(Arc::new(event.clone()));
+            let _ = self.live.send(event);
         }
-        Ok(outcome)
     }
 }

@@ -104,6 +104,17 @@ impl Store {
         if self.is_deleted(event).await? {
             return Ok(SaveOutcome::Deleted);
         }
+        self.save_admitted(event).await
+    }
+
+    /// [`Store::save`] without its two lookups (already stored? deleted?), for an event whose
+    /// deletion the caller checked with [`Store::is_deleted`] just before (the acceptance
+    /// policy does, first thing). nostr-lmdb itself still answers duplicates and the deletions
+    /// of stored events and coordinates. Saves two store reads per accepted event.
+    pub async fn save_admitted(&self, event: &Event) -> Result<SaveOutcome, StoreError> {
+        if event.kind.is_ephemeral() {
+            return Ok(SaveOutcome::Ephemeral);
+        }
         Ok(match self.db.save_event(event).await? {
             SaveEventStatus::Success => SaveOutcome::Saved,
             SaveEventStatus::Rejected(reason) => match reason {
@@ -339,6 +350,19 @@ mod tests {
         assert_eq!(s.event_by_id(&note.id).await.unwrap(), None);
         assert!(s.is_deleted(&note).await.unwrap());
         assert_eq!(s.save(&note).await.unwrap(), SaveOutcome::Deleted);
+    }
+
+    #[tokio::test]
+    async fn save_admitted_answers_duplicates_like_save() {
+        let (s, _t) = store().await;
+        let k = keys(10);
+        let a = ev(&k, 1, 100, "a", vec![]);
+        assert_eq!(s.save_admitted(&a).await.unwrap(), SaveOutcome::Saved);
+        assert_eq!(s.save_admitted(&a).await.unwrap(), SaveOutcome::Duplicate);
+        assert_eq!(s.save(&a).await.unwrap(), SaveOutcome::Duplicate);
+        let del = ev(&k, 5, 101, "", vec![Tag::event(a.id)]);
+        assert_eq!(s.save_admitted(&del).await.unwrap(), SaveOutcome::Saved);
+        assert_eq!(s.save_admitted(&a).await.unwrap(), SaveOutcome::Deleted);
     }
 
     #[tokio::test]

@@ -1,0 +1,218 @@
+//! Pipelining of one connection's `EVENT` messages.
+//!
+//! A client may send many `EVENT`s without waiting for each `OK`. Instead of handling them one
+//! after another, the connection hands each to an [`EventPipeline`]: its signature is verified
+//! on a bounded pool (at most one verification per core at a time, process-wide) and its
+//! submission runs as its own task, so several events of one connection are verified, admitted
+//! and stored at once (the store then commits their writes in one transaction). The `OK`
+//! answers still leave in the order the `EVENT`s came: the pipeline is an ordered queue of
+//! futures.
+//!
+//! Overlap never changes an answer. Only *independent* events run side by side: regular kinds
+//! whose acceptance reads what others write, never writes what others read
+//! ([`runs_alongside`]), that neither reference (`e`/`E`/`q`) an event in flight nor are
+//! referenced by one, and that are not themselves in flight. Everything else (announcements,
+//! states, pull requests, deletions, replaceable and ephemeral kinds, a reply to an event still
+//! in flight) first waits for every earlier event to finish, and later events wait for it, so
+//! it sees exactly what it would have seen had the client waited for each `OK`. The connection
+//! also drains the pipeline before any other message (`REQ`, `CLOSE`, `NEG-*`, notices).
+
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock};
+
+use futures_util::future::BoxFuture;
+use futures_util::stream::{FuturesOrdered, StreamExt};
+use grasp_state::auth::Submitter;
+use grasp_state::nip34::{references, KIND_DELETION, KIND_PR, KIND_PR_UPDATE};
+use nostr::prelude::{Event, EventId, PublicKey};
+use tokio::sync::Semaphore;
+
+use crate::grasp::Grasp;
+
+/// Most events of one connection in flight at once; the connection stops reading until the
+/// oldest is answered (backpressure on a client that never reads its `OK`s).
+pub const MAX_IN_FLIGHT: usize = 64;
+
+/// The bounded pool signature checks run on: one permit per core, shared by every connection.
+fn verify_pool() -> &'static Semaphore {
+    static POOL: OnceLock<Semaphore> = OnceLock::new();
+    POOL.get_or_init(|| Semaphore::new(std::thread::available_parallelism().map_or(2, |n| n.get())))
+}
+
+/// Can events of this kind run alongside other events of the same connection? Only regular
+/// kinds whose admission is a read-only check followed by a store write (issues, comments,
+/// patches, statuses, ...). Pull requests (held in the purgatory, ref writes), deletions,
+/// replaceable, addressable and ephemeral kinds run alone.
+pub fn runs_alongside(event: &Event) -> bool {
+    let kind = event.kind.as_u16();
+    event.kind.is_regular() && !matches!(kind, KIND_DELETION | KIND_PR | KIND_PR_UPDATE)
+}
+
+/// The `OK` answer for one `EVENT`, in the order the `EVENT`s came.
+#[derive(Debug)]
+pub struct Answer {
+    pub id: EventId,
+    pub ok: bool,
+    pub message: String,
+    /// What this event held in the in-flight sets (`None` for refusals made before submission).
+    tracked: Option<Tracked>,
+}
+
+#[derive(Debug)]
+struct Tracked {
+    alone: bool,
+    refs: Vec<EventId>,
+}
+
+/// One connection's events in flight.
+pub struct EventPipeline {
+    grasp: Arc<Grasp>,
+    queue: FuturesOrdered<BoxFuture<'static, Answer>>,
+    /// Ids of the submitted events in flight (a count: a client may repeat an event).
+    ids: HashMap<EventId, usize>,
+    /// Ids referenced by events in flight.
+    refs: HashMap<EventId, usize>,
+    /// Events in flight that run alone (0 or 1).
+    alone: usize,
+}
+
+fn bump(map: &mut HashMap<EventId, usize>, id: EventId) {
+    *map.entry(id).or_default() += 1;
+}
+
+fn drop_one(map: &mut HashMap<EventId, usize>, id: &EventId) {
+    if let Some(n) = map.get_mut(id) {
+        *n -= 1;
+        if *n == 0 {
+            map.remove(id);
+        }
+    }
+}
+
+impl EventPipeline {
+    pub fn new(grasp: Arc<Grasp>) -> Self {
+        EventPipeline { grasp, queue: FuturesOrdered::new(), ids: HashMap::new(), refs: HashMap::new(), alone: 0 }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.queue.is_empty()
+    }
+
+    pub fn len(&self) -> usize {
+        self.queue.len()
+    }
+
+    /// May `event` start now, next to the events in flight, without changing any answer?
+    fn may_start(&self, event: &Event, alone: bool, refs: &[EventId]) -> bool {
+        if self.queue.is_empty() {
+            return true;
+        }
+        if alone || self.alone > 0 || self.queue.len() >= MAX_IN_FLIGHT {
+            return false;
+        }
+        !self.ids.contains_key(&event.id)
+            && !self.refs.contains_key(&event.id)
+            && !refs.iter().any(|r| self.ids.contains_key(r))
+    }
+
+    /// Submits a parsed event. Returns the answers of earlier events it had to wait for (in
+    /// order), which the caller sends before anything else.
+    /// `authenticated`: the keys the connection has authenticated as (NIP-42) when it sent it.
+    pub async fn submit(&mut self, event: Event, authenticated: Vec<PublicKey>) -> Vec<Answer> {
+        let alone = !runs_alongside(&event);
+        let refs: Vec<EventId> = if alone { Vec::new() } else { references(&event).event_ids };
+        let mut earlier = Vec::new();
+        while !self.may_start(&event, alone, &refs) {
+            match self.next().await {
+                Some(answer) => earlier.push(answer),
+                None => break,
+            }
+        }
+        if alone {
+            self.alone += 1;
+        }
+        bump(&mut self.ids, event.id);
+        for r in &refs {
+            bump(&mut self.refs, *r);
+        }
+        let tracked = Tracked { alone, refs };
+        let grasp = self.grasp.clone();
+        let id = event.id;
+        let task = tokio::spawn(async move {
+            let verified = {
+                // Closed never: the semaphore lives for the whole process.
+                let _permit = verify_pool().acquire().await;
+                crate::grasp::verify(&event)
+            };
+            let event = Arc::new(event);
+            let (ok, message) = match verified {
+                Ok(()) => {
+                    let submitter = Submitter { authenticated: &authenticated, from_sync: false };
+                    grasp.submit_verified(&event, &submitter).await
+                }
+                Err(reason) => (false, reason.to_string()),
+            };
+            grasp.metrics.event(Some(event.kind.as_u16()), ok, &message);
+            tracing::debug!(id = %event.id, kind = event.kind.as_u16(), ok, %message, "EVENT");
+            (ok, message)
+        });
+        self.queue.push_back(Box::pin(async move {
+            let (ok, message) = task.await.unwrap_or_else(|e| {
+                tracing::error!(event = %id, error = %e, "event submission failed");
+                (false, "error: the relay failed while handling this event; send it again".into())
+            });
+            Answer { id, ok, message, tracked: Some(tracked) }
+        }));
+        earlier
+    }
+
+    /// Queues an answer decided without submission (a malformed event), behind the events
+    /// already in flight.
+    pub fn refuse(&mut self, id: EventId, message: String) {
+        self.queue.push_back(Box::pin(async move { Answer { id, ok: false, message, tracked: None } }));
+    }
+
+    /// The next answer, in `EVENT` order; `None` when nothing is in flight.
+    pub async fn next(&mut self) -> Option<Answer> {
+        let answer = self.queue.next().await?;
+        if let Some(t) = &answer.tracked {
+            if t.alone {
+                self.alone -= 1;
+            }
+            drop_one(&mut self.ids, &answer.id);
+            for r in &t.refs {
+                drop_one(&mut self.refs, r);
+            }
+        }
+        Some(answer)
+    }
+
+    /// Every answer still in flight, in order.
+    pub async fn drain(&mut self) -> Vec<Answer> {
+        let mut out = Vec::with_capacity(self.queue.len());
+        while let Some(answer) = self.next().await {
+            out.push(answer);
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nostr::prelude::*;
+
+    fn ev(kind: u16, tags: Vec<Tag>) -> Event {
+        EventBuilder::new(Kind::from(kind), "x").tags(tags).finalize(&Keys::generate()).unwrap()
+    }
+
+    #[test]
+    fn only_plain_regular_kinds_run_alongside() {
+        for kind in [1, 7, 1111, 1617, 1621, 1630, 1631] {
+            assert!(runs_alongside(&ev(kind, vec![])), "{kind}");
+        }
+        for kind in [0, 3, 5, 1618, 1619, 10002, 10317, 20001, 30617, 30618] {
+            assert!(!runs_alongside(&ev(kind, vec![])), "{kind}");
+        }
+    }
+}
