@@ -314,3 +314,16 @@ pub async fn served(c: &mut crate::NostrClient, ev: &Event) {
     assert!(ok && !msg.starts_with("purgatory:"), "expected kind {} served at once: {ok} {msg}", ev.kind);
     assert!(stored(c, ev.id).await);
 }
+
+/// The server's NIP-11 document.
+pub async fn nip11(server: &TestServer) -> serde_json::Value {
+    reqwest::Client::new()
+        .get(server.http_url())
+        .header("Accept", "application/nostr+json")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}

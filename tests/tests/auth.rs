@@ -18,17 +18,6 @@ fn signed(keys: &Keys, kind: u16, tags: &[&[&str]], at: u64) -> Event {
         .unwrap()
 }
 
-async fn nip11(server: &TestServer) -> serde_json::Value {
-    reqwest::Client::new()
-        .get(server.http_url())
-        .header("Accept", "application/nostr+json")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap()
-}
 
 #[tokio::test]
 async fn challenge_on_connect_and_several_keys_authenticate() {

@@ -11,17 +11,6 @@ async fn connect(server: &TestServer) -> NostrClient {
     NostrClient::connect(&server.ws_url()).await.unwrap()
 }
 
-async fn nip11(server: &TestServer) -> serde_json::Value {
-    reqwest::Client::new()
-        .get(server.http_url())
-        .header("Accept", "application/nostr+json")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap()
-}
 
 /// Polls `cond` (async) with a deadline.
 async fn eventually<F, Fut>(what: &str, mut cond: F)

@@ -367,15 +367,7 @@ async fn oversized_pushes_are_refused_before_they_land() {
     assert!(!grasp_tests::git::git_output(&bare, &["cat-file", "-e", &pr_tip]).status.success(), "the refused pack landed");
     assert_eq!(bare_refs(&bare).get("refs/heads/main"), Some(&published.tip));
 
-    let nip11: serde_json::Value = reqwest::Client::new()
-        .get(server.http_url())
-        .header("Accept", "application/nostr+json")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let nip11: serde_json::Value = nip11(&server).await;
     assert_eq!(nip11["limitation"]["max_push_bytes"], 1_000_000);
     assert_eq!(nip11["limitation"]["max_pr_push_bytes"], 200_000);
 }

@@ -39,15 +39,7 @@ async fn a_connection_beyond_its_burst_is_rate_limited_and_nothing_is_stored() {
     // Reads still work, and another connection has its own bucket.
     let mut other = connect(&server).await;
     assert_eq!(other.send_event(&refused).await.unwrap(), (true, String::new()));
-    let doc: serde_json::Value = reqwest::Client::new()
-        .get(server.http_url())
-        .header("Accept", "application/nostr+json")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let doc: serde_json::Value = nip11(&server).await;
     assert_eq!(doc["limitation"]["max_event_burst_per_connection"], 3);
 }
 

@@ -11,7 +11,6 @@ use grasp_tests::grasp::*;
 use grasp_tests::{NostrClient, TestServer};
 use negentropy::{Id, Negentropy, NegentropyStorageVector};
 use nostr::prelude::*;
-use serde_json::Value;
 
 /// The frame size limit the rust-nostr SDK uses on the client side.
 const CLIENT_FRAME_SIZE_LIMIT: u64 = 60_000;
@@ -149,17 +148,6 @@ async fn publish_all(c: &mut NostrClient, events: &[Event]) {
     }
 }
 
-async fn nip11(server: &TestServer) -> Value {
-    reqwest::Client::new()
-        .get(server.http_url())
-        .header("Accept", "application/nostr+json")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap()
-}
 
 fn lists_and_announcements() -> Filter {
     Filter::new().kinds([Kind::from(10317), Kind::from(30617)])

@@ -155,15 +155,7 @@ async fn live_an_issue_and_its_comment_published_on_a_are_served_by_b() {
         assert!(!stored(&mut cb, protected.id).await);
     }
     // NIP-11 advertises GRASP-02.
-    let doc: Value = reqwest::Client::new()
-        .get(b.http_url())
-        .header("Accept", "application/nostr+json")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let doc: Value = nip11(&b).await;
     assert_eq!(doc["supported_grasps"], json!(["GRASP-01", "GRASP-02"]));
 }
 

@@ -69,15 +69,7 @@ fn git_with(dir: &std::path::Path, authorization: &str, args: &[&str]) -> std::p
 #[tokio::test]
 async fn nip11_says_reads_and_writes_need_membership() {
     let server = start_private(&Keys::generate(), &[]);
-    let doc: serde_json::Value = reqwest::Client::new()
-        .get(server.http_url())
-        .header("Accept", "application/nostr+json")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let doc: serde_json::Value = nip11(&server).await;
     assert!(doc["supported_grasps"].as_array().unwrap().iter().any(|g| g == "GRASP-08"), "{doc}");
     assert!(doc["supported_nips"].as_array().unwrap().iter().any(|n| n == 42));
     assert_eq!(doc["limitation"]["auth_required"], true);
