@@ -26,40 +26,13 @@ const MAX_LOCAL_ITEMS: usize = 500_000;
 /// Pages one filter's history walks at most.
 const MAX_PAGES: usize = 10_000;
 
-/// Why a history run stopped the session.
-#[derive(Debug)]
-pub enum HistoryError {
-    RateLimited(String),
-    Stop,
-    Failed(String),
-}
-
-impl From<WireError> for HistoryError {
-    fn from(e: WireError) -> Self {
-        match e {
-            WireError::Shutdown => HistoryError::Stop,
-            e => HistoryError::Failed(e.to_string()),
-        }
-    }
-}
-
-impl From<Ended> for HistoryError {
-    fn from(e: Ended) -> Self {
-        match e {
-            Ended::Stop => HistoryError::Stop,
-            Ended::RateLimited(m) => HistoryError::RateLimited(m),
-            Ended::Failed(m) => HistoryError::Failed(m),
-        }
-    }
-}
-
 /// Why one negentropy reconciliation did not complete.
 enum NegFailure {
     /// The relay does not speak NIP-77.
     Unsupported(String),
     /// This filter was refused (`NEG-ERR`): page it instead.
     Refused(String),
-    Fatal(HistoryError),
+    Fatal(Ended),
 }
 
 impl From<WireError> for NegFailure {
@@ -75,7 +48,7 @@ fn to_event_id(id: Id) -> EventId {
 impl Session<'_> {
     /// Runs the history of `plan`'s filters; `resume` lets each filter start from the relay's
     /// cursor (a reconnect within the resume window).
-    pub async fn history(&mut self, plan: &RelayPlan, resume: bool) -> Result<(), HistoryError> {
+    pub async fn history(&mut self, plan: &RelayPlan, resume: bool) -> Result<(), Ended> {
         self.peer.set_state(PeerState::SyncingHistory);
         let url = self.peer.url.clone();
         let cursor = self.peer.shared.cursor(&url);
@@ -145,7 +118,7 @@ impl Session<'_> {
             .store()
             .negentropy_items(filter.clone(), MAX_LOCAL_ITEMS)
             .await
-            .map_err(|e| NegFailure::Fatal(HistoryError::Failed(format!("event store: {e}"))))?;
+            .map_err(|e| NegFailure::Fatal(Ended::Failed(format!("event store: {e}"))))?;
         let build = tokio::task::spawn_blocking(move || -> Result<(Negentropy<'static, NegentropyStorageVector>, Vec<u8>), negentropy::Error> {
             let mut storage = NegentropyStorageVector::with_capacity(items.len());
             for (id, at) in items {
@@ -197,7 +170,7 @@ impl Session<'_> {
                 }
                 RelayMessage::NegErr { subscription_id, message } if *subscription_id == sub => {
                     if is_rate_limited(&message) {
-                        return Err(NegFailure::Fatal(HistoryError::RateLimited(message.into_owned())));
+                        return Err(NegFailure::Fatal(Ended::RateLimited(message.into_owned())));
                     }
                     return Err(NegFailure::Refused(message.into_owned()));
                 }
@@ -206,7 +179,7 @@ impl Session<'_> {
                 }
                 other => {
                     if let Some(end) = self.on_message(other).await {
-                        return Err(NegFailure::Fatal(end.into()));
+                        return Err(NegFailure::Fatal(end));
                     }
                 }
             }
@@ -217,7 +190,7 @@ impl Session<'_> {
     }
 
     /// Fetches events by id, in REQs the relay's `max_limit` allows.
-    pub async fn fetch_ids(&mut self, ids: &[EventId]) -> Result<(), HistoryError> {
+    pub async fn fetch_ids(&mut self, ids: &[EventId]) -> Result<(), Ended> {
         let chunk = self.limits.max_limit.clamp(1, 500);
         for ids in ids.chunks(chunk) {
             let filter = Filter::new().ids(ids.iter().copied()).limit(ids.len());
@@ -229,7 +202,7 @@ impl Session<'_> {
 
     /// `REQ` pages of `filter`, newest first, walking back with `until` until a page brings
     /// nothing new.
-    async fn page(&mut self, filter: &Filter) -> Result<(), HistoryError> {
+    async fn page(&mut self, filter: &Filter) -> Result<(), Ended> {
         let size = self.limits.max_limit.clamp(1, 500);
         let mut until = filter.until;
         let mut seen: HashSet<EventId> = HashSet::new();
@@ -257,7 +230,7 @@ impl Session<'_> {
     }
 
     /// One REQ until EOSE; its events.
-    async fn collect(&mut self, filter: Filter) -> Result<Vec<Event>, HistoryError> {
+    async fn collect(&mut self, filter: Filter) -> Result<Vec<Event>, Ended> {
         let sub = self.sub_id("hist");
         self.wire.send(&ClientMessage::req(sub.clone(), vec![filter])).await?;
         let mut events = Vec::new();
@@ -269,7 +242,7 @@ impl Session<'_> {
                 RelayMessage::EndOfStoredEvents(id) if *id == sub => break,
                 RelayMessage::Closed { subscription_id, message } if *subscription_id == sub => {
                     if is_rate_limited(&message) {
-                        return Err(HistoryError::RateLimited(message.into_owned()));
+                        return Err(Ended::RateLimited(message.into_owned()));
                     }
                     // This filter is refused (too big, auth, ...): keep what came, go on with
                     // the others.
@@ -279,7 +252,7 @@ impl Session<'_> {
                 }
                 other => {
                     if let Some(end) = self.on_message(other).await {
-                        return Err(end.into());
+                        return Err(end);
                     }
                 }
             }

@@ -13,7 +13,6 @@ use tokio::sync::{mpsc, watch};
 
 use super::address::RelayUrl;
 use super::health::Health;
-use super::history::HistoryError;
 use super::intake::Verdict;
 use super::stats::{PeerState, RelayStats};
 use super::wanted::{batches, RelayPlan};
@@ -41,16 +40,6 @@ impl From<WireError> for Ended {
         match e {
             WireError::Shutdown => Ended::Stop,
             e => Ended::Failed(e.to_string()),
-        }
-    }
-}
-
-impl From<HistoryError> for Ended {
-    fn from(e: HistoryError) -> Self {
-        match e {
-            HistoryError::RateLimited(m) => Ended::RateLimited(m),
-            HistoryError::Stop => Ended::Stop,
-            HistoryError::Failed(m) => Ended::Failed(m),
         }
     }
 }
@@ -198,10 +187,10 @@ impl Session<'_> {
         self.publish_plan(&plan);
         // Live first, then history: whatever the relay stores meanwhile arrives live.
         if let Err(e) = self.subscribe_live(&plan).await {
-            return e.into();
+            return e;
         }
         if let Err(e) = self.history(&plan, true).await {
-            return e.into();
+            return e;
         }
         self.now_live();
         let mut plan = plan;
@@ -227,10 +216,10 @@ impl Session<'_> {
                     };
                     self.publish_plan(&next);
                     if let Err(e) = self.subscribe_live(&next).await {
-                        return e.into();
+                        return e;
                     }
                     if let Err(e) = self.history(&new_only, false).await {
-                        return e.into();
+                        return e;
                     }
                     self.now_live();
                     plan = next;
@@ -286,7 +275,7 @@ impl Session<'_> {
     /// new ones, whatever their `created_at`; history covers the stored ones). The new ones are
     /// opened before the old ones are closed when the relay allows that many, so no event slips
     /// through between them.
-    async fn subscribe_live(&mut self, plan: &RelayPlan) -> Result<(), HistoryError> {
+    async fn subscribe_live(&mut self, plan: &RelayPlan) -> Result<(), Ended> {
         let filters: Vec<Filter> = plan.filters.iter().map(|f| f.clone().limit(0)).collect();
         // Keep two subscriptions free for history and fetches.
         let room = self.limits.max_subscriptions.saturating_sub(2).max(1);
@@ -302,7 +291,7 @@ impl Session<'_> {
         }
         for filters in reqs {
             let id = self.sub_id("live");
-            self.wire.send(&ClientMessage::req(id.clone(), filters)).await.map_err(|e| HistoryError::Failed(e.to_string()))?;
+            self.wire.send(&ClientMessage::req(id.clone(), filters)).await.map_err(|e| Ended::Failed(e.to_string()))?;
             self.live.push(id);
         }
         if overlap {
@@ -317,9 +306,9 @@ impl Session<'_> {
         self.peer.shared.touch_cursor(&self.peer.url);
     }
 
-    async fn close_all(&mut self, ids: &[SubscriptionId]) -> Result<(), HistoryError> {
+    async fn close_all(&mut self, ids: &[SubscriptionId]) -> Result<(), Ended> {
         for id in ids {
-            self.wire.send(&ClientMessage::close(id.clone())).await.map_err(|e| HistoryError::Failed(e.to_string()))?;
+            self.wire.send(&ClientMessage::close(id.clone())).await.map_err(|e| Ended::Failed(e.to_string()))?;
         }
         Ok(())
     }
