@@ -196,6 +196,8 @@ mod tests {
     proptest! {
         #[test]
         fn host_port_round_trips(host in "[a-z][a-z0-9-]{0,20}(\\.[a-z][a-z0-9]{0,10}){0,3}", port in proptest::option::of(1u16..)) {
+            // `xn--` starts a punycode label: an invalid one is refused, which is not this property.
+            prop_assume!(!host.split('.').any(|label| label.starts_with("xn--")));
             let text = match port { Some(p) => format!("{host}:{p}"), None => host.clone() };
             prop_assert_eq!(HostPort::parse(&text), hp(&host, port));
             prop_assert_eq!(HostPort::parse(&text.to_uppercase()), hp(&host, port));
