@@ -10,14 +10,15 @@
 //!    every one of its methods is one short critical section, never held across `.await`.
 //!
 //! Every wait is asynchronous and bounded (no blocked worker thread, no unbounded wait): the push
-//! lock file is tried without blocking and tried again after a short sleep, the repository lock
-//! is a tokio mutex waited for under a timeout. At most [`LockLimits::queue`] tasks wait for one
+//! lock files and repository locks are tried without blocking and tried again after a short
+//! sleep, holding none of them meanwhile ([`RepoGuards`]); a single repository lock
+//! ([`RepoLocks::lock_within`]) is a tokio mutex waited for under a timeout. At most [`LockLimits::queue`] tasks wait for one
 //! repository at a time ([`Queue`]); one more is told at once that the repository is busy
 //! ([`LockError::Busy`]), so a stuck repository holds a handful of tasks, never the relay.
 //!
 //! [`RepoGuards::acquire`] is the one way to lock several repositories: it sorts and deduplicates
-//! them and takes every push lock (when asked) and then every repository lock in path order,
-//! within one bound. The release, alignment and copy code take a [`Locked`] repository, which
+//! them and takes each one's push lock (when asked), then its repository lock, in path order,
+//! within one bound, never holding some while waiting for others. The release, alignment and copy code take a [`Locked`] repository, which
 //! only a [`RepoGuards`] hands out, so they cannot touch a repository whose locks are not held.
 //! [`RepoGuards::acquire_available`] takes those of the repositories it can within the bound and
 //! names the others, so the rest of the work proceeds while they are retried later (deferred
@@ -36,8 +37,8 @@ use tokio::sync::OwnedMutexGuard;
 /// long as the client uploads (at most the git idle timeout without data).
 pub const LOCK_WAIT: Duration = Duration::from_secs(60);
 
-/// How often a contended push lock file is tried again.
-const PUSH_LOCK_RETRY: Duration = Duration::from_millis(25);
+/// How often busy repositories are tried again.
+const RETRY: Duration = Duration::from_millis(25);
 
 /// The bounds of every wait for a repository (`--event-lock-wait`, `--repo-lock-queue`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -251,49 +252,82 @@ impl RepoGuards {
         (guards, failed)
     }
 
-    /// Takes the locks of `queue`'s repositories in path order. With `all_or_nothing`, stops at
-    /// the first failure and releases everything.
+    /// Takes the locks of `queue`'s repositories, each in the lock order (push lock, then
+    /// repository lock). Every round tries them all without waiting; when some are busy and the
+    /// bound is not reached, it lets go of everything and tries again a moment later: it never
+    /// holds one repository while waiting for another (a repository that stays busy cannot
+    /// delay pushes to the others, and no order of waits can deadlock). At the bound, the
+    /// repositories free in that last round are kept (unless `all_or_nothing`).
     async fn take(queue: &Queue, push: PushLocks, wait: Duration, all_or_nothing: bool) -> (Self, Vec<LockError>) {
         let deadline = Instant::now() + wait;
         let mut failed = Vec::new();
-        let mut push_locks = BTreeMap::new();
-        if push == PushLocks::Take {
-            for repo in queue.places.keys() {
-                match push_lock(repo, deadline, wait).await {
-                    Ok(file) => {
-                        push_locks.insert(repo.clone(), file);
-                    }
-                    Err(error) => {
-                        failed.push(error);
-                        if all_or_nothing {
-                            return (Self::empty(), failed);
+        let mut files = BTreeMap::new();
+        for repo in queue.places.keys() {
+            if push == PushLocks::Skip {
+                continue;
+            }
+            match open_push_lock(repo) {
+                Ok(file) => {
+                    files.insert(repo.clone(), file);
+                }
+                Err(error) => failed.push(error),
+            }
+        }
+        if all_or_nothing && !failed.is_empty() {
+            return (Self::empty(), failed);
+        }
+        loop {
+            let mut busy = Vec::new();
+            let mut locked_files = BTreeMap::new();
+            let mut repo_locks = Vec::new();
+            let mut repos = BTreeSet::new();
+            for (repo, entry) in &queue.places {
+                if push == PushLocks::Take {
+                    let Some(file) = files.get(repo) else { continue };
+                    match file.try_lock() {
+                        Ok(()) => {}
+                        Err(std::fs::TryLockError::WouldBlock) => {
+                            busy.push(LockError::Timeout { which: "push lock", repo: repo.clone(), waited: wait });
+                            continue;
+                        }
+                        Err(std::fs::TryLockError::Error(source)) => {
+                            busy.push(LockError::PushLockFile { path: repo.join(grasp_state::identifier::PUSH_LOCK_FILE), source });
+                            continue;
                         }
                     }
                 }
-            }
-        }
-        let mut repos = BTreeSet::new();
-        let mut repo_locks = Vec::new();
-        for (repo, entry) in &queue.places {
-            if push == PushLocks::Take && !push_locks.contains_key(repo) {
-                continue;
-            }
-            match lock_until(entry, repo, deadline, wait).await {
-                Ok(guard) => {
-                    repo_locks.push(guard);
-                    repos.insert(repo.clone());
-                }
-                Err(error) => {
-                    // The push lock of a repository not locked is released at once.
-                    push_locks.remove(repo);
-                    failed.push(error);
-                    if all_or_nothing {
-                        return (Self::empty(), failed);
+                match entry.mutex.clone().try_lock_owned() {
+                    Ok(guard) => {
+                        repo_locks.push(guard);
+                        repos.insert(repo.clone());
+                        if let Some(file) = files.remove(repo) {
+                            locked_files.insert(repo.clone(), file);
+                        }
+                    }
+                    Err(_) => {
+                        if let Some(file) = files.get(repo) {
+                            let _ = file.unlock();
+                        }
+                        busy.push(LockError::Timeout { which: "repository lock", repo: repo.clone(), waited: wait });
                     }
                 }
             }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if busy.is_empty() || left.is_zero() {
+                failed.append(&mut busy);
+                if all_or_nothing && !failed.is_empty() {
+                    return (Self::empty(), failed);
+                }
+                return (RepoGuards { repos, _repo_locks: repo_locks, _push_locks: locked_files.into_values().collect() }, failed);
+            }
+            // Let go of everything taken in this round, then try again.
+            drop(repo_locks);
+            for (repo, file) in locked_files {
+                let _ = file.unlock();
+                files.insert(repo, file);
+            }
+            tokio::time::sleep(left.min(RETRY)).await;
         }
-        (RepoGuards { repos, _repo_locks: repo_locks, _push_locks: push_locks.into_values().collect() }, failed)
     }
 
     fn empty() -> Self {
@@ -306,30 +340,16 @@ impl RepoGuards {
     }
 }
 
-/// Waits (until `deadline`) for pushes to `repo` to finish and keeps new ones out until the
-/// returned file is dropped (`grasp-cgi` holds the same lock for a whole receive-pack). The file
-/// is tried without blocking and tried again after a short sleep: waiting holds no thread.
-async fn push_lock(repo: &Path, deadline: Instant, waited: Duration) -> Result<std::fs::File, LockError> {
+/// Opens (creating it if needed) `repo`'s push lock file, `<repo>/grasp.lock`, which
+/// `grasp-cgi` holds for a whole receive-pack; [`RepoGuards`] try-lock it.
+fn open_push_lock(repo: &Path) -> Result<std::fs::File, LockError> {
     let path = repo.join(grasp_state::identifier::PUSH_LOCK_FILE);
-    let file = std::fs::File::options()
+    std::fs::File::options()
         .create(true)
         .truncate(false)
         .write(true)
         .open(&path)
-        .map_err(|source| LockError::PushLockFile { path: path.clone(), source })?;
-    loop {
-        match file.try_lock() {
-            Ok(()) => return Ok(file),
-            Err(std::fs::TryLockError::WouldBlock) => {
-                let left = deadline.saturating_duration_since(Instant::now());
-                if left.is_zero() {
-                    return Err(LockError::Timeout { which: "push lock", repo: repo.to_path_buf(), waited });
-                }
-                tokio::time::sleep(left.min(PUSH_LOCK_RETRY)).await;
-            }
-            Err(std::fs::TryLockError::Error(source)) => return Err(LockError::PushLockFile { path, source }),
-        }
-    }
+        .map_err(|source| LockError::PushLockFile { path, source })
 }
 
 #[cfg(test)]
