@@ -281,7 +281,8 @@ impl Grasp {
         // placeholder expiring meanwhile waits, then sees the stored event and keeps the ref
         // (docs/protocol.md#placeholders).
         let paths: Vec<_> = repos.iter().map(|(_, _, repo)| repo.clone()).filter(|repo| repo.exists()).collect();
-        let guards = match RepoGuards::acquire(&self.locks, paths.clone(), PushLocks::Skip).await {
+        let wait = self.locks.limits().event_wait;
+        let guards = match RepoGuards::acquire_within(&self.locks, paths.clone(), PushLocks::Skip, wait).await {
             Ok(guards) => Some(guards),
             Err(error) => {
                 // Busy past the lock wait: the event is held and released when its commit is seen.
