@@ -453,6 +453,15 @@ async fn a_third_partys_stalled_push_never_blocks_your_repository() {
     let started = std::time::Instant::now();
     push_next(&server, &mut client, &victim, &published, 2).await;
     assert!(started.elapsed() < Duration::from_secs(15), "the victim's push took {:?}", started.elapsed());
+
+    // The stalled clients go away (their pushes end, item 1): the deferred work is retried and
+    // done (backoff at most 60 s).
+    drop(_stalled);
+    grasp_tests::eventually!(
+        "the deferred work to be done",
+        Duration::from_secs(90),
+        purgatory_listing(&server).await["deferred"].as_array().is_some_and(Vec::is_empty).then_some(())
+    );
 }
 
 /// Item 3: one repository's push lock held by a stalled push, then hundreds of connections each
