@@ -740,7 +740,7 @@ proptest! {
             prop_assert_eq!(index.owners_trusting(author), naive(author));
             prop_assert_eq!(index.maintainer_set(*author), maintainer_set(*author, &merged));
         }
-        let mut any: Vec<(PublicKey, Source)> = authors.iter().flat_map(|a| naive(a)).collect();
+        let mut any: Vec<(PublicKey, Source)> = authors.iter().flat_map(naive).collect();
         any.sort_by_key(|(o, _)| *o);
         any.dedup_by_key(|(o, _)| *o);
         prop_assert_eq!(index.owners_trusting_any(&authors), any);
