@@ -117,6 +117,16 @@ pub struct Config {
     #[arg(long, env = "GRASP_GIT_IDLE_TIMEOUT", default_value = "60s", value_name = "DURATION", value_parser = parse_duration)]
     pub git_idle_timeout: Duration,
 
+    /// How long processing a client's event waits for a repository it governs (a push may hold
+    /// it) before that repository's work is deferred and retried later while the rest proceeds.
+    #[arg(long, env = "GRASP_EVENT_LOCK_WAIT", default_value = "3s", value_name = "DURATION", value_parser = parse_duration)]
+    pub event_lock_wait: Duration,
+
+    /// How many tasks may wait for one repository's locks at a time; one more is told at once
+    /// that the repository is busy (a state event then gets `rate-limited:`).
+    #[arg(long, env = "GRASP_REPO_LOCK_QUEUE", default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..))]
+    pub repo_lock_queue: u32,
+
     /// Path of the `grasp-cgi` wrapper used to serve git. Defaults to `grasp-cgi` next to this
     /// executable.
     #[arg(long, env = "GRASP_CGI_PATH")]
@@ -570,6 +580,11 @@ impl Config {
     /// The size limits of one push (`--max-push-bytes`, `--max-pr-push-bytes`).
     pub fn push_limits(&self) -> grasp_state::push_limits::PushLimits {
         grasp_state::push_limits::PushLimits { max_push_bytes: self.max_push_bytes, max_pr_push_bytes: self.max_pr_push_bytes }
+    }
+
+    /// The bounds on waiting for a repository.
+    pub fn lock_limits(&self) -> crate::grasp::locks::LockLimits {
+        crate::grasp::locks::LockLimits { event_wait: self.event_lock_wait, queue: self.repo_lock_queue as usize }
     }
 
     pub fn for_tests(data_dir: PathBuf) -> Self {

@@ -21,12 +21,15 @@
 //!   (`grasp/mod.rs`); which events are stored, held or refused (`acceptance`, `policy`); push
 //!   authorisation for pre-receive (`authorize`, held states parsed once and indexed by declared
 //!   refs in `held_index`); git data arrival, release and alignment
-//!   (`release`); the lock order and `RepoGuards` (`locks`); purgatory restore, expiry sweeps and checkpoints (`lifecycle`).
+//!   (`release`); the lock order and `RepoGuards`, every wait bounded (`locks`); work on
+//!   repositories busy past the bound, retried later (`deferred`); purgatory restore, expiry
+//!   sweeps and checkpoints (`lifecycle`).
 //! - [`git`]: storage on disk. The one git runner (`runner`), git operations (`git/mod.rs`), bare repositories
 //!   (`repos`), the fast "surely missing" object check (`objects`), git smart HTTP through
 //!   `grasp-cgi` (`http`), each child in its own process group, ended with its request
 //!   (`cgi_child`).
-//! - [`api`]: the loopback, token-protected API the git hooks call.
+//! - [`api`]: the loopback, token-protected API the git hooks call, served on a tokio runtime of
+//!   its own so pushes are decided however busy the WebSocket side is.
 //! - [`sync`]: background git-data sync (queue, per-domain throttle, URL safety, fetch by id).
 //! - [`peers`]: relay-to-relay event sync (GRASP-02): follows the relays accepted repositories
 //!   list, by NIP-77 negentropy or REQ paging, then live.

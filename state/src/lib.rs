@@ -14,7 +14,8 @@
 //! - [`push`]: the push decision (decisions 5 and 6) as one function,
 //!   [`push::decide_push`], plus helpers for releasing events after a push.
 //! - [`announcements`]: the announcements of an identifier, stored and held merged newest per
-//!   owner; maintainer sets and "which owners trust this author".
+//!   owner; maintainer sets and "which owners trust this author" through a reverse index
+//!   ([`announcements::TrustIndex`]).
 //! - [`admission`]: where an incoming announcement or state event goes, as verdicts over
 //!   looked-up facts.
 //! - [`release`]: what to do when git data arrives, as a [`release::ReleasePlan`] (states to
@@ -28,6 +29,8 @@
 //! - [`auth`]: NIP-42 `AUTH` verification and the NIP-70 protected-event rule.
 //! - [`rate`]: write limits as token buckets (alone and per key) with the time passed in.
 //! - [`curation`]: the operator's allow and deny lists (authors, events, repositories).
+//! - [`deferred`]: repository work an event could not do within its lock bound, retried later
+//!   with backoff ([`deferred::DeferredWork`]).
 //! - [`hook_api`]: the versioned JSON request/response types the hooks send to
 //!   the relay's internal API.
 //! - [`html`]: the one HTML escaping function of every page.
@@ -54,6 +57,7 @@ pub mod cors;
 pub mod git_env;
 pub mod auth;
 pub mod curation;
+pub mod deferred;
 pub mod hook_api;
 pub mod html;
 pub mod host;

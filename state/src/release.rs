@@ -13,7 +13,6 @@ use std::collections::BTreeSet;
 
 use nostr::prelude::{EventId, PublicKey};
 
-use crate::announcements::maintainer_set;
 use crate::nip34::{Announcement, RepoState, Source};
 use crate::refs::{is_served_ref, served_refs, RefChange, RefMap, NOSTR_PREFIX, ZERO_OID};
 
@@ -233,10 +232,11 @@ pub fn pr_ref(name: &str, current: Option<&str>, commit: &str, commit_present: b
 /// are copied: those whose maintainer set contains `author` (for them the state is
 /// authoritative), in the order of `announcements`.
 pub fn copy_targets(owner: &PublicKey, author: &PublicKey, announcements: &[(Announcement, Source)]) -> Vec<PublicKey> {
-    announcements
-        .iter()
-        .map(|(a, _)| a.owner)
-        .filter(|other| other != owner && maintainer_set(*other, announcements).contains(author))
+    crate::announcements::TrustIndex::new(announcements)
+        .owners_trusting(author)
+        .into_iter()
+        .map(|(other, _)| other)
+        .filter(|other| other != owner)
         .collect()
 }
 

@@ -29,7 +29,7 @@ use grasp_state::purgatory::{Caps, ManualClock, Purgatory, PurgatoryConfig};
 use grasp_state::nip34::Source;
 use grasp_state::push::{decide_push, PushDecision, PushRequest, StateCandidate};
 use grasp_state::admission::{admit_announcement, AfterRepo, AnnouncementAdmission, AnnouncementFacts};
-use grasp_state::announcements::{merge, owners_trusting};
+use grasp_state::announcements::{maintainer_set, merge, owners_trusting, TrustIndex};
 use grasp_state::release::{alignment, copy_targets, plan_release, settle, RepoFacts};
 use grasp_state::refs::{
     apply_changes, RefChange, apply_updates, is_served_ref, is_valid_oid, is_valid_ref_name, parse_ref_updates,
@@ -724,6 +724,26 @@ proptest! {
         let trusting: Vec<PublicKey> = owners_trusting(&author, &merged).into_iter().map(|(o, _)| o).collect();
         let expected: Vec<PublicKey> = merged.iter().map(|(a, _)| a.owner).filter(|o| reachable(*o, &listed).contains(&author)).collect();
         prop_assert_eq!(trusting, expected);
+    }
+
+    /// The trust index finds exactly the owners whose own maintainer set (computed owner by
+    /// owner, as before the index) contains the author, for one author and for several.
+    #[test]
+    fn trust_index_equals_every_owners_maintainer_set(stored in announcement_list(), held in announcement_list(), authors in proptest::collection::vec(0usize..4, 0..4)) {
+        let merged = merge("repo", stored, held);
+        let index = TrustIndex::new(&merged);
+        let naive = |author: &PublicKey| -> Vec<(PublicKey, Source)> {
+            merged.iter().filter(|(a, _)| maintainer_set(a.owner, &merged).contains(author)).map(|(a, s)| (a.owner, *s)).collect()
+        };
+        let authors: Vec<PublicKey> = authors.into_iter().map(|i| pubkeys()[i]).collect();
+        for author in &authors {
+            prop_assert_eq!(index.owners_trusting(author), naive(author));
+            prop_assert_eq!(index.maintainer_set(*author), maintainer_set(*author, &merged));
+        }
+        let mut any: Vec<(PublicKey, Source)> = authors.iter().flat_map(naive).collect();
+        any.sort_by_key(|(o, _)| *o);
+        any.dedup_by_key(|(o, _)| *o);
+        prop_assert_eq!(index.owners_trusting_any(&authors), any);
     }
 
     /// Merging keeps the newest announcement per owner; a held one wins only when strictly newer.

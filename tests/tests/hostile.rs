@@ -394,3 +394,131 @@ async fn soft_expired_announcements_free_the_purgatory_cap() {
     let (ok, msg) = client.send_event(&announcement(&server, &newcomer, "mine", &[])).await.unwrap();
     assert!(ok, "a newcomer is still refused after the throwaway announcements soft-expired: {msg}");
 }
+
+/// Waits until `n` git http-backend processes run for the relay (each holds its push lock).
+fn wait_for_backends(server: &TestServer, n: usize) {
+    wait_until("the relay to start git for the requests", TIMEOUT, || {
+        (children_of(server.data_dir()).iter().filter(|(_, c)| c.contains("http-backend")).count() >= n).then_some(())
+    })
+    .unwrap_or_else(|e| panic!("{e:#}\n{}", server.logs()));
+}
+
+/// Item 2: throwaway keys announce the victim's identifier and leave a receive-pack POST to
+/// their own repositories stalled (client connected, push lock held). One of them lists the
+/// victim as maintainer, so the victim's state governs it too. The victim's next state event
+/// (its data present) is answered within the event lock bound, the busy repository is deferred
+/// (listed in `GET /v1/purgatory`), the stranger's repository is never waited for, and the
+/// victim's own push succeeds.
+#[tokio::test]
+async fn a_third_partys_stalled_push_never_blocks_your_repository() {
+    let server = TestServer::start_with(&["--git-idle-timeout", "10m"]);
+    let _reaper = Reaper(server.data_dir().to_path_buf());
+    let tmp = tempfile::tempdir().unwrap();
+    let mut client = NostrClient::connect(&server.ws_url()).await.unwrap();
+    let victim = Keys::generate();
+    let published = publish_repo(&server, &mut client, &tmp.path().join("w"), &victim, "base").await;
+    let (stranger, admirer) = (Keys::generate(), Keys::generate());
+    for (keys, maintainers) in [(&stranger, vec![]), (&admirer, vec![victim.public_key()])] {
+        let (ok, msg) = client.send_event(&announcement(&server, keys, "base", &maintainers)).await.unwrap();
+        assert!(ok, "throwaway announcement refused: {msg}");
+    }
+    let _stalled = [
+        start_receive_pack(&server, &stranger.public_key(), "base"),
+        start_receive_pack(&server, &admirer.public_key(), "base"),
+    ];
+    wait_for_backends(&server, 2);
+
+    let started = std::time::Instant::now();
+    let st = state_at(&victim, "base", &[("refs/heads/main", &published.tip)], Some("main"), now() + 1);
+    let (ok, msg) = client.send_event(&st).await.unwrap();
+    let took = started.elapsed();
+    assert!(ok, "the victim's state event was refused: {msg}");
+    assert!(took < Duration::from_secs(8), "the victim's state event took {took:?}\n{}", server.logs());
+
+    let listing = purgatory_listing(&server).await;
+    let deferred = listing["deferred"].as_array().cloned().unwrap_or_default();
+    let shown = |d: &serde_json::Value| d["repos"].as_array().into_iter().flatten().filter_map(|r| r.as_str().map(str::to_owned)).collect::<Vec<_>>();
+    let entry = deferred
+        .iter()
+        .find(|d| d["identifier"] == "base" && d["author"] == victim.public_key().to_hex())
+        .unwrap_or_else(|| panic!("no deferred work for the victim's event: {listing:#}"));
+    assert!(shown(entry).iter().any(|r| r.contains(&npub_of(&admirer.public_key()))), "{listing:#}");
+    assert!(
+        deferred.iter().flat_map(shown).all(|r| !r.contains(&npub_of(&stranger.public_key()))),
+        "a repository the event does not govern was waited for: {listing:#}"
+    );
+    let table = grasp_relay::api::render_purgatory_table(&listing.to_string()).unwrap();
+    assert!(table.contains("Deferred work") && table.contains(&npub_of(&admirer.public_key())), "{table}");
+
+    let started = std::time::Instant::now();
+    push_next(&server, &mut client, &victim, &published, 2).await;
+    assert!(started.elapsed() < Duration::from_secs(15), "the victim's push took {:?}", started.elapsed());
+
+    // The stalled clients go away (their pushes end, item 1): the deferred work is retried and
+    // done (backoff at most 60 s).
+    drop(_stalled);
+    grasp_tests::eventually!(
+        "the deferred work to be done",
+        Duration::from_secs(90),
+        purgatory_listing(&server).await["deferred"].as_array().is_some_and(Vec::is_empty).then_some(())
+    );
+}
+
+/// Item 3: one repository's push lock held by a stalled push, then hundreds of connections each
+/// send a state event for it (data present, so each wants the repository). They are answered
+/// within a deadline (a few wait the event bound and are deferred, the rest are refused
+/// `rate-limited:` at once, no thread blocked), while unrelated events, a new announcement and
+/// another repository's whole publication (hook API included) go through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn one_stuck_repository_never_starves_the_relay() {
+    const FLOOD: u64 = 520;
+    let server = TestServer::start_with(&[
+        "--git-idle-timeout",
+        "10m",
+        "--max-connections-per-ip",
+        "0",
+        "--max-connections",
+        "2000",
+    ]);
+    let _reaper = Reaper(server.data_dir().to_path_buf());
+    let tmp = tempfile::tempdir().unwrap();
+    let mut client = NostrClient::connect(&server.ws_url()).await.unwrap();
+    let attacker = Keys::generate();
+    let stuck = publish_repo(&server, &mut client, &tmp.path().join("stuck"), &attacker, "stuck").await;
+    let _stalled = start_receive_pack(&server, &attacker.public_key(), "stuck");
+    wait_for_backends(&server, 1);
+
+    let started = std::time::Instant::now();
+    let mut flood = Vec::new();
+    for i in 0..FLOOD {
+        let (url, attacker, tip) = (server.ws_url(), attacker.clone(), stuck.tip.clone());
+        flood.push(tokio::spawn(async move {
+            let mut c = NostrClient::connect(&url).await?;
+            let st = state_at(&attacker, "stuck", &[("refs/heads/main", &tip)], Some("main"), now() + 10 + i);
+            c.send_event(&st).await
+        }));
+    }
+    // Meanwhile: a new announcement, an unrelated event and another repository's publication.
+    let other = Keys::generate();
+    let (ok, msg) = client.send_event(&announcement(&server, &Keys::generate(), "newcomer", &[])).await.unwrap();
+    assert!(ok, "new announcement refused: {msg}");
+    let published = publish_repo(&server, &mut client, &tmp.path().join("other"), &other, "other").await;
+    let (ok, msg) = client.send_event(&issue(&Keys::generate(), &other.public_key(), "other")).await.unwrap();
+    assert!(ok, "unrelated event refused: {msg}");
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(20), "the rest of the relay took {took:?} during the flood\n{}", server.logs());
+    assert_eq!(bare_refs(&repo_dir(&server, &other.public_key(), "other")).get("refs/heads/main"), Some(&published.tip));
+
+    let mut rate_limited = 0;
+    for handle in flood {
+        let (ok, msg) = tokio::time::timeout(TIMEOUT, handle).await.expect("a flood event was never answered").unwrap().unwrap();
+        // Replaceable: one that arrives after a newer one was stored is refused as older.
+        assert!(ok || msg.starts_with("rate-limited:") || msg.contains("a newer version"), "{msg}");
+        if msg.starts_with("rate-limited:") {
+            assert!(msg.contains("again in a few seconds"), "{msg}");
+            rate_limited += 1;
+        }
+    }
+    assert!(rate_limited > 0, "no event was refused past the repository's queue");
+    assert!(started.elapsed() < Duration::from_secs(40), "the flood took {:?}", started.elapsed());
+}

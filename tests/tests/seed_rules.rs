@@ -271,7 +271,7 @@ fn a_push_of_the_same_commit_during_placeholder_cleanup_is_not_orphaned() {
         brain.git_first_push(id, &commit);
         brain.clock.advance(TTL + Duration::from_secs(1));
         // The expiry waits for the repository lock while the same commit is pushed again.
-        let guard = brain.grasp.locks.lock(&brain.repo).await;
+        let guard = brain.grasp.locks.lock_within(&brain.repo, TIMEOUT).await.unwrap();
         let grasp = brain.grasp.clone();
         let sweep = tokio::spawn(async move { expire(&grasp).await });
         let deadline = std::time::Instant::now() + TIMEOUT;

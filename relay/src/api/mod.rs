@@ -44,13 +44,15 @@ pub const PATH_SYNC: &str = "/v1/sync";
 const LISTED_EXPIRED: usize = 1000;
 
 /// The answer to `GET /v1/purgatory`: every held entry (soonest expiry first), the most recently
-/// expired event ids, and counts.
+/// expired event ids, counts, and the repository work deferred because a repository stayed
+/// locked past its bound (`grasp::deferred`, soonest retry first).
 #[derive(Debug, Serialize)]
 pub struct PurgatoryListing {
     pub version: u32,
     pub entries: Vec<EntryView>,
     pub expired_events: Vec<ExpiredView>,
     pub stats: PurgatoryStats,
+    pub deferred: Vec<grasp_state::deferred::DeferredView>,
 }
 
 impl PurgatoryListing {
@@ -60,6 +62,7 @@ impl PurgatoryListing {
             entries: p.listing(),
             expired_events: p.expired_listing(LISTED_EXPIRED),
             stats: p.stats(),
+            deferred: Vec::new(),
         }
     }
 }
@@ -91,6 +94,39 @@ fn new_token() -> Result<String> {
 /// Writes `data` to `path` atomically with mode 0600.
 fn write_private(path: &Path, data: &[u8]) -> Result<()> {
     write_atomic(path, data, Some(0o600)).with_context(|| format!("cannot write {}", path.display()))
+}
+
+/// Worker threads of the hook API's own runtime.
+const API_WORKERS: usize = 2;
+/// Blocking threads (git processes, file locks) of the hook API's own runtime.
+const API_BLOCKING_THREADS: usize = 64;
+
+/// Serves the hook API until shutdown on a runtime of its own, started on a thread of its own:
+/// its worker and blocking threads are not shared with the WebSocket side, so however busy
+/// that side is, the hooks are answered. The thread ends when the API has stopped.
+pub fn serve_on_own_runtime(listener: TcpListener, token: String, grasp: Arc<Grasp>, health: Arc<Health>, shutdown: Shutdown) -> Result<()> {
+    let listener = listener.into_std().context("detaching the hook API listener")?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(API_WORKERS)
+        .max_blocking_threads(API_BLOCKING_THREADS)
+        .thread_name("grasp-hook-api")
+        .enable_all()
+        .build()
+        .context("starting the hook API's runtime")?;
+    std::thread::Builder::new()
+        .name("grasp-hook-api".into())
+        .spawn(move || {
+            runtime.block_on(async move {
+                match TcpListener::from_std(listener) {
+                    Ok(listener) => serve(listener, token, grasp, health, shutdown).await,
+                    Err(e) => tracing::error!(error = %e, "cannot serve the hook API"),
+                }
+            });
+            // Connections still open at shutdown are dropped with the runtime.
+            runtime.shutdown_timeout(std::time::Duration::from_secs(5));
+        })
+        .context("starting the hook API's thread")?;
+    Ok(())
 }
 
 /// Serves the hook API until shutdown.
@@ -139,7 +175,9 @@ async fn handle(req: Request<Incoming>, token: &str, grasp: &Grasp, health: &Hea
     }
     let (method, path) = (req.method().clone(), req.uri().path().to_string());
     if method == Method::GET && path == PATH_PURGATORY {
-        return json(StatusCode::OK, &with_sync_levels(&grasp.purgatory.listing(), grasp));
+        let mut listing = grasp.purgatory.listing();
+        listing.deferred = grasp.deferred.listing();
+        return json(StatusCode::OK, &with_sync_levels(&listing, grasp));
     }
     if method == Method::GET && path == PATH_SYNC {
         return match grasp.sync_stats.get().and_then(|stats| stats()) {
@@ -309,6 +347,25 @@ pub fn render_purgatory_table(json: &str) -> Result<String> {
     }
     let expired = v["expired_events"].as_array().map_or(0, Vec::len);
     writeln!(out, "{} entries; {expired} recently expired event ids; * = soft-expired (repository deleted)", v["entries"].as_array().map_or(0, Vec::len))?;
+    let deferred = v["deferred"].as_array().map(Vec::as_slice).unwrap_or_default();
+    if !deferred.is_empty() {
+        writeln!(out, "\nDeferred work (repositories busy past the lock bound, retried):")?;
+        writeln!(out, "{:<24} {:<12} {:>7} {:>8} {:>6} REPOSITORIES (REASON)", "IDENTIFIER", "AUTHOR", "AGE", "RETRY IN", "TRIES")?;
+        for d in deferred {
+            let repos: Vec<&str> = d["repos"].as_array().into_iter().flatten().filter_map(|r| r.as_str()).collect();
+            writeln!(
+                out,
+                "{:<24} {:<12} {:>6}s {:>7}s {:>6} {} ({})",
+                short(d["identifier"].as_str().unwrap_or("-"), 24),
+                short(d["author"].as_str().unwrap_or("-"), 12),
+                d["age_secs"].as_u64().unwrap_or(0),
+                d["next_retry_secs"].as_u64().unwrap_or(0),
+                d["attempts"].as_u64().unwrap_or(0),
+                repos.join(", "),
+                d["reason"].as_str().unwrap_or("")
+            )?;
+        }
+    }
     Ok(out)
 }
 
@@ -427,6 +484,15 @@ mod tests {
         assert!(lines[2].starts_with("announcement*"), "{table}");
         assert!(lines[3].starts_with("2 entries; 1 recently expired"), "{table}");
         assert!(render_purgatory_table("nope").is_err());
+    }
+
+    #[test]
+    fn table_lists_deferred_work() {
+        let json = r#"{"version":1,"entries":[],"expired_events":[],"stats":{},"deferred":[{"identifier":"repo","author":"abcdef0123456789","repos":["npub1x/repo.git"],"reason":"timed out","age_secs":4,"attempts":2,"next_retry_secs":3}]}"#;
+        let table = render_purgatory_table(json).unwrap();
+        let row = table.lines().find(|l| l.starts_with("repo ")).unwrap_or_else(|| panic!("{table}"));
+        assert!(row.contains("abcdef012345") && row.contains("npub1x/repo.git (timed out)"), "{table}");
+        assert!(table.contains("Deferred work"), "{table}");
     }
 
     #[test]

@@ -258,7 +258,13 @@ pub async fn purge(grasp: &Grasp, req: &PurgeRequest) -> PurgeResponse {
             keep(&mut resp, "younger than 10 minutes: it may be in the making; try again later");
             continue;
         }
-        let _guard = grasp.locks.lock(&path).await;
+        let _guard = match grasp.locks.lock_within(&path, crate::grasp::locks::LOCK_WAIT).await {
+            Ok(guard) => guard,
+            Err(e) => {
+                keep(&mut resp, &e.to_string());
+                continue;
+            }
+        };
         let shown = rel.clone();
         let result = tokio::task::spawn_blocking(move || remove_unless_pushing(&path)).await;
         match result {

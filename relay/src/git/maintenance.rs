@@ -7,7 +7,7 @@
 //! returns at once when not. The worker first takes the repository's push lock
 //! (`<repo>/grasp.lock`, held by `grasp-cgi` for a whole receive-pack), so maintenance never runs
 //! while a push to that repository does, then the relay's own lock of the repository (the same
-//! order a push takes them). It waits for the push lock at most [`LOCK_WAIT`]; a repository still
+//! order a push takes them). It waits for each lock at most [`LOCK_WAIT`]; a repository still
 //! busy then is skipped until its next push.
 //!
 //! Stock git's own auto-gc at the end of receive-pack (`receive.autogc`) stays on its default:
@@ -110,7 +110,10 @@ async fn maintain(grasp: &Grasp, repo: &Path) {
             return;
         }
     };
-    let _guard = grasp.locks.lock(repo).await;
+    let Ok(_guard) = grasp.locks.lock_within(repo, LOCK_WAIT).await else {
+        tracing::info!(repo = %shown, "maintenance skipped: the relay kept the repository busy");
+        return;
+    };
     match run_auto(repo).await {
         Ok(()) => tracing::info!(repo = %shown, elapsed_ms = started.elapsed().as_millis() as u64, "repository maintenance done"),
         Err(e) => tracing::warn!(repo = %shown, error = %e, "repository maintenance failed"),

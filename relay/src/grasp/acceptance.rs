@@ -22,7 +22,7 @@ use grasp_state::admission::{
     admit_announcement, state_authority, state_placement, AfterRepo, AnnouncementAdmission, AnnouncementFacts,
     StateFacts, StatePlacement,
 };
-use grasp_state::announcements::{is_owner_or_listed, owners_trusting};
+use grasp_state::announcements::{is_owner_or_listed, TrustIndex};
 use grasp_state::identifier::validate_identifier;
 use grasp_state::release::{pr_ref, PrRef};
 use grasp_state::nip34::{
@@ -194,7 +194,9 @@ impl Grasp {
             return Admission::Reject(format!("invalid: {e}"));
         }
         let all = self.announcements(&s.identifier).await;
-        let owners = owners_trusting(&s.author, &all);
+        // Only the owners whose maintainer set holds the author, through the trust index: the
+        // identifier's other owners (anyone may announce it) cost this event nothing.
+        let owners = TrustIndex::new(&all).owners_trusting(&s.author);
         if let Err(msg) = state_authority(&s.identifier, &s.author, !all.is_empty(), &owners) {
             return Admission::Reject(msg);
         }
@@ -218,10 +220,22 @@ impl Grasp {
         }
         match state_placement(&StateFacts { declares_refs, data_present }) {
             StatePlacement::StoreAndRelease => {
+                // A place in the queue of each governed repository first: when every one of them
+                // already has its queue full, the event is refused before it is stored.
+                let repos = self.governed_repos(&s.identifier, &s.author, &all);
+                let queue = self.locks.enqueue(repos.iter().map(|(_, repo)| repo.clone()));
+                if queue.all_crowded() {
+                    let busy = queue.crowded().first().map(|e| self.shown_repo(e.repo())).unwrap_or_default();
+                    return Admission::Reject(format!(
+                        "rate-limited: repository {busy} is busy (a push is running and other events already wait \
+                         for it); send this state event again in a few seconds"
+                    ));
+                }
                 if let Err(e) = self.publish(ev).await {
                     return Admission::Reject(e);
                 }
-                self.process_identifier(&s.identifier).await;
+                // Waits at most --event-lock-wait for each repository; the busy ones are deferred.
+                self.process_queued(&s.identifier, &s.author, &repos, queue).await;
                 Admission::Published
             }
             StatePlacement::Hold => match self.purgatory.hold_state(ev.clone(), s.author, s.identifier.clone()) {
@@ -267,7 +281,8 @@ impl Grasp {
         // placeholder expiring meanwhile waits, then sees the stored event and keeps the ref
         // (docs/protocol.md#placeholders).
         let paths: Vec<_> = repos.iter().map(|(_, _, repo)| repo.clone()).filter(|repo| repo.exists()).collect();
-        let guards = match RepoGuards::acquire(&self.locks, paths.clone(), PushLocks::Skip).await {
+        let wait = self.locks.limits().event_wait;
+        let guards = match RepoGuards::acquire_within(&self.locks, paths.clone(), PushLocks::Skip, wait).await {
             Ok(guards) => Some(guards),
             Err(error) => {
                 // Busy past the lock wait: the event is held and released when its commit is seen.

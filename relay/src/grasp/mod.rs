@@ -8,6 +8,7 @@
 
 pub mod acceptance;
 pub mod authorize;
+pub mod deferred;
 pub mod held_index;
 pub mod lifecycle;
 pub mod locks;
@@ -78,6 +79,8 @@ pub struct Grasp {
     pub relay_sync: std::sync::OnceLock<crate::peers::PeersView>,
     /// Held states parsed and indexed by declared refs, for push authorisation.
     pub held_indexes: held_index::HeldIndexes,
+    /// Repository work deferred because a repository stayed locked past the bound.
+    pub deferred: deferred::SharedDeferred,
 }
 
 impl Grasp {
@@ -103,7 +106,19 @@ impl Grasp {
             trust: Arc::default(),
             relay_sync: std::sync::OnceLock::new(),
             held_indexes: held_index::HeldIndexes::default(),
+            deferred: deferred::SharedDeferred::default(),
         }
+    }
+
+    /// This brain with the operator's bounds on waiting for a repository.
+    pub fn with_lock_limits(mut self, limits: locks::LockLimits) -> Self {
+        self.locks = RepoLocks::with_limits(limits);
+        self
+    }
+
+    /// A repository path as the operator sees it: relative to the git root.
+    pub fn shown_repo(&self, repo: &std::path::Path) -> String {
+        repo.strip_prefix(self.layout.git_root()).unwrap_or(repo).display().to_string()
     }
 
     /// This brain with the operator's trust settings.

@@ -20,7 +20,10 @@ use grasp_state::release::{copy_targets, plan_release, settle, superseded_held, 
 use nostr::prelude::{Event, EventId, PublicKey, ToBech32};
 
 use crate::git;
-use crate::grasp::locks::{Locked, PushLocks, RepoGuards};
+use crate::grasp::locks::{Locked, PushLocks, Queue, RepoGuards, LOCK_WAIT};
+use crate::grasp::Source;
+use grasp_state::announcements::TrustIndex;
+use grasp_state::nip34::Announcement;
 use crate::grasp::{blocking, Grasp};
 use crate::nostr::store::SaveOutcome;
 
@@ -41,37 +44,79 @@ fn read_view(repo: &Path) -> Result<RepoView, git::GitError> {
 }
 
 impl Grasp {
-    /// The existing repositories of the owners announcing `identifier`.
-    async fn owner_repos(&self, identifier: &str) -> Vec<PathBuf> {
-        let all = self.announcements(identifier).await;
-        all.iter().filter_map(|(a, _)| self.repo_path(&a.owner, identifier)).filter(|repo| repo.exists()).collect()
+    /// The existing repositories of `owners` for `identifier`.
+    fn existing_repos(&self, owners: impl IntoIterator<Item = PublicKey>, identifier: &str) -> Vec<(PublicKey, PathBuf)> {
+        owners
+            .into_iter()
+            .filter_map(|owner| self.repo_path(&owner, identifier).map(|repo| (owner, repo)))
+            .filter(|(_, repo)| repo.exists())
+            .collect()
     }
 
-    /// Locks `identifier`'s repositories (see [`RepoGuards::acquire`]). On a timeout the
-    /// background sync is asked to come back, and `None` is returned.
-    async fn guard_identifier(&self, identifier: &str, push: PushLocks) -> Option<RepoGuards> {
-        let repos = self.owner_repos(identifier).await;
-        match RepoGuards::acquire(&self.locks, repos, push).await {
-            Ok(guards) => Some(guards),
-            Err(error) => {
-                tracing::warn!(identifier, %error, "repositories busy; release retried by background sync");
-                // Come back soon (the sync delay), then with the sync's backoff.
-                self.note_waiting(identifier, crate::sync::Origin::Sync);
-                None
-            }
+    /// The repositories `author`'s events govern for `identifier`: those of the owners whose
+    /// maintainer set contains the author, found through the trust index (docs/security.md).
+    pub fn governed_repos(&self, identifier: &str, author: &PublicKey, all: &[(Announcement, Source)]) -> Vec<(PublicKey, PathBuf)> {
+        let owners = TrustIndex::new(all).owners_trusting(author);
+        self.existing_repos(owners.into_iter().map(|(owner, _)| owner), identifier)
+    }
+
+    /// Locks every existing repository of `identifier` that can be locked within [`LOCK_WAIT`]
+    /// (background work: sync, startup reconciliation). For the others the background sync is
+    /// asked to come back.
+    async fn guard_identifier(&self, identifier: &str, push: PushLocks) -> (RepoGuards, Vec<PublicKey>) {
+        let all = self.announcements(identifier).await;
+        let repos = self.existing_repos(all.iter().map(|(a, _)| a.owner), identifier);
+        let queue = self.locks.enqueue(repos.iter().map(|(_, repo)| repo.clone()));
+        let (guards, failed) = RepoGuards::acquire_available(queue, push, LOCK_WAIT).await;
+        if !failed.is_empty() {
+            let busy: Vec<String> = failed.iter().map(|e| self.shown_repo(e.repo())).collect();
+            tracing::warn!(identifier, repos = ?busy, error = %failed[0], "repositories busy; their release is retried by background sync");
+            // Come back soon (the sync delay), then with the sync's backoff.
+            self.note_waiting(identifier, crate::sync::Origin::Sync);
         }
+        let locked = repos.into_iter().filter(|(_, repo)| guards.get(repo).is_some()).map(|(owner, _)| owner).collect();
+        (guards, locked)
     }
 
     /// Releases what every owner's repository for `identifier` satisfies, with no push running
-    /// on them meanwhile (their push locks are held). For callers outside a push: a state event
-    /// whose data is already here, a background sync. Never call it from code a hook waits on
-    /// (that push holds its repository's push lock). Returns the number of events released.
+    /// on them meanwhile (their push locks are held). For background work (a sync fetch): a
+    /// repository busy past [`LOCK_WAIT`] is left to the sync's next round. Never call it from
+    /// code a hook waits on (that push holds its repository's push lock). Returns the number of
+    /// events released.
     pub async fn process_identifier(&self, identifier: &str) -> usize {
-        let Some(guards) = self.guard_identifier(identifier, PushLocks::Take).await else { return 0 };
-        let owners: Vec<_> = self.announcements(identifier).await.into_iter().map(|(a, _)| a.owner).collect();
+        let (guards, owners) = self.guard_identifier(identifier, PushLocks::Take).await;
         let mut released = 0;
         for owner in &owners {
             released += self.process_repo(owner, identifier, &guards).await.len();
+        }
+        released
+    }
+
+    /// Releases what the repositories `author`'s events govern for `identifier` now satisfy
+    /// (retrying deferred work). See [`Grasp::process_queued`].
+    pub async fn process_governed(&self, identifier: &str, author: &PublicKey) -> usize {
+        let all = self.announcements(identifier).await;
+        let repos = self.governed_repos(identifier, author, &all);
+        let queue = self.locks.enqueue(repos.iter().map(|(_, repo)| repo.clone()));
+        self.process_queued(identifier, author, &repos, queue).await
+    }
+
+    /// Releases what `repos` (governed by `author`) now satisfy, with their push locks held,
+    /// waiting for each at most the event bound (`--event-lock-wait`) in the places `queue`
+    /// holds. The repositories that stay busy are deferred and retried later; the rest proceed.
+    pub async fn process_queued(&self, identifier: &str, author: &PublicKey, repos: &[(PublicKey, PathBuf)], queue: Queue) -> usize {
+        let (guards, failed) = RepoGuards::acquire_available(queue, PushLocks::Take, self.locks.limits().event_wait).await;
+        let mut released = 0;
+        for (owner, repo) in repos {
+            if guards.get(repo).is_some() {
+                released += self.process_repo(owner, identifier, &guards).await.len();
+            }
+        }
+        drop(guards);
+        if failed.is_empty() {
+            self.deferred.done(identifier, author);
+        } else {
+            self.deferred.defer(self, identifier, author, &failed);
         }
         released
     }
@@ -90,13 +135,26 @@ impl Grasp {
                 None => {}
             }
         }
+        // The pushed repository and those its data may be copied into (owners trusting a member
+        // of its maintainer set), never the identifier's other repositories.
+        let all = self.announcements(identifier).await;
+        let index = TrustIndex::new(&all);
+        let mut owners: Vec<PublicKey> = index.owners_trusting_any(index.maintainer_set(*owner).iter()).into_iter().map(|(o, _)| o).collect();
+        owners.push(*owner);
+        let repos = self.existing_repos(owners, identifier);
+        let queue = self.locks.enqueue(repos.iter().map(|(_, repo)| repo.clone()));
         // This push holds its repository's push lock: take the repository locks only.
-        let Some(guards) = self.guard_identifier(identifier, PushLocks::Skip).await else {
+        let (guards, failed) = RepoGuards::acquire_available(queue, PushLocks::Skip, LOCK_WAIT).await;
+        if !failed.is_empty() {
+            self.deferred.defer(self, identifier, owner, &failed);
+        }
+        let own_locked = self.repo_path(owner, identifier).is_some_and(|repo| guards.get(&repo).is_some());
+        if !own_locked {
             return PostReceiveResponse::new(
                 Vec::new(),
                 vec!["grasp: push received; the relay is busy with this repository, held events are released shortly".into()],
             );
-        };
+        }
         let released = self.process_repo(owner, identifier, &guards).await;
         drop(guards);
         let mut messages = Vec::new();
@@ -112,8 +170,10 @@ impl Grasp {
     pub async fn process_repo(&self, owner: &PublicKey, identifier: &str, guards: &RepoGuards) -> Vec<ReleasedEvent> {
         let Some(src) = self.repo_path(owner, identifier) else { return Vec::new() };
         let Some(src) = guards.get(&src) else { return Vec::new() };
-        let mut out = self.process_one(owner, identifier, src).await;
+        // Read once: what the owners' announcements say does not change during a release (a
+        // promotion only moves an announcement from the purgatory to the store).
         let all = self.announcements(identifier).await;
+        let mut out = self.process_one(owner, identifier, src, &all).await;
         let set = Grasp::maintainer_set(*owner, &all);
         let Some(state) = self.latest_stored_state(identifier, &set).await else { return out };
         for other in copy_targets(owner, &state.author, &all) {
@@ -134,13 +194,13 @@ impl Grasp {
                 tracing::warn!(identifier, to = %dst.path().display(), error = %e, "could not copy objects to another owner's repository");
                 continue;
             }
-            out.extend(self.process_one(&other, identifier, dst).await);
+            out.extend(self.process_one(&other, identifier, dst, &all).await);
         }
         out
     }
 
     /// The release for one repository: gather its facts, plan, carry the plan out.
-    async fn process_one(&self, owner: &PublicKey, identifier: &str, repo: Locked<'_>) -> Vec<ReleasedEvent> {
+    async fn process_one(&self, owner: &PublicKey, identifier: &str, repo: Locked<'_>, all: &[(Announcement, Source)]) -> Vec<ReleasedEvent> {
         let mut out = Vec::new();
         if !repo.path().exists() {
             return out;
@@ -158,8 +218,7 @@ impl Grasp {
                 return out;
             }
         };
-        let all = self.announcements(identifier).await;
-        let set = Grasp::maintainer_set(*owner, &all);
+        let set = Grasp::maintainer_set(*owner, all);
         let held_states = self.held_states(identifier, &set);
         let pr_events: Vec<(Arc<Event>, String)> = self.purgatory.pr_events_for(&RepoId::new(*owner, identifier));
         let held_prs: Vec<(EventId, String)> = pr_events.iter().map(|(ev, commit)| (ev.id, commit.clone())).collect();
@@ -325,9 +384,9 @@ impl Grasp {
         blocking(move || crate::git::repos::remove_stale_quarantines(&git_root, STALE_QUARANTINE)).await;
         let identifiers = self.purgatory.waiting_identifiers();
         for identifier in identifiers {
-            let Some(guards) = self.guard_identifier(&identifier, PushLocks::Take).await else { continue };
-            for (a, _) in self.announcements(&identifier).await {
-                let released = self.process_repo(&a.owner, &identifier, &guards).await;
+            let (guards, owners) = self.guard_identifier(&identifier, PushLocks::Take).await;
+            for owner in owners {
+                let released = self.process_repo(&owner, &identifier, &guards).await;
                 if !released.is_empty() {
                     tracing::info!(identifier, count = released.len(), "reconciled: released held events");
                 }

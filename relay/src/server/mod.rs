@@ -129,7 +129,7 @@ pub async fn run(mut cfg: Config) -> anyhow::Result<()> {
     }
     let trust = Arc::new(crate::trust::Trust::from_config(&cfg, data.git())?);
     let grasp = Arc::new(
-        Grasp::new(relay, purgatory, layout, data.hooks(), cfg.public_host(), metrics.clone()).with_trust(trust),
+        Grasp::new(relay, purgatory, layout, data.hooks(), cfg.public_host(), metrics.clone()).with_trust(trust).with_lock_limits(cfg.lock_limits()),
     );
 
     // The hooks git runs, and the loopback API they call. Without the helper binaries the relay
@@ -154,7 +154,9 @@ pub async fn run(mut cfg: Config) -> anyhow::Result<()> {
     let health = Arc::new(Health { grasp: grasp.clone(), data_dir: data.root().to_path_buf(), binaries, api_addr });
 
     let controller = ShutdownController::new();
-    tokio::spawn(crate::api::serve(api_listener, token, grasp.clone(), health.clone(), controller.subscribe()));
+    // The hook API runs on a runtime of its own (its own worker and blocking threads), so pushes
+    // are decided while the WebSocket side is saturated (docs/security.md).
+    crate::api::serve_on_own_runtime(api_listener, token, grasp.clone(), health.clone(), controller.subscribe())?;
 
     // Nothing is lost if the relay was down between a push's two hooks: release what the
     // repositories already satisfy.
@@ -169,6 +171,7 @@ pub async fn run(mut cfg: Config) -> anyhow::Result<()> {
 
     let _ = grasp.maintenance.set(crate::git::maintenance::Maintenance::start(grasp.clone(), controller.subscribe()));
     tokio::spawn(crate::grasp::lifecycle::run_expiry(grasp.clone(), controller.subscribe()));
+    tokio::spawn(crate::grasp::deferred::run_deferred(grasp.clone(), controller.subscribe()));
     tokio::spawn(crate::trust::run_curation_watch(grasp.clone(), controller.subscribe()));
     tokio::spawn(crate::grasp::lifecycle::run_checkpoints(
         grasp.clone(),

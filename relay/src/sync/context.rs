@@ -84,8 +84,14 @@ impl SyncContext for Arc<Grasp> {
         clone_urls(&announcements, &prs)
     }
 
-    async fn lock_repo(&self, repo: &Path) -> Self::RepoGuard {
-        self.locks.lock(repo).await
+    async fn lock_repo(&self, repo: &Path) -> Option<Self::RepoGuard> {
+        match self.locks.lock_within(repo, crate::grasp::locks::LOCK_WAIT).await {
+            Ok(guard) => Some(guard),
+            Err(error) => {
+                tracing::warn!(repo = %repo.display(), %error, "synced objects not moved in");
+                None
+            }
+        }
     }
 
     /// Releases what every owner repository of `identifier` now satisfies (the push path),

@@ -74,8 +74,9 @@ pub trait SyncContext: Send + Sync + 'static {
     fn candidate_urls(&self, identifier: &str) -> impl Future<Output = Vec<String>> + Send;
 
     /// Take the lock on `repo` shared with the push flow (held only while fetched objects are
-    /// moved in from their quarantine, never during a fetch).
-    fn lock_repo(&self, repo: &Path) -> impl Future<Output = Self::RepoGuard> + Send;
+    /// moved in from their quarantine, never during a fetch), waiting a bounded time; `None`
+    /// when it stayed busy (the objects are fetched again on the next attempt).
+    fn lock_repo(&self, repo: &Path) -> impl Future<Output = Option<Self::RepoGuard>> + Send;
 
     /// Release whatever under `identifier` is now satisfiable; returns how many events were
     /// released.
@@ -495,7 +496,10 @@ impl<C: SyncContext> Shared<C> {
                 continue;
             }
             // Only moving the objects in needs the lock: a few renames.
-            let lock = self.ctx.lock_repo(&target.repo).await;
+            let Some(lock) = self.ctx.lock_repo(&target.repo).await else {
+                tracing::info!(identifier, repo = %target.repo.display(), "repository busy; synced objects are fetched again on the next attempt");
+                continue;
+            };
             match quarantine.apply().await {
                 Ok(_) => attempt.progressed = true,
                 Err(error) => {

@@ -376,8 +376,8 @@ impl SyncContext for MockContext {
             .unwrap_or_default()
     }
 
-    async fn lock_repo(&self, repo: &Path) -> Self::RepoGuard {
-        self.lock_of(repo).lock_owned().await
+    async fn lock_repo(&self, repo: &Path) -> Option<Self::RepoGuard> {
+        Some(self.lock_of(repo).lock_owned().await)
     }
 
     async fn process(&self, identifier: &str) -> usize {

@@ -124,7 +124,7 @@ impl Opts {
                     println!(
                         "grasp-bench [--quick] [--fetch-runs N] [--push-runs N] [--clone-mb MB] [--clone-runs N] [--rss-small-mb MB] \
                          [--rss-big-mb MB] [--events N] [--connections N] [--purgatory-states N] [--auth-runs N] \
-                         [--checkpoint-entries N] [--sync-events N] [--skip fetch,push,clone,rss,ingest,auth,sync,checkpoint]\n\
+                         [--checkpoint-entries N] [--sync-events N] [--skip fetch,push,clone,rss,ingest,auth,sync,checkpoint,owners]\n\
                          Flags after --quick override it. Build first: cargo build --release --workspace"
                     );
                     std::process::exit(0);
@@ -995,6 +995,58 @@ fn bench_checkpoint(o: &Opts, tmp: &Path, rows: &mut Vec<Row>) -> Result<()> {
     Ok(())
 }
 
+/// Issue 16 item 5: the time of a data-present state event (stored at once, its repository
+/// released and aligned) with 0 and then with 1,000 unrelated owners of its identifier (anyone
+/// may announce any identifier). Its work must follow the repositories it governs, not all
+/// owners. On a relay of its own, so the other rows' repositories do not count.
+async fn bench_owners(tmp: &Path, rows: &mut Vec<Row>) -> Result<()> {
+    const OWNERS: usize = 1000;
+    const RUNS: u64 = 9;
+    let relay = Relay::start(&[])?;
+    let mut c = NostrClient::connect(&relay.ws_url()).await?;
+    let victim = Keys::generate();
+    let id = "crowded";
+    let work = WorkTree::new(tmp.join("owners-victim"));
+    let tip = work.commit("README", "victim\n");
+    send_ok(&mut c, &announcement(&relay, &victim, id)).await?;
+    let base = Timestamp::now().as_secs();
+    let state_at = |n: u64| -> Event {
+        let v = |s: &[&str]| s.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        let tags: Vec<Tag> = [v(&["d", id]), v(&["refs/heads/main", &tip]), v(&["HEAD", "ref: refs/heads/main"])]
+            .into_iter()
+            .map(|t| Tag::parse(t).unwrap())
+            .collect();
+        EventBuilder::new(Kind::from(30618), "").tags(tags).custom_created_at(Timestamp::from(base + n)).finalize(&victim).unwrap()
+    };
+    send_ok(&mut c, &state_at(0)).await?;
+    push(&work.dir, &relay.repo_url(&victim.public_key(), id), "main")?;
+    async fn median_answer(c: &mut NostrClient, events: Vec<Event>) -> Result<Duration> {
+        let mut times = Vec::new();
+        for e in &events {
+            let started = Instant::now();
+            send_ok(c, e).await?;
+            times.push(started.elapsed());
+        }
+        Ok(median(times))
+    }
+    let alone = median_answer(&mut c, (1..=RUNS).map(state_at).collect()).await?;
+    let throwaways: Vec<Event> = (0..OWNERS).map(|_| announcement(&relay, &Keys::generate(), id)).collect();
+    for chunk in throwaways.chunks(100) {
+        pipeline(&mut c, chunk).await?;
+    }
+    let crowded = median_answer(&mut c, (RUNS + 1..=2 * RUNS).map(state_at).collect()).await?;
+    rows.push(
+        row(
+            format!("data-present state event, {OWNERS} unrelated owners of its identifier vs 0, median of {RUNS}"),
+            ms(crowded),
+            ms(alone),
+            ratio(crowded.as_secs_f64(), alone.as_secs_f64()),
+        )
+        .target("< 50 ms"),
+    );
+    Ok(())
+}
+
 fn main() -> Result<()> {
     let o = Opts::parse()?;
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
@@ -1033,6 +1085,10 @@ fn main() -> Result<()> {
         if o.runs("sync") {
             eprintln!("relay-to-relay sync ...");
             bench_sync(&o, tmp.path(), &mut rows).await?;
+        }
+        if o.runs("owners") {
+            eprintln!("state events with 1,000 unrelated owners of the identifier ...");
+            bench_owners(tmp.path(), &mut rows).await?;
         }
         anyhow::Ok(())
     })?;
