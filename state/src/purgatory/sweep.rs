@@ -57,7 +57,6 @@ impl Purgatory {
         let now = self.clock.now();
         let wall = self.clock.wall();
         self.expired.prune(wall, self.config.expired_events_ttl);
-        let cap = self.config.caps.expired_events;
         let mut actions = Vec::new();
         let mut examined = 0;
         while let Some((_, key)) = self.deadlines.pop_due(now) {
@@ -78,7 +77,7 @@ impl Purgatory {
                     if entry.soft_expired {
                         // The deadline is already popped; detach finds nothing armed.
                         if let Some(entry) = self.detach_announcement(&owner, &identifier) {
-                            self.expired.record(entry.event.id, wall, cap);
+                            self.record_expired(entry.event.id, wall);
                             actions.push(SweepAction::ExpireAnnouncement {
                                 owner,
                                 identifier,
@@ -90,7 +89,7 @@ impl Purgatory {
                         if self.counts.soft_expired_full(&self.config.caps) {
                             if let Some((old_owner, old_identifier)) = self.oldest_soft_expired() {
                                 if let Some(old) = self.detach_announcement(&old_owner, &old_identifier) {
-                                    self.expired.record(old.event.id, wall, cap);
+                                    self.record_expired(old.event.id, wall);
                                     actions.push(SweepAction::ExpireAnnouncement {
                                         owner: old_owner,
                                         identifier: old_identifier,
@@ -111,7 +110,8 @@ impl Purgatory {
                             owner,
                             identifier: identifier.clone(),
                         };
-                        self.deadlines.arm(at, key);
+                        self.deadlines.arm(at, key.clone());
+                        self.journal_entry(&key);
                         actions.push(SweepAction::SoftExpireAnnouncement {
                             owner,
                             identifier,
@@ -124,7 +124,7 @@ impl Purgatory {
                     event_id,
                 } => {
                     if let Some(entry) = self.detach_state(&identifier, &event_id) {
-                        self.expired.record(event_id, wall, cap);
+                        self.record_expired(event_id, wall);
                         actions.push(SweepAction::ExpireState {
                             event_id,
                             identifier,
@@ -144,8 +144,9 @@ impl Purgatory {
                             commit: entry.commit.clone(),
                             destinations: entry.destinations.clone(),
                         });
+                        self.journal_entry(&EntryKey::Pr { event_id });
                     } else if let Some(entry) = self.detach_pr(&event_id) {
-                        self.expired.record(event_id, wall, cap);
+                        self.record_expired(event_id, wall);
                         actions.push(SweepAction::ExpirePr {
                             event_id,
                             commit: entry.commit,
