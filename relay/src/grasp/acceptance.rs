@@ -73,6 +73,13 @@ fn full(e: PurgatoryFull) -> Admission {
     Admission::Reject(format!("{}: {e}", e.ok_prefix()))
 }
 
+/// The answer when a held event's journal record could not be synced: it is held in memory (and
+/// in the next checkpoint), but `OK true` would promise more than the disk gave.
+fn not_durable(e: crate::grasp::journal::JournalError) -> Admission {
+    tracing::error!(error = %e, "held event not journalled; answered error");
+    Admission::Reject(format!("error: {e}; the event is held but may not survive a crash, send it again later"))
+}
+
 impl Grasp {
     /// Decides what happens to a verified event submitted by `submitter`.
     pub async fn admit(&self, ev: &Event, submitter: &grasp_state::auth::Submitter<'_>) -> Admission {
@@ -159,7 +166,10 @@ impl Grasp {
             AfterRepo::ReplaceHeld => {
                 let added = self.purgatory.hold_announcement(ev.clone(), a.owner, a.identifier.clone(), a.relays.iter().cloned().collect());
                 match added {
-                    Ok(added) => {
+                    Ok((added, durable)) => {
+                        if let Err(e) = durable.wait().await {
+                            return not_durable(e);
+                        }
                         // Reviving a soft-expired entry: its repository may have been deleted
                         // between the creation above and the revival; make sure it exists.
                         if added.revived {
@@ -175,7 +185,10 @@ impl Grasp {
             }
             AfterRepo::Hold => {
                 match self.purgatory.hold_announcement(ev.clone(), a.owner, a.identifier.clone(), a.relays.iter().cloned().collect()) {
-                    Ok(_) => {
+                    Ok((_, durable)) => {
+                        if let Err(e) = durable.wait().await {
+                            return not_durable(e);
+                        }
                         tracing::info!(repo = %format!("{npub}/{}", a.identifier), event = %ev.id, "announcement held in purgatory");
                         Admission::Purgatory(PURGATORY_MESSAGE.into())
                     }
@@ -240,7 +253,10 @@ impl Grasp {
             }
             StatePlacement::Hold => match self.purgatory.hold_state(ev.clone(), s.author, s.identifier.clone()) {
                 Err(HoldRefused::Expired) => Admission::Reject(EXPIRED_STATE_MESSAGE.into()),
-                Ok(_) => {
+                Ok((_, durable)) => {
+                    if let Err(e) = durable.wait().await {
+                        return not_durable(e);
+                    }
                     tracing::info!(identifier = %s.identifier, event = %ev.id, "state event held in purgatory");
                     self.note_waiting(&s.identifier, origin);
                     Admission::Purgatory(PURGATORY_MESSAGE.into())
@@ -335,7 +351,10 @@ impl Grasp {
                  push {} to {ref_name} first, then send the event again",
                 pr.commit
             )),
-            Ok(_) => {
+            Ok((_, durable)) => {
+                if let Err(e) = durable.wait().await {
+                    return not_durable(e);
+                }
                 tracing::info!(event = %ev.id, commit = %pr.commit, "pull request held in purgatory");
                 for (_, identifier, _) in &repos {
                     self.note_waiting(identifier, origin);
@@ -367,7 +386,12 @@ impl Grasp {
             .filter(|c| c.public_key == ev.pubkey)
             .map(|c| (c.kind.as_u16(), c.public_key, c.identifier.clone()))
             .collect();
-        let removed = self.purgatory.remove_deleted(&ev.pubkey, &ids, &coords, ev.created_at);
+        let (removed, durable) = self.purgatory.remove_deleted(&ev.pubkey, &ids, &coords, ev.created_at);
+        // The deletion is stored; a removal lost by a crash would only hold a deleted event
+        // (never released) until it expires. Still, answer once it is on disk.
+        if let Err(e) = durable.wait().await {
+            tracing::warn!(error = %e, deletion = %ev.id, "purgatory removals not journalled");
+        }
         for r in removed {
             tracing::info!(event = %r.event_id(), deletion = %ev.id, "purgatory entry removed by deletion");
             if let Removed::Announcement(a) = r {

@@ -10,6 +10,7 @@ pub mod acceptance;
 pub mod authorize;
 pub mod deferred;
 pub mod held_index;
+pub mod journal;
 pub mod lifecycle;
 pub mod locks;
 pub mod policy;
