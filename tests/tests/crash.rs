@@ -86,3 +86,62 @@ async fn a_torn_journal_tail_is_ignored_and_the_journal_is_compacted() {
     let saved = grasp_state::purgatory::read_checkpoint(&server.data_dir().join("purgatory-state.json")).unwrap().unwrap();
     assert_eq!(saved.announcement_purgatory.len(), 1);
 }
+
+/// A hooks directory with grasp's pre-receive only: pushes are authorised, but the post-receive
+/// notice never reaches the relay (as when the hook gave up or the relay died in between).
+fn pre_receive_only(server: &TestServer, dir: &std::path::Path) -> String {
+    std::fs::create_dir_all(dir).unwrap();
+    let hook = server.data_dir().join("hooks").join("pre-receive");
+    std::fs::copy(&hook, dir.join("pre-receive")).unwrap();
+    format!("git -c core.hooksPath={} receive-pack", dir.display())
+}
+
+/// A held state whose push landed but whose post-receive notice was lost is released when it
+/// is due, never expired: `main` keeps the pushed commit and the state is served.
+#[tokio::test]
+async fn a_lost_post_receive_notice_never_expires_the_state() {
+    let server = TestServer::start_with(&["--purgatory-ttl", "2s", "--checkpoint-interval", "1h"]);
+    let tmp = tempfile::tempdir().unwrap();
+    let owner = Keys::generate();
+    let mut c = connect(&server).await;
+    let published = publish_repo(&server, &mut c, &tmp.path().join("w"), &owner, "lost").await;
+    let tip = published.repo.commit("next", "pushed, notice lost\n");
+    // Later than the published state (same-second states are ordered by id).
+    let st = state_at(&owner, "lost", &[("refs/heads/main", &tip)], Some("main"), now() + 5);
+    held(&mut c, &st).await;
+    let bare = repo_dir(&server, &owner.public_key(), "lost");
+    let receive_pack = pre_receive_only(&server, &tmp.path().join("hooks"));
+    push_on_disk(&published.repo.work, &bare, Some(&receive_pack), &["main"]).unwrap_or_else(|e| panic!("push refused: {e}"));
+    assert_eq!(bare_refs(&bare)["refs/heads/main"], tip);
+    assert!(purgatory_ids(&server).await.contains(&st.id.to_hex()), "no notice: still held");
+    eventually!("the held state released at its deadline", WAIT, stored(&mut c, st.id).await.then_some(()));
+    let listing = purgatory_listing(&server).await;
+    let expired = listing["expired_events"].as_array().unwrap().iter().any(|e| e["event_id"] == st.id.to_hex().as_str());
+    assert!(!expired, "a state whose data is present was expired: {listing}");
+    assert!(server.logs().contains("released instead"));
+    assert_eq!(bare_refs(&bare)["refs/heads/main"], tip, "main rewound off the pushed state");
+}
+
+/// The relay is killed; a push lands meanwhile (no hook could tell the relay). At restart, the
+/// held state whose data is present is released before the listener serves anyone.
+#[tokio::test]
+async fn held_states_with_their_data_are_released_before_serving_after_a_crash() {
+    let mut server = TestServer::start_with(&["--checkpoint-interval", "1h"]);
+    let tmp = tempfile::tempdir().unwrap();
+    let owner = Keys::generate();
+    let mut c = connect(&server).await;
+    let published = publish_repo(&server, &mut c, &tmp.path().join("w"), &owner, "crashed").await;
+    let tip = published.repo.commit("next", "pushed while the relay was down\n");
+    let st = state_at(&owner, "crashed", &[("refs/heads/main", &tip)], Some("main"), now() + 5);
+    held(&mut c, &st).await;
+    drop(c);
+    server.kill();
+    let bare = repo_dir(&server, &owner.public_key(), "crashed");
+    push_on_disk(&published.repo.work, &bare, Some("git -c core.hooksPath=/dev/null receive-pack"), &["main"]).unwrap();
+    server.restart();
+    // No waiting: the first request after the restart already sees it served.
+    let mut c = connect(&server).await;
+    assert!(stored(&mut c, st.id).await, "held state with its data present not released at startup");
+    assert!(!purgatory_ids(&server).await.contains(&st.id.to_hex()));
+    assert_eq!(bare_refs(&bare)["refs/heads/main"], tip);
+}

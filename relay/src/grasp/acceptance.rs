@@ -217,20 +217,7 @@ impl Grasp {
         self.extend_held_announcements(&owners, &s.identifier).await;
         // Git data already here (in some authorised repository)?
         let declares_refs = !s.refs.is_empty();
-        let mut data_present = false;
-        for (owner, _) in owners.iter().filter(|_| declares_refs) {
-            let Some(repo) = self.repo_path(owner, &s.identifier) else { continue };
-            let oids: Vec<String> = s.refs.values().cloned().collect();
-            // Most held states name commits not pushed yet: say so without a git process.
-            data_present = tokio::task::spawn_blocking(move || {
-                !surely_missing(&repo, &oids) && git::missing_objects(&repo, &oids).is_ok_and(|m| m.is_empty())
-            })
-            .await
-            .unwrap_or(false);
-            if data_present {
-                break;
-            }
-        }
+        let data_present = self.state_data_present(&s, &owners).await;
         match state_placement(&StateFacts { declares_refs, data_present }) {
             StatePlacement::StoreAndRelease => {
                 // A place in the queue of each governed repository first: when every one of them
@@ -264,6 +251,38 @@ impl Grasp {
                 Err(HoldRefused::Full(e)) => full(e),
             },
         }
+    }
+
+    /// Whether every object state `s` names is in the repository of one of `owners` (those
+    /// whose maintainer set includes its author): the state can be released from there. A state
+    /// naming no refs has no data to wait for, so it is never "present".
+    pub(crate) async fn state_data_present(&self, s: &RepoState, owners: &[(nostr::prelude::PublicKey, crate::grasp::Source)]) -> bool {
+        if s.refs.is_empty() {
+            return false;
+        }
+        for (owner, _) in owners {
+            let Some(repo) = self.repo_path(owner, &s.identifier) else { continue };
+            let oids: Vec<String> = s.refs.values().cloned().collect();
+            // Most held states name commits not pushed yet: say so without a git process.
+            let present = tokio::task::spawn_blocking(move || {
+                !surely_missing(&repo, &oids) && git::missing_objects(&repo, &oids).is_ok_and(|m| m.is_empty())
+            })
+            .await
+            .unwrap_or(false);
+            if present {
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Whether the held state event `ev`'s git data is present where it can be released from
+    /// (see [`Self::state_data_present`]).
+    pub async fn held_state_data_present(&self, ev: &Event) -> bool {
+        let Ok(s) = RepoState::from_event(ev) else { return false };
+        let all = self.announcements(&s.identifier).await;
+        let owners = TrustIndex::new(&all).owners_trusting(&s.author);
+        self.state_data_present(&s, &owners).await
     }
 
     async fn admit_pr(&self, ev: &Event, origin: Origin) -> Admission {

@@ -149,8 +149,12 @@ pub async fn run_expiry(grasp: Arc<Grasp>, mut shutdown: Shutdown) {
     }
 }
 
-/// One sweep: the model decides, this carries out the I/O.
+/// One sweep: the model decides, this carries out the I/O. Held states due to expire whose git
+/// data is present (a push whose post-receive notice was lost, data that arrived otherwise) are
+/// released first, never expired: expiring them would let the next alignment rewind the
+/// repository off the commits they name.
 pub async fn expire(grasp: &Grasp) {
+    release_present_states(grasp).await;
     let actions = grasp.purgatory.sweep();
     for action in actions {
         grasp.metrics.purgatory_expired(&action);
@@ -173,6 +177,28 @@ pub async fn expire(grasp: &Grasp) {
             SweepAction::ExpirePlaceholder { event_id, commit, destinations } => {
                 expire_placeholder(grasp, &event_id, &commit, &destinations).await;
             }
+        }
+    }
+}
+
+/// Releases the due held states whose git data is present (docs/protocol.md#purgatory). One
+/// that cannot be released now (its repositories stay busy past the lock wait) gets a new
+/// deadline instead of expiring.
+async fn release_present_states(grasp: &Grasp) {
+    let due = grasp.purgatory.due_states();
+    let mut done = std::collections::BTreeSet::new();
+    for (identifier, ev) in due {
+        if !grasp.held_state_data_present(&ev).await {
+            continue;
+        }
+        if done.insert(identifier.clone()) {
+            grasp.process_identifier(&identifier).await;
+        }
+        if grasp.purgatory.held_state(&identifier, &ev.id).is_some() {
+            grasp.purgatory.extend_states(&identifier, &[ev.id]);
+            tracing::warn!(identifier, event = %ev.id, "held state's git data is present but it could not be released now; not expired, retried later");
+        } else {
+            tracing::info!(identifier, event = %ev.id, "purgatory: held state due to expire had its git data; released instead");
         }
     }
 }

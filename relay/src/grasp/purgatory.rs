@@ -282,7 +282,7 @@ impl SharedPurgatory {
     /// Records git-first placeholders for `(event id, commit)` pushed to `refs/nostr/` of
     /// `repo`. All or nothing: if one cannot be recorded, the ones created here are dropped again
     /// and one reason per failure is returned.
-    pub fn reserve_placeholders(&self, repo: &RepoId, placeholders: &[(EventId, String)]) -> Result<(), Vec<String>> {
+    pub fn reserve_placeholders(&self, repo: &RepoId, placeholders: &[(EventId, String)]) -> Result<Durable, Vec<String>> {
         let mut p = self.lock();
         let mut created = Vec::new();
         let mut reasons = Vec::new();
@@ -301,7 +301,7 @@ impl SharedPurgatory {
             }
         }
         if reasons.is_empty() {
-            return Ok(());
+            return Ok(p.durable());
         }
         for id in created {
             p.remove_pr(&id);
@@ -338,6 +338,11 @@ impl SharedPurgatory {
     /// Marks `identifier` as being fetched by background sync (its entries' expiry waits).
     pub fn set_sync_running(&self, identifier: &str, running: bool) {
         self.lock().set_sync_running(identifier, running);
+    }
+
+    /// Held state events due to expire now (see [`Purgatory::due_states`]).
+    pub fn due_states(&self) -> Vec<(String, Arc<Event>)> {
+        self.lock().due_states()
     }
 
     /// Pops what is due: the caller carries out the actions.

@@ -2,7 +2,9 @@
 //! to what is held) and returns the I/O the caller must do, outside its lock.
 
 
-use nostr::prelude::{EventId, PublicKey};
+use std::sync::Arc;
+
+use nostr::prelude::{Event, EventId, PublicKey};
 
 use super::entries::{EntryKey, RepoId};
 use super::Purgatory;
@@ -53,6 +55,24 @@ impl Purgatory {
     /// Expires everything due now, except entries whose identifier is being synced (those are
     /// deferred until [`Purgatory::set_sync_running`] clears the flag). Also forgets expired-event
     /// records older than their retention.
+    /// The held state events the next [`Self::sweep`] would expire (due now, their identifier's
+    /// sync not running): the caller checks whether their git data is present and releases
+    /// those instead (a held state whose data is present is released, never expired).
+    pub fn due_states(&self) -> Vec<(String, Arc<Event>)> {
+        let now = self.clock.now();
+        self.deadlines
+            .due(now)
+            .filter_map(|key| match key {
+                EntryKey::State { identifier, event_id } if !self.sync_running.contains(identifier) => self
+                    .states
+                    .get(identifier)
+                    .and_then(|list| list.iter().find(|s| s.event.id == *event_id))
+                    .map(|s| (identifier.clone(), Arc::clone(&s.event))),
+                _ => None,
+            })
+            .collect()
+    }
+
     pub fn sweep(&mut self) -> Vec<SweepAction> {
         let now = self.clock.now();
         let wall = self.clock.wall();
