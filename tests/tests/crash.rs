@@ -145,3 +145,60 @@ async fn held_states_with_their_data_are_released_before_serving_after_a_crash()
     assert!(!purgatory_ids(&server).await.contains(&st.id.to_hex()));
     assert_eq!(bare_refs(&bare)["refs/heads/main"], tip);
 }
+
+/// The push quarantines (`objects/tmp_objdir-incoming-*`) in `repo`.
+fn quarantines(repo: &std::path::Path) -> Vec<std::path::PathBuf> {
+    std::fs::read_dir(repo.join("objects"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with("tmp_objdir-incoming-"))
+        .collect()
+}
+
+/// A push killed mid-upload together with the relay (kill -9 of the whole process tree, as a
+/// crash or the OOM killer would) leaves its quarantine; the restarted relay removes it once it
+/// has been idle for the git idle timeout, at startup or in its maintenance pass.
+#[tokio::test]
+async fn a_push_killed_mid_upload_leaves_no_quarantine_behind() {
+    use std::io::Write;
+    let mut server = TestServer::start_with(&["--git-idle-timeout", "1h"]);
+    let tmp = tempfile::tempdir().unwrap();
+    let owner = Keys::generate();
+    let mut c = connect(&server).await;
+    publish_repo(&server, &mut c, &tmp.path().join("w"), &owner, "killed").await;
+    let bare = repo_dir(&server, &owner.public_key(), "killed");
+
+    // A receive-pack request: one ref update, then the start of a pack, then silence.
+    let mut stream = std::net::TcpStream::connect(server.addr()).unwrap();
+    let line = format!("{} {} refs/heads/other\0 report-status\n", "0".repeat(40), "2".repeat(40));
+    let mut body = format!("{:04x}{line}0000", line.len() + 4).into_bytes();
+    body.extend_from_slice(b"PACK\0\0\0\x02\0\0\0\x03\x95\x0a");
+    let head = format!(
+        "POST /{}/killed.git/git-receive-pack HTTP/1.1\r\nHost: {}\r\n\
+         Content-Type: application/x-git-receive-pack-request\r\nContent-Length: {}\r\n\r\n",
+        grasp_state::identifier::npub_of(&owner.public_key()),
+        server.addr(),
+        1 << 20
+    );
+    stream.write_all(head.as_bytes()).unwrap();
+    stream.write_all(&body).unwrap();
+    stream.flush().unwrap();
+    eventually!("the push's quarantine", WAIT, (!quarantines(&bare).is_empty()).then_some(()));
+
+    // Crash: the relay and every process it started, at once.
+    let children = grasp_tests::server::children_of(server.data_dir());
+    server.kill();
+    for (pid, _) in children {
+        let _ = std::process::Command::new("kill").arg("-KILL").arg(pid.to_string()).status();
+    }
+    drop(stream);
+    assert_eq!(quarantines(&bare).len(), 1, "the killed push left its quarantine");
+
+    server.restart_with(&["--git-idle-timeout", "1s"]);
+    eventually!("the abandoned quarantine removed", WAIT, quarantines(&bare).is_empty().then_some(()));
+    assert!(server.logs().contains("removed an abandoned push quarantine"));
+    // The repository is intact.
+    let mut c = connect(&server).await;
+    assert!(!c.req(vec![Filter::new().kind(Kind::Custom(30618)).author(owner.public_key())]).await.unwrap().is_empty());
+}

@@ -10,6 +10,11 @@
 //! order a push takes them). It waits for each lock at most [`LOCK_WAIT`]; a repository still
 //! busy then is skipped until its next push.
 //!
+//! The same pass removes push quarantines (`objects/tmp_objdir-incoming-*`) left by a push
+//! killed mid-upload: in the repository it maintains (under the push lock, so all of them), and
+//! every git idle timeout in every repository (those idle that long; see
+//! [`crate::git::repos::remove_stale_quarantines`]).
+//!
 //! Stock git's own auto-gc at the end of receive-pack (`receive.autogc`) stays on its default:
 //! it runs inside the push, under the same lock, so the two never overlap; the relay's pass also
 //! covers objects that arrived without a receive-pack (background sync, copies between owners'
@@ -42,10 +47,13 @@ pub struct Maintenance {
 }
 
 impl Maintenance {
-    /// Starts the worker; it ends at shutdown or when every `Maintenance` handle is dropped.
-    pub fn start(grasp: Arc<Grasp>, shutdown: Shutdown) -> Maintenance {
+    /// Starts the worker and the quarantine sweep (every `git_idle_timeout`, at least every
+    /// second and at most every [`QUARANTINE_SWEEP_MAX`]); both end at shutdown, the worker also
+    /// when every `Maintenance` handle is dropped.
+    pub fn start(grasp: Arc<Grasp>, git_idle_timeout: Duration, shutdown: Shutdown) -> Maintenance {
         let (tx, rx) = mpsc::unbounded_channel();
         let queued = Arc::new(Mutex::new(HashSet::new()));
+        tokio::spawn(sweep_quarantines(grasp.layout.git_root().to_path_buf(), git_idle_timeout, shutdown.clone()));
         tokio::spawn(worker(rx, queued.clone(), grasp, shutdown));
         Maintenance { tx, queued }
     }
@@ -66,6 +74,26 @@ impl Maintenance {
 pub fn after_push(grasp: &Grasp, owner: &nostr::prelude::PublicKey, identifier: &str) {
     if let (Some(m), Some(repo)) = (grasp.maintenance.get(), grasp.repo_path(owner, identifier)) {
         m.schedule(repo);
+    }
+}
+
+/// The longest time between two quarantine sweeps.
+pub const QUARANTINE_SWEEP_MAX: Duration = Duration::from_secs(10 * 60);
+
+/// Removes, every `idle` (clamped to 1 s ..= [`QUARANTINE_SWEEP_MAX`]), the push quarantines of
+/// every repository that nothing touched for `idle`: a push killed with its relay or web server
+/// left them (a live push writes into its own, and is ended once idle that long).
+async fn sweep_quarantines(git_root: PathBuf, idle: Duration, mut shutdown: Shutdown) {
+    let mut ticker = tokio::time::interval(idle.clamp(Duration::from_secs(1), QUARANTINE_SWEEP_MAX));
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    ticker.tick().await;
+    loop {
+        tokio::select! {
+            _ = shutdown.recv() => return,
+            _ = ticker.tick() => {}
+        }
+        let root = git_root.clone();
+        let _ = tokio::task::spawn_blocking(move || crate::git::repos::remove_stale_quarantines(&root, idle)).await;
     }
 }
 
@@ -114,6 +142,9 @@ async fn maintain(grasp: &Grasp, repo: &Path) {
         tracing::info!(repo = %shown, "maintenance skipped: the relay kept the repository busy");
         return;
     };
+    // Under the push lock no push runs here: any quarantine is a crashed push's.
+    let repo2 = repo.to_path_buf();
+    let _ = tokio::task::spawn_blocking(move || crate::git::repos::remove_quarantines_in(&repo2, Duration::ZERO)).await;
     match run_auto(repo).await {
         Ok(()) => tracing::info!(repo = %shown, elapsed_ms = started.elapsed().as_millis() as u64, "repository maintenance done"),
         Err(e) => tracing::warn!(repo = %shown, error = %e, "repository maintenance failed"),

@@ -165,7 +165,7 @@ pub async fn run(mut cfg: Config) -> anyhow::Result<()> {
 
     // Nothing is lost if the relay was down between a push's two hooks: release what the
     // repositories already satisfy.
-    grasp.reconcile_all().await;
+    grasp.reconcile_all(cfg.git_idle_timeout).await;
 
     // Background sync: fetch what the purgatory waits for from the other clone URLs it knows.
     crate::sync::start(&grasp, cfg.sync(), controller.subscribe());
@@ -174,7 +174,7 @@ pub async fn run(mut cfg: Config) -> anyhow::Result<()> {
         crate::peers::start(&grasp, peers, data.relay_sync_file(), controller.subscribe());
     }
 
-    let _ = grasp.maintenance.set(crate::git::maintenance::Maintenance::start(grasp.clone(), controller.subscribe()));
+    let _ = grasp.maintenance.set(crate::git::maintenance::Maintenance::start(grasp.clone(), cfg.git_idle_timeout, controller.subscribe()));
     tokio::spawn(crate::grasp::lifecycle::run_expiry(grasp.clone(), controller.subscribe()));
     tokio::spawn(crate::grasp::deferred::run_deferred(grasp.clone(), controller.subscribe()));
     tokio::spawn(crate::trust::run_curation_watch(grasp.clone(), controller.subscribe()));
