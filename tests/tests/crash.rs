@@ -202,3 +202,59 @@ async fn a_push_killed_mid_upload_leaves_no_quarantine_behind() {
     let mut c = connect(&server).await;
     assert!(!c.req(vec![Filter::new().kind(Kind::Custom(30618)).author(owner.public_key())]).await.unwrap().is_empty());
 }
+
+/// Bytes of the files under `dir`.
+fn bytes_under(dir: &std::path::Path) -> u64 {
+    std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| match e.metadata() {
+                    Ok(m) if m.is_dir() => bytes_under(&e.path()),
+                    Ok(m) => m.len(),
+                    Err(_) => 0,
+                })
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+/// Issue 16 item 8: an anonymous push to `refs/nostr/<id>` whose pull request never comes
+/// leaves nothing on disk: when its placeholder expires the ref is removed, and the maintenance
+/// pass prunes what only that ref reached, so the repository's disk use goes back down.
+#[tokio::test]
+async fn objects_of_an_expired_placeholder_are_pruned() {
+    let server = TestServer::start_with(&["--purgatory-ttl", "2s", "--soft-expiry-ttl", "1h", "--git-idle-timeout", "1s"]);
+    let tmp = tempfile::tempdir().unwrap();
+    let owner = Keys::generate();
+    let mut c = connect(&server).await;
+    let published = publish_repo(&server, &mut c, &tmp.path().join("w"), &owner, "pruned").await;
+    let bare = repo_dir(&server, &owner.public_key(), "pruned");
+    let before = bytes_under(&bare.join("objects"));
+
+    // Anyone's git-first pull request push of 1 MB of random data; no event ever follows.
+    let pr = Repo::new(&tmp.path().join("pr"), &server, &owner.public_key(), "pruned");
+    pr.commit("README", "pr\n");
+    let mut data = vec![0u8; 1 << 20];
+    std::io::Read::read_exact(&mut std::fs::File::open("/dev/urandom").unwrap(), &mut data).unwrap();
+    std::fs::write(pr.work.dir.join("blob"), &data).unwrap();
+    grasp_tests::git::git(&pr.work.dir, &["add", "blob"]);
+    grasp_tests::git::git(&pr.work.dir, &["commit", "-q", "-m", "blob"]);
+    let pr_tip = pr.rev("HEAD");
+    let name = format!("refs/nostr/{}", random_event_id());
+    pr.push(&[&format!("HEAD:{name}")]).unwrap_or_else(|e| panic!("placeholder push refused: {e}"));
+    let grown = bytes_under(&bare.join("objects"));
+    assert!(grown > before + 900_000, "the pushed megabyte landed: {before} -> {grown}");
+
+    eventually!("the expired placeholder's ref removed", WAIT, (!bare_refs(&bare).contains_key(&name)).then_some(()));
+    eventually!("the repository's disk use back down", WAIT, {
+        let now = bytes_under(&bare.join("objects"));
+        (now < before + 200_000).then_some(())
+    });
+    assert!(!grasp_tests::git::git_output(&bare, &["cat-file", "-e", &pr_tip]).status.success(), "the placeholder's commit is pruned");
+    // What refs reach stays.
+    assert!(grasp_tests::git::git_output(&bare, &["cat-file", "-e", &published.tip]).status.success());
+    let mut clone_dir = tmp.path().join("clone");
+    clone_dir.push("c");
+    std::fs::create_dir_all(clone_dir.parent().unwrap()).unwrap();
+    clone(&published.repo.url, &clone_dir, &[]).unwrap();
+}

@@ -220,6 +220,15 @@ impl SharedPurgatory {
         self.lock().prs_for(repo).into_iter().filter_map(|e| e.event.clone().map(|ev| (ev, e.commit.clone()))).collect()
     }
 
+    /// What a prune of `repo` must keep: the held state events of its identifier (unparsed;
+    /// parse outside) and the commits of the pull requests and placeholders held for it.
+    pub fn held_objects(&self, repo: &RepoId) -> (Vec<Arc<Event>>, Vec<String>) {
+        let p = self.lock();
+        let states = p.states_for(&repo.identifier).iter().map(|e| e.event.clone()).collect();
+        let prs = p.prs_for(repo).into_iter().map(|e| e.commit.clone()).collect();
+        (states, prs)
+    }
+
     /// Commits of every pull request entry held for `repo`.
     pub fn pr_commits_for(&self, repo: &RepoId) -> Vec<String> {
         self.lock().prs_for(repo).into_iter().map(|e| e.commit.clone()).collect()
