@@ -13,7 +13,8 @@
 //! The same pass removes push quarantines (`objects/tmp_objdir-incoming-*`) left by a push
 //! killed mid-upload: in the repository it maintains (under the push lock, so all of them), and
 //! every git idle timeout in every repository (those idle that long; see
-//! [`crate::git::repos::remove_stale_quarantines`]).
+//! [`crate::git::repos::remove_stale_quarantines`]). Background sync's quarantines are left to
+//! the sync and to the startup sweep.
 //!
 //! After refs were removed from a repository (expired pull request placeholders), its next pass
 //! is `git gc --prune=<git idle timeout>.seconds.ago` instead ([`after_ref_removal`]): objects no
@@ -126,7 +127,7 @@ async fn sweep_quarantines(git_root: PathBuf, idle: Duration, mut shutdown: Shut
             _ = ticker.tick() => {}
         }
         let root = git_root.clone();
-        let _ = tokio::task::spawn_blocking(move || crate::git::repos::remove_stale_quarantines(&root, idle)).await;
+        let _ = tokio::task::spawn_blocking(move || crate::git::repos::remove_stale_quarantines(&root, idle, crate::git::repos::Sweep::Running)).await;
     }
 }
 
@@ -178,7 +179,7 @@ async fn maintain(pass: &Pass, repo: &Path) {
     };
     // Under the push lock no push runs here: any quarantine is a crashed push's.
     let repo2 = repo.to_path_buf();
-    let _ = tokio::task::spawn_blocking(move || crate::git::repos::remove_quarantines_in(&repo2, Duration::ZERO)).await;
+    let _ = tokio::task::spawn_blocking(move || crate::git::repos::remove_quarantines_in(&repo2, Duration::ZERO, crate::git::repos::Sweep::Running)).await;
     let prune = pass.prune.lock().unwrap().remove(repo);
     let result = if prune {
         let keep = kept_objects(grasp, repo).await;

@@ -140,24 +140,39 @@ const QUARANTINE_PREFIX: &str = "tmp_objdir-incoming-";
 /// quarantine behind: invisible to git, but as large as the push. A live push writes into its
 /// quarantine, and one that sends nothing for the git idle timeout is ended by the relay (or by
 /// grasp-cgi behind nginx), so a quarantine untouched for that long belongs to no live push.
-/// Returns how many were removed.
-pub fn remove_stale_quarantines(git_root: &Path, older_than: std::time::Duration) -> usize {
+/// With `Sweep::Startup`, background sync's quarantines go too (no sync runs yet); while the
+/// relay runs they are left alone (a live fetch may wait on a slow peer without writing, and
+/// holds no lock; it removes its own). Returns how many were removed.
+pub fn remove_stale_quarantines(git_root: &Path, older_than: std::time::Duration, sweep: Sweep) -> usize {
     let mut removed = 0;
     for owner in subdirs(git_root) {
         for repo in subdirs(&owner) {
-            removed += remove_quarantines_in(&repo, older_than);
+            removed += remove_quarantines_in(&repo, older_than, sweep);
         }
     }
     removed
 }
 
+/// When a quarantine sweep runs, which decides whether background sync's quarantines are fair
+/// game.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sweep {
+    /// Before background sync starts: every abandoned quarantine.
+    Startup,
+    /// While the relay runs: push quarantines only.
+    Running,
+}
+
 /// Removes the push quarantines of `repo` idle for `older_than` or more (`Duration::ZERO`: all
-/// of them, for a caller holding the repository's push lock, under which no push runs).
-pub fn remove_quarantines_in(repo: &Path, older_than: std::time::Duration) -> usize {
+/// of them, for a caller holding the repository's push lock, under which no push runs); see
+/// [`Sweep`] for background sync's.
+pub fn remove_quarantines_in(repo: &Path, older_than: std::time::Duration, sweep: Sweep) -> usize {
     let now = std::time::SystemTime::now();
     let mut removed = 0;
     for tmp in subdirs(&repo.join("objects")) {
-        let is_quarantine = tmp.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(QUARANTINE_PREFIX));
+        let name = tmp.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+        let is_quarantine = name.starts_with(QUARANTINE_PREFIX)
+            && (sweep == Sweep::Startup || !name.starts_with(crate::sync::quarantine::PREFIX));
         if !is_quarantine || last_activity(&tmp).is_some_and(|t| now.duration_since(t).unwrap_or_default() < older_than) {
             continue;
         }
@@ -215,12 +230,19 @@ mod tests {
             std::fs::File::open(d).unwrap().set_modified(minute_ago).unwrap();
         }
         // An old quarantine whose pack is still being written belongs to a live push.
-        let removed = super::remove_stale_quarantines(root.path(), std::time::Duration::from_secs(60));
+        // A background sync's fetch may wait without writing: only a startup sweep removes it.
+        let sync = objects.join("tmp_objdir-incoming-grasp-sync-1");
+        std::fs::create_dir_all(&sync).unwrap();
+        std::fs::File::open(&sync).unwrap().set_modified(minute_ago).unwrap();
+        let removed = super::remove_stale_quarantines(root.path(), std::time::Duration::from_secs(60), Sweep::Running);
         assert_eq!(removed, 1);
-        assert!(!old.exists() && fresh.exists() && busy.exists() && pack.exists());
-        // Under the push lock every quarantine is abandoned.
-        assert_eq!(super::remove_quarantines_in(&root.path().join("npub1x").join("r.git"), std::time::Duration::ZERO), 2);
-        assert!(pack.exists());
+        assert!(!old.exists() && fresh.exists() && busy.exists() && pack.exists() && sync.exists());
+        // Under the push lock every push quarantine is abandoned.
+        let repo = root.path().join("npub1x").join("r.git");
+        assert_eq!(super::remove_quarantines_in(&repo, std::time::Duration::ZERO, Sweep::Running), 2);
+        assert!(pack.exists() && sync.exists());
+        assert_eq!(super::remove_stale_quarantines(root.path(), std::time::Duration::from_secs(60), Sweep::Startup), 1);
+        assert!(!sync.exists());
     }
 
     use super::*;
