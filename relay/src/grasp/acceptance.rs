@@ -73,13 +73,6 @@ fn full(e: PurgatoryFull) -> Admission {
     Admission::Reject(format!("{}: {e}", e.ok_prefix()))
 }
 
-/// The answer when a held event's journal record could not be synced: it is held in memory (and
-/// in the next checkpoint), but `OK true` would promise more than the disk gave.
-fn not_durable(e: crate::grasp::journal::JournalError) -> Admission {
-    tracing::error!(error = %e, "held event not journalled; answered error");
-    Admission::Reject(format!("error: {e}; the event is held but may not survive a crash, send it again later"))
-}
-
 impl Grasp {
     /// Decides what happens to a verified event submitted by `submitter`.
     pub async fn admit(&self, ev: &Event, submitter: &grasp_state::auth::Submitter<'_>) -> Admission {
@@ -167,9 +160,6 @@ impl Grasp {
                 let added = self.purgatory.hold_announcement(ev.clone(), a.owner, a.identifier.clone(), a.relays.iter().cloned().collect());
                 match added {
                     Ok((added, durable)) => {
-                        if let Err(e) = durable.wait().await {
-                            return not_durable(e);
-                        }
                         // Reviving a soft-expired entry: its repository may have been deleted
                         // between the creation above and the revival; make sure it exists.
                         if added.revived {
@@ -178,7 +168,7 @@ impl Grasp {
                             }
                             tracing::info!(repo = %format!("{npub}/{}", a.identifier), event = %ev.id, "soft-expired announcement revived by its replacement");
                         }
-                        Admission::Purgatory(PURGATORY_MESSAGE.into())
+                        Admission::Purgatory(PURGATORY_MESSAGE.into(), durable)
                     }
                     Err(e) => full(e),
                 }
@@ -186,11 +176,8 @@ impl Grasp {
             AfterRepo::Hold => {
                 match self.purgatory.hold_announcement(ev.clone(), a.owner, a.identifier.clone(), a.relays.iter().cloned().collect()) {
                     Ok((_, durable)) => {
-                        if let Err(e) = durable.wait().await {
-                            return not_durable(e);
-                        }
                         tracing::info!(repo = %format!("{npub}/{}", a.identifier), event = %ev.id, "announcement held in purgatory");
-                        Admission::Purgatory(PURGATORY_MESSAGE.into())
+                        Admission::Purgatory(PURGATORY_MESSAGE.into(), durable)
                     }
                     Err(e) => full(e),
                 }
@@ -241,12 +228,9 @@ impl Grasp {
             StatePlacement::Hold => match self.purgatory.hold_state(ev.clone(), s.author, s.identifier.clone()) {
                 Err(HoldRefused::Expired) => Admission::Reject(EXPIRED_STATE_MESSAGE.into()),
                 Ok((_, durable)) => {
-                    if let Err(e) = durable.wait().await {
-                        return not_durable(e);
-                    }
                     tracing::info!(identifier = %s.identifier, event = %ev.id, "state event held in purgatory");
                     self.note_waiting(&s.identifier, origin);
-                    Admission::Purgatory(PURGATORY_MESSAGE.into())
+                    Admission::Purgatory(PURGATORY_MESSAGE.into(), durable)
                 }
                 Err(HoldRefused::Full(e)) => full(e),
             },
@@ -371,14 +355,11 @@ impl Grasp {
                 pr.commit
             )),
             Ok((_, durable)) => {
-                if let Err(e) = durable.wait().await {
-                    return not_durable(e);
-                }
                 tracing::info!(event = %ev.id, commit = %pr.commit, "pull request held in purgatory");
                 for (_, identifier, _) in &repos {
                     self.note_waiting(identifier, origin);
                 }
-                Admission::Purgatory(PURGATORY_MESSAGE.into())
+                Admission::Purgatory(PURGATORY_MESSAGE.into(), durable)
             }
             Err(HoldRefused::Full(e)) => full(e),
         }

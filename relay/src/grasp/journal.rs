@@ -70,6 +70,25 @@ impl Durable {
             Some(rx) => rx.await.unwrap_or_else(|_| Err(JournalError("the journal writer stopped".into()))),
         }
     }
+
+    /// The `OK` for an event held by this change: `ok`/`message` once it is synced, an `error:`
+    /// when the journal could not be written (the event is held in memory and in the next
+    /// checkpoint, but `OK true` would promise more than the disk gave).
+    pub async fn answer(self, ok: bool, message: String) -> (bool, String) {
+        match self.wait().await {
+            Ok(()) => (ok, message),
+            Err(e) => {
+                tracing::error!(error = %e, "held event not journalled; answered error");
+                (false, format!("error: {e}; the event is held but may not survive a crash, send it again later"))
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for Durable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() { "Durable(pending)" } else { "Durable(now)" })
+    }
 }
 
 fn segment_path(dir: &Path, n: u64) -> PathBuf {
