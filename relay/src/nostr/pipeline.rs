@@ -142,8 +142,9 @@ impl EventPipeline {
         let refs: Vec<EventId> = if alone { Vec::new() } else { references(&event).event_ids };
         let mut earlier = Vec::new();
         while !self.may_start(&event, alone, &refs) {
-            if self.queue.is_empty() {
-                // Only answers waiting for durability are left, and the bound is reached.
+            if self.queue.is_empty() || self.len() >= MAX_IN_FLIGHT {
+                // At the bound (or only answers waiting for durability are left): the oldest
+                // answer leaves, which frees its slot.
                 match self.next().await {
                     Some(answer) => earlier.push(answer),
                     None => break,
