@@ -191,8 +191,9 @@ async fn release_present_states(grasp: &Grasp) {
         if !grasp.held_state_data_present(&ev).await {
             continue;
         }
-        if done.insert(identifier.clone()) {
-            grasp.process_identifier(&identifier).await;
+        // The repositories this author's states govern; busy ones are deferred and retried.
+        if done.insert((identifier.clone(), ev.pubkey)) {
+            grasp.process_governed(&identifier, &ev.pubkey).await;
         }
         if grasp.purgatory.held_state(&identifier, &ev.id).is_some() {
             grasp.purgatory.extend_states(&identifier, &[ev.id]);
