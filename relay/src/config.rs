@@ -113,7 +113,9 @@ pub struct Config {
     pub metrics_bind: Option<SocketAddr>,
 
     /// A git request whose client sends nothing for this long (or closes before the end of its
-    /// body) is ended and its git processes killed, releasing the repository's push lock.
+    /// body) is ended and its git processes killed, releasing the repository's push lock. Push
+    /// quarantines idle this long are removed (left by a crash), and unreachable objects older
+    /// than this are pruned after an expired placeholder's ref is removed.
     #[arg(long, env = "GRASP_GIT_IDLE_TIMEOUT", default_value = "60s", value_name = "DURATION", value_parser = parse_duration)]
     pub git_idle_timeout: Duration,
 
@@ -143,7 +145,9 @@ pub struct Config {
     pub soft_expiry_ttl: Duration,
 
     /// How often the purgatory is checkpointed to <data>/purgatory-state.json (seconds, or a
-    /// number with a unit; at least 10ms).
+    /// number with a unit; at least 10ms). Changes since are in the journal
+    /// (<data>/purgatory-journal.<n>), synced before an event is answered; each checkpoint
+    /// truncates it.
     #[arg(long, env = "GRASP_CHECKPOINT_INTERVAL", default_value = "60", value_name = "DURATION", value_parser = parse_duration)]
     pub checkpoint_interval: Duration,
 

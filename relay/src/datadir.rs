@@ -8,6 +8,7 @@
 //! <data>/git/<npub>/<id>.git    bare repositories (paths built by RepoLayout only)
 //! <data>/hooks/                 git hooks (core.hooksPath)
 //! <data>/purgatory-state.json   purgatory checkpoint (grasp::lifecycle::CHECKPOINT_FILE)
+//! <data>/purgatory-journal.<n>  purgatory changes since the checkpoint (grasp::journal)
 //! <data>/api-addr, api-token    the hook API's address and token (grasp_state::hook_api)
 //! ```
 

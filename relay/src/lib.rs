@@ -23,7 +23,8 @@
 //!   refs in `held_index`); git data arrival, release and alignment
 //!   (`release`); the lock order and `RepoGuards`, every wait bounded (`locks`); work on
 //!   repositories busy past the bound, retried later (`deferred`); purgatory restore, expiry
-//!   sweeps and checkpoints (`lifecycle`).
+//!   sweeps and checkpoints (`lifecycle`); the purgatory journal, synced before an event is
+//!   answered (`journal`).
 //! - [`git`]: storage on disk. The one git runner (`runner`), git operations (`git/mod.rs`), bare repositories
 //!   (`repos`), the fast "surely missing" object check (`objects`), git smart HTTP through
 //!   `grasp-cgi` (`http`), each child in its own process group, ended with its request

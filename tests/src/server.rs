@@ -28,6 +28,24 @@ pub fn binary_path(name: &str) -> PathBuf {
     path
 }
 
+/// The processes (pid, command line) whose environment names `data_dir`: every grasp-cgi,
+/// git http-backend, receive-pack and hook the relay started for a request (they inherit
+/// `GRASP_GIT_ROOT` / `GIT_PROJECT_ROOT`), wherever they were reparented.
+pub fn children_of(data_dir: &Path) -> Vec<(u32, String)> {
+    let needle = data_dir.as_os_str().as_encoded_bytes();
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
+        let Ok(env) = std::fs::read(entry.path().join("environ")) else { continue };
+        if env.windows(needle.len()).any(|w| w == needle) {
+            let cmd = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+            found.push((pid, cmd));
+        }
+    }
+    found
+}
+
 /// A running `grasp-relay`. Killed on drop.
 pub struct TestServer {
     child: Option<Child>,

@@ -9,26 +9,9 @@ use std::time::Duration;
 
 use grasp_state::identifier::npub_of;
 use grasp_tests::grasp::*;
+use grasp_tests::server::children_of;
 use grasp_tests::{wait_until, NostrClient, TestServer, TIMEOUT};
 use nostr::prelude::*;
-
-/// The processes (pid, command line) whose environment names `data_dir`: every grasp-cgi,
-/// git http-backend, receive-pack and hook the relay started for a request (they inherit
-/// `GRASP_GIT_ROOT` / `GIT_PROJECT_ROOT`), wherever they were reparented.
-fn children_of(data_dir: &Path) -> Vec<(u32, String)> {
-    let needle = data_dir.as_os_str().as_encoded_bytes();
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
-        let Ok(env) = std::fs::read(entry.path().join("environ")) else { continue };
-        if env.windows(needle.len()).any(|w| w == needle) {
-            let cmd = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
-            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
-            found.push((pid, cmd));
-        }
-    }
-    found
-}
 
 /// Opens a `git-receive-pack` POST to `owner`'s `identifier` announcing a `Content-Length` of
 /// 1 MiB and sends only the first bytes of a push (one ref update line), then stops sending.

@@ -182,7 +182,7 @@ mod in_process {
                 None => Purgatory::new(PurgatoryConfig::default(), clock.clone()),
                 Some(json) => {
                     std::fs::write(tmp.path().join(grasp_relay::grasp::lifecycle::CHECKPOINT_FILE), json.to_string()).unwrap();
-                    grasp_relay::grasp::lifecycle::restore(tmp.path(), &layout, PurgatoryConfig::default())
+                    grasp_relay::grasp::lifecycle::restore(tmp.path(), &layout, PurgatoryConfig::default()).0
                 }
             };
             let hooks = tmp.path().join("hooks");
@@ -204,7 +204,7 @@ mod in_process {
         /// A git-first push of `commit` to `refs/nostr/<id>`: the placeholder the pre-receive
         /// hook reserves, and the ref the receive-pack writes.
         pub fn git_first_push(&self, id: EventId, commit: &str) {
-            self.grasp.purgatory.reserve_placeholders(&self.repo_id(), &[(id, commit.to_string())]).unwrap();
+            let _durable = self.grasp.purgatory.reserve_placeholders(&self.repo_id(), &[(id, commit.to_string())]).unwrap();
             push_ref(&self.work, &self.repo, commit, &nostr_ref(id));
         }
 

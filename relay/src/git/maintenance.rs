@@ -10,6 +10,18 @@
 //! order a push takes them). It waits for each lock at most [`LOCK_WAIT`]; a repository still
 //! busy then is skipped until its next push.
 //!
+//! The same pass removes push quarantines (`objects/tmp_objdir-incoming-*`) left by a push
+//! killed mid-upload: in the repository it maintains (under the push lock, so all of them), and
+//! every git idle timeout in every repository (those idle that long; see
+//! [`crate::git::repos::remove_stale_quarantines`]). Background sync's quarantines are left to
+//! the sync and to the startup sweep.
+//!
+//! After refs were removed from a repository (expired pull request placeholders), its next pass
+//! is `git gc --prune=<git idle timeout>.seconds.ago` instead ([`after_ref_removal`]): objects no
+//! ref reaches any more go, except those held states and held pull requests name (kept through
+//! git's `gc.recentObjectsHook`); the push lock keeps every push, and so every quarantine, out.
+//! (A refused push's pack never lands: git drops its quarantine.)
+//!
 //! Stock git's own auto-gc at the end of receive-pack (`receive.autogc`) stays on its default:
 //! it runs inside the push, under the same lock, so the two never overlap; the relay's pass also
 //! covers objects that arrived without a receive-pack (background sync, copies between owners'
@@ -39,15 +51,29 @@ pub const MAX_QUEUED: usize = 10_000;
 pub struct Maintenance {
     tx: mpsc::UnboundedSender<PathBuf>,
     queued: Arc<Mutex<HashSet<PathBuf>>>,
+    /// Repositories whose next pass also prunes unreachable objects (refs were removed).
+    prune: Arc<Mutex<HashSet<PathBuf>>>,
 }
 
 impl Maintenance {
-    /// Starts the worker; it ends at shutdown or when every `Maintenance` handle is dropped.
-    pub fn start(grasp: Arc<Grasp>, shutdown: Shutdown) -> Maintenance {
+    /// Starts the worker and the quarantine sweep (every `git_idle_timeout`, at least every
+    /// second and at most every [`QUARANTINE_SWEEP_MAX`]); both end at shutdown, the worker also
+    /// when every `Maintenance` handle is dropped.
+    pub fn start(grasp: Arc<Grasp>, git_idle_timeout: Duration, shutdown: Shutdown) -> Maintenance {
         let (tx, rx) = mpsc::unbounded_channel();
         let queued = Arc::new(Mutex::new(HashSet::new()));
-        tokio::spawn(worker(rx, queued.clone(), grasp, shutdown));
-        Maintenance { tx, queued }
+        let prune = Arc::new(Mutex::new(HashSet::new()));
+        tokio::spawn(sweep_quarantines(grasp.layout.git_root().to_path_buf(), git_idle_timeout, shutdown.clone()));
+        let pass = Pass { grasp, prune: prune.clone(), prune_after: git_idle_timeout };
+        tokio::spawn(worker(rx, queued.clone(), pass, shutdown));
+        Maintenance { tx, queued, prune }
+    }
+
+    /// Queues `repo` for a pass that also prunes: refs were removed from it (expired pull
+    /// request placeholders), so objects only they reached can go.
+    pub fn schedule_prune(&self, repo: PathBuf) {
+        self.prune.lock().unwrap().insert(repo.clone());
+        self.schedule(repo);
     }
 
     /// Queues `repo` (once, however many pushes ask before it runs).
@@ -69,10 +95,46 @@ pub fn after_push(grasp: &Grasp, owner: &nostr::prelude::PublicKey, identifier: 
     }
 }
 
+/// Queues `repo` for a pruning pass after refs were removed from it (when the relay runs
+/// maintenance).
+pub fn after_ref_removal(grasp: &Grasp, repo: &Path) {
+    if let Some(m) = grasp.maintenance.get() {
+        m.schedule_prune(repo.to_path_buf());
+    }
+}
+
+/// What the worker needs for a pass.
+struct Pass {
+    grasp: Arc<Grasp>,
+    prune: Arc<Mutex<HashSet<PathBuf>>>,
+    /// Unreachable objects younger than this are kept (the git idle timeout).
+    prune_after: Duration,
+}
+
+/// The longest time between two quarantine sweeps.
+pub const QUARANTINE_SWEEP_MAX: Duration = Duration::from_secs(10 * 60);
+
+/// Removes, every `idle` (clamped to 1 s ..= [`QUARANTINE_SWEEP_MAX`]), the push quarantines of
+/// every repository that nothing touched for `idle`: a push killed with its relay or web server
+/// left them (a live push writes into its own, and is ended once idle that long).
+async fn sweep_quarantines(git_root: PathBuf, idle: Duration, mut shutdown: Shutdown) {
+    let mut ticker = tokio::time::interval(idle.clamp(Duration::from_secs(1), QUARANTINE_SWEEP_MAX));
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    ticker.tick().await;
+    loop {
+        tokio::select! {
+            _ = shutdown.recv() => return,
+            _ = ticker.tick() => {}
+        }
+        let root = git_root.clone();
+        let _ = tokio::task::spawn_blocking(move || crate::git::repos::remove_stale_quarantines(&root, idle, crate::git::repos::Sweep::Running)).await;
+    }
+}
+
 async fn worker(
     mut rx: mpsc::UnboundedReceiver<PathBuf>,
     queued: Arc<Mutex<HashSet<PathBuf>>>,
-    grasp: Arc<Grasp>,
+    pass: Pass,
     mut shutdown: Shutdown,
 ) {
     loop {
@@ -83,13 +145,14 @@ async fn worker(
         queued.lock().unwrap().remove(&repo);
         tokio::select! {
             _ = shutdown.recv() => return,
-            () = maintain(&grasp, &repo) => {}
+            () = maintain(&pass, &repo) => {}
         }
     }
 }
 
 /// Runs maintenance in `repo` under its push lock and the relay's lock of it.
-async fn maintain(grasp: &Grasp, repo: &Path) {
+async fn maintain(pass: &Pass, repo: &Path) {
+    let grasp = &pass.grasp;
     let shown = grasp.layout.git_root().parent().map_or(repo, |root| repo.strip_prefix(root).unwrap_or(repo)).display().to_string();
     let started = Instant::now();
     let lock_path = repo.join(grasp_state::identifier::PUSH_LOCK_FILE);
@@ -114,11 +177,66 @@ async fn maintain(grasp: &Grasp, repo: &Path) {
         tracing::info!(repo = %shown, "maintenance skipped: the relay kept the repository busy");
         return;
     };
-    match run_auto(repo).await {
-        Ok(()) => tracing::info!(repo = %shown, elapsed_ms = started.elapsed().as_millis() as u64, "repository maintenance done"),
-        Err(e) => tracing::warn!(repo = %shown, error = %e, "repository maintenance failed"),
+    // Under the push lock no push runs here: any quarantine is a crashed push's.
+    let repo2 = repo.to_path_buf();
+    let _ = tokio::task::spawn_blocking(move || crate::git::repos::remove_quarantines_in(&repo2, Duration::ZERO, crate::git::repos::Sweep::Running)).await;
+    let prune = pass.prune.lock().unwrap().remove(repo);
+    let result = if prune {
+        let keep = kept_objects(grasp, repo).await;
+        run_prune(repo, &keep, pass.prune_after).await
+    } else {
+        run_auto(repo).await
+    };
+    match result {
+        Ok(()) => tracing::info!(repo = %shown, prune, elapsed_ms = started.elapsed().as_millis() as u64, "repository maintenance done"),
+        Err(e) => tracing::warn!(repo = %shown, prune, error = %e, "repository maintenance failed"),
     }
 }
+
+/// The objects of `repo` a prune must keep although no ref reaches them: the commits of held
+/// state events of its identifier and of held pull requests for it (present here).
+async fn kept_objects(grasp: &Grasp, repo: &Path) -> Vec<String> {
+    let Ok((owner, identifier)) = grasp.layout.locate(repo) else { return Vec::new() };
+    let (states, prs) = grasp.purgatory.held_objects(&grasp_state::purgatory::RepoId::new(owner, identifier));
+    let mut oids: Vec<String> = states
+        .iter()
+        .filter_map(|ev| grasp_state::nip34::RepoState::from_event(ev).ok())
+        .flat_map(|s| s.refs.into_values())
+        .chain(prs)
+        .collect();
+    oids.sort();
+    oids.dedup();
+    let repo = repo.to_path_buf();
+    tokio::task::spawn_blocking(move || {
+        let missing: HashSet<String> = crate::git::missing_objects(&repo, &oids).unwrap_or_default().into_iter().collect();
+        oids.into_iter().filter(|o| !missing.contains(o)).collect()
+    })
+    .await
+    .unwrap_or_default()
+}
+
+/// `git gc --prune`: repacks and drops objects no ref reaches that are older than
+/// `older_than`, keeping `keep` and everything they reach (git's `gc.recentObjectsHook` lists
+/// them as recent). Killed after [`RUN_TIMEOUT`]. The caller holds the push lock, so no push
+/// (and no push's quarantine) depends on what goes.
+async fn run_prune(repo: &Path, keep: &[String], older_than: Duration) -> Result<(), GitError> {
+    let list = repo.join(KEEP_LIST);
+    let text: String = keep.iter().map(|oid| format!("{oid}\n")).collect();
+    std::fs::write(&list, text).map_err(|e| GitError::Spawn(std::io::Error::new(e.kind(), format!("writing {}: {e}", list.display()))))?;
+    let hook = format!("cat '{}'", list.display().to_string().replace('\'', "'\\''"));
+    let result = GitCommand::in_repo(repo)
+        .config("gc.recentObjectsHook", hook)
+        .args(["gc", "--quiet"])
+        .arg(format!("--prune={}.seconds.ago", older_than.as_secs()))
+        .run_async(RUN_TIMEOUT)
+        .await
+        .map(|_| ());
+    let _ = std::fs::remove_file(&list);
+    result
+}
+
+/// The file listing the objects a prune keeps, inside the repository for the time of the run.
+const KEEP_LIST: &str = "grasp-keep-objects";
 
 /// Takes the exclusive lock on `path` (an existing lock file or a new one), trying for at most
 /// `wait`; `None` when still busy then.
@@ -166,6 +284,35 @@ mod tests {
         drop(push);
         assert!(wait_for_lock(&path, Duration::from_millis(100)).unwrap().is_some());
         assert!(wait_for_lock(&dir.path().join("gone/grasp.lock"), Duration::ZERO).is_err());
+    }
+
+    #[tokio::test]
+    async fn prune_drops_unreachable_objects_but_keeps_listed_ones() {
+        use crate::git::test_git;
+        let dir = tempfile::tempdir().unwrap();
+        let repo = dir.path().join("r.git");
+        let work = dir.path().join("w");
+        test_git(dir.path(), &["init", "--bare", "--quiet", repo.to_str().unwrap()]);
+        test_git(dir.path(), &["init", "--quiet", work.to_str().unwrap()]);
+        let commit = |name: &str| {
+            std::fs::write(work.join(name), name).unwrap();
+            test_git(&work, &["add", name]);
+            test_git(&work, &["commit", "-q", "-m", name]);
+            test_git(&work, &["rev-parse", "HEAD"])
+        };
+        let served = commit("served");
+        test_git(&work, &["push", "-q", repo.to_str().unwrap(), "HEAD:refs/heads/main"]);
+        let held = commit("held");
+        test_git(&work, &["push", "-q", repo.to_str().unwrap(), "HEAD:refs/nostr/a"]);
+        let dropped = commit("dropped");
+        test_git(&work, &["push", "-q", repo.to_str().unwrap(), "HEAD:refs/nostr/b"]);
+        test_git(&repo, &["update-ref", "-d", "refs/nostr/a"]);
+        test_git(&repo, &["update-ref", "-d", "refs/nostr/b"]);
+        run_prune(&repo, std::slice::from_ref(&held), Duration::ZERO).await.unwrap();
+        let present = |oid: &str| crate::git::missing_objects(&repo, &[oid.to_string()]).unwrap().is_empty();
+        assert!(present(&served) && present(&held), "reachable and listed objects stay");
+        assert!(!present(&dropped), "an object only a removed ref reached is pruned");
+        assert!(!repo.join(KEEP_LIST).exists());
     }
 
     #[tokio::test]

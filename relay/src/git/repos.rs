@@ -135,39 +135,80 @@ pub use crate::git::read_refs;
 /// its hooks accept it.
 const QUARANTINE_PREFIX: &str = "tmp_objdir-incoming-";
 
-/// Removes push quarantines older than `older_than` from every repository under `git_root`.
-/// A receive-pack killed mid-push (the relay or the web server died) leaves its quarantine
-/// behind: invisible to git, but as large as the push. The age threshold keeps quarantines of
-/// pushes still running elsewhere (e.g. through nginx while the relay restarts) safe.
-/// Returns how many were removed.
-pub fn remove_stale_quarantines(git_root: &Path, older_than: std::time::Duration) -> usize {
-    let now = std::time::SystemTime::now();
-    let dirs = |p: &Path| -> Vec<std::path::PathBuf> {
-        std::fs::read_dir(p)
-            .map(|rd| rd.flatten().filter(|e| e.file_type().is_ok_and(|t| t.is_dir())).map(|e| e.path()).collect())
-            .unwrap_or_default()
-    };
+/// Removes push quarantines idle for `older_than` or more from every repository under
+/// `git_root`. A receive-pack killed mid-push (the relay or the web server died) leaves its
+/// quarantine behind: invisible to git, but as large as the push. A live push writes into its
+/// quarantine, and one that sends nothing for the git idle timeout is ended by the relay (or by
+/// grasp-cgi behind nginx), so a quarantine untouched for that long belongs to no live push.
+/// With `Sweep::Startup`, background sync's quarantines go too (no sync runs yet); while the
+/// relay runs they are left alone (a live fetch may wait on a slow peer without writing, and
+/// holds no lock; it removes its own). Returns how many were removed.
+pub fn remove_stale_quarantines(git_root: &Path, older_than: std::time::Duration, sweep: Sweep) -> usize {
     let mut removed = 0;
-    for owner in dirs(git_root) {
-        for repo in dirs(&owner) {
-            for tmp in dirs(&repo.join("objects")) {
-                let stale = tmp.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(QUARANTINE_PREFIX))
-                    && std::fs::metadata(&tmp)
-                        .and_then(|m| m.modified())
-                        .is_ok_and(|t| now.duration_since(t).is_ok_and(|age| age >= older_than));
-                if stale {
-                    match std::fs::remove_dir_all(&tmp) {
-                        Ok(()) => {
-                            tracing::info!(path = %tmp.display(), "removed an abandoned push quarantine");
-                            removed += 1;
-                        }
-                        Err(e) => tracing::warn!(path = %tmp.display(), error = %e, "cannot remove an abandoned push quarantine"),
-                    }
-                }
-            }
+    for owner in subdirs(git_root) {
+        for repo in subdirs(&owner) {
+            removed += remove_quarantines_in(&repo, older_than, sweep);
         }
     }
     removed
+}
+
+/// When a quarantine sweep runs, which decides whether background sync's quarantines are fair
+/// game.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sweep {
+    /// Before background sync starts: every abandoned quarantine.
+    Startup,
+    /// While the relay runs: push quarantines only.
+    Running,
+}
+
+/// Removes the push quarantines of `repo` idle for `older_than` or more (`Duration::ZERO`: all
+/// of them, for a caller holding the repository's push lock, under which no push runs); see
+/// [`Sweep`] for background sync's.
+pub fn remove_quarantines_in(repo: &Path, older_than: std::time::Duration, sweep: Sweep) -> usize {
+    let now = std::time::SystemTime::now();
+    let mut removed = 0;
+    for tmp in subdirs(&repo.join("objects")) {
+        let name = tmp.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+        let is_quarantine = name.starts_with(QUARANTINE_PREFIX)
+            && (sweep == Sweep::Startup || !name.starts_with(crate::sync::quarantine::PREFIX));
+        if !is_quarantine || last_activity(&tmp).is_some_and(|t| now.duration_since(t).unwrap_or_default() < older_than) {
+            continue;
+        }
+        match std::fs::remove_dir_all(&tmp) {
+            Ok(()) => {
+                tracing::info!(path = %tmp.display(), "removed an abandoned push quarantine");
+                removed += 1;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => tracing::warn!(path = %tmp.display(), error = %e, "cannot remove an abandoned push quarantine"),
+        }
+    }
+    removed
+}
+
+fn subdirs(p: &Path) -> Vec<PathBuf> {
+    std::fs::read_dir(p)
+        .map(|rd| rd.flatten().filter(|e| e.file_type().is_ok_and(|t| t.is_dir())).map(|e| e.path()).collect())
+        .unwrap_or_default()
+}
+
+/// The newest modification time in a quarantine: the directory, its entries, and theirs (a
+/// receiving push writes its pack into `pack/`, loose objects into `xx/`).
+fn last_activity(dir: &Path) -> Option<std::time::SystemTime> {
+    let mtime = |p: &Path| std::fs::symlink_metadata(p).and_then(|m| m.modified()).ok();
+    let mut newest = mtime(dir);
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        newest = newest.max(mtime(&path));
+        if entry.file_type().is_ok_and(|t| t.is_dir()) {
+            for inner in std::fs::read_dir(&path).into_iter().flatten().flatten() {
+                newest = newest.max(mtime(&inner.path()));
+            }
+        }
+    }
+    newest
 }
 
 #[cfg(test)]
@@ -178,17 +219,30 @@ mod tests {
         let objects = root.path().join("npub1x").join("r.git").join("objects");
         let old = objects.join("tmp_objdir-incoming-old");
         let fresh = objects.join("tmp_objdir-incoming-new");
+        let busy = objects.join("tmp_objdir-incoming-busy");
         let pack = objects.join("pack");
-        for d in [&old, &fresh, &pack] {
+        for d in [&old, &fresh, &busy, &pack] {
             std::fs::create_dir_all(d.join("pack")).unwrap();
         }
-        let day_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(2 * 86400);
-        for d in [&old, &pack] {
-            std::fs::File::open(d).unwrap().set_modified(day_ago).unwrap();
+        std::fs::write(busy.join("pack").join("tmp_pack_x"), b"PACK").unwrap();
+        let minute_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(120);
+        for d in [&old, &old.join("pack"), &pack, &busy, &busy.join("pack")] {
+            std::fs::File::open(d).unwrap().set_modified(minute_ago).unwrap();
         }
-        let removed = super::remove_stale_quarantines(root.path(), std::time::Duration::from_secs(86400));
+        // An old quarantine whose pack is still being written belongs to a live push.
+        // A background sync's fetch may wait without writing: only a startup sweep removes it.
+        let sync = objects.join("tmp_objdir-incoming-grasp-sync-1");
+        std::fs::create_dir_all(&sync).unwrap();
+        std::fs::File::open(&sync).unwrap().set_modified(minute_ago).unwrap();
+        let removed = super::remove_stale_quarantines(root.path(), std::time::Duration::from_secs(60), Sweep::Running);
         assert_eq!(removed, 1);
-        assert!(!old.exists() && fresh.exists() && pack.exists());
+        assert!(!old.exists() && fresh.exists() && busy.exists() && pack.exists() && sync.exists());
+        // Under the push lock every push quarantine is abandoned.
+        let repo = root.path().join("npub1x").join("r.git");
+        assert_eq!(super::remove_quarantines_in(&repo, std::time::Duration::ZERO, Sweep::Running), 2);
+        assert!(pack.exists() && sync.exists());
+        assert_eq!(super::remove_stale_quarantines(root.path(), std::time::Duration::from_secs(60), Sweep::Startup), 1);
+        assert!(!sync.exists());
     }
 
     use super::*;

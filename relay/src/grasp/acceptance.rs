@@ -159,7 +159,7 @@ impl Grasp {
             AfterRepo::ReplaceHeld => {
                 let added = self.purgatory.hold_announcement(ev.clone(), a.owner, a.identifier.clone(), a.relays.iter().cloned().collect());
                 match added {
-                    Ok(added) => {
+                    Ok((added, durable)) => {
                         // Reviving a soft-expired entry: its repository may have been deleted
                         // between the creation above and the revival; make sure it exists.
                         if added.revived {
@@ -168,16 +168,16 @@ impl Grasp {
                             }
                             tracing::info!(repo = %format!("{npub}/{}", a.identifier), event = %ev.id, "soft-expired announcement revived by its replacement");
                         }
-                        Admission::Purgatory(PURGATORY_MESSAGE.into())
+                        Admission::Purgatory(PURGATORY_MESSAGE.into(), durable)
                     }
                     Err(e) => full(e),
                 }
             }
             AfterRepo::Hold => {
                 match self.purgatory.hold_announcement(ev.clone(), a.owner, a.identifier.clone(), a.relays.iter().cloned().collect()) {
-                    Ok(_) => {
+                    Ok((_, durable)) => {
                         tracing::info!(repo = %format!("{npub}/{}", a.identifier), event = %ev.id, "announcement held in purgatory");
-                        Admission::Purgatory(PURGATORY_MESSAGE.into())
+                        Admission::Purgatory(PURGATORY_MESSAGE.into(), durable)
                     }
                     Err(e) => full(e),
                 }
@@ -204,20 +204,7 @@ impl Grasp {
         self.extend_held_announcements(&owners, &s.identifier).await;
         // Git data already here (in some authorised repository)?
         let declares_refs = !s.refs.is_empty();
-        let mut data_present = false;
-        for (owner, _) in owners.iter().filter(|_| declares_refs) {
-            let Some(repo) = self.repo_path(owner, &s.identifier) else { continue };
-            let oids: Vec<String> = s.refs.values().cloned().collect();
-            // Most held states name commits not pushed yet: say so without a git process.
-            data_present = tokio::task::spawn_blocking(move || {
-                !surely_missing(&repo, &oids) && git::missing_objects(&repo, &oids).is_ok_and(|m| m.is_empty())
-            })
-            .await
-            .unwrap_or(false);
-            if data_present {
-                break;
-            }
-        }
+        let data_present = self.state_data_present(&s, &owners).await;
         match state_placement(&StateFacts { declares_refs, data_present }) {
             StatePlacement::StoreAndRelease => {
                 // A place in the queue of each governed repository first: when every one of them
@@ -240,14 +227,46 @@ impl Grasp {
             }
             StatePlacement::Hold => match self.purgatory.hold_state(ev.clone(), s.author, s.identifier.clone()) {
                 Err(HoldRefused::Expired) => Admission::Reject(EXPIRED_STATE_MESSAGE.into()),
-                Ok(_) => {
+                Ok((_, durable)) => {
                     tracing::info!(identifier = %s.identifier, event = %ev.id, "state event held in purgatory");
                     self.note_waiting(&s.identifier, origin);
-                    Admission::Purgatory(PURGATORY_MESSAGE.into())
+                    Admission::Purgatory(PURGATORY_MESSAGE.into(), durable)
                 }
                 Err(HoldRefused::Full(e)) => full(e),
             },
         }
+    }
+
+    /// Whether every object state `s` names is in the repository of one of `owners` (those
+    /// whose maintainer set includes its author): the state can be released from there. A state
+    /// naming no refs has no data to wait for, so it is never "present".
+    pub(crate) async fn state_data_present(&self, s: &RepoState, owners: &[(nostr::prelude::PublicKey, crate::grasp::Source)]) -> bool {
+        if s.refs.is_empty() {
+            return false;
+        }
+        for (owner, _) in owners {
+            let Some(repo) = self.repo_path(owner, &s.identifier) else { continue };
+            let oids: Vec<String> = s.refs.values().cloned().collect();
+            // Most held states name commits not pushed yet: say so without a git process.
+            let present = tokio::task::spawn_blocking(move || {
+                !surely_missing(&repo, &oids) && git::missing_objects(&repo, &oids).is_ok_and(|m| m.is_empty())
+            })
+            .await
+            .unwrap_or(false);
+            if present {
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Whether the held state event `ev`'s git data is present where it can be released from
+    /// (see [`Self::state_data_present`]).
+    pub async fn held_state_data_present(&self, ev: &Event) -> bool {
+        let Ok(s) = RepoState::from_event(ev) else { return false };
+        let all = self.announcements(&s.identifier).await;
+        let owners = TrustIndex::new(&all).owners_trusting(&s.author);
+        self.state_data_present(&s, &owners).await
     }
 
     async fn admit_pr(&self, ev: &Event, origin: Origin) -> Admission {
@@ -335,12 +354,12 @@ impl Grasp {
                  push {} to {ref_name} first, then send the event again",
                 pr.commit
             )),
-            Ok(_) => {
+            Ok((_, durable)) => {
                 tracing::info!(event = %ev.id, commit = %pr.commit, "pull request held in purgatory");
                 for (_, identifier, _) in &repos {
                     self.note_waiting(identifier, origin);
                 }
-                Admission::Purgatory(PURGATORY_MESSAGE.into())
+                Admission::Purgatory(PURGATORY_MESSAGE.into(), durable)
             }
             Err(HoldRefused::Full(e)) => full(e),
         }
@@ -367,7 +386,12 @@ impl Grasp {
             .filter(|c| c.public_key == ev.pubkey)
             .map(|c| (c.kind.as_u16(), c.public_key, c.identifier.clone()))
             .collect();
-        let removed = self.purgatory.remove_deleted(&ev.pubkey, &ids, &coords, ev.created_at);
+        let (removed, durable) = self.purgatory.remove_deleted(&ev.pubkey, &ids, &coords, ev.created_at);
+        // The deletion is stored; a removal lost by a crash would only hold a deleted event
+        // (never released) until it expires. Still, answer once it is on disk.
+        if let Err(e) = durable.wait().await {
+            tracing::warn!(error = %e, deletion = %ev.id, "purgatory removals not journalled");
+        }
         for r in removed {
             tracing::info!(event = %r.event_id(), deletion = %ev.id, "purgatory entry removed by deletion");
             if let Removed::Announcement(a) = r {

@@ -73,7 +73,12 @@ impl Grasp {
         // apply before any data lands and a crash before post-receive loses nothing.
         let decision = match decision {
             PushDecision::Accept(acc) => match self.purgatory.reserve_placeholders(&RepoId::new(*owner, identifier), &acc.placeholders) {
-                Ok(()) => PushDecision::Accept(acc),
+                // Journalled before the refs may land (the records of a crash-lost placeholder
+                // would leave its ref behind for good).
+                Ok(durable) => match durable.wait().await {
+                    Ok(()) => PushDecision::Accept(acc),
+                    Err(e) => PushDecision::Reject(Rejection { reasons: vec![format!("error: {e}; push again later")] }),
+                },
                 Err(reasons) => PushDecision::Reject(Rejection { reasons }),
             },
             rejected => rejected,

@@ -2,12 +2,14 @@
 //! carries out what [`Purgatory::sweep`] decides, and crash-safe checkpoints
 //! (docs/protocol.md#checkpoints, #soft-expiry, #placeholders).
 //!
-//! - [`restore`]: read `<data>/purgatory-state.json`, subtract downtime, set a bad file aside.
+//! - [`restore`]: read `<data>/purgatory-state.json`, replay the journal written since
+//!   ([`crate::grasp::journal`]), subtract downtime, set a bad file aside.
 //! - [`run_expiry`]: sleeps until the model's next deadline (at most a second), sweeps,
 //!   and does the I/O the sweep asks for (delete soft-expired repositories, compare-and-delete
 //!   expired `refs/nostr/<id>` placeholder refs, retrying failures later).
-//! - [`run_checkpoints`] / [`checkpoint`]: snapshot under the lock, write outside it (temp file,
-//!   fsync, rename, directory fsync), one writer at a time.
+//! - [`run_checkpoints`] / [`checkpoint`]: snapshot (and journal cut) under the lock, write
+//!   outside it (temp file, fsync, rename, directory fsync), one writer at a time, then delete
+//!   the journal segments the checkpoint covers.
 //!
 //! Durations come from `--purgatory-ttl`, `--soft-expiry-ttl` and `--checkpoint-interval`.
 
@@ -17,7 +19,8 @@ use std::time::Duration;
 
 use grasp_state::identifier::RepoLayout;
 use grasp_state::purgatory::{
-    read_checkpoint, set_aside, write_checkpoint, Purgatory, PurgatoryConfig, RepoId, SweepAction, SystemClock,
+    journal::replay, read_checkpoint, set_aside, write_checkpoint, Purgatory, PurgatoryConfig, PurgatoryState, RepoId,
+    SweepAction, SystemClock,
 };
 use nostr::prelude::ToBech32;
 
@@ -33,39 +36,55 @@ pub const CHECKPOINT_FILE: &str = "purgatory-state.json";
 /// waking is cheap.
 const SWEEP_TICK: Duration = Duration::from_secs(1);
 
-/// Loads the purgatory from `<data>/purgatory-state.json`, subtracting downtime from every
-/// deadline. A corrupt or unknown-version file is reported and renamed aside, never lost, and
-/// the relay starts with an empty purgatory. The file itself stays in place.
-pub fn restore(data_dir: &Path, layout: &RepoLayout, config: PurgatoryConfig) -> Purgatory {
+/// Loads the purgatory from `<data>/purgatory-state.json` and the journal segments written since
+/// (`<data>/purgatory-journal.<n>`, replayed in order over it), subtracting downtime from every
+/// deadline. A corrupt or unknown-version checkpoint is reported and renamed aside, never lost,
+/// and the journal is replayed over an empty purgatory. Neither file is changed here: the caller
+/// attaches a new journal segment (the returned number) and writes a checkpoint, which compacts
+/// them.
+pub fn restore(data_dir: &Path, layout: &RepoLayout, config: PurgatoryConfig) -> (Purgatory, u64) {
     let path = data_dir.join(CHECKPOINT_FILE);
     let clock = Arc::new(SystemClock);
-    match read_checkpoint(&path) {
-        Ok(None) => Purgatory::new(config, clock),
-        Ok(Some(state)) => {
-            let (p, report) = Purgatory::restore(state, config, clock, |owner, identifier| layout.repo_path(owner, identifier).is_ok_and(|repo| repo.exists()));
-            tracing::info!(
-                downtime_secs = report.downtime.as_secs(),
-                announcements = report.announcements,
-                states = report.states,
-                prs = report.prs,
-                placeholders = report.placeholders,
-                expired_during_downtime = report.expired_during_downtime,
-                skipped = report.skipped.len(),
-                "purgatory restored from checkpoint"
-            );
-            for s in &report.skipped {
-                tracing::warn!(entry = %s.entry, reason = %s.reason, "purgatory entry not restored");
-            }
-            p
-        }
+    let checkpoint = match read_checkpoint(&path) {
+        Ok(state) => state,
         Err(e) => {
             match set_aside(&path) {
-                Ok(aside) => tracing::error!(error = %e, kept_as = %aside.display(), "purgatory checkpoint unreadable; set aside, starting empty"),
-                Err(io) => tracing::error!(error = %e, rename_error = %io, "purgatory checkpoint unreadable and could not be set aside; starting empty"),
+                Ok(aside) => tracing::error!(error = %e, kept_as = %aside.display(), "purgatory checkpoint unreadable; set aside, starting from the journal only"),
+                Err(io) => tracing::error!(error = %e, rename_error = %io, "purgatory checkpoint unreadable and could not be set aside; starting from the journal only"),
             }
-            Purgatory::new(config, clock)
+            None
         }
+    };
+    let (records, next_segment) = crate::grasp::journal::read_segments(data_dir);
+    let journalled = records.len();
+    let state = match checkpoint {
+        None if records.is_empty() => return (Purgatory::new(config, clock), next_segment),
+        None => {
+            let mut state = PurgatoryState::default();
+            replay(&mut state, records);
+            state
+        }
+        Some(mut state) => {
+            replay(&mut state, records);
+            state
+        }
+    };
+    let (p, report) = Purgatory::restore(state, config, clock, |owner, identifier| layout.repo_path(owner, identifier).is_ok_and(|repo| repo.exists()));
+    tracing::info!(
+        downtime_secs = report.downtime.as_secs(),
+        journal_records = journalled,
+        announcements = report.announcements,
+        states = report.states,
+        prs = report.prs,
+        placeholders = report.placeholders,
+        expired_during_downtime = report.expired_during_downtime,
+        skipped = report.skipped.len(),
+        "purgatory restored from checkpoint and journal"
+    );
+    for s in &report.skipped {
+        tracing::warn!(entry = %s.entry, reason = %s.reason, "purgatory entry not restored");
     }
+    (p, next_segment)
 }
 
 /// Serialises checkpoint writers (periodic task, final checkpoint): two writers would share the
@@ -73,34 +92,46 @@ pub fn restore(data_dir: &Path, layout: &RepoLayout, config: PurgatoryConfig) ->
 static CHECKPOINT_LOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// Writes one checkpoint. The snapshot is taken under the purgatory lock (the held events'
-/// `Arc`s and plain fields); building the file, serialising and the disk writes happen outside
-/// it, so request handling is not blocked for long.
+/// `Arc`s and plain fields), together with a cut of the journal; building the file, serialising
+/// and the disk writes happen outside it, so request handling is not blocked for long. Once the
+/// checkpoint is durably in place, the journal segments it covers are deleted.
 pub async fn checkpoint(grasp: &Grasp, data_dir: &Path) -> std::io::Result<()> {
     let _writer = CHECKPOINT_LOCK.lock().await;
     let started = std::time::Instant::now();
-    let snapshot = grasp.purgatory.snapshot();
+    let (snapshot, cut) = grasp.purgatory.snapshot_and_cut();
     let path: PathBuf = data_dir.join(CHECKPOINT_FILE);
     let written = tokio::task::spawn_blocking(move || write_checkpoint(&path, &snapshot).map(|()| std::fs::metadata(&path).map_or(0, |m| m.len())))
         .await
         .map_err(std::io::Error::other)?;
     grasp.metrics.checkpoint_written(started.elapsed(), written.as_ref().copied().map_err(drop));
+    if written.is_ok() {
+        if let (Some(cut), Some(journal)) = (cut, grasp.purgatory.journal()) {
+            // No new segment (the writer could not create one): the old ones stay.
+            if let Ok(segment) = cut.await {
+                journal.remove_before(segment);
+            }
+        }
+    }
     written.map(drop)
 }
 
-/// Checkpoints every `interval` until shutdown (the final checkpoint is the caller's, after
-/// background mutation has stopped).
+/// Checkpoints every `interval` until shutdown, and early when the journal grew past its
+/// bound (the final checkpoint is the caller's, after background mutation has stopped).
 pub async fn run_checkpoints(grasp: Arc<Grasp>, data_dir: PathBuf, interval: Duration, mut shutdown: Shutdown) {
     let mut ticker = tokio::time::interval(interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     ticker.tick().await;
+    let journal_full = grasp.purgatory.journal().map(|j| j.wants_checkpoint()).unwrap_or_default();
     loop {
         tokio::select! {
-            _ = ticker.tick() => {
-                if let Err(e) = checkpoint(&grasp, &data_dir).await {
-                    tracing::error!(error = %e, "purgatory checkpoint failed");
-                }
+            _ = ticker.tick() => {}
+            () = journal_full.notified() => {
+                tracing::info!("purgatory journal past its bound: checkpoint now");
             }
             _ = shutdown.recv() => return,
+        }
+        if let Err(e) = checkpoint(&grasp, &data_dir).await {
+            tracing::error!(error = %e, "purgatory checkpoint failed");
         }
     }
 }
@@ -118,8 +149,12 @@ pub async fn run_expiry(grasp: Arc<Grasp>, mut shutdown: Shutdown) {
     }
 }
 
-/// One sweep: the model decides, this carries out the I/O.
+/// One sweep: the model decides, this carries out the I/O. Held states due to expire whose git
+/// data is present (a push whose post-receive notice was lost, data that arrived otherwise) are
+/// released first, never expired: expiring them would let the next alignment rewind the
+/// repository off the commits they name.
 pub async fn expire(grasp: &Grasp) {
+    release_present_states(grasp).await;
     let actions = grasp.purgatory.sweep();
     for action in actions {
         grasp.metrics.purgatory_expired(&action);
@@ -142,6 +177,29 @@ pub async fn expire(grasp: &Grasp) {
             SweepAction::ExpirePlaceholder { event_id, commit, destinations } => {
                 expire_placeholder(grasp, &event_id, &commit, &destinations).await;
             }
+        }
+    }
+}
+
+/// Releases the due held states whose git data is present (docs/protocol.md#purgatory). One
+/// that cannot be released now (its repositories stay busy past the lock wait) gets a new
+/// deadline instead of expiring.
+async fn release_present_states(grasp: &Grasp) {
+    let due = grasp.purgatory.due_states();
+    let mut done = std::collections::BTreeSet::new();
+    for (identifier, ev) in due {
+        if !grasp.held_state_data_present(&ev).await {
+            continue;
+        }
+        // The repositories this author's states govern; busy ones are deferred and retried.
+        if done.insert((identifier.clone(), ev.pubkey)) {
+            grasp.process_governed(&identifier, &ev.pubkey).await;
+        }
+        if grasp.purgatory.held_state(&identifier, &ev.id).is_some() {
+            grasp.purgatory.extend_states(&identifier, &[ev.id]);
+            tracing::warn!(identifier, event = %ev.id, "held state's git data is present but it could not be released now; not expired, retried later");
+        } else {
+            tracing::info!(identifier, event = %ev.id, "purgatory: held state due to expire had its git data; released instead");
         }
     }
 }
@@ -182,6 +240,8 @@ async fn expire_placeholder(grasp: &Grasp, event_id: &nostr::prelude::EventId, c
         match delete_ref_at(&repo, &name, commit).await {
             Ok(()) => {
                 grasp.purgatory.placeholder_cleaned(event_id, std::slice::from_ref(dest));
+                // What only that ref reached is pruned by the next maintenance pass.
+                crate::git::maintenance::after_ref_removal(grasp, &repo);
             }
             Err(e) => {
                 tracing::warn!(repo = %repo.display(), event = %event_id, error = %e, "could not remove expired refs/nostr ref");
@@ -281,7 +341,10 @@ async fn remove_nostr_refs(grasp: &Grasp, event_id: &nostr::prelude::EventId, co
             continue;
         }
         match delete_ref_at(&repo, &name, commit).await {
-            Ok(()) => cleaned.push(dest.clone()),
+            Ok(()) => {
+                cleaned.push(dest.clone());
+                crate::git::maintenance::after_ref_removal(grasp, &repo);
+            }
             Err(e) => tracing::warn!(repo = %repo.display(), error = %e, "could not remove expired refs/nostr ref"),
         }
     }

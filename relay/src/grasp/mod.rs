@@ -10,6 +10,7 @@ pub mod acceptance;
 pub mod authorize;
 pub mod deferred;
 pub mod held_index;
+pub mod journal;
 pub mod lifecycle;
 pub mod locks;
 pub mod policy;
@@ -141,12 +142,24 @@ impl Grasp {
     /// [`Grasp::submit`] for an event whose id and signature [`verify`] already checked. The
     /// event is shared with the live broadcast, not copied.
     pub async fn submit_verified(&self, event: &Arc<Event>, submitter: &grasp_state::auth::Submitter<'_>) -> (bool, String) {
-        match self.admit(event, submitter).await {
+        let (ok, message, durable) = self.submit_verified_deferred(event, submitter).await;
+        durable.answer(ok, message).await
+    }
+
+    /// [`Grasp::submit_verified`], returning the answer before a held event's journal record is
+    /// synced: the caller sends it only after [`Durable::answer`](journal::Durable::answer). Lets
+    /// a connection admit its next event while the disk syncs this one (group commit).
+    pub async fn submit_verified_deferred(
+        &self,
+        event: &Arc<Event>,
+        submitter: &grasp_state::auth::Submitter<'_>,
+    ) -> (bool, String, journal::Durable) {
+        let (ok, message) = match self.admit(event, submitter).await {
             Admission::Reject(msg) => {
                 tracing::info!(event = %event.id, kind = event.kind.as_u16(), reason = %msg, "event rejected");
                 (false, msg)
             }
-            Admission::Purgatory(msg) => (true, msg),
+            Admission::Purgatory(msg, durable) => return (true, msg, durable),
             Admission::Published => {
                 tracing::info!(event = %event.id, kind = event.kind.as_u16(), "event accepted with its git data");
                 (true, String::new())
@@ -163,7 +176,8 @@ impl Grasp {
                     (false, "error: could not save the event; try again later".into())
                 }
             },
-        }
+        };
+        (ok, message, journal::Durable::now())
     }
 
     /// An event from `origin` now waits in the purgatory for `identifier`'s git data.

@@ -5,9 +5,15 @@
 //! one short critical section (no I/O, no `.await`, no other lock taken inside), and returns owned
 //! data, so a caller can never hold the purgatory across git, the store or the network. In the
 //! lock order (docs/architecture.md, "Lock order") the purgatory is the innermost lock.
+//!
+//! Once the journal is attached ([`SharedPurgatory::attach_journal`]), every critical section
+//! hands the records of its changes to the journal writer before the lock is released (the
+//! [`Guard`] does it on drop), so the journal's order is the order of the changes. The methods
+//! that hold an event return a [`Durable`]: its caller answers `OK` only after waiting for it.
 
 use std::collections::{BTreeSet, HashSet};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::ops::{Deref, DerefMut};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 use grasp_state::maintainers::MaintainerSet;
@@ -18,6 +24,7 @@ use grasp_state::purgatory::{
 use nostr::prelude::{Event, EventId, PublicKey, Timestamp};
 
 use crate::api::PurgatoryListing;
+use crate::grasp::journal::{Durable, Journal};
 
 /// Why an event could not be held.
 #[derive(Debug)]
@@ -31,17 +38,81 @@ pub enum HoldRefused {
 /// The purgatory, shared by the WebSocket side, the hook API, expiry and background sync.
 pub struct SharedPurgatory {
     inner: Mutex<Purgatory>,
+    journal: OnceLock<Journal>,
+}
+
+/// The purgatory locked: on drop, the records of the changes made through it go to the journal
+/// (still inside the critical section).
+struct Guard<'a> {
+    purgatory: MutexGuard<'a, Purgatory>,
+    journal: Option<&'a Journal>,
+}
+
+impl Guard<'_> {
+    /// Sends the records of the changes so far and returns what to wait for before answering.
+    fn durable(&mut self) -> Durable {
+        match self.journal {
+            Some(journal) => journal.append(self.purgatory.take_journal(), true),
+            None => Durable::now(),
+        }
+    }
+}
+
+impl Deref for Guard<'_> {
+    type Target = Purgatory;
+    fn deref(&self) -> &Purgatory {
+        &self.purgatory
+    }
+}
+
+impl DerefMut for Guard<'_> {
+    fn deref_mut(&mut self) -> &mut Purgatory {
+        &mut self.purgatory
+    }
+}
+
+impl Drop for Guard<'_> {
+    fn drop(&mut self) {
+        if let Some(journal) = self.journal {
+            let records = self.purgatory.take_journal();
+            if !records.is_empty() {
+                let _ = journal.append(records, false);
+            }
+        }
+    }
 }
 
 impl SharedPurgatory {
     pub fn new(purgatory: Purgatory) -> Self {
-        SharedPurgatory { inner: Mutex::new(purgatory) }
+        SharedPurgatory { inner: Mutex::new(purgatory), journal: OnceLock::new() }
     }
 
-    fn lock(&self) -> MutexGuard<'_, Purgatory> {
+    fn lock(&self) -> Guard<'_> {
         // A panic inside one of these short sections leaves the model as consistent as any
         // single method call does; keep serving rather than poisoning every later request.
-        self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        let purgatory = self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        Guard { purgatory, journal: self.journal.get() }
+    }
+
+    /// From now on every change is journalled (startup, after the restore and before serving).
+    pub fn attach_journal(&self, journal: Journal) {
+        let mut p = self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        p.start_journal();
+        let _ = self.journal.set(journal);
+    }
+
+    /// The journal, once attached.
+    pub fn journal(&self) -> Option<&Journal> {
+        self.journal.get()
+    }
+
+    /// A checkpoint's snapshot, and the journal cut made in the same critical section: resolves
+    /// to the first segment the snapshot does not cover.
+    pub fn snapshot_and_cut(&self) -> (PurgatorySnapshot, Option<tokio::sync::oneshot::Receiver<u64>>) {
+        let p = self.lock();
+        let snapshot = p.snapshot();
+        let cut = p.journal.map(Journal::cut);
+        (snapshot, cut)
     }
 
     // ---- Views -------------------------------------------------------------------------------
@@ -149,6 +220,15 @@ impl SharedPurgatory {
         self.lock().prs_for(repo).into_iter().filter_map(|e| e.event.clone().map(|ev| (ev, e.commit.clone()))).collect()
     }
 
+    /// What a prune of `repo` must keep: the held state events of its identifier (unparsed;
+    /// parse outside) and the commits of the pull requests and placeholders held for it.
+    pub fn held_objects(&self, repo: &RepoId) -> (Vec<Arc<Event>>, Vec<String>) {
+        let p = self.lock();
+        let states = p.states_for(&repo.identifier).iter().map(|e| e.event.clone()).collect();
+        let prs = p.prs_for(repo).into_iter().map(|e| e.commit.clone()).collect();
+        (states, prs)
+    }
+
     /// Commits of every pull request entry held for `repo`.
     pub fn pr_commits_for(&self, repo: &RepoId) -> Vec<String> {
         self.lock().prs_for(repo).into_iter().map(|e| e.commit.clone()).collect()
@@ -180,34 +260,38 @@ impl SharedPurgatory {
         owner: PublicKey,
         identifier: String,
         relays: BTreeSet<String>,
-    ) -> Result<AnnouncementAdded, PurgatoryFull> {
-        self.lock().add_announcement(event, owner, identifier, relays)
+    ) -> Result<(AnnouncementAdded, Durable), PurgatoryFull> {
+        let mut p = self.lock();
+        let added = p.add_announcement(event, owner, identifier, relays)?;
+        Ok((added, p.durable()))
     }
 
     /// Holds a state event unless it expired here before. `Ok(false)`: already held.
-    pub fn hold_state(&self, event: impl Into<Arc<Event>>, author: PublicKey, identifier: String) -> Result<bool, HoldRefused> {
+    pub fn hold_state(&self, event: impl Into<Arc<Event>>, author: PublicKey, identifier: String) -> Result<(bool, Durable), HoldRefused> {
         let event = event.into();
         let mut p = self.lock();
         if p.is_expired(&event.id) {
             return Err(HoldRefused::Expired);
         }
-        p.add_state(event, author, identifier).map_err(HoldRefused::Full)
+        let added = p.add_state(event, author, identifier).map_err(HoldRefused::Full)?;
+        Ok((added, p.durable()))
     }
 
     /// Holds a pull request event for `targets` unless it expired here before.
-    pub fn hold_pr(&self, event: impl Into<Arc<Event>>, commit: String, targets: Vec<RepoId>) -> Result<bool, HoldRefused> {
+    pub fn hold_pr(&self, event: impl Into<Arc<Event>>, commit: String, targets: Vec<RepoId>) -> Result<(bool, Durable), HoldRefused> {
         let event = event.into();
         let mut p = self.lock();
         if p.is_expired(&event.id) {
             return Err(HoldRefused::Expired);
         }
-        p.add_pr(event, commit, targets).map_err(HoldRefused::Full)
+        let added = p.add_pr(event, commit, targets).map_err(HoldRefused::Full)?;
+        Ok((added, p.durable()))
     }
 
     /// Records git-first placeholders for `(event id, commit)` pushed to `refs/nostr/` of
     /// `repo`. All or nothing: if one cannot be recorded, the ones created here are dropped again
     /// and one reason per failure is returned.
-    pub fn reserve_placeholders(&self, repo: &RepoId, placeholders: &[(EventId, String)]) -> Result<(), Vec<String>> {
+    pub fn reserve_placeholders(&self, repo: &RepoId, placeholders: &[(EventId, String)]) -> Result<Durable, Vec<String>> {
         let mut p = self.lock();
         let mut created = Vec::new();
         let mut reasons = Vec::new();
@@ -226,7 +310,7 @@ impl SharedPurgatory {
             }
         }
         if reasons.is_empty() {
-            return Ok(());
+            return Ok(p.durable());
         }
         for id in created {
             p.remove_pr(&id);
@@ -263,6 +347,11 @@ impl SharedPurgatory {
     /// Marks `identifier` as being fetched by background sync (its entries' expiry waits).
     pub fn set_sync_running(&self, identifier: &str, running: bool) {
         self.lock().set_sync_running(identifier, running);
+    }
+
+    /// Held state events due to expire now (see [`Purgatory::due_states`]).
+    pub fn due_states(&self) -> Vec<(String, Arc<Event>)> {
+        self.lock().due_states()
     }
 
     /// Pops what is due: the caller carries out the actions.
@@ -345,7 +434,9 @@ impl SharedPurgatory {
         ids: &[EventId],
         coordinates: &[Coordinate],
         created_at: Timestamp,
-    ) -> Vec<Removed> {
-        self.lock().remove_by_deletion(author, ids, coordinates, created_at)
+    ) -> (Vec<Removed>, Durable) {
+        let mut p = self.lock();
+        let removed = p.remove_by_deletion(author, ids, coordinates, created_at);
+        (removed, p.durable())
     }
 }

@@ -377,11 +377,13 @@ impl Grasp {
         }
     }
 
-    /// Reconciles every repository with the purgatory (startup, after a crash between the hooks),
-    /// and removes push quarantines abandoned by a crash mid-push.
-    pub async fn reconcile_all(&self) {
+    /// Reconciles every repository with the purgatory (startup, after a crash between the hooks):
+    /// every held state whose data is present is released. It also removes push quarantines
+    /// abandoned by a crash mid-push: those idle for `quarantine_idle` (the git idle timeout,
+    /// past which no live push is silent).
+    pub async fn reconcile_all(&self, quarantine_idle: std::time::Duration) {
         let git_root = self.layout.git_root().to_path_buf();
-        blocking(move || crate::git::repos::remove_stale_quarantines(&git_root, STALE_QUARANTINE)).await;
+        blocking(move || crate::git::repos::remove_stale_quarantines(&git_root, quarantine_idle, crate::git::repos::Sweep::Startup)).await;
         let identifiers = self.purgatory.waiting_identifiers();
         for identifier in identifiers {
             let (guards, owners) = self.guard_identifier(&identifier, PushLocks::Take).await;
@@ -394,9 +396,6 @@ impl Grasp {
         }
     }
 }
-
-/// Push quarantines older than this are abandoned (no push runs for a day).
-const STALE_QUARANTINE: std::time::Duration = std::time::Duration::from_secs(24 * 60 * 60);
 
 
 /// What storing an event released from the purgatory came to.

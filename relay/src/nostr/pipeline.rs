@@ -16,6 +16,12 @@
 //! in flight) first waits for every earlier event to finish, and later events wait for it, so
 //! it sees exactly what it would have seen had the client waited for each `OK`. The connection
 //! also drains the pipeline before any other message (`REQ`, `CLOSE`, `NEG-*`, notices).
+//!
+//! An event is *admitted* when its submission returns, and *answered* once what it changed is
+//! durable (a held event's purgatory journal record is synced, docs/protocol.md#checkpoints).
+//! Ordering waits only for admission: the next event runs while the disk syncs the previous one,
+//! so a stream of held events shares journal syncs (group commit) instead of paying one each. The
+//! `OK`s still leave in order, each only once its event is durable.
 
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
@@ -27,6 +33,7 @@ use grasp_state::nip34::{references, KIND_DELETION, KIND_PR, KIND_PR_UPDATE};
 use nostr::prelude::{Event, EventId, PublicKey};
 use tokio::sync::Semaphore;
 
+use crate::grasp::journal::Durable;
 use crate::grasp::Grasp;
 
 /// Most events of one connection in flight at once; the connection stops reading until the
@@ -67,7 +74,10 @@ struct Tracked {
 /// One connection's events in flight.
 pub struct EventPipeline {
     grasp: Arc<Grasp>,
-    queue: FuturesOrdered<BoxFuture<'static, Answer>>,
+    /// Events being admitted, in order; each yields its answer and what it waits to be durable.
+    queue: FuturesOrdered<BoxFuture<'static, (Answer, Durable)>>,
+    /// Admitted events whose answers wait for durability, in order (all older than `queue`'s).
+    settling: FuturesOrdered<BoxFuture<'static, Answer>>,
     /// Ids of the submitted events in flight (a count: a client may repeat an event).
     ids: HashMap<EventId, usize>,
     /// Ids referenced by events in flight.
@@ -91,15 +101,22 @@ fn drop_one(map: &mut HashMap<EventId, usize>, id: &EventId) {
 
 impl EventPipeline {
     pub fn new(grasp: Arc<Grasp>) -> Self {
-        EventPipeline { grasp, queue: FuturesOrdered::new(), ids: HashMap::new(), refs: HashMap::new(), alone: 0 }
+        EventPipeline {
+            grasp,
+            queue: FuturesOrdered::new(),
+            settling: FuturesOrdered::new(),
+            ids: HashMap::new(),
+            refs: HashMap::new(),
+            alone: 0,
+        }
     }
 
     pub fn is_empty(&self) -> bool {
-        self.queue.is_empty()
+        self.queue.is_empty() && self.settling.is_empty()
     }
 
     pub fn len(&self) -> usize {
-        self.queue.len()
+        self.queue.len() + self.settling.len()
     }
 
     /// May `event` start now, next to the events in flight, without changing any answer?
@@ -107,7 +124,7 @@ impl EventPipeline {
         if self.queue.is_empty() {
             return true;
         }
-        if alone || self.alone > 0 || self.queue.len() >= MAX_IN_FLIGHT {
+        if alone || self.alone > 0 || self.len() >= MAX_IN_FLIGHT {
             return false;
         }
         !self.ids.contains_key(&event.id)
@@ -116,17 +133,29 @@ impl EventPipeline {
     }
 
     /// Submits a parsed event. Returns the answers of earlier events it had to wait for (in
-    /// order), which the caller sends before anything else.
+    /// order), which the caller sends before anything else. Waiting for an earlier event means
+    /// waiting for its admission; its answer may still wait for durability, and then comes from
+    /// [`Self::next`] in its turn.
     /// `authenticated`: the keys the connection has authenticated as (NIP-42) when it sent it.
     pub async fn submit(&mut self, event: Event, authenticated: Vec<PublicKey>) -> Vec<Answer> {
         let alone = !runs_alongside(&event);
         let refs: Vec<EventId> = if alone { Vec::new() } else { references(&event).event_ids };
         let mut earlier = Vec::new();
         while !self.may_start(&event, alone, &refs) {
-            match self.next().await {
-                Some(answer) => earlier.push(answer),
-                None => break,
+            if self.queue.is_empty() || self.len() >= MAX_IN_FLIGHT {
+                // At the bound (or only answers waiting for durability are left): the oldest
+                // answer leaves, which frees its slot.
+                match self.next().await {
+                    Some(answer) => earlier.push(answer),
+                    None => break,
+                }
+            } else {
+                self.admit_next().await;
             }
+        }
+        // Answers already durable leave now, in order.
+        while let Some(answer) = self.ready_answer() {
+            earlier.push(answer);
         }
         if alone {
             self.alone += 1;
@@ -145,23 +174,23 @@ impl EventPipeline {
                 crate::grasp::verify(&event)
             };
             let event = Arc::new(event);
-            let (ok, message) = match verified {
+            let (ok, message, durable) = match verified {
                 Ok(()) => {
                     let submitter = Submitter { authenticated: &authenticated, from_sync: false };
-                    grasp.submit_verified(&event, &submitter).await
+                    grasp.submit_verified_deferred(&event, &submitter).await
                 }
-                Err(reason) => (false, reason.to_string()),
+                Err(reason) => (false, reason.to_string(), Durable::now()),
             };
             grasp.metrics.event(Some(event.kind.as_u16()), ok, &message);
             tracing::debug!(id = %event.id, kind = event.kind.as_u16(), ok, %message, "EVENT");
-            (ok, message)
+            (ok, message, durable)
         });
         self.queue.push_back(Box::pin(async move {
-            let (ok, message) = task.await.unwrap_or_else(|e| {
+            let (ok, message, durable) = task.await.unwrap_or_else(|e| {
                 tracing::error!(event = %id, error = %e, "event submission failed");
-                (false, "error: the relay failed while handling this event; send it again".into())
+                (false, "error: the relay failed while handling this event; send it again".into(), Durable::now())
             });
-            Answer { id, ok, message, tracked: Some(tracked) }
+            (Answer { id, ok, message, tracked: Some(tracked) }, durable)
         }));
         earlier
     }
@@ -169,12 +198,13 @@ impl EventPipeline {
     /// Queues an answer decided without submission (a malformed event), behind the events
     /// already in flight.
     pub fn refuse(&mut self, id: EventId, message: String) {
-        self.queue.push_back(Box::pin(async move { Answer { id, ok: false, message, tracked: None } }));
+        self.queue.push_back(Box::pin(async move { (Answer { id, ok: false, message, tracked: None }, Durable::now()) }));
     }
 
-    /// The next answer, in `EVENT` order; `None` when nothing is in flight.
-    pub async fn next(&mut self) -> Option<Answer> {
-        let answer = self.queue.next().await?;
+    /// Waits for the oldest event being admitted, releases what it held in the in-flight sets
+    /// (later events may start) and moves its answer to wait for durability.
+    async fn admit_next(&mut self) -> bool {
+        let Some((answer, durable)) = self.queue.next().await else { return false };
         if let Some(t) = &answer.tracked {
             if t.alone {
                 self.alone -= 1;
@@ -184,7 +214,26 @@ impl EventPipeline {
                 drop_one(&mut self.refs, r);
             }
         }
-        Some(answer)
+        self.settling.push_back(Box::pin(async move {
+            let (ok, message) = durable.answer(answer.ok, answer.message).await;
+            Answer { ok, message, ..answer }
+        }));
+        true
+    }
+
+    /// The oldest answer if it is already durable (and no older one is pending).
+    fn ready_answer(&mut self) -> Option<Answer> {
+        use futures_util::FutureExt;
+        self.settling.next().now_or_never().flatten()
+    }
+
+    /// The next answer, in `EVENT` order; `None` when nothing is in flight. Cancel-safe: an
+    /// admitted event's answer stays queued.
+    pub async fn next(&mut self) -> Option<Answer> {
+        if self.settling.is_empty() && !self.admit_next().await {
+            return None;
+        }
+        self.settling.next().await
     }
 
     /// Every answer still in flight, in order.

@@ -113,7 +113,7 @@ pub async fn run(mut cfg: Config) -> anyhow::Result<()> {
 
     // The purgatory, restored from its checkpoint (downtime subtracted).
     let layout = grasp_state::identifier::RepoLayout::new(data.git());
-    let purgatory = crate::grasp::lifecycle::restore(data.root(), &layout, cfg.purgatory());
+    let (purgatory, journal_segment) = crate::grasp::lifecycle::restore(data.root(), &layout, cfg.purgatory());
     let metrics = Arc::new(crate::metrics::Metrics::new());
     // A private service's data never turns public by a configuration change.
     let marker = data.root().join(crate::trust::git_auth::PRIVATE_MARKER);
@@ -131,6 +131,11 @@ pub async fn run(mut cfg: Config) -> anyhow::Result<()> {
     let grasp = Arc::new(
         Grasp::new(relay, purgatory, layout, data.hooks(), cfg.public_host(), metrics.clone()).with_trust(trust).with_lock_limits(cfg.lock_limits()),
     );
+    // From here every change to the purgatory is journalled before it is acknowledged; the
+    // checkpoint right away compacts what was restored (checkpoint + journal) into one file.
+    let journal = crate::grasp::journal::Journal::open(data.root(), journal_segment).context("opening the purgatory journal")?;
+    grasp.purgatory.attach_journal(journal);
+    crate::grasp::lifecycle::checkpoint(&grasp, data.root()).await.context("writing the purgatory checkpoint")?;
 
     // The hooks git runs, and the loopback API they call. Without the helper binaries the relay
     // could not serve git or authorise a push: refuse to start rather than fail every request.
@@ -160,7 +165,7 @@ pub async fn run(mut cfg: Config) -> anyhow::Result<()> {
 
     // Nothing is lost if the relay was down between a push's two hooks: release what the
     // repositories already satisfy.
-    grasp.reconcile_all().await;
+    grasp.reconcile_all(cfg.git_idle_timeout).await;
 
     // Background sync: fetch what the purgatory waits for from the other clone URLs it knows.
     crate::sync::start(&grasp, cfg.sync(), controller.subscribe());
@@ -169,7 +174,7 @@ pub async fn run(mut cfg: Config) -> anyhow::Result<()> {
         crate::peers::start(&grasp, peers, data.relay_sync_file(), controller.subscribe());
     }
 
-    let _ = grasp.maintenance.set(crate::git::maintenance::Maintenance::start(grasp.clone(), controller.subscribe()));
+    let _ = grasp.maintenance.set(crate::git::maintenance::Maintenance::start(grasp.clone(), cfg.git_idle_timeout, controller.subscribe()));
     tokio::spawn(crate::grasp::lifecycle::run_expiry(grasp.clone(), controller.subscribe()));
     tokio::spawn(crate::grasp::deferred::run_deferred(grasp.clone(), controller.subscribe()));
     tokio::spawn(crate::trust::run_curation_watch(grasp.clone(), controller.subscribe()));

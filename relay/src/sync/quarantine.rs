@@ -12,14 +12,15 @@
 //!
 //! The quarantine is removed when dropped. One left behind by a crash is named like a push
 //! quarantine (`tmp_objdir-incoming-*`), so the startup cleanup of stale push quarantines
-//! (`git::repos::remove_stale_quarantines`) removes it too.
+//! (`git::repos::remove_stale_quarantines`) removes it too. The sweeps while the relay runs
+//! leave these alone: a live fetch may wait on a slow peer without writing, and takes no lock.
 
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Name prefix of quarantine directories inside `<repo>/objects`.
-const PREFIX: &str = "tmp_objdir-incoming-grasp-sync-";
+pub const PREFIX: &str = "tmp_objdir-incoming-grasp-sync-";
 
 /// A temporary repository borrowing a target repository's objects. Removed on drop.
 #[derive(Debug)]

@@ -243,19 +243,19 @@ pub struct RestoreReport {
     pub skipped: Vec<Skipped>,
 }
 
-fn unix_secs(t: SystemTime) -> u64 {
+pub(super) fn unix_secs(t: SystemTime) -> u64 {
     t.duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0)
 }
 
 /// Whole seconds from `now` to `at`, rounded up (a round trip never shortens a deadline).
-fn secs_until(now: Instant, at: Instant) -> u64 {
+pub(super) fn secs_until(now: Instant, at: Instant) -> u64 {
     let d = at.saturating_duration_since(now);
     d.as_secs() + u64::from(d.subsec_nanos() > 0)
 }
 
-fn saved_repo(r: &RepoId) -> SavedRepo {
+pub(super) fn saved_repo(r: &RepoId) -> SavedRepo {
     SavedRepo {
         owner: r.owner.to_hex(),
         identifier: r.identifier.clone(),

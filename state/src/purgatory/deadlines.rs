@@ -31,6 +31,11 @@ impl Deadlines {
         }
     }
 
+    /// The keys whose deadline is due at `now`, earliest first (nothing is popped).
+    pub fn due(&self, now: Instant) -> impl Iterator<Item = &EntryKey> {
+        self.set.iter().take_while(move |(at, _)| *at <= now).map(|(_, key)| key)
+    }
+
     /// The earliest armed deadline.
     pub fn next(&self) -> Option<Instant> {
         self.set.first().map(|(at, _)| *at)

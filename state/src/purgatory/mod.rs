@@ -28,6 +28,7 @@ pub mod caps;
 pub mod checkpoint;
 pub mod clock;
 pub mod entries;
+pub mod journal;
 
 mod announcements;
 mod deadlines;
@@ -55,6 +56,7 @@ pub use entries::{
     AnnouncementAdded, AnnouncementEntry, EntryKey, EntryKind, EntryView, ExpiredView, Extension,
     PrEntry, PurgatoryStats, Removed, RepoId, StateEntry, StateSyncRegistration,
 };
+pub use journal::{JournalRecord, Decoded};
 pub use sweep::SweepAction;
 
 use caps::Counts;
@@ -109,6 +111,9 @@ pub struct Purgatory {
     deferred: HashMap<String, BTreeSet<EntryKey>>,
     counts: Counts,
     last_sweep_examined: usize,
+    /// Records of the mutations not yet taken by the relay's journal writer (`None`: journal
+    /// off). See [`journal`].
+    journal: Option<Vec<JournalRecord>>,
 }
 
 /// The distinct ref targets a state event declares (empty if it does not parse).
@@ -144,6 +149,7 @@ impl Purgatory {
             deferred: HashMap::new(),
             counts: Counts::default(),
             last_sweep_examined: 0,
+            journal: None,
         }
     }
 
@@ -349,11 +355,12 @@ impl Purgatory {
         };
         self.by_id.insert(entry.event.id, key.clone());
         self.counts.add_announcement(entry.owner, entry.soft_expired);
-        self.deadlines.arm(entry.expires_at, key);
+        self.deadlines.arm(entry.expires_at, key.clone());
         self.announcements
             .entry(entry.identifier.clone())
             .or_default()
             .insert(entry.owner, entry);
+        self.journal_entry(&key);
     }
 
     fn detach_announcement(
@@ -373,6 +380,7 @@ impl Purgatory {
             identifier: identifier.to_owned(),
         };
         self.unschedule(&key, entry.expires_at, [identifier]);
+        self.journal_removed(&key);
         Some(entry)
     }
 
@@ -383,11 +391,12 @@ impl Purgatory {
         };
         self.by_id.insert(entry.event.id, key.clone());
         self.counts.add_entry(entry.author);
-        self.deadlines.arm(entry.expires_at, key);
+        self.deadlines.arm(entry.expires_at, key.clone());
         self.states
             .entry(entry.identifier.clone())
             .or_default()
             .push(entry);
+        self.journal_entry(&key);
     }
 
     fn detach_state(&mut self, identifier: &str, event_id: &EventId) -> Option<StateEntry> {
@@ -404,6 +413,7 @@ impl Purgatory {
             event_id: *event_id,
         };
         self.unschedule(&key, entry.expires_at, [identifier]);
+        self.journal_removed(&key);
         Some(entry)
     }
 
@@ -420,6 +430,7 @@ impl Purgatory {
                 .arm(entry.expires_at, EntryKey::Pr { event_id });
         }
         self.prs.insert(event_id, entry);
+        self.journal_entry(&EntryKey::Pr { event_id });
     }
 
     fn detach_pr(&mut self, event_id: &EventId) -> Option<PrEntry> {
@@ -442,13 +453,15 @@ impl Purgatory {
             entry.expires_at,
             identifiers.iter().map(String::as_str),
         );
+        self.journal_removed(&key);
         Some(entry)
     }
 
     /// Moves the deadline of an existing entry (already updated in the entry by the caller).
     fn rearm(&mut self, key: EntryKey, old: Instant, new: Instant, identifiers: &[String]) {
         self.unschedule(&key, old, identifiers.iter().map(String::as_str));
-        self.deadlines.arm(new, key);
+        self.deadlines.arm(new, key.clone());
+        self.journal_entry(&key);
     }
 
     /// Checks the invariants (tests only): counts, index and deadlines agree with the maps.

@@ -2,7 +2,9 @@
 //! to what is held) and returns the I/O the caller must do, outside its lock.
 
 
-use nostr::prelude::{EventId, PublicKey};
+use std::sync::Arc;
+
+use nostr::prelude::{Event, EventId, PublicKey};
 
 use super::entries::{EntryKey, RepoId};
 use super::Purgatory;
@@ -53,11 +55,28 @@ impl Purgatory {
     /// Expires everything due now, except entries whose identifier is being synced (those are
     /// deferred until [`Purgatory::set_sync_running`] clears the flag). Also forgets expired-event
     /// records older than their retention.
+    /// The held state events the next [`Self::sweep`] would expire (due now, their identifier's
+    /// sync not running): the caller checks whether their git data is present and releases
+    /// those instead (a held state whose data is present is released, never expired).
+    pub fn due_states(&self) -> Vec<(String, Arc<Event>)> {
+        let now = self.clock.now();
+        self.deadlines
+            .due(now)
+            .filter_map(|key| match key {
+                EntryKey::State { identifier, event_id } if !self.sync_running.contains(identifier) => self
+                    .states
+                    .get(identifier)
+                    .and_then(|list| list.iter().find(|s| s.event.id == *event_id))
+                    .map(|s| (identifier.clone(), Arc::clone(&s.event))),
+                _ => None,
+            })
+            .collect()
+    }
+
     pub fn sweep(&mut self) -> Vec<SweepAction> {
         let now = self.clock.now();
         let wall = self.clock.wall();
         self.expired.prune(wall, self.config.expired_events_ttl);
-        let cap = self.config.caps.expired_events;
         let mut actions = Vec::new();
         let mut examined = 0;
         while let Some((_, key)) = self.deadlines.pop_due(now) {
@@ -78,7 +97,7 @@ impl Purgatory {
                     if entry.soft_expired {
                         // The deadline is already popped; detach finds nothing armed.
                         if let Some(entry) = self.detach_announcement(&owner, &identifier) {
-                            self.expired.record(entry.event.id, wall, cap);
+                            self.record_expired(entry.event.id, wall);
                             actions.push(SweepAction::ExpireAnnouncement {
                                 owner,
                                 identifier,
@@ -90,7 +109,7 @@ impl Purgatory {
                         if self.counts.soft_expired_full(&self.config.caps) {
                             if let Some((old_owner, old_identifier)) = self.oldest_soft_expired() {
                                 if let Some(old) = self.detach_announcement(&old_owner, &old_identifier) {
-                                    self.expired.record(old.event.id, wall, cap);
+                                    self.record_expired(old.event.id, wall);
                                     actions.push(SweepAction::ExpireAnnouncement {
                                         owner: old_owner,
                                         identifier: old_identifier,
@@ -111,7 +130,8 @@ impl Purgatory {
                             owner,
                             identifier: identifier.clone(),
                         };
-                        self.deadlines.arm(at, key);
+                        self.deadlines.arm(at, key.clone());
+                        self.journal_entry(&key);
                         actions.push(SweepAction::SoftExpireAnnouncement {
                             owner,
                             identifier,
@@ -124,7 +144,7 @@ impl Purgatory {
                     event_id,
                 } => {
                     if let Some(entry) = self.detach_state(&identifier, &event_id) {
-                        self.expired.record(event_id, wall, cap);
+                        self.record_expired(event_id, wall);
                         actions.push(SweepAction::ExpireState {
                             event_id,
                             identifier,
@@ -144,8 +164,9 @@ impl Purgatory {
                             commit: entry.commit.clone(),
                             destinations: entry.destinations.clone(),
                         });
+                        self.journal_entry(&EntryKey::Pr { event_id });
                     } else if let Some(entry) = self.detach_pr(&event_id) {
-                        self.expired.record(event_id, wall, cap);
+                        self.record_expired(event_id, wall);
                         actions.push(SweepAction::ExpirePr {
                             event_id,
                             commit: entry.commit,
