@@ -68,5 +68,5 @@ pub async fn gather(grasp: &Grasp, bootstraps: &BTreeSet<RelayUrl>) -> Interest 
             });
         }
     }
-    Interest { repos, bootstraps: bootstraps.clone() }
+    Interest { repos, bootstraps: bootstraps.clone(), only: None }
 }

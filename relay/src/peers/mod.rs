@@ -9,6 +9,9 @@
 //!   held announcements state-only, served ones full).
 //! - [`interest`]: gathers that input from the store and the purgatory.
 //! - [`wire`]: one WebSocket client connection, NIP-11 limits.
+//! - [`service_key`]: a private service's key, answering its peers' NIP-42 challenges.
+//! - [`tls`]: TLS for `wss://` relays (Mozilla roots plus `--sync-tls-ca`, the URL's host
+//!   verified).
 //! - [`history`]: NIP-77 negentropy reconciliation, or `REQ` paging with `until`.
 //! - [`peer`]: the task following one relay (history, then live; backoff, cooldown, dead).
 //! - [`health`]: pure per-relay backoff / cooldown / dead bookkeeping.
@@ -33,6 +36,8 @@ pub mod peer;
 pub mod stats;
 pub mod waiting;
 pub mod wanted;
+pub mod service_key;
+pub mod tls;
 pub mod wire;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -50,6 +55,7 @@ use self::health::{Health, HealthTimings};
 use self::intake::Intake;
 use self::peer::{Peer, PeerCommand};
 use self::stats::{PeerState, RelayStats};
+use self::tls::Tls;
 use self::waiting::{Waiting, WaitingLimits};
 use self::wanted::RelayPlan;
 pub use self::wanted::SyncLevel;
@@ -78,6 +84,13 @@ pub struct PeersConfig {
     pub refresh: Duration,
     /// Accepted events are batched this long before the wanted set is recomputed.
     pub batch: Duration,
+    /// `--sync-tls-ca`: PEM roots trusted for `wss://` relays besides the Mozilla ones.
+    pub tls_ca: Option<PathBuf>,
+    /// A private service (`--private`): the only relays followed (`--private-sync-peer` URLs),
+    /// each for every accepted repository; no relay is learnt from announcements.
+    pub only_relays: Option<Vec<String>>,
+    /// The key this server answers NIP-42 `AUTH` challenges with (a private service's key).
+    pub auth_keys: Option<nostr::prelude::Keys>,
 }
 
 impl Default for PeersConfig {
@@ -93,6 +106,9 @@ impl Default for PeersConfig {
             waiting: WaitingLimits::default(),
             refresh: Duration::from_secs(5),
             batch: Duration::from_secs(2),
+            tls_ca: None,
+            only_relays: None,
+            auth_keys: None,
         }
     }
 }
@@ -101,6 +117,7 @@ impl Default for PeersConfig {
 pub struct Shared {
     pub config: PeersConfig,
     pub policy: UrlPolicy,
+    pub tls: Tls,
     pub intake: Intake,
     /// `<data>/relay-sync.json`.
     cursors_file: PathBuf,
@@ -193,27 +210,43 @@ struct PeerEntry {
 struct Manager {
     shared: Arc<Shared>,
     bootstraps: BTreeSet<RelayUrl>,
+    /// A private service's peers: the only relays followed.
+    only: Option<BTreeSet<RelayUrl>>,
     peers: BTreeMap<RelayUrl, PeerEntry>,
     /// Dead relays with the plan they died with: restarted only when the plan changes.
     dead: BTreeMap<RelayUrl, RelayPlan>,
     shutdown: Shutdown,
 }
 
-/// Starts relay sync; the returned task ends at shutdown (after its peers) and holds `shutdown`
-/// until then. Sets [`Grasp::relay_sync`] for the operator view.
-/// `cursors_file` is `<data>/relay-sync.json`.
-pub fn start(grasp: &Arc<Grasp>, config: PeersConfig, cursors_file: PathBuf, shutdown: Shutdown) -> JoinHandle<()> {
-    let policy = UrlPolicy::new(config.allow_private, &config.extra_denied, &config.own_hosts);
-    let mut bootstraps = BTreeSet::new();
-    for raw in &config.bootstraps {
+/// Parses relay URLs given by the operator, warning about (and skipping) bad ones.
+fn parse_relays(raw: &[String], what: &str) -> BTreeSet<RelayUrl> {
+    let mut relays = BTreeSet::new();
+    for raw in raw {
         match RelayUrl::parse(raw) {
             Ok(url) => {
-                bootstraps.insert(url);
+                relays.insert(url);
             }
-            Err(e) => tracing::warn!(relay = %raw, error = %e, "ignoring bootstrap relay"),
+            Err(e) => tracing::warn!(relay = %raw, error = %e, "ignoring {what}"),
         }
     }
+    relays
+}
+
+/// Starts relay sync; the returned task ends at shutdown (after its peers) and holds `shutdown`
+/// until then. Sets [`Grasp::relay_sync`] for the operator view.
+/// `cursors_file` is `<data>/relay-sync.json`. Fails only on unusable TLS settings
+/// (`--sync-tls-ca`).
+pub fn start(grasp: &Arc<Grasp>, config: PeersConfig, cursors_file: PathBuf, shutdown: Shutdown) -> Result<JoinHandle<()>, tls::TlsSetupError> {
+    let policy = UrlPolicy::new(config.allow_private, &config.extra_denied, &config.own_hosts);
+    let tls = Tls::new(config.tls_ca.as_deref())?;
+    let bootstraps = parse_relays(&config.bootstraps, "bootstrap relay");
+    let only = config.only_relays.as_ref().map(|peers| {
+        let peers = parse_relays(peers, "private sync peer (relay sync takes ws:// or wss:// URLs)");
+        tracing::info!(peers = peers.len(), "private service: relay sync follows only its --private-sync-peer relays");
+        peers
+    });
     let shared = Arc::new(Shared {
+        tls,
         intake: Intake::new(grasp.clone(), Waiting::new(config.waiting)),
         config,
         policy,
@@ -224,8 +257,8 @@ pub fn start(grasp: &Arc<Grasp>, config: PeersConfig, cursors_file: PathBuf, shu
         levels: Mutex::new(BTreeMap::new()),
     });
     let _ = grasp.relay_sync.set(PeersView(Arc::downgrade(&shared)));
-    let manager = Manager { shared, bootstraps, peers: BTreeMap::new(), dead: BTreeMap::new(), shutdown };
-    tokio::spawn(manager.run())
+    let manager = Manager { shared, bootstraps, only, peers: BTreeMap::new(), dead: BTreeMap::new(), shutdown };
+    Ok(tokio::spawn(manager.run()))
 }
 
 impl Manager {
@@ -292,7 +325,8 @@ impl Manager {
     /// Recomputes the plans and brings the peers in line.
     async fn refresh(&mut self) {
         let grasp = self.shared.grasp().clone();
-        let interest = interest::gather(&grasp, &self.bootstraps).await;
+        let mut interest = interest::gather(&grasp, &self.bootstraps).await;
+        interest.only.clone_from(&self.only);
         *self.shared.levels.lock().unwrap() =
             interest.repos.iter().map(|r| ((r.owner.to_hex(), r.identifier.clone()), r.level)).collect();
         let policy = &self.shared.policy;

@@ -73,6 +73,9 @@ pub struct Interest {
     pub repos: Vec<RepoInterest>,
     /// `--sync-bootstrap-relay`: always connected, asked for announcements.
     pub bootstraps: BTreeSet<RelayUrl>,
+    /// A private service's peers: then the only relays, each asked for every repository (and
+    /// for announcements, like a bootstrap); the repositories' `relays` are not followed.
+    pub only: Option<BTreeSet<RelayUrl>>,
 }
 
 /// What one relay is asked for.
@@ -111,6 +114,10 @@ impl Interest {
     /// bootstraps, without those `excluded` (this server, unsafe), at most `max_relays`
     /// (bootstraps first, then the relays serving most repositories).
     pub fn plans(&self, excluded: impl Fn(&RelayUrl) -> bool, max_relays: usize) -> BTreeMap<RelayUrl, RelayPlan> {
+        if let Some(only) = &self.only {
+            let all: Vec<&RepoInterest> = self.repos.iter().collect();
+            return only.iter().filter(|relay| !excluded(relay)).take(max_relays).map(|relay| (relay.clone(), plan_for(&all, true))).collect();
+        }
         let mut serving: BTreeMap<&RelayUrl, Vec<&RepoInterest>> = BTreeMap::new();
         for repo in &self.repos {
             for relay in &repo.relays {
@@ -202,7 +209,7 @@ mod tests {
 
     #[test]
     fn held_repositories_get_states_only() {
-        let interest = Interest { repos: vec![repo("held", &["wss://a"], SyncLevel::StateOnly, 3)], bootstraps: BTreeSet::new() };
+        let interest = Interest { repos: vec![repo("held", &["wss://a"], SyncLevel::StateOnly, 3)], bootstraps: BTreeSet::new(), only: None };
         let plans = interest.plans(|_| false, 10);
         let plan = &plans[&url("wss://a")];
         let json: Vec<String> = plan.filters.iter().map(filter_key).collect();
@@ -216,6 +223,7 @@ mod tests {
         let interest = Interest {
             repos: vec![repo("x", &["wss://a"], SyncLevel::Full, 2), repo("y", &["wss://a", "wss://b"], SyncLevel::Full, 0)],
             bootstraps: [url("wss://boot")].into(),
+            only: None,
         };
         let plans = interest.plans(|_| false, 10);
         let a = &plans[&url("wss://a")];
@@ -236,6 +244,7 @@ mod tests {
                 repo("y", &["wss://a", "wss://b"], SyncLevel::Full, 0),
             ],
             bootstraps: [url("wss://boot")].into(),
+            only: None,
         };
         let plans = interest.plans(|r| r.as_str() == "wss://self", 2);
         let relays: Vec<&str> = plans.keys().map(RelayUrl::as_str).collect();
@@ -246,11 +255,28 @@ mod tests {
     fn a_new_root_changes_only_the_last_chunk() {
         let mut r = repo("x", &["wss://a"], SyncLevel::Full, 0);
         r.roots = (0..250u32).map(|n| { let mut b = [0u8; 32]; b[28..].copy_from_slice(&(1000 - n).to_be_bytes()); EventId::from_byte_array(b) }).collect();
-        let before = Interest { repos: vec![r.clone()], bootstraps: BTreeSet::new() }.plans(|_| false, 1)[&url("wss://a")].filter_keys();
+        let before = Interest { repos: vec![r.clone()], bootstraps: BTreeSet::new(), only: None }.plans(|_| false, 1)[&url("wss://a")].filter_keys();
         r.roots.push(EventId::from_byte_array([0; 32]));
-        let after = Interest { repos: vec![r], bootstraps: BTreeSet::new() }.plans(|_| false, 1)[&url("wss://a")].filter_keys();
+        let after = Interest { repos: vec![r], bootstraps: BTreeSet::new(), only: None }.plans(|_| false, 1)[&url("wss://a")].filter_keys();
         // #e, #E, #q of the last chunk change; the two full chunks stay.
         assert_eq!(after.difference(&before).count(), 3);
+    }
+
+    #[test]
+    fn a_private_service_follows_only_its_peers_for_every_repository() {
+        let interest = Interest {
+            repos: vec![repo("x", &["wss://a"], SyncLevel::Full, 1), repo("y", &["wss://b"], SyncLevel::StateOnly, 0)],
+            bootstraps: BTreeSet::new(),
+            only: Some([url("wss://peer"), url("wss://self")].into()),
+        };
+        let plans = interest.plans(|r| r.as_str() == "wss://self", 10);
+        let relays: Vec<&str> = plans.keys().map(RelayUrl::as_str).collect();
+        assert_eq!(relays, ["wss://peer"], "the repositories' relays are never followed");
+        let peer = &plans[&url("wss://peer")];
+        assert_eq!(peer.repos.len(), 2);
+        assert!(peer.bootstrap);
+        // announcements, states, #a of x, #e/#E/#q of x's root.
+        assert_eq!(peer.filters.len(), 6, "{:?}", peer.filters);
     }
 
     #[test]
@@ -271,7 +297,7 @@ mod tests {
                 r
             }).collect();
             let total = repos.len() * roots;
-            let plan = &Interest { repos, bootstraps: BTreeSet::new() }.plans(|_| false, 1)[&url("wss://a")];
+            let plan = &Interest { repos, bootstraps: BTreeSet::new(), only: None }.plans(|_| false, 1)[&url("wss://a")];
             let mut e_values = 0;
             for f in &plan.filters {
                 for values in f.generic_tags.values() {
