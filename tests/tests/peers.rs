@@ -60,10 +60,10 @@ async fn stored(c: &mut NostrClient, id: EventId) -> bool {
     !c.req(vec![Filter::new().id(id)]).await.unwrap().is_empty()
 }
 
-/// How many of `ids` the server serves (asked in chunks under its `max_limit`).
+/// How many of `ids` the server serves (asked in chunks under its `max_limit`, 100 in some tests).
 async fn served(c: &mut NostrClient, ids: &[EventId]) -> usize {
     let mut n = 0;
-    for chunk in ids.chunks(400) {
+    for chunk in ids.chunks(100) {
         n += c.req(vec![Filter::new().ids(chunk.iter().copied()).limit(chunk.len())]).await.unwrap().len();
     }
     n
@@ -162,6 +162,12 @@ async fn live_an_issue_and_its_comment_published_on_a_are_served_by_b() {
 
 /// B, started after A holds `count` events of a repository, ends with all of them.
 async fn history_case(a_args: &[&str], count: usize, negentropy: bool) {
+    history_case_at(a_args, count, negentropy, |base, n| base + n as u64, |_| true).await;
+}
+
+/// [`history_case`] with the events' `created_at` given by `at(base, n)`; B must end with the
+/// events `wanted(n)` (and has nothing A does not hold). Returns B's view of A.
+async fn history_case_at(a_args: &[&str], count: usize, negentropy: bool, at: impl Fn(u64, usize) -> u64, wanted: impl Fn(usize) -> bool) -> Value {
     // A takes the events from one connection as fast as they come.
     let mut args = vec!["--write-burst", "5000"];
     args.extend_from_slice(a_args);
@@ -185,7 +191,7 @@ async fn history_case(a_args: &[&str], count: usize, negentropy: bool) {
     repo.push(&["main"]).unwrap();
     eventually!("A to serve the announcement", TIMEOUT, stored(&mut ca, ann.id).await.then_some(()));
     let base = now() - 7200;
-    let events: Vec<Event> = (0..count).map(|n| issue_at(&user, &owner.public_key(), identifier, n, base + n as u64)).collect();
+    let events: Vec<Event> = (0..count).map(|n| issue_at(&user, &owner.public_key(), identifier, n, at(base, n))).collect();
     for e in &events {
         send_ok(&mut ca, e).await;
     }
@@ -197,10 +203,12 @@ async fn history_case(a_args: &[&str], count: usize, negentropy: bool) {
     send_ok(&mut cb, &st).await;
     repo.push_to(&repo_url(&b, &owner.public_key(), identifier), &["main"]).unwrap();
     let started = Instant::now();
-    eventually!("B to hold every event A had", Duration::from_secs(60), (served(&mut cb, &ids).await == count).then_some(()));
+    let must: Vec<EventId> = events.iter().enumerate().filter(|(n, _)| wanted(*n)).map(|(_, e)| e.id).collect();
+    eventually!("B to hold every event A had", Duration::from_secs(60), (served(&mut cb, &must).await == must.len()).then_some(()));
     let p = peer(&b, &ws(&a)).await.unwrap();
     assert_eq!(p["negentropy"], negentropy, "{p}");
     eprintln!("history of {count} events (negentropy {negentropy}) in {:?}: {p}", started.elapsed());
+    p
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -211,6 +219,25 @@ async fn history_b_started_later_gets_all_1000_events_by_negentropy() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn history_b_gets_all_1000_events_by_req_paging_without_nip77() {
     history_case(&["--no-negentropy"], 1000, false).await;
+}
+
+/// 2,000 events, up to 700 in one second, seven times A's REQ page (`--max-limit 100`), and
+/// more than A reconciles in one NIP-77 session (`--negentropy-max-items 1000`): the filter is
+/// paged, and each crowded second is reconciled alone by NIP-77. (Paging used to stop at the
+/// first page of nothing new: 100 events of 2,000.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn history_same_second_runs_larger_than_a_page_are_reconciled_per_second() {
+    history_case_at(&["--max-limit", "100", "--negentropy-max-items", "1000"], 2000, true, |base, n| base + (n / 700) as u64, |_| true).await;
+}
+
+/// Without NIP-77 a second holding more events than a REQ page cannot be fully listed: paging
+/// takes a page of it, says so, and goes on with the older history (it used to stop there).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn history_req_paging_goes_on_past_a_crowded_second() {
+    // Events 500..800 share the newest second; 0..500 are one second apart, older.
+    let p = history_case_at(&["--max-limit", "100", "--no-negentropy"], 800, false, |base, n| base + n.min(500) as u64, |n| n < 500).await;
+    assert!(p["last_error"].as_str().unwrap_or_default().contains("may be missing"), "{p}");
+    assert!(p["accepted"].as_u64().unwrap() >= 600, "a page of the crowded second: {p}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -564,3 +591,4 @@ async fn private_b_follows_only_its_listed_peer_authenticating_with_its_service_
     assert_eq!(relays, [ws(&a).as_str()], "{view}");
     assert_eq!(decoy.connections.load(Ordering::SeqCst), 0, "the private service contacted a relay it learnt from an announcement");
 }
+

@@ -78,7 +78,7 @@ impl Peer {
         self.stats.lock().unwrap().state = state;
     }
 
-    fn note_error(&self, error: &str) {
+    pub(super) fn note_error(&self, error: &str) {
         self.stats.lock().unwrap().last_error = Some(error.chars().take(300).collect());
     }
 
