@@ -683,6 +683,33 @@ mod tests {
         assert_eq!(peers.bootstraps, ["ws://a.example", "ws://b.example", "ws://c.example"]);
         assert_eq!(peers.health.cooldown, Duration::from_secs(3));
         assert!(peers.allow_private);
+        assert!(peers.only_relays.is_none() && peers.tls_ca.is_none());
+        let cfg = Config::parse_from(["grasp-relay", "--sync-tls-ca", "/etc/ca.pem"]);
+        assert_eq!(cfg.peers().unwrap().tls_ca, Some(PathBuf::from("/etc/ca.pem")));
+    }
+
+    #[test]
+    fn a_private_service_relay_syncs_only_with_its_relay_peers() {
+        assert!(Config::parse_from(["grasp-relay", "--private"]).peers().is_none(), "no peers: no relay sync");
+        let hosts_only = Config::parse_from(["grasp-relay", "--private", "--private-sync-peer", "git.example.com"]);
+        assert!(hosts_only.peers().is_none(), "a plain host is a git sync source only");
+        let cfg = Config::parse_from([
+            "grasp-relay",
+            "--private",
+            "--data-dir",
+            "/srv/grasp",
+            "--private-sync-peer",
+            "wss://peer.example.com,git.example.net:8443",
+            "--private-sync-peer",
+            "ws://10.0.0.2:7000",
+        ]);
+        let peers = cfg.peers().unwrap();
+        assert_eq!(peers.only_relays.unwrap(), ["wss://peer.example.com", "ws://10.0.0.2:7000"]);
+        assert_eq!(cfg.sync().only_peers.unwrap(), ["peer.example.com", "git.example.net:8443", "10.0.0.2:7000"]);
+        assert_eq!(cfg.service_key_file(), PathBuf::from("/srv/grasp/service-key"));
+        // A public service ignores the list.
+        let public = Config::parse_from(["grasp-relay", "--private-sync-peer", "wss://peer.example.com"]);
+        assert!(public.peers().unwrap().only_relays.is_none());
     }
 
     #[test]

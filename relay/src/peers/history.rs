@@ -20,8 +20,11 @@ use super::stats::PeerState;
 use super::wanted::{filter_key, RelayPlan};
 use super::wire::{Incoming, WireError};
 
-/// Negentropy messages this client sends stay under this size (bytes before hex).
+/// Negentropy messages this client sends stay under this size (bytes before hex), and under
+/// what the relay's `max_message_length` leaves, but never under [`MIN_FRAME_SIZE`] (the
+/// negentropy crate's floor).
 const FRAME_SIZE_LIMIT: u64 = 60_000;
+const MIN_FRAME_SIZE: u64 = 4_096;
 
 /// Local events one reconciliation lists at most; beyond it the filter is paged.
 const MAX_LOCAL_ITEMS: usize = 500_000;
@@ -126,13 +129,16 @@ impl Session<'_> {
             .negentropy_items(filter.clone(), MAX_LOCAL_ITEMS)
             .await
             .map_err(|e| NegFailure::Fatal(Ended::Failed(format!("event store: {e}"))))?;
+        // Hex doubles the bytes; NEG-OPEN also carries the filter.
+        let room = self.limits.max_message_length.saturating_sub(filter_key(filter).len() + super::wanted::REQ_OVERHEAD) / 2;
+        let frame_size = (room as u64).clamp(MIN_FRAME_SIZE, FRAME_SIZE_LIMIT);
         let build = tokio::task::spawn_blocking(move || -> Result<(Negentropy<'static, NegentropyStorageVector>, Vec<u8>), negentropy::Error> {
             let mut storage = NegentropyStorageVector::with_capacity(items.len());
             for (id, at) in items {
                 storage.insert(at.as_secs(), Id::from_byte_array(id.to_bytes()))?;
             }
             storage.seal()?;
-            let mut neg = Negentropy::owned(storage, FRAME_SIZE_LIMIT)?;
+            let mut neg = Negentropy::owned(storage, frame_size)?;
             let first = neg.initiate()?;
             Ok((neg, first))
         })
@@ -204,9 +210,9 @@ impl Session<'_> {
         self.fetch_ids(&need).await.map_err(NegFailure::Fatal)
     }
 
-    /// Fetches events by id, in REQs the relay's `max_limit` allows.
+    /// Fetches events by id, in REQs the relay's `max_limit` and `max_message_length` allow.
     pub async fn fetch_ids(&mut self, ids: &[EventId]) -> Result<(), Ended> {
-        let chunk = self.limits.max_limit.clamp(1, 500);
+        let chunk = self.ids_per_req();
         for ids in ids.chunks(chunk) {
             let filter = Filter::new().ids(ids.iter().copied()).limit(ids.len());
             let events = self.collect(filter).await?;

@@ -288,7 +288,7 @@ impl Session<'_> {
                 }
                 command = self.peer.commands.recv() => match command {
                     Some(PeerCommand::Fetch(ids)) => {
-                        for chunk in ids.chunks(self.limits.max_limit.clamp(1, 500)) {
+                        for chunk in ids.chunks(self.ids_per_req()) {
                             let id = self.sub_id("fetch");
                             let req = ClientMessage::req(id, vec![Filter::new().ids(chunk.iter().copied())]);
                             if let Err(e) = self.wire.send(&req).await {
@@ -326,6 +326,13 @@ impl Session<'_> {
         }
     }
 
+    /// Event ids one REQ asks for: the relay's `max_limit`, and what fits its
+    /// `max_message_length` (67 bytes per quoted hex id and comma).
+    pub fn ids_per_req(&self) -> usize {
+        let by_size = self.limits.max_message_length.saturating_sub(super::wanted::REQ_OVERHEAD + 16) / 67;
+        self.limits.max_limit.min(by_size).clamp(1, 500)
+    }
+
     fn publish_plan(&self, plan: &RelayPlan) {
         let mut s = self.peer.stats.lock().unwrap();
         s.repositories = plan.repos.clone();
@@ -341,7 +348,7 @@ impl Session<'_> {
         let filters: Vec<Filter> = plan.filters.iter().map(|f| f.clone().limit(0)).collect();
         // Keep two subscriptions free for history and fetches.
         let room = self.limits.max_subscriptions.saturating_sub(2).max(1);
-        let mut reqs = batches(&filters, self.limits.max_filters);
+        let mut reqs = batches(&filters, self.limits.max_filters, self.limits.max_message_length);
         if reqs.len() > room {
             tracing::warn!(relay = %self.peer.url, needed = reqs.len(), allowed = room, "relay allows too few subscriptions; following part of the plan live");
             reqs.truncate(room);

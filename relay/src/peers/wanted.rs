@@ -180,9 +180,30 @@ fn plan_for(repos: &[&RepoInterest], bootstrap: bool) -> RelayPlan {
     RelayPlan { filters, repos, bootstrap }
 }
 
-/// Splits `filters` into REQs of at most `max_filters` filters each.
-pub fn batches(filters: &[Filter], max_filters: usize) -> Vec<Vec<Filter>> {
-    filters.chunks(max_filters.max(1)).map(<[Filter]>::to_vec).collect()
+/// Room left in a message for `["REQ","<subscription id>",` and the closing `]`.
+pub const REQ_OVERHEAD: usize = 96;
+
+/// Splits `filters` (in order) into REQs of at most `max_filters` filters each whose message
+/// stays under `max_bytes` (NIP-11 `max_filters`, `max_message_length`). A filter too large on
+/// its own goes alone (the relay may refuse it; the others are not held back).
+pub fn batches(filters: &[Filter], max_filters: usize, max_bytes: usize) -> Vec<Vec<Filter>> {
+    let room = max_bytes.saturating_sub(REQ_OVERHEAD);
+    let mut out: Vec<Vec<Filter>> = Vec::new();
+    let mut size = 0;
+    for filter in filters {
+        let len = filter_key(filter).len() + 1;
+        match out.last_mut() {
+            Some(batch) if batch.len() < max_filters.max(1) && size + len <= room => {
+                batch.push(filter.clone());
+                size += len;
+            }
+            _ => {
+                out.push(vec![filter.clone()]);
+                size = len;
+            }
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -282,12 +303,38 @@ mod tests {
     #[test]
     fn batches_respect_the_relay_limit() {
         let filters: Vec<Filter> = (0..25).map(|n| Filter::new().kind(Kind::Custom(n))).collect();
-        let b = batches(&filters, 10);
+        let b = batches(&filters, 10, 1 << 20);
         assert_eq!(b.iter().map(Vec::len).collect::<Vec<_>>(), [10, 10, 5]);
-        assert_eq!(batches(&filters, 0).len(), 25);
+        assert_eq!(batches(&filters, 0, 1 << 20).len(), 25);
+    }
+
+    #[test]
+    fn batches_respect_the_relay_message_length() {
+        // 100 event ids: ~6.6 KB of JSON per filter.
+        let ids: Vec<String> = (0..100u8).map(|n| EventId::from_byte_array([n; 32]).to_hex()).collect();
+        let filters: Vec<Filter> = (0..6).map(|_| Filter::new().custom_tags(tag('e'), ids.clone())).collect();
+        let b = batches(&filters, 16, 16_384);
+        assert_eq!(b.iter().map(Vec::len).collect::<Vec<_>>(), [2, 2, 2]);
+        // One filter over the limit still goes, alone.
+        assert_eq!(batches(&filters, 16, 4_096).len(), 6);
     }
 
     proptest! {
+        /// Every filter is sent once, in order; a REQ holds at most `max_filters` and stays
+        /// under `max_bytes` unless it is a single filter.
+        #[test]
+        fn batches_keep_every_filter_within_the_limits(lens in proptest::collection::vec(0usize..60, 0..40), max_filters in 0usize..8, max_bytes in 0usize..20_000) {
+            let filters: Vec<Filter> = lens.iter().map(|n| Filter::new().identifiers((0..*n).map(|i| format!("repository-{i}")))).collect();
+            let b = batches(&filters, max_filters, max_bytes);
+            let flat: Vec<Filter> = b.iter().flatten().cloned().collect();
+            prop_assert_eq!(flat, filters);
+            for batch in &b {
+                prop_assert!(!batch.is_empty() && batch.len() <= max_filters.max(1));
+                let json = serde_json::to_string(&(["REQ", "live-18446744073709551615"], batch)).unwrap();
+                prop_assert!(batch.len() == 1 || json.len() <= max_bytes, "{} > {}", json.len(), max_bytes);
+            }
+        }
+
         /// Filters never carry more than MAX_VALUES values, and every root is asked for.
         #[test]
         fn values_are_chunked(roots in 0usize..300, repos in 1usize..4) {

@@ -22,6 +22,12 @@ use super::tls::Tls;
 /// Largest message accepted from a peer relay.
 pub const MAX_MESSAGE_BYTES: usize = 1024 * 1024;
 
+/// Message size assumed for a relay that publishes none (many relays take 128 KiB or more).
+pub const DEFAULT_MESSAGE_LENGTH: usize = 65_536;
+
+/// Smallest `max_message_length` believed: below it no useful REQ fits.
+pub const MIN_MESSAGE_LENGTH: usize = 4_096;
+
 /// Largest NIP-11 document read.
 const MAX_NIP11_BYTES: usize = 64 * 1024;
 
@@ -50,6 +56,8 @@ pub struct RelayLimits {
     pub max_filters: usize,
     pub max_subscriptions: usize,
     pub max_limit: usize,
+    /// Longest message the relay takes (`max_message_length`), bytes.
+    pub max_message_length: usize,
     /// `Some(true)` if NIP-11 lists 77, `Some(false)` if it lists NIPs without 77, `None`
     /// without a document.
     pub negentropy: Option<bool>,
@@ -57,7 +65,7 @@ pub struct RelayLimits {
 
 impl Default for RelayLimits {
     fn default() -> Self {
-        RelayLimits { max_filters: 10, max_subscriptions: 10, max_limit: 500, negentropy: None }
+        RelayLimits { max_filters: 10, max_subscriptions: 10, max_limit: 500, max_message_length: DEFAULT_MESSAGE_LENGTH, negentropy: None }
     }
 }
 
@@ -71,6 +79,9 @@ impl RelayLimits {
             max_filters: num("max_filters", d.max_filters),
             max_subscriptions: num("max_subscriptions", d.max_subscriptions),
             max_limit: num("max_limit", d.max_limit),
+            max_message_length: lim["max_message_length"]
+                .as_u64()
+                .map_or(d.max_message_length, |n| (n as usize).clamp(MIN_MESSAGE_LENGTH, MAX_MESSAGE_BYTES)),
             negentropy: doc["supported_nips"].as_array().map(|nips| nips.iter().any(|n| n.as_u64() == Some(77))),
         }
     }
@@ -208,7 +219,11 @@ mod tests {
     #[test]
     fn limits_from_nip11() {
         let l = RelayLimits::from_nip11(&json!({"supported_nips": [1, 11, 77], "limitation": {"max_filters": 3, "max_limit": 0}}));
-        assert_eq!(l, RelayLimits { max_filters: 3, max_subscriptions: 10, max_limit: 500, negentropy: Some(true) });
+        assert_eq!(l, RelayLimits { max_filters: 3, max_subscriptions: 10, max_limit: 500, max_message_length: DEFAULT_MESSAGE_LENGTH, negentropy: Some(true) });
+        let sized = |n: u64| RelayLimits::from_nip11(&json!({"limitation": {"max_message_length": n}})).max_message_length;
+        assert_eq!(sized(16_384), 16_384);
+        assert_eq!(sized(10), MIN_MESSAGE_LENGTH);
+        assert_eq!(sized(1 << 40), MAX_MESSAGE_BYTES);
         assert_eq!(RelayLimits::from_nip11(&json!({"supported_nips": [1]})).negentropy, Some(false));
         assert_eq!(RelayLimits::from_nip11(&json!("junk")), RelayLimits::default());
     }
