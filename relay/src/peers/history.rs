@@ -224,8 +224,8 @@ impl Session<'_> {
     /// `REQ` pages of `filter`, newest first, walking back with `until` until a page is empty.
     ///
     /// `until` is inclusive, so the next page asks for the boundary second again; the ids seen
-    /// at that second tell the new from the known. A page of nothing new, all in one second, is
-    /// a run of same-second events larger than the relay's page: REQ cannot reach the rest of
+    /// at that second tell the new from the known. A full page of nothing new, all in one
+    /// second, is a run of same-second events larger than the relay's page: REQ cannot reach the rest of
     /// that second, so it is reconciled alone by NIP-77 when the relay speaks it (else it is
     /// logged as possibly incomplete), and paging goes on below it.
     async fn page(&mut self, filter: &Filter) -> Result<(), Ended> {
@@ -241,9 +241,15 @@ impl Session<'_> {
             let (Some(oldest), Some(newest)) = (events.iter().map(|e| e.created_at).min(), events.iter().map(|e| e.created_at).max()) else {
                 break;
             };
+            if until.is_some_and(|u| newest > u) {
+                tracing::info!(relay = %self.peer.url, "relay ignores `until` in REQ; history paging stops");
+                break;
+            }
+            let full = events.len() >= size;
             let fresh: Vec<Event> = events.into_iter().filter(|e| !seen.contains(&e.id)).collect();
             if fresh.is_empty() {
-                if oldest != newest {
+                // A page that is not full, or spans seconds, holds everything left.
+                if !full || oldest != newest {
                     break;
                 }
                 // Stuck at one crowded second.

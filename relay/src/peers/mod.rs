@@ -21,7 +21,9 @@
 //! - [`waiting`]: pure bounded index of synced events waiting for what they tag.
 //! - [`stats`]: the operator view of each relay.
 //! - this file: [`PeersConfig`], [`start`] and the manager loop: every few seconds (and a
-//!   moment after accepted events, batched) it recomputes the plans, starts a [`peer::Peer`]
+//!   moment after accepted announcements, states and deletions, batched) it gathers the
+//!   interest again; a new root event of a followed repository only updates the interest it
+//!   keeps ([`wanted::Interest::note_accepted`]); then it recomputes the plans, starts a [`peer::Peer`]
 //!   for each newly needed relay, hands changed plans to running ones, and drops relays no
 //!   accepted repository needs (bootstraps stay). Peer tasks end when the manager drops their
 //!   plan sender or at shutdown; the manager ends at shutdown.
@@ -215,6 +217,8 @@ struct Manager {
     peers: BTreeMap<RelayUrl, PeerEntry>,
     /// Dead relays with the plan they died with: restarted only when the plan changes.
     dead: BTreeMap<RelayUrl, RelayPlan>,
+    /// The interest last gathered, kept up to date with new root events from the feed.
+    interest: Option<wanted::Interest>,
     shutdown: Shutdown,
 }
 
@@ -257,7 +261,7 @@ pub fn start(grasp: &Arc<Grasp>, config: PeersConfig, cursors_file: PathBuf, shu
         levels: Mutex::new(BTreeMap::new()),
     });
     let _ = grasp.relay_sync.set(PeersView(Arc::downgrade(&shared)));
-    let manager = Manager { shared, bootstraps, only, peers: BTreeMap::new(), dead: BTreeMap::new(), shutdown };
+    let manager = Manager { shared, bootstraps, only, peers: BTreeMap::new(), dead: BTreeMap::new(), interest: None, shutdown };
     Ok(tokio::spawn(manager.run()))
 }
 
@@ -268,7 +272,10 @@ impl Manager {
         let mut tick = tokio::time::interval(Duration::from_millis(250));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut last_refresh: Option<Instant> = None;
+        // An accepted announcement, state or deletion: gather everything again.
         let mut accepted_since: Option<Instant> = None;
+        // A new root event of a followed repository: its plans change, nothing to gather.
+        let mut roots_since: Option<Instant> = None;
         let mut last_save = Instant::now();
         let mut last_held_check = Instant::now();
         let mut last_held = BTreeSet::new();
@@ -281,7 +288,15 @@ impl Manager {
                 event = feed.recv() => match event {
                     Ok(event) => {
                         self.shared.intake.readmit(&event).await;
-                        accepted_since.get_or_insert_with(Instant::now);
+                        match self.interest.as_mut().map(|i| i.note_accepted(&event)) {
+                            Some(wanted::Change::None) => {}
+                            Some(wanted::Change::Roots) => {
+                                roots_since.get_or_insert_with(Instant::now);
+                            }
+                            Some(wanted::Change::Gather) | None => {
+                                accepted_since.get_or_insert_with(Instant::now);
+                            }
+                        }
                     }
                     Err(broadcast::error::RecvError::Lagged(_)) => {
                         accepted_since.get_or_insert_with(Instant::now);
@@ -305,6 +320,12 @@ impl Manager {
                         self.refresh().await;
                         last_refresh = Some(Instant::now());
                         accepted_since = None;
+                        roots_since = None;
+                    } else if roots_since.is_some_and(|t| now.duration_since(t) >= cfg.batch) {
+                        if let Some(interest) = self.interest.clone() {
+                            self.apply(&interest);
+                        }
+                        roots_since = None;
                     }
                     self.request_missing_parents(now);
                     if now.duration_since(last_save) >= Duration::from_secs(10) {
@@ -322,11 +343,17 @@ impl Manager {
         self.shared.save_cursors();
     }
 
-    /// Recomputes the plans and brings the peers in line.
+    /// Gathers the interest from the store and the purgatory, and brings the peers in line.
     async fn refresh(&mut self) {
         let grasp = self.shared.grasp().clone();
         let mut interest = interest::gather(&grasp, &self.bootstraps).await;
         interest.only.clone_from(&self.only);
+        self.apply(&interest);
+        self.interest = Some(interest);
+    }
+
+    /// Computes the plans of `interest` and brings the peers in line.
+    fn apply(&mut self, interest: &wanted::Interest) {
         *self.shared.levels.lock().unwrap() =
             interest.repos.iter().map(|r| ((r.owner.to_hex(), r.identifier.clone()), r.level)).collect();
         let policy = &self.shared.policy;
