@@ -241,10 +241,15 @@ pub struct Config {
     pub no_relay_sync: bool,
 
     /// Relay sync: a relay always followed for repository announcements, so announcements
-    /// listing this server published only there are found (ws:// URL; repeatable or comma
-    /// separated).
+    /// listing this server published only there are found (ws:// or wss:// URL; repeatable or
+    /// comma separated).
     #[arg(long = "sync-bootstrap-relay", env = "GRASP_SYNC_BOOTSTRAP_RELAY", value_name = "URL", value_delimiter = ',')]
     pub sync_bootstrap_relays: Vec<String>,
+
+    /// Relay sync: extra trusted root certificates (a PEM file) for `wss://` relays, besides the
+    /// Mozilla roots (a private CA; tests).
+    #[arg(long, env = "GRASP_SYNC_TLS_CA", value_name = "FILE")]
+    pub sync_tls_ca: Option<PathBuf>,
 
     /// Relay sync: most relays followed at once (bootstraps first, then those serving most
     /// repositories).
@@ -294,11 +299,18 @@ pub struct Config {
     #[arg(long, env = "GRASP_MEMBERS_FILE", value_name = "PATH")]
     pub members_file: Option<PathBuf>,
 
-    /// Trust: a private service's background sync fetches only from these peers (`host` or
-    /// `host:port`; repeatable or comma separated). Default: none, a private service fetches
-    /// from nobody.
-    #[arg(long = "private-sync-peer", env = "GRASP_PRIVATE_SYNC_PEERS", value_name = "HOST", value_delimiter = ',')]
+    /// Trust: a private service's peers (repeatable or comma separated): a `ws://` / `wss://`
+    /// relay URL is the only kind of relay its relay sync follows (authenticating with the
+    /// service key when asked) and its host a git sync source; a plain `host` or `host:port` is
+    /// a git sync source only. Default: none, a private service syncs with nobody.
+    #[arg(long = "private-sync-peer", env = "GRASP_PRIVATE_SYNC_PEERS", value_name = "URL|HOST", value_delimiter = ',')]
     pub private_sync_peer: Vec<String>,
+
+    /// Trust: the private service's own key, answering the NIP-42 challenges of its
+    /// `--private-sync-peer` relays (a hex or nsec secret key in a file; created, mode 0600, if
+    /// missing; its npub is logged at start). Default: `<data-dir>/service-key`.
+    #[arg(long, env = "GRASP_SERVICE_KEY_FILE", value_name = "PATH")]
+    pub service_key_file: Option<PathBuf>,
 
     /// Trust: events one connection may send at once before the rate applies.
     #[arg(long, env = "GRASP_WRITE_BURST", default_value_t = 500)]
@@ -438,6 +450,21 @@ fn parse_event_id(s: &str) -> Result<EventId, String> {
     EventId::from_hex(s.trim()).map_err(|_| format!("invalid event id {s:?}: give 64 hex characters"))
 }
 
+/// A `--private-sync-peer` entry naming a relay (`ws://` / `wss://`), followed by relay sync.
+fn is_relay_url(peer: &str) -> bool {
+    let lower = peer.trim().to_ascii_lowercase();
+    lower.starts_with("ws://") || lower.starts_with("wss://")
+}
+
+/// The `host[:port]` git sync may fetch from for a `--private-sync-peer` entry: a relay URL's
+/// authority (its clone URLs share it), else the entry as written.
+fn git_sync_peer(peer: &str) -> String {
+    match crate::peers::address::RelayUrl::parse(peer) {
+        Ok(url) if is_relay_url(peer) => url.authority().to_string(),
+        _ => peer.to_string(),
+    }
+}
+
 fn parse_pubkey(s: &str) -> Result<PublicKey, String> {
     if s.starts_with("npub1") {
         PublicKey::from_bech32(s).map_err(|e| format!("invalid npub: {e}"))
@@ -511,16 +538,18 @@ impl Config {
             extra_denied: self.sync_deny.clone(),
             own_hosts: vec![self.public_host(), self.bind.to_string()],
             max_parallel: self.sync_max_parallel.max(1),
-            only_peers: self.private.then(|| self.private_sync_peer.clone()),
+            only_peers: self.private.then(|| self.private_sync_peer.iter().map(|p| git_sync_peer(p)).collect()),
             ..SyncConfig::default()
         }
     }
 
-    /// Relay sync settings, or `None` with `--no-relay-sync` or on a private service (which
-    /// would have to sync only with its listed peers: not supported yet). Address safety is the
-    /// git sync's (`--sync-allow-private`, `--sync-deny`, this server's own hosts).
+    /// Relay sync settings, or `None` with `--no-relay-sync`, or on a private service without
+    /// a relay among its `--private-sync-peer`s (it then follows those relays only; the service
+    /// key is added by the caller). Address safety is the git sync's (`--sync-allow-private`,
+    /// `--sync-deny`, this server's own hosts).
     pub fn peers(&self) -> Option<crate::peers::PeersConfig> {
-        if self.no_relay_sync || self.private {
+        let private_relays: Vec<String> = self.private_sync_peer.iter().filter(|p| is_relay_url(p)).cloned().collect();
+        if self.no_relay_sync || (self.private && private_relays.is_empty()) {
             return None;
         }
         let sync = self.sync();
@@ -538,12 +567,20 @@ impl Config {
                 ..defaults.health
             },
             timeout: self.relay_sync_timeout.max(Duration::from_millis(100)),
+            tls_ca: self.sync_tls_ca.clone(),
+            only_relays: self.private.then_some(private_relays),
             waiting: crate::peers::waiting::WaitingLimits {
                 request_after: self.relay_sync_parent_request,
                 ..defaults.waiting
             },
             ..defaults
         })
+    }
+
+    /// Where the private service's key is kept (`--service-key-file`, else in the data
+    /// directory).
+    pub fn service_key_file(&self) -> PathBuf {
+        self.service_key_file.clone().unwrap_or_else(|| self.layout().service_key_file())
     }
 
     /// NIP-77 session limits per connection, or `None` with `--no-negentropy`.
@@ -646,6 +683,33 @@ mod tests {
         assert_eq!(peers.bootstraps, ["ws://a.example", "ws://b.example", "ws://c.example"]);
         assert_eq!(peers.health.cooldown, Duration::from_secs(3));
         assert!(peers.allow_private);
+        assert!(peers.only_relays.is_none() && peers.tls_ca.is_none());
+        let cfg = Config::parse_from(["grasp-relay", "--sync-tls-ca", "/etc/ca.pem"]);
+        assert_eq!(cfg.peers().unwrap().tls_ca, Some(PathBuf::from("/etc/ca.pem")));
+    }
+
+    #[test]
+    fn a_private_service_relay_syncs_only_with_its_relay_peers() {
+        assert!(Config::parse_from(["grasp-relay", "--private"]).peers().is_none(), "no peers: no relay sync");
+        let hosts_only = Config::parse_from(["grasp-relay", "--private", "--private-sync-peer", "git.example.com"]);
+        assert!(hosts_only.peers().is_none(), "a plain host is a git sync source only");
+        let cfg = Config::parse_from([
+            "grasp-relay",
+            "--private",
+            "--data-dir",
+            "/srv/grasp",
+            "--private-sync-peer",
+            "wss://peer.example.com,git.example.net:8443",
+            "--private-sync-peer",
+            "ws://10.0.0.2:7000",
+        ]);
+        let peers = cfg.peers().unwrap();
+        assert_eq!(peers.only_relays.unwrap(), ["wss://peer.example.com", "ws://10.0.0.2:7000"]);
+        assert_eq!(cfg.sync().only_peers.unwrap(), ["peer.example.com", "git.example.net:8443", "10.0.0.2:7000"]);
+        assert_eq!(cfg.service_key_file(), PathBuf::from("/srv/grasp/service-key"));
+        // A public service ignores the list.
+        let public = Config::parse_from(["grasp-relay", "--private-sync-peer", "wss://peer.example.com"]);
+        assert!(public.peers().unwrap().only_relays.is_none());
     }
 
     #[test]

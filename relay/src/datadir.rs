@@ -70,6 +70,11 @@ impl DataLayout {
         self.root.join("relay-sync.json")
     }
 
+    /// `<data>/service-key`: a private service's own key (NIP-42 towards its sync peers).
+    pub fn service_key_file(&self) -> PathBuf {
+        self.root.join("service-key")
+    }
+
     /// The lock file held while a daemon runs on this directory.
     pub fn lock_file(&self) -> PathBuf {
         self.root.join("grasp-relay.lock")

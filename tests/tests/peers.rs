@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use base64::Engine as _;
 use futures_util::{SinkExt, StreamExt};
 use grasp_tests::grasp::*;
 use grasp_tests::{NostrClient, TestServer, TIMEOUT};
@@ -59,10 +60,10 @@ async fn stored(c: &mut NostrClient, id: EventId) -> bool {
     !c.req(vec![Filter::new().id(id)]).await.unwrap().is_empty()
 }
 
-/// How many of `ids` the server serves (asked in chunks under its `max_limit`).
+/// How many of `ids` the server serves (asked in chunks under its `max_limit`, 100 in some tests).
 async fn served(c: &mut NostrClient, ids: &[EventId]) -> usize {
     let mut n = 0;
-    for chunk in ids.chunks(400) {
+    for chunk in ids.chunks(100) {
         n += c.req(vec![Filter::new().ids(chunk.iter().copied()).limit(chunk.len())]).await.unwrap().len();
     }
     n
@@ -161,6 +162,12 @@ async fn live_an_issue_and_its_comment_published_on_a_are_served_by_b() {
 
 /// B, started after A holds `count` events of a repository, ends with all of them.
 async fn history_case(a_args: &[&str], count: usize, negentropy: bool) {
+    history_case_at(a_args, count, negentropy, |base, n| base + n as u64, |_| true).await;
+}
+
+/// [`history_case`] with the events' `created_at` given by `at(base, n)`; B must end with the
+/// events `wanted(n)` (and has nothing A does not hold). Returns B's view of A.
+async fn history_case_at(a_args: &[&str], count: usize, negentropy: bool, at: impl Fn(u64, usize) -> u64, wanted: impl Fn(usize) -> bool) -> Value {
     // A takes the events from one connection as fast as they come.
     let mut args = vec!["--write-burst", "5000"];
     args.extend_from_slice(a_args);
@@ -184,7 +191,7 @@ async fn history_case(a_args: &[&str], count: usize, negentropy: bool) {
     repo.push(&["main"]).unwrap();
     eventually!("A to serve the announcement", TIMEOUT, stored(&mut ca, ann.id).await.then_some(()));
     let base = now() - 7200;
-    let events: Vec<Event> = (0..count).map(|n| issue_at(&user, &owner.public_key(), identifier, n, base + n as u64)).collect();
+    let events: Vec<Event> = (0..count).map(|n| issue_at(&user, &owner.public_key(), identifier, n, at(base, n))).collect();
     for e in &events {
         send_ok(&mut ca, e).await;
     }
@@ -196,10 +203,12 @@ async fn history_case(a_args: &[&str], count: usize, negentropy: bool) {
     send_ok(&mut cb, &st).await;
     repo.push_to(&repo_url(&b, &owner.public_key(), identifier), &["main"]).unwrap();
     let started = Instant::now();
-    eventually!("B to hold every event A had", Duration::from_secs(60), (served(&mut cb, &ids).await == count).then_some(()));
+    let must: Vec<EventId> = events.iter().enumerate().filter(|(n, _)| wanted(*n)).map(|(_, e)| e.id).collect();
+    eventually!("B to hold every event A had", Duration::from_secs(60), (served(&mut cb, &must).await == must.len()).then_some(()));
     let p = peer(&b, &ws(&a)).await.unwrap();
     assert_eq!(p["negentropy"], negentropy, "{p}");
     eprintln!("history of {count} events (negentropy {negentropy}) in {:?}: {p}", started.elapsed());
+    p
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -210,6 +219,25 @@ async fn history_b_started_later_gets_all_1000_events_by_negentropy() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn history_b_gets_all_1000_events_by_req_paging_without_nip77() {
     history_case(&["--no-negentropy"], 1000, false).await;
+}
+
+/// 2,000 events, up to 700 in one second, seven times A's REQ page (`--max-limit 100`), and
+/// more than A reconciles in one NIP-77 session (`--negentropy-max-items 1000`): the filter is
+/// paged, and each crowded second is reconciled alone by NIP-77. (Paging used to stop at the
+/// first page of nothing new: 100 events of 2,000.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn history_same_second_runs_larger_than_a_page_are_reconciled_per_second() {
+    history_case_at(&["--max-limit", "100", "--negentropy-max-items", "1000"], 2000, true, |base, n| base + (n / 700) as u64, |_| true).await;
+}
+
+/// Without NIP-77 a second holding more events than a REQ page cannot be fully listed: paging
+/// takes a page of it, says so, and goes on with the older history (it used to stop there).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn history_req_paging_goes_on_past_a_crowded_second() {
+    // Events 500..800 share the newest second; 0..500 are one second apart, older.
+    let p = history_case_at(&["--max-limit", "100", "--no-negentropy"], 800, false, |base, n| base + n.min(500) as u64, |n| n < 500).await;
+    assert!(p["last_error"].as_str().unwrap_or_default().contains("may be missing"), "{p}");
+    assert!(p["accepted"].as_u64().unwrap() >= 600, "a page of the crowded second: {p}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -439,3 +467,128 @@ async fn failure_b_restarted_resumes_without_downloading_everything_again() {
     let mut cb = connect(&b).await;
     eventually!("B to serve a new issue after the restart", Duration::from_secs(10), stored(&mut cb, fresh.id).await.then_some(()));
 }
+
+/// A TLS-terminating proxy on `listener` in front of `target`, presenting `cert` (for
+/// `localhost`); ends with the test's runtime.
+fn spawn_tls_proxy(listener: tokio::net::TcpListener, target: SocketAddr, cert: &rcgen::CertifiedKey<rcgen::KeyPair>) {
+    use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
+    let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(cert.signing_key.serialize_der()));
+    let config = rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(vec![cert.cert.der().clone()], key)
+        .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let Ok(mut tls) = acceptor.accept(tcp).await else { return };
+                let Ok(mut upstream) = tokio::net::TcpStream::connect(target).await else { return };
+                let _ = tokio::io::copy_bidirectional(&mut tls, &mut upstream).await;
+            });
+        }
+    });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_b_follows_a_at_its_wss_url_and_a_relay_without_the_ca_refuses_the_certificate() {
+    // A sits behind a TLS proxy at wss://localhost:PORT (its public host).
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let public = format!("localhost:{port}");
+    let a = relay(&["--public-host", &public, "--no-relay-sync"]);
+    let cert = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let ca = dir.path().join("ca.pem");
+    std::fs::write(&ca, cert.cert.pem()).unwrap();
+    spawn_tls_proxy(listener, a.addr(), &cert);
+    // B trusts the proxy's certificate; C does not.
+    let b = relay(&["--sync-tls-ca", ca.to_str().unwrap()]);
+    let c = relay(&[]);
+    let owner = Keys::generate();
+    let identifier = "tls";
+    let wss = format!("wss://{public}");
+    let a_clone = format!("https://{public}/{}/{identifier}.git", owner.public_key().to_bech32().unwrap());
+    let (b_clone, c_clone) = (repo_url(&b, &owner.public_key(), identifier), repo_url(&c, &owner.public_key(), identifier));
+    let ann = event(&owner, 30617, &[&["d", identifier], &["clone", &a_clone, &b_clone, &c_clone], &["relays", &wss, &ws(&b), &ws(&c)]]);
+    let repo = Repo::new(dir.path(), &a, &owner.public_key(), identifier);
+    let tip = repo.commit("README", identifier);
+    let st = state(&owner, identifier, &[("refs/heads/main", &tip)], Some("main"));
+    for server in [&a, &b, &c] {
+        let mut conn = connect(server).await;
+        send_ok(&mut conn, &ann).await;
+        send_ok(&mut conn, &st).await;
+        repo.push_to(&repo_url(server, &owner.public_key(), identifier), &["main"]).unwrap_or_else(|e| panic!("push refused: {e}"));
+        eventually!("the announcement to be served", TIMEOUT, stored(&mut conn, ann.id).await.then_some(()));
+    }
+    // B follows A over TLS: NIP-11 over https (it learns that A speaks NIP-77), then live.
+    let p = eventually!("B to follow A live at its wss:// URL", TIMEOUT, peer(&b, &wss).await.filter(|p| p["state"] == "live"));
+    assert_eq!(p["negentropy"], true, "the NIP-11 document was not read over https: {p}");
+    let issue = issue(&Keys::generate(), &owner.public_key(), identifier);
+    send_ok(&mut connect(&a).await, &issue).await;
+    let mut cb = connect(&b).await;
+    eventually!("B to serve the issue published on A", Duration::from_secs(10), stored(&mut cb, issue.id).await.then_some(()));
+    let p = peer(&b, &wss).await.unwrap();
+    assert!(p["accepted"].as_u64().unwrap() >= 1, "{p}");
+    // C does not trust the certificate: the relay fails with a TLS error, retried with backoff.
+    let p = eventually!("C to fail the TLS handshake", TIMEOUT, peer(&c, &wss).await.filter(|p| p["failures"].as_u64().unwrap_or(0) >= 1));
+    let error = p["last_error"].as_str().unwrap_or_default();
+    assert!(error.contains("TLS handshake") && error.contains("certificate"), "{p}");
+    assert!(!b.logs().contains("not supported yet"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn private_b_follows_only_its_listed_peer_authenticating_with_its_service_key() {
+    let alice = Keys::generate();
+    let service = Keys::generate();
+    let dir = tempfile::tempdir().unwrap();
+    let key_file = dir.path().join("service-key");
+    std::fs::write(&key_file, service.secret_key().to_secret_hex()).unwrap();
+    // A relay the announcement lists, never to be contacted by a private service.
+    let decoy = FakeRelay::start(Arc::new(|_: &Value| vec![])).await;
+    let (alice_hex, service_hex) = (alice.public_key().to_hex(), service.public_key().to_hex());
+    let a = TestServer::start_with(&["--private", "--member", &alice_hex, "--member", &service_hex]);
+    let b = relay(&["--private", "--member", &alice_hex, "--private-sync-peer", &ws(&a), "--service-key-file", key_file.to_str().unwrap()]);
+    // An announcement listing A, B and the decoy, published on A only.
+    let identifier = "members";
+    let ann = event(
+        &alice,
+        30617,
+        &[
+            &["d", identifier],
+            &["clone", &repo_url(&a, &alice.public_key(), identifier), &repo_url(&b, &alice.public_key(), identifier)],
+            &["relays", &ws(&a), &ws(&b), &decoy.url()],
+        ],
+    );
+    let mut ca = connect(&a).await;
+    assert!(ca.auth(&alice).await.unwrap().0);
+    send_ok(&mut ca, &ann).await;
+    // A serves it once alice pushes the state (with her `Authorization: Nostr` proof).
+    let repo = Repo::new(dir.path(), &a, &alice.public_key(), identifier);
+    let tip = repo.commit("README", identifier);
+    send_ok(&mut ca, &state(&alice, identifier, &[("refs/heads/main", &tip)], Some("main"))).await;
+    let url = repo_url(&a, &alice.public_key(), identifier);
+    let proof = EventBuilder::new(Kind::Custom(27235), "")
+        .tags([Tag::parse(["u", url.as_str()]).unwrap(), Tag::parse(["method", "GET"]).unwrap()])
+        .finalize(&alice)
+        .unwrap();
+    let header = format!("http.extraHeader=Authorization: Nostr {}", base64::engine::general_purpose::STANDARD.encode(proof.as_json()));
+    let out = grasp_tests::git::git_output(&repo.work.dir, &["-c", &header, "push", &url, "main"]);
+    assert!(out.status.success(), "member push: {}", String::from_utf8_lossy(&out.stderr));
+    eventually!("A to serve the announcement", TIMEOUT, stored(&mut ca, ann.id).await.then_some(()));
+    // B authenticates to A as its service key, finds the announcement there and holds it.
+    eventually!("B to hold the announcement found on A", Duration::from_secs(30), {
+        let listing = purgatory_listing(&b).await;
+        listing["entries"].as_array().unwrap().iter().find(|e| e["event_id"] == ann.id.to_hex()).cloned()
+    });
+    assert!(a.logs().contains(&format!("pubkey={service_hex}")) || a.logs().contains(&service_hex), "B did not authenticate to A");
+    assert!(b.logs().contains("authenticated to relay (NIP-42)"));
+    // Only A is followed, never the decoy or B itself.
+    let view = operator_get(&b, "/v1/sync").await.unwrap();
+    let relays: Vec<&str> = view["relays"].as_array().unwrap().iter().map(|r| r["url"].as_str().unwrap()).collect();
+    assert_eq!(relays, [ws(&a).as_str()], "{view}");
+    assert_eq!(decoy.connections.load(Ordering::SeqCst), 0, "the private service contacted a relay it learnt from an announcement");
+}
+

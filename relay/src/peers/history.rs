@@ -3,8 +3,11 @@
 //! walking back with `until`. Either way every event goes through [`super::intake`].
 //!
 //! A relay is taken to speak NIP-77 when its NIP-11 document lists 77, or when it has no
-//! document and answers `NEG-OPEN` with `NEG-MSG`; a `NOTICE` instead, or silence, switches the
-//! connection to paging. A `NEG-ERR` (e.g. too many events) makes that one filter page.
+//! document and answers `NEG-OPEN` with `NEG-MSG`; without a document, a `NOTICE` instead, or
+//! silence, switches the connection to paging. A `NEG-ERR` (e.g. too many events), or silence
+//! from a relay that lists 77, makes that one filter page. Paging that meets more events in one
+//! second than a page holds reconciles that second alone by NIP-77 where it can
+//! ([`Session::page`]).
 
 use std::collections::{BTreeSet, HashSet};
 
@@ -17,8 +20,11 @@ use super::stats::PeerState;
 use super::wanted::{filter_key, RelayPlan};
 use super::wire::{Incoming, WireError};
 
-/// Negentropy messages this client sends stay under this size (bytes before hex).
+/// Negentropy messages this client sends stay under this size (bytes before hex), and under
+/// what the relay's `max_message_length` leaves, but never under [`MIN_FRAME_SIZE`] (the
+/// negentropy crate's floor).
 const FRAME_SIZE_LIMIT: u64 = 60_000;
+const MIN_FRAME_SIZE: u64 = 4_096;
 
 /// Local events one reconciliation lists at most; beyond it the filter is paged.
 const MAX_LOCAL_ITEMS: usize = 500_000;
@@ -98,13 +104,17 @@ impl Session<'_> {
     /// limits) on the way.
     async fn next(&mut self) -> Result<RelayMessage<'static>, WireError> {
         let timeout = self.peer.shared.config.timeout;
-        let incoming = tokio::select! {
-            incoming = self.wire.recv(timeout) => incoming?,
-            _ = self.peer.shutdown.recv() => return Err(WireError::Shutdown),
-        };
-        match incoming {
-            Incoming::Message(m) => Ok(m),
-            Incoming::Unparsable(text) => Ok(RelayMessage::notice(format!("unparsable: {text}"))),
+        loop {
+            let incoming = tokio::select! {
+                incoming = self.wire.recv(timeout) => incoming?,
+                _ = self.peer.shutdown.recv() => return Err(WireError::Shutdown),
+            };
+            match incoming {
+                Incoming::Message(m) => return Ok(m),
+                // Not a refusal of what is being asked (taking it for one used to switch a
+                // NIP-77 relay to paging): skipped.
+                Incoming::Unparsable(text) => tracing::debug!(relay = %self.peer.url, message = %text, "unparsable message from relay"),
+            }
         }
     }
 
@@ -119,13 +129,16 @@ impl Session<'_> {
             .negentropy_items(filter.clone(), MAX_LOCAL_ITEMS)
             .await
             .map_err(|e| NegFailure::Fatal(Ended::Failed(format!("event store: {e}"))))?;
+        // Hex doubles the bytes; NEG-OPEN also carries the filter.
+        let room = self.limits.max_message_length.saturating_sub(filter_key(filter).len() + super::wanted::REQ_OVERHEAD) / 2;
+        let frame_size = (room as u64).clamp(MIN_FRAME_SIZE, FRAME_SIZE_LIMIT);
         let build = tokio::task::spawn_blocking(move || -> Result<(Negentropy<'static, NegentropyStorageVector>, Vec<u8>), negentropy::Error> {
             let mut storage = NegentropyStorageVector::with_capacity(items.len());
             for (id, at) in items {
                 storage.insert(at.as_secs(), Id::from_byte_array(id.to_bytes()))?;
             }
             storage.seal()?;
-            let mut neg = Negentropy::owned(storage, FRAME_SIZE_LIMIT)?;
+            let mut neg = Negentropy::owned(storage, frame_size)?;
             let first = neg.initiate()?;
             Ok((neg, first))
         })
@@ -143,6 +156,11 @@ impl Session<'_> {
         loop {
             let message = match self.next().await {
                 Ok(m) => m,
+                // Silence from a relay that lists 77 is this filter's problem (too big to answer
+                // in time, say): it is paged; from another, the relay does not speak NIP-77.
+                Err(WireError::ReadTimeout(_)) if !answered && self.limits.negentropy == Some(true) => {
+                    return Err(NegFailure::Refused("no answer to NEG-OPEN in time".into()))
+                }
                 Err(WireError::ReadTimeout(_)) if !answered => return Err(NegFailure::Unsupported("no answer to NEG-OPEN".into())),
                 Err(e) => return Err(e.into()),
             };
@@ -174,7 +192,10 @@ impl Session<'_> {
                     }
                     return Err(NegFailure::Refused(message.into_owned()));
                 }
-                RelayMessage::Notice(message) if !answered && !is_rate_limited(&message) => {
+                // A NOTICE instead of an answer means "unknown message" only from a relay whose
+                // NIP-11 did not list 77: one that did may send unrelated notices meanwhile, and
+                // taking them for a refusal would page a NIP-77 relay's history.
+                RelayMessage::Notice(message) if !answered && self.limits.negentropy.is_none() && !is_rate_limited(&message) => {
                     return Err(NegFailure::Unsupported(message.into_owned()));
                 }
                 other => {
@@ -189,9 +210,9 @@ impl Session<'_> {
         self.fetch_ids(&need).await.map_err(NegFailure::Fatal)
     }
 
-    /// Fetches events by id, in REQs the relay's `max_limit` allows.
+    /// Fetches events by id, in REQs the relay's `max_limit` and `max_message_length` allow.
     pub async fn fetch_ids(&mut self, ids: &[EventId]) -> Result<(), Ended> {
-        let chunk = self.limits.max_limit.clamp(1, 500);
+        let chunk = self.ids_per_req();
         for ids in ids.chunks(chunk) {
             let filter = Filter::new().ids(ids.iter().copied()).limit(ids.len());
             let events = self.collect(filter).await?;
@@ -200,8 +221,13 @@ impl Session<'_> {
         Ok(())
     }
 
-    /// `REQ` pages of `filter`, newest first, walking back with `until` until a page brings
-    /// nothing new.
+    /// `REQ` pages of `filter`, newest first, walking back with `until` until a page is empty.
+    ///
+    /// `until` is inclusive, so the next page asks for the boundary second again; the ids seen
+    /// at that second tell the new from the known. A full page of nothing new, all in one
+    /// second, is a run of same-second events larger than the relay's page: REQ cannot reach the rest of
+    /// that second, so it is reconciled alone by NIP-77 when the relay speaks it (else it is
+    /// logged as possibly incomplete), and paging goes on below it.
     async fn page(&mut self, filter: &Filter) -> Result<(), Ended> {
         let size = self.limits.max_limit.clamp(1, 500);
         let mut until = filter.until;
@@ -212,13 +238,30 @@ impl Session<'_> {
                 f = f.until(u);
             }
             let events = self.collect(f).await?;
-            let Some(oldest) = events.iter().map(|e| e.created_at).min() else { break };
-            let fresh: Vec<Event> = events.into_iter().filter(|e| !seen.contains(&e.id)).collect();
-            if fresh.is_empty() {
+            let (Some(oldest), Some(newest)) = (events.iter().map(|e| e.created_at).min(), events.iter().map(|e| e.created_at).max()) else {
+                break;
+            };
+            if until.is_some_and(|u| newest > u) {
+                tracing::info!(relay = %self.peer.url, "relay ignores `until` in REQ; history paging stops");
                 break;
             }
-            // Events at the boundary second are asked for again by the next page (`until` is
-            // inclusive); remember them to tell the new from the known.
+            let full = events.len() >= size;
+            let fresh: Vec<Event> = events.into_iter().filter(|e| !seen.contains(&e.id)).collect();
+            if fresh.is_empty() {
+                // A page that is not full, or spans seconds, holds everything left.
+                if !full || oldest != newest {
+                    break;
+                }
+                // Stuck at one crowded second.
+                self.crowded_second(filter, oldest).await?;
+                let Some(below) = oldest.as_secs().checked_sub(1) else { break };
+                if filter.since.is_some_and(|since| since.as_secs() > below) {
+                    break;
+                }
+                until = Some(Timestamp::from(below));
+                seen.clear();
+                continue;
+            }
             if until != Some(oldest) {
                 seen.clear();
             }
@@ -226,6 +269,28 @@ impl Session<'_> {
             until = Some(oldest);
             self.take(fresh).await;
         }
+        Ok(())
+    }
+
+    /// The events of `filter` at second `at`, more than one REQ page holds: by NIP-77 when the
+    /// relay may speak it.
+    async fn crowded_second(&mut self, filter: &Filter, at: Timestamp) -> Result<(), Ended> {
+        let second = filter.clone().since(at).until(at);
+        let url = self.peer.url.clone();
+        if self.limits.negentropy != Some(false) {
+            match self.reconcile(&second).await {
+                Ok(()) => {
+                    tracing::info!(relay = %url, second = at.as_secs(), "more events in one second than a REQ page; reconciled that second by NIP-77");
+                    return Ok(());
+                }
+                Err(NegFailure::Fatal(e)) => return Err(e),
+                Err(NegFailure::Unsupported(reason) | NegFailure::Refused(reason)) => {
+                    tracing::debug!(relay = %url, reason = %reason, "per-second NIP-77 reconciliation failed");
+                }
+            }
+        }
+        tracing::info!(relay = %url, second = at.as_secs(), page = self.limits.max_limit, "more events in one second than the relay's REQ page and no NIP-77: the rest of that second may be missing; paging on below it");
+        self.peer.note_error(&format!("more events at {} than one REQ page; some of that second may be missing (the relay does not speak NIP-77)", at.as_secs()));
         Ok(())
     }
 

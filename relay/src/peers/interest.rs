@@ -9,11 +9,8 @@ use grasp_state::nip34::{Announcement, KIND_ANNOUNCEMENT};
 use nostr::prelude::{Filter, Kind, SingleLetterTag};
 
 use super::address::RelayUrl;
-use super::wanted::{Interest, RepoInterest, SyncLevel};
+use super::wanted::{Interest, RepoInterest, SyncLevel, MAX_ROOTS};
 use crate::grasp::{Grasp, Source};
-
-/// Root events per repository whose replies are synced.
-pub const MAX_ROOTS: usize = 500;
 
 /// Accepted announcements this server follows at most (the newest first).
 pub const MAX_REPOSITORIES: usize = 10_000;
@@ -68,5 +65,5 @@ pub async fn gather(grasp: &Grasp, bootstraps: &BTreeSet<RelayUrl>) -> Interest 
             });
         }
     }
-    Interest { repos, bootstraps: bootstraps.clone() }
+    Interest { repos, bootstraps: bootstraps.clone(), only: None }
 }

@@ -9,6 +9,9 @@
 //!   held announcements state-only, served ones full).
 //! - [`interest`]: gathers that input from the store and the purgatory.
 //! - [`wire`]: one WebSocket client connection, NIP-11 limits.
+//! - [`service_key`]: a private service's key, answering its peers' NIP-42 challenges.
+//! - [`tls`]: TLS for `wss://` relays (Mozilla roots plus `--sync-tls-ca`, the URL's host
+//!   verified).
 //! - [`history`]: NIP-77 negentropy reconciliation, or `REQ` paging with `until`.
 //! - [`peer`]: the task following one relay (history, then live; backoff, cooldown, dead).
 //! - [`health`]: pure per-relay backoff / cooldown / dead bookkeeping.
@@ -18,7 +21,9 @@
 //! - [`waiting`]: pure bounded index of synced events waiting for what they tag.
 //! - [`stats`]: the operator view of each relay.
 //! - this file: [`PeersConfig`], [`start`] and the manager loop: every few seconds (and a
-//!   moment after accepted events, batched) it recomputes the plans, starts a [`peer::Peer`]
+//!   moment after accepted announcements, states and deletions, batched) it gathers the
+//!   interest again; a new root event of a followed repository only updates the interest it
+//!   keeps ([`wanted::Interest::note_accepted`]); then it recomputes the plans, starts a [`peer::Peer`]
 //!   for each newly needed relay, hands changed plans to running ones, and drops relays no
 //!   accepted repository needs (bootstraps stay). Peer tasks end when the manager drops their
 //!   plan sender or at shutdown; the manager ends at shutdown.
@@ -33,6 +38,8 @@ pub mod peer;
 pub mod stats;
 pub mod waiting;
 pub mod wanted;
+pub mod service_key;
+pub mod tls;
 pub mod wire;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -50,6 +57,7 @@ use self::health::{Health, HealthTimings};
 use self::intake::Intake;
 use self::peer::{Peer, PeerCommand};
 use self::stats::{PeerState, RelayStats};
+use self::tls::Tls;
 use self::waiting::{Waiting, WaitingLimits};
 use self::wanted::RelayPlan;
 pub use self::wanted::SyncLevel;
@@ -78,6 +86,13 @@ pub struct PeersConfig {
     pub refresh: Duration,
     /// Accepted events are batched this long before the wanted set is recomputed.
     pub batch: Duration,
+    /// `--sync-tls-ca`: PEM roots trusted for `wss://` relays besides the Mozilla ones.
+    pub tls_ca: Option<PathBuf>,
+    /// A private service (`--private`): the only relays followed (`--private-sync-peer` URLs),
+    /// each for every accepted repository; no relay is learnt from announcements.
+    pub only_relays: Option<Vec<String>>,
+    /// The key this server answers NIP-42 `AUTH` challenges with (a private service's key).
+    pub auth_keys: Option<nostr::prelude::Keys>,
 }
 
 impl Default for PeersConfig {
@@ -93,6 +108,9 @@ impl Default for PeersConfig {
             waiting: WaitingLimits::default(),
             refresh: Duration::from_secs(5),
             batch: Duration::from_secs(2),
+            tls_ca: None,
+            only_relays: None,
+            auth_keys: None,
         }
     }
 }
@@ -101,6 +119,7 @@ impl Default for PeersConfig {
 pub struct Shared {
     pub config: PeersConfig,
     pub policy: UrlPolicy,
+    pub tls: Tls,
     pub intake: Intake,
     /// `<data>/relay-sync.json`.
     cursors_file: PathBuf,
@@ -193,27 +212,45 @@ struct PeerEntry {
 struct Manager {
     shared: Arc<Shared>,
     bootstraps: BTreeSet<RelayUrl>,
+    /// A private service's peers: the only relays followed.
+    only: Option<BTreeSet<RelayUrl>>,
     peers: BTreeMap<RelayUrl, PeerEntry>,
     /// Dead relays with the plan they died with: restarted only when the plan changes.
     dead: BTreeMap<RelayUrl, RelayPlan>,
+    /// The interest last gathered, kept up to date with new root events from the feed.
+    interest: Option<wanted::Interest>,
     shutdown: Shutdown,
+}
+
+/// Parses relay URLs given by the operator, warning about (and skipping) bad ones.
+fn parse_relays(raw: &[String], what: &str) -> BTreeSet<RelayUrl> {
+    let mut relays = BTreeSet::new();
+    for raw in raw {
+        match RelayUrl::parse(raw) {
+            Ok(url) => {
+                relays.insert(url);
+            }
+            Err(e) => tracing::warn!(relay = %raw, error = %e, "ignoring {what}"),
+        }
+    }
+    relays
 }
 
 /// Starts relay sync; the returned task ends at shutdown (after its peers) and holds `shutdown`
 /// until then. Sets [`Grasp::relay_sync`] for the operator view.
-/// `cursors_file` is `<data>/relay-sync.json`.
-pub fn start(grasp: &Arc<Grasp>, config: PeersConfig, cursors_file: PathBuf, shutdown: Shutdown) -> JoinHandle<()> {
+/// `cursors_file` is `<data>/relay-sync.json`. Fails only on unusable TLS settings
+/// (`--sync-tls-ca`).
+pub fn start(grasp: &Arc<Grasp>, config: PeersConfig, cursors_file: PathBuf, shutdown: Shutdown) -> Result<JoinHandle<()>, tls::TlsSetupError> {
     let policy = UrlPolicy::new(config.allow_private, &config.extra_denied, &config.own_hosts);
-    let mut bootstraps = BTreeSet::new();
-    for raw in &config.bootstraps {
-        match RelayUrl::parse(raw) {
-            Ok(url) => {
-                bootstraps.insert(url);
-            }
-            Err(e) => tracing::warn!(relay = %raw, error = %e, "ignoring bootstrap relay"),
-        }
-    }
+    let tls = Tls::new(config.tls_ca.as_deref())?;
+    let bootstraps = parse_relays(&config.bootstraps, "bootstrap relay");
+    let only = config.only_relays.as_ref().map(|peers| {
+        let peers = parse_relays(peers, "private sync peer (relay sync takes ws:// or wss:// URLs)");
+        tracing::info!(peers = peers.len(), "private service: relay sync follows only its --private-sync-peer relays");
+        peers
+    });
     let shared = Arc::new(Shared {
+        tls,
         intake: Intake::new(grasp.clone(), Waiting::new(config.waiting)),
         config,
         policy,
@@ -224,8 +261,8 @@ pub fn start(grasp: &Arc<Grasp>, config: PeersConfig, cursors_file: PathBuf, shu
         levels: Mutex::new(BTreeMap::new()),
     });
     let _ = grasp.relay_sync.set(PeersView(Arc::downgrade(&shared)));
-    let manager = Manager { shared, bootstraps, peers: BTreeMap::new(), dead: BTreeMap::new(), shutdown };
-    tokio::spawn(manager.run())
+    let manager = Manager { shared, bootstraps, only, peers: BTreeMap::new(), dead: BTreeMap::new(), interest: None, shutdown };
+    Ok(tokio::spawn(manager.run()))
 }
 
 impl Manager {
@@ -235,7 +272,10 @@ impl Manager {
         let mut tick = tokio::time::interval(Duration::from_millis(250));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut last_refresh: Option<Instant> = None;
+        // An accepted announcement, state or deletion: gather everything again.
         let mut accepted_since: Option<Instant> = None;
+        // A new root event of a followed repository: its plans change, nothing to gather.
+        let mut roots_since: Option<Instant> = None;
         let mut last_save = Instant::now();
         let mut last_held_check = Instant::now();
         let mut last_held = BTreeSet::new();
@@ -248,7 +288,15 @@ impl Manager {
                 event = feed.recv() => match event {
                     Ok(event) => {
                         self.shared.intake.readmit(&event).await;
-                        accepted_since.get_or_insert_with(Instant::now);
+                        match self.interest.as_mut().map(|i| i.note_accepted(&event)) {
+                            Some(wanted::Change::None) => {}
+                            Some(wanted::Change::Roots) => {
+                                roots_since.get_or_insert_with(Instant::now);
+                            }
+                            Some(wanted::Change::Gather) | None => {
+                                accepted_since.get_or_insert_with(Instant::now);
+                            }
+                        }
                     }
                     Err(broadcast::error::RecvError::Lagged(_)) => {
                         accepted_since.get_or_insert_with(Instant::now);
@@ -272,6 +320,12 @@ impl Manager {
                         self.refresh().await;
                         last_refresh = Some(Instant::now());
                         accepted_since = None;
+                        roots_since = None;
+                    } else if roots_since.is_some_and(|t| now.duration_since(t) >= cfg.batch) {
+                        if let Some(interest) = self.interest.clone() {
+                            self.apply(&interest);
+                        }
+                        roots_since = None;
                     }
                     self.request_missing_parents(now);
                     if now.duration_since(last_save) >= Duration::from_secs(10) {
@@ -289,10 +343,17 @@ impl Manager {
         self.shared.save_cursors();
     }
 
-    /// Recomputes the plans and brings the peers in line.
+    /// Gathers the interest from the store and the purgatory, and brings the peers in line.
     async fn refresh(&mut self) {
         let grasp = self.shared.grasp().clone();
-        let interest = interest::gather(&grasp, &self.bootstraps).await;
+        let mut interest = interest::gather(&grasp, &self.bootstraps).await;
+        interest.only.clone_from(&self.only);
+        self.apply(&interest);
+        self.interest = Some(interest);
+    }
+
+    /// Computes the plans of `interest` and brings the peers in line.
+    fn apply(&mut self, interest: &wanted::Interest) {
         *self.shared.levels.lock().unwrap() =
             interest.repos.iter().map(|r| ((r.owner.to_hex(), r.identifier.clone()), r.level)).collect();
         let policy = &self.shared.policy;

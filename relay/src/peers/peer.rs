@@ -78,7 +78,7 @@ impl Peer {
         self.stats.lock().unwrap().state = state;
     }
 
-    fn note_error(&self, error: &str) {
+    pub(super) fn note_error(&self, error: &str) {
         self.stats.lock().unwrap().last_error = Some(error.chars().take(300).collect());
     }
 
@@ -142,12 +142,12 @@ impl Peer {
             Ok(a) => a,
             Err(e) => return Ended::Failed(e.to_string()),
         };
-        let limits = match fetch_nip11(&self.url, &addresses, timeout).await {
+        let limits = match fetch_nip11(&self.url, &addresses, &self.shared.tls, timeout).await {
             Some(doc) => RelayLimits::from_nip11(&doc),
             None => RelayLimits::default(),
         };
         let wire = tokio::select! {
-            w = Wire::connect(&self.url, &addresses, timeout) => match w {
+            w = Wire::connect(&self.url, &addresses, &self.shared.tls, timeout) => match w {
                 Ok(w) => w,
                 Err(e) => return e.into(),
             },
@@ -166,7 +166,10 @@ impl Peer {
             (s.bytes_in, s.bytes_out)
         };
         let mut session = Session { peer: self, wire, limits, next_sub: 0, live: Vec::new(), bytes_before: (bytes_in, bytes_out) };
-        let ended = session.follow().await;
+        let ended = match session.authenticate_first().await {
+            Ok(()) => session.follow().await,
+            Err(e) => e,
+        };
         session.count_bytes();
         session.wire.close().await;
         self.shared.touch_cursor(&self.url);
@@ -179,6 +182,65 @@ impl Session<'_> {
     pub fn sub_id(&mut self, purpose: &str) -> SubscriptionId {
         self.next_sub += 1;
         SubscriptionId::new(format!("{purpose}-{}", self.next_sub))
+    }
+
+    /// With a key to authenticate with (a private service): a relay that sends its NIP-42
+    /// challenge on connecting (as this server does) is answered before anything is asked, so
+    /// no request meets `auth-required:`. A relay that sends none within a moment is not waited
+    /// for; a challenge that comes later is answered when it comes ([`Session::on_message`]).
+    async fn authenticate_first(&mut self) -> Result<(), Ended> {
+        if self.peer.shared.config.auth_keys.is_none() {
+            return Ok(());
+        }
+        let wait = self.peer.shared.config.timeout.min(Duration::from_secs(2));
+        let challenge = match self.wire.recv(wait).await {
+            Ok(Incoming::Message(RelayMessage::Auth { challenge })) => challenge.into_owned(),
+            Ok(Incoming::Message(other)) => {
+                return match self.on_message(other).await {
+                    Some(end) => Err(end),
+                    None => Ok(()),
+                };
+            }
+            Ok(Incoming::Unparsable(_)) | Err(WireError::ReadTimeout(_)) => return Ok(()),
+            Err(e) => return Err(e.into()),
+        };
+        let id = self.send_auth(&challenge).await?;
+        let deadline = Instant::now() + self.peer.shared.config.timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.wire.recv(left).await? {
+                Incoming::Message(RelayMessage::Ok { event_id, status, message }) if event_id == id => {
+                    if status {
+                        tracing::info!(relay = %self.peer.url, "authenticated to relay (NIP-42)");
+                        return Ok(());
+                    }
+                    return Err(Ended::Failed(format!("the relay refused our NIP-42 AUTH: {message}")));
+                }
+                Incoming::Message(other) => {
+                    if let Some(end) = self.on_message(other).await {
+                        return Err(end);
+                    }
+                }
+                Incoming::Unparsable(_) => {}
+            }
+        }
+    }
+
+    /// Answers a NIP-42 challenge with this server's key; the AUTH event's id (nothing is sent
+    /// without a key).
+    async fn send_auth(&mut self, challenge: &str) -> Result<EventId, Ended> {
+        let Some(keys) = self.peer.shared.config.auth_keys.clone() else {
+            return Ok(EventId::from_byte_array([0; 32]));
+        };
+        let tags = [Tag::parse(["relay", self.peer.url.as_str()]), Tag::parse(["challenge", challenge])];
+        let tags: Vec<Tag> = tags.into_iter().collect::<Result<_, _>>().map_err(|e| Ended::Failed(format!("AUTH tags: {e}")))?;
+        let event = EventBuilder::new(Kind::Authentication, "")
+            .tags(tags)
+            .finalize(&keys)
+            .map_err(|e| Ended::Failed(format!("signing AUTH: {e}")))?;
+        let id = event.id;
+        self.wire.send(&ClientMessage::auth(event)).await?;
+        Ok(id)
     }
 
     /// History of the plan's filters, then live until something ends the session.
@@ -226,7 +288,7 @@ impl Session<'_> {
                 }
                 command = self.peer.commands.recv() => match command {
                     Some(PeerCommand::Fetch(ids)) => {
-                        for chunk in ids.chunks(self.limits.max_limit.clamp(1, 500)) {
+                        for chunk in ids.chunks(self.ids_per_req()) {
                             let id = self.sub_id("fetch");
                             let req = ClientMessage::req(id, vec![Filter::new().ids(chunk.iter().copied())]);
                             if let Err(e) = self.wire.send(&req).await {
@@ -264,6 +326,13 @@ impl Session<'_> {
         }
     }
 
+    /// Event ids one REQ asks for: the relay's `max_limit`, and what fits its
+    /// `max_message_length` (67 bytes per quoted hex id and comma).
+    pub fn ids_per_req(&self) -> usize {
+        let by_size = self.limits.max_message_length.saturating_sub(super::wanted::REQ_OVERHEAD + 16) / 67;
+        self.limits.max_limit.min(by_size).clamp(1, 500)
+    }
+
     fn publish_plan(&self, plan: &RelayPlan) {
         let mut s = self.peer.stats.lock().unwrap();
         s.repositories = plan.repos.clone();
@@ -279,7 +348,7 @@ impl Session<'_> {
         let filters: Vec<Filter> = plan.filters.iter().map(|f| f.clone().limit(0)).collect();
         // Keep two subscriptions free for history and fetches.
         let room = self.limits.max_subscriptions.saturating_sub(2).max(1);
-        let mut reqs = batches(&filters, self.limits.max_filters);
+        let mut reqs = batches(&filters, self.limits.max_filters, self.limits.max_message_length);
         if reqs.len() > room {
             tracing::warn!(relay = %self.peer.url, needed = reqs.len(), allowed = room, "relay allows too few subscriptions; following part of the plan live");
             reqs.truncate(room);
@@ -331,6 +400,11 @@ impl Session<'_> {
                     tracing::info!(relay = %self.peer.url, subscription = %subscription_id, reason = %message, "relay closed a live subscription");
                     self.peer.note_error(&message);
                     self.live.retain(|s| *s != *subscription_id);
+                }
+            }
+            RelayMessage::Auth { challenge } if self.peer.shared.config.auth_keys.is_some() => {
+                if let Err(end) = self.send_auth(&challenge).await {
+                    return Some(end);
                 }
             }
             RelayMessage::Notice(message) | RelayMessage::Ok { message, .. } if is_rate_limited(&message) => {

@@ -11,7 +11,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use grasp_state::nip34::{KIND_ANNOUNCEMENT, KIND_STATE};
-use nostr::prelude::{EventId, Filter, Kind, PublicKey, SingleLetterTag};
+use nostr::prelude::{Event, EventId, Filter, Kind, PublicKey, SingleLetterTag};
 use serde::Serialize;
 
 use super::address::RelayUrl;
@@ -73,7 +73,24 @@ pub struct Interest {
     pub repos: Vec<RepoInterest>,
     /// `--sync-bootstrap-relay`: always connected, asked for announcements.
     pub bootstraps: BTreeSet<RelayUrl>,
+    /// A private service's peers: then the only relays, each asked for every repository (and
+    /// for announcements, like a bootstrap); the repositories' `relays` are not followed.
+    pub only: Option<BTreeSet<RelayUrl>>,
 }
+
+/// What an accepted event changes in the interest ([`Interest::note_accepted`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Change {
+    /// Nothing this server asks for.
+    None,
+    /// A new root of a followed repository was added: recompute the plans.
+    Roots,
+    /// Announcements, maintainers or levels may have changed: gather the interest again.
+    Gather,
+}
+
+/// Root events per repository whose replies are synced (the newest first when gathered).
+pub const MAX_ROOTS: usize = 500;
 
 /// What one relay is asked for.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -107,10 +124,40 @@ fn chunks<T: Clone>(values: &BTreeSet<T>) -> Vec<Vec<T>> {
 }
 
 impl Interest {
+    /// Takes an event just accepted (the feed): a new event tagging a repository followed at
+    /// level full becomes one of its roots (until it has [`MAX_ROOTS`]); an announcement, a
+    /// state or a deletion asks for the interest to be gathered again; anything else changes
+    /// nothing.
+    pub fn note_accepted(&mut self, event: &Event) -> Change {
+        let kind = event.kind.as_u16();
+        if kind == KIND_ANNOUNCEMENT || kind == KIND_STATE || kind == 5 {
+            return Change::Gather;
+        }
+        let coordinates: Vec<&str> = event.tags.iter().filter_map(|t| match t.as_slice() {
+            [name, value, ..] if name == "a" => Some(value.as_str()),
+            _ => None,
+        }).collect();
+        let mut change = Change::None;
+        for repo in &mut self.repos {
+            if repo.level != SyncLevel::Full || repo.roots.len() >= MAX_ROOTS || repo.roots.contains(&event.id) {
+                continue;
+            }
+            if coordinates.contains(&repo.coordinate().as_str()) {
+                repo.roots.push(event.id);
+                change = Change::Roots;
+            }
+        }
+        change
+    }
+
     /// The plan of every relay to connect to: relays named by accepted repositories and the
     /// bootstraps, without those `excluded` (this server, unsafe), at most `max_relays`
     /// (bootstraps first, then the relays serving most repositories).
     pub fn plans(&self, excluded: impl Fn(&RelayUrl) -> bool, max_relays: usize) -> BTreeMap<RelayUrl, RelayPlan> {
+        if let Some(only) = &self.only {
+            let all: Vec<&RepoInterest> = self.repos.iter().collect();
+            return only.iter().filter(|relay| !excluded(relay)).take(max_relays).map(|relay| (relay.clone(), plan_for(&all, true))).collect();
+        }
         let mut serving: BTreeMap<&RelayUrl, Vec<&RepoInterest>> = BTreeMap::new();
         for repo in &self.repos {
             for relay in &repo.relays {
@@ -173,9 +220,30 @@ fn plan_for(repos: &[&RepoInterest], bootstrap: bool) -> RelayPlan {
     RelayPlan { filters, repos, bootstrap }
 }
 
-/// Splits `filters` into REQs of at most `max_filters` filters each.
-pub fn batches(filters: &[Filter], max_filters: usize) -> Vec<Vec<Filter>> {
-    filters.chunks(max_filters.max(1)).map(<[Filter]>::to_vec).collect()
+/// Room left in a message for `["REQ","<subscription id>",` and the closing `]`.
+pub const REQ_OVERHEAD: usize = 96;
+
+/// Splits `filters` (in order) into REQs of at most `max_filters` filters each whose message
+/// stays under `max_bytes` (NIP-11 `max_filters`, `max_message_length`). A filter too large on
+/// its own goes alone (the relay may refuse it; the others are not held back).
+pub fn batches(filters: &[Filter], max_filters: usize, max_bytes: usize) -> Vec<Vec<Filter>> {
+    let room = max_bytes.saturating_sub(REQ_OVERHEAD);
+    let mut out: Vec<Vec<Filter>> = Vec::new();
+    let mut size = 0;
+    for filter in filters {
+        let len = filter_key(filter).len() + 1;
+        match out.last_mut() {
+            Some(batch) if batch.len() < max_filters.max(1) && size + len <= room => {
+                batch.push(filter.clone());
+                size += len;
+            }
+            _ => {
+                out.push(vec![filter.clone()]);
+                size = len;
+            }
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -202,7 +270,7 @@ mod tests {
 
     #[test]
     fn held_repositories_get_states_only() {
-        let interest = Interest { repos: vec![repo("held", &["wss://a"], SyncLevel::StateOnly, 3)], bootstraps: BTreeSet::new() };
+        let interest = Interest { repos: vec![repo("held", &["wss://a"], SyncLevel::StateOnly, 3)], bootstraps: BTreeSet::new(), only: None };
         let plans = interest.plans(|_| false, 10);
         let plan = &plans[&url("wss://a")];
         let json: Vec<String> = plan.filters.iter().map(filter_key).collect();
@@ -216,6 +284,7 @@ mod tests {
         let interest = Interest {
             repos: vec![repo("x", &["wss://a"], SyncLevel::Full, 2), repo("y", &["wss://a", "wss://b"], SyncLevel::Full, 0)],
             bootstraps: [url("wss://boot")].into(),
+            only: None,
         };
         let plans = interest.plans(|_| false, 10);
         let a = &plans[&url("wss://a")];
@@ -236,6 +305,7 @@ mod tests {
                 repo("y", &["wss://a", "wss://b"], SyncLevel::Full, 0),
             ],
             bootstraps: [url("wss://boot")].into(),
+            only: None,
         };
         let plans = interest.plans(|r| r.as_str() == "wss://self", 2);
         let relays: Vec<&str> = plans.keys().map(RelayUrl::as_str).collect();
@@ -246,22 +316,91 @@ mod tests {
     fn a_new_root_changes_only_the_last_chunk() {
         let mut r = repo("x", &["wss://a"], SyncLevel::Full, 0);
         r.roots = (0..250u32).map(|n| { let mut b = [0u8; 32]; b[28..].copy_from_slice(&(1000 - n).to_be_bytes()); EventId::from_byte_array(b) }).collect();
-        let before = Interest { repos: vec![r.clone()], bootstraps: BTreeSet::new() }.plans(|_| false, 1)[&url("wss://a")].filter_keys();
+        let before = Interest { repos: vec![r.clone()], bootstraps: BTreeSet::new(), only: None }.plans(|_| false, 1)[&url("wss://a")].filter_keys();
         r.roots.push(EventId::from_byte_array([0; 32]));
-        let after = Interest { repos: vec![r], bootstraps: BTreeSet::new() }.plans(|_| false, 1)[&url("wss://a")].filter_keys();
+        let after = Interest { repos: vec![r], bootstraps: BTreeSet::new(), only: None }.plans(|_| false, 1)[&url("wss://a")].filter_keys();
         // #e, #E, #q of the last chunk change; the two full chunks stay.
         assert_eq!(after.difference(&before).count(), 3);
     }
 
     #[test]
+    fn a_private_service_follows_only_its_peers_for_every_repository() {
+        let interest = Interest {
+            repos: vec![repo("x", &["wss://a"], SyncLevel::Full, 1), repo("y", &["wss://b"], SyncLevel::StateOnly, 0)],
+            bootstraps: BTreeSet::new(),
+            only: Some([url("wss://peer"), url("wss://self")].into()),
+        };
+        let plans = interest.plans(|r| r.as_str() == "wss://self", 10);
+        let relays: Vec<&str> = plans.keys().map(RelayUrl::as_str).collect();
+        assert_eq!(relays, ["wss://peer"], "the repositories' relays are never followed");
+        let peer = &plans[&url("wss://peer")];
+        assert_eq!(peer.repos.len(), 2);
+        assert!(peer.bootstrap);
+        // announcements, states, #a of x, #e/#E/#q of x's root.
+        assert_eq!(peer.filters.len(), 6, "{:?}", peer.filters);
+    }
+
+    #[test]
+    fn accepted_events_update_the_interest_without_gathering() {
+        use nostr::prelude::{EventBuilder, FinalizeEvent, Tag};
+        let full = repo("x", &["wss://a"], SyncLevel::Full, 1);
+        let held = repo("y", &["wss://a"], SyncLevel::StateOnly, 0);
+        let mut interest = Interest { repos: vec![full.clone(), held.clone()], bootstraps: BTreeSet::new(), only: None };
+        let keys = Keys::generate();
+        let tagging = |coordinate: String| EventBuilder::new(Kind::Custom(1621), "").tags([Tag::parse(["a", &coordinate]).unwrap()]).finalize(&keys).unwrap();
+        let issue = tagging(full.coordinate());
+        let before = interest.plans(|_| false, 1)[&url("wss://a")].filter_keys();
+        assert_eq!(interest.note_accepted(&issue), Change::Roots);
+        assert_eq!(interest.repos[0].roots.last(), Some(&issue.id));
+        assert_eq!(interest.note_accepted(&issue), Change::None, "once");
+        let after = interest.plans(|_| false, 1)[&url("wss://a")].filter_keys();
+        assert_eq!(after.difference(&before).count(), 3, "the last #e/#E/#q chunk changes");
+        // A held repository has no roots; a comment on a root changes nothing.
+        assert_eq!(interest.note_accepted(&tagging(held.coordinate())), Change::None);
+        let comment = EventBuilder::new(Kind::Custom(1111), "").tags([Tag::parse(["e", &issue.id.to_hex()]).unwrap()]).finalize(&keys).unwrap();
+        assert_eq!(interest.note_accepted(&comment), Change::None);
+        let announcement = EventBuilder::new(Kind::Custom(KIND_ANNOUNCEMENT), "").tags([Tag::identifier("z")]).finalize(&keys).unwrap();
+        assert_eq!(interest.note_accepted(&announcement), Change::Gather);
+        // Full repositories stop taking roots at MAX_ROOTS.
+        interest.repos[0].roots = (0..MAX_ROOTS).map(|n| EventId::from_byte_array([n as u8; 32])).collect();
+        assert_eq!(interest.note_accepted(&tagging(full.coordinate())), Change::None);
+    }
+
+    #[test]
     fn batches_respect_the_relay_limit() {
         let filters: Vec<Filter> = (0..25).map(|n| Filter::new().kind(Kind::Custom(n))).collect();
-        let b = batches(&filters, 10);
+        let b = batches(&filters, 10, 1 << 20);
         assert_eq!(b.iter().map(Vec::len).collect::<Vec<_>>(), [10, 10, 5]);
-        assert_eq!(batches(&filters, 0).len(), 25);
+        assert_eq!(batches(&filters, 0, 1 << 20).len(), 25);
+    }
+
+    #[test]
+    fn batches_respect_the_relay_message_length() {
+        // 100 event ids: ~6.6 KB of JSON per filter.
+        let ids: Vec<String> = (0..100u8).map(|n| EventId::from_byte_array([n; 32]).to_hex()).collect();
+        let filters: Vec<Filter> = (0..6).map(|_| Filter::new().custom_tags(tag('e'), ids.clone())).collect();
+        let b = batches(&filters, 16, 16_384);
+        assert_eq!(b.iter().map(Vec::len).collect::<Vec<_>>(), [2, 2, 2]);
+        // One filter over the limit still goes, alone.
+        assert_eq!(batches(&filters, 16, 4_096).len(), 6);
     }
 
     proptest! {
+        /// Every filter is sent once, in order; a REQ holds at most `max_filters` and stays
+        /// under `max_bytes` unless it is a single filter.
+        #[test]
+        fn batches_keep_every_filter_within_the_limits(lens in proptest::collection::vec(0usize..60, 0..40), max_filters in 0usize..8, max_bytes in 0usize..20_000) {
+            let filters: Vec<Filter> = lens.iter().map(|n| Filter::new().identifiers((0..*n).map(|i| format!("repository-{i}")))).collect();
+            let b = batches(&filters, max_filters, max_bytes);
+            let flat: Vec<Filter> = b.iter().flatten().cloned().collect();
+            prop_assert_eq!(flat, filters);
+            for batch in &b {
+                prop_assert!(!batch.is_empty() && batch.len() <= max_filters.max(1));
+                let json = serde_json::to_string(&(["REQ", "live-18446744073709551615"], batch)).unwrap();
+                prop_assert!(batch.len() == 1 || json.len() <= max_bytes, "{} > {}", json.len(), max_bytes);
+            }
+        }
+
         /// Filters never carry more than MAX_VALUES values, and every root is asked for.
         #[test]
         fn values_are_chunked(roots in 0usize..300, repos in 1usize..4) {
@@ -271,7 +410,7 @@ mod tests {
                 r
             }).collect();
             let total = repos.len() * roots;
-            let plan = &Interest { repos, bootstraps: BTreeSet::new() }.plans(|_| false, 1)[&url("wss://a")];
+            let plan = &Interest { repos, bootstraps: BTreeSet::new(), only: None }.plans(|_| false, 1)[&url("wss://a")];
             let mut e_values = 0;
             for f in &plan.filters {
                 for values in f.generic_tags.values() {

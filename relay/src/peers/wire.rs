@@ -1,6 +1,7 @@
 //! One WebSocket connection to another relay, as a client: connect to the checked addresses
 //! only (no second DNS lookup, no redirects), bounded frames, a deadline on every read, and the
-//! relay's NIP-11 limits when it publishes them.
+//! relay's NIP-11 limits when it publishes them. `wss://` relays (and their `https://` NIP-11
+//! document) go through [`super::tls`].
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -9,16 +10,23 @@ use futures_util::{SinkExt, StreamExt};
 use nostr::prelude::{ClientMessage, RelayMessage};
 use serde_json::Value;
 use thiserror::Error;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::Message;
-use tokio_tungstenite::WebSocketStream;
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
 use super::address::RelayUrl;
+use super::tls::Tls;
 
 /// Largest message accepted from a peer relay.
 pub const MAX_MESSAGE_BYTES: usize = 1024 * 1024;
+
+/// Message size assumed for a relay that publishes none (many relays take 128 KiB or more).
+pub const DEFAULT_MESSAGE_LENGTH: usize = 65_536;
+
+/// Smallest `max_message_length` believed: below it no useful REQ fits.
+pub const MIN_MESSAGE_LENGTH: usize = 4_096;
 
 /// Largest NIP-11 document read.
 const MAX_NIP11_BYTES: usize = 64 * 1024;
@@ -30,8 +38,8 @@ pub enum WireError {
     ConnectTimeout(Duration),
     #[error("connect failed: {0}")]
     Connect(String),
-    #[error("{0} is not supported yet; list a ws:// relay or put a TLS proxy in front")]
-    Tls(RelayUrl),
+    #[error("TLS handshake with {url} failed: {reason}")]
+    Tls { url: RelayUrl, reason: String },
     #[error("no message from the relay within {0:?}")]
     ReadTimeout(Duration),
     #[error("connection closed by the relay")]
@@ -48,6 +56,8 @@ pub struct RelayLimits {
     pub max_filters: usize,
     pub max_subscriptions: usize,
     pub max_limit: usize,
+    /// Longest message the relay takes (`max_message_length`), bytes.
+    pub max_message_length: usize,
     /// `Some(true)` if NIP-11 lists 77, `Some(false)` if it lists NIPs without 77, `None`
     /// without a document.
     pub negentropy: Option<bool>,
@@ -55,7 +65,7 @@ pub struct RelayLimits {
 
 impl Default for RelayLimits {
     fn default() -> Self {
-        RelayLimits { max_filters: 10, max_subscriptions: 10, max_limit: 500, negentropy: None }
+        RelayLimits { max_filters: 10, max_subscriptions: 10, max_limit: 500, max_message_length: DEFAULT_MESSAGE_LENGTH, negentropy: None }
     }
 }
 
@@ -69,6 +79,9 @@ impl RelayLimits {
             max_filters: num("max_filters", d.max_filters),
             max_subscriptions: num("max_subscriptions", d.max_subscriptions),
             max_limit: num("max_limit", d.max_limit),
+            max_message_length: lim["max_message_length"]
+                .as_u64()
+                .map_or(d.max_message_length, |n| (n as usize).clamp(MIN_MESSAGE_LENGTH, MAX_MESSAGE_BYTES)),
             negentropy: doc["supported_nips"].as_array().map(|nips| nips.iter().any(|n| n.as_u64() == Some(77))),
         }
     }
@@ -86,31 +99,51 @@ async fn connect_tcp(addresses: &[SocketAddr], timeout: Duration) -> Result<TcpS
     Err(last)
 }
 
-/// `GET /` with `Accept: application/nostr+json` on the checked addresses (plain HTTP only).
-pub async fn fetch_nip11(url: &RelayUrl, addresses: &[SocketAddr], timeout: Duration) -> Option<Value> {
-    if url.is_tls() {
-        return None;
+/// A TCP connection to the checked addresses, wrapped in TLS for a `wss://` URL.
+async fn connect_stream(url: &RelayUrl, addresses: &[SocketAddr], tls: &Tls, timeout: Duration) -> Result<MaybeTlsStream<TcpStream>, WireError> {
+    let tcp = connect_tcp(addresses, timeout).await?;
+    if !url.is_tls() {
+        return Ok(MaybeTlsStream::Plain(tcp));
     }
+    let stream = tokio::time::timeout(timeout, tls.connect(url, tcp))
+        .await
+        .map_err(|_| WireError::ConnectTimeout(timeout))?
+        .map_err(|e| WireError::Tls { url: url.clone(), reason: e.to_string() })?;
+    Ok(MaybeTlsStream::Rustls(stream))
+}
+
+/// `GET /` with `Accept: application/nostr+json` on the checked addresses (`https` for a
+/// `wss://` URL).
+pub async fn fetch_nip11(url: &RelayUrl, addresses: &[SocketAddr], tls: &Tls, timeout: Duration) -> Option<Value> {
     let fetch = async {
-        let mut stream = connect_tcp(addresses, timeout).await.ok()?;
-        let path = url.as_str().split_once("://").map(|(_, r)| r).and_then(|r| r.find('/').map(|at| &r[at..])).unwrap_or("/");
-        let request = format!("GET {path} HTTP/1.0\r\nHost: {}\r\nAccept: application/nostr+json\r\n\r\n", url.authority());
-        stream.write_all(request.as_bytes()).await.ok()?;
-        let mut raw = Vec::new();
-        stream.take(MAX_NIP11_BYTES as u64).read_to_end(&mut raw).await.ok()?;
-        let text = String::from_utf8_lossy(&raw);
-        let (head, body) = text.split_once("\r\n\r\n")?;
-        if !head.lines().next()?.contains(" 200") {
-            return None;
+        let stream = connect_stream(url, addresses, tls, timeout).await.ok()?;
+        match stream {
+            MaybeTlsStream::Plain(s) => read_nip11(url, s).await,
+            MaybeTlsStream::Rustls(s) => read_nip11(url, s).await,
+            _ => None,
         }
-        serde_json::from_str(body).ok()
     };
     tokio::time::timeout(timeout, fetch).await.ok().flatten()
 }
 
+async fn read_nip11(url: &RelayUrl, mut stream: impl AsyncRead + AsyncWrite + Unpin) -> Option<Value> {
+    let path = url.as_str().split_once("://").map(|(_, r)| r).and_then(|r| r.find('/').map(|at| &r[at..])).unwrap_or("/");
+    let request = format!("GET {path} HTTP/1.0\r\nHost: {}\r\nAccept: application/nostr+json\r\n\r\n", url.authority());
+    stream.write_all(request.as_bytes()).await.ok()?;
+    let mut raw = Vec::new();
+    // A TLS peer that closes without close_notify still delivered what came before.
+    let _ = (&mut stream).take(MAX_NIP11_BYTES as u64).read_to_end(&mut raw).await;
+    let text = String::from_utf8_lossy(&raw);
+    let (head, body) = text.split_once("\r\n\r\n")?;
+    if !head.lines().next()?.contains(" 200") {
+        return None;
+    }
+    serde_json::from_str(body).ok()
+}
+
 /// An open connection.
 pub struct Wire {
-    ws: WebSocketStream<TcpStream>,
+    ws: WebSocketStream<MaybeTlsStream<TcpStream>>,
     /// Bytes received and sent (the benchmark's figures).
     pub bytes_in: u64,
     pub bytes_out: u64,
@@ -126,11 +159,8 @@ pub enum Incoming {
 
 impl Wire {
     /// Connects to `url` at `addresses` (already checked).
-    pub async fn connect(url: &RelayUrl, addresses: &[SocketAddr], timeout: Duration) -> Result<Wire, WireError> {
-        if url.is_tls() {
-            return Err(WireError::Tls(url.clone()));
-        }
-        let stream = connect_tcp(addresses, timeout).await?;
+    pub async fn connect(url: &RelayUrl, addresses: &[SocketAddr], tls: &Tls, timeout: Duration) -> Result<Wire, WireError> {
+        let stream = connect_stream(url, addresses, tls, timeout).await?;
         let config = WebSocketConfig::default().max_message_size(Some(MAX_MESSAGE_BYTES)).max_frame_size(Some(MAX_MESSAGE_BYTES));
         let handshake = tokio_tungstenite::client_async_with_config(url.as_str(), stream, Some(config));
         let (ws, _) = tokio::time::timeout(timeout, handshake)
@@ -189,7 +219,11 @@ mod tests {
     #[test]
     fn limits_from_nip11() {
         let l = RelayLimits::from_nip11(&json!({"supported_nips": [1, 11, 77], "limitation": {"max_filters": 3, "max_limit": 0}}));
-        assert_eq!(l, RelayLimits { max_filters: 3, max_subscriptions: 10, max_limit: 500, negentropy: Some(true) });
+        assert_eq!(l, RelayLimits { max_filters: 3, max_subscriptions: 10, max_limit: 500, max_message_length: DEFAULT_MESSAGE_LENGTH, negentropy: Some(true) });
+        let sized = |n: u64| RelayLimits::from_nip11(&json!({"limitation": {"max_message_length": n}})).max_message_length;
+        assert_eq!(sized(16_384), 16_384);
+        assert_eq!(sized(10), MIN_MESSAGE_LENGTH);
+        assert_eq!(sized(1 << 40), MAX_MESSAGE_BYTES);
         assert_eq!(RelayLimits::from_nip11(&json!({"supported_nips": [1]})).negentropy, Some(false));
         assert_eq!(RelayLimits::from_nip11(&json!("junk")), RelayLimits::default());
     }

@@ -170,8 +170,14 @@ pub async fn run(mut cfg: Config) -> anyhow::Result<()> {
     // Background sync: fetch what the purgatory waits for from the other clone URLs it knows.
     crate::sync::start(&grasp, cfg.sync(), controller.subscribe());
     // Relay-to-relay event sync (GRASP-02): follow the relays accepted repositories list.
-    if let Some(peers) = cfg.peers() {
-        crate::peers::start(&grasp, peers, data.relay_sync_file(), controller.subscribe());
+    if let Some(mut peers) = cfg.peers() {
+        if cfg.private {
+            let path = cfg.service_key_file();
+            let keys = crate::peers::service_key::load_or_create(&path)?;
+            tracing::info!(npub = %crate::peers::service_key::npub(&keys), path = %path.display(), "private service key: list it as a member on the --private-sync-peer relays");
+            peers.auth_keys = Some(keys);
+        }
+        crate::peers::start(&grasp, peers, data.relay_sync_file(), controller.subscribe())?;
     }
 
     let _ = grasp.maintenance.set(crate::git::maintenance::Maintenance::start(grasp.clone(), cfg.git_idle_timeout, controller.subscribe()));

@@ -806,8 +806,8 @@ async fn sync_run(peer_args: &[&str], n: usize, tmp: &Path) -> Result<(Duration,
     push(&work.dir, &peer.repo_url(&owner.public_key(), id), "main")?;
     let coordinate = format!("30617:{}:{id}", owner.public_key().to_hex());
     let author = Keys::generate();
-    // One second apart, as real issues are (REQ paging cannot step past more than a page of
-    // events sharing one second).
+    // One second apart, as real issues are (the baseline peer has no NIP-77, and REQ pages
+    // cannot list more events of one second than a page holds).
     let base = Timestamp::now().as_secs() - n as u64;
     let events: Vec<Event> = (0..n)
         .map(|i| {
@@ -835,7 +835,7 @@ async fn sync_run(peer_args: &[&str], n: usize, tmp: &Path) -> Result<(Duration,
             }
         }
         if Instant::now() > deadline {
-            bail!("the follower did not take {n} events from the peer within 10 minutes: {view}");
+            bail!("the follower did not take {n} events from the peer (started with {peer_args:?}) in time: {view}");
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
