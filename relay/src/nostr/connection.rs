@@ -17,7 +17,7 @@
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
-use futures_util::{SinkExt, StreamExt};
+use futures_util::{FutureExt, SinkExt, StreamExt};
 use nostr::prelude::*;
 use serde_json::Value;
 use std::collections::HashSet;
@@ -115,7 +115,13 @@ pub async fn handle<S>(
                     Some(Ok(_)) => {}
                 }
             }
-            Some(answer) = conn.pipeline.next(), if !conn.pipeline.is_empty() => conn.answer(answer),
+            Some(answer) = conn.pipeline.next(), if !conn.pipeline.is_empty() => {
+                conn.answer(answer);
+                // The answers ready by now go out with it, in one write.
+                while let Some(Some(answer)) = conn.pipeline.next().now_or_never() {
+                    conn.answer(answer);
+                }
+            }
             // Only a connection with subscriptions listens: the others are not woken for every
             // stored event (it resubscribes at its next REQ, see `Connection::on_req`).
             ev = conn.live.recv(), if !conn.subs.is_empty() => {
