@@ -20,6 +20,16 @@ use grasp_state::refs::{is_valid_oid, RefMap};
 
 pub use runner::{GitCommand, GitError};
 
+/// The `git-http-backend` program of the `git` the relay runs (`git --exec-path`), if it is
+/// there: grasp-cgi runs it directly (`GRASP_GIT_HTTP_BACKEND`), as fcgiwrap would, instead of
+/// through `git http-backend`, which costs every git request one more process start.
+pub fn http_backend_program() -> Option<std::path::PathBuf> {
+    let out = GitCommand::without_repo().arg("--exec-path").run().ok()?;
+    let dir = String::from_utf8(out).ok()?;
+    let program = Path::new(dir.trim()).join("git-http-backend");
+    program.is_file().then_some(program)
+}
+
 /// All refs of the repository (`refs/...` -> oid), HEAD excluded.
 pub fn read_refs(repo: &Path) -> Result<RefMap, GitError> {
     let out = GitCommand::in_repo(repo).args(["for-each-ref", "--format=%(objectname) %(refname)"]).run()?;
