@@ -69,9 +69,24 @@ pub fn read_refs_and_head(repo: &Path) -> Result<(RefMap, Option<String>), GitEr
     }
     let head = match head_line {
         Some(head) => head,
-        None => head(repo)?,
+        None => match unborn_head(repo) {
+            Some(target) => Some(target),
+            None => head(repo)?,
+        },
     };
     Ok((refs, head))
+}
+
+/// The branch an unborn HEAD points at, read from the `HEAD` file of a repository whose refs
+/// are files (no `reftable/`): the first push to a repository meets it, and `symbolic-ref`
+/// would cost a process. `None` when it cannot be read that way.
+fn unborn_head(repo: &Path) -> Option<String> {
+    if repo.join("reftable").exists() {
+        return None;
+    }
+    let text = std::fs::read_to_string(repo.join("HEAD")).ok()?;
+    let target = text.strip_prefix("ref: ")?.trim();
+    grasp_state::refs::is_valid_ref_name(target).then(|| target.to_string())
 }
 
 /// Which of `oids` the repository does not have, in input order (one `git cat-file
@@ -216,6 +231,19 @@ mod tests {
         // Detached HEAD: not symbolic.
         test_git(&repo, &["update-ref", "--no-deref", "HEAD", &tip]);
         assert_eq!(read_refs_and_head(&repo).unwrap(), (read_refs(&repo).unwrap(), None));
+    }
+
+    #[test]
+    fn an_unborn_head_is_read_from_its_file_without_git() {
+        let (_tmp, repo, _) = fixture();
+        set_head(&repo, "refs/heads/unborn").unwrap();
+        assert_eq!(unborn_head(&repo).as_deref(), Some("refs/heads/unborn"));
+        // Not a plain symbolic HEAD, or refs not in files: git is asked instead.
+        std::fs::write(repo.join("HEAD"), "ref: refs/heads/..bad\n").unwrap();
+        assert_eq!(unborn_head(&repo), None);
+        std::fs::write(repo.join("HEAD"), "ref: refs/heads/unborn\n").unwrap();
+        std::fs::create_dir(repo.join("reftable")).unwrap();
+        assert_eq!(unborn_head(&repo), None);
     }
 
     #[test]

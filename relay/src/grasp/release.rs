@@ -227,10 +227,13 @@ impl Grasp {
         let announcement_held = all.iter().any(|(a, source)| a.owner == *owner && *source == crate::grasp::Source::Purgatory);
         // One object lookup for everything the plan needs; `None`: the repository could not be
         // asked, so nothing is released from it now.
-        let wanted = wanted_oids(&held_states, &held_prs, latest_stored.as_ref());
+        // Objects refs point at are here (a push's tips, most often all of them): only the
+        // others are asked for, and often no git process runs.
+        let tips: BTreeSet<&String> = view.refs.values().collect();
+        let wanted: Vec<String> = wanted_oids(&held_states, &held_prs, latest_stored.as_ref()).into_iter().filter(|o| !tips.contains(o)).collect();
         let missing: Option<BTreeSet<String>> = match blocking({
             let repo = repo.path().to_path_buf();
-            move || git::missing_objects(&repo, &wanted)
+            move || if wanted.is_empty() { Ok(Vec::new()) } else { git::missing_objects(&repo, &wanted) }
         })
         .await
         {
