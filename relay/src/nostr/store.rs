@@ -113,20 +113,40 @@ impl Store {
 
     /// Stores `event` following the NIP-01/NIP-09 rules. The caller has verified id and signature.
     pub async fn save(&self, event: &Event) -> Result<SaveOutcome, StoreError> {
+        match self.refusal(event).await? {
+            Some(outcome) => Ok(outcome),
+            None => self.save_admitted(event).await,
+        }
+    }
+
+    /// [`Store::save`] of several events whose writes go to the store together (one commit
+    /// when nothing else is being written), in this order. One outcome per event.
+    pub async fn save_all(&self, events: &[&Event]) -> Vec<Result<SaveOutcome, StoreError>> {
+        let refusals = futures_util::future::join_all(events.iter().map(|e| self.refusal(e))).await;
+        let saves = events.iter().zip(refusals).map(|(event, refusal)| async move {
+            match refusal? {
+                Some(outcome) => Ok(outcome),
+                None => self.save_admitted(event).await,
+            }
+        });
+        futures_util::future::join_all(saves).await
+    }
+
+    /// What [`Store::save`] answers without writing (ephemeral, already stored, deleted), if
+    /// anything.
+    async fn refusal(&self, event: &Event) -> Result<Option<SaveOutcome>, StoreError> {
         if event.kind.is_ephemeral() {
-            return Ok(SaveOutcome::Ephemeral);
+            return Ok(Some(SaveOutcome::Ephemeral));
         }
         let fail = |n: usize| n.checked_sub(1);
         if self.failing_saves.fetch_update(std::sync::atomic::Ordering::SeqCst, std::sync::atomic::Ordering::SeqCst, fail).is_ok() {
             return Err(StoreError(nostr_database::error::Error::storage("injected failure")));
         }
-        if self.db.event_by_id(&event.id).await?.is_some() {
-            return Ok(SaveOutcome::Duplicate);
-        }
-        if self.is_deleted(event).await? {
-            return Ok(SaveOutcome::Deleted);
-        }
-        self.save_admitted(event).await
+        Ok(match self.known(event).await? {
+            Known::Stored => Some(SaveOutcome::Duplicate),
+            Known::Deleted => Some(SaveOutcome::Deleted),
+            Known::New => None,
+        })
     }
 
     /// [`Store::save`] without its two lookups (already stored? deleted?), for an event whose
@@ -441,6 +461,22 @@ mod tests {
         let del = ev(&k, 5, 101, "", vec![Tag::event(note.id)]);
         assert_eq!(s.save(&del).await.unwrap(), SaveOutcome::Saved);
         assert_eq!(s.save(&note).await.unwrap(), SaveOutcome::Deleted);
+    }
+
+    #[tokio::test]
+    async fn save_all_answers_like_save_in_order() {
+        let (s, _t) = store().await;
+        let k = keys(12);
+        let gone = ev(&k, 1, 100, "deleted before", vec![]);
+        assert_eq!(s.save(&ev(&k, 5, 99, "", vec![Tag::event(gone.id)])).await.unwrap(), SaveOutcome::Saved);
+        let (old, new) = (ev(&k, 30618, 100, "old", vec![Tag::identifier("r")]), ev(&k, 30618, 200, "new", vec![Tag::identifier("r")]));
+        let note = ev(&k, 1, 100, "n", vec![]);
+        let outcomes: Vec<SaveOutcome> =
+            s.save_all(&[&old, &new, &note, &note, &gone]).await.into_iter().map(Result::unwrap).collect();
+        use SaveOutcome::*;
+        assert_eq!(outcomes, [Saved, Saved, Saved, Duplicate, Deleted]);
+        assert_eq!(s.query(vec![Filter::new().kind(Kind::from(30618))], 10).await.unwrap(), vec![new]);
+        assert_eq!(s.save_all(&[&note, &old]).await.into_iter().map(Result::unwrap).collect::<Vec<_>>(), [Duplicate, Superseded]);
     }
 
     #[tokio::test]
