@@ -130,9 +130,37 @@ pub fn update_refs(repo: &Path, changes: &[RefChange]) -> Result<(), GitError> {
     GitCommand::in_repo(repo).args(["update-ref", "--stdin"]).stdin(input).run().map(|_| ())
 }
 
-/// Points HEAD at `branch` (e.g. `refs/heads/main`).
+/// Points HEAD at `branch` (e.g. `refs/heads/main`). In a repository whose refs are files (no
+/// `reftable/`) and that keeps no reflog of HEAD, this is what `git symbolic-ref` does, done
+/// here without a process (a first push's alignment sets HEAD): `HEAD.lock` created
+/// exclusively, written, renamed over `HEAD`. Otherwise, or if the lock is taken, git does it.
 pub fn set_head(repo: &Path, branch: &str) -> Result<(), GitError> {
+    if write_head_file(repo, branch).is_some() {
+        return Ok(());
+    }
     GitCommand::in_repo(repo).args(["symbolic-ref", "HEAD", branch]).run().map(|_| ())
+}
+
+/// `set_head` by git's lock-file protocol; `None` when it must be left to git.
+fn write_head_file(repo: &Path, branch: &str) -> Option<()> {
+    use std::io::Write;
+    if !branch.starts_with("refs/") || !grasp_state::refs::is_valid_ref_name(branch) {
+        return None;
+    }
+    if repo.join("reftable").exists() || repo.join("logs").join("HEAD").exists() || !repo.join("HEAD").is_file() {
+        return None;
+    }
+    let lock = repo.join("HEAD.lock");
+    let mut file = std::fs::OpenOptions::new().write(true).create_new(true).open(&lock).ok()?;
+    let written = file.write_all(format!("ref: {branch}\n").as_bytes()).and_then(|()| file.flush());
+    drop(file);
+    match written.and_then(|()| std::fs::rename(&lock, repo.join("HEAD"))) {
+        Ok(()) => Some(()),
+        Err(_) => {
+            let _ = std::fs::remove_file(&lock);
+            None
+        }
+    }
 }
 
 /// What HEAD points at, if it is symbolic.
@@ -244,6 +272,23 @@ mod tests {
         std::fs::write(repo.join("HEAD"), "ref: refs/heads/unborn\n").unwrap();
         std::fs::create_dir(repo.join("reftable")).unwrap();
         assert_eq!(unborn_head(&repo), None);
+    }
+
+    #[test]
+    fn head_is_set_like_symbolic_ref_does() {
+        let (_tmp, repo, _) = fixture();
+        set_head(&repo, "refs/heads/main").unwrap();
+        assert_eq!(std::fs::read_to_string(repo.join("HEAD")).unwrap(), "ref: refs/heads/main\n");
+        assert_eq!(head(&repo).unwrap().as_deref(), Some("refs/heads/main"));
+        assert!(!repo.join("HEAD.lock").exists());
+        // A lock held by someone else: left to git, which refuses like it would.
+        std::fs::write(repo.join("HEAD.lock"), "").unwrap();
+        assert!(set_head(&repo, "refs/heads/dev").is_err());
+        assert_eq!(head(&repo).unwrap().as_deref(), Some("refs/heads/main"));
+        std::fs::remove_file(repo.join("HEAD.lock")).unwrap();
+        // Not a branch name: git says no, nothing is written.
+        assert!(set_head(&repo, "nonsense").is_err());
+        assert_eq!(head(&repo).unwrap().as_deref(), Some("refs/heads/main"));
     }
 
     #[test]
