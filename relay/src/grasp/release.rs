@@ -280,7 +280,7 @@ impl Grasp {
                 StoreResult::Stored => {
                     self.purgatory.remove_state(identifier, &ev.id);
                     tracing::info!(repo = %shown, event = %ev.id, "state event released");
-                    out.push(released(&ev, format!("repository state of {identifier}")));
+                    out.push(released(ev, format!("repository state of {identifier}")));
                     stored.push(state.clone());
                 }
                 StoreResult::Refused(reason) => {
