@@ -36,7 +36,9 @@
 //! Configuration: `--git-root` / `GRASP_GIT_ROOT` (required), `--hooks-dir` / `GRASP_HOOKS_DIR`
 //! (optional, becomes `core.hooksPath`), `--data-dir` / `GRASP_DATA_DIR` (the relay's data
 //! directory, for the repository page and a private service's checks; default: the parent of the
-//! git root), `--git` / `GRASP_GIT` (default `git`),
+//! git root), `--git` / `GRASP_GIT` (default `git`), `--http-backend` / `GRASP_GIT_HTTP_BACKEND`
+//! (git's `git-http-backend` program, run directly: one process start less per request than
+//! `<git> http-backend`; the relay sets it from `git --exec-path`),
 //! `--idle-timeout` / `GRASP_GIT_IDLE_TIMEOUT` (seconds, default 60).
 
 mod child;
@@ -76,6 +78,10 @@ struct Args {
     /// The git executable.
     #[arg(long, env = "GRASP_GIT", default_value = "git")]
     git: PathBuf,
+    /// git's `git-http-backend` program (in `git --exec-path`), run directly instead of
+    /// `<git> http-backend`: one process start less per request. The relay sets it.
+    #[arg(long, env = grasp_state::git_env::ENV_HTTP_BACKEND)]
+    http_backend: Option<PathBuf>,
     /// Seconds a request body may send nothing before the request is ended and its git
     /// processes killed (a body ending short of CONTENT_LENGTH ends it at once).
     #[arg(long, env = "GRASP_GIT_IDLE_TIMEOUT", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
@@ -297,12 +303,17 @@ fn run_backend(
     repo_dir: &Path,
     out: &mut impl Write,
 ) -> anyhow::Result<()> {
-    let mut cmd = Command::new(&args.git);
+    let mut cmd = match &args.http_backend {
+        Some(program) => Command::new(program),
+        None => Command::new(&args.git),
+    };
     // The relay's git environment policy first (no inherited GIT_*, no system/global config),
     // then what http-backend needs.
     git_env::apply(&mut cmd);
-    cmd.arg("http-backend")
-        .env("GIT_PROJECT_ROOT", &args.git_root)
+    if args.http_backend.is_none() {
+        cmd.arg("http-backend");
+    }
+    cmd.env("GIT_PROJECT_ROOT", &args.git_root)
         .env("GIT_HTTP_EXPORT_ALL", "1")
         .env(
             "PATH_INFO",
@@ -327,7 +338,10 @@ fn run_backend(
     }
     let mut child = cmd
         .spawn()
-        .with_context(|| format!("running {} http-backend", args.git.display()))?;
+        .with_context(|| match &args.http_backend {
+            Some(program) => format!("running {}", program.display()),
+            None => format!("running {} http-backend", args.git.display()),
+        })?;
     let group = child::BackendGroup::register(child.id());
     // A fault is reported before the group is killed, so it is known once the output ends.
     let (faults, fault) = std::sync::mpsc::sync_channel(1);

@@ -12,7 +12,8 @@
 //!   (`server/mod.rs`), response bodies and CORS (`http`), connection caps
 //!   (`connection_limits`), accepting sockets with `TCP_NODELAY` for every listener (`tcp`).
 //! - [`nostr`]: the Nostr relay. One NIP-01 WebSocket connection (`connection`), its
-//!   subscriptions (`subscriptions`), the nostr-lmdb event store (`store`), store + live
+//!   subscriptions (`subscriptions`), the nostr-lmdb event store (`store`, with the lookups
+//!   admission repeats cached under a write generation in `lookups`), store + live
 //!   broadcast shared by all connections (`relay`), the NIP-11 document (`nip11`), NIP-77
 //!   negentropy reconciliation over the store (`negentropy`), the pipelining of one connection's
 //!   `EVENT`s (`pipeline`: verified on a bounded pool, independent ones admitted side by side,

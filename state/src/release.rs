@@ -132,6 +132,13 @@ pub fn settle(facts: &RepoFacts, stored: &[RepoState]) -> Settled {
     Settled { align, promote_announcement: facts.announcement_held && has_data }
 }
 
+/// Does [`settle`] promote the announcement whatever states of the plan end up stored? Yes when
+/// the repository already serves refs (after a push, typically): the announcement can then be
+/// stored together with the states, in one store write, instead of after them.
+pub fn promotion_is_certain(facts: &RepoFacts) -> bool {
+    facts.announcement_held && !served_refs(facts.refs).is_empty()
+}
+
 /// The held states a promotion pass makes obsolete (docs/protocol.md#release-and-alignment): on
 /// the exact coordinate (same author and `d` tag) of a state in `promoted` (stored by this pass),
 /// those that lose to the newest promoted one in NIP-01 order and whose objects are still
@@ -347,6 +354,35 @@ mod tests {
         assert_eq!(superseded_held(&facts, &plan.store), [older_missing.event_id]);
         assert!(superseded_held(&facts, &[]).is_empty(), "nothing promoted, nothing pruned");
         assert!(superseded_held(&RepoFacts { missing: None, ..facts }, &plan.store).is_empty());
+    }
+
+    #[test]
+    fn a_certain_promotion_holds_for_any_stored_subset() {
+        let (a, b) = (st(&["refs/heads/main"], None), st(&["refs/heads/dev"], None));
+        let held = [a.clone(), b.clone()];
+        let none = BTreeSet::new();
+        for (refs, held_announcement) in [
+            (map(&[("refs/heads/main", &"a".repeat(40))]), true),
+            (map(&[("refs/nostr/x", &"a".repeat(40))]), true),
+            (RefMap::new(), true),
+            (map(&[("refs/heads/main", &"a".repeat(40))]), false),
+        ] {
+            let facts = RepoFacts {
+                refs: &refs,
+                head: None,
+                held_states: &held,
+                held_prs: &[],
+                latest_stored: None,
+                missing: Some(&none),
+                announcement_held: held_announcement,
+            };
+            if promotion_is_certain(&facts) {
+                for stored in [&[][..], std::slice::from_ref(&a), &held[..]] {
+                    assert!(settle(&facts, stored).promote_announcement, "{refs:?} {stored:?}");
+                }
+            }
+            assert_eq!(promotion_is_certain(&facts), held_announcement && refs.contains_key("refs/heads/main"));
+        }
     }
 
     #[test]

@@ -570,6 +570,27 @@ fn cgi_binary_standalone() {
             && missing.contains("Access-Control-Allow-Origin: *"),
         "{missing}"
     );
+    // git's git-http-backend run directly (as the relay asks, one process start less): the
+    // same answer; the program named is the one that runs.
+    let exec_path = Command::new("git").arg("--exec-path").output().unwrap();
+    let backend = std::path::Path::new(String::from_utf8_lossy(&exec_path.stdout).trim()).join("git-http-backend");
+    let direct = run(&[
+        ("GRASP_GIT_ROOT", &root),
+        ("GRASP_GIT_HTTP_BACKEND", backend.to_str().unwrap()),
+        ("REQUEST_METHOD", "GET"),
+        ("PATH_INFO", &refs_path),
+        ("QUERY_STRING", "service=git-upload-pack"),
+    ]);
+    assert!(direct.contains("application/x-git-upload-pack-advertisement") && direct.contains(&f.tip), "{direct}");
+    let fake = f.tmp.path().join("fake-http-backend");
+    write_hook(&fake, "printf 'Status: 200 OK\\nContent-Type: text/plain\\n\\nran %s' \"$GIT_PROJECT_ROOT\"");
+    let faked = run(&[
+        ("GRASP_GIT_ROOT", &root),
+        ("GRASP_GIT_HTTP_BACKEND", fake.to_str().unwrap()),
+        ("REQUEST_METHOD", "GET"),
+        ("PATH_INFO", &refs_path),
+    ]);
+    assert!(faked.ends_with(&format!("ran {root}")) && faked.contains("Access-Control-Allow-Origin: *"), "{faked}");
     let misconfigured = run(&[("REQUEST_METHOD", "GET"), ("PATH_INFO", &refs_path)]);
     assert!(
         misconfigured.starts_with("Status: 500") && misconfigured.contains("GRASP_GIT_ROOT"),

@@ -20,6 +20,16 @@ use grasp_state::refs::{is_valid_oid, RefMap};
 
 pub use runner::{GitCommand, GitError};
 
+/// The `git-http-backend` program of the `git` the relay runs (`git --exec-path`), if it is
+/// there: grasp-cgi runs it directly (`GRASP_GIT_HTTP_BACKEND`), as fcgiwrap would, instead of
+/// through `git http-backend`, which costs every git request one more process start.
+pub fn http_backend_program() -> Option<std::path::PathBuf> {
+    let out = GitCommand::without_repo().arg("--exec-path").run().ok()?;
+    let dir = String::from_utf8(out).ok()?;
+    let program = Path::new(dir.trim()).join("git-http-backend");
+    program.is_file().then_some(program)
+}
+
 /// All refs of the repository (`refs/...` -> oid), HEAD excluded.
 pub fn read_refs(repo: &Path) -> Result<RefMap, GitError> {
     let out = GitCommand::in_repo(repo).args(["for-each-ref", "--format=%(objectname) %(refname)"]).run()?;
@@ -59,9 +69,24 @@ pub fn read_refs_and_head(repo: &Path) -> Result<(RefMap, Option<String>), GitEr
     }
     let head = match head_line {
         Some(head) => head,
-        None => head(repo)?,
+        None => match unborn_head(repo) {
+            Some(target) => Some(target),
+            None => head(repo)?,
+        },
     };
     Ok((refs, head))
+}
+
+/// The branch an unborn HEAD points at, read from the `HEAD` file of a repository whose refs
+/// are files (no `reftable/`): the first push to a repository meets it, and `symbolic-ref`
+/// would cost a process. `None` when it cannot be read that way.
+fn unborn_head(repo: &Path) -> Option<String> {
+    if repo.join("reftable").exists() {
+        return None;
+    }
+    let text = std::fs::read_to_string(repo.join("HEAD")).ok()?;
+    let target = text.strip_prefix("ref: ")?.trim();
+    grasp_state::refs::is_valid_ref_name(target).then(|| target.to_string())
 }
 
 /// Which of `oids` the repository does not have, in input order (one `git cat-file
@@ -105,9 +130,37 @@ pub fn update_refs(repo: &Path, changes: &[RefChange]) -> Result<(), GitError> {
     GitCommand::in_repo(repo).args(["update-ref", "--stdin"]).stdin(input).run().map(|_| ())
 }
 
-/// Points HEAD at `branch` (e.g. `refs/heads/main`).
+/// Points HEAD at `branch` (e.g. `refs/heads/main`). In a repository whose refs are files (no
+/// `reftable/`) and that keeps no reflog of HEAD, this is what `git symbolic-ref` does, done
+/// here without a process (a first push's alignment sets HEAD): `HEAD.lock` created
+/// exclusively, written, renamed over `HEAD`. Otherwise, or if the lock is taken, git does it.
 pub fn set_head(repo: &Path, branch: &str) -> Result<(), GitError> {
+    if write_head_file(repo, branch).is_some() {
+        return Ok(());
+    }
     GitCommand::in_repo(repo).args(["symbolic-ref", "HEAD", branch]).run().map(|_| ())
+}
+
+/// `set_head` by git's lock-file protocol; `None` when it must be left to git.
+fn write_head_file(repo: &Path, branch: &str) -> Option<()> {
+    use std::io::Write;
+    if !branch.starts_with("refs/") || !grasp_state::refs::is_valid_ref_name(branch) {
+        return None;
+    }
+    if repo.join("reftable").exists() || repo.join("logs").join("HEAD").exists() || !repo.join("HEAD").is_file() {
+        return None;
+    }
+    let lock = repo.join("HEAD.lock");
+    let mut file = std::fs::OpenOptions::new().write(true).create_new(true).open(&lock).ok()?;
+    let written = file.write_all(format!("ref: {branch}\n").as_bytes()).and_then(|()| file.flush());
+    drop(file);
+    match written.and_then(|()| std::fs::rename(&lock, repo.join("HEAD"))) {
+        Ok(()) => Some(()),
+        Err(_) => {
+            let _ = std::fs::remove_file(&lock);
+            None
+        }
+    }
 }
 
 /// What HEAD points at, if it is symbolic.
@@ -206,6 +259,36 @@ mod tests {
         // Detached HEAD: not symbolic.
         test_git(&repo, &["update-ref", "--no-deref", "HEAD", &tip]);
         assert_eq!(read_refs_and_head(&repo).unwrap(), (read_refs(&repo).unwrap(), None));
+    }
+
+    #[test]
+    fn an_unborn_head_is_read_from_its_file_without_git() {
+        let (_tmp, repo, _) = fixture();
+        set_head(&repo, "refs/heads/unborn").unwrap();
+        assert_eq!(unborn_head(&repo).as_deref(), Some("refs/heads/unborn"));
+        // Not a plain symbolic HEAD, or refs not in files: git is asked instead.
+        std::fs::write(repo.join("HEAD"), "ref: refs/heads/..bad\n").unwrap();
+        assert_eq!(unborn_head(&repo), None);
+        std::fs::write(repo.join("HEAD"), "ref: refs/heads/unborn\n").unwrap();
+        std::fs::create_dir(repo.join("reftable")).unwrap();
+        assert_eq!(unborn_head(&repo), None);
+    }
+
+    #[test]
+    fn head_is_set_like_symbolic_ref_does() {
+        let (_tmp, repo, _) = fixture();
+        set_head(&repo, "refs/heads/main").unwrap();
+        assert_eq!(std::fs::read_to_string(repo.join("HEAD")).unwrap(), "ref: refs/heads/main\n");
+        assert_eq!(head(&repo).unwrap().as_deref(), Some("refs/heads/main"));
+        assert!(!repo.join("HEAD.lock").exists());
+        // A lock held by someone else: left to git, which refuses like it would.
+        std::fs::write(repo.join("HEAD.lock"), "").unwrap();
+        assert!(set_head(&repo, "refs/heads/dev").is_err());
+        assert_eq!(head(&repo).unwrap().as_deref(), Some("refs/heads/main"));
+        std::fs::remove_file(repo.join("HEAD.lock")).unwrap();
+        // Not a branch name: git says no, nothing is written.
+        assert!(set_head(&repo, "nonsense").is_err());
+        assert_eq!(head(&repo).unwrap().as_deref(), Some("refs/heads/main"));
     }
 
     #[test]

@@ -38,7 +38,7 @@ use crate::grasp::locks::{PushLocks, RepoGuards};
 use crate::grasp::Grasp;
 use crate::grasp::policy::Admission;
 use crate::grasp::purgatory::HoldRefused;
-use crate::nostr::store::SaveOutcome;
+use crate::nostr::store::{Known, SaveOutcome};
 use crate::sync::Origin;
 
 /// The answer for events accepted into the purgatory.
@@ -87,7 +87,8 @@ impl Grasp {
         }
         // Relay sync's events have their git data fetched sooner (docs/protocol.md#background-sync).
         let origin = if submitter.from_sync { Origin::Sync } else { Origin::User };
-        if self.relay.store().is_deleted(ev).await.unwrap_or(false) {
+        let known = self.relay.store().known(ev).await.unwrap_or(Known::New);
+        if known == Known::Deleted {
             return Admission::Reject(DELETED_MESSAGE.into());
         }
         match ev.kind.as_u16() {
@@ -96,7 +97,7 @@ impl Grasp {
             KIND_PR | KIND_PR_UPDATE => self.admit_pr(ev, origin).await,
             KIND_DELETION => self.admit_deletion(ev).await,
             KIND_USER_GRASP_LIST => Admission::Store,
-            _ => self.admit_related(ev).await,
+            _ => self.admit_related(ev, known == Known::Stored).await,
         }
     }
 
@@ -403,9 +404,10 @@ impl Grasp {
         Admission::Published
     }
 
-    async fn admit_related(&self, ev: &Event) -> Admission {
+    /// `stored`: the store already holds this event ([`Store::known`](crate::nostr::store::Store::known)).
+    async fn admit_related(&self, ev: &Event, stored: bool) -> Admission {
         // Already stored (it was related when it came): `submit` answers `duplicate:`.
-        if self.event_by_id(&ev.id).await.is_some() {
+        if stored {
             return Admission::Store;
         }
         let refs = references(ev);

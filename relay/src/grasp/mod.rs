@@ -22,7 +22,7 @@ use std::sync::Arc;
 
 use grasp_state::identifier::RepoLayout;
 use grasp_state::maintainers::MaintainerSet;
-use grasp_state::nip34::{Announcement, RepoState, KIND_ANNOUNCEMENT, KIND_STATE};
+use grasp_state::nip34::{Announcement, RepoState, KIND_STATE};
 use grasp_state::purgatory::Purgatory;
 use nostr::prelude::{Event, Filter, Kind, PublicKey};
 
@@ -205,9 +205,14 @@ impl Grasp {
 
     /// The announcements for `identifier`, newest per owner, stored or in purgatory.
     pub async fn announcements(&self, identifier: &str) -> Vec<(Announcement, Source)> {
-        let filter = Filter::new().kind(Kind::Custom(KIND_ANNOUNCEMENT)).identifier(identifier);
         let parse = |ev: &Event| Announcement::from_event(ev).ok();
-        let stored: Vec<Announcement> = self.query(vec![filter]).await.iter().filter_map(parse).collect();
+        let stored: Vec<Announcement> = match self.relay.store().announcements(identifier).await {
+            Ok(events) => events.iter().filter_map(parse).collect(),
+            Err(e) => {
+                tracing::error!(error = %e, "event store query failed");
+                Vec::new()
+            }
+        };
         let held: Vec<Announcement> = self.purgatory.announcement_events(identifier).iter().filter_map(|ev| parse(ev)).collect();
         grasp_state::announcements::merge(identifier, stored, held)
     }

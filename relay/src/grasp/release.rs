@@ -16,7 +16,7 @@ use grasp_state::hook_api::{PostReceiveResponse, ReleasedEvent};
 use grasp_state::nip34::RepoState;
 use grasp_state::purgatory::RepoId;
 use grasp_state::refs::{RefMap, RefUpdate, ZERO_OID};
-use grasp_state::release::{copy_targets, plan_release, settle, superseded_held, wanted_oids, Alignment, RepoFacts, Settled};
+use grasp_state::release::{copy_targets, plan_release, promotion_is_certain, settle, superseded_held, wanted_oids, Alignment, RepoFacts, Settled};
 use nostr::prelude::{Event, EventId, PublicKey, ToBech32};
 
 use crate::git;
@@ -227,10 +227,13 @@ impl Grasp {
         let announcement_held = all.iter().any(|(a, source)| a.owner == *owner && *source == crate::grasp::Source::Purgatory);
         // One object lookup for everything the plan needs; `None`: the repository could not be
         // asked, so nothing is released from it now.
-        let wanted = wanted_oids(&held_states, &held_prs, latest_stored.as_ref());
+        // Objects refs point at are here (a push's tips, most often all of them): only the
+        // others are asked for, and often no git process runs.
+        let tips: BTreeSet<&String> = view.refs.values().collect();
+        let wanted: Vec<String> = wanted_oids(&held_states, &held_prs, latest_stored.as_ref()).into_iter().filter(|o| !tips.contains(o)).collect();
         let missing: Option<BTreeSet<String>> = match blocking({
             let repo = repo.path().to_path_buf();
-            move || git::missing_objects(&repo, &wanted)
+            move || if wanted.is_empty() { Ok(Vec::new()) } else { git::missing_objects(&repo, &wanted) }
         })
         .await
         {
@@ -255,15 +258,29 @@ impl Grasp {
         // store error it stays held and the release is retried (by the background sync).
         let mut retry = false;
 
-        // 1. Held states whose objects all exist here, oldest first.
+        // 1. Held states whose objects all exist here, oldest first, stored together (one store
+        // write), with the owner's announcement when its promotion (step 4) is certain anyway.
+        let announcement =
+            if promotion_is_certain(&facts) { self.purgatory.held_announcement(owner, identifier) } else { None };
+        let states: Vec<(&RepoState, Arc<Event>)> = plan
+            .store
+            .iter()
+            .filter_map(|state| Some((state, self.purgatory.held_state(identifier, &state.event_id)?)))
+            .collect();
+        let batch: Vec<&Event> = announcement.iter().chain(states.iter().map(|(_, ev)| ev)).map(|ev| &**ev).collect();
+        let mut results = self.relay.publish_all(&batch).await.into_iter().map(StoreResult::from);
+        let announcement = announcement.map(|ev| {
+            let result = results.next().unwrap_or(StoreResult::Failed("not stored".into()));
+            (ev, result)
+        });
         let mut stored: Vec<RepoState> = Vec::new();
-        for state in &plan.store {
-            let Some(ev) = self.purgatory.held_state(identifier, &state.event_id) else { continue };
-            match self.store_released(&ev).await {
+        for ((state, ev), result) in states.iter().zip(results) {
+            let state = *state;
+            match result {
                 StoreResult::Stored => {
                     self.purgatory.remove_state(identifier, &ev.id);
                     tracing::info!(repo = %shown, event = %ev.id, "state event released");
-                    out.push(released(&ev, format!("repository state of {identifier}")));
+                    out.push(released(ev, format!("repository state of {identifier}")));
                     stored.push(state.clone());
                 }
                 StoreResult::Refused(reason) => {
@@ -321,23 +338,33 @@ impl Grasp {
             self.align(repo, &shown, alignment).await;
         }
 
-        // 4. Promote the owner's announcement once the repository holds data.
-        if promote_announcement {
-            if let Some(ev) = self.purgatory.held_announcement(owner, identifier) {
-                match self.store_released(&ev).await {
-                    StoreResult::Stored => {
-                        self.purgatory.remove_promoted_announcement(owner, identifier, &ev.id);
-                        tracing::info!(repo = %shown, event = %ev.id, "announcement promoted");
-                        out.insert(0, released(&ev, format!("announcement of {identifier}")));
-                    }
-                    StoreResult::Refused(reason) => {
-                        self.purgatory.remove_promoted_announcement(owner, identifier, &ev.id);
-                        tracing::info!(repo = %shown, event = %ev.id, reason = %reason, "promoted announcement not stored");
-                    }
-                    StoreResult::Failed(error) => {
-                        tracing::warn!(repo = %shown, event = %ev.id, %error, "promoted announcement could not be stored; kept held, retried");
-                        retry = true;
-                    }
+        // 4. Promote the owner's announcement once the repository holds data (stored in step 1
+        // when that was certain).
+        let promoted = match announcement {
+            Some(stored_in_step_1) => Some(stored_in_step_1),
+            None if promote_announcement => match self.purgatory.held_announcement(owner, identifier) {
+                Some(ev) => {
+                    let result = self.store_released(&ev).await;
+                    Some((ev, result))
+                }
+                None => None,
+            },
+            None => None,
+        };
+        if let Some((ev, result)) = promoted {
+            match result {
+                StoreResult::Stored => {
+                    self.purgatory.remove_promoted_announcement(owner, identifier, &ev.id);
+                    tracing::info!(repo = %shown, event = %ev.id, "announcement promoted");
+                    out.insert(0, released(&ev, format!("announcement of {identifier}")));
+                }
+                StoreResult::Refused(reason) => {
+                    self.purgatory.remove_promoted_announcement(owner, identifier, &ev.id);
+                    tracing::info!(repo = %shown, event = %ev.id, reason = %reason, "promoted announcement not stored");
+                }
+                StoreResult::Failed(error) => {
+                    tracing::warn!(repo = %shown, event = %ev.id, %error, "promoted announcement could not be stored; kept held, retried");
+                    retry = true;
                 }
             }
         }
@@ -351,11 +378,7 @@ impl Grasp {
     /// Stores an event released from the purgatory and broadcasts it. The caller removes it from
     /// the purgatory unless storing failed.
     async fn store_released(&self, ev: &Event) -> StoreResult {
-        match self.relay.publish(ev).await {
-            Ok(SaveOutcome::Saved) => StoreResult::Stored,
-            Ok(other) => StoreResult::Refused(other.ok_reply().1),
-            Err(e) => StoreResult::Failed(e.to_string()),
-        }
+        self.relay.publish(ev).await.into()
     }
 
     /// Carries out an alignment (one compare-and-swap transaction, then HEAD).
@@ -397,6 +420,16 @@ impl Grasp {
     }
 }
 
+
+impl From<Result<SaveOutcome, crate::nostr::store::StoreError>> for StoreResult {
+    fn from(saved: Result<SaveOutcome, crate::nostr::store::StoreError>) -> Self {
+        match saved {
+            Ok(SaveOutcome::Saved) => StoreResult::Stored,
+            Ok(other) => StoreResult::Refused(other.ok_reply().1),
+            Err(e) => StoreResult::Failed(e.to_string()),
+        }
+    }
+}
 
 /// What storing an event released from the purgatory came to.
 enum StoreResult {

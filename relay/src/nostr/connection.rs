@@ -17,7 +17,7 @@
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
-use futures_util::{SinkExt, StreamExt};
+use futures_util::{FutureExt, SinkExt, StreamExt};
 use nostr::prelude::*;
 use serde_json::Value;
 use std::collections::HashSet;
@@ -115,8 +115,16 @@ pub async fn handle<S>(
                     Some(Ok(_)) => {}
                 }
             }
-            Some(answer) = conn.pipeline.next(), if !conn.pipeline.is_empty() => conn.answer(answer),
-            ev = conn.live.recv() => {
+            Some(answer) = conn.pipeline.next(), if !conn.pipeline.is_empty() => {
+                conn.answer(answer);
+                // The answers ready by now go out with it, in one write.
+                while let Some(Some(answer)) = conn.pipeline.next().now_or_never() {
+                    conn.answer(answer);
+                }
+            }
+            // Only a connection with subscriptions listens: the others are not woken for every
+            // stored event (it resubscribes at its next REQ, see `Connection::on_req`).
+            ev = conn.live.recv(), if !conn.subs.is_empty() => {
                 match ev {
                     Ok(event) => conn.on_live(&event, None),
                     Err(RecvError::Lagged(n)) => conn.lagged(n),
@@ -337,8 +345,13 @@ impl Connection {
             self.subs.remove(&sub_id);
             return self.send(RelayMessage::closed(sub_id, e.to_string()));
         }
-        // Events broadcast before this REQ go to the existing subscriptions only.
-        self.drain_live(None);
+        // Events broadcast before this REQ go to the existing subscriptions only. Without any,
+        // the receiver was not read meanwhile: a fresh one starts here, lag-free.
+        if self.subs.is_empty() {
+            self.live = self.grasp.relay.subscribe();
+        } else {
+            self.drain_live(None);
+        }
         match self
             .grasp
             .relay

@@ -4,6 +4,7 @@
 
 pub mod auth;
 pub mod connection;
+pub mod lookups;
 pub mod negentropy;
 pub mod nip11;
 pub mod pipeline;

@@ -51,6 +51,18 @@ impl Relay {
         Ok(outcome)
     }
 
+    /// [`Relay::publish`] of several events, stored together ([`Store::save_all`]), in this
+    /// order; each one stored is broadcast. One outcome per event.
+    pub async fn publish_all(&self, events: &[&Event]) -> Vec<Result<SaveOutcome, StoreError>> {
+        let outcomes = self.store.save_all(events).await;
+        for (event, outcome) in events.iter().zip(&outcomes) {
+            if let Ok(outcome) = outcome {
+                self.broadcast(Arc::new((*event).clone()), *outcome);
+            }
+        }
+        outcomes
+    }
+
     /// [`Relay::publish_shared`] of a client event the acceptance policy just admitted (it
     /// checked the event's deletion first): stored with [`Store::save_admitted`].
     pub async fn publish_admitted(&self, event: Arc<Event>) -> Result<SaveOutcome, StoreError> {

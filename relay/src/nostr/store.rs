@@ -6,13 +6,22 @@
 //! remove the author's events and leave tombstones. On top of that, [`Store::is_deleted`] also
 //! honours deletions of ids the store never held (e.g. events still in purgatory), by looking for
 //! the author's stored kind-5 request.
+//!
+//! The lookups admission repeats for every event (has this author any deletion request? the
+//! stored announcements of an identifier) are answered from bounded caches kept valid by a
+//! write generation (`crate::nostr::lookups`).
 
 use std::collections::{BTreeSet, HashSet};
 use std::path::Path;
+use std::sync::Arc;
+
+use grasp_state::nip34::{KIND_ANNOUNCEMENT, KIND_DELETION};
 
 use nostr::prelude::*;
 use nostr_database::{NostrDatabase, RejectedReason, SaveEventStatus};
 use nostr_lmdb::NostrLmdb;
+
+use crate::nostr::lookups::Lookups;
 
 /// A storage failure (disk, LMDB).
 #[derive(Debug, thiserror::Error)]
@@ -63,10 +72,23 @@ impl SaveOutcome {
     }
 }
 
+/// What the store knows of an event's id, for admission ([`Store::known`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Known {
+    /// Neither stored nor deleted.
+    New,
+    /// Stored already (a duplicate).
+    Stored,
+    /// Deleted by its author (NIP-09), by id or coordinate, stored or not.
+    Deleted,
+}
+
 /// The event store.
 #[derive(Debug)]
 pub struct Store {
     db: NostrLmdb,
+    /// Cached lookups and the write generation that keeps them valid.
+    lookups: Lookups,
     /// How many of the next saves fail ([`Store::fail_next_saves`]).
     failing_saves: std::sync::atomic::AtomicUsize,
 }
@@ -79,7 +101,7 @@ impl Store {
             .process_nip62(false)
             .build()
             .await?;
-        Ok(Self { db, failing_saves: std::sync::atomic::AtomicUsize::new(0) })
+        Ok(Self { db, lookups: Lookups::default(), failing_saves: std::sync::atomic::AtomicUsize::new(0) })
     }
 
     /// Fault injection for tests: the next `n` calls of [`Store::save`] fail with a storage
@@ -91,20 +113,40 @@ impl Store {
 
     /// Stores `event` following the NIP-01/NIP-09 rules. The caller has verified id and signature.
     pub async fn save(&self, event: &Event) -> Result<SaveOutcome, StoreError> {
+        match self.refusal(event).await? {
+            Some(outcome) => Ok(outcome),
+            None => self.save_admitted(event).await,
+        }
+    }
+
+    /// [`Store::save`] of several events whose writes go to the store together (one commit
+    /// when nothing else is being written), in this order. One outcome per event.
+    pub async fn save_all(&self, events: &[&Event]) -> Vec<Result<SaveOutcome, StoreError>> {
+        let refusals = futures_util::future::join_all(events.iter().map(|e| self.refusal(e))).await;
+        let saves = events.iter().zip(refusals).map(|(event, refusal)| async move {
+            match refusal? {
+                Some(outcome) => Ok(outcome),
+                None => self.save_admitted(event).await,
+            }
+        });
+        futures_util::future::join_all(saves).await
+    }
+
+    /// What [`Store::save`] answers without writing (ephemeral, already stored, deleted), if
+    /// anything.
+    async fn refusal(&self, event: &Event) -> Result<Option<SaveOutcome>, StoreError> {
         if event.kind.is_ephemeral() {
-            return Ok(SaveOutcome::Ephemeral);
+            return Ok(Some(SaveOutcome::Ephemeral));
         }
         let fail = |n: usize| n.checked_sub(1);
         if self.failing_saves.fetch_update(std::sync::atomic::Ordering::SeqCst, std::sync::atomic::Ordering::SeqCst, fail).is_ok() {
             return Err(StoreError(nostr_database::error::Error::storage("injected failure")));
         }
-        if self.db.event_by_id(&event.id).await?.is_some() {
-            return Ok(SaveOutcome::Duplicate);
-        }
-        if self.is_deleted(event).await? {
-            return Ok(SaveOutcome::Deleted);
-        }
-        self.save_admitted(event).await
+        Ok(match self.known(event).await? {
+            Known::Stored => Some(SaveOutcome::Duplicate),
+            Known::Deleted => Some(SaveOutcome::Deleted),
+            Known::New => None,
+        })
     }
 
     /// [`Store::save`] without its two lookups (already stored? deleted?), for an event whose
@@ -115,7 +157,12 @@ impl Store {
         if event.kind.is_ephemeral() {
             return Ok(SaveOutcome::Ephemeral);
         }
-        Ok(match self.db.save_event(event).await? {
+        let saved = self.db.save_event(event).await;
+        // A deletion request or an announcement can change a cached lookup (committed now).
+        if matches!(event.kind.as_u16(), KIND_DELETION | KIND_ANNOUNCEMENT) {
+            self.lookups.generation.bump();
+        }
+        Ok(match saved? {
             SaveEventStatus::Success => SaveOutcome::Saved,
             SaveEventStatus::Rejected(reason) => match reason {
                 RejectedReason::Duplicate => SaveOutcome::Duplicate,
@@ -173,7 +220,9 @@ impl Store {
     /// Removes every stored event matching `filter` (operator purges; not a NIP-09 deletion, so
     /// the events may be published again).
     pub async fn delete(&self, filter: Filter) -> Result<(), StoreError> {
-        Ok(self.db.delete(filter).await?)
+        let deleted = self.db.delete(filter).await;
+        self.lookups.generation.bump();
+        Ok(deleted?)
     }
 
     /// The stored event with this id, if any.
@@ -184,11 +233,37 @@ impl Store {
     /// True if `event`'s author has asked (NIP-09) to delete its id, or its coordinate at or after
     /// its `created_at`. Holds even if the event itself was never stored.
     pub async fn is_deleted(&self, event: &Event) -> Result<bool, StoreError> {
-        if matches!(
-            self.db.check_id(&event.id).await?,
-            nostr_database::DatabaseEventStatus::Deleted
-        ) {
-            return Ok(true);
+        Ok(self.known(event).await? == Known::Deleted)
+    }
+
+    /// Is `event` deleted ([`Store::is_deleted`]), stored already, or new? One store read for
+    /// an author without deletion requests (remembered until the next one is stored).
+    pub async fn known(&self, event: &Event) -> Result<Known, StoreError> {
+        let status = self.db.check_id(&event.id).await?;
+        if matches!(status, nostr_database::DatabaseEventStatus::Deleted) || self.deletion_requested(event).await? {
+            return Ok(Known::Deleted);
+        }
+        Ok(match status {
+            nostr_database::DatabaseEventStatus::Saved => Known::Stored,
+            _ => Known::New,
+        })
+    }
+
+    /// Has `event`'s author a stored deletion request naming its id, or its coordinate at or
+    /// after its `created_at`?
+    async fn deletion_requested(&self, event: &Event) -> Result<bool, StoreError> {
+        let at = self.lookups.generation.current();
+        let has_deletions = match self.lookups.has_deletions.get(&event.pubkey, at) {
+            Some(known) => known,
+            None => {
+                let any = Filter::new().kind(Kind::EventDeletion).author(event.pubkey).limit(1);
+                let has = !self.db.query(any).await?.is_empty();
+                self.lookups.has_deletions.put(event.pubkey, at, has);
+                has
+            }
+        };
+        if !has_deletions {
+            return Ok(false);
         }
         let by_id = Filter::new()
             .kind(Kind::EventDeletion)
@@ -210,6 +285,19 @@ impl Store {
             }
         }
         Ok(false)
+    }
+
+    /// The stored announcements (kind 30617) for `identifier`, newest first, shared with the
+    /// cache (valid until the next announcement, deletion request or removal is stored).
+    pub async fn announcements(&self, identifier: &str) -> Result<Arc<Vec<Event>>, StoreError> {
+        let at = self.lookups.generation.current();
+        if let Some(hit) = self.lookups.announcements.get(identifier, at) {
+            return Ok(hit);
+        }
+        let filter = Filter::new().kind(Kind::Custom(KIND_ANNOUNCEMENT)).identifier(identifier);
+        let found = Arc::new(self.query(vec![filter], usize::MAX).await?);
+        self.lookups.announcements.put(identifier.to_string(), at, found.clone());
+        Ok(found)
     }
 }
 
@@ -373,6 +461,52 @@ mod tests {
         let del = ev(&k, 5, 101, "", vec![Tag::event(note.id)]);
         assert_eq!(s.save(&del).await.unwrap(), SaveOutcome::Saved);
         assert_eq!(s.save(&note).await.unwrap(), SaveOutcome::Deleted);
+    }
+
+    #[tokio::test]
+    async fn save_all_answers_like_save_in_order() {
+        let (s, _t) = store().await;
+        let k = keys(12);
+        let gone = ev(&k, 1, 100, "deleted before", vec![]);
+        assert_eq!(s.save(&ev(&k, 5, 99, "", vec![Tag::event(gone.id)])).await.unwrap(), SaveOutcome::Saved);
+        let (old, new) = (ev(&k, 30618, 100, "old", vec![Tag::identifier("r")]), ev(&k, 30618, 200, "new", vec![Tag::identifier("r")]));
+        let note = ev(&k, 1, 100, "n", vec![]);
+        let outcomes: Vec<SaveOutcome> =
+            s.save_all(&[&old, &new, &note, &note, &gone]).await.into_iter().map(Result::unwrap).collect();
+        use SaveOutcome::*;
+        assert_eq!(outcomes, [Saved, Saved, Saved, Duplicate, Deleted]);
+        assert_eq!(s.query(vec![Filter::new().kind(Kind::from(30618))], 10).await.unwrap(), vec![new]);
+        assert_eq!(s.save_all(&[&note, &old]).await.into_iter().map(Result::unwrap).collect::<Vec<_>>(), [Duplicate, Superseded]);
+    }
+
+    #[tokio::test]
+    async fn cached_lookups_see_later_writes() {
+        let (s, _t) = store().await;
+        let k = keys(11);
+        let note = ev(&k, 1, 100, "later deleted", vec![]);
+        // Remembered: this author has no deletion request, the identifier no announcement.
+        assert_eq!(s.known(&note).await.unwrap(), Known::New);
+        assert!(s.announcements("r").await.unwrap().is_empty());
+        let ann = ev(&k, 30617, 100, "", vec![Tag::identifier("r")]);
+        assert_eq!(s.save(&ann).await.unwrap(), SaveOutcome::Saved);
+        assert_eq!(s.announcements("r").await.unwrap().as_slice(), std::slice::from_ref(&ann));
+        let del = ev(&k, 5, 101, "", vec![Tag::event(note.id)]);
+        assert_eq!(s.save(&del).await.unwrap(), SaveOutcome::Saved);
+        assert_eq!(s.known(&note).await.unwrap(), Known::Deleted);
+        assert_eq!(s.save(&note).await.unwrap(), SaveOutcome::Deleted);
+        let other = ev(&k, 1, 102, "kept", vec![]);
+        assert_eq!(s.known(&other).await.unwrap(), Known::New);
+        assert_eq!(s.save(&other).await.unwrap(), SaveOutcome::Saved);
+        assert_eq!(s.known(&other).await.unwrap(), Known::Stored);
+        // A deletion by coordinate and an operator removal empty the cached announcements.
+        let coord = Coordinate::new(Kind::from(30617), k.public_key()).identifier("r");
+        assert_eq!(s.save(&ev(&k, 5, 150, "", vec![Tag::coordinate(coord, None)])).await.unwrap(), SaveOutcome::Saved);
+        assert!(s.announcements("r").await.unwrap().is_empty());
+        let again = ev(&k, 30617, 200, "", vec![Tag::identifier("r")]);
+        assert_eq!(s.save(&again).await.unwrap(), SaveOutcome::Saved);
+        assert_eq!(s.announcements("r").await.unwrap().len(), 1);
+        s.delete(Filter::new().author(k.public_key())).await.unwrap();
+        assert!(s.announcements("r").await.unwrap().is_empty());
     }
 
     #[tokio::test]

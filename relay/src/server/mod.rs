@@ -197,10 +197,21 @@ pub async fn run(mut cfg: Config) -> anyhow::Result<()> {
         hooks_dir: Some(data.hooks()),
         // grasp-cgi asks the hook API for the repository page's data and, on a private service,
         // about every git request; it sets git's receive.maxInputSize from the push limit.
+        // It runs git's `git-http-backend` directly when the relay found it (one process
+        // start less per request).
         env: vec![
             ("GRASP_DATA_DIR".into(), data.root().display().to_string()),
             (grasp_state::push_limits::ENV_MAX_PUSH_BYTES.into(), cfg.max_push_bytes.to_string()),
-        ],
+        ]
+        .into_iter()
+        .chain(
+            tokio::task::spawn_blocking(crate::git::http_backend_program)
+                .await
+                .ok()
+                .flatten()
+                .map(|p| (grasp_state::git_env::ENV_HTTP_BACKEND.to_string(), p.display().to_string())),
+        )
+        .collect(),
         idle_timeout: cfg.git_idle_timeout,
     };
     let connections = ConnectionLimiter::new(cfg.max_connections as usize, cfg.max_connections_per_ip as usize);

@@ -1,0 +1,109 @@
+//! Bounded caches of the store lookups the acceptance policy repeats for every event (used by
+//! [`crate::nostr::store::Store`]): whether an author has any stored deletion request (kind 5),
+//! and the stored announcements (kind 30617) of an identifier. Events about one repository
+//! arrive in bursts, and each such lookup is an LMDB read on the blocking pool.
+//!
+//! Every answer is stamped with the store's *write generation* read before the lookup ran; the
+//! store bumps the generation after every write that can change an answer (a deletion request
+//! or an announcement saved, events removed). An answer stamped with an older generation is a
+//! miss, so a cached answer is never staler than a lookup that ran concurrently with the write.
+//! Each cache holds at most [`MAX_ENTRIES`]; a full cache is emptied and refilled.
+
+use std::collections::HashMap;
+use std::hash::Hash;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use nostr::prelude::{Event, PublicKey};
+
+/// Most entries of each cache.
+pub const MAX_ENTRIES: usize = 4096;
+
+/// The store's write generation: bumped after each write that can change a cached answer.
+#[derive(Debug, Default)]
+pub struct Generation(AtomicU64);
+
+impl Generation {
+    /// The current generation (read it before a lookup whose answer will be cached).
+    pub fn current(&self) -> u64 {
+        self.0.load(Ordering::Acquire)
+    }
+
+    /// Marks every cached answer stale (after the write is committed).
+    pub fn bump(&self) {
+        self.0.fetch_add(1, Ordering::AcqRel);
+    }
+}
+
+/// Answers by key, each valid for the generation it was looked up at.
+#[derive(Debug)]
+pub struct Stamped<K, V> {
+    map: Mutex<HashMap<K, (u64, V)>>,
+}
+
+impl<K, V> Default for Stamped<K, V> {
+    fn default() -> Self {
+        Stamped { map: Mutex::new(HashMap::new()) }
+    }
+}
+
+impl<K: Hash + Eq, V: Clone> Stamped<K, V> {
+    /// The answer for `key` if it was looked up at generation `now`.
+    pub fn get<Q: Hash + Eq + ?Sized>(&self, key: &Q, now: u64) -> Option<V>
+    where
+        K: std::borrow::Borrow<Q>,
+    {
+        let map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        map.get(key).filter(|(at, _)| *at == now).map(|(_, v)| v.clone())
+    }
+
+    /// Remembers `value`, looked up at generation `at` (read before the lookup).
+    pub fn put(&self, key: K, at: u64, value: V) {
+        let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        if map.len() >= MAX_ENTRIES && !map.contains_key(&key) {
+            map.clear();
+        }
+        map.insert(key, (at, value));
+    }
+}
+
+/// The caches the store keeps.
+#[derive(Debug, Default)]
+pub struct Lookups {
+    pub generation: Generation,
+    /// Has this author any stored deletion request?
+    pub has_deletions: Stamped<PublicKey, bool>,
+    /// Stored announcements by identifier.
+    pub announcements: Stamped<String, Arc<Vec<Event>>>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn answers_are_valid_for_their_generation_only() {
+        let l = Lookups::default();
+        let at = l.generation.current();
+        l.announcements.put("repo".into(), at, Arc::new(Vec::new()));
+        assert!(l.announcements.get("repo", l.generation.current()).is_some());
+        l.generation.bump();
+        assert!(l.announcements.get("repo", l.generation.current()).is_none());
+        // An answer looked up before a write and stored after it stays a miss.
+        let stale = at;
+        l.announcements.put("repo".into(), stale, Arc::new(Vec::new()));
+        assert!(l.announcements.get("repo", l.generation.current()).is_none());
+    }
+
+    #[test]
+    fn a_full_cache_starts_over() {
+        let s: Stamped<usize, ()> = Stamped::default();
+        for i in 0..MAX_ENTRIES {
+            s.put(i, 0, ());
+        }
+        assert!(s.get(&0, 0).is_some());
+        s.put(MAX_ENTRIES, 0, ());
+        assert!(s.get(&0, 0).is_none() && s.get(&MAX_ENTRIES, 0).is_some());
+        assert!(s.map.lock().unwrap().len() == 1);
+    }
+}
