@@ -82,6 +82,18 @@ pub struct Config {
     #[arg(long, env = "GRASP_MAX_CONNECTIONS_PER_IP", default_value_t = 64)]
     pub max_connections_per_ip: u32,
 
+    /// Every per-address limit (connections, git requests, write rate) counts an IPv6 client by
+    /// this many leading bits of its address (one /64 is one client); IPv4 addresses count as
+    /// they are.
+    #[arg(long, env = "GRASP_IPV6_PREFIX_LEN", default_value_t = grasp_state::client_key::DEFAULT_IPV6_PREFIX_LEN,
+          value_parser = clap::value_parser!(u8).range(1..=128))]
+    pub ipv6_prefix_len: u8,
+
+    /// Free bytes the data directory's file system keeps: below it, events are refused
+    /// (`blocked:`) and pushes rejected, checked at most every 2 s (0: never refuse); default 1 GiB.
+    #[arg(long, env = "GRASP_MIN_FREE_DISK", default_value_t = grasp_state::free_disk::DEFAULT_MIN_FREE_DISK)]
+    pub min_free_disk: u64,
+
     /// Most git requests (clones, fetches, pushes, repository pages) served at once; more get a
     /// `503`. A request holds its place until its answer has streamed.
     #[arg(long, env = "GRASP_GIT_MAX_REQUESTS", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..))]
@@ -599,6 +611,7 @@ impl Config {
             per_address: Rate { burst: self.write_burst_per_ip, per_second: self.write_rate_per_ip.max(0.0) },
             repos_per_author_per_hour: self.new_repos_per_author_per_hour,
             max_repos: self.max_repos,
+            ipv6_prefix_len: self.ipv6_prefix_len,
         }
     }
 
@@ -656,6 +669,9 @@ mod tests {
         assert_eq!(cfg.max_limit, 500);
         assert_eq!((cfg.max_connections, cfg.max_connections_per_ip), (1024, 64));
         assert!(Config::try_parse_from(["grasp-relay", "--max-connections", "0"]).is_err());
+        assert_eq!((cfg.ipv6_prefix_len, cfg.min_free_disk), (64, 1 << 30));
+        assert!(Config::try_parse_from(["grasp-relay", "--ipv6-prefix-len", "129"]).is_err());
+        assert!(Config::try_parse_from(["grasp-relay", "--ipv6-prefix-len", "0"]).is_err());
         assert_eq!(cfg.layout().events(), PathBuf::from("./data/events"));
         assert!(cfg.cgi_path().ends_with("grasp-cgi"));
     }

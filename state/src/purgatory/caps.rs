@@ -82,6 +82,35 @@ impl PurgatoryFull {
     }
 }
 
+impl PurgatoryFull {
+    /// The complete NIP-01 refusal of an event of `kind` that did not fit: prefix, what is
+    /// full, and what the sender can do about it for that kind. A full purgatory leaves each
+    /// kind a different way out: a new repository (30617) can only go to another server; a
+    /// state event (30618) needs room here (its push matches only a state this server has) or
+    /// another server; a pull request's commit may be pushed first (git-first), after which
+    /// the event is stored without being held.
+    pub fn refusal(&self, kind: u16) -> String {
+        use crate::nip34::{KIND_ANNOUNCEMENT, KIND_PR, KIND_PR_UPDATE, KIND_STATE};
+        let prefix = self.ok_prefix();
+        let limit = self.limit;
+        match (self.scope, kind) {
+            (CapScope::Total, KIND_ANNOUNCEMENT) => format!(
+                "{prefix}: purgatory is full ({limit} events waiting for git data), so this server takes no new repositories now; \
+                 announce the repository on another GRASP server, or send this announcement again later"
+            ),
+            (CapScope::Total, KIND_STATE) => format!(
+                "{prefix}: purgatory is full ({limit} events waiting for git data), so this state event cannot wait here for its push; \
+                 send it again later, or publish and push to another GRASP server listed in the announcement"
+            ),
+            (CapScope::Total, KIND_PR | KIND_PR_UPDATE) => format!(
+                "{prefix}: purgatory is full ({limit} events waiting for git data); push the commit to refs/nostr/<event-id> \
+                 of the repository first (git push <clone-url> <commit>:refs/nostr/<event-id>), then send this event again"
+            ),
+            _ => format!("{prefix}: {self}"),
+        }
+    }
+}
+
 impl fmt::Display for PurgatoryFull {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let limit = self.limit;
@@ -253,6 +282,24 @@ mod tests {
         assert!(full(CapScope::Author)
             .to_string()
             .contains("1 events waiting"));
+    }
+
+    #[test]
+    fn a_full_purgatory_tells_each_kind_what_it_can_do() {
+        let total = PurgatoryFull { scope: CapScope::Total, limit: 7 };
+        let announcement = total.refusal(crate::nip34::KIND_ANNOUNCEMENT);
+        assert!(announcement.starts_with("blocked: purgatory is full (7 events"), "{announcement}");
+        // No repository exists yet for a new announcement: no advice to push.
+        assert!(!announcement.contains("push"), "{announcement}");
+        assert!(announcement.contains("another GRASP server"));
+        let state = total.refusal(crate::nip34::KIND_STATE);
+        assert!(state.contains("send it again later") && state.contains("another GRASP server"), "{state}");
+        for kind in [crate::nip34::KIND_PR, crate::nip34::KIND_PR_UPDATE] {
+            assert!(total.refusal(kind).contains("refs/nostr/<event-id>"));
+        }
+        // Other scopes keep their own text behind their own prefix.
+        let author = PurgatoryFull { scope: CapScope::Author, limit: 3 }.refusal(crate::nip34::KIND_ANNOUNCEMENT);
+        assert!(author.starts_with("rate-limited: you already have 3 events waiting"), "{author}");
     }
 
     use super::super::testutil::*;
