@@ -171,6 +171,11 @@ pub struct Config {
     #[arg(long, env = "GRASP_PURGATORY_TOTAL", default_value_t = 10_000)]
     pub purgatory_total: usize,
 
+    /// Most bytes of held events in the purgatory (each counted at its serialised size,
+    /// soft-expired announcements included; answered `blocked:` beyond); default 256 MiB.
+    #[arg(long, env = "GRASP_PURGATORY_TOTAL_BYTES", default_value_t = grasp_state::purgatory::DEFAULT_TOTAL_BYTES)]
+    pub purgatory_total_bytes: usize,
+
     /// Soft-expired announcements kept for revival (they cost no repository and do not count
     /// against the caps above); beyond it the oldest expires for good.
     #[arg(long, env = "GRASP_PURGATORY_SOFT_EXPIRED", default_value_t = 10_000)]
@@ -518,6 +523,7 @@ impl Config {
         };
         c.caps.per_author = self.purgatory_per_author;
         c.caps.total = self.purgatory_total;
+        c.caps.total_bytes = self.purgatory_total_bytes;
         c.caps.soft_expired = self.purgatory_soft_expired;
         c.caps.placeholders_per_repo = self.placeholders_per_repo;
         c.caps.placeholders_total = self.placeholders_total;
@@ -670,6 +676,7 @@ mod tests {
         assert_eq!((cfg.max_connections, cfg.max_connections_per_ip), (1024, 64));
         assert!(Config::try_parse_from(["grasp-relay", "--max-connections", "0"]).is_err());
         assert_eq!((cfg.ipv6_prefix_len, cfg.min_free_disk), (64, 1 << 30));
+        assert_eq!(cfg.purgatory().caps.total_bytes, 256 << 20);
         assert!(Config::try_parse_from(["grasp-relay", "--ipv6-prefix-len", "129"]).is_err());
         assert!(Config::try_parse_from(["grasp-relay", "--ipv6-prefix-len", "0"]).is_err());
         assert_eq!(cfg.layout().events(), PathBuf::from("./data/events"));

@@ -48,6 +48,17 @@ async fn git_status_as(server: &TestServer, client: &str, path: &str) -> u16 {
     String::from_utf8_lossy(&head).split(' ').nth(1).unwrap().parse().unwrap()
 }
 
+/// Whether a `git http-backend` the relay started for a request runs now (found by the data
+/// directory in its environment).
+fn git_runs_for(server: &TestServer) -> bool {
+    let needle = server.data_dir().as_os_str().as_encoded_bytes();
+    std::fs::read_dir("/proc").unwrap().flatten().any(|entry| {
+        let environ = std::fs::read(entry.path().join("environ")).unwrap_or_default();
+        let cmd = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        environ.windows(needle.len()).any(|w| w == needle) && String::from_utf8_lossy(&cmd).contains("http-backend")
+    })
+}
+
 /// Item A: one IPv6 /64 is one client for the connection places and the write rate. Without
 /// the prefix key, each of its 2^64 addresses had a share of its own.
 #[tokio::test]
@@ -107,13 +118,15 @@ async fn one_ipv6_prefix_holds_one_share_of_git_slots() {
         "POST {path}/git-receive-pack HTTP/1.1\r\nHost: x\r\nX-Forwarded-For: 2001:db8:9:9::1\r\n\
          Content-Type: application/x-git-receive-pack-request\r\nContent-Length: 1048576\r\n\r\n0000"
     );
+    grasp_tests::wait_until("the publishing push's git to end", TIMEOUT, || (!git_runs_for(&server)).then_some(()))
+        .unwrap_or_else(|e| panic!("{e:#}\n{}", server.logs()));
     let mut attacker = tokio::net::TcpStream::connect(server.addr()).await.unwrap();
     tokio::io::AsyncWriteExt::write_all(&mut attacker, stalled.as_bytes()).await.unwrap();
-    // Once its slot is taken, any other address of that /64 is refused...
-    grasp_tests::eventually!(
-        "the stalled push to hold the /64's slot",
-        (git_status_as(&server, "2001:db8:9:9:abcd::7", &path).await == 503).then_some(())
-    );
+    // Once git runs for it (its slot is taken; no other request of that /64 ran meanwhile), any
+    // other address of that /64 is refused...
+    grasp_tests::wait_until("the relay to start git for the stalled push", TIMEOUT, || git_runs_for(&server).then_some(()))
+        .unwrap_or_else(|e| panic!("{e:#}\n{}", server.logs()));
+    assert_eq!(git_status_as(&server, "2001:db8:9:9:abcd::7", &path).await, 503, "{}", server.logs());
     // ...while another /64 is served.
     assert_eq!(git_status_as(&server, "2001:db8:9:a::1", &path).await, 200, "{}", server.logs());
     drop(attacker);
@@ -207,4 +220,25 @@ async fn a_full_purgatory_tells_a_new_announcement_what_it_can_do() {
     let (ok, msg) = c.send_event(&announcement(&server, &second, "two", &[])).await.unwrap();
     assert!(!ok && msg.starts_with("blocked: purgatory is full"), "{msg}");
     assert!(msg.contains("another GRASP server") && !msg.contains("push"), "{msg}");
+}
+
+/// Item C: the purgatory is bounded in bytes as well as in entries.
+#[tokio::test]
+async fn the_purgatory_is_bounded_in_bytes() {
+    let server = TestServer::start_with(&["--purgatory-total-bytes", "4000"]);
+    let mut c = NostrClient::connect(&server.ws_url()).await.unwrap();
+    let mut held = 0;
+    let refusal = loop {
+        let owner = Keys::generate();
+        let ann = with_tags(&owner, &announcement(&server, &owner, "r", &[]), padding("description", 1_000));
+        let (ok, msg) = c.send_event(&ann).await.unwrap();
+        if !ok {
+            assert!(!repo_dir(&server, &owner.public_key(), "r").exists());
+            break msg;
+        }
+        held += 1;
+        assert!(held < 10, "4000 bytes hold at most 3 such announcements");
+    };
+    assert!(refusal.starts_with("blocked: purgatory is full (4000 bytes of events"), "{refusal}");
+    assert_eq!(held, 3, "each held announcement counts about 1.4 KB");
 }
