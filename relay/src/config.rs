@@ -89,6 +89,12 @@ pub struct Config {
           value_parser = clap::value_parser!(u8).range(1..=128))]
     pub ipv6_prefix_len: u8,
 
+    /// Most bytes of a repository announcement (30617) or state event (30618): they grow with
+    /// the repository (maintainers, branches, tags); default 256 KiB, about 3,000 refs. Never above
+    /// `--max-message-bytes`.
+    #[arg(long, env = "GRASP_MAX_REPO_EVENT_BYTES", default_value_t = grasp_state::event_size::DEFAULT_MAX_REPO_EVENT_BYTES)]
+    pub max_repo_event_bytes: usize,
+
     /// Free bytes the data directory's file system keeps: below it, events are refused
     /// (`blocked:`) and pushes rejected, checked at most every 2 s (0: never refuse); default 1 GiB.
     #[arg(long, env = "GRASP_MIN_FREE_DISK", default_value_t = grasp_state::free_disk::DEFAULT_MIN_FREE_DISK)]
@@ -607,6 +613,11 @@ impl Config {
             max_items: self.negentropy_max_items,
             ..NegentropyLimits::default()
         })
+    }
+
+    /// The event size limits: general, repository events, per kind.
+    pub fn event_sizes(&self) -> grasp_state::event_size::EventSizes {
+        grasp_state::event_size::EventSizes { general: self.max_message_bytes, repo_events: self.max_repo_event_bytes }
     }
 
     /// The write limits (docs/protocol.md#trust).

@@ -151,19 +151,19 @@ async fn oversized_events_of_capped_kinds_are_refused_and_nothing_is_kept() {
 
     // An announcement over its cap creates no repository and holds nothing.
     let owner = Keys::generate();
-    let big_ann = with_tags(&owner, &announcement(&server, &owner, "big", &[]), padding("description", 70_000));
+    let big_ann = with_tags(&owner, &announcement(&server, &owner, "big", &[]), padding("description", 270_000));
     let (ok, msg) = c.send_event(&big_ann).await.unwrap();
     assert!(!ok && msg.contains("for kind 30617"), "{msg}");
     assert!(!repo_dir(&server, &owner.public_key(), "big").exists());
     assert!(!purgatory_ids(&server).await.contains(&big_ann.id.to_hex()));
 
     // A held announcement of a normal size; a 100 KiB issue about it keeps the general limit,
-    // a 140 KiB state event for it is over its kind's cap.
+    // a 270 KB state event for it is over its kind's cap.
     assert!(c.send_event(&announcement(&server, &owner, "small", &[])).await.unwrap().0);
     let big_issue = with_tags(&anyone, &issue(&anyone, &owner.public_key(), "small"), padding("x", 100_000));
     assert_eq!(c.send_event(&big_issue).await.unwrap(), (true, String::new()));
     let tip = "0".repeat(40);
-    let big_state = with_tags(&owner, &state(&owner, "small", &[("refs/heads/main", &tip)], Some("main")), padding("x", 140_000));
+    let big_state = with_tags(&owner, &state(&owner, "small", &[("refs/heads/main", &tip)], Some("main")), padding("x", 270_000));
     let (ok, msg) = c.send_event(&big_state).await.unwrap();
     assert!(!ok && msg.contains("for kind 30618"), "{msg}");
     assert!(!purgatory_ids(&server).await.contains(&big_state.id.to_hex()));

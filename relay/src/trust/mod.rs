@@ -28,6 +28,7 @@ use std::time::Duration;
 
 use grasp_state::auth::{check_protected, Submitter, KIND_AUTH};
 use grasp_state::curation::Curation;
+use grasp_state::event_size::EventSizes;
 use grasp_state::nip34::{Announcement, KIND_ANNOUNCEMENT};
 use ipnet::IpNet;
 use nostr::prelude::{Event, PublicKey};
@@ -60,8 +61,8 @@ pub struct Trust {
     /// A GRASP-08 private service: reads and writes need a member's NIP-42 AUTH.
     pub private: bool,
     pub limits: WriteLimits,
-    /// The general event size limit (`--max-message-bytes`); some kinds have smaller caps.
-    pub max_event_bytes: usize,
+    /// The event size limits (`--max-message-bytes`, `--max-repo-event-bytes`, per-kind caps).
+    pub event_sizes: EventSizes,
     /// `--min-free-disk` on the data directory.
     pub disk: FreeDisk,
     /// Reverse proxies whose `X-Forwarded-For` / `X-Real-IP` are believed.
@@ -103,7 +104,7 @@ impl Trust {
         Ok(Trust {
             private: cfg.private,
             limits: WriteLimits::new(cfg.write_limits(), Some(git_root), Arc::new(grasp_state::purgatory::SystemClock)),
-            max_event_bytes: cfg.max_message_bytes,
+            event_sizes: cfg.event_sizes(),
             disk: FreeDisk::new(cfg.data_dir.clone(), cfg.min_free_disk),
             trusted_proxies: cfg.trusted_proxy.clone(),
             curation: cfg.curation(),
@@ -137,8 +138,7 @@ impl Trust {
         if ev.kind.as_u16() == KIND_AUTH {
             return Err(AUTH_EVENT_REFUSED.into());
         }
-        let general_max = if self.max_event_bytes == 0 { usize::MAX } else { self.max_event_bytes };
-        grasp_state::event_size::check_event_size(ev.kind.as_u16(), ev.as_json().len(), general_max)?;
+        self.event_sizes.check(ev.kind.as_u16(), ev.as_json().len())?;
         if !self.disk.has_room() {
             return Err(grasp_state::free_disk::LOW_DISK_EVENT.into());
         }
