@@ -82,6 +82,24 @@ pub struct Config {
     #[arg(long, env = "GRASP_MAX_CONNECTIONS_PER_IP", default_value_t = 64)]
     pub max_connections_per_ip: u32,
 
+    /// Every per-address limit (connections, git requests, write rate) counts an IPv6 client by
+    /// this many leading bits of its address (one /64 is one client); IPv4 addresses count as
+    /// they are.
+    #[arg(long, env = "GRASP_IPV6_PREFIX_LEN", default_value_t = grasp_state::client_key::DEFAULT_IPV6_PREFIX_LEN,
+          value_parser = clap::value_parser!(u8).range(1..=128))]
+    pub ipv6_prefix_len: u8,
+
+    /// Most bytes of a repository announcement (30617) or state event (30618): they grow with
+    /// the repository (maintainers, branches, tags); default 256 KiB, about 3,000 refs. Never above
+    /// `--max-message-bytes`.
+    #[arg(long, env = "GRASP_MAX_REPO_EVENT_BYTES", default_value_t = grasp_state::event_size::DEFAULT_MAX_REPO_EVENT_BYTES)]
+    pub max_repo_event_bytes: usize,
+
+    /// Free bytes the data directory's file system keeps: below it, events are refused
+    /// (`blocked:`) and pushes rejected, checked at most every 2 s (0: never refuse); default 1 GiB.
+    #[arg(long, env = "GRASP_MIN_FREE_DISK", default_value_t = grasp_state::free_disk::DEFAULT_MIN_FREE_DISK)]
+    pub min_free_disk: u64,
+
     /// Most git requests (clones, fetches, pushes, repository pages) served at once; more get a
     /// `503`. A request holds its place until its answer has streamed.
     #[arg(long, env = "GRASP_GIT_MAX_REQUESTS", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..))]
@@ -158,6 +176,11 @@ pub struct Config {
     /// Most purgatory entries in total (answered `blocked:` beyond).
     #[arg(long, env = "GRASP_PURGATORY_TOTAL", default_value_t = 10_000)]
     pub purgatory_total: usize,
+
+    /// Most bytes of held events in the purgatory (each counted at its serialised size,
+    /// soft-expired announcements included; answered `blocked:` beyond); default 256 MiB.
+    #[arg(long, env = "GRASP_PURGATORY_TOTAL_BYTES", default_value_t = grasp_state::purgatory::DEFAULT_TOTAL_BYTES)]
+    pub purgatory_total_bytes: usize,
 
     /// Soft-expired announcements kept for revival (they cost no repository and do not count
     /// against the caps above); beyond it the oldest expires for good.
@@ -506,6 +529,7 @@ impl Config {
         };
         c.caps.per_author = self.purgatory_per_author;
         c.caps.total = self.purgatory_total;
+        c.caps.total_bytes = self.purgatory_total_bytes;
         c.caps.soft_expired = self.purgatory_soft_expired;
         c.caps.placeholders_per_repo = self.placeholders_per_repo;
         c.caps.placeholders_total = self.placeholders_total;
@@ -591,6 +615,11 @@ impl Config {
         })
     }
 
+    /// The event size limits: general, repository events, per kind.
+    pub fn event_sizes(&self) -> grasp_state::event_size::EventSizes {
+        grasp_state::event_size::EventSizes { general: self.max_message_bytes, repo_events: self.max_repo_event_bytes }
+    }
+
     /// The write limits (docs/protocol.md#trust).
     pub fn write_limits(&self) -> crate::trust::limits::WriteLimitConfig {
         use grasp_state::rate::Rate;
@@ -599,6 +628,7 @@ impl Config {
             per_address: Rate { burst: self.write_burst_per_ip, per_second: self.write_rate_per_ip.max(0.0) },
             repos_per_author_per_hour: self.new_repos_per_author_per_hour,
             max_repos: self.max_repos,
+            ipv6_prefix_len: self.ipv6_prefix_len,
         }
     }
 
@@ -656,6 +686,10 @@ mod tests {
         assert_eq!(cfg.max_limit, 500);
         assert_eq!((cfg.max_connections, cfg.max_connections_per_ip), (1024, 64));
         assert!(Config::try_parse_from(["grasp-relay", "--max-connections", "0"]).is_err());
+        assert_eq!((cfg.ipv6_prefix_len, cfg.min_free_disk), (64, 1 << 30));
+        assert_eq!(cfg.purgatory().caps.total_bytes, 256 << 20);
+        assert!(Config::try_parse_from(["grasp-relay", "--ipv6-prefix-len", "129"]).is_err());
+        assert!(Config::try_parse_from(["grasp-relay", "--ipv6-prefix-len", "0"]).is_err());
         assert_eq!(cfg.layout().events(), PathBuf::from("./data/events"));
         assert!(cfg.cgi_path().ends_with("grasp-cgi"));
     }

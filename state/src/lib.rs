@@ -28,6 +28,10 @@
 //!   [`recency::Recency`].
 //! - [`auth`]: NIP-42 `AUTH` verification and the NIP-70 protected-event rule.
 //! - [`rate`]: write limits as token buckets (alone and per key) with the time passed in.
+//! - [`client_key`]: the key a client address is counted under by every per-address limit
+//!   (IPv6 by its prefix, `--ipv6-prefix-len`).
+//! - [`event_size`]: the most bytes an event of each kind may have.
+//! - [`free_disk`]: the low-disk verdict (`--min-free-disk`) for events and pushes.
 //! - [`curation`]: the operator's allow and deny lists (authors, events, repositories).
 //! - [`deferred`]: repository work an event could not do within its lock bound, retried later
 //!   with backoff ([`deferred::DeferredWork`]).
@@ -53,6 +57,9 @@ pub mod admission;
 pub mod announcements;
 pub mod atomic_file;
 pub mod cgi;
+pub mod client_key;
+pub mod event_size;
+pub mod free_disk;
 pub mod cors;
 pub mod git_env;
 pub mod auth;

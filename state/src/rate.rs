@@ -7,7 +7,9 @@
 //! A [`TokenBucket`] holds up to `burst` tokens and gains `per_second` tokens every second; each
 //! write takes one. [`KeyedBuckets`] keeps one bucket per key (client address, author) and
 //! forgets buckets that have refilled completely, so its size stays bounded by the keys active
-//! recently (and by a hard cap: beyond it, a new key is refused rather than remembered).
+//! recently, and by a hard cap: when a new key finds the table full, the buckets nearest to full
+//! again (the least debt to forget) are forgotten to make room, so a flood of new keys never
+//! refuses everyone (docs/security.md).
 
 use std::collections::HashMap;
 use std::hash::Hash;
@@ -92,8 +94,6 @@ impl TokenBucket {
 pub enum Limited {
     /// This key's bucket is empty; a token is back after this long.
     Empty(Duration),
-    /// Too many keys are being tracked at once; try again later.
-    TooManyKeys,
 }
 
 /// One bucket per key, all with the same [`Rate`].
@@ -106,18 +106,20 @@ pub struct KeyedBuckets<K> {
 }
 
 impl<K: Hash + Eq + Clone> KeyedBuckets<K> {
-    /// Buckets of `rate`, remembering at most `max_keys` partly empty buckets at once.
+    /// Buckets of `rate`, remembering at most `max_keys` partly empty buckets at once (beyond
+    /// it, the fullest are forgotten, see [`try_take`](Self::try_take)).
     pub fn new(rate: Rate, max_keys: usize) -> Self {
         KeyedBuckets { rate, max_keys: max_keys.max(1), buckets: HashMap::new(), last_sweep: None }
     }
 
-    /// Takes one token from `key`'s bucket.
+    /// Takes one token from `key`'s bucket. A new key finding `max_keys` buckets remembered
+    /// makes room: full buckets are forgotten, then, if none was full, the fullest sixteenth.
     pub fn try_take(&mut self, key: &K, now: Instant) -> Result<(), Limited> {
         self.sweep(now);
         if !self.buckets.contains_key(key) && self.buckets.len() >= self.max_keys {
             self.sweep_now(now);
             if self.buckets.len() >= self.max_keys {
-                return Err(Limited::TooManyKeys);
+                self.evict_fullest(now);
             }
         }
         let rate = self.rate;
@@ -147,6 +149,28 @@ impl<K: Hash + Eq + Clone> KeyedBuckets<K> {
         let period = self.rate.full_refill().max(Duration::from_secs(1));
         if self.last_sweep.is_none_or(|t| now.saturating_duration_since(t) >= period) {
             self.sweep_now(now);
+        }
+    }
+
+    /// Forgets the fullest sixteenth of the buckets (at least one): the keys that have waited
+    /// longest since their last write, whose forgotten debt is smallest. Amortised: one eviction
+    /// makes room for `max_keys / 16` new keys.
+    fn evict_fullest(&mut self, now: Instant) {
+        let n = (self.max_keys / 16).clamp(1, self.buckets.len().max(1));
+        let mut fullness: Vec<(f64, K)> = self
+            .buckets
+            .iter_mut()
+            .map(|(k, b)| {
+                b.refill(now);
+                (b.tokens, k.clone())
+            })
+            .collect();
+        if n < fullness.len() {
+            fullness.select_nth_unstable_by(n - 1, |a, b| b.0.total_cmp(&a.0));
+            fullness.truncate(n);
+        }
+        for (_, k) in fullness {
+            self.buckets.remove(&k);
         }
     }
 
@@ -199,9 +223,31 @@ mod tests {
         assert_eq!(k.try_take(&"a", t0), Ok(()));
         assert!(matches!(k.try_take(&"a", t0), Err(Limited::Empty(_))));
         assert_eq!(k.try_take(&"b", t0), Ok(()));
-        assert_eq!(k.try_take(&"c", t0), Err(Limited::TooManyKeys));
         let t1 = t0 + Duration::from_secs(2);
         assert_eq!(k.try_take(&"c", t1), Ok(()));
         assert_eq!(k.len(), 1);
+    }
+
+    #[test]
+    fn a_full_table_forgets_the_fullest_buckets_instead_of_refusing_new_keys() {
+        let t0 = Instant::now();
+        let rate = Rate { burst: 10, per_second: 1.0 };
+        let mut k = KeyedBuckets::new(rate, 32);
+        // "old" wrote once long ago (nearly full again); "busy" emptied its bucket just now.
+        assert_eq!(k.try_take(&"old".to_string(), t0), Ok(()));
+        let t1 = t0 + Duration::from_millis(500);
+        for _ in 0..10 {
+            assert_eq!(k.try_take(&"busy".to_string(), t1), Ok(()));
+        }
+        for i in 0..30 {
+            assert_eq!(k.try_take(&format!("flood{i}"), t1), Ok(()));
+        }
+        assert_eq!(k.len(), 32);
+        // A new key is taken (never refused), the table stays bounded, the emptied bucket stays
+        // remembered (its debt is not forgiven) and the fullest one ("old") is forgotten.
+        assert_eq!(k.try_take(&"new".to_string(), t1), Ok(()));
+        assert!(k.len() <= 32);
+        assert!(!k.buckets.contains_key("old"));
+        assert!(matches!(k.try_take(&"busy".to_string(), t1), Err(Limited::Empty(_))));
     }
 }

@@ -308,7 +308,7 @@ async fn maintainer_cycle_terminates_and_authorises() {
 
 #[tokio::test]
 async fn ten_thousand_maintainers_are_bounded() {
-    let mut w = World::start_with(&["--max-message-bytes", "4000000"]).await;
+    let mut w = World::start_with(&["--max-message-bytes", "4000000", "--max-repo-event-bytes", "4000000"]).await;
     let owner = Keys::generate();
     let maintainers: Vec<PublicKey> = (0..10_000).map(|_| Keys::generate().public_key()).collect();
     let ann = announcement(&w.server, &owner, "crowd", &maintainers);

@@ -167,7 +167,9 @@ mod tests {
         crate::git::test_git(&repo, &["repack", "-q", "-d"]);
         assert!(!agrees(&commits));
         assert!(!agrees(std::slice::from_ref(&late)));
-        for probe in ["0".repeat(40), "f".repeat(40), absent.clone(), format!("{}0", &tip[..39])] {
+        // A name that differs from the tip in its last digit only (never the tip itself).
+        let near_tip = format!("{}{}", &tip[..39], if tip.ends_with('0') { '1' } else { '0' });
+        for probe in ["0".repeat(40), "f".repeat(40), absent.clone(), near_tip] {
             assert!(agrees(&[tip.clone(), probe]));
         }
         // A pack without its index: ask git.

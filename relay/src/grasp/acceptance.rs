@@ -69,8 +69,9 @@ pub const DELETED_MESSAGE: &str = "blocked: this event was deleted by its author
 pub const EXPIRED_STATE_MESSAGE: &str = "blocked: this state event already expired in purgatory without its git data; \
      sign a new state event and push its commits";
 
-fn full(e: PurgatoryFull) -> Admission {
-    Admission::Reject(format!("{}: {e}", e.ok_prefix()))
+/// The refusal of an event of `kind` the purgatory has no room for.
+fn full(e: PurgatoryFull, kind: u16) -> Admission {
+    Admission::Reject(e.refusal(kind))
 }
 
 impl Grasp {
@@ -146,7 +147,7 @@ impl Grasp {
             AnnouncementAdmission::WithRepo { check_room, then } => {
                 if check_room {
                     if let Err(e) = self.purgatory.check_room(&a.owner) {
-                        return full(e);
+                        return full(e, ev.kind.as_u16());
                     }
                 }
                 then
@@ -171,7 +172,7 @@ impl Grasp {
                         }
                         Admission::Purgatory(PURGATORY_MESSAGE.into(), durable)
                     }
-                    Err(e) => full(e),
+                    Err(e) => full(e, ev.kind.as_u16()),
                 }
             }
             AfterRepo::Hold => {
@@ -180,7 +181,7 @@ impl Grasp {
                         tracing::info!(repo = %format!("{npub}/{}", a.identifier), event = %ev.id, "announcement held in purgatory");
                         Admission::Purgatory(PURGATORY_MESSAGE.into(), durable)
                     }
-                    Err(e) => full(e),
+                    Err(e) => full(e, ev.kind.as_u16()),
                 }
             }
         }
@@ -233,7 +234,7 @@ impl Grasp {
                     self.note_waiting(&s.identifier, origin);
                     Admission::Purgatory(PURGATORY_MESSAGE.into(), durable)
                 }
-                Err(HoldRefused::Full(e)) => full(e),
+                Err(HoldRefused::Full(e)) => full(e, ev.kind.as_u16()),
             },
         }
     }
@@ -362,7 +363,7 @@ impl Grasp {
                 }
                 Admission::Purgatory(PURGATORY_MESSAGE.into(), durable)
             }
-            Err(HoldRefused::Full(e)) => full(e),
+            Err(HoldRefused::Full(e)) => full(e, ev.kind.as_u16()),
         }
     }
 

@@ -23,6 +23,10 @@ impl Grasp {
         let Some(repo) = self.repo_path(owner, identifier) else {
             return PreReceiveResponse::reject(vec!["grasp: push rejected: not a valid repository path".into()]);
         };
+        if !self.trust.disk.has_room() {
+            tracing::info!(repo = %shown, reason = "low disk", "push rejected");
+            return PreReceiveResponse::reject(vec![format!("grasp: push rejected: {}", grasp_state::free_disk::LOW_DISK_PUSH)]);
+        }
         let current = match tokio::task::spawn_blocking({
             let repo = repo.clone();
             move || git::read_refs(&repo)

@@ -66,6 +66,13 @@ pub fn document(cfg: &Config, trust: &Trust) -> Value {
             "max_repositories": limits.max_repos,
             "max_push_bytes": cfg.max_push_bytes,
             "max_pr_push_bytes": cfg.max_pr_push_bytes,
+            // Kinds with a cap below max_message_length (grasp_state::event_size), by kind number.
+            "max_event_bytes_by_kind": cfg
+                .event_sizes()
+                .capped_kinds()
+                .into_iter()
+                .map(|(kind, cap)| (kind.to_string(), json!(cap)))
+                .collect::<serde_json::Map<String, Value>>(),
         },
     });
     if trust.private {
@@ -105,6 +112,9 @@ mod tests {
         assert_eq!(doc["limitation"]["max_subscriptions"], json!(32));
         assert_eq!(doc["limitation"]["max_push_bytes"], json!(1u64 << 30));
         assert_eq!(doc["limitation"]["max_pr_push_bytes"], json!(100u64 << 20));
+        assert_eq!(doc["limitation"]["max_event_bytes_by_kind"]["5"], json!(16 * 1024));
+        assert_eq!(doc["limitation"]["max_event_bytes_by_kind"]["30618"], json!(256 * 1024));
+        assert!(doc["limitation"]["max_event_bytes_by_kind"].get("1621").is_none());
         assert!(doc.get("curation").is_none());
         assert!(doc.get("pubkey").is_none());
         assert!(doc.get("software").is_none(), "no placeholder URL: {doc}");

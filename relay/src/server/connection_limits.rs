@@ -13,6 +13,9 @@
 //! then count only towards the total ([`ConnectionLimiter::try_open_from_proxy`]), and each
 //! WebSocket it forwards holds a place of the forwarded client address
 //! ([`ConnectionLimiter::try_hold_address`]).
+//!
+//! Addresses are counted under [`grasp_state::client_key::limit_key`]: an IPv6 client by its
+//! `--ipv6-prefix-len` prefix, so one `/64` holds one address's share, not 2^64 of them.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -55,6 +58,8 @@ pub struct ConnectionLimiter {
     max_total: usize,
     /// 0: no per-address limit.
     max_per_address: usize,
+    /// IPv6 addresses count by this many leading bits.
+    ipv6_prefix_len: u8,
     counts: Mutex<Counts>,
 }
 
@@ -69,15 +74,19 @@ pub struct ConnectionPermit {
 
 impl ConnectionLimiter {
     /// `max_total` connections at most (at least 1 is allowed), `max_per_address` per client
-    /// address (0: unlimited).
-    pub fn new(max_total: usize, max_per_address: usize) -> Arc<Self> {
-        Arc::new(ConnectionLimiter { max_total: max_total.max(1), max_per_address, counts: Mutex::default() })
+    /// address (0: unlimited), IPv6 addresses counted by their first `ipv6_prefix_len` bits.
+    pub fn new(max_total: usize, max_per_address: usize, ipv6_prefix_len: u8) -> Arc<Self> {
+        Arc::new(ConnectionLimiter { max_total: max_total.max(1), max_per_address, ipv6_prefix_len, counts: Mutex::default() })
+    }
+
+    fn key(&self, address: IpAddr) -> IpAddr {
+        grasp_state::client_key::limit_key(address, self.ipv6_prefix_len)
     }
 
     /// Takes a place for a new connection from `address`, or says which limit refuses it.
     pub fn try_open(self: &Arc<Self>, address: IpAddr) -> Result<ConnectionPermit, Refusal> {
         // IPv4 clients reaching an IPv6 socket count as their IPv4 address.
-        let address = address.to_canonical();
+        let address = self.key(address);
         let mut counts = self.counts.lock().unwrap();
         if counts.total >= self.max_total {
             return Err(Refusal::Total(self.max_total));
@@ -95,7 +104,7 @@ impl ConnectionLimiter {
     /// (the proxy carries many clients); the client's own place is taken per WebSocket with
     /// [`try_hold_address`](Self::try_hold_address).
     pub fn try_open_from_proxy(self: &Arc<Self>, proxy: IpAddr) -> Result<ConnectionPermit, Refusal> {
-        let address = proxy.to_canonical();
+        let address = self.key(proxy);
         let mut counts = self.counts.lock().unwrap();
         if counts.total >= self.max_total {
             return Err(Refusal::Total(self.max_total));
@@ -107,7 +116,7 @@ impl ConnectionLimiter {
 
     /// Takes a per-address place (not a total one) for a client forwarded by a trusted proxy.
     pub fn try_hold_address(self: &Arc<Self>, client: IpAddr) -> Result<ConnectionPermit, Refusal> {
-        let address = client.to_canonical();
+        let address = self.key(client);
         let mut counts = self.counts.lock().unwrap();
         let mine = counts.per_address.get(&address).copied().unwrap_or(0);
         if self.max_per_address > 0 && mine >= self.max_per_address {
@@ -124,7 +133,7 @@ impl ConnectionLimiter {
 
     /// Connections open now from `address`.
     pub fn open_from(&self, address: IpAddr) -> usize {
-        self.counts.lock().unwrap().per_address.get(&address.to_canonical()).copied().unwrap_or(0)
+        self.counts.lock().unwrap().per_address.get(&self.key(address)).copied().unwrap_or(0)
     }
 }
 
@@ -154,7 +163,7 @@ mod tests {
 
     #[test]
     fn per_address_limit_refuses_the_excess_and_frees_places_on_drop() {
-        let l = ConnectionLimiter::new(100, 3);
+        let l = ConnectionLimiter::new(100, 3, 64);
         let a = ip("192.0.2.1");
         let mut held: Vec<_> = (0..3).map(|_| l.try_open(a).unwrap()).collect();
         assert_eq!(l.try_open(a).unwrap_err(), Refusal::PerAddress(3));
@@ -170,7 +179,7 @@ mod tests {
 
     #[test]
     fn total_limit_counts_every_address() {
-        let l = ConnectionLimiter::new(2, 0);
+        let l = ConnectionLimiter::new(2, 0, 64);
         let p1 = l.try_open(ip("192.0.2.1")).unwrap();
         let _p2 = l.try_open(ip("2001:db8::1")).unwrap();
         assert_eq!(l.try_open(ip("192.0.2.3")).unwrap_err(), Refusal::Total(2));
@@ -180,7 +189,7 @@ mod tests {
 
     #[test]
     fn zero_per_address_means_unlimited_and_idle_addresses_are_forgotten() {
-        let l = ConnectionLimiter::new(1000, 0);
+        let l = ConnectionLimiter::new(1000, 0, 64);
         let held: Vec<_> = (0..500).map(|_| l.try_open(ip("192.0.2.1")).unwrap()).collect();
         assert_eq!(l.open_from(ip("192.0.2.1")), 500);
         drop(held);
@@ -190,15 +199,15 @@ mod tests {
 
     #[test]
     fn mapped_ipv4_counts_as_ipv4() {
-        let l = ConnectionLimiter::new(10, 1);
+        let l = ConnectionLimiter::new(10, 1, 64);
         let _p = l.try_open(ip("192.0.2.1")).unwrap();
         assert_eq!(l.try_open(ip("::ffff:192.0.2.1")).unwrap_err(), Refusal::PerAddress(1));
-        assert!(ConnectionLimiter::new(0, 0).try_open(ip("192.0.2.1")).is_ok(), "at least one connection");
+        assert!(ConnectionLimiter::new(0, 0, 64).try_open(ip("192.0.2.1")).is_ok(), "at least one connection");
     }
 
     #[test]
     fn trusted_proxies_count_in_the_total_and_forwarded_clients_per_address() {
-        let l = ConnectionLimiter::new(3, 1);
+        let l = ConnectionLimiter::new(3, 1, 64);
         let proxy = ip("10.0.0.1");
         let p1 = l.try_open_from_proxy(proxy).unwrap();
         let _p2 = l.try_open_from_proxy(proxy).unwrap();
@@ -211,6 +220,23 @@ mod tests {
         drop((client, p1));
         assert_eq!(l.open(), 2);
         assert!(l.try_hold_address(ip("203.0.113.1")).is_ok());
+    }
+
+    #[test]
+    fn one_ipv6_prefix_holds_one_share() {
+        let l = ConnectionLimiter::new(100, 2, 64);
+        let _a = l.try_open(ip("2001:db8:0:1::1")).unwrap();
+        let _b = l.try_open(ip("2001:db8:0:1:ffff::2")).unwrap();
+        // Any other address of the same /64 is the same client.
+        assert_eq!(l.try_open(ip("2001:db8:0:1:1234::3")).unwrap_err(), Refusal::PerAddress(2));
+        assert_eq!(l.try_hold_address(ip("2001:db8:0:1::9")).unwrap_err(), Refusal::PerAddress(2));
+        // The next /64 is another client.
+        assert!(l.try_open(ip("2001:db8:0:2::1")).is_ok());
+        assert_eq!(l.open_from(ip("2001:db8:0:1::77")), 2);
+        // A /128 prefix length counts every address on its own.
+        let each = ConnectionLimiter::new(100, 1, 128);
+        let _c = each.try_open(ip("2001:db8::1")).unwrap();
+        assert!(each.try_open(ip("2001:db8::2")).is_ok());
     }
 
     #[test]

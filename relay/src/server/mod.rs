@@ -214,7 +214,7 @@ pub async fn run(mut cfg: Config) -> anyhow::Result<()> {
         .collect(),
         idle_timeout: cfg.git_idle_timeout,
     };
-    let connections = ConnectionLimiter::new(cfg.max_connections as usize, cfg.max_connections_per_ip as usize);
+    let connections = ConnectionLimiter::new(cfg.max_connections as usize, cfg.max_connections_per_ip as usize, cfg.ipv6_prefix_len);
     // The metrics listener (off unless --metrics-bind): its own socket, never the public port.
     let metrics_file = data.root().join(crate::metrics::server::ADDR_FILE);
     let _ = std::fs::remove_file(&metrics_file);
@@ -226,7 +226,7 @@ pub async fn run(mut cfg: Config) -> anyhow::Result<()> {
         std::fs::write(&metrics_file, metrics_addr.to_string()).with_context(|| format!("writing {}", metrics_file.display()))?;
         tracing::info!(%metrics_addr, "metrics on http://{metrics_addr}/metrics (probes /healthz, /readyz)");
     }
-    let git_requests = ConnectionLimiter::new(cfg.git_max_requests as usize, cfg.git_max_requests_per_ip as usize);
+    let git_requests = ConnectionLimiter::new(cfg.git_max_requests as usize, cfg.git_max_requests_per_ip as usize, cfg.ipv6_prefix_len);
     let state = Arc::new(AppState { cfg, git, grasp: grasp.clone(), limits, connections, git_requests });
     let accept = tokio::spawn(accept_loop(listener, state.clone(), controller.subscribe()));
 

@@ -27,6 +27,8 @@ pub struct WriteLimitConfig {
     pub repos_per_author_per_hour: u32,
     /// Most repositories on disk; 0 = no limit.
     pub max_repos: usize,
+    /// IPv6 client addresses count by this many leading bits (`--ipv6-prefix-len`).
+    pub ipv6_prefix_len: u8,
 }
 
 impl Default for WriteLimitConfig {
@@ -36,6 +38,7 @@ impl Default for WriteLimitConfig {
             per_address: Rate { burst: 2000, per_second: 200.0 },
             repos_per_author_per_hour: 60,
             max_repos: 100_000,
+            ipv6_prefix_len: grasp_state::client_key::DEFAULT_IPV6_PREFIX_LEN,
         }
     }
 }
@@ -91,7 +94,8 @@ impl WriteLimits {
                 seconds(wait)
             ));
         }
-        match self.per_address.lock().unwrap().try_take(&address, now) {
+        let key = grasp_state::client_key::limit_key(address, self.config.ipv6_prefix_len);
+        match self.per_address.lock().unwrap().try_take(&key, now) {
             Ok(()) => Ok(()),
             Err(Limited::Empty(wait)) => Err(format!(
                 "rate-limited: your address sends events faster than {} per second (burst {}); slow down and retry in {}",
@@ -99,7 +103,6 @@ impl WriteLimits {
                 self.config.per_address.burst,
                 seconds(wait)
             )),
-            Err(Limited::TooManyKeys) => Err("rate-limited: this server is very busy; retry in a few seconds".into()),
         }
     }
 
@@ -128,7 +131,6 @@ impl WriteLimits {
                 self.config.repos_per_author_per_hour,
                 seconds(wait)
             )),
-            Err(Limited::TooManyKeys) => Err("rate-limited: this server is very busy; retry in a few minutes".into()),
         }
     }
 
@@ -188,6 +190,28 @@ mod tests {
         assert!(limits.take_write(&mut limits.connection_bucket(), other).is_ok());
         clock.advance(Duration::from_secs(1));
         assert!(limits.take_write(&mut c1, ip).is_ok());
+    }
+
+    #[test]
+    fn one_ipv6_prefix_shares_one_address_bucket_and_new_addresses_are_never_refused() {
+        let clock = Arc::new(ManualClock::default());
+        let cfg = WriteLimitConfig {
+            per_connection: Rate { burst: 1000, per_second: 1.0 },
+            per_address: Rate { burst: 2, per_second: 1.0 },
+            ..WriteLimitConfig::default()
+        };
+        let limits = WriteLimits::new(cfg, None, clock.clone());
+        let mut c = limits.connection_bucket();
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        assert!(limits.take_write(&mut c, ip("2001:db8:7:7::1")).is_ok());
+        assert!(limits.take_write(&mut c, ip("2001:db8:7:7::2")).is_ok());
+        assert!(limits.take_write(&mut c, ip("2001:db8:7:7:abcd::3")).unwrap_err().contains("your address"));
+        assert!(limits.take_write(&mut c, ip("2001:db8:7:8::1")).is_ok());
+        // More distinct prefixes than the table remembers: nobody is told the server is busy.
+        for i in 0..(MAX_TRACKED_KEYS as u128 + 10) {
+            let a = IpAddr::V6(std::net::Ipv6Addr::from((0x2001_0db9_u128 << 96) | (i << 64)));
+            assert_eq!(limits.take_write(&mut limits.connection_bucket(), a), Ok(()));
+        }
     }
 
     #[test]

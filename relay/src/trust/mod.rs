@@ -3,9 +3,10 @@
 //! - [`Trust`] holds the operator's settings: public or private service, the allow/deny lists
 //!   (`--block-author`, `--allow-repo`, ..., and `--curation-file`, re-read when it changes), the
 //!   members of a private service (`--member`, `--members-file`), the write limits
-//!   ([`limits`]) and the trusted reverse proxies ([`proxy`]).
+//!   ([`limits`]), the free-disk watermark ([`disk`]) and the trusted reverse proxies ([`proxy`]).
 //! - [`Trust::admit`] is the check at the entry of admission, before any repository is created:
-//!   AUTH events are never stored, NIP-70 protected events only from their author, curation,
+//!   AUTH events are never stored, the per-kind size caps (`grasp_state::event_size`), the
+//!   free-disk watermark, NIP-70 protected events only from their author, curation,
 //!   private repositories refused by a public service, the cap on new repositories.
 //! - Connection-level rules (NIP-42 state, per-connection write bucket, membership for REQ and
 //!   EVENT of a private service) are applied by `crate::nostr::connection`.
@@ -14,6 +15,7 @@
 //! The decisions themselves are pure: `grasp_state::auth`, `grasp_state::curation`,
 //! `grasp_state::rate`.
 
+pub mod disk;
 pub mod git_auth;
 pub mod limits;
 pub mod proxy;
@@ -26,12 +28,14 @@ use std::time::Duration;
 
 use grasp_state::auth::{check_protected, Submitter, KIND_AUTH};
 use grasp_state::curation::Curation;
+use grasp_state::event_size::EventSizes;
 use grasp_state::nip34::{Announcement, KIND_ANNOUNCEMENT};
 use ipnet::IpNet;
 use nostr::prelude::{Event, PublicKey};
 
 use crate::grasp::Grasp;
 use crate::shutdown::Shutdown;
+use crate::trust::disk::FreeDisk;
 use crate::trust::limits::WriteLimits;
 use crate::trust::reload::Reloadable;
 
@@ -57,6 +61,10 @@ pub struct Trust {
     /// A GRASP-08 private service: reads and writes need a member's NIP-42 AUTH.
     pub private: bool,
     pub limits: WriteLimits,
+    /// The event size limits (`--max-message-bytes`, `--max-repo-event-bytes`, per-kind caps).
+    pub event_sizes: EventSizes,
+    /// `--min-free-disk` on the data directory.
+    pub disk: FreeDisk,
     /// Reverse proxies whose `X-Forwarded-For` / `X-Real-IP` are believed.
     pub trusted_proxies: Vec<IpNet>,
     curation: Curation,
@@ -96,6 +104,8 @@ impl Trust {
         Ok(Trust {
             private: cfg.private,
             limits: WriteLimits::new(cfg.write_limits(), Some(git_root), Arc::new(grasp_state::purgatory::SystemClock)),
+            event_sizes: cfg.event_sizes(),
+            disk: FreeDisk::new(cfg.data_dir.clone(), cfg.min_free_disk),
             trusted_proxies: cfg.trusted_proxy.clone(),
             curation: cfg.curation(),
             curation_file,
@@ -127,6 +137,10 @@ impl Trust {
     pub fn admit(&self, grasp: &Grasp, ev: &Event, submitter: &Submitter<'_>) -> Result<(), String> {
         if ev.kind.as_u16() == KIND_AUTH {
             return Err(AUTH_EVENT_REFUSED.into());
+        }
+        self.event_sizes.check(ev.kind.as_u16(), ev.as_json().len())?;
+        if !self.disk.has_room() {
+            return Err(grasp_state::free_disk::LOW_DISK_EVENT.into());
         }
         check_protected(ev, submitter).map_err(|r| r.message().to_string())?;
         let curation = self.curation();

@@ -4,6 +4,12 @@
 //! a total; git-first placeholders have their own budget per destination repository and in
 //! total, because anyone may push `refs/nostr/<id>` and placeholders carry no author.
 //!
+//! Held events also count by size against [`Caps::total_bytes`] (their [`held_size`], kept in
+//! step with every attach and detach, soft-expired announcements included since they keep their
+//! event): with the per-kind event caps (`crate::event_size`) a flood of large held events is
+//! bounded in bytes, not only in count. The budget is checked before an add, so it is exceeded
+//! by at most one event.
+//!
 //! When a budget is spent the add is refused with [`PurgatoryFull`]; **existing entries are never
 //! evicted to make room**. Eviction would let a flood (say, state events for one identifier from
 //! thousands of throwaway keys) push out a legitimate maintainer's waiting events. Refusing
@@ -21,7 +27,7 @@
 use std::collections::HashMap;
 use std::fmt;
 
-use nostr::prelude::PublicKey;
+use nostr::prelude::{Event, PublicKey};
 
 use super::entries::RepoId;
 
@@ -40,6 +46,25 @@ pub struct Caps {
     pub expired_events: usize,
     /// Soft-expired announcements kept for revival; beyond it the oldest expires for good.
     pub soft_expired: usize,
+    /// Bytes of held events ([`held_size`]) in total, soft-expired announcements included.
+    pub total_bytes: usize,
+}
+
+/// The default byte budget of the held events: 256 MiB.
+pub const DEFAULT_TOTAL_BYTES: usize = 256 << 20;
+
+/// The bytes a held event counts for: its JSON serialisation's length, computed from its parts
+/// without serialising (ids, key, signature and numbers at their fixed widths, every content
+/// and tag string at its length plus quotes and separators; escapes not counted).
+pub fn held_size(event: &Event) -> usize {
+    // {"id":"<64>","pubkey":"<64>","created_at":<10>,"kind":<5>,"tags":[],"content":"","sig":"<128>"}
+    const FIXED: usize = 350;
+    let tags: usize = event
+        .tags
+        .iter()
+        .map(|t| 3 + t.as_slice().iter().map(|f| f.len() + 3).sum::<usize>())
+        .sum();
+    FIXED + event.content.len() + tags
 }
 
 impl Default for Caps {
@@ -51,6 +76,7 @@ impl Default for Caps {
             placeholders_total: 2_000,
             expired_events: 100_000,
             soft_expired: 10_000,
+            total_bytes: DEFAULT_TOTAL_BYTES,
         }
     }
 }
@@ -60,6 +86,8 @@ impl Default for Caps {
 pub enum CapScope {
     Author,
     Total,
+    /// The held events' byte budget ([`Caps::total_bytes`]).
+    TotalBytes,
     PlaceholdersPerRepo,
     PlaceholdersTotal,
 }
@@ -77,7 +105,40 @@ impl PurgatoryFull {
     pub fn ok_prefix(&self) -> &'static str {
         match self.scope {
             CapScope::Author | CapScope::PlaceholdersPerRepo => "rate-limited",
-            CapScope::Total | CapScope::PlaceholdersTotal => "blocked",
+            CapScope::Total | CapScope::TotalBytes | CapScope::PlaceholdersTotal => "blocked",
+        }
+    }
+}
+
+impl PurgatoryFull {
+    /// The complete NIP-01 refusal of an event of `kind` that did not fit: prefix, what is
+    /// full, and what the sender can do about it for that kind. A full purgatory leaves each
+    /// kind a different way out: a new repository (30617) can only go to another server; a
+    /// state event (30618) needs room here (its push matches only a state this server has) or
+    /// another server; a pull request's commit may be pushed first (git-first), after which
+    /// the event is stored without being held.
+    pub fn refusal(&self, kind: u16) -> String {
+        use crate::nip34::{KIND_ANNOUNCEMENT, KIND_PR, KIND_PR_UPDATE, KIND_STATE};
+        let prefix = self.ok_prefix();
+        let limit = self.limit;
+        let what = match self.scope {
+            CapScope::TotalBytes => format!("{limit} bytes of events"),
+            _ => format!("{limit} events"),
+        };
+        match (self.scope, kind) {
+            (CapScope::Total | CapScope::TotalBytes, KIND_ANNOUNCEMENT) => format!(
+                "{prefix}: purgatory is full ({what} waiting for git data), so this server takes no new repositories now; \
+                 announce the repository on another GRASP server, or send this announcement again later"
+            ),
+            (CapScope::Total | CapScope::TotalBytes, KIND_STATE) => format!(
+                "{prefix}: purgatory is full ({what} waiting for git data), so this state event cannot wait here for its push; \
+                 send it again later, or publish and push to another GRASP server listed in the announcement"
+            ),
+            (CapScope::Total | CapScope::TotalBytes, KIND_PR | KIND_PR_UPDATE) => format!(
+                "{prefix}: purgatory is full ({what} waiting for git data); push the commit to refs/nostr/<event-id> \
+                 of the repository first (git push <clone-url> <commit>:refs/nostr/<event-id>), then send this event again"
+            ),
+            _ => format!("{prefix}: {self}"),
         }
     }
 }
@@ -93,6 +154,10 @@ impl fmt::Display for PurgatoryFull {
             CapScope::Total => write!(
                 f,
                 "purgatory is full ({limit} events waiting for git data); push your git data first, then publish the event, or try again later"
+            ),
+            CapScope::TotalBytes => write!(
+                f,
+                "purgatory is full ({limit} bytes of events waiting for git data); push your git data first, then publish the event, or try again later"
             ),
             CapScope::PlaceholdersPerRepo => write!(
                 f,
@@ -125,6 +190,8 @@ pub(crate) struct Counts {
     pub placeholders_total: usize,
     /// Soft-expired announcements (counted here instead of per author and in `total`).
     pub soft_expired: usize,
+    /// [`held_size`] of every held event (soft-expired announcements included).
+    pub held_bytes: usize,
 }
 
 impl Counts {
@@ -141,7 +208,23 @@ impl Counts {
                 limit: caps.total,
             });
         }
+        if self.held_bytes >= caps.total_bytes {
+            return Err(PurgatoryFull {
+                scope: CapScope::TotalBytes,
+                limit: caps.total_bytes,
+            });
+        }
         Ok(())
+    }
+
+    /// A held event attached.
+    pub fn add_bytes(&mut self, event: &Event) {
+        self.held_bytes += held_size(event);
+    }
+
+    /// A held event detached.
+    pub fn remove_bytes(&mut self, event: &Event) {
+        self.held_bytes = self.held_bytes.saturating_sub(held_size(event));
     }
 
     /// Whether one more soft-expired announcement needs the oldest one evicted first.
@@ -255,9 +338,97 @@ mod tests {
             .contains("1 events waiting"));
     }
 
+    #[test]
+    fn a_full_purgatory_tells_each_kind_what_it_can_do() {
+        let total = PurgatoryFull { scope: CapScope::Total, limit: 7 };
+        let announcement = total.refusal(crate::nip34::KIND_ANNOUNCEMENT);
+        assert!(announcement.starts_with("blocked: purgatory is full (7 events"), "{announcement}");
+        // No repository exists yet for a new announcement: no advice to push.
+        assert!(!announcement.contains("push"), "{announcement}");
+        assert!(announcement.contains("another GRASP server"));
+        let state = total.refusal(crate::nip34::KIND_STATE);
+        assert!(state.contains("send it again later") && state.contains("another GRASP server"), "{state}");
+        for kind in [crate::nip34::KIND_PR, crate::nip34::KIND_PR_UPDATE] {
+            assert!(total.refusal(kind).contains("refs/nostr/<event-id>"));
+        }
+        // Other scopes keep their own text behind their own prefix.
+        let author = PurgatoryFull { scope: CapScope::Author, limit: 3 }.refusal(crate::nip34::KIND_ANNOUNCEMENT);
+        assert!(author.starts_with("rate-limited: you already have 3 events waiting"), "{author}");
+    }
+
     use super::super::testutil::*;
     use super::super::PurgatoryConfig;
     use nostr::prelude::EventId;
+    use proptest::prelude::*;
+
+    /// A state look-alike by `author` with `content` bytes of content and `tag` bytes in one tag.
+    fn sized(author: u8, n: u32, content: usize, tag: usize) -> Event {
+        let f = fake_event(author, STATE, 0, n);
+        let tags = [nostr::prelude::Tag::parse(["d".to_string(), "t".repeat(tag)]).unwrap()];
+        Event::new(f.id, f.pubkey, f.created_at, f.kind, tags, "c".repeat(content), f.sig)
+    }
+
+    #[test]
+    fn held_events_count_their_bytes_and_the_byte_budget_refuses_more() {
+        let caps = Caps { total_bytes: 10_000, ..Caps::default() };
+        let (_c, mut p) = purgatory_with(PurgatoryConfig { caps, ..PurgatoryConfig::default() });
+        let big = sized(0, 1, 6_000, 0);
+        p.add_state(big.clone(), big.pubkey, "repo".into()).unwrap();
+        let second = sized(1, 2, 6_000, 0);
+        p.add_state(second.clone(), second.pubkey, "repo".into()).unwrap();
+        assert_eq!(p.counts.held_bytes, held_size(&big) + held_size(&second));
+        // Over the budget (by at most one event): the next add is refused, whoever sends it.
+        let third = sized(2, 3, 10, 0);
+        let err = p.add_state(third.clone(), third.pubkey, "repo".into()).unwrap_err();
+        assert_eq!(err, PurgatoryFull { scope: CapScope::TotalBytes, limit: 10_000 });
+        assert!(err.refusal(crate::nip34::KIND_STATE).starts_with("blocked: purgatory is full (10000 bytes of events"));
+        // Releasing one makes room again.
+        p.remove_state_event("repo", &big.id).unwrap();
+        p.add_state(third.clone(), third.pubkey, "repo".into()).unwrap();
+        p.remove_state_event("repo", &second.id).unwrap();
+        p.remove_state_event("repo", &third.id).unwrap();
+        assert_eq!(p.counts.held_bytes, 0);
+    }
+
+    proptest! {
+        #[test]
+        fn held_size_bounds_the_serialised_event(content in 0usize..5_000, tag in 0usize..5_000) {
+            let e = sized(0, 1, content, tag);
+            let json = e.as_json().len();
+            let held = held_size(&e);
+            prop_assert!(json <= held && held <= json + 24, "json {} held {}", json, held);
+        }
+
+        #[test]
+        fn held_bytes_follow_every_add_and_removal(ops in prop::collection::vec((0u8..4, 0usize..3_000, any::<bool>()), 1..40), budget in 1_000usize..20_000) {
+            let caps = Caps { total_bytes: budget, per_author: 1_000, total: 1_000, ..Caps::default() };
+            let (_c, mut p) = purgatory_with(PurgatoryConfig { caps, ..PurgatoryConfig::default() });
+            let mut held: Vec<Event> = Vec::new();
+            for (n, (author, content, remove)) in ops.into_iter().enumerate() {
+                if remove && !held.is_empty() {
+                    let e = held.remove(0);
+                    prop_assert!(p.remove_state_event("repo", &e.id).is_some());
+                } else {
+                    let e = sized(author, n as u32, content, 0);
+                    let before: usize = held.iter().map(held_size).sum();
+                    match p.add_state(e.clone(), e.pubkey, "repo".into()) {
+                        Ok(_) => {
+                            prop_assert!(before < budget);
+                            held.push(e);
+                        }
+                        Err(full) => {
+                            prop_assert_eq!(full.scope, CapScope::TotalBytes);
+                            prop_assert!(before >= budget);
+                        }
+                    }
+                }
+                let sum: usize = held.iter().map(held_size).sum();
+                prop_assert_eq!(p.counts.held_bytes, sum);
+                // Exceeded by at most one event.
+                prop_assert!(sum < budget + 350 + 3_000 + 10);
+            }
+        }
+    }
 
     fn small() -> PurgatoryConfig {
         PurgatoryConfig {
@@ -268,6 +439,7 @@ mod tests {
                 placeholders_total: 3,
                 expired_events: 100,
                 soft_expired: 2,
+                total_bytes: DEFAULT_TOTAL_BYTES,
             },
             ..PurgatoryConfig::default()
         }

@@ -45,7 +45,7 @@ use std::time::{Duration, Instant};
 
 use nostr::prelude::{EventId, PublicKey};
 
-pub use caps::{CapScope, Caps, PlaceholderError, PurgatoryFull};
+pub use caps::{held_size, CapScope, Caps, PlaceholderError, PurgatoryFull, DEFAULT_TOTAL_BYTES};
 pub use checkpoint::{
     read_checkpoint, set_aside, write_checkpoint, CheckpointError, PurgatorySnapshot,
     PurgatoryState, RestoreReport, Skipped,
@@ -355,6 +355,7 @@ impl Purgatory {
         };
         self.by_id.insert(entry.event.id, key.clone());
         self.counts.add_announcement(entry.owner, entry.soft_expired);
+        self.counts.add_bytes(&entry.event);
         self.deadlines.arm(entry.expires_at, key.clone());
         self.announcements
             .entry(entry.identifier.clone())
@@ -375,6 +376,7 @@ impl Purgatory {
         }
         self.by_id.remove(&entry.event.id);
         self.counts.remove_announcement(owner, entry.soft_expired);
+        self.counts.remove_bytes(&entry.event);
         let key = EntryKey::Announcement {
             owner: *owner,
             identifier: identifier.to_owned(),
@@ -391,6 +393,7 @@ impl Purgatory {
         };
         self.by_id.insert(entry.event.id, key.clone());
         self.counts.add_entry(entry.author);
+        self.counts.add_bytes(&entry.event);
         self.deadlines.arm(entry.expires_at, key.clone());
         self.states
             .entry(entry.identifier.clone())
@@ -408,6 +411,7 @@ impl Purgatory {
         }
         self.by_id.remove(event_id);
         self.counts.remove_entry(&entry.author);
+        self.counts.remove_bytes(&entry.event);
         let key = EntryKey::State {
             identifier: identifier.to_owned(),
             event_id: *event_id,
@@ -419,7 +423,10 @@ impl Purgatory {
 
     fn attach_pr(&mut self, event_id: EventId, entry: PrEntry) {
         match &entry.event {
-            Some(e) => self.counts.add_entry(e.pubkey),
+            Some(e) => {
+                self.counts.add_entry(e.pubkey);
+                self.counts.add_bytes(e);
+            }
             None => self.counts.placeholders_total += 1,
         }
         for d in &entry.destinations {
@@ -436,7 +443,10 @@ impl Purgatory {
     fn detach_pr(&mut self, event_id: &EventId) -> Option<PrEntry> {
         let entry = self.prs.remove(event_id)?;
         match &entry.event {
-            Some(e) => self.counts.remove_entry(&e.pubkey),
+            Some(e) => {
+                self.counts.remove_entry(&e.pubkey);
+                self.counts.remove_bytes(e);
+            }
             None => {
                 self.counts.placeholders_total = self.counts.placeholders_total.saturating_sub(1)
             }

@@ -1,0 +1,92 @@
+//! The free-disk watermark (`--min-free-disk`, docs/security.md): the free bytes of the data
+//! directory's file system, measured with `statvfs` at most every [`RECHECK`], against the
+//! watermark. Below it [`crate::trust::Trust::admit`] refuses every event and the pre-receive
+//! decision rejects every push; the verdict itself is [`grasp_state::free_disk::has_room`].
+
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// How long one measurement is reused.
+pub const RECHECK: Duration = Duration::from_secs(2);
+
+/// The watermark and the last measurement.
+#[derive(Debug, Default)]
+pub struct FreeDisk {
+    /// The directory measured (none: never low).
+    path: Option<PathBuf>,
+    /// Free bytes kept (0: never low).
+    min_free: u64,
+    /// When last measured, and whether there was room then.
+    last: Mutex<Option<(Instant, bool)>>,
+}
+
+impl FreeDisk {
+    /// Keeps `min_free` bytes free on the file system of `path`.
+    pub fn new(path: PathBuf, min_free: u64) -> Self {
+        FreeDisk { path: Some(path), min_free, last: Mutex::new(None) }
+    }
+
+    /// Is there room for writes? Measured at most every [`RECHECK`]; a file system that cannot
+    /// be measured counts as having room (the write itself then fails with its own error).
+    pub fn has_room(&self) -> bool {
+        let Some(path) = self.path.as_ref().filter(|_| self.min_free > 0) else { return true };
+        let now = Instant::now();
+        let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((at, room)) = *last {
+            if now.saturating_duration_since(at) < RECHECK {
+                return room;
+            }
+        }
+        let room = match available_bytes(path) {
+            Ok(free) => {
+                let room = grasp_state::free_disk::has_room(free, self.min_free);
+                if last.is_none_or(|(_, was)| was != room) {
+                    if room {
+                        tracing::info!(free, min_free = self.min_free, "disk space back above --min-free-disk: writes accepted again");
+                    } else {
+                        tracing::warn!(free, min_free = self.min_free, reason = "low disk", "free disk space below --min-free-disk: refusing events and pushes");
+                    }
+                }
+                room
+            }
+            Err(e) => {
+                tracing::debug!(path = %path.display(), error = %e, "could not measure free disk space");
+                true
+            }
+        };
+        *last = Some((now, room));
+        room
+    }
+}
+
+/// Bytes available to unprivileged writers on the file system holding `path`.
+fn available_bytes(path: &std::path::Path) -> std::io::Result<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes())?;
+    let mut st = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+    // SAFETY: `c` is a valid NUL-terminated path and `st` a writable statvfs buffer.
+    let rc = unsafe { libc::statvfs(c.as_ptr(), st.as_mut_ptr()) };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: statvfs returned 0, so it filled `st`.
+    let st = unsafe { st.assume_init() };
+    #[allow(clippy::unnecessary_cast)] // the field widths differ between platforms
+    Ok((st.f_bavail as u64).saturating_mul(st.f_frsize as u64))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_watermark_above_the_disk_is_low_and_zero_never_is() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(available_bytes(dir.path()).unwrap() > 0);
+        assert!(!FreeDisk::new(dir.path().into(), u64::MAX).has_room());
+        assert!(FreeDisk::new(dir.path().into(), 1).has_room());
+        assert!(FreeDisk::new(dir.path().into(), 0).has_room());
+        assert!(FreeDisk::default().has_room());
+    }
+}
