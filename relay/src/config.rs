@@ -137,6 +137,12 @@ pub struct Config {
     #[arg(long, env = "GRASP_GIT_IDLE_TIMEOUT", default_value = "60s", value_name = "DURATION", value_parser = parse_duration)]
     pub git_idle_timeout: Duration,
 
+    /// How long a push waits for another push to the same repository (anyone's, however slow)
+    /// to end before it is answered 503 with Retry-After ("another push to this repository is
+    /// in progress; retry later"). Passed to grasp-cgi as GRASP_PUSH_LOCK_WAIT (whole seconds).
+    #[arg(long, env = "GRASP_PUSH_LOCK_WAIT", default_value = "10s", value_name = "DURATION", value_parser = parse_duration)]
+    pub push_lock_wait: Duration,
+
     /// How long processing a client's event waits for a repository it governs (a push may hold
     /// it) before that repository's work is deferred and retried later while the rest proceeds.
     #[arg(long, env = "GRASP_EVENT_LOCK_WAIT", default_value = "3s", value_name = "DURATION", value_parser = parse_duration)]
