@@ -28,6 +28,8 @@
 //!   [`recency::Recency`].
 //! - [`auth`]: NIP-42 `AUTH` verification and the NIP-70 protected-event rule.
 //! - [`rate`]: write limits as token buckets (alone and per key) with the time passed in.
+//! - [`transfer`]: the minimum rate a git request body must keep (`--git-min-rate`).
+//! - [`fd_budget`]: the file descriptors the configured limits need (checked at startup).
 //! - [`curation`]: the operator's allow and deny lists (authors, events, repositories).
 //! - [`deferred`]: repository work an event could not do within its lock bound, retried later
 //!   with backoff ([`deferred::DeferredWork`]).
@@ -58,6 +60,7 @@ pub mod git_env;
 pub mod auth;
 pub mod curation;
 pub mod deferred;
+pub mod fd_budget;
 pub mod hook_api;
 pub mod html;
 pub mod host;
@@ -72,3 +75,4 @@ pub mod recency;
 pub mod rate;
 pub mod refs;
 pub mod release;
+pub mod transfer;
