@@ -73,7 +73,9 @@ pub struct Config {
     pub negentropy_max_items: usize,
 
     /// Most connections (HTTP and WebSocket) the public listener keeps open at once; new ones
-    /// beyond it get a `503` and are closed.
+    /// beyond it get a `503` and are closed. The open file limit must allow it: at startup the
+    /// soft limit is raised to the hard one, and below --max-connections + 2 x
+    /// --git-max-requests + 256 the relay refuses to start.
     #[arg(long, env = "GRASP_MAX_CONNECTIONS", default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_connections: u32,
 

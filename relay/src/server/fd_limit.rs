@@ -12,6 +12,8 @@ pub fn raise(needed: u64) -> anyhow::Result<u64> {
     if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
         return Err(std::io::Error::last_os_error()).context("reading the open file limit (RLIMIT_NOFILE)");
     }
+    // `rlim_t` is `u64` on Linux only.
+    #[allow(clippy::unnecessary_cast)]
     let (soft, hard) = (lim.rlim_cur as u64, lim.rlim_max as u64);
     let target = grasp_state::fd_budget::plan(soft, hard, needed).map_err(anyhow::Error::msg)?;
     if target != soft {
