@@ -146,11 +146,12 @@ pub fn feed_body(
             wait = wait.min(slow.saturating_sub(started.elapsed()));
         }
         if !readable_within(from.as_raw_fd(), wait).map_err(|e| BodyFault::Read(e.kind()))? {
-            if transfer::too_slow(got, started.elapsed(), idle, min_rate) {
-                return Err(BodyFault::TooSlow(min_rate));
-            }
+            // A body that stopped is idle, whatever its rate.
             if wait >= idle {
                 return Err(BodyFault::Idle(idle));
+            }
+            if transfer::too_slow(got, started.elapsed(), idle, min_rate) {
+                return Err(BodyFault::TooSlow(min_rate));
             }
             continue;
         }

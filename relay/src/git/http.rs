@@ -206,10 +206,11 @@ async fn run_cgi(
                 due = due.min(started + slow);
             }
             match tokio::time::timeout_at(due, body.frame()).await {
+                // A body that stopped is idle, whatever its rate.
+                Err(_) if last_frame.elapsed() >= idle => return feeder.abort(Abandoned::Idle(idle)),
                 Err(_) if transfer::too_slow(bytes, started.elapsed(), idle, min_rate) => {
                     return feeder.abort(Abandoned::TooSlow(min_rate))
                 }
-                Err(_) if last_frame.elapsed() >= idle => return feeder.abort(Abandoned::Idle(idle)),
                 Err(_) => continue,
                 Ok(Some(Err(_))) => return feeder.abort(Abandoned::ClientGone),
                 Ok(None) => break,
