@@ -39,7 +39,9 @@
 //! git root), `--git` / `GRASP_GIT` (default `git`), `--http-backend` / `GRASP_GIT_HTTP_BACKEND`
 //! (git's `git-http-backend` program, run directly: one process start less per request than
 //! `<git> http-backend`; the relay sets it from `git --exec-path`),
-//! `--idle-timeout` / `GRASP_GIT_IDLE_TIMEOUT` (seconds, default 60).
+//! `--idle-timeout` / `GRASP_GIT_IDLE_TIMEOUT` (seconds, default 60), `--min-rate` /
+//! `GRASP_GIT_MIN_RATE` (bytes per second a request body must average past the idle timeout,
+//! default 1024, 0: none).
 
 mod child;
 mod pages;
@@ -86,6 +88,11 @@ struct Args {
     /// processes killed (a body ending short of CONTENT_LENGTH ends it at once).
     #[arg(long, env = "GRASP_GIT_IDLE_TIMEOUT", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
     idle_timeout: u64,
+    /// Past the idle timeout, the request body must average at least this many bytes per
+    /// second since the request began, or the request is ended and its git processes killed
+    /// (0: no minimum).
+    #[arg(long, env = grasp_state::transfer::ENV_MIN_RATE, default_value_t = grasp_state::transfer::DEFAULT_MIN_RATE)]
+    min_rate: u64,
 }
 
 fn main() -> ExitCode {
@@ -346,11 +353,11 @@ fn run_backend(
     // A fault is reported before the group is killed, so it is known once the output ends.
     let (faults, fault) = std::sync::mpsc::sync_channel(1);
     if let Some(stdin) = child.stdin.take() {
-        let (content_length, idle) = (req.content_length, Duration::from_secs(args.idle_timeout));
+        let (content_length, idle, min_rate) = (req.content_length, Duration::from_secs(args.idle_timeout), args.min_rate);
         let (group, path) = (child.id() as i32, req.path_info.clone());
         let from = io::stdin().as_fd().try_clone_to_owned().context("duplicating stdin")?;
         std::thread::spawn(move || {
-            if let Err(e) = child::feed_body(&mut File::from(from), stdin, content_length, idle) {
+            if let Err(e) = child::feed_body(&mut File::from(from), stdin, content_length, idle, min_rate) {
                 eprintln!("grasp-cgi: {e}: ending {path} and its git processes");
                 let _ = faults.send(e);
                 child::kill_group(group);
