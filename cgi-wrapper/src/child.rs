@@ -37,10 +37,46 @@ extern "C" fn on_stop_signal(signal: libc::c_int) {
 /// On `SIGTERM`, `SIGINT` or `SIGHUP`, kill the backend's group (if one runs) and exit.
 pub fn install_signal_handlers() {
     let handler = on_stop_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
-    for signal in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
+    for signal in STOP_SIGNALS {
         // SAFETY: the handler only makes async-signal-safe calls.
         unsafe {
             libc::signal(signal, handler);
+        }
+    }
+}
+
+/// The signals that stop grasp-cgi ([`install_signal_handlers`]).
+const STOP_SIGNALS: [libc::c_int; 3] = [libc::SIGTERM, libc::SIGINT, libc::SIGHUP];
+
+/// Holds the stop signals back while the backend is started and its group recorded: a stop that
+/// arrives between `spawn` and [`BackendGroup::register`] would otherwise find no group to kill
+/// and leave the backend running as an orphan. Pending signals are delivered when this drops,
+/// with the group known. (The spawned child starts with an empty signal mask: std resets it.)
+pub struct StopSignalsHeld {
+    previous: libc::sigset_t,
+}
+
+impl StopSignalsHeld {
+    pub fn hold() -> StopSignalsHeld {
+        // SAFETY: sigset_t is plain data, initialised by sigemptyset before use.
+        unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            let mut previous: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            for signal in STOP_SIGNALS {
+                libc::sigaddset(&mut set, signal);
+            }
+            libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut previous);
+            StopSignalsHeld { previous }
+        }
+    }
+}
+
+impl Drop for StopSignalsHeld {
+    fn drop(&mut self) {
+        // SAFETY: restores the mask saved by `hold`.
+        unsafe {
+            libc::pthread_sigmask(libc::SIG_SETMASK, &self.previous, std::ptr::null_mut());
         }
     }
 }

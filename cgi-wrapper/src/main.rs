@@ -343,6 +343,7 @@ fn run_backend(
         cmd.env(format!("GIT_CONFIG_KEY_{i}"), k)
             .env(format!("GIT_CONFIG_VALUE_{i}"), v);
     }
+    let held = child::StopSignalsHeld::hold();
     let mut child = cmd
         .spawn()
         .with_context(|| match &args.http_backend {
@@ -350,6 +351,7 @@ fn run_backend(
             None => format!("running {} http-backend", args.git.display()),
         })?;
     let group = child::BackendGroup::register(child.id());
+    drop(held);
     // A fault is reported before the group is killed, so it is known once the output ends.
     let (faults, fault) = std::sync::mpsc::sync_channel(1);
     if let Some(stdin) = child.stdin.take() {
