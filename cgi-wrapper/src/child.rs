@@ -18,6 +18,8 @@ use std::process::ChildStdin;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::Duration;
 
+use grasp_state::transfer;
+
 /// The backend's process group (its pid), 0 while none runs. Read by the signal handler.
 static BACKEND_GROUP: AtomicI32 = AtomicI32::new(0);
 
@@ -35,10 +37,46 @@ extern "C" fn on_stop_signal(signal: libc::c_int) {
 /// On `SIGTERM`, `SIGINT` or `SIGHUP`, kill the backend's group (if one runs) and exit.
 pub fn install_signal_handlers() {
     let handler = on_stop_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
-    for signal in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
+    for signal in STOP_SIGNALS {
         // SAFETY: the handler only makes async-signal-safe calls.
         unsafe {
             libc::signal(signal, handler);
+        }
+    }
+}
+
+/// The signals that stop grasp-cgi ([`install_signal_handlers`]).
+const STOP_SIGNALS: [libc::c_int; 3] = [libc::SIGTERM, libc::SIGINT, libc::SIGHUP];
+
+/// Holds the stop signals back while the backend is started and its group recorded: a stop that
+/// arrives between `spawn` and [`BackendGroup::register`] would otherwise find no group to kill
+/// and leave the backend running as an orphan. Pending signals are delivered when this drops,
+/// with the group known. (The spawned child starts with an empty signal mask: std resets it.)
+pub struct StopSignalsHeld {
+    previous: libc::sigset_t,
+}
+
+impl StopSignalsHeld {
+    pub fn hold() -> StopSignalsHeld {
+        // SAFETY: sigset_t is plain data, initialised by sigemptyset before use.
+        unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            let mut previous: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            for signal in STOP_SIGNALS {
+                libc::sigaddset(&mut set, signal);
+            }
+            libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut previous);
+            StopSignalsHeld { previous }
+        }
+    }
+}
+
+impl Drop for StopSignalsHeld {
+    fn drop(&mut self) {
+        // SAFETY: restores the mask saved by `hold`.
+        unsafe {
+            libc::pthread_sigmask(libc::SIG_SETMASK, &self.previous, std::ptr::null_mut());
         }
     }
 }
@@ -96,6 +134,8 @@ pub enum BodyFault {
     Short { got: u64, expected: u64 },
     /// Nothing arrived for the idle timeout.
     Idle(Duration),
+    /// Past the idle timeout, the body averaged less than this many bytes per second.
+    TooSlow(u64),
     /// Reading the request failed.
     Read(io::ErrorKind),
 }
@@ -108,6 +148,7 @@ impl std::fmt::Display for BodyFault {
                 "the request body ended after {got} of its {expected} bytes (client gone)"
             ),
             BodyFault::Idle(t) => write!(f, "no request body data for {t:?} (idle timeout)"),
+            BodyFault::TooSlow(rate) => write!(f, "the request body arrived slower than {rate} bytes/s (GRASP_GIT_MIN_RATE)"),
             BodyFault::Read(kind) => write!(f, "reading the request body failed: {kind}"),
         }
     }
@@ -115,25 +156,40 @@ impl std::fmt::Display for BodyFault {
 
 /// Copies the request body from `from` to the backend's stdin: exactly `content_length` bytes
 /// when given (what the client sends beyond is not the backend's), else up to end of input.
-/// Closes the backend's stdin at the end. A body that ends short or stalls for `idle` is a
-/// fault; the caller kills the backend. The backend closing its stdin early is not a fault.
+/// Closes the backend's stdin at the end. A body that ends short, stalls for `idle`, or past
+/// `idle` averages less than `min_rate` bytes per second (`grasp_state::transfer`; 0: no
+/// minimum) is a fault; the caller kills the backend. The backend closing its stdin early is
+/// not a fault.
 pub fn feed_body(
     from: &mut (impl Read + AsRawFd),
     to: ChildStdin,
     content_length: Option<u64>,
     idle: Duration,
+    min_rate: u64,
 ) -> Result<u64, BodyFault> {
     let mut to = Some(to);
     let mut buf = vec![0u8; 64 * 1024];
     let mut got = 0u64;
+    let started = std::time::Instant::now();
     loop {
         let want = match content_length {
             Some(expected) if got >= expected => return Ok(got),
             Some(expected) => buf.len().min((expected - got).min(usize::MAX as u64) as usize),
             None => buf.len(),
         };
-        if !readable_within(from.as_raw_fd(), idle).map_err(|e| BodyFault::Read(e.kind()))? {
-            return Err(BodyFault::Idle(idle));
+        let mut wait = idle;
+        if let Some(slow) = transfer::slow_at(got, idle, min_rate) {
+            wait = wait.min(slow.saturating_sub(started.elapsed()));
+        }
+        if !readable_within(from.as_raw_fd(), wait).map_err(|e| BodyFault::Read(e.kind()))? {
+            // A body that stopped is idle, whatever its rate.
+            if wait >= idle {
+                return Err(BodyFault::Idle(idle));
+            }
+            if transfer::too_slow(got, started.elapsed(), idle, min_rate) {
+                return Err(BodyFault::TooSlow(min_rate));
+            }
+            continue;
         }
         let n = match from.read(&mut buf[..want]) {
             Ok(n) => n,
@@ -191,7 +247,7 @@ mod tests {
         client.write_all(b"hello world, and more").unwrap();
         let mut child = cat();
         let stdin = child.stdin.take().unwrap();
-        let fed = feed_body(&mut server, stdin, Some(11), Duration::from_secs(5)).unwrap();
+        let fed = feed_body(&mut server, stdin, Some(11), Duration::from_secs(5), 0).unwrap();
         assert_eq!(fed, 11);
         let out = child.wait_with_output().unwrap();
         assert_eq!(out.stdout, b"hello world");
@@ -204,7 +260,7 @@ mod tests {
         drop(client);
         let mut child = cat();
         let stdin = child.stdin.take().unwrap();
-        let fault = feed_body(&mut server, stdin, Some(100), Duration::from_secs(5)).unwrap_err();
+        let fault = feed_body(&mut server, stdin, Some(100), Duration::from_secs(5), 0).unwrap_err();
         assert_eq!(fault, BodyFault::Short { got: 5, expected: 100 });
         let _ = child.wait();
     }
@@ -215,10 +271,33 @@ mod tests {
         client.write_all(b"hello").unwrap();
         let mut child = cat();
         let stdin = child.stdin.take().unwrap();
-        let fault = feed_body(&mut server, stdin, Some(100), Duration::from_millis(50)).unwrap_err();
+        let fault = feed_body(&mut server, stdin, Some(100), Duration::from_millis(50), 0).unwrap_err();
         assert_eq!(fault, BodyFault::Idle(Duration::from_millis(50)));
         drop(client);
         let _ = child.wait();
+    }
+
+    #[test]
+    fn a_trickling_body_is_a_fault_past_the_idle_timeout() {
+        let (mut client, mut server) = UnixStream::pair().unwrap();
+        let trickle = std::thread::spawn(move || {
+            // One byte every 20 ms (50 bytes/s), never idle for the 100 ms idle timeout.
+            for _ in 0..100 {
+                if client.write_all(b"x").is_err() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        });
+        let mut child = cat();
+        let stdin = child.stdin.take().unwrap();
+        let started = std::time::Instant::now();
+        let fault = feed_body(&mut server, stdin, Some(1000), Duration::from_millis(100), 1000).unwrap_err();
+        assert_eq!(fault, BodyFault::TooSlow(1000));
+        assert!(started.elapsed() < Duration::from_secs(1), "{:?}", started.elapsed());
+        drop(server);
+        let _ = child.wait();
+        trickle.join().unwrap();
     }
 
     #[test]
@@ -228,7 +307,7 @@ mod tests {
         drop(client);
         let mut child = cat();
         let stdin = child.stdin.take().unwrap();
-        assert_eq!(feed_body(&mut server, stdin, None, Duration::from_secs(5)).unwrap(), 7);
+        assert_eq!(feed_body(&mut server, stdin, None, Duration::from_secs(5), 0).unwrap(), 7);
         assert_eq!(child.wait_with_output().unwrap().stdout, b"chunked");
     }
 }

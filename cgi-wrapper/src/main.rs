@@ -44,8 +44,9 @@
 //! git root), `--git` / `GRASP_GIT` (default `git`), `--http-backend` / `GRASP_GIT_HTTP_BACKEND`
 //! (git's `git-http-backend` program, run directly: one process start less per request than
 //! `<git> http-backend`; the relay sets it from `git --exec-path`),
-//! `--idle-timeout` / `GRASP_GIT_IDLE_TIMEOUT` (seconds, default 60),
-//! `--push-lock-wait` / `GRASP_PUSH_LOCK_WAIT` (seconds, default 10).
+//! `--idle-timeout` / `GRASP_GIT_IDLE_TIMEOUT` (seconds, default 60), `--min-rate` /
+//! `GRASP_GIT_MIN_RATE` (bytes per second a request body must average past the idle timeout,
+//! default 1024, 0: none), `--push-lock-wait` / `GRASP_PUSH_LOCK_WAIT` (seconds, default 10).
 
 mod child;
 mod pages;
@@ -97,6 +98,12 @@ struct Args {
     /// answered 503 (retry later); 0 tries once.
     #[arg(long, env = "GRASP_PUSH_LOCK_WAIT", default_value_t = 10)]
     push_lock_wait: u64,
+
+    /// Past the idle timeout, the request body must average at least this many bytes per
+    /// second since the request began, or the request is ended and its git processes killed
+    /// (0: no minimum).
+    #[arg(long, env = grasp_state::transfer::ENV_MIN_RATE, default_value_t = grasp_state::transfer::DEFAULT_MIN_RATE)]
+    min_rate: u64,
 }
 
 fn main() -> ExitCode {
@@ -371,6 +378,7 @@ fn run_backend(
         cmd.env(format!("GIT_CONFIG_KEY_{i}"), k)
             .env(format!("GIT_CONFIG_VALUE_{i}"), v);
     }
+    let held = child::StopSignalsHeld::hold();
     let mut child = cmd
         .spawn()
         .with_context(|| match &args.http_backend {
@@ -378,14 +386,15 @@ fn run_backend(
             None => format!("running {} http-backend", args.git.display()),
         })?;
     let group = child::BackendGroup::register(child.id());
+    drop(held);
     // A fault is reported before the group is killed, so it is known once the output ends.
     let (faults, fault) = std::sync::mpsc::sync_channel(1);
     if let Some(stdin) = child.stdin.take() {
-        let (content_length, idle) = (req.content_length, Duration::from_secs(args.idle_timeout));
+        let (content_length, idle, min_rate) = (req.content_length, Duration::from_secs(args.idle_timeout), args.min_rate);
         let (group, path) = (child.id() as i32, req.path_info.clone());
         let from = io::stdin().as_fd().try_clone_to_owned().context("duplicating stdin")?;
         std::thread::spawn(move || {
-            if let Err(e) = child::feed_body(&mut File::from(from), stdin, content_length, idle) {
+            if let Err(e) = child::feed_body(&mut File::from(from), stdin, content_length, idle, min_rate) {
                 eprintln!("grasp-cgi: {e}: ending {path} and its git processes");
                 let _ = faults.send(e);
                 child::kill_group(group);

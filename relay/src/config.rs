@@ -73,7 +73,9 @@ pub struct Config {
     pub negentropy_max_items: usize,
 
     /// Most connections (HTTP and WebSocket) the public listener keeps open at once; new ones
-    /// beyond it get a `503` and are closed.
+    /// beyond it get a `503` and are closed. The open file limit must allow it: at startup the
+    /// soft limit is raised to the hard one, and below --max-connections + 2 x
+    /// --git-max-requests + 256 the relay refuses to start.
     #[arg(long, env = "GRASP_MAX_CONNECTIONS", default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_connections: u32,
 
@@ -142,6 +144,25 @@ pub struct Config {
     /// in progress; retry later"). Passed to grasp-cgi as GRASP_PUSH_LOCK_WAIT (whole seconds).
     #[arg(long, env = "GRASP_PUSH_LOCK_WAIT", default_value = "10s", value_name = "DURATION", value_parser = parse_duration)]
     pub push_lock_wait: Duration,
+
+    /// After the first --git-idle-timeout of a git request, its body must have arrived at this
+    /// average rate (bytes per second since the request began) or the request is ended and its
+    /// git processes killed, so a push trickling bytes cannot hold its slot and lock for long
+    /// (0: no minimum). grasp-cgi reads the same variable behind nginx.
+    #[arg(long, env = "GRASP_GIT_MIN_RATE", default_value_t = grasp_state::transfer::DEFAULT_MIN_RATE)]
+    pub git_min_rate: u64,
+
+    /// A client of the public listener that reads nothing of what it is sent (a WebSocket
+    /// message, a git response, a page) for this long is disconnected; a git response's
+    /// processes are then killed and its git request slot freed.
+    #[arg(long, env = "GRASP_WRITE_TIMEOUT", default_value = "60s", value_name = "DURATION", value_parser = parse_duration)]
+    pub write_timeout: Duration,
+
+    /// A WebSocket connection that sends nothing for this long is closed when it has no open
+    /// subscription; with subscriptions it is pinged and closed if no answer comes within
+    /// this time (at most 30s).
+    #[arg(long, env = "GRASP_WS_IDLE_TIMEOUT", default_value = "5m", value_name = "DURATION", value_parser = parse_duration)]
+    pub ws_idle_timeout: Duration,
 
     /// How long processing a client's event waits for a repository it governs (a push may hold
     /// it) before that repository's work is deferred and retried later while the rest proceeds.

@@ -10,7 +10,9 @@
 //!
 //! - [`server`]: transport. The public HTTP listener, routing and daemon lifecycle
 //!   (`server/mod.rs`), response bodies and CORS (`http`), connection caps
-//!   (`connection_limits`), accepting sockets with `TCP_NODELAY` for every listener (`tcp`).
+//!   (`connection_limits`), accepting sockets with `TCP_NODELAY` and a pause after a failed
+//!   accept for every listener (`tcp`), the write deadline on every public connection
+//!   (`write_deadline`), the open file limit raised at startup (`fd_limit`).
 //! - [`nostr`]: the Nostr relay. One NIP-01 WebSocket connection (`connection`), its
 //!   subscriptions (`subscriptions`), the nostr-lmdb event store (`store`, with the lookups
 //!   admission repeats cached under a write generation in `lookups`), store + live

@@ -34,6 +34,8 @@
 //!   (IPv6 by its prefix, `--ipv6-prefix-len`).
 //! - [`event_size`]: the most bytes an event of each kind may have.
 //! - [`free_disk`]: the low-disk verdict (`--min-free-disk`) for events and pushes.
+//! - [`transfer`]: the minimum rate a git request body must keep (`--git-min-rate`).
+//! - [`fd_budget`]: the file descriptors the configured limits need (checked at startup).
 //! - [`curation`]: the operator's allow and deny lists (authors, events, repositories).
 //! - [`deferred`]: repository work an event could not do within its lock bound, retried later
 //!   with backoff ([`deferred::DeferredWork`]).
@@ -67,6 +69,7 @@ pub mod git_env;
 pub mod auth;
 pub mod curation;
 pub mod deferred;
+pub mod fd_budget;
 pub mod hook_api;
 pub mod html;
 pub mod host;
@@ -82,3 +85,4 @@ pub mod recency;
 pub mod rate;
 pub mod refs;
 pub mod release;
+pub mod transfer;

@@ -116,6 +116,7 @@ impl GitHttpServer {
             hooks_dir: hooks_dir.map(Path::to_path_buf),
             env: vec![],
             idle_timeout: grasp_relay::git::http::DEFAULT_IDLE_TIMEOUT,
+            min_rate: grasp_state::transfer::DEFAULT_MIN_RATE,
         })
     }
 

@@ -4,7 +4,8 @@
 //! What the suites share lives here, not in `tests/tests/*.rs`: [`grasp`] signs NIP-34 events for
 //! a server and runs the common steps (`connect`, `held`, `served`, `stored`, `publish_repo`,
 //! pushes and listings); [`git`] drives real git; [`wait`] waits on conditions with a deadline
-//! ([`wait_until`] in plain tests, [`eventually!`] in async tests).
+//! ([`wait_until`] in plain tests, [`eventually!`] in async tests); [`processes`] finds the git
+//! processes a relay started for requests.
 //!
 //! Build first: `cargo build --workspace && cargo test --workspace` (the tests run the binaries
 //! from `target/debug`).
@@ -12,6 +13,7 @@
 pub mod git;
 pub mod grasp;
 pub mod client;
+pub mod processes;
 pub mod server;
 pub mod wait;
 

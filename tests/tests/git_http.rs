@@ -603,6 +603,7 @@ fn fake_cgi_server(tmp: &Path, script: &str) -> GitHttpServer {
     write_hook(&cgi, script);
     GitHttpServer::start_with(grasp_relay::git::http::GitHttpConfig {
         idle_timeout: grasp_relay::git::http::DEFAULT_IDLE_TIMEOUT,
+        min_rate: grasp_state::transfer::DEFAULT_MIN_RATE,
         cgi_path: cgi,
         git_root: tmp.to_path_buf(),
         hooks_dir: None,
@@ -669,6 +670,7 @@ fn broken_cgi_gives_502_with_cors() {
 
     let missing = GitHttpServer::start_with(grasp_relay::git::http::GitHttpConfig {
         idle_timeout: grasp_relay::git::http::DEFAULT_IDLE_TIMEOUT,
+        min_rate: grasp_state::transfer::DEFAULT_MIN_RATE,
         cgi_path: tmp.path().join("does-not-exist"),
         git_root: tmp.path().to_path_buf(),
         hooks_dir: None,

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use grasp_state::identifier::npub_of;
 use grasp_tests::grasp::*;
-use grasp_tests::server::children_of;
+use grasp_tests::processes::{children_of, Reaper};
 use grasp_tests::{wait_until, NostrClient, TestServer, TIMEOUT};
 use nostr::prelude::*;
 
@@ -65,16 +65,6 @@ async fn push_next(server: &TestServer, client: &mut NostrClient, owner: &Keys, 
 
 /// Kills what the test left running (only on failure paths), so a failing run does not leave
 /// spinning processes on the machine.
-struct Reaper(std::path::PathBuf);
-
-impl Drop for Reaper {
-    fn drop(&mut self) {
-        for (pid, _) in children_of(&self.0) {
-            let _ = std::process::Command::new("kill").args(["-KILL", &pid.to_string()]).status();
-        }
-    }
-}
-
 /// Item 1: a receive-pack POST whose client closes before its `Content-Length` ends the
 /// request: no git process stays behind and the repository takes the next push.
 #[tokio::test]

@@ -195,6 +195,11 @@ async fn state_first_then_push_and_pushes_against_the_latest_stored_state() {
     assert!(says_released(&out, &s2), "{out}");
     assert!(stored(&mut c, s2.id).await);
     assert_eq!(bare_refs(&dir), refs(&[("refs/heads/main", &c2)]));
+
+    // Sent again once stored (its data present): NIP-01's duplicate answer, `true`.
+    let (ok, message) = c.send_event(&s2).await.unwrap();
+    assert!(ok && message.starts_with("duplicate:"), "{ok} {message}");
+    assert_eq!(bare_refs(&dir), refs(&[("refs/heads/main", &c2)]));
 }
 
 #[tokio::test]

@@ -134,7 +134,7 @@ pub async fn serve(listener: TcpListener, token: String, grasp: Arc<Grasp>, heal
     let token = Arc::new(token);
     loop {
         let (stream, _) = tokio::select! {
-            r = crate::server::tcp::accept(&listener) => match r { Ok(s) => s, Err(e) => { tracing::warn!(error = %e, "hook API accept failed"); continue } },
+            s = crate::server::tcp::accept_with_backoff(&listener, "hook API") => s,
             _ = shutdown.recv() => return,
         };
         let (grasp, token, health) = (grasp.clone(), token.clone(), health.clone());

@@ -23,6 +23,8 @@ pub const TERM_GRACE: Duration = Duration::from_secs(2);
 pub enum Abandoned {
     /// The request body ended before its length (the client closed the connection).
     ClientGone,
+    /// The request body arrived slower than the minimum rate (`--git-min-rate`).
+    TooSlow(u64),
     /// Nothing arrived from the client for the idle timeout.
     Idle(Duration),
     /// The answer could not be delivered (the client closed before its end).
@@ -38,6 +40,7 @@ impl std::fmt::Display for Abandoned {
         match self {
             Abandoned::ClientGone => f.write_str("client closed the connection before the end of its request body"),
             Abandoned::Idle(t) => write!(f, "client sent nothing for {t:?} (idle timeout, --git-idle-timeout)"),
+            Abandoned::TooSlow(rate) => write!(f, "client sent its request body slower than {rate} bytes/s (--git-min-rate)"),
             Abandoned::AnswerUndelivered => f.write_str("client closed the connection before the end of the answer"),
             Abandoned::BadAnswer => f.write_str("the CGI wrapper sent no usable answer"),
             Abandoned::Shutdown => f.write_str("relay shutting down"),

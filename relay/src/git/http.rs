@@ -9,8 +9,10 @@
 //!
 //! An abandoned request ends with its git processes ([`super::cgi_child`]): the child runs in its
 //! own process group, and it is ended when the request body ends short (client gone), when the
-//! client sends nothing for `--git-idle-timeout`, when the response body is dropped before its
-//! end, or when the relay shuts down.
+//! client sends nothing for `--git-idle-timeout`, when its body arrives slower than
+//! `--git-min-rate` (`grasp_state::transfer`), when the response body is dropped before its end
+//! (a client that stops reading it is dropped by the listener's write deadline,
+//! `crate::server::write_deadline`), or when the relay shuts down.
 //!
 //! `PATH_INFO` is the percent-decoded path, as RFC 3875 and `git http-backend` expect; a path that
 //! cannot be decoded (bad `%` escape, `%00`) gets a 404 here without spawning anything.
@@ -27,7 +29,7 @@ use bytes::Bytes;
 use http_body_util::BodyExt;
 use hyper::body::{Frame, Incoming};
 use hyper::header::{HeaderName, HeaderValue};
-use grasp_state::cgi;
+use grasp_state::{cgi, transfer};
 use hyper::{Request, Response, StatusCode};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWriteExt, BufReader, ReadBuf};
 use std::time::Duration;
@@ -54,6 +56,9 @@ pub struct GitHttpConfig {
     pub env: Vec<(String, String)>,
     /// A request whose client sends nothing for this long is ended (`--git-idle-timeout`).
     pub idle_timeout: Duration,
+    /// Past the idle timeout, the body must average this many bytes per second
+    /// (`--git-min-rate`, `grasp_state::transfer`; 0: no minimum).
+    pub min_rate: u64,
 }
 
 /// Serves one request through `grasp-cgi`. Never fails: errors become a 502 with a message.
@@ -169,6 +174,7 @@ async fn run_cgi(
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .env("GRASP_GIT_IDLE_TIMEOUT", cfg.idle_timeout.as_secs().max(1).to_string())
+        .env(transfer::ENV_MIN_RATE, cfg.min_rate.to_string())
         .process_group(0)
         .kill_on_drop(true);
     match &cfg.hooks_dir {
@@ -188,15 +194,30 @@ async fn run_cgi(
     // Request body -> child stdin, concurrently with reading the response. A body that ends
     // short or stalls ends the request.
     let mut body = req.into_body();
-    let (feeder, idle) = (control.clone(), cfg.idle_timeout);
+    let (feeder, idle, min_rate) = (control.clone(), cfg.idle_timeout, cfg.min_rate);
     tokio::spawn(async move {
+        let started = tokio::time::Instant::now();
+        let (mut bytes, mut last_frame) = (0u64, started);
         loop {
-            match tokio::time::timeout(idle, body.frame()).await {
-                Err(_) => return feeder.abort(Abandoned::Idle(idle)),
+            // The next frame is due within the idle timeout, and before the body falls below
+            // the minimum rate.
+            let mut due = last_frame + idle;
+            if let Some(slow) = transfer::slow_at(bytes, idle, min_rate) {
+                due = due.min(started + slow);
+            }
+            match tokio::time::timeout_at(due, body.frame()).await {
+                // A body that stopped is idle, whatever its rate.
+                Err(_) if last_frame.elapsed() >= idle => return feeder.abort(Abandoned::Idle(idle)),
+                Err(_) if transfer::too_slow(bytes, started.elapsed(), idle, min_rate) => {
+                    return feeder.abort(Abandoned::TooSlow(min_rate))
+                }
+                Err(_) => continue,
                 Ok(Some(Err(_))) => return feeder.abort(Abandoned::ClientGone),
                 Ok(None) => break,
                 Ok(Some(Ok(frame))) => {
+                    last_frame = tokio::time::Instant::now();
                     if let Some(data) = frame.data_ref() {
+                        bytes += data.len() as u64;
                         if stdin.write_all(data).await.is_err() {
                             break; // the child answered without reading the whole body
                         }

@@ -220,12 +220,14 @@ impl Grasp {
                          for it); send this state event again in a few seconds"
                     ));
                 }
-                if let Err(e) = self.publish(ev).await {
-                    return Admission::Reject(e);
-                }
+                let message = match self.publish(ev).await {
+                    Ok(message) => message,
+                    Err(e) => return Admission::Reject(e),
+                };
                 // Waits at most --event-lock-wait for each repository; the busy ones are deferred.
+                // (A duplicate is processed again too: its release may have been deferred.)
                 self.process_queued(&s.identifier, &s.author, &repos, queue).await;
-                Admission::Published
+                Admission::Published(message)
             }
             StatePlacement::Hold => match self.purgatory.hold_state(ev.clone(), s.author, s.identifier.clone()) {
                 Err(HoldRefused::Expired) => Admission::Reject(EXPIRED_STATE_MESSAGE.into()),
@@ -342,7 +344,7 @@ impl Grasp {
             }
             drop(guards);
             return match published {
-                Ok(()) => Admission::Published,
+                Ok(message) => Admission::Published(message),
                 Err(e) => Admission::Reject(e),
             };
         }
@@ -402,7 +404,7 @@ impl Grasp {
                 }
             }
         }
-        Admission::Published
+        Admission::Published(String::new())
     }
 
     /// `stored`: the store already holds this event ([`Store::known`](crate::nostr::store::Store::known)).

@@ -164,9 +164,9 @@ impl Grasp {
                 (false, msg)
             }
             Admission::Purgatory(msg, durable) => return (true, msg, durable),
-            Admission::Published => {
+            Admission::Published(message) => {
                 tracing::info!(event = %event.id, kind = event.kind.as_u16(), "event accepted with its git data");
-                (true, String::new())
+                (true, message)
             }
             // `admit` checked the event's deletion first thing.
             Admission::Store => match self.relay.publish_admitted(event.clone()).await {
@@ -227,10 +227,13 @@ impl Grasp {
     }
 
     /// Stores `ev` and broadcasts it to subscribers.
-    pub async fn publish(&self, ev: &Event) -> Result<(), String> {
+    pub async fn publish(&self, ev: &Event) -> Result<String, String> {
         match self.relay.publish(ev).await {
-            Ok(crate::nostr::store::SaveOutcome::Saved) => Ok(()),
-            Ok(other) => Err(other.ok_reply().1),
+            // NIP-01: a duplicate is accepted (`true`, `duplicate: ...`).
+            Ok(outcome) => match outcome.ok_reply() {
+                (true, message) => Ok(message),
+                (false, message) => Err(message),
+            },
             Err(e) => Err(format!("error: could not save the event: {e}")),
         }
     }

@@ -58,14 +58,7 @@ pub async fn bind(addr: SocketAddr, public: SocketAddr) -> anyhow::Result<TcpLis
 pub async fn serve(listener: TcpListener, state: Arc<MetricsState>, mut shutdown: Shutdown) {
     loop {
         let (stream, _) = tokio::select! {
-            r = crate::server::tcp::accept(&listener) => match r {
-                Ok(s) => s,
-                Err(e) => {
-                    tracing::warn!(error = %e, "metrics accept failed");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                }
-            },
+            s = crate::server::tcp::accept_with_backoff(&listener, "metrics") => s,
             _ = shutdown.recv() => return,
         };
         let state = state.clone();

@@ -9,6 +9,11 @@
 //! when the message can be attributed) and the connection stays usable. NIP-77 `NEG-*`
 //! messages go to the connection's negentropy sessions (`crate::nostr::negentropy`).
 //!
+//! Bounded in time (docs/security.md): a connection that sends nothing for `--ws-idle-timeout`
+//! is closed when it has no subscription, and pinged when it has (closed without a timely
+//! answer); a client that stops reading is dropped by the listener's write deadline
+//! (`crate::server::write_deadline`); shutdown is observed while writing too.
+//!
 //! Trust (docs/protocol.md#trust): the connection is sent a NIP-42 challenge when it opens and
 //! remembers the keys it authenticates as ([`crate::nostr::auth`]); every `EVENT` takes a token
 //! from the connection's and the client address's write buckets; on a private service every
@@ -16,6 +21,7 @@
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures_util::{FutureExt, SinkExt, StreamExt};
 use nostr::prelude::*;
@@ -23,6 +29,7 @@ use serde_json::Value;
 use std::collections::HashSet;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::broadcast::{self, error::RecvError, error::TryRecvError};
+use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::{CloseFrame, WebSocketConfig};
 use tokio_tungstenite::tungstenite::Message;
@@ -45,7 +52,16 @@ pub struct Limits {
     pub max_limit: usize,
     /// NIP-77 negentropy sessions; `None`: NIP-77 is not served.
     pub negentropy: Option<NegentropyLimits>,
+    /// A connection that sends nothing for this long is closed, or pinged if it has
+    /// subscriptions (`--ws-idle-timeout`).
+    pub idle_timeout: Duration,
 }
+
+/// `--ws-idle-timeout`'s default.
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(5 * 60);
+
+/// Longest wait for the answer to a ping (shorter when the idle timeout is).
+pub const MAX_PONG_WAIT: Duration = Duration::from_secs(30);
 
 impl Limits {
     /// The WebSocket transport limit: well above `max_message_bytes`, so that oversized messages
@@ -89,17 +105,47 @@ pub async fn handle<S>(
     tracing::debug!(%remote, %client, "websocket open");
     // NIP-42: the challenge comes first, so a client can AUTH before it is asked to.
     let challenge = RelayMessage::auth(conn.auth.challenge().to_string()).as_json();
-    if ws.send(Message::text(challenge)).await.is_err() {
+    if !deliver(&mut ws, [Message::text(challenge)], &mut shutdown).await {
         return;
     }
+    let (idle, pong_wait) = (limits.idle_timeout, limits.idle_timeout.min(MAX_PONG_WAIT));
+    let mut last_heard = Instant::now();
+    // When the connection was pinged and has not answered since.
+    let mut pinged: Option<Instant> = None;
     loop {
+        let quiet_until = match pinged {
+            Some(at) => at + pong_wait,
+            None => last_heard + idle,
+        };
         tokio::select! {
             _ = shutdown.recv() => {
                 let frame = CloseFrame { code: CloseCode::Away, reason: "relay shutting down".into() };
-                let _ = ws.send(Message::Close(Some(frame))).await;
+                let _ = tokio::time::timeout(Duration::from_secs(1), ws.send(Message::Close(Some(frame)))).await;
+                break;
+            }
+            _ = tokio::time::sleep_until(quiet_until) => {
+                let reason = if pinged.is_some() {
+                    format!("no answer to a ping within {pong_wait:?}")
+                } else if conn.subs.is_empty() && conn.pipeline.is_empty() {
+                    format!("idle for {idle:?} without a subscription; reconnect when you need the relay")
+                } else {
+                    pinged = Some(Instant::now());
+                    if !deliver(&mut ws, [Message::Ping(Default::default())], &mut shutdown).await {
+                        break;
+                    }
+                    continue;
+                };
+                tracing::debug!(%remote, %client, reason = %reason, "websocket closed: idle");
+                let frame = CloseFrame { code: CloseCode::Policy, reason: reason.into() };
+                let _ = tokio::time::timeout(Duration::from_secs(1), ws.send(Message::Close(Some(frame)))).await;
                 break;
             }
             msg = ws.next() => {
+                if let Some(Ok(_)) = msg {
+                    // Anything, a pong included, shows the client is there.
+                    last_heard = Instant::now();
+                    pinged = None;
+                }
                 match msg {
                     None => break,
                     Some(Err(e)) => {
@@ -108,7 +154,7 @@ pub async fn handle<S>(
                     }
                     Some(Ok(Message::Text(text))) => conn.on_text(text.as_str()).await,
                     Some(Ok(Message::Binary(_))) => {
-                        conn.notice("binary messages are not supported; send NIP-01 JSON as text frames")
+                        conn.notice("invalid: binary messages are not supported; send NIP-01 JSON as text frames")
                     }
                     Some(Ok(Message::Close(_))) => break,
                     // Pings are answered by tungstenite itself.
@@ -132,20 +178,29 @@ pub async fn handle<S>(
                 }
             }
         }
-        if !conn.out.is_empty() {
-            let mut failed = false;
-            for m in conn.out.drain(..) {
-                if ws.feed(Message::text(m)).await.is_err() {
-                    failed = true;
-                    break;
-                }
-            }
-            if failed || ws.flush().await.is_err() {
-                break;
-            }
+        if !conn.out.is_empty() && !deliver(&mut ws, conn.out.drain(..).map(Message::text), &mut shutdown).await {
+            break;
         }
     }
     tracing::debug!(%remote, "websocket closed");
+}
+
+/// Writes `msgs` and flushes; `false` when the connection is to be dropped: a write failed (the
+/// listener's write deadline included) or shutdown came while writing.
+async fn deliver<S>(ws: &mut WebSocketStream<S>, msgs: impl IntoIterator<Item = Message>, shutdown: &mut Shutdown) -> bool
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let write = async {
+        for m in msgs {
+            ws.feed(m).await?;
+        }
+        ws.flush().await
+    };
+    tokio::select! {
+        r = write => r.is_ok(),
+        _ = shutdown.recv() => false,
+    }
 }
 
 /// Per-connection state; replies are queued in `out` and flushed by the loop.

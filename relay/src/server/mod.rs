@@ -18,11 +18,18 @@
 //! then closed once the client closes (or after [`REFUSAL_LINGER`]). At most [`MAX_REFUSALS_IN_FLIGHT`] refusals are
 //! answered at a time; beyond that a flood's connections are closed without an answer, so
 //! refusing never costs more than accepting.
+//!
+//! Every public connection writes through a [`write_deadline::WriteDeadline`]: a client that
+//! reads nothing for `--write-timeout` is dropped, with whatever its answer held (git processes,
+//! a git request slot). Before binding, the open file limit is raised to what the limits need
+//! ([`fd_limit`]).
 
 pub mod connection_limits;
+pub mod fd_limit;
 pub mod http;
 pub mod pages;
 pub mod tcp;
+pub mod write_deadline;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -50,6 +57,7 @@ use crate::nostr::connection::{self, Limits};
 use crate::server::connection_limits::{ConnectionLimiter, ConnectionPermit, Refusal};
 use crate::datadir::DataDir;
 use crate::server::http::Body;
+use crate::server::write_deadline::WriteDeadline;
 use crate::grasp::Grasp;
 use crate::metrics::health::Health;
 use crate::metrics::server::MetricsState;
@@ -89,6 +97,8 @@ pub struct AppState {
 /// Runs the daemon until SIGINT/SIGTERM: opens the data dir (exclusive lock) and the store, binds
 /// the public listener, serves, then shuts down gracefully.
 pub async fn run(mut cfg: Config) -> anyhow::Result<()> {
+    // Before anything is opened: the descriptors the limits let clients take must exist.
+    fd_limit::raise(grasp_state::fd_budget::required(cfg.max_connections.into(), cfg.git_max_requests.into()))?;
     let data = DataDir::open(&cfg.data_dir)?;
     let store = Store::open(&data.events())
         .await
@@ -109,6 +119,7 @@ pub async fn run(mut cfg: Config) -> anyhow::Result<()> {
         max_filters: cfg.max_filters,
         max_limit: cfg.max_limit,
         negentropy: cfg.negentropy(),
+        idle_timeout: cfg.ws_idle_timeout,
     };
 
     // The purgatory, restored from its checkpoint (downtime subtracted).
@@ -216,6 +227,7 @@ pub async fn run(mut cfg: Config) -> anyhow::Result<()> {
         )
         .collect(),
         idle_timeout: cfg.git_idle_timeout,
+        min_rate: cfg.git_min_rate,
     };
     let connections = ConnectionLimiter::new(cfg.max_connections as usize, cfg.max_connections_per_ip as usize, cfg.ipv6_prefix_len);
     // The metrics listener (off unless --metrics-bind): its own socket, never the public port.
@@ -275,15 +287,7 @@ async fn accept_loop(listener: TcpListener, state: Arc<AppState>, mut shutdown: 
     loop {
         let (stream, remote) = tokio::select! {
             _ = shutdown.recv() => return,
-            res = tcp::accept(&listener) => match res {
-                Ok(v) => v,
-                Err(e) => {
-                    // Typically out of file descriptors: back off briefly instead of spinning.
-                    tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                }
-            },
+            v = tcp::accept_with_backoff(&listener, "public") => v,
         };
         let opened = if crate::trust::proxy::is_trusted(remote.ip(), &state.grasp.trust.trusted_proxies) {
             state.connections.try_open_from_proxy(remote.ip())
@@ -364,6 +368,7 @@ async fn serve_connection(
     permit: Arc<ConnectionPermit>,
 ) {
     let svc_shutdown = shutdown.clone();
+    let write_timeout = state.cfg.write_timeout;
     let svc = service_fn(move |req| {
         let state = state.clone();
         let shutdown = svc_shutdown.clone();
@@ -374,7 +379,7 @@ async fn serve_connection(
     let conn = http1::Builder::new()
         .timer(TokioTimer::new())
         .header_read_timeout(HEADER_READ_TIMEOUT)
-        .serve_connection(TokioIo::new(stream), svc)
+        .serve_connection(TokioIo::new(WriteDeadline::new(stream, write_timeout, remote)), svc)
         .with_upgrades();
     tokio::pin!(conn);
     tokio::select! {

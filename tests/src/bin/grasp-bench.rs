@@ -316,7 +316,7 @@ impl BareGit {
                 )?;
                 std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755))?;
                 let server =
-                    GitHttpServer::start_with(GitHttpConfig { cgi_path: script, git_root: root.clone(), hooks_dir: None, env: vec![], idle_timeout: grasp_relay::git::http::DEFAULT_IDLE_TIMEOUT });
+                    GitHttpServer::start_with(GitHttpConfig { cgi_path: script, git_root: root.clone(), hooks_dir: None, env: vec![], idle_timeout: grasp_relay::git::http::DEFAULT_IDLE_TIMEOUT, min_rate: grasp_state::transfer::DEFAULT_MIN_RATE });
                 Ok(BareGit {
                     addr: server.addr,
                     root,
