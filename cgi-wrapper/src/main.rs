@@ -18,10 +18,15 @@
 //! definition the relay uses). `git http-backend` runs under the relay's git environment policy
 //! ([`grasp_state::git_env`]: no inherited `GIT_*`, no system or global git configuration).
 //!
-//! Pushes to one repository are serialised across processes: `POST .../git-receive-pack` holds an
-//! exclusive lock on `<repo>/grasp.lock` ([`PUSH_LOCK_FILE`]) while the backend (and so the
-//! hooks) run. Anything else that must not interleave with a push may take the same lock, but
-//! never from code the hooks wait on (that would deadlock).
+//! Pushes to one repository are serialised across processes: `POST .../git-receive-pack` holds
+//! the repository's push lock ([`PushLock`], `<repo>/grasp.lock`) while the backend (and so the
+//! hooks) run. It waits for it at most `--push-lock-wait`: while another push to the repository
+//! (anyone's, however slow) holds it past that, the push is answered `503 Service Unavailable`
+//! with `Retry-After` and a message saying so, never left waiting. The ref advertisement of a
+//! push (`GET .../info/refs?service=git-receive-pack`) waits the same bound and lets go at once,
+//! so `git push` prints that message (`remote: ...`) before it sends anything. Anything else that
+//! must not interleave with a push takes the same lock, but never from code the hooks wait on
+//! (that would deadlock).
 //!
 //! An abandoned request ends: `git http-backend` runs in its own process group, grasp-cgi feeds
 //! it the request body itself and kills the group when the body ends short of
@@ -41,7 +46,7 @@
 //! `<git> http-backend`; the relay sets it from `git --exec-path`),
 //! `--idle-timeout` / `GRASP_GIT_IDLE_TIMEOUT` (seconds, default 60), `--min-rate` /
 //! `GRASP_GIT_MIN_RATE` (bytes per second a request body must average past the idle timeout,
-//! default 1024, 0: none).
+//! default 1024, 0: none), `--push-lock-wait` / `GRASP_PUSH_LOCK_WAIT` (seconds, default 10).
 
 mod child;
 mod pages;
@@ -58,7 +63,8 @@ use std::process::{Command, ExitCode, Stdio};
 
 use anyhow::Context;
 use clap::Parser;
-use grasp_state::identifier::{parse_repo_path, RepoLayout, RepoUrlPath, PUSH_LOCK_FILE};
+use grasp_state::identifier::{parse_repo_path, RepoLayout, RepoUrlPath};
+use grasp_state::push_lock::{PushLock, PushLockError};
 use grasp_state::{cgi, cors, git_env};
 
 /// CGI program serving GRASP repositories (/<npub>/<identifier>.git) through git http-backend.
@@ -88,6 +94,11 @@ struct Args {
     /// processes killed (a body ending short of CONTENT_LENGTH ends it at once).
     #[arg(long, env = "GRASP_GIT_IDLE_TIMEOUT", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
     idle_timeout: u64,
+    /// Seconds a push waits for another push to the same repository to end before it is
+    /// answered 503 (retry later); 0 tries once.
+    #[arg(long, env = "GRASP_PUSH_LOCK_WAIT", default_value_t = 10)]
+    push_lock_wait: u64,
+
     /// Past the idle timeout, the request body must average at least this many bytes per
     /// second since the request began, or the request is ended and its git processes killed
     /// (0: no minimum).
@@ -134,6 +145,7 @@ fn main() -> ExitCode {
 struct Request {
     method: String,
     path_info: String,
+    query: String,
     accept: String,
     /// `CONTENT_LENGTH`, when given and valid.
     content_length: Option<u64>,
@@ -145,6 +157,7 @@ impl Request {
         Request {
             method: var("REQUEST_METHOD").to_ascii_uppercase(),
             path_info: var("PATH_INFO"),
+            query: var("QUERY_STRING"),
             accept: var("HTTP_ACCEPT"),
             content_length: var("CONTENT_LENGTH").trim().parse().ok(),
         }
@@ -152,6 +165,12 @@ impl Request {
 
     fn is_head(&self) -> bool {
         self.method == "HEAD"
+    }
+
+    /// A push: its ref advertisement or its receive-pack POST.
+    fn is_push(&self, rest: &str) -> bool {
+        (self.method == "POST" && rest == "/git-receive-pack")
+            || (rest == "/info/refs" && self.query.split('&').any(|p| p == "service=git-receive-pack"))
     }
 
     /// A body to feed the backend: any `POST`, or a request announcing a length.
@@ -190,12 +209,21 @@ fn run(args: &Args, out: &mut impl Write) -> anyhow::Result<()> {
             req.is_head(),
         );
     }
-    let _push_lock = if req.method == "POST" && repo.rest == "/git-receive-pack" {
-        Some(lock_for_push(&repo_dir)?)
-    } else {
-        None
-    };
-    run_backend(args, &req, &repo, &repo_dir, out)
+    let mut push_lock = None;
+    if req.is_push(&repo.rest) {
+        match PushLock::take_within(&repo_dir, Duration::from_secs(args.push_lock_wait)) {
+            Ok(lock) => push_lock = Some(lock),
+            Err(PushLockError::Busy { waited, .. }) => return push_in_progress(out, waited),
+            Err(e) => return Err(e.into()),
+        }
+    }
+    if req.method != "POST" {
+        // The advertisement only waited for the running push to end.
+        push_lock = None;
+    }
+    let result = run_backend(args, &req, &repo, &repo_dir, out);
+    drop(push_lock);
+    result
 }
 
 /// A private service's check, before the repository is even looked up: true when the data
@@ -272,18 +300,25 @@ fn respond(
     Ok(())
 }
 
-/// Takes the per-repository push lock, blocking until other pushes to it are done.
-fn lock_for_push(repo_dir: &Path) -> anyhow::Result<File> {
-    let path = repo_dir.join(PUSH_LOCK_FILE);
-    let file = File::options()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)
-        .with_context(|| format!("opening push lock {}", path.display()))?;
-    file.lock()
-        .with_context(|| format!("locking {}", path.display()))?;
-    Ok(file)
+/// `503` with `Retry-After`: another push to the repository held its push lock for `waited`.
+/// `git push` shows the text of a refused advertisement (`remote: ...`); a refused receive-pack
+/// POST shows as `HTTP 503`.
+fn push_in_progress(out: &mut impl Write, waited: Duration) -> anyhow::Result<()> {
+    eprintln!("grasp-cgi: push refused: another push to the repository held its lock for {waited:?}");
+    let retry = waited.as_secs().clamp(1, 60);
+    let body = format!(
+        "another push to this repository is in progress (waited {}s for it to end); retry later: run `git push` again in a few seconds\n",
+        waited.as_secs()
+    );
+    let head = format!(
+        "Status: 503 Service Unavailable\r\nRetry-After: {retry}\r\n{}Content-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\n\r\n",
+        cors::header_lines(),
+        body.len()
+    );
+    out.write_all(head.as_bytes())?;
+    out.write_all(body.as_bytes())?;
+    out.flush()?;
+    Ok(())
 }
 
 /// The git config every request runs with, whatever the repository's own config says.

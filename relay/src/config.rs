@@ -139,6 +139,12 @@ pub struct Config {
     #[arg(long, env = "GRASP_GIT_IDLE_TIMEOUT", default_value = "60s", value_name = "DURATION", value_parser = parse_duration)]
     pub git_idle_timeout: Duration,
 
+    /// How long a push waits for another push to the same repository (anyone's, however slow)
+    /// to end before it is answered 503 with Retry-After ("another push to this repository is
+    /// in progress; retry later"). Passed to grasp-cgi as GRASP_PUSH_LOCK_WAIT (whole seconds).
+    #[arg(long, env = "GRASP_PUSH_LOCK_WAIT", default_value = "10s", value_name = "DURATION", value_parser = parse_duration)]
+    pub push_lock_wait: Duration,
+
     /// After the first --git-idle-timeout of a git request, its body must have arrived at this
     /// average rate (bytes per second since the request began) or the request is ended and its
     /// git processes killed, so a push trickling bytes cannot hold its slot and lock for long

@@ -25,7 +25,8 @@
 //!   authorisation for pre-receive (`authorize`, held states parsed once and indexed by declared
 //!   refs in `held_index`); git data arrival, release and alignment
 //!   (`release`); the lock order and `RepoGuards`, every wait bounded (`locks`); work on
-//!   repositories busy past the bound, retried later (`deferred`); purgatory restore, expiry
+//!   repositories busy past the bound, retried later (`deferred`); copies of pushed data into
+//!   the repositories of owners that merely list a maintainer, in the background (`copies`); purgatory restore, expiry
 //!   sweeps and checkpoints (`lifecycle`); the purgatory journal, synced before an event is
 //!   answered (`journal`).
 //! - [`git`]: storage on disk. The one git runner (`runner`), git operations (`git/mod.rs`), bare repositories

@@ -22,6 +22,8 @@
 //!   store, pull request refs, alignment of refs and HEAD, promotion) and copy targets.
 //! - [`push_limits`]: how many bytes one push may bring (`--max-push-bytes`,
 //!   `--max-pr-push-bytes`), checked on the quarantine in `pre-receive`.
+//! - [`push_lock`]: a repository's push lock (`<repo>/grasp.lock`), only ever tried, waited
+//!   for within a bound ([`push_lock::PushLock`]); shared by `grasp-cgi` and the relay.
 //! - [`push_index`]: held states indexed by the refs they declare, for the same decision
 //!   over thousands of held states ([`push_index::IndexedCandidates`]).
 //! - [`recency`]: the NIP-01 "which event is newer" order as one type,
@@ -78,6 +80,7 @@ pub mod purgatory;
 pub mod push;
 pub mod push_limits;
 pub mod push_index;
+pub mod push_lock;
 pub mod recency;
 pub mod rate;
 pub mod refs;

@@ -495,3 +495,178 @@ async fn one_stuck_repository_never_starves_the_relay() {
     assert!(rate_limited > 0, "no event was refused past the repository's queue");
     assert!(started.elapsed() < Duration::from_secs(40), "the flood took {:?}", started.elapsed());
 }
+
+/// Runs `git push` in `dir` and gives up (killing it) after `within`: `None` when it was still
+/// waiting then, else its success and its output.
+fn push_within(dir: &Path, url: &str, within: Duration) -> Option<(bool, String)> {
+    let mut child = std::process::Command::new("git")
+        .current_dir(dir)
+        .args(["push", "--porcelain", url, "main"])
+        .env("GIT_TERMINAL_PROMPT", "0")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let status = wait_until("git push to end", within, || child.try_wait().unwrap());
+    if status.is_err() {
+        let _ = child.kill();
+        let _ = child.wait();
+        return None;
+    }
+    let out = child.wait_with_output().unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    Some((out.status.success(), text))
+}
+
+/// Issue 16 item 1 (push lock): anyone's stalled receive-pack to the victim's repository holds
+/// its push lock; the owner's own push is answered within `--push-lock-wait` that another push
+/// is in progress (retry later), never left waiting inside the lock; once the stalled client
+/// goes, the owner's push goes through.
+#[tokio::test]
+async fn a_stalled_push_by_anyone_never_makes_your_push_wait_for_ever() {
+    let server = TestServer::start_with(&["--git-idle-timeout", "10m", "--push-lock-wait", "1s"]);
+    let _reaper = Reaper(server.data_dir().to_path_buf());
+    let tmp = tempfile::tempdir().unwrap();
+    let mut client = NostrClient::connect(&server.ws_url()).await.unwrap();
+    let victim = Keys::generate();
+    let published = publish_repo(&server, &mut client, &tmp.path().join("w"), &victim, "base").await;
+    let stalled = start_receive_pack(&server, &victim.public_key(), "base");
+    wait_for_backends(&server, 1);
+
+    let tip = published.repo.commit("README", "next\n");
+    let st = state_at(&victim, "base", &[("refs/heads/main", &tip)], Some("main"), now() + 1);
+    let (ok, msg) = client.send_event(&st).await.unwrap();
+    assert!(ok, "state refused: {msg}");
+    let answer = push_within(&published.repo.work.dir, &published.repo.url, Duration::from_secs(30));
+    let Some((pushed, text)) = answer else {
+        panic!("the owner's push still waited for the stalled push's lock after 30 s\n{}", server.logs());
+    };
+    assert!(!pushed, "a push went through while another held the lock: {text}");
+    assert!(text.contains("another push to this repository is in progress") && text.contains("retry later"), "{text}");
+
+    // The stalled client goes away (its push ends, item 1): the owner's push goes through.
+    drop(stalled);
+    grasp_tests::eventually!(
+        "the owner's push to go through",
+        TIMEOUT,
+        push_within(&published.repo.work.dir, &published.repo.url, TIMEOUT).and_then(|(ok, _)| ok.then_some(()))
+    );
+    assert_eq!(bare_refs(&repo_dir(&server, &victim.public_key(), "base"))["refs/heads/main"], tip);
+}
+
+/// Issue 16 item 1 behind nginx + fcgiwrap: grasp-cgi waits for a repository's push lock at
+/// most `GRASP_PUSH_LOCK_WAIT` seconds, then answers `503` with `Retry-After` and says why.
+#[test]
+fn grasp_cgi_answers_503_when_another_push_holds_the_lock() {
+    let tmp = tempfile::tempdir().unwrap();
+    let _reaper = Reaper(tmp.path().to_path_buf());
+    let (_stalled, root) = cgi_receive_pack(tmp.path(), "600");
+    wait_for_backend(&root);
+    let owner_dir = std::fs::read_dir(&root).unwrap().next().unwrap().unwrap().path();
+    let npub = owner_dir.file_name().unwrap().to_string_lossy().into_owned();
+    let second = std::process::Command::new(grasp_tests::binary_path("grasp-cgi"))
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap())
+        .env("GATEWAY_INTERFACE", "CGI/1.1")
+        .env("REQUEST_METHOD", "POST")
+        .env("PATH_INFO", format!("/{npub}/r.git/git-receive-pack"))
+        .env("CONTENT_TYPE", "application/x-git-receive-pack-request")
+        .env("CONTENT_LENGTH", "4")
+        .env("GRASP_GIT_ROOT", &root)
+        .env("GRASP_PUSH_LOCK_WAIT", "1")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = second.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut second = second;
+        let _ = second.stdin.take().unwrap().write_all(b"0000");
+        let _ = tx.send(second.wait_with_output());
+    });
+    let Ok(out) = rx.recv_timeout(TIMEOUT) else {
+        let _ = std::process::Command::new("kill").args(["-KILL", &pid.to_string()]).status();
+        panic!("grasp-cgi still waited for the push lock after {TIMEOUT:?}");
+    };
+    let out = String::from_utf8_lossy(&out.unwrap().stdout).into_owned();
+    assert!(out.starts_with("Status: 503 Service Unavailable\r\n") && out.contains("Retry-After: "), "{out}");
+    assert!(out.contains("Access-Control-Allow-Origin: *") && out.contains("another push to this repository is in progress"), "{out}");
+}
+
+/// Whether the bare repository `dir` has object `oid`.
+fn has_object(dir: &Path, oid: &str) -> bool {
+    grasp_tests::git::git_output(dir, &["cat-file", "-e", &format!("{oid}^{{commit}}")]).status.success()
+}
+
+/// Issue 16 (copies): fifty throwaway keys announce the victim's identifier listing the victim as
+/// maintainer, so the victim's state is authoritative for their repositories too. The victim's
+/// push does not copy its objects into them inside its post-receive: it returns while one of
+/// them is locked by a push (its push lock held), the copies follow in the background into the
+/// others, and into the locked one once its push is over, never during it.
+#[tokio::test]
+async fn a_push_never_waits_for_copies_into_strangers_repositories() {
+    const THROWAWAYS: usize = 50;
+    let server = TestServer::start();
+    let tmp = tempfile::tempdir().unwrap();
+    let mut client = NostrClient::connect(&server.ws_url()).await.unwrap();
+    let victim = Keys::generate();
+    let published = publish_repo(&server, &mut client, &tmp.path().join("w"), &victim, "base").await;
+    let throwaways: Vec<Keys> = (0..THROWAWAYS).map(|_| Keys::generate()).collect();
+    for keys in &throwaways {
+        let (ok, msg) = client.send_event(&announcement(&server, keys, "base", &[victim.public_key()])).await.unwrap();
+        assert!(ok, "throwaway announcement refused: {msg}");
+    }
+    let dirs: Vec<_> = throwaways.iter().map(|k| repo_dir(&server, &k.public_key(), "base")).collect();
+    grasp_tests::eventually!("the throwaway repositories to exist", dirs.iter().all(|d| d.is_dir()).then_some(()));
+    // A push to the first throwaway repository runs (its push lock is held).
+    let pushing = grasp_state::push_lock::PushLock::take_within(&dirs[0], Duration::ZERO).unwrap();
+
+    let tip = published.repo.commit("README", "next\n");
+    let st = state_at(&victim, "base", &[("refs/heads/main", &tip)], Some("main"), now() + 1);
+    let (ok, msg) = client.send_event(&st).await.unwrap();
+    assert!(ok, "state refused: {msg}");
+    published.repo.push(&["main"]).unwrap_or_else(|e| panic!("the victim's push failed: {e}\n{}", server.logs()));
+    assert!(has_object(&repo_dir(&server, &victim.public_key(), "base"), &tip));
+    assert!(stored(&mut client, st.id).await, "the victim's state is released by its push");
+    grasp_tests::eventually!(
+        "the copies into the other throwaway repositories",
+        Duration::from_secs(60),
+        dirs[1..].iter().all(|d| has_object(d, &tip)).then_some(())
+    );
+    assert!(!has_object(&dirs[0], &tip), "objects were copied into a repository while a push to it ran");
+    drop(pushing);
+    // Copied and aligned to the victim's state.
+    grasp_tests::eventually!(
+        "the copy into the repository whose push ended",
+        Duration::from_secs(90),
+        (has_object(&dirs[0], &tip) && bare_refs(&dirs[0]).get("refs/heads/main") == Some(&tip)).then_some(())
+    );
+}
+
+/// Issue 16 item 5 (background work locks only governed repositories): a stranger's repository
+/// of the victim's identifier, which no held event governs, is busy (a push to it runs) while the
+/// relay restarts with the victim's state held. Startup reconciliation locks only the
+/// repositories something held waits for, so it never waits for the stranger's (it used to wait
+/// 60 s for it before serving).
+#[tokio::test]
+async fn background_release_never_waits_for_a_strangers_repository() {
+    let mut server = TestServer::start();
+    let tmp = tempfile::tempdir().unwrap();
+    let mut client = NostrClient::connect(&server.ws_url()).await.unwrap();
+    let (victim, stranger) = (Keys::generate(), Keys::generate());
+    publish_repo(&server, &mut client, &tmp.path().join("s"), &stranger, "base").await;
+    held(&mut client, &announcement(&server, &victim, "base", &[])).await;
+    let st = state(&victim, "base", &[("refs/heads/main", &"a".repeat(40))], Some("main"));
+    held(&mut client, &st).await;
+    drop(client);
+    let _pushing = grasp_state::push_lock::PushLock::take_within(&repo_dir(&server, &stranger.public_key(), "base"), Duration::ZERO).unwrap();
+    let started = std::time::Instant::now();
+    server.restart();
+    let mut client = NostrClient::connect(&server.ws_url()).await.unwrap();
+    client.ping_relay().await.unwrap();
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(30), "the restart waited {took:?} for a stranger's repository\n{}", server.logs());
+    assert!(purgatory_ids(&server).await.contains(&st.id.to_hex()), "the victim's state is still held");
+}

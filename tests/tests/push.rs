@@ -417,9 +417,13 @@ async fn second_owners_repository_receives_the_objects() {
     let st = state(&owner1, "shared", &[("refs/heads/main", &c1), ("refs/tags/v1", &tag)], Some("main"));
     held(&mut c, &st).await;
     let out = repo.push(&["main", "refs/tags/v1"]).unwrap();
-    assert!(says_released(&out, &st) && says_released(&out, &ann1) && says_released(&out, &ann2), "{out}");
+    assert!(says_released(&out, &st) && says_released(&out, &ann1), "{out}");
+    // The copy into owner2's repository (and the promotion it brings) follows in the background:
+    // the push does not wait for it (issue 16; docs/security.md).
     let want = refs(&[("refs/heads/main", &c1), ("refs/tags/v1", &tag)]);
     let dir2 = repo_dir(&server, &owner2.public_key(), "shared");
+    grasp_tests::eventually!("owner2's repository to receive the objects", (bare_refs(&dir2) == want).then_some(()));
+    grasp_tests::eventually!("owner2's announcement to be released", stored(&mut c, ann2.id).await.then_some(()));
     assert_eq!(bare_refs(&dir2), want);
     assert_eq!(bare_head(&dir2), "refs/heads/main");
     assert!(stored(&mut c, ann2.id).await, "owner2's announcement is promoted");

@@ -18,11 +18,12 @@ use grasp_state::hook_api::{
     Leftover, PurgeKept, PurgeRequest, PurgeResponse, RefView, RepoEntry, RepoInfo, RepoListing, RepoStatus,
     HOOK_API_VERSION, PATH_REPOS, PATH_REPOS_PURGE, PATH_REPO_PREFIX,
 };
-use grasp_state::identifier::{npub_of, parse_npub, validate_identifier, PUSH_LOCK_FILE};
+use grasp_state::identifier::{npub_of, parse_npub, validate_identifier};
 use grasp_state::nip34::{Announcement, KIND_ANNOUNCEMENT};
 use grasp_state::purgatory::EntryKind;
 use nostr::prelude::{Coordinate, Filter, Kind, Nip19Coordinate, PublicKey, RelayUrl, ToBech32};
 
+use crate::grasp::locks::{PushLocks, RepoGuards, RepoLocks};
 use crate::grasp::Grasp;
 use crate::server::pages::{tag_value, PublicUrls, WEB_CLIENT_BASE};
 
@@ -233,6 +234,9 @@ fn old_enough(path: &Path) -> bool {
         .is_ok_and(|t| SystemTime::now().duration_since(t).is_ok_and(|age| age >= MIN_ORPHAN_AGE))
 }
 
+/// How long a purge tries for a repository's locks (a push to it keeps it: try again later).
+const PURGE_LOCK_WAIT: Duration = Duration::from_secs(2);
+
 /// `POST /v1/repos/purge`: removes each requested path that is still an orphan or a leftover.
 pub async fn purge(grasp: &Grasp, req: &PurgeRequest) -> PurgeResponse {
     let now = listing(grasp).await;
@@ -258,45 +262,44 @@ pub async fn purge(grasp: &Grasp, req: &PurgeRequest) -> PurgeResponse {
             keep(&mut resp, "younger than 10 minutes: it may be in the making; try again later");
             continue;
         }
-        let _guard = match grasp.locks.lock_within(&path, crate::grasp::locks::LOCK_WAIT).await {
-            Ok(guard) => guard,
-            Err(e) => {
-                keep(&mut resp, &e.to_string());
-                continue;
-            }
-        };
         let shown = rel.clone();
-        let result = tokio::task::spawn_blocking(move || remove_unless_pushing(&path)).await;
+        let result = remove_unless_pushing(&grasp.locks, path).await;
         match result {
-            Ok(Ok(())) => {
+            Ok(()) => {
                 tracing::info!(path = %shown, "orphan purged");
                 resp.removed.push(rel.clone());
             }
-            Ok(Err(e)) => {
-                tracing::warn!(path = %shown, error = %e, "orphan not purged");
-                keep(&mut resp, &e.to_string());
+            Err(e) => {
+                tracing::info!(path = %shown, reason = %e, "orphan not purged");
+                keep(&mut resp, &e);
             }
-            Err(e) => keep(&mut resp, &format!("purge task failed: {e}")),
         }
     }
     resp
 }
 
-/// Removes `path` (renamed aside first), unless a push to it holds its push lock right now.
-fn remove_unless_pushing(path: &Path) -> std::io::Result<()> {
-    let lock = path.join(PUSH_LOCK_FILE);
-    let _held = if lock.is_file() {
-        let file = std::fs::File::options().write(true).open(&lock)?;
-        match file.try_lock() {
-            Ok(()) => Some(file),
-            Err(std::fs::TryLockError::WouldBlock) => {
-                return Err(std::io::Error::other("a push to it is running; try again later"));
-            }
-            Err(std::fs::TryLockError::Error(e)) => return Err(e),
-        }
+/// Removes `path` under its push lock, then the relay's lock of it (the lock order, taken the
+/// one way, [`RepoGuards`]), tried for [`PURGE_LOCK_WAIT`]: a push to it keeps it.
+async fn remove_unless_pushing(locks: &RepoLocks, path: PathBuf) -> Result<(), String> {
+    let guards = if path.is_dir() {
+        Some(RepoGuards::acquire_within(locks, [path.clone()], PushLocks::Take, PURGE_LOCK_WAIT).await.map_err(|e| e.to_string())?)
     } else {
         None
     };
+    let result = tokio::task::spawn_blocking(move || remove_aside(&path)).await;
+    drop(guards);
+    match result {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(e) => Err(format!("purge task failed: {e}")),
+    }
+}
+
+/// Removes `path` (a directory renamed aside first).
+fn remove_aside(path: &Path) -> std::io::Result<()> {
+    if !path.is_dir() {
+        return std::fs::remove_file(path);
+    }
     if std::fs::read_dir(path)?.next().is_none() {
         return std::fs::remove_dir(path);
     }
@@ -402,6 +405,7 @@ pub fn run_command(data_dir: &Path, json: bool, orphans: bool, purge: bool, yes:
 #[cfg(test)]
 mod tests {
     use super::*;
+    use grasp_state::identifier::PUSH_LOCK_FILE;
     use nostr::prelude::Keys;
 
     #[test]
@@ -439,17 +443,25 @@ mod tests {
         assert!(table.contains("orphaned") && !table.contains("served  ") && table.contains("1 served, 1 held, 1 orphaned, 5 leftovers"), "{table}");
     }
 
-    #[test]
-    fn removal_waits_for_no_push() {
+    #[tokio::test]
+    async fn removal_waits_for_no_push() {
         let root = tempfile::tempdir().unwrap();
         let repo = root.path().join("r.git");
         std::fs::create_dir_all(repo.join("objects")).unwrap();
         let lock = std::fs::File::create(repo.join(PUSH_LOCK_FILE)).unwrap();
         lock.lock().unwrap();
-        assert!(remove_unless_pushing(&repo).unwrap_err().to_string().contains("push"));
+        let locks = RepoLocks::default();
+        assert!(remove_unless_pushing(&locks, repo.clone()).await.unwrap_err().contains("push lock"));
         assert!(repo.exists());
         drop(lock);
-        remove_unless_pushing(&repo).unwrap();
+        // The relay's own lock is taken after the push lock, never before (the lock order).
+        let relay = locks.lock_within(&repo, Duration::ZERO).await.unwrap();
+        let err = remove_unless_pushing(&locks, repo.clone()).await.unwrap_err();
+        assert!(err.contains("repository lock"), "{err}");
+        let file = std::fs::File::options().write(true).open(repo.join(PUSH_LOCK_FILE)).unwrap();
+        assert!(file.try_lock().is_ok(), "the push lock is not kept while the relay's lock is busy");
+        drop((file, relay));
+        remove_unless_pushing(&locks, repo.clone()).await.unwrap();
         assert!(!repo.exists());
         assert_eq!(std::fs::read_dir(root.path()).unwrap().count(), 0);
     }

@@ -35,6 +35,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 
 use crate::git::{GitCommand, GitError};
+use crate::grasp::locks::{LockError, PushLocks, RepoGuards};
 use crate::grasp::Grasp;
 use crate::shutdown::Shutdown;
 
@@ -150,32 +151,23 @@ async fn worker(
     }
 }
 
-/// Runs maintenance in `repo` under its push lock and the relay's lock of it.
+/// Runs maintenance in `repo` under its push lock and the relay's lock of it (taken the one way,
+/// [`RepoGuards`], in the lock order, without blocking a thread).
 async fn maintain(pass: &Pass, repo: &Path) {
     let grasp = &pass.grasp;
     let shown = grasp.layout.git_root().parent().map_or(repo, |root| repo.strip_prefix(root).unwrap_or(repo)).display().to_string();
     let started = Instant::now();
-    let lock_path = repo.join(grasp_state::identifier::PUSH_LOCK_FILE);
-    let push_lock = tokio::task::spawn_blocking(move || wait_for_lock(&lock_path, LOCK_WAIT)).await;
-    let _push_lock = match push_lock {
-        Ok(Ok(Some(file))) => file,
-        Ok(Ok(None)) => {
-            tracing::info!(repo = %shown, "maintenance skipped: a push kept the repository busy");
-            return;
-        }
-        Ok(Err(e)) => {
+    let _guards = match RepoGuards::acquire_within(&grasp.locks, [repo.to_path_buf()], PushLocks::Take, LOCK_WAIT).await {
+        Ok(guards) => guards,
+        Err(LockError::PushLockFile(e)) => {
             // Gone (deleted meanwhile) or unreadable: nothing to maintain.
             tracing::debug!(repo = %shown, error = %e, "maintenance skipped");
             return;
         }
         Err(e) => {
-            tracing::warn!(repo = %shown, error = %e, "maintenance lock task failed");
+            tracing::info!(repo = %shown, error = %e, "maintenance skipped: the repository stayed busy");
             return;
         }
-    };
-    let Ok(_guard) = grasp.locks.lock_within(repo, LOCK_WAIT).await else {
-        tracing::info!(repo = %shown, "maintenance skipped: the relay kept the repository busy");
-        return;
     };
     // Under the push lock no push runs here: any quarantine is a crashed push's.
     let repo2 = repo.to_path_buf();
@@ -238,28 +230,6 @@ async fn run_prune(repo: &Path, keep: &[String], older_than: Duration) -> Result
 /// The file listing the objects a prune keeps, inside the repository for the time of the run.
 const KEEP_LIST: &str = "grasp-keep-objects";
 
-/// Takes the exclusive lock on `path` (an existing lock file or a new one), trying for at most
-/// `wait`; `None` when still busy then.
-fn wait_for_lock(path: &Path, wait: Duration) -> std::io::Result<Option<std::fs::File>> {
-    if !path.parent().is_some_and(Path::is_dir) {
-        return Err(std::io::Error::from(std::io::ErrorKind::NotFound));
-    }
-    let file = std::fs::File::options().create(true).truncate(false).write(true).open(path)?;
-    let deadline = Instant::now() + wait;
-    loop {
-        match file.try_lock() {
-            Ok(()) => return Ok(Some(file)),
-            Err(std::fs::TryLockError::WouldBlock) if Instant::now() < deadline => {
-                // A blocking-pool thread polling a lock held by another process (grasp-cgi):
-                // flock has no timed wait.
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            Err(std::fs::TryLockError::WouldBlock) => return Ok(None),
-            Err(std::fs::TryLockError::Error(e)) => return Err(e),
-        }
-    }
-}
-
 /// `git maintenance run --auto` in `repo` (through the one runner), killed after
 /// [`RUN_TIMEOUT`].
 async fn run_auto(repo: &Path) -> Result<(), GitError> {
@@ -273,18 +243,6 @@ async fn run_auto(repo: &Path) -> Result<(), GitError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn lock_wait_is_bounded_and_yields_to_pushes() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("grasp.lock");
-        let push = std::fs::File::create(&path).unwrap();
-        push.lock().unwrap();
-        assert!(wait_for_lock(&path, Duration::from_millis(100)).unwrap().is_none());
-        drop(push);
-        assert!(wait_for_lock(&path, Duration::from_millis(100)).unwrap().is_some());
-        assert!(wait_for_lock(&dir.path().join("gone/grasp.lock"), Duration::ZERO).is_err());
-    }
 
     #[tokio::test]
     async fn prune_drops_unreachable_objects_but_keeps_listed_ones() {

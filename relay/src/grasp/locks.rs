@@ -2,8 +2,9 @@
 //!
 //! Three locks guard a repository, always taken outermost first:
 //!
-//! 1. the **push lock** `<repo>/grasp.lock`, a file lock that `grasp-cgi` holds for a whole
-//!    receive-pack (hooks included), so it works across processes;
+//! 1. the **push lock** `<repo>/grasp.lock` ([`PushLock`], shared with `grasp-cgi`, which holds
+//!    it for a whole receive-pack, hooks included), so it works across processes; only ever
+//!    tried, never waited for in the kernel;
 //! 2. the relay's **repository lock** ([`RepoLocks`]), an async mutex per repository path that
 //!    serialises the relay's own mutations (alignment, object copies, sync fetches, ref removal);
 //! 3. the **purgatory** lock, innermost, inside [`crate::grasp::purgatory::SharedPurgatory`]:
@@ -16,7 +17,8 @@
 //! repository at a time ([`Queue`]); one more is told at once that the repository is busy
 //! ([`LockError::Busy`]), so a stuck repository holds a handful of tasks, never the relay.
 //!
-//! [`RepoGuards::acquire`] is the one way to lock several repositories: it sorts and deduplicates
+//! [`RepoGuards::acquire`] is the one way the relay takes push locks (one repository or several:
+//! release, alignment, copies, sync, maintenance, orphan purge): it sorts and deduplicates
 //! them and takes each one's push lock (when asked), then its repository lock, in path order,
 //! within one bound, never holding some while waiting for others. The release, alignment and copy code take a [`Locked`] repository, which
 //! only a [`RepoGuards`] hands out, so they cannot touch a repository whose locks are not held.
@@ -30,6 +32,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use grasp_state::push_lock::PushLock;
 use tokio::sync::OwnedMutexGuard;
 
 /// The longest any wait for one of these locks lasts in background work (release after a push,
@@ -38,7 +41,7 @@ use tokio::sync::OwnedMutexGuard;
 pub const LOCK_WAIT: Duration = Duration::from_secs(60);
 
 /// How often busy repositories are tried again.
-const RETRY: Duration = Duration::from_millis(25);
+const RETRY: Duration = grasp_state::push_lock::RETRY;
 
 /// The bounds of every wait for a repository (`--event-lock-wait`, `--repo-lock-queue`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,8 +66,8 @@ pub enum LockError {
     Timeout { which: &'static str, repo: PathBuf, waited: Duration },
     #[error("{waiting} tasks already wait for {repo}; retry later")]
     Busy { repo: PathBuf, waiting: usize },
-    #[error("cannot take the push lock {path}: {source}")]
-    PushLockFile { path: PathBuf, source: std::io::Error },
+    #[error(transparent)]
+    PushLockFile(grasp_state::push_lock::PushLockError),
 }
 
 impl LockError {
@@ -72,7 +75,7 @@ impl LockError {
     pub fn repo(&self) -> &Path {
         match self {
             LockError::Timeout { repo, .. } | LockError::Busy { repo, .. } => repo,
-            LockError::PushLockFile { path, .. } => path.parent().unwrap_or(path),
+            LockError::PushLockFile(e) => e.repo(),
         }
     }
 }
@@ -200,7 +203,7 @@ pub enum PushLocks {
 pub struct RepoGuards {
     repos: BTreeSet<PathBuf>,
     _repo_locks: Vec<OwnedMutexGuard<()>>,
-    _push_locks: Vec<std::fs::File>,
+    _push_locks: Vec<PushLock>,
 }
 
 /// A repository whose locks are held, borrowed from its [`RepoGuards`].
@@ -266,7 +269,7 @@ impl RepoGuards {
             if push == PushLocks::Skip {
                 continue;
             }
-            match open_push_lock(repo) {
+            match PushLock::open(repo).map_err(LockError::PushLockFile) {
                 Ok(file) => {
                     files.insert(repo.clone(), file);
                 }
@@ -283,15 +286,15 @@ impl RepoGuards {
             let mut repos = BTreeSet::new();
             for (repo, entry) in &queue.places {
                 if push == PushLocks::Take {
-                    let Some(file) = files.get(repo) else { continue };
-                    match file.try_lock() {
-                        Ok(()) => {}
-                        Err(std::fs::TryLockError::WouldBlock) => {
+                    let Some(file) = files.get_mut(repo) else { continue };
+                    match file.try_take() {
+                        Ok(true) => {}
+                        Ok(false) => {
                             busy.push(LockError::Timeout { which: "push lock", repo: repo.clone(), waited: wait });
                             continue;
                         }
-                        Err(std::fs::TryLockError::Error(source)) => {
-                            busy.push(LockError::PushLockFile { path: repo.join(grasp_state::identifier::PUSH_LOCK_FILE), source });
+                        Err(e) => {
+                            busy.push(LockError::PushLockFile(e));
                             continue;
                         }
                     }
@@ -305,8 +308,8 @@ impl RepoGuards {
                         }
                     }
                     Err(_) => {
-                        if let Some(file) = files.get(repo) {
-                            let _ = file.unlock();
+                        if let Some(file) = files.get_mut(repo) {
+                            file.release();
                         }
                         busy.push(LockError::Timeout { which: "repository lock", repo: repo.clone(), waited: wait });
                     }
@@ -322,8 +325,8 @@ impl RepoGuards {
             }
             // Let go of everything taken in this round, then try again.
             drop(repo_locks);
-            for (repo, file) in locked_files {
-                let _ = file.unlock();
+            for (repo, mut file) in locked_files {
+                file.release();
                 files.insert(repo, file);
             }
             tokio::time::sleep(left.min(RETRY)).await;
@@ -338,18 +341,6 @@ impl RepoGuards {
     pub fn get(&self, repo: &Path) -> Option<Locked<'_>> {
         self.repos.get(repo).map(|path| Locked { path })
     }
-}
-
-/// Opens (creating it if needed) `repo`'s push lock file, `<repo>/grasp.lock`, which
-/// `grasp-cgi` holds for a whole receive-pack; [`RepoGuards`] try-lock it.
-fn open_push_lock(repo: &Path) -> Result<std::fs::File, LockError> {
-    let path = repo.join(grasp_state::identifier::PUSH_LOCK_FILE);
-    std::fs::File::options()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)
-        .map_err(|source| LockError::PushLockFile { path, source })
 }
 
 #[cfg(test)]

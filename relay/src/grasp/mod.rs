@@ -8,6 +8,7 @@
 
 pub mod acceptance;
 pub mod authorize;
+pub mod copies;
 pub mod deferred;
 pub mod held_index;
 pub mod journal;
@@ -82,6 +83,8 @@ pub struct Grasp {
     pub held_indexes: held_index::HeldIndexes,
     /// Repository work deferred because a repository stayed locked past the bound.
     pub deferred: deferred::SharedDeferred,
+    /// Copies of pushed data into other owners' repositories, waiting for the background task.
+    pub copies: copies::CopyQueue,
 }
 
 impl Grasp {
@@ -108,6 +111,7 @@ impl Grasp {
             relay_sync: std::sync::OnceLock::new(),
             held_indexes: held_index::HeldIndexes::default(),
             deferred: deferred::SharedDeferred::default(),
+            copies: copies::CopyQueue::default(),
         }
     }
 

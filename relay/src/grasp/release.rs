@@ -1,8 +1,10 @@
 //! Git data arrival: promotion and release of held events, ref alignment, copies to other owners
 //! (docs/protocol.md#release-and-alignment, decision 7).
 //!
-//! [`Grasp::process_repo`] is the one routine behind every arrival of git data: the
-//! post-receive hook, a background sync fetch, and the reconciliation at startup. It is
+//! [`Grasp::process_repo`] is the one routine behind every arrival of git data: a background
+//! sync fetch, the reconciliation at startup, deferred work and the post-receive hook (which
+//! copies at once only into its co-maintainers' repositories, the owners of its maintainer set;
+//! [`Grasp::copy_out`] copies into the others in the background). It is
 //! idempotent: running it twice releases nothing twice. It gathers each repository's facts
 //! (refs and HEAD read once, one object lookup), asks the pure
 //! [`grasp_state::release::plan_release`] and carries the plan out. It runs only under the
@@ -11,6 +13,7 @@
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use grasp_state::hook_api::{PostReceiveResponse, ReleasedEvent};
 use grasp_state::nip34::RepoState;
@@ -60,12 +63,27 @@ impl Grasp {
         self.existing_repos(owners.into_iter().map(|(owner, _)| owner), identifier)
     }
 
-    /// Locks every existing repository of `identifier` that can be locked within [`LOCK_WAIT`]
-    /// (background work: sync, startup reconciliation). For the others the background sync is
-    /// asked to come back.
+    /// The owners of `identifier` whose repository something held waits for: a held state of
+    /// their maintainer set, their held announcement, a held pull request for it. Never a third
+    /// party's repository no held event governs (docs/security.md).
+    fn waiting_owners(&self, identifier: &str, all: &[(Announcement, Source)]) -> Vec<PublicKey> {
+        let index = TrustIndex::new(all);
+        all.iter()
+            .filter(|(a, source)| {
+                *source == Source::Purgatory
+                    || !self.purgatory.state_events(identifier, &index.maintainer_set(a.owner)).is_empty()
+                    || !self.purgatory.pr_events_for(&RepoId::new(a.owner, identifier)).is_empty()
+            })
+            .map(|(a, _)| a.owner)
+            .collect()
+    }
+
+    /// Locks the existing repositories of `identifier` that something held waits for
+    /// ([`Self::waiting_owners`]) and that can be locked within [`LOCK_WAIT`] (background work:
+    /// sync, startup reconciliation). For the others the background sync is asked to come back.
     async fn guard_identifier(&self, identifier: &str, push: PushLocks) -> (RepoGuards, Vec<PublicKey>) {
         let all = self.announcements(identifier).await;
-        let repos = self.existing_repos(all.iter().map(|(a, _)| a.owner), identifier);
+        let repos = self.existing_repos(self.waiting_owners(identifier, &all), identifier);
         let queue = self.locks.enqueue(repos.iter().map(|(_, repo)| repo.clone()));
         let (guards, failed) = RepoGuards::acquire_available(queue, push, LOCK_WAIT).await;
         if !failed.is_empty() {
@@ -135,12 +153,13 @@ impl Grasp {
                 None => {}
             }
         }
-        // The pushed repository and those its data may be copied into (owners trusting a member
-        // of its maintainer set), never the identifier's other repositories.
+        // The pushed repository and those of its maintainer set's owners (chosen by this
+        // repository's owner, so a stranger cannot add to them). Copies into the repositories of
+        // owners that merely list one of them (as many as anyone cared to announce) are done in
+        // the background (`crate::grasp::copies`).
         let all = self.announcements(identifier).await;
-        let index = TrustIndex::new(&all);
-        let mut owners: Vec<PublicKey> = index.owners_trusting_any(index.maintainer_set(*owner).iter()).into_iter().map(|(o, _)| o).collect();
-        owners.push(*owner);
+        let set = TrustIndex::new(&all).maintainer_set(*owner);
+        let owners = std::iter::once(*owner).chain(set.iter().copied().filter(|o| o != owner));
         let repos = self.existing_repos(owners, identifier);
         let queue = self.locks.enqueue(repos.iter().map(|(_, repo)| repo.clone()));
         // This push holds its repository's push lock: take the repository locks only.
@@ -157,11 +176,60 @@ impl Grasp {
         }
         let released = self.process_repo(owner, identifier, &guards).await;
         drop(guards);
+        self.copies.request(identifier, owner);
         let mut messages = Vec::new();
         if released.is_empty() {
             messages.push("grasp: push received; no held events were waiting for this data".to_string());
         }
         PostReceiveResponse::new(released, messages)
+    }
+
+    /// Copies the data of `owner`'s repository of `identifier` into the repositories of the other
+    /// owners for which its latest state is authoritative, and releases and aligns there (the
+    /// background half of a push; `crate::grasp::copies`). Each target is taken under its own
+    /// locks, tried without waiting. False when some target was busy (tried again later).
+    pub async fn copy_out(&self, identifier: &str, owner: &PublicKey) -> bool {
+        let Some(src) = self.repo_path(owner, identifier) else { return true };
+        let all = self.announcements(identifier).await;
+        let set = Grasp::maintainer_set(*owner, &all);
+        let Some(state) = self.latest_stored_state(identifier, &set).await else { return true };
+        let targets = self.existing_repos(copy_targets(owner, &state.author, &all), identifier);
+        let mut busy = Vec::new();
+        for (other, dst) in targets {
+            let guards = match RepoGuards::acquire_within(&self.locks, [dst.clone()], PushLocks::Take, Duration::ZERO).await {
+                Ok(guards) => guards,
+                Err(e) => {
+                    busy.push(self.shown_repo(e.repo()));
+                    continue;
+                }
+            };
+            let Some(dst) = guards.get(&dst) else { continue };
+            self.copy_into(identifier, &state, &src, &other, dst, &all).await;
+        }
+        if !busy.is_empty() {
+            tracing::info!(identifier, from = %self.shown_repo(&src), repos = ?busy, "copy deferred: repositories busy, tried again later");
+        }
+        busy.is_empty()
+    }
+
+    /// Copies the objects `state` names from `src` into `dst` (`other`'s repository), then
+    /// releases and aligns there. Returns what was released.
+    async fn copy_into(&self, identifier: &str, state: &RepoState, src: &Path, other: &PublicKey, dst: Locked<'_>, all: &[(Announcement, Source)]) -> Vec<ReleasedEvent> {
+        if !dst.path().exists() {
+            return Vec::new();
+        }
+        let (dst2, src2) = (dst.path().to_path_buf(), src.to_path_buf());
+        let oids: Vec<String> = state.refs.values().cloned().collect();
+        let res = blocking(move || {
+            let missing = git::missing_objects(&dst2, &oids)?;
+            git::fetch_objects_local(&dst2, &src2, &missing)
+        })
+        .await;
+        if let Err(e) = res {
+            tracing::warn!(identifier, to = %dst.path().display(), error = %e, "could not copy objects to another owner's repository");
+            return Vec::new();
+        }
+        self.process_one(other, identifier, dst, all).await
     }
 
     /// Releases what `owner`'s repository for `identifier` now satisfies, aligns it, and copies
@@ -180,21 +248,7 @@ impl Grasp {
             let Some(dst) = self.repo_path(&other, identifier) else { continue };
             // Repositories created since the guards were taken wait for the next arrival.
             let Some(dst) = guards.get(&dst) else { continue };
-            if !dst.path().exists() {
-                continue;
-            }
-            let (dst2, src2) = (dst.path().to_path_buf(), src.path().to_path_buf());
-            let oids: Vec<String> = state.refs.values().cloned().collect();
-            let res = blocking(move || {
-                let missing = git::missing_objects(&dst2, &oids)?;
-                git::fetch_objects_local(&dst2, &src2, &missing)
-            })
-            .await;
-            if let Err(e) = res {
-                tracing::warn!(identifier, to = %dst.path().display(), error = %e, "could not copy objects to another owner's repository");
-                continue;
-            }
-            out.extend(self.process_one(&other, identifier, dst, &all).await);
+            out.extend(self.copy_into(identifier, &state, src.path(), &other, dst, &all).await);
         }
         out
     }

@@ -194,6 +194,7 @@ pub async fn run(mut cfg: Config) -> anyhow::Result<()> {
     let _ = grasp.maintenance.set(crate::git::maintenance::Maintenance::start(grasp.clone(), cfg.git_idle_timeout, controller.subscribe()));
     tokio::spawn(crate::grasp::lifecycle::run_expiry(grasp.clone(), controller.subscribe()));
     tokio::spawn(crate::grasp::deferred::run_deferred(grasp.clone(), controller.subscribe()));
+    tokio::spawn(crate::grasp::copies::run_copies(grasp.clone(), controller.subscribe()));
     tokio::spawn(crate::trust::run_curation_watch(grasp.clone(), controller.subscribe()));
     tokio::spawn(crate::grasp::lifecycle::run_checkpoints(
         grasp.clone(),
@@ -213,6 +214,8 @@ pub async fn run(mut cfg: Config) -> anyhow::Result<()> {
         env: vec![
             ("GRASP_DATA_DIR".into(), data.root().display().to_string()),
             (grasp_state::push_limits::ENV_MAX_PUSH_BYTES.into(), cfg.max_push_bytes.to_string()),
+            // A push waits this long for another push to the repository, then is answered 503.
+            ("GRASP_PUSH_LOCK_WAIT".into(), cfg.push_lock_wait.as_secs().to_string()),
         ]
         .into_iter()
         .chain(

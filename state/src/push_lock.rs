@@ -1,0 +1,148 @@
+//! The push lock of a repository, `<repo>/grasp.lock` ([`crate::identifier::PUSH_LOCK_FILE`]): the
+//! one definition `grasp-cgi` (for a whole receive-pack, hooks included) and the relay (release,
+//! alignment, copies, background sync, maintenance, orphan purge) share, so pushes and the relay's
+//! own changes to a repository never interleave, across processes (docs/architecture.md, "Lock
+//! order": it is the outermost lock).
+//!
+//! It is only ever *tried* (`flock` without blocking, [`PushLock::try_take`]): no one waits on it
+//! inside the kernel with no way out. A bounded wait is a series of tries
+//! ([`PushLock::take_within`] for a process of its own such as `grasp-cgi`; the relay retries
+//! asynchronously in `relay/src/grasp/locks.rs`). Closing the file (dropping the value, or the
+//! process ending however it ends) releases it.
+
+use std::fs::{File, TryLockError};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use crate::identifier::PUSH_LOCK_FILE;
+
+/// How long a bounded wait sleeps between two tries.
+pub const RETRY: Duration = Duration::from_millis(25);
+
+/// The push lock could not be taken.
+#[derive(Debug, thiserror::Error)]
+pub enum PushLockError {
+    /// Another push (or the relay's work on the repository) held it for the whole wait.
+    #[error("another push to {} is in progress (waited {waited:?}); retry later", repo.display())]
+    Busy { repo: PathBuf, waited: Duration },
+    /// The lock file cannot be opened or locked (the repository is gone, or unreadable).
+    #[error("cannot take the push lock {}: {source}", path.display())]
+    Io { path: PathBuf, source: std::io::Error },
+}
+
+impl PushLockError {
+    /// The repository whose lock this is.
+    pub fn repo(&self) -> &Path {
+        match self {
+            PushLockError::Busy { repo, .. } => repo,
+            PushLockError::Io { path, .. } => path.parent().unwrap_or(path),
+        }
+    }
+}
+
+/// A repository's push lock file, open; held while [`PushLock::is_held`].
+#[derive(Debug)]
+pub struct PushLock {
+    repo: PathBuf,
+    file: File,
+    held: bool,
+}
+
+impl PushLock {
+    /// Opens `repo`'s lock file (created when missing; the repository directory must exist),
+    /// without taking the lock.
+    pub fn open(repo: &Path) -> Result<PushLock, PushLockError> {
+        let path = repo.join(PUSH_LOCK_FILE);
+        let file = File::options()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(|source| PushLockError::Io { path, source })?;
+        Ok(PushLock { repo: repo.to_path_buf(), file, held: false })
+    }
+
+    /// Tries once, without blocking: true when the lock is now held here.
+    pub fn try_take(&mut self) -> Result<bool, PushLockError> {
+        if self.held {
+            return Ok(true);
+        }
+        match self.file.try_lock() {
+            Ok(()) => {
+                self.held = true;
+                Ok(true)
+            }
+            Err(TryLockError::WouldBlock) => Ok(false),
+            Err(TryLockError::Error(source)) => Err(PushLockError::Io { path: self.repo.join(PUSH_LOCK_FILE), source }),
+        }
+    }
+
+    /// Lets go of the lock (the file stays open for another try).
+    pub fn release(&mut self) {
+        if self.held {
+            let _ = self.file.unlock();
+            self.held = false;
+        }
+    }
+
+    pub fn is_held(&self) -> bool {
+        self.held
+    }
+
+    /// The repository whose lock this is.
+    pub fn repo(&self) -> &Path {
+        &self.repo
+    }
+
+    /// Takes `repo`'s push lock, trying every [`RETRY`] for at most `wait` (one try when `wait`
+    /// is zero), sleeping the calling thread in between: for a process of its own (`grasp-cgi`),
+    /// never for an async runtime's worker.
+    pub fn take_within(repo: &Path, wait: Duration) -> Result<PushLock, PushLockError> {
+        let mut lock = PushLock::open(repo)?;
+        let deadline = Instant::now() + wait;
+        loop {
+            if lock.try_take()? {
+                return Ok(lock);
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(PushLockError::Busy { repo: repo.to_path_buf(), waited: wait });
+            }
+            std::thread::sleep(left.min(RETRY));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_held_lock_is_waited_for_only_within_the_bound() {
+        let dir = tempfile::tempdir().unwrap();
+        let held = PushLock::take_within(dir.path(), Duration::ZERO).unwrap();
+        assert!(held.is_held());
+        let started = Instant::now();
+        let err = PushLock::take_within(dir.path(), Duration::from_millis(100)).unwrap_err();
+        assert!(started.elapsed() >= Duration::from_millis(100) && started.elapsed() < Duration::from_secs(5));
+        assert!(matches!(err, PushLockError::Busy { .. }), "{err}");
+        assert!(err.to_string().contains("another push") && err.to_string().contains("retry later"), "{err}");
+        let mut other = PushLock::open(dir.path()).unwrap();
+        assert!(!other.try_take().unwrap(), "held elsewhere");
+        drop(held);
+        assert!(other.try_take().unwrap(), "released on drop");
+        other.release();
+        assert!(!other.is_held());
+        assert!(PushLock::take_within(dir.path(), Duration::ZERO).is_ok(), "released by release()");
+    }
+
+    #[test]
+    fn a_missing_repository_is_an_error_not_a_wait() {
+        let dir = tempfile::tempdir().unwrap();
+        let gone = dir.path().join("gone.git");
+        let err = PushLock::take_within(&gone, Duration::from_secs(30)).unwrap_err();
+        assert!(matches!(err, PushLockError::Io { .. }), "{err}");
+        assert_eq!(err.repo(), gone.as_path());
+        assert!(!gone.exists(), "no repository is created by a lock");
+    }
+}
