@@ -330,6 +330,15 @@ pub struct Config {
     #[arg(long, env = "GRASP_RELAY_SYNC_PARENT_REQUEST", default_value = "10s", value_name = "DURATION", value_parser = parse_duration)]
     pub relay_sync_parent_request: Duration,
 
+    /// Relay sync: events per second taken from one relay (its write bucket; reading from a
+    /// relay that sends faster pauses). Every event counts, asked for or not.
+    #[arg(long, env = "GRASP_RELAY_SYNC_RATE", default_value_t = crate::peers::DEFAULT_RELAY_RATE)]
+    pub relay_sync_rate: f64,
+
+    /// Relay sync: events one relay may send at once before `--relay-sync-rate` applies.
+    #[arg(long, env = "GRASP_RELAY_SYNC_BURST", default_value_t = crate::peers::DEFAULT_RELAY_BURST)]
+    pub relay_sync_burst: u32,
+
     /// Public key (hex or npub) of the operator, published in the NIP-11 document.
     #[arg(long, env = "GRASP_ADMIN_PUBKEY", value_parser = parse_pubkey)]
     pub admin_pubkey: Option<PublicKey>,
@@ -624,6 +633,7 @@ impl Config {
                 request_after: self.relay_sync_parent_request,
                 ..defaults.waiting
             },
+            per_relay: grasp_state::rate::Rate { burst: self.relay_sync_burst.max(1), per_second: self.relay_sync_rate.max(1.0) },
             ..defaults
         })
     }

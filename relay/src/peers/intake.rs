@@ -90,6 +90,19 @@ impl Intake {
         readmitted
     }
 
+    /// `event` came from `relay` unasked (it matches none of the filters of its subscription):
+    /// it never reaches the acceptance policy now; it may wait for an event id it tags (within
+    /// the relay's slots). Returns whether it waits.
+    pub fn unrequested(&self, event: Event, relay: &RelayUrl) -> bool {
+        if grasp_state::auth::is_protected(&event) {
+            return false;
+        }
+        let id = event.id;
+        let parked = self.waiting.lock().unwrap().park_unrequested(Arc::new(event), relay, Instant::now());
+        tracing::debug!(relay = %relay, event = %id, waits = parked.is_ok(), "event the relay was not asked for; not admitted");
+        parked.is_ok()
+    }
+
     /// Children waiting for `event` (accepted here by any path), taken out of the index.
     pub fn arrived(&self, event: &Event) -> Vec<(Arc<Event>, RelayUrl)> {
         let mut w = self.waiting.lock().unwrap();

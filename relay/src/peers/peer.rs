@@ -4,7 +4,7 @@
 //! day (dead: the task ends until something needs the relay again), or its owner drops the plan
 //! sender or shuts down.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -58,6 +58,9 @@ pub struct Peer {
     pub stats: Arc<Mutex<RelayStats>>,
     pub shutdown: Shutdown,
     pub health: Health,
+    /// Its write bucket (`--relay-sync-rate`, `--relay-sync-burst`): every event it sends takes
+    /// a token; reading from it pauses while the bucket is empty.
+    pub bucket: grasp_state::rate::TokenBucket,
 }
 
 /// An open connection and what it knows of the relay.
@@ -69,6 +72,9 @@ pub struct Session<'a> {
     pub next_sub: u64,
     /// Open live subscriptions.
     pub live: Vec<SubscriptionId>,
+    /// The filters of each open live and fetch subscription: an event arriving on one must
+    /// match one of them (history exchanges check their own).
+    pub subs: HashMap<SubscriptionId, Vec<Filter>>,
     /// The relay's byte counts before this connection.
     pub bytes_before: (u64, u64),
 }
@@ -165,7 +171,7 @@ impl Peer {
             let s = self.stats.lock().unwrap();
             (s.bytes_in, s.bytes_out)
         };
-        let mut session = Session { peer: self, wire, limits, next_sub: 0, live: Vec::new(), bytes_before: (bytes_in, bytes_out) };
+        let mut session = Session { peer: self, wire, limits, next_sub: 0, live: Vec::new(), subs: HashMap::new(), bytes_before: (bytes_in, bytes_out) };
         let ended = match session.authenticate_first().await {
             Ok(()) => session.follow().await,
             Err(e) => e,
@@ -290,7 +296,9 @@ impl Session<'_> {
                     Some(PeerCommand::Fetch(ids)) => {
                         for chunk in ids.chunks(self.ids_per_req()) {
                             let id = self.sub_id("fetch");
-                            let req = ClientMessage::req(id, vec![Filter::new().ids(chunk.iter().copied())]);
+                            let filters = vec![Filter::new().ids(chunk.iter().copied())];
+                            self.subs.insert(id.clone(), filters.clone());
+                            let req = ClientMessage::req(id, filters);
                             if let Err(e) = self.wire.send(&req).await {
                                 return e.into();
                             }
@@ -360,6 +368,7 @@ impl Session<'_> {
         }
         for filters in reqs {
             let id = self.sub_id("live");
+            self.subs.insert(id.clone(), filters.clone());
             self.wire.send(&ClientMessage::req(id.clone(), filters)).await.map_err(|e| Ended::Failed(e.to_string()))?;
             self.live.push(id);
         }
@@ -377,6 +386,7 @@ impl Session<'_> {
 
     async fn close_all(&mut self, ids: &[SubscriptionId]) -> Result<(), Ended> {
         for id in ids {
+            self.subs.remove(id);
             self.wire.send(&ClientMessage::close(id.clone())).await.map_err(|e| Ended::Failed(e.to_string()))?;
         }
         Ok(())
@@ -385,11 +395,14 @@ impl Session<'_> {
     /// Handles a message outside a history exchange; `Some` ends the session.
     pub(super) async fn on_message(&mut self, message: RelayMessage<'static>) -> Option<Ended> {
         match message {
-            RelayMessage::Event { event, .. } => {
-                self.take(vec![event.into_owned()]).await;
+            RelayMessage::Event { subscription_id, event } => {
+                let filters = self.subs.get(subscription_id.as_ref()).cloned().unwrap_or_default();
+                let events = self.screen(vec![event.into_owned()], &filters).await;
+                self.take(events).await;
                 self.peer.shared.touch_cursor(&self.peer.url);
             }
             RelayMessage::EndOfStoredEvents(id) if id.as_str().starts_with("fetch-") => {
+                self.subs.remove(id.as_ref());
                 let _ = self.wire.send(&ClientMessage::close(id.into_owned())).await;
             }
             RelayMessage::Closed { subscription_id, message } => {
@@ -414,6 +427,54 @@ impl Session<'_> {
             _ => {}
         }
         None
+    }
+
+    /// Takes a token from the relay's write bucket, waiting while it is empty; false at
+    /// shutdown.
+    pub async fn throttle(&mut self) -> bool {
+        loop {
+            let wait = match self.peer.bucket.try_take(Instant::now()) {
+                Ok(()) => return true,
+                Err(wait) => wait.min(Duration::from_secs(1)),
+            };
+            self.peer.stats.lock().unwrap().throttled_ms += wait.as_millis() as u64;
+            tokio::select! {
+                _ = tokio::time::sleep(wait) => {}
+                _ = self.peer.shutdown.recv() => return false,
+            }
+        }
+    }
+
+    /// Received events, each through the relay's write bucket: those matching one of
+    /// `filters` (the filters of the subscription they came on) are returned; the others are
+    /// refused as unrequested (they may only wait for an event id they tag, see
+    /// [`super::intake::Intake::unrequested`]).
+    pub async fn screen(&mut self, events: Vec<Event>, filters: &[Filter]) -> Vec<Event> {
+        let mut asked = Vec::with_capacity(events.len());
+        for event in events {
+            if !self.throttle().await {
+                break;
+            }
+            if filters.iter().any(|f| f.match_event(&event, MatchEventOptions::new())) {
+                asked.push(event);
+                continue;
+            }
+            self.refuse_unrequested(event);
+        }
+        asked
+    }
+
+    /// Counts `event` (sent unasked) as received and refused; it may wait for an id it tags.
+    pub fn refuse_unrequested(&self, event: Event) {
+        let id = event.id;
+        self.peer.shared.intake.unrequested(event, &self.peer.url);
+        let mut s = self.peer.stats.lock().unwrap();
+        s.received += 1;
+        s.refused += 1;
+        s.unrequested += 1;
+        if s.unrequested.is_power_of_two() {
+            tracing::info!(relay = %self.peer.url, event = %id, unrequested = s.unrequested, "relay sends events it was not asked for; refused");
+        }
     }
 
     /// Submits received events (announcements first, then states, then the rest, oldest first,
