@@ -117,7 +117,16 @@ impl Intake {
             tracing::debug!(relay = %relay, event = %event.id, "protected event refused from sync");
             return Verdict::Refused;
         }
-        let (ok, message) = self.grasp.submit(event, &FROM_SYNC).await;
+        // Verified on the pool client events use (one check per core at a time).
+        let verified = {
+            let _permit = crate::nostr::pipeline::verify_pool().acquire().await;
+            crate::grasp::verify(event)
+        };
+        if let Err(reason) = verified {
+            tracing::debug!(relay = %relay, event = %event.id, reason = %reason, "synced event refused");
+            return Verdict::Refused;
+        }
+        let (ok, message) = self.grasp.submit_verified(event, &FROM_SYNC).await;
         if ok {
             if event.kind.as_u16() == KIND_ANNOUNCEMENT {
                 self.announcement_accepted.notify_one();
