@@ -301,8 +301,9 @@ pub struct Config {
     #[arg(long, env = "GRASP_SYNC_TLS_CA", value_name = "FILE")]
     pub sync_tls_ca: Option<PathBuf>,
 
-    /// Relay sync: most relays followed at once (bootstraps first, then those serving most
-    /// repositories).
+    /// Relay sync: most relays followed at once (bootstraps first, then those listed by the
+    /// most distinct owners of served repositories, then of held ones; each announcement counts
+    /// for at most 10 relays, at most 2 URLs per host:port).
     #[arg(long, env = "GRASP_SYNC_MAX_RELAYS", default_value_t = 50)]
     pub sync_max_relays: usize,
 
