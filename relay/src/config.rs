@@ -301,8 +301,9 @@ pub struct Config {
     #[arg(long, env = "GRASP_SYNC_TLS_CA", value_name = "FILE")]
     pub sync_tls_ca: Option<PathBuf>,
 
-    /// Relay sync: most relays followed at once (bootstraps first, then those serving most
-    /// repositories).
+    /// Relay sync: most relays followed at once (bootstraps first, then those listed by the
+    /// most distinct owners of served repositories, then of held ones; each announcement counts
+    /// for at most 10 relays, at most 2 URLs per host:port).
     #[arg(long, env = "GRASP_SYNC_MAX_RELAYS", default_value_t = 50)]
     pub sync_max_relays: usize,
 
@@ -329,6 +330,15 @@ pub struct Config {
     /// for by id after this long (seconds, or a number with a unit).
     #[arg(long, env = "GRASP_RELAY_SYNC_PARENT_REQUEST", default_value = "10s", value_name = "DURATION", value_parser = parse_duration)]
     pub relay_sync_parent_request: Duration,
+
+    /// Relay sync: events per second taken from one relay (its write bucket; reading from a
+    /// relay that sends faster pauses). Every event counts, asked for or not.
+    #[arg(long, env = "GRASP_RELAY_SYNC_RATE", default_value_t = crate::peers::DEFAULT_RELAY_RATE)]
+    pub relay_sync_rate: f64,
+
+    /// Relay sync: events one relay may send at once before `--relay-sync-rate` applies.
+    #[arg(long, env = "GRASP_RELAY_SYNC_BURST", default_value_t = crate::peers::DEFAULT_RELAY_BURST)]
+    pub relay_sync_burst: u32,
 
     /// Public key (hex or npub) of the operator, published in the NIP-11 document.
     #[arg(long, env = "GRASP_ADMIN_PUBKEY", value_parser = parse_pubkey)]
@@ -624,6 +634,7 @@ impl Config {
                 request_after: self.relay_sync_parent_request,
                 ..defaults.waiting
             },
+            per_relay: grasp_state::rate::Rate { burst: self.relay_sync_burst.max(1), per_second: self.relay_sync_rate.max(1.0) },
             ..defaults
         })
     }

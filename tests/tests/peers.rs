@@ -381,6 +381,65 @@ async fn dependency_a_comment_before_its_issue_waits_and_the_issue_is_asked_for_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_a_peer_answering_with_unrelated_events_and_flooding_is_throttled_and_nothing_it_was_not_asked_for_is_stored() {
+    let b = relay(&["--relay-sync-rate", "200", "--relay-sync-burst", "200"]);
+    let dir = tempfile::tempdir().unwrap();
+    // "home" is served by B and follows no other relay: issues tagging it are accepted on B.
+    let (home_owner, _) = served_repo(&[&b], "home", dir.path()).await;
+    let home = coordinate(30617, &home_owner.public_key(), "home");
+    let user = Keys::generate();
+    let junk: Vec<Value> = (0..1000)
+        .map(|n| serde_json::to_value(issue_at(&user, &home_owner.public_key(), "home", n, now() - 10 - n as u64)).unwrap())
+        .collect();
+    // The hostile peer answers any REQ with those issues (about a repository it was never asked
+    // about), and does not speak NIP-77.
+    let fake = FakeRelay::start(Arc::new(move |msg: &Value| match msg[0].as_str().unwrap_or_default() {
+        "NEG-OPEN" => vec![json!(["NOTICE", "unsupported: NEG-OPEN"])],
+        "REQ" => {
+            let sub = msg[1].clone();
+            let mut replies: Vec<Value> = junk.iter().map(|e| json!(["EVENT", sub, e])).collect();
+            replies.push(json!(["EOSE", sub]));
+            replies
+        }
+        _ => vec![],
+    }))
+    .await;
+    // An accepted (held) announcement lists the hostile peer: B follows it.
+    let owner = Keys::generate();
+    let ann = {
+        let relays = vec!["relays".to_string(), ws(&b), fake.url()];
+        let clone = vec!["clone".to_string(), repo_url(&b, &owner.public_key(), "lure")];
+        EventBuilder::new(Kind::Custom(30617), "")
+            .tags([Tag::identifier("lure"), Tag::parse(clone).unwrap(), Tag::parse(relays).unwrap()])
+            .finalize(&owner)
+            .unwrap()
+    };
+    let mut cb = connect(&b).await;
+    send_ok(&mut cb, &ann).await;
+    let started = Instant::now();
+    let p = eventually!("B to refuse the peer's unrequested events", Duration::from_secs(30), {
+        peer(&b, &fake.url()).await.filter(|p| p["unrequested"].as_u64().unwrap_or(0) >= 300)
+    });
+    let elapsed = started.elapsed().as_secs_f64();
+    // Its write bucket: 200 at once, then 200 per second (with room for the moment measured).
+    let received = p["received"].as_u64().unwrap();
+    assert!((received as f64) <= 200.0 + 200.0 * (elapsed + 1.0), "{received} events taken in {elapsed:.1} s: {p}");
+    assert!(p["throttled_ms"].as_u64().unwrap() > 0, "the flood was never throttled: {p}");
+    assert_eq!(p["accepted"], 0, "{p}");
+    // B stays responsive to its clients meanwhile.
+    let asked = Instant::now();
+    let mine = issue_at(&user, &home_owner.public_key(), "home", 5000, now());
+    send_ok(&mut cb, &mine).await;
+    assert!(stored(&mut cb, mine.id).await);
+    assert!(asked.elapsed() < Duration::from_secs(5), "B answered its client in {:?}", asked.elapsed());
+    // None of the peer's issues were stored.
+    let a_tag = SingleLetterTag::from_char('a').unwrap();
+    let served = cb.req(vec![Filter::new().custom_tag(a_tag, home).limit(2000)]).await.unwrap();
+    assert_eq!(served.iter().filter(|e| e.id != mine.id).count(), 0, "unrequested events were stored");
+    assert!(b.logs().contains("relay sends events it was not asked for"), "no INFO log of the refusal");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failure_a_down_relay_backs_off_a_rate_limiting_one_cools_down_and_others_are_not_delayed() {
     // A port nobody listens on.
     let down = {

@@ -40,8 +40,9 @@ use crate::grasp::Grasp;
 /// oldest is answered (backpressure on a client that never reads its `OK`s).
 pub const MAX_IN_FLIGHT: usize = 64;
 
-/// The bounded pool signature checks run on: one permit per core, shared by every connection.
-fn verify_pool() -> &'static Semaphore {
+/// The bounded pool signature checks run on: one permit per core, shared by every connection
+/// (and relay sync).
+pub fn verify_pool() -> &'static Semaphore {
     static POOL: OnceLock<Semaphore> = OnceLock::new();
     POOL.get_or_init(|| Semaphore::new(std::thread::available_parallelism().map_or(2, |n| n.get())))
 }

@@ -32,6 +32,10 @@ const MAX_LOCAL_ITEMS: usize = 500_000;
 /// Pages one filter's history walks at most.
 const MAX_PAGES: usize = 10_000;
 
+/// Most events one history REQ yields (pages and id fetches ask for at most 500); a relay
+/// sending more until EOSE has them refused, not buffered.
+const MAX_COLLECTED: usize = 500;
+
 /// Why one negentropy reconciliation did not complete.
 enum NegFailure {
     /// The relay does not speak NIP-77.
@@ -297,12 +301,24 @@ impl Session<'_> {
     /// One REQ until EOSE; its events.
     async fn collect(&mut self, filter: Filter) -> Result<Vec<Event>, Ended> {
         let sub = self.sub_id("hist");
-        self.wire.send(&ClientMessage::req(sub.clone(), vec![filter])).await?;
+        self.wire.send(&ClientMessage::req(sub.clone(), vec![filter.clone()])).await?;
         let mut events = Vec::new();
+        let most = filter.limit.unwrap_or(MAX_COLLECTED).min(MAX_COLLECTED);
+        let asked = [filter];
         loop {
             match self.next().await? {
                 RelayMessage::Event { subscription_id, event } if *subscription_id == sub => {
-                    events.push(event.into_owned());
+                    // Each costs a token; one not matching the request, or past its limit, is
+                    // refused as unrequested.
+                    let event = event.into_owned();
+                    if events.len() >= most {
+                        if !self.throttle().await {
+                            return Err(Ended::Stop);
+                        }
+                        self.refuse_unrequested(event);
+                        continue;
+                    }
+                    events.extend(self.screen(vec![event], &asked).await);
                 }
                 RelayMessage::EndOfStoredEvents(id) if *id == sub => break,
                 RelayMessage::Closed { subscription_id, message } if *subscription_id == sub => {

@@ -90,6 +90,19 @@ impl Intake {
         readmitted
     }
 
+    /// `event` came from `relay` unasked (it matches none of the filters of its subscription):
+    /// it never reaches the acceptance policy now; it may wait for an event id it tags (within
+    /// the relay's slots). Returns whether it waits.
+    pub fn unrequested(&self, event: Event, relay: &RelayUrl) -> bool {
+        if grasp_state::auth::is_protected(&event) {
+            return false;
+        }
+        let id = event.id;
+        let parked = self.waiting.lock().unwrap().park_unrequested(Arc::new(event), relay, Instant::now());
+        tracing::debug!(relay = %relay, event = %id, waits = parked.is_ok(), "event the relay was not asked for; not admitted");
+        parked.is_ok()
+    }
+
     /// Children waiting for `event` (accepted here by any path), taken out of the index.
     pub fn arrived(&self, event: &Event) -> Vec<(Arc<Event>, RelayUrl)> {
         let mut w = self.waiting.lock().unwrap();
@@ -104,7 +117,16 @@ impl Intake {
             tracing::debug!(relay = %relay, event = %event.id, "protected event refused from sync");
             return Verdict::Refused;
         }
-        let (ok, message) = self.grasp.submit(event, &FROM_SYNC).await;
+        // Verified on the pool client events use (one check per core at a time).
+        let verified = {
+            let _permit = crate::nostr::pipeline::verify_pool().acquire().await;
+            crate::grasp::verify(event)
+        };
+        if let Err(reason) = verified {
+            tracing::debug!(relay = %relay, event = %event.id, reason = %reason, "synced event refused");
+            return Verdict::Refused;
+        }
+        let (ok, message) = self.grasp.submit_verified(event, &FROM_SYNC).await;
         if ok {
             if event.kind.as_u16() == KIND_ANNOUNCEMENT {
                 self.announcement_accepted.notify_one();

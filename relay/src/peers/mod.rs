@@ -81,6 +81,9 @@ pub struct PeersConfig {
     /// Connect and read deadline (and ping interval on quiet live connections).
     pub timeout: Duration,
     pub waiting: WaitingLimits,
+    /// `--relay-sync-rate` / `--relay-sync-burst`: events taken from one relay (each relay's
+    /// write bucket; reading from it pauses while the bucket is empty).
+    pub per_relay: grasp_state::rate::Rate,
     /// How often the purgatory is looked at for newly held announcements (registered on this
     /// timer; the plans are recomputed when its identifiers changed, and every minute).
     pub refresh: Duration,
@@ -106,6 +109,7 @@ impl Default for PeersConfig {
             health: HealthTimings::default(),
             timeout: Duration::from_secs(15),
             waiting: WaitingLimits::default(),
+            per_relay: grasp_state::rate::Rate { burst: DEFAULT_RELAY_BURST, per_second: DEFAULT_RELAY_RATE },
             refresh: Duration::from_secs(5),
             batch: Duration::from_secs(2),
             tls_ca: None,
@@ -114,6 +118,11 @@ impl Default for PeersConfig {
         }
     }
 }
+
+/// Default `--relay-sync-rate` (events per second from one relay).
+pub const DEFAULT_RELAY_RATE: f64 = 2_000.0;
+/// Default `--relay-sync-burst`.
+pub const DEFAULT_RELAY_BURST: u32 = 20_000;
 
 /// State shared by the manager and the peer tasks.
 pub struct Shared {
@@ -405,6 +414,7 @@ impl Manager {
             stats,
             shutdown: self.shutdown.clone(),
             health: Health::default(),
+            bucket: grasp_state::rate::TokenBucket::new(self.shared.config.per_relay, Instant::now()),
         };
         tracing::debug!(relay = %url, "following relay");
         let task = tokio::spawn(peer.run());

@@ -4,7 +4,9 @@
 //! day (dead: the task ends until something needs the relay again), or its owner drops the plan
 //! sender or shuts down.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap, HashSet};
+
+use grasp_state::nip34::references;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -18,6 +20,7 @@ use super::stats::{PeerState, RelayStats};
 use super::wanted::{batches, RelayPlan};
 use super::wire::{fetch_nip11, Incoming, RelayLimits, Wire, WireError};
 use super::Shared;
+use crate::nostr::pipeline::{runs_alongside, MAX_IN_FLIGHT};
 use crate::shutdown::Shutdown;
 
 /// Asks for events by id (missing parents of waiting events).
@@ -58,6 +61,9 @@ pub struct Peer {
     pub stats: Arc<Mutex<RelayStats>>,
     pub shutdown: Shutdown,
     pub health: Health,
+    /// Its write bucket (`--relay-sync-rate`, `--relay-sync-burst`): every event it sends takes
+    /// a token; reading from it pauses while the bucket is empty.
+    pub bucket: grasp_state::rate::TokenBucket,
 }
 
 /// An open connection and what it knows of the relay.
@@ -69,6 +75,9 @@ pub struct Session<'a> {
     pub next_sub: u64,
     /// Open live subscriptions.
     pub live: Vec<SubscriptionId>,
+    /// The filters of each open live and fetch subscription: an event arriving on one must
+    /// match one of them (history exchanges check their own).
+    pub subs: HashMap<SubscriptionId, Vec<Filter>>,
     /// The relay's byte counts before this connection.
     pub bytes_before: (u64, u64),
 }
@@ -165,7 +174,7 @@ impl Peer {
             let s = self.stats.lock().unwrap();
             (s.bytes_in, s.bytes_out)
         };
-        let mut session = Session { peer: self, wire, limits, next_sub: 0, live: Vec::new(), bytes_before: (bytes_in, bytes_out) };
+        let mut session = Session { peer: self, wire, limits, next_sub: 0, live: Vec::new(), subs: HashMap::new(), bytes_before: (bytes_in, bytes_out) };
         let ended = match session.authenticate_first().await {
             Ok(()) => session.follow().await,
             Err(e) => e,
@@ -290,7 +299,9 @@ impl Session<'_> {
                     Some(PeerCommand::Fetch(ids)) => {
                         for chunk in ids.chunks(self.ids_per_req()) {
                             let id = self.sub_id("fetch");
-                            let req = ClientMessage::req(id, vec![Filter::new().ids(chunk.iter().copied())]);
+                            let filters = vec![Filter::new().ids(chunk.iter().copied())];
+                            self.subs.insert(id.clone(), filters.clone());
+                            let req = ClientMessage::req(id, filters);
                             if let Err(e) = self.wire.send(&req).await {
                                 return e.into();
                             }
@@ -360,6 +371,7 @@ impl Session<'_> {
         }
         for filters in reqs {
             let id = self.sub_id("live");
+            self.subs.insert(id.clone(), filters.clone());
             self.wire.send(&ClientMessage::req(id.clone(), filters)).await.map_err(|e| Ended::Failed(e.to_string()))?;
             self.live.push(id);
         }
@@ -377,6 +389,7 @@ impl Session<'_> {
 
     async fn close_all(&mut self, ids: &[SubscriptionId]) -> Result<(), Ended> {
         for id in ids {
+            self.subs.remove(id);
             self.wire.send(&ClientMessage::close(id.clone())).await.map_err(|e| Ended::Failed(e.to_string()))?;
         }
         Ok(())
@@ -385,11 +398,14 @@ impl Session<'_> {
     /// Handles a message outside a history exchange; `Some` ends the session.
     pub(super) async fn on_message(&mut self, message: RelayMessage<'static>) -> Option<Ended> {
         match message {
-            RelayMessage::Event { event, .. } => {
-                self.take(vec![event.into_owned()]).await;
+            RelayMessage::Event { subscription_id, event } => {
+                let filters = self.subs.get(subscription_id.as_ref()).cloned().unwrap_or_default();
+                let events = self.screen(vec![event.into_owned()], &filters).await;
+                self.take(events).await;
                 self.peer.shared.touch_cursor(&self.peer.url);
             }
             RelayMessage::EndOfStoredEvents(id) if id.as_str().starts_with("fetch-") => {
+                self.subs.remove(id.as_ref());
                 let _ = self.wire.send(&ClientMessage::close(id.into_owned())).await;
             }
             RelayMessage::Closed { subscription_id, message } => {
@@ -416,18 +432,92 @@ impl Session<'_> {
         None
     }
 
+    /// Takes a token from the relay's write bucket, waiting while it is empty; false at
+    /// shutdown.
+    pub async fn throttle(&mut self) -> bool {
+        loop {
+            let wait = match self.peer.bucket.try_take(Instant::now()) {
+                Ok(()) => return true,
+                Err(wait) => wait.min(Duration::from_secs(1)),
+            };
+            self.peer.stats.lock().unwrap().throttled_ms += wait.as_millis() as u64;
+            tokio::select! {
+                _ = tokio::time::sleep(wait) => {}
+                _ = self.peer.shutdown.recv() => return false,
+            }
+        }
+    }
+
+    /// Received events, each through the relay's write bucket: those matching one of
+    /// `filters` (the filters of the subscription they came on) are returned; the others are
+    /// refused as unrequested (they may only wait for an event id they tag, see
+    /// [`super::intake::Intake::unrequested`]).
+    pub async fn screen(&mut self, events: Vec<Event>, filters: &[Filter]) -> Vec<Event> {
+        let mut asked = Vec::with_capacity(events.len());
+        for event in events {
+            if !self.throttle().await {
+                break;
+            }
+            if filters.iter().any(|f| f.match_event(&event, MatchEventOptions::new())) {
+                asked.push(event);
+                continue;
+            }
+            self.refuse_unrequested(event);
+        }
+        asked
+    }
+
+    /// Counts `event` (sent unasked) as received and refused; it may wait for an id it tags.
+    pub fn refuse_unrequested(&self, event: Event) {
+        let id = event.id;
+        self.peer.shared.intake.unrequested(event, &self.peer.url);
+        let mut s = self.peer.stats.lock().unwrap();
+        s.received += 1;
+        s.refused += 1;
+        s.unrequested += 1;
+        if s.unrequested.is_power_of_two() {
+            tracing::info!(relay = %self.peer.url, event = %id, unrequested = s.unrequested, "relay sends events it was not asked for; refused");
+        }
+    }
+
     /// Submits received events (announcements first, then states, then the rest, oldest first,
-    /// so parents tend to come before children) and counts them.
+    /// so parents tend to come before children) and counts them. Runs of independent events
+    /// ([`steps`]) are admitted side by side (signatures checked on the client pipeline's
+    /// bounded pool); everything else one at a time, in order.
     pub async fn take(&mut self, mut events: Vec<Event>) {
         events.sort_by_key(|e| (kind_rank(e.kind.as_u16()), e.created_at, e.id));
-        for event in events {
-            let (verdict, readmitted) = self.peer.shared.intake.submit(Arc::new(event), &self.peer.url).await;
+        let steps = steps(&events);
+        let mut events = events.into_iter();
+        for step in steps {
+            let run: Vec<Event> = events.by_ref().take(step.len()).collect();
+            let mut verdicts = Vec::with_capacity(run.len());
+            if run.len() == 1 {
+                let event = run.into_iter().next().expect("one event");
+                verdicts.push(self.peer.shared.intake.submit(Arc::new(event), &self.peer.url).await);
+            } else {
+                let mut set = tokio::task::JoinSet::new();
+                for event in run {
+                    let (shared, url) = (self.peer.shared.clone(), self.peer.url.clone());
+                    set.spawn(async move { shared.intake.submit(Arc::new(event), &url).await });
+                }
+                while let Some(done) = set.join_next().await {
+                    match done {
+                        Ok(v) => verdicts.push(v),
+                        Err(e) => {
+                            tracing::error!(relay = %self.peer.url, error = %e, "admitting a synced event failed");
+                            verdicts.push((Verdict::Refused, 0));
+                        }
+                    }
+                }
+            }
             let mut s = self.peer.stats.lock().unwrap();
-            s.received += 1;
-            s.accepted += readmitted;
-            match verdict {
-                Verdict::Accepted => s.accepted += 1,
-                Verdict::Refused | Verdict::Waiting => s.refused += 1,
+            for (verdict, readmitted) in verdicts {
+                s.received += 1;
+                s.accepted += readmitted;
+                match verdict {
+                    Verdict::Accepted => s.accepted += 1,
+                    Verdict::Refused | Verdict::Waiting => s.refused += 1,
+                }
             }
         }
         let waiting = self.peer.shared.intake.waiting.lock().unwrap().from_relay(&self.peer.url);
@@ -451,10 +541,71 @@ impl Session<'_> {
     }
 }
 
+/// Splits sorted events into steps run one after another (pure): a run of independent events
+/// (kinds that may run alongside others, as for a client's pipeline, none referencing or
+/// repeating another of the run; at most [`MAX_IN_FLIGHT`]) is one step, admitted side by
+/// side; any other event is a step of its own. Parents before children stays true: an event
+/// referencing one of the run starts the next step.
+pub fn steps(events: &[Event]) -> Vec<std::ops::Range<usize>> {
+    let mut steps = Vec::new();
+    let mut start = 0;
+    let mut in_run: HashSet<EventId> = HashSet::new();
+    for (i, event) in events.iter().enumerate() {
+        if !runs_alongside(event) {
+            if i > start {
+                steps.push(start..i);
+            }
+            steps.push(i..i + 1);
+            start = i + 1;
+            in_run.clear();
+            continue;
+        }
+        let depends = in_run.contains(&event.id) || references(event).event_ids.iter().any(|r| in_run.contains(r));
+        if depends || i - start >= MAX_IN_FLIGHT {
+            steps.push(start..i);
+            start = i;
+            in_run.clear();
+        }
+        in_run.insert(event.id);
+    }
+    if start < events.len() {
+        steps.push(start..events.len());
+    }
+    steps
+}
+
 fn kind_rank(kind: u16) -> u8 {
     match kind {
         grasp_state::nip34::KIND_ANNOUNCEMENT => 0,
         grasp_state::nip34::KIND_STATE => 1,
         _ => 2,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ev(kind: u16, tags: Vec<Tag>) -> Event {
+        EventBuilder::new(Kind::Custom(kind), "x").tags(tags).finalize(&Keys::generate()).unwrap()
+    }
+
+    #[test]
+    fn independent_events_run_side_by_side_and_children_after_their_parents() {
+        let ann = ev(30617, vec![Tag::identifier("r")]);
+        let issue = ev(1621, vec![]);
+        let other = ev(1621, vec![]);
+        let comment = ev(1111, vec![Tag::event(issue.id)]);
+        let third = ev(1621, vec![]);
+        let deletion = ev(5, vec![Tag::event(third.id)]);
+        let last = ev(1621, vec![]);
+        let events = vec![ann, issue, other, comment, third.clone(), deletion, last];
+        assert_eq!(steps(&events), vec![0..1, 1..3, 3..5, 5..6, 6..7]);
+        // A repeated event never runs beside itself.
+        assert_eq!(steps(&[third.clone(), third]), vec![0..1, 1..2]);
+        // Runs are bounded.
+        let many: Vec<Event> = (0..MAX_IN_FLIGHT + 1).map(|_| ev(1621, vec![])).collect();
+        assert_eq!(steps(&many), vec![0..MAX_IN_FLIGHT, MAX_IN_FLIGHT..MAX_IN_FLIGHT + 1]);
+        assert!(steps(&[]).is_empty());
     }
 }

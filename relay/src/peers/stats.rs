@@ -30,6 +30,11 @@ pub struct RelayStats {
     pub received: u64,
     pub accepted: u64,
     pub refused: u64,
+    /// Of the refused: events it sent that match none of the filters they came on (not
+    /// admitted; those tagging an event id may wait for it).
+    pub unrequested: u64,
+    /// Milliseconds spent waiting for its write bucket (`--relay-sync-rate`).
+    pub throttled_ms: u64,
     /// Its events waiting for what they tag.
     pub waiting: usize,
     /// Whether it reconciles by NIP-77 (`None` until known).
@@ -56,6 +61,8 @@ impl RelayStats {
             received: 0,
             accepted: 0,
             refused: 0,
+            unrequested: 0,
+            throttled_ms: 0,
             waiting: 0,
             negentropy: None,
             failures: 0,

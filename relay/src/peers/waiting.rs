@@ -4,8 +4,13 @@
 //! here yet waits here, keyed by each missing parent (an event id, or a coordinate). When a
 //! parent is accepted the children are handed back for another try. A child waiting longer than
 //! the request delay makes its missing event ids be asked for by id from the connected relays;
-//! one waiting past the TTL is dropped. Caps per relay and in total keep a relay sending junk
-//! from costing more than its own slots.
+//! one waiting past the TTL is dropped. Caps per relay and in total, in events and in bytes
+//! (each event's JSON size), keep a relay sending junk from costing more than its own slots.
+//!
+//! An event a relay sent without being asked for it (it matches none of the filters of the
+//! subscription it came on) never goes to the acceptance policy directly: it may only wait here
+//! for an event id it tags ([`Waiting::park_unrequested`]), so it is admitted only once that
+//! event arrives here by some other path (it is then part of what this server follows).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -24,6 +29,9 @@ pub type ParentKey = String;
 pub struct WaitingLimits {
     pub per_relay: usize,
     pub total: usize,
+    /// Bytes (event JSON) waiting from one relay, and in total.
+    pub bytes_per_relay: usize,
+    pub bytes_total: usize,
     /// Ask connected relays for a missing parent id after this long.
     pub request_after: Duration,
     /// Give up on a child after this long.
@@ -32,7 +40,12 @@ pub struct WaitingLimits {
 
 impl Default for WaitingLimits {
     fn default() -> Self {
-        WaitingLimits { per_relay: 1_000, total: 10_000, request_after: Duration::from_secs(10), ttl: Duration::from_secs(30 * 60) }
+        WaitingLimits {
+            per_relay: 1_000,
+            total: 10_000,
+            bytes_per_relay: 4 << 20,
+            bytes_total: 32 << 20,
+            request_after: Duration::from_secs(10), ttl: Duration::from_secs(30 * 60) }
     }
 }
 
@@ -43,6 +56,8 @@ struct Child {
     parents: Vec<ParentKey>,
     since: Instant,
     requested: bool,
+    /// Its JSON size.
+    bytes: usize,
 }
 
 /// Why an event was not parked.
@@ -61,7 +76,9 @@ pub struct Waiting {
     limits: WaitingLimits,
     children: HashMap<EventId, Child>,
     by_parent: HashMap<ParentKey, Vec<EventId>>,
-    per_relay: BTreeMap<RelayUrl, usize>,
+    /// Children and bytes waiting per relay.
+    per_relay: BTreeMap<RelayUrl, (usize, usize)>,
+    bytes: usize,
 }
 
 /// The parents an event waits for: the ids and coordinates it tags; a state event (which tags
@@ -94,26 +111,57 @@ impl Waiting {
 
     /// Children waiting that came from `relay`.
     pub fn from_relay(&self, relay: &RelayUrl) -> usize {
-        self.per_relay.get(relay).copied().unwrap_or(0)
+        self.per_relay.get(relay).map_or(0, |(n, _)| *n)
+    }
+
+    /// Bytes waiting that came from `relay`.
+    pub fn bytes_from_relay(&self, relay: &RelayUrl) -> usize {
+        self.per_relay.get(relay).map_or(0, |(_, b)| *b)
+    }
+
+    /// Bytes waiting in total.
+    pub fn bytes(&self) -> usize {
+        self.bytes
     }
 
     /// Parks `event` (from `relay`) until one of the things it tags is accepted.
     pub fn park(&mut self, event: Arc<Event>, relay: &RelayUrl, now: Instant) -> Result<(), NotParked> {
+        let parents = parents_of(&event);
+        self.park_for(event, parents, relay, now)
+    }
+
+    /// Parks `event`, which `relay` sent unasked, until an event id it tags is accepted here
+    /// (coordinates are not waited for: what they name may already be here, and an unasked
+    /// event must not be admitted by a later version of it).
+    pub fn park_unrequested(&mut self, event: Arc<Event>, relay: &RelayUrl, now: Instant) -> Result<(), NotParked> {
+        let parents: Vec<ParentKey> = parents_of(&event).into_iter().filter(|p| EventId::from_hex(p).is_ok()).collect();
+        self.park_for(event, parents, relay, now)
+    }
+
+    fn park_for(&mut self, event: Arc<Event>, parents: Vec<ParentKey>, relay: &RelayUrl, now: Instant) -> Result<(), NotParked> {
         if self.children.contains_key(&event.id) {
             return Err(NotParked::AlreadyWaiting);
         }
-        let parents = parents_of(&event);
         if parents.is_empty() {
             return Err(NotParked::NoParents);
         }
-        if self.children.len() >= self.limits.total || self.from_relay(relay) >= self.limits.per_relay {
+        let bytes = event.as_json().len();
+        let (n, b) = self.per_relay.get(relay).copied().unwrap_or((0, 0));
+        if self.children.len() >= self.limits.total
+            || n >= self.limits.per_relay
+            || self.bytes + bytes > self.limits.bytes_total
+            || b + bytes > self.limits.bytes_per_relay
+        {
             return Err(NotParked::Full);
         }
         for p in &parents {
             self.by_parent.entry(p.clone()).or_default().push(event.id);
         }
-        *self.per_relay.entry(relay.clone()).or_default() += 1;
-        self.children.insert(event.id, Child { event, relay: relay.clone(), parents, since: now, requested: false });
+        let entry = self.per_relay.entry(relay.clone()).or_default();
+        entry.0 += 1;
+        entry.1 += bytes;
+        self.bytes += bytes;
+        self.children.insert(event.id, Child { event, relay: relay.clone(), parents, since: now, requested: false, bytes });
         Ok(())
     }
 
@@ -134,8 +182,10 @@ impl Waiting {
                 }
             }
         }
-        if let Some(n) = self.per_relay.get_mut(&child.relay) {
+        self.bytes -= child.bytes;
+        if let Some((n, b)) = self.per_relay.get_mut(&child.relay) {
             *n -= 1;
+            *b -= child.bytes;
             if *n == 0 {
                 self.per_relay.remove(&child.relay);
             }
@@ -190,7 +240,14 @@ mod tests {
     }
 
     fn limits() -> WaitingLimits {
-        WaitingLimits { per_relay: 2, total: 3, request_after: Duration::from_secs(10), ttl: Duration::from_secs(60) }
+        WaitingLimits {
+            per_relay: 2,
+            total: 3,
+            bytes_per_relay: 1 << 20,
+            bytes_total: 1 << 20,
+            request_after: Duration::from_secs(10),
+            ttl: Duration::from_secs(60),
+        }
     }
 
     #[test]
@@ -234,5 +291,37 @@ mod tests {
         assert_eq!(w.expire(now + Duration::from_secs(59)), 0);
         assert_eq!(w.expire(now + Duration::from_secs(60)), 1);
         assert!(w.is_empty() && w.by_parent.is_empty());
+    }
+
+    #[test]
+    fn caps_in_bytes_per_relay_and_total() {
+        let (now, a, b) = (Instant::now(), url("wss://a"), url("wss://b"));
+        let p = EventId::from_byte_array([1; 32]);
+        let one = child_of(&p).as_json().len();
+        let lim = WaitingLimits { per_relay: 100, total: 100, bytes_per_relay: 2 * one + 10, bytes_total: 3 * one + 20, ..limits() };
+        let mut w = Waiting::new(lim);
+        w.park(child_of(&p), &a, now).unwrap();
+        w.park(child_of(&p), &a, now).unwrap();
+        assert_eq!(w.park(child_of(&p), &a, now), Err(NotParked::Full), "relay bytes");
+        w.park(child_of(&p), &b, now).unwrap();
+        assert_eq!(w.park(child_of(&p), &b, now), Err(NotParked::Full), "total bytes");
+        assert_eq!(w.bytes_from_relay(&a), 2 * one);
+        assert_eq!(w.arrived(&p.to_hex()).len(), 3);
+        assert_eq!((w.bytes(), w.bytes_from_relay(&a)), (0, 0));
+    }
+
+    #[test]
+    fn unrequested_events_wait_only_for_event_ids() {
+        let (now, a) = (Instant::now(), url("wss://a"));
+        let keys = Keys::generate();
+        let mut w = Waiting::new(limits());
+        let only_repo = Arc::new(
+            EventBuilder::new(Kind::Custom(1621), "x").tag(Tag::parse(["a", "30617:00:r"]).unwrap()).finalize(&keys).unwrap(),
+        );
+        assert_eq!(w.park_unrequested(only_repo, &a, now), Err(NotParked::NoParents));
+        let p = EventId::from_byte_array([3; 32]);
+        let c = child_of(&p);
+        w.park_unrequested(c.clone(), &a, now).unwrap();
+        assert_eq!(w.arrived(&p.to_hex())[0].0.id, c.id);
     }
 }

@@ -152,7 +152,11 @@ impl Interest {
 
     /// The plan of every relay to connect to: relays named by accepted repositories and the
     /// bootstraps, without those `excluded` (this server, unsafe), at most `max_relays`
-    /// (bootstraps first, then the relays serving most repositories).
+    /// (bootstraps first, always kept). Ranking ([`rank`]) resists being taken over by free
+    /// announcements: relays listed by the most distinct owners of served announcements come
+    /// first, then by distinct owners of held ones; each announcement counts for at most
+    /// [`MAX_RELAYS_PER_ANNOUNCEMENT`] relays, and at most [`MAX_RELAYS_PER_AUTHORITY`] URLs of
+    /// one `host:port` are taken. A relay not taken is not asked about any repository.
     pub fn plans(&self, excluded: impl Fn(&RelayUrl) -> bool, max_relays: usize) -> BTreeMap<RelayUrl, RelayPlan> {
         if let Some(only) = &self.only {
             let all: Vec<&RepoInterest> = self.repos.iter().collect();
@@ -160,25 +164,57 @@ impl Interest {
         }
         let mut serving: BTreeMap<&RelayUrl, Vec<&RepoInterest>> = BTreeMap::new();
         for repo in &self.repos {
-            for relay in &repo.relays {
+            for relay in repo.relays.iter().filter(|r| !excluded(r)).take(MAX_RELAYS_PER_ANNOUNCEMENT) {
                 serving.entry(relay).or_default().push(repo);
             }
         }
-        for relay in &self.bootstraps {
+        for relay in self.bootstraps.iter().filter(|r| !excluded(r)) {
             serving.entry(relay).or_default();
         }
-        let mut ranked: Vec<(&RelayUrl, Vec<&RepoInterest>)> =
-            serving.into_iter().filter(|(relay, _)| !excluded(relay)).collect();
-        ranked.sort_by(|(a, ra), (b, rb)| {
-            let (ba, bb) = (self.bootstraps.contains(*a), self.bootstraps.contains(*b));
-            bb.cmp(&ba).then(rb.len().cmp(&ra.len())).then(a.cmp(b))
-        });
-        ranked
+        let taken = rank(&serving, &self.bootstraps, max_relays);
+        serving
             .into_iter()
-            .take(max_relays)
+            .filter(|(relay, _)| taken.contains(*relay))
             .map(|(relay, repos)| (relay.clone(), plan_for(&repos, self.bootstraps.contains(relay))))
             .collect()
     }
+}
+
+/// Relays one announcement may add to the followed set (its first ones, in URL order).
+pub const MAX_RELAYS_PER_ANNOUNCEMENT: usize = 10;
+
+/// URLs of one `host:port` (differing only in path) followed at once.
+pub const MAX_RELAYS_PER_AUTHORITY: usize = 2;
+
+/// The relays taken (pure): every bootstrap, then others up to `max_relays` in all, ranked by distinct
+/// owners of served (level full) repositories listing them, then by distinct owners of held
+/// ones, then by URL; at most [`MAX_RELAYS_PER_AUTHORITY`] per `host:port`.
+pub fn rank(serving: &BTreeMap<&RelayUrl, Vec<&RepoInterest>>, bootstraps: &BTreeSet<RelayUrl>, max_relays: usize) -> BTreeSet<RelayUrl> {
+    let owners = |repos: &[&RepoInterest], level: SyncLevel| -> usize {
+        repos.iter().filter(|r| r.level == level).map(|r| r.owner).collect::<BTreeSet<_>>().len()
+    };
+    let mut ranked: Vec<(usize, usize, &RelayUrl)> = serving
+        .iter()
+        .filter(|(relay, _)| !bootstraps.contains(**relay))
+        .map(|(relay, repos)| (owners(repos, SyncLevel::Full), owners(repos, SyncLevel::StateOnly), *relay))
+        .collect();
+    ranked.sort_by(|a, b| b.0.cmp(&a.0).then(b.1.cmp(&a.1)).then(a.2.cmp(b.2)));
+    let mut taken: BTreeSet<RelayUrl> = serving.keys().filter(|r| bootstraps.contains(**r)).map(|r| (*r).clone()).collect();
+    let mut per_authority: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut room = max_relays.saturating_sub(taken.len());
+    for (_, _, relay) in ranked {
+        if room == 0 {
+            break;
+        }
+        let n = per_authority.entry(relay.authority()).or_default();
+        if *n >= MAX_RELAYS_PER_AUTHORITY {
+            continue;
+        }
+        *n += 1;
+        room -= 1;
+        taken.insert(relay.clone());
+    }
+    taken
 }
 
 /// The consolidated filters for a relay serving `repos`.
@@ -310,6 +346,53 @@ mod tests {
         let plans = interest.plans(|r| r.as_str() == "wss://self", 2);
         let relays: Vec<&str> = plans.keys().map(RelayUrl::as_str).collect();
         assert_eq!(relays, ["wss://a", "wss://boot"]);
+    }
+
+    #[test]
+    fn free_held_announcements_cannot_take_the_relay_slots() {
+        // 100 held announcements (free keys) each listing 50 attacker URLs on one host.
+        let mut repos: Vec<RepoInterest> = (0..100)
+            .map(|n| {
+                let urls: Vec<String> = (0..50).map(|i| format!("wss://evil.example/{i}")).collect();
+                let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+                repo(&format!("spam{n}"), &urls, SyncLevel::StateOnly, 0)
+            })
+            .collect();
+        // Also 60 attacker hosts, each listed by every held announcement (one URL each).
+        for r in &mut repos {
+            r.relays.extend((0..60).map(|i| url(&format!("wss://h{i}.evil.example"))));
+        }
+        // One served repository per legitimate relay, one owner each.
+        repos.push(repo("a", &["wss://good-a.example"], SyncLevel::Full, 0));
+        repos.push(repo("b", &["wss://good-b.example"], SyncLevel::Full, 0));
+        let interest = Interest { repos, bootstraps: [url("wss://zz-boot.example")].into(), only: None };
+        let plans = interest.plans(|_| false, 5);
+        let relays: BTreeSet<&str> = plans.keys().map(RelayUrl::as_str).collect();
+        // Bootstraps first; served relays come before held ones.
+        assert!(relays.contains("wss://zz-boot.example") && relays.contains("wss://good-a.example") && relays.contains("wss://good-b.example"), "{relays:?}");
+        assert_eq!(relays.len(), 5, "{relays:?}");
+        assert!(relays.iter().all(|r| !r.starts_with("wss://h")), "{relays:?}");
+        // One host:port gives at most two URLs, and each announcement at most ten relays.
+        assert!(relays.iter().filter(|r| r.starts_with("wss://evil.example/")).count() <= MAX_RELAYS_PER_AUTHORITY);
+        let counted: usize = interest.repos.iter().take(1).map(|r| r.relays.iter().take(MAX_RELAYS_PER_ANNOUNCEMENT).count()).sum();
+        assert_eq!(counted, MAX_RELAYS_PER_ANNOUNCEMENT);
+    }
+
+    #[test]
+    fn ranking_counts_distinct_owners_not_announcements() {
+        let owner = Keys::generate().public_key();
+        let mut same_owner: Vec<RepoInterest> = (0..5)
+            .map(|n| {
+                let mut r = repo(&format!("r{n}"), &["wss://one-owner.example"], SyncLevel::Full, 0);
+                r.owner = owner;
+                r
+            })
+            .collect();
+        same_owner.push(repo("x", &["wss://two-owners.example"], SyncLevel::Full, 0));
+        same_owner.push(repo("y", &["wss://two-owners.example"], SyncLevel::Full, 0));
+        let interest = Interest { repos: same_owner, bootstraps: BTreeSet::new(), only: None };
+        let relays: Vec<String> = interest.plans(|_| false, 1).keys().map(|r| r.to_string()).collect();
+        assert_eq!(relays, ["wss://two-owners.example"]);
     }
 
     #[test]
