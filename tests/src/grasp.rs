@@ -297,6 +297,21 @@ pub async fn connect(server: &TestServer) -> crate::NostrClient {
     crate::NostrClient::connect(&server.ws_url()).await.unwrap()
 }
 
+/// Sends the raw HTTP `request` on `stream` and returns the status code of the answer (read up
+/// to the end of its status line, each read bounded by [`crate::TIMEOUT`]).
+pub async fn http_status(stream: &mut tokio::net::TcpStream, request: &str) -> u16 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n") {
+        let n = tokio::time::timeout(crate::TIMEOUT, stream.read(&mut byte)).await.expect("no answer").unwrap();
+        assert!(n > 0, "connection closed without an answer");
+        head.push(byte[0]);
+    }
+    String::from_utf8_lossy(&head).split(' ').nth(1).unwrap().parse().unwrap()
+}
+
 /// Whether the relay serves the event `id` (a `REQ` by id finds it).
 pub async fn stored(c: &mut crate::NostrClient, id: EventId) -> bool {
     !c.req(vec![Filter::new().id(id)]).await.unwrap().is_empty()

@@ -203,19 +203,10 @@ fn grasp_cgi_ends_git_when_the_body_stalls() {
 /// The status code of a raw HTTP/1.1 request sent from the loopback address `source`
 /// (127.0.0.0/8 is all loopback, so one test plays several clients).
 async fn status_from(source: &str, server: &TestServer, request: &str) -> u16 {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let socket = tokio::net::TcpSocket::new_v4().unwrap();
     socket.bind(format!("{source}:0").parse().unwrap()).unwrap();
     let mut stream = socket.connect(server.addr()).await.unwrap();
-    stream.write_all(request.as_bytes()).await.unwrap();
-    let mut head = Vec::new();
-    let mut byte = [0u8; 1];
-    while !head.ends_with(b"\r\n") {
-        let n = tokio::time::timeout(TIMEOUT, stream.read(&mut byte)).await.expect("no answer").unwrap();
-        assert!(n > 0, "connection closed without an answer");
-        head.push(byte[0]);
-    }
-    String::from_utf8_lossy(&head).split(' ').nth(1).unwrap().parse().unwrap()
+    http_status(&mut stream, request).await
 }
 
 /// Item 4: one address holding stalled receive-pack POSTs gets only its share of the git

@@ -26,26 +26,13 @@ fn padding(tag: &str, bytes: usize) -> Vec<Vec<String>> {
     vec![vec![tag.to_string(), "x".repeat(bytes)]]
 }
 
-async fn stored(c: &mut NostrClient, id: EventId) -> bool {
-    !c.req(vec![Filter::new().id(id)]).await.unwrap().is_empty()
-}
-
 /// The status of one raw HTTP request sent from 127.0.0.1 as `client` (behind the trusted proxy).
 async fn git_status_as(server: &TestServer, client: &str, path: &str) -> u16 {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut stream = tokio::net::TcpStream::connect(server.addr()).await.unwrap();
     let req = format!(
         "GET {path}/info/refs?service=git-upload-pack HTTP/1.1\r\nHost: x\r\nX-Forwarded-For: {client}\r\nConnection: close\r\n\r\n"
     );
-    stream.write_all(req.as_bytes()).await.unwrap();
-    let mut head = Vec::new();
-    let mut byte = [0u8; 1];
-    while !head.ends_with(b"\r\n") {
-        let n = tokio::time::timeout(TIMEOUT, stream.read(&mut byte)).await.expect("no answer").unwrap();
-        assert!(n > 0, "connection closed without an answer");
-        head.push(byte[0]);
-    }
-    String::from_utf8_lossy(&head).split(' ').nth(1).unwrap().parse().unwrap()
+    http_status(&mut stream, &req).await
 }
 
 /// Whether a `git http-backend` the relay started for a request runs now (found by the data
@@ -169,15 +156,7 @@ async fn oversized_events_of_capped_kinds_are_refused_and_nothing_is_kept() {
     assert!(!purgatory_ids(&server).await.contains(&big_state.id.to_hex()));
 
     // The caps are in NIP-11.
-    let doc: serde_json::Value = reqwest::Client::new()
-        .get(server.http_url())
-        .header("Accept", "application/nostr+json")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let doc = nip11(&server).await;
     assert_eq!(doc["limitation"]["max_event_bytes_by_kind"]["10317"], serde_json::json!(16384));
 }
 
