@@ -453,18 +453,23 @@ mod tests {
         out
     }
 
+    /// The records a journalling purgatory writes for `ops`.
+    fn journal_of(ops: &[Op]) -> Vec<JournalRecord> {
+        let (clock, mut p) = purgatory();
+        p.start_journal();
+        for op in ops {
+            apply(&clock, &mut p, op);
+        }
+        p.take_journal()
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(200))]
 
         /// Encoding then decoding gives the records back.
         #[test]
         fn records_round_trip(ops in prop::collection::vec(op(), 0..40)) {
-            let (clock, mut p) = purgatory();
-            p.start_journal();
-            for op in &ops {
-                apply(&clock, &mut p, op);
-            }
-            let records = p.take_journal();
+            let records = journal_of(&ops);
             let mut bytes = Vec::new();
             for r in &records {
                 encode(r, &mut bytes);
@@ -479,12 +484,7 @@ mod tests {
         /// cut, and says its tail is torn; never an error.
         #[test]
         fn a_torn_tail_is_ignored(ops in prop::collection::vec(op(), 1..30), cut in any::<prop::sample::Index>()) {
-            let (clock, mut p) = purgatory();
-            p.start_journal();
-            for op in &ops {
-                apply(&clock, &mut p, op);
-            }
-            let records = p.take_journal();
+            let records = journal_of(&ops);
             let mut bytes = Vec::new();
             let mut ends = Vec::new();
             for r in &records {
