@@ -3,7 +3,7 @@
 //! complete file, never a mix; readers never see a partial file.
 //!
 //! Used for the purgatory checkpoint, the hook API's address and token files, the hook scripts
-//! and the relay's public address file. One writer per path at a time (the daemon holds the
+//! the relay's public address file and a private service's key. One writer per path at a time (the daemon holds the
 //! data-directory lock): the temporary name is fixed, so a stale one from a crash is replaced.
 
 use std::fs;

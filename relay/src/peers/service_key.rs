@@ -2,7 +2,6 @@
 //! (`--private-sync-peer`), whose operators list its npub as a member. Kept in a file (hex or
 //! nsec), created with mode 0600 when missing.
 
-use std::io::Write;
 use std::path::Path;
 
 use nostr::prelude::{Keys, SecretKey, ToBech32};
@@ -29,13 +28,9 @@ pub fn load_or_create(path: &Path) -> Result<Keys, ServiceKeyError> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             let keys = Keys::generate();
             let write = |reason: std::io::Error| ServiceKeyError::Write { path: shown.clone(), reason: reason.to_string() };
-            let mut options = std::fs::OpenOptions::new();
-            options.write(true).create_new(true);
-            #[cfg(unix)]
-            std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-            let mut file = options.open(path).map_err(write)?;
-            writeln!(file, "{}", keys.secret_key().to_secret_hex()).map_err(write)?;
-            file.sync_all().map_err(write)?;
+            // Whole or not at all: a crash mid-write must not leave a torn key behind.
+            let text = format!("{}\n", keys.secret_key().to_secret_hex());
+            grasp_state::atomic_file::write_atomic(path, text.as_bytes(), Some(0o600)).map_err(write)?;
             Ok(keys)
         }
         Err(e) => Err(ServiceKeyError::Read { path: shown, reason: e.to_string() }),
