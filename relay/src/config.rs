@@ -174,6 +174,18 @@ pub struct Config {
     #[arg(long, env = "GRASP_REPO_LOCK_QUEUE", default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..))]
     pub repo_lock_queue: u32,
 
+    /// Most entries of deferred repository work (a repository busy past --event-lock-wait,
+    /// retried later); beyond it new work takes the place of an entry of the author holding
+    /// the most when that author holds at least two more, else it is not recorded (the next
+    /// event, push or background sync does it).
+    #[arg(long, env = "GRASP_DEFERRED_TOTAL", default_value_t = grasp_state::deferred::MAX_ENTRIES as u32, value_parser = clap::value_parser!(u32).range(1..))]
+    pub deferred_total: u32,
+
+    /// Most entries of deferred repository work one author may hold (its events' work beyond
+    /// it is not recorded), so throwaway keys cannot crowd others out.
+    #[arg(long, env = "GRASP_DEFERRED_PER_AUTHOR", default_value_t = grasp_state::deferred::MAX_PER_AUTHOR as u32, value_parser = clap::value_parser!(u32).range(1..))]
+    pub deferred_per_author: u32,
+
     /// Path of the `grasp-cgi` wrapper used to serve git. Defaults to `grasp-cgi` next to this
     /// executable.
     #[arg(long, env = "GRASP_CGI_PATH")]
@@ -694,6 +706,11 @@ impl Config {
     /// The bounds on waiting for a repository.
     pub fn lock_limits(&self) -> crate::grasp::locks::LockLimits {
         crate::grasp::locks::LockLimits { event_wait: self.event_lock_wait, queue: self.repo_lock_queue as usize }
+    }
+
+    /// The bounds of deferred repository work.
+    pub fn deferred_limits(&self) -> grasp_state::deferred::DeferredLimits {
+        grasp_state::deferred::DeferredLimits { total: self.deferred_total as usize, per_author: self.deferred_per_author as usize }
     }
 
     pub fn for_tests(data_dir: PathBuf) -> Self {

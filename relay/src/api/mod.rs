@@ -53,6 +53,8 @@ pub struct PurgatoryListing {
     pub expired_events: Vec<ExpiredView>,
     pub stats: PurgatoryStats,
     pub deferred: Vec<grasp_state::deferred::DeferredView>,
+    /// The deferred work's figures: entries, authors, bounds, and work dropped since start.
+    pub deferred_stats: grasp_state::deferred::DeferredStats,
 }
 
 impl PurgatoryListing {
@@ -63,6 +65,7 @@ impl PurgatoryListing {
             expired_events: p.expired_listing(LISTED_EXPIRED),
             stats: p.stats(),
             deferred: Vec::new(),
+            deferred_stats: Default::default(),
         }
     }
 }
@@ -177,6 +180,7 @@ async fn handle(req: Request<Incoming>, token: &str, grasp: &Grasp, health: &Hea
     if method == Method::GET && path == PATH_PURGATORY {
         let mut listing = grasp.purgatory.listing();
         listing.deferred = grasp.deferred.listing();
+        listing.deferred_stats = grasp.deferred.stats();
         return json(StatusCode::OK, &with_sync_levels(&listing, grasp));
     }
     if method == Method::GET && path == PATH_SYNC {
@@ -366,6 +370,19 @@ pub fn render_purgatory_table(json: &str) -> Result<String> {
             )?;
         }
     }
+    let ds = &v["deferred_stats"];
+    let lost = ["dropped_author_share", "dropped_full", "evicted"].map(|k| ds[k].as_u64().unwrap_or(0));
+    if lost.iter().any(|n| *n > 0) {
+        writeln!(
+            out,
+            "Deferred work lost since start: {} over an author's share (--deferred-per-author {}), {} with the table full (--deferred-total {}), {} dropped for an author with fewer",
+            lost[0],
+            ds["limit_per_author"].as_u64().unwrap_or(0),
+            lost[1],
+            ds["limit_total"].as_u64().unwrap_or(0),
+            lost[2]
+        )?;
+    }
     Ok(out)
 }
 
@@ -516,6 +533,10 @@ mod tests {
         let row = table.lines().find(|l| l.starts_with("repo ")).unwrap_or_else(|| panic!("{table}"));
         assert!(row.contains("abcdef012345") && row.contains("npub1x/repo.git (timed out)"), "{table}");
         assert!(table.contains("Deferred work"), "{table}");
+        assert!(!table.contains("lost since start"), "{table}");
+        let json = r#"{"version":1,"entries":[],"expired_events":[],"stats":{},"deferred":[],"deferred_stats":{"entries":0,"dropped_author_share":7,"dropped_full":0,"evicted":2,"limit_total":10000,"limit_per_author":625}}"#;
+        let table = render_purgatory_table(json).unwrap();
+        assert!(table.contains("lost since start: 7 over an author's share (--deferred-per-author 625), 0 with the table full") && table.contains("2 dropped"), "{table}");
     }
 
     #[test]
