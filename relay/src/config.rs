@@ -288,6 +288,12 @@ pub struct Config {
     #[arg(long, env = "GRASP_SYNC_FETCH_TIMEOUT", default_value = "5m", value_name = "DURATION", value_parser = parse_duration)]
     pub sync_fetch_timeout: Duration,
 
+    /// Most bytes one background sync fetch may bring from another server (the pack as
+    /// received); beyond, the fetch's git processes are killed and nothing it brought is kept.
+    /// Default: --max-push-bytes.
+    #[arg(long, env = "GRASP_SYNC_MAX_FETCH_BYTES", value_parser = clap::value_parser!(u64).range(1..))]
+    pub sync_max_fetch_bytes: Option<u64>,
+
     /// Background sync: also fetch from loopback and private address ranges (denied by default;
     /// for tests and private deployments).
     #[arg(long, env = "GRASP_SYNC_ALLOW_PRIVATE")]
@@ -605,6 +611,7 @@ impl Config {
             },
             fetch: FetchOptions {
                 timeout: self.sync_fetch_timeout.max(Duration::from_secs(1)),
+                max_bytes: self.sync_max_fetch_bytes.unwrap_or(self.max_push_bytes),
                 ..FetchOptions::default()
             },
             allow_private: self.sync_allow_private,
