@@ -611,6 +611,23 @@ mod tests {
     }
 
     #[test]
+    fn deferred_work_is_gauged_and_its_losses_counted_by_reason() {
+        let m = Metrics::new();
+        let text = m.encode();
+        for reason in ["author_share", "full", "evicted"] {
+            assert_eq!(value(&text, &format!("grasp_deferred_dropped_total{{reason=\"{reason}\"}}")), Some(0.0), "{text}");
+        }
+        m.refresh_deferred(7);
+        m.deferred_dropped("author_share");
+        m.deferred_dropped("author_share");
+        m.deferred_dropped("evicted");
+        let text = m.encode();
+        assert_eq!(value(&text, "grasp_deferred_entries"), Some(7.0), "{text}");
+        assert_eq!(value(&text, r#"grasp_deferred_dropped_total{reason="author_share"}"#), Some(2.0));
+        assert_eq!(value(&text, r#"grasp_deferred_dropped_total{reason="evicted"}"#), Some(1.0));
+    }
+
+    #[test]
     fn websocket_guard_closes_what_it_opened() {
         let m = Metrics::new();
         let a = m.websocket_opened();
