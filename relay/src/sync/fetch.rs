@@ -195,7 +195,9 @@ pub async fn missing_objects(repo: &Path, oids: &[String]) -> Result<Vec<String>
 }
 
 /// Fetch `oids` from `url` into `repo` without touching any ref. Never fails as a whole: the
-/// outcome says what arrived, what the remote lacks, and the last error.
+/// outcome says what arrived, what the remote lacks, and the last error. `repo` is a fresh
+/// repository (the sync's [`super::Quarantine`]): everything in its object store counts against
+/// [`FetchOptions::max_bytes`], and past it the outcome has nothing fetched.
 pub async fn fetch_oids(
     repo: &Path,
     url: &str,
