@@ -174,6 +174,18 @@ pub struct Config {
     #[arg(long, env = "GRASP_REPO_LOCK_QUEUE", default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..))]
     pub repo_lock_queue: u32,
 
+    /// Most entries of deferred repository work (a repository busy past --event-lock-wait,
+    /// retried later); beyond it new work takes the place of an entry of the author holding
+    /// the most when that author holds at least two more, else it is not recorded (the next
+    /// event, push or background sync does it).
+    #[arg(long, env = "GRASP_DEFERRED_TOTAL", default_value_t = grasp_state::deferred::MAX_ENTRIES as u32, value_parser = clap::value_parser!(u32).range(1..))]
+    pub deferred_total: u32,
+
+    /// Most entries of deferred repository work one author may hold (its events' work beyond
+    /// it is not recorded), so throwaway keys cannot crowd others out.
+    #[arg(long, env = "GRASP_DEFERRED_PER_AUTHOR", default_value_t = grasp_state::deferred::MAX_PER_AUTHOR as u32, value_parser = clap::value_parser!(u32).range(1..))]
+    pub deferred_per_author: u32,
+
     /// Path of the `grasp-cgi` wrapper used to serve git. Defaults to `grasp-cgi` next to this
     /// executable.
     #[arg(long, env = "GRASP_CGI_PATH")]
@@ -275,6 +287,12 @@ pub struct Config {
     /// a unit; at least 1s).
     #[arg(long, env = "GRASP_SYNC_FETCH_TIMEOUT", default_value = "5m", value_name = "DURATION", value_parser = parse_duration)]
     pub sync_fetch_timeout: Duration,
+
+    /// Most bytes one background sync fetch may bring from another server (the pack as
+    /// received); beyond, the fetch's git processes are killed and nothing it brought is kept.
+    /// Default: --max-push-bytes.
+    #[arg(long, env = "GRASP_SYNC_MAX_FETCH_BYTES", value_parser = clap::value_parser!(u64).range(1..))]
+    pub sync_max_fetch_bytes: Option<u64>,
 
     /// Background sync: also fetch from loopback and private address ranges (denied by default;
     /// for tests and private deployments).
@@ -593,6 +611,7 @@ impl Config {
             },
             fetch: FetchOptions {
                 timeout: self.sync_fetch_timeout.max(Duration::from_secs(1)),
+                max_bytes: self.sync_max_fetch_bytes.unwrap_or(self.max_push_bytes),
                 ..FetchOptions::default()
             },
             allow_private: self.sync_allow_private,
@@ -694,6 +713,11 @@ impl Config {
     /// The bounds on waiting for a repository.
     pub fn lock_limits(&self) -> crate::grasp::locks::LockLimits {
         crate::grasp::locks::LockLimits { event_wait: self.event_lock_wait, queue: self.repo_lock_queue as usize }
+    }
+
+    /// The bounds of deferred repository work.
+    pub fn deferred_limits(&self) -> grasp_state::deferred::DeferredLimits {
+        grasp_state::deferred::DeferredLimits { total: self.deferred_total as usize, per_author: self.deferred_per_author as usize }
     }
 
     pub fn for_tests(data_dir: PathBuf) -> Self {

@@ -428,6 +428,55 @@ async fn a_third_partys_stalled_push_never_blocks_your_repository() {
     );
 }
 
+/// Deferred work is shared: a key whose events govern stalled repositories holds at most
+/// `--deferred-per-author` entries (here 1), so its next deferred work is dropped (logged,
+/// counted in `deferred_stats`) while another author's is still recorded; once the stalls end,
+/// the retries (of different identifiers, side by side) finish the recorded work.
+#[tokio::test]
+async fn one_author_cannot_fill_the_deferred_work() {
+    let server = TestServer::start_with(&["--git-idle-timeout", "10m", "--deferred-per-author", "1", "--event-lock-wait", "500ms"]);
+    let _reaper = Reaper(server.data_dir().to_path_buf());
+    let tmp = tempfile::tempdir().unwrap();
+    let mut client = NostrClient::connect(&server.ws_url()).await.unwrap();
+    let (attacker, victim) = (Keys::generate(), Keys::generate());
+    let mut published = Vec::new();
+    for (keys, id) in [(&attacker, "a1"), (&attacker, "a2"), (&victim, "v1")] {
+        published.push((keys, id, publish_repo(&server, &mut client, &tmp.path().join(id), keys, id).await));
+    }
+    let stalled: Vec<TcpStream> = published.iter().map(|(keys, id, _)| start_receive_pack(&server, &keys.public_key(), id)).collect();
+    wait_for_backends(&server, 3);
+
+    // Each sends its state again (newer, data present): the repository is busy, so the work
+    // is deferred, or for the attacker's second repository dropped.
+    for (keys, id, p) in &published {
+        let st = state_at(keys, id, &[("refs/heads/main", &p.tip)], Some("main"), now() + 1);
+        let (ok, msg) = client.send_event(&st).await.unwrap();
+        assert!(ok, "{id}: state refused: {msg}");
+    }
+    let listing = purgatory_listing(&server).await;
+    let entries: Vec<(String, String)> = listing["deferred"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|d| (d["identifier"].as_str().unwrap_or("").to_owned(), d["author"].as_str().unwrap_or("").to_owned()))
+        .collect();
+    let entry = |id: &str, keys: &Keys| (id.to_owned(), keys.public_key().to_hex());
+    assert!(entries.contains(&entry("a1", &attacker)) && entries.contains(&entry("v1", &victim)), "{listing:#}");
+    assert!(!entries.contains(&entry("a2", &attacker)), "the attacker holds more than its share: {listing:#}");
+    let stats = &listing["deferred_stats"];
+    assert_eq!((stats["dropped_author_share"].as_u64(), stats["limit_per_author"].as_u64(), stats["entries"].as_u64()), (Some(1), Some(1), Some(2)), "{listing:#}");
+    assert!(server.logs().contains("deferred work not recorded"), "{}", server.logs());
+    let table = grasp_relay::api::render_purgatory_table(&listing.to_string()).unwrap();
+    assert!(table.contains("lost since start: 1 over an author's share"), "{table}");
+
+    drop(stalled);
+    grasp_tests::eventually!(
+        "the deferred work to be done",
+        Duration::from_secs(90),
+        purgatory_listing(&server).await["deferred"].as_array().is_some_and(Vec::is_empty).then_some(())
+    );
+}
+
 /// Item 3: one repository's push lock held by a stalled push, then hundreds of connections each
 /// send a state event for it (data present, so each wants the repository). They are answered
 /// within a deadline (a few wait the event bound and are deferred, the rest are refused

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
 use grasp_state::identifier::npub_of;
-use grasp_tests::git::{git, GitHttpServer};
+use grasp_tests::git::{git, git_output, GitHttpServer};
 use grasp_tests::grasp::*;
 use grasp_tests::{eventually, NostrClient, TestServer};
 use nostr::prelude::*;
@@ -207,6 +207,77 @@ fn a_pull_request_commit_only_at_its_clone_url_is_released() {
             "served branches are untouched"
         );
         assert!(!refs.contains_key("refs/heads/feature"), "{refs:?}");
+    });
+    drop(forks);
+}
+
+/// Bytes that do not compress (xorshift), so a pack holding them is about as large.
+fn incompressible(len: usize) -> Vec<u8> {
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+/// Issue 16: a hostile peer serving a pack larger than `--sync-max-fetch-bytes` (here a plain
+/// git HTTP server with a 6 MiB commit behind a pull request's clone URL, against a 1 MiB cap)
+/// gets its fetch cut off: nothing it sent lands, no quarantine stays behind, the domain shows
+/// why, and the pull request stays held.
+#[test]
+fn a_fetch_bringing_more_than_the_cap_is_cut_off_and_nothing_lands() {
+    let b = relay(200, &["--sync-max-fetch-bytes", "1048576"]);
+    let tmp = tempfile::tempdir().unwrap();
+    let contributor = Keys::generate();
+    let fork = fork_repo(&tmp.path().join("forks"), &contributor.public_key(), "fork");
+    let forks = GitHttpServer::start(&tmp.path().join("forks"), None);
+    let fork_url = forks.repo_url(&contributor.public_key(), "fork");
+    block_on(async {
+        let mut cb = connect(&b).await;
+        let owner = Keys::generate();
+        let id = "capped";
+        let (repo, _) = seeded(&mut cb, &b, &owner, id, &tmp.path().join("w")).await;
+
+        git(&repo.work.dir, &["checkout", "-q", "-b", "huge"]);
+        std::fs::write(repo.work.dir.join("huge.bin"), incompressible(6 << 20)).unwrap();
+        git(&repo.work.dir, &["add", "huge.bin"]);
+        git(&repo.work.dir, &["commit", "-q", "-m", "huge"]);
+        let pr_tip = repo.rev("HEAD");
+        repo.work.push_to(&fork, &["huge"]);
+        let pr = pull_request(&contributor, &owner.public_key(), id, &pr_tip, &[&fork_url]);
+        held(&mut cb, &pr).await;
+
+        let error = eventually!("B's fetch from the fork to be cut off", {
+            let stats = sync_stats(&b).await;
+            domain(&stats, "127.0.0.1")
+                .and_then(|d| d["last_error"].as_str().map(str::to_owned))
+                .filter(|e| e.contains("--sync-max-fetch-bytes"))
+        });
+        assert!(error.contains("more than 1048576 bytes"), "{error}");
+        let logs = b.logs();
+        assert!(logs.contains("sync fetch failed") && logs.contains(&fork_url), "{logs}");
+
+        let b_dir = repo_dir(&b, &owner.public_key(), id);
+        let leftovers = || {
+            std::fs::read_dir(b_dir.join("objects"))
+                .unwrap()
+                .flatten()
+                .filter(|e| e.file_name().to_string_lossy().starts_with("tmp_objdir-incoming-grasp-sync-"))
+                .count()
+        };
+        eventually!("the cut-off fetch's quarantine to be removed", (leftovers() == 0).then_some(()));
+        let missing = git_output(&b_dir, &["cat-file", "-e", &pr_tip]);
+        assert!(!missing.status.success(), "the capped commit landed in B's repository");
+        assert!(!stored(&mut cb, pr.id).await, "the pull request was released without its data");
+        assert!(
+            !bare_refs(&b_dir).contains_key(&format!("refs/nostr/{}", pr.id.to_hex())),
+            "{:?}",
+            bare_refs(&b_dir)
+        );
     });
     drop(forks);
 }

@@ -53,6 +53,8 @@ pub struct PurgatoryListing {
     pub expired_events: Vec<ExpiredView>,
     pub stats: PurgatoryStats,
     pub deferred: Vec<grasp_state::deferred::DeferredView>,
+    /// The deferred work's figures: entries, authors, bounds, and work dropped since start.
+    pub deferred_stats: grasp_state::deferred::DeferredStats,
 }
 
 impl PurgatoryListing {
@@ -63,6 +65,7 @@ impl PurgatoryListing {
             expired_events: p.expired_listing(LISTED_EXPIRED),
             stats: p.stats(),
             deferred: Vec::new(),
+            deferred_stats: Default::default(),
         }
     }
 }
@@ -177,6 +180,7 @@ async fn handle(req: Request<Incoming>, token: &str, grasp: &Grasp, health: &Hea
     if method == Method::GET && path == PATH_PURGATORY {
         let mut listing = grasp.purgatory.listing();
         listing.deferred = grasp.deferred.listing();
+        listing.deferred_stats = grasp.deferred.stats();
         return json(StatusCode::OK, &with_sync_levels(&listing, grasp));
     }
     if method == Method::GET && path == PATH_SYNC {
@@ -366,6 +370,19 @@ pub fn render_purgatory_table(json: &str) -> Result<String> {
             )?;
         }
     }
+    let ds = &v["deferred_stats"];
+    let lost = ["dropped_author_share", "dropped_full", "evicted"].map(|k| ds[k].as_u64().unwrap_or(0));
+    if lost.iter().any(|n| *n > 0) {
+        writeln!(
+            out,
+            "Deferred work lost since start: {} over an author's share (--deferred-per-author {}), {} with the table full (--deferred-total {}), {} dropped for an author with fewer",
+            lost[0],
+            ds["limit_per_author"].as_u64().unwrap_or(0),
+            lost[1],
+            ds["limit_total"].as_u64().unwrap_or(0),
+            lost[2]
+        )?;
+    }
     Ok(out)
 }
 
@@ -375,7 +392,11 @@ pub fn render_sync_table(json: &str) -> Result<String> {
     let v: serde_json::Value = serde_json::from_str(json).context("the relay's sync view is not JSON")?;
     let mut out = String::new();
     let relays = v["relays"].as_array().map(Vec::as_slice).unwrap_or_default();
-    writeln!(out, "{:<32} {:<16} {:>6} {:>9} {:>9} {:>8}  {:<8} LAST ERROR", "RELAY", "STATE", "REPOS", "RECEIVED", "ACCEPTED", "REFUSED", "NIP-77")?;
+    writeln!(
+        out,
+        "{:<32} {:<16} {:>6} {:>9} {:>9} {:>8} {:>11} {:>9}  {:<8} LAST ERROR",
+        "RELAY", "STATE", "REPOS", "RECEIVED", "ACCEPTED", "REFUSED", "UNREQUESTED", "THROTTLED", "NIP-77"
+    )?;
     for r in relays {
         let mut state = r["state"].as_str().unwrap_or("-").to_owned();
         if r["cooling_down"] == true {
@@ -390,20 +411,39 @@ pub fn render_sync_table(json: &str) -> Result<String> {
         let boot = if r["bootstrap"] == true { "*" } else { "" };
         writeln!(
             out,
-            "{:<32} {:<16} {:>6} {:>9} {:>9} {:>8}  {:<8} {}",
+            "{:<32} {:<16} {:>6} {:>9} {:>9} {:>8} {:>11} {:>9}  {:<8} {}",
             format!("{}{boot}", r["url"].as_str().unwrap_or("-")),
             state,
             repos,
             r["received"].as_u64().unwrap_or(0),
             r["accepted"].as_u64().unwrap_or(0),
             r["refused"].as_u64().unwrap_or(0),
+            r["unrequested"].as_u64().unwrap_or(0),
+            throttled_time(r["throttled_ms"].as_u64().unwrap_or(0)),
             nip77,
             r["last_error"].as_str().unwrap_or("")
         )?;
     }
     let note = if v["relay_sync"] == false { " (relay sync is off: --no-relay-sync)" } else { "" };
-    writeln!(out, "{} relays{note}; * = bootstrap; git-data sync queue: {}", relays.len(), v["queue_length"].as_u64().unwrap_or(0))?;
+    writeln!(
+        out,
+        "{} relays{note}; * = bootstrap; UNREQUESTED = refused events it was not asked for; THROTTLED = time spent waiting for its --relay-sync-rate bucket; git-data sync queue: {}",
+        relays.len(),
+        v["queue_length"].as_u64().unwrap_or(0)
+    )?;
     Ok(out)
+}
+
+/// A relay's `throttled_ms` for the table: `0`, milliseconds under a second, then seconds,
+/// minutes, hours.
+fn throttled_time(ms: u64) -> String {
+    match ms {
+        0 => "0".into(),
+        1..=999 => format!("{ms}ms"),
+        1_000..=59_999 => format!("{:.1}s", ms as f64 / 1e3),
+        60_000..=3_599_999 => format!("{:.1}m", ms as f64 / 60e3),
+        _ => format!("{:.1}h", ms as f64 / 3_600e3),
+    }
 }
 
 /// Runs a one-shot [`Command`](crate::config::Command) against the relay on `data_dir`.
@@ -493,6 +533,10 @@ mod tests {
         let row = table.lines().find(|l| l.starts_with("repo ")).unwrap_or_else(|| panic!("{table}"));
         assert!(row.contains("abcdef012345") && row.contains("npub1x/repo.git (timed out)"), "{table}");
         assert!(table.contains("Deferred work"), "{table}");
+        assert!(!table.contains("lost since start"), "{table}");
+        let json = r#"{"version":1,"entries":[],"expired_events":[],"stats":{},"deferred":[],"deferred_stats":{"entries":0,"dropped_author_share":7,"dropped_full":0,"evicted":2,"limit_total":10000,"limit_per_author":625}}"#;
+        let table = render_purgatory_table(json).unwrap();
+        assert!(table.contains("lost since start: 7 over an author's share (--deferred-per-author 625), 0 with the table full") && table.contains("2 dropped"), "{table}");
     }
 
     #[test]
@@ -504,6 +548,23 @@ mod tests {
         assert!(lines[1].starts_with("ws://a*") && lines[1].contains("live") && lines[1].contains("yes"), "{table}");
         assert!(lines[2].contains("cooling-down") && lines[2].contains("rate-limited: slow"), "{table}");
         assert!(lines[3].starts_with("2 relays;") && lines[3].contains("queue: 2"), "{table}");
+    }
+
+    #[test]
+    fn sync_table_shows_unrequested_and_throttled() {
+        let json = r#"{"queue_length":0,"relay_sync":true,"relays":[{"url":"ws://flood","state":"live","bootstrap":false,"repositories":[],"received":900,"accepted":3,"refused":897,"unrequested":812,"throttled_ms":4250,"negentropy":false,"cooling_down":false,"last_error":null},{"url":"ws://calm","state":"live","bootstrap":false,"repositories":[],"received":1,"accepted":1,"refused":0,"unrequested":0,"throttled_ms":0,"negentropy":true,"cooling_down":false,"last_error":null}]}"#;
+        let table = render_sync_table(json).unwrap();
+        let lines: Vec<&str> = table.lines().collect();
+        assert!(lines[0].contains("UNREQUESTED") && lines[0].contains("THROTTLED"), "{table}");
+        let cols = |l: &str| l.split_whitespace().map(str::to_owned).collect::<Vec<_>>();
+        // RELAY STATE REPOS RECEIVED ACCEPTED REFUSED UNREQUESTED THROTTLED NIP-77
+        assert_eq!(cols(lines[1])[3..9], ["900", "3", "897", "812", "4.2s", "no"], "{table}");
+        assert_eq!(cols(lines[2])[3..9], ["1", "1", "0", "0", "0", "yes"], "{table}");
+        // Each column starts where its header does.
+        let at = |l: &str, pat: &str| l.find(pat).unwrap_or_else(|| panic!("{pat} in {l}"));
+        assert_eq!(at(lines[0], "UNREQUESTED") + "UNREQUESTED".len(), at(lines[1], "812") + 3, "{table}");
+        assert_eq!(at(lines[0], "THROTTLED") + "THROTTLED".len(), at(lines[1], "4.2s") + 4, "{table}");
+        assert_eq!([throttled_time(999), throttled_time(90_000), throttled_time(7_200_000)], ["999ms", "1.5m", "2.0h"]);
     }
 
     #[test]

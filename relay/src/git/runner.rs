@@ -8,7 +8,9 @@
 //!
 //! [`GitCommand::run`] blocks (async callers use `tokio::task::spawn_blocking`);
 //! [`GitCommand::run_async`] runs under tokio with a deadline and kills git when it expires or
-//! when the future is dropped.
+//! when the future is dropped; [`GitCommand::run_async_watched`] also runs git in a process
+//! group of its own and kills the whole group (git's helpers, `index-pack`, ...) when the
+//! deadline passes, a watchdog says so, or the future is dropped.
 
 use std::ffi::{OsStr, OsString};
 use std::io::Write;
@@ -22,6 +24,21 @@ use tokio::io::AsyncReadExt;
 /// Most bytes of git's stderr kept for an error message ([`GitCommand::run_async`]).
 const MAX_ASYNC_STDERR: u64 = 64 * 1024;
 
+/// Kills a process group (`SIGKILL`) when dropped: that of a git child spawned with
+/// `process_group(0)` that may still run.
+struct KillGroupOnDrop(Option<u32>);
+
+impl Drop for KillGroupOnDrop {
+    fn drop(&mut self) {
+        if let Some(pid) = self.0 {
+            // SAFETY: plain syscall; ESRCH (the group is already gone) is fine.
+            unsafe {
+                libc::kill(-(pid as libc::pid_t), libc::SIGKILL);
+            }
+        }
+    }
+}
+
 /// A failed git command, with what git said.
 #[derive(Debug, thiserror::Error)]
 pub enum GitError {
@@ -31,6 +48,9 @@ pub enum GitError {
     Failed { command: String, repo: String, stderr: String },
     #[error("git {command} timed out after {} s", after.as_secs())]
     TimedOut { command: String, after: Duration },
+    /// Ended by its caller's watchdog ([`GitCommand::run_async_watched`]), with why.
+    #[error("git {command} stopped: {reason}")]
+    Stopped { command: String, reason: String },
 }
 
 /// One git invocation, built up and then run once.
@@ -168,6 +188,36 @@ impl GitCommand {
     /// ([`GitError::TimedOut`]) or when the future is dropped. At most 64 KiB of stderr is kept.
     pub async fn run_async(self, timeout: Duration) -> Result<Vec<u8>, GitError> {
         let mut child = tokio::process::Command::from(self.command()).kill_on_drop(true).spawn()?;
+        // On timeout the child is dropped unreaped, which kills git.
+        self.wait_async(&mut child, timeout).await
+    }
+
+    /// [`GitCommand::run_async`] in a process group of its own, watched: when `watchdog`
+    /// resolves first (with the reason) the run ends with [`GitError::Stopped`]. On a stop, at
+    /// the deadline or when the future is dropped, the whole group is killed (`SIGKILL`), so
+    /// none of git's own children (remote helpers, `index-pack`) goes on writing.
+    pub async fn run_async_watched(self, timeout: Duration, watchdog: impl std::future::Future<Output = String>) -> Result<Vec<u8>, GitError> {
+        let mut command = tokio::process::Command::from(self.command());
+        command.process_group(0).kill_on_drop(true);
+        let mut child = command.spawn()?;
+        // Declared after the child, so dropped before it: the group is killed while its leader
+        // is not yet reaped (its id cannot have been reused).
+        let mut group = KillGroupOnDrop(child.id());
+        let result = tokio::select! {
+            result = self.wait_async(&mut child, timeout) => result,
+            reason = watchdog => Err(GitError::Stopped { command: self.name(), reason }),
+        };
+        if matches!(result, Ok(_) | Err(GitError::Failed { .. })) {
+            // git exited by itself and was reaped (so its group id may be reused): nothing to
+            // kill.
+            group.0 = None;
+        }
+        result
+    }
+
+    /// Feeds stdin, collects stdout and (bounded) stderr and waits for `child`, at most
+    /// `timeout`; the child is left to its owner (unreaped after a timeout).
+    async fn wait_async(&self, child: &mut tokio::process::Child, timeout: Duration) -> Result<Vec<u8>, GitError> {
         if let Some(input) = self.stdin.clone() {
             let mut pipe = child.stdin.take().expect("stdin piped");
             tokio::spawn(async move {
@@ -190,7 +240,6 @@ impl GitCommand {
             let (out, err) = tokio::join!(read_out, read_err);
             (child.wait().await, out, err)
         };
-        // On timeout the future (and the child in it) is dropped, which kills git.
         match tokio::time::timeout(timeout, run).await {
             Err(_) => Err(GitError::TimedOut { command: self.name(), after: timeout }),
             Ok((Err(e), _, _)) => Err(GitError::Spawn(e)),
@@ -259,5 +308,36 @@ mod tests {
         let err = slow.run_async(Duration::from_millis(300)).await.unwrap_err();
         assert!(matches!(err, GitError::TimedOut { .. }), "{err:?}");
         assert!(started.elapsed() < Duration::from_secs(10));
+    }
+
+    #[tokio::test]
+    async fn a_watchdog_stops_git_and_kills_its_whole_group() {
+        let tmp = tempfile::tempdir().unwrap();
+        let pid_file = tmp.path().join("grandchild");
+        // git runs a shell that starts a long sleep (a grandchild, like fetch's index-pack).
+        let script = format!("!sleep 600 & echo $! > '{}'; wait", pid_file.display());
+        let slow = GitCommand::without_repo().config("alias.slow", script).arg("slow");
+        let watched = pid_file.clone();
+        let watchdog = async move {
+            while !watched.exists() {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            "enough".to_string()
+        };
+        let started = std::time::Instant::now();
+        let err = slow.run_async_watched(Duration::from_secs(60), watchdog).await.unwrap_err();
+        assert!(matches!(&err, GitError::Stopped { reason, .. } if reason == "enough"), "{err:?}");
+        assert!(started.elapsed() < Duration::from_secs(30));
+        let grandchild: libc::pid_t = std::fs::read_to_string(&pid_file).unwrap().trim().parse().unwrap();
+        // SAFETY: signal 0 only checks that the process exists.
+        let alive = || unsafe { libc::kill(grandchild, 0) == 0 } && !std::fs::read_to_string(format!("/proc/{grandchild}/stat")).is_ok_and(|s| s.contains(") Z "));
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while alive() {
+            assert!(std::time::Instant::now() < deadline, "git's grandchild {grandchild} survived the stop");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        // A run that ends by itself is untouched by its watchdog.
+        let out = GitCommand::without_repo().arg("hash-object").arg("--stdin").stdin(&b"x"[..]).run_async_watched(Duration::from_secs(30), std::future::pending()).await.unwrap();
+        assert_eq!(String::from_utf8(out).unwrap().trim(), "c1b0730e0133447badcfd47fd144e254807b06e1");
     }
 }

@@ -121,6 +121,13 @@ impl Grasp {
         self
     }
 
+    /// This brain with the operator's bounds on deferred work (`--deferred-total`,
+    /// `--deferred-per-author`).
+    pub fn with_deferred_limits(mut self, limits: grasp_state::deferred::DeferredLimits) -> Self {
+        self.deferred = deferred::SharedDeferred::new(limits);
+        self
+    }
+
     /// A repository path as the operator sees it: relative to the git root.
     pub fn shown_repo(&self, repo: &std::path::Path) -> String {
         repo.strip_prefix(self.layout.git_root()).unwrap_or(repo).display().to_string()

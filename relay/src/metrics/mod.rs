@@ -142,6 +142,9 @@ pub struct Metrics {
     // here, recorded by the relay sync the same way: per peer relay a state gauge
     // (`grasp_relay_sync_state{relay,state}`), events received, errors and the current backoff,
     // with peers from the configured list only (never a label value taken from the network).
+    // Deferred repository work (repositories busy past --event-lock-wait).
+    deferred_entries: Gauge,
+    deferred_dropped: Family<ReasonLabels, Counter>,
     // Purgatory checkpoints.
     checkpoint_duration: Histogram,
     checkpoint_bytes: Gauge,
@@ -180,6 +183,8 @@ impl Metrics {
             sync_queue: Gauge::default(),
             sync_in_progress: Gauge::default(),
             sync_domains_failing: Gauge::default(),
+            deferred_entries: Gauge::default(),
+            deferred_dropped: Family::default(),
             checkpoint_duration: duration_buckets(),
             checkpoint_bytes: Gauge::default(),
             checkpoint_failures: Counter::default(),
@@ -233,6 +238,12 @@ impl Metrics {
         r.register("sync_queue_length", "Identifiers queued for background sync (waiting or running)", m.sync_queue.clone());
         r.register("sync_in_progress", "Identifiers with a background sync running now", m.sync_in_progress.clone());
         r.register("sync_domains_failing", "Domains whose last background sync fetch failed (errors kept for an hour)", m.sync_domains_failing.clone());
+        r.register("deferred_entries", "Entries of repository work deferred because a repository stayed locked past --event-lock-wait, waiting for their retry", m.deferred_entries.clone());
+        r.register(
+            "deferred_dropped",
+            "Deferred repository work lost: not recorded because its author held its share (author_share) or the table was full (full), or dropped to make room for an author with fewer entries (evicted)",
+            m.deferred_dropped.clone(),
+        );
         r.register("checkpoint_duration_seconds", "Time to snapshot and write the purgatory checkpoint", m.checkpoint_duration.clone());
         r.register("checkpoint_bytes", "Size of the last purgatory checkpoint written", m.checkpoint_bytes.clone());
         r.register("checkpoint_failures", "Purgatory checkpoints that could not be written", m.checkpoint_failures.clone());
@@ -264,6 +275,9 @@ impl Metrics {
         }
         for outcome in ["complete", "incomplete", "throttled"] {
             drop(self.sync_attempts.get_or_create(&OutcomeLabels { outcome }));
+        }
+        for reason in ["author_share", "full", "evicted"] {
+            drop(self.deferred_dropped.get_or_create(&ReasonLabels { reason }));
         }
         self.refresh_purgatory(&PurgatoryStats::default());
     }
@@ -394,6 +408,16 @@ impl Metrics {
         self.sync_queue.set(gauge(queued));
         self.sync_in_progress.set(gauge(running));
         self.sync_domains_failing.set(gauge(failing));
+    }
+
+    /// Reads the deferred work's entry count (at scrape time).
+    pub fn refresh_deferred(&self, entries: usize) {
+        self.deferred_entries.set(gauge(entries));
+    }
+
+    /// Deferred work lost (`reason`: `author_share`, `full` or `evicted`).
+    pub fn deferred_dropped(&self, reason: &'static str) {
+        self.deferred_dropped.get_or_create(&ReasonLabels { reason }).inc();
     }
 
     /// One purgatory checkpoint: how long it took and, when written, its size.
@@ -584,6 +608,23 @@ mod tests {
         assert_eq!(value(&text, r#"grasp_purgatory_entries{type="announcement",level="soft_expired"}"#), Some(1.0));
         assert_eq!(value(&text, "grasp_checkpoint_bytes"), Some(1234.0));
         assert_eq!(value(&text, "grasp_checkpoint_duration_seconds_count"), Some(1.0));
+    }
+
+    #[test]
+    fn deferred_work_is_gauged_and_its_losses_counted_by_reason() {
+        let m = Metrics::new();
+        let text = m.encode();
+        for reason in ["author_share", "full", "evicted"] {
+            assert_eq!(value(&text, &format!("grasp_deferred_dropped_total{{reason=\"{reason}\"}}")), Some(0.0), "{text}");
+        }
+        m.refresh_deferred(7);
+        m.deferred_dropped("author_share");
+        m.deferred_dropped("author_share");
+        m.deferred_dropped("evicted");
+        let text = m.encode();
+        assert_eq!(value(&text, "grasp_deferred_entries"), Some(7.0), "{text}");
+        assert_eq!(value(&text, r#"grasp_deferred_dropped_total{reason="author_share"}"#), Some(2.0));
+        assert_eq!(value(&text, r#"grasp_deferred_dropped_total{reason="evicted"}"#), Some(1.0));
     }
 
     #[test]

@@ -88,6 +88,7 @@ async fn handle<B>(req: Request<B>, state: &MetricsState) -> Response<Body> {
     }
     let purgatory = state.grasp.purgatory.stats();
     state.metrics.refresh_purgatory(&purgatory);
+    state.metrics.refresh_deferred(state.grasp.deferred.len());
     state.metrics.refresh_sync(state.grasp.sync_stats.get().and_then(|stats| stats()).as_ref());
     state.metrics.set_connections_open(state.connections.open());
     let mut resp = Response::new(full(state.metrics.encode()));

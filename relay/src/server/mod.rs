@@ -140,7 +140,7 @@ pub async fn run(mut cfg: Config) -> anyhow::Result<()> {
     }
     let trust = Arc::new(crate::trust::Trust::from_config(&cfg, data.git())?);
     let grasp = Arc::new(
-        Grasp::new(relay, purgatory, layout, data.hooks(), cfg.public_host(), metrics.clone()).with_trust(trust).with_lock_limits(cfg.lock_limits()),
+        Grasp::new(relay, purgatory, layout, data.hooks(), cfg.public_host(), metrics.clone()).with_trust(trust).with_lock_limits(cfg.lock_limits()).with_deferred_limits(cfg.deferred_limits()),
     );
     // From here every change to the purgatory is journalled before it is acknowledged; the
     // checkpoint right away compacts what was restored (checkpoint + journal) into one file.

@@ -11,8 +11,15 @@
 //!
 //! git runs through the relay's one runner ([`crate::git::runner`]): without user or system
 //! configuration or inherited `GIT_*` variables, without prompts; with
-//! [`GitCommand::network_safety`] (no redirects, only http(s), object checking), and is killed
-//! when its timeout expires.
+//! [`GitCommand::network_safety`] (no redirects, only http(s), object checking), and its whole
+//! process group is killed when its timeout expires.
+//!
+//! What one fetch may bring is capped ([`FetchOptions::max_bytes`], `--sync-max-fetch-bytes`):
+//! git has no such limit for fetches (`receive.maxInputSize` is for pushes only), so every
+//! object arrives as one pack that `index-pack` writes as it reads (`fetch.unpackLimit=1`), and a
+//! watchdog measures the repository's received files every [`WATCH_INTERVAL`] and kills the
+//! fetch's process group once they pass the cap; a fetch that finished between two looks is
+//! measured once more. Either way the outcome keeps nothing (the caller drops the quarantine).
 
 use std::path::Path;
 use std::time::Duration;
@@ -30,6 +37,9 @@ pub struct FetchOptions {
     pub low_speed_time: Duration,
     /// `http.curloptResolve` value pinning the host to already-checked addresses.
     pub curl_resolve: Option<String>,
+    /// Most bytes the repository fetched into may receive (a quarantine: all of one
+    /// [`fetch_oids`] call); beyond, the fetch is killed and nothing it brought is kept.
+    pub max_bytes: u64,
 }
 
 impl Default for FetchOptions {
@@ -39,6 +49,7 @@ impl Default for FetchOptions {
             low_speed_limit: 1000,
             low_speed_time: Duration::from_secs(30),
             curl_resolve: None,
+            max_bytes: grasp_state::push_limits::DEFAULT_MAX_PUSH_BYTES,
         }
     }
 }
@@ -55,6 +66,31 @@ pub struct FetchOutcome {
 }
 
 pub use grasp_state::refs::is_valid_oid;
+
+/// How often the watchdog measures what a fetch received.
+pub const WATCH_INTERVAL: Duration = Duration::from_millis(50);
+
+/// The error of a fetch that brought more than `max` bytes.
+fn over_cap(max: u64, received: u64) -> String {
+    format!("the peer sent more than {max} bytes ({received} received; --sync-max-fetch-bytes); fetch cut off, nothing it sent is kept")
+}
+
+/// Bytes received so far in `repo`, off the async runtime.
+async fn received(repo: &Path) -> u64 {
+    let repo = repo.to_path_buf();
+    tokio::task::spawn_blocking(move || super::quarantine::received_bytes(&repo)).await.unwrap_or(0)
+}
+
+/// Resolves (with the error) once `repo` received more than `max` bytes.
+async fn watch_received(repo: &Path, max: u64) -> String {
+    loop {
+        tokio::time::sleep(WATCH_INTERVAL).await;
+        let now = received(repo).await;
+        if now > max {
+            return over_cap(max, now);
+        }
+    }
+}
 
 /// What a failed fetch's stderr says about the requested oids.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -117,6 +153,9 @@ async fn run_fetch(
 ) -> Result<(), String> {
     let mut command = GitCommand::in_repo(repo)
         .network_safety()
+        // Every object in one pack written as it arrives, so the watchdog sees its size grow.
+        .config("fetch.unpackLimit", 1)
+        .config("transfer.unpackLimit", 1)
         .config("http.lowSpeedLimit", options.low_speed_limit)
         .config("http.lowSpeedTime", options.low_speed_time.as_secs().max(1));
     if let Some(resolve) = &options.curl_resolve {
@@ -132,11 +171,15 @@ async fn run_fetch(
         ])
         .arg(url)
         .args(oids);
-    match command.run_async(options.timeout).await {
+    match command
+        .run_async_watched(options.timeout, watch_received(repo, options.max_bytes))
+        .await
+    {
         Ok(_) => Ok(()),
         Err(GitError::TimedOut { after, .. }) => {
             Err(format!("git fetch timed out after {} s", after.as_secs()))
         }
+        Err(GitError::Stopped { reason, .. }) => Err(reason),
         Err(GitError::Spawn(error)) => Err(format!("git fetch failed to run: {error}")),
         Err(GitError::Failed { stderr, .. }) => Err(clean_error(stderr.as_bytes())),
     }
@@ -152,7 +195,9 @@ pub async fn missing_objects(repo: &Path, oids: &[String]) -> Result<Vec<String>
 }
 
 /// Fetch `oids` from `url` into `repo` without touching any ref. Never fails as a whole: the
-/// outcome says what arrived, what the remote lacks, and the last error.
+/// outcome says what arrived, what the remote lacks, and the last error. `repo` is a fresh
+/// repository (the sync's [`super::Quarantine`]): everything in its object store counts against
+/// [`FetchOptions::max_bytes`], and past it the outcome has nothing fetched.
 pub async fn fetch_oids(
     repo: &Path,
     url: &str,
@@ -204,6 +249,15 @@ pub async fn fetch_oids(
                 },
             }
         }
+    }
+    // A fetch may have finished past the cap between two looks of the watchdog: nothing it
+    // brought is kept.
+    let got = received(repo).await;
+    if got > options.max_bytes {
+        tracing::warn!(repo = %repo.display(), peer = url, received = got, max_bytes = options.max_bytes, "sync fetch over --sync-max-fetch-bytes; cut off, its objects discarded");
+        outcome.error = Some(over_cap(options.max_bytes, got));
+        outcome.missing_on_remote.clear();
+        return outcome;
     }
     // The object store is the truth about what arrived.
     match missing_objects(repo, &wanted).await {

@@ -487,7 +487,7 @@ impl<C: SyncContext> Shared<C> {
             drop(permit);
             if let Some(error) = &outcome.error {
                 self.throttle.record_error(domain, error, SystemTime::now());
-                tracing::warn!(identifier, url = safe.url.url, %error, "sync fetch failed");
+                tracing::warn!(identifier, url = safe.url.url, repo = %target.repo.display(), %error, "sync fetch failed");
             }
             if !outcome.missing_on_remote.is_empty() {
                 tracing::debug!(identifier, url = safe.url.url, lacking = ?outcome.missing_on_remote, "remote lacks objects");

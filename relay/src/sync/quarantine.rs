@@ -84,6 +84,24 @@ impl Drop for Quarantine {
     }
 }
 
+/// Bytes of the files a fetch into the git directory `git_dir` wrote: everything under its
+/// `objects/` except `objects/info/` (the alternates link to the target). What the fetch cap
+/// (`--sync-max-fetch-bytes`) measures.
+pub fn received_bytes(git_dir: &Path) -> u64 {
+    fn walk(dir: &Path) -> u64 {
+        let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
+        entries
+            .flatten()
+            .map(|e| match e.file_type() {
+                Ok(t) if t.is_dir() && e.file_name() != "info" => walk(&e.path()),
+                Ok(t) if t.is_file() => e.metadata().map_or(0, |m| m.len()),
+                _ => 0,
+            })
+            .sum()
+    }
+    walk(&git_dir.join("objects"))
+}
+
 /// Moves packs (every pack's index last) and loose objects from the object directory `from`
 /// into `to`. Objects `to` already has are left where they are.
 fn migrate(from: &Path, to: &Path) -> io::Result<usize> {

@@ -859,3 +859,48 @@ async fn a_release_that_did_not_finish_is_retried_with_backoff_without_fetching(
     assert_eq!(ctx.candidate_calls.load(Ordering::SeqCst), 0, "nothing to fetch: no URL is asked");
     stop(stopper, handle).await;
 }
+
+/// Bytes that do not compress (xorshift), so a pack holding them is about as large.
+fn incompressible(len: usize) -> Vec<u8> {
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_fetch_bringing_more_than_its_cap_is_cut_off_and_keeps_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("served");
+    let history = history(dir.path());
+    std::fs::write(history.work.join("big.bin"), incompressible(4 << 20)).unwrap();
+    run_git(&history.work, &["add", "big.bin"]);
+    run_git(&history.work, &["commit", "--quiet", "-m", "big"]);
+    let big = run_git(&history.work, &["rev-parse", "HEAD"]);
+    init_bare(&root.join("src.git"));
+    publish(&history, &root.join("src.git"), &big);
+    let dst = dir.path().join("dst.git");
+    init_bare(&dst);
+    let server = GitServer::start(&root).await;
+    let quarantine = Quarantine::create(&dst).await.unwrap();
+
+    let capped = FetchOptions { max_bytes: 1 << 20, ..FetchOptions::default() };
+    let outcome = fetch_oids(quarantine.path(), &server.url("src.git"), std::slice::from_ref(&big), &capped).await;
+    assert!(outcome.fetched.is_empty(), "{outcome:?}");
+    let error = outcome.error.unwrap_or_default();
+    assert!(error.contains("more than 1048576 bytes") && error.contains("--sync-max-fetch-bytes"), "{error}");
+    drop(quarantine);
+    assert_eq!(quarantines(&dst), 0, "the cut-off fetch's quarantine stays behind");
+    assert_eq!(missing_objects(&dst, std::slice::from_ref(&big)).await.unwrap(), vec![big.clone()]);
+
+    // Within the cap the same fetch works.
+    let quarantine = Quarantine::create(&dst).await.unwrap();
+    let roomy = FetchOptions { max_bytes: 8 << 20, ..FetchOptions::default() };
+    let outcome = fetch_oids(quarantine.path(), &server.url("src.git"), std::slice::from_ref(&big), &roomy).await;
+    assert_eq!((outcome.error, outcome.fetched), (None, vec![big]));
+}
