@@ -16,6 +16,7 @@ use tokio::sync::{mpsc, watch};
 use super::address::RelayUrl;
 use super::health::Health;
 use super::intake::Verdict;
+use super::quiet::{QuietStep, QuietWatch};
 use super::stats::{PeerState, RelayStats};
 use super::wanted::{batches, RelayPlan};
 use super::wire::{fetch_nip11, Incoming, RelayLimits, Wire, WireError};
@@ -162,13 +163,7 @@ impl Peer {
             },
             _ = self.shutdown.recv() => return Ended::Stop,
         };
-        self.health.connected();
-        {
-            let mut s = self.stats.lock().unwrap();
-            s.failures = 0;
-            s.cooling_down = false;
-            s.negentropy = limits.negentropy;
-        }
+        self.stats.lock().unwrap().negentropy = limits.negentropy;
         tracing::info!(relay = %self.url, negentropy = ?limits.negentropy, max_filters = limits.max_filters, "relay connected");
         let (bytes_in, bytes_out) = {
             let s = self.stats.lock().unwrap();
@@ -180,8 +175,9 @@ impl Peer {
             Err(e) => e,
         };
         session.count_bytes();
+        let last_heard = session.wire.last_heard;
         session.wire.close().await;
-        self.shared.touch_cursor(&self.url);
+        self.shared.touch_cursor(&self.url, last_heard);
         tracing::info!(relay = %self.url, reason = ?ended, "relay disconnected");
         ended
     }
@@ -263,12 +259,23 @@ impl Session<'_> {
         if let Err(e) = self.history(&plan, true).await {
             return e;
         }
+        // The first exchange is answered: only now does the failing streak end (a relay that
+        // accepts connections and then drops them keeps backing off, and is dead after a day).
+        self.peer.health.connected();
+        {
+            let mut s = self.peer.stats.lock().unwrap();
+            s.failures = 0;
+            s.cooling_down = false;
+        }
         self.now_live();
         let mut plan = plan;
-        let ping_every = self.peer.shared.config.timeout;
-        let mut silent = 0u32;
+        // One deadline for the quiet watch, moved only by what the relay sends and our pings:
+        // the other branches below never restart it.
+        let mut quiet = QuietWatch::new(self.peer.shared.config.timeout);
         let mut touch = tokio::time::interval(Duration::from_secs(10));
+        let mut touched = self.wire.last_heard;
         loop {
+            let quiet_until = quiet.deadline(self.wire.last_heard);
             tokio::select! {
                 changed = self.peer.plan.changed() => {
                     if changed.is_err() {
@@ -309,29 +316,35 @@ impl Session<'_> {
                     }
                     None => return Ended::Stop,
                 },
-                incoming = self.wire.recv(ping_every) => match incoming {
+                incoming = self.wire.recv_until(quiet_until) => match incoming {
                     Ok(Incoming::Message(message)) => {
-                        silent = 0;
                         if let Some(end) = self.on_message(message).await {
                             return end;
                         }
                     }
                     Ok(Incoming::Unparsable(text)) => {
-                        silent = 0;
                         tracing::debug!(relay = %self.peer.url, message = %text, "unparsable message from relay");
                     }
-                    Err(WireError::ReadTimeout(_)) => {
-                        silent += 1;
-                        if silent > 2 {
-                            return Ended::Failed("the relay stopped answering pings".into());
+                    // A pong may have come meanwhile: the watch decides from when it last heard.
+                    Err(WireError::ReadTimeout(_)) if quiet.deadline(self.wire.last_heard) > Instant::now() => {}
+                    Err(WireError::ReadTimeout(_)) => match quiet.elapsed(self.wire.last_heard, Instant::now()) {
+                        QuietStep::Ping => {
+                            if let Err(e) = self.wire.ping().await {
+                                return e.into();
+                            }
                         }
-                        if let Err(e) = self.wire.ping().await {
-                            return e.into();
+                        QuietStep::GiveUp => {
+                            let quiet_for = self.wire.last_heard.elapsed();
+                            return Ended::Failed(format!("the relay stopped answering pings (nothing heard for {} s)", quiet_for.as_secs()));
                         }
-                    }
+                    },
                     Err(e) => return e.into(),
                 },
-                _ = touch.tick() => self.peer.shared.touch_cursor(&self.peer.url),
+                // Live up to the last moment the relay was heard from, never further.
+                _ = touch.tick() => if self.wire.last_heard > touched {
+                    touched = self.wire.last_heard;
+                    self.peer.shared.touch_cursor(&self.peer.url, touched);
+                },
                 _ = self.peer.shutdown.recv() => return Ended::Stop,
             }
         }
@@ -384,7 +397,7 @@ impl Session<'_> {
     /// History done, subscriptions open.
     fn now_live(&self) {
         self.peer.set_state(PeerState::Live);
-        self.peer.shared.touch_cursor(&self.peer.url);
+        self.peer.shared.touch_cursor(&self.peer.url, self.wire.last_heard);
     }
 
     async fn close_all(&mut self, ids: &[SubscriptionId]) -> Result<(), Ended> {
@@ -402,7 +415,7 @@ impl Session<'_> {
                 let filters = self.subs.get(subscription_id.as_ref()).cloned().unwrap_or_default();
                 let events = self.screen(vec![event.into_owned()], &filters).await;
                 self.take(events).await;
-                self.peer.shared.touch_cursor(&self.peer.url);
+                self.peer.shared.touch_cursor(&self.peer.url, self.wire.last_heard);
             }
             RelayMessage::EndOfStoredEvents(id) if id.as_str().starts_with("fetch-") => {
                 self.subs.remove(id.as_ref());
