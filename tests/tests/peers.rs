@@ -4,16 +4,15 @@
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
-use futures_util::{SinkExt, StreamExt};
+use grasp_tests::fake_relay::FakeRelay;
 use grasp_tests::grasp::*;
 use grasp_tests::{NostrClient, TestServer, TIMEOUT};
 use nostr::prelude::*;
 use serde_json::{json, Value};
-use tokio_tungstenite::tungstenite::Message;
 
 /// Polls `$cond` (an `Option` expression, may `.await`) until it is `Some`, failing after
 /// `$timeout`.
@@ -276,52 +275,6 @@ async fn discovery_an_announcement_published_only_on_a_is_held_synced_and_releas
     assert!(b.logs().contains("state event held in purgatory"), "the state was not held first");
     let p = peer(&b, &ws(&a)).await.unwrap();
     assert_eq!(p["bootstrap"], true, "{p}");
-}
-
-/// A scripted relay: answers each client message with what `script` returns.
-struct FakeRelay {
-    addr: SocketAddr,
-    connections: Arc<AtomicUsize>,
-    /// When each connection was accepted.
-    connected_at: Arc<Mutex<Vec<Instant>>>,
-}
-
-type Script = Arc<dyn Fn(&Value) -> Vec<Value> + Send + Sync>;
-
-impl FakeRelay {
-    async fn start(script: Script) -> FakeRelay {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let connections = Arc::new(AtomicUsize::new(0));
-        let connected_at = Arc::new(Mutex::new(Vec::new()));
-        let (count, times) = (connections.clone(), connected_at.clone());
-        tokio::spawn(async move {
-            while let Ok((stream, _)) = listener.accept().await {
-                let script = script.clone();
-                let (count, times) = (count.clone(), times.clone());
-                tokio::spawn(async move {
-                    // NIP-11 requests are plain HTTP: the handshake fails and they get nothing.
-                    let Ok(mut ws) = tokio_tungstenite::accept_async(stream).await else { return };
-                    count.fetch_add(1, Ordering::SeqCst);
-                    times.lock().unwrap().push(Instant::now());
-                    while let Some(Ok(msg)) = ws.next().await {
-                        let Message::Text(text) = msg else { continue };
-                        let Ok(value) = serde_json::from_str::<Value>(text.as_str()) else { continue };
-                        for reply in script(&value) {
-                            if ws.send(Message::text(reply.to_string())).await.is_err() {
-                                return;
-                            }
-                        }
-                    }
-                });
-            }
-        });
-        FakeRelay { addr, connections, connected_at }
-    }
-
-    fn url(&self) -> String {
-        format!("ws://{}", self.addr)
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
