@@ -334,6 +334,50 @@ async fn dependency_a_comment_before_its_issue_waits_and_the_issue_is_asked_for_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_a_forged_copy_sent_first_does_not_keep_the_real_event_from_waiting() {
+    let b = relay(&[]);
+    let dir = tempfile::tempdir().unwrap();
+    let (owner, _) = served_repo(&[&b], "squat", dir.path()).await;
+    let user = Keys::generate();
+    // An issue B will get from its client later, and a comment on it that a peer sends first,
+    // unasked: preceded by a forged copy (same id, other content, so a bad id and signature).
+    let parent = issue_at(&user, &owner.public_key(), "squat", 1, now() - 100);
+    let comment = comment_on(&user, &parent, now() - 50);
+    let genuine = serde_json::to_value(&comment).unwrap();
+    let mut forged = genuine.clone();
+    forged["content"] = json!("forged");
+    let fake = FakeRelay::start(Arc::new(move |msg: &Value| match msg[0].as_str().unwrap_or_default() {
+        "NEG-OPEN" => vec![json!(["NOTICE", "unsupported: NEG-OPEN"])],
+        "REQ" if msg[2]["limit"] == 0 => {
+            vec![json!(["EVENT", msg[1], forged]), json!(["EVENT", msg[1], genuine]), json!(["EOSE", msg[1]])]
+        }
+        "REQ" => vec![json!(["EOSE", msg[1]])],
+        _ => vec![],
+    }))
+    .await;
+    // An accepted (held) announcement lists the peer: B follows it.
+    let lure = Keys::generate();
+    let ann = {
+        let relays = vec!["relays".to_string(), ws(&b), fake.url()];
+        let clone = vec!["clone".to_string(), repo_url(&b, &lure.public_key(), "lure")];
+        EventBuilder::new(Kind::Custom(30617), "")
+            .tags([Tag::identifier("lure"), Tag::parse(clone).unwrap(), Tag::parse(relays).unwrap()])
+            .finalize(&lure)
+            .unwrap()
+    };
+    let mut cb = connect(&b).await;
+    send_ok(&mut cb, &ann).await;
+    eventually!("B to refuse both copies as unrequested", Duration::from_secs(30), {
+        peer(&b, &fake.url()).await.filter(|p| p["unrequested"].as_u64() >= Some(2))
+    });
+    // The issue arrives by B's own client: the genuine comment waiting for it is admitted.
+    send_ok(&mut cb, &parent).await;
+    eventually!("B to admit the genuine comment", Duration::from_secs(10), stored(&mut cb, comment.id).await.then_some(()));
+    let served = cb.req(vec![Filter::new().id(comment.id)]).await.unwrap();
+    assert_eq!(served[0].content, "a comment");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hostile_a_peer_answering_with_unrelated_events_and_flooding_is_throttled_and_nothing_it_was_not_asked_for_is_stored() {
     let b = relay(&["--relay-sync-rate", "200", "--relay-sync-burst", "200"]);
     let dir = tempfile::tempdir().unwrap();

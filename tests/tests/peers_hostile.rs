@@ -167,3 +167,49 @@ async fn a_relay_that_accepts_and_drops_backs_off_longer_each_time() {
     let gaps: Vec<Duration> = times.windows(2).map(|w| w[1] - w[0]).collect();
     assert!(gaps.len() >= 3 && gaps[2] > gaps[0] + Duration::from_millis(300), "retried after {gaps:?}");
 }
+
+/// A signed comment tagging `n` random event ids (none of them anywhere).
+fn comment_tagging_random_ids(n: usize) -> Value {
+    use nostr::prelude::*;
+    let tags: Vec<Tag> = (0..n).map(|_| Tag::parse(["e", &random_event_id()]).unwrap()).collect();
+    serde_json::to_value(EventBuilder::new(Kind::Custom(1111), "junk").tags(tags).finalize(&Keys::generate()).unwrap()).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn junk_tagging_many_ids_asks_for_few_of_them_one_fetch_at_a_time_and_unanswered_fetches_expire() {
+    // On its first live subscription the relay sends 20 comments nobody asked for, each tagging
+    // 64 random ids; it never answers a fetch by id.
+    let junk: Vec<Value> = (0..20).map(|_| comment_tagging_random_ids(64)).collect();
+    let sent = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let fake = FakeRelay::start(Arc::new(move |msg: &Value| match msg[0].as_str().unwrap_or_default() {
+        "REQ" if msg[2]["ids"].is_array() => vec![],
+        "REQ" if msg[2]["limit"] == 0 && !sent.swap(true, std::sync::atomic::Ordering::SeqCst) => {
+            let mut replies: Vec<Value> = junk.iter().map(|e| json!(["EVENT", msg[1], e])).collect();
+            replies.push(json!(["EOSE", msg[1]]));
+            replies
+        }
+        _ => empty_relay()(msg),
+    }))
+    .await;
+    let b = follower(&fake, &["--relay-sync-parent-request", "1s", "--relay-sync-timeout", "2s"]);
+    // The unanswered fetch is closed after the timeout.
+    eventually!("B to close its unanswered fetch", Duration::from_secs(30), {
+        fake.received("CLOSE").iter().any(|m| m[1].as_str().is_some_and(|s| s.starts_with("fetch-"))).then_some(())
+    });
+    let p = peer(&b, &fake.url()).await.unwrap();
+    assert_eq!(p["unrequested"], 20, "{p}");
+    // Two ids per unasked child, never 64; one fetch subscription open at a time.
+    let log = fake.received.lock().unwrap().clone();
+    let asked: usize = log.iter().filter(|m| m[0] == "REQ" && m[2]["ids"].is_array()).map(|m| m[2]["ids"].as_array().unwrap().len()).sum();
+    assert!(asked > 0 && asked <= 2 * 20, "{asked} ids asked for");
+    let mut open = 0i32;
+    for m in &log {
+        let fetch = m[1].as_str().is_some_and(|s| s.starts_with("fetch-"));
+        match m[0].as_str() {
+            Some("REQ") if fetch => open += 1,
+            Some("CLOSE") if fetch => open -= 1,
+            _ => {}
+        }
+        assert!(open <= 1, "two fetch subscriptions open at once: {log:?}");
+    }
+}

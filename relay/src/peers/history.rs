@@ -323,7 +323,7 @@ impl Session<'_> {
                         if !self.throttle().await {
                             return Err(Ended::Stop);
                         }
-                        self.refuse_unrequested(event);
+                        self.refuse_unrequested(event).await;
                         continue;
                     }
                     events.extend(self.screen(vec![event], &asked).await);

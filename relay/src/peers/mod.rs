@@ -17,6 +17,7 @@
 //!   ids found missing.
 //! - [`peer`]: the task following one relay (history, then live; backoff, cooldown, dead).
 //! - [`quiet`]: pure: when a quiet live connection is pinged and when it is given up.
+//! - [`fetches`]: pure: one relay's queue of ids asked for by id, one subscription at a time.
 //! - [`health`]: pure per-relay backoff / cooldown / dead bookkeeping.
 //! - [`cursors`]: per-relay resume points persisted in `<data>/relay-sync.json`.
 //! - [`intake`]: synced events through the client's door ([`crate::grasp::Grasp::submit`]
@@ -33,6 +34,7 @@
 
 pub mod address;
 pub mod cursors;
+pub mod fetches;
 pub mod health;
 pub mod history;
 pub mod intake;
@@ -438,7 +440,7 @@ impl Manager {
             if expired > 0 {
                 tracing::info!(expired, "synced events dropped after waiting too long for what they tag");
             }
-            waiting.due_requests(now)
+            waiting.due_requests(now, waiting::MAX_IDS_PER_FETCH)
         };
         if ids.is_empty() {
             return;
