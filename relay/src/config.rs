@@ -339,13 +339,16 @@ pub struct Config {
     #[arg(long, env = "GRASP_RELAY_SYNC_COOLDOWN", default_value = "60s", value_name = "DURATION", value_parser = parse_duration)]
     pub relay_sync_cooldown: Duration,
 
-    /// Relay sync: connect and read deadline; a quiet live connection is pinged this often
-    /// (seconds, or a number with a unit; at least 100ms).
+    /// Relay sync: connect deadline and longest wait for each answer; a live connection quiet
+    /// this long is pinged, and one that answers nothing to two pings (quiet three times this
+    /// long) is dropped and retried with backoff (seconds, or a number with a unit; at least
+    /// 100ms).
     #[arg(long, env = "GRASP_RELAY_SYNC_TIMEOUT", default_value = "15s", value_name = "DURATION", value_parser = parse_duration)]
     pub relay_sync_timeout: Duration,
 
     /// Relay sync: a synced event waiting for what it tags makes the missing event be asked
-    /// for by id after this long (seconds, or a number with a unit).
+    /// for by id after this long (one such request open per relay at a time; seconds, or a
+    /// number with a unit).
     #[arg(long, env = "GRASP_RELAY_SYNC_PARENT_REQUEST", default_value = "10s", value_name = "DURATION", value_parser = parse_duration)]
     pub relay_sync_parent_request: Duration,
 

@@ -5,11 +5,13 @@
 //! a server and runs the common steps (`connect`, `held`, `served`, `stored`, `publish_repo`,
 //! pushes and listings); [`git`] drives real git; [`wait`] waits on conditions with a deadline
 //! ([`wait_until`] in plain tests, [`eventually!`] in async tests); [`processes`] finds the git
-//! processes a relay started for requests.
+//! processes a relay started for requests; [`fake_relay`] is a scripted relay on loopback for
+//! relay-sync tests.
 //!
 //! Build first: `cargo build --workspace && cargo test --workspace` (the tests run the binaries
 //! from `target/debug`).
 
+pub mod fake_relay;
 pub mod git;
 pub mod grasp;
 pub mod client;

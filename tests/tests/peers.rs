@@ -4,16 +4,15 @@
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
-use futures_util::{SinkExt, StreamExt};
+use grasp_tests::fake_relay::FakeRelay;
 use grasp_tests::grasp::*;
 use grasp_tests::{NostrClient, TestServer, TIMEOUT};
 use nostr::prelude::*;
 use serde_json::{json, Value};
-use tokio_tungstenite::tungstenite::Message;
 
 /// Polls `$cond` (an `Option` expression, may `.await`) until it is `Some`, failing after
 /// `$timeout`.
@@ -278,52 +277,6 @@ async fn discovery_an_announcement_published_only_on_a_is_held_synced_and_releas
     assert_eq!(p["bootstrap"], true, "{p}");
 }
 
-/// A scripted relay: answers each client message with what `script` returns.
-struct FakeRelay {
-    addr: SocketAddr,
-    connections: Arc<AtomicUsize>,
-    /// When each connection was accepted.
-    connected_at: Arc<Mutex<Vec<Instant>>>,
-}
-
-type Script = Arc<dyn Fn(&Value) -> Vec<Value> + Send + Sync>;
-
-impl FakeRelay {
-    async fn start(script: Script) -> FakeRelay {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let connections = Arc::new(AtomicUsize::new(0));
-        let connected_at = Arc::new(Mutex::new(Vec::new()));
-        let (count, times) = (connections.clone(), connected_at.clone());
-        tokio::spawn(async move {
-            while let Ok((stream, _)) = listener.accept().await {
-                let script = script.clone();
-                let (count, times) = (count.clone(), times.clone());
-                tokio::spawn(async move {
-                    // NIP-11 requests are plain HTTP: the handshake fails and they get nothing.
-                    let Ok(mut ws) = tokio_tungstenite::accept_async(stream).await else { return };
-                    count.fetch_add(1, Ordering::SeqCst);
-                    times.lock().unwrap().push(Instant::now());
-                    while let Some(Ok(msg)) = ws.next().await {
-                        let Message::Text(text) = msg else { continue };
-                        let Ok(value) = serde_json::from_str::<Value>(text.as_str()) else { continue };
-                        for reply in script(&value) {
-                            if ws.send(Message::text(reply.to_string())).await.is_err() {
-                                return;
-                            }
-                        }
-                    }
-                });
-            }
-        });
-        FakeRelay { addr, connections, connected_at }
-    }
-
-    fn url(&self) -> String {
-        format!("ws://{}", self.addr)
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dependency_a_comment_before_its_issue_waits_and_the_issue_is_asked_for_by_id() {
     let b = relay(&[]);
@@ -378,6 +331,50 @@ async fn dependency_a_comment_before_its_issue_waits_and_the_issue_is_asked_for_
     eventually!("B to store the issue and the comment", Duration::from_secs(30), (stored(&mut cb, issue.id).await && stored(&mut cb, comment.id).await).then_some(()));
     assert!(asked_by_id.load(Ordering::SeqCst) >= 1, "the issue was never asked for by id");
     assert!(b.logs().contains("waiting synced event admitted"), "the comment did not wait for its issue");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_a_forged_copy_sent_first_does_not_keep_the_real_event_from_waiting() {
+    let b = relay(&[]);
+    let dir = tempfile::tempdir().unwrap();
+    let (owner, _) = served_repo(&[&b], "squat", dir.path()).await;
+    let user = Keys::generate();
+    // An issue B will get from its client later, and a comment on it that a peer sends first,
+    // unasked: preceded by a forged copy (same id, other content, so a bad id and signature).
+    let parent = issue_at(&user, &owner.public_key(), "squat", 1, now() - 100);
+    let comment = comment_on(&user, &parent, now() - 50);
+    let genuine = serde_json::to_value(&comment).unwrap();
+    let mut forged = genuine.clone();
+    forged["content"] = json!("forged");
+    let fake = FakeRelay::start(Arc::new(move |msg: &Value| match msg[0].as_str().unwrap_or_default() {
+        "NEG-OPEN" => vec![json!(["NOTICE", "unsupported: NEG-OPEN"])],
+        "REQ" if msg[2]["limit"] == 0 => {
+            vec![json!(["EVENT", msg[1], forged]), json!(["EVENT", msg[1], genuine]), json!(["EOSE", msg[1]])]
+        }
+        "REQ" => vec![json!(["EOSE", msg[1]])],
+        _ => vec![],
+    }))
+    .await;
+    // An accepted (held) announcement lists the peer: B follows it.
+    let lure = Keys::generate();
+    let ann = {
+        let relays = vec!["relays".to_string(), ws(&b), fake.url()];
+        let clone = vec!["clone".to_string(), repo_url(&b, &lure.public_key(), "lure")];
+        EventBuilder::new(Kind::Custom(30617), "")
+            .tags([Tag::identifier("lure"), Tag::parse(clone).unwrap(), Tag::parse(relays).unwrap()])
+            .finalize(&lure)
+            .unwrap()
+    };
+    let mut cb = connect(&b).await;
+    send_ok(&mut cb, &ann).await;
+    eventually!("B to refuse both copies as unrequested", Duration::from_secs(30), {
+        peer(&b, &fake.url()).await.filter(|p| p["unrequested"].as_u64() >= Some(2))
+    });
+    // The issue arrives by B's own client: the genuine comment waiting for it is admitted.
+    send_ok(&mut cb, &parent).await;
+    eventually!("B to admit the genuine comment", Duration::from_secs(10), stored(&mut cb, comment.id).await.then_some(()));
+    let served = cb.req(vec![Filter::new().id(comment.id)]).await.unwrap();
+    assert_eq!(served[0].content, "a comment");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

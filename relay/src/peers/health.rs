@@ -30,7 +30,7 @@ impl Default for HealthTimings {
 /// One relay's record.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Health {
-    /// Failures since the last successful connection.
+    /// Failures since the last connection whose first exchange was answered.
     pub failures: u32,
     /// When the failing streak began.
     failing_since: Option<Instant>,
@@ -59,7 +59,8 @@ impl Health {
         t.cooldown
     }
 
-    /// A connection was established (and its first exchange answered).
+    /// A connection was established and its first exchange answered (the history of its
+    /// filters ran to the end): the failing streak ends.
     pub fn connected(&mut self) {
         self.failures = 0;
         self.failing_since = None;

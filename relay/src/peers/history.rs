@@ -7,7 +7,8 @@
 //! silence, switches the connection to paging. A `NEG-ERR` (e.g. too many events), or silence
 //! from a relay that lists 77, makes that one filter page. Paging that meets more events in one
 //! second than a page holds reconciles that second alone by NIP-77 where it can
-//! ([`Session::page`]).
+//! ([`Session::page`]). A reconciliation is bounded in rounds, time and ids found missing
+//! ([`super::reconcile`]); past a bound the filter is paged.
 
 use std::collections::{BTreeSet, HashSet};
 
@@ -16,6 +17,7 @@ use nostr::prelude::*;
 use serde_json::json;
 
 use super::peer::{is_rate_limited, Ended, Session};
+use super::reconcile::{NegBounds, NegClient, NegStop};
 use super::stats::PeerState;
 use super::wanted::{filter_key, RelayPlan};
 use super::wire::{Incoming, WireError};
@@ -136,6 +138,7 @@ impl Session<'_> {
         // Hex doubles the bytes; NEG-OPEN also carries the filter.
         let room = self.limits.max_message_length.saturating_sub(filter_key(filter).len() + super::wanted::REQ_OVERHEAD) / 2;
         let frame_size = (room as u64).clamp(MIN_FRAME_SIZE, FRAME_SIZE_LIMIT);
+        let items_len = items.len();
         let build = tokio::task::spawn_blocking(move || -> Result<(Negentropy<'static, NegentropyStorageVector>, Vec<u8>), negentropy::Error> {
             let mut storage = NegentropyStorageVector::with_capacity(items.len());
             for (id, at) in items {
@@ -147,7 +150,8 @@ impl Session<'_> {
             Ok((neg, first))
         })
         .await;
-        let (mut neg, first) = match build {
+        let local_items = items_len;
+        let (neg, first) = match build {
             Ok(Ok(built)) => built,
             Ok(Err(e)) => return Err(NegFailure::Refused(format!("negentropy: {e}"))),
             Err(e) => return Err(NegFailure::Refused(format!("negentropy: {e}"))),
@@ -155,7 +159,7 @@ impl Session<'_> {
         let sub = self.sub_id("neg");
         let open = json!(["NEG-OPEN", sub.as_str(), filter, faster_hex::hex_string(&first)]).to_string();
         self.wire.send_text(open).await?;
-        let (mut have, mut need): (Vec<Id>, Vec<Id>) = (Vec::new(), Vec::new());
+        let mut client = NegClient::new(neg, NegBounds::for_items(local_items, std::time::Instant::now()));
         let mut answered = false;
         loop {
             let message = match self.next().await {
@@ -175,7 +179,7 @@ impl Session<'_> {
                     if faster_hex::hex_decode(message.as_bytes(), &mut bytes).is_err() {
                         return Err(NegFailure::Refused("NEG-MSG is not hex".into()));
                     }
-                    match neg.reconcile_with_ids(&bytes, &mut have, &mut need) {
+                    match client.answer(&bytes, std::time::Instant::now()) {
                         Ok(Some(next)) => {
                             let msg = json!(["NEG-MSG", sub.as_str(), faster_hex::hex_string(&next)]).to_string();
                             self.wire.send_text(msg).await?;
@@ -184,9 +188,12 @@ impl Session<'_> {
                             self.wire.send_text(json!(["NEG-CLOSE", sub.as_str()]).to_string()).await?;
                             break;
                         }
-                        Err(e) => {
+                        Err(stop) => {
                             let _ = self.wire.send_text(json!(["NEG-CLOSE", sub.as_str()]).to_string()).await;
-                            return Err(NegFailure::Refused(format!("bad NEG-MSG: {e}")));
+                            return Err(NegFailure::Refused(match stop {
+                                NegStop::Protocol(e) => format!("bad NEG-MSG: {e}"),
+                                NegStop::Exceeded(reason) => reason,
+                            }));
                         }
                     }
                 }
@@ -209,8 +216,9 @@ impl Session<'_> {
                 }
             }
         }
-        let need: Vec<EventId> = need.into_iter().map(to_event_id).collect();
-        tracing::debug!(relay = %self.peer.url, need = need.len(), have = have.len(), "negentropy reconciliation done");
+        let rounds = client.rounds();
+        let need: Vec<EventId> = client.into_need().into_iter().map(to_event_id).collect();
+        tracing::debug!(relay = %self.peer.url, need = need.len(), rounds, "negentropy reconciliation done");
         self.fetch_ids(&need).await.map_err(NegFailure::Fatal)
     }
 
@@ -315,7 +323,7 @@ impl Session<'_> {
                         if !self.throttle().await {
                             return Err(Ended::Stop);
                         }
-                        self.refuse_unrequested(event);
+                        self.refuse_unrequested(event).await;
                         continue;
                     }
                     events.extend(self.screen(vec![event], &asked).await);

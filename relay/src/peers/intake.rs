@@ -92,12 +92,27 @@ impl Intake {
 
     /// `event` came from `relay` unasked (it matches none of the filters of its subscription):
     /// it never reaches the acceptance policy now; it may wait for an event id it tags (within
-    /// the relay's slots). Returns whether it waits.
-    pub fn unrequested(&self, event: Event, relay: &RelayUrl) -> bool {
+    /// the relay's slots), once its id and signature are verified (on the pool client events
+    /// use): the index is keyed by id, and a forged copy must not take the place of the real
+    /// event. Returns whether it waits.
+    pub async fn unrequested(&self, event: Event, relay: &RelayUrl) -> bool {
         if grasp_state::auth::is_protected(&event) {
             return false;
         }
         let id = event.id;
+        // Cheap checks first: most junk never costs a signature check.
+        if self.waiting.lock().unwrap().would_park_unrequested(&event, relay).is_err() {
+            tracing::debug!(relay = %relay, event = %id, "event the relay was not asked for; not admitted");
+            return false;
+        }
+        let verified = {
+            let _permit = crate::nostr::pipeline::verify_pool().acquire().await;
+            crate::grasp::verify(&event)
+        };
+        if let Err(reason) = verified {
+            tracing::debug!(relay = %relay, event = %id, reason = %reason, "forged event the relay was not asked for; dropped");
+            return false;
+        }
         let parked = self.waiting.lock().unwrap().park_unrequested(Arc::new(event), relay, Instant::now());
         tracing::debug!(relay = %relay, event = %id, waits = parked.is_ok(), "event the relay was not asked for; not admitted");
         parked.is_ok()

@@ -13,7 +13,11 @@
 //! - [`tls`]: TLS for `wss://` relays (Mozilla roots plus `--sync-tls-ca`, the URL's host
 //!   verified).
 //! - [`history`]: NIP-77 negentropy reconciliation, or `REQ` paging with `until`.
+//! - [`reconcile`]: pure: the client side of one reconciliation, bounded in rounds, time and
+//!   ids found missing.
 //! - [`peer`]: the task following one relay (history, then live; backoff, cooldown, dead).
+//! - [`quiet`]: pure: when a quiet live connection is pinged and when it is given up.
+//! - [`fetches`]: pure: one relay's queue of ids asked for by id, one subscription at a time.
 //! - [`health`]: pure per-relay backoff / cooldown / dead bookkeeping.
 //! - [`cursors`]: per-relay resume points persisted in `<data>/relay-sync.json`.
 //! - [`intake`]: synced events through the client's door ([`crate::grasp::Grasp::submit`]
@@ -30,11 +34,14 @@
 
 pub mod address;
 pub mod cursors;
+pub mod fetches;
 pub mod health;
 pub mod history;
 pub mod intake;
 pub mod interest;
 pub mod peer;
+pub mod quiet;
+pub mod reconcile;
 pub mod stats;
 pub mod waiting;
 pub mod wanted;
@@ -150,14 +157,18 @@ impl Shared {
         self.cursors.lock().unwrap().relays.get(relay.as_str()).cloned().unwrap_or_default()
     }
 
-    /// The relay is followed live up to now (ignored unless its state is live).
-    pub fn touch_cursor(&self, relay: &RelayUrl) {
+    /// The relay was followed live up to `heard` (the last time its connection was heard
+    /// from; ignored unless its state is live). The cursor never moves back.
+    pub fn touch_cursor(&self, relay: &RelayUrl, heard: Instant) {
         let live = self.relays.lock().unwrap().get(relay).is_some_and(|s| s.lock().unwrap().state == PeerState::Live);
         if !live {
             return;
         }
-        let now = nostr::prelude::Timestamp::now().as_secs();
-        self.cursors.lock().unwrap().relays.entry(relay.to_string()).or_default().live_until = now;
+        let ago = heard.elapsed().as_secs();
+        let at = nostr::prelude::Timestamp::now().as_secs().saturating_sub(ago);
+        let mut cursors = self.cursors.lock().unwrap();
+        let cursor = cursors.relays.entry(relay.to_string()).or_default();
+        cursor.live_until = cursor.live_until.max(at);
         self.cursors_dirty.store(true, Ordering::Relaxed);
     }
 
@@ -429,7 +440,7 @@ impl Manager {
             if expired > 0 {
                 tracing::info!(expired, "synced events dropped after waiting too long for what they tag");
             }
-            waiting.due_requests(now)
+            waiting.due_requests(now, waiting::MAX_IDS_PER_FETCH)
         };
         if ids.is_empty() {
             return;

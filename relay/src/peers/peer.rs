@@ -14,8 +14,10 @@ use nostr::prelude::*;
 use tokio::sync::{mpsc, watch};
 
 use super::address::RelayUrl;
+use super::fetches::Fetches;
 use super::health::Health;
 use super::intake::Verdict;
+use super::quiet::{QuietStep, QuietWatch};
 use super::stats::{PeerState, RelayStats};
 use super::wanted::{batches, RelayPlan};
 use super::wire::{fetch_nip11, Incoming, RelayLimits, Wire, WireError};
@@ -80,6 +82,8 @@ pub struct Session<'a> {
     pub subs: HashMap<SubscriptionId, Vec<Filter>>,
     /// The relay's byte counts before this connection.
     pub bytes_before: (u64, u64),
+    /// Ids to ask for by id, one fetch subscription at a time.
+    pub fetches: Fetches,
 }
 
 impl Peer {
@@ -162,26 +166,22 @@ impl Peer {
             },
             _ = self.shutdown.recv() => return Ended::Stop,
         };
-        self.health.connected();
-        {
-            let mut s = self.stats.lock().unwrap();
-            s.failures = 0;
-            s.cooling_down = false;
-            s.negentropy = limits.negentropy;
-        }
+        self.stats.lock().unwrap().negentropy = limits.negentropy;
         tracing::info!(relay = %self.url, negentropy = ?limits.negentropy, max_filters = limits.max_filters, "relay connected");
         let (bytes_in, bytes_out) = {
             let s = self.stats.lock().unwrap();
             (s.bytes_in, s.bytes_out)
         };
-        let mut session = Session { peer: self, wire, limits, next_sub: 0, live: Vec::new(), subs: HashMap::new(), bytes_before: (bytes_in, bytes_out) };
+        let fetches = Fetches::new(timeout);
+        let mut session = Session { peer: self, wire, limits, next_sub: 0, live: Vec::new(), subs: HashMap::new(), bytes_before: (bytes_in, bytes_out), fetches };
         let ended = match session.authenticate_first().await {
             Ok(()) => session.follow().await,
             Err(e) => e,
         };
         session.count_bytes();
+        let last_heard = session.wire.last_heard;
         session.wire.close().await;
-        self.shared.touch_cursor(&self.url);
+        self.shared.touch_cursor(&self.url, last_heard);
         tracing::info!(relay = %self.url, reason = ?ended, "relay disconnected");
         ended
     }
@@ -263,12 +263,23 @@ impl Session<'_> {
         if let Err(e) = self.history(&plan, true).await {
             return e;
         }
+        // The first exchange is answered: only now does the failing streak end (a relay that
+        // accepts connections and then drops them keeps backing off, and is dead after a day).
+        self.peer.health.connected();
+        {
+            let mut s = self.peer.stats.lock().unwrap();
+            s.failures = 0;
+            s.cooling_down = false;
+        }
         self.now_live();
         let mut plan = plan;
-        let ping_every = self.peer.shared.config.timeout;
-        let mut silent = 0u32;
+        // One deadline for the quiet watch, moved only by what the relay sends and our pings:
+        // the other branches below never restart it.
+        let mut quiet = QuietWatch::new(self.peer.shared.config.timeout);
         let mut touch = tokio::time::interval(Duration::from_secs(10));
+        let mut touched = self.wire.last_heard;
         loop {
+            let quiet_until = quiet.deadline(self.wire.last_heard);
             tokio::select! {
                 changed = self.peer.plan.changed() => {
                     if changed.is_err() {
@@ -297,44 +308,69 @@ impl Session<'_> {
                 }
                 command = self.peer.commands.recv() => match command {
                     Some(PeerCommand::Fetch(ids)) => {
-                        for chunk in ids.chunks(self.ids_per_req()) {
-                            let id = self.sub_id("fetch");
-                            let filters = vec![Filter::new().ids(chunk.iter().copied())];
-                            self.subs.insert(id.clone(), filters.clone());
-                            let req = ClientMessage::req(id, filters);
-                            if let Err(e) = self.wire.send(&req).await {
-                                return e.into();
-                            }
+                        let dropped = self.fetches.queue(ids);
+                        if dropped > 0 {
+                            tracing::info!(relay = %self.peer.url, dropped, "fetch queue full; missing events not asked for by id");
+                        }
+                        if let Err(e) = self.start_fetch().await {
+                            return e;
                         }
                     }
                     None => return Ended::Stop,
                 },
-                incoming = self.wire.recv(ping_every) => match incoming {
+                _ = sleep_until_or_never(self.fetches.deadline()) => {
+                    if let Some(id) = self.fetches.expire(Instant::now()) {
+                        tracing::debug!(relay = %self.peer.url, subscription = %id, "fetch by id unanswered in time; closed");
+                        if let Err(e) = self.close_all(&[id]).await {
+                            return e;
+                        }
+                        if let Err(e) = self.start_fetch().await {
+                            return e;
+                        }
+                    }
+                },
+                incoming = self.wire.recv_until(quiet_until) => match incoming {
                     Ok(Incoming::Message(message)) => {
-                        silent = 0;
                         if let Some(end) = self.on_message(message).await {
                             return end;
                         }
                     }
                     Ok(Incoming::Unparsable(text)) => {
-                        silent = 0;
                         tracing::debug!(relay = %self.peer.url, message = %text, "unparsable message from relay");
                     }
-                    Err(WireError::ReadTimeout(_)) => {
-                        silent += 1;
-                        if silent > 2 {
-                            return Ended::Failed("the relay stopped answering pings".into());
+                    // A pong may have come meanwhile: the watch decides from when it last heard.
+                    Err(WireError::ReadTimeout(_)) if quiet.deadline(self.wire.last_heard) > Instant::now() => {}
+                    Err(WireError::ReadTimeout(_)) => match quiet.elapsed(self.wire.last_heard, Instant::now()) {
+                        QuietStep::Ping => {
+                            if let Err(e) = self.wire.ping().await {
+                                return e.into();
+                            }
                         }
-                        if let Err(e) = self.wire.ping().await {
-                            return e.into();
+                        QuietStep::GiveUp => {
+                            let quiet_for = self.wire.last_heard.elapsed();
+                            return Ended::Failed(format!("the relay stopped answering pings (nothing heard for {} s)", quiet_for.as_secs()));
                         }
-                    }
+                    },
                     Err(e) => return e.into(),
                 },
-                _ = touch.tick() => self.peer.shared.touch_cursor(&self.peer.url),
+                // Live up to the last moment the relay was heard from, never further.
+                _ = touch.tick() => if self.wire.last_heard > touched {
+                    touched = self.wire.last_heard;
+                    self.peer.shared.touch_cursor(&self.peer.url, touched);
+                },
                 _ = self.peer.shutdown.recv() => return Ended::Stop,
             }
         }
+    }
+
+    /// With no fetch open, asks for the next chunk of queued ids (one subscription at a time).
+    async fn start_fetch(&mut self) -> Result<(), Ended> {
+        let id = SubscriptionId::new(format!("fetch-{}", self.next_sub + 1));
+        let Some(chunk) = self.fetches.start(id.clone(), self.ids_per_req(), Instant::now()) else { return Ok(()) };
+        self.next_sub += 1;
+        let filters = vec![Filter::new().ids(chunk).limit(self.ids_per_req())];
+        self.subs.insert(id.clone(), filters.clone());
+        self.wire.send(&ClientMessage::req(id, filters)).await.map_err(Ended::from)
     }
 
     /// Event ids one REQ asks for: the relay's `max_limit`, and what fits its
@@ -384,7 +420,7 @@ impl Session<'_> {
     /// History done, subscriptions open.
     fn now_live(&self) {
         self.peer.set_state(PeerState::Live);
-        self.peer.shared.touch_cursor(&self.peer.url);
+        self.peer.shared.touch_cursor(&self.peer.url, self.wire.last_heard);
     }
 
     async fn close_all(&mut self, ids: &[SubscriptionId]) -> Result<(), Ended> {
@@ -402,20 +438,32 @@ impl Session<'_> {
                 let filters = self.subs.get(subscription_id.as_ref()).cloned().unwrap_or_default();
                 let events = self.screen(vec![event.into_owned()], &filters).await;
                 self.take(events).await;
-                self.peer.shared.touch_cursor(&self.peer.url);
+                self.peer.shared.touch_cursor(&self.peer.url, self.wire.last_heard);
             }
             RelayMessage::EndOfStoredEvents(id) if id.as_str().starts_with("fetch-") => {
                 self.subs.remove(id.as_ref());
-                let _ = self.wire.send(&ClientMessage::close(id.into_owned())).await;
+                let _ = self.wire.send(&ClientMessage::close(id.clone().into_owned())).await;
+                if self.fetches.ended(id.as_str()) {
+                    if let Err(end) = self.start_fetch().await {
+                        return Some(end);
+                    }
+                }
             }
             RelayMessage::Closed { subscription_id, message } => {
                 if is_rate_limited(&message) {
                     return Some(Ended::RateLimited(message.into_owned()));
                 }
+                self.subs.remove(subscription_id.as_ref());
                 if self.live.contains(&subscription_id) {
                     tracing::info!(relay = %self.peer.url, subscription = %subscription_id, reason = %message, "relay closed a live subscription");
                     self.peer.note_error(&message);
                     self.live.retain(|s| *s != *subscription_id);
+                }
+                if self.fetches.ended(subscription_id.as_str()) {
+                    tracing::debug!(relay = %self.peer.url, subscription = %subscription_id, reason = %message, "relay refused a fetch by id");
+                    if let Err(end) = self.start_fetch().await {
+                        return Some(end);
+                    }
                 }
             }
             RelayMessage::Auth { challenge } if self.peer.shared.config.auth_keys.is_some() => {
@@ -462,15 +510,15 @@ impl Session<'_> {
                 asked.push(event);
                 continue;
             }
-            self.refuse_unrequested(event);
+            self.refuse_unrequested(event).await;
         }
         asked
     }
 
     /// Counts `event` (sent unasked) as received and refused; it may wait for an id it tags.
-    pub fn refuse_unrequested(&self, event: Event) {
+    pub async fn refuse_unrequested(&self, event: Event) {
         let id = event.id;
-        self.peer.shared.intake.unrequested(event, &self.peer.url);
+        self.peer.shared.intake.unrequested(event, &self.peer.url).await;
         let mut s = self.peer.stats.lock().unwrap();
         s.received += 1;
         s.refused += 1;
@@ -538,6 +586,14 @@ impl Session<'_> {
     pub fn history_done(&self, keys: BTreeSet<String>, initial: bool, full: bool) {
         self.peer.shared.history_done(&self.peer.url, keys, initial, full);
         self.peer.stats.lock().unwrap().history_runs += 1;
+    }
+}
+
+/// Sleeps until `at`, or for ever without one (a `select!` branch that never fires).
+async fn sleep_until_or_never(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at.into()).await,
+        None => std::future::pending().await,
     }
 }
 

@@ -10,7 +10,10 @@
 //! An event a relay sent without being asked for it (it matches none of the filters of the
 //! subscription it came on) never goes to the acceptance policy directly: it may only wait here
 //! for an event id it tags ([`Waiting::park_unrequested`]), so it is admitted only once that
-//! event arrives here by some other path (it is then part of what this server follows).
+//! event arrives here by some other path (it is then part of what this server follows). Such a
+//! child asks for at most [`MAX_UNREQUESTED_PARENT_IDS`] of the ids it tags (a requested one for
+//! all, up to 64), and the ids due are handed out at most [`MAX_IDS_PER_FETCH`] at a time, so a
+//! relay sending junk cannot make this server send a burst of requests to every relay.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -20,6 +23,12 @@ use grasp_state::nip34::{references, KIND_STATE};
 use nostr::prelude::{Event, EventId};
 
 use super::address::RelayUrl;
+
+/// Parent ids a child that came unasked makes this server ask for by id.
+pub const MAX_UNREQUESTED_PARENT_IDS: usize = 2;
+
+/// Ids handed out for fetching at once ([`Waiting::due_requests`]): one REQ's worth.
+pub const MAX_IDS_PER_FETCH: usize = 500;
 
 /// A missing parent: an event id (hex) or a coordinate (`kind:pubkey:d`).
 pub type ParentKey = String;
@@ -56,6 +65,8 @@ struct Child {
     parents: Vec<ParentKey>,
     since: Instant,
     requested: bool,
+    /// The relay sent it without being asked ([`Waiting::park_unrequested`]).
+    unrequested: bool,
     /// Its JSON size.
     bytes: usize,
 }
@@ -96,6 +107,13 @@ pub fn parents_of(event: &Event) -> Vec<ParentKey> {
     keys
 }
 
+/// The parents an event sent unasked may wait for: the event ids it tags (coordinates are not
+/// waited for: what they name may already be here, and an unasked event must not be admitted
+/// by a later version of it).
+fn unrequested_parents(event: &Event) -> Vec<ParentKey> {
+    parents_of(event).into_iter().filter(|p| EventId::from_hex(p).is_ok()).collect()
+}
+
 impl Waiting {
     pub fn new(limits: WaitingLimits) -> Self {
         Waiting { limits, ..Default::default() }
@@ -127,25 +145,29 @@ impl Waiting {
     /// Parks `event` (from `relay`) until one of the things it tags is accepted.
     pub fn park(&mut self, event: Arc<Event>, relay: &RelayUrl, now: Instant) -> Result<(), NotParked> {
         let parents = parents_of(&event);
-        self.park_for(event, parents, relay, now)
+        self.park_for(event, parents, relay, now, false)
     }
 
     /// Parks `event`, which `relay` sent unasked, until an event id it tags is accepted here
     /// (coordinates are not waited for: what they name may already be here, and an unasked
     /// event must not be admitted by a later version of it).
     pub fn park_unrequested(&mut self, event: Arc<Event>, relay: &RelayUrl, now: Instant) -> Result<(), NotParked> {
-        let parents: Vec<ParentKey> = parents_of(&event).into_iter().filter(|p| EventId::from_hex(p).is_ok()).collect();
-        self.park_for(event, parents, relay, now)
+        let parents = unrequested_parents(&event);
+        self.park_for(event, parents, relay, now, true)
     }
 
-    fn park_for(&mut self, event: Arc<Event>, parents: Vec<ParentKey>, relay: &RelayUrl, now: Instant) -> Result<(), NotParked> {
+    /// Would `event`, sent unasked by `relay`, be parked now (before the cost of verifying it)?
+    pub fn would_park_unrequested(&self, event: &Event, relay: &RelayUrl) -> Result<(), NotParked> {
         if self.children.contains_key(&event.id) {
             return Err(NotParked::AlreadyWaiting);
         }
-        if parents.is_empty() {
+        if unrequested_parents(event).is_empty() {
             return Err(NotParked::NoParents);
         }
-        let bytes = event.as_json().len();
+        self.room_for(event.as_json().len(), relay)
+    }
+
+    fn room_for(&self, bytes: usize, relay: &RelayUrl) -> Result<(), NotParked> {
         let (n, b) = self.per_relay.get(relay).copied().unwrap_or((0, 0));
         if self.children.len() >= self.limits.total
             || n >= self.limits.per_relay
@@ -154,6 +176,18 @@ impl Waiting {
         {
             return Err(NotParked::Full);
         }
+        Ok(())
+    }
+
+    fn park_for(&mut self, event: Arc<Event>, parents: Vec<ParentKey>, relay: &RelayUrl, now: Instant, unrequested: bool) -> Result<(), NotParked> {
+        if self.children.contains_key(&event.id) {
+            return Err(NotParked::AlreadyWaiting);
+        }
+        if parents.is_empty() {
+            return Err(NotParked::NoParents);
+        }
+        let bytes = event.as_json().len();
+        self.room_for(bytes, relay)?;
         for p in &parents {
             self.by_parent.entry(p.clone()).or_default().push(event.id);
         }
@@ -161,7 +195,7 @@ impl Waiting {
         entry.0 += 1;
         entry.1 += bytes;
         self.bytes += bytes;
-        self.children.insert(event.id, Child { event, relay: relay.clone(), parents, since: now, requested: false, bytes });
+        self.children.insert(event.id, Child { event, relay: relay.clone(), parents, since: now, requested: false, unrequested, bytes });
         Ok(())
     }
 
@@ -207,16 +241,23 @@ impl Waiting {
         old.len()
     }
 
-    /// Missing parent ids to ask connected relays for: those of children waiting at least
-    /// `request_after` and not asked for yet (each child asks once).
-    pub fn due_requests(&mut self, now: Instant) -> Vec<EventId> {
+    /// Missing parent ids to ask connected relays for, at most `most` (and at least one
+    /// child's): those of children waiting at least `request_after` and not asked for yet (each
+    /// child asks once; one sent unasked for at most [`MAX_UNREQUESTED_PARENT_IDS`]). Children
+    /// left out are handed out by the next call.
+    pub fn due_requests(&mut self, now: Instant, most: usize) -> Vec<EventId> {
         let mut ids = Vec::new();
         for child in self.children.values_mut() {
             if child.requested || now.saturating_duration_since(child.since) < self.limits.request_after {
                 continue;
             }
+            let take = if child.unrequested { MAX_UNREQUESTED_PARENT_IDS } else { usize::MAX };
+            let parents: Vec<EventId> = child.parents.iter().filter_map(|p| EventId::from_hex(p).ok()).take(take).collect();
+            if !ids.is_empty() && ids.len() + parents.len() > most {
+                break;
+            }
             child.requested = true;
-            ids.extend(child.parents.iter().filter_map(|p| EventId::from_hex(p).ok()));
+            ids.extend(parents);
         }
         ids.sort();
         ids.dedup();
@@ -285,9 +326,9 @@ mod tests {
         let mut w = Waiting::new(limits());
         let p = EventId::from_byte_array([7; 32]);
         w.park(child_of(&p), &a, now).unwrap();
-        assert!(w.due_requests(now + Duration::from_secs(5)).is_empty());
-        assert_eq!(w.due_requests(now + Duration::from_secs(10)), vec![p]);
-        assert!(w.due_requests(now + Duration::from_secs(20)).is_empty());
+        assert!(w.due_requests(now + Duration::from_secs(5), MAX_IDS_PER_FETCH).is_empty());
+        assert_eq!(w.due_requests(now + Duration::from_secs(10), MAX_IDS_PER_FETCH), vec![p]);
+        assert!(w.due_requests(now + Duration::from_secs(20), MAX_IDS_PER_FETCH).is_empty());
         assert_eq!(w.expire(now + Duration::from_secs(59)), 0);
         assert_eq!(w.expire(now + Duration::from_secs(60)), 1);
         assert!(w.is_empty() && w.by_parent.is_empty());
@@ -308,6 +349,41 @@ mod tests {
         assert_eq!(w.bytes_from_relay(&a), 2 * one);
         assert_eq!(w.arrived(&p.to_hex()).len(), 3);
         assert_eq!((w.bytes(), w.bytes_from_relay(&a)), (0, 0));
+    }
+
+    /// A child tagging `n` parent ids.
+    fn child_of_many(n: u8) -> Arc<Event> {
+        let tags: Vec<Tag> = (0..n).map(|i| Tag::event(EventId::from_byte_array([i; 32]))).collect();
+        Arc::new(EventBuilder::new(Kind::Custom(1111), "hi").tags(tags).finalize(&Keys::generate()).unwrap())
+    }
+
+    #[test]
+    fn unasked_children_ask_for_few_parents_and_requests_come_in_bounded_batches() {
+        let (now, a) = (Instant::now(), url("wss://a"));
+        let lim = WaitingLimits { per_relay: 100, total: 100, ..limits() };
+        let later = now + Duration::from_secs(10);
+        // An unasked child tagging 64 ids asks for two of them; one that was asked for, all.
+        let mut w = Waiting::new(lim);
+        w.park_unrequested(child_of_many(64), &a, now).unwrap();
+        assert_eq!(w.due_requests(later, MAX_IDS_PER_FETCH).len(), MAX_UNREQUESTED_PARENT_IDS);
+        let mut w = Waiting::new(lim);
+        w.park(child_of_many(64), &a, now).unwrap();
+        assert_eq!(w.due_requests(later, MAX_IDS_PER_FETCH).len(), 64);
+        // Ten children of 64 distinct-ish ids: at most `most` a call (whole children), the rest
+        // by the next calls, each child once.
+        let mut w = Waiting::new(lim);
+        for n in 0..10u8 {
+            let tags: Vec<Tag> = (0..64u8).map(|i| Tag::event(EventId::from_byte_array([n, i, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1]))).collect();
+            w.park(Arc::new(EventBuilder::new(Kind::Custom(1111), "x").tags(tags).finalize(&Keys::generate()).unwrap()), &a, now).unwrap();
+        }
+        let mut total = 0;
+        for _ in 0..5 {
+            let batch = w.due_requests(later, 200);
+            assert!(batch.len() <= 200, "{}", batch.len());
+            total += batch.len();
+        }
+        assert_eq!(total, 640);
+        assert!(w.due_requests(later, 200).is_empty());
     }
 
     #[test]

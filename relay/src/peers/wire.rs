@@ -4,7 +4,7 @@
 //! document) go through [`super::tls`].
 
 use std::net::SocketAddr;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures_util::{SinkExt, StreamExt};
 use nostr::prelude::{ClientMessage, RelayMessage};
@@ -44,6 +44,8 @@ pub enum WireError {
     ReadTimeout(Duration),
     #[error("connection closed by the relay")]
     Closed,
+    #[error("the relay sent a binary frame ({0} bytes); NIP-01 messages are text frames")]
+    BinaryFrame(usize),
     #[error("shutting down")]
     Shutdown,
     #[error("websocket error: {0}")]
@@ -144,9 +146,12 @@ async fn read_nip11(url: &RelayUrl, mut stream: impl AsyncRead + AsyncWrite + Un
 /// An open connection.
 pub struct Wire {
     ws: WebSocketStream<MaybeTlsStream<TcpStream>>,
-    /// Bytes received and sent (the benchmark's figures).
+    /// Bytes received (every frame's payload) and sent (the benchmark's figures).
     pub bytes_in: u64,
     pub bytes_out: u64,
+    /// When the last frame of any kind (a pong included) arrived, or the connection opened:
+    /// the connection is known to be alive up to then.
+    pub last_heard: Instant,
 }
 
 /// What arrived.
@@ -167,7 +172,7 @@ impl Wire {
             .await
             .map_err(|_| WireError::ConnectTimeout(timeout))?
             .map_err(|e| WireError::Connect(e.to_string()))?;
-        Ok(Wire { ws, bytes_in: 0, bytes_out: 0 })
+        Ok(Wire { ws, bytes_in: 0, bytes_out: 0, last_heard: Instant::now() })
     }
 
     pub async fn send(&mut self, msg: &ClientMessage<'_>) -> Result<(), WireError> {
@@ -183,15 +188,24 @@ impl Wire {
         self.ws.send(Message::Ping(Vec::new().into())).await.map_err(|e| WireError::WebSocket(e.to_string()))
     }
 
-    /// The next relay message, waiting at most `timeout` (pings and pongs are skipped; a pong
-    /// still counts as life: it resets the wait).
+    /// The next relay message, waiting at most `timeout` in all ([`Wire::recv_until`]).
     pub async fn recv(&mut self, timeout: Duration) -> Result<Incoming, WireError> {
+        self.recv_until(Instant::now() + timeout).await
+    }
+
+    /// The next relay message, waiting until `deadline` at most. Pings and pongs are skipped
+    /// (they count as life in [`Wire::last_heard`] and in `bytes_in`) but never move the
+    /// deadline, so a peer sending only control frames cannot hold a wait open; a binary frame
+    /// is counted and ends the connection ([`WireError::BinaryFrame`]).
+    pub async fn recv_until(&mut self, deadline: Instant) -> Result<Incoming, WireError> {
+        let waited = deadline.saturating_duration_since(Instant::now());
         loop {
-            let frame = tokio::time::timeout(timeout, self.ws.next())
+            let frame = tokio::time::timeout_at(deadline.into(), self.ws.next())
                 .await
-                .map_err(|_| WireError::ReadTimeout(timeout))?
+                .map_err(|_| WireError::ReadTimeout(waited))?
                 .ok_or(WireError::Closed)?
                 .map_err(|e| WireError::WebSocket(e.to_string()))?;
+            self.last_heard = Instant::now();
             match frame {
                 Message::Text(t) => {
                     self.bytes_in += t.len() as u64;
@@ -200,8 +214,13 @@ impl Wire {
                         Err(_) => Incoming::Unparsable(t.as_str().chars().take(200).collect()),
                     });
                 }
+                Message::Binary(b) => {
+                    self.bytes_in += b.len() as u64;
+                    return Err(WireError::BinaryFrame(b.len()));
+                }
+                Message::Ping(b) | Message::Pong(b) => self.bytes_in += b.len() as u64,
                 Message::Close(_) => return Err(WireError::Closed),
-                _ => continue,
+                Message::Frame(_) => {}
             }
         }
     }
