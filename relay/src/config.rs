@@ -973,6 +973,27 @@ mod tests {
         Some(n.parse::<u64>().ok()? << shift)
     }
 
+    /// The systemd unit of docs/deployment.md parses, and behind nginx (every client has its
+    /// address) it trusts nginx's forwarded addresses, so the per-address write limits apply
+    /// to the real clients instead of one bucket shared by the whole site.
+    #[test]
+    fn the_deployment_guides_unit_runs_behind_nginx() {
+        let guide = include_str!("../../docs/deployment.md");
+        let start = guide.find("ExecStart=/usr/local/bin/grasp-relay").expect("the guide's systemd unit");
+        let mut command = String::new();
+        for line in guide[start..].lines() {
+            command.push_str(line.trim_end_matches('\\'));
+            command.push(' ');
+            if !line.ends_with('\\') {
+                break;
+            }
+        }
+        let argv: Vec<&str> = command.trim_start_matches("ExecStart=/usr/local/bin/").split_whitespace().collect();
+        let cfg = Config::try_parse_from(&argv).unwrap_or_else(|e| panic!("{command}: {e}"));
+        assert_eq!(cfg.max_connections_per_ip, 0, "{command}");
+        assert!(cfg.trusted_proxy.iter().any(|net| net.contains(&"127.0.0.1".parse::<std::net::IpAddr>().unwrap())), "{command}: nginx is not a trusted proxy");
+    }
+
     #[test]
     fn metrics_listener_is_off_unless_asked() {
         assert_eq!(Config::parse_from(["grasp-relay"]).metrics_bind, None);
