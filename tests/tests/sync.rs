@@ -1,4 +1,4 @@
-//! Background git-data sync end to end (issue 5): real relays on loopback fetch what their
+//! Background git-data sync end to end (docs/protocol.md#background-sync): real relays on loopback fetch what their
 //! purgatory waits for from other servers. Server A is another relay, the pull request forks are
 //! served by a plain git HTTP server, and a gated TCP proxy holds fetches where a test needs them
 //! held. The operator view `GET /v1/sync` on the hook API shows the queue and the domains.
