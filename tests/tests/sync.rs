@@ -224,8 +224,9 @@ fn incompressible(len: usize) -> Vec<u8> {
         .collect()
 }
 
-/// Issue 16: a hostile peer serving a pack larger than `--sync-max-fetch-bytes` (here a plain
-/// git HTTP server with a 6 MiB commit behind a pull request's clone URL, against a 1 MiB cap)
+/// docs/security.md (endless or huge packs from a sync peer): a hostile peer serving a pack
+/// larger than `--sync-max-fetch-bytes` (here a plain git HTTP server with a 6 MiB commit behind
+/// a pull request's clone URL, against a 1 MiB cap)
 /// gets its fetch cut off: nothing it sent lands, no quarantine stays behind, the domain shows
 /// why, and the pull request stays held.
 #[test]
