@@ -32,7 +32,8 @@
 //! it the request body itself and kills the group when the body ends short of
 //! `CONTENT_LENGTH`, stalls for `--idle-timeout`, or grasp-cgi is told to stop ([`child`]).
 //!
-//! Private services (GRASP-08): while `<data>/private-service` exists, every repository request
+//! Private services (GRASP-08): while `<data>/private-service` or `<git root>/private-service`
+//! exists (or cannot be ruled out: an unreadable location counts as marked), every repository request
 //! is first put to the relay (`POST /v1/git-auth` on its loopback API, with the request's
 //! `Authorization` header) before anything else happens; refused, unknown-repository and
 //! unreachable-relay requests alike get `401` with `WWW-Authenticate: Nostr` and an empty body
@@ -46,7 +47,8 @@
 //! `<git> http-backend`; the relay sets it from `git --exec-path`),
 //! `--idle-timeout` / `GRASP_GIT_IDLE_TIMEOUT` (seconds, default 60), `--min-rate` /
 //! `GRASP_GIT_MIN_RATE` (bytes per second a request body must average past the idle timeout,
-//! default 1024, 0: none), `--push-lock-wait` / `GRASP_PUSH_LOCK_WAIT` (seconds, default 10).
+//! default 1024, 0: none), `--push-lock-wait` / `GRASP_PUSH_LOCK_WAIT` (seconds, default 10),
+//! `--max-push-bytes` / `GRASP_MAX_PUSH_BYTES` (git's `receive.maxInputSize`; default none).
 
 mod child;
 mod pages;
@@ -80,7 +82,8 @@ struct Args {
     hooks_dir: Option<PathBuf>,
     /// The relay's data directory: grasp-cgi reads the hook API's address and token there to
     /// fetch the repository page's data (without it the page shows no details), and a private
-    /// service's marker (the parent of the git root is checked for it too).
+    /// service's marker (the parent of the git root and the git root itself are checked for
+    /// it too).
     #[arg(long, env = "GRASP_DATA_DIR")]
     data_dir: Option<PathBuf>,
     /// The git executable.
@@ -104,6 +107,12 @@ struct Args {
     /// (0: no minimum).
     #[arg(long, env = grasp_state::transfer::ENV_MIN_RATE, default_value_t = grasp_state::transfer::DEFAULT_MIN_RATE)]
     min_rate: u64,
+
+    /// Bytes of a push's pack git reads at most (its `receive.maxInputSize`); the relay passes
+    /// its --max-push-bytes, behind nginx set it to the same value. Default: no git limit (the
+    /// pre-receive hook still checks the relay's).
+    #[arg(long, env = grasp_state::push_limits::ENV_MAX_PUSH_BYTES, value_name = "BYTES")]
+    max_push_bytes: Option<u64>,
 }
 
 fn main() -> ExitCode {
@@ -226,14 +235,18 @@ fn run(args: &Args, out: &mut impl Write) -> anyhow::Result<()> {
     result
 }
 
-/// A private service's check, before the repository is even looked up: true when the data
-/// directory is not private, or the relay allows the request's `Authorization` proof. Fails
-/// closed: a relay that cannot be asked allows nothing.
+/// A private service's check, before the repository is even looked up: true when the service
+/// is not private, or the relay allows the request's `Authorization` proof. Fails closed: a
+/// marker that cannot be ruled out makes the service private, and a relay that cannot be asked
+/// allows nothing.
 fn private_gate(args: &Args, repo: &RepoUrlPath) -> bool {
-    use grasp_state::hook_api::PRIVATE_MARKER_FILE;
-    let candidates = args.data_dir.iter().cloned().chain(args.git_root.parent().map(Path::to_path_buf));
-    let Some(data_dir) = candidates.into_iter().find(|d| d.join(PRIVATE_MARKER_FILE).exists()) else {
-        return true;
+    let data_dir = match service(args) {
+        Service::Public => return true,
+        Service::Private { data_dir: Some(dir) } => dir,
+        Service::Private { data_dir: None } => {
+            eprintln!("grasp-cgi: private service: no data directory to find the relay in (set GRASP_DATA_DIR); refusing");
+            return false;
+        }
     };
     let authorization = std::env::var("HTTP_AUTHORIZATION").ok();
     match relay_api::git_auth(&data_dir, &repo.npub, &repo.identifier, authorization) {
@@ -241,6 +254,43 @@ fn private_gate(args: &Args, repo: &RepoUrlPath) -> bool {
         Err(e) => {
             eprintln!("grasp-cgi: private service: cannot ask the relay ({e:#}); refusing");
             false
+        }
+    }
+}
+
+/// Whether the repositories grasp-cgi serves belong to a private service.
+#[derive(Debug, PartialEq, Eq)]
+enum Service {
+    Public,
+    /// `data_dir`: where to find the relay to ask (the data directory holding a marker, else
+    /// `--data-dir`, else the parent of the git root).
+    Private { data_dir: Option<PathBuf> },
+}
+
+/// Private when the relay's marker (`grasp_state::hook_api::PRIVATE_MARKER_FILE`) is in the data
+/// directory (`--data-dir` and the parent of the git root are both looked at) or in the git root
+/// itself, which the relay marks too, so a git root configured alone (a volume mounted
+/// elsewhere, no `GRASP_DATA_DIR`) still finds it. A marker location that cannot be read
+/// counts as marked.
+fn service(args: &Args) -> Service {
+    let data_dirs: Vec<PathBuf> = args.data_dir.iter().cloned().chain(args.git_root.parent().map(Path::to_path_buf)).collect();
+    if let Some(dir) = data_dirs.iter().find(|d| marked(d)) {
+        return Service::Private { data_dir: Some(dir.clone()) };
+    }
+    if marked(&args.git_root) {
+        return Service::Private { data_dir: data_dirs.into_iter().next() };
+    }
+    Service::Public
+}
+
+/// The private marker in `dir` exists, or cannot be ruled out (permission or I/O error).
+fn marked(dir: &Path) -> bool {
+    let marker = dir.join(grasp_state::hook_api::PRIVATE_MARKER_FILE);
+    match marker.try_exists() {
+        Ok(found) => found,
+        Err(e) => {
+            eprintln!("grasp-cgi: cannot tell whether {} exists ({e}); treating the service as private", marker.display());
+            true
         }
     }
 }
@@ -322,7 +372,7 @@ fn push_in_progress(out: &mut impl Write, waited: Duration) -> anyhow::Result<()
 }
 
 /// The git config every request runs with, whatever the repository's own config says.
-fn per_request_config(hooks_dir: Option<&Path>) -> Vec<(String, OsString)> {
+fn per_request_config(hooks_dir: Option<&Path>, max_push_bytes: Option<u64>) -> Vec<(String, OsString)> {
     let mut cfg: Vec<(String, OsString)> = grasp_state::identifier::GRASP_GIT_CONFIG
         .iter()
         .map(|(k, v)| (k.to_string(), OsString::from(v)))
@@ -331,7 +381,7 @@ fn per_request_config(hooks_dir: Option<&Path>) -> Vec<(String, OsString)> {
         cfg.push(("core.hooksPath".to_string(), dir.as_os_str().to_owned()));
     }
     // git stops reading a pack beyond the push limit (the relay passes --max-push-bytes).
-    if let Some(max) = std::env::var(grasp_state::push_limits::ENV_MAX_PUSH_BYTES).ok().and_then(|v| v.trim().parse::<u64>().ok()) {
+    if let Some(max) = max_push_bytes {
         cfg.push(("receive.maxInputSize".to_string(), max.to_string().into()));
     }
     cfg
@@ -372,7 +422,7 @@ fn run_backend(
     if req.is_head() {
         cmd.env("REQUEST_METHOD", "GET");
     }
-    let config = per_request_config(args.hooks_dir.as_deref());
+    let config = per_request_config(args.hooks_dir.as_deref(), args.max_push_bytes);
     cmd.env("GIT_CONFIG_COUNT", config.len().to_string());
     for (i, (k, v)) in config.into_iter().enumerate() {
         cmd.env(format!("GIT_CONFIG_KEY_{i}"), k)
@@ -509,6 +559,60 @@ mod tests {
             relay_backend_output(&b"Content-Type: text/plain\n"[..], &mut Vec::new(), false)
                 .is_err()
         );
+    }
+
+    fn args(git_root: &Path, data_dir: Option<&Path>) -> Args {
+        let mut argv = vec!["grasp-cgi".into(), "--git-root".into(), git_root.as_os_str().to_owned()];
+        if let Some(d) = data_dir {
+            argv.extend(["--data-dir".into(), d.as_os_str().to_owned()]);
+        }
+        Args::try_parse_from(argv).unwrap()
+    }
+
+    #[test]
+    fn a_marker_in_the_git_root_or_the_data_directory_makes_the_service_private() {
+        use grasp_state::hook_api::PRIVATE_MARKER_FILE;
+        let tmp = tempfile::tempdir().unwrap();
+        let data = tmp.path().join("data");
+        let git = data.join("git");
+        std::fs::create_dir_all(&git).unwrap();
+        assert_eq!(service(&args(&git, None)), Service::Public);
+
+        // The git root alone, elsewhere (a volume): found through its own marker.
+        let volume = tmp.path().join("volume");
+        std::os::unix::fs::symlink(&git, &volume).unwrap();
+        std::fs::write(git.join(PRIVATE_MARKER_FILE), "").unwrap();
+        assert_eq!(service(&args(&volume, None)), Service::Private { data_dir: Some(tmp.path().to_path_buf()) });
+        assert_eq!(service(&args(&volume, Some(&data))), Service::Private { data_dir: Some(data.clone()) });
+
+        // The data directory's marker.
+        std::fs::remove_file(git.join(PRIVATE_MARKER_FILE)).unwrap();
+        std::fs::write(data.join(PRIVATE_MARKER_FILE), "").unwrap();
+        assert_eq!(service(&args(&git, None)), Service::Private { data_dir: Some(data.clone()) });
+        assert_eq!(service(&args(&volume, Some(&data))), Service::Private { data_dir: Some(data.clone()) });
+        assert_eq!(service(&args(&volume, None)), Service::Public, "nothing says private: the relay marks the git root too");
+    }
+
+    #[test]
+    fn a_marker_location_that_cannot_be_read_counts_as_private() {
+        let tmp = tempfile::tempdir().unwrap();
+        let git = tmp.path().join("git");
+        std::fs::create_dir_all(&git).unwrap();
+        // A data directory under a regular file: its marker's existence cannot be told.
+        let file = tmp.path().join("file");
+        std::fs::write(&file, "").unwrap();
+        let data = file.join("data");
+        assert_eq!(service(&args(&git, Some(&data))), Service::Private { data_dir: Some(data.clone()) });
+    }
+
+    #[test]
+    fn help_names_the_push_limit_variable() {
+        use clap::CommandFactory;
+        let help = Args::command().render_long_help().to_string();
+        assert!(help.contains("--max-push-bytes") && help.contains("GRASP_MAX_PUSH_BYTES"), "{help}");
+        let cfg = per_request_config(None, Some(1000));
+        assert!(cfg.iter().any(|(k, v)| k == "receive.maxInputSize" && v == "1000"));
+        assert!(!per_request_config(None, None).iter().any(|(k, _)| k == "receive.maxInputSize"));
     }
 
     #[test]

@@ -456,6 +456,12 @@ pub struct Config {
         default_value = "A GRASP server: Nostr relay and git hosting for NIP-34 repositories."
     )]
     pub description: String,
+
+    /// URL of the software this server runs (e.g. the repository its build came from),
+    /// published as NIP-11 `software`; an `http://` or `https://` URL. Default: none, the field
+    /// is left out.
+    #[arg(long, env = "GRASP_SOFTWARE_URL", value_name = "URL", value_parser = parse_software_url)]
+    pub software_url: Option<String>,
 }
 
 /// One-shot commands against a running relay (through its loopback API).
@@ -543,6 +549,16 @@ fn git_sync_peer(peer: &str) -> String {
     match crate::peers::address::RelayUrl::parse(peer) {
         Ok(url) if is_relay_url(peer) => url.authority().to_string(),
         _ => peer.to_string(),
+    }
+}
+
+fn parse_software_url(s: &str) -> Result<String, String> {
+    let s = s.trim();
+    let lower = s.to_ascii_lowercase();
+    let rest = lower.strip_prefix("https://").or_else(|| lower.strip_prefix("http://"));
+    match rest {
+        Some(rest) if !rest.is_empty() && !rest.starts_with('/') && !s.chars().any(char::is_whitespace) => Ok(s.to_string()),
+        _ => Err(format!("invalid software URL {s:?}: give an http:// or https:// URL, e.g. https://git.example.com/grasp-relay")),
     }
 }
 
@@ -906,6 +922,76 @@ mod tests {
             let line = line.unwrap_or_else(|| panic!("README's configuration table has no line for --{long}"));
             assert!(line.contains(&format!("`{env}`")), "README's line for --{long} does not name {env}");
         }
+    }
+
+    /// README's default column says what `--help` says: for each flag with a default, its part
+    /// of the line's default cell (cells of several flags list their defaults in the same
+    /// order, comma separated) is that default, sizes written with a binary unit (`1 GiB`),
+    /// durations with any unit (`30m`) and switches as `off`.
+    #[test]
+    fn readme_defaults_are_the_flags_defaults() {
+        let readme = include_str!("../../README.md");
+        let mut wrong = Vec::new();
+        for arg in Config::command().get_arguments() {
+            let Some(long) = arg.get_long() else { continue };
+            let Some(default) = arg.get_default_values().first().map(|v| v.to_string_lossy().into_owned()) else { continue };
+            if arg.is_hide_set() {
+                continue;
+            }
+            let line = readme.lines().find(|l| l.starts_with("| `--") && l.contains(&format!("`--{long}`"))).unwrap();
+            // "| flags | env | default | meaning |"
+            let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+            let flags: Vec<&str> = cells[1].split(", ").map(|f| f.trim_matches('`')).collect();
+            let parts: Vec<&str> = cells[3].split(", ").collect();
+            let part = if parts.len() == flags.len() {
+                parts[flags.iter().position(|f| *f == format!("--{long}")).unwrap()]
+            } else {
+                cells[3]
+            };
+            let part = part.trim().trim_matches('`');
+            let expected = match default.as_str() {
+                "false" => "off".to_string(),
+                _ => default.clone(),
+            };
+            let same_duration = matches!((parse_duration(part), parse_duration(&default)), (Ok(a), Ok(b)) if a == b);
+            if part != expected && !same_duration && (readme_size(part).is_none() || readme_size(part) != default.parse().ok()) {
+                wrong.push(format!("--{long}: README says {part:?}, --help says {default:?}"));
+            }
+        }
+        assert!(wrong.is_empty(), "README's default column is not --help's:\n{}", wrong.join("\n"));
+    }
+
+    /// `1 GiB`, `512 KiB`, ... in bytes.
+    fn readme_size(text: &str) -> Option<u64> {
+        let (n, unit) = text.split_once(' ')?;
+        let shift = match unit {
+            "KiB" => 10,
+            "MiB" => 20,
+            "GiB" => 30,
+            _ => return None,
+        };
+        Some(n.parse::<u64>().ok()? << shift)
+    }
+
+    /// The systemd unit of docs/deployment.md parses, and behind nginx (every client has its
+    /// address) it trusts nginx's forwarded addresses, so the per-address write limits apply
+    /// to the real clients instead of one bucket shared by the whole site.
+    #[test]
+    fn the_deployment_guides_unit_runs_behind_nginx() {
+        let guide = include_str!("../../docs/deployment.md");
+        let start = guide.find("ExecStart=/usr/local/bin/grasp-relay").expect("the guide's systemd unit");
+        let mut command = String::new();
+        for line in guide[start..].lines() {
+            command.push_str(line.trim_end_matches('\\'));
+            command.push(' ');
+            if !line.ends_with('\\') {
+                break;
+            }
+        }
+        let argv: Vec<&str> = command.trim_start_matches("ExecStart=/usr/local/bin/").split_whitespace().collect();
+        let cfg = Config::try_parse_from(&argv).unwrap_or_else(|e| panic!("{command}: {e}"));
+        assert_eq!(cfg.max_connections_per_ip, 0, "{command}");
+        assert!(cfg.trusted_proxy.iter().any(|net| net.contains(&"127.0.0.1".parse::<std::net::IpAddr>().unwrap())), "{command}: nginx is not a trusted proxy");
     }
 
     #[test]

@@ -10,6 +10,8 @@
 //! <data>/purgatory-state.json   purgatory checkpoint (grasp::lifecycle::CHECKPOINT_FILE)
 //! <data>/purgatory-journal.<n>  purgatory changes since the checkpoint (grasp::journal)
 //! <data>/api-addr, api-token    the hook API's address and token (grasp_state::hook_api)
+//! <data>/private-service        a private service's markers, also in the git root
+//! <data>/git/private-service      (grasp-cgi may be given only the git root)
 //! ```
 
 use std::fs::{self, File, OpenOptions};
@@ -73,6 +75,13 @@ impl DataLayout {
     /// `<data>/service-key`: a private service's own key (NIP-42 towards its sync peers).
     pub fn service_key_file(&self) -> PathBuf {
         self.root.join("service-key")
+    }
+
+    /// A private GRASP-08 service's markers (`grasp_state::hook_api::PRIVATE_MARKER_FILE`): in the
+    /// data directory and in the git root, so grasp-cgi finds one whichever it is configured with.
+    pub fn private_markers(&self) -> [PathBuf; 2] {
+        let name = grasp_state::hook_api::PRIVATE_MARKER_FILE;
+        [self.root.join(name), self.git().join(name)]
     }
 
     /// The lock file held while a daemon runs on this directory.

@@ -297,8 +297,9 @@ pub struct PurgeAuthorResponse {
     pub repositories_removed: usize,
 }
 
-/// `<data>/private-service`: present while the data directory belongs to a private GRASP-08
-/// service; grasp-cgi then asks [`PATH_GIT_AUTH`] before serving any repository request.
+/// `<data>/private-service`, and the same name in the git root (`<data>/git/private-service`):
+/// present while the data directory belongs to a private GRASP-08 service; grasp-cgi then asks
+/// [`PATH_GIT_AUTH`] before serving any repository request.
 pub const PRIVATE_MARKER_FILE: &str = "private-service";
 
 /// grasp-cgi, private service: may the `Authorization` header of a git request for

@@ -1,4 +1,4 @@
-//! The GRASP acceptance policy end to end (issue 2): which events the real relay stores, holds in
+//! The GRASP acceptance policy end to end (docs/protocol.md#acceptance): which events the real relay stores, holds in
 //! the purgatory or refuses, what it creates on disk, and the HTTP side a client sees first
 //! (NIP-11, CORS, cloning). Real binary, real `git`, a WebSocket Nostr client.
 

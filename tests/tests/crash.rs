@@ -1,4 +1,4 @@
-//! Crashes leave nothing behind and lose nothing acknowledged (issue 16, item 9): events answered
+//! Crashes leave nothing behind and lose nothing acknowledged (docs/security.md, docs/protocol.md#checkpoints): events answered
 //! `OK true` survive kill -9 (the purgatory journal), held states whose data is present are
 //! released at startup and never expired, and push quarantines abandoned by a crash are removed.
 //! Every wait is on an observable condition with a deadline.
@@ -224,7 +224,7 @@ fn bytes_under(dir: &std::path::Path) -> u64 {
         .unwrap_or(0)
 }
 
-/// Issue 16 item 8: an anonymous push to `refs/nostr/<id>` whose pull request never comes
+/// docs/security.md (disk kept by expired placeholders): an anonymous push to `refs/nostr/<id>` whose pull request never comes
 /// leaves nothing on disk: when its placeholder expires the ref is removed, and the maintenance
 /// pass prunes what only that ref reached, so the repository's disk use goes back down.
 #[tokio::test]

@@ -1,4 +1,4 @@
-//! Failure and bad-input suite (issue 6, item 3): hostile git requests, hostile events, path
+//! Failure and bad-input suite (docs/security.md): hostile git requests, hostile events, path
 //! escapes, the internal API seen from outside, and concurrent pushes.
 //!
 //! Every test starts from a [`World`]: a relay with one repository published end to end (its

@@ -1,4 +1,4 @@
-//! Hostile clients (issue 16): attacks that wait, count or stay behind, each reproduced as an
+//! Hostile clients (docs/security.md): attacks that wait, count or stay behind, each reproduced as an
 //! anonymous client would run it on loopback. Every test names the bound it proves in
 //! docs/security.md.
 
@@ -558,7 +558,7 @@ fn push_within(dir: &Path, url: &str, within: Duration) -> Option<(bool, String)
     Some((out.status.success(), text))
 }
 
-/// Issue 16 item 1 (push lock): anyone's stalled receive-pack to the victim's repository holds
+/// docs/security.md (your own push waiting forever): anyone's stalled receive-pack to the victim's repository holds
 /// its push lock; the owner's own push is answered within `--push-lock-wait` that another push
 /// is in progress (retry later), never left waiting inside the lock; once the stalled client
 /// goes, the owner's push goes through.
@@ -594,7 +594,7 @@ async fn a_stalled_push_by_anyone_never_makes_your_push_wait_for_ever() {
     assert_eq!(bare_refs(&repo_dir(&server, &victim.public_key(), "base"))["refs/heads/main"], tip);
 }
 
-/// Issue 16 item 1 behind nginx + fcgiwrap: grasp-cgi waits for a repository's push lock at
+/// The same behind nginx + fcgiwrap: grasp-cgi waits for a repository's push lock at
 /// most `GRASP_PUSH_LOCK_WAIT` seconds, then answers `503` with `Retry-After` and says why.
 #[test]
 fn grasp_cgi_answers_503_when_another_push_holds_the_lock() {
@@ -640,7 +640,7 @@ fn has_object(dir: &Path, oid: &str) -> bool {
     grasp_tests::git::git_output(dir, &["cat-file", "-e", &format!("{oid}^{{commit}}")]).status.success()
 }
 
-/// Issue 16 (copies): fifty throwaway keys announce the victim's identifier listing the victim as
+/// docs/security.md (copies forced on your push): fifty throwaway keys announce the victim's identifier listing the victim as
 /// maintainer, so the victim's state is authoritative for their repositories too. The victim's
 /// push does not copy its objects into them inside its post-receive: it returns while one of
 /// them is locked by a push (its push lock held), the copies follow in the background into the
@@ -685,7 +685,7 @@ async fn a_push_never_waits_for_copies_into_strangers_repositories() {
     );
 }
 
-/// Issue 16 item 5 (background work locks only governed repositories): a stranger's repository
+/// docs/security.md (background work locks only governed repositories): a stranger's repository
 /// of the victim's identifier, which no held event governs, is busy (a push to it runs) while the
 /// relay restarts with the victim's state held. Startup reconciliation locks only the
 /// repositories something held waits for, so it never waits for the stranger's (it used to wait

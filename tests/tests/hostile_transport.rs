@@ -1,4 +1,4 @@
-//! Hostile clients on the transport (issue 16): every wait, socket, process and descriptor an
+//! Hostile clients on the transport (docs/security.md): every wait, socket, process and descriptor an
 //! anonymous client can cause is bounded in time. Each test names the bound it proves in
 //! docs/security.md.
 

@@ -1,4 +1,4 @@
-//! Event ingest under pipelining (issue 13, item 3): a client that sends many `EVENT`s without
+//! Event ingest under pipelining (docs/benchmarks.md, ingest): a client that sends many `EVENT`s without
 //! waiting gets every `OK` in the order of its `EVENT`s, with the answers it would get had it
 //! waited for each one (a reply to an event still in flight is accepted, a repeat is a
 //! duplicate, bad events are refused in their turn), and a `REQ` sent after them sees them all.

@@ -1,4 +1,4 @@
-//! Metrics and health probes (issue 14): the separate `--metrics-bind` listener serves
+//! Metrics and health probes (docs/deployment.md#metrics-and-health): the separate `--metrics-bind` listener serves
 //! Prometheus text that parses and moves with what the relay does, never on the public port;
 //! `/healthz` and `/readyz` answer there and on the hook API.
 

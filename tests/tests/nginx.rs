@@ -1,5 +1,5 @@
 //! The production front end to end: nginx + fcgiwrap + grasp-cgi in front of grasp-relay, run
-//! with the example configuration shipped in docs/nginx/grasp.conf (issue 6, item 1).
+//! with the example configuration shipped in docs/nginx/grasp.conf (docs/deployment.md#testing).
 //!
 //! Needs `nginx` and `fcgiwrap` (Debian packages of the same names), so the tests are ignored by
 //! the plain `cargo test`; `.ci/run` installs both and runs them with

@@ -1,4 +1,4 @@
-//! The web pages end to end (issue 14 item 5, issue 16 item 10): the home page lists served
+//! The web pages end to end (README, docs/security.md): the home page lists served
 //! repositories newest first, paged, linking to each repository page; the repository page (served
 //! by grasp-cgi from the relay's hook API) shows name, description, maintainers, clone URLs,
 //! default branch and latest state; hostile names and descriptions are escaped; a forged `Host`

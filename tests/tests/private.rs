@@ -231,3 +231,33 @@ async fn a_private_data_directory_does_not_start_public() {
     assert!(err.contains("private-service") && err.contains("--private"), "{err}");
     server.restart();
 }
+
+/// grasp-cgi given only the git root (a volume mounted elsewhere, no `GRASP_DATA_DIR`, as a
+/// misconfigured nginx might run it) still knows the service is private: the relay marks the git
+/// root too, and a relay it cannot find allows nothing.
+#[tokio::test]
+async fn grasp_cgi_given_only_the_git_root_stays_private() {
+    let member = Keys::generate();
+    let server = start_private(&member, &[]);
+    let mut c = connect(&server).await;
+    assert!(c.auth(&member).await.unwrap().0);
+    assert!(c.send_event(&private_announcement(&server, &member, "secret")).await.unwrap().0);
+    assert!(repo_dir(&server, &member.public_key(), "secret").is_dir());
+
+    let tmp = tempfile::tempdir().unwrap();
+    let volume = tmp.path().join("volume");
+    std::os::unix::fs::symlink(server.data_dir().join("git"), &volume).unwrap();
+    let out = std::process::Command::new(binary_path("grasp-cgi"))
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("GATEWAY_INTERFACE", "CGI/1.1")
+        .env("REQUEST_METHOD", "GET")
+        .env("PATH_INFO", format!("/{}/secret.git/info/refs", member.public_key().to_bech32().unwrap()))
+        .env("QUERY_STRING", "service=git-upload-pack")
+        .env("GRASP_GIT_ROOT", &volume)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.starts_with("Status: 401"), "served without the relay's check: {stdout:.200}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("refusing"), "{}", String::from_utf8_lossy(&out.stderr));
+}

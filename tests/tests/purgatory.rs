@@ -1,4 +1,4 @@
-//! The purgatory's lifecycle end to end (issue 4): expiry, soft expiry and revival, replacement
+//! The purgatory's lifecycle end to end (docs/protocol.md#purgatory): expiry, soft expiry and revival, replacement
 //! and service change, kind-5 deletions, caps, checkpoints across SIGTERM and kill -9, and the
 //! operator listing (`GET /v1/purgatory`). Durations are configured short (seconds); every wait
 //! is on an observable condition with a deadline.

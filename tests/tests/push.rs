@@ -1,4 +1,4 @@
-//! Push authorisation through the git hooks and release of held events (issue 3: push flow),
+//! Push authorisation through the git hooks and release of held events (docs/protocol.md#push-authorisation),
 //! end to end: real relay, real `git push` over HTTP (or straight to the bare repository on disk
 //! where the relay must be down), a WebSocket Nostr client.
 
@@ -419,7 +419,7 @@ async fn second_owners_repository_receives_the_objects() {
     let out = repo.push(&["main", "refs/tags/v1"]).unwrap();
     assert!(says_released(&out, &st) && says_released(&out, &ann1), "{out}");
     // The copy into owner2's repository (and the promotion it brings) follows in the background:
-    // the push does not wait for it (issue 16; docs/security.md).
+    // the push does not wait for it (docs/security.md).
     let want = refs(&[("refs/heads/main", &c1), ("refs/tags/v1", &tag)]);
     let dir2 = repo_dir(&server, &owner2.public_key(), "shared");
     grasp_tests::eventually!("owner2's repository to receive the objects", (bare_refs(&dir2) == want).then_some(()));

@@ -1,4 +1,4 @@
-//! Quotas (issue 16): every byte an anonymous client can make this server keep or refuse for
+//! Quotas (docs/security.md): every byte an anonymous client can make this server keep or refuse for
 //! others is bounded. Each test reproduces the attack and names its row in docs/security.md.
 
 use grasp_state::identifier::npub_of;

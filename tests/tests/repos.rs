@@ -1,4 +1,4 @@
-//! Repository maintenance end to end (issue 14 item 3): `grasp-relay repos` lists served and held
+//! Repository maintenance end to end (docs/hook-api.md): `grasp-relay repos` lists served and held
 //! repositories; orphans (a bare repository nothing justifies, a directory left by a crash) are
 //! found, shown by a dry run and removed only with `--yes`; `git maintenance` runs after a push.
 
@@ -54,7 +54,7 @@ async fn listing_shows_served_and_held_repositories() {
     let json: serde_json::Value = serde_json::from_str(&repos(&server, &["--json"])).unwrap();
     let served = json["repos"].as_array().unwrap().iter().find(|r| r["identifier"] == "served-one").unwrap();
     assert_eq!(served["status"], "served");
-    // Objects, refs and config (no git template files since issue 16).
+    // Objects, refs and config (no git template files: docs/security.md).
     assert!(served["size_bytes"].as_u64().unwrap() > 300, "{served}");
 }
 

@@ -1,5 +1,6 @@
-//! The last purgatory rules of the seed design, lenient parsing where clients differ, and no lost
-//! events under races or slow peers (issue 10), end to end against the real binaries.
+//! The remaining purgatory rules (docs/protocol.md#purgatory, #differences), lenient parsing where
+//! clients differ, and no lost events under races or slow peers, end to end against the real
+//! binaries.
 
 use std::future::Future;
 use std::net::TcpListener;

@@ -1,4 +1,4 @@
-//! Background git-data sync end to end (issue 5): real relays on loopback fetch what their
+//! Background git-data sync end to end (docs/protocol.md#background-sync): real relays on loopback fetch what their
 //! purgatory waits for from other servers. Server A is another relay, the pull request forks are
 //! served by a plain git HTTP server, and a gated TCP proxy holds fetches where a test needs them
 //! held. The operator view `GET /v1/sync` on the hook API shows the queue and the domains.
@@ -224,8 +224,9 @@ fn incompressible(len: usize) -> Vec<u8> {
         .collect()
 }
 
-/// Issue 16: a hostile peer serving a pack larger than `--sync-max-fetch-bytes` (here a plain
-/// git HTTP server with a 6 MiB commit behind a pull request's clone URL, against a 1 MiB cap)
+/// docs/security.md (endless or huge packs from a sync peer): a hostile peer serving a pack
+/// larger than `--sync-max-fetch-bytes` (here a plain git HTTP server with a 6 MiB commit behind
+/// a pull request's clone URL, against a 1 MiB cap)
 /// gets its fetch cut off: nothing it sent lands, no quarantine stays behind, the domain shows
 /// why, and the pull request stays held.
 #[test]

@@ -29,18 +29,22 @@ after {wait} otherwise. Everything else is refused."
 }
 
 /// GRASP-01 always; GRASP-02 (relay-to-relay sync) when it runs (not with `--no-relay-sync`,
-/// nor on a private service, whose document lists GRASP-08 instead).
+/// nor on a private service without a relay among its `--private-sync-peer`s); GRASP-08 on a
+/// private service.
 pub fn supported_grasps(cfg: &Config) -> Vec<&'static str> {
     let mut grasps = vec!["GRASP-01"];
     if cfg.peers().is_some() {
         grasps.push("GRASP-02");
     }
+    if cfg.private {
+        grasps.push("GRASP-08");
+    }
     grasps
 }
 
 /// The NIP-11 document for this configuration and these trust settings (the curation summary
-/// follows the curation file as it changes). `software` is omitted (the project has no public
-/// URL yet); `pubkey` is the operator's (`--admin-pubkey`), omitted when not configured.
+/// follows the curation file as it changes). `software` is the operator's `--software-url` and
+/// `pubkey` the operator's `--admin-pubkey`, each omitted when not configured.
 pub fn document(cfg: &Config, trust: &Trust) -> Value {
     let limits = trust.limits.config;
     let mut doc = json!({
@@ -76,7 +80,6 @@ pub fn document(cfg: &Config, trust: &Trust) -> Value {
         },
     });
     if trust.private {
-        doc["supported_grasps"] = json!(["GRASP-01", "GRASP-08"]);
         doc["repo_acceptance_criteria"] = Value::String(format!(
             "A private GRASP-08 service: reading and writing need NIP-42 authentication as a member \
 (the operator keeps the member list), and git over HTTP needs a member's `Authorization: Nostr` \
@@ -87,6 +90,9 @@ proof. For members: {}",
     let curation = trust.curation();
     if curation.is_active() {
         doc["curation"] = Value::String(curation.summary());
+    }
+    if let Some(url) = &cfg.software_url {
+        doc["software"] = Value::String(url.clone());
     }
     if let Some(pk) = &cfg.admin_pubkey {
         doc["pubkey"] = Value::String(pk.to_hex());
@@ -129,6 +135,15 @@ mod tests {
     }
 
     #[test]
+    fn software_is_the_configured_url() {
+        use clap::Parser;
+        let cfg = Config::parse_from(["grasp-relay", "--software-url", "https://git.example.com/grasp-relay"]);
+        assert_eq!(document(&cfg, &Trust::default())["software"], json!("https://git.example.com/grasp-relay"));
+        assert!(Config::try_parse_from(["grasp-relay", "--software-url", "grasp-relay"]).is_err());
+        assert!(Config::try_parse_from(["grasp-relay", "--software-url", "ftp://example.com/x"]).is_err());
+    }
+
+    #[test]
     fn nip77_is_listed_only_when_served() {
         let mut cfg = Config::for_tests("/tmp/x".into());
         cfg.no_negentropy = true;
@@ -152,6 +167,17 @@ mod tests {
         let mut cfg = Config::for_tests("/tmp/x".into());
         cfg.no_relay_sync = true;
         assert_eq!(document(&cfg, &Trust::default())["supported_grasps"], json!(["GRASP-01"]));
+    }
+
+    #[test]
+    fn a_private_service_with_relay_peers_lists_grasp_02() {
+        use clap::Parser;
+        let cfg = Config::parse_from(["grasp-relay", "--private", "--private-sync-peer", "wss://peer.example.com,git.example.com"]);
+        let trust = Trust::from_config(&cfg, "/nonexistent".into()).unwrap();
+        assert_eq!(document(&cfg, &trust)["supported_grasps"], json!(["GRASP-01", "GRASP-02", "GRASP-08"]));
+        let cfg = Config::parse_from(["grasp-relay", "--private", "--private-sync-peer", "git.example.com"]);
+        let trust = Trust::from_config(&cfg, "/nonexistent".into()).unwrap();
+        assert_eq!(document(&cfg, &trust)["supported_grasps"], json!(["GRASP-01", "GRASP-08"]), "no relay among the peers: no relay sync");
     }
 
     #[test]

@@ -127,11 +127,14 @@ pub async fn run(mut cfg: Config) -> anyhow::Result<()> {
     let (purgatory, journal_segment) = crate::grasp::lifecycle::restore(data.root(), &layout, cfg.purgatory());
     let metrics = Arc::new(crate::metrics::Metrics::new());
     // A private service's data never turns public by a configuration change.
-    let marker = data.root().join(crate::trust::git_auth::PRIVATE_MARKER);
+    // Marked in the git root too: grasp-cgi behind nginx may be given only the git root.
+    let markers = data.private_markers();
     if cfg.private {
-        std::fs::write(&marker, "This data directory belongs to a private GRASP-08 service (docs/deployment.md).\n")
-            .with_context(|| format!("writing {}", marker.display()))?;
-    } else if marker.exists() {
+        for marker in &markers {
+            std::fs::write(marker, "This data directory belongs to a private GRASP-08 service (docs/deployment.md).\n")
+                .with_context(|| format!("writing {}", marker.display()))?;
+        }
+    } else if let Some(marker) = markers.iter().find(|m| m.exists()) {
         anyhow::bail!(
             "{} exists: this data directory belongs to a private GRASP-08 service; start with --private, \
              or migrate its data to a public service deliberately (docs/deployment.md)",

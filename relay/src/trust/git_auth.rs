@@ -4,18 +4,16 @@
 //! A public service allows everything. The client of a refused request only sees `401` with
 //! `WWW-Authenticate: Nostr` and an empty body, the same for unknown repositories.
 //!
-//! A data directory that served a private service is marked with [`PRIVATE_MARKER`]: grasp-cgi
-//! asks the relay for every request while it exists, and the relay refuses to start without
-//! `--private` on it (docs/deployment.md: migrating a private service deliberately).
+//! A data directory that served a private service is marked, in its root and in its git root
+//! ([`crate::datadir::DataLayout::private_markers`]): grasp-cgi asks the relay for every request
+//! while it sees either (or cannot tell), and the relay refuses to start without `--private` on
+//! it (docs/deployment.md: migrating a private service deliberately).
 
 use grasp_state::auth::verify_git_proof;
 use grasp_state::hook_api::{GitAuthRequest, GitAuthResponse, HOOK_API_VERSION};
 use nostr::prelude::Timestamp;
 
 use crate::grasp::Grasp;
-
-/// `<data>/private-service`: this data directory belongs to a private service.
-pub const PRIVATE_MARKER: &str = grasp_state::hook_api::PRIVATE_MARKER_FILE;
 
 /// The relay's answer to grasp-cgi.
 pub fn answer(grasp: &Grasp, req: &GitAuthRequest) -> GitAuthResponse {

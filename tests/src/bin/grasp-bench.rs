@@ -6,7 +6,7 @@
 //! cargo run --release -p grasp-tests --bin grasp-bench -- --quick # smoke run, < ~1 min
 //! ```
 //!
-//! Measures, in one run, and prints one table with the goals of issue 13 (see docs/benchmarks.md):
+//! Measures, in one run, and prints one table with the targets of docs/benchmarks.md:
 //! - `git ls-remote` and clone of a one-commit repository: relay vs bare;
 //! - small push wall time: relay (grasp-cgi + hooks + authorisation) vs bare;
 //! - clone of a repository of random (incompressible) blobs: relay vs bare;
@@ -147,7 +147,7 @@ struct Row {
     grasp: String,
     baseline: String,
     ratio: String,
-    /// The goal (issue 13), if the row has one: a ratio or an absolute figure.
+    /// The target (docs/benchmarks.md), if the row has one: a ratio or an absolute figure.
     target: String,
 }
 
@@ -995,7 +995,7 @@ fn bench_checkpoint(o: &Opts, tmp: &Path, rows: &mut Vec<Row>) -> Result<()> {
     Ok(())
 }
 
-/// Issue 16 item 5: the time of a data-present state event (stored at once, its repository
+/// docs/security.md (expensive per-identifier work): the time of a data-present state event (stored at once, its repository
 /// released and aligned) with 0 and then with 1,000 unrelated owners of its identifier (anyone
 /// may announce any identifier). Its work must follow the repositories it governs, not all
 /// owners. On a relay of its own, so the other rows' repositories do not count.
