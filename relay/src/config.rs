@@ -288,6 +288,12 @@ pub struct Config {
     #[arg(long, env = "GRASP_SYNC_FETCH_TIMEOUT", default_value = "5m", value_name = "DURATION", value_parser = parse_duration)]
     pub sync_fetch_timeout: Duration,
 
+    /// Background sync: one attempt for an identifier (every clone URL it tries) ends after
+    /// this long; its purgatory entries are not kept past their expiry for longer than this
+    /// while it runs (seconds, or a number with a unit; at least 1s).
+    #[arg(long, env = "GRASP_SYNC_ATTEMPT_TIMEOUT", default_value = "10m", value_name = "DURATION", value_parser = parse_duration)]
+    pub sync_attempt_timeout: Duration,
+
     /// Most bytes one background sync fetch may bring from another server (the pack as
     /// received); beyond, the fetch's git processes are killed and nothing it brought is kept.
     /// Default: --max-push-bytes.
@@ -578,6 +584,11 @@ impl Config {
             .unwrap_or_else(|| self.bind.to_string())
     }
 
+    /// `--sync-attempt-timeout`, at least one second.
+    pub fn sync_attempt_timeout(&self) -> Duration {
+        self.sync_attempt_timeout.max(Duration::from_secs(1))
+    }
+
     /// Path of the CGI wrapper binary.
     pub fn cgi_path(&self) -> PathBuf {
         if let Some(p) = &self.cgi_path {
@@ -599,6 +610,7 @@ impl Config {
         let mut c = grasp_state::purgatory::PurgatoryConfig {
             entry_ttl: self.purgatory_ttl,
             soft_expiry_ttl: self.soft_expiry_ttl,
+            sync_defer_limit: self.sync_attempt_timeout(),
             ..Default::default()
         };
         c.caps.per_author = self.purgatory_per_author;
@@ -637,6 +649,7 @@ impl Config {
             extra_denied: self.sync_deny.clone(),
             own_hosts: vec![self.public_host(), self.bind.to_string()],
             max_parallel: self.sync_max_parallel.max(1),
+            attempt_timeout: self.sync_attempt_timeout(),
             only_peers: self.private.then(|| self.private_sync_peer.iter().map(|p| git_sync_peer(p)).collect()),
             ..SyncConfig::default()
         }
