@@ -24,8 +24,9 @@ use crate::sync::{Cidr, FetchOptions, QueueTimings, SyncConfig, ThrottleLimits};
 )]
 pub struct Config {
     /// Public host[:port] of this service, as it appears in repository announcements
-    /// (`clone`/`relays` tags); decides whether an announcement lists this server.
-    /// Defaults to the bound address.
+    /// (`clone`/`relays` tags); decides whether an announcement lists this server, and is never
+    /// synced from. A leading `https://` or `http://` (the pages' links) and a trailing `/` are
+    /// allowed. Defaults to the bound address.
     #[arg(long, env = "GRASP_PUBLIC_HOST")]
     pub public_host: Option<String>,
 
@@ -589,6 +590,12 @@ impl Config {
         self.sync_attempt_timeout.max(Duration::from_secs(1))
     }
 
+    /// The public host as bare `host[:port]` (scheme and trailing `/` dropped): what this
+    /// server's own URLs are recognised by (git sync, relay sync).
+    pub fn public_authority(&self) -> String {
+        grasp_state::host::public_authority(&self.public_host()).to_string()
+    }
+
     /// Path of the CGI wrapper binary.
     pub fn cgi_path(&self) -> PathBuf {
         if let Some(p) = &self.cgi_path {
@@ -647,7 +654,7 @@ impl Config {
             },
             allow_private: self.sync_allow_private,
             extra_denied: self.sync_deny.clone(),
-            own_hosts: vec![self.public_host(), self.bind.to_string()],
+            own_hosts: vec![self.public_authority(), self.bind.to_string()],
             max_parallel: self.sync_max_parallel.max(1),
             attempt_timeout: self.sync_attempt_timeout(),
             only_peers: self.private.then(|| self.private_sync_peer.iter().map(|p| git_sync_peer(p)).collect()),
@@ -1089,6 +1096,22 @@ mod tests {
     fn public_host_overrides_bind() {
         let cfg = Config::parse_from(["grasp-relay", "--public-host", "git.example.com"]);
         assert_eq!(cfg.public_host(), "git.example.com");
+    }
+
+    #[test]
+    fn a_public_host_with_a_scheme_still_names_this_server_for_sync() {
+        for configured in ["https://git.example.com", "https://git.example.com/", "git.example.com/"] {
+            let cfg = Config::parse_from(["grasp-relay", "--public-host", configured]);
+            assert_eq!(cfg.public_host(), configured, "the pages keep the scheme");
+            assert_eq!(cfg.sync().own_hosts, ["git.example.com", "127.0.0.1:8080"], "{configured}");
+            assert_eq!(cfg.peers().unwrap().own_hosts, ["git.example.com", "127.0.0.1:8080"]);
+            let policy = crate::sync::UrlPolicy::new(false, &[], &cfg.sync().own_hosts);
+            for own in ["https://git.example.com/npub1x/r.git", "http://git.example.com:8080/npub1x/r.git"] {
+                assert!(matches!(policy.check(own), Err(crate::sync::UrlRejected::OwnServer(_))), "{configured}: {own}");
+            }
+        }
+        let port = Config::parse_from(["grasp-relay", "--public-host", "http://git.example.com:8080/"]);
+        assert_eq!(port.sync().own_hosts[0], "git.example.com:8080");
     }
 
     #[test]
