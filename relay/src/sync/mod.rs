@@ -9,6 +9,8 @@
 //!   backoff 20 s, 40 s, then 2 min), pure over an injected `now`.
 //! - [`throttle`]: per-domain concurrency and per-minute limits with a fair line of waiters.
 //! - [`urls`]: which clone URLs are safe to fetch from (http(s) only, deny-list after DNS).
+//! - which URLs one attempt tries, in which order (by trust, at most 20, 10 per event), is
+//!   `grasp_state::clone_sources`; an attempt ends after [`SyncConfig::attempt_timeout`].
 //! - [`fetch`]: `git fetch <url> <oid>...` without writing refs, dropping oids a remote lacks.
 //! - [`quarantine`]: the repository a fetch writes into, without the repository lock; its
 //!   objects are moved into the real repository under the lock.
