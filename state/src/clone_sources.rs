@@ -2,8 +2,7 @@
 //!
 //! Clone URLs come from signed events anyone can publish: a stranger's announcement of the same
 //! identifier, or a held pull request, may list thousands of them, slow or hanging on purpose.
-//! So an attempt does not take them as they come (docs/protocol.md#purgatory, "Background git
-//! sync"):
+//! So an attempt does not take them as they come (docs/protocol.md#background-sync):
 //! - sources are tried by trust: announcements by the owners waiting for data and their
 //!   maintainer sets first, then other owners' announcements of the identifier, then the `clone`
 //!   tags of held pull requests;
