@@ -24,8 +24,9 @@ use crate::sync::{Cidr, FetchOptions, QueueTimings, SyncConfig, ThrottleLimits};
 )]
 pub struct Config {
     /// Public host[:port] of this service, as it appears in repository announcements
-    /// (`clone`/`relays` tags); decides whether an announcement lists this server.
-    /// Defaults to the bound address.
+    /// (`clone`/`relays` tags); decides whether an announcement lists this server, and is never
+    /// synced from. A leading `https://` or `http://` (the pages' links) and a trailing `/` are
+    /// allowed. Defaults to the bound address.
     #[arg(long, env = "GRASP_PUBLIC_HOST")]
     pub public_host: Option<String>,
 
@@ -287,6 +288,12 @@ pub struct Config {
     /// a unit; at least 1s).
     #[arg(long, env = "GRASP_SYNC_FETCH_TIMEOUT", default_value = "5m", value_name = "DURATION", value_parser = parse_duration)]
     pub sync_fetch_timeout: Duration,
+
+    /// Background sync: one attempt for an identifier (every clone URL it tries) ends after
+    /// this long; its purgatory entries are not kept past their expiry for longer than this
+    /// while it runs (seconds, or a number with a unit; at least 1s).
+    #[arg(long, env = "GRASP_SYNC_ATTEMPT_TIMEOUT", default_value = "10m", value_name = "DURATION", value_parser = parse_duration)]
+    pub sync_attempt_timeout: Duration,
 
     /// Most bytes one background sync fetch may bring from another server (the pack as
     /// received); beyond, the fetch's git processes are killed and nothing it brought is kept.
@@ -578,6 +585,17 @@ impl Config {
             .unwrap_or_else(|| self.bind.to_string())
     }
 
+    /// `--sync-attempt-timeout`, at least one second.
+    pub fn sync_attempt_timeout(&self) -> Duration {
+        self.sync_attempt_timeout.max(Duration::from_secs(1))
+    }
+
+    /// The public host as bare `host[:port]` (scheme and trailing `/` dropped): what this
+    /// server's own URLs are recognised by (git sync, relay sync).
+    pub fn public_authority(&self) -> String {
+        grasp_state::host::public_authority(&self.public_host()).to_string()
+    }
+
     /// Path of the CGI wrapper binary.
     pub fn cgi_path(&self) -> PathBuf {
         if let Some(p) = &self.cgi_path {
@@ -599,6 +617,7 @@ impl Config {
         let mut c = grasp_state::purgatory::PurgatoryConfig {
             entry_ttl: self.purgatory_ttl,
             soft_expiry_ttl: self.soft_expiry_ttl,
+            sync_defer_limit: self.sync_attempt_timeout(),
             ..Default::default()
         };
         c.caps.per_author = self.purgatory_per_author;
@@ -635,8 +654,9 @@ impl Config {
             },
             allow_private: self.sync_allow_private,
             extra_denied: self.sync_deny.clone(),
-            own_hosts: vec![self.public_host(), self.bind.to_string()],
+            own_hosts: vec![self.public_authority(), self.bind.to_string()],
             max_parallel: self.sync_max_parallel.max(1),
+            attempt_timeout: self.sync_attempt_timeout(),
             only_peers: self.private.then(|| self.private_sync_peer.iter().map(|p| git_sync_peer(p)).collect()),
             ..SyncConfig::default()
         }
@@ -1076,6 +1096,22 @@ mod tests {
     fn public_host_overrides_bind() {
         let cfg = Config::parse_from(["grasp-relay", "--public-host", "git.example.com"]);
         assert_eq!(cfg.public_host(), "git.example.com");
+    }
+
+    #[test]
+    fn a_public_host_with_a_scheme_still_names_this_server_for_sync() {
+        for configured in ["https://git.example.com", "https://git.example.com/", "git.example.com/"] {
+            let cfg = Config::parse_from(["grasp-relay", "--public-host", configured]);
+            assert_eq!(cfg.public_host(), configured, "the pages keep the scheme");
+            assert_eq!(cfg.sync().own_hosts, ["git.example.com", "127.0.0.1:8080"], "{configured}");
+            assert_eq!(cfg.peers().unwrap().own_hosts, ["git.example.com", "127.0.0.1:8080"]);
+            let policy = crate::sync::UrlPolicy::new(false, &[], &cfg.sync().own_hosts);
+            for own in ["https://git.example.com/npub1x/r.git", "http://git.example.com:8080/npub1x/r.git"] {
+                assert!(matches!(policy.check(own), Err(crate::sync::UrlRejected::OwnServer(_))), "{configured}: {own}");
+            }
+        }
+        let port = Config::parse_from(["grasp-relay", "--public-host", "http://git.example.com:8080/"]);
+        assert_eq!(port.sync().own_hosts[0], "git.example.com:8080");
     }
 
     #[test]

@@ -22,6 +22,14 @@ pub fn default_port(scheme: &str) -> Option<u16> {
     }
 }
 
+/// A configured public host (`--public-host`) as bare `host[:port]`: surrounding blanks, a
+/// leading `scheme://` and trailing `/` dropped (the scheme matters only for the pages' links).
+pub fn public_authority(configured: &str) -> &str {
+    let s = configured.trim();
+    let s = s.find("://").map_or(s, |i| &s[i + 3..]);
+    s.trim_end_matches('/')
+}
+
 /// A host and the port given with it, if any.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct HostPort {
@@ -140,6 +148,20 @@ fn raw_authority(url: &str) -> Option<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn public_authority_drops_scheme_and_trailing_slashes() {
+        for (configured, bare) in [
+            ("git.example.com", "git.example.com"),
+            ("https://git.example.com", "git.example.com"),
+            (" https://git.example.com:8443/ ", "git.example.com:8443"),
+            ("git.example.com//", "git.example.com"),
+            ("http://[::1]:8080/", "[::1]:8080"),
+            ("", ""),
+        ] {
+            assert_eq!(public_authority(configured), bare, "{configured:?}");
+        }
+    }
     use proptest::prelude::*;
 
     fn hp(host: &str, port: Option<u16>) -> Option<HostPort> {

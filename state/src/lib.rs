@@ -37,6 +37,8 @@
 //! - [`transfer`]: the minimum rate a git request body must keep (`--git-min-rate`).
 //! - [`fd_budget`]: the file descriptors the configured limits need (checked at startup).
 //! - [`curation`]: the operator's allow and deny lists (authors, events, repositories).
+//! - [`clone_sources`]: which clone URLs one background git sync attempt tries, in which order
+//!   (by trust, capped per source and per attempt).
 //! - [`deferred`]: repository work an event could not do within its lock bound, retried later
 //!   with backoff ([`deferred::DeferredWork`]).
 //! - [`hook_api`]: the versioned JSON request/response types the hooks send to
@@ -62,6 +64,7 @@ pub mod announcements;
 pub mod atomic_file;
 pub mod cgi;
 pub mod client_key;
+pub mod clone_sources;
 pub mod event_size;
 pub mod free_disk;
 pub mod cors;

@@ -516,12 +516,7 @@ pub fn url_names_host(url: &str, schemes: &[&str], public_host: &str) -> bool {
 
 /// A configured public host: `host[:port]`, a leading scheme and a trailing `/` tolerated.
 fn parse_public_host(configured: &str) -> Option<HostPort> {
-    let s = configured.trim();
-    let s = match s.find("://") {
-        Some(i) => &s[i + 3..],
-        None => s,
-    };
-    HostPort::parse(s.strip_suffix('/').unwrap_or(s))
+    HostPort::parse(crate::host::public_authority(configured))
 }
 
 /// Does `url` use one of `schemes` and have exactly `wanted` as its host and port? A wanted

@@ -501,7 +501,7 @@ fn single_letter(c: char) -> Option<SingleLetterTag> {
 /// the exact URLs to add.
 pub fn not_listed_message(public_host: &str, a: &Announcement) -> String {
     // The configured host may carry a scheme or a trailing `/` (tolerated by `lists_service`).
-    let host = public_host.split_once("://").map_or(public_host, |(_, rest)| rest).trim_end_matches('/');
+    let host = grasp_state::host::public_authority(public_host);
     let npub = a.owner.to_bech32().unwrap_or_default();
     // Check each half with the other one made right.
     let clone_ok = Announcement { relays: vec![format!("ws://{host}")], ..a.clone() }.lists_service(public_host);

@@ -303,7 +303,7 @@ async fn delete_soft_expired_repo(grasp: &Grasp, owner: &nostr::prelude::PublicK
             tracing::info!(identifier, "purgatory: announcement revived before its repository was deleted; kept");
             return false;
         }
-        Some(Ok(())) => {}
+        Some(Ok(())) => grasp.trust.limits.repo_removed(),
         Some(Err(e)) if e.kind() == std::io::ErrorKind::NotFound => return true,
         Some(Err(e)) => {
             tracing::warn!(repo = %repo.display(), error = %e, "could not delete soft-expired repository");

@@ -263,8 +263,10 @@ impl Grasp {
             }
         };
         let (layout, owner2, id) = (self.layout.clone(), *owner, identifier.to_string());
-        if let Err(e) = blocking(move || crate::git::repos::delete_repo(&layout, &owner2, &id)).await {
-            tracing::warn!(repo = %repo.display(), error = %e, "could not delete repository");
+        match blocking(move || crate::git::repos::delete_repo(&layout, &owner2, &id)).await {
+            Ok(true) => self.trust.limits.repo_removed(),
+            Ok(false) => {}
+            Err(e) => tracing::warn!(repo = %repo.display(), error = %e, "could not delete repository"),
         }
     }
 

@@ -199,6 +199,7 @@ pub async fn run(mut cfg: Config) -> anyhow::Result<()> {
     tokio::spawn(crate::grasp::deferred::run_deferred(grasp.clone(), controller.subscribe()));
     tokio::spawn(crate::grasp::copies::run_copies(grasp.clone(), controller.subscribe()));
     tokio::spawn(crate::trust::run_curation_watch(grasp.clone(), controller.subscribe()));
+    tokio::spawn(crate::trust::limits::run_repo_count(grasp.trust.clone(), controller.subscribe()));
     tokio::spawn(crate::grasp::lifecycle::run_checkpoints(
         grasp.clone(),
         data.root().to_path_buf(),

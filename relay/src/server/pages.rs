@@ -38,11 +38,8 @@ pub struct PublicUrls {
 
 impl PublicUrls {
     pub fn new(public_host: &str) -> Self {
-        let (scheme, rest) = match public_host.split_once("://") {
-            Some((scheme, rest)) => (Some(scheme.to_ascii_lowercase()), rest),
-            None => (None, public_host),
-        };
-        let host = rest.trim_end_matches('/').to_string();
+        let scheme = public_host.trim().split_once("://").map(|(scheme, _)| scheme.to_ascii_lowercase());
+        let host = grasp_state::host::public_authority(public_host).to_string();
         let tls = match scheme.as_deref() {
             Some("https" | "wss") => true,
             Some(_) => false,

@@ -16,9 +16,11 @@ use std::collections::HashSet;
 use std::path::Path;
 use std::sync::{Arc, Weak};
 
+use grasp_state::clone_sources::{CloneSource, SourceTrust};
 use grasp_state::maintainers::MaintainerSet;
 use grasp_state::nip34::{Announcement, PullRequest};
 use grasp_state::purgatory::RepoId;
+use nostr::prelude::PublicKey;
 use tokio::sync::{watch, OwnedMutexGuard};
 use tokio::task::JoinHandle;
 
@@ -72,16 +74,31 @@ impl SyncContext for Arc<Grasp> {
         targets
     }
 
-    /// Clone URLs of the identifier's announcements (stored and held), then the `clone` tags of
-    /// the pull requests waiting for its repositories. The syncer drops this server's own URLs
-    /// and unsafe ones.
-    async fn candidate_urls(&self, identifier: &str) -> Vec<String> {
+    /// Clone URLs of the identifier's announcements (stored and held) and the `clone` tags of
+    /// the pull requests waiting for its repositories, by trust: the announcements of the
+    /// owners waiting for data and of their maintainer sets, other owners' announcements, then
+    /// the pull requests. The syncer picks and orders them, and drops this server's own URLs and
+    /// unsafe ones.
+    async fn candidate_urls(&self, identifier: &str) -> Vec<CloneSource> {
         let all = self.announcements(identifier).await;
+        let mut trusted: HashSet<PublicKey> = HashSet::new();
+        for (announcement, _) in &all {
+            let owner = announcement.owner;
+            if trusted.contains(&owner) {
+                continue;
+            }
+            let set = Grasp::maintainer_set(owner, &all);
+            let waits = !held_pr_commits(self, &RepoId::new(owner, identifier)).is_empty()
+                || !held_state_refs(self, identifier, &set).is_empty();
+            if waits {
+                trusted.extend(set.iter().copied());
+            }
+        }
         let announcements: Vec<Announcement> = all.iter().map(|(a, _)| a.clone()).collect();
         let repos: Vec<RepoId> = announcements.iter().map(|a| RepoId::new(a.owner, identifier)).collect();
         let prs: Vec<PullRequest> =
             self.purgatory.pr_events_for_any(&repos).iter().filter_map(|ev| PullRequest::from_event(ev).ok()).collect();
-        clone_urls(&announcements, &prs)
+        clone_sources(&announcements, &prs, &trusted)
     }
 
     async fn lock_repo(&self, repo: &Path) -> Option<Self::RepoGuard> {
@@ -153,18 +170,17 @@ pub fn waiting_oids(state_refs: &[Vec<String>], pr_commits: &[String]) -> Vec<St
         .collect()
 }
 
-/// Candidate clone URLs, once each: the announcements' (in the given order) first, they are the
-/// repository's own homes; then the pull requests' `clone` tags.
-pub fn clone_urls(announcements: &[Announcement], prs: &[PullRequest]) -> Vec<String> {
-    let mut seen = HashSet::new();
-    announcements
-        .iter()
-        .flat_map(|a| &a.clone_urls)
-        .chain(prs.iter().flat_map(|pr| &pr.clone_urls))
-        .map(|url| url.trim())
-        .filter(|url| !url.is_empty() && seen.insert(*url))
-        .map(str::to_string)
-        .collect()
+/// One source per announcement (in the given order) and per pull request: announcements by a
+/// `trusted` owner (waiting for data, or in the maintainer set of one who is) as
+/// [`SourceTrust::Maintainers`], other announcements as [`SourceTrust::OtherOwner`], pull
+/// requests' `clone` tags as [`SourceTrust::PullRequest`].
+pub fn clone_sources(announcements: &[Announcement], prs: &[PullRequest], trusted: &HashSet<PublicKey>) -> Vec<CloneSource> {
+    let announced = announcements.iter().map(|a| {
+        let trust = if trusted.contains(&a.owner) { SourceTrust::Maintainers } else { SourceTrust::OtherOwner };
+        CloneSource::new(trust, a.clone_urls.clone())
+    });
+    let proposed = prs.iter().map(|pr| CloneSource::new(SourceTrust::PullRequest, pr.clone_urls.clone()));
+    announced.chain(proposed).collect()
 }
 
 /// A weak handle on a running [`Syncer`]: enqueue and read stats without keeping it alive.
@@ -270,30 +286,34 @@ mod tests {
     }
 
     #[test]
-    fn announcement_urls_come_first_then_pull_requests_without_duplicates() {
+    fn trusted_announcements_come_first_then_others_then_pull_requests() {
+        use grasp_state::clone_sources::{plan_sync_urls, UrlLimits};
         let (a, b, c) = (Keys::generate(), Keys::generate(), Keys::generate());
         let anns = [
+            announcement(&b, &["https://stranger/x.git", "https://two/x.git"]),
             announcement(&a, &["https://one/x.git", "https://two/x.git"]),
-            announcement(&b, &["https://two/x.git", " ", "https://three/x.git"]),
         ];
         let prs = [
             pr(&c, &a, &["https://fork/x.git", "https://one/x.git"]),
             pr(&c, &a, &[]),
         ];
+        let trusted = HashSet::from([a.public_key()]);
+        let sources = clone_sources(&anns, &prs, &trusted);
+        let trusts: Vec<SourceTrust> = sources.iter().map(|s| s.trust).collect();
         assert_eq!(
-            clone_urls(&anns, &prs),
+            trusts,
+            [SourceTrust::OtherOwner, SourceTrust::Maintainers, SourceTrust::PullRequest, SourceTrust::PullRequest]
+        );
+        assert_eq!(
+            plan_sync_urls(&sources, UrlLimits::default()),
             [
                 "https://one/x.git",
                 "https://two/x.git",
-                "https://three/x.git",
+                "https://stranger/x.git",
                 "https://fork/x.git"
             ]
         );
-        assert!(clone_urls(&[], &[]).is_empty());
-        assert_eq!(
-            clone_urls(&[], &prs[..1]),
-            ["https://fork/x.git", "https://one/x.git"]
-        );
+        assert!(clone_sources(&[], &[], &trusted).is_empty());
     }
 
     #[test]

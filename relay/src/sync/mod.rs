@@ -9,6 +9,8 @@
 //!   backoff 20 s, 40 s, then 2 min), pure over an injected `now`.
 //! - [`throttle`]: per-domain concurrency and per-minute limits with a fair line of waiters.
 //! - [`urls`]: which clone URLs are safe to fetch from (http(s) only, deny-list after DNS).
+//! - which URLs one attempt tries, in which order (by trust, at most 20, 10 per event), is
+//!   `grasp_state::clone_sources`; an attempt ends after [`SyncConfig::attempt_timeout`].
 //! - [`fetch`]: `git fetch <url> <oid>...` without writing refs, dropping oids a remote lacks.
 //! - [`quarantine`]: the repository a fetch writes into, without the repository lock; its
 //!   objects are moved into the real repository under the lock.
@@ -36,6 +38,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime};
 
+use grasp_state::clone_sources::{plan_sync_urls, CloneSource, UrlLimits};
 use serde::Serialize;
 use tokio::sync::{watch, Notify};
 use tokio::task::JoinSet;
@@ -68,10 +71,11 @@ pub trait SyncContext: Send + Sync + 'static {
     /// [`SyncContext::process`] again.
     fn needed(&self, identifier: &str) -> impl Future<Output = Vec<SyncTarget>> + Send;
 
-    /// Clone URLs to try: those of the announcements for `identifier` (stored and in purgatory)
-    /// and the `clone` tags of waiting PR events. Unsafe ones and this server's own are skipped
-    /// by the syncer.
-    fn candidate_urls(&self, identifier: &str) -> impl Future<Output = Vec<String>> + Send;
+    /// Where clone URLs come from, each with its publisher's trust: the announcements for
+    /// `identifier` (stored and in purgatory) and the `clone` tags of waiting PR events. The
+    /// syncer picks and orders them ([`plan_sync_urls`]) and skips unsafe ones and this
+    /// server's own.
+    fn candidate_urls(&self, identifier: &str) -> impl Future<Output = Vec<CloneSource>> + Send;
 
     /// Take the lock on `repo` shared with the push flow (held only while fetched objects are
     /// moved in from their quarantine, never during a fetch), waiting a bounded time; `None`
@@ -112,6 +116,10 @@ pub struct SyncConfig {
     pub max_parallel: usize,
     /// A private service: fetch only from these `host` / `host:port` peers (`None`: any peer).
     pub only_peers: Option<Vec<String>>,
+    /// One attempt for an identifier ends after this long, whatever its URLs do.
+    pub attempt_timeout: Duration,
+    /// Clone URLs one attempt takes per source and in all.
+    pub url_limits: UrlLimits,
 }
 
 impl Default for SyncConfig {
@@ -126,6 +134,8 @@ impl Default for SyncConfig {
             tick: Duration::from_secs(1),
             max_parallel: 16,
             only_peers: None,
+            attempt_timeout: Duration::from_secs(10 * 60),
+            url_limits: UrlLimits::default(),
         }
     }
 }
@@ -377,7 +387,7 @@ impl<C: SyncContext> Shared<C> {
 
     /// One attempt: try the candidate URLs in order until nothing is needed any more.
     async fn sync_identifier(&self, identifier: &str) -> Outcome {
-        let mut targets = self.ctx.needed(identifier).await;
+        let targets = self.ctx.needed(identifier).await;
         if targets.is_empty() {
             return Outcome::Complete;
         }
@@ -388,9 +398,22 @@ impl<C: SyncContext> Shared<C> {
             tracing::info!(identifier, released, "retried the release of data already here");
             return if self.ctx.needed(identifier).await.is_empty() { Outcome::Complete } else { Outcome::Incomplete };
         }
-        let mut urls = self.ctx.candidate_urls(identifier).await;
-        let mut seen = std::collections::HashSet::new();
-        urls.retain(|url| seen.insert(url.clone()));
+        let sources = self.ctx.candidate_urls(identifier).await;
+        let urls = plan_sync_urls(&sources, self.config.url_limits);
+        let timeout = self.config.attempt_timeout;
+        match tokio::time::timeout(timeout, self.try_urls(identifier, urls, targets)).await {
+            Ok(outcome) => outcome,
+            Err(_) => {
+                // Dropping the attempt kills its git processes and removes its quarantines;
+                // what it already moved in stays, and was released as it came.
+                tracing::info!(identifier, timeout_secs = timeout.as_secs(), "sync attempt ran out of time; retried after backoff");
+                Outcome::Incomplete
+            }
+        }
+    }
+
+    /// Try `urls` in order until nothing is needed any more.
+    async fn try_urls(&self, identifier: &str, urls: Vec<String>, mut targets: Vec<SyncTarget>) -> Outcome {
         let mut throttled_until: Option<Instant> = None;
         let mut fetched_anywhere = false;
         for url in urls {

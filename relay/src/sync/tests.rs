@@ -22,6 +22,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::watch;
 
 use super::*;
+use grasp_state::clone_sources::SourceTrust;
 
 // ---------------------------------------------------------------- git fixtures
 
@@ -297,7 +298,7 @@ type Waiting = Vec<(PathBuf, Vec<String>)>;
 struct MockContext {
     /// identifier -> what purgatory waits for
     waiting: Mutex<HashMap<String, Waiting>>,
-    urls: Mutex<HashMap<String, Vec<String>>>,
+    urls: Mutex<HashMap<String, Vec<CloneSource>>>,
     locks: Mutex<HashMap<PathBuf, Arc<tokio::sync::Mutex<()>>>>,
     candidate_calls: AtomicUsize,
     process_calls: AtomicUsize,
@@ -318,10 +319,17 @@ impl MockContext {
                 repo.to_path_buf(),
                 oids.iter().map(|oid| oid.to_string()).collect(),
             ));
+        let sources = urls.iter().map(|url| CloneSource::new(SourceTrust::Maintainers, vec![url.clone()])).collect();
         self.urls
             .lock()
             .unwrap()
-            .insert(identifier.to_string(), urls.to_vec());
+            .insert(identifier.to_string(), sources);
+    }
+
+    /// Like [`MockContext::wait_for`], with the clone URLs grouped into sources.
+    fn wait_for_sources(&self, identifier: &str, repo: &Path, oids: &[&str], sources: Vec<CloneSource>) {
+        self.wait_for(identifier, repo, oids, &[]);
+        self.urls.lock().unwrap().insert(identifier.to_string(), sources);
     }
 
     fn lock_of(&self, repo: &Path) -> Arc<tokio::sync::Mutex<()>> {
@@ -366,7 +374,7 @@ impl SyncContext for MockContext {
         targets
     }
 
-    async fn candidate_urls(&self, identifier: &str) -> Vec<String> {
+    async fn candidate_urls(&self, identifier: &str) -> Vec<CloneSource> {
         self.candidate_calls.fetch_add(1, Ordering::SeqCst);
         self.urls
             .lock()
@@ -903,4 +911,86 @@ async fn a_fetch_bringing_more_than_its_cap_is_cut_off_and_keeps_nothing() {
     let roomy = FetchOptions { max_bytes: 8 << 20, ..FetchOptions::default() };
     let outcome = fetch_oids(quarantine.path(), &server.url("src.git"), std::slice::from_ref(&big), &roomy).await;
     assert_eq!((outcome.error, outcome.fetched), (None, vec![big]));
+}
+
+#[tokio::test]
+async fn an_attempt_tries_the_trusted_urls_first_and_at_most_its_cap() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("served");
+    let history = history(dir.path());
+    init_bare(&root.join("owner.git"));
+    publish(&history, &root.join("owner.git"), &history.a);
+    let dst = dir.path().join("dst.git");
+    init_bare(&dst);
+    let server = GitServer::start(&root).await;
+
+    let clock = ManualClock::new();
+    let syncer = Syncer::with_clock(MockContext::default(), test_config(), clock.clock());
+    // A stranger lists 30 URLs (none has the data), before the owner's one in the given order;
+    // a pull request lists 30 more.
+    let stranger: Vec<String> = (0..30).map(|i| server.url(&format!("s{i}.git"))).collect();
+    let proposed: Vec<String> = (0..30).map(|i| server.url(&format!("p{i}.git"))).collect();
+    syncer.context().wait_for_sources(
+        "repo1",
+        &dst,
+        &[&history.a, &history.b],
+        vec![
+            CloneSource::new(SourceTrust::OtherOwner, stranger),
+            CloneSource::new(SourceTrust::PullRequest, proposed),
+            CloneSource::new(SourceTrust::Maintainers, vec![server.url("owner.git")]),
+        ],
+    );
+    let (stopper, handle) = spawn_syncer(&syncer);
+    syncer.enqueue("repo1", Origin::Sync);
+    clock.advance(Duration::from_millis(500));
+    wait_until(
+        "the attempt ends",
+        || {},
+        || syncer.context().running_log().contains(&("repo1".to_string(), false)),
+    )
+    .await;
+    // The owner's URL came first: what it has is here.
+    assert!(missing_objects(&dst, std::slice::from_ref(&history.a)).await.unwrap().is_empty());
+    let tried = |prefix: &str| (0..30).filter(|i| server.requests_for(&format!("{prefix}{i}.git")) > 0).count();
+    assert_eq!(tried("s"), grasp_state::clone_sources::URLS_PER_SOURCE, "the stranger gives ten");
+    assert_eq!(tried("p"), grasp_state::clone_sources::URLS_PER_ATTEMPT - 11, "the pull request fills the attempt");
+    stop(stopper, handle).await;
+}
+
+#[tokio::test]
+async fn an_attempt_ends_at_its_deadline_while_a_remote_hangs() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("served");
+    let history = history(dir.path());
+    init_bare(&root.join("slow.git"));
+    publish(&history, &root.join("slow.git"), &history.a);
+    let dst = dir.path().join("dst.git");
+    init_bare(&dst);
+    let server = GitServer::start(&root).await;
+    server.gate.send(false).unwrap(); // `info/refs` hangs
+
+    let clock = ManualClock::new();
+    let config = SyncConfig {
+        attempt_timeout: Duration::from_millis(500),
+        ..test_config()
+    };
+    let syncer = Syncer::with_clock(MockContext::default(), config, clock.clock());
+    syncer.context().wait_for("repo1", &dst, &[&history.a], &[server.url("slow.git")]);
+    let (stopper, handle) = spawn_syncer(&syncer);
+    syncer.enqueue("repo1", Origin::Sync);
+    clock.advance(Duration::from_millis(500));
+    let started = Instant::now();
+    // The fetch timeout is 60 s: only the attempt's deadline ends it this soon.
+    wait_until(
+        "the attempt ends",
+        || {},
+        || syncer.context().running_log().contains(&("repo1".to_string(), false)),
+    )
+    .await;
+    assert!(started.elapsed() < Duration::from_secs(20), "{:?}", started.elapsed());
+    let entry = syncer.entry("repo1").expect("still queued");
+    assert_eq!((entry.in_progress, entry.attempt_count), (false, 1), "backs off as incomplete");
+    assert_eq!(quarantines(&dst), 0, "the hanging fetch's quarantine is gone");
+    server.gate.send(true).unwrap();
+    stop(stopper, handle).await;
 }

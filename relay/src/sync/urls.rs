@@ -64,23 +64,34 @@ impl fmt::Display for Cidr {
 }
 
 /// Ranges denied unless `allow_private` is set: "this network", private, CGNAT, loopback,
-/// link-local, multicast and reserved IPv4; unspecified, loopback, unique-local, link-local and
-/// multicast IPv6.
+/// link-local, IETF protocol assignments, documentation, benchmarking, the 6to4 relay anycast,
+/// multicast and reserved IPv4; unspecified, loopback, discard-only, local-use NAT64,
+/// unique-local, link-local and multicast IPv6. IPv6 addresses that carry an IPv4 address
+/// (NAT64, 6to4, Teredo, IPv4-mapped and -compatible) are also checked as that IPv4 address
+/// ([`embedded_ipv4`]).
 pub fn default_denied_ranges() -> Vec<Cidr> {
-    const V4: [(Ipv4Addr, u8); 9] = [
+    const V4: [(Ipv4Addr, u8); 15] = [
         (Ipv4Addr::new(0, 0, 0, 0), 8),
         (Ipv4Addr::new(10, 0, 0, 0), 8),
         (Ipv4Addr::new(100, 64, 0, 0), 10),
         (Ipv4Addr::new(127, 0, 0, 0), 8),
         (Ipv4Addr::new(169, 254, 0, 0), 16),
         (Ipv4Addr::new(172, 16, 0, 0), 12),
+        (Ipv4Addr::new(192, 0, 0, 0), 24),
+        (Ipv4Addr::new(192, 0, 2, 0), 24),
+        (Ipv4Addr::new(192, 88, 99, 0), 24),
         (Ipv4Addr::new(192, 168, 0, 0), 16),
+        (Ipv4Addr::new(198, 18, 0, 0), 15),
+        (Ipv4Addr::new(198, 51, 100, 0), 24),
+        (Ipv4Addr::new(203, 0, 113, 0), 24),
         (Ipv4Addr::new(224, 0, 0, 0), 4),
         (Ipv4Addr::new(240, 0, 0, 0), 4),
     ];
-    const V6: [(Ipv6Addr, u8); 5] = [
+    const V6: [(Ipv6Addr, u8); 7] = [
         (Ipv6Addr::UNSPECIFIED, 128),
         (Ipv6Addr::LOCALHOST, 128),
+        (Ipv6Addr::new(0x64, 0xff9b, 1, 0, 0, 0, 0, 0), 48),
+        (Ipv6Addr::new(0x100, 0, 0, 0, 0, 0, 0, 0), 64),
         (Ipv6Addr::new(0xfc00, 0, 0, 0, 0, 0, 0, 0), 7),
         (Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, 0), 10),
         (Ipv6Addr::new(0xff00, 0, 0, 0, 0, 0, 0, 0), 8),
@@ -90,6 +101,26 @@ pub fn default_denied_ranges() -> Vec<Cidr> {
     v4.chain(v6)
         .map(|net| Cidr(net.expect("valid prefix lengths")))
         .collect()
+}
+
+/// The IPv4 addresses an IPv6 address stands for on the way out: IPv4-mapped (`::ffff:0:0/96`)
+/// and IPv4-compatible (`::/96`) addresses, well-known-prefix NAT64 (`64:ff9b::/96`, the last 32
+/// bits), 6to4 (`2002::/16`, bits 16 to 48) and Teredo (`2001::/32`: the server, bits 32 to 64,
+/// and the client, the last 32 bits inverted). A host resolving to one of these reaches that
+/// IPv4 address through a translator or a tunnel, so the deny-list applies to it. The local-use
+/// NAT64 prefix `64:ff9b:1::/48` embeds at an operator-chosen place and is denied whole.
+pub fn embedded_ipv4(ip: Ipv6Addr) -> Vec<Ipv4Addr> {
+    let bits = u128::from(ip);
+    let v4 = |n: u128| Ipv4Addr::from((n & 0xffff_ffff) as u32);
+    let low = v4(bits);
+    let seg = ip.segments();
+    match seg {
+        [0, 0, 0, 0, 0, 0xffff, _, _] | [0, 0, 0, 0, 0, 0, _, _] => vec![low],
+        [0x64, 0xff9b, 0, 0, 0, 0, _, _] => vec![low],
+        [0x2002, ..] => vec![v4(bits >> 80)],
+        [0x2001, 0, ..] => vec![v4(bits >> 64), v4(!bits)],
+        _ => Vec::new(),
+    }
 }
 
 /// Why a clone URL is not used for sync.
@@ -275,9 +306,15 @@ impl UrlPolicy {
         Ok(url)
     }
 
-    /// The first denied range containing `ip`, as an error.
+    /// The first denied range containing `ip`, or the IPv4 address it carries
+    /// ([`embedded_ipv4`]), as an error.
     pub fn check_address(&self, host: &str, ip: IpAddr) -> Result<(), UrlRejected> {
-        match self.denied.iter().find(|range| range.contains(ip)) {
+        let carried = match ip {
+            IpAddr::V6(v6) => embedded_ipv4(v6),
+            IpAddr::V4(_) => Vec::new(),
+        };
+        let denied = |range: &&Cidr| range.contains(ip) || carried.iter().any(|v4| range.contains(IpAddr::V4(*v4)));
+        match self.denied.iter().find(denied) {
             Some(range) => Err(UrlRejected::Denied {
                 host: host.to_string(),
                 address: ip,
@@ -431,6 +468,69 @@ mod tests {
         let extra = UrlPolicy::new(true, &[cidr("203.0.113.0/24")], &[]);
         assert!(extra.check_address("h", ip("203.0.113.9")).is_err());
         assert!(extra.check_address("h", ip("127.0.0.1")).is_ok());
+    }
+
+    #[test]
+    fn ipv6_carrying_a_denied_ipv4_is_denied() {
+        let policy = UrlPolicy::new(false, &[], &[]);
+        let denied = [
+            "64:ff9b::a9fe:a9fe",   // NAT64 -> 169.254.169.254
+            "64:ff9b::a00:1",       // NAT64 -> 10.0.0.1
+            "64:ff9b::7f00:1",      // NAT64 -> 127.0.0.1
+            "64:ff9b:1::808:808",   // local-use NAT64, denied whole
+            "2002:a00:1::1",        // 6to4 -> 10.0.0.1
+            "2002:7f00:1:1::1",     // 6to4 -> 127.0.0.1
+            "2001:0:a00:1::1",      // Teredo server 10.0.0.1
+            "2001:0:808:808::3f57:fefe", // Teredo client !0x3f57fefe = 192.168.1.1
+            "::10.0.0.1",           // IPv4-compatible
+            "100::1",               // discard-only
+        ];
+        for address in denied {
+            assert!(policy.check_address("h", ip(address)).is_err(), "{address} should be denied");
+        }
+        let allowed = [
+            "64:ff9b::808:808",          // NAT64 -> 8.8.8.8
+            "2002:808:808::1",           // 6to4 -> 8.8.8.8
+            "2001:0:808:808::f7f7:f7f7", // Teredo 8.8.8.8 / 8.8.8.8
+            "2001:4860::8888",           // not Teredo (2001:4860::/32)
+        ];
+        for address in allowed {
+            assert!(policy.check_address("h", ip(address)).is_ok(), "{address} should be allowed");
+        }
+        assert!(matches!(policy.check("http://[64:ff9b::a9fe:a9fe]/x"), Err(UrlRejected::Denied { .. })));
+        let extra = UrlPolicy::new(true, &[cidr("8.8.8.0/24")], &[]);
+        assert!(extra.check_address("h", ip("64:ff9b::808:808")).is_err(), "extra ranges apply to carried addresses");
+        assert!(extra.check_address("h", ip("64:ff9b::a00:1")).is_ok(), "--sync-allow-private lets private through");
+    }
+
+    #[test]
+    fn reserved_ipv4_ranges_are_denied() {
+        let policy = UrlPolicy::new(false, &[], &[]);
+        for address in ["192.0.0.8", "192.0.2.1", "192.88.99.1", "198.18.0.1", "198.19.255.255", "198.51.100.7", "203.0.113.9"] {
+            assert!(policy.check_address("h", ip(address)).is_err(), "{address} should be denied");
+        }
+        for address in ["192.0.1.1", "192.0.3.1", "198.17.255.255", "198.20.0.0", "203.0.114.1"] {
+            assert!(policy.check_address("h", ip(address)).is_ok(), "{address} should be allowed");
+        }
+    }
+
+    proptest::proptest! {
+        /// Whatever IPv4 address a NAT64, 6to4 or Teredo address carries, the verdict is that
+        /// address's own.
+        #[test]
+        fn translated_addresses_get_their_ipv4_verdict(v4 in proptest::prelude::any::<u32>(), other in proptest::prelude::any::<u64>()) {
+            let policy = UrlPolicy::new(false, &[], &[]);
+            let address = Ipv4Addr::from(v4);
+            let v4_denied = policy.check_address("h", IpAddr::V4(address)).is_err();
+            let nat64 = Ipv6Addr::from((0x64_u128 << 112) | (0xff9b_u128 << 96) | u128::from(v4));
+            let six_to_four = Ipv6Addr::from((0x2002_u128 << 112) | (u128::from(v4) << 80) | u128::from(other));
+            // Teredo with a public server, the client carrying `v4`.
+            let teredo = Ipv6Addr::from((0x2001_u128 << 112) | (0x0808_0808_u128 << 64) | (u128::from(other >> 32) << 32) | u128::from(!v4));
+            for v6 in [nat64, six_to_four, teredo] {
+                proptest::prop_assert_eq!(policy.check_address("h", IpAddr::V6(v6)).is_err(), v4_denied, "{}", v6);
+                proptest::prop_assert!(embedded_ipv4(v6).contains(&address));
+            }
+        }
     }
 
     #[test]

@@ -2,11 +2,17 @@
 //! new repositories per author per hour and in total. The per-connection bucket lives in the
 //! connection ([`WriteLimits::connection_bucket`]). Buckets are [`grasp_state::rate`] data; the
 //! time comes from an injected [`Clock`].
+//!
+//! The total (`--max-repos`) is a [`RepoCount`]: an atomic count taken with check-and-increment
+//! when admission is about to create a repository, lowered when the relay deletes one, and
+//! reconciled with the disk every [`REPO_COUNT_RECONCILE`] by a walk on the blocking pool
+//! ([`run_repo_count`]); admission never walks the disk.
 
 use std::net::IpAddr;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicIsize, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use grasp_state::purgatory::{Clock, SystemClock};
 use grasp_state::rate::{KeyedBuckets, Limited, Rate, TokenBucket};
@@ -15,8 +21,8 @@ use nostr::prelude::PublicKey;
 /// Most client addresses / authors remembered with a partly used bucket.
 const MAX_TRACKED_KEYS: usize = 100_000;
 
-/// How long a count of the repositories on disk is reused.
-const REPO_COUNT_TTL: Duration = Duration::from_secs(10);
+/// How often the count of repositories is reconciled with the disk.
+pub const REPO_COUNT_RECONCILE: Duration = Duration::from_secs(60);
 
 /// The configured limits.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -50,7 +56,53 @@ pub struct WriteLimits {
     per_address: Mutex<KeyedBuckets<IpAddr>>,
     repos_per_author: Mutex<KeyedBuckets<PublicKey>>,
     git_root: Option<PathBuf>,
-    repo_count: Mutex<Option<(Instant, usize)>>,
+    repos: RepoCount,
+}
+
+/// Repositories on disk, as far as the relay knows between two walks.
+#[derive(Debug, Default)]
+pub struct RepoCount {
+    count: AtomicUsize,
+    /// Net creations minus removals since the current walk started.
+    changes: AtomicIsize,
+}
+
+impl RepoCount {
+    /// Counts one more repository if fewer than `max` are counted; false (nothing counted)
+    /// when the total is reached.
+    pub fn try_reserve(&self, max: usize) -> bool {
+        let reserved = self
+            .count
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < max).then_some(n + 1))
+            .is_ok();
+        if reserved {
+            self.changes.fetch_add(1, Ordering::AcqRel);
+        }
+        reserved
+    }
+
+    /// One repository fewer (a reservation given back, or a repository deleted).
+    pub fn release(&self) {
+        let _ = self.count.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| Some(n.saturating_sub(1)));
+        self.changes.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    pub fn get(&self) -> usize {
+        self.count.load(Ordering::Acquire)
+    }
+
+    /// Starts a walk of the disk: changes from now on are added to its result.
+    pub fn walk_started(&self) {
+        self.changes.store(0, Ordering::Release);
+    }
+
+    /// A walk started by [`RepoCount::walk_started`] found `walked` repositories. Creations
+    /// during the walk are added (the walk may have missed them; counting one twice until the
+    /// next walk only errs on the side of the cap); removals during it are not subtracted.
+    pub fn walk_finished(&self, walked: usize) {
+        let during = self.changes.load(Ordering::Acquire).max(0).unsigned_abs();
+        self.count.store(walked.saturating_add(during), Ordering::Release);
+    }
 }
 
 fn seconds(d: Duration) -> String {
@@ -62,8 +114,11 @@ fn seconds(d: Duration) -> String {
 }
 
 impl WriteLimits {
-    /// Limits counting the repositories under `git_root` (none: never counted).
+    /// Limits counting the repositories under `git_root` (none: never counted). The first count
+    /// walks the disk now (at startup, before any connection).
     pub fn new(config: WriteLimitConfig, git_root: Option<PathBuf>, clock: Arc<dyn Clock>) -> Self {
+        let repos = RepoCount::default();
+        repos.walk_finished(git_root.as_deref().map(count_repos).unwrap_or(0));
         WriteLimits {
             config,
             per_address: Mutex::new(KeyedBuckets::new(config.per_address, MAX_TRACKED_KEYS)),
@@ -73,7 +128,7 @@ impl WriteLimits {
             )),
             clock,
             git_root,
-            repo_count: Mutex::new(None),
+            repos,
         }
     }
 
@@ -107,45 +162,76 @@ impl WriteLimits {
     }
 
     /// A new repository is about to be created for `owner`: within the author's hourly
-    /// allowance and the total?
+    /// allowance and the total? Counts it in the total when it is (check-and-increment, no
+    /// disk access).
     pub fn take_new_repo(&self, owner: &PublicKey) -> Result<(), String> {
-        if self.config.max_repos > 0 {
-            let count = self.repo_count();
-            if count >= self.config.max_repos {
-                return Err(format!(
-                    "blocked: this server already hosts its maximum of {} repositories; use another GRASP server",
-                    self.config.max_repos
-                ));
-            }
+        let capped = self.config.max_repos > 0;
+        if capped && !self.repos.try_reserve(self.config.max_repos) {
+            tracing::info!(owner = %owner, max_repos = self.config.max_repos, reason = "max-repos", "new repository refused");
+            return Err(format!(
+                "blocked: this server already hosts its maximum of {} repositories; use another GRASP server",
+                self.config.max_repos
+            ));
         }
         let now = self.clock.now();
         match self.repos_per_author.lock().unwrap().try_take(owner, now) {
             Ok(()) => {
-                if let Some((_, n)) = self.repo_count.lock().unwrap().as_mut() {
-                    *n += 1;
+                if !capped {
+                    self.repos.try_reserve(usize::MAX);
                 }
                 Ok(())
             }
-            Err(Limited::Empty(wait)) => Err(format!(
+            Err(Limited::Empty(wait)) => {
+                if capped {
+                    self.repos.release();
+                }
+                Err(format!(
                 "rate-limited: an author may create at most {} new repositories per hour here; retry in {}",
                 self.config.repos_per_author_per_hour,
                 seconds(wait)
-            )),
+            ))
+            }
         }
     }
 
-    /// Repositories on disk (`<git>/<npub>/<id>.git`), counted at most every few seconds.
-    fn repo_count(&self) -> usize {
-        let now = self.clock.now();
-        let mut cached = self.repo_count.lock().unwrap();
-        if let Some((at, n)) = *cached {
-            if now.saturating_duration_since(at) < REPO_COUNT_TTL {
-                return n;
+    /// The relay deleted a repository.
+    pub fn repo_removed(&self) {
+        self.repos.release();
+    }
+
+    /// Repositories counted now (`--max-repos` compares with this).
+    pub fn repo_count(&self) -> usize {
+        self.repos.get()
+    }
+
+    /// Walks `<git>/<npub>/<id>.git` on the blocking pool and makes the count agree with it
+    /// (repositories created or removed outside the relay, reservations whose repository was
+    /// never created).
+    pub async fn reconcile_repo_count(&self) {
+        let Some(root) = self.git_root.clone() else { return };
+        self.repos.walk_started();
+        match tokio::task::spawn_blocking(move || count_repos(&root)).await {
+            Ok(walked) => {
+                let before = self.repos.get();
+                self.repos.walk_finished(walked);
+                if before != self.repos.get() {
+                    tracing::debug!(before, after = self.repos.get(), "repository count reconciled with the disk");
+                }
             }
+            Err(error) => tracing::warn!(%error, "repository count walk failed"),
         }
-        let n = self.git_root.as_deref().map(count_repos).unwrap_or(0);
-        *cached = Some((now, n));
-        n
+    }
+}
+
+/// Reconciles `limits`' repository count with the disk every [`REPO_COUNT_RECONCILE`] until
+/// shutdown.
+pub async fn run_repo_count(trust: Arc<crate::trust::Trust>, mut shutdown: crate::shutdown::Shutdown) {
+    loop {
+        tokio::select! {
+            _ = shutdown.recv() => return,
+            _ = tokio::time::sleep(REPO_COUNT_RECONCILE) => {}
+        }
+        trust.limits.reconcile_repo_count().await;
     }
 }
 
@@ -230,6 +316,83 @@ mod tests {
         assert!(limits.take_new_repo(&b).unwrap_err().starts_with("blocked:"));
         clock.advance(Duration::from_secs(3600));
         // An hour later the author may create again, and the total is recounted from disk (1).
+        tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(limits.reconcile_repo_count());
         assert!(limits.take_new_repo(&a).is_ok());
+    }
+
+    #[tokio::test]
+    async fn admission_counts_without_walking_the_disk_and_the_walk_reconciles() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("npub1x/a.git")).unwrap();
+        let clock = Arc::new(ManualClock::default());
+        let cfg = WriteLimitConfig { repos_per_author_per_hour: 100, max_repos: 4, ..WriteLimitConfig::default() };
+        let limits = WriteLimits::new(cfg, Some(dir.path().to_path_buf()), clock.clone());
+        assert_eq!(limits.repo_count(), 1, "counted at startup");
+        // Repositories appear and vanish on disk behind the relay's back: admission does not
+        // look, however much time passes, until the walk.
+        for name in ["b", "c", "d"] {
+            std::fs::create_dir_all(dir.path().join(format!("npub1y/{name}.git"))).unwrap();
+        }
+        clock.advance(Duration::from_secs(3600));
+        let owner = Keys::generate().public_key();
+        assert!(limits.take_new_repo(&owner).is_ok());
+        assert_eq!(limits.repo_count(), 2);
+        limits.reconcile_repo_count().await;
+        assert_eq!(limits.repo_count(), 4);
+        assert!(limits.take_new_repo(&owner).unwrap_err().starts_with("blocked:"));
+        // A deletion by the relay frees a place at once.
+        std::fs::remove_dir_all(dir.path().join("npub1y/b.git")).unwrap();
+        limits.repo_removed();
+        assert!(limits.take_new_repo(&owner).is_ok());
+        assert!(limits.take_new_repo(&owner).is_err());
+        // An author refused by the hourly allowance does not keep a place in the total.
+        let hourly = WriteLimits::new(
+            WriteLimitConfig { repos_per_author_per_hour: 1, max_repos: 3, ..WriteLimitConfig::default() },
+            Some(dir.path().to_path_buf()),
+            clock,
+        );
+        assert_eq!(hourly.repo_count(), 3);
+        let one = Keys::generate().public_key();
+        hourly.repo_removed();
+        assert!(hourly.take_new_repo(&one).is_ok());
+        hourly.repo_removed();
+        assert!(hourly.take_new_repo(&one).unwrap_err().starts_with("rate-limited:"));
+        assert_eq!(hourly.repo_count(), 2, "the refused reservation was given back");
+    }
+
+    #[test]
+    fn concurrent_reservations_never_pass_the_total() {
+        let count = Arc::new(RepoCount::default());
+        let passed = Arc::new(AtomicUsize::new(0));
+        let threads: Vec<_> = (0..8)
+            .map(|_| {
+                let (count, passed) = (count.clone(), passed.clone());
+                std::thread::spawn(move || {
+                    for _ in 0..1000 {
+                        if count.try_reserve(100) {
+                            passed.fetch_add(1, Ordering::SeqCst);
+                        }
+                    }
+                })
+            })
+            .collect();
+        threads.into_iter().for_each(|t| t.join().unwrap());
+        assert_eq!((passed.load(Ordering::SeqCst), count.get()), (100, 100));
+    }
+
+    #[test]
+    fn a_walk_keeps_the_creations_made_while_it_ran() {
+        let count = RepoCount::default();
+        count.walk_finished(5);
+        count.walk_started();
+        assert!(count.try_reserve(100));
+        assert!(count.try_reserve(100));
+        count.release();
+        count.walk_finished(3);
+        assert_eq!(count.get(), 4, "3 walked + 1 created during the walk");
+        count.walk_started();
+        count.release();
+        count.walk_finished(3);
+        assert_eq!(count.get(), 3, "a removal during the walk is not subtracted twice");
     }
 }

@@ -10,7 +10,8 @@
 //!   private repositories refused by a public service, the cap on new repositories.
 //! - Connection-level rules (NIP-42 state, per-connection write bucket, membership for REQ and
 //!   EVENT of a private service) are applied by `crate::nostr::connection`.
-//! - [`run_curation_watch`] drops the held events of authors that become blocked.
+//! - [`run_curation_watch`] drops the held events of authors that become blocked;
+//!   [`limits::run_repo_count`] reconciles the `--max-repos` count with the disk every minute.
 //!
 //! The decisions themselves are pure: `grasp_state::auth`, `grasp_state::curation`,
 //! `grasp_state::rate`.

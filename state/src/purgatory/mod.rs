@@ -39,7 +39,7 @@ mod sweep;
 #[cfg(test)]
 pub(crate) mod testutil;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -74,6 +74,10 @@ pub struct PurgatoryConfig {
     pub expired_events_ttl: Duration,
     /// Suggested delay before retrying a failed placeholder ref deletion: 60 s.
     pub placeholder_retry: Duration,
+    /// How long a running background sync of an identifier defers the expiry of its entries,
+    /// counted from the sync's start (`--sync-attempt-timeout`): 10 min. Past it, due entries
+    /// expire although the sync still runs.
+    pub sync_defer_limit: Duration,
     pub caps: Caps,
 }
 
@@ -84,6 +88,7 @@ impl Default for PurgatoryConfig {
             soft_expiry_ttl: Duration::from_secs(24 * 60 * 60),
             expired_events_ttl: Duration::from_secs(24 * 60 * 60),
             placeholder_retry: Duration::from_secs(60),
+            sync_defer_limit: Duration::from_secs(10 * 60),
             caps: Caps::default(),
         }
     }
@@ -106,7 +111,8 @@ pub struct Purgatory {
     by_id: HashMap<EventId, EntryKey>,
     expired: ExpiredEvents,
     deadlines: Deadlines,
-    sync_running: HashSet<String>,
+    /// identifier -> when its running sync started.
+    sync_running: HashMap<String, Instant>,
     /// identifier -> entries whose deadline passed while a sync of that identifier ran.
     deferred: HashMap<String, BTreeSet<EntryKey>>,
     counts: Counts,
@@ -145,7 +151,7 @@ impl Purgatory {
             by_id: HashMap::new(),
             expired: ExpiredEvents::default(),
             deadlines: Deadlines::default(),
-            sync_running: HashSet::new(),
+            sync_running: HashMap::new(),
             deferred: HashMap::new(),
             counts: Counts::default(),
             last_sweep_examined: 0,
@@ -167,25 +173,41 @@ impl Purgatory {
             .contains(event_id, self.clock.wall(), self.config.expired_events_ttl)
     }
 
-    /// Marks a background sync of `identifier` as running or finished. While it runs, the sweep
-    /// defers (does not expire) announcements, states and PRs of that identifier; when it
-    /// finishes, deferred entries are re-armed at their (past) deadline and the next sweep
+    /// Marks a background sync of `identifier` as running or finished. While it runs, and for
+    /// at most [`PurgatoryConfig::sync_defer_limit`] from its start, the sweep defers (does not
+    /// expire) announcements, states and PRs of that identifier; when it finishes or the limit
+    /// passes, deferred entries are re-armed at their (past) deadline and the next sweep
     /// expires whatever the sync did not release.
     pub fn set_sync_running(&mut self, identifier: &str, running: bool) {
         if running {
-            self.sync_running.insert(identifier.to_owned());
+            let now = self.clock.now();
+            self.sync_running.insert(identifier.to_owned(), now);
             return;
         }
         self.sync_running.remove(identifier);
+        self.rearm_deferred(identifier);
+    }
+
+    pub fn is_sync_running(&self, identifier: &str) -> bool {
+        self.sync_running.contains_key(identifier)
+    }
+
+    /// Whether a running sync of `identifier` still defers its entries' expiry (it started less
+    /// than [`PurgatoryConfig::sync_defer_limit`] ago).
+    fn sync_defers(&self, identifier: &str, now: Instant) -> bool {
+        self.sync_running
+            .get(identifier)
+            .is_some_and(|started| now.saturating_duration_since(*started) < self.config.sync_defer_limit)
+    }
+
+    /// Arms the deadlines of the entries deferred by `identifier`'s sync again, at their own
+    /// (possibly past) time.
+    fn rearm_deferred(&mut self, identifier: &str) {
         for key in self.deferred.remove(identifier).unwrap_or_default() {
             if let Some(at) = self.expires_at_of(&key) {
                 self.deadlines.arm(at, key);
             }
         }
-    }
-
-    pub fn is_sync_running(&self, identifier: &str) -> bool {
-        self.sync_running.contains(identifier)
     }
 
     pub fn stats(&self) -> PurgatoryStats {

@@ -3,6 +3,7 @@
 
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use nostr::prelude::{Event, EventId, PublicKey};
 
@@ -63,7 +64,7 @@ impl Purgatory {
         self.deadlines
             .due(now)
             .filter_map(|key| match key {
-                EntryKey::State { identifier, event_id } if !self.sync_running.contains(identifier) => self
+                EntryKey::State { identifier, event_id } if !self.sync_defers(identifier, now) => self
                     .states
                     .get(identifier)
                     .and_then(|list| list.iter().find(|s| s.event.id == *event_id))
@@ -77,11 +78,21 @@ impl Purgatory {
         let now = self.clock.now();
         let wall = self.clock.wall();
         self.expired.prune(wall, self.config.expired_events_ttl);
+        // A sync running past its defer limit no longer holds anything back.
+        let overdue: Vec<String> = self
+            .sync_running
+            .keys()
+            .filter(|identifier| self.deferred.contains_key(*identifier) && !self.sync_defers(identifier, now))
+            .cloned()
+            .collect();
+        for identifier in overdue {
+            self.rearm_deferred(&identifier);
+        }
         let mut actions = Vec::new();
         let mut examined = 0;
         while let Some((_, key)) = self.deadlines.pop_due(now) {
             examined += 1;
-            if let Some(running) = self.running_identifier(&key) {
+            if let Some(running) = self.running_identifier(&key, now) {
                 self.deferred.entry(running).or_default().insert(key);
                 continue;
             }
@@ -180,21 +191,20 @@ impl Purgatory {
         actions
     }
 
-    /// The identifier of `key` whose sync is running, if any.
-    fn running_identifier(&self, key: &EntryKey) -> Option<String> {
+    /// The identifier of `key` whose running sync defers its expiry, if any.
+    fn running_identifier(&self, key: &EntryKey, now: Instant) -> Option<String> {
         if self.sync_running.is_empty() {
             return None;
         }
         match key {
-            EntryKey::Announcement { identifier, .. } | EntryKey::State { identifier, .. } => self
-                .sync_running
-                .contains(identifier)
-                .then(|| identifier.clone()),
+            EntryKey::Announcement { identifier, .. } | EntryKey::State { identifier, .. } => {
+                self.sync_defers(identifier, now).then(|| identifier.clone())
+            }
             EntryKey::Pr { event_id } => self
                 .prs
                 .get(event_id)?
                 .identifiers()
-                .find(|i| self.sync_running.contains(*i))
+                .find(|i| self.sync_defers(i, now))
                 .map(str::to_owned),
         }
     }
@@ -435,9 +445,54 @@ mod tests {
         assert_eq!(p.sweep().len(), 1);
     }
 
+    /// A purgatory whose running syncs defer expiry for two hours (longer than these tests).
+    fn long_syncs() -> (Arc<super::super::ManualClock>, Purgatory) {
+        purgatory_with(PurgatoryConfig { sync_defer_limit: 4 * MIN30, ..PurgatoryConfig::default() })
+    }
+
+    #[test]
+    fn a_running_sync_defers_expiry_only_up_to_its_limit() {
+        let (clock, mut p) = purgatory();
+        let limit = p.config().sync_defer_limit;
+        assert_eq!(limit, Duration::from_secs(600));
+        let (s, later) = (signed(0, STATE, 0), signed(1, STATE, 0));
+        p.add_state(s.clone(), s.pubkey, "repo".into()).unwrap();
+        clock.advance(MIN30 - SEC);
+        p.set_sync_running("repo", true);
+        clock.advance(SEC);
+        assert!(p.sweep().is_empty(), "deferred while the sync is young");
+        assert!(p.due_states().is_empty());
+        assert_eq!(p.stats().deferred, 1);
+        p.add_state(later.clone(), later.pubkey, "repo".into()).unwrap();
+        clock.advance(limit - 2 * SEC);
+        assert!(p.sweep().is_empty());
+        clock.advance(SEC);
+        // The sync has run for its whole limit: what it deferred expires although it still runs.
+        assert!(p.is_sync_running("repo"));
+        let actions = p.sweep();
+        assert_eq!(actions.len(), 1, "{actions:?}");
+        assert!(matches!(&actions[0], SweepAction::ExpireState { event_id, .. } if *event_id == s.id));
+        assert_eq!(p.stats().deferred, 0);
+        p.assert_consistent();
+        // Entries falling due later are not deferred by the same run either.
+        clock.advance(MIN30);
+        assert_eq!(p.due_states().len(), 1);
+        assert_eq!(p.sweep().len(), 1);
+        p.set_sync_running("repo", false);
+        p.assert_consistent();
+        // A new run defers again.
+        let third = signed(2, STATE, 0);
+        p.add_state(third.clone(), third.pubkey, "repo".into()).unwrap();
+        clock.advance(MIN30 - SEC);
+        p.set_sync_running("repo", true);
+        clock.advance(SEC);
+        assert!(p.sweep().is_empty());
+        assert_eq!(p.stats().deferred, 1);
+    }
+
     #[test]
     fn sweep_defers_while_sync_runs_and_expires_after() {
-        let (clock, mut p) = purgatory();
+        let (clock, mut p) = long_syncs();
         let (ann, s, pr) = (
             signed(0, ANNOUNCEMENT, 0),
             signed(0, STATE, 0),
@@ -482,7 +537,7 @@ mod tests {
 
     #[test]
     fn extending_a_deferred_entry_moves_it_back_to_the_deadline_set() {
-        let (clock, mut p) = purgatory();
+        let (clock, mut p) = long_syncs();
         let s = signed(0, STATE, 0);
         p.add_state(s.clone(), s.pubkey, "repo".into()).unwrap();
         p.set_sync_running("repo", true);
@@ -519,7 +574,7 @@ mod tests {
 
     #[test]
     fn placeholder_is_deferred_while_its_destination_syncs() {
-        let (clock, mut p) = purgatory();
+        let (clock, mut p) = long_syncs();
         let ph = EventId::from_byte_array([5; 32]);
         p.add_pr_placeholder(ph, "c".into(), repo(0, "a")).unwrap();
         p.set_sync_running("a", true);
