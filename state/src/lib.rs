@@ -5,6 +5,8 @@
 //!
 //! - [`refs`]: ref names, object ids, [`refs::RefUpdate`] (one line of
 //!   `pre-receive` input) and [`refs::RefMap`] (a repository's refs).
+//! - [`ref_files`]: a files-backend repository's `packed-refs` and loose ref files parsed
+//!   without git (the relay reads refs without a process where that is safe).
 //! - [`nip34`]: NIP-34 events as types: [`nip34::Announcement`] (30617),
 //!   [`nip34::RepoState`] (30618), [`nip34::PullRequest`] (1618/1619), the kind
 //!   constants, what an event references, and "does this announcement list
@@ -87,5 +89,6 @@ pub mod push_lock;
 pub mod recency;
 pub mod rate;
 pub mod refs;
+pub mod ref_files;
 pub mod release;
 pub mod transfer;
