@@ -24,6 +24,8 @@
 //!   store, pull request refs, alignment of refs and HEAD, promotion) and copy targets.
 //! - [`push_limits`]: how many bytes one push may bring (`--max-push-bytes`,
 //!   `--max-pr-push-bytes`), checked on the quarantine in `pre-receive`.
+//! - [`hook_config`]: the file beside the installed hooks that tells them the data directory
+//!   and the push limits (the hooks are the binaries themselves, started without a shell).
 //! - [`push_lock`]: a repository's push lock (`<repo>/grasp.lock`), only ever tried, waited
 //!   for within a bound ([`push_lock::PushLock`]); shared by `grasp-cgi` and the relay.
 //! - [`push_index`]: held states indexed by the refs they declare, for the same decision
@@ -76,6 +78,7 @@ pub mod curation;
 pub mod deferred;
 pub mod fd_budget;
 pub mod hook_api;
+pub mod hook_config;
 pub mod html;
 pub mod host;
 pub mod identifier;

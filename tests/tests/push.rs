@@ -551,7 +551,10 @@ async fn relay_killed_between_the_hooks_releases_after_restart() {
     let dir = repo_dir(&server, &owner.public_key(), "crash");
     let only_pre = tmp.path().join("only-pre-receive");
     std::fs::create_dir(&only_pre).unwrap();
-    std::fs::copy(server.data_dir().join("hooks/pre-receive"), only_pre.join("pre-receive")).unwrap();
+    // The hook and its configuration beside it (the data directory, the push limits).
+    for file in ["pre-receive", grasp_state::hook_config::FILE_NAME] {
+        std::fs::copy(server.data_dir().join("hooks").join(file), only_pre.join(file)).unwrap();
+    }
     let rp = format!("git -c core.hooksPath='{}' receive-pack", only_pre.display());
     let out = push_on_disk(&work, &dir, Some(&rp), &["main"]).unwrap();
     assert!(out.contains("grasp: push matches repository state"), "{out}");
