@@ -595,4 +595,23 @@ mod tests {
         assert!(install_hooks(&hooks, &bin, &dir.path().join("data"), limits).is_err());
         assert_eq!(std::fs::read(hooks.join("post-receive")).unwrap(), b"binary grasp-post-receive");
     }
+
+    #[test]
+    fn hooks_are_copied_where_no_link_can_be_made() {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        // Binaries on another file system (tmpfs) than the data directory, where there is one.
+        let Ok(bin) = tempfile::tempdir_in("/dev/shm") else { return };
+        let data = tempfile::tempdir().unwrap();
+        if std::fs::metadata(bin.path()).unwrap().dev() == std::fs::metadata(data.path()).unwrap().dev() {
+            return;
+        }
+        for name in ["grasp-pre-receive", "grasp-post-receive"] {
+            write_atomic(&bin.path().join(name), format!("binary {name}").as_bytes(), Some(0o755)).unwrap();
+        }
+        let hooks = data.path().join("hooks");
+        install_hooks(&hooks, bin.path(), data.path(), grasp_state::push_limits::PushLimits::default()).unwrap();
+        let hook = std::fs::metadata(hooks.join("pre-receive")).unwrap();
+        assert_eq!(std::fs::read(hooks.join("pre-receive")).unwrap(), b"binary grasp-pre-receive");
+        assert_eq!(hook.permissions().mode() & 0o777, 0o755);
+    }
 }
