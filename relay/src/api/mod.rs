@@ -477,7 +477,8 @@ pub fn run_command(data_dir: &Path, command: &crate::config::Command) -> Result<
 
 /// Installs the hooks git runs (`core.hooksPath` of every repository points at `hooks_dir`): the
 /// hook binaries themselves, so git starts them without a shell (a hard link to each binary in
-/// `bin_dir`, or a copy where no link can be made, e.g. across file systems), and beside them
+/// `bin_dir`, or a copy where no link can be made: across file systems, or binaries of another
+/// user under `fs.protected_hardlinks`), and beside them
 /// their configuration (`grasp_state::hook_config`: the data directory and the push limits, so
 /// the limits hold behind nginx + fcgiwrap too), written first. Everything is replaced
 /// atomically at every start, so hooks of older versions (shell scripts) and of older binaries
