@@ -95,7 +95,7 @@ mod tests {
     fn loose_refs_as_git_writes_them() {
         assert_eq!(parse_loose_ref(&format!("{A}\n")), Some(LooseRef::Oid(A.into())));
         assert_eq!(parse_loose_ref("ref: refs/heads/main\n"), Some(LooseRef::Symbolic("refs/heads/main".into())));
-        assert_eq!(parse_loose_ref(&format!("{A}")), Some(LooseRef::Oid(A.into())));
+        assert_eq!(parse_loose_ref(A), Some(LooseRef::Oid(A.into())));
         for odd in ["", "\n", &A[..20], &format!("{A}\n{B}\n"), "ref: main\n", "ref:refs/heads/x\n", &A.to_uppercase(), &format!("{A} extra\n")] {
             assert_eq!(parse_loose_ref(odd), None, "{odd:?}");
         }
