@@ -11,9 +11,13 @@
 //! - `post-receive` reports the applied updates, waits (bounded) for the relay to release the
 //!   events that the new git data satisfies, and prints what was released.
 //!
-//! The hooks are installed by the relay as small scripts in `<data>/hooks/` that `exec` these
-//! binaries with `--data-dir <data>`. The repository is identified from the real path of
-//! `GIT_DIR` under `<data>/git` (never from `argv[0]`).
+//! The relay installs these binaries themselves as `<data>/hooks/pre-receive` and
+//! `post-receive` (hard links, or copies), so git starts them without a shell, and writes
+//! `<data>/hooks/grasp-hooks.conf` beside them ([`grasp_state::hook_config`]): the data
+//! directory and the push limits. A hook reads that file from the directory it was started from
+//! ([`settings`]); `--data-dir` (hook scripts written by older versions) and `GRASP_DATA_DIR`
+//! still work. The repository is identified from the real path of `GIT_DIR` under `<data>/git`
+//! (never from `argv[0]`).
 //!
 //! Every line the hooks print goes out whole, in one `write` ([`say`]). [`client`] is the one
 //! client of the hook API; `grasp-relay`'s one-shot commands use it too.
@@ -23,7 +27,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
+use grasp_state::hook_config::{self, HookConfig};
 use grasp_state::identifier::{npub_of, RepoLayout};
+use grasp_state::push_limits::PushLimits;
 use grasp_state::refs::{parse_ref_updates, RefUpdate};
 use serde::{de::DeserializeOwned, Serialize};
 
@@ -39,10 +45,14 @@ pub struct HookContext {
     pub updates: Vec<RefUpdate>,
 }
 
-/// Reads `--data-dir` (or `GRASP_DATA_DIR`) from the command line. Prints help on `--help`.
-pub fn data_dir_from_args(hook: &str) -> Result<PathBuf> {
+/// What a hook is configured with: the data directory and the push limits. Prints help on
+/// `--help`. In order: `--data-dir` on the command line (hook scripts of older versions pass
+/// it), the configuration file beside the running executable (the installed hook,
+/// [`grasp_state::hook_config`]), `GRASP_DATA_DIR`. The limits come from that file, else from
+/// the environment (older scripts set them there), else their defaults.
+pub fn settings(hook: &str) -> Result<HookConfig> {
     let mut args = std::env::args().skip(1);
-    let mut data_dir = std::env::var_os("GRASP_DATA_DIR").map(PathBuf::from);
+    let mut data_dir = None;
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--data-dir" => {
@@ -51,17 +61,45 @@ pub fn data_dir_from_args(hook: &str) -> Result<PathBuf> {
             "-h" | "--help" => {
                 println!(
                     "{hook}: git {kind} hook of grasp-relay.\n\n\
-                     Usage: {hook} --data-dir <DIR>   (ref updates on stdin, as git gives them)\n\n\
+                     Usage: {hook} [--data-dir <DIR>]   (ref updates on stdin, as git gives them)\n\n\
                      Options:\n  --data-dir <DIR>  the relay's data directory [env: GRASP_DATA_DIR]\n\n\
-                     Installed by grasp-relay as <DIR>/hooks/{kind}; not meant to be run by hand.",
-                    kind = hook.trim_start_matches("grasp-")
+                     Installed by grasp-relay as <DIR>/hooks/{kind}, beside <DIR>/hooks/{file}, which\n\
+                     names the data directory and the push limits; not meant to be run by hand.",
+                    kind = hook.trim_start_matches("grasp-"),
+                    file = hook_config::FILE_NAME,
                 );
                 std::process::exit(0);
             }
-            other => bail!("unexpected argument {other:?}; usage: {hook} --data-dir <DIR>"),
+            other => bail!("unexpected argument {other:?}; usage: {hook} [--data-dir <DIR>]"),
         }
     }
-    data_dir.context("no data directory: pass --data-dir <DIR> or set GRASP_DATA_DIR")
+    let installed = installed_config()?;
+    let data_dir = data_dir
+        .or_else(|| installed.as_ref().map(|c| c.data_dir.clone()))
+        .or_else(|| std::env::var_os(hook_config::DATA_DIR).map(PathBuf::from))
+        .with_context(|| {
+            format!("no data directory: {} is not beside this hook; restart grasp-relay to reinstall the hooks", hook_config::FILE_NAME)
+        })?;
+    let limits = match installed {
+        Some(config) => config.limits,
+        None => PushLimits::from_vars(|k| std::env::var(k).ok()),
+    };
+    Ok(HookConfig { data_dir, limits })
+}
+
+/// The configuration beside the running executable (`/proc/self/exe`, else `argv[0]`): the
+/// installed hook's `<data>/hooks/grasp-hooks.conf`. `None` when there is none.
+fn installed_config() -> Result<Option<HookConfig>> {
+    let candidates = [std::env::current_exe().ok(), std::env::args_os().next().map(PathBuf::from)];
+    for exe in candidates.into_iter().flatten() {
+        let Some(path) = HookConfig::path_beside(&exe) else { continue };
+        match std::fs::read(&path) {
+            Ok(bytes) => return HookConfig::parse(&bytes).map(Some).with_context(|| format!("reading {}", path.display())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(e).with_context(|| format!("cannot read {}", path.display())),
+        }
+    }
+    Ok(None)
 }
 
 /// Builds the hook's context: repository from `GIT_DIR`, updates from stdin.

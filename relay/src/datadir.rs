@@ -119,7 +119,7 @@ impl DataDir {
             move |source| DataDirError::Io { path, source }
         };
         fs::create_dir_all(root).map_err(io(root))?;
-        // Absolute from here on: the hook scripts and every repository's core.hooksPath name
+        // Absolute from here on: the hooks' configuration and every repository's core.hooksPath name
         // paths under the data directory, and git runs them from inside the repository.
         let layout = DataLayout::new(fs::canonicalize(root).map_err(io(root))?);
         let lock_path = layout.lock_file();

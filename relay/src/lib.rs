@@ -29,7 +29,8 @@
 //!   the repositories of owners that merely list a maintainer, in the background (`copies`); purgatory restore, expiry
 //!   sweeps and checkpoints (`lifecycle`); the purgatory journal, synced before an event is
 //!   answered (`journal`).
-//! - [`git`]: storage on disk. The one git runner (`runner`), git operations (`git/mod.rs`), bare repositories
+//! - [`git`]: storage on disk. The one git runner (`runner`), git operations (`git/mod.rs`), refs and HEAD read from
+//!   a files-backend repository without a process (`ref_files`), bare repositories
 //!   (`repos`), the fast "surely missing" object check (`objects`), git smart HTTP through
 //!   `grasp-cgi` (`http`), each child in its own process group, ended with its request
 //!   (`cgi_child`).

@@ -2,8 +2,9 @@
 //! `path`, then the directory fsynced. A crash at any point leaves either the old or the new
 //! complete file, never a mix; readers never see a partial file.
 //!
-//! Used for the purgatory checkpoint, the hook API's address and token files, the hook scripts
-//! the relay's public address file and a private service's key. One writer per path at a time (the daemon holds the
+//! Used for the purgatory checkpoint, the hook API's address and token files, the hooks and
+//! their configuration (a hook is a hard link to its binary where one can be made,
+//! [`link_atomic`]), the relay's public address file and a private service's key. One writer per path at a time (the daemon holds the
 //! data-directory lock): the temporary name is fixed, so a stale one from a crash is replaced.
 
 use std::fs;
@@ -45,7 +46,32 @@ pub fn write_atomic(path: &Path, data: &[u8], mode: Option<u32>) -> io::Result<(
         }
         return Err(e);
     }
-    fs::rename(&tmp, path)?;
+    put_in_place(&tmp, path)
+}
+
+/// Replaces `path` atomically by a hard link to the existing file `target` (same inode: its
+/// content and mode), made at `<path>.tmp` and renamed over `path`; the directory is fsynced.
+/// Fails (leaving `path` as it was) where a link cannot be made, e.g. across file systems: the
+/// caller then copies with [`write_atomic`]. A `path` that already is `target` stays as it is.
+pub fn link_atomic(target: &Path, path: &Path) -> io::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    if let (Ok(a), Ok(b)) = (fs::metadata(target), fs::symlink_metadata(path)) {
+        if (a.dev(), a.ino()) == (b.dev(), b.ino()) {
+            return Ok(());
+        }
+    }
+    let tmp = tmp_path(path);
+    let _ = fs::remove_file(&tmp);
+    fs::hard_link(target, &tmp)?;
+    put_in_place(&tmp, path)
+}
+
+/// Renames `tmp` over `path` and fsyncs the directory, so the new name survives a crash.
+fn put_in_place(tmp: &Path, path: &Path) -> io::Result<()> {
+    if let Err(e) = fs::rename(tmp, path) {
+        let _ = fs::remove_file(tmp);
+        return Err(e);
+    }
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
@@ -83,5 +109,22 @@ mod tests {
         assert!(write_atomic(&path, b"new", None).is_err());
         assert_eq!(fs::read(&path).unwrap(), b"old");
         assert!(write_atomic(&dir.path().join("missing").join("f"), b"x", None).is_err());
+    }
+
+    #[test]
+    fn links_replace_files_whole_and_twice_is_a_no_op() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().unwrap();
+        let (target, path) = (dir.path().join("bin"), dir.path().join("hook"));
+        write_atomic(&target, b"binary", Some(0o755)).unwrap();
+        write_atomic(&path, b"#!/bin/sh\nold script\n", Some(0o755)).unwrap();
+        link_atomic(&target, &path).unwrap();
+        assert_eq!(fs::read(&path).unwrap(), b"binary");
+        assert_eq!(fs::metadata(&path).unwrap().ino(), fs::metadata(&target).unwrap().ino());
+        link_atomic(&target, &path).unwrap();
+        assert_eq!(fs::read(&path).unwrap(), b"binary");
+        assert!(!tmp_path(&path).exists());
+        assert!(link_atomic(&dir.path().join("missing"), &path).is_err());
+        assert_eq!(fs::read(&path).unwrap(), b"binary", "a failed link keeps the old file");
     }
 }

@@ -37,6 +37,24 @@ pub const GRASP_GIT_CONFIG: &[(&str, &str)] = &[
     ("receive.advertisePushOptions", "false"),
 ];
 
+/// The GRASP settings of a new repository as lines of git's config file: every
+/// [`GRASP_GIT_CONFIG`] entry and `core.hooksPath = hooks_dir`, each value quoted. The relay
+/// appends them to the `config` that `git init` wrote, in one write, instead of running one `git
+/// config` process per setting. `None` when a value cannot be written in that syntax (a
+/// newline): set it with `git config` then.
+pub fn grasp_config_text(hooks_dir: &str) -> Option<String> {
+    let mut out = String::new();
+    for (key, value) in GRASP_GIT_CONFIG.iter().copied().chain([("core.hooksPath", hooks_dir)]) {
+        let (section, name) = key.split_once('.')?;
+        if value.contains('\n') || value.contains('\0') {
+            return None;
+        }
+        let quoted = value.replace('\\', "\\\\").replace('"', "\\\"");
+        out.push_str(&format!("[{section}]\n\t{name} = \"{quoted}\"\n"));
+    }
+    Some(out)
+}
+
 /// File inside each bare repository that grasp-cgi locks exclusively (`File::lock`) while a
 /// receive-pack runs, serialising pushes to one repository across processes. Other writers may
 /// take it too, but never from code a hook waits on (the push holding it would deadlock).
@@ -247,6 +265,15 @@ pub fn percent_encode_segment(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn grasp_config_is_one_quoted_line_per_setting() {
+        let text = grasp_config_text("/data/ho\"o\\ks").unwrap();
+        assert_eq!(text.lines().filter(|l| l.starts_with('\t')).count(), GRASP_GIT_CONFIG.len() + 1);
+        assert!(text.contains("[uploadpack]\n\tallowFilter = \"true\"\n"), "{text}");
+        assert!(text.ends_with("[core]\n\thooksPath = \"/data/ho\\\"o\\\\ks\"\n"), "{text}");
+        assert_eq!(grasp_config_text("/a\nb"), None);
+    }
 
     fn owner() -> (PublicKey, String) {
         let pk =

@@ -5,6 +5,8 @@
 //!
 //! - [`refs`]: ref names, object ids, [`refs::RefUpdate`] (one line of
 //!   `pre-receive` input) and [`refs::RefMap`] (a repository's refs).
+//! - [`ref_files`]: a files-backend repository's `packed-refs` and loose ref files parsed
+//!   without git (the relay reads refs without a process where that is safe).
 //! - [`nip34`]: NIP-34 events as types: [`nip34::Announcement`] (30617),
 //!   [`nip34::RepoState`] (30618), [`nip34::PullRequest`] (1618/1619), the kind
 //!   constants, what an event references, and "does this announcement list
@@ -22,6 +24,8 @@
 //!   store, pull request refs, alignment of refs and HEAD, promotion) and copy targets.
 //! - [`push_limits`]: how many bytes one push may bring (`--max-push-bytes`,
 //!   `--max-pr-push-bytes`), checked on the quarantine in `pre-receive`.
+//! - [`hook_config`]: the file beside the installed hooks that tells them the data directory
+//!   and the push limits (the hooks are the binaries themselves, started without a shell).
 //! - [`push_lock`]: a repository's push lock (`<repo>/grasp.lock`), only ever tried, waited
 //!   for within a bound ([`push_lock::PushLock`]); shared by `grasp-cgi` and the relay.
 //! - [`push_index`]: held states indexed by the refs they declare, for the same decision
@@ -74,6 +78,7 @@ pub mod curation;
 pub mod deferred;
 pub mod fd_budget;
 pub mod hook_api;
+pub mod hook_config;
 pub mod html;
 pub mod host;
 pub mod identifier;
@@ -87,5 +92,6 @@ pub mod push_lock;
 pub mod recency;
 pub mod rate;
 pub mod refs;
+pub mod ref_files;
 pub mod release;
 pub mod transfer;

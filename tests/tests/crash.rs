@@ -97,8 +97,10 @@ async fn a_torn_journal_tail_is_ignored_and_the_journal_is_compacted() {
 /// notice never reaches the relay (as when the hook gave up or the relay died in between).
 fn pre_receive_only(server: &TestServer, dir: &std::path::Path) -> String {
     std::fs::create_dir_all(dir).unwrap();
-    let hook = server.data_dir().join("hooks").join("pre-receive");
-    std::fs::copy(&hook, dir.join("pre-receive")).unwrap();
+    // The hook and its configuration beside it (the data directory, the push limits).
+    for file in ["pre-receive", grasp_state::hook_config::FILE_NAME] {
+        std::fs::copy(server.data_dir().join("hooks").join(file), dir.join(file)).unwrap();
+    }
     format!("git -c core.hooksPath={} receive-pack", dir.display())
 }
 

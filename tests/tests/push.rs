@@ -551,7 +551,10 @@ async fn relay_killed_between_the_hooks_releases_after_restart() {
     let dir = repo_dir(&server, &owner.public_key(), "crash");
     let only_pre = tmp.path().join("only-pre-receive");
     std::fs::create_dir(&only_pre).unwrap();
-    std::fs::copy(server.data_dir().join("hooks/pre-receive"), only_pre.join("pre-receive")).unwrap();
+    // The hook and its configuration beside it (the data directory, the push limits).
+    for file in ["pre-receive", grasp_state::hook_config::FILE_NAME] {
+        std::fs::copy(server.data_dir().join("hooks").join(file), only_pre.join(file)).unwrap();
+    }
     let rp = format!("git -c core.hooksPath='{}' receive-pack", only_pre.display());
     let out = push_on_disk(&work, &dir, Some(&rp), &["main"]).unwrap();
     assert!(out.contains("grasp: push matches repository state"), "{out}");
@@ -634,4 +637,45 @@ async fn hook_api_is_private() {
     // The public port does not route to it, even with the token.
     let public = http.get(format!("{}/v1/purgatory", server.http_url())).header("x-grasp-token", &token).send().await.unwrap();
     assert_eq!(public.status(), reqwest::StatusCode::NOT_FOUND);
+}
+
+/// git starts the hooks without a shell: `<data>/hooks/pre-receive` and `post-receive` are the
+/// hook binaries themselves, configured by `grasp-hooks.conf` beside them. Hook scripts left by
+/// an older version (here ones that would refuse every push) are replaced at startup.
+#[tokio::test]
+async fn hooks_are_binaries_and_old_script_hooks_are_replaced_at_startup() {
+    use std::os::unix::fs::PermissionsExt;
+    let mut server = TestServer::start();
+    let hooks = server.data_dir().join("hooks");
+    server.stop();
+    for hook in ["pre-receive", "post-receive"] {
+        let path = hooks.join(hook);
+        std::fs::remove_file(&path).unwrap();
+        std::fs::write(&path, "#!/bin/sh\necho 'grasp: an old hook script ran' >&2\nexit 1\n").unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    std::fs::remove_file(hooks.join(grasp_state::hook_config::FILE_NAME)).unwrap();
+    server.restart();
+    for hook in ["pre-receive", "post-receive"] {
+        let bytes = std::fs::read(hooks.join(hook)).unwrap();
+        assert!(bytes.starts_with(b"\x7fELF"), "{hook} is not an executable binary: {:?}", String::from_utf8_lossy(&bytes[..bytes.len().min(80)]));
+    }
+    let config = std::fs::read(hooks.join(grasp_state::hook_config::FILE_NAME)).unwrap();
+    let config = grasp_state::hook_config::HookConfig::parse(&config).unwrap();
+    assert_eq!(std::fs::canonicalize(&config.data_dir).unwrap(), std::fs::canonicalize(server.data_dir()).unwrap());
+
+    let tmp = tempfile::tempdir().unwrap();
+    let mut c = connect(&server).await;
+    let owner = Keys::generate();
+    let ann = announcement(&server, &owner, "direct", &[]);
+    held(&mut c, &ann).await;
+    let repo = Repo::new(&tmp.path().join("w"), &server, &owner.public_key(), "direct");
+    let tip = repo.commit("a", "1");
+    let st = state(&owner, "direct", &[("refs/heads/main", &tip)], Some("main"));
+    held(&mut c, &st).await;
+    let out = repo.push(&["main"]).unwrap_or_else(|e| panic!("push refused: {e}"));
+    assert!(!out.contains("old hook script"), "{out}");
+    assert!(out.contains("grasp: push matches repository state"), "pre-receive answered: {out}");
+    assert!(says_released(&out, &st), "post-receive answered: {out}");
+    assert!(stored(&mut c, st.id).await && stored(&mut c, ann.id).await);
 }

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use grasp_hooks::{call, context, data_dir_from_args, say};
+use grasp_hooks::{call, context, say, settings};
 use grasp_state::hook_api::{PostReceiveRequest, PostReceiveResponse, PATH_POST_RECEIVE};
 
 /// Releasing may copy objects into other owners' repositories; give it time, but not forever.
@@ -10,7 +10,7 @@ const TIMEOUT: Duration = Duration::from_secs(120);
 
 fn main() {
     let result = (|| -> anyhow::Result<PostReceiveResponse> {
-        let ctx = context(data_dir_from_args("grasp-post-receive")?)?;
+        let ctx = context(settings("grasp-post-receive")?.data_dir)?;
         let req = PostReceiveRequest::new(ctx.owner, ctx.identifier, ctx.updates);
         call(&ctx.data_dir, PATH_POST_RECEIVE, &req, TIMEOUT)
     })();

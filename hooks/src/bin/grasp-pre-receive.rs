@@ -2,8 +2,7 @@
 
 use std::time::Duration;
 
-use grasp_hooks::{call, context, data_dir_from_args, say};
-use grasp_state::push_limits::PushLimits;
+use grasp_hooks::{call, context, say, settings};
 use grasp_state::hook_api::{check_version, PreReceiveRequest, PreReceiveResponse, PATH_PRE_RECEIVE};
 
 /// How long the pusher waits for a verdict before the push is rejected.
@@ -11,9 +10,10 @@ const TIMEOUT: Duration = Duration::from_secs(5);
 
 fn main() {
     let verdict = (|| -> anyhow::Result<PreReceiveResponse> {
-        let ctx = context(data_dir_from_args("grasp-pre-receive")?)?;
+        let settings = settings("grasp-pre-receive")?;
+        let limits = settings.limits;
+        let ctx = context(settings.data_dir)?;
         // Size limits first, on the quarantine: a refused pack never lands.
-        let limits = PushLimits::from_vars(|k| std::env::var(k).ok());
         if let Some(quarantine) = std::env::var_os("GIT_QUARANTINE_PATH") {
             if let Err(message) = limits.check(&ctx.updates, dir_bytes(std::path::Path::new(&quarantine))) {
                 return Ok(PreReceiveResponse::reject(vec![format!("grasp: push rejected: {message}")]));

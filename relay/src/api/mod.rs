@@ -475,31 +475,34 @@ pub fn run_command(data_dir: &Path, command: &crate::config::Command) -> Result<
     Ok(())
 }
 
-/// Writes the hook scripts git runs (`core.hooksPath` of every repository points here).
+/// Installs the hooks git runs (`core.hooksPath` of every repository points at `hooks_dir`): the
+/// hook binaries themselves, so git starts them without a shell (a hard link to each binary in
+/// `bin_dir`, or a copy where no link can be made: across file systems, or binaries of another
+/// user under `fs.protected_hardlinks`), and beside them
+/// their configuration (`grasp_state::hook_config`: the data directory and the push limits, so
+/// the limits hold behind nginx + fcgiwrap too), written first. Everything is replaced
+/// atomically at every start, so hooks of older versions (shell scripts) and of older binaries
+/// are replaced; a running push keeps the hook it started.
 pub fn install_hooks(hooks_dir: &Path, bin_dir: &Path, data_dir: &Path, limits: grasp_state::push_limits::PushLimits) -> Result<()> {
+    use grasp_state::hook_config::{HookConfig, FILE_NAME};
     std::fs::create_dir_all(hooks_dir)?;
+    let config = HookConfig { data_dir: data_dir.to_path_buf(), limits }.render()?;
+    write_atomic(&hooks_dir.join(FILE_NAME), &config, Some(0o644))
+        .with_context(|| format!("cannot write {}", hooks_dir.join(FILE_NAME).display()))?;
     for (hook, bin) in [("pre-receive", "grasp-pre-receive"), ("post-receive", "grasp-post-receive")] {
-        let bin_path = bin_dir.join(bin);
-        if !bin_path.exists() {
-            tracing::warn!(path = %bin_path.display(), "hook binary not found; pushes will be rejected until it is installed");
-        }
-        // The push limits travel in the script, so they hold behind nginx + fcgiwrap too.
-        let script = format!(
-            "#!/bin/sh\n# Written by grasp-relay at startup; do not edit.\n{}={} {}={} exec {} --data-dir {} \"$@\"\n",
-            grasp_state::push_limits::ENV_MAX_PUSH_BYTES,
-            limits.max_push_bytes,
-            grasp_state::push_limits::ENV_MAX_PR_PUSH_BYTES,
-            limits.max_pr_push_bytes,
-            shell_quote(&bin_path),
-            shell_quote(data_dir)
-        );
-        write_atomic(&hooks_dir.join(hook), script.as_bytes(), Some(0o755))?;
+        let (bin_path, hook_path) = (bin_dir.join(bin), hooks_dir.join(hook));
+        let how = match grasp_state::atomic_file::link_atomic(&bin_path, &hook_path) {
+            Ok(()) => "hard link",
+            Err(link_error) => {
+                let binary = std::fs::read(&bin_path).with_context(|| format!("cannot read the hook binary {}", bin_path.display()))?;
+                write_atomic(&hook_path, &binary, Some(0o755)).with_context(|| format!("cannot write {}", hook_path.display()))?;
+                tracing::debug!(hook = %hook_path.display(), error = %link_error, "hook copied (no hard link possible)");
+                "copy"
+            }
+        };
+        tracing::info!(hook = %hook_path.display(), binary = %bin_path.display(), how, "git hook installed");
     }
     Ok(())
-}
-
-fn shell_quote(p: &Path) -> String {
-    format!("'{}'", p.display().to_string().replace('\'', "'\\''"))
 }
 
 #[cfg(test)]
@@ -568,7 +571,48 @@ mod tests {
     }
 
     #[test]
-    fn quoting_survives_quotes() {
-        assert_eq!(shell_quote(Path::new("/a b/c'd")), "'/a b/c'\\''d'");
+    fn hooks_are_the_binaries_with_their_configuration_beside_them() {
+        use grasp_state::hook_config::{HookConfig, FILE_NAME};
+        use grasp_state::push_limits::PushLimits;
+        let dir = tempfile::tempdir().unwrap();
+        let (bin, hooks) = (dir.path().join("bin"), dir.path().join("data/hooks"));
+        std::fs::create_dir_all(&bin).unwrap();
+        std::fs::create_dir_all(&hooks).unwrap();
+        for name in ["grasp-pre-receive", "grasp-post-receive"] {
+            write_atomic(&bin.join(name), format!("binary {name}").as_bytes(), Some(0o755)).unwrap();
+        }
+        // A hook script written by an older version is replaced.
+        write_atomic(&hooks.join("pre-receive"), b"#!/bin/sh\nexec old --data-dir /x\n", Some(0o755)).unwrap();
+        let limits = PushLimits { max_push_bytes: 7, max_pr_push_bytes: 3 };
+        install_hooks(&hooks, &bin, &dir.path().join("data"), limits).unwrap();
+        for (hook, name) in [("pre-receive", "grasp-pre-receive"), ("post-receive", "grasp-post-receive")] {
+            assert_eq!(std::fs::read(hooks.join(hook)).unwrap(), format!("binary {name}").as_bytes());
+        }
+        let config = HookConfig::parse(&std::fs::read(hooks.join(FILE_NAME)).unwrap()).unwrap();
+        assert_eq!(config, HookConfig { data_dir: dir.path().join("data"), limits });
+        // Again (a restart): still in place; a missing binary is an error, the old hook stays.
+        install_hooks(&hooks, &bin, &dir.path().join("data"), limits).unwrap();
+        std::fs::remove_file(bin.join("grasp-post-receive")).unwrap();
+        assert!(install_hooks(&hooks, &bin, &dir.path().join("data"), limits).is_err());
+        assert_eq!(std::fs::read(hooks.join("post-receive")).unwrap(), b"binary grasp-post-receive");
+    }
+
+    #[test]
+    fn hooks_are_copied_where_no_link_can_be_made() {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        // Binaries on another file system (tmpfs) than the data directory, where there is one.
+        let Ok(bin) = tempfile::tempdir_in("/dev/shm") else { return };
+        let data = tempfile::tempdir().unwrap();
+        if std::fs::metadata(bin.path()).unwrap().dev() == std::fs::metadata(data.path()).unwrap().dev() {
+            return;
+        }
+        for name in ["grasp-pre-receive", "grasp-post-receive"] {
+            write_atomic(&bin.path().join(name), format!("binary {name}").as_bytes(), Some(0o755)).unwrap();
+        }
+        let hooks = data.path().join("hooks");
+        install_hooks(&hooks, bin.path(), data.path(), grasp_state::push_limits::PushLimits::default()).unwrap();
+        let hook = std::fs::metadata(hooks.join("pre-receive")).unwrap();
+        assert_eq!(std::fs::read(hooks.join("pre-receive")).unwrap(), b"binary grasp-pre-receive");
+        assert_eq!(hook.permissions().mode() & 0o777, 0o755);
     }
 }

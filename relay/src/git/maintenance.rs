@@ -22,10 +22,12 @@
 //! git's `gc.recentObjectsHook`); the push lock keeps every push, and so every quarantine, out.
 //! (A refused push's pack never lands: git drops its quarantine.)
 //!
-//! Stock git's own auto-gc at the end of receive-pack (`receive.autogc`) stays on its default:
-//! it runs inside the push, under the same lock, so the two never overlap; the relay's pass also
-//! covers objects that arrived without a receive-pack (background sync, copies between owners'
-//! repositories).
+//! Stock git's own auto-gc at the end of receive-pack (`receive.autogc`, on by default: receive-pack
+//! runs `git maintenance run --auto` itself once its post-receive hook is done) does the work
+//! after a push, so the pass queued by a push's post-receive ([`after_push`]) only removes
+//! crashed pushes' quarantines and runs no git process (the relay running `git maintenance run
+//! --auto` again right after git did cost a process start per push for nothing). Objects that
+//! arrived without a receive-pack (background sync, [`after_objects_arrived`]) get the full pass.
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -54,6 +56,9 @@ pub struct Maintenance {
     queued: Arc<Mutex<HashSet<PathBuf>>>,
     /// Repositories whose next pass also prunes unreachable objects (refs were removed).
     prune: Arc<Mutex<HashSet<PathBuf>>>,
+    /// Queued repositories whose next pass runs no `git maintenance`: only pushes asked for it,
+    /// and receive-pack's auto-gc ran it (guarded by `queued`'s lock).
+    after_receive_pack: Arc<Mutex<HashSet<PathBuf>>>,
 }
 
 impl Maintenance {
@@ -64,10 +69,11 @@ impl Maintenance {
         let (tx, rx) = mpsc::unbounded_channel();
         let queued = Arc::new(Mutex::new(HashSet::new()));
         let prune = Arc::new(Mutex::new(HashSet::new()));
+        let after_receive_pack = Arc::new(Mutex::new(HashSet::new()));
         tokio::spawn(sweep_quarantines(grasp.layout.git_root().to_path_buf(), git_idle_timeout, shutdown.clone()));
         let pass = Pass { grasp, prune: prune.clone(), prune_after: git_idle_timeout };
-        tokio::spawn(worker(rx, queued.clone(), pass, shutdown));
-        Maintenance { tx, queued, prune }
+        tokio::spawn(worker(rx, queued.clone(), after_receive_pack.clone(), pass, shutdown));
+        Maintenance { tx, queued, prune, after_receive_pack }
     }
 
     /// Queues `repo` for a pass that also prunes: refs were removed from it (expired pull
@@ -77,22 +83,54 @@ impl Maintenance {
         self.schedule(repo);
     }
 
-    /// Queues `repo` (once, however many pushes ask before it runs).
+    /// Queues `repo` for a full pass (once, however many ask before it runs).
     pub fn schedule(&self, repo: PathBuf) {
+        self.enqueue(repo, false);
+    }
+
+    /// Queues `repo` after a push: receive-pack's auto-gc did git's part, so unless something
+    /// else asks for a full pass before it runs, the pass only removes stale quarantines.
+    pub fn schedule_after_receive_pack(&self, repo: PathBuf) {
+        self.enqueue(repo, true);
+    }
+
+    fn enqueue(&self, repo: PathBuf, after_receive_pack: bool) {
         let mut queued = self.queued.lock().unwrap();
-        if queued.len() >= MAX_QUEUED || !queued.insert(repo.clone()) {
+        let mut light = self.after_receive_pack.lock().unwrap();
+        if queued.contains(&repo) {
+            // A full pass asked for wins over a light one.
+            if !after_receive_pack {
+                light.remove(&repo);
+            }
             return;
+        }
+        if queued.len() >= MAX_QUEUED {
+            return;
+        }
+        queued.insert(repo.clone());
+        if after_receive_pack {
+            light.insert(repo.clone());
         }
         if self.tx.send(repo.clone()).is_err() {
             queued.remove(&repo);
+            light.remove(&repo);
         }
     }
 }
 
-/// Queues `owner`'s repository for `identifier` after a push (when the relay runs maintenance).
+/// Queues `owner`'s repository for `identifier` after a push (when the relay runs maintenance):
+/// a pass without `git maintenance`, which receive-pack ran.
 pub fn after_push(grasp: &Grasp, owner: &nostr::prelude::PublicKey, identifier: &str) {
     if let (Some(m), Some(repo)) = (grasp.maintenance.get(), grasp.repo_path(owner, identifier)) {
-        m.schedule(repo);
+        m.schedule_after_receive_pack(repo);
+    }
+}
+
+/// Queues `repo` for a full pass after objects arrived in it without a receive-pack (background
+/// sync) (when the relay runs maintenance).
+pub fn after_objects_arrived(grasp: &Grasp, repo: &Path) {
+    if let Some(m) = grasp.maintenance.get() {
+        m.schedule(repo.to_path_buf());
     }
 }
 
@@ -135,6 +173,7 @@ async fn sweep_quarantines(git_root: PathBuf, idle: Duration, mut shutdown: Shut
 async fn worker(
     mut rx: mpsc::UnboundedReceiver<PathBuf>,
     queued: Arc<Mutex<HashSet<PathBuf>>>,
+    after_receive_pack: Arc<Mutex<HashSet<PathBuf>>>,
     pass: Pass,
     mut shutdown: Shutdown,
 ) {
@@ -143,17 +182,22 @@ async fn worker(
             _ = shutdown.recv() => return,
             next = rx.recv() => match next { Some(repo) => repo, None => return },
         };
-        queued.lock().unwrap().remove(&repo);
+        let git_ran = {
+            let mut queued = queued.lock().unwrap();
+            queued.remove(&repo);
+            after_receive_pack.lock().unwrap().remove(&repo)
+        };
         tokio::select! {
             _ = shutdown.recv() => return,
-            () = maintain(&pass, &repo) => {}
+            () = maintain(&pass, &repo, git_ran) => {}
         }
     }
 }
 
 /// Runs maintenance in `repo` under its push lock and the relay's lock of it (taken the one way,
-/// [`RepoGuards`], in the lock order, without blocking a thread).
-async fn maintain(pass: &Pass, repo: &Path) {
+/// [`RepoGuards`], in the lock order, without blocking a thread). With `git_ran` (receive-pack's
+/// auto-gc just ran), only stale quarantines are removed, unless a prune is due.
+async fn maintain(pass: &Pass, repo: &Path, git_ran: bool) {
     let grasp = &pass.grasp;
     let shown = grasp.layout.git_root().parent().map_or(repo, |root| repo.strip_prefix(root).unwrap_or(repo)).display().to_string();
     let started = Instant::now();
@@ -176,11 +220,14 @@ async fn maintain(pass: &Pass, repo: &Path) {
     let result = if prune {
         let keep = kept_objects(grasp, repo).await;
         run_prune(repo, &keep, pass.prune_after).await
+    } else if git_ran {
+        Ok(())
     } else {
         run_auto(repo).await
     };
+    let git = if prune { "gc --prune" } else if git_ran { "receive-pack's auto-gc" } else { "maintenance run --auto" };
     match result {
-        Ok(()) => tracing::info!(repo = %shown, prune, elapsed_ms = started.elapsed().as_millis() as u64, "repository maintenance done"),
+        Ok(()) => tracing::info!(repo = %shown, prune, git, elapsed_ms = started.elapsed().as_millis() as u64, "repository maintenance done"),
         Err(e) => tracing::warn!(repo = %shown, prune, error = %e, "repository maintenance failed"),
     }
 }

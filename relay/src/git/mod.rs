@@ -11,6 +11,7 @@ pub mod cgi_child;
 pub mod http;
 pub mod maintenance;
 pub mod objects;
+pub mod ref_files;
 pub mod repos;
 pub mod runner;
 
@@ -30,8 +31,17 @@ pub fn http_backend_program() -> Option<std::path::PathBuf> {
     program.is_file().then_some(program)
 }
 
-/// All refs of the repository (`refs/...` -> oid), HEAD excluded.
+/// All refs of the repository (`refs/...` -> oid), HEAD excluded: from its files where that is
+/// safe ([`ref_files`]), otherwise from `git for-each-ref`.
 pub fn read_refs(repo: &Path) -> Result<RefMap, GitError> {
+    if let Some((refs, _)) = ref_files::read(repo) {
+        return Ok(refs);
+    }
+    for_each_ref(repo)
+}
+
+/// All refs of the repository, from `git for-each-ref`.
+fn for_each_ref(repo: &Path) -> Result<RefMap, GitError> {
     let out = GitCommand::in_repo(repo).args(["for-each-ref", "--format=%(objectname) %(refname)"]).run()?;
     Ok(String::from_utf8_lossy(&out)
         .lines()
@@ -40,18 +50,22 @@ pub fn read_refs(repo: &Path) -> Result<RefMap, GitError> {
         .collect())
 }
 
-/// All refs (as [`read_refs`]) and what HEAD points at (as [`head`]), from one
-/// `git for-each-ref --include-root-refs` where it can: a push's post-receive reads both, and
-/// every process spawn costs milliseconds. An unborn HEAD (pointing at a branch that does not
-/// exist) is not listed by that command and is read with `symbolic-ref`; a git older than 2.46
-/// (no `--include-root-refs`) gets the two separate commands.
+/// All refs (as [`read_refs`]) and what HEAD points at (as [`head`]): a push's post-receive
+/// reads both, and every process spawn costs milliseconds. From the repository's files where
+/// that is safe ([`ref_files`]), otherwise from one `git for-each-ref --include-root-refs`. An
+/// unborn HEAD (pointing at a branch that does not exist) is not listed by that command and is
+/// read with `symbolic-ref`; a git older than 2.46 (no `--include-root-refs`) gets the two
+/// separate commands.
 pub fn read_refs_and_head(repo: &Path) -> Result<(RefMap, Option<String>), GitError> {
+    if let Some(read) = ref_files::read(repo) {
+        return Ok(read);
+    }
     let out = match GitCommand::in_repo(repo)
         .args(["for-each-ref", "--include-root-refs", "--format=%(objectname) %(refname) %(symref)"])
         .run()
     {
         Ok(out) => out,
-        Err(GitError::Failed { .. }) => return Ok((read_refs(repo)?, head(repo)?)),
+        Err(GitError::Failed { .. }) => return Ok((for_each_ref(repo)?, head(repo)?)),
         Err(e) => return Err(e),
     };
     let mut refs = RefMap::new();

@@ -14,6 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use grasp_state::identifier::{IdentifierError, RepoLayout};
 use nostr::key::PublicKey;
 
+use grasp_state::atomic_file::write_atomic;
 use grasp_state::identifier::GRASP_GIT_CONFIG;
 
 use crate::git::{GitCommand, GitError};
@@ -83,17 +84,30 @@ pub fn create_bare_repo(
 
 /// `git init --bare` with no template (an empty `--template=`): only what git needs (`HEAD`,
 /// `config`, `objects/`, `refs/`), none of the sample hooks, `description` and `info/exclude`
-/// git's default template copies, so a held announcement costs about 36 kB and 9 inodes.
+/// git's default template copies, so a held announcement costs about 36 kB and 9 inodes. The
+/// GRASP settings ([`GRASP_GIT_CONFIG`], `core.hooksPath`) are appended to the `config` git
+/// wrote in one atomic write (`grasp_state::identifier::grasp_config_text`), not one `git
+/// config` process each (an announcement's repository then costs one process, not eight); a
+/// hooks path that cannot be written that way is set by `git config`.
 fn init_configured(dir: &Path, hooks_dir: &Path) -> Result<(), RepoError> {
     GitCommand::without_repo().args(["init", "--bare", "--quiet", "--template="]).arg(dir).run()?;
-    for (key, value) in GRASP_GIT_CONFIG {
-        GitCommand::in_repo(dir).args(["config", key, value]).run()?;
-    }
     let hooks = hooks_dir.to_str().ok_or_else(|| RepoError::Io {
         what: "hooks directory is not UTF-8:",
         path: hooks_dir.to_path_buf(),
         source: std::io::Error::from(std::io::ErrorKind::InvalidInput),
     })?;
+    let config = dir.join("config");
+    if let Some(section) = grasp_state::identifier::grasp_config_text(hooks) {
+        let mut text = std::fs::read(&config).map_err(io_err("reading", &config))?;
+        if !text.is_empty() && !text.ends_with(b"\n") {
+            text.push(b'\n');
+        }
+        text.extend_from_slice(section.as_bytes());
+        return write_atomic(&config, &text, None).map_err(io_err("writing", &config));
+    }
+    for (key, value) in GRASP_GIT_CONFIG {
+        GitCommand::in_repo(dir).args(["config", key, value]).run()?;
+    }
     GitCommand::in_repo(dir).args(["config", "core.hooksPath", hooks]).run()?;
     Ok(())
 }
@@ -283,6 +297,21 @@ mod tests {
             .collect();
         assert_eq!(names, vec![std::ffi::OsString::from("my repo.git")]);
         assert!(read_refs(&path).unwrap().is_empty());
+    }
+
+    #[test]
+    fn settings_written_in_one_go_read_back_through_git() {
+        let root = tempfile::tempdir().unwrap();
+        let layout = RepoLayout::new(root.path().join("git"));
+        let hooks = root.path().join("ho\"oks \\ dir");
+        let path = create_bare_repo(&layout, &owner(), "quoted", &hooks).unwrap();
+        for (k, v) in GRASP_GIT_CONFIG {
+            assert_eq!(config(&path, k), *v, "{k}");
+        }
+        assert_eq!(config(&path, "core.hooksPath"), hooks.to_str().unwrap());
+        assert_eq!(config(&path, "core.bare"), "true");
+        let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(path.join("config")).unwrap().permissions());
+        assert_eq!(mode & 0o600, 0o600, "git can still rewrite its config");
     }
 
     #[test]

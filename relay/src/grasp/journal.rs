@@ -10,7 +10,9 @@
 //!   before the cut are deleted ([`Journal::remove_before`]). A crash in between leaves them,
 //!   and replaying them over the newer checkpoint gives the same state.
 //! - Group commit: one writer thread takes every batch waiting in its queue, appends it with one
-//!   `write`, one `fdatasync`, then answers everyone in the batch. Records enter the queue inside
+//!   `write`, one `fdatasync`, then answers everyone in the batch. A batch nobody waits for
+//!   (removals after a release, expiry, deadline extensions) waits up to [`LINGER`] for more
+//!   changes first, so a release's removals share one sync, after the push is answered. Records enter the queue inside
 //!   the purgatory's critical section ([`crate::grasp::purgatory::SharedPurgatory`]), so the
 //!   file's order is the order of the changes; waiting for the sync happens outside it.
 //! - Bounded size: past [`SEGMENT_LIMIT`] bytes the writer asks for an early checkpoint
@@ -35,6 +37,15 @@ pub const JOURNAL_PREFIX: &str = "purgatory-journal.";
 
 /// A segment larger than this asks for an early checkpoint (which truncates the journal).
 pub const SEGMENT_LIMIT: u64 = 64 * 1024 * 1024;
+
+/// Most bytes appended with one write.
+const BATCH_BYTES: usize = 4 * 1024 * 1024;
+
+/// How long records nobody waits for may wait for company before they are synced. Losing them
+/// in a crash costs nothing (docs/protocol.md#checkpoints): a released entry replayed as held is
+/// released again by the startup reconciliation (storing it again is a no-op), an expired one
+/// is due at once, a lost extension only brings a deadline forward.
+pub const LINGER: std::time::Duration = std::time::Duration::from_millis(10);
 
 /// Why a change could not be made durable.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -237,31 +248,46 @@ fn writer(dir: &Path, mut segment: u64, mut file: std::fs::File, rx: &mpsc::Rece
     };
     while let Ok(first) = rx.recv() {
         let mut next = Some(first);
-        while let Some(msg) = next.take().or_else(|| rx.try_recv().ok()) {
-            match msg {
-                Msg::Append(records, ack) => {
-                    for record in &records {
-                        encode(record, &mut buf);
-                    }
-                    acks.extend(ack);
-                }
-                Msg::Cut(reply) => {
-                    flush(&mut file, &mut size, &mut buf, &mut acks);
-                    match create_segment(dir, segment + 1) {
-                        Ok(new) => {
-                            segment += 1;
-                            file = new;
-                            size = 0;
-                            let _ = reply.send(segment);
+        let lingering_since = std::time::Instant::now();
+        loop {
+            while let Some(msg) = next.take().or_else(|| rx.try_recv().ok()) {
+                match msg {
+                    Msg::Append(records, ack) => {
+                        for record in &records {
+                            encode(record, &mut buf);
                         }
-                        // Keep appending to the old segment; the checkpoint deletes nothing.
-                        Err(e) => tracing::error!(error = %e, "could not start a new purgatory journal segment"),
+                        acks.extend(ack);
+                    }
+                    Msg::Cut(reply) => {
+                        flush(&mut file, &mut size, &mut buf, &mut acks);
+                        match create_segment(dir, segment + 1) {
+                            Ok(new) => {
+                                segment += 1;
+                                file = new;
+                                size = 0;
+                                let _ = reply.send(segment);
+                            }
+                            // Keep appending to the old segment; the checkpoint deletes nothing.
+                            Err(e) => tracing::error!(error = %e, "could not start a new purgatory journal segment"),
+                        }
                     }
                 }
+                if buf.len() >= BATCH_BYTES {
+                    break;
+                }
             }
-            if buf.len() >= 4 * 1024 * 1024 {
-                break;
+            // Nobody waits for these records (an entry released or expired, a deadline
+            // extended): give the changes that follow them (a release removes several entries)
+            // a moment to share their sync, which also leaves the path of the push being
+            // answered. A record waited for ends the wait at once.
+            let left = LINGER.saturating_sub(lingering_since.elapsed());
+            if acks.is_empty() && !buf.is_empty() && buf.len() < BATCH_BYTES && !left.is_zero() {
+                if let Ok(msg) = rx.recv_timeout(left) {
+                    next = Some(msg);
+                    continue;
+                }
             }
+            break;
         }
         flush(&mut file, &mut size, &mut buf, &mut acks);
         if size > SEGMENT_LIMIT {
@@ -292,10 +318,18 @@ mod tests {
         assert_eq!(next, 4);
         let (records, following) = read_segments(dir.path());
         assert_eq!(records, (0..51).map(record).collect::<Vec<_>>());
+        // Records nobody waits for go to disk in order, at the latest with the next one waited
+        // for (which does not wait for the linger).
+        let _ = journal.append(vec![record(60)], false);
+        let _ = journal.append(vec![record(61)], false);
+        let started = std::time::Instant::now();
+        journal.append(vec![record(62)], true).wait().await.unwrap();
+        assert!(started.elapsed() < std::time::Duration::from_secs(5));
+        assert_eq!(read_segments(dir.path()).0[51..], [record(60), record(61), record(62)]);
         assert_eq!(following, 5);
         journal.remove_before(next);
         let (records, _) = read_segments(dir.path());
-        assert_eq!(records, vec![record(50)]);
+        assert_eq!(records, vec![record(50), record(60), record(61), record(62)]);
         assert!(journal.append(Vec::new(), true).wait().await.is_ok());
     }
 }

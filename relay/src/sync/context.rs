@@ -129,6 +129,10 @@ impl SyncContext for Arc<Grasp> {
     fn attempted(&self, outcome: &super::Outcome) {
         self.metrics.sync_attempt(outcome);
     }
+
+    fn objects_moved_in(&self, repo: &Path) {
+        crate::git::maintenance::after_objects_arrived(self, repo);
+    }
 }
 
 /// The ref targets of each held state of `identifier` authored inside `set`. States that can

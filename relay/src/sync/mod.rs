@@ -95,6 +95,9 @@ pub trait SyncContext: Send + Sync + 'static {
 
     /// One sync attempt for an identifier finished (the operator's metrics; nothing by default).
     fn attempted(&self, _outcome: &Outcome) {}
+    /// Fetched objects were moved into `repo` (no receive-pack ran there: maintenance is the
+    /// relay's to schedule).
+    fn objects_moved_in(&self, _repo: &Path) {}
 }
 
 /// Everything configurable about background sync.
@@ -524,7 +527,12 @@ impl<C: SyncContext> Shared<C> {
                 continue;
             };
             match quarantine.apply().await {
-                Ok(_) => attempt.progressed = true,
+                Ok(moved) => {
+                    attempt.progressed = true;
+                    if moved > 0 {
+                        self.ctx.objects_moved_in(&target.repo);
+                    }
+                }
                 Err(error) => {
                     tracing::warn!(identifier, repo = %target.repo.display(), %error, "cannot move synced objects into the repository")
                 }
