@@ -73,6 +73,26 @@ pub struct Config {
     #[arg(long, env = "GRASP_NEGENTROPY_MAX_ITEMS", default_value_t = crate::nostr::negentropy::DEFAULT_MAX_ITEMS)]
     pub negentropy_max_items: usize,
 
+    /// Most stored events all NIP-77 sessions of one connection may hold at once; a NEG-OPEN
+    /// beyond it is answered `NEG-ERR "blocked: ..."` until the client closes sessions.
+    #[arg(long, env = "GRASP_NEGENTROPY_MAX_ITEMS_PER_CONNECTION", default_value_t = crate::nostr::negentropy::DEFAULT_MAX_ITEMS_PER_CONNECTION)]
+    pub negentropy_max_items_per_connection: usize,
+
+    /// Most stored events the NIP-77 sessions of all connections may hold at once (about 40
+    /// bytes each); a NEG-OPEN beyond it is answered `NEG-ERR "rate-limited: ..."`.
+    #[arg(long, env = "GRASP_NEGENTROPY_MAX_ITEMS_TOTAL", default_value_t = crate::nostr::negentropy::DEFAULT_MAX_ITEMS_TOTAL)]
+    pub negentropy_max_items_total: usize,
+
+    /// NIP-77 `NEG-OPEN`s all connections of one client address may send per minute (each
+    /// scans and sorts the events its filter matches); beyond it `NEG-ERR "rate-limited: ..."`.
+    #[arg(long, env = "GRASP_NEGENTROPY_OPENS_PER_MINUTE", default_value_t = crate::trust::limits::DEFAULT_NEGENTROPY_OPENS_PER_MINUTE)]
+    pub negentropy_opens_per_minute: u32,
+
+    /// A NIP-77 session that receives no NEG-MSG for this long is closed with
+    /// `NEG-ERR "closed: ..."`, freeing the events it held.
+    #[arg(long, env = "GRASP_NEGENTROPY_IDLE_TIMEOUT", default_value = "60s", value_name = "DURATION", value_parser = parse_duration)]
+    pub negentropy_idle_timeout: Duration,
+
     /// Most connections (HTTP and WebSocket) the public listener keeps open at once; new ones
     /// beyond it get a `503` and are closed. The open file limit must allow it: at startup the
     /// soft limit is raised to the hard one, and below --max-connections + 2 x
@@ -707,6 +727,8 @@ impl Config {
     pub fn negentropy(&self) -> Option<NegentropyLimits> {
         (!self.no_negentropy).then(|| NegentropyLimits {
             max_items: self.negentropy_max_items,
+            max_items_per_connection: self.negentropy_max_items_per_connection,
+            idle_timeout: self.negentropy_idle_timeout,
             ..NegentropyLimits::default()
         })
     }
@@ -725,6 +747,7 @@ impl Config {
             repos_per_author_per_hour: self.new_repos_per_author_per_hour,
             max_repos: self.max_repos,
             ipv6_prefix_len: self.ipv6_prefix_len,
+            negentropy_opens_per_minute: self.negentropy_opens_per_minute,
         }
     }
 

@@ -2,7 +2,9 @@
 //! `negentropy` crate's initiator, driven over the test WebSocket client the way the rust-nostr
 //! SDK drives it) reconciles against the relay and learns exactly which events it lacks and which
 //! the relay lacks; limits, closed sessions and bad input are answered with `NEG-ERR` (or a
-//! NOTICE) on a connection that stays usable; `--no-negentropy` makes a relay without NIP-77.
+//! NOTICE) on a connection that stays usable; NEG-OPEN is metered per address, sessions hold
+//! bounded events per connection and in total and are closed when idle; `--no-negentropy` makes
+//! a relay without NIP-77.
 
 use std::borrow::Cow;
 use std::collections::BTreeSet;
@@ -294,4 +296,98 @@ async fn switched_off_relay_does_not_speak_nip77() {
         !c.backlog().any(|m| matches!(m, RelayMessage::NegMsg { .. } | RelayMessage::NegErr { .. })),
         "no NIP-77 answer from a relay without it"
     );
+}
+
+/// NEG-OPEN is metered per client address (every connection of it shares one bucket, apart from
+/// the write bucket): beyond it NEG-ERR `rate-limited:`, and REQ and EVENT go on.
+#[tokio::test]
+async fn neg_open_is_metered_per_address() {
+    let server = TestServer::start_with(&["--negentropy-opens-per-minute", "3"]);
+    let (mut c1, mut c2) = (connect(&server).await, connect(&server).await);
+    let events = grasp_lists(&server, 4);
+    publish_all(&mut c1, &events[..2]).await;
+    let lists = || Filter::new().kind(Kind::from(10317));
+    for sub in ["a", "b"] {
+        neg_open(&mut c1, sub, lists(), initial_message(&[])).await;
+        neg_reply(&mut c1, sub).await.unwrap();
+    }
+    neg_open(&mut c2, "c", lists(), initial_message(&[])).await;
+    neg_reply(&mut c2, "c").await.unwrap();
+    // The fourth NEG-OPEN of the address, on either connection, is refused.
+    neg_open(&mut c2, "d", lists(), initial_message(&[])).await;
+    let err = neg_reply(&mut c2, "d").await.unwrap_err();
+    assert!(err.starts_with("rate-limited:") && err.contains("3 per minute"), "{err}");
+    // Re-opening an open id is a NEG-OPEN too: refused, and (NIP-77) that session is closed.
+    neg_open(&mut c1, "a", lists(), initial_message(&[])).await;
+    assert!(neg_reply(&mut c1, "a").await.unwrap_err().starts_with("rate-limited:"));
+    neg_msg(&mut c1, "a", initial_message(&[])).await;
+    assert!(neg_reply(&mut c1, "a").await.unwrap_err().starts_with("closed:"));
+    // Open sessions go on, and so do writes and REQs.
+    neg_msg(&mut c1, "b", initial_message(&[])).await;
+    neg_reply(&mut c1, "b").await.unwrap();
+    publish_all(&mut c2, &events[2..]).await;
+    c2.ping_relay().await.unwrap();
+}
+
+/// A session that gets no NEG-MSG for `--negentropy-idle-timeout` is closed with NEG-ERR
+/// `closed:`, each in its turn, on a connection that stays open.
+#[tokio::test]
+async fn idle_sessions_are_closed() {
+    let server = TestServer::start_with(&["--negentropy-idle-timeout", "2s"]);
+    let mut c = connect(&server).await;
+    publish_all(&mut c, &grasp_lists(&server, 3)).await;
+    let lists = || Filter::new().kind(Kind::from(10317));
+    let opened = std::time::Instant::now();
+    neg_open(&mut c, "idle", lists(), initial_message(&[])).await;
+    neg_reply(&mut c, "idle").await.unwrap();
+    neg_open(&mut c, "busy", lists(), initial_message(&[])).await;
+    neg_reply(&mut c, "busy").await.unwrap();
+    // "busy" is used again while "idle" waits.
+    neg_msg(&mut c, "busy", initial_message(&[])).await;
+    neg_reply(&mut c, "busy").await.unwrap();
+    let err = neg_reply(&mut c, "idle").await.unwrap_err();
+    assert!(err.starts_with("closed:") && err.contains("NEG-OPEN"), "{err}");
+    assert!(opened.elapsed() >= std::time::Duration::from_secs(2), "closed before the idle timeout");
+    neg_msg(&mut c, "idle", initial_message(&[])).await;
+    assert!(neg_reply(&mut c, "idle").await.unwrap_err().starts_with("closed:"));
+    // "busy" expires in its turn; the connection stays usable.
+    assert!(neg_reply(&mut c, "busy").await.unwrap_err().starts_with("closed:"));
+    c.ping_relay().await.unwrap();
+}
+
+/// The sessions of one connection hold at most `--negentropy-max-items-per-connection` events
+/// together (NEG-ERR `blocked:` naming NEG-CLOSE), and those of all connections at most
+/// `--negentropy-max-items-total` (NEG-ERR `rate-limited:`); closing a session gives its events
+/// back.
+#[tokio::test]
+async fn sessions_hold_bounded_items_per_connection_and_in_total() {
+    let server = TestServer::start_with(&[
+        "--negentropy-max-items-per-connection",
+        "6",
+        "--negentropy-max-items-total",
+        "8",
+    ]);
+    let mut c1 = connect(&server).await;
+    publish_all(&mut c1, &grasp_lists(&server, 6)).await;
+    let lists = |n: usize| Filter::new().kind(Kind::from(10317)).limit(n);
+    neg_open(&mut c1, "a", lists(4), initial_message(&[])).await;
+    neg_reply(&mut c1, "a").await.unwrap();
+    neg_open(&mut c1, "b", lists(3), initial_message(&[])).await;
+    let err = neg_reply(&mut c1, "b").await.unwrap_err();
+    assert!(err.starts_with("blocked:") && err.contains("NEG-CLOSE"), "{err}");
+    neg_open(&mut c1, "b", lists(2), initial_message(&[])).await;
+    neg_reply(&mut c1, "b").await.unwrap();
+    // 6 held by the first connection: the second may take 2 more of the 8, not 3.
+    let mut c2 = connect(&server).await;
+    neg_open(&mut c2, "c", lists(3), initial_message(&[])).await;
+    let err = neg_reply(&mut c2, "c").await.unwrap_err();
+    assert!(err.starts_with("rate-limited:") && err.contains('8'), "{err}");
+    neg_open(&mut c2, "c", lists(2), initial_message(&[])).await;
+    neg_reply(&mut c2, "c").await.unwrap();
+    // Closing a session gives its events back.
+    neg_close(&mut c1, "a").await;
+    let got = reconcile(&mut c2, "d", lists(4), &[]).await.unwrap();
+    assert_eq!(got.need.len(), 4);
+    c1.ping_relay().await.unwrap();
+    c2.ping_relay().await.unwrap();
 }

@@ -132,7 +132,12 @@ async fn live_subscriptions_end_when_membership_ends() {
     let (sub, _) = b.subscribe(vec![Filter::new().kind(Kind::Custom(10317))]).await.unwrap();
     let mut a = connect(&server).await;
     assert!(a.auth(&alice).await.unwrap().0);
-    let first = event(&alice, 10317, &[&["g", "ws://one.example.com"]]);
+    // A second older than `second` below, which replaces it (a same-second tie could refuse it).
+    let first = EventBuilder::new(Kind::from(10317), "")
+        .tags([Tag::parse(["g", "ws://one.example.com"]).unwrap()])
+        .custom_created_at(Timestamp::from(now() - 1))
+        .finalize(&alice)
+        .unwrap();
     assert!(a.send_event(&first).await.unwrap().0);
     assert_eq!(b.next_event(&sub).await.unwrap().id, first.id, "a member gets live events");
 
@@ -260,4 +265,62 @@ async fn grasp_cgi_given_only_the_git_root_stays_private() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.starts_with("Status: 401"), "served without the relay's check: {stdout:.200}");
     assert!(String::from_utf8_lossy(&out.stderr).contains("refusing"), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// NIP-77 on a private service: every NEG-* message checks membership, so a reconciliation a
+/// member opened is refused `restricted:` at its next NEG-MSG once the membership ends.
+#[tokio::test]
+async fn negentropy_sessions_end_when_membership_ends() {
+    let (alice, bob) = (Keys::generate(), Keys::generate());
+    let tmp = tempfile::tempdir().unwrap();
+    let members = tmp.path().join("members");
+    std::fs::write(&members, format!("{}\n", bob.public_key().to_bech32().unwrap())).unwrap();
+    let server = start_private(&alice, &["--members-file", members.to_str().unwrap()]);
+    let mut a = connect(&server).await;
+    assert!(a.auth(&alice).await.unwrap().0);
+    assert!(a.send_event(&event(&alice, 10317, &[&["g", "ws://one.example.com"]])).await.unwrap().0);
+    let mut b = connect(&server).await;
+    assert!(b.auth(&bob).await.unwrap().0);
+    let neg_answer = |sub: &'static str| {
+        move |m: &RelayMessage<'static>| match m {
+            RelayMessage::NegMsg { subscription_id, message } if subscription_id.as_str() == sub => Some(Ok(message.to_string())),
+            RelayMessage::NegErr { subscription_id, message } if subscription_id.as_str() == sub => Some(Err(message.to_string())),
+            _ => None,
+        }
+    };
+    // An empty client's first message: the relay answers with fingerprints, the session stays open.
+    let mut storage = negentropy::NegentropyStorageVector::new();
+    storage.seal().unwrap();
+    let mut client = negentropy::Negentropy::owned(storage, 60_000).unwrap();
+    let first = faster_hex::hex_string(&client.initiate().unwrap());
+    b.raw_send(format!(r#"["NEG-OPEN","n",{{"kinds":[10317]}},"{first}"]"#)).await.unwrap();
+    b.wait_for(neg_answer("n")).await.unwrap().expect("a member reconciles");
+    b.raw_send(format!(r#"["NEG-OPEN","m",{{"kinds":[10317]}},"{first}"]"#)).await.unwrap();
+    b.wait_for(neg_answer("m")).await.unwrap().expect("a member reconciles");
+
+    std::fs::write(&members, "# nobody\n").unwrap();
+    let deadline = std::time::Instant::now() + TIMEOUT;
+    loop {
+        let mut probe = connect(&server).await;
+        assert!(probe.auth(&bob).await.unwrap().0);
+        let id = SubscriptionId::new("probe");
+        if matches!(probe.req_with_id(&id, vec![Filter::new().limit(0)]).await.unwrap(), ReqOutcome::Closed(m) if m.starts_with("restricted:")) {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the members file was never re-read");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    // The open session answers no more: NEG-ERR restricted, and the session is gone.
+    b.raw_send(format!(r#"["NEG-MSG","n","{first}"]"#)).await.unwrap();
+    let err = b.wait_for(neg_answer("n")).await.unwrap().unwrap_err();
+    assert!(err.starts_with("restricted:"), "{err}");
+    // NEG-CLOSE is never refused (nothing to answer), and a new NEG-OPEN is.
+    b.raw_send(r#"["NEG-CLOSE","m"]"#).await.unwrap();
+    b.raw_send(format!(r#"["NEG-OPEN","o",{{"kinds":[10317]}},"{first}"]"#)).await.unwrap();
+    let err = b.wait_for(neg_answer("o")).await.unwrap().unwrap_err();
+    assert!(err.starts_with("restricted:"), "{err}");
+    assert!(
+        !b.backlog().any(|m| matches!(m, RelayMessage::NegErr { subscription_id, .. } if subscription_id.as_str() == "m")),
+        "NEG-CLOSE is not answered"
+    );
 }

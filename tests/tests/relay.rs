@@ -605,3 +605,36 @@ async fn req_with_open_id_replaces_the_subscription() {
     assert_eq!(publisher.send_event(&seven).await.unwrap(), (true, String::new()));
     assert_eq!(sub.next_event(&id).await.unwrap().id, seven.id);
 }
+
+/// NIP-01: `CLOSED` ends the subscription. A REQ refused for a malformed filter under the id of
+/// an open subscription is answered `CLOSED` and that subscription delivers nothing more.
+#[tokio::test]
+async fn malformed_req_with_open_id_ends_the_subscription() {
+    let server = TestServer::start();
+    let mut sub = connect(&server).await;
+    let mut publisher = connect(&server).await;
+    let repo = Anchor::announce(&server, &mut publisher).await;
+    let keys = Keys::generate();
+    let id = SubscriptionId::new("same");
+    let issues = Filter::new().author(keys.public_key()).kind(Kind::from(1621));
+    assert!(matches!(sub.req_with_id(&id, vec![issues.clone()]).await.unwrap(), ReqOutcome::Eose(_)));
+    // A second, live subscription shows when the relay has forwarded the event.
+    let (witness, _) = sub.subscribe(vec![issues]).await.unwrap();
+    sub.raw_send(r#"["REQ","same",{"kinds":"not a list"}]"#).await.unwrap();
+    let closed = sub
+        .wait_for(|m| match m {
+            RelayMessage::Closed { subscription_id, message } if **subscription_id == id => Some(message.to_string()),
+            _ => None,
+        })
+        .await
+        .unwrap();
+    assert!(closed.starts_with("invalid: malformed filter"), "{closed}");
+    let issue = repo.event(&keys, 1621, 1000, "after CLOSED", vec![]);
+    assert_eq!(publisher.send_event(&issue).await.unwrap(), (true, String::new()));
+    assert_eq!(sub.next_event(&witness).await.unwrap().id, issue.id);
+    sub.ping_relay().await.unwrap();
+    assert!(
+        !sub.backlog().any(|m| matches!(m, RelayMessage::Event { subscription_id, .. } if **subscription_id == id)),
+        "the closed subscription still delivers"
+    );
+}

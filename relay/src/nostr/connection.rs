@@ -10,14 +10,16 @@
 //! messages go to the connection's negentropy sessions (`crate::nostr::negentropy`).
 //!
 //! Bounded in time (docs/security.md): a connection that sends nothing for `--ws-idle-timeout`
-//! is closed when it has no subscription, and pinged when it has (closed without a timely
-//! answer); a client that stops reading is dropped by the listener's write deadline
+//! is closed when it has no subscription (nor NIP-77 session), and pinged when it has (closed
+//! without a timely answer); a NIP-77 session without `NEG-MSG` for `--negentropy-idle-timeout`
+//! is closed; a client that stops reading is dropped by the listener's write deadline
 //! (`crate::server::write_deadline`); shutdown is observed while writing too.
 //!
 //! Trust (docs/protocol.md#trust): the connection is sent a NIP-42 challenge when it opens and
 //! remembers the keys it authenticates as ([`crate::nostr::auth`]); every `EVENT` takes a token
-//! from the connection's and the client address's write buckets; on a private service every
-//! `REQ` and `EVENT` needs a member's AUTH, and live events stop when membership ends.
+//! from the connection's and the client address's write buckets, every `NEG-OPEN` one from the
+//! address's negentropy bucket; on a private service every `REQ`, `EVENT` and `NEG-*` message
+//! (but `NEG-CLOSE`) needs a member's AUTH, and live events stop when membership ends.
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -95,7 +97,7 @@ pub async fn handle<S>(
         subs: Subscriptions::new(limits.max_subscriptions, limits.max_filters),
         out: Vec::new(),
         live: grasp.relay.subscribe(),
-        negentropy: limits.negentropy.map(Sessions::new),
+        negentropy: limits.negentropy.map(|l| Sessions::new(l, grasp.relay.negentropy_items().clone())),
         auth: ConnectionAuth::new(),
         writes: grasp.trust.limits.connection_bucket(),
         client,
@@ -117,6 +119,7 @@ pub async fn handle<S>(
             Some(at) => at + pong_wait,
             None => last_heard + idle,
         };
+        let negentropy_due = conn.negentropy.as_ref().and_then(Sessions::next_expiry);
         tokio::select! {
             _ = shutdown.recv() => {
                 let frame = CloseFrame { code: CloseCode::Away, reason: "relay shutting down".into() };
@@ -126,7 +129,7 @@ pub async fn handle<S>(
             _ = tokio::time::sleep_until(quiet_until) => {
                 let reason = if pinged.is_some() {
                     format!("no answer to a ping within {pong_wait:?}")
-                } else if conn.subs.is_empty() && conn.pipeline.is_empty() {
+                } else if conn.subs.is_empty() && conn.pipeline.is_empty() && conn.negentropy.as_ref().is_none_or(Sessions::is_empty) {
                     format!("idle for {idle:?} without a subscription; reconnect when you need the relay")
                 } else {
                     pinged = Some(Instant::now());
@@ -139,6 +142,14 @@ pub async fn handle<S>(
                 let frame = CloseFrame { code: CloseCode::Policy, reason: reason.into() };
                 let _ = tokio::time::timeout(Duration::from_secs(1), ws.send(Message::Close(Some(frame)))).await;
                 break;
+            }
+            // NIP-77 sessions the client left idle are closed (NEG-ERR "closed: ...").
+            _ = tokio::time::sleep_until(negentropy_due.unwrap_or(quiet_until)), if negentropy_due.is_some() => {
+                if let Some(sessions) = conn.negentropy.as_mut() {
+                    for closed in sessions.expire(Instant::now()) {
+                        conn.send(closed);
+                    }
+                }
             }
             msg = ws.next() => {
                 if let Some(Ok(_)) = msg {
@@ -384,6 +395,8 @@ impl Connection {
             match serde_json::from_value::<Filter>(raw.clone()) {
                 Ok(f) => filters.push(f),
                 Err(e) => {
+                    // NIP-01: CLOSED ends the subscription, an open one of this id included.
+                    self.subs.remove(&sub_id);
                     return self.send(RelayMessage::closed(
                         sub_id,
                         format!("invalid: malformed filter ({e})"),
@@ -427,6 +440,7 @@ impl Connection {
             }
             Err(e) => {
                 tracing::error!(error = %e, "query failed");
+                self.subs.remove(&sub_id);
                 self.send(RelayMessage::closed(
                     sub_id,
                     "error: could not query the event store; try again",
@@ -436,21 +450,39 @@ impl Connection {
     }
 
     async fn on_negentropy(&mut self, items: &[Value]) {
-        // A private service reconciles only with members (docs/protocol.md#trust).
-        if items.first().and_then(Value::as_str) == Some("NEG-OPEN") {
-            if let Err(reason) = self.membership() {
-                if let Some(id) = items.get(1).and_then(Value::as_str) {
-                    let id = SubscriptionId::new(truncate(id, MAX_SUBSCRIPTION_ID_LEN));
-                    self.send(RelayMessage::NegErr { subscription_id: std::borrow::Cow::Owned(id), message: std::borrow::Cow::Owned(reason) });
-                }
-                return;
+        let kind = items.first().and_then(Value::as_str);
+        // Without a readable id a refusal here would have no session to name: such a message is
+        // refused as malformed by the sessions below, which scan nothing for it.
+        let id = items.get(1).and_then(Value::as_str).map(|id| SubscriptionId::new(truncate(id, MAX_SUBSCRIPTION_ID_LEN)));
+        // A private service reconciles only with members (docs/protocol.md#trust): every NEG-*
+        // message but NEG-CLOSE checks, so a session opened by a member ends when the
+        // membership does.
+        if kind != Some("NEG-CLOSE") {
+            if let (Err(reason), Some(id)) = (self.membership(), id.clone()) {
+                return self.refuse_negentropy(id, reason);
+            }
+        }
+        // Each NEG-OPEN scans and sorts up to --negentropy-max-items events: metered per address.
+        if kind == Some("NEG-OPEN") {
+            if let (Err(reason), Some(id)) = (self.grasp.trust.limits.take_negentropy_open(self.client), id) {
+                tracing::info!(client = %self.client, subscription = %id, reason = %reason, "NEG-OPEN rate-limited");
+                return self.refuse_negentropy(id, reason);
             }
         }
         if let Some(sessions) = self.negentropy.as_mut() {
-            if let Some(reply) = sessions.handle(items, self.grasp.relay.store()).await {
+            if let Some(reply) = sessions.handle(items, self.grasp.relay.store(), Instant::now()).await {
                 self.send(reply);
             }
         }
+    }
+
+    /// Answers a NIP-77 message of session `id` with `NEG-ERR`, which ends that session (a
+    /// refused NEG-OPEN closes the session of its id too, NIP-77).
+    fn refuse_negentropy(&mut self, id: SubscriptionId, reason: String) {
+        if let Some(sessions) = self.negentropy.as_mut() {
+            sessions.close(&id);
+        }
+        self.send(RelayMessage::NegErr { subscription_id: std::borrow::Cow::Owned(id), message: std::borrow::Cow::Owned(reason) });
     }
 
     /// On a private service: is this connection authenticated as a current member? The refusal

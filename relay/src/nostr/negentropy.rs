@@ -6,21 +6,32 @@
 //! part: events held in the purgatory are not in the store, so they are never offered.
 //!
 //! Everything the client sends is hostile: a refusal is a `NEG-ERR` (or a NOTICE when no
-//! subscription id can be read), never a dropped connection, and the session is then closed. A
-//! connection has at most [`NegentropyLimits::max_sessions`] sessions of at most
-//! [`NegentropyLimits::max_items`] events each; the relay's own messages are kept under
+//! subscription id can be read), never a dropped connection, and the session is then closed.
+//! Bounds (docs/security.md): a connection has at most [`NegentropyLimits::max_sessions`]
+//! sessions of at most [`NegentropyLimits::max_items`] events each, holding at most
+//! [`NegentropyLimits::max_items_per_connection`] together; all connections' sessions together
+//! hold at most the [`ItemBudget`]'s total; a session that gets no `NEG-MSG` for
+//! [`NegentropyLimits::idle_timeout`] is closed with `NEG-ERR "closed: ..."`
+//! ([`Sessions::expire`]); each `NEG-OPEN` costs a token of the client address's bucket (taken by
+//! the connection, `crate::trust::limits`). The relay's own messages are kept under
 //! [`FRAME_SIZE_LIMIT`] (the protocol continues in more rounds).
 //!
 //! Layout: [`NegMessage::parse`] (pure parsing of the three client messages), [`Session`] (one
-//! reconciliation over a fixed set of items), [`Sessions`] (the open sessions of one connection;
-//! the connection hands every `NEG-*` message to [`Sessions::handle`]).
+//! reconciliation over a fixed set of items), [`ItemBudget`] (the items held by every session of
+//! the relay), [`Sessions`] (the open sessions of one connection; the connection hands every
+//! `NEG-*` message to [`Sessions::handle`] and calls [`Sessions::expire`] when
+//! [`Sessions::next_expiry`] comes).
 
 use std::borrow::Cow;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
 
 use negentropy::{Id, Negentropy, NegentropyStorageVector};
 use nostr::prelude::*;
 use serde_json::Value;
+use tokio::time::Instant;
 
 use crate::nostr::connection::MAX_SUBSCRIPTION_ID_LEN;
 use crate::nostr::store::Store;
@@ -31,6 +42,16 @@ pub const DEFAULT_MAX_SESSIONS: usize = 8;
 /// Stored events one session may reconcile (`--negentropy-max-items`).
 pub const DEFAULT_MAX_ITEMS: usize = 500_000;
 
+/// Stored events all sessions of one connection may hold (`--negentropy-max-items-per-connection`).
+pub const DEFAULT_MAX_ITEMS_PER_CONNECTION: usize = 1_000_000;
+
+/// Stored events all sessions of the relay may hold (`--negentropy-max-items-total`): about
+/// 200 MB.
+pub const DEFAULT_MAX_ITEMS_TOTAL: usize = 5_000_000;
+
+/// A session without `NEG-MSG` for this long is closed (`--negentropy-idle-timeout`).
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// Largest negentropy message the relay sends, in bytes before hex encoding (so about 120 KB
 /// on the wire); the protocol carries the rest over further rounds.
 pub const FRAME_SIZE_LIMIT: u64 = 60_000;
@@ -39,7 +60,12 @@ pub const FRAME_SIZE_LIMIT: u64 = 60_000;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct NegentropyLimits {
     pub max_sessions: usize,
+    /// Items of one session.
     pub max_items: usize,
+    /// Items of all sessions of the connection together.
+    pub max_items_per_connection: usize,
+    /// A session without `NEG-MSG` for this long is closed.
+    pub idle_timeout: Duration,
 }
 
 impl Default for NegentropyLimits {
@@ -47,7 +73,67 @@ impl Default for NegentropyLimits {
         Self {
             max_sessions: DEFAULT_MAX_SESSIONS,
             max_items: DEFAULT_MAX_ITEMS,
+            max_items_per_connection: DEFAULT_MAX_ITEMS_PER_CONNECTION,
+            idle_timeout: DEFAULT_IDLE_TIMEOUT,
         }
+    }
+}
+
+/// The items held by the negentropy sessions of every connection, against a total
+/// (`--negentropy-max-items-total`). Cloning shares the count.
+#[derive(Debug, Clone)]
+pub struct ItemBudget {
+    held: Arc<AtomicUsize>,
+    total: usize,
+}
+
+impl ItemBudget {
+    pub fn new(total: usize) -> Self {
+        Self {
+            held: Arc::new(AtomicUsize::new(0)),
+            total,
+        }
+    }
+
+    /// Reserves `n` items until the reservation is dropped; `None` when fewer than `n` remain.
+    pub fn reserve(&self, n: usize) -> Option<Reservation> {
+        self.held
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |held| {
+                held.checked_add(n).filter(|&after| after <= self.total)
+            })
+            .ok()?;
+        Some(Reservation {
+            held: self.held.clone(),
+            n,
+        })
+    }
+
+    /// Items reserved now.
+    pub fn held(&self) -> usize {
+        self.held.load(Ordering::Acquire)
+    }
+
+    pub fn total(&self) -> usize {
+        self.total
+    }
+}
+
+impl Default for ItemBudget {
+    fn default() -> Self {
+        Self::new(DEFAULT_MAX_ITEMS_TOTAL)
+    }
+}
+
+/// Items of an [`ItemBudget`] held by one session; given back when dropped.
+#[derive(Debug)]
+pub struct Reservation {
+    held: Arc<AtomicUsize>,
+    n: usize,
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        self.held.fetch_sub(self.n, Ordering::AcqRel);
     }
 }
 
@@ -208,33 +294,85 @@ impl Session {
     }
 }
 
+/// An open session with what it holds.
+#[derive(Debug)]
+struct Held {
+    session: Session,
+    /// Its items, reserved in the relay's budget.
+    items: Reservation,
+    /// When the client last sent it NEG-OPEN or NEG-MSG.
+    last_used: Instant,
+}
+
 /// The open negentropy sessions of one connection.
 #[derive(Debug)]
 pub struct Sessions {
-    open: HashMap<SubscriptionId, Session>,
+    open: HashMap<SubscriptionId, Held>,
     limits: NegentropyLimits,
+    budget: ItemBudget,
 }
 
 impl Sessions {
-    pub fn new(limits: NegentropyLimits) -> Self {
+    /// No sessions yet; the items of those to come are counted in `budget`, shared by every
+    /// connection.
+    pub fn new(limits: NegentropyLimits, budget: ItemBudget) -> Self {
         Self {
             open: HashMap::new(),
             limits,
+            budget,
         }
     }
 
-    /// Handles one `NEG-OPEN`, `NEG-MSG` or `NEG-CLOSE` (the message as a JSON array) and
-    /// returns the reply to send, if any.
-    pub async fn handle(&mut self, items: &[Value], store: &Store) -> Option<RelayMessage<'static>> {
+    pub fn is_empty(&self) -> bool {
+        self.open.is_empty()
+    }
+
+    /// Items held by this connection's sessions.
+    pub fn items(&self) -> usize {
+        self.open.values().map(|h| h.items.n).sum()
+    }
+
+    /// When the next session falls idle, if any is open.
+    pub fn next_expiry(&self) -> Option<Instant> {
+        self.open
+            .values()
+            .map(|h| h.last_used + self.limits.idle_timeout)
+            .min()
+    }
+
+    /// Closes the sessions idle at `now`; returns the `NEG-ERR "closed: ..."` telling the client.
+    pub fn expire(&mut self, now: Instant) -> Vec<RelayMessage<'static>> {
+        let idle = self.limits.idle_timeout;
+        let due: Vec<SubscriptionId> = self
+            .open
+            .iter()
+            .filter(|(_, h)| h.last_used + idle <= now)
+            .map(|(id, _)| id.clone())
+            .collect();
+        due.into_iter()
+            .map(|id| {
+                let held = self.open.remove(&id);
+                tracing::info!(subscription = %id, items = held.map_or(0, |h| h.items.n), idle = ?idle, "negentropy session expired");
+                neg_err(
+                    id,
+                    format!("closed: no NEG-MSG for {idle:?}; send NEG-OPEN to start again"),
+                )
+            })
+            .collect()
+    }
+
+    /// Handles one `NEG-OPEN`, `NEG-MSG` or `NEG-CLOSE` (the message as a JSON array) received
+    /// at `now` and returns the reply to send, if any.
+    pub async fn handle(&mut self, items: &[Value], store: &Store, now: Instant) -> Option<RelayMessage<'static>> {
         let result = match NegMessage::parse(items) {
             Ok(NegMessage::Open {
                 id,
                 filter,
                 message,
-            }) => self.open(id, *filter, message, store).await.map(Some),
-            Ok(NegMessage::Msg { id, message }) => self.reconcile(id, message).await.map(Some),
+            }) => self.open(id, *filter, message, store, now).await.map(Some),
+            Ok(NegMessage::Msg { id, message }) => self.reconcile(id, message, now).await.map(Some),
             Ok(NegMessage::Close { id }) => {
-                self.open.remove(&id);
+                self.close(&id);
                 Ok(None)
             }
             Err(refusal) => Err(refusal),
@@ -251,18 +389,26 @@ impl Sessions {
         }
     }
 
+    /// Ends session `id`, if open (NEG-CLOSE, or refused by the connection).
+    pub fn close(&mut self, id: &SubscriptionId) {
+        self.open.remove(id);
+    }
+
     async fn open(
         &mut self,
         id: SubscriptionId,
         filter: Filter,
         message: Vec<u8>,
         store: &Store,
+        now: Instant,
     ) -> Result<RelayMessage<'static>, Refusal> {
         // NIP-77: a NEG-OPEN for an open subscription id first closes it.
         self.open.remove(&id);
         let NegentropyLimits {
             max_sessions,
             max_items,
+            max_items_per_connection,
+            ..
         } = self.limits;
         if self.open.len() >= max_sessions {
             tracing::info!(subscription = %id, limit = max_sessions, reason = "too many sessions", "NEG-OPEN refused");
@@ -285,7 +431,22 @@ impl Sessions {
                 format!("blocked: the filter matches more than {max_items} events; narrow it (since/until, kinds, authors) and reconcile in parts"),
             ));
         }
+        let held = self.items();
+        if held.saturating_add(items.len()) > max_items_per_connection {
+            tracing::info!(subscription = %id, held, limit = max_items_per_connection, reason = "connection holds too many events", "NEG-OPEN refused");
+            return Err(Refusal::neg_err(
+                &id,
+                format!("blocked: this connection's negentropy sessions already hold {held} events and may hold {max_items_per_connection}; send NEG-CLOSE for the sessions you are done with, or narrow the filter"),
+            ));
+        }
         let count = items.len();
+        let Some(reservation) = self.budget.reserve(count) else {
+            tracing::info!(subscription = %id, items = count, held = self.budget.held(), limit = self.budget.total(), reason = "relay holds too many events", "NEG-OPEN refused");
+            return Err(Refusal::neg_err(
+                &id,
+                format!("rate-limited: this relay's negentropy sessions hold as many events as it allows ({}) for all clients; retry NEG-OPEN in a minute, or narrow the filter", self.budget.total()),
+            ));
+        };
         // Sorting and fingerprinting up to max_items is CPU work: off the async workers.
         let built = tokio::task::spawn_blocking(move || {
             let mut session = Session::new(items)?;
@@ -299,7 +460,14 @@ impl Sessions {
             Err(e) => return Err(crashed(&id, e)),
         };
         tracing::debug!(subscription = %id, items = count, "NEG-OPEN");
-        self.open.insert(id.clone(), session);
+        self.open.insert(
+            id.clone(),
+            Held {
+                session,
+                items: reservation,
+                last_used: now,
+            },
+        );
         Ok(neg_msg(id, &reply))
     }
 
@@ -307,8 +475,9 @@ impl Sessions {
         &mut self,
         id: SubscriptionId,
         message: Vec<u8>,
+        now: Instant,
     ) -> Result<RelayMessage<'static>, Refusal> {
-        let Some(mut session) = self.open.remove(&id) else {
+        let Some(Held { mut session, items, .. }) = self.open.remove(&id) else {
             return Err(Refusal::neg_err(
                 &id,
                 "closed: no open negentropy session with this id; send NEG-OPEN to start one",
@@ -321,7 +490,7 @@ impl Sessions {
         .await;
         match done {
             Ok((session, Ok(reply))) => {
-                self.open.insert(id.clone(), session);
+                self.open.insert(id.clone(), Held { session, items, last_used: now });
                 Ok(neg_msg(id, &reply))
             }
             Ok((_, Err(e))) => Err(bad_message(&id, e)),
@@ -501,6 +670,118 @@ mod tests {
         let reply = server.reconcile(&first).unwrap();
         assert!(reply.len() as u64 <= FRAME_SIZE_LIMIT, "{}", reply.len());
         assert_eq!(reconcile(&[], &theirs).1.len(), 20_000);
+    }
+
+    #[test]
+    fn the_budget_is_shared_and_given_back_when_sessions_end() {
+        let budget = ItemBudget::new(10);
+        let other_connection = budget.clone();
+        let a = budget.reserve(6).unwrap();
+        assert!(other_connection.reserve(5).is_none(), "6 + 5 > 10");
+        let b = other_connection.reserve(4).unwrap();
+        assert_eq!(budget.held(), 10);
+        assert!(budget.reserve(1).is_none());
+        assert!(budget.reserve(0).is_some());
+        drop(a);
+        assert_eq!(other_connection.held(), 4);
+        assert!(budget.reserve(6).is_some());
+        drop(b);
+        assert_eq!(budget.held(), 0);
+        assert!(budget.reserve(usize::MAX).is_none());
+    }
+
+    /// A store with `n` kind-1 events by one author, one per second.
+    async fn store_with(n: u64) -> (Store, tempfile::TempDir) {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = Store::open(tmp.path()).await.unwrap();
+        let keys = Keys::generate();
+        for i in 0..n {
+            let e = EventBuilder::new(Kind::TextNote, format!("{i}"))
+                .custom_created_at(Timestamp::from(1_000 + i))
+                .finalize(&keys)
+                .unwrap();
+            store.save(&e).await.unwrap();
+        }
+        (store, tmp)
+    }
+
+    fn open_msg(id: &str, limit: usize) -> Vec<Value> {
+        let mut storage = NegentropyStorageVector::new();
+        storage.seal().unwrap();
+        let first = Negentropy::owned(storage, 4096).unwrap().initiate().unwrap();
+        json!(["NEG-OPEN", id, {"kinds": [1], "limit": limit}, faster_hex::hex_string(&first)])
+            .as_array()
+            .unwrap()
+            .clone()
+    }
+
+    fn refusal(reply: Option<RelayMessage<'static>>) -> Option<String> {
+        match reply? {
+            RelayMessage::NegErr { message, .. } => Some(message.into_owned()),
+            _ => None,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_connection_and_the_relay_hold_at_most_their_items() {
+        let (store, _tmp) = store_with(10).await;
+        let limits = NegentropyLimits { max_items: 6, max_items_per_connection: 8, ..NegentropyLimits::default() };
+        let budget = ItemBudget::new(10);
+        let t0 = Instant::now();
+        let mut one = Sessions::new(limits, budget.clone());
+        assert_eq!(refusal(one.handle(&open_msg("a", 5), &store, t0).await), None);
+        assert_eq!(refusal(one.handle(&open_msg("b", 3), &store, t0).await), None);
+        assert_eq!((one.items(), budget.held()), (8, 8));
+        // The connection holds 8 of its 8: one more event is refused, naming NEG-CLOSE.
+        let err = refusal(one.handle(&open_msg("c", 1), &store, t0).await).unwrap();
+        assert!(err.starts_with("blocked:") && err.contains("NEG-CLOSE"), "{err}");
+        // Re-opening "b" frees its 3 first, so 3 fit again.
+        assert_eq!(refusal(one.handle(&open_msg("b", 3), &store, t0).await), None);
+        // The per-session bound still speaks for itself.
+        one.handle(json!(["NEG-CLOSE", "a"]).as_array().unwrap(), &store, t0).await;
+        let err = refusal(one.handle(&open_msg("a", 7), &store, t0).await).unwrap();
+        assert!(err.starts_with("blocked: the filter matches more than 6"), "{err}");
+        assert_eq!(budget.held(), 3);
+        // Another connection: 3 + 6 of 10 fit, 3 + 6 + 2 do not (the relay's total).
+        let mut two = Sessions::new(limits, budget.clone());
+        assert_eq!(refusal(two.handle(&open_msg("x", 6), &store, t0).await), None);
+        let err = refusal(two.handle(&open_msg("y", 2), &store, t0).await).unwrap();
+        assert!(err.starts_with("rate-limited:") && err.contains("10"), "{err}");
+        drop(one);
+        assert_eq!(budget.held(), 6, "a connection's sessions give their items back when it ends");
+        assert_eq!(refusal(two.handle(&open_msg("y", 2), &store, t0).await), None);
+    }
+
+    #[tokio::test]
+    async fn idle_sessions_expire_and_neg_msg_keeps_one_alive() {
+        let (store, _tmp) = store_with(3).await;
+        let idle = Duration::from_secs(60);
+        let limits = NegentropyLimits { idle_timeout: idle, ..NegentropyLimits::default() };
+        let budget = ItemBudget::new(100);
+        let mut sessions = Sessions::new(limits, budget.clone());
+        assert_eq!(sessions.next_expiry(), None);
+        let t0 = Instant::now();
+        let at = |secs: u64| t0 + Duration::from_secs(secs);
+        assert_eq!(refusal(sessions.handle(&open_msg("quiet", 3), &store, t0).await), None);
+        assert_eq!(refusal(sessions.handle(&open_msg("busy", 3), &store, t0).await), None);
+        assert_eq!(sessions.next_expiry(), Some(at(60)));
+        // A NEG-MSG at 40 s (an empty client's first message again) keeps "busy" alive.
+        let msg = open_msg("busy", 3)[3].clone();
+        let reply = sessions.handle(json!(["NEG-MSG", "busy", msg]).as_array().unwrap(), &store, at(40)).await;
+        assert!(matches!(reply, Some(RelayMessage::NegMsg { .. })), "{reply:?}");
+        assert!(sessions.expire(at(59)).is_empty());
+        let closed = sessions.expire(at(61));
+        assert_eq!(closed.len(), 1);
+        let json = closed[0].as_json();
+        assert!(json.starts_with(r#"["NEG-ERR","quiet","closed: "#), "{json}");
+        assert_eq!(budget.held(), 3, "the expired session's items are given back");
+        assert_eq!(sessions.next_expiry(), Some(at(100)));
+        // NEG-MSG on the expired session: closed, as for any unknown id.
+        let err = refusal(sessions.handle(json!(["NEG-MSG", "quiet", "61"]).as_array().unwrap(), &store, at(62)).await).unwrap();
+        assert!(err.starts_with("closed:"), "{err}");
+        assert_eq!(sessions.expire(at(100)).len(), 1);
+        assert!(sessions.is_empty() && sessions.next_expiry().is_none());
+        assert_eq!(budget.held(), 0);
     }
 
     proptest! {

@@ -1,4 +1,5 @@
-//! The relay core shared by all connections: the event store and the live-event broadcast.
+//! The relay core shared by all connections: the event store, the live-event broadcast, and the
+//! budget of items all NIP-77 sessions may hold (`crate::nostr::negentropy::ItemBudget`).
 //!
 //! Deciding what to store is the GRASP brain's job (`crate::grasp::Grasp::submit`); this type only
 //! stores and broadcasts.
@@ -8,6 +9,7 @@ use std::sync::Arc;
 use nostr::event::Event;
 use tokio::sync::broadcast;
 
+use crate::nostr::negentropy::ItemBudget;
 use crate::nostr::store::{SaveOutcome, Store, StoreError};
 
 /// Capacity of the live-event channel; a connection lagging further behind is told so by NOTICE.
@@ -18,6 +20,7 @@ const BROADCAST_CAPACITY: usize = 4096;
 pub struct Relay {
     store: Store,
     live: broadcast::Sender<Arc<Event>>,
+    negentropy_items: ItemBudget,
 }
 
 impl Relay {
@@ -26,7 +29,19 @@ impl Relay {
         Self {
             store,
             live,
+            negentropy_items: ItemBudget::default(),
         }
+    }
+
+    /// The same relay, its NIP-77 sessions holding at most `total` items together.
+    pub fn with_negentropy_items(mut self, total: usize) -> Self {
+        self.negentropy_items = ItemBudget::new(total);
+        self
+    }
+
+    /// The items held by every connection's NIP-77 sessions.
+    pub fn negentropy_items(&self) -> &ItemBudget {
+        &self.negentropy_items
     }
 
     pub fn store(&self) -> &Store {

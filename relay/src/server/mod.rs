@@ -103,7 +103,7 @@ pub async fn run(mut cfg: Config) -> anyhow::Result<()> {
     let store = Store::open(&data.events())
         .await
         .context("opening the event store")?;
-    let relay = Arc::new(Relay::new(store));
+    let relay = Arc::new(Relay::new(store).with_negentropy_items(cfg.negentropy_max_items_total));
 
     let listener = TcpListener::bind(cfg.bind)
         .await

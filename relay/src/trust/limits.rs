@@ -24,6 +24,9 @@ const MAX_TRACKED_KEYS: usize = 100_000;
 /// How often the count of repositories is reconciled with the disk.
 pub const REPO_COUNT_RECONCILE: Duration = Duration::from_secs(60);
 
+/// `--negentropy-opens-per-minute`'s default.
+pub const DEFAULT_NEGENTROPY_OPENS_PER_MINUTE: u32 = 60;
+
 /// The configured limits.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct WriteLimitConfig {
@@ -35,6 +38,9 @@ pub struct WriteLimitConfig {
     pub max_repos: usize,
     /// IPv6 client addresses count by this many leading bits (`--ipv6-prefix-len`).
     pub ipv6_prefix_len: u8,
+    /// NIP-77 `NEG-OPEN`s all connections of one client address may send per minute, all of
+    /// them at once after a quiet minute (`--negentropy-opens-per-minute`).
+    pub negentropy_opens_per_minute: u32,
 }
 
 impl Default for WriteLimitConfig {
@@ -45,6 +51,7 @@ impl Default for WriteLimitConfig {
             repos_per_author_per_hour: 60,
             max_repos: 100_000,
             ipv6_prefix_len: grasp_state::client_key::DEFAULT_IPV6_PREFIX_LEN,
+            negentropy_opens_per_minute: DEFAULT_NEGENTROPY_OPENS_PER_MINUTE,
         }
     }
 }
@@ -54,6 +61,7 @@ pub struct WriteLimits {
     pub config: WriteLimitConfig,
     clock: Arc<dyn Clock>,
     per_address: Mutex<KeyedBuckets<IpAddr>>,
+    negentropy_opens: Mutex<KeyedBuckets<IpAddr>>,
     repos_per_author: Mutex<KeyedBuckets<PublicKey>>,
     git_root: Option<PathBuf>,
     repos: RepoCount,
@@ -122,6 +130,10 @@ impl WriteLimits {
         WriteLimits {
             config,
             per_address: Mutex::new(KeyedBuckets::new(config.per_address, MAX_TRACKED_KEYS)),
+            negentropy_opens: Mutex::new(KeyedBuckets::new(
+                Rate::per(config.negentropy_opens_per_minute, Duration::from_secs(60)),
+                MAX_TRACKED_KEYS,
+            )),
             repos_per_author: Mutex::new(KeyedBuckets::new(
                 Rate::per(config.repos_per_author_per_hour, Duration::from_secs(3600)),
                 MAX_TRACKED_KEYS,
@@ -156,6 +168,21 @@ impl WriteLimits {
                 "rate-limited: your address sends events faster than {} per second (burst {}); slow down and retry in {}",
                 self.config.per_address.per_second,
                 self.config.per_address.burst,
+                seconds(wait)
+            )),
+        }
+    }
+
+    /// One NIP-77 `NEG-OPEN` (a store scan and a sort of up to `--negentropy-max-items`) from
+    /// `address`: takes a token from the address's negentropy bucket; the refusal is a complete
+    /// `rate-limited:` message.
+    pub fn take_negentropy_open(&self, address: IpAddr) -> Result<(), String> {
+        let key = grasp_state::client_key::limit_key(address, self.config.ipv6_prefix_len);
+        match self.negentropy_opens.lock().unwrap().try_take(&key, self.clock.now()) {
+            Ok(()) => Ok(()),
+            Err(Limited::Empty(wait)) => Err(format!(
+                "rate-limited: your address opens negentropy sessions faster than {} per minute; reuse an open session (NEG-MSG) or retry NEG-OPEN in {}",
+                self.config.negentropy_opens_per_minute,
                 seconds(wait)
             )),
         }
@@ -298,6 +325,23 @@ mod tests {
             let a = IpAddr::V6(std::net::Ipv6Addr::from((0x2001_0db9_u128 << 96) | (i << 64)));
             assert_eq!(limits.take_write(&mut limits.connection_bucket(), a), Ok(()));
         }
+    }
+
+    #[test]
+    fn negentropy_opens_are_metered_per_address_apart_from_writes() {
+        let clock = Arc::new(ManualClock::default());
+        let cfg = WriteLimitConfig { negentropy_opens_per_minute: 2, ..WriteLimitConfig::default() };
+        let limits = WriteLimits::new(cfg, None, clock.clone());
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        assert!(limits.take_negentropy_open(ip("192.0.2.1")).is_ok());
+        assert!(limits.take_negentropy_open(ip("192.0.2.1")).is_ok());
+        let err = limits.take_negentropy_open(ip("192.0.2.1")).unwrap_err();
+        assert!(err.starts_with("rate-limited:") && err.contains("2 per minute"), "{err}");
+        // Other addresses, and writes from this one, are not affected.
+        assert!(limits.take_negentropy_open(ip("192.0.2.2")).is_ok());
+        assert!(limits.take_write(&mut limits.connection_bucket(), ip("192.0.2.1")).is_ok());
+        clock.advance(Duration::from_secs(30));
+        assert!(limits.take_negentropy_open(ip("192.0.2.1")).is_ok());
     }
 
     #[test]
