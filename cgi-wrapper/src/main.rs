@@ -28,6 +28,10 @@
 //! must not interleave with a push takes the same lock, but never from code the hooks wait on
 //! (that would deadlock).
 //!
+//! Under grasp-relay's own listener (`GRASP_CGI_SUPERVISED`, [`grasp_state::cgi::ENV_SUPERVISED`])
+//! a fetch, once its path, repository and private gate are checked, becomes `git http-backend` by
+//! exec: the relay adds the CORS headers, bounds the body and ends the process group itself.
+//!
 //! An abandoned request ends: `git http-backend` runs in its own process group, grasp-cgi feeds
 //! it the request body itself and kills the group when the body ends short of
 //! `CONTENT_LENGTH`, stalls for `--idle-timeout`, or grasp-cgi is told to stop ([`child`]).
@@ -113,6 +117,13 @@ struct Args {
     /// pre-receive hook still checks the relay's).
     #[arg(long, env = grasp_state::push_limits::ENV_MAX_PUSH_BYTES, value_name = "BYTES")]
     max_push_bytes: Option<u64>,
+
+    /// Set by grasp-relay's own listener, which adds the CORS headers, bounds and feeds the
+    /// request body and ends the process group itself: a fetch (`GET`/`POST` other than a push)
+    /// then becomes `git http-backend` (exec) instead of being relayed through grasp-cgi. Not for
+    /// nginx + fcgiwrap.
+    #[arg(long, env = grasp_state::cgi::ENV_SUPERVISED, value_parser = clap::builder::BoolishValueParser::new())]
+    supervised: bool,
 }
 
 fn main() -> ExitCode {
@@ -229,6 +240,13 @@ fn run(args: &Args, out: &mut impl Write) -> anyhow::Result<()> {
     if req.method != "POST" {
         // The advertisement only waited for the running push to end.
         push_lock = None;
+    }
+    if args.supervised && push_lock.is_none() && (req.method == "GET" || req.method == "POST") {
+        // Nothing left for grasp-cgi to do that its host does not: one process and one pipe hop
+        // less per fetch. Only returns if the exec failed.
+        out.flush()?;
+        let e = backend_command(args, &req, &repo, &repo_dir).stdin(Stdio::inherit()).stdout(Stdio::inherit()).exec();
+        return Err(anyhow::Error::new(e).context(format!("running {}", backend_program(args).display())));
     }
     let result = run_backend(args, &req, &repo, &repo_dir, out);
     drop(push_lock);
@@ -387,14 +405,14 @@ fn per_request_config(hooks_dir: Option<&Path>, max_push_bytes: Option<u64>) -> 
     cfg
 }
 
-/// Runs `git http-backend` for `repo` and streams its response to `out`, CORS inserted.
-fn run_backend(
-    args: &Args,
-    req: &Request,
-    repo: &RepoUrlPath,
-    repo_dir: &Path,
-    out: &mut impl Write,
-) -> anyhow::Result<()> {
+/// The program run as the backend: `git-http-backend` itself, or `<git> http-backend`.
+fn backend_program(args: &Args) -> &Path {
+    args.http_backend.as_deref().unwrap_or(&args.git)
+}
+
+/// `git http-backend` for `repo` under the relay's git environment policy and the GRASP
+/// per-request config, in a process group of its own, stdout piped.
+fn backend_command(args: &Args, req: &Request, repo: &RepoUrlPath, repo_dir: &Path) -> Command {
     let mut cmd = match &args.http_backend {
         Some(program) => Command::new(program),
         None => Command::new(&args.git),
@@ -428,6 +446,18 @@ fn run_backend(
         cmd.env(format!("GIT_CONFIG_KEY_{i}"), k)
             .env(format!("GIT_CONFIG_VALUE_{i}"), v);
     }
+    cmd
+}
+
+/// Runs `git http-backend` for `repo` and streams its response to `out`, CORS inserted.
+fn run_backend(
+    args: &Args,
+    req: &Request,
+    repo: &RepoUrlPath,
+    repo_dir: &Path,
+    out: &mut impl Write,
+) -> anyhow::Result<()> {
+    let mut cmd = backend_command(args, req, repo, repo_dir);
     let held = child::StopSignalsHeld::hold();
     let mut child = cmd
         .spawn()

@@ -105,6 +105,41 @@ async fn stalled_push_ends_after_the_idle_timeout() {
     assert!(server.logs().contains("idle"), "no log line names the idle timeout\n{}", server.logs());
 }
 
+/// A fetch on the relay's own listener runs as `git http-backend` alone (grasp-cgi hands over by
+/// exec once the path and repository are checked; docs/architecture.md), and the relay still bounds
+/// it: a stalled `git-upload-pack` POST ends after `--git-idle-timeout` with its processes.
+#[tokio::test]
+async fn a_fetch_runs_as_the_backend_alone_and_a_stalled_one_still_ends() {
+    let server = TestServer::start_with(&["--git-idle-timeout", "2s"]);
+    let _reaper = Reaper(server.data_dir().to_path_buf());
+    let tmp = tempfile::tempdir().unwrap();
+    let mut client = NostrClient::connect(&server.ws_url()).await.unwrap();
+    let owner = Keys::generate();
+    let _published = publish_repo(&server, &mut client, &tmp.path().join("w"), &owner, "base").await;
+
+    let mut stream = TcpStream::connect(server.addr()).unwrap();
+    stream.set_read_timeout(Some(TIMEOUT)).unwrap();
+    let head = format!(
+        "POST /{}/base.git/git-upload-pack HTTP/1.1\r\nHost: {}\r\n\
+         Content-Type: application/x-git-upload-pack-request\r\nContent-Length: {}\r\n\r\n",
+        npub_of(&owner.public_key()),
+        server.addr(),
+        1 << 20
+    );
+    stream.write_all(head.as_bytes()).unwrap();
+    stream.write_all(format!("0032want {}\n", "1".repeat(40)).as_bytes()).unwrap();
+    stream.flush().unwrap();
+    wait_for_children(&server);
+    let children = children_of(server.data_dir());
+    assert!(
+        children.iter().all(|(_, c)| !c.contains("grasp-cgi")),
+        "a fetch kept grasp-cgi running beside the backend: {children:?}"
+    );
+    assert_no_children_within(&server, TIMEOUT, "the stalled fetch to be cut off");
+    let mut rest = Vec::new();
+    let _ = stream.read_to_end(&mut rest);
+}
+
 /// Item 1: no child the relay started survives its shutdown, even one in the middle of a push
 /// from a client that is still connected.
 #[tokio::test]

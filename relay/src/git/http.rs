@@ -7,6 +7,11 @@
 //! CGI header block (`Status:` and headers) becomes the response head, and the rest of its stdout
 //! is streamed as the body.
 //!
+//! The child is told it is supervised (`grasp_state::cgi::ENV_SUPERVISED`): for a fetch (anything
+//! but a push) grasp-cgi checks the path, the repository and a private service's gate, then
+//! becomes `git http-backend` by exec, since this listener already adds the CORS headers and
+//! bounds the body; a push stays in grasp-cgi, which holds the repository's push lock.
+//!
 //! An abandoned request ends with its git processes ([`super::cgi_child`]): the child runs in its
 //! own process group, and it is ended when the request body ends short (client gone), when the
 //! client sends nothing for `--git-idle-timeout`, when its body arrives slower than
@@ -175,6 +180,9 @@ async fn run_cgi(
         .stderr(Stdio::inherit())
         .env("GRASP_GIT_IDLE_TIMEOUT", cfg.idle_timeout.as_secs().max(1).to_string())
         .env(transfer::ENV_MIN_RATE, cfg.min_rate.to_string())
+        // This listener adds CORS, bounds the body and ends the group itself: a fetch's grasp-cgi
+        // hands over to git http-backend by exec.
+        .env(cgi::ENV_SUPERVISED, "1")
         .process_group(0)
         .kill_on_drop(true);
     match &cfg.hooks_dir {
