@@ -88,7 +88,10 @@ async fn abandoned_push_ends_with_its_client() {
 /// `--git-idle-timeout`, its processes killed and the push lock released.
 #[tokio::test]
 async fn stalled_push_ends_after_the_idle_timeout() {
-    let server = TestServer::start_with(&["--git-idle-timeout", "2s"]);
+    // No minimum rate: the few bytes sent also fall below it right at the idle timeout (which
+    // rule ends the request first then depends on when the first bytes arrived), and this test
+    // is about the idle timeout (a_trickling_push_is_ended is about the rate).
+    let server = TestServer::start_with(&["--git-idle-timeout", "2s", "--git-min-rate", "0"]);
     let _reaper = Reaper(server.data_dir().to_path_buf());
     let tmp = tempfile::tempdir().unwrap();
     let mut client = NostrClient::connect(&server.ws_url()).await.unwrap();
@@ -110,7 +113,9 @@ async fn stalled_push_ends_after_the_idle_timeout() {
 /// it: a stalled `git-upload-pack` POST ends after `--git-idle-timeout` with its processes.
 #[tokio::test]
 async fn a_fetch_runs_as_the_backend_alone_and_a_stalled_one_still_ends() {
-    let server = TestServer::start_with(&["--git-idle-timeout", "2s"]);
+    // No minimum rate: the few bytes sent would also fall below it right at the idle timeout,
+    // and this test is about the idle timeout.
+    let server = TestServer::start_with(&["--git-idle-timeout", "2s", "--git-min-rate", "0"]);
     let _reaper = Reaper(server.data_dir().to_path_buf());
     let tmp = tempfile::tempdir().unwrap();
     let mut client = NostrClient::connect(&server.ws_url()).await.unwrap();
