@@ -152,9 +152,10 @@ fn a_state_accepted_on_b_is_synced_from_a_and_refs_aligned() {
             "the announcement to be promoted with the data",
             stored(&mut cb, ann.id).await.then_some(())
         );
-        assert!(
-            b.logs().contains("synced git data"),
-            "released by the sync, not by a push"
+        // The sync logs once its release pass is over, just after the promotion shows.
+        eventually!(
+            "released by the sync, not by a push (B to log \"synced git data\")",
+            b.logs().contains("synced git data").then_some(())
         );
         eventually!(
             "B's sync queue to empty",
