@@ -73,15 +73,18 @@ async fn run(mut child: Child, what: String, mut aborts: mpsc::Receiver<Abandone
     let mut controlled = true;
     let why = loop {
         tokio::select! {
-            status = child.wait() => {
-                report(&what, status);
-                return;
-            }
+            // An abort first: the child often exits right after it (its stdin closed), and the
+            // log must say why the request was ended.
+            biased;
             why = aborts.recv(), if controlled => match why {
                 Some(why) => break why,
                 // Every handle dropped without an abort: the request finished; reap the child.
                 None => controlled = false,
             },
+            status = child.wait() => {
+                report(&what, status);
+                return;
+            }
             _ = shutdown.recv() => break Abandoned::Shutdown,
         }
     };
