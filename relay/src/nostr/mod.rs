@@ -1,9 +1,11 @@
 //! The Nostr side of the relay: NIP-01 connections and subscriptions, the event store, live
 //! broadcast, the NIP-11 document, NIP-77 negentropy reconciliation, and the pipelining of one
-//! connection's `EVENT`s (`pipeline`: verified and admitted side by side, answered in order).
+//! connection's `EVENT`s (`pipeline`: verified and admitted side by side, answered in order), and the
+//! group commit of the store's writes (`group_commit`).
 
 pub mod auth;
 pub mod connection;
+pub mod group_commit;
 pub mod lookups;
 pub mod negentropy;
 pub mod nip11;

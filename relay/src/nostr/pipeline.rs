@@ -168,7 +168,10 @@ impl EventPipeline {
         let tracked = Tracked { alone, refs };
         let grasp = self.grasp.clone();
         let id = event.id;
+        // Until its admission ends, the store's gate may hold other saves for this one to join.
+        let admitting = grasp.relay.store().admitting();
         let task = tokio::spawn(async move {
+            let _admitting = admitting;
             let verified = {
                 // Closed never: the semaphore lives for the whole process.
                 let _permit = verify_pool().acquire().await;
