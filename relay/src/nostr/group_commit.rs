@@ -41,6 +41,8 @@ struct Counts {
     committing: AtomicUsize,
     /// Told when an admission ends (the batch may have nothing more to wait for).
     admission_ended: Notify,
+    /// Batches handed to the store so far.
+    batches: AtomicUsize,
 }
 
 /// The gate in front of the store's writes.
@@ -82,6 +84,12 @@ impl Gate {
         Admitting(self.counts.clone())
     }
 
+    /// Batches handed to the store so far (each one commit, unless nostr-lmdb merges queued
+    /// ones).
+    pub fn batches(&self) -> usize {
+        self.counts.batches.load(Ordering::Acquire)
+    }
+
     /// Saves `event` with the batch it joins; answers once that batch is committed.
     pub async fn save(&self, event: Arc<Event>) -> SaveResult {
         let (reply, answer) = oneshot::channel();
@@ -121,6 +129,7 @@ async fn run(db: Arc<NostrLmdb>, mut rx: mpsc::UnboundedReceiver<Save>, counts: 
             }
         }
         let n = batch.len();
+        counts.batches.fetch_add(1, Ordering::AcqRel);
         counts.committing.fetch_add(n, Ordering::AcqRel);
         counts.at_gate.fetch_sub(n, Ordering::AcqRel);
         // Handed over now, in order (each save is queued to nostr-lmdb at its first poll);
@@ -146,5 +155,78 @@ async fn run(db: Arc<NostrLmdb>, mut rx: mpsc::UnboundedReceiver<Save>, counts: 
             }
             counts.committing.fetch_sub(n, Ordering::AcqRel);
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nostr::prelude::*;
+    use std::time::Duration;
+
+    /// A gate that would hold a batch for a minute: every flush below is decided by the
+    /// admissions, never by the clock.
+    async fn gate() -> (Gate, tempfile::TempDir) {
+        let tmp = tempfile::tempdir().unwrap();
+        let db = NostrLmdb::builder(tmp.path()).build().await.unwrap();
+        (Gate::start(Arc::new(db), Linger { max_batch: 512, max_wait: Duration::from_secs(60) }), tmp)
+    }
+
+    fn note(i: usize) -> Arc<Event> {
+        Arc::new(EventBuilder::new(Kind::TextNote, format!("note {i}")).finalize(&Keys::generate()).unwrap())
+    }
+
+    #[tokio::test]
+    async fn a_lone_save_is_not_held() {
+        let (gate, _t) = gate().await;
+        let saved = tokio::time::timeout(Duration::from_secs(10), gate.save(note(0))).await;
+        assert!(matches!(saved, Ok(Ok(SaveEventStatus::Success))), "{saved:?}");
+        assert_eq!(gate.batches(), 1);
+    }
+
+    #[tokio::test]
+    async fn saves_of_events_admitted_together_share_one_batch() {
+        let (gate, _t) = gate().await;
+        let gate = Arc::new(gate);
+        let n = 20;
+        let guards: Vec<Admitting> = (0..n).map(|_| gate.admitting()).collect();
+        let mut saves = Vec::new();
+        // Each event saves a little after the previous one, while the others are still admitted.
+        for (i, guard) in guards.into_iter().enumerate() {
+            let g = gate.clone();
+            saves.push(tokio::spawn(async move {
+                let saved = g.save(note(i)).await;
+                drop(guard);
+                saved
+            }));
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        for s in saves {
+            assert!(matches!(s.await.unwrap(), Ok(SaveEventStatus::Success)));
+        }
+        assert_eq!(gate.batches(), 1, "one commit for all {n}");
+    }
+
+    #[tokio::test]
+    async fn a_save_waits_for_an_admission_then_goes_when_it_ends() {
+        let (gate, _t) = gate().await;
+        let gate = Arc::new(gate);
+        let (other, own) = (gate.admitting(), gate.admitting());
+        let g = gate.clone();
+        let mut save = tokio::spawn(async move {
+            let saved = g.save(note(1)).await;
+            drop(own);
+            saved
+        });
+        // Held while the other event may still save...
+        assert!(tokio::time::timeout(Duration::from_millis(100), &mut save).await.is_err());
+        // ...and sent once it is refused (its admission ends without a save).
+        drop(other);
+        let saved = tokio::time::timeout(Duration::from_secs(10), save).await.unwrap().unwrap();
+        assert!(matches!(saved, Ok(SaveEventStatus::Success)));
+        // Duplicates are answered by the store as before.
+        let e = note(2);
+        assert!(matches!(gate.save(e.clone()).await, Ok(SaveEventStatus::Success)));
+        assert!(matches!(gate.save(e).await, Ok(SaveEventStatus::Rejected(nostr_database::RejectedReason::Duplicate))));
     }
 }
