@@ -15,7 +15,8 @@
 //!   (`write_deadline`), the open file limit raised at startup (`fd_limit`).
 //! - [`nostr`]: the Nostr relay. One NIP-01 WebSocket connection (`connection`), its
 //!   subscriptions (`subscriptions`), the nostr-lmdb event store (`store`, with the lookups
-//!   admission repeats cached under a write generation in `lookups`), store + live
+//!   admission repeats cached under a write generation in `lookups`, and its writes grouped
+//!   into shared commits in `group_commit`), signature checks (`signature`), store + live
 //!   broadcast shared by all connections (`relay`), the NIP-11 document (`nip11`), NIP-77
 //!   negentropy reconciliation over the store (`negentropy`), the pipelining of one connection's
 //!   `EVENT`s (`pipeline`: verified on a bounded pool, independent ones admitted side by side,

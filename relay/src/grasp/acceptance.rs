@@ -88,17 +88,31 @@ impl Grasp {
         }
         // Relay sync's events have their git data fetched sooner (docs/protocol.md#background-sync).
         let origin = if submitter.from_sync { Origin::Sync } else { Origin::User };
-        let known = self.relay.store().known(ev).await.unwrap_or(Known::New);
+        let store = self.relay.store();
+        let kind = ev.kind.as_u16();
+        if !matches!(kind, KIND_ANNOUNCEMENT | KIND_STATE | KIND_PR | KIND_PR_UPDATE | KIND_DELETION | KIND_USER_GRASP_LIST) {
+            // A related event (the bulk of the traffic) asks the store nothing for an author
+            // without deletion requests: the store's own save answers duplicates and deleted
+            // ids (see `admit_related`).
+            let deleted = match store.deletion_requested(ev).await {
+                Ok(false) => false,
+                _ => store.known(ev).await.unwrap_or(Known::New) == Known::Deleted,
+            };
+            if deleted {
+                return Admission::Reject(DELETED_MESSAGE.into());
+            }
+            return self.admit_related(ev).await;
+        }
+        let known = store.known(ev).await.unwrap_or(Known::New);
         if known == Known::Deleted {
             return Admission::Reject(DELETED_MESSAGE.into());
         }
-        match ev.kind.as_u16() {
+        match kind {
             KIND_ANNOUNCEMENT => self.admit_announcement(ev).await,
             KIND_STATE => self.admit_state(ev, origin).await,
             KIND_PR | KIND_PR_UPDATE => self.admit_pr(ev, origin).await,
             KIND_DELETION => self.admit_deletion(ev).await,
-            KIND_USER_GRASP_LIST => Admission::Store,
-            _ => self.admit_related(ev, known == Known::Stored).await,
+            _ => Admission::Store,
         }
     }
 
@@ -407,26 +421,18 @@ impl Grasp {
         Admission::Published(String::new())
     }
 
-    /// `stored`: the store already holds this event ([`Store::known`](crate::nostr::store::Store::known)).
-    async fn admit_related(&self, ev: &Event, stored: bool) -> Admission {
-        // Already stored (it was related when it came): `submit` answers `duplicate:`.
-        if stored {
+    /// A related event whose author has not asked to delete it. Stored when it relates to an
+    /// accepted event, or when the store already holds it (it was related when it came; the
+    /// save answers `duplicate:`). Whether it is stored is asked only when it does not relate:
+    /// the save itself answers duplicates and ids deleted earlier.
+    async fn admit_related(&self, ev: &Event) -> Admission {
+        if self.relates(ev).await {
+            return Admission::Store;
+        }
+        if self.relay.store().known(ev).await.unwrap_or(Known::New) == Known::Stored {
             return Admission::Store;
         }
         let refs = references(ev);
-        for c in refs.coordinates.iter().take(MAX_REFERENCES_CHECKED) {
-            if self.coordinate_accepted(c).await {
-                return Admission::Store;
-            }
-        }
-        for id in refs.event_ids.iter().take(MAX_REFERENCES_CHECKED) {
-            if self.id_accepted(id).await {
-                return Admission::Store;
-            }
-        }
-        if self.tagged_by_accepted(ev).await {
-            return Admission::Store;
-        }
         let unknown_repo = refs.coordinates.iter().find(|c| c.kind == KIND_ANNOUNCEMENT);
         Admission::Reject(match unknown_repo {
             Some(c) => format!(
@@ -439,6 +445,22 @@ impl Grasp {
                      or an event stored here with [\"e\", \"<event id>\"]"
                 .into(),
         })
+    }
+
+    /// Does `ev` tag, or is it tagged by, an accepted event?
+    async fn relates(&self, ev: &Event) -> bool {
+        let refs = references(ev);
+        for c in refs.coordinates.iter().take(MAX_REFERENCES_CHECKED) {
+            if self.coordinate_accepted(c).await {
+                return true;
+            }
+        }
+        for id in refs.event_ids.iter().take(MAX_REFERENCES_CHECKED) {
+            if self.id_accepted(id).await {
+                return true;
+            }
+        }
+        self.tagged_by_accepted(ev).await
     }
 
     /// Is the event at coordinate `c` accepted here (stored, or held in the purgatory)?

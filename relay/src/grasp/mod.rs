@@ -44,7 +44,7 @@ pub fn verify(event: &Event) -> Result<(), &'static str> {
     if !event.verify_id() {
         return Err("invalid: event id does not match the event's content; recompute the id (NIP-01)");
     }
-    if !event.verify_signature() {
+    if !crate::nostr::signature::valid(event) {
         return Err("invalid: bad signature; sign the event id with the author's key");
     }
     Ok(())

@@ -319,7 +319,7 @@ impl Connection {
             return self.notice("invalid: message must be a JSON array like [\"EVENT\", {...}]");
         };
         if items.first().and_then(Value::as_str) == Some("EVENT") {
-            return self.on_event(&mut items).await;
+            return self.on_event(&mut items, text.len()).await;
         }
         // `["EVENT"` with spaces, or not an EVENT after all.
         self.drain_pipeline().await;
@@ -343,7 +343,7 @@ impl Connection {
     }
 
     /// Hands the event to the pipeline; a malformed one is refused in its turn.
-    async fn on_event(&mut self, items: &mut [Value]) {
+    async fn on_event(&mut self, items: &mut [Value], bytes: usize) {
         let Some(raw) = items.get_mut(1).map(Value::take) else {
             self.drain_pipeline().await;
             return self.notice("invalid: EVENT message without an event");
@@ -377,7 +377,7 @@ impl Connection {
         // The keys authenticated now: an AUTH sent later waits for this event (it drains the
         // pipeline), as if the client had waited for the OK.
         let authenticated = self.auth.authenticated().to_vec();
-        for a in self.pipeline.submit(event, authenticated).await {
+        for a in self.pipeline.submit(event, authenticated, bytes).await {
             self.answer(a);
         }
     }

@@ -37,8 +37,13 @@ use crate::grasp::journal::Durable;
 use crate::grasp::Grasp;
 
 /// Most events of one connection in flight at once; the connection stops reading until the
-/// oldest is answered (backpressure on a client that never reads its `OK`s).
-pub const MAX_IN_FLIGHT: usize = 64;
+/// oldest is answered (backpressure on a client that never reads its `OK`s). Large enough for
+/// one connection's events to fill a store commit (`crate::nostr::group_commit`).
+pub const MAX_IN_FLIGHT: usize = 256;
+
+/// Most bytes of `EVENT` messages of one connection being admitted at once (one event always
+/// may, whatever its size): many large events wait like many small ones.
+pub const MAX_IN_FLIGHT_BYTES: usize = 4 << 20;
 
 /// The bounded pool signature checks run on: one permit per core, shared by every connection
 /// (and relay sync).
@@ -70,6 +75,8 @@ pub struct Answer {
 struct Tracked {
     alone: bool,
     refs: Vec<EventId>,
+    /// Bytes of its `EVENT` message.
+    bytes: usize,
 }
 
 /// One connection's events in flight.
@@ -85,6 +92,8 @@ pub struct EventPipeline {
     refs: HashMap<EventId, usize>,
     /// Events in flight that run alone (0 or 1).
     alone: usize,
+    /// Bytes of the `EVENT` messages being admitted.
+    bytes: usize,
 }
 
 fn bump(map: &mut HashMap<EventId, usize>, id: EventId) {
@@ -109,6 +118,7 @@ impl EventPipeline {
             ids: HashMap::new(),
             refs: HashMap::new(),
             alone: 0,
+            bytes: 0,
         }
     }
 
@@ -120,12 +130,17 @@ impl EventPipeline {
         self.queue.len() + self.settling.len()
     }
 
+    /// At the bounds: the oldest answer must leave first.
+    fn full(&self) -> bool {
+        self.len() >= MAX_IN_FLIGHT || self.bytes >= MAX_IN_FLIGHT_BYTES
+    }
+
     /// May `event` start now, next to the events in flight, without changing any answer?
     fn may_start(&self, event: &Event, alone: bool, refs: &[EventId]) -> bool {
         if self.queue.is_empty() {
             return true;
         }
-        if alone || self.alone > 0 || self.len() >= MAX_IN_FLIGHT {
+        if alone || self.alone > 0 || self.full() {
             return false;
         }
         !self.ids.contains_key(&event.id)
@@ -137,13 +152,14 @@ impl EventPipeline {
     /// order), which the caller sends before anything else. Waiting for an earlier event means
     /// waiting for its admission; its answer may still wait for durability, and then comes from
     /// [`Self::next`] in its turn.
-    /// `authenticated`: the keys the connection has authenticated as (NIP-42) when it sent it.
-    pub async fn submit(&mut self, event: Event, authenticated: Vec<PublicKey>) -> Vec<Answer> {
+    /// `authenticated`: the keys the connection has authenticated as (NIP-42) when it sent it;
+    /// `bytes`: the size of its `EVENT` message.
+    pub async fn submit(&mut self, event: Event, authenticated: Vec<PublicKey>, bytes: usize) -> Vec<Answer> {
         let alone = !runs_alongside(&event);
         let refs: Vec<EventId> = if alone { Vec::new() } else { references(&event).event_ids };
         let mut earlier = Vec::new();
         while !self.may_start(&event, alone, &refs) {
-            if self.queue.is_empty() || self.len() >= MAX_IN_FLIGHT {
+            if self.queue.is_empty() || self.full() {
                 // At the bound (or only answers waiting for durability are left): the oldest
                 // answer leaves, which frees its slot.
                 match self.next().await {
@@ -165,10 +181,14 @@ impl EventPipeline {
         for r in &refs {
             bump(&mut self.refs, *r);
         }
-        let tracked = Tracked { alone, refs };
+        self.bytes += bytes;
+        let tracked = Tracked { alone, refs, bytes };
         let grasp = self.grasp.clone();
         let id = event.id;
+        // Until its admission ends, the store's gate may hold other saves for this one to join.
+        let admitting = grasp.relay.store().admitting();
         let task = tokio::spawn(async move {
+            let _admitting = admitting;
             let verified = {
                 // Closed never: the semaphore lives for the whole process.
                 let _permit = verify_pool().acquire().await;
@@ -210,6 +230,7 @@ impl EventPipeline {
             if t.alone {
                 self.alone -= 1;
             }
+            self.bytes -= t.bytes;
             drop_one(&mut self.ids, &answer.id);
             for r in &t.refs {
                 drop_one(&mut self.refs, r);

@@ -81,7 +81,7 @@ impl Relay {
     /// [`Relay::publish_shared`] of a client event the acceptance policy just admitted (it
     /// checked the event's deletion first): stored with [`Store::save_admitted`].
     pub async fn publish_admitted(&self, event: Arc<Event>) -> Result<SaveOutcome, StoreError> {
-        let outcome = self.store.save_admitted(&event).await?;
+        let outcome = self.store.save_admitted_shared(event.clone()).await?;
         self.broadcast(event, outcome);
         Ok(outcome)
     }

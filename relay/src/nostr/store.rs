@@ -10,6 +10,9 @@
 //! The lookups admission repeats for every event (has this author any deletion request? the
 //! stored announcements of an identifier) are answered from bounded caches kept valid by a
 //! write generation (`crate::nostr::lookups`).
+//!
+//! Writes go through a gate (`crate::nostr::group_commit`): saves that arrive while other events
+//! are being admitted share one commit, each answered once that commit is on disk.
 
 use std::collections::{BTreeSet, HashSet};
 use std::path::Path;
@@ -21,6 +24,7 @@ use nostr::prelude::*;
 use nostr_database::{NostrDatabase, RejectedReason, SaveEventStatus};
 use nostr_lmdb::NostrLmdb;
 
+use crate::nostr::group_commit::{Admitting, Gate};
 use crate::nostr::lookups::Lookups;
 
 /// A storage failure (disk, LMDB).
@@ -86,7 +90,9 @@ pub enum Known {
 /// The event store.
 #[derive(Debug)]
 pub struct Store {
-    db: NostrLmdb,
+    db: Arc<NostrLmdb>,
+    /// Group commit of saves.
+    gate: Gate,
     /// Cached lookups and the write generation that keeps them valid.
     lookups: Lookups,
     /// How many of the next saves fail ([`Store::fail_next_saves`]).
@@ -101,7 +107,15 @@ impl Store {
             .process_nip62(false)
             .build()
             .await?;
-        Ok(Self { db, lookups: Lookups::default(), failing_saves: std::sync::atomic::AtomicUsize::new(0) })
+        let db = Arc::new(db);
+        let gate = Gate::start(db.clone(), grasp_state::group_commit::Linger::default());
+        Ok(Self { db, gate, lookups: Lookups::default(), failing_saves: std::sync::atomic::AtomicUsize::new(0) })
+    }
+
+    /// Marks an event as being admitted (its save may still come) until the guard drops: the
+    /// store's gate holds other saves a little while it may join their commit.
+    pub fn admitting(&self) -> Admitting {
+        self.gate.admitting()
     }
 
     /// Fault injection for tests: the next `n` calls of [`Store::save`] fail with a storage
@@ -157,9 +171,18 @@ impl Store {
         if event.kind.is_ephemeral() {
             return Ok(SaveOutcome::Ephemeral);
         }
-        let saved = self.db.save_event(event).await;
+        self.save_admitted_shared(Arc::new(event.clone())).await
+    }
+
+    /// [`Store::save_admitted`] of an event already shared (no copy before the store's own).
+    pub async fn save_admitted_shared(&self, event: Arc<Event>) -> Result<SaveOutcome, StoreError> {
+        if event.kind.is_ephemeral() {
+            return Ok(SaveOutcome::Ephemeral);
+        }
+        let kind = event.kind.as_u16();
+        let saved = self.gate.save(event).await;
         // A deletion request or an announcement can change a cached lookup (committed now).
-        if matches!(event.kind.as_u16(), KIND_DELETION | KIND_ANNOUNCEMENT) {
+        if matches!(kind, KIND_DELETION | KIND_ANNOUNCEMENT) {
             self.lookups.generation.bump();
         }
         Ok(match saved? {
@@ -250,8 +273,10 @@ impl Store {
     }
 
     /// Has `event`'s author a stored deletion request naming its id, or its coordinate at or
-    /// after its `created_at`?
-    async fn deletion_requested(&self, event: &Event) -> Result<bool, StoreError> {
+    /// after its `created_at`? No store read for an author without deletion requests
+    /// (remembered until the next one is stored). [`Store::known`] also asks the store for the
+    /// id itself (stored, or deleted).
+    pub async fn deletion_requested(&self, event: &Event) -> Result<bool, StoreError> {
         let at = self.lookups.generation.current();
         let has_deletions = match self.lookups.has_deletions.get(&event.pubkey, at) {
             Some(known) => known,

@@ -546,7 +546,12 @@ impl Session<'_> {
                 let mut set = tokio::task::JoinSet::new();
                 for event in run {
                     let (shared, url) = (self.peer.shared.clone(), self.peer.url.clone());
-                    set.spawn(async move { shared.intake.submit(Arc::new(event), &url).await });
+                    // The run's saves share store commits (`crate::nostr::group_commit`).
+                    let admitting = shared.grasp().relay.store().admitting();
+                    set.spawn(async move {
+                        let _admitting = admitting;
+                        shared.intake.submit(Arc::new(event), &url).await
+                    });
                 }
                 while let Some(done) = set.join_next().await {
                     match done {
