@@ -343,6 +343,13 @@ impl Connection {
     }
 
     /// Hands the event to the pipeline; a malformed one is refused in its turn.
+    /// Refuses an `EVENT` in its turn; answers that had to leave first to make room go out now.
+    async fn refuse_event(&mut self, id: EventId, reason: String) {
+        for a in self.pipeline.refuse(id, reason).await {
+            self.answer(a);
+        }
+    }
+
     async fn on_event(&mut self, items: &mut [Value], bytes: usize) {
         let Some(raw) = items.get_mut(1).map(Value::take) else {
             self.drain_pipeline().await;
@@ -355,7 +362,7 @@ impl Connection {
                 let reason = format!("invalid: malformed event ({e})");
                 self.grasp.metrics.event(None, false, &reason);
                 match id {
-                    Some(id) => self.pipeline.refuse(id, reason),
+                    Some(id) => self.refuse_event(id, reason).await,
                     None => {
                         self.drain_pipeline().await;
                         self.notice(&reason)
@@ -367,12 +374,12 @@ impl Connection {
         // Refusals made here still answer in their turn, after the events in flight.
         if let Err(reason) = self.membership() {
             self.grasp.metrics.event(Some(event.kind.as_u16()), false, &reason);
-            return self.pipeline.refuse(event.id, reason);
+            return self.refuse_event(event.id, reason).await;
         }
         if let Err(reason) = self.grasp.trust.limits.take_write(&mut self.writes, self.client) {
             tracing::info!(event = %event.id, client = %self.client, reason = %reason, "event rate-limited");
             self.grasp.metrics.event(Some(event.kind.as_u16()), false, &reason);
-            return self.pipeline.refuse(event.id, reason);
+            return self.refuse_event(event.id, reason).await;
         }
         // The keys authenticated now: an AUTH sent later waits for this event (it drains the
         // pipeline), as if the client had waited for the OK.

@@ -216,10 +216,20 @@ impl EventPipeline {
         earlier
     }
 
-    /// Queues an answer decided without submission (a malformed event), behind the events
-    /// already in flight.
-    pub fn refuse(&mut self, id: EventId, message: String) {
+    /// Queues an answer decided without submission (a malformed or rate-limited event), behind
+    /// the events already in flight. Refusals count toward the same bound as admissions: at the
+    /// bound the oldest answers leave first (returned, in order, for the caller to send), so the
+    /// queue cannot grow behind a slow event however fast a client sends.
+    pub async fn refuse(&mut self, id: EventId, message: String) -> Vec<Answer> {
+        let mut earlier = Vec::new();
+        while self.full() {
+            match self.next().await {
+                Some(answer) => earlier.push(answer),
+                None => break,
+            }
+        }
         self.queue.push_back(Box::pin(async move { (Answer { id, ok: false, message, tracked: None }, Durable::now()) }));
+        earlier
     }
 
     /// Waits for the oldest event being admitted, releases what it held in the in-flight sets
@@ -275,6 +285,35 @@ mod tests {
 
     fn ev(kind: u16, tags: Vec<Tag>) -> Event {
         EventBuilder::new(Kind::from(kind), "x").tags(tags).finalize(&Keys::generate()).unwrap()
+    }
+
+    /// A pipeline over a fresh store and an empty purgatory.
+    async fn pipeline(dir: &std::path::Path) -> EventPipeline {
+        use grasp_state::purgatory::{clock::SystemClock, Purgatory, PurgatoryConfig};
+        let store = crate::nostr::store::Store::open(&dir.join("events")).await.unwrap();
+        let relay = Arc::new(crate::nostr::relay::Relay::new(store));
+        let purgatory = Purgatory::new(PurgatoryConfig::default(), Arc::new(SystemClock));
+        let layout = grasp_state::identifier::RepoLayout::new(dir.join("git"));
+        let metrics = Arc::new(crate::metrics::Metrics::new());
+        EventPipeline::new(Arc::new(Grasp::new(relay, purgatory, layout, dir.join("hooks"), "localhost".into(), metrics)))
+    }
+
+    /// Refusals count toward the in-flight bound: past it, the oldest answers leave (in order)
+    /// before another refusal is queued, so a client streaming refused events behind a slow one
+    /// cannot grow the queue.
+    #[tokio::test]
+    async fn refusals_are_bounded_like_admissions_and_keep_their_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut pipeline = pipeline(dir.path()).await;
+        let ids: Vec<EventId> = (0..MAX_IN_FLIGHT + 50).map(|_| ev(1, vec![]).id).collect();
+        let mut answered = Vec::new();
+        for id in &ids {
+            answered.extend(pipeline.refuse(*id, "rate-limited: slow down".into()).await.into_iter().map(|a| a.id));
+            assert!(pipeline.len() <= MAX_IN_FLIGHT, "{} answers queued", pipeline.len());
+        }
+        assert_eq!(answered.len(), 50, "the oldest answers left to make room");
+        answered.extend(pipeline.drain().await.into_iter().map(|a| a.id));
+        assert_eq!(answered, ids, "answers in the order of the EVENTs");
     }
 
     #[test]
