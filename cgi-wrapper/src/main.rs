@@ -246,7 +246,7 @@ fn run(args: &Args, out: &mut impl Write) -> anyhow::Result<()> {
         // less per fetch. Only returns if the exec failed.
         out.flush()?;
         let e = backend_command(args, &req, &repo, &repo_dir).stdin(Stdio::inherit()).stdout(Stdio::inherit()).exec();
-        return Err(anyhow::Error::new(e).context(format!("running {}", backend_program(args).display())));
+        return Err(anyhow::Error::new(e).context(running_backend(args)));
     }
     let result = run_backend(args, &req, &repo, &repo_dir, out);
     drop(push_lock);
@@ -405,9 +405,13 @@ fn per_request_config(hooks_dir: Option<&Path>, max_push_bytes: Option<u64>) -> 
     cfg
 }
 
-/// The program run as the backend: `git-http-backend` itself, or `<git> http-backend`.
-fn backend_program(args: &Args) -> &Path {
-    args.http_backend.as_deref().unwrap_or(&args.git)
+/// What starting the backend is called in error messages: `git-http-backend` itself, or
+/// `<git> http-backend`.
+fn running_backend(args: &Args) -> String {
+    match &args.http_backend {
+        Some(program) => format!("running {}", program.display()),
+        None => format!("running {} http-backend", args.git.display()),
+    }
 }
 
 /// `git http-backend` for `repo` under the relay's git environment policy and the GRASP
@@ -461,10 +465,7 @@ fn run_backend(
     let held = child::StopSignalsHeld::hold();
     let mut child = cmd
         .spawn()
-        .with_context(|| match &args.http_backend {
-            Some(program) => format!("running {}", program.display()),
-            None => format!("running {} http-backend", args.git.display()),
-        })?;
+        .with_context(|| running_backend(args))?;
     let group = child::BackendGroup::register(child.id());
     drop(held);
     // A fault is reported before the group is killed, so it is known once the output ends.
