@@ -76,6 +76,13 @@ fn fork_repo(root: &Path, owner: &PublicKey, name: &str) -> std::path::PathBuf {
     bare
 }
 
+/// A contributor's empty bare repository `fork` under `<dir>/forks`, served by a plain git HTTP
+/// server (a pull request's clone URL).
+fn served_fork(dir: &Path, contributor: &PublicKey) -> (std::path::PathBuf, GitHttpServer) {
+    let fork = fork_repo(&dir.join("forks"), contributor, "fork");
+    (fork, GitHttpServer::start(&dir.join("forks"), None))
+}
+
 /// Announces `identifier` on `server` and makes it hold `main` at a first commit (stored
 /// announcement and state). Returns the work tree and the commit.
 async fn seeded(
@@ -177,8 +184,7 @@ fn a_pull_request_commit_only_at_its_clone_url_is_released() {
     let b = relay(200, &[]);
     let tmp = tempfile::tempdir().unwrap();
     let contributor = Keys::generate();
-    let fork = fork_repo(&tmp.path().join("forks"), &contributor.public_key(), "fork");
-    let forks = GitHttpServer::start(&tmp.path().join("forks"), None);
+    let (fork, forks) = served_fork(tmp.path(), &contributor.public_key());
     let fork_url = forks.repo_url(&contributor.public_key(), "fork");
     block_on(async {
         let mut cb = connect(&b).await;
@@ -235,8 +241,7 @@ fn a_fetch_bringing_more_than_the_cap_is_cut_off_and_nothing_lands() {
     let b = relay(200, &["--sync-max-fetch-bytes", "1048576"]);
     let tmp = tempfile::tempdir().unwrap();
     let contributor = Keys::generate();
-    let fork = fork_repo(&tmp.path().join("forks"), &contributor.public_key(), "fork");
-    let forks = GitHttpServer::start(&tmp.path().join("forks"), None);
+    let (fork, forks) = served_fork(tmp.path(), &contributor.public_key());
     let fork_url = forks.repo_url(&contributor.public_key(), "fork");
     block_on(async {
         let mut cb = connect(&b).await;
@@ -435,8 +440,7 @@ fn throttling_holds_a_domain_to_its_concurrency_limit() {
     let b = relay(200, &["--sync-domain-concurrency", "1"]);
     let tmp = tempfile::tempdir().unwrap();
     let contributor = Keys::generate();
-    let fork = fork_repo(&tmp.path().join("forks"), &contributor.public_key(), "fork");
-    let forks = GitHttpServer::start(&tmp.path().join("forks"), None);
+    let (fork, forks) = served_fork(tmp.path(), &contributor.public_key());
     let proxy = GatedProxy::start(forks.addr);
     let fork_url = format!(
         "http://{}/{}/fork.git",
@@ -499,8 +503,7 @@ fn the_expiry_sweep_waits_for_a_running_sync() {
     let b = relay(200, &["--purgatory-ttl", "3"]);
     let tmp = tempfile::tempdir().unwrap();
     let contributor = Keys::generate();
-    let fork = fork_repo(&tmp.path().join("forks"), &contributor.public_key(), "fork");
-    let forks = GitHttpServer::start(&tmp.path().join("forks"), None);
+    let (fork, forks) = served_fork(tmp.path(), &contributor.public_key());
     let proxy = GatedProxy::start(forks.addr);
     let fork_url = format!(
         "http://{}/{}/fork.git",

@@ -299,12 +299,7 @@ mod tests {
         let work = dir.path().join("w");
         test_git(dir.path(), &["init", "--bare", "--quiet", repo.to_str().unwrap()]);
         test_git(dir.path(), &["init", "--quiet", work.to_str().unwrap()]);
-        let commit = |name: &str| {
-            std::fs::write(work.join(name), name).unwrap();
-            test_git(&work, &["add", name]);
-            test_git(&work, &["commit", "-q", "-m", name]);
-            test_git(&work, &["rev-parse", "HEAD"])
-        };
+        let commit = |name: &str| crate::git::test_commit(&work, name);
         let served = commit("served");
         test_git(&work, &["push", "-q", repo.to_str().unwrap(), "HEAD:refs/heads/main"]);
         let held = commit("held");

@@ -230,6 +230,16 @@ pub(crate) fn test_git(dir: &Path, args: &[&str]) -> String {
     String::from_utf8(out).unwrap().trim().to_string()
 }
 
+/// Commits a file named `name` (holding its name) in the work tree `work` for unit tests;
+/// returns the new commit's id.
+#[cfg(test)]
+pub(crate) fn test_commit(work: &Path, name: &str) -> String {
+    std::fs::write(work.join(name), name).unwrap();
+    test_git(work, &["add", name]);
+    test_git(work, &["commit", "-q", "-m", name]);
+    test_git(work, &["rev-parse", "HEAD"])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -116,12 +116,7 @@ mod tests {
         assert!(refs.is_empty() && head.is_some());
         assert_eq!((refs, head), from_git(&repo));
         test_git(dir.path(), &["init", "--quiet", work.to_str().unwrap()]);
-        let commit = |name: &str| {
-            std::fs::write(work.join(name), name).unwrap();
-            test_git(&work, &["add", name]);
-            test_git(&work, &["commit", "-q", "-m", name]);
-            test_git(&work, &["rev-parse", "HEAD"])
-        };
+        let commit = |name: &str| crate::git::test_commit(&work, name);
         let url = repo.to_str().unwrap();
         let one = commit("one");
         test_git(&work, &["tag", "-a", "-m", "v1", "v1"]);
