@@ -35,6 +35,9 @@ pub const GRASP_GIT_CONFIG: &[(&str, &str)] = &[
     ("http.receivepack", "true"),
     ("http.uploadpack", "true"),
     ("receive.advertisePushOptions", "false"),
+    // The relay runs `git maintenance run --auto` after each push itself, in the background:
+    // receive-pack's own auto-gc would keep the pusher waiting for it (docs/architecture.md).
+    ("receive.autoGC", "false"),
 ];
 
 /// The GRASP settings of a new repository as lines of git's config file: every

@@ -4,30 +4,29 @@
 //! push's post-receive the relay queues the repository here, and one worker (so at most one
 //! maintenance runs at a time, whatever the number of pushes) runs `git maintenance run --auto`
 //! in it: git decides itself whether anything is worth doing (its `gc.auto` thresholds) and
-//! returns at once when not. The worker first takes the repository's push lock
-//! (`<repo>/grasp.lock`, held by `grasp-cgi` for a whole receive-pack), so maintenance never runs
-//! while a push to that repository does, then the relay's own lock of the repository (the same
-//! order a push takes them). It waits for each lock at most [`LOCK_WAIT`]; a repository still
-//! busy then is skipped until its next push.
+//! returns at once when not. GRASP repositories run with `receive.autoGC = false`
+//! ([`grasp_state::identifier::GRASP_GIT_CONFIG`]): git's own auto-gc at the end of
+//! receive-pack would start that process while the pusher still waits for its answer; here it
+//! runs after the answer.
 //!
-//! The same pass removes push quarantines (`objects/tmp_objdir-incoming-*`) left by a push
-//! killed mid-upload: in the repository it maintains (under the push lock, so all of them), and
-//! every git idle timeout in every repository (those idle that long; see
-//! [`crate::git::repos::remove_stale_quarantines`]). Background sync's quarantines are left to
+//! A pass first takes the repository's push lock (`<repo>/grasp.lock`, held by `grasp-cgi` for a
+//! whole receive-pack), then the relay's own lock of the repository (the same order a push takes
+//! them), waiting for each at most [`LOCK_WAIT`] (a repository still busy then is skipped until
+//! its next push). Under them it removes push quarantines (`objects/tmp_objdir-incoming-*`) left
+//! by a push killed mid-upload: no push runs, so all of them. It lets go of both before
+//! `git maintenance run --auto`, which, like git's own auto-gc, runs beside pushes (git's gc is
+//! made for that), so a long repack never turns pushes away. Every git idle timeout, every
+//! repository's quarantines idle that long are removed too
+//! ([`crate::git::repos::remove_stale_quarantines`]). Background sync's quarantines are left to
 //! the sync and to the startup sweep.
 //!
 //! After refs were removed from a repository (expired pull request placeholders), its next pass
-//! is `git gc --prune=<git idle timeout>.seconds.ago` instead ([`after_ref_removal`]): objects no
-//! ref reaches any more go, except those held states and held pull requests name (kept through
-//! git's `gc.recentObjectsHook`); the push lock keeps every push, and so every quarantine, out.
-//! (A refused push's pack never lands: git drops its quarantine.)
-//!
-//! Stock git's own auto-gc at the end of receive-pack (`receive.autogc`, on by default: receive-pack
-//! runs `git maintenance run --auto` itself once its post-receive hook is done) does the work
-//! after a push, so the pass queued by a push's post-receive ([`after_push`]) only removes
-//! crashed pushes' quarantines and runs no git process (the relay running `git maintenance run
-//! --auto` again right after git did cost a process start per push for nothing). Objects that
-//! arrived without a receive-pack (background sync, [`after_objects_arrived`]) get the full pass.
+//! is `git gc --prune=<git idle timeout>.seconds.ago` instead ([`after_ref_removal`]), under both
+//! locks: objects no ref reaches any more go, except those held states and held pull requests
+//! name (kept through git's `gc.recentObjectsHook`); the push lock keeps every push, and so every
+//! quarantine, out. (A refused push's pack never lands: git drops its quarantine.) Objects that
+//! arrived without a receive-pack (background sync, [`after_objects_arrived`]) get the same pass
+//! as a push.
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -56,9 +55,6 @@ pub struct Maintenance {
     queued: Arc<Mutex<HashSet<PathBuf>>>,
     /// Repositories whose next pass also prunes unreachable objects (refs were removed).
     prune: Arc<Mutex<HashSet<PathBuf>>>,
-    /// Queued repositories whose next pass runs no `git maintenance`: only pushes asked for it,
-    /// and receive-pack's auto-gc ran it (guarded by `queued`'s lock).
-    after_receive_pack: Arc<Mutex<HashSet<PathBuf>>>,
 }
 
 impl Maintenance {
@@ -69,11 +65,10 @@ impl Maintenance {
         let (tx, rx) = mpsc::unbounded_channel();
         let queued = Arc::new(Mutex::new(HashSet::new()));
         let prune = Arc::new(Mutex::new(HashSet::new()));
-        let after_receive_pack = Arc::new(Mutex::new(HashSet::new()));
         tokio::spawn(sweep_quarantines(grasp.layout.git_root().to_path_buf(), git_idle_timeout, shutdown.clone()));
         let pass = Pass { grasp, prune: prune.clone(), prune_after: git_idle_timeout };
-        tokio::spawn(worker(rx, queued.clone(), after_receive_pack.clone(), pass, shutdown));
-        Maintenance { tx, queued, prune, after_receive_pack }
+        tokio::spawn(worker(rx, queued.clone(), pass, shutdown));
+        Maintenance { tx, queued, prune }
     }
 
     /// Queues `repo` for a pass that also prunes: refs were removed from it (expired pull
@@ -83,50 +78,26 @@ impl Maintenance {
         self.schedule(repo);
     }
 
-    /// Queues `repo` for a full pass (once, however many ask before it runs).
+    /// Queues `repo` for a pass (once, however many ask before it runs).
     pub fn schedule(&self, repo: PathBuf) {
-        self.enqueue(repo, false);
-    }
-
-    /// Queues `repo` after a push: receive-pack's auto-gc did git's part, so unless something
-    /// else asks for a full pass before it runs, the pass only removes stale quarantines.
-    pub fn schedule_after_receive_pack(&self, repo: PathBuf) {
-        self.enqueue(repo, true);
-    }
-
-    fn enqueue(&self, repo: PathBuf, after_receive_pack: bool) {
         let mut queued = self.queued.lock().unwrap();
-        let mut light = self.after_receive_pack.lock().unwrap();
-        if queued.contains(&repo) {
-            // A full pass asked for wins over a light one.
-            if !after_receive_pack {
-                light.remove(&repo);
-            }
+        if queued.len() >= MAX_QUEUED || !queued.insert(repo.clone()) {
             return;
-        }
-        if queued.len() >= MAX_QUEUED {
-            return;
-        }
-        queued.insert(repo.clone());
-        if after_receive_pack {
-            light.insert(repo.clone());
         }
         if self.tx.send(repo.clone()).is_err() {
             queued.remove(&repo);
-            light.remove(&repo);
         }
     }
 }
 
-/// Queues `owner`'s repository for `identifier` after a push (when the relay runs maintenance):
-/// a pass without `git maintenance`, which receive-pack ran.
+/// Queues `owner`'s repository for `identifier` after a push (when the relay runs maintenance).
 pub fn after_push(grasp: &Grasp, owner: &nostr::prelude::PublicKey, identifier: &str) {
     if let (Some(m), Some(repo)) = (grasp.maintenance.get(), grasp.repo_path(owner, identifier)) {
-        m.schedule_after_receive_pack(repo);
+        m.schedule(repo);
     }
 }
 
-/// Queues `repo` for a full pass after objects arrived in it without a receive-pack (background
+/// Queues `repo` for a pass after objects arrived in it without a receive-pack (background
 /// sync) (when the relay runs maintenance).
 pub fn after_objects_arrived(grasp: &Grasp, repo: &Path) {
     if let Some(m) = grasp.maintenance.get() {
@@ -170,38 +141,29 @@ async fn sweep_quarantines(git_root: PathBuf, idle: Duration, mut shutdown: Shut
     }
 }
 
-async fn worker(
-    mut rx: mpsc::UnboundedReceiver<PathBuf>,
-    queued: Arc<Mutex<HashSet<PathBuf>>>,
-    after_receive_pack: Arc<Mutex<HashSet<PathBuf>>>,
-    pass: Pass,
-    mut shutdown: Shutdown,
-) {
+async fn worker(mut rx: mpsc::UnboundedReceiver<PathBuf>, queued: Arc<Mutex<HashSet<PathBuf>>>, pass: Pass, mut shutdown: Shutdown) {
     loop {
         let repo = tokio::select! {
             _ = shutdown.recv() => return,
             next = rx.recv() => match next { Some(repo) => repo, None => return },
         };
-        let git_ran = {
-            let mut queued = queued.lock().unwrap();
-            queued.remove(&repo);
-            after_receive_pack.lock().unwrap().remove(&repo)
-        };
+        queued.lock().unwrap().remove(&repo);
         tokio::select! {
             _ = shutdown.recv() => return,
-            () = maintain(&pass, &repo, git_ran) => {}
+            () = maintain(&pass, &repo) => {}
         }
     }
 }
 
-/// Runs maintenance in `repo` under its push lock and the relay's lock of it (taken the one way,
-/// [`RepoGuards`], in the lock order, without blocking a thread). With `git_ran` (receive-pack's
-/// auto-gc just ran), only stale quarantines are removed, unless a prune is due.
-async fn maintain(pass: &Pass, repo: &Path, git_ran: bool) {
+/// Maintains `repo`: under its push lock and the relay's lock of it (taken the one way,
+/// [`RepoGuards`], in the lock order, without blocking a thread) removes crashed pushes'
+/// quarantines and runs a due prune; otherwise, with both locks let go, `git maintenance run
+/// --auto`.
+async fn maintain(pass: &Pass, repo: &Path) {
     let grasp = &pass.grasp;
     let shown = grasp.layout.git_root().parent().map_or(repo, |root| repo.strip_prefix(root).unwrap_or(repo)).display().to_string();
     let started = Instant::now();
-    let _guards = match RepoGuards::acquire_within(&grasp.locks, [repo.to_path_buf()], PushLocks::Take, LOCK_WAIT).await {
+    let guards = match RepoGuards::acquire_within(&grasp.locks, [repo.to_path_buf()], PushLocks::Take, LOCK_WAIT).await {
         Ok(guards) => guards,
         Err(LockError::PushLockFile(e)) => {
             // Gone (deleted meanwhile) or unreadable: nothing to maintain.
@@ -219,13 +181,14 @@ async fn maintain(pass: &Pass, repo: &Path, git_ran: bool) {
     let prune = pass.prune.lock().unwrap().remove(repo);
     let result = if prune {
         let keep = kept_objects(grasp, repo).await;
-        run_prune(repo, &keep, pass.prune_after).await
-    } else if git_ran {
-        Ok(())
+        let pruned = run_prune(repo, &keep, pass.prune_after).await;
+        drop(guards);
+        pruned
     } else {
+        drop(guards);
         run_auto(repo).await
     };
-    let git = if prune { "gc --prune" } else if git_ran { "receive-pack's auto-gc" } else { "maintenance run --auto" };
+    let git = if prune { "gc --prune" } else { "maintenance run --auto" };
     match result {
         Ok(()) => tracing::info!(repo = %shown, prune, git, elapsed_ms = started.elapsed().as_millis() as u64, "repository maintenance done"),
         Err(e) => tracing::warn!(repo = %shown, prune, error = %e, "repository maintenance failed"),
