@@ -29,8 +29,10 @@
 //! (that would deadlock).
 //!
 //! Under grasp-relay's own listener (`GRASP_CGI_SUPERVISED`, [`grasp_state::cgi::ENV_SUPERVISED`])
-//! a fetch, once its path, repository and private gate are checked, becomes `git http-backend` by
-//! exec: the relay adds the CORS headers, bounds the body and ends the process group itself.
+//! a git request, once its path, repository, private gate (and for a push, its push lock) are
+//! checked, becomes `git http-backend` by exec: the relay adds the CORS headers, bounds the body
+//! and ends the process group itself. A push's lock stays open across the exec, so the backend
+//! and everything it starts (receive-pack, the hooks) hold it until the last of them ends.
 //!
 //! An abandoned request ends: `git http-backend` runs in its own process group, grasp-cgi feeds
 //! it the request body itself and kills the group when the body ends short of
@@ -119,9 +121,9 @@ struct Args {
     max_push_bytes: Option<u64>,
 
     /// Set by grasp-relay's own listener, which adds the CORS headers, bounds and feeds the
-    /// request body and ends the process group itself: a fetch (`GET`/`POST` other than a push)
-    /// then becomes `git http-backend` (exec) instead of being relayed through grasp-cgi. Not for
-    /// nginx + fcgiwrap.
+    /// request body and ends the process group itself: a `GET` or `POST` then becomes `git
+    /// http-backend` (exec, a push's lock kept open across it) instead of being relayed through
+    /// grasp-cgi. Not for nginx + fcgiwrap.
     #[arg(long, env = grasp_state::cgi::ENV_SUPERVISED, value_parser = clap::builder::BoolishValueParser::new())]
     supervised: bool,
 }
@@ -241,9 +243,14 @@ fn run(args: &Args, out: &mut impl Write) -> anyhow::Result<()> {
         // The advertisement only waited for the running push to end.
         push_lock = None;
     }
-    if args.supervised && push_lock.is_none() && (req.method == "GET" || req.method == "POST") {
+    if args.supervised && (req.method == "GET" || req.method == "POST") {
         // Nothing left for grasp-cgi to do that its host does not: one process and one pipe hop
-        // less per fetch. Only returns if the exec failed.
+        // less per request. A push's lock goes along: its open file stays open across the exec,
+        // so the backend, its receive-pack and the hooks hold it, and it goes with the last of
+        // them. Only returns if the exec failed.
+        if let Some(lock) = &push_lock {
+            keep_open_across_exec(lock.as_fd()).context("handing the push lock to git http-backend")?;
+        }
         out.flush()?;
         let e = backend_command(args, &req, &repo, &repo_dir).stdin(Stdio::inherit()).stdout(Stdio::inherit()).exec();
         return Err(anyhow::Error::new(e).context(running_backend(args)));
@@ -251,6 +258,17 @@ fn run(args: &Args, out: &mut impl Write) -> anyhow::Result<()> {
     let result = run_backend(args, &req, &repo, &repo_dir, out);
     drop(push_lock);
     result
+}
+
+/// Clears `FD_CLOEXEC` on `fd`, so programs this process becomes by exec keep it open.
+fn keep_open_across_exec(fd: std::os::fd::BorrowedFd<'_>) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: fcntl on a descriptor this process owns for the duration of the borrow.
+    let flags = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFD) };
+    if flags < 0 || unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFD, flags & !libc::FD_CLOEXEC) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 /// A private service's check, before the repository is even looked up: true when the service

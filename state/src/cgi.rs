@@ -5,7 +5,8 @@
 
 /// Environment variable by which grasp-relay's listener tells `grasp-cgi` that it supervises
 /// the request itself (CORS headers, the body's idle and rate bounds, the process group's end),
-/// so a fetch may become `git http-backend` by exec instead of being relayed (docs/architecture.md).
+/// so a git request may become `git http-backend` by exec instead of being relayed
+/// (docs/architecture.md).
 pub const ENV_SUPERVISED: &str = "GRASP_CGI_SUPERVISED";
 
 /// Largest CGI header block accepted from a child process.

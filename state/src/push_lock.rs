@@ -94,6 +94,12 @@ impl PushLock {
         &self.repo
     }
 
+    /// The open lock file: a process that hands the lock on to a program it becomes by exec keeps
+    /// it open across the exec (the lock goes with the last process holding the file open).
+    pub fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        std::os::fd::AsFd::as_fd(&self.file)
+    }
+
     /// Takes `repo`'s push lock, trying every [`RETRY`] for at most `wait` (one try when `wait`
     /// is zero), sleeping the calling thread in between: for a process of its own (`grasp-cgi`),
     /// never for an async runtime's worker.

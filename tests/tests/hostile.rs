@@ -145,6 +145,32 @@ async fn a_fetch_runs_as_the_backend_alone_and_a_stalled_one_still_ends() {
     let _ = stream.read_to_end(&mut rest);
 }
 
+/// Under the relay's own listener a push runs as the backend alone too: grasp-cgi hands the
+/// repository's push lock to `git http-backend` by exec (its file left open), so the lock is
+/// held while the push runs and let go once its processes end.
+#[tokio::test]
+async fn a_push_runs_as_the_backend_alone_and_holds_its_push_lock() {
+    let server = TestServer::start_with(&["--git-idle-timeout", "10m"]);
+    let _reaper = Reaper(server.data_dir().to_path_buf());
+    let tmp = tempfile::tempdir().unwrap();
+    let mut client = NostrClient::connect(&server.ws_url()).await.unwrap();
+    let owner = Keys::generate();
+    let _published = publish_repo(&server, &mut client, &tmp.path().join("w"), &owner, "base").await;
+
+    let stream = start_receive_pack(&server, &owner.public_key(), "base");
+    wait_for_children(&server);
+    let children = children_of(server.data_dir());
+    assert!(
+        children.iter().all(|(_, c)| !c.contains("grasp-cgi")),
+        "a push kept grasp-cgi running beside the backend: {children:?}"
+    );
+    let mut lock = grasp_state::push_lock::PushLock::open(&repo_dir(&server, &owner.public_key(), "base")).unwrap();
+    assert!(!lock.try_take().unwrap(), "the push lock is free while the push runs");
+    drop(stream);
+    assert_no_children_within(&server, TIMEOUT, "the abandoned push to end");
+    wait_until("the push lock to be let go", TIMEOUT, || lock.try_take().unwrap().then_some(())).unwrap();
+}
+
 /// Item 1: no child the relay started survives its shutdown, even one in the middle of a push
 /// from a client that is still connected.
 #[tokio::test]

@@ -7,10 +7,10 @@
 //! CGI header block (`Status:` and headers) becomes the response head, and the rest of its stdout
 //! is streamed as the body.
 //!
-//! The child is told it is supervised (`grasp_state::cgi::ENV_SUPERVISED`): for a fetch (anything
-//! but a push) grasp-cgi checks the path, the repository and a private service's gate, then
-//! becomes `git http-backend` by exec, since this listener already adds the CORS headers and
-//! bounds the body; a push stays in grasp-cgi, which holds the repository's push lock.
+//! The child is told it is supervised (`grasp_state::cgi::ENV_SUPERVISED`): grasp-cgi checks the
+//! path, the repository, a private service's gate and, for a push, takes the repository's push
+//! lock, then becomes `git http-backend` by exec (the lock's file stays open across it), since
+//! this listener already adds the CORS headers and bounds the body.
 //!
 //! An abandoned request ends with its git processes ([`super::cgi_child`]): the child runs in its
 //! own process group, and it is ended when the request body ends short (client gone), when the
