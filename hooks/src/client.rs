@@ -6,12 +6,17 @@
 //! The address and the token come from the files the relay writes into its data directory at
 //! every start.
 
+use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use grasp_state::hook_api::{ADDR_FILE, TOKEN_FILE, TOKEN_HEADER};
 use serde::{de::DeserializeOwned, Serialize};
+use ureq::config::Config;
+use ureq::http::Uri;
+use ureq::unversioned::resolver::{ResolvedSocketAddrs, Resolver};
+use ureq::unversioned::transport::{DefaultConnector, NextTimeout};
 
 /// Longest wait for the TCP connection to the relay (capped by the call's own timeout).
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
@@ -33,15 +38,19 @@ impl ApiClient {
     pub fn from_data_dir(data_dir: &Path, timeout: Duration) -> Result<Self> {
         let addr = read_trimmed(data_dir, ADDR_FILE)?;
         let token = read_trimmed(data_dir, TOKEN_FILE)?;
-        let agent = ureq::Agent::config_builder()
+        let config = ureq::Agent::config_builder()
             .timeout_global(Some(timeout))
             .timeout_connect(Some(CONNECT_TIMEOUT.min(timeout)))
             .proxy(None)
             .no_delay(true)
             .max_redirects(0)
             .http_status_as_error(false)
-            .build()
-            .new_agent();
+            .build();
+        let agent = ureq::Agent::with_parts(config, DefaultConnector::new(), AddressLiteral);
+        // The relay writes an IP address and port; anything else is a broken data directory.
+        if addr.parse::<SocketAddr>().is_err() {
+            bail!("{} holds {addr:?}, not an IP address and port (restart grasp-relay to rewrite it)", data_dir.join(ADDR_FILE).display());
+        }
         Ok(ApiClient { addr, token, agent })
     }
 
@@ -98,6 +107,20 @@ impl ApiClient {
             bail!("the relay answered {status}: {}", text.chars().take(300).collect::<String>());
         }
         Ok(body)
+    }
+}
+
+/// Resolves the hook API's address, an IP address and port, without a lookup: ureq's default
+/// resolver starts a thread per call whenever a timeout is set, a cost every push paid twice.
+#[derive(Debug)]
+struct AddressLiteral;
+
+impl Resolver for AddressLiteral {
+    fn resolve(&self, uri: &Uri, _: &Config, _: NextTimeout) -> Result<ResolvedSocketAddrs, ureq::Error> {
+        let addr: SocketAddr = uri.authority().and_then(|a| a.as_str().parse().ok()).ok_or(ureq::Error::HostNotFound)?;
+        let mut addrs = self.empty();
+        addrs.push(addr);
+        Ok(addrs)
     }
 }
 
@@ -162,6 +185,15 @@ mod tests {
         server.join().unwrap();
         let err = format!("{err:#}");
         assert!(err.contains("the relay answered 401") && err.contains("wrong token!!!"), "{err}");
+    }
+
+    #[test]
+    fn an_address_that_is_not_an_ip_and_port_is_refused_before_any_call() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(ADDR_FILE), "localhost:1\n").unwrap();
+        std::fs::write(dir.path().join(TOKEN_FILE), "secret\n").unwrap();
+        let err = ApiClient::from_data_dir(dir.path(), Duration::from_secs(1)).unwrap_err();
+        assert!(format!("{err:#}").contains("not an IP address and port"), "{err:#}");
     }
 
     #[test]
