@@ -9,6 +9,9 @@
 //! batch (with its disk sync), and saves reach nostr-lmdb in the order they came to the gate
 //! (one channel, one task handing batches over in order; nostr-lmdb's own queue is in order).
 //!
+//! Saves sent together ([`Gate::save_many`], a release's events) arrive as one message, so they
+//! are never split over two batches, however the gate's task is scheduled.
+//!
 //! The pipeline says which events may still save: each event being admitted holds an
 //! [`Admitting`] guard from the moment it is read until its admission ends. The task that forms
 //! batches ends when the gate is dropped (with the store).
@@ -48,7 +51,8 @@ struct Counts {
 /// The gate in front of the store's writes.
 #[derive(Debug)]
 pub struct Gate {
-    saves: mpsc::UnboundedSender<Save>,
+    /// Each message: saves that go in one batch.
+    saves: mpsc::UnboundedSender<Vec<Save>>,
     counts: Arc<Counts>,
 }
 
@@ -92,25 +96,42 @@ impl Gate {
 
     /// Saves `event` with the batch it joins; answers once that batch is committed.
     pub async fn save(&self, event: Arc<Event>) -> SaveResult {
-        let (reply, answer) = oneshot::channel();
-        self.counts.at_gate.fetch_add(1, Ordering::AcqRel);
-        if self.saves.send(Save { event, reply }).is_err() {
-            self.counts.at_gate.fetch_sub(1, Ordering::AcqRel);
-            return Err(nostr_database::error::Error::storage("the event store is closed"));
+        self.save_many(vec![event]).await.pop().expect("one answer per save")
+    }
+
+    /// Saves `events`, in this order, in one batch (with whatever else joins it); one answer per
+    /// event, once that batch is committed.
+    pub async fn save_many(&self, events: Vec<Arc<Event>>) -> Vec<SaveResult> {
+        let n = events.len();
+        let (saves, answers): (Vec<Save>, Vec<_>) = events
+            .into_iter()
+            .map(|event| {
+                let (reply, answer) = oneshot::channel();
+                (Save { event, reply }, answer)
+            })
+            .unzip();
+        self.counts.at_gate.fetch_add(n, Ordering::AcqRel);
+        if self.saves.send(saves).is_err() {
+            self.counts.at_gate.fetch_sub(n, Ordering::AcqRel);
+            return (0..n).map(|_| Err(nostr_database::error::Error::storage("the event store is closed"))).collect();
         }
-        answer.await.unwrap_or_else(|_| Err(nostr_database::error::Error::storage("the event store stopped")))
+        let mut out = Vec::with_capacity(n);
+        for answer in answers {
+            out.push(answer.await.unwrap_or_else(|_| Err(nostr_database::error::Error::storage("the event store stopped"))));
+        }
+        out
     }
 }
 
 /// Forms batches and hands each to nostr-lmdb, in order.
-async fn run(db: Arc<NostrLmdb>, mut rx: mpsc::UnboundedReceiver<Save>, counts: Arc<Counts>, linger: Linger) {
+async fn run(db: Arc<NostrLmdb>, mut rx: mpsc::UnboundedReceiver<Vec<Save>>, counts: Arc<Counts>, linger: Linger) {
     while let Some(first) = rx.recv().await {
         let started = Instant::now();
-        let mut batch = vec![first];
+        let mut batch = first;
         loop {
             while batch.len() < linger.max_batch {
                 match rx.try_recv() {
-                    Ok(save) => batch.push(save),
+                    Ok(saves) => batch.extend(saves),
                     Err(_) => break,
                 }
             }
@@ -120,8 +141,8 @@ async fn run(db: Arc<NostrLmdb>, mut rx: mpsc::UnboundedReceiver<Save>, counts: 
                 break;
             }
             tokio::select! {
-                save = rx.recv() => match save {
-                    Some(save) => batch.push(save),
+                saves = rx.recv() => match saves {
+                    Some(saves) => batch.extend(saves),
                     None => break,
                 },
                 _ = counts.admission_ended.notified() => {}
@@ -205,6 +226,14 @@ mod tests {
             assert!(matches!(s.await.unwrap(), Ok(SaveEventStatus::Success)));
         }
         assert_eq!(gate.batches(), 1, "one commit for all {n}");
+    }
+
+    #[tokio::test]
+    async fn saves_sent_together_share_one_batch_even_with_nothing_being_admitted() {
+        let (gate, _t) = gate().await;
+        let answers = gate.save_many((0..5).map(note).collect()).await;
+        assert!(answers.iter().all(|a| matches!(a, Ok(SaveEventStatus::Success))), "{answers:?}");
+        assert_eq!(gate.batches(), 1, "a release's events were split over several commits");
     }
 
     #[tokio::test]

@@ -133,17 +133,18 @@ impl Store {
         }
     }
 
-    /// [`Store::save`] of several events whose writes go to the store together (one commit
-    /// when nothing else is being written), in this order. One outcome per event.
+    /// [`Store::save`] of several events whose writes go to the store together (one batch at
+    /// the gate, so one commit unless the store splits it), in this order. One outcome per event.
     pub async fn save_all(&self, events: &[&Event]) -> Vec<Result<SaveOutcome, StoreError>> {
         let refusals = futures_util::future::join_all(events.iter().map(|e| self.refusal(e))).await;
-        let saves = events.iter().zip(refusals).map(|(event, refusal)| async move {
-            match refusal? {
-                Some(outcome) => Ok(outcome),
-                None => self.save_admitted(event).await,
-            }
-        });
-        futures_util::future::join_all(saves).await
+        let mut outcomes: Vec<Option<Result<SaveOutcome, StoreError>>> = refusals.into_iter().map(|r| r.transpose()).collect();
+        let to_save: Vec<(usize, Arc<Event>)> =
+            outcomes.iter().enumerate().filter(|(_, o)| o.is_none()).map(|(i, _)| (i, Arc::new(events[i].clone()))).collect();
+        let saved = self.gate.save_many(to_save.iter().map(|(_, e)| e.clone()).collect()).await;
+        for ((i, event), saved) in to_save.into_iter().zip(saved) {
+            outcomes[i] = Some(self.outcome(event.kind.as_u16(), saved));
+        }
+        outcomes.into_iter().map(|o| o.expect("every event answered")).collect()
     }
 
     /// What [`Store::save`] answers without writing (ephemeral, already stored, deleted), if
@@ -181,6 +182,11 @@ impl Store {
         }
         let kind = event.kind.as_u16();
         let saved = self.gate.save(event).await;
+        self.outcome(kind, saved)
+    }
+
+    /// What the store's answer to a save of an event of `kind` means here.
+    fn outcome(&self, kind: u16, saved: Result<SaveEventStatus, nostr_database::error::Error>) -> Result<SaveOutcome, StoreError> {
         // A deletion request or an announcement can change a cached lookup (committed now).
         if matches!(kind, KIND_DELETION | KIND_ANNOUNCEMENT) {
             self.lookups.generation.bump();
