@@ -68,8 +68,8 @@ struct Opts {
 impl Opts {
     fn parse() -> Result<Opts> {
         let mut o = Opts {
-            fetch_runs: 15,
-            push_runs: 7,
+            fetch_runs: 31,
+            push_runs: 61,
             clone_mb: 50,
             clone_runs: 3,
             rss_small_mb: 20,
