@@ -239,6 +239,14 @@ pub async fn publish_repo(
 }
 
 /// The relay's hook API address and token (from its data directory).
+/// The first bytes of a push's `git-receive-pack` request body: one ref update and no flush, so
+/// git waits for the rest, as a stalled or abandoned push leaves it (a lone flush would end the
+/// push at once).
+pub fn stalled_push_body() -> String {
+    let line = format!("{} {} refs/heads/main\0 report-status\n", "1".repeat(40), "2".repeat(40));
+    format!("{:04x}{line}", line.len() + 4)
+}
+
 pub fn hook_api(server: &TestServer) -> (String, String) {
     let read = |f: &str| std::fs::read_to_string(server.data_dir().join(f)).unwrap().trim().to_string();
     (read(grasp_state::hook_api::ADDR_FILE), read(grasp_state::hook_api::TOKEN_FILE))

@@ -18,8 +18,7 @@ use nostr::prelude::*;
 fn start_receive_pack(server: &TestServer, owner: &PublicKey, identifier: &str) -> TcpStream {
     let mut stream = TcpStream::connect(server.addr()).unwrap();
     stream.set_read_timeout(Some(TIMEOUT)).unwrap();
-    let line = format!("{} {} refs/heads/main\0 report-status\n", "1".repeat(40), "2".repeat(40));
-    let pkt = format!("{:04x}{line}", line.len() + 4);
+    let pkt = stalled_push_body();
     let head = format!(
         "POST /{}/{identifier}.git/git-receive-pack HTTP/1.1\r\nHost: {}\r\n\
          Content-Type: application/x-git-receive-pack-request\r\nContent-Length: {}\r\n\r\n",
@@ -31,6 +30,29 @@ fn start_receive_pack(server: &TestServer, owner: &PublicKey, identifier: &str) 
     stream.write_all(pkt.as_bytes()).unwrap();
     stream.flush().unwrap();
     stream
+}
+
+/// A relay started with `args` whose git children are reaped when the test ends, and `base`, a
+/// repository its owner published: what most attacks here go at.
+struct Attacked {
+    server: TestServer,
+    /// Reaps what the relay left running (only on failure paths); bind it after `server` so it
+    /// goes first.
+    _reaper: Reaper,
+    client: NostrClient,
+    owner: Keys,
+    published: Published,
+    _work: tempfile::TempDir,
+}
+
+async fn attacked(args: &[&str]) -> Attacked {
+    let server = TestServer::start_with(args);
+    let _reaper = Reaper(server.data_dir().to_path_buf());
+    let work = tempfile::tempdir().unwrap();
+    let mut client = NostrClient::connect(&server.ws_url()).await.unwrap();
+    let owner = Keys::generate();
+    let published = publish_repo(&server, &mut client, &work.path().join("w"), &owner, "base").await;
+    Attacked { server, _reaper, client, owner, published, _work: work }
 }
 
 /// Waits until the relay has a git child for the request (so the test attacks a running push).
@@ -63,18 +85,11 @@ async fn push_next(server: &TestServer, client: &mut NostrClient, owner: &Keys, 
     );
 }
 
-/// Kills what the test left running (only on failure paths), so a failing run does not leave
-/// spinning processes on the machine.
 /// Item 1: a receive-pack POST whose client closes before its `Content-Length` ends the
 /// request: no git process stays behind and the repository takes the next push.
 #[tokio::test]
 async fn abandoned_push_ends_with_its_client() {
-    let server = TestServer::start_with(&["--git-idle-timeout", "60s"]);
-    let _reaper = Reaper(server.data_dir().to_path_buf());
-    let tmp = tempfile::tempdir().unwrap();
-    let mut client = NostrClient::connect(&server.ws_url()).await.unwrap();
-    let owner = Keys::generate();
-    let published = publish_repo(&server, &mut client, &tmp.path().join("w"), &owner, "base").await;
+    let Attacked { server, _reaper, mut client, owner, published, _work } = attacked(&["--git-idle-timeout", "60s"]).await;
 
     let streams: Vec<TcpStream> = (0..3).map(|_| start_receive_pack(&server, &owner.public_key(), "base")).collect();
     wait_for_children(&server);
@@ -91,12 +106,7 @@ async fn stalled_push_ends_after_the_idle_timeout() {
     // No minimum rate: the few bytes sent also fall below it right at the idle timeout (which
     // rule ends the request first then depends on when the first bytes arrived), and this test
     // is about the idle timeout (a_trickling_push_is_ended is about the rate).
-    let server = TestServer::start_with(&["--git-idle-timeout", "2s", "--git-min-rate", "0"]);
-    let _reaper = Reaper(server.data_dir().to_path_buf());
-    let tmp = tempfile::tempdir().unwrap();
-    let mut client = NostrClient::connect(&server.ws_url()).await.unwrap();
-    let owner = Keys::generate();
-    let published = publish_repo(&server, &mut client, &tmp.path().join("w"), &owner, "base").await;
+    let Attacked { server, _reaper, mut client, owner, published, _work } = attacked(&["--git-idle-timeout", "2s", "--git-min-rate", "0"]).await;
 
     let mut stream = start_receive_pack(&server, &owner.public_key(), "base");
     wait_for_children(&server);
@@ -115,12 +125,7 @@ async fn stalled_push_ends_after_the_idle_timeout() {
 async fn a_fetch_runs_as_the_backend_alone_and_a_stalled_one_still_ends() {
     // No minimum rate: the few bytes sent would also fall below it right at the idle timeout,
     // and this test is about the idle timeout.
-    let server = TestServer::start_with(&["--git-idle-timeout", "2s", "--git-min-rate", "0"]);
-    let _reaper = Reaper(server.data_dir().to_path_buf());
-    let tmp = tempfile::tempdir().unwrap();
-    let mut client = NostrClient::connect(&server.ws_url()).await.unwrap();
-    let owner = Keys::generate();
-    let _published = publish_repo(&server, &mut client, &tmp.path().join("w"), &owner, "base").await;
+    let Attacked { server, _reaper, client: _client, owner, published: _published, _work } = attacked(&["--git-idle-timeout", "2s", "--git-min-rate", "0"]).await;
 
     let mut stream = TcpStream::connect(server.addr()).unwrap();
     stream.set_read_timeout(Some(TIMEOUT)).unwrap();
@@ -150,12 +155,7 @@ async fn a_fetch_runs_as_the_backend_alone_and_a_stalled_one_still_ends() {
 /// held while the push runs and let go once its processes end.
 #[tokio::test]
 async fn a_push_runs_as_the_backend_alone_and_holds_its_push_lock() {
-    let server = TestServer::start_with(&["--git-idle-timeout", "10m"]);
-    let _reaper = Reaper(server.data_dir().to_path_buf());
-    let tmp = tempfile::tempdir().unwrap();
-    let mut client = NostrClient::connect(&server.ws_url()).await.unwrap();
-    let owner = Keys::generate();
-    let _published = publish_repo(&server, &mut client, &tmp.path().join("w"), &owner, "base").await;
+    let Attacked { server, _reaper, client: _client, owner, published: _published, _work } = attacked(&["--git-idle-timeout", "10m"]).await;
 
     let stream = start_receive_pack(&server, &owner.public_key(), "base");
     wait_for_children(&server);
@@ -175,12 +175,7 @@ async fn a_push_runs_as_the_backend_alone_and_holds_its_push_lock() {
 /// from a client that is still connected.
 #[tokio::test]
 async fn no_git_child_survives_shutdown() {
-    let mut server = TestServer::start_with(&["--git-idle-timeout", "10m"]);
-    let _reaper = Reaper(server.data_dir().to_path_buf());
-    let tmp = tempfile::tempdir().unwrap();
-    let mut client = NostrClient::connect(&server.ws_url()).await.unwrap();
-    let owner = Keys::generate();
-    let _published = publish_repo(&server, &mut client, &tmp.path().join("w"), &owner, "base").await;
+    let Attacked { mut server, _reaper, client, owner, published: _published, _work } = attacked(&["--git-idle-timeout", "10m"]).await;
 
     let _stream = start_receive_pack(&server, &owner.public_key(), "base");
     wait_for_children(&server);
@@ -279,19 +274,16 @@ async fn status_from(source: &str, server: &TestServer, request: &str) -> u16 {
 /// request slots; everyone else's git requests are still served.
 #[tokio::test]
 async fn one_address_holds_only_its_share_of_git_slots() {
-    let server = TestServer::start_with(&["--git-idle-timeout", "10m", "--git-max-requests", "6", "--git-max-requests-per-ip", "2"]);
-    let _reaper = Reaper(server.data_dir().to_path_buf());
-    let tmp = tempfile::tempdir().unwrap();
-    let mut client = NostrClient::connect(&server.ws_url()).await.unwrap();
-    let owner = Keys::generate();
-    let _published = publish_repo(&server, &mut client, &tmp.path().join("w"), &owner, "base").await;
+    let Attacked { server, _reaper, client: _client, owner, published: _published, _work } = attacked(&["--git-idle-timeout", "10m", "--git-max-requests", "6", "--git-max-requests-per-ip", "2"]).await;
 
     let path = format!("/{}/base.git", npub_of(&owner.public_key()));
     let post = format!(
         "POST {path}/git-receive-pack HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-git-receive-pack-request\r\n\
-         Content-Length: 1048576\r\n\r\n0000"
+         Content-Length: 1048576\r\n\r\n{}",
+        stalled_push_body()
     );
-    // The attacker's first two stalled pushes run; they hold their slots.
+    // The attacker's first two stalled pushes run (git waits for the rest of each); they hold
+    // their slots.
     let mut attacker = Vec::new();
     for _ in 0..2 {
         let socket = tokio::net::TcpSocket::new_v4().unwrap();

@@ -102,11 +102,10 @@ async fn one_ipv6_prefix_holds_one_share_of_git_slots() {
 
     // A push from 2001:db8:9:9::1 that stalls after its first ref update keeps its slot (git
     // waits for the rest of it).
-    let line = format!("{} {} refs/heads/main\0 report-status\n", "1".repeat(40), "2".repeat(40));
     let stalled = format!(
         "POST {path}/git-receive-pack HTTP/1.1\r\nHost: x\r\nX-Forwarded-For: 2001:db8:9:9::1\r\n\
-         Content-Type: application/x-git-receive-pack-request\r\nContent-Length: 1048576\r\n\r\n{:04x}{line}",
-        line.len() + 4
+         Content-Type: application/x-git-receive-pack-request\r\nContent-Length: 1048576\r\n\r\n{}",
+        stalled_push_body()
     );
     grasp_tests::wait_until("the publishing push's git to end", TIMEOUT, || (!git_runs_for(&server)).then_some(()))
         .unwrap_or_else(|e| panic!("{e:#}\n{}", server.logs()));
