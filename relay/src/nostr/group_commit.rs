@@ -103,6 +103,9 @@ impl Gate {
     /// event, once that batch is committed.
     pub async fn save_many(&self, events: Vec<Arc<Event>>) -> Vec<SaveResult> {
         let n = events.len();
+        if n == 0 {
+            return Vec::new();
+        }
         let (saves, answers): (Vec<Save>, Vec<_>) = events
             .into_iter()
             .map(|event| {
@@ -126,6 +129,9 @@ impl Gate {
 /// Forms batches and hands each to nostr-lmdb, in order.
 async fn run(db: Arc<NostrLmdb>, mut rx: mpsc::UnboundedReceiver<Vec<Save>>, counts: Arc<Counts>, linger: Linger) {
     while let Some(first) = rx.recv().await {
+        if first.is_empty() {
+            continue;
+        }
         let started = Instant::now();
         let mut batch = first;
         loop {
@@ -234,6 +240,11 @@ mod tests {
         let answers = gate.save_many((0..5).map(note).collect()).await;
         assert!(answers.iter().all(|a| matches!(a, Ok(SaveEventStatus::Success))), "{answers:?}");
         assert_eq!(gate.batches(), 1, "a release's events were split over several commits");
+        // Nothing to save (every event of a release already stored): answered at once, and the
+        // gate still takes the next save.
+        assert!(gate.save_many(Vec::new()).await.is_empty());
+        let next = tokio::time::timeout(Duration::from_secs(10), gate.save(note(9))).await;
+        assert!(matches!(next, Ok(Ok(SaveEventStatus::Success))), "{next:?}");
     }
 
     #[tokio::test]
