@@ -229,7 +229,7 @@ impl Grasp {
             tracing::warn!(identifier, to = %dst.path().display(), error = %e, "could not copy objects to another owner's repository");
             return Vec::new();
         }
-        self.process_one(other, identifier, dst, all).await
+        self.process_one(other, identifier, dst, all).await.0
     }
 
     /// Releases what `owner`'s repository for `identifier` now satisfies, aligns it, and copies
@@ -241,9 +241,12 @@ impl Grasp {
         // Read once: what the owners' announcements say does not change during a release (a
         // promotion only moves an announcement from the purgatory to the store).
         let all = self.announcements(identifier).await;
-        let mut out = self.process_one(owner, identifier, src, &all).await;
-        let set = Grasp::maintainer_set(*owner, &all);
-        let Some(state) = self.latest_stored_state(identifier, &set).await else { return out };
+        let (mut out, latest) = self.process_one(owner, identifier, src, &all).await;
+        let latest = match latest {
+            Some(latest) => latest,
+            None => self.latest_stored_state(identifier, &Grasp::maintainer_set(*owner, &all)).await,
+        };
+        let Some(state) = latest else { return out };
         for other in copy_targets(owner, &state.author, &all) {
             let Some(dst) = self.repo_path(&other, identifier) else { continue };
             // Repositories created since the guards were taken wait for the next arrival.
@@ -253,11 +256,19 @@ impl Grasp {
         out
     }
 
-    /// The release for one repository: gather its facts, plan, carry the plan out.
-    async fn process_one(&self, owner: &PublicKey, identifier: &str, repo: Locked<'_>, all: &[(Announcement, Source)]) -> Vec<ReleasedEvent> {
+    /// The release for one repository: gather its facts, plan, carry the plan out. Returns what
+    /// was released and, when known (`None`: the release stopped before reading the store), the
+    /// latest stored state of `owner`'s maintainer set after it (the store is not asked again).
+    async fn process_one(
+        &self,
+        owner: &PublicKey,
+        identifier: &str,
+        repo: Locked<'_>,
+        all: &[(Announcement, Source)],
+    ) -> (Vec<ReleasedEvent>, Option<Option<RepoState>>) {
         let mut out = Vec::new();
         if !repo.path().exists() {
-            return out;
+            return (out, None);
         }
         let shown = format!("{}/{identifier}", owner.to_bech32().unwrap_or_default());
         let view = match blocking({
@@ -269,7 +280,7 @@ impl Grasp {
             Ok(v) => v,
             Err(e) => {
                 tracing::warn!(repo = %shown, error = %e, "cannot read refs");
-                return out;
+                return (out, None);
             }
         };
         let set = Grasp::maintainer_set(*owner, all);
@@ -426,7 +437,8 @@ impl Grasp {
             self.note_waiting(identifier, crate::sync::Origin::Sync);
         }
         self.metrics.released(&out);
-        out
+        let latest_after = stored.into_iter().chain(latest_stored).max_by_key(RepoState::recency);
+        (out, Some(latest_after))
     }
 
     /// Stores an event released from the purgatory and broadcasts it. The caller removes it from
