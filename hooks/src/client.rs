@@ -46,11 +46,11 @@ impl ApiClient {
             .max_redirects(0)
             .http_status_as_error(false)
             .build();
-        let agent = ureq::Agent::with_parts(config, DefaultConnector::new(), AddressLiteral);
         // The relay writes an IP address and port; anything else is a broken data directory.
-        if addr.parse::<SocketAddr>().is_err() {
+        let Ok(socket) = addr.parse::<SocketAddr>() else {
             bail!("{} holds {addr:?}, not an IP address and port (restart grasp-relay to rewrite it)", data_dir.join(ADDR_FILE).display());
-        }
+        };
+        let agent = ureq::Agent::with_parts(config, DefaultConnector::new(), ApiAddress(socket));
         Ok(ApiClient { addr, token, agent })
     }
 
@@ -110,16 +110,16 @@ impl ApiClient {
     }
 }
 
-/// Resolves the hook API's address, an IP address and port, without a lookup: ureq's default
-/// resolver starts a thread per call whenever a timeout is set, a cost every push paid twice.
+/// The hook API's address, read once, as the agent's resolver (its only host is the API): ureq's
+/// default resolver starts a thread per call whenever a timeout is set, a cost every push paid
+/// twice.
 #[derive(Debug)]
-struct AddressLiteral;
+struct ApiAddress(SocketAddr);
 
-impl Resolver for AddressLiteral {
-    fn resolve(&self, uri: &Uri, _: &Config, _: NextTimeout) -> Result<ResolvedSocketAddrs, ureq::Error> {
-        let addr: SocketAddr = uri.authority().and_then(|a| a.as_str().parse().ok()).ok_or(ureq::Error::HostNotFound)?;
+impl Resolver for ApiAddress {
+    fn resolve(&self, _: &Uri, _: &Config, _: NextTimeout) -> Result<ResolvedSocketAddrs, ureq::Error> {
         let mut addrs = self.empty();
-        addrs.push(addr);
+        addrs.push(self.0);
         Ok(addrs)
     }
 }
