@@ -138,11 +138,10 @@ impl Store {
     pub async fn save_all(&self, events: &[&Event]) -> Vec<Result<SaveOutcome, StoreError>> {
         let refusals = futures_util::future::join_all(events.iter().map(|e| self.refusal(e))).await;
         let mut outcomes: Vec<Option<Result<SaveOutcome, StoreError>>> = refusals.into_iter().map(|r| r.transpose()).collect();
-        let to_save: Vec<(usize, Arc<Event>)> =
-            outcomes.iter().enumerate().filter(|(_, o)| o.is_none()).map(|(i, _)| (i, Arc::new(events[i].clone()))).collect();
-        let saved = self.gate.save_many(to_save.iter().map(|(_, e)| e.clone()).collect()).await;
-        for ((i, event), saved) in to_save.into_iter().zip(saved) {
-            outcomes[i] = Some(self.outcome(event.kind.as_u16(), saved));
+        let to_save: Vec<usize> = (0..events.len()).filter(|&i| outcomes[i].is_none()).collect();
+        let saved = self.gate.save_many(to_save.iter().map(|&i| Arc::new(events[i].clone())).collect()).await;
+        for (i, saved) in to_save.into_iter().zip(saved) {
+            outcomes[i] = Some(self.outcome(events[i].kind.as_u16(), saved));
         }
         outcomes.into_iter().map(|o| o.expect("every event answered")).collect()
     }
