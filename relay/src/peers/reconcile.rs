@@ -117,16 +117,22 @@ mod tests {
 
     const FRAME: u64 = 60_000;
 
-    /// A client over `n` local items, its initial message sent.
-    fn client(n: u64, bounds: NegBounds) -> NegClient {
-        let mut storage = NegentropyStorageVector::with_capacity(n as usize);
-        for i in 0..n {
+    /// Sealed items numbered `items`: item `i` has the id starting with `i` (big-endian) and the
+    /// timestamp `1000 + i`.
+    fn storage(items: std::ops::Range<u64>) -> NegentropyStorageVector {
+        let mut storage = NegentropyStorageVector::with_capacity((items.end - items.start) as usize);
+        for i in items {
             let mut id = [0u8; 32];
             id[..8].copy_from_slice(&i.to_be_bytes());
             storage.insert(1_000 + i, Id::from_byte_array(id)).unwrap();
         }
         storage.seal().unwrap();
-        let mut neg = Negentropy::owned(storage, FRAME).unwrap();
+        storage
+    }
+
+    /// A client over `n` local items, its initial message sent.
+    fn client(n: u64, bounds: NegBounds) -> NegClient {
+        let mut neg = Negentropy::owned(storage(0..n), FRAME).unwrap();
         neg.initiate().unwrap();
         NegClient::new(neg, bounds)
     }
@@ -201,22 +207,8 @@ mod tests {
     fn a_fair_exchange_completes_within_the_bounds() {
         // The server side of the crate over a set overlapping the client's.
         let now = Instant::now();
-        let mut server_storage = NegentropyStorageVector::new();
-        for i in 5_000..25_000u64 {
-            let mut id = [0u8; 32];
-            id[..8].copy_from_slice(&i.to_be_bytes());
-            server_storage.insert(1_000 + i, Id::from_byte_array(id)).unwrap();
-        }
-        server_storage.seal().unwrap();
-        let mut server = Negentropy::owned(server_storage, 4_096).unwrap();
-        let mut storage = NegentropyStorageVector::new();
-        for i in 0..10_000u64 {
-            let mut id = [0u8; 32];
-            id[..8].copy_from_slice(&i.to_be_bytes());
-            storage.insert(1_000 + i, Id::from_byte_array(id)).unwrap();
-        }
-        storage.seal().unwrap();
-        let mut neg = Negentropy::owned(storage, 4_096).unwrap();
+        let mut server = Negentropy::owned(storage(5_000..25_000), 4_096).unwrap();
+        let mut neg = Negentropy::owned(storage(0..10_000), 4_096).unwrap();
         let mut message = neg.initiate().unwrap();
         let mut c = NegClient::new(neg, NegBounds::for_items(10_000, now));
         loop {
