@@ -97,6 +97,17 @@ async fn served_repo(on: &[&TestServer], identifier: &str, dir: &std::path::Path
 }
 
 /// A NIP-22 comment on `root` (tags only the root event, not the repository).
+/// `owner`'s announcement of `lure` on `b`, listing `b` and the relay at `peer_url` in its
+/// `relays`: accepted (held), it makes `b` follow that relay.
+fn lure_announcement(b: &TestServer, owner: &Keys, peer_url: &str) -> Event {
+    let relays = vec!["relays".to_string(), ws(b), peer_url.to_string()];
+    let clone = vec!["clone".to_string(), repo_url(b, &owner.public_key(), "lure")];
+    EventBuilder::new(Kind::Custom(30617), "")
+        .tags([Tag::identifier("lure"), Tag::parse(clone).unwrap(), Tag::parse(relays).unwrap()])
+        .finalize(owner)
+        .unwrap()
+}
+
 fn comment_on(keys: &Keys, root: &Event, at: u64) -> Event {
     EventBuilder::new(Kind::Custom(1111), "a comment")
         .tags([
@@ -357,14 +368,7 @@ async fn hostile_a_forged_copy_sent_first_does_not_keep_the_real_event_from_wait
     .await;
     // An accepted (held) announcement lists the peer: B follows it.
     let lure = Keys::generate();
-    let ann = {
-        let relays = vec!["relays".to_string(), ws(&b), fake.url()];
-        let clone = vec!["clone".to_string(), repo_url(&b, &lure.public_key(), "lure")];
-        EventBuilder::new(Kind::Custom(30617), "")
-            .tags([Tag::identifier("lure"), Tag::parse(clone).unwrap(), Tag::parse(relays).unwrap()])
-            .finalize(&lure)
-            .unwrap()
-    };
+    let ann = lure_announcement(&b, &lure, &fake.url());
     let mut cb = connect(&b).await;
     send_ok(&mut cb, &ann).await;
     eventually!("B to refuse both copies as unrequested", Duration::from_secs(30), {
@@ -403,14 +407,7 @@ async fn hostile_a_peer_answering_with_unrelated_events_and_flooding_is_throttle
     .await;
     // An accepted (held) announcement lists the hostile peer: B follows it.
     let owner = Keys::generate();
-    let ann = {
-        let relays = vec!["relays".to_string(), ws(&b), fake.url()];
-        let clone = vec!["clone".to_string(), repo_url(&b, &owner.public_key(), "lure")];
-        EventBuilder::new(Kind::Custom(30617), "")
-            .tags([Tag::identifier("lure"), Tag::parse(clone).unwrap(), Tag::parse(relays).unwrap()])
-            .finalize(&owner)
-            .unwrap()
-    };
+    let ann = lure_announcement(&b, &owner, &fake.url());
     let mut cb = connect(&b).await;
     send_ok(&mut cb, &ann).await;
     let started = Instant::now();

@@ -66,6 +66,22 @@ fn git_with(dir: &std::path::Path, authorization: &str, args: &[&str]) -> std::p
     git_output(dir, &all)
 }
 
+/// Waits until the relay has re-read its members file and no longer counts `who` as a member:
+/// a fresh connection of theirs, authenticated, is refused `restricted:`.
+async fn wait_until_refused(server: &TestServer, who: &Keys) {
+    let deadline = std::time::Instant::now() + TIMEOUT;
+    loop {
+        let mut probe = connect(server).await;
+        assert!(probe.auth(who).await.unwrap().0);
+        let id = SubscriptionId::new("probe");
+        if matches!(probe.req_with_id(&id, vec![Filter::new().limit(0)]).await.unwrap(), ReqOutcome::Closed(m) if m.starts_with("restricted:")) {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "the members file was never re-read");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
 #[tokio::test]
 async fn nip11_says_reads_and_writes_need_membership() {
     let server = start_private(&Keys::generate(), &[]);
@@ -142,18 +158,7 @@ async fn live_subscriptions_end_when_membership_ends() {
     assert_eq!(b.next_event(&sub).await.unwrap().id, first.id, "a member gets live events");
 
     std::fs::write(&members, "# nobody\n").unwrap();
-    // Wait until the relay has re-read the file: a fresh connection of bob's is refused.
-    let deadline = std::time::Instant::now() + TIMEOUT;
-    loop {
-        let mut probe = connect(&server).await;
-        assert!(probe.auth(&bob).await.unwrap().0);
-        let id = SubscriptionId::new("probe");
-        if matches!(probe.req_with_id(&id, vec![Filter::new().limit(0)]).await.unwrap(), ReqOutcome::Closed(m) if m.starts_with("restricted:")) {
-            break;
-        }
-        assert!(std::time::Instant::now() < deadline, "the members file was never re-read");
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+    wait_until_refused(&server, &bob).await;
     let second = event(&alice, 10317, &[&["g", "ws://two.example.com"]]);
     assert!(a.send_event(&second).await.unwrap().0);
     let closed = b
@@ -299,17 +304,7 @@ async fn negentropy_sessions_end_when_membership_ends() {
     b.wait_for(neg_answer("m")).await.unwrap().expect("a member reconciles");
 
     std::fs::write(&members, "# nobody\n").unwrap();
-    let deadline = std::time::Instant::now() + TIMEOUT;
-    loop {
-        let mut probe = connect(&server).await;
-        assert!(probe.auth(&bob).await.unwrap().0);
-        let id = SubscriptionId::new("probe");
-        if matches!(probe.req_with_id(&id, vec![Filter::new().limit(0)]).await.unwrap(), ReqOutcome::Closed(m) if m.starts_with("restricted:")) {
-            break;
-        }
-        assert!(std::time::Instant::now() < deadline, "the members file was never re-read");
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+    wait_until_refused(&server, &bob).await;
     // The open session answers no more: NEG-ERR restricted, and the session is gone.
     b.raw_send(format!(r#"["NEG-MSG","n","{first}"]"#)).await.unwrap();
     let err = b.wait_for(neg_answer("n")).await.unwrap().unwrap_err();
