@@ -28,11 +28,14 @@
 //! must not interleave with a push takes the same lock, but never from code the hooks wait on
 //! (that would deadlock).
 //!
-//! Under grasp-relay's own listener (`GRASP_CGI_SUPERVISED`, [`grasp_state::cgi::ENV_SUPERVISED`])
-//! a git request, once its path, repository, private gate (and for a push, its push lock) are
-//! checked, becomes `git http-backend` by exec: the relay adds the CORS headers, bounds the body
-//! and ends the process group itself. A push's lock stays open across the exec, so the backend
-//! and everything it starts (receive-pack, the hooks) hold it until the last of them ends.
+//! Under grasp-relay's own listener, the relay starts `git http-backend` itself for a plain git
+//! request to a public service's existing repository whose push lock is free, with the same
+//! command ([`grasp_state::git_backend`]), and leaves the rest to grasp-cgi. There
+//! (`GRASP_CGI_SUPERVISED`, [`grasp_state::cgi::ENV_SUPERVISED`]) a git request, once its path,
+//! repository, private gate (and for a push, its push lock) are checked, becomes `git
+//! http-backend` by exec: the relay adds the CORS headers, bounds the body and ends the process
+//! group itself. A push's lock stays open across the exec, so the backend and everything it
+//! starts (receive-pack, the hooks) hold it until the last of them ends.
 //!
 //! An abandoned request ends: `git http-backend` runs in its own process group, grasp-cgi feeds
 //! it the request body itself and kills the group when the body ends short of
@@ -63,7 +66,7 @@ mod relay_api;
 use std::ffi::OsString;
 use std::fs::File;
 use std::io::{self, BufRead, BufReader, Read, Write};
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::process::CommandExt;
 use std::time::Duration;
 use std::path::{Path, PathBuf};
@@ -72,8 +75,9 @@ use std::process::{Command, ExitCode, Stdio};
 use anyhow::Context;
 use clap::Parser;
 use grasp_state::identifier::{parse_repo_path, RepoLayout, RepoUrlPath};
-use grasp_state::push_lock::{PushLock, PushLockError};
-use grasp_state::{cgi, cors, git_env};
+use grasp_state::push_lock::{self, PushLock, PushLockError};
+use grasp_state::git_backend::{self, BackendSetup, Service};
+use grasp_state::{cgi, cors};
 
 /// CGI program serving GRASP repositories (/<npub>/<identifier>.git) through git http-backend.
 /// The request comes from the CGI environment (PATH_INFO, REQUEST_METHOD, QUERY_STRING, ...).
@@ -191,8 +195,7 @@ impl Request {
 
     /// A push: its ref advertisement or its receive-pack POST.
     fn is_push(&self, rest: &str) -> bool {
-        (self.method == "POST" && rest == "/git-receive-pack")
-            || (rest == "/info/refs" && self.query.split('&').any(|p| p == "service=git-receive-pack"))
+        git_backend::is_push(&self.method, rest, &self.query)
     }
 
     /// A body to feed the backend: any `POST`, or a request announcing a length.
@@ -218,7 +221,7 @@ fn run(args: &Args, out: &mut impl Write) -> anyhow::Result<()> {
     if !repo_dir.is_dir() {
         return not_found(out, &req);
     }
-    if repo.rest.is_empty() || repo.rest == "/" {
+    if git_backend::is_page(&repo.rest) {
         if req.method != "GET" && !req.is_head() {
             return not_found(out, &req);
         }
@@ -249,26 +252,16 @@ fn run(args: &Args, out: &mut impl Write) -> anyhow::Result<()> {
         // so the backend, its receive-pack and the hooks hold it, and it goes with the last of
         // them. Only returns if the exec failed.
         if let Some(lock) = &push_lock {
-            keep_open_across_exec(lock.as_fd()).context("handing the push lock to git http-backend")?;
+            push_lock::keep_open_across_exec(lock.as_fd().as_raw_fd()).context("handing the push lock to git http-backend")?;
         }
         out.flush()?;
-        let e = backend_command(args, &req, &repo, &repo_dir).stdin(Stdio::inherit()).stdout(Stdio::inherit()).exec();
-        return Err(anyhow::Error::new(e).context(running_backend(args)));
+        let setup = backend_setup(args);
+        let e = backend_command(&setup, &req, &repo, &repo_dir).stdin(Stdio::inherit()).stdout(Stdio::inherit()).exec();
+        return Err(anyhow::Error::new(e).context(setup.running()));
     }
     let result = run_backend(args, &req, &repo, &repo_dir, out);
     drop(push_lock);
     result
-}
-
-/// Clears `FD_CLOEXEC` on `fd`, so programs this process becomes by exec keep it open.
-fn keep_open_across_exec(fd: std::os::fd::BorrowedFd<'_>) -> io::Result<()> {
-    use std::os::fd::AsRawFd;
-    // SAFETY: fcntl on a descriptor this process owns for the duration of the borrow.
-    let flags = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFD) };
-    if flags < 0 || unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFD, flags & !libc::FD_CLOEXEC) } < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
 }
 
 /// A private service's check, before the repository is even looked up: true when the service
@@ -294,41 +287,12 @@ fn private_gate(args: &Args, repo: &RepoUrlPath) -> bool {
     }
 }
 
-/// Whether the repositories grasp-cgi serves belong to a private service.
-#[derive(Debug, PartialEq, Eq)]
-enum Service {
-    Public,
-    /// `data_dir`: where to find the relay to ask (the data directory holding a marker, else
-    /// `--data-dir`, else the parent of the git root).
-    Private { data_dir: Option<PathBuf> },
-}
-
-/// Private when the relay's marker (`grasp_state::hook_api::PRIVATE_MARKER_FILE`) is in the data
-/// directory (`--data-dir` and the parent of the git root are both looked at) or in the git root
-/// itself, which the relay marks too, so a git root configured alone (a volume mounted
-/// elsewhere, no `GRASP_DATA_DIR`) still finds it. A marker location that cannot be read
-/// counts as marked.
+/// Whether the repositories grasp-cgi serves belong to a private service
+/// ([`git_backend::service`]); an unreadable marker location is logged.
 fn service(args: &Args) -> Service {
-    let data_dirs: Vec<PathBuf> = args.data_dir.iter().cloned().chain(args.git_root.parent().map(Path::to_path_buf)).collect();
-    if let Some(dir) = data_dirs.iter().find(|d| marked(d)) {
-        return Service::Private { data_dir: Some(dir.clone()) };
-    }
-    if marked(&args.git_root) {
-        return Service::Private { data_dir: data_dirs.into_iter().next() };
-    }
-    Service::Public
-}
-
-/// The private marker in `dir` exists, or cannot be ruled out (permission or I/O error).
-fn marked(dir: &Path) -> bool {
-    let marker = dir.join(grasp_state::hook_api::PRIVATE_MARKER_FILE);
-    match marker.try_exists() {
-        Ok(found) => found,
-        Err(e) => {
-            eprintln!("grasp-cgi: cannot tell whether {} exists ({e}); treating the service as private", marker.display());
-            true
-        }
-    }
+    git_backend::service(args.data_dir.as_deref(), &args.git_root, |marker, e| {
+        eprintln!("grasp-cgi: cannot tell whether {} exists ({e}); treating the service as private", marker.display())
+    })
 }
 
 /// `401` with `WWW-Authenticate: Nostr` and an empty body (CORS included).
@@ -407,66 +371,24 @@ fn push_in_progress(out: &mut impl Write, waited: Duration) -> anyhow::Result<()
     Ok(())
 }
 
-/// The git config every request runs with, whatever the repository's own config says.
-fn per_request_config(hooks_dir: Option<&Path>, max_push_bytes: Option<u64>) -> Vec<(String, OsString)> {
-    let mut cfg: Vec<(String, OsString)> = grasp_state::identifier::GRASP_GIT_CONFIG
-        .iter()
-        .map(|(k, v)| (k.to_string(), OsString::from(v)))
-        .collect();
-    if let Some(dir) = hooks_dir {
-        cfg.push(("core.hooksPath".to_string(), dir.as_os_str().to_owned()));
-    }
-    // git stops reading a pack beyond the push limit (the relay passes --max-push-bytes).
-    if let Some(max) = max_push_bytes {
-        cfg.push(("receive.maxInputSize".to_string(), max.to_string().into()));
-    }
-    cfg
-}
-
-/// What starting the backend is called in error messages: `git-http-backend` itself, or
-/// `<git> http-backend`.
-fn running_backend(args: &Args) -> String {
-    match &args.http_backend {
-        Some(program) => format!("running {}", program.display()),
-        None => format!("running {} http-backend", args.git.display()),
+/// The backend's setup from grasp-cgi's configuration.
+fn backend_setup(args: &Args) -> BackendSetup {
+    BackendSetup {
+        git_root: args.git_root.clone(),
+        hooks_dir: args.hooks_dir.clone(),
+        git: args.git.clone(),
+        http_backend: args.http_backend.clone(),
+        max_push_bytes: args.max_push_bytes,
     }
 }
 
-/// `git http-backend` for `repo` under the relay's git environment policy and the GRASP
-/// per-request config, in a process group of its own, stdout piped.
-fn backend_command(args: &Args, req: &Request, repo: &RepoUrlPath, repo_dir: &Path) -> Command {
-    let mut cmd = match &args.http_backend {
-        Some(program) => Command::new(program),
-        None => Command::new(&args.git),
-    };
-    // The relay's git environment policy first (no inherited GIT_*, no system/global config),
-    // then what http-backend needs.
-    git_env::apply(&mut cmd);
-    if args.http_backend.is_none() {
-        cmd.arg("http-backend");
-    }
-    cmd.env("GIT_PROJECT_ROOT", &args.git_root)
-        .env("GIT_HTTP_EXPORT_ALL", "1")
-        .env(
-            "PATH_INFO",
-            format!("/{}/{}.git{}", repo.npub, repo.identifier, repo.rest),
-        )
-        .env(
-            "PATH_TRANSLATED",
-            format!("{}{}", repo_dir.display(), repo.rest),
-        )
-        .stdin(if req.has_body() { Stdio::piped() } else { Stdio::null() })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .process_group(0);
+/// `git http-backend` for `repo` ([`BackendSetup::command`]; the CGI variables are grasp-cgi's
+/// own environment), stdin piped when the request has a body. `HEAD` runs as `GET`.
+fn backend_command(setup: &BackendSetup, req: &Request, repo: &RepoUrlPath, repo_dir: &Path) -> Command {
+    let mut cmd = setup.command(repo, repo_dir, std::iter::empty::<(OsString, OsString)>());
+    cmd.stdin(if req.has_body() { Stdio::piped() } else { Stdio::null() });
     if req.is_head() {
         cmd.env("REQUEST_METHOD", "GET");
-    }
-    let config = per_request_config(args.hooks_dir.as_deref(), args.max_push_bytes);
-    cmd.env("GIT_CONFIG_COUNT", config.len().to_string());
-    for (i, (k, v)) in config.into_iter().enumerate() {
-        cmd.env(format!("GIT_CONFIG_KEY_{i}"), k)
-            .env(format!("GIT_CONFIG_VALUE_{i}"), v);
     }
     cmd
 }
@@ -479,11 +401,12 @@ fn run_backend(
     repo_dir: &Path,
     out: &mut impl Write,
 ) -> anyhow::Result<()> {
-    let mut cmd = backend_command(args, req, repo, repo_dir);
+    let setup = backend_setup(args);
+    let mut cmd = backend_command(&setup, req, repo, repo_dir);
     let held = child::StopSignalsHeld::hold();
     let mut child = cmd
         .spawn()
-        .with_context(|| running_backend(args))?;
+        .with_context(|| setup.running())?;
     let group = child::BackendGroup::register(child.id());
     drop(held);
     // A fault is reported before the group is killed, so it is known once the output ends.
@@ -610,58 +533,14 @@ mod tests {
         );
     }
 
-    fn args(git_root: &Path, data_dir: Option<&Path>) -> Args {
-        let mut argv = vec!["grasp-cgi".into(), "--git-root".into(), git_root.as_os_str().to_owned()];
-        if let Some(d) = data_dir {
-            argv.extend(["--data-dir".into(), d.as_os_str().to_owned()]);
-        }
-        Args::try_parse_from(argv).unwrap()
-    }
-
-    #[test]
-    fn a_marker_in_the_git_root_or_the_data_directory_makes_the_service_private() {
-        use grasp_state::hook_api::PRIVATE_MARKER_FILE;
-        let tmp = tempfile::tempdir().unwrap();
-        let data = tmp.path().join("data");
-        let git = data.join("git");
-        std::fs::create_dir_all(&git).unwrap();
-        assert_eq!(service(&args(&git, None)), Service::Public);
-
-        // The git root alone, elsewhere (a volume): found through its own marker.
-        let volume = tmp.path().join("volume");
-        std::os::unix::fs::symlink(&git, &volume).unwrap();
-        std::fs::write(git.join(PRIVATE_MARKER_FILE), "").unwrap();
-        assert_eq!(service(&args(&volume, None)), Service::Private { data_dir: Some(tmp.path().to_path_buf()) });
-        assert_eq!(service(&args(&volume, Some(&data))), Service::Private { data_dir: Some(data.clone()) });
-
-        // The data directory's marker.
-        std::fs::remove_file(git.join(PRIVATE_MARKER_FILE)).unwrap();
-        std::fs::write(data.join(PRIVATE_MARKER_FILE), "").unwrap();
-        assert_eq!(service(&args(&git, None)), Service::Private { data_dir: Some(data.clone()) });
-        assert_eq!(service(&args(&volume, Some(&data))), Service::Private { data_dir: Some(data.clone()) });
-        assert_eq!(service(&args(&volume, None)), Service::Public, "nothing says private: the relay marks the git root too");
-    }
-
-    #[test]
-    fn a_marker_location_that_cannot_be_read_counts_as_private() {
-        let tmp = tempfile::tempdir().unwrap();
-        let git = tmp.path().join("git");
-        std::fs::create_dir_all(&git).unwrap();
-        // A data directory under a regular file: its marker's existence cannot be told.
-        let file = tmp.path().join("file");
-        std::fs::write(&file, "").unwrap();
-        let data = file.join("data");
-        assert_eq!(service(&args(&git, Some(&data))), Service::Private { data_dir: Some(data.clone()) });
-    }
-
     #[test]
     fn help_names_the_push_limit_variable() {
         use clap::CommandFactory;
         let help = Args::command().render_long_help().to_string();
         assert!(help.contains("--max-push-bytes") && help.contains("GRASP_MAX_PUSH_BYTES"), "{help}");
-        let cfg = per_request_config(None, Some(1000));
+        let args = Args::try_parse_from(["grasp-cgi", "--git-root", "/g", "--max-push-bytes", "1000"]).unwrap();
+        let cfg = backend_setup(&args).per_request_config();
         assert!(cfg.iter().any(|(k, v)| k == "receive.maxInputSize" && v == "1000"));
-        assert!(!per_request_config(None, None).iter().any(|(k, _)| k == "receive.maxInputSize"));
     }
 
     #[test]

@@ -207,8 +207,10 @@ pub struct Config {
     #[arg(long, env = "GRASP_DEFERRED_PER_AUTHOR", default_value_t = grasp_state::deferred::MAX_PER_AUTHOR as u32, value_parser = clap::value_parser!(u32).range(1..))]
     pub deferred_per_author: u32,
 
-    /// Path of the `grasp-cgi` wrapper used to serve git. Defaults to `grasp-cgi` next to this
-    /// executable.
+    /// Path of the `grasp-cgi` wrapper: it serves repository pages, 404s, a private service's
+    /// requests and a push waiting for another (a plain git request to a public repository runs
+    /// git http-backend directly). The hook binaries must sit beside it. Defaults to `grasp-cgi`
+    /// next to this executable.
     #[arg(long, env = "GRASP_CGI_PATH")]
     pub cgi_path: Option<PathBuf>,
 

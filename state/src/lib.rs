@@ -55,6 +55,8 @@
 //! - [`cgi`]: the CGI response header block (what `grasp-cgi` and `git http-backend` print).
 //! - [`git_env`]: the environment policy of every git process (no system/global config, no
 //!   inherited `GIT_*`).
+//! - [`git_backend`]: how `git http-backend` runs for one request (for `grasp-cgi` and the
+//!   relay's listener alike) and whether a service is private.
 //! - [`group_commit`]: when the saves waiting at the event store's gate go to the store in one
 //!   commit.
 //! - [`atomic_file`]: the one crash-safe file replacement (tmp, fsync, rename, dir fsync).
@@ -75,6 +77,7 @@ pub mod event_size;
 pub mod free_disk;
 pub mod cors;
 pub mod git_env;
+pub mod git_backend;
 pub mod group_commit;
 pub mod auth;
 pub mod curation;

@@ -94,8 +94,9 @@ impl PushLock {
         &self.repo
     }
 
-    /// The open lock file: a process that hands the lock on to a program it becomes by exec keeps
-    /// it open across the exec (the lock goes with the last process holding the file open).
+    /// The open lock file: a process that hands the lock on to a program it becomes or starts
+    /// keeps it open across the exec ([`keep_open_across_exec`]; the lock goes with the last
+    /// process holding the file open).
     pub fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
         std::os::fd::AsFd::as_fd(&self.file)
     }
@@ -117,6 +118,18 @@ impl PushLock {
             std::thread::sleep(left.min(RETRY));
         }
     }
+}
+
+/// Clears `FD_CLOEXEC` on `fd`, so the program this process becomes by exec keeps it open: how a
+/// push lock ([`PushLock::as_fd`]) is handed to `git http-backend`, by `grasp-cgi` before its
+/// exec, by the relay in its child between fork and exec (only `fcntl`: async-signal-safe).
+pub fn keep_open_across_exec(fd: std::os::fd::RawFd) -> std::io::Result<()> {
+    // SAFETY: fcntl on a descriptor number; an invalid one is an error, never undefined behaviour.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFD) };
+    if flags < 0 || unsafe { libc::fcntl(fd, libc::F_SETFD, flags & !libc::FD_CLOEXEC) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -150,5 +163,18 @@ mod tests {
         assert!(matches!(err, PushLockError::Io { .. }), "{err}");
         assert_eq!(err.repo(), gone.as_path());
         assert!(!gone.exists(), "no repository is created by a lock");
+    }
+
+    #[test]
+    fn a_lock_kept_open_across_exec_loses_its_close_on_exec_flag() {
+        use std::os::fd::AsRawFd;
+        let dir = tempfile::tempdir().unwrap();
+        let lock = PushLock::take_within(dir.path(), Duration::ZERO).unwrap();
+        let fd = lock.as_fd().as_raw_fd();
+        let flags = || unsafe { libc::fcntl(fd, libc::F_GETFD) };
+        assert_ne!(flags() & libc::FD_CLOEXEC, 0, "std opens files close-on-exec");
+        keep_open_across_exec(fd).unwrap();
+        assert_eq!(flags() & libc::FD_CLOEXEC, 0);
+        assert!(keep_open_across_exec(-1).is_err());
     }
 }

@@ -8,6 +8,7 @@ use std::process::{Command, Output};
 use std::sync::Arc;
 
 use grasp_relay::git::http::{serve, GitHttpConfig};
+use grasp_state::git_backend::BackendSetup;
 use grasp_state::identifier::{npub_of, percent_encode_segment, RepoLayout};
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
@@ -112,9 +113,10 @@ impl GitHttpServer {
     pub fn start(git_root: &Path, hooks_dir: Option<&Path>) -> GitHttpServer {
         GitHttpServer::start_with(GitHttpConfig {
             cgi_path: bin("grasp-cgi"),
-            git_root: git_root.to_path_buf(),
-            hooks_dir: hooks_dir.map(Path::to_path_buf),
+            backend: BackendSetup { git_root: git_root.to_path_buf(), hooks_dir: hooks_dir.map(Path::to_path_buf), git: "git".into(), ..BackendSetup::default() },
+            data_dir: git_root.parent().unwrap_or(git_root).to_path_buf(),
             env: vec![],
+            direct: true,
             idle_timeout: grasp_relay::git::http::DEFAULT_IDLE_TIMEOUT,
             min_rate: grasp_state::transfer::DEFAULT_MIN_RATE,
         })
@@ -122,7 +124,7 @@ impl GitHttpServer {
 
     /// Serves with an explicit config (e.g. a fake CGI program).
     pub fn start_with(cfg: GitHttpConfig) -> GitHttpServer {
-        let git_root = cfg.git_root.clone();
+        let git_root = cfg.backend.git_root.clone();
         let cfg = Arc::new(cfg);
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)

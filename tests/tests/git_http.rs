@@ -605,9 +605,10 @@ fn fake_cgi_server(tmp: &Path, script: &str) -> GitHttpServer {
         idle_timeout: grasp_relay::git::http::DEFAULT_IDLE_TIMEOUT,
         min_rate: grasp_state::transfer::DEFAULT_MIN_RATE,
         cgi_path: cgi,
-        git_root: tmp.to_path_buf(),
-        hooks_dir: None,
+        backend: grasp_state::git_backend::BackendSetup { git_root: tmp.to_path_buf(), ..Default::default() },
+        data_dir: tmp.to_path_buf(),
         env: vec![("FAKE_CGI_DIR".into(), tmp.to_str().unwrap().into())],
+        direct: false,
     })
 }
 
@@ -672,9 +673,10 @@ fn broken_cgi_gives_502_with_cors() {
         idle_timeout: grasp_relay::git::http::DEFAULT_IDLE_TIMEOUT,
         min_rate: grasp_state::transfer::DEFAULT_MIN_RATE,
         cgi_path: tmp.path().join("does-not-exist"),
-        git_root: tmp.path().to_path_buf(),
-        hooks_dir: None,
+        backend: grasp_state::git_backend::BackendSetup { git_root: tmp.path().to_path_buf(), ..Default::default() },
+        data_dir: tmp.path().to_path_buf(),
         env: vec![],
+        direct: true,
     });
     let resp = client
         .get(format!("{}/a/b.git/info/refs", missing.base_url()))

@@ -679,3 +679,57 @@ async fn hooks_are_binaries_and_old_script_hooks_are_replaced_at_startup() {
     assert!(says_released(&out, &st), "post-receive answered: {out}");
     assert!(stored(&mut c, st.id).await && stored(&mut c, ann.id).await);
 }
+
+/// A plain git request runs `git http-backend` with no grasp-cgi before it (one process start
+/// less per request, docs/architecture.md#git-over-http). grasp-cgi is here a script that
+/// records every request it is given, then runs the real one: a push and a clone give it
+/// nothing, the repository's page goes to it, and so does a push whose repository's lock is
+/// taken (grasp-cgi waits for the lock within `--push-lock-wait`, the relay never waits).
+#[tokio::test]
+async fn git_requests_run_the_backend_without_grasp_cgi() {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let log = tmp.path().join("cgi.log");
+    // The relay takes its hooks from beside grasp-cgi.
+    let bin = tmp.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    for hook in ["grasp-pre-receive", "grasp-post-receive"] {
+        std::os::unix::fs::symlink(grasp_tests::binary_path(hook), bin.join(hook)).unwrap();
+    }
+    let script = bin.join("recording-grasp-cgi");
+    let body = format!(
+        "#!/bin/sh\necho \"$REQUEST_METHOD $PATH_INFO?$QUERY_STRING\" >> '{}'\nexec '{}' \"$@\"\n",
+        log.display(),
+        grasp_tests::binary_path("grasp-cgi").display()
+    );
+    std::fs::write(&script, body).unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let recorded = || std::fs::read_to_string(&log).unwrap_or_default();
+    let server = TestServer::start_with(&["--cgi-path", script.to_str().unwrap()]);
+    let mut c = connect(&server).await;
+    let owner = Keys::generate();
+    let ann = announcement(&server, &owner, "direct", &[]);
+    held(&mut c, &ann).await;
+    let repo = Repo::new(&tmp.path().join("w"), &server, &owner.public_key(), "direct");
+    let tip = repo.commit("a.txt", "one");
+    held(&mut c, &state(&owner, "direct", &[("refs/heads/main", &tip)], Some("main"))).await;
+
+    let out = repo.push(&["main"]).unwrap();
+    assert!(says_released(&out, &ann), "{out}");
+    clone(&repo.url, &tmp.path().join("clone"), &[]).unwrap();
+    assert_eq!(recorded(), "", "git requests went through grasp-cgi");
+
+    let page = reqwest::get(&repo.url).await.unwrap();
+    assert_eq!(page.status(), reqwest::StatusCode::OK);
+    let path = format!("/{}/direct.git", grasp_state::identifier::npub_of(&owner.public_key()));
+    assert!(recorded().contains(&format!("GET {path}?")), "the page did not go to grasp-cgi: {}", recorded());
+
+    // Another push's lock: the relay leaves the advertisement to grasp-cgi, which waits for it.
+    let lock = grasp_state::push_lock::PushLock::take_within(&repo_dir(&server, &owner.public_key(), "direct"), Duration::ZERO).unwrap();
+    let pushing = std::thread::spawn(move || repo.push(&["main"]));
+    let advertisement = format!("GET {path}/info/refs?service=git-receive-pack");
+    eventually!("the push's advertisement to reach grasp-cgi", recorded().contains(&advertisement).then_some(()));
+    drop(lock);
+    let out = pushing.join().unwrap().unwrap();
+    assert!(out.contains("[up to date]"), "{out}");
+}

@@ -1,14 +1,20 @@
-//! Git smart HTTP on the relay's public listener, by running `grasp-cgi` as a CGI/1.1 child.
+//! Git smart HTTP on the relay's public listener: stock `git http-backend` as a CGI/1.1 child,
+//! started directly for a plain git request, through `grasp-cgi` for the rest
+//! (docs/architecture.md, "Git over HTTP").
 //!
-//! The relay does not speak git itself: for every request it hands to [`serve`] (in practice every
-//! path other than `/` and the relay's own pages, so unknown paths get grasp-cgi's 404 page) it
-//! spawns the same `grasp-cgi` program nginx + fcgiwrap would run, with the CGI environment built
-//! from the request. The request body is streamed into the child's stdin by a task, the child's
-//! CGI header block (`Status:` and headers) becomes the response head, and the rest of its stdout
-//! is streamed as the body.
+//! The relay does not speak git itself. For a `GET` or `POST` to an existing repository of a
+//! public service that is not its page (`PlainGitRequest`), it starts `git http-backend` itself, with the
+//! command grasp-cgi would build (`grasp_state::git_backend`); for a push it tries the
+//! repository's push lock once and hands it to the backend (kept open across the exec). Every
+//! other request it hands to [`serve`] (in practice every path other than `/` and the relay's own
+//! pages, so unknown paths get grasp-cgi's 404 page) spawns the same `grasp-cgi` program nginx +
+//! fcgiwrap would run, with the CGI environment built from the request: pages, 404s, a private
+//! service's gate, a push that must wait for its lock. Either way the request body is streamed
+//! into the child's stdin by a task, the child's CGI header block (`Status:` and headers) becomes
+//! the response head, and the rest of its stdout is streamed as the body.
 //!
-//! The child is told it is supervised (`grasp_state::cgi::ENV_SUPERVISED`): grasp-cgi checks the
-//! path, the repository, a private service's gate and, for a push, takes the repository's push
+//! grasp-cgi is told it is supervised (`grasp_state::cgi::ENV_SUPERVISED`): it checks the path,
+//! the repository, a private service's gate and, for a push, waits for the repository's push
 //! lock, then becomes `git http-backend` by exec (the lock's file stays open across it), since
 //! this listener already adds the CORS headers and bounds the body.
 //!
@@ -25,7 +31,7 @@
 use std::ffi::OsString;
 use std::net::SocketAddr;
 use std::os::unix::ffi::OsStringExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::process::Stdio;
 use std::task::{Context, Poll};
@@ -35,7 +41,11 @@ use http_body_util::BodyExt;
 use hyper::body::{Frame, Incoming};
 use hyper::header::{HeaderName, HeaderValue};
 use grasp_state::{cgi, transfer};
-use hyper::{Request, Response, StatusCode};
+use grasp_state::git_backend::{self, BackendSetup, Service};
+use grasp_state::identifier::{parse_repo_path, RepoLayout, RepoUrlPath};
+use grasp_state::push_lock::PushLock;
+use hyper::{Method, Request, Response, StatusCode};
+use std::os::fd::AsRawFd;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWriteExt, BufReader, ReadBuf};
 use std::time::Duration;
 
@@ -48,17 +58,22 @@ use crate::shutdown::Shutdown;
 /// `--git-idle-timeout`'s default.
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// How to run the CGI wrapper.
+/// How to run the CGI wrapper and the backend.
 #[derive(Debug, Clone)]
 pub struct GitHttpConfig {
     /// The `grasp-cgi` executable.
     pub cgi_path: PathBuf,
-    /// Root of `<npub>/<identifier>.git` (passed as `GRASP_GIT_ROOT`).
-    pub git_root: PathBuf,
-    /// Hooks directory (passed as `GRASP_HOOKS_DIR`, becomes `core.hooksPath`).
-    pub hooks_dir: Option<PathBuf>,
+    /// How `git http-backend` runs: the git root (passed to grasp-cgi as `GRASP_GIT_ROOT`), the
+    /// hooks (`GRASP_HOOKS_DIR`), the programs and the push limit.
+    pub backend: BackendSetup,
+    /// The relay's data directory (a private service's marker is looked for there).
+    pub data_dir: PathBuf,
     /// Extra environment for the child (e.g. what the hooks need to reach the relay).
     pub env: Vec<(String, String)>,
+    /// Whether a plain git request starts `git http-backend` without `grasp-cgi`
+    /// (`PlainGitRequest`);
+    /// off, `cgi_path` serves every request (a test's or a benchmark's own CGI program).
+    pub direct: bool,
     /// A request whose client sends nothing for this long is ended (`--git-idle-timeout`).
     pub idle_timeout: Duration,
     /// Past the idle timeout, the body must average this many bytes per second
@@ -66,8 +81,10 @@ pub struct GitHttpConfig {
     pub min_rate: u64,
 }
 
-/// Serves one request through `grasp-cgi`. Never fails: errors become a 502 with a message.
-/// Every response carries the GRASP CORS headers.
+/// Serves one request: a plain git request by starting `git http-backend` itself
+/// (`PlainGitRequest`),
+/// anything else through `grasp-cgi`. Never fails: errors become a 502 with a message. Every
+/// response carries the GRASP CORS headers.
 pub async fn serve(
     req: Request<Incoming>,
     remote_addr: SocketAddr,
@@ -83,7 +100,19 @@ pub async fn serve(
             format!("Not found: {} is not a valid path.\n", req.uri().path()),
         ));
     };
-    match run_cgi(req, path_info, remote_addr, cfg, shutdown).await {
+    let direct = match plain_git_request(cfg, req.method(), &path_info, req.uri().query().unwrap_or("")) {
+        Some(plain) => {
+            let (git_root, data_dir) = (cfg.backend.git_root.clone(), cfg.data_dir.clone());
+            // A few stats and one try of a lock: off the async workers all the same.
+            tokio::task::spawn_blocking(move || plain.vet(&git_root, &data_dir)).await.ok().flatten()
+        }
+        None => None,
+    };
+    let result = match direct {
+        Some(direct) => run_backend(req, path_info, remote_addr, direct, cfg, shutdown).await,
+        None => run_cgi(req, path_info, remote_addr, cfg, shutdown).await,
+    };
+    match result {
         Ok(resp) => with_cors(resp),
         Err(e) => {
             tracing::warn!(error = %e, "git http: CGI wrapper failed");
@@ -93,6 +122,57 @@ pub async fn serve(
             ))
         }
     }
+}
+
+/// A `GET` or `POST` for git (not a page) to a well-formed repository path: the relay may run
+/// `git http-backend` for it itself, once [`PlainGitRequest::vet`] has checked it as grasp-cgi
+/// would. `None` (and every request while `cfg.direct` is off) goes to grasp-cgi.
+fn plain_git_request(cfg: &GitHttpConfig, method: &Method, path_info: &OsString, query: &str) -> Option<PlainGitRequest> {
+    if !cfg.direct || (method != Method::GET && method != Method::POST) {
+        return None;
+    }
+    let repo = parse_repo_path(path_info.to_str()?).filter(|r| !git_backend::is_page(&r.rest))?;
+    let push = git_backend::is_push(method.as_str(), &repo.rest, query);
+    Some(PlainGitRequest { repo, push, post: method == Method::POST })
+}
+
+#[derive(Debug)]
+struct PlainGitRequest {
+    repo: RepoUrlPath,
+    /// Its push's advertisement or receive-pack `POST`.
+    push: bool,
+    post: bool,
+}
+
+impl PlainGitRequest {
+    /// The request, when the relay runs the backend for it: a public service's existing
+    /// repository and, for a push, a free push lock (an advertisement lets go of it at once, as
+    /// grasp-cgi's does). `None` leaves the request to grasp-cgi, which answers the rest (404s, a
+    /// private service's gate, a push that must wait for another within `--push-lock-wait` or be
+    /// told 503). Blocking: a few stats and one try of the lock.
+    fn vet(self, git_root: &Path, data_dir: &Path) -> Option<Direct> {
+        if git_backend::service(Some(data_dir), git_root, |_, _| ()) != Service::Public {
+            return None;
+        }
+        let repo_dir = RepoLayout::new(git_root).repo_path(&self.repo.owner, &self.repo.identifier).ok()?;
+        if !repo_dir.is_dir() {
+            return None;
+        }
+        let push_lock = match self.push {
+            true => Some(PushLock::take_within(&repo_dir, Duration::ZERO).ok()?),
+            false => None,
+        };
+        Some(Direct { repo: self.repo, repo_dir, push_lock: push_lock.filter(|_| self.post) })
+    }
+}
+
+/// A git request the relay runs `git http-backend` for itself.
+#[derive(Debug)]
+struct Direct {
+    repo: RepoUrlPath,
+    repo_dir: PathBuf,
+    /// A push's receive-pack `POST`: its repository's push lock, held, handed to the backend.
+    push_lock: Option<PushLock>,
 }
 
 /// Percent-decodes a URL path into `PATH_INFO` bytes; `None` for a bad escape or a NUL.
@@ -173,7 +253,7 @@ async fn run_cgi(
         cmd.env_remove(var);
     }
     cmd.envs(cgi_env(&req, path_info, remote_addr))
-        .env("GRASP_GIT_ROOT", &cfg.git_root)
+        .env("GRASP_GIT_ROOT", &cfg.backend.git_root)
         .envs(cfg.env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -185,14 +265,65 @@ async fn run_cgi(
         .env(cgi::ENV_SUPERVISED, "1")
         .process_group(0)
         .kill_on_drop(true);
-    match &cfg.hooks_dir {
+    match &cfg.backend.hooks_dir {
         Some(dir) => cmd.env("GRASP_HOOKS_DIR", dir),
         None => cmd.env_remove("GRASP_HOOKS_DIR"),
     };
-    let mut child = cmd
+    let child = cmd
         .spawn()
         .map_err(|e| format!("cannot run {}: {e}", cfg.cgi_path.display()))?;
+    run_child(req, child, what, cfg, shutdown).await
+}
 
+/// Runs `git http-backend` for a [`Direct`] request: the request's CGI variables under the
+/// backend's setup ([`BackendSetup::command`], the same grasp-cgi uses), in a process group of
+/// its own. A push's lock is handed to the backend (kept open across its exec), so it and
+/// everything it starts (receive-pack, the hooks) hold it until the last of them ends; this
+/// process's copy closes once the backend runs.
+async fn run_backend(
+    req: Request<Incoming>,
+    path_info: OsString,
+    remote_addr: SocketAddr,
+    direct: Direct,
+    cfg: &GitHttpConfig,
+    shutdown: Shutdown,
+) -> Result<Response<Body>, String> {
+    let what = format!("{} {} from {}", req.method(), req.uri().path(), remote_addr.ip());
+    let vars = cgi_env(&req, path_info, remote_addr);
+    let mut std_cmd = cfg.backend.command(
+        &direct.repo,
+        &direct.repo_dir,
+        vars.iter().cloned().chain(cfg.env.iter().map(|(k, v)| (k.clone(), OsString::from(v)))),
+    );
+    for var in ["CONTENT_TYPE", "CONTENT_LENGTH"] {
+        if !vars.iter().any(|(k, _)| k == var) {
+            std_cmd.env_remove(var);
+        }
+    }
+    std_cmd.stdin(Stdio::piped());
+    let mut cmd = Command::from(std_cmd);
+    cmd.kill_on_drop(true);
+    if let Some(lock) = &direct.push_lock {
+        let fd = lock.as_fd().as_raw_fd();
+        // SAFETY: between fork and exec the closure only calls fcntl (async-signal-safe), on a
+        // descriptor the parent keeps open until the spawn returns.
+        unsafe { cmd.pre_exec(move || grasp_state::push_lock::keep_open_across_exec(fd)) };
+    }
+    let child = cmd.spawn().map_err(|e| format!("{}: {e}", cfg.backend.running()))?;
+    drop(direct.push_lock);
+    tracing::debug!(request = %what, "git http: backend started without grasp-cgi");
+    run_child(req, child, what, cfg, shutdown).await
+}
+
+/// Streams the request body into `child` and its CGI answer back as the response, supervised
+/// ([`cgi_child`]): the shared half of [`run_cgi`] and [`run_backend`].
+async fn run_child(
+    req: Request<Incoming>,
+    mut child: tokio::process::Child,
+    what: String,
+    cfg: &GitHttpConfig,
+    shutdown: Shutdown,
+) -> Result<Response<Body>, String> {
     let mut stdin = child.stdin.take().expect("piped stdin");
     let stdout = child.stdout.take().expect("piped stdout");
     let control = cgi_child::supervise(child, what, shutdown);
@@ -243,11 +374,11 @@ async fn run_cgi(
             .read_until(b'\n', &mut raw)
             .await
             .map_err(|e| format!("reading CGI headers: {e}"))?;
-        if let Some(head) = cgi::parse_head(&raw).map_err(|e| format!("the CGI wrapper sent a bad header block: {e}"))? {
+        if let Some(head) = cgi::parse_head(&raw).map_err(|e| format!("the CGI program sent a bad header block: {e}"))? {
             break head;
         }
         if n == 0 {
-            return Err("the CGI wrapper ended before sending its headers".into());
+            return Err("the CGI program ended before sending its headers".into());
         }
     };
     let status = head.status().map_err(|e| e.to_string())?;

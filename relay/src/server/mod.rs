@@ -207,14 +207,22 @@ pub async fn run(mut cfg: Config) -> anyhow::Result<()> {
         controller.subscribe(),
     ));
 
+    // git's `git-http-backend`, run directly when the relay finds it (one process start less per
+    // request).
+    let http_backend = tokio::task::spawn_blocking(crate::git::http_backend_program).await.ok().flatten();
     let git = crate::git::http::GitHttpConfig {
         cgi_path: cfg.cgi_path(),
-        git_root: data.git(),
-        hooks_dir: Some(data.hooks()),
+        backend: grasp_state::git_backend::BackendSetup {
+            git_root: data.git(),
+            hooks_dir: Some(data.hooks()),
+            git: "git".into(),
+            http_backend: http_backend.clone(),
+            max_push_bytes: Some(cfg.max_push_bytes),
+        },
+        data_dir: data.root().to_path_buf(),
+        direct: true,
         // grasp-cgi asks the hook API for the repository page's data and, on a private service,
         // about every git request; it sets git's receive.maxInputSize from the push limit.
-        // It runs git's `git-http-backend` directly when the relay found it (one process
-        // start less per request).
         env: vec![
             ("GRASP_DATA_DIR".into(), data.root().display().to_string()),
             (grasp_state::push_limits::ENV_MAX_PUSH_BYTES.into(), cfg.max_push_bytes.to_string()),
@@ -222,13 +230,7 @@ pub async fn run(mut cfg: Config) -> anyhow::Result<()> {
             ("GRASP_PUSH_LOCK_WAIT".into(), cfg.push_lock_wait.as_secs().to_string()),
         ]
         .into_iter()
-        .chain(
-            tokio::task::spawn_blocking(crate::git::http_backend_program)
-                .await
-                .ok()
-                .flatten()
-                .map(|p| (grasp_state::git_env::ENV_HTTP_BACKEND.to_string(), p.display().to_string())),
-        )
+        .chain(http_backend.map(|p| (grasp_state::git_env::ENV_HTTP_BACKEND.to_string(), p.display().to_string())))
         .collect(),
         idle_timeout: cfg.git_idle_timeout,
         min_rate: cfg.git_min_rate,

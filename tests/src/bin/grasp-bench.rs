@@ -39,6 +39,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use grasp_relay::git::http::GitHttpConfig;
+use grasp_state::git_backend::BackendSetup;
 use grasp_state::identifier::{npub_of, percent_encode_segment};
 use grasp_state::purgatory::{write_checkpoint, Caps, Purgatory, PurgatoryConfig, SystemClock};
 use grasp_tests::client::NostrClient;
@@ -316,7 +317,7 @@ impl BareGit {
                 )?;
                 std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755))?;
                 let server =
-                    GitHttpServer::start_with(GitHttpConfig { cgi_path: script, git_root: root.clone(), hooks_dir: None, env: vec![], idle_timeout: grasp_relay::git::http::DEFAULT_IDLE_TIMEOUT, min_rate: grasp_state::transfer::DEFAULT_MIN_RATE });
+                    GitHttpServer::start_with(GitHttpConfig { cgi_path: script, backend: BackendSetup { git_root: root.clone(), ..BackendSetup::default() }, data_dir: tmp.path().to_path_buf(), env: vec![], direct: false, idle_timeout: grasp_relay::git::http::DEFAULT_IDLE_TIMEOUT, min_rate: grasp_state::transfer::DEFAULT_MIN_RATE });
                 Ok(BareGit {
                     addr: server.addr,
                     root,
