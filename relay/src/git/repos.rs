@@ -84,7 +84,10 @@ pub fn create_bare_repo(
 
 /// `git init --bare` with no template (an empty `--template=`): only what git needs (`HEAD`,
 /// `config`, `objects/`, `refs/`), none of the sample hooks, `description` and `info/exclude`
-/// git's default template copies, so a held announcement costs about 36 kB and 9 inodes. The
+/// git's default template copies, plus the empty push lock file
+/// (`grasp_state::identifier::PUSH_LOCK_FILE`), made here rather than by the first push (a file
+/// created is one less in every push's path), so a held announcement costs about 36 kB and 10
+/// inodes. The
 /// GRASP settings ([`GRASP_GIT_CONFIG`], `core.hooksPath`) are appended to the `config` git
 /// wrote in one atomic write (`grasp_state::identifier::grasp_config_text`), not one `git
 /// config` process each (an announcement's repository then costs one process, not eight); a
@@ -96,6 +99,8 @@ fn init_configured(dir: &Path, hooks_dir: &Path) -> Result<(), RepoError> {
         path: hooks_dir.to_path_buf(),
         source: std::io::Error::from(std::io::ErrorKind::InvalidInput),
     })?;
+    let lock = dir.join(grasp_state::identifier::PUSH_LOCK_FILE);
+    std::fs::File::create_new(&lock).map_err(io_err("creating", &lock))?;
     let config = dir.join("config");
     if let Some(section) = grasp_state::identifier::grasp_config_text(hooks) {
         let mut text = std::fs::read(&config).map_err(io_err("reading", &config))?;
@@ -281,6 +286,7 @@ mod tests {
         let path = create_bare_repo(&layout, &owner(), "my repo", &hooks).unwrap();
         assert_eq!(path, layout.repo_path(&owner(), "my repo").unwrap());
         assert!(path.join("HEAD").is_file());
+        assert!(path.join(grasp_state::identifier::PUSH_LOCK_FILE).is_file(), "the push lock file comes with the repository");
         for (k, v) in GRASP_GIT_CONFIG {
             assert_eq!(config(&path, k), *v, "{k}");
         }
