@@ -82,7 +82,7 @@ pub fn create_bare_repo(
     result.map(|()| path)
 }
 
-/// `git init --bare` with no template (an empty `--template=`): only what git needs (`HEAD`,
+/// `git init --bare` with no template (an empty `--template=`), `HEAD` at `refs/heads/main`: only what git needs (`HEAD`,
 /// `config`, `objects/`, `refs/`), none of the sample hooks, `description` and `info/exclude`
 /// git's default template copies, plus the empty push lock file
 /// (`grasp_state::identifier::PUSH_LOCK_FILE`), made here rather than by the first push (a file
@@ -93,7 +93,9 @@ pub fn create_bare_repo(
 /// config` process each (an announcement's repository then costs one process, not eight); a
 /// hooks path that cannot be written that way is set by `git config`.
 fn init_configured(dir: &Path, hooks_dir: &Path) -> Result<(), RepoError> {
-    GitCommand::without_repo().args(["init", "--bare", "--quiet", "--template="]).arg(dir).run()?;
+    // HEAD starts where `grasp_state::release::head_for` looks first: a first push on `main`
+    // then needs no HEAD change (docs/protocol.md#release-and-alignment).
+    GitCommand::without_repo().args(["init", "--bare", "--quiet", "--template=", "--initial-branch=main"]).arg(dir).run()?;
     let hooks = hooks_dir.to_str().ok_or_else(|| RepoError::Io {
         what: "hooks directory is not UTF-8:",
         path: hooks_dir.to_path_buf(),
@@ -285,7 +287,7 @@ mod tests {
         let hooks = root.path().join("hooks");
         let path = create_bare_repo(&layout, &owner(), "my repo", &hooks).unwrap();
         assert_eq!(path, layout.repo_path(&owner(), "my repo").unwrap());
-        assert!(path.join("HEAD").is_file());
+        assert_eq!(std::fs::read_to_string(path.join("HEAD")).unwrap(), "ref: refs/heads/main\n");
         assert!(path.join(grasp_state::identifier::PUSH_LOCK_FILE).is_file(), "the push lock file comes with the repository");
         for (k, v) in GRASP_GIT_CONFIG {
             assert_eq!(config(&path, k), *v, "{k}");
