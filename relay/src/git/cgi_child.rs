@@ -1,10 +1,11 @@
-//! One `grasp-cgi` child of the public listener, which never outlives its request.
+//! One CGI child of the public listener (`git http-backend`, started directly or by grasp-cgi's
+//! exec, or grasp-cgi answering a page), which never outlives its request.
 //!
-//! The child runs in a process group of its own. A supervisor task owns it and ends it when the
-//! request is abandoned ([`CgiControl::abort`]: the client went away or sent nothing for
-//! `--git-idle-timeout`, or the answer could not be delivered) or when the relay shuts down:
-//! `SIGTERM` to the group first (grasp-cgi then kills `git http-backend`'s own group, see
-//! cgi-wrapper's `child` module), `SIGKILL` to it after [`TERM_GRACE`]. The supervisor holds a
+//! The child runs in a process group of its own, which its git processes and hooks share. A
+//! supervisor task owns it and ends it when the request is abandoned ([`CgiControl::abort`]: the
+//! client went away or sent nothing for `--git-idle-timeout`, or the answer could not be
+//! delivered) or when the relay shuts down: `SIGTERM` to the group first, `SIGKILL` to it after
+//! [`TERM_GRACE`]. The supervisor holds a
 //! [`Shutdown`] handle, so the relay's shutdown waits until every child is gone.
 
 use std::process::ExitStatus;

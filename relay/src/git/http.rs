@@ -3,8 +3,8 @@
 //! (docs/architecture.md, "Git over HTTP").
 //!
 //! The relay does not speak git itself. For a `GET` or `POST` to an existing repository of a
-//! public service that is not its page (`PlainGitRequest`), it starts `git http-backend` itself, with the
-//! command grasp-cgi would build (`grasp_state::git_backend`); for a push it tries the
+//! public service that is not its page (`PlainGitRequest`), it starts `git http-backend` itself,
+//! with the command grasp-cgi would build (`grasp_state::git_backend`); for a push it tries the
 //! repository's push lock once and hands it to the backend (kept open across the exec). Every
 //! other request it hands to [`serve`] (in practice every path other than `/` and the relay's own
 //! pages, so unknown paths get grasp-cgi's 404 page) spawns the same `grasp-cgi` program nginx +
@@ -71,8 +71,8 @@ pub struct GitHttpConfig {
     /// Extra environment for the child (e.g. what the hooks need to reach the relay).
     pub env: Vec<(String, String)>,
     /// Whether a plain git request starts `git http-backend` without `grasp-cgi`
-    /// (`PlainGitRequest`);
-    /// off, `cgi_path` serves every request (a test's or a benchmark's own CGI program).
+    /// (`PlainGitRequest`); off, `cgi_path` serves every request (a test's or a benchmark's own
+    /// CGI program).
     pub direct: bool,
     /// A request whose client sends nothing for this long is ended (`--git-idle-timeout`).
     pub idle_timeout: Duration,
@@ -82,9 +82,8 @@ pub struct GitHttpConfig {
 }
 
 /// Serves one request: a plain git request by starting `git http-backend` itself
-/// (`PlainGitRequest`),
-/// anything else through `grasp-cgi`. Never fails: errors become a 502 with a message. Every
-/// response carries the GRASP CORS headers.
+/// (`PlainGitRequest`), anything else through `grasp-cgi`. Never fails: errors become a 502 with
+/// a message. Every response carries the GRASP CORS headers.
 pub async fn serve(
     req: Request<Incoming>,
     remote_addr: SocketAddr,
@@ -115,7 +114,7 @@ pub async fn serve(
     match result {
         Ok(resp) => with_cors(resp),
         Err(e) => {
-            tracing::warn!(error = %e, "git http: CGI wrapper failed");
+            tracing::warn!(error = %e, "git http: CGI child failed");
             with_cors(text(
                 StatusCode::BAD_GATEWAY,
                 format!("git service unavailable: {e}. Try again later or tell the operator.\n"),
