@@ -23,6 +23,18 @@ fn short(oid: &str) -> &str {
     &oid[..7]
 }
 
+/// `owner`'s repository `identifier`, announced (held), with one commit in a work tree under
+/// `dir` and a held state naming it on `main`: (announcement, work tree, its tip, state).
+async fn ready_to_push(server: &TestServer, c: &mut grasp_tests::NostrClient, owner: &Keys, identifier: &str, dir: &std::path::Path) -> (Event, Repo, String, Event) {
+    let ann = announcement(server, owner, identifier, &[]);
+    held(c, &ann).await;
+    let repo = Repo::new(&dir.join("w"), server, &owner.public_key(), identifier);
+    let tip = repo.commit("a.txt", "one");
+    let st = state(owner, identifier, &[("refs/heads/main", &tip)], Some("main"));
+    held(c, &st).await;
+    (ann, repo, tip, st)
+}
+
 #[tokio::test]
 async fn push_without_any_state_is_rejected_and_changes_nothing() {
     let server = TestServer::start();
@@ -46,15 +58,8 @@ async fn state_then_push_releases_state_and_announcement() {
     let tmp = tempfile::tempdir().unwrap();
     let mut c = connect(&server).await;
     let owner = Keys::generate();
-    let ann = announcement(&server, &owner, "hello", &[]);
-    held(&mut c, &ann).await;
+    let (ann, repo, tip, st) = ready_to_push(&server, &mut c, &owner, "hello", tmp.path()).await;
     assert!(!stored(&mut c, ann.id).await, "announcement must not be served before git data");
-
-    let repo = Repo::new(&tmp.path().join("w"), &server, &owner.public_key(), "hello");
-    let tip = repo.commit("a.txt", "one");
-
-    let st = state(&owner, "hello", &[("refs/heads/main", &tip)], Some("main"));
-    held(&mut c, &st).await;
     assert!(!stored(&mut c, st.id).await);
 
     let out = repo.push(&["main"]).unwrap();
@@ -577,12 +582,7 @@ async fn websocket_subscriber_sees_released_events_live() {
     let mut c = connect(&server).await;
     let mut sub = connect(&server).await;
     let owner = Keys::generate();
-    let ann = announcement(&server, &owner, "live", &[]);
-    held(&mut c, &ann).await;
-    let repo = Repo::new(&tmp.path().join("w"), &server, &owner.public_key(), "live");
-    let c1 = repo.commit("a", "1");
-    let st = state(&owner, "live", &[("refs/heads/main", &c1)], Some("main"));
-    held(&mut c, &st).await;
+    let (ann, repo, _, st) = ready_to_push(&server, &mut c, &owner, "live", tmp.path()).await;
     let filter = Filter::new().author(owner.public_key()).kinds([Kind::Custom(30617), Kind::Custom(30618)]);
     let (sid, initial) = sub.subscribe(vec![filter]).await.unwrap();
     assert!(initial.is_empty(), "held events are not served: {initial:?}");
@@ -708,11 +708,7 @@ async fn git_requests_run_the_backend_without_grasp_cgi() {
     let server = TestServer::start_with(&["--cgi-path", script.to_str().unwrap()]);
     let mut c = connect(&server).await;
     let owner = Keys::generate();
-    let ann = announcement(&server, &owner, "direct", &[]);
-    held(&mut c, &ann).await;
-    let repo = Repo::new(&tmp.path().join("w"), &server, &owner.public_key(), "direct");
-    let tip = repo.commit("a.txt", "one");
-    held(&mut c, &state(&owner, "direct", &[("refs/heads/main", &tip)], Some("main"))).await;
+    let (ann, repo, _, _) = ready_to_push(&server, &mut c, &owner, "direct", tmp.path()).await;
 
     let out = repo.push(&["main"]).unwrap();
     assert!(says_released(&out, &ann), "{out}");

@@ -107,9 +107,11 @@ pub async fn serve(
         }
         None => None,
     };
+    let what = format!("{} {} from {}", req.method(), req.uri().path(), remote_addr.ip());
+    let vars = cgi_env(&req, path_info, remote_addr);
     let result = match direct {
-        Some(direct) => run_backend(req, path_info, remote_addr, direct, cfg, shutdown).await,
-        None => run_cgi(req, path_info, remote_addr, cfg, shutdown).await,
+        Some(direct) => run_backend(req, vars, what, direct, cfg, shutdown).await,
+        None => run_cgi(req, vars, what, cfg, shutdown).await,
     };
     match result {
         Ok(resp) => with_cors(resp),
@@ -234,14 +236,14 @@ fn cgi_env(
     env
 }
 
+/// Runs `grasp-cgi` for a request with CGI variables `vars` ([`cgi_env`]).
 async fn run_cgi(
     req: Request<Incoming>,
-    path_info: OsString,
-    remote_addr: SocketAddr,
+    vars: Vec<(String, OsString)>,
+    what: String,
     cfg: &GitHttpConfig,
     shutdown: Shutdown,
 ) -> Result<Response<Body>, String> {
-    let what = format!("{} {} from {}", req.method(), req.uri().path(), remote_addr.ip());
     let mut cmd = Command::new(&cfg.cgi_path);
     for var in [
         "CONTENT_TYPE",
@@ -251,7 +253,7 @@ async fn run_cgi(
     ] {
         cmd.env_remove(var);
     }
-    cmd.envs(cgi_env(&req, path_info, remote_addr))
+    cmd.envs(vars)
         .env("GRASP_GIT_ROOT", &cfg.backend.git_root)
         .envs(cfg.env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::piped())
@@ -281,14 +283,12 @@ async fn run_cgi(
 /// process's copy closes once the backend runs.
 async fn run_backend(
     req: Request<Incoming>,
-    path_info: OsString,
-    remote_addr: SocketAddr,
+    vars: Vec<(String, OsString)>,
+    what: String,
     direct: Direct,
     cfg: &GitHttpConfig,
     shutdown: Shutdown,
 ) -> Result<Response<Body>, String> {
-    let what = format!("{} {} from {}", req.method(), req.uri().path(), remote_addr.ip());
-    let vars = cgi_env(&req, path_info, remote_addr);
     let mut std_cmd = cfg.backend.command(
         &direct.repo,
         &direct.repo_dir,
