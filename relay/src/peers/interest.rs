@@ -2,31 +2,42 @@
 //! purgatory: every accepted announcement (stored: level full; held: level state-only), its
 //! maintainer set, its relay list, and (at level full) the stored events tagging it (the roots
 //! of layer c, newest first, at most [`MAX_ROOTS`] per repository).
+//!
+//! Stored announcements are read a page at a time ([`PAGE`], newest first), and each is kept only
+//! as what the interest needs ([`compact`]): at most one page of whole events (each may be
+//! `--max-repo-event-bytes`) is in memory at once, never [`MAX_REPOSITORIES`] of them.
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use std::collections::HashSet;
+
+use grasp_state::maintainers::MAX_MAINTAINERS;
 use grasp_state::nip34::{Announcement, KIND_ANNOUNCEMENT};
-use nostr::prelude::{Filter, Kind, SingleLetterTag};
+use nostr::prelude::{Event, Filter, Kind, SingleLetterTag, Timestamp};
 
 use super::address::RelayUrl;
-use super::wanted::{Interest, RepoInterest, SyncLevel, MAX_ROOTS};
+use super::wanted::{Interest, RepoInterest, SyncLevel, MAX_RELAYS_PER_ANNOUNCEMENT, MAX_ROOTS};
 use crate::grasp::{Grasp, Source};
 
 /// Accepted announcements this server follows at most (the newest first).
 pub const MAX_REPOSITORIES: usize = 10_000;
 
+/// Stored announcements read from the store at once.
+pub const PAGE: usize = 500;
+
+/// Relays kept per announcement (the first in [`RelayUrl`] order, as the plans take them): room
+/// for [`MAX_RELAYS_PER_ANNOUNCEMENT`] after this server and unsafe ones are left out.
+const RELAYS_KEPT: usize = 4 * MAX_RELAYS_PER_ANNOUNCEMENT;
+
 /// The current interest, with `bootstraps` added.
 pub async fn gather(grasp: &Grasp, bootstraps: &BTreeSet<RelayUrl>) -> Interest {
-    let stored = grasp.query(vec![Filter::new().kind(Kind::Custom(KIND_ANNOUNCEMENT)).limit(MAX_REPOSITORIES)]).await;
     let mut by_identifier: BTreeMap<String, Vec<(Announcement, Source)>> = BTreeMap::new();
-    for ev in &stored {
-        if let Ok(a) = Announcement::from_event(ev) {
-            by_identifier.entry(a.identifier.clone()).or_default().push((a, Source::Stored));
-        }
+    for a in stored_announcements(grasp).await {
+        by_identifier.entry(a.identifier.clone()).or_default().push((a, Source::Stored));
     }
     for identifier in grasp.purgatory.waiting_identifiers() {
         for ev in grasp.purgatory.announcement_events(&identifier) {
-            let Ok(a) = Announcement::from_event(&ev) else { continue };
+            let Some(a) = compact(&ev) else { continue };
             let all = by_identifier.entry(a.identifier.clone()).or_default();
             match all.iter_mut().find(|(x, _)| x.owner == a.owner) {
                 Some(known) if known.0.recency() >= a.recency() => {}
@@ -66,4 +77,128 @@ pub async fn gather(grasp: &Grasp, bootstraps: &BTreeSet<RelayUrl>) -> Interest 
         }
     }
     Interest { repos, bootstraps: bootstraps.clone(), only: None }
+}
+
+/// The newest [`MAX_REPOSITORIES`] stored announcements, [`compact`], read [`PAGE`] at a time.
+async fn stored_announcements(grasp: &Grasp) -> Vec<Announcement> {
+    let mut kept = Vec::new();
+    let (mut seen, mut until) = (HashSet::new(), None);
+    // Every page but the last brings a new event or moves `until` back (`next_until`).
+    for _ in 0..MAX_PAGES {
+        let mut filter = Filter::new().kind(Kind::Custom(KIND_ANNOUNCEMENT)).limit(PAGE);
+        if let Some(until) = until {
+            filter = filter.until(until);
+        }
+        let page = grasp.query(vec![filter]).await;
+        let stamps: Vec<(Timestamp, bool)> = page.iter().map(|ev| (ev.created_at, seen.insert(ev.id))).collect();
+        kept.extend(page.iter().zip(&stamps).filter(|(_, (_, new))| *new).filter_map(|(ev, _)| compact(ev)));
+        drop(page);
+        match next_until(&stamps) {
+            Some(next) if kept.len() < MAX_REPOSITORIES => until = Some(next),
+            _ => break,
+        }
+    }
+    kept.truncate(MAX_REPOSITORIES);
+    kept
+}
+
+/// Pages read at most: enough for [`MAX_REPOSITORIES`] when every page brings a few new ones.
+const MAX_PAGES: usize = 4 * MAX_REPOSITORIES / PAGE + 4;
+
+/// Where the next page of a newest-first listing starts, from this page's `(created_at, new)`
+/// entries; `None` when this page was the last (shorter than [`PAGE`]). The next page starts at
+/// this page's oldest second again (more events of that second may follow; the ones seen are
+/// skipped), one second earlier when the page brought nothing new (a second holding more than a
+/// page of events is read only a page deep), so every page either brings a new event or moves
+/// back.
+fn next_until(stamps: &[(Timestamp, bool)]) -> Option<Timestamp> {
+    if stamps.len() < PAGE {
+        return None;
+    }
+    let oldest = stamps.iter().map(|(at, _)| *at).min()?;
+    if stamps.iter().any(|(_, new)| *new) {
+        return Some(oldest);
+    }
+    oldest.as_secs().checked_sub(1).map(Timestamp::from)
+}
+
+/// What the interest keeps of an announcement: owner, identifier, maintainers (at most
+/// [`MAX_MAINTAINERS`], as many as a maintainer set can hold), its first [`RELAYS_KEPT`] relay
+/// URLs, normalised; no clone URLs.
+fn compact(ev: &Event) -> Option<Announcement> {
+    let mut a = Announcement::from_event(ev).ok()?;
+    a.clone_urls = Vec::new();
+    a.maintainers.truncate(MAX_MAINTAINERS);
+    let relays: BTreeSet<RelayUrl> = a.relays.iter().filter_map(|r| RelayUrl::parse(r).ok()).collect();
+    a.relays = relays.into_iter().take(RELAYS_KEPT).map(|r| r.as_str().to_string()).collect();
+    Some(a)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn page(stamps: &[(u64, bool)]) -> Vec<(Timestamp, bool)> {
+        stamps.iter().map(|(at, new)| (Timestamp::from(*at), *new)).collect()
+    }
+
+    #[test]
+    fn a_short_page_is_the_last() {
+        assert_eq!(next_until(&page(&[(5, true); PAGE - 1])), None);
+        assert_eq!(next_until(&[]), None);
+    }
+
+    #[test]
+    fn the_next_page_starts_at_the_oldest_second_again_or_before_it_when_nothing_was_new() {
+        let mut full = page(&[(10, true); PAGE]);
+        full[PAGE - 1].0 = Timestamp::from(7);
+        assert_eq!(next_until(&full), Some(Timestamp::from(7)));
+        let seen = page(&[(7, false); PAGE]);
+        assert_eq!(next_until(&seen), Some(Timestamp::from(6)));
+        assert_eq!(next_until(&page(&[(0, false); PAGE])), None, "nothing before the epoch");
+    }
+
+    #[test]
+    fn paging_a_listing_reads_every_event_or_moves_back_and_ends() {
+        // A newest-first listing with runs of equal seconds, one longer than a page.
+        let mut listing: Vec<(u64, usize)> = Vec::new();
+        for (at, n) in [(100, 3), (90, PAGE + 7), (80, 2 * PAGE / 3), (70, 1), (60, PAGE)] {
+            let first = listing.len();
+            listing.extend((first..first + n).map(|id| (at, id)));
+        }
+        let (mut seen, mut until, mut pages) = (HashSet::new(), None::<Timestamp>, 0);
+        loop {
+            pages += 1;
+            assert!(pages <= MAX_PAGES, "paging does not end");
+            let this: Vec<(u64, usize)> =
+                listing.iter().filter(|(at, _)| until.is_none_or(|u| *at <= u.as_secs())).take(PAGE).copied().collect();
+            let stamps: Vec<(Timestamp, bool)> = this.iter().map(|(at, id)| (Timestamp::from(*at), seen.insert(*id))).collect();
+            match next_until(&stamps) {
+                Some(next) => until = Some(next),
+                None => break,
+            }
+        }
+        // Only the second read a page deep (second 90 holds more than a page) loses events.
+        let lost: Vec<u64> = listing.iter().filter(|(_, id)| !seen.contains(id)).map(|(at, _)| *at).collect();
+        assert!(lost.iter().all(|at| *at == 90), "{lost:?}");
+        assert!(lost.len() <= 7 + 3, "{lost:?}");
+    }
+
+    #[test]
+    fn an_announcement_is_kept_without_its_clone_urls_and_with_its_first_relays() {
+        use nostr::prelude::{EventBuilder, FinalizeEvent, Keys, Tag};
+        let keys = Keys::generate();
+        let relays: Vec<String> = (0..100).map(|i| format!("wss://r{i:03}.example.com")).collect();
+        let ev = EventBuilder::new(Kind::Custom(KIND_ANNOUNCEMENT), "")
+            .tag(Tag::identifier("r"))
+            .tag(Tag::parse(["clone", "https://example.com/r.git"]).unwrap())
+            .tag(Tag::parse(std::iter::once("relays".to_string()).chain(relays.iter().cloned())).unwrap())
+            .finalize(&keys)
+            .unwrap();
+        let a = compact(&ev).unwrap();
+        assert!(a.clone_urls.is_empty());
+        assert_eq!(a.relays.len(), RELAYS_KEPT);
+        assert_eq!(a.relays[0], RelayUrl::parse(&relays[0]).unwrap().as_str());
+        assert_eq!((a.owner, a.identifier.as_str()), (keys.public_key(), "r"));
+    }
 }
