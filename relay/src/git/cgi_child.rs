@@ -30,6 +30,8 @@ pub enum Abandoned {
     Idle(Duration),
     /// The answer could not be delivered (the client closed before its end).
     AnswerUndelivered,
+    /// The whole answer (of a known length) went out before the child's output ended.
+    Answered,
     /// The child's answer was unusable (no or a bad CGI header block).
     BadAnswer,
     /// The relay is shutting down.
@@ -43,7 +45,8 @@ impl std::fmt::Display for Abandoned {
             Abandoned::Idle(t) => write!(f, "client sent nothing for {t:?} (idle timeout, --git-idle-timeout)"),
             Abandoned::TooSlow(rate) => write!(f, "client sent its request body slower than {rate} bytes/s (--git-min-rate)"),
             Abandoned::AnswerUndelivered => f.write_str("client closed the connection before the end of the answer"),
-            Abandoned::BadAnswer => f.write_str("the CGI wrapper sent no usable answer"),
+            Abandoned::Answered => f.write_str("its whole answer was sent"),
+            Abandoned::BadAnswer => f.write_str("the CGI program sent no usable answer"),
             Abandoned::Shutdown => f.write_str("relay shutting down"),
         }
     }
@@ -89,16 +92,20 @@ async fn run(mut child: Child, what: String, mut aborts: mpsc::Receiver<Abandone
             _ = shutdown.recv() => break Abandoned::Shutdown,
         }
     };
-    tracing::info!(request = %what, reason = %why, "git http: ending the request and its git processes");
+    if why == Abandoned::Answered {
+        tracing::debug!(request = %what, reason = %why, "git http: ending the CGI child");
+    } else {
+        tracing::info!(request = %what, reason = %why, "git http: ending the request and its git processes");
+    }
     terminate(&mut child).await;
 }
 
 fn report(what: &str, status: std::io::Result<ExitStatus>) {
     match status {
         Ok(status) if !status.success() => {
-            tracing::warn!(request = %what, %status, "git http: CGI wrapper exited with failure")
+            tracing::warn!(request = %what, %status, "git http: CGI child exited with failure")
         }
-        Err(e) => tracing::warn!(request = %what, error = %e, "git http: waiting for CGI wrapper"),
+        Err(e) => tracing::warn!(request = %what, error = %e, "git http: waiting for the CGI child"),
         Ok(_) => {}
     }
 }

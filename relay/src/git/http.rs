@@ -392,10 +392,12 @@ async fn run_child(
         }
     }
     armed.0 = None;
+    let length = resp.headers().get(hyper::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.trim().parse().ok());
     *resp.body_mut() = BodyExt::boxed(CgiBody {
         stdout,
         control: Some(control),
         buf: vec![0; 32 * 1024].into_boxed_slice(),
+        delivery: Delivery { length, sent: 0 },
     });
     Ok(resp)
 }
@@ -418,12 +420,32 @@ struct CgiBody {
     /// `None` once the body has ended.
     control: Option<CgiControl>,
     buf: Box<[u8]>,
+    delivery: Delivery,
+}
+
+/// How much of an answer went out, against its `Content-Length`.
+#[derive(Debug, Clone, Copy)]
+struct Delivery {
+    length: Option<u64>,
+    sent: u64,
+}
+
+impl Delivery {
+    /// Why the child is ended when its body is dropped before its output ended: an answer of a
+    /// known length sent whole was delivered (hyper stops reading there; the child is ended
+    /// quietly), anything else was not.
+    fn dropped(&self) -> Abandoned {
+        match self.length {
+            Some(length) if self.sent >= length => Abandoned::Answered,
+            _ => Abandoned::AnswerUndelivered,
+        }
+    }
 }
 
 impl Drop for CgiBody {
     fn drop(&mut self) {
         if let Some(control) = self.control.take() {
-            control.abort(Abandoned::AnswerUndelivered);
+            control.abort(self.delivery.dropped());
         }
     }
 }
@@ -454,6 +476,7 @@ impl hyper::body::Body for CgiBody {
                 Poll::Ready(None)
             }
             Poll::Ready(Ok(())) => {
+                this.delivery.sent += rb.filled().len() as u64;
                 Poll::Ready(Some(Ok(Frame::data(Bytes::copy_from_slice(rb.filled())))))
             }
         }
@@ -463,6 +486,15 @@ impl hyper::body::Body for CgiBody {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_body_dropped_after_its_whole_length_was_answered() {
+        let sent = |length, sent| Delivery { length, sent }.dropped();
+        assert_eq!(sent(Some(5), 5), Abandoned::Answered);
+        assert_eq!(sent(Some(5), 4), Abandoned::AnswerUndelivered);
+        assert_eq!(sent(None, 1 << 20), Abandoned::AnswerUndelivered, "no length: only the end of the output tells");
+        assert_eq!(sent(Some(0), 0), Abandoned::Answered);
+    }
 
     #[test]
     fn decodes_paths_for_path_info() {
