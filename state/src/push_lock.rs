@@ -1,8 +1,9 @@
 //! The push lock of a repository, `<repo>/grasp.lock` ([`crate::identifier::PUSH_LOCK_FILE`]): the
-//! one definition `grasp-cgi` (for a whole receive-pack, hooks included) and the relay (release,
-//! alignment, copies, background sync, maintenance, orphan purge) share, so pushes and the relay's
-//! own changes to a repository never interleave, across processes (docs/architecture.md, "Lock
-//! order": it is the outermost lock).
+//! one definition a push (taken by the relay's listener or `grasp-cgi`, held by the push's git
+//! processes for a whole receive-pack, hooks included) and the relay (release, alignment, copies,
+//! background sync, maintenance, orphan purge) share, so pushes and the relay's own changes to a
+//! repository never interleave, across processes (docs/architecture.md, "Lock order": it is the
+//! outermost lock).
 //!
 //! It is only ever *tried* (`flock` without blocking, [`PushLock::try_take`]): no one waits on it
 //! inside the kernel with no way out. A bounded wait is a series of tries

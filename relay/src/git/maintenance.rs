@@ -9,8 +9,8 @@
 //! receive-pack would start that process while the pusher still waits for its answer; here it
 //! runs after the answer.
 //!
-//! A pass first takes the repository's push lock (`<repo>/grasp.lock`, held by `grasp-cgi` for a
-//! whole receive-pack), then the relay's own lock of the repository (the same order a push takes
+//! A pass first takes the repository's push lock (`<repo>/grasp.lock`, held by a push's git
+//! processes for a whole receive-pack), then the relay's own lock of the repository (the same order a push takes
 //! them), waiting for each at most [`LOCK_WAIT`] (a repository still busy then is skipped until
 //! its next push). Under them it removes push quarantines (`objects/tmp_objdir-incoming-*`) left
 //! by a push killed mid-upload: no push runs, so all of them. It lets go of both before

@@ -82,13 +82,12 @@ pub fn create_bare_repo(
     result.map(|()| path)
 }
 
-/// `git init --bare` with no template (an empty `--template=`), `HEAD` at `refs/heads/main`: only what git needs (`HEAD`,
-/// `config`, `objects/`, `refs/`), none of the sample hooks, `description` and `info/exclude`
-/// git's default template copies, plus the empty push lock file
+/// `git init --bare` with no template (an empty `--template=`) and `HEAD` at `refs/heads/main`:
+/// only what git needs (`HEAD`, `config`, `objects/`, `refs/`), none of the sample hooks,
+/// `description` and `info/exclude` git's default template copies, plus the empty push lock file
 /// (`grasp_state::identifier::PUSH_LOCK_FILE`), made here rather than by the first push (a file
 /// created is one less in every push's path), so a held announcement costs about 36 kB and 10
-/// inodes. The
-/// GRASP settings ([`GRASP_GIT_CONFIG`], `core.hooksPath`) are appended to the `config` git
+/// inodes. The GRASP settings ([`GRASP_GIT_CONFIG`], `core.hooksPath`) are appended to the `config` git
 /// wrote in one atomic write (`grasp_state::identifier::grasp_config_text`), not one `git
 /// config` process each (an announcement's repository then costs one process, not eight); a
 /// hooks path that cannot be written that way is set by `git config`.

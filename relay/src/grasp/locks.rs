@@ -2,9 +2,9 @@
 //!
 //! Three locks guard a repository, always taken outermost first:
 //!
-//! 1. the **push lock** `<repo>/grasp.lock` ([`PushLock`], shared with `grasp-cgi`, which holds
-//!    it for a whole receive-pack, hooks included), so it works across processes; only ever
-//!    tried, never waited for in the kernel;
+//! 1. the **push lock** `<repo>/grasp.lock` ([`PushLock`], shared with a push's git processes,
+//!    which hold it for a whole receive-pack, hooks included), so it works across processes;
+//!    only ever tried, never waited for in the kernel;
 //! 2. the relay's **repository lock** ([`RepoLocks`]), an async mutex per repository path that
 //!    serialises the relay's own mutations (alignment, object copies, sync fetches, ref removal);
 //! 3. the **purgatory** lock, innermost, inside [`crate::grasp::purgatory::SharedPurgatory`]:
@@ -391,7 +391,7 @@ mod tests {
         assert!(locks.entry(&a).mutex.try_lock().is_ok(), "a's lock was released on failure");
         assert!(matches!(locks.lock_within(&b, wait).await, Err(LockError::Timeout { .. })), "a single lock waits only its bound");
         drop(held);
-        // A push (grasp-cgi) holds b's push lock file.
+        // A push holds b's push lock file.
         let _pushing = hold_push_lock(&b);
         let err = RepoGuards::acquire_within(&locks, [a.clone(), b], PushLocks::Take, wait).await.err().expect("must time out");
         assert!(matches!(err, LockError::Timeout { which: "push lock", .. }), "{err}");

@@ -4,7 +4,7 @@
 //!   clone URLs may have it, the in-process repository locks (`Grasp::locks`) around moving
 //!   fetched objects in,
 //!   and release through [`Grasp::process_repo`] (the same path as after a push) under the
-//!   cross-process push lock `grasp-cgi` holds during a receive-pack.
+//!   cross-process push lock a push holds during its receive-pack.
 //! - [`start`]: creates the [`Syncer`], points `Grasp::on_waiting` (every event that starts
 //!   waiting enqueues its identifier) and `Grasp::sync_stats` (the operator view) at it through a
 //!   [`SyncHandle`], and runs it until shutdown.
