@@ -128,10 +128,8 @@ impl Gate {
 
 /// Forms batches and hands each to nostr-lmdb, in order.
 async fn run(db: Arc<NostrLmdb>, mut rx: mpsc::UnboundedReceiver<Vec<Save>>, counts: Arc<Counts>, linger: Linger) {
+    // `save_many` never sends an empty message: a batch starts with at least one save.
     while let Some(first) = rx.recv().await {
-        if first.is_empty() {
-            continue;
-        }
         let started = Instant::now();
         let mut batch = first;
         loop {
