@@ -541,6 +541,8 @@ mod tests {
         let args = Args::try_parse_from(["grasp-cgi", "--git-root", "/g", "--max-push-bytes", "1000"]).unwrap();
         let cfg = backend_setup(&args).per_request_config();
         assert!(cfg.iter().any(|(k, v)| k == "receive.maxInputSize" && v == "1000"));
+        let unlimited = Args::try_parse_from(["grasp-cgi", "--git-root", "/g"]).unwrap();
+        assert!(!backend_setup(&unlimited).per_request_config().iter().any(|(k, _)| k == "receive.maxInputSize"));
     }
 
     #[test]
