@@ -238,7 +238,6 @@ pub async fn publish_repo(
     Published { repo, tip, announcement: ann.id, state: st.id }
 }
 
-/// The relay's hook API address and token (from its data directory).
 /// The first bytes of a push's `git-receive-pack` request body: one ref update and no flush, so
 /// git waits for the rest, as a stalled or abandoned push leaves it (a lone flush would end the
 /// push at once).
@@ -247,6 +246,7 @@ pub fn stalled_push_body() -> String {
     format!("{:04x}{line}", line.len() + 4)
 }
 
+/// The relay's hook API address and token (from its data directory).
 pub fn hook_api(server: &TestServer) -> (String, String) {
     let read = |f: &str| std::fs::read_to_string(server.data_dir().join(f)).unwrap().trim().to_string();
     (read(grasp_state::hook_api::ADDR_FILE), read(grasp_state::hook_api::TOKEN_FILE))
