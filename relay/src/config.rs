@@ -1,6 +1,19 @@
-//! Command line and environment configuration of the daemon.
+//! Configuration of the daemon: flags, `GRASP_*` environment variables and a TOML file.
 //!
 //! Every flag can also be set through a `GRASP_*` environment variable; `--help` lists them all.
+//! `--config FILE` reads a TOML file with every setting in sections (`file`; the section of
+//! each flag is in `sections`, the one table a new flag gets a line in); flags win over
+//! environment variables, which win over the file, which wins over the defaults
+//! (`load`: [`Config::load`], and where each value came from, for `config show`). `reload`
+//! says which settings a SIGHUP can change while the relay runs.
+
+mod file;
+mod load;
+pub mod reload;
+pub mod sections;
+
+pub use file::{FileError, FileErrors, Kind};
+pub use load::{render, LoadError, Loaded, Setting, Source};
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -39,7 +52,14 @@ pub struct Config {
     #[arg(long, env = "GRASP_DATA_DIR", default_value = "./data", global = true)]
     pub data_dir: PathBuf,
 
-    /// Instead of running the daemon, ask the relay running on `--data-dir` something.
+    /// A TOML configuration file with any of these settings, in sections
+    /// (docs/grasp-relay.toml is the commented example); flags and environment variables win
+    /// over it. Re-read on SIGHUP for the settings that can change while the relay runs.
+    #[arg(long, env = "GRASP_CONFIG", value_name = "FILE", global = true)]
+    pub config: Option<PathBuf>,
+
+    /// Instead of running the daemon: ask the relay running on `--data-dir` something, check
+    /// the configuration or the installation.
     #[command(subcommand)]
     pub command: Option<Command>,
 
@@ -493,7 +513,8 @@ pub struct Config {
     pub software_url: Option<String>,
 }
 
-/// One-shot commands against a running relay (through its loopback API).
+/// One-shot commands: against a running relay (through its loopback API), or checks of the
+/// configuration and the installation.
 #[derive(Debug, Clone, PartialEq, Eq, clap::Subcommand)]
 pub enum Command {
     /// Print what waits in the purgatory of the relay running on --data-dir.
@@ -534,6 +555,38 @@ pub enum Command {
         /// The author's npub or hex public key.
         author: String,
     },
+    /// Check a configuration file, or print the configuration in force and where each value
+    /// came from.
+    Config {
+        #[command(subcommand)]
+        action: ConfigCommand,
+    },
+    /// Check this installation and print what to fix: git and the features the server needs,
+    /// the helper binaries beside the relay, the data directory's owner and permissions, free
+    /// disk against --min-free-disk, the open file limit against the connection limits, the
+    /// public host and, with --nginx, the nginx site. Run it as the service's user with the
+    /// service's configuration (`--config`). Exit status 0: fit to serve.
+    Doctor {
+        /// An nginx site configuration to check: git routed to grasp-cgi through FastCGI with
+        /// request buffering off (docs/nginx/grasp.conf is the example).
+        #[arg(long, value_name = "FILE")]
+        nginx: Option<PathBuf>,
+    },
+}
+
+/// `grasp-relay config ...`
+#[derive(Debug, Clone, PartialEq, Eq, clap::Subcommand)]
+pub enum ConfigCommand {
+    /// Check a configuration file without starting: every key known and in its section, every
+    /// value of the right type and accepted (the file alone; flags and environment variables
+    /// are not read). Exit status 0 when the relay would start with it.
+    Check {
+        /// The TOML file.
+        file: PathBuf,
+    },
+    /// Print the configuration in force (flags, environment, --config file, defaults) as a
+    /// configuration file, each value's source in its comment.
+    Show,
 }
 
 /// A duration: whole seconds (`90`), or a number with a unit `ms`, `s`, `m` or `h`.
@@ -627,6 +680,14 @@ impl Config {
             .ok()
             .and_then(|exe| exe.parent().map(|dir| dir.join("grasp-cgi")))
             .unwrap_or_else(|| PathBuf::from("grasp-cgi"))
+    }
+
+    /// The helper binaries the relay runs and installs: grasp-cgi (`--cgi-path`) and the hook
+    /// binaries beside it.
+    pub fn helper_binaries(&self) -> Vec<PathBuf> {
+        let cgi = self.cgi_path();
+        let dir = cgi.parent().map(|p| p.to_path_buf()).unwrap_or_default();
+        vec![cgi, dir.join("grasp-pre-receive"), dir.join("grasp-post-receive")]
     }
 
     /// The layout under `--data-dir` (described once, in [`crate::datadir`]).

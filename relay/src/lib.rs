@@ -55,6 +55,7 @@ pub mod config;
 pub mod datadir;
 pub mod git;
 pub mod grasp;
+pub mod logging;
 pub mod metrics;
 pub mod nostr;
 pub mod peers;

@@ -1,39 +1,60 @@
-//! `grasp-relay` binary: parse the configuration, set up logging, run the server.
+//! `grasp-relay` binary: read the configuration (flags, environment, `--config` file), then run
+//! a one-shot command or set up logging and run the server.
 
-use clap::Parser;
-use grasp_relay::config::Config;
-use tracing_subscriber::EnvFilter;
+use std::process::ExitCode;
+
+use grasp_relay::config::{Command, Config, ConfigCommand, LoadError};
+
+/// Exit status of a refused configuration (as clap's for a bad flag): a service manager should
+/// not restart into it (the systemd unit's `RestartPreventExitStatus`).
+const BAD_CONFIGURATION: u8 = 2;
 
 #[tokio::main]
-async fn main() -> std::process::ExitCode {
-    let cfg = Config::parse();
-    if let Some(command) = &cfg.command {
-        return match grasp_relay::api::run_command(&cfg.data_dir, command) {
-            Ok(()) => std::process::ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("grasp-relay: error: {e:#}");
-                std::process::ExitCode::FAILURE
-            }
-        };
+async fn main() -> ExitCode {
+    let loaded = match Config::load() {
+        Ok(loaded) => loaded,
+        Err(LoadError::Cli(e)) => e.exit(),
+        Err(LoadError::File(e)) => {
+            eprintln!("grasp-relay: error: the configuration file is refused:\n{e}");
+            return ExitCode::from(BAD_CONFIGURATION);
+        }
+    };
+    let cfg = &loaded.config;
+    match &cfg.command {
+        None => {}
+        Some(Command::Config { action: ConfigCommand::Show }) => {
+            print!("{}", grasp_relay::config::render(&loaded.settings));
+            return ExitCode::SUCCESS;
+        }
+        Some(Command::Config { action: ConfigCommand::Check { file } }) => {
+            return match Config::check_file(file) {
+                Ok(checked) => {
+                    let set = checked.settings.iter().filter(|s| s.source != grasp_relay::config::Source::Default).count();
+                    println!("{}: ok ({set} settings; `grasp-relay --config {} config show` prints them all)", file.display(), file.display());
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("{e}");
+                    ExitCode::from(BAD_CONFIGURATION)
+                }
+            };
+        }
+        Some(command) => {
+            return match grasp_relay::api::run_command(&cfg.data_dir, command) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("grasp-relay: error: {e:#}");
+                    ExitCode::FAILURE
+                }
+            };
+        }
     }
-    let filter = EnvFilter::try_new(&cfg.log).unwrap_or_else(|e| {
-        eprintln!(
-            "grasp-relay: invalid --log filter {:?} ({e}); using \"info\"",
-            cfg.log
-        );
-        EnvFilter::new("info")
-    });
-    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(ansi)
-        .init();
-    match grasp_relay::server::run(cfg).await {
-        Ok(()) => std::process::ExitCode::SUCCESS,
+    grasp_relay::logging::init(&cfg.log);
+    match grasp_relay::server::run(loaded).await {
+        Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("grasp-relay: error: {e:#}");
-            std::process::ExitCode::FAILURE
+            ExitCode::FAILURE
         }
     }
 }
