@@ -53,6 +53,7 @@
 pub mod api;
 pub mod config;
 pub mod datadir;
+pub mod doctor;
 pub mod git;
 pub mod grasp;
 pub mod logging;

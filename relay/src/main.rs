@@ -39,6 +39,11 @@ async fn main() -> ExitCode {
                 }
             };
         }
+        Some(Command::Doctor { nginx }) => {
+            let report = grasp_relay::doctor::run(cfg, nginx.as_deref());
+            print!("{report}");
+            return if report.fit_to_serve() { ExitCode::SUCCESS } else { ExitCode::FAILURE };
+        }
         Some(command) => {
             return match grasp_relay::api::run_command(&cfg.data_dir, command) {
                 Ok(()) => ExitCode::SUCCESS,
