@@ -11,6 +11,10 @@ const BAD_CONFIGURATION: u8 = 2;
 
 #[tokio::main]
 async fn main() -> ExitCode {
+    // `config check FILE` reads that file alone (no environment, no other --config).
+    if let Some(file) = Config::check_requested(std::env::args_os()) {
+        return check(&file);
+    }
     let loaded = match Config::load() {
         Ok(loaded) => loaded,
         Err(LoadError::Cli(e)) => e.exit(),
@@ -26,19 +30,7 @@ async fn main() -> ExitCode {
             print!("{}", grasp_relay::config::render(&loaded.settings));
             return ExitCode::SUCCESS;
         }
-        Some(Command::Config { action: ConfigCommand::Check { file } }) => {
-            return match Config::check_file(file) {
-                Ok(checked) => {
-                    let set = checked.settings.iter().filter(|s| s.source != grasp_relay::config::Source::Default).count();
-                    println!("{}: ok ({set} settings; `grasp-relay --config {} config show` prints them all)", file.display(), file.display());
-                    ExitCode::SUCCESS
-                }
-                Err(e) => {
-                    eprintln!("{e}");
-                    ExitCode::from(BAD_CONFIGURATION)
-                }
-            };
-        }
+        Some(Command::Config { action: ConfigCommand::Check { file } }) => return check(file),
         Some(Command::Doctor { nginx }) => {
             let report = grasp_relay::doctor::run(cfg, nginx.as_deref());
             print!("{report}");
@@ -60,6 +52,21 @@ async fn main() -> ExitCode {
         Err(e) => {
             eprintln!("grasp-relay: error: {e:#}");
             ExitCode::FAILURE
+        }
+    }
+}
+
+/// `grasp-relay config check FILE`.
+fn check(file: &std::path::Path) -> ExitCode {
+    match Config::check_file(file) {
+        Ok(checked) => {
+            let set = checked.settings.iter().filter(|s| s.source != grasp_relay::config::Source::Default).count();
+            println!("{}: ok ({set} settings; `grasp-relay --config {} config show` prints them all)", file.display(), file.display());
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("{e}");
+            ExitCode::from(BAD_CONFIGURATION)
         }
     }
 }

@@ -160,6 +160,22 @@ impl Config {
         Self::load_with(cmd, &args)
     }
 
+    /// The file of `grasp-relay config check FILE` when `args` ask for it: read before the
+    /// rest of the configuration, so that neither the environment nor another file stands in
+    /// the way of checking this one.
+    pub fn check_requested<I, T>(args: I) -> Option<PathBuf>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<OsString> + Clone,
+    {
+        let cmd = Config::command().mut_args(|a| a.env(None::<&'static str>));
+        let matches = cmd.try_get_matches_from(args).ok()?;
+        match Config::from_arg_matches(&matches).ok()?.command? {
+            super::Command::Config { action: super::ConfigCommand::Check { file } } => Some(file),
+            _ => None,
+        }
+    }
+
     fn load_with(cmd: Command, args: &[OsString]) -> Result<Loaded, LoadError> {
         let first = cmd.clone().try_get_matches_from(args).map_err(LoadError::Cli)?;
         let (cmd, matches, file) = match first.get_one::<PathBuf>("config") {
@@ -405,6 +421,16 @@ mod tests {
         assert!(e.to_string().starts_with(&format!("{}:2:19: `max-connections`", f.path().display())), "{e}");
         assert!(matches!(Config::load_from(["grasp-relay", "--config", "/nonexistent.toml"]), Err(LoadError::File(_))));
         assert!(matches!(Config::load_from(["grasp-relay", "--max-connections", "0"]), Err(LoadError::Cli(_))));
+    }
+
+    #[test]
+    fn config_check_is_found_before_the_rest() {
+        let found = |argv: &[&str]| Config::check_requested(argv.iter().copied());
+        assert_eq!(found(&["grasp-relay", "config", "check", "/x.toml"]), Some(PathBuf::from("/x.toml")));
+        assert_eq!(found(&["grasp-relay", "--config", "/a.toml", "config", "check", "/b.toml"]), Some(PathBuf::from("/b.toml")));
+        assert_eq!(found(&["grasp-relay", "config", "show"]), None);
+        assert_eq!(found(&["grasp-relay", "doctor"]), None);
+        assert_eq!(found(&["grasp-relay"]), None);
     }
 
     /// `config show` prints a configuration file that configures the same.
