@@ -513,6 +513,10 @@ pub struct Config {
     pub software_url: Option<String>,
 }
 
+/// Exit status of a refused configuration (the flags, the environment or the file), as clap's
+/// for a bad flag; the systemd unit does not restart into it (`RestartPreventExitStatus`).
+pub const EXIT_BAD_CONFIGURATION: u8 = 2;
+
 /// One-shot commands: against a running relay (through its loopback API), or checks of the
 /// configuration and the installation.
 #[derive(Debug, Clone, PartialEq, Eq, clap::Subcommand)]
@@ -1079,25 +1083,32 @@ mod tests {
         Some(n.parse::<u64>().ok()? << shift)
     }
 
-    /// The systemd unit of docs/deployment.md parses, and behind nginx (every client has its
-    /// address) it trusts nginx's forwarded addresses, so the per-address write limits apply
-    /// to the real clients instead of one bucket shared by the whole site.
+    /// The packaged systemd unit runs the relay from the packaged configuration as its own
+    /// user, may write nothing but that configuration's data directory, stops gracefully (the
+    /// shutdown grace and the last checkpoint fit in its stop timeout), does not restart into a
+    /// refused configuration, and has the descriptors the default limits need.
     #[test]
-    fn the_deployment_guides_unit_runs_behind_nginx() {
-        let guide = include_str!("../../docs/deployment.md");
-        let start = guide.find("ExecStart=/usr/local/bin/grasp-relay").expect("the guide's systemd unit");
-        let mut command = String::new();
-        for line in guide[start..].lines() {
-            command.push_str(line.trim_end_matches('\\'));
-            command.push(' ');
-            if !line.ends_with('\\') {
-                break;
-            }
+    fn the_packaged_unit_runs_the_packaged_configuration() {
+        let unit = include_str!("../../packaging/grasp-relay.service");
+        let value = |key: &str| {
+            let prefix = format!("{key}=");
+            let found: Vec<&str> = unit.lines().filter_map(|l| l.strip_prefix(prefix.as_str())).collect();
+            assert_eq!(found.len(), 1, "packaging/grasp-relay.service sets {key} {} times", found.len());
+            found[0]
+        };
+        assert_eq!(value("ExecStart"), "/usr/bin/grasp-relay --config /etc/grasp-relay/config.toml");
+        let packaged = Config::check_file(std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../packaging/config.toml"))).unwrap().config;
+        assert_eq!(value("ReadWritePaths"), packaged.data_dir.to_str().unwrap());
+        assert_eq!(format!("/var/lib/{}", value("StateDirectory")), value("ReadWritePaths"));
+        assert_eq!((value("User"), value("Group")), ("grasp-relay", "grasp-relay"));
+        for (key, expected) in [("ProtectSystem", "strict"), ("NoNewPrivileges", "yes"), ("Restart", "on-failure"), ("KillSignal", "SIGTERM"), ("KillMode", "mixed")] {
+            assert_eq!(value(key), expected, "{key}");
         }
-        let argv: Vec<&str> = command.trim_start_matches("ExecStart=/usr/local/bin/").split_whitespace().collect();
-        let cfg = Config::try_parse_from(&argv).unwrap_or_else(|e| panic!("{command}: {e}"));
-        assert_eq!(cfg.max_connections_per_ip, 0, "{command}");
-        assert!(cfg.trusted_proxy.iter().any(|net| net.contains(&"127.0.0.1".parse::<std::net::IpAddr>().unwrap())), "{command}: nginx is not a trusted proxy");
+        assert_eq!(value("RestartPreventExitStatus"), EXIT_BAD_CONFIGURATION.to_string());
+        let stop = parse_duration(value("TimeoutStopSec")).unwrap();
+        assert!(stop >= crate::server::SHUTDOWN_GRACE + Duration::from_secs(10), "TimeoutStopSec {stop:?} leaves no room for the shutdown grace and the last checkpoint");
+        let nofile: u64 = value("LimitNOFILE").parse().unwrap();
+        assert!(nofile >= grasp_state::fd_budget::required(packaged.max_connections.into(), packaged.git_max_requests.into()));
     }
 
     #[test]

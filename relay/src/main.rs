@@ -3,11 +3,7 @@
 
 use std::process::ExitCode;
 
-use grasp_relay::config::{Command, Config, ConfigCommand, LoadError};
-
-/// Exit status of a refused configuration (as clap's for a bad flag): a service manager should
-/// not restart into it (the systemd unit's `RestartPreventExitStatus`).
-const BAD_CONFIGURATION: u8 = 2;
+use grasp_relay::config::{Command, Config, ConfigCommand, LoadError, EXIT_BAD_CONFIGURATION};
 
 #[tokio::main]
 async fn main() -> ExitCode {
@@ -20,7 +16,7 @@ async fn main() -> ExitCode {
         Err(LoadError::Cli(e)) => e.exit(),
         Err(LoadError::File(e)) => {
             eprintln!("grasp-relay: error: the configuration file is refused:\n{e}");
-            return ExitCode::from(BAD_CONFIGURATION);
+            return ExitCode::from(EXIT_BAD_CONFIGURATION);
         }
     };
     let cfg = &loaded.config;
@@ -66,7 +62,7 @@ fn check(file: &std::path::Path) -> ExitCode {
         }
         Err(e) => {
             eprintln!("{e}");
-            ExitCode::from(BAD_CONFIGURATION)
+            ExitCode::from(EXIT_BAD_CONFIGURATION)
         }
     }
 }
