@@ -377,6 +377,15 @@ mod tests {
         parse(text).unwrap_err().0.iter().map(|e| e.to_string()).collect()
     }
 
+    /// `text` is refused with exactly these errors, in order (each given by a part of it).
+    fn refused(text: &str, expected: &[&str]) {
+        let found = errors(text);
+        assert_eq!(found.len(), expected.len(), "{found:#?}");
+        for (e, want) in found.iter().zip(expected) {
+            assert!(e.contains(want), "{e}\nwanted: {want}");
+        }
+    }
+
     #[test]
     fn values_become_flag_texts_with_their_lines() {
         let file = parse(
@@ -414,41 +423,33 @@ mod tests {
 
     #[test]
     fn wrong_types_are_refused_with_the_type_allowed() {
-        let found = errors(
+        refused(
             "[limits]\nmax-connections = \"1024\"\nwrite-rate = true\ngit-idle-timeout = 1.5\n[trust]\nprivate = \"yes\"\ntrusted-proxy = \"10.0.0.0/8\"\nblock-author = [1]\n[server]\nbind = 8080\n",
+            &[
+                ":2:19: `max-connections` in `[limits]` takes a whole number (no quotes), not a string",
+                ":3:14: `write-rate` in `[limits]` takes a number (no quotes), not a boolean",
+                ":4:20: `git-idle-timeout` in `[limits]` takes whole seconds (90) or a string with a unit",
+                ":6:11: `private` in `[trust]` takes true or false, not a string",
+                ":7:17: `trusted-proxy` in `[trust]` takes an array, each item a string (CIDR), not a string",
+                ":8:17: `block-author` in `[trust]` takes an array, each item a string (PUBKEY), not an integer",
+                ":10:8: `bind` in `[server]` takes a string, not an integer",
+            ],
         );
-        let expected = [
-            ":2:19: `max-connections` in `[limits]` takes a whole number (no quotes), not a string",
-            ":3:14: `write-rate` in `[limits]` takes a number (no quotes), not a boolean",
-            ":4:20: `git-idle-timeout` in `[limits]` takes whole seconds (90) or a string with a unit",
-            ":6:11: `private` in `[trust]` takes true or false, not a string",
-            ":7:17: `trusted-proxy` in `[trust]` takes an array, each item a string (CIDR), not a string",
-            ":8:17: `block-author` in `[trust]` takes an array, each item a string (PUBKEY), not an integer",
-            ":10:8: `bind` in `[server]` takes a string, not an integer",
-        ];
-        assert_eq!(found.len(), expected.len(), "{found:#?}");
-        for (e, want) in found.iter().zip(expected) {
-            assert!(e.contains(want), "{e}\nwanted: {want}");
-        }
     }
 
     #[test]
     fn values_go_through_the_flags_own_parsers() {
-        let found = errors(
+        refused(
             "[limits]\nmax-connections = 0\nipv6-prefix-len = 129\ngit-idle-timeout = \"5 parsecs\"\nmax-push-bytes = -1\n[trust]\ntrusted-proxy = [\"10.0.0.0/8\", \"nope\"]\n[server]\nbind = \"localhost\"\n",
+            &[
+                ":2:19: `max-connections` in `[limits]`: 0 is not in 1..=4294967295; it takes a whole number (no quotes) (--max-connections: Most connections",
+                ":3:19: `ipv6-prefix-len` in `[limits]`: 129 is not in 1..=128",
+                ":4:20: `git-idle-timeout` in `[limits]`: invalid duration \"5 parsecs\": give seconds (90) or a number with ms, s, m or h",
+                ":5:18: `max-push-bytes` in `[limits]`: ",
+                ":7:32: `trusted-proxy` in `[trust]`: invalid address range \"nope\"",
+                ":9:8: `bind` in `[server]`: invalid socket address syntax",
+            ],
         );
-        let expected = [
-            ":2:19: `max-connections` in `[limits]`: 0 is not in 1..=4294967295; it takes a whole number (no quotes) (--max-connections: Most connections",
-            ":3:19: `ipv6-prefix-len` in `[limits]`: 129 is not in 1..=128",
-            ":4:20: `git-idle-timeout` in `[limits]`: invalid duration \"5 parsecs\": give seconds (90) or a number with ms, s, m or h",
-            ":5:18: `max-push-bytes` in `[limits]`: ",
-            ":7:32: `trusted-proxy` in `[trust]`: invalid address range \"nope\"",
-            ":9:8: `bind` in `[server]`: invalid socket address syntax",
-        ];
-        assert_eq!(found.len(), expected.len(), "{found:#?}");
-        for (e, want) in found.iter().zip(expected) {
-            assert!(e.contains(want), "{e}\nwanted: {want}");
-        }
     }
 
     #[test]
