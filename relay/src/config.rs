@@ -1,6 +1,19 @@
-//! Command line and environment configuration of the daemon.
+//! Configuration of the daemon: flags, `GRASP_*` environment variables and a TOML file.
 //!
 //! Every flag can also be set through a `GRASP_*` environment variable; `--help` lists them all.
+//! `--config FILE` reads a TOML file with every setting in sections (`file`; the section of
+//! each flag is in `sections`, the one table a new flag gets a line in); flags win over
+//! environment variables, which win over the file, which wins over the defaults
+//! (`load`: [`Config::load`], and where each value came from, for `config show`). `reload`
+//! says which settings a SIGHUP can change while the relay runs.
+
+mod file;
+mod load;
+pub mod reload;
+pub mod sections;
+
+pub use file::{FileError, FileErrors, Kind};
+pub use load::{render, LoadError, Loaded, Setting, Source};
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -39,7 +52,14 @@ pub struct Config {
     #[arg(long, env = "GRASP_DATA_DIR", default_value = "./data", global = true)]
     pub data_dir: PathBuf,
 
-    /// Instead of running the daemon, ask the relay running on `--data-dir` something.
+    /// A TOML configuration file with any of these settings, in sections
+    /// (docs/grasp-relay.toml is the commented example); flags and environment variables win
+    /// over it. Re-read on SIGHUP for the settings that can change while the relay runs.
+    #[arg(long, env = "GRASP_CONFIG", value_name = "FILE", global = true)]
+    pub config: Option<PathBuf>,
+
+    /// Instead of running the daemon: ask the relay running on `--data-dir` something, check
+    /// the configuration or the installation.
     #[command(subcommand)]
     pub command: Option<Command>,
 
@@ -493,7 +513,12 @@ pub struct Config {
     pub software_url: String,
 }
 
-/// One-shot commands against a running relay (through its loopback API).
+/// Exit status of a refused configuration (the flags, the environment or the file), as clap's
+/// for a bad flag; the systemd unit does not restart into it (`RestartPreventExitStatus`).
+pub const EXIT_BAD_CONFIGURATION: u8 = 2;
+
+/// One-shot commands: against a running relay (through its loopback API), or checks of the
+/// configuration and the installation.
 #[derive(Debug, Clone, PartialEq, Eq, clap::Subcommand)]
 pub enum Command {
     /// Print what waits in the purgatory of the relay running on --data-dir.
@@ -534,6 +559,38 @@ pub enum Command {
         /// The author's npub or hex public key.
         author: String,
     },
+    /// Check a configuration file, or print the configuration in force and where each value
+    /// came from.
+    Config {
+        #[command(subcommand)]
+        action: ConfigCommand,
+    },
+    /// Check this installation and print what to fix: git and the features the server needs,
+    /// the helper binaries beside the relay, the data directory's owner and permissions, free
+    /// disk against --min-free-disk, the open file limit against the connection limits, the
+    /// public host and, with --nginx, the nginx site. Run it as the service's user with the
+    /// service's configuration (`--config`). Exit status 0: fit to serve.
+    Doctor {
+        /// An nginx site configuration to check: git routed to grasp-cgi through FastCGI with
+        /// request buffering off (docs/nginx/grasp.conf is the example).
+        #[arg(long, value_name = "FILE")]
+        nginx: Option<PathBuf>,
+    },
+}
+
+/// `grasp-relay config ...`
+#[derive(Debug, Clone, PartialEq, Eq, clap::Subcommand)]
+pub enum ConfigCommand {
+    /// Check a configuration file without starting: every key known and in its section, every
+    /// value of the right type and accepted (the file alone; flags and environment variables
+    /// are not read). Exit status 0 when the relay would start with it.
+    Check {
+        /// The TOML file.
+        file: PathBuf,
+    },
+    /// Print the configuration in force (flags, environment, --config file, defaults) as a
+    /// configuration file, each value's source in its comment.
+    Show,
 }
 
 /// A duration: whole seconds (`90`), or a number with a unit `ms`, `s`, `m` or `h`.
@@ -630,6 +687,14 @@ impl Config {
             .ok()
             .and_then(|exe| exe.parent().map(|dir| dir.join("grasp-cgi")))
             .unwrap_or_else(|| PathBuf::from("grasp-cgi"))
+    }
+
+    /// The helper binaries the relay runs and installs: grasp-cgi (`--cgi-path`) and the hook
+    /// binaries beside it.
+    pub fn helper_binaries(&self) -> Vec<PathBuf> {
+        let cgi = self.cgi_path();
+        let dir = cgi.parent().map(|p| p.to_path_buf()).unwrap_or_default();
+        vec![cgi, dir.join("grasp-pre-receive"), dir.join("grasp-post-receive")]
     }
 
     /// The layout under `--data-dir` (described once, in [`crate::datadir`]).
@@ -1021,25 +1086,32 @@ mod tests {
         Some(n.parse::<u64>().ok()? << shift)
     }
 
-    /// The systemd unit of docs/deployment.md parses, and behind nginx (every client has its
-    /// address) it trusts nginx's forwarded addresses, so the per-address write limits apply
-    /// to the real clients instead of one bucket shared by the whole site.
+    /// The packaged systemd unit runs the relay from the packaged configuration as its own
+    /// user, may write nothing but that configuration's data directory, stops gracefully (the
+    /// shutdown grace and the last checkpoint fit in its stop timeout), does not restart into a
+    /// refused configuration, and has the descriptors the default limits need.
     #[test]
-    fn the_deployment_guides_unit_runs_behind_nginx() {
-        let guide = include_str!("../../docs/deployment.md");
-        let start = guide.find("ExecStart=/usr/local/bin/grasp-relay").expect("the guide's systemd unit");
-        let mut command = String::new();
-        for line in guide[start..].lines() {
-            command.push_str(line.trim_end_matches('\\'));
-            command.push(' ');
-            if !line.ends_with('\\') {
-                break;
-            }
+    fn the_packaged_unit_runs_the_packaged_configuration() {
+        let unit = include_str!("../../packaging/grasp-relay.service");
+        let value = |key: &str| {
+            let prefix = format!("{key}=");
+            let found: Vec<&str> = unit.lines().filter_map(|l| l.strip_prefix(prefix.as_str())).collect();
+            assert_eq!(found.len(), 1, "packaging/grasp-relay.service sets {key} {} times", found.len());
+            found[0]
+        };
+        assert_eq!(value("ExecStart"), "/usr/bin/grasp-relay --config /etc/grasp-relay/config.toml");
+        let packaged = Config::check_file(std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../packaging/config.toml"))).unwrap().config;
+        assert_eq!(value("ReadWritePaths"), packaged.data_dir.to_str().unwrap());
+        assert_eq!(format!("/var/lib/{}", value("StateDirectory")), value("ReadWritePaths"));
+        assert_eq!((value("User"), value("Group")), ("grasp-relay", "grasp-relay"));
+        for (key, expected) in [("ProtectSystem", "strict"), ("NoNewPrivileges", "yes"), ("Restart", "on-failure"), ("KillSignal", "SIGTERM"), ("KillMode", "mixed")] {
+            assert_eq!(value(key), expected, "{key}");
         }
-        let argv: Vec<&str> = command.trim_start_matches("ExecStart=/usr/local/bin/").split_whitespace().collect();
-        let cfg = Config::try_parse_from(&argv).unwrap_or_else(|e| panic!("{command}: {e}"));
-        assert_eq!(cfg.max_connections_per_ip, 0, "{command}");
-        assert!(cfg.trusted_proxy.iter().any(|net| net.contains(&"127.0.0.1".parse::<std::net::IpAddr>().unwrap())), "{command}: nginx is not a trusted proxy");
+        assert_eq!(value("RestartPreventExitStatus"), EXIT_BAD_CONFIGURATION.to_string());
+        let stop = parse_duration(value("TimeoutStopSec")).unwrap();
+        assert!(stop >= crate::server::SHUTDOWN_GRACE + Duration::from_secs(10), "TimeoutStopSec {stop:?} leaves no room for the shutdown grace and the last checkpoint");
+        let nofile: u64 = value("LimitNOFILE").parse().unwrap();
+        assert!(nofile >= grasp_state::fd_budget::required(packaged.max_connections.into(), packaged.git_max_requests.into()));
     }
 
     #[test]

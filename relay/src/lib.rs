@@ -47,14 +47,18 @@
 //!   behind trusted proxies (`proxy`), files re-read on change (`reload`), the private service's
 //!   git check (`git_auth`), `purge-author` (`purge`). NIP-42 connection state is
 //!   `nostr::auth`.
-//! - [`config`], [`datadir`], [`shutdown`]: command line and environment, the data directory
-//!   layout and its exclusive lock, the shutdown signal every task is handed.
+//! - [`doctor`]: `grasp-relay doctor`, facts about an installation and pure verdicts on them.
+//! - [`config`], [`logging`], [`datadir`], [`shutdown`]: command line, environment and the TOML
+//!   configuration file (re-read on SIGHUP by `server::reload`), the log filter, the data
+//!   directory layout and its exclusive lock, the shutdown signal every task is handed.
 
 pub mod api;
 pub mod config;
 pub mod datadir;
+pub mod doctor;
 pub mod git;
 pub mod grasp;
+pub mod logging;
 pub mod metrics;
 pub mod nostr;
 pub mod peers;

@@ -1,39 +1,68 @@
-//! `grasp-relay` binary: parse the configuration, set up logging, run the server.
+//! `grasp-relay` binary: read the configuration (flags, environment, `--config` file), then run
+//! a one-shot command or set up logging and run the server.
 
-use clap::Parser;
-use grasp_relay::config::Config;
-use tracing_subscriber::EnvFilter;
+use std::process::ExitCode;
+
+use grasp_relay::config::{Command, Config, ConfigCommand, LoadError, EXIT_BAD_CONFIGURATION};
 
 #[tokio::main]
-async fn main() -> std::process::ExitCode {
-    let cfg = Config::parse();
-    if let Some(command) = &cfg.command {
-        return match grasp_relay::api::run_command(&cfg.data_dir, command) {
-            Ok(()) => std::process::ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("grasp-relay: error: {e:#}");
-                std::process::ExitCode::FAILURE
-            }
-        };
+async fn main() -> ExitCode {
+    // `config check FILE` reads that file alone (no environment, no other --config).
+    if let Some(file) = Config::check_requested(std::env::args_os()) {
+        return check(&file);
     }
-    let filter = EnvFilter::try_new(&cfg.log).unwrap_or_else(|e| {
-        eprintln!(
-            "grasp-relay: invalid --log filter {:?} ({e}); using \"info\"",
-            cfg.log
-        );
-        EnvFilter::new("info")
-    });
-    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(ansi)
-        .init();
-    match grasp_relay::server::run(cfg).await {
-        Ok(()) => std::process::ExitCode::SUCCESS,
+    let loaded = match Config::load() {
+        Ok(loaded) => loaded,
+        Err(LoadError::Cli(e)) => e.exit(),
+        Err(LoadError::File(e)) => {
+            eprintln!("grasp-relay: error: the configuration file is refused:\n{e}");
+            return ExitCode::from(EXIT_BAD_CONFIGURATION);
+        }
+    };
+    let cfg = &loaded.config;
+    match &cfg.command {
+        None => {}
+        Some(Command::Config { action: ConfigCommand::Show }) => {
+            print!("{}", grasp_relay::config::render(&loaded.settings));
+            return ExitCode::SUCCESS;
+        }
+        Some(Command::Config { action: ConfigCommand::Check { file } }) => return check(file),
+        Some(Command::Doctor { nginx }) => {
+            let report = grasp_relay::doctor::run(cfg, nginx.as_deref());
+            print!("{report}");
+            return if report.fit_to_serve() { ExitCode::SUCCESS } else { ExitCode::FAILURE };
+        }
+        Some(command) => {
+            return match grasp_relay::api::run_command(&cfg.data_dir, command) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("grasp-relay: error: {e:#}");
+                    ExitCode::FAILURE
+                }
+            };
+        }
+    }
+    grasp_relay::logging::init(&cfg.log);
+    match grasp_relay::server::run(loaded).await {
+        Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("grasp-relay: error: {e:#}");
-            std::process::ExitCode::FAILURE
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `grasp-relay config check FILE`.
+fn check(file: &std::path::Path) -> ExitCode {
+    match Config::check_file(file) {
+        Ok(checked) => {
+            let set = checked.settings.iter().filter(|s| s.source != grasp_relay::config::Source::Default).count();
+            println!("{}: ok ({set} settings; `grasp-relay --config {} config show` prints them all)", file.display(), file.display());
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("{e}");
+            ExitCode::from(EXIT_BAD_CONFIGURATION)
         }
     }
 }

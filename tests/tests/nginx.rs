@@ -114,9 +114,9 @@ fn site_config(listen: SocketAddr, relay: SocketAddr, socket: &Path, data_dir: &
     let replacements = [
         ("git.example.com", listen.ip().to_string()),
         ("127.0.0.1:8080", relay.to_string()),
-        ("unix:/run/grasp/fcgiwrap.sock", format!("unix:{}", socket.display())),
-        ("/usr/local/bin/grasp-cgi", binary_path("grasp-cgi").display().to_string()),
-        ("/var/lib/grasp", data_dir.display().to_string()),
+        ("unix:/run/grasp-relay/fcgiwrap.sock", format!("unix:{}", socket.display())),
+        ("/usr/bin/grasp-cgi", binary_path("grasp-cgi").display().to_string()),
+        ("/var/lib/grasp-relay", data_dir.display().to_string()),
     ];
     for (from, to) in replacements {
         assert!(conf.contains(from), "docs/nginx/grasp.conf no longer contains {from:?}");
@@ -429,4 +429,37 @@ async fn private_service_git_needs_a_members_proof_through_nginx() {
     assert_eq!(resp.status(), 401, "non-member through nginx");
     let resp = http().get(&refs).header("Authorization", proof(&member)).send().await.unwrap();
     assert_eq!(resp.status(), 200, "member through nginx\n{}", front.logs());
+}
+
+/// `grasp-relay doctor --nginx` on the site nginx is serving: fit to serve, git going to
+/// grasp-cgi with request buffering off; the same site with request buffering on is not.
+#[test]
+#[ignore = "needs nginx and fcgiwrap; run by .ci/run with --ignored"]
+fn the_doctor_reads_the_front_as_fit_to_serve() {
+    let front = Front::start();
+    let site = front.prefix.path().join("grasp.conf");
+    let doctor = |site: &Path| {
+        Command::new(binary_path("grasp-relay"))
+            .arg("doctor")
+            .arg("--nginx")
+            .arg(site)
+            .arg("--data-dir")
+            .arg(front.relay.data_dir())
+            // The test machine's free space is not this test's subject.
+            .env("GRASP_MIN_FREE_DISK", "0")
+            .output()
+            .unwrap()
+    };
+    let out = doctor(&site);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("git goes to grasp-cgi, request buffering off"), "{text}");
+    assert!(text.lines().any(|l| l.starts_with("ok    nginx:")), "{text}");
+
+    let buffered = front.prefix.path().join("buffered.conf");
+    std::fs::write(&buffered, read(&site).replace("fastcgi_request_buffering off;", "fastcgi_request_buffering on;")).unwrap();
+    let out = doctor(&buffered);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success(), "{text}");
+    assert!(text.contains("FAIL  nginx:") && text.contains("request buffering is on"), "{text}");
 }

@@ -471,6 +471,10 @@ pub fn run_command(data_dir: &Path, command: &crate::config::Command) -> Result<
         crate::config::Command::Repos { json, orphans, purge, yes } => {
             repos::run_command(data_dir, *json, *orphans, *purge, *yes)?;
         }
+        // Neither asks the relay: the binary's main runs them.
+        crate::config::Command::Config { .. } | crate::config::Command::Doctor { .. } => {
+            anyhow::bail!("`config` and `doctor` do not ask the running relay")
+        }
     }
     Ok(())
 }

@@ -7,14 +7,8 @@ use anyhow::Context;
 /// Raises `RLIMIT_NOFILE`'s soft limit to its hard limit; fails (with what to do) when the hard
 /// limit is below `needed`. Returns the limit now in force.
 pub fn raise(needed: u64) -> anyhow::Result<u64> {
-    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-    // SAFETY: getrlimit writes into the struct we own.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
-        return Err(std::io::Error::last_os_error()).context("reading the open file limit (RLIMIT_NOFILE)");
-    }
-    // `rlim_t` is `u64` on Linux only.
-    #[allow(clippy::unnecessary_cast)]
-    let (soft, hard) = (lim.rlim_cur as u64, lim.rlim_max as u64);
+    let (soft, hard) = current().context("reading the open file limit (RLIMIT_NOFILE)")?;
+    let mut lim = libc::rlimit { rlim_cur: soft as libc::rlim_t, rlim_max: hard as libc::rlim_t };
     let target = grasp_state::fd_budget::plan(soft, hard, needed).map_err(anyhow::Error::msg)?;
     if target != soft {
         lim.rlim_cur = target as libc::rlim_t;
@@ -25,4 +19,16 @@ pub fn raise(needed: u64) -> anyhow::Result<u64> {
     }
     tracing::info!(soft = target, hard, needed, "open file limit");
     Ok(target)
+}
+
+/// The open file limit in force: (soft, hard).
+pub fn current() -> std::io::Result<(u64, u64)> {
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit writes into the struct we own.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // `rlim_t` is `u64` on Linux only.
+    #[allow(clippy::unnecessary_cast)]
+    Ok((lim.rlim_cur as u64, lim.rlim_max as u64))
 }

@@ -28,6 +28,7 @@ pub mod connection_limits;
 pub mod fd_limit;
 pub mod http;
 pub mod pages;
+pub mod reload;
 pub mod tcp;
 pub mod write_deadline;
 
@@ -65,8 +66,9 @@ use crate::nostr::relay::Relay;
 use crate::shutdown::{Shutdown, ShutdownController};
 use crate::nostr::store::Store;
 
-/// How long tasks get to finish after SIGINT/SIGTERM.
-const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+/// How long tasks get to finish after SIGINT/SIGTERM (the systemd unit's `TimeoutStopSec`
+/// leaves room for it and the last checkpoint).
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
 /// Clients must send their request headers within this time (slowloris protection).
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
@@ -95,8 +97,11 @@ pub struct AppState {
 }
 
 /// Runs the daemon until SIGINT/SIGTERM: opens the data dir (exclusive lock) and the store, binds
-/// the public listener, serves, then shuts down gracefully.
-pub async fn run(mut cfg: Config) -> anyhow::Result<()> {
+/// the public listener, serves, then shuts down gracefully. SIGHUP re-reads the configuration
+/// ([`reload`]).
+pub async fn run(loaded: crate::config::Loaded) -> anyhow::Result<()> {
+    let crate::config::Loaded { config: mut cfg, settings } = loaded;
+    let hangups = reload::listen()?;
     // Before anything is opened: the descriptors the limits let clients take must exist.
     fd_limit::raise(grasp_state::fd_budget::required(cfg.max_connections.into(), cfg.git_max_requests.into()))?;
     let data = DataDir::open(&cfg.data_dir)?;
@@ -153,9 +158,8 @@ pub async fn run(mut cfg: Config) -> anyhow::Result<()> {
 
     // The hooks git runs, and the loopback API they call. Without the helper binaries the relay
     // could not serve git or authorise a push: refuse to start rather than fail every request.
-    let cgi = cfg.cgi_path();
-    let bin_dir = cgi.parent().map(|p| p.to_path_buf()).unwrap_or_default();
-    let binaries = vec![cgi.clone(), bin_dir.join("grasp-pre-receive"), bin_dir.join("grasp-post-receive")];
+    let binaries = cfg.helper_binaries();
+    let bin_dir = binaries[0].parent().map(|p| p.to_path_buf()).unwrap_or_default();
     for bin in &binaries {
         if !bin.is_file() {
             anyhow::bail!(
@@ -200,6 +204,7 @@ pub async fn run(mut cfg: Config) -> anyhow::Result<()> {
     tokio::spawn(crate::grasp::copies::run_copies(grasp.clone(), controller.subscribe()));
     tokio::spawn(crate::trust::run_curation_watch(grasp.clone(), controller.subscribe()));
     tokio::spawn(crate::trust::limits::run_repo_count(grasp.trust.clone(), controller.subscribe()));
+    tokio::spawn(reload::run(grasp.clone(), settings, cfg.admin_pubkey, hangups, controller.subscribe()));
     tokio::spawn(crate::grasp::lifecycle::run_checkpoints(
         grasp.clone(),
         data.root().to_path_buf(),

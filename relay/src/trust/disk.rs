@@ -4,6 +4,7 @@
 //! decision rejects every push; the verdict itself is [`grasp_state::free_disk::has_room`].
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -15,8 +16,8 @@ pub const RECHECK: Duration = Duration::from_secs(2);
 pub struct FreeDisk {
     /// The directory measured (none: never low).
     path: Option<PathBuf>,
-    /// Free bytes kept (0: never low).
-    min_free: u64,
+    /// Free bytes kept (0: never low); replaced on SIGHUP.
+    min_free: AtomicU64,
     /// When last measured, and whether there was room then.
     last: Mutex<Option<(Instant, bool)>>,
 }
@@ -24,13 +25,20 @@ pub struct FreeDisk {
 impl FreeDisk {
     /// Keeps `min_free` bytes free on the file system of `path`.
     pub fn new(path: PathBuf, min_free: u64) -> Self {
-        FreeDisk { path: Some(path), min_free, last: Mutex::new(None) }
+        FreeDisk { path: Some(path), min_free: AtomicU64::new(min_free), last: Mutex::new(None) }
+    }
+
+    /// Replaces the watermark (SIGHUP); the next check measures again.
+    pub fn set_min_free(&self, min_free: u64) {
+        self.min_free.store(min_free, Ordering::Relaxed);
+        *self.last.lock().unwrap_or_else(|e| e.into_inner()) = None;
     }
 
     /// Is there room for writes? Measured at most every [`RECHECK`]; a file system that cannot
     /// be measured counts as having room (the write itself then fails with its own error).
     pub fn has_room(&self) -> bool {
-        let Some(path) = self.path.as_ref().filter(|_| self.min_free > 0) else { return true };
+        let min_free = self.min_free.load(Ordering::Relaxed);
+        let Some(path) = self.path.as_ref().filter(|_| min_free > 0) else { return true };
         let now = Instant::now();
         let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((at, room)) = *last {
@@ -40,12 +48,12 @@ impl FreeDisk {
         }
         let room = match available_bytes(path) {
             Ok(free) => {
-                let room = grasp_state::free_disk::has_room(free, self.min_free);
+                let room = grasp_state::free_disk::has_room(free, min_free);
                 if last.is_none_or(|(_, was)| was != room) {
                     if room {
-                        tracing::info!(free, min_free = self.min_free, "disk space back above --min-free-disk: writes accepted again");
+                        tracing::info!(free, min_free, "disk space back above --min-free-disk: writes accepted again");
                     } else {
-                        tracing::warn!(free, min_free = self.min_free, reason = "low disk", "free disk space below --min-free-disk: refusing events and pushes");
+                        tracing::warn!(free, min_free, reason = "low disk", "free disk space below --min-free-disk: refusing events and pushes");
                     }
                 }
                 room
@@ -61,7 +69,7 @@ impl FreeDisk {
 }
 
 /// Bytes available to unprivileged writers on the file system holding `path`.
-fn available_bytes(path: &std::path::Path) -> std::io::Result<u64> {
+pub fn available_bytes(path: &std::path::Path) -> std::io::Result<u64> {
     use std::os::unix::ffi::OsStrExt;
     let c = std::ffi::CString::new(path.as_os_str().as_bytes())?;
     let mut st = std::mem::MaybeUninit::<libc::statvfs>::uninit();
@@ -88,5 +96,16 @@ mod tests {
         assert!(FreeDisk::new(dir.path().into(), 1).has_room());
         assert!(FreeDisk::new(dir.path().into(), 0).has_room());
         assert!(FreeDisk::default().has_room());
+    }
+
+    #[test]
+    fn a_new_watermark_is_measured_against_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let disk = FreeDisk::new(dir.path().into(), u64::MAX);
+        assert!(!disk.has_room());
+        disk.set_min_free(1);
+        assert!(disk.has_room(), "not the measurement of the old watermark");
+        disk.set_min_free(u64::MAX);
+        assert!(!disk.has_room());
     }
 }

@@ -24,7 +24,7 @@ pub mod purge;
 pub mod reload;
 
 use std::collections::BTreeSet;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use grasp_state::auth::{check_protected, Submitter, KIND_AUTH};
@@ -68,9 +68,12 @@ pub struct Trust {
     pub disk: FreeDisk,
     /// Reverse proxies whose `X-Forwarded-For` / `X-Real-IP` are believed.
     pub trusted_proxies: Vec<IpNet>,
-    curation: Curation,
+    /// The allow/deny lists of the flags and the configuration file (replaced on SIGHUP).
+    curation: RwLock<Arc<Curation>>,
     curation_file: Option<Reloadable<Curation>>,
-    members: BTreeSet<PublicKey>,
+    /// The members of the flags and the configuration file, the admin included (replaced on
+    /// SIGHUP).
+    members: RwLock<Arc<BTreeSet<PublicKey>>>,
     members_file: Option<Reloadable<BTreeSet<PublicKey>>>,
 }
 
@@ -108,24 +111,40 @@ impl Trust {
             event_sizes: cfg.event_sizes(),
             disk: FreeDisk::new(cfg.data_dir.clone(), cfg.min_free_disk),
             trusted_proxies: cfg.trusted_proxy.clone(),
-            curation: cfg.curation(),
+            curation: RwLock::new(Arc::new(cfg.curation())),
             curation_file,
-            members,
+            members: RwLock::new(Arc::new(members)),
             members_file,
         })
     }
 
     /// The allow/deny lists in force (flags and file together).
     pub fn curation(&self) -> Arc<Curation> {
+        let flags = self.curation.read().unwrap_or_else(|e| e.into_inner()).clone();
         match &self.curation_file {
-            None => Arc::new(self.curation.clone()),
-            Some(f) => Arc::new(self.curation.clone().merged(&f.get())),
+            None => flags,
+            Some(f) => Arc::new((*flags).clone().merged(&f.get())),
         }
+    }
+
+    /// Replaces the allow/deny lists of the flags and the configuration file (SIGHUP); the
+    /// curation file's rules stay merged in. Held events of newly blocked authors are dropped
+    /// by [`run_curation_watch`] within a second.
+    pub fn set_curation(&self, curation: Curation) {
+        *self.curation.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(curation);
     }
 
     /// Is `pk` a current member of the private service (the admin always is)?
     pub fn is_member(&self, pk: &PublicKey) -> bool {
-        self.members.contains(pk) || self.members_file.as_ref().is_some_and(|f| f.get().contains(pk))
+        let members = self.members.read().unwrap_or_else(|e| e.into_inner()).clone();
+        members.contains(pk) || self.members_file.as_ref().is_some_and(|f| f.get().contains(pk))
+    }
+
+    /// Replaces the members of the flags and the configuration file (SIGHUP); `members` must
+    /// hold the admin. A removed member's subscriptions end and their next git request is
+    /// refused, as when they leave the members file.
+    pub fn set_members(&self, members: BTreeSet<PublicKey>) {
+        *self.members.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(members);
     }
 
     /// Is any of the keys a connection authenticated as a current member?
