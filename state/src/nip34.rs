@@ -514,6 +514,19 @@ pub fn url_names_host(url: &str, schemes: &[&str], public_host: &str) -> bool {
     parse_public_host(public_host).is_some_and(|wanted| url_matches(url, schemes, &wanted))
 }
 
+/// The repository `url` is the root URL of on the configured public host `public_host`:
+/// `http(s)://<host>/<npub>/<identifier>.git` or `http(s)://<host>/prs/<npub>/<identifier>.git`
+/// exactly (host compared as in [`url_names_host`], no query, fragment or trailing path; the
+/// identifier percent-decoded). `None` for anything else.
+pub fn repo_url_on_host(url: &str, public_host: &str) -> Option<crate::identifier::RepoUrlPath> {
+    if !url_names_host(url, &["http", "https"], public_host) || url.contains(['?', '#']) {
+        return None;
+    }
+    let (_, rest) = url.trim().split_once("://")?;
+    let path = rest.find('/').map_or("", |i| &rest[i..]);
+    crate::identifier::parse_repo_url_path(path).filter(|p| p.rest.is_empty())
+}
+
 /// A configured public host: `host[:port]`, a leading scheme and a trailing `/` tolerated.
 fn parse_public_host(configured: &str) -> Option<HostPort> {
     HostPort::parse(crate::host::public_authority(configured))
