@@ -390,6 +390,14 @@ pub struct Config {
     #[arg(long, env = "GRASP_RELAY_SYNC_BURST", default_value_t = crate::peers::DEFAULT_RELAY_BURST)]
     pub relay_sync_burst: u32,
 
+    /// GRASP-06: serve contributor repositories at `/prs/<npub>/<identifier>.git`, where anyone
+    /// pushes the commits of their own pull requests (`refs/nostr/<event-id>` only, each bound to
+    /// a pull request signed by that npub), and hold pull requests for repositories not announced
+    /// here when their `clone` tag names such a URL on this server (docs/protocol.md). Listed in
+    /// NIP-11 `supported_grasps`; off, `/prs/` answers 404. Not with --private.
+    #[arg(long, env = "GRASP_GRASP06", conflicts_with = "private")]
+    pub grasp06: bool,
+
     /// Public key (hex or npub) of the operator, published in the NIP-11 document.
     #[arg(long, env = "GRASP_ADMIN_PUBKEY", value_parser = parse_pubkey)]
     pub admin_pubkey: Option<PublicKey>,

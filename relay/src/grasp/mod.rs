@@ -8,6 +8,7 @@
 
 pub mod acceptance;
 pub mod authorize;
+pub mod contributions;
 pub mod copies;
 pub mod deferred;
 pub mod held_index;
@@ -85,6 +86,9 @@ pub struct Grasp {
     pub deferred: deferred::SharedDeferred,
     /// Copies of pushed data into other owners' repositories, waiting for the background task.
     pub copies: copies::CopyQueue,
+    /// GRASP-06 (`--grasp06`): contributor repositories at `/prs/<npub>/<identifier>.git` and
+    /// the acceptance relaxation for pull requests naming one (docs/protocol.md).
+    pub grasp06: bool,
 }
 
 impl Grasp {
@@ -112,7 +116,14 @@ impl Grasp {
             held_indexes: held_index::HeldIndexes::default(),
             deferred: deferred::SharedDeferred::default(),
             copies: copies::CopyQueue::default(),
+            grasp06: false,
         }
+    }
+
+    /// This brain with GRASP-06 contributor repositories on or off (`--grasp06`).
+    pub fn with_grasp06(mut self, on: bool) -> Self {
+        self.grasp06 = on;
+        self
     }
 
     /// This brain with the operator's bounds on waiting for a repository.
@@ -322,5 +333,10 @@ impl Grasp {
     /// Path of `owner`'s repository for `identifier` (validated, under the git root).
     pub fn repo_path(&self, owner: &PublicKey, identifier: &str) -> Option<PathBuf> {
         self.layout.repo_path(owner, identifier).ok()
+    }
+
+    /// Path of the repository `repo` names, in its space (validated, under the git root).
+    pub fn path_of(&self, repo: &grasp_state::purgatory::RepoId) -> Option<PathBuf> {
+        self.layout.repo_path_in(repo.space, &repo.owner, &repo.identifier).ok()
     }
 }

@@ -28,13 +28,28 @@ after {wait} otherwise. Everything else is refused."
     )
 }
 
+/// What GRASP-06 adds to the acceptance criteria.
+fn contributor_criteria(public_host: &str) -> String {
+    let host = grasp_state::host::public_authority(public_host);
+    format!(
+        " GRASP-06: anyone may push the commits of their own pull requests to \
+{host}/prs/<their npub>/<identifier>.git (refs/nostr/<event id> only); a pull request (1618) or \
+update (1619) for a repository not announced here is held when its `clone` tag names exactly that \
+URL of its signer here, and once its commit is pushed it is also copied into the repositories \
+announced here that its `a` tags name."
+    )
+}
+
 /// GRASP-01 always; GRASP-02 (relay-to-relay sync) when it runs (not with `--no-relay-sync`,
-/// nor on a private service without a relay among its `--private-sync-peer`s); GRASP-08 on a
-/// private service.
+/// nor on a private service without a relay among its `--private-sync-peer`s); GRASP-06 with
+/// `--grasp06`; GRASP-08 on a private service.
 pub fn supported_grasps(cfg: &Config) -> Vec<&'static str> {
     let mut grasps = vec!["GRASP-01"];
     if cfg.peers().is_some() {
         grasps.push("GRASP-02");
+    }
+    if cfg.grasp06 {
+        grasps.push("GRASP-06");
     }
     if cfg.private {
         grasps.push("GRASP-08");
@@ -53,7 +68,8 @@ pub fn document(cfg: &Config, trust: &Trust) -> Value {
         "version": env!("CARGO_PKG_VERSION"),
         "supported_nips": SUPPORTED_NIPS.iter().copied().chain(cfg.negentropy().map(|_| 77)).collect::<Vec<u16>>(),
         "supported_grasps": supported_grasps(cfg),
-        "repo_acceptance_criteria": repo_acceptance_criteria(&cfg.public_host(), cfg.purgatory_ttl.as_secs()),
+        "repo_acceptance_criteria": repo_acceptance_criteria(&cfg.public_host(), cfg.purgatory_ttl.as_secs())
+            + &if cfg.grasp06 { contributor_criteria(&cfg.public_host()) } else { String::new() },
         "limitation": {
             "max_message_length": cfg.max_message_bytes,
             "max_subscriptions": cfg.max_subscriptions,
@@ -103,6 +119,19 @@ proof. For members: {}",
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn grasp06_is_listed_and_explained_only_when_on() {
+        let mut cfg = Config::for_tests("/tmp/x".into());
+        cfg.grasp06 = true;
+        let doc = document(&cfg, &Trust::default());
+        assert_eq!(doc["supported_grasps"], json!(["GRASP-01", "GRASP-02", "GRASP-06"]));
+        let criteria = doc["repo_acceptance_criteria"].as_str().unwrap();
+        assert!(criteria.contains("127.0.0.1:8080/prs/<their npub>/<identifier>.git"), "{criteria}");
+        cfg.grasp06 = false;
+        let doc = document(&cfg, &Trust::default());
+        assert!(!doc["repo_acceptance_criteria"].as_str().unwrap().contains("GRASP-06"));
+    }
 
     #[test]
     fn has_required_fields_and_no_curation() {

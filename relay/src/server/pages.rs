@@ -72,6 +72,11 @@ impl PublicUrls {
         format!("{}/{npub}/{}.git", self.http_base(), percent_encode_segment(identifier))
     }
 
+    /// `https://host/prs/<npub>/<identifier>.git`: a GRASP-06 contributor repository.
+    pub fn contributor_http_url(&self, npub: &str, identifier: &str) -> String {
+        format!("{}/prs/{npub}/{}.git", self.http_base(), percent_encode_segment(identifier))
+    }
+
     /// `nostr://<npub>/<host>/<identifier>`: the clone URL of git-remote-nostr (ngit).
     pub fn repo_nostr_url(&self, npub: &str, identifier: &str) -> String {
         format!("nostr://{npub}/{}/{}", self.host, percent_encode_segment(identifier))
