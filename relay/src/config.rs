@@ -494,11 +494,11 @@ pub struct Config {
     )]
     pub description: String,
 
-    /// URL of the software this server runs (e.g. the repository its build came from),
-    /// published as NIP-11 `software`; an `http://` or `https://` URL. Default: none, the field
-    /// is left out.
-    #[arg(long, env = "GRASP_SOFTWARE_URL", value_name = "URL", value_parser = parse_software_url)]
-    pub software_url: Option<String>,
+    /// URL of the software this server runs, published as NIP-11 `software` (clients and the
+    /// GRASP conformance suite expect it); an `http://` or `https://` URL. Default: grasp-relay's
+    /// project (the workspace's `repository`); set it to the repository a modified build came from.
+    #[arg(long, env = "GRASP_SOFTWARE_URL", value_name = "URL", default_value = DEFAULT_SOFTWARE_URL, value_parser = parse_software_url)]
+    pub software_url: String,
 }
 
 /// One-shot commands against a running relay (through its loopback API).
@@ -588,6 +588,9 @@ fn git_sync_peer(peer: &str) -> String {
         _ => peer.to_string(),
     }
 }
+
+/// `--software-url`'s default: this software's project (`repository` in the workspace's Cargo.toml).
+pub const DEFAULT_SOFTWARE_URL: &str = env!("CARGO_PKG_REPOSITORY");
 
 fn parse_software_url(s: &str) -> Result<String, String> {
     let s = s.trim();

@@ -290,9 +290,38 @@ impl NostrClient {
         Ok(self.challenge.clone().unwrap_or_default())
     }
 
-    /// A kind 22242 AUTH event by `keys` for this connection's URL and latest challenge.
+    /// Asks a relay that sent no challenge for one, as a client that authenticates first does: an
+    /// `AUTH` before any challenge is answered `OK false "auth-required: ..."` and the challenge.
+    /// Returns that `OK`'s message.
+    pub async fn request_challenge(&mut self) -> anyhow::Result<String> {
+        let unasked = EventBuilder::new(Kind::Custom(22242), "")
+            .tags([Tag::parse(["relay", self.url.as_str()])?, Tag::parse(["challenge", "none yet"])?])
+            .finalize(&Keys::generate())?;
+        let (ok, msg) = self.send_auth(&unasked).await?;
+        if ok {
+            bail!("an AUTH without a challenge was accepted");
+        }
+        self.wait_challenge().await?;
+        Ok(msg)
+    }
+
+    /// The connection's challenge: the one the relay sent, or (a public relay sends none until
+    /// something needs it) one asked for with [`NostrClient::request_challenge`].
+    pub async fn challenge_now(&mut self) -> anyhow::Result<String> {
+        if self.challenge.is_none() {
+            // A challenge sent on connect arrives before the answer to anything sent after it.
+            self.ws_ping().await?;
+        }
+        if self.challenge.is_none() {
+            self.request_challenge().await?;
+        }
+        self.wait_challenge().await
+    }
+
+    /// A kind 22242 AUTH event by `keys` for this connection's URL and challenge (asked for if
+    /// the relay sent none).
     pub async fn auth_event(&mut self, keys: &Keys) -> anyhow::Result<Event> {
-        let challenge = self.wait_challenge().await?;
+        let challenge = self.challenge_now().await?;
         Ok(EventBuilder::new(Kind::Custom(22242), "")
             .tags([
                 Tag::parse(["relay", self.url.as_str()])?,

@@ -6,7 +6,8 @@
 //! pushes and listings); [`git`] drives real git; [`wait`] waits on conditions with a deadline
 //! ([`wait_until`] in plain tests, [`eventually!`] in async tests); [`processes`] finds the git
 //! processes a relay started for requests; [`fake_relay`] is a scripted relay on loopback for
-//! relay-sync tests.
+//! relay-sync tests; [`plain_relay`] is a plain NIP-01 relay, a user's own relay for the ngit
+//! suite; [`ngit`] runs the real ngit client in a per-user sandbox.
 //!
 //! Build first: `cargo build --workspace && cargo test --workspace` (the tests run the binaries
 //! from `target/debug`).
@@ -14,6 +15,8 @@
 pub mod fake_relay;
 pub mod git;
 pub mod grasp;
+pub mod ngit;
+pub mod plain_relay;
 pub mod client;
 pub mod processes;
 pub mod server;

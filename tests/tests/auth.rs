@@ -19,14 +19,48 @@ fn signed(keys: &Keys, kind: u16, tags: &[&[&str]], at: u64) -> Event {
 }
 
 
+/// A public service sends no challenge until something needs one (ngit drops a public relay whose
+/// first frame is an unasked `AUTH`): then it comes before the `auth-required:` answer.
 #[tokio::test]
-async fn challenge_on_connect_and_several_keys_authenticate() {
+async fn a_public_service_challenges_only_when_authentication_is_needed() {
+    let server = TestServer::start();
+    let author = Keys::generate();
+    let mut c = connect(&server).await;
+    c.ws_ping().await.unwrap();
+    let plain = signed(&author, 10317, &[&["g", "ws://example.com"]], now());
+    assert_eq!(c.send_event(&plain).await.unwrap(), (true, String::new()));
+    c.ping_relay().await.unwrap();
+    assert_eq!(c.challenge(), None, "no challenge before anything needs authentication");
+
+    let protected = signed(&author, 10317, &[&["-"], &["g", "ws://example.org"]], now() + 1);
+    let (ok, msg) = c.send_event(&protected).await.unwrap();
+    assert!(!ok && msg.starts_with("auth-required:"), "{msg}");
+    let challenge = c.challenge().expect("the challenge came before the auth-required answer").to_string();
+    assert_eq!(challenge.len(), 32, "{challenge}");
+    assert!(c.auth(&author).await.unwrap().0);
+    assert_eq!(c.send_event(&protected).await.unwrap(), (true, String::new()));
+    // Sent once: the connection's challenge does not change.
+    assert_eq!(c.challenge(), Some(challenge.as_str()));
+}
+
+/// A client that sends `AUTH` before any challenge is given one and authenticates with it.
+#[tokio::test]
+async fn auth_before_any_challenge_gets_the_challenge_and_then_authenticates() {
     let server = TestServer::start();
     let mut c = connect(&server).await;
-    let challenge = c.wait_challenge().await.unwrap();
+    let msg = c.request_challenge().await.unwrap();
+    assert!(msg.starts_with("auth-required:") && msg.contains("AUTH again"), "{msg}");
+    assert_eq!(c.auth(&Keys::generate()).await.unwrap(), (true, String::new()));
+}
+
+#[tokio::test]
+async fn challenges_differ_and_several_keys_authenticate() {
+    let server = TestServer::start();
+    let mut c = connect(&server).await;
+    let challenge = c.challenge_now().await.unwrap();
     assert_eq!(challenge.len(), 32, "{challenge}");
     let mut other = connect(&server).await;
-    assert_ne!(other.wait_challenge().await.unwrap(), challenge, "each connection has its own challenge");
+    assert_ne!(other.challenge_now().await.unwrap(), challenge, "each connection has its own challenge");
     let (a, b) = (Keys::generate(), Keys::generate());
     assert_eq!(c.auth(&a).await.unwrap(), (true, String::new()));
     assert_eq!(c.auth(&b).await.unwrap(), (true, String::new()));
@@ -41,14 +75,14 @@ async fn challenge_on_connect_and_several_keys_authenticate() {
 async fn bad_auth_events_are_refused_and_the_connection_stays_usable() {
     let server = TestServer::start();
     let mut c = connect(&server).await;
-    let challenge = c.wait_challenge().await.unwrap();
+    let challenge = c.challenge_now().await.unwrap();
     let keys = Keys::generate();
     let relay = server.ws_url();
     let cases: Vec<(&str, Event)> = vec![
         ("wrong challenge", signed(&keys, 22242, &[&["relay", &relay], &["challenge", "nope"]], now())),
         ("challenge of another connection", {
             let mut other = connect(&server).await;
-            let theirs = other.wait_challenge().await.unwrap();
+            let theirs = other.challenge_now().await.unwrap();
             signed(&keys, 22242, &[&["relay", &relay], &["challenge", &theirs]], now())
         }),
         ("other relay", signed(&keys, 22242, &[&["relay", "wss://relay.example.com/"], &["challenge", &challenge]], now())),

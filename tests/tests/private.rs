@@ -98,6 +98,9 @@ async fn reqs_and_events_need_a_members_auth() {
     let server = start_private(&member, &[]);
     let stranger = Keys::generate();
     let mut c = connect(&server).await;
+    // Everything here needs AUTH: the challenge comes unasked, on connect (ngit answers it).
+    c.ws_ping().await.unwrap();
+    assert!(c.challenge().is_some(), "a private service challenges on connect");
     let list = event(&member, 10317, &[&["g", "ws://example.com"]]);
 
     let id = SubscriptionId::new("s");

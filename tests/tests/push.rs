@@ -76,6 +76,38 @@ async fn state_then_push_releases_state_and_announcement() {
     clone(&repo.url, &tmp.path().join("clone"), &[]).unwrap();
 }
 
+/// The conformance suite's fixtures (and people) clone the new, empty repository, commit and run
+/// `git branch main` themselves: the clone must not come with a `main` branch of its own, so the
+/// repository's `HEAD` is left where `git init --bare` puts it (docs/protocol.md#release-and-alignment).
+#[tokio::test]
+async fn an_empty_repository_cloned_leaves_the_first_branch_to_the_client() {
+    let server = TestServer::start();
+    let tmp = tempfile::tempdir().unwrap();
+    let mut c = connect(&server).await;
+    let owner = Keys::generate();
+    let ann = announcement(&server, &owner, "fresh", &[]);
+    held(&mut c, &ann).await;
+    let url = repo_url(&server, &owner.public_key(), "fresh");
+    let work = tmp.path().join("clone");
+    clone(&url, &work, &[]).unwrap();
+    let empty_clone_head = grasp_tests::git::git(&work, &["symbolic-ref", "HEAD"]);
+    let plain = tmp.path().join("plain");
+    grasp_tests::git::git(tmp.path(), &["init", "-q", plain.to_str().unwrap()]);
+    assert_eq!(empty_clone_head, grasp_tests::git::git(&plain, &["symbolic-ref", "HEAD"]), "the clone's first branch is git's default, not one the server chose");
+
+    let tree = WorkTree { dir: work.clone() };
+    let tip = tree.commit("a.txt", "one");
+    if empty_clone_head != "refs/heads/main" {
+        grasp_tests::git::git(&work, &["branch", "main"]);
+    }
+    let st = state(&owner, "fresh", &[("refs/heads/main", &tip)], Some("main"));
+    held(&mut c, &st).await;
+    let out = grasp_tests::git::git_output(&work, &["push", "origin", "main"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stored(&mut c, st.id).await && stored(&mut c, ann.id).await);
+    assert_eq!(bare_head(&repo_dir(&server, &owner.public_key(), "fresh")), "refs/heads/main");
+}
+
 #[tokio::test]
 async fn wrong_commit_is_rejected_with_a_readable_reason() {
     let server = TestServer::start();

@@ -94,9 +94,11 @@ pub fn create_bare_repo_in(
     result.map(|created| (path, created))
 }
 
-/// `git init --bare` with no template (an empty `--template=`) and `HEAD` at `refs/heads/main`:
-/// only what git needs (`HEAD`, `config`, `objects/`, `refs/`), none of the sample hooks,
-/// `description` and `info/exclude` git's default template copies, plus the empty push lock file
+/// `git init --bare` with no template (an empty `--template=`) and `HEAD` where git puts it
+/// (clients that clone an empty repository create their first branch themselves, so an empty
+/// repository's `HEAD` must not name one: docs/protocol.md#release-and-alignment): only what git
+/// needs (`HEAD`, `config`, `objects/`, `refs/`), none of the sample hooks, `description` and
+/// `info/exclude` git's default template copies, plus the empty push lock file
 /// (`grasp_state::identifier::PUSH_LOCK_FILE`), made here rather than by the first push (a file
 /// created is one less in every push's path), so a held announcement costs about 36 kB and 10
 /// inodes. The GRASP settings ([`GRASP_GIT_CONFIG`], `core.hooksPath`) are appended to the `config` git
@@ -104,9 +106,7 @@ pub fn create_bare_repo_in(
 /// config` process each (an announcement's repository then costs one process, not eight); a
 /// hooks path that cannot be written that way is set by `git config`.
 fn init_configured(dir: &Path, hooks_dir: &Path) -> Result<(), RepoError> {
-    // HEAD starts where `grasp_state::release::head_for` looks first: a first push on `main`
-    // then needs no HEAD change (docs/protocol.md#release-and-alignment).
-    GitCommand::without_repo().args(["init", "--bare", "--quiet", "--template=", "--initial-branch=main"]).arg(dir).run()?;
+    GitCommand::without_repo().args(["init", "--bare", "--quiet", "--template="]).arg(dir).run()?;
     let hooks = hooks_dir.to_str().ok_or_else(|| RepoError::Io {
         what: "hooks directory is not UTF-8:",
         path: hooks_dir.to_path_buf(),
@@ -336,7 +336,10 @@ mod tests {
         let hooks = root.path().join("hooks");
         let path = create_bare_repo(&layout, &owner(), "my repo", &hooks).unwrap();
         assert_eq!(path, layout.repo_path(&owner(), "my repo").unwrap());
-        assert_eq!(std::fs::read_to_string(path.join("HEAD")).unwrap(), "ref: refs/heads/main\n");
+        // HEAD where a plain `git init --bare` puts it: no branch chosen for the clients.
+        let plain = root.path().join("plain.git");
+        GitCommand::without_repo().args(["init", "--bare", "--quiet"]).arg(&plain).run().unwrap();
+        assert_eq!(std::fs::read_to_string(path.join("HEAD")).unwrap(), std::fs::read_to_string(plain.join("HEAD")).unwrap());
         assert!(path.join(grasp_state::identifier::PUSH_LOCK_FILE).is_file(), "the push lock file comes with the repository");
         for (k, v) in GRASP_GIT_CONFIG {
             assert_eq!(config(&path, k), *v, "{k}");

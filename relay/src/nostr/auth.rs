@@ -1,6 +1,11 @@
-//! NIP-42 state of one WebSocket connection: the challenge it was sent and the public keys it
-//! authenticated as (several are allowed). The verification itself is
+//! NIP-42 state of one WebSocket connection: its challenge, whether it was sent, and the public
+//! keys it authenticated as (several are allowed). The verification itself is
 //! [`grasp_state::auth::verify_auth`]; this type only remembers its results.
+//!
+//! When the challenge goes out is the connection's choice (docs/protocol.md#trust): a private
+//! service sends it on connect; a public one only when something needs authentication (a NIP-70
+//! event answered `auth-required:`, an `AUTH` that came before any challenge), since clients
+//! such as ngit drop a public relay whose first frame is an unasked challenge.
 
 use nostr::prelude::{Event, PublicKey, Timestamp};
 
@@ -13,6 +18,8 @@ pub const MAX_AUTHENTICATED: usize = 16;
 #[derive(Debug)]
 pub struct ConnectionAuth {
     challenge: String,
+    /// Whether the challenge was sent: an `AUTH` can only answer a challenge it was sent.
+    sent: bool,
     authenticated: Vec<PublicKey>,
 }
 
@@ -43,12 +50,27 @@ pub enum AuthOutcome {
 
 impl ConnectionAuth {
     pub fn new() -> Self {
-        ConnectionAuth { challenge: new_challenge(), authenticated: Vec::new() }
+        ConnectionAuth { challenge: new_challenge(), sent: false, authenticated: Vec::new() }
     }
 
-    /// The challenge to send as `["AUTH", <challenge>]`.
+    /// The challenge, to be sent as `["AUTH", <challenge>]`.
     pub fn challenge(&self) -> &str {
         &self.challenge
+    }
+
+    /// The challenge if it has not been sent yet, now counted as sent: at most once per
+    /// connection.
+    pub fn challenge_to_send(&mut self) -> Option<&str> {
+        if self.sent {
+            return None;
+        }
+        self.sent = true;
+        Some(&self.challenge)
+    }
+
+    /// Whether the challenge was sent to the client.
+    pub fn challenge_sent(&self) -> bool {
+        self.sent
     }
 
     /// The keys this connection authenticated as, oldest first.
@@ -102,6 +124,9 @@ mod tests {
         let mut a = ConnectionAuth::new();
         assert_ne!(a.challenge(), ConnectionAuth::new().challenge());
         assert_eq!(a.challenge().len(), 32);
+        assert!(!a.challenge_sent());
+        assert_eq!(a.challenge_to_send().map(str::to_string), Some(a.challenge().to_string()));
+        assert!(a.challenge_sent() && a.challenge_to_send().is_none(), "sent once per connection");
         let (k1, k2) = (Keys::generate(), Keys::generate());
         let c = a.challenge().to_string();
         assert_eq!(a.authenticate(&auth_event(&k1, &c), "127.0.0.1:8080"), AuthOutcome::Authenticated(k1.public_key()));

@@ -15,8 +15,10 @@
 //! is closed; a client that stops reading is dropped by the listener's write deadline
 //! (`crate::server::write_deadline`); shutdown is observed while writing too.
 //!
-//! Trust (docs/protocol.md#trust): the connection is sent a NIP-42 challenge when it opens and
-//! remembers the keys it authenticates as ([`crate::nostr::auth`]); every `EVENT` takes a token
+//! Trust (docs/protocol.md#trust): on a private service the connection is sent a NIP-42
+//! challenge when it opens; on a public one only when something needs authentication (an answer
+//! `auth-required:`, an `AUTH` before any challenge), never as an unasked first frame (ngit drops
+//! such a relay). It remembers the keys it authenticates as ([`crate::nostr::auth`]); every `EVENT` takes a token
 //! from the connection's and the client address's write buckets, every `NEG-OPEN` one from the
 //! address's negentropy bucket; on a private service every `REQ`, `EVENT` and `NEG-*` message
 //! (but `NEG-CLOSE`) needs a member's AUTH, and live events stop when membership ends.
@@ -105,10 +107,13 @@ pub async fn handle<S>(
     };
     let _open = grasp.metrics.websocket_opened();
     tracing::debug!(%remote, %client, "websocket open");
-    // NIP-42: the challenge comes first, so a client can AUTH before it is asked to.
-    let challenge = RelayMessage::auth(conn.auth.challenge().to_string()).as_json();
-    if !deliver(&mut ws, [Message::text(challenge)], &mut shutdown).await {
-        return;
+    // NIP-42: a private service needs AUTH for everything, so its challenge comes first; a
+    // public service challenges when something needs it (`Connection::challenge_for`).
+    if grasp.trust.private {
+        conn.challenge();
+        if !deliver(&mut ws, conn.out.drain(..).map(Message::text), &mut shutdown).await {
+            return;
+        }
     }
     let (idle, pong_wait) = (limits.idle_timeout, limits.idle_timeout.min(MAX_PONG_WAIT));
     let mut last_heard = Instant::now();
@@ -238,7 +243,24 @@ impl Connection {
     }
 
     fn answer(&mut self, a: Answer) {
+        self.challenge_for(&a.message);
         self.send(RelayMessage::ok(a.id, a.ok, a.message));
+    }
+
+    /// Sends the NIP-42 challenge unless it was sent already.
+    fn challenge(&mut self) {
+        if let Some(challenge) = self.auth.challenge_to_send() {
+            let msg = RelayMessage::auth(challenge.to_string());
+            self.send(msg);
+        }
+    }
+
+    /// Before a refusal that asks for authentication (`auth-required:`), the challenge to
+    /// answer: the client then has it when it reads the refusal.
+    fn challenge_for(&mut self, refusal: &str) {
+        if refusal.starts_with("auth-required:") {
+            self.challenge();
+        }
     }
 
     /// Answers every `EVENT` in flight: any other message is handled after them, as if the
@@ -413,6 +435,7 @@ impl Connection {
         }
         if let Err(reason) = self.membership() {
             self.subs.remove(&sub_id);
+            self.challenge_for(&reason);
             return self.send(RelayMessage::closed(sub_id, reason));
         }
         if let Err(e) = self.subs.check(&sub_id, &filters) {
@@ -489,6 +512,7 @@ impl Connection {
         if let Some(sessions) = self.negentropy.as_mut() {
             sessions.close(&id);
         }
+        self.challenge_for(&reason);
         self.send(RelayMessage::NegErr { subscription_id: std::borrow::Cow::Owned(id), message: std::borrow::Cow::Owned(reason) });
     }
 
@@ -525,6 +549,14 @@ impl Connection {
                 return;
             }
         };
+        if !self.auth.challenge_sent() {
+            // Nothing asked for it yet (a public service challenges on demand): the client gets
+            // the challenge now and signs it.
+            tracing::info!(event = %event.id, client = %self.client, "AUTH before any challenge: challenge sent");
+            self.challenge();
+            let reason = "auth-required: this relay had sent no challenge yet; sign the AUTH challenge it just sent (NIP-42) and send AUTH again";
+            return self.send(RelayMessage::ok(event.id, false, reason));
+        }
         match self.auth.authenticate(&event, &self.grasp.public_host) {
             AuthOutcome::Authenticated(pk) => {
                 tracing::info!(pubkey = %pk, client = %self.client, "connection authenticated (NIP-42)");

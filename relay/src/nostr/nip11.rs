@@ -58,8 +58,9 @@ pub fn supported_grasps(cfg: &Config) -> Vec<&'static str> {
 }
 
 /// The NIP-11 document for this configuration and these trust settings (the curation summary
-/// follows the curation file as it changes). `software` is the operator's `--software-url` and
-/// `pubkey` the operator's `--admin-pubkey`, each omitted when not configured.
+/// follows the curation file as it changes). `software` is `--software-url` (this software's
+/// project unless the operator names another) and `pubkey` the operator's `--admin-pubkey`,
+/// omitted when not configured.
 pub fn document(cfg: &Config, trust: &Trust) -> Value {
     let limits = trust.limits.config;
     let mut doc = json!({
@@ -107,9 +108,7 @@ proof. For members: {}",
     if curation.is_active() {
         doc["curation"] = Value::String(curation.summary());
     }
-    if let Some(url) = &cfg.software_url {
-        doc["software"] = Value::String(url.clone());
-    }
+    doc["software"] = Value::String(cfg.software_url.clone());
     if let Some(pk) = &cfg.admin_pubkey {
         doc["pubkey"] = Value::String(pk.to_hex());
     }
@@ -152,7 +151,9 @@ mod tests {
         assert!(doc["limitation"]["max_event_bytes_by_kind"].get("1621").is_none());
         assert!(doc.get("curation").is_none());
         assert!(doc.get("pubkey").is_none());
-        assert!(doc.get("software").is_none(), "no placeholder URL: {doc}");
+        // NIP-11 `software` identifies this software unless the operator names another URL.
+        assert_eq!(doc["software"], json!(crate::config::DEFAULT_SOFTWARE_URL));
+        assert!(crate::config::DEFAULT_SOFTWARE_URL.starts_with("https://"));
     }
 
     #[test]

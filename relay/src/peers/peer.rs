@@ -194,7 +194,7 @@ impl Session<'_> {
     }
 
     /// With a key to authenticate with (a private service): a relay that sends its NIP-42
-    /// challenge on connecting (as this server does) is answered before anything is asked, so
+    /// challenge on connecting (as a private service of this server does) is answered before anything is asked, so
     /// no request meets `auth-required:`. A relay that sends none within a moment is not waited
     /// for; a challenge that comes later is answered when it comes ([`Session::on_message`]).
     async fn authenticate_first(&mut self) -> Result<(), Ended> {

@@ -77,9 +77,19 @@ impl PublicUrls {
         format!("{}/prs/{npub}/{}.git", self.http_base(), percent_encode_segment(identifier))
     }
 
-    /// `nostr://<npub>/<host>/<identifier>`: the clone URL of git-remote-nostr (ngit).
+    /// The relay in a `nostr://` URL, as ngit prints it: the bare `host[:port]` means `wss://`, so
+    /// a plain-WebSocket relay is given whole, percent-encoded (`ws%3A%2F%2F127.0.0.1%3A8080`).
+    pub fn nostr_relay_hint(&self) -> String {
+        if self.tls {
+            self.host.clone()
+        } else {
+            percent_encode_segment(&self.relay_url())
+        }
+    }
+
+    /// `nostr://<npub>/<relay hint>/<identifier>`: the clone URL of git-remote-nostr (ngit).
     pub fn repo_nostr_url(&self, npub: &str, identifier: &str) -> String {
-        format!("nostr://{npub}/{}/{}", self.host, percent_encode_segment(identifier))
+        format!("nostr://{npub}/{}/{}", self.nostr_relay_hint(), percent_encode_segment(identifier))
     }
 }
 
@@ -184,6 +194,7 @@ pub fn render_home(cfg: &Config, trust: &crate::trust::Trust, repos: &[RepoCard]
     let relay = escape(&urls.relay_url());
     let base = escape(&urls.http_base());
     let host = escape(urls.host());
+    let hint = escape(&urls.nostr_relay_hint());
     let mut list = String::new();
     for r in repos {
         let link = escape(&urls.repo_http_url(&r.npub, &r.identifier));
@@ -226,7 +237,7 @@ Nobody has an account; signed Nostr events (<a href=\"https://github.com/nostr-p
 <tr><th>Version</th><td>grasp-relay {version}</td></tr>\n</table>\n\
 <h2>Clone a repository</h2>\n\
 <p>With a git-nostr client (<a href=\"https://ngit.dev\">ngit</a> installs <code>git-remote-nostr</code>):</p>\n\
-<pre>git clone nostr://&lt;npub&gt;/{host}/&lt;identifier&gt;</pre>\n\
+<pre>git clone nostr://&lt;npub&gt;/{hint}/&lt;identifier&gt;</pre>\n\
 <p>With plain git:</p>\n<pre>git clone {base}/&lt;npub&gt;/&lt;identifier&gt;.git</pre>\n\
 <h2>Publish a repository</h2>\n<ol>\n\
 <li>Announce it (kind 30617) with a <code>clone</code> URL <code>{base}/&lt;your npub&gt;/&lt;identifier&gt;.git</code> and a <code>relays</code> URL <code>{relay}</code>.</li>\n\
@@ -259,7 +270,10 @@ mod tests {
         let u = PublicUrls::new("127.0.0.1:8080");
         assert_eq!(u.relay_url(), "ws://127.0.0.1:8080");
         assert_eq!(u.repo_http_url("npub1x", "my repo"), "http://127.0.0.1:8080/npub1x/my%20repo.git");
-        assert_eq!(u.repo_nostr_url("npub1x", "r"), "nostr://npub1x/127.0.0.1:8080/r");
+        // ngit reads a bare relay host as wss://: a ws:// relay is named whole, as ngit prints it.
+        assert_eq!(u.repo_nostr_url("npub1x", "r"), "nostr://npub1x/ws%3A%2F%2F127.0.0.1%3A8080/r");
+        assert_eq!(PublicUrls::new("git.example.com").repo_nostr_url("npub1x", "my repo"), "nostr://npub1x/git.example.com/my%20repo");
+        assert_eq!(PublicUrls::new("https://git.example.com:8443").repo_nostr_url("npub1x", "r"), "nostr://npub1x/git.example.com:8443/r");
         let u = PublicUrls::new("git.example.com");
         assert_eq!((u.http_base().as_str(), u.relay_url().as_str()), ("https://git.example.com", "wss://git.example.com"));
         assert_eq!(PublicUrls::new("git.example.com:443").http_base(), "https://git.example.com:443");
