@@ -59,6 +59,8 @@ pub struct Maintenance {
     queued: Arc<Mutex<HashSet<PathBuf>>>,
     /// Repositories whose next pass also prunes unreachable objects (refs were removed).
     prune: Arc<Mutex<HashSet<PathBuf>>>,
+    /// The git idle timeout: a push that has not started within it never will.
+    idle: Duration,
 }
 
 impl Maintenance {
@@ -72,7 +74,18 @@ impl Maintenance {
         tokio::spawn(sweep_quarantines(grasp.layout.git_root().to_path_buf(), git_idle_timeout, shutdown.clone()));
         let pass = Pass { grasp, prune: prune.clone(), prune_after: git_idle_timeout };
         tokio::spawn(worker(rx, queued.clone(), pass, shutdown));
-        Maintenance { tx, queued, prune }
+        Maintenance { tx, queued, prune, idle: git_idle_timeout }
+    }
+
+    /// Queues `repo` for a pass one git idle timeout from now: a repository made for a push
+    /// (a GRASP-06 contributor repository) is looked at once that push holds its push lock (the
+    /// pass then waits for it to end) or has been given up, and removed if it was left empty.
+    pub fn schedule_after_idle(&self, repo: PathBuf) {
+        let (this, idle) = (self.clone(), self.idle);
+        tokio::spawn(async move {
+            tokio::time::sleep(idle).await;
+            this.schedule(repo);
+        });
     }
 
     /// Queues `repo` for a pass that also prunes: refs were removed from it (expired pull

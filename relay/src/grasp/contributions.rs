@@ -20,7 +20,6 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 
 use grasp_state::hook_api::{PostReceiveResponse, PreReceiveResponse, ReleasedEvent};
 use grasp_state::nip34::PullRequest;
@@ -33,11 +32,6 @@ use nostr::prelude::{Event, EventId, PublicKey};
 use crate::git;
 use crate::grasp::locks::{PushLocks, RepoGuards, LOCK_WAIT};
 use crate::grasp::{blocking, Grasp};
-
-/// How long after a contributor repository is made maintenance first looks at it (and removes it
-/// if no push left a ref in it): long enough for the push that asked for it to take its push
-/// lock; maintenance then waits for that push to end.
-pub const EMPTY_CHECK_DELAY: Duration = Duration::from_secs(30);
 
 /// Why a contributor repository was not made.
 #[derive(Debug, thiserror::Error)]
@@ -53,8 +47,9 @@ pub enum ContributorRepoError {
 impl Grasp {
     /// The contributor repository `/prs/<contributor>/<identifier>.git`: made for a push that
     /// arrived for it (its `POST`), counted under `--max-repos`, refused below the free-disk
-    /// watermark. `Ok(true)` when this call made it. Maintenance looks at it after
-    /// [`EMPTY_CHECK_DELAY`] and removes it if the push left no ref.
+    /// watermark. `Ok(true)` when this call made it. Maintenance looks at it one git idle
+    /// timeout later (the push then holds its lock, or never will) and removes it if the push
+    /// left no ref.
     pub async fn create_contributor_repo(&self, contributor: &PublicKey, identifier: &str) -> Result<bool, ContributorRepoError> {
         if !self.grasp06 {
             return Err(ContributorRepoError::Off);
@@ -91,13 +86,10 @@ impl Grasp {
         }
     }
 
-    /// Has maintenance look at the contributor repository `path` after [`EMPTY_CHECK_DELAY`].
+    /// Has maintenance look at the contributor repository `path` one git idle timeout from now.
     fn check_contributor_repo_later(&self, path: PathBuf) {
-        if let Some(maintenance) = self.maintenance.get().cloned() {
-            tokio::spawn(async move {
-                tokio::time::sleep(EMPTY_CHECK_DELAY).await;
-                maintenance.schedule(path);
-            });
+        if let Some(maintenance) = self.maintenance.get() {
+            maintenance.schedule_after_idle(path);
         }
     }
 
