@@ -121,17 +121,6 @@ impl NgitUser {
         NgitUser { keys, home, tools, env }
     }
 
-    /// This user publishing the way ngit does by default, to their own relays as well as the
-    /// repository's (without `repo-relay-only`, which every sandbox starts with): what a
-    /// contributor whom the repository's relays refuse needs.
-    pub fn publishing_to_own_relays(mut self) -> NgitUser {
-        self.env.retain(|(k, _)| k != "NGIT_REPO_RELAY_ONLY");
-        let config = self.home.join(".gitconfig");
-        let text = std::fs::read_to_string(&config).unwrap().replace("\trepo-relay-only = true\n", "");
-        std::fs::write(&config, text).unwrap();
-        self
-    }
-
     pub fn npub(&self) -> String {
         self.keys.public_key().to_bech32().unwrap()
     }
