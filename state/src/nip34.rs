@@ -359,6 +359,29 @@ impl PullRequest {
     }
 }
 
+/// A user grasp list (kind 10317): the GRASP servers its author uses for NIP-34 activity, in
+/// order of preference (`g` tags, each a server's WebSocket URL).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UserGraspList {
+    pub author: PublicKey,
+    /// The `g` values as published (non-empty), in order.
+    pub servers: Vec<String>,
+}
+
+impl UserGraspList {
+    /// Reads a kind 10317 event.
+    pub fn from_event(event: &Event) -> Result<Self, EventError> {
+        let kind = event.kind.as_u16();
+        if kind != KIND_USER_GRASP_LIST {
+            return Err(EventError::WrongKind { expected: "user grasp list (kind 10317)", found: kind });
+        }
+        Ok(UserGraspList {
+            author: event.pubkey,
+            servers: first_values(event, "g").map(str::to_owned).collect(),
+        })
+    }
+}
+
 /// An addressable event coordinate `<kind>:<pubkey hex>:<identifier>`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Coordinate {

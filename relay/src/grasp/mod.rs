@@ -239,6 +239,23 @@ impl Grasp {
         grasp_state::announcements::merge(identifier, stored, held)
     }
 
+    /// The servers of the latest user grasp list (kind 10317) stored here of each of `people`
+    /// that has one, in their order.
+    pub async fn user_grasp_lists(&self, people: &[PublicKey]) -> std::collections::HashMap<PublicKey, Vec<String>> {
+        let filter = Filter::new().kind(Kind::Custom(grasp_state::nip34::KIND_USER_GRASP_LIST)).authors(people.iter().copied());
+        let mut newest: std::collections::HashMap<PublicKey, (nostr::prelude::Timestamp, Vec<String>)> = std::collections::HashMap::new();
+        for ev in self.query(vec![filter]).await {
+            let Ok(list) = grasp_state::nip34::UserGraspList::from_event(&ev) else { continue };
+            match newest.get(&list.author) {
+                Some((at, _)) if *at >= ev.created_at => {}
+                _ => {
+                    newest.insert(list.author, (ev.created_at, list.servers));
+                }
+            }
+        }
+        newest.into_iter().map(|(author, (_, servers))| (author, servers)).collect()
+    }
+
     /// The recursive maintainer set of `owner` for an identifier, given its announcements.
     pub fn maintainer_set(owner: PublicKey, announcements: &[(Announcement, Source)]) -> MaintainerSet {
         grasp_state::announcements::maintainer_set(owner, announcements)
