@@ -20,6 +20,8 @@
 //!   ([`announcements::TrustIndex`]).
 //! - [`admission`]: where an incoming announcement or state event goes, as verdicts over
 //!   looked-up facts.
+//! - [`archive`]: GRASP-05 archive mode, which announcements not listing this service are
+//!   accepted anyway (with a repository, read-only unless configured otherwise).
 //! - [`release`]: what to do when git data arrives, as a [`release::ReleasePlan`] (states to
 //!   store, pull request refs, alignment of refs and HEAD, promotion) and copy targets.
 //! - [`prs`]: GRASP-06 contributor repositories (`/prs/<npub>/<identifier>.git`): which clone
@@ -71,6 +73,7 @@
 //! a panic.
 
 pub mod admission;
+pub mod archive;
 pub mod announcements;
 pub mod atomic_file;
 pub mod cgi;

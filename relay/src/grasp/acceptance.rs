@@ -132,10 +132,12 @@ impl Grasp {
         let existing = all.iter().find(|(x, _)| x.owner == a.owner).map(|(old, source)| (*source, old.recency() > a.recency()));
         let repo = self.repo_path(&a.owner, &a.identifier);
         let repo_exists = repo.as_ref().is_some_and(|p| p.exists());
-        let lists_service = a.lists_service(&self.public_host);
+        let hosting = self.hosting(&a);
+        let lists_service = hosting == crate::grasp::Hosting::Listed;
+        let archived = hosting == crate::grasp::Hosting::Archived;
         // A repository that already holds git data proves itself; only asked when it decides.
         let repo_has_refs = match (&repo, existing) {
-            (Some(repo), None) if lists_service && repo_exists => {
+            (Some(repo), None) if (lists_service || archived) && repo_exists => {
                 let repo = repo.clone();
                 tokio::task::spawn_blocking(move || git::read_refs(&repo).map(|r| !r.is_empty()).unwrap_or(false))
                     .await
@@ -146,6 +148,7 @@ impl Grasp {
         let facts = AnnouncementFacts {
             existing,
             lists_service,
+            archived,
             owner_or_listed: is_owner_or_listed(&a.owner, &all),
             repo_exists,
             repo_has_refs,
@@ -196,7 +199,7 @@ impl Grasp {
             AfterRepo::Hold => {
                 match self.purgatory.hold_announcement(ev.clone(), a.owner, a.identifier.clone(), a.relays.iter().cloned().collect()) {
                     Ok((_, durable)) => {
-                        tracing::info!(repo = %format!("{npub}/{}", a.identifier), event = %ev.id, "announcement held in purgatory");
+                        tracing::info!(repo = %format!("{npub}/{}", a.identifier), event = %ev.id, archived, "announcement held in purgatory");
                         Admission::Purgatory(PURGATORY_MESSAGE.into(), durable)
                     }
                     Err(e) => full(e, ev.kind.as_u16()),

@@ -17,6 +17,22 @@ use crate::git;
 use crate::grasp::Grasp;
 
 impl Grasp {
+    /// The refusal of a push to `owner`'s repository when it is a read-only archive (GRASP-05:
+    /// its announcement does not list this service, the archive took it, and
+    /// `--archive-writable` is off), naming where it is hosted.
+    fn archive_refusal(&self, owner: &PublicKey, all: &[(grasp_state::nip34::Announcement, Source)]) -> Option<String> {
+        let (a, _) = all.iter().find(|(a, _)| a.owner == *owner)?;
+        if self.archive.writable || self.hosting(a) != crate::grasp::Hosting::Archived {
+            return None;
+        }
+        let hosted: Vec<&str> = a.clone_urls.iter().map(String::as_str).take(5).collect();
+        let hosted = if hosted.is_empty() { "the servers its announcement lists".to_string() } else { hosted.join(", ") };
+        Some(format!(
+            "grasp: this server keeps a read-only archive of this repository (GRASP-05); it is hosted at {hosted}: push there \
+             (this copy follows it by itself)"
+        ))
+    }
+
     /// May this push go in?
     pub async fn authorize_push(&self, owner: &PublicKey, identifier: &str, updates: &[RefUpdate]) -> PreReceiveResponse {
         let shown = format!("{}/{identifier}", owner.to_bech32().unwrap_or_default());
@@ -37,6 +53,10 @@ impl Grasp {
             _ => return PreReceiveResponse::reject(vec!["grasp: push rejected: the relay could not read this repository's refs; try again".into()]),
         };
         let all = self.announcements(identifier).await;
+        if let Some(refusal) = self.archive_refusal(owner, &all) {
+            tracing::info!(repo = %shown, reason = "read-only archive", "push rejected");
+            return PreReceiveResponse::reject(vec!["grasp: push rejected".into(), refusal]);
+        }
         let set = Grasp::maintainer_set(*owner, &all);
         let stored = self.latest_stored_state(identifier, &set).await;
         // The candidates of `grasp_state::push::push_candidates` (the stored state, and the held

@@ -51,6 +51,18 @@ pub fn verify(event: &Event) -> Result<(), &'static str> {
     Ok(())
 }
 
+/// How an announcement is taken here ([`Grasp::hosting`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hosting {
+    /// It lists this service (decision 1): a repository, writable.
+    Listed,
+    /// It does not, but belongs to the GRASP-05 archive: a repository, read-only unless
+    /// `--archive-writable`.
+    Archived,
+    /// Neither: no repository (stored without one when its author is trusted, else refused).
+    No,
+}
+
 /// What the background sync registers to hear of events that start waiting for git data, and
 /// where they came from (which decides how soon it fetches).
 pub type WaitingHook = Box<dyn Fn(&str, Origin) + Send + Sync>;
@@ -89,6 +101,8 @@ pub struct Grasp {
     /// GRASP-06 (`--grasp06`): contributor repositories at `/prs/<npub>/<identifier>.git` and
     /// the acceptance relaxation for pull requests naming one (docs/protocol.md).
     pub grasp06: bool,
+    /// GRASP-05 archive (`--archive*`): announcements not listing this service taken anyway.
+    pub archive: grasp_state::archive::Archive,
 }
 
 impl Grasp {
@@ -117,6 +131,25 @@ impl Grasp {
             deferred: deferred::SharedDeferred::default(),
             copies: copies::CopyQueue::default(),
             grasp06: false,
+            archive: grasp_state::archive::Archive::default(),
+        }
+    }
+
+    /// This brain with the operator's GRASP-05 archive (`--archive*`).
+    pub fn with_archive(mut self, archive: grasp_state::archive::Archive) -> Self {
+        self.archive = archive;
+        self
+    }
+
+    /// How this server takes `a`: hosted (it lists this service), archived (GRASP-05: it does
+    /// not, but the archive takes it), or not with a repository.
+    pub fn hosting(&self, a: &Announcement) -> Hosting {
+        if a.lists_service(&self.public_host) {
+            Hosting::Listed
+        } else if self.archive.archives(a) {
+            Hosting::Archived
+        } else {
+            Hosting::No
         }
     }
 

@@ -143,7 +143,7 @@ pub async fn run(mut cfg: Config) -> anyhow::Result<()> {
     }
     let trust = Arc::new(crate::trust::Trust::from_config(&cfg, data.git())?);
     let grasp = Arc::new(
-        Grasp::new(relay, purgatory, layout, data.hooks(), cfg.public_host(), metrics.clone()).with_trust(trust).with_lock_limits(cfg.lock_limits()).with_deferred_limits(cfg.deferred_limits()).with_grasp06(cfg.grasp06),
+        Grasp::new(relay, purgatory, layout, data.hooks(), cfg.public_host(), metrics.clone()).with_trust(trust).with_lock_limits(cfg.lock_limits()).with_deferred_limits(cfg.deferred_limits()).with_grasp06(cfg.grasp06).with_archive(cfg.archive()),
     );
     // From here every change to the purgatory is journalled before it is acknowledged; the
     // checkpoint right away compacts what was restored (checkpoint + journal) into one file.
