@@ -480,6 +480,24 @@ mod tests {
         assert!(table.contains("orphaned") && !table.contains("served  ") && table.contains("1 served, 1 held, 1 orphaned, 5 leftovers"), "{table}");
     }
 
+    #[test]
+    fn contributor_repositories_are_listed_never_purged() {
+        let root = tempfile::tempdir().unwrap();
+        let c = Keys::generate().public_key();
+        let prs = root.path().join(PRS_DIR);
+        std::fs::create_dir_all(prs.join(npub_of(&c)).join("proj.git")).unwrap();
+        std::fs::create_dir_all(prs.join(npub_of(&c)).join(".tmp-1")).unwrap();
+        std::fs::create_dir_all(prs.join("not-an-npub")).unwrap();
+        let l = classify(root.path(), &Justified { stored: Default::default(), held: Default::default() });
+        let entry = l.repos.iter().find(|r| r.identifier == "proj").unwrap();
+        assert_eq!((entry.status, entry.owner.as_str()), (RepoStatus::Contributions, format!("{PRS_DIR}/{}", npub_of(&c)).as_str()));
+        assert_eq!(entry.path, format!("{PRS_DIR}/{}/proj.git", npub_of(&c)));
+        let left: Vec<&str> = l.leftovers.iter().map(|x| x.path.as_str()).collect();
+        assert_eq!(left.len(), 2, "{left:?}");
+        assert!(!purge_candidates(&l).iter().any(|p| p.ends_with("proj.git")), "a contributor repository is never an orphan");
+        assert!(render_table(&l, false).contains("1 contributor repositories (GRASP-06)"));
+    }
+
     #[tokio::test]
     async fn removal_waits_for_no_push() {
         let root = tempfile::tempdir().unwrap();

@@ -315,19 +315,24 @@ impl Grasp {
     /// Deletes `owner`'s bare repository for `identifier` (purgatory expiry, deletion, service
     /// change).
     pub async fn delete_repo(&self, owner: &PublicKey, identifier: &str) {
-        let Some(repo) = self.repo_path(owner, identifier) else { return };
-        let _guards = match locks::RepoGuards::acquire(&self.locks, [repo.clone()], locks::PushLocks::Skip).await {
+        self.delete_repo_id(&grasp_state::purgatory::RepoId::new(*owner, identifier)).await
+    }
+
+    /// Deletes the repository `repo` names, in its space (under its relay lock).
+    pub async fn delete_repo_id(&self, repo: &grasp_state::purgatory::RepoId) {
+        let Some(path) = self.path_of(repo) else { return };
+        let _guards = match locks::RepoGuards::acquire(&self.locks, [path.clone()], locks::PushLocks::Skip).await {
             Ok(guards) => guards,
             Err(error) => {
-                tracing::warn!(repo = %repo.display(), %error, "repository not deleted");
+                tracing::warn!(repo = %path.display(), %error, "repository not deleted");
                 return;
             }
         };
-        let (layout, owner2, id) = (self.layout.clone(), *owner, identifier.to_string());
-        match blocking(move || crate::git::repos::delete_repo(&layout, &owner2, &id)).await {
+        let (layout, target) = (self.layout.clone(), repo.clone());
+        match blocking(move || crate::git::repos::delete_repo_in(&layout, target.space, &target.owner, &target.identifier)).await {
             Ok(true) => self.trust.limits.repo_removed(),
             Ok(false) => {}
-            Err(e) => tracing::warn!(repo = %repo.display(), error = %e, "could not delete repository"),
+            Err(e) => tracing::warn!(repo = %path.display(), error = %e, "could not delete repository"),
         }
     }
 
