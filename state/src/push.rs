@@ -454,17 +454,17 @@ mod tests {
             PushDecision::Reject(rej) => rej.reasons.join("\n"),
             PushDecision::Accept(acc) => panic!("{updates:?} accepted: {acc:?}"),
         };
-        assert_eq!(accepted(&[RefUpdate::new(ZERO_OID, A, &nostr(1))]).pr_matches, [id(1)]);
-        assert_eq!(accepted(&[RefUpdate::new(ZERO_OID, B, &nostr(9))]).placeholders, [(id(9), B.to_string())]);
+        assert_eq!(accepted(&[RefUpdate::new(ZERO_OID, A, nostr(1))]).pr_matches, [id(1)]);
+        assert_eq!(accepted(&[RefUpdate::new(ZERO_OID, B, nostr(9))]).placeholders, [(id(9), B.to_string())]);
         assert!(reasons(&[RefUpdate::new(ZERO_OID, A, "refs/heads/main")]).contains("only refs/nostr/<pull request event id>"));
         assert!(reasons(&[RefUpdate::new(ZERO_OID, A, "refs/tags/v1")]).contains("contributor repository"));
         assert!(reasons(&[RefUpdate::new(ZERO_OID, A, "refs/nostr/not-an-id")]).contains("64 character"));
-        assert!(reasons(&[RefUpdate::new(ZERO_OID, B, &nostr(1))]).contains("the pull request event names commit"));
-        assert!(reasons(&[RefUpdate::new(ZERO_OID, A, &nostr(2))]).contains("/prs/<npub of its signer>/repo.git"));
-        assert!(reasons(&[RefUpdate::new(ZERO_OID, A, &nostr(3))]).contains("names no repository `repo`"));
-        assert!(reasons(&[RefUpdate::new(A, ZERO_OID, &nostr(1))]).contains("deleting"));
+        assert!(reasons(&[RefUpdate::new(ZERO_OID, B, nostr(1))]).contains("the pull request event names commit"));
+        assert!(reasons(&[RefUpdate::new(ZERO_OID, A, nostr(2))]).contains("/prs/<npub of its signer>/repo.git"));
+        assert!(reasons(&[RefUpdate::new(ZERO_OID, A, nostr(3))]).contains("names no repository `repo`"));
+        assert!(reasons(&[RefUpdate::new(A, ZERO_OID, nostr(1))]).contains("deleting"));
         // One bad ref refuses the whole push.
-        assert!(reasons(&[RefUpdate::new(ZERO_OID, A, &nostr(1)), RefUpdate::new(ZERO_OID, A, "refs/heads/x")]).contains("refs/heads/x"));
+        assert!(reasons(&[RefUpdate::new(ZERO_OID, A, nostr(1)), RefUpdate::new(ZERO_OID, A, "refs/heads/x")]).contains("refs/heads/x"));
     }
 
     const A: &str = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
