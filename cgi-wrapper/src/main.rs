@@ -348,9 +348,13 @@ fn missing_contributor_repo(args: &Args, req: &Request, repo: &RepoUrlPath, out:
 
 /// `503` with `Retry-After` and `message` (CORS included).
 fn relay_unavailable(out: &mut impl Write, message: &str) -> anyhow::Result<()> {
-    let body = format!("{message}; try again later\n");
+    service_unavailable(out, 30, &format!("{message}; try again later\n"))
+}
+
+/// `503` with `Retry-After: retry` seconds and the text `body` (CORS included).
+fn service_unavailable(out: &mut impl Write, retry: u64, body: &str) -> anyhow::Result<()> {
     let head = format!(
-        "Status: 503 Service Unavailable\r\nRetry-After: 30\r\n{}Content-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\n\r\n",
+        "Status: 503 Service Unavailable\r\nRetry-After: {retry}\r\n{}Content-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\n\r\n",
         cors::header_lines(),
         body.len()
     );
@@ -448,15 +452,7 @@ fn push_in_progress(out: &mut impl Write, waited: Duration) -> anyhow::Result<()
         "another push to this repository is in progress (waited {}s for it to end); retry later: run `git push` again in a few seconds\n",
         waited.as_secs()
     );
-    let head = format!(
-        "Status: 503 Service Unavailable\r\nRetry-After: {retry}\r\n{}Content-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\n\r\n",
-        cors::header_lines(),
-        body.len()
-    );
-    out.write_all(head.as_bytes())?;
-    out.write_all(body.as_bytes())?;
-    out.flush()?;
-    Ok(())
+    service_unavailable(out, retry, &body)
 }
 
 /// The backend's setup from grasp-cgi's configuration.

@@ -129,11 +129,8 @@ pub fn decide_push_among<C: Candidates + ?Sized>(req: &PushRequest, candidates: 
 
     for update in req.updates {
         let name = update.name.as_str();
-        if !is_valid_oid(&update.old) || !is_valid_oid(&update.new) {
-            reasons.push(format!(
-                "{}: invalid object id in the update: expected 40 or 64 lowercase hex characters",
-                clip(name)
-            ));
+        if let Err(reason) = check_oids(update) {
+            reasons.push(reason);
         } else if is_served_ref(name) {
             if is_valid_ref_name(name) {
                 served_updates.push(update.clone());
@@ -215,11 +212,8 @@ pub fn decide_contribution_push(req: &ContributionPush) -> PushDecision {
     let commits: BTreeMap<EventId, String> = req.known_prs.iter().map(|(id, k)| (*id, k.commit.clone())).collect();
     for update in req.updates {
         let name = update.name.as_str();
-        if !is_valid_oid(&update.old) || !is_valid_oid(&update.new) {
-            reasons.push(format!(
-                "{}: invalid object id in the update: expected 40 or 64 lowercase hex characters",
-                clip(name)
-            ));
+        if let Err(reason) = check_oids(update) {
+            reasons.push(reason);
             continue;
         }
         let Some(id) = name.strip_prefix(NOSTR_PREFIX) else {
@@ -261,6 +255,14 @@ pub fn decide_contribution_push(req: &ContributionPush) -> PushDecision {
     } else {
         PushDecision::Reject(Rejection { reasons })
     }
+}
+
+/// Both object ids of an update are full lowercase hex; the reason otherwise.
+fn check_oids(update: &RefUpdate) -> Result<(), String> {
+    if is_valid_oid(&update.old) && is_valid_oid(&update.new) {
+        return Ok(());
+    }
+    Err(format!("{}: invalid object id in the update: expected 40 or 64 lowercase hex characters", clip(&update.name)))
 }
 
 /// Check one `refs/nostr/<id>` update and record what it means.

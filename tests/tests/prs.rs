@@ -45,6 +45,35 @@ async fn get_status(url: &str) -> u16 {
     reqwest::get(url).await.unwrap().status().as_u16()
 }
 
+/// A `--grasp06` server where `owner` published `proj`, and a contributor's work tree cloned from
+/// it with one commit on top, pushing to the contributor's repository there; the pull request
+/// event for that commit (`clone` naming that repository), unsent.
+struct Contribution {
+    server: TestServer,
+    c: grasp_tests::NostrClient,
+    owner: Keys,
+    contributor: Keys,
+    published: Published,
+    repo: Repo,
+    tip: String,
+    ev: Event,
+    _tmp: tempfile::TempDir,
+}
+
+async fn contribution() -> Contribution {
+    let server = TestServer::start_with(&["--grasp06"]);
+    let mut c = connect(&server).await;
+    let tmp = tempfile::tempdir().unwrap();
+    let (owner, contributor) = (Keys::generate(), Keys::generate());
+    let published = publish_repo(&server, &mut c, &tmp.path().join("owner"), &owner, "proj").await;
+    let work = tmp.path().join("contrib");
+    clone(&published.repo.url, &work, &[]).unwrap();
+    let repo = Repo { work: grasp_tests::git::WorkTree::new(work), url: prs_url(&server, &contributor.public_key(), "proj") };
+    let tip = repo.commit("fix.txt", "a fix\n");
+    let ev = pr(&contributor, &owner.public_key(), "proj", &tip, &[&repo.url]);
+    Contribution { server, c, owner, contributor, published, repo, tip, ev, _tmp: tmp }
+}
+
 #[tokio::test]
 async fn without_grasp06_the_prs_namespace_is_404_and_not_advertised() {
     let server = TestServer::start();
@@ -81,18 +110,7 @@ async fn a_fetch_of_a_path_with_no_repository_is_an_empty_repository_and_creates
 
 #[tokio::test]
 async fn event_first_a_contributor_push_releases_the_pull_request_and_the_owner_sees_it() {
-    let server = TestServer::start_with(&["--grasp06"]);
-    let mut c = connect(&server).await;
-    let tmp = tempfile::tempdir().unwrap();
-    let (owner, contributor) = (Keys::generate(), Keys::generate());
-    let published = publish_repo(&server, &mut c, &tmp.path().join("owner"), &owner, "proj").await;
-
-    // The contributor's change, on top of the project.
-    let work = tmp.path().join("contrib");
-    clone(&published.repo.url, &work, &[]).unwrap();
-    let repo = Repo { work: grasp_tests::git::WorkTree::new(work), url: prs_url(&server, &contributor.public_key(), "proj") };
-    let tip = repo.commit("fix.txt", "a fix\n");
-    let ev = pr(&contributor, &owner.public_key(), "proj", &tip, &[&repo.url]);
+    let Contribution { server, mut c, owner, contributor, published, repo, tip, ev, _tmp: tmp } = contribution().await;
     held(&mut c, &ev).await;
 
     let out = repo.push(&[&format!("HEAD:refs/nostr/{}", ev.id.to_hex())]).unwrap();
@@ -121,16 +139,7 @@ async fn event_first_a_contributor_push_releases_the_pull_request_and_the_owner_
 
 #[tokio::test]
 async fn data_first_the_event_is_served_on_arrival_and_copied_to_the_owner() {
-    let server = TestServer::start_with(&["--grasp06"]);
-    let mut c = connect(&server).await;
-    let tmp = tempfile::tempdir().unwrap();
-    let (owner, contributor) = (Keys::generate(), Keys::generate());
-    let published = publish_repo(&server, &mut c, &tmp.path().join("owner"), &owner, "proj").await;
-    let work = tmp.path().join("contrib");
-    clone(&published.repo.url, &work, &[]).unwrap();
-    let repo = Repo { work: grasp_tests::git::WorkTree::new(work), url: prs_url(&server, &contributor.public_key(), "proj") };
-    let tip = repo.commit("fix.txt", "a fix\n");
-    let ev = pr(&contributor, &owner.public_key(), "proj", &tip, &[&repo.url]);
+    let Contribution { server, mut c, owner, repo, tip, ev, _tmp, .. } = contribution().await;
 
     let out = repo.push(&[&format!("HEAD:refs/nostr/{}", ev.id.to_hex())]).unwrap();
     assert!(out.contains("waits for its pull request event"), "{out}");
@@ -221,17 +230,6 @@ async fn an_expired_placeholder_takes_its_ref_and_then_its_repository_with_it() 
     eventually!("the expired placeholder's repository to be removed", (!dir.exists()).then_some(()));
     assert!(!purgatory_ids(&server).await.contains(&id));
     assert!(ls_remote(&url).unwrap().is_empty(), "an empty repository again");
-}
-
-/// A commit of `bytes` random (incompressible) bytes in `repo`; its id.
-fn commit_random(repo: &Repo, name: &str, bytes: usize) -> String {
-    use std::io::Read;
-    let mut data = vec![0u8; bytes];
-    std::fs::File::open("/dev/urandom").unwrap().read_exact(&mut data).unwrap();
-    std::fs::write(repo.work.dir.join(name), &data).unwrap();
-    grasp_tests::git::git(&repo.work.dir, &["add", name]);
-    grasp_tests::git::git(&repo.work.dir, &["commit", "-q", "-m", name]);
-    repo.rev("HEAD")
 }
 
 #[tokio::test]

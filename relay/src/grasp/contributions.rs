@@ -24,7 +24,7 @@ use std::sync::Arc;
 use grasp_state::hook_api::{PostReceiveResponse, PreReceiveResponse, ReleasedEvent};
 use grasp_state::nip34::PullRequest;
 use grasp_state::purgatory::RepoId;
-use grasp_state::push::{decide_contribution_push, with_reasons, ContributionPush, KnownPr, PushDecision, Rejection};
+use grasp_state::push::{decide_contribution_push, with_reasons, ContributionPush, KnownPr, PushDecision};
 use grasp_state::refs::{RefUpdate, NOSTR_PREFIX, ZERO_OID};
 use grasp_state::release::{pr_ref, PrRef};
 use nostr::prelude::{Event, EventId, PublicKey};
@@ -129,28 +129,12 @@ impl Grasp {
             }
         }
         let decision = decide_contribution_push(&ContributionPush { contributor, identifier, updates, known_prs: &known_prs });
-        let decision = match with_reasons(decision, not_prs) {
-            // Git-first refs reserve their placeholders before any data lands, as in any
-            // repository (docs/protocol.md#placeholders).
-            PushDecision::Accept(acc) => match self.purgatory.reserve_placeholders(&repo, &acc.placeholders) {
-                Ok(durable) => match durable.wait().await {
-                    Ok(()) => PushDecision::Accept(acc),
-                    Err(e) => PushDecision::Reject(Rejection { reasons: vec![format!("error: {e}; push again later")] }),
-                },
-                Err(reasons) => PushDecision::Reject(Rejection { reasons }),
-            },
-            rejected => rejected,
-        };
+        // Git-first refs reserve their placeholders before any data lands, as in any repository
+        // (docs/protocol.md#placeholders).
+        let decision = self.reserve_placeholders(&repo, with_reasons(decision, not_prs)).await;
         match decision {
             PushDecision::Accept(acc) => {
-                let mut messages = Vec::new();
-                for (id, commit) in &acc.placeholders {
-                    messages.push(format!(
-                        "grasp: refs/nostr/{} accepted; it waits for its pull request event (commit {})",
-                        &id.to_hex()[..12],
-                        &commit[..commit.len().min(12)]
-                    ));
-                }
+                let messages = crate::grasp::authorize::placeholder_messages(&acc);
                 tracing::info!(repo = %shown, placeholders = acc.placeholders.len(), pull_requests = acc.pr_matches.len(), "contributor push authorised");
                 PreReceiveResponse::accept(messages)
             }
