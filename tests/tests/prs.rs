@@ -258,3 +258,21 @@ async fn the_anonymous_push_bounds_hold_for_contributor_repositories() {
     assert!(refused.contains("max-pr-push-bytes") || refused.contains("maximum allowed size"), "{refused}");
     assert!(!git_output(&dir, &["cat-file", "-e", &big]).status.success(), "the refused pack landed");
 }
+
+#[tokio::test]
+async fn an_empty_contributor_repository_left_by_a_crash_goes_at_startup() {
+    let mut server = TestServer::start_with(&["--grasp06"]);
+    let tmp = tempfile::tempdir().unwrap();
+    let (kept, empty) = (Keys::generate(), Keys::generate());
+    let repo = Repo { work: grasp_tests::git::WorkTree::new(tmp.path().join("w")), url: prs_url(&server, &kept.public_key(), "proj") };
+    repo.commit("a.txt", "a\n");
+    repo.push(&[&format!("HEAD:refs/nostr/{}", random_event_id())]).unwrap();
+    server.kill();
+    // A repository made for a push that never came: the relay died before looking at it again.
+    let left = prs_dir(&server, &empty.public_key(), "proj");
+    std::fs::create_dir_all(left.parent().unwrap()).unwrap();
+    grasp_tests::git::git(left.parent().unwrap(), &["init", "-q", "--bare", "proj.git"]);
+    server.restart();
+    assert!(!left.exists(), "the empty contributor repository is removed at startup");
+    assert!(prs_dir(&server, &kept.public_key(), "proj").exists(), "one with a ref stays");
+}

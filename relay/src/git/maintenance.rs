@@ -222,7 +222,7 @@ async fn maintain(pass: &Pass, repo: &Path) {
 /// Removes `repo` if it is a GRASP-06 contributor repository without any ref (a push refused,
 /// its placeholders expired): the caller holds its push lock and the relay's lock, so no push
 /// runs in it. Returns whether it was removed.
-async fn remove_if_empty_contributor_repo(grasp: &Grasp, repo: &Path) -> bool {
+pub(crate) async fn remove_if_empty_contributor_repo(grasp: &Grasp, repo: &Path) -> bool {
     let Ok((space @ RepoSpace::Prs, owner, identifier)) = grasp.layout.locate_in(repo) else { return false };
     let (layout, path) = (grasp.layout.clone(), repo.to_path_buf());
     let removed = tokio::task::spawn_blocking(move || -> Result<bool, String> {

@@ -186,17 +186,20 @@ const QUARANTINE_PREFIX: &str = "tmp_objdir-incoming-";
 /// `prs/<npub>/<identifier>.git` (names checked only as far as ending in `.git`; a crash's
 /// `.tmp-*` and `.del-*` never do). The one walk of the repositories on disk.
 pub fn repo_dirs(git_root: &Path) -> Vec<PathBuf> {
-    let in_owner_dirs = |root: &Path| -> Vec<PathBuf> {
-        subdirs(root)
-            .into_iter()
-            .filter(|owner| owner.file_name().is_some_and(|n| n != grasp_state::identifier::PRS_DIR))
-            .flat_map(|owner| subdirs(&owner))
-            .filter(|repo| repo.extension().is_some_and(|e| e == "git"))
-            .collect()
-    };
-    let mut dirs = in_owner_dirs(git_root);
-    dirs.extend(in_owner_dirs(&git_root.join(grasp_state::identifier::PRS_DIR)));
+    let mut dirs = repo_dirs_in(git_root);
+    dirs.extend(repo_dirs_in(&git_root.join(grasp_state::identifier::PRS_DIR)));
     dirs
+}
+
+/// The repository directories of one space's root (`RepoLayout::space_root`):
+/// `<root>/<owner>/<name>.git`, the contributor space's directory left out of the hosted one.
+pub fn repo_dirs_in(root: &Path) -> Vec<PathBuf> {
+    subdirs(root)
+        .into_iter()
+        .filter(|owner| owner.file_name().is_some_and(|n| n != grasp_state::identifier::PRS_DIR))
+        .flat_map(|owner| subdirs(&owner))
+        .filter(|repo| repo.extension().is_some_and(|e| e == "git"))
+        .collect()
 }
 
 /// Removes push quarantines idle for `older_than` or more from every repository under

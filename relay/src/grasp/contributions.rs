@@ -340,6 +340,28 @@ impl Grasp {
         }
     }
 
+    /// Removes the contributor repositories left without any ref by a previous run (a crash
+    /// between their creation and the push, or before maintenance looked at them), each under its
+    /// push lock and repository lock, tried once: one a push holds right now is its own. Runs at
+    /// startup, before the public listener serves. Returns how many went.
+    pub async fn remove_empty_contributor_repos(&self) -> usize {
+        let root = self.layout.space_root(grasp_state::identifier::RepoSpace::Prs);
+        let repos = blocking(move || {
+            crate::git::repos::repo_dirs_in(&root)
+        })
+        .await;
+        let mut removed = 0;
+        for repo in repos {
+            let Ok(guards) = RepoGuards::acquire_within(&self.locks, [repo.clone()], PushLocks::Take, std::time::Duration::ZERO).await else { continue };
+            if crate::git::maintenance::remove_if_empty_contributor_repo(self, &repo).await {
+                tracing::info!(repo = %self.shown_repo(&repo), "empty contributor repository removed at startup");
+                removed += 1;
+            }
+            drop(guards);
+        }
+        removed
+    }
+
     /// Records the git-first placeholders of a push's `refs/nostr/<id>` refs that landed in
     /// `repo` (post-receive; pre-receive reserved them, this is idempotent).
     pub(crate) async fn record_placeholders(&self, repo: &RepoId, updates: &[RefUpdate]) {

@@ -463,6 +463,10 @@ impl Grasp {
     pub async fn reconcile_all(&self, quarantine_idle: std::time::Duration) {
         let git_root = self.layout.git_root().to_path_buf();
         blocking(move || crate::git::repos::remove_stale_quarantines(&git_root, quarantine_idle, crate::git::repos::Sweep::Startup)).await;
+        let removed = self.remove_empty_contributor_repos().await;
+        if removed > 0 {
+            tracing::info!(removed, "reconciled: empty contributor repositories removed");
+        }
         let identifiers = self.purgatory.waiting_identifiers();
         for identifier in identifiers {
             let (guards, owners) = self.guard_identifier(&identifier, PushLocks::Take).await;
