@@ -544,10 +544,11 @@ async fn nip11_document_and_cors_everywhere() {
     let criteria = doc["repo_acceptance_criteria"].as_str().unwrap();
     assert!(criteria.contains("30617") && criteria.contains(&server.addr().to_string()), "{criteria}");
     assert!(doc.get("curation").is_none(), "{doc}");
-    for field in ["name", "description", "version"] {
+    // NIP-11 software: clients and the conformance suite expect it; by default this software's project.
+    for field in ["name", "description", "version", "software"] {
         assert!(doc[field].is_string(), "{field}: {doc}");
     }
-    assert!(doc.get("software").is_none(), "no placeholder software URL: {doc}");
+    assert_eq!(doc["software"], grasp_relay::config::DEFAULT_SOFTWARE_URL, "{doc}");
     assert!(doc["supported_nips"].as_array().unwrap().contains(&34.into()));
 
     // 200 on a repository (held announcement), 404 on unknown and malformed paths.

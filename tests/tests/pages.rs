@@ -126,7 +126,8 @@ async fn repository_page_shows_its_fields_escaped_with_the_configured_host() {
     for needle in [
         "&lt;script&gt;alert(&#39;name&#39;)&lt;/script&gt;".to_string(),
         "&quot;&gt;&lt;img src=x onerror=alert(1)&gt; &amp; &#39;more&#39;".to_string(),
-        format!("git clone nostr://{npub}/{host}/{id}"),
+        // A plain-WebSocket relay is named whole, as ngit prints it (a bare host means wss://).
+        format!("git clone nostr://{npub}/ws%3A%2F%2F{}/{id}", host.replace(':', "%3A")),
         format!("git clone http://{host}/{npub}/{id}.git"),
         format!("<code>{}</code>", npub_of(&maintainer.public_key())),
         "<th>Default branch</th><td><code>main</code>".to_string(),

@@ -478,7 +478,7 @@ async fn nip11_home_page_options_and_cors() {
     }
     assert!(doc["repo_acceptance_criteria"].is_string());
     assert!(
-        doc["name"].is_string() && doc["description"].is_string() && doc.get("software").is_none()
+        doc["name"].is_string() && doc["description"].is_string() && doc["software"].is_string()
     );
     assert_eq!(doc["version"], env!("CARGO_PKG_VERSION"));
     assert_eq!(doc["limitation"]["max_subscriptions"], 7);
