@@ -5,6 +5,10 @@
 //! - answers `OPTIONS` with 204 and CORS headers;
 //! - validates the path with [`grasp_state::identifier::parse_repo_path`] and answers 404 (HTML
 //!   for browsers, text otherwise) for malformed paths and repositories that do not exist;
+//! - with `--grasp06`, serves GRASP-06 contributor repositories at `/prs/<npub>/<identifier>.git`
+//!   too: a path with no repository answers a ref advertisement as an empty repository (nothing
+//!   is created) and has the relay create it for a push's `POST` (`POST /v1/prs-repo`); without
+//!   it every `/prs/` path is a 404;
 //! - serves the repository page for `GET /<npub>/<id>.git` (and `.git/`), with the data the
 //!   relay's hook API gives (`--data-dir` / `GRASP_DATA_DIR`; [`pages`], [`relay_api`]);
 //! - otherwise runs stock `git http-backend` with `GIT_PROJECT_ROOT`, `GIT_HTTP_EXPORT_ALL`, and
@@ -57,7 +61,9 @@
 //! `--idle-timeout` / `GRASP_GIT_IDLE_TIMEOUT` (seconds, default 60), `--min-rate` /
 //! `GRASP_GIT_MIN_RATE` (bytes per second a request body must average past the idle timeout,
 //! default 1024, 0: none), `--push-lock-wait` / `GRASP_PUSH_LOCK_WAIT` (seconds, default 10),
-//! `--max-push-bytes` / `GRASP_MAX_PUSH_BYTES` (git's `receive.maxInputSize`; default none).
+//! `--max-push-bytes` / `GRASP_MAX_PUSH_BYTES` (git's `receive.maxInputSize`; default none),
+//! `--max-pr-push-bytes` / `GRASP_MAX_PR_PUSH_BYTES` (the same for contributor repositories),
+//! `--grasp06` / `GRASP_GRASP06` (serve `/prs/`, default off).
 
 mod child;
 mod pages;
@@ -74,7 +80,8 @@ use std::process::{Command, ExitCode, Stdio};
 
 use anyhow::Context;
 use clap::Parser;
-use grasp_state::identifier::{parse_repo_path, RepoLayout, RepoUrlPath};
+use grasp_state::identifier::{parse_repo_path, RepoLayout, RepoSpace, RepoUrlPath};
+use grasp_state::prs::{empty_advertisement, GitService};
 use grasp_state::push_lock::{self, PushLock, PushLockError};
 use grasp_state::git_backend::{self, BackendSetup, Service};
 use grasp_state::{cgi, cors};
@@ -123,6 +130,17 @@ struct Args {
     /// pre-receive hook still checks the relay's).
     #[arg(long, env = grasp_state::push_limits::ENV_MAX_PUSH_BYTES, value_name = "BYTES")]
     max_push_bytes: Option<u64>,
+
+    /// The same for a push to a GRASP-06 contributor repository (`/prs/...`): the relay passes
+    /// its --max-pr-push-bytes, behind nginx set it to the same value.
+    #[arg(long, env = grasp_state::push_limits::ENV_MAX_PR_PUSH_BYTES, value_name = "BYTES")]
+    max_pr_push_bytes: Option<u64>,
+
+    /// Serve GRASP-06 contributor repositories (`/prs/<npub>/<identifier>.git`): set when the
+    /// relay runs with --grasp06 (the relay passes it; behind nginx set it to the same value).
+    /// Off, every `/prs/` path is answered 404.
+    #[arg(long, env = "GRASP_GRASP06", value_parser = clap::builder::BoolishValueParser::new())]
+    grasp06: bool,
 
     /// Set by grasp-relay's own listener, which adds the CORS headers, bounds and feeds the
     /// request body and ends the process group itself: a `GET` or `POST` then becomes `git
@@ -214,14 +232,27 @@ fn run(args: &Args, out: &mut impl Write) -> anyhow::Result<()> {
     let Some(repo) = parse_repo_path(&req.path_info) else {
         return not_found(out, &req);
     };
+    if repo.space == RepoSpace::Prs && !args.grasp06 {
+        return not_found(out, &req);
+    }
     if !private_gate(args, &repo) {
         return unauthorized(out);
     }
-    let repo_dir = layout.repo_path(&repo.owner, &repo.identifier)?;
+    let repo_dir = layout.repo_path_in(repo.space, &repo.owner, &repo.identifier)?;
     if !repo_dir.is_dir() {
-        return not_found(out, &req);
+        match repo.space {
+            RepoSpace::Hosted => return not_found(out, &req),
+            RepoSpace::Prs => {
+                if let Some(answered) = missing_contributor_repo(args, &req, &repo, out) {
+                    return answered;
+                }
+            }
+        }
     }
     if git_backend::is_page(&repo.rest) {
+        if repo.space == RepoSpace::Prs {
+            return not_found(out, &req);
+        }
         if req.method != "GET" && !req.is_head() {
             return not_found(out, &req);
         }
@@ -285,6 +316,67 @@ fn private_gate(args: &Args, repo: &RepoUrlPath) -> bool {
             false
         }
     }
+}
+
+/// A request to a GRASP-06 contributor path with no repository on disk
+/// (docs/protocol.md#contributor-repositories): a ref advertisement is answered as an empty
+/// repository's, without creating anything; a push's `POST` has the relay make the repository
+/// (`None`: go on and serve it); anything else is a 404.
+fn missing_contributor_repo(args: &Args, req: &Request, repo: &RepoUrlPath, out: &mut impl Write) -> Option<anyhow::Result<()>> {
+    let is_get = req.method == "GET" || req.is_head();
+    match (is_get, repo.rest.as_str()) {
+        (true, "/info/refs") => {
+            let Some(service) = GitService::from_query(&req.query) else { return Some(not_found(out, req)) };
+            let (content_type, body) = empty_advertisement(service);
+            Some(respond_uncached(out, &content_type, &body, req.is_head()))
+        }
+        (false, "/git-receive-pack") if req.method == "POST" => {
+            let Some(data_dir) = args.data_dir.clone().or_else(|| args.git_root.parent().map(Path::to_path_buf)) else {
+                return Some(relay_unavailable(out, "no data directory to find the relay in (set GRASP_DATA_DIR)"));
+            };
+            match relay_api::create_prs_repo(&data_dir, &repo.npub, &repo.identifier) {
+                Ok(_) => None,
+                Err(e) => {
+                    eprintln!("grasp-cgi: contributor repository {} not created: {e:#}", repo.repo_root());
+                    Some(relay_unavailable(out, &format!("this server cannot take this push now ({e:#})")))
+                }
+            }
+        }
+        _ => Some(not_found(out, req)),
+    }
+}
+
+/// `503` with `Retry-After` and `message` (CORS included).
+fn relay_unavailable(out: &mut impl Write, message: &str) -> anyhow::Result<()> {
+    service_unavailable(out, 30, &format!("{message}; try again later\n"))
+}
+
+/// `503` with `Retry-After: retry` seconds and the text `body` (CORS included).
+fn service_unavailable(out: &mut impl Write, retry: u64, body: &str) -> anyhow::Result<()> {
+    let head = format!(
+        "Status: 503 Service Unavailable\r\nRetry-After: {retry}\r\n{}Content-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\n\r\n",
+        cors::header_lines(),
+        body.len()
+    );
+    out.write_all(head.as_bytes())?;
+    out.write_all(body.as_bytes())?;
+    out.flush()?;
+    Ok(())
+}
+
+/// A whole `200` answer that no cache may keep (a ref advertisement), CORS included.
+fn respond_uncached(out: &mut impl Write, content_type: &str, body: &[u8], head_only: bool) -> anyhow::Result<()> {
+    let head = format!(
+        "Status: 200 OK\r\n{}Cache-Control: no-cache, max-age=0, must-revalidate\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n\r\n",
+        cors::header_lines(),
+        body.len()
+    );
+    out.write_all(head.as_bytes())?;
+    if !head_only {
+        out.write_all(body)?;
+    }
+    out.flush()?;
+    Ok(())
 }
 
 /// Whether the repositories grasp-cgi serves belong to a private service
@@ -360,15 +452,7 @@ fn push_in_progress(out: &mut impl Write, waited: Duration) -> anyhow::Result<()
         "another push to this repository is in progress (waited {}s for it to end); retry later: run `git push` again in a few seconds\n",
         waited.as_secs()
     );
-    let head = format!(
-        "Status: 503 Service Unavailable\r\nRetry-After: {retry}\r\n{}Content-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\n\r\n",
-        cors::header_lines(),
-        body.len()
-    );
-    out.write_all(head.as_bytes())?;
-    out.write_all(body.as_bytes())?;
-    out.flush()?;
-    Ok(())
+    service_unavailable(out, retry, &body)
 }
 
 /// The backend's setup from grasp-cgi's configuration.
@@ -379,6 +463,7 @@ fn backend_setup(args: &Args) -> BackendSetup {
         git: args.git.clone(),
         http_backend: args.http_backend.clone(),
         max_push_bytes: args.max_push_bytes,
+        max_pr_push_bytes: args.max_pr_push_bytes,
     }
 }
 

@@ -28,7 +28,7 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
 use grasp_state::hook_config::{self, HookConfig};
-use grasp_state::identifier::{npub_of, RepoLayout};
+use grasp_state::identifier::{npub_of, RepoLayout, RepoSpace};
 use grasp_state::push_limits::PushLimits;
 use grasp_state::refs::{parse_ref_updates, RefUpdate};
 use serde::{de::DeserializeOwned, Serialize};
@@ -39,10 +39,19 @@ pub use client::ApiClient;
 /// What a hook knows about the push it runs for.
 pub struct HookContext {
     pub data_dir: PathBuf,
-    /// Owner npub of the repository.
+    /// Owner npub of the repository (of a contributor repository: the contributor's).
     pub owner: String,
     pub identifier: String,
+    /// A repository announced here, or a GRASP-06 contributor repository (`<git>/prs/...`).
+    pub space: RepoSpace,
     pub updates: Vec<RefUpdate>,
+}
+
+impl HookContext {
+    /// What both hooks send the relay about this push.
+    pub fn request(self) -> grasp_state::hook_api::HookRequest {
+        grasp_state::hook_api::HookRequest::new(self.owner, self.identifier, self.updates).in_space(self.space)
+    }
 }
 
 /// What a hook is configured with: the data directory and the push limits. Prints help on
@@ -110,13 +119,13 @@ pub fn context(data_dir: PathBuf) -> Result<HookContext> {
     let git_root = std::fs::canonicalize(data_dir.join("git"))
         .with_context(|| format!("cannot resolve the git root {}", data_dir.join("git").display()))?;
     let layout = RepoLayout::new(git_root);
-    let (owner, identifier) = layout
-        .locate(&git_dir)
+    let (space, owner, identifier) = layout
+        .locate_in(&git_dir)
         .map_err(|e| anyhow!("{} is not a GRASP repository: {e}", git_dir.display()))?;
     let mut input = String::new();
     std::io::stdin().read_to_string(&mut input).context("cannot read ref updates from stdin")?;
     let updates = parse_ref_updates(&input).map_err(|e| anyhow!("{e}"))?;
-    Ok(HookContext { data_dir, owner: npub_of(&owner), identifier, updates })
+    Ok(HookContext { data_dir, owner: npub_of(&owner), identifier, space, updates })
 }
 
 /// Calls the relay's hook API at `path` with `request`, waiting at most `timeout` in total.

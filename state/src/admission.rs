@@ -21,6 +21,9 @@ pub struct AnnouncementFacts {
     pub existing: Option<(Source, bool)>,
     /// Does the incoming announcement list this service (decision 1)?
     pub lists_service: bool,
+    /// Not listing this service, does it belong to the archive (GRASP-05,
+    /// docs/protocol.md#archive-mode)? It is then taken with a repository like a listing one.
+    pub archived: bool,
     /// Is its author the owner of, or a listed maintainer in, a known announcement of the
     /// identifier?
     pub owner_or_listed: bool,
@@ -45,7 +48,8 @@ pub enum AnnouncementAdmission {
     DropHeldAndStore,
     /// It does not list this service, but its author is trusted here: store it, no repository.
     StoreUnlisted,
-    /// It lists this service: make sure the bare repository exists, then do `then`.
+    /// It lists this service (or belongs to the archive): make sure the bare repository exists,
+    /// then do `then`.
     /// `check_room`: first make sure the purgatory has room for a new entry by this author
     /// (refuse before creating a repository the caps would leave orphaned).
     WithRepo { check_room: bool, then: AfterRepo },
@@ -74,7 +78,7 @@ pub fn admit_announcement(f: &AnnouncementFacts) -> AnnouncementAdmission {
         return AnnouncementAdmission::Reject(OLDER_ANNOUNCEMENT_MESSAGE.into());
     }
     let existing = f.existing.map(|(source, _)| source);
-    if !f.lists_service {
+    if !f.lists_service && !f.archived {
         return match existing {
             Some(Source::Purgatory) => AnnouncementAdmission::DropHeldAndStore,
             _ if f.owner_or_listed => AnnouncementAdmission::StoreUnlisted,
@@ -148,7 +152,7 @@ mod tests {
     use super::*;
 
     fn facts() -> AnnouncementFacts {
-        AnnouncementFacts { existing: None, lists_service: true, owner_or_listed: false, repo_exists: false, repo_has_refs: false, expired: false }
+        AnnouncementFacts { existing: None, lists_service: true, archived: false, owner_or_listed: false, repo_exists: false, repo_has_refs: false, expired: false }
     }
 
     #[test]
@@ -172,6 +176,14 @@ mod tests {
         assert_eq!(admit_announcement(&trusted), AnnouncementAdmission::StoreUnlisted);
         let stranger = AnnouncementFacts { lists_service: false, ..facts() };
         assert_eq!(admit_announcement(&stranger), AnnouncementAdmission::RejectNotListed);
+        // The archive (GRASP-05) takes what does not list this service, with a repository; a
+        // held entry whose newer announcement drops this service stays when it is archived.
+        let archived = AnnouncementFacts { archived: true, ..stranger };
+        assert_eq!(admit_announcement(&archived), hold);
+        let archived_held = AnnouncementFacts { archived: true, ..unlisted };
+        assert_eq!(admit_announcement(&archived_held), AnnouncementAdmission::WithRepo { check_room: false, then: AfterRepo::ReplaceHeld });
+        let archived_trusted = AnnouncementFacts { archived: true, ..trusted };
+        assert_eq!(admit_announcement(&archived_trusted), AnnouncementAdmission::WithRepo { check_room: false, then: AfterRepo::Store });
     }
 
     #[test]

@@ -150,15 +150,8 @@ pub fn verify_git_proof(
 
 /// Is `url` exactly the root URL of `owner`'s repository `identifier` on `public_host`?
 fn is_repo_root_url(url: &str, public_host: &str, owner: &PublicKey, identifier: &str) -> bool {
-    if !url_names_host(url, &["http", "https"], public_host) || url.contains(['?', '#']) {
-        return false;
-    }
-    let Some((_, rest)) = url.split_once("://") else { return false };
-    let path = rest.find('/').map_or("", |i| &rest[i..]);
-    match crate::identifier::parse_repo_url_path(path) {
-        Some(p) => p.rest.is_empty() && p.owner == *owner && p.identifier == identifier,
-        None => false,
-    }
+    crate::nip34::repo_url_on_host(url, public_host)
+        .is_some_and(|p| p.space.is_hosted() && p.owner == *owner && p.identifier == identifier)
 }
 
 /// NIP-70: does the event carry the `["-"]` tag?

@@ -4,8 +4,9 @@
 //! identifier, or a held pull request, may list thousands of them, slow or hanging on purpose.
 //! So an attempt does not take them as they come (docs/protocol.md#background-sync):
 //! - sources are tried by trust: announcements by the owners waiting for data and their
-//!   maintainer sets first, then other owners' announcements of the identifier, then the `clone`
-//!   tags of held pull requests;
+//!   maintainer sets first, then the GRASP servers in those people's latest user grasp lists
+//!   (kind 10317, [`grasp_server_repo_url`]), then other owners' announcements of the
+//!   identifier, then the `clone` tags of held pull requests;
 //! - within one trust level, sources take turns (the first URL of each, then the second of
 //!   each, ...), so one long list cannot push the others out;
 //! - each source gives at most [`UrlLimits::per_source`] URLs and an attempt tries at most
@@ -19,6 +20,9 @@ pub enum SourceTrust {
     /// An announcement by an owner whose repository waits for data, or by someone in that
     /// owner's maintainer set.
     Maintainers,
+    /// The user grasp list (kind 10317) of such an owner or maintainer: the owner's repository
+    /// on each GRASP server listed.
+    GraspList,
     /// Another owner's announcement of the same identifier.
     OtherOwner,
     /// The `clone` tag of a held pull request.
@@ -97,6 +101,28 @@ pub fn plan_sync_urls(sources: &[CloneSource], limits: UrlLimits) -> Vec<String>
     planned
 }
 
+/// The URL of `owner`'s repository `identifier` on the GRASP server `server`, as a user grasp
+/// list (kind 10317) names it: a WebSocket URL (`wss://host[:port]`, the relay of the server; its
+/// git is `https://host[:port]`, `ws://` gives `http://`) or an `http(s)://` base URL; a trailing
+/// `/` is tolerated. `None` for anything else (another scheme, credentials, a query or fragment).
+pub fn grasp_server_repo_url(server: &str, owner: &nostr::prelude::PublicKey, identifier: &str) -> Option<String> {
+    let server = server.trim().trim_end_matches('/');
+    let (scheme, rest) = server.split_once("://")?;
+    let scheme = match scheme.to_ascii_lowercase().as_str() {
+        "wss" | "https" => "https",
+        "ws" | "http" => "http",
+        _ => return None,
+    };
+    if rest.is_empty() || rest.contains(['@', '?', '#', ' ']) {
+        return None;
+    }
+    Some(format!(
+        "{scheme}://{rest}/{}/{}.git",
+        crate::identifier::npub_of(owner),
+        crate::identifier::percent_encode_segment(identifier)
+    ))
+}
+
 /// The first `cap` distinct trimmed non-empty URLs of one source.
 fn first_distinct(urls: &[String], cap: usize) -> Vec<&str> {
     let mut seen = HashSet::new();
@@ -114,6 +140,25 @@ mod tests {
 
     fn source(trust: SourceTrust, urls: &[&str]) -> CloneSource {
         CloneSource::new(trust, urls.iter().map(|u| u.to_string()).collect())
+    }
+
+    #[test]
+    fn grasp_list_servers_name_the_owners_repository_there() {
+        let owner = nostr::prelude::Keys::generate().public_key();
+        let npub = crate::identifier::npub_of(&owner);
+        assert_eq!(grasp_server_repo_url("wss://relay.ngit.dev", &owner, "my repo"), Some(format!("https://relay.ngit.dev/{npub}/my%20repo.git")));
+        assert_eq!(grasp_server_repo_url("ws://127.0.0.1:8080/", &owner, "r"), Some(format!("http://127.0.0.1:8080/{npub}/r.git")));
+        assert_eq!(grasp_server_repo_url("https://git.example.com", &owner, "r"), Some(format!("https://git.example.com/{npub}/r.git")));
+        for bad in ["ftp://x", "wss://", "git.example.com", "wss://u:p@x", "wss://x?y", "file:///etc"] {
+            assert_eq!(grasp_server_repo_url(bad, &owner, "r"), None, "{bad}");
+        }
+        // A grasp list comes after the clone URLs of the trusted announcements, before strangers'.
+        let sources = [
+            source(SourceTrust::OtherOwner, &["https://stranger/1"]),
+            source(SourceTrust::GraspList, &["https://listed/x"]),
+            source(SourceTrust::Maintainers, &["https://owner/x"]),
+        ];
+        assert_eq!(plan_sync_urls(&sources, UrlLimits::default()), ["https://owner/x", "https://listed/x", "https://stranger/1"]);
     }
 
     #[test]
@@ -162,6 +207,7 @@ mod tests {
     fn arb_trust() -> impl Strategy<Value = SourceTrust> {
         prop_oneof![
             Just(SourceTrust::Maintainers),
+            Just(SourceTrust::GraspList),
             Just(SourceTrust::OtherOwner),
             Just(SourceTrust::PullRequest)
         ]

@@ -14,7 +14,7 @@ use std::process::{Command, Stdio};
 
 use crate::git_env;
 use crate::hook_api::PRIVATE_MARKER_FILE;
-use crate::identifier::{RepoUrlPath, GRASP_GIT_CONFIG};
+use crate::identifier::{RepoSpace, RepoUrlPath, GRASP_GIT_CONFIG};
 
 /// What every backend run needs besides the request: where the repositories are, the hooks, the
 /// programs, the push limit.
@@ -30,18 +30,32 @@ pub struct BackendSetup {
     pub http_backend: Option<PathBuf>,
     /// Bytes of a push's pack git reads at most (`receive.maxInputSize`).
     pub max_push_bytes: Option<u64>,
+    /// The same for a push to a contributor repository (`/prs/`, `--max-pr-push-bytes`); `None`:
+    /// `max_push_bytes` holds there too.
+    pub max_pr_push_bytes: Option<u64>,
 }
 
 impl BackendSetup {
     /// The git config every request runs with, whatever the repository's own config says.
     pub fn per_request_config(&self) -> Vec<(String, OsString)> {
+        self.per_request_config_in(RepoSpace::Hosted)
+    }
+
+    /// [`BackendSetup::per_request_config`] for a repository of `space`: a contributor
+    /// repository reads at most the pull request push limit.
+    pub fn per_request_config_in(&self, space: RepoSpace) -> Vec<(String, OsString)> {
         let mut cfg: Vec<(String, OsString)> =
             GRASP_GIT_CONFIG.iter().map(|(k, v)| (k.to_string(), OsString::from(v))).collect();
         if let Some(dir) = &self.hooks_dir {
             cfg.push(("core.hooksPath".to_string(), dir.as_os_str().to_owned()));
         }
-        // git stops reading a pack beyond the push limit (the relay passes --max-push-bytes).
-        if let Some(max) = self.max_push_bytes {
+        // git stops reading a pack beyond the push limit (the relay passes --max-push-bytes, and
+        // --max-pr-push-bytes for contributor repositories).
+        let limit = match (space, self.max_pr_push_bytes) {
+            (RepoSpace::Prs, Some(pr)) => Some(self.max_push_bytes.map_or(pr, |max| max.min(pr))),
+            _ => self.max_push_bytes,
+        };
+        if let Some(max) = limit {
             cfg.push(("receive.maxInputSize".to_string(), max.to_string().into()));
         }
         cfg
@@ -82,12 +96,12 @@ impl BackendSetup {
         }
         cmd.env("GIT_PROJECT_ROOT", &self.git_root)
             .env("GIT_HTTP_EXPORT_ALL", "1")
-            .env("PATH_INFO", format!("/{}/{}.git{}", repo.npub, repo.identifier, repo.rest))
+            .env("PATH_INFO", format!("{}{}", repo.repo_root(), repo.rest))
             .env("PATH_TRANSLATED", format!("{}{}", repo_dir.display(), repo.rest))
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .process_group(0);
-        let config = self.per_request_config();
+        let config = self.per_request_config_in(repo.space);
         cmd.env("GIT_CONFIG_COUNT", config.len().to_string());
         for (i, (k, v)) in config.into_iter().enumerate() {
             cmd.env(format!("GIT_CONFIG_KEY_{i}"), k).env(format!("GIT_CONFIG_VALUE_{i}"), v);
@@ -167,6 +181,7 @@ mod tests {
             git: "git".into(),
             http_backend: Some("/usr/lib/git-core/git-http-backend".into()),
             max_push_bytes: Some(1000),
+            max_pr_push_bytes: Some(100),
         };
         let repo = repo();
         let cmd = setup.command(
@@ -197,6 +212,11 @@ mod tests {
         for (k, v) in git_env::GIT_ENV {
             assert_eq!(value(&cmd, k).as_deref(), Some(*v));
         }
+        // A contributor repository: its own path, and the pull request push limit.
+        let prs = parse_repo_path(&format!("/prs/{}/r.git/git-receive-pack", repo.npub)).unwrap();
+        let cmd = setup.command(&prs, Path::new("/srv/git/prs/x/r.git"), std::iter::empty::<(String, String)>());
+        assert_eq!(value(&cmd, "PATH_INFO").unwrap(), format!("/prs/{}/r.git/git-receive-pack", repo.npub));
+        assert!(setup.per_request_config_in(RepoSpace::Prs).contains(&("receive.maxInputSize".into(), "100".into())));
     }
 
     #[test]

@@ -12,6 +12,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::identifier::RepoSpace;
 use crate::refs::RefUpdate;
 
 /// Version of this API. Bump on incompatible changes.
@@ -55,6 +56,10 @@ pub struct HookRequest {
     pub identifier: String,
     /// The push, as git gave it on stdin.
     pub updates: Vec<RefUpdate>,
+    /// A repository announced here (absent), or a GRASP-06 contributor repository
+    /// (`"prs"`: `/prs/<owner>/<identifier>.git`, `owner` the contributor).
+    #[serde(default, skip_serializing_if = "RepoSpace::is_hosted")]
+    pub space: RepoSpace,
 }
 
 impl HookRequest {
@@ -68,7 +73,13 @@ impl HookRequest {
             owner: owner.into(),
             identifier: identifier.into(),
             updates,
+            space: RepoSpace::Hosted,
         }
+    }
+
+    /// The same request for a repository of `space`.
+    pub fn in_space(self, space: RepoSpace) -> Self {
+        Self { space, ..self }
     }
 }
 
@@ -152,6 +163,9 @@ pub enum RepoStatus {
     Held,
     /// Nothing stored or held justifies it (e.g. left by a crash or by a removed event).
     Orphaned,
+    /// A GRASP-06 contributor repository (`prs/<npub>/<identifier>.git`): its `refs/nostr/`
+    /// refs justify it, and the relay removes it itself once it has none.
+    Contributions,
 }
 
 /// One ref of a repository's latest state.
@@ -325,6 +339,27 @@ pub struct GitAuthResponse {
     pub reason: String,
 }
 
+/// grasp-cgi, GRASP-06: a push to `/prs/<npub>/<identifier>.git` arrived and that repository
+/// does not exist yet: create it (`POST` a [`PrsRepoRequest`], same token). `200` with
+/// [`PrsRepoResponse`]; `404` when GRASP-06 is off; `503` ([`ApiError`]) when the server cannot
+/// take another repository now (the error says why).
+pub const PATH_PRS_REPO: &str = "/v1/prs-repo";
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PrsRepoRequest {
+    pub version: u32,
+    /// The contributor's npub and the identifier of the URL.
+    pub npub: String,
+    pub identifier: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PrsRepoResponse {
+    pub version: u32,
+    /// The repository was made by this request (false: it existed).
+    pub created: bool,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -342,6 +377,9 @@ mod tests {
     fn round_trips() {
         let updates = vec![RefUpdate::new(ZERO_OID, A, "refs/heads/main")];
         round_trip(PreReceiveRequest::new("npub1x", "repo", updates.clone()));
+        round_trip(PreReceiveRequest::new("npub1x", "repo", updates.clone()).in_space(RepoSpace::Prs));
+        round_trip(PrsRepoRequest { version: HOOK_API_VERSION, npub: "npub1x".into(), identifier: "r".into() });
+        round_trip(PrsRepoResponse { version: HOOK_API_VERSION, created: true });
         round_trip(PreReceiveResponse::accept(vec!["ok".into()]));
         round_trip(PreReceiveResponse::reject(vec![
             "no".into(),
@@ -415,6 +453,8 @@ mod tests {
                 "updates": [{"old": ZERO_OID, "new": A, "name": "refs/heads/main"}],
             })
         );
+        let prs = serde_json::to_value(req.clone().in_space(RepoSpace::Prs)).unwrap();
+        assert_eq!(prs["space"], "prs", "{prs}");
         let err = serde_json::to_value(ApiError::new("x")).unwrap();
         assert_eq!(err, serde_json::json!({"version": 1, "error": "x"}));
     }

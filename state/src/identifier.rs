@@ -1,9 +1,10 @@
-//! Repository identifiers and the on-disk layout `<git_root>/<npub>/<identifier>.git`.
+//! Repository identifiers and the on-disk layout: `<git_root>/<npub>/<identifier>.git` for the
+//! repositories announced here, `<git_root>/prs/<npub>/<identifier>.git` for GRASP-06
+//! contributor repositories ([`RepoSpace`], docs/protocol.md#contributor-repositories).
 //!
 //! Identifiers (the `d` tag of a NIP-34 announcement) come from the network, so they are
 //! validated before they touch the disk ([`validate_identifier`]), and [`RepoLayout`] is the
-//! one place that turns `(owner, identifier)` into a path and a path back into
-//! `(owner, identifier)`.
+//! one place that turns `(space, owner, identifier)` into a path and a path back into it.
 //!
 //! Rules (docs/protocol.md#decisions, decision 2):
 //! - rejected: empty, `.`, `..`, anything containing `/`, `\`, NUL or another control character
@@ -16,8 +17,9 @@
 //! once `.git` is appended, and long enough for any real project name.
 //!
 //! URL paths are parsed by [`parse_repo_url_path`] (raw, percent-encoded, as in an HTTP request
-//! line) or [`parse_repo_path`] (already decoded, as in CGI `PATH_INFO`). The npub segment must be
-//! the canonical lowercase bech32 form, so one repository has exactly one URL.
+//! line) or [`parse_repo_path`] (already decoded, as in CGI `PATH_INFO`): `/<npub>/<id>.git...`
+//! or `/prs/<npub>/<id>.git...`. The npub segment must be the canonical lowercase bech32 form, so
+//! one repository has exactly one URL. `prs` can never be an npub, so the two spaces never meet.
 
 use std::path::{Component, Path, PathBuf};
 
@@ -66,6 +68,37 @@ pub const PUSH_LOCK_FILE: &str = "grasp.lock";
 /// Longest accepted identifier, in bytes of UTF-8.
 pub const MAX_IDENTIFIER_BYTES: usize = 100;
 
+/// The directory under the git root (and the first URL path segment) of the GRASP-06 contributor
+/// repositories.
+pub const PRS_DIR: &str = "prs";
+
+/// Which kind of repository a path names.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RepoSpace {
+    /// `/<npub>/<identifier>.git`: a repository announced here (held or served), or archived;
+    /// `npub` is its owner.
+    #[default]
+    Hosted,
+    /// `/prs/<npub>/<identifier>.git`: where `npub` pushes pull requests for repositories named
+    /// `identifier` (GRASP-06); only `refs/nostr/<event-id>` refs live there.
+    Prs,
+}
+
+impl RepoSpace {
+    pub fn is_hosted(&self) -> bool {
+        *self == RepoSpace::Hosted
+    }
+
+    /// The URL path (and directory) prefix of this space: empty or `/prs`.
+    pub fn url_prefix(self) -> &'static str {
+        match self {
+            RepoSpace::Hosted => "",
+            RepoSpace::Prs => "/prs",
+        }
+    }
+}
+
 /// Why an identifier, URL path or repository path was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum IdentifierError {
@@ -83,7 +116,7 @@ pub enum IdentifierError {
     TooLong(usize),
     #[error("repository path {0} is outside the git root")]
     OutsideRoot(PathBuf),
-    #[error("path {0} is not of the form <git_root>/<npub>/<identifier>.git")]
+    #[error("path {0} is not of the form <git_root>/<npub>/<identifier>.git or <git_root>/prs/<npub>/<identifier>.git")]
     NotARepoPath(PathBuf),
 }
 
@@ -120,7 +153,8 @@ pub fn npub_of(owner: &PublicKey) -> String {
         .expect("bech32 encoding of a public key cannot fail")
 }
 
-/// Where bare repositories live: `<git_root>/<npub>/<identifier>.git`.
+/// Where bare repositories live: `<git_root>/<npub>/<identifier>.git`, and the contributor
+/// repositories under `<git_root>/prs/` ([`RepoSpace`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RepoLayout {
     git_root: PathBuf,
@@ -139,26 +173,55 @@ impl RepoLayout {
         &self.git_root
     }
 
-    /// The directory holding all repositories of `owner`.
-    pub fn owner_dir(&self, owner: &PublicKey) -> PathBuf {
-        self.git_root.join(npub_of(owner))
+    /// The directory holding the owner directories of `space`: the git root, or `<git_root>/prs`.
+    pub fn space_root(&self, space: RepoSpace) -> PathBuf {
+        match space {
+            RepoSpace::Hosted => self.git_root.clone(),
+            RepoSpace::Prs => self.git_root.join(PRS_DIR),
+        }
     }
 
-    /// The ONE function building repository paths: `<git_root>/<npub>/<identifier>.git`,
-    /// after validating `identifier` and checking the result stays under the git root.
+    /// The directory holding all repositories of `owner`.
+    pub fn owner_dir(&self, owner: &PublicKey) -> PathBuf {
+        self.owner_dir_in(RepoSpace::Hosted, owner)
+    }
+
+    /// The directory holding all repositories of `owner` in `space`.
+    pub fn owner_dir_in(&self, space: RepoSpace, owner: &PublicKey) -> PathBuf {
+        self.space_root(space).join(npub_of(owner))
+    }
+
+    /// `owner`'s repository for `identifier` announced here: [`RepoLayout::repo_path_in`] of
+    /// [`RepoSpace::Hosted`].
     pub fn repo_path(
         &self,
         owner: &PublicKey,
         identifier: &str,
     ) -> Result<PathBuf, IdentifierError> {
+        self.repo_path_in(RepoSpace::Hosted, owner, identifier)
+    }
+
+    /// The ONE function building repository paths: `<git_root>/<npub>/<identifier>.git` or
+    /// `<git_root>/prs/<npub>/<identifier>.git`, after validating `identifier` and checking the
+    /// result stays where its space's repositories live.
+    pub fn repo_path_in(
+        &self,
+        space: RepoSpace,
+        owner: &PublicKey,
+        identifier: &str,
+    ) -> Result<PathBuf, IdentifierError> {
         validate_identifier(identifier)?;
-        let path = self.owner_dir(owner).join(format!("{identifier}.git"));
+        let path = self.owner_dir_in(space, owner).join(format!("{identifier}.git"));
         // Belt and braces: validation already excludes every way out, but prove it structurally.
+        let depth = match space {
+            RepoSpace::Hosted => 2,
+            RepoSpace::Prs => 3,
+        };
         let rel = path
             .strip_prefix(&self.git_root)
             .map_err(|_| IdentifierError::OutsideRoot(path.clone()))?;
         let normal = rel.components().all(|c| matches!(c, Component::Normal(_)));
-        if !normal || rel.components().count() != 2 {
+        if !normal || rel.components().count() != depth {
             return Err(IdentifierError::OutsideRoot(path));
         }
         Ok(path)
@@ -167,6 +230,15 @@ impl RepoLayout {
     /// The inverse of [`RepoLayout::repo_path`]: given a (canonicalised) `GIT_DIR`, returns
     /// `(owner, identifier)` iff it is exactly `<git_root>/<npub>/<identifier>.git`.
     pub fn locate(&self, git_dir: &Path) -> Result<(PublicKey, String), IdentifierError> {
+        match self.locate_in(git_dir)? {
+            (RepoSpace::Hosted, owner, identifier) => Ok((owner, identifier)),
+            (RepoSpace::Prs, ..) => Err(IdentifierError::NotARepoPath(git_dir.to_path_buf())),
+        }
+    }
+
+    /// The inverse of [`RepoLayout::repo_path_in`]: given a (canonicalised) `GIT_DIR`, returns
+    /// `(space, owner, identifier)` iff it is exactly a repository path of one of the spaces.
+    pub fn locate_in(&self, git_dir: &Path) -> Result<(RepoSpace, PublicKey, String), IdentifierError> {
         let bad = || IdentifierError::NotARepoPath(git_dir.to_path_buf());
         let rel = git_dir.strip_prefix(&self.git_root).map_err(|_| bad())?;
         let parts: Vec<&str> = rel
@@ -176,19 +248,23 @@ impl RepoLayout {
                 _ => Err(bad()),
             })
             .collect::<Result<_, _>>()?;
-        let [npub, dir] = parts.as_slice() else {
-            return Err(bad());
+        let (space, npub, dir) = match parts.as_slice() {
+            [npub, dir] => (RepoSpace::Hosted, npub, dir),
+            [prs, npub, dir] if *prs == PRS_DIR => (RepoSpace::Prs, npub, dir),
+            _ => return Err(bad()),
         };
         let owner = parse_npub(npub).ok_or_else(bad)?;
         let identifier = dir.strip_suffix(".git").ok_or_else(bad)?;
         validate_identifier(identifier)?;
-        Ok((owner, identifier.to_string()))
+        Ok((space, owner, identifier.to_string()))
     }
 }
 
-/// A URL path addressing a repository: `/<npub>/<identifier>.git<rest>`.
+/// A URL path addressing a repository: `/<npub>/<identifier>.git<rest>`, or
+/// `/prs/<npub>/<identifier>.git<rest>` ([`RepoSpace::Prs`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RepoUrlPath {
+    pub space: RepoSpace,
     pub owner: PublicKey,
     pub npub: String,
     /// Decoded and validated.
@@ -217,9 +293,22 @@ pub fn parse_repo_url_path(path: &str) -> Option<RepoUrlPath> {
     parse_repo_path(&decoded)
 }
 
-/// Parses an already decoded path (CGI `PATH_INFO`) of the form `/<npub>/<identifier>.git<rest>`.
+impl RepoUrlPath {
+    /// The repository's own path, without `rest`: `/<npub>/<identifier>.git` or
+    /// `/prs/<npub>/<identifier>.git` (decoded, as CGI's `PATH_INFO` is).
+    pub fn repo_root(&self) -> String {
+        format!("{}/{}/{}.git", self.space.url_prefix(), self.npub, self.identifier)
+    }
+}
+
+/// Parses an already decoded path (CGI `PATH_INFO`) of the form `/<npub>/<identifier>.git<rest>`
+/// or `/prs/<npub>/<identifier>.git<rest>`.
 pub fn parse_repo_path(path: &str) -> Option<RepoUrlPath> {
     let path = path.strip_prefix('/')?;
+    let (space, path) = match path.strip_prefix(PRS_DIR).and_then(|p| p.strip_prefix('/')) {
+        Some(rest) => (RepoSpace::Prs, rest),
+        None => (RepoSpace::Hosted, path),
+    };
     let (npub, after) = path.split_once('/')?;
     let owner = parse_npub(npub)?;
     let (dir, rest) = match after.find('/') {
@@ -235,6 +324,7 @@ pub fn parse_repo_path(path: &str) -> Option<RepoUrlPath> {
         return None;
     }
     Some(RepoUrlPath {
+        space,
         owner,
         npub: npub.to_string(),
         identifier: identifier.to_string(),
@@ -381,6 +471,7 @@ mod tests {
         assert_eq!(
             p,
             RepoUrlPath {
+                space: RepoSpace::Hosted,
                 owner: pk,
                 npub: npub.clone(),
                 identifier: "my repo".into(),
@@ -442,6 +533,33 @@ mod tests {
             assert_eq!(parse_repo_url_path(&p), None, "{p}");
         }
         assert_eq!(parse_repo_path(&format!("/{npub}/a\0.git")), None);
+    }
+
+    #[test]
+    fn contributor_repositories_live_under_prs() {
+        let (pk, npub) = owner();
+        let layout = RepoLayout::new("/srv/git");
+        let p = layout.repo_path_in(RepoSpace::Prs, &pk, "my repo").unwrap();
+        assert_eq!(p, PathBuf::from(format!("/srv/git/prs/{npub}/my repo.git")));
+        assert_eq!(layout.locate_in(&p).unwrap(), (RepoSpace::Prs, pk, "my repo".to_string()));
+        assert!(layout.locate(&p).is_err(), "a hosted lookup never names a contributor repository");
+        let hosted = layout.repo_path(&pk, "my repo").unwrap();
+        assert_eq!(layout.locate_in(&hosted).unwrap().0, RepoSpace::Hosted);
+        for id in ["..", "../x", "a/b", ""] {
+            assert!(layout.repo_path_in(RepoSpace::Prs, &pk, id).is_err(), "{id:?}");
+        }
+        for bad in [format!("/srv/git/prs/{npub}"), format!("/srv/git/other/{npub}/r.git"), format!("/srv/git/prs/prs/{npub}/r.git")] {
+            assert!(layout.locate_in(Path::new(&bad)).is_err(), "{bad}");
+        }
+
+        let u = parse_repo_url_path(&format!("/prs/{npub}/my%20repo.git/info/refs")).unwrap();
+        assert_eq!((u.space, u.identifier.as_str(), u.rest.as_str()), (RepoSpace::Prs, "my repo", "/info/refs"));
+        assert_eq!(u.repo_root(), format!("/prs/{npub}/my repo.git"));
+        let h = parse_repo_url_path(&format!("/{npub}/r.git")).unwrap();
+        assert_eq!((h.space, h.repo_root()), (RepoSpace::Hosted, format!("/{npub}/r.git")));
+        for bad in [format!("/prs/{npub}"), format!("/prs/prs/{npub}/r.git"), "/prs/r.git".to_string(), format!("/prs{npub}/r.git"), format!("/PRS/{npub}/r.git")] {
+            assert_eq!(parse_repo_url_path(&bad), None, "{bad}");
+        }
     }
 
     #[test]

@@ -20,8 +20,13 @@
 //!   ([`announcements::TrustIndex`]).
 //! - [`admission`]: where an incoming announcement or state event goes, as verdicts over
 //!   looked-up facts.
+//! - [`archive`]: GRASP-05 archive mode, which announcements not listing this service are
+//!   accepted anyway (with a repository, read-only unless configured otherwise).
 //! - [`release`]: what to do when git data arrives, as a [`release::ReleasePlan`] (states to
 //!   store, pull request refs, alignment of refs and HEAD, promotion) and copy targets.
+//! - [`prs`]: GRASP-06 contributor repositories (`/prs/<npub>/<identifier>.git`): which clone
+//!   URLs name one, which a pull request binds to and is copied from, the empty answer of a path
+//!   with no repository.
 //! - [`push_limits`]: how many bytes one push may bring (`--max-push-bytes`,
 //!   `--max-pr-push-bytes`), checked on the quarantine in `pre-receive`.
 //! - [`hook_config`]: the file beside the installed hooks that tells them the data directory
@@ -68,6 +73,7 @@
 //! a panic.
 
 pub mod admission;
+pub mod archive;
 pub mod announcements;
 pub mod atomic_file;
 pub mod cgi;
@@ -90,6 +96,7 @@ pub mod host;
 pub mod identifier;
 pub mod maintainers;
 pub mod nip34;
+pub mod prs;
 pub mod purgatory;
 pub mod push;
 pub mod push_limits;

@@ -359,6 +359,29 @@ impl PullRequest {
     }
 }
 
+/// A user grasp list (kind 10317): the GRASP servers its author uses for NIP-34 activity, in
+/// order of preference (`g` tags, each a server's WebSocket URL).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UserGraspList {
+    pub author: PublicKey,
+    /// The `g` values as published (non-empty), in order.
+    pub servers: Vec<String>,
+}
+
+impl UserGraspList {
+    /// Reads a kind 10317 event.
+    pub fn from_event(event: &Event) -> Result<Self, EventError> {
+        let kind = event.kind.as_u16();
+        if kind != KIND_USER_GRASP_LIST {
+            return Err(EventError::WrongKind { expected: "user grasp list (kind 10317)", found: kind });
+        }
+        Ok(UserGraspList {
+            author: event.pubkey,
+            servers: first_values(event, "g").map(str::to_owned).collect(),
+        })
+    }
+}
+
 /// An addressable event coordinate `<kind>:<pubkey hex>:<identifier>`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Coordinate {
@@ -512,6 +535,19 @@ fn truncate(value: &str) -> String {
 /// compared.
 pub fn url_names_host(url: &str, schemes: &[&str], public_host: &str) -> bool {
     parse_public_host(public_host).is_some_and(|wanted| url_matches(url, schemes, &wanted))
+}
+
+/// The repository `url` is the root URL of on the configured public host `public_host`:
+/// `http(s)://<host>/<npub>/<identifier>.git` or `http(s)://<host>/prs/<npub>/<identifier>.git`
+/// exactly (host compared as in [`url_names_host`], no query, fragment or trailing path; the
+/// identifier percent-decoded). `None` for anything else.
+pub fn repo_url_on_host(url: &str, public_host: &str) -> Option<crate::identifier::RepoUrlPath> {
+    if !url_names_host(url, &["http", "https"], public_host) || url.contains(['?', '#']) {
+        return None;
+    }
+    let (_, rest) = url.trim().split_once("://")?;
+    let path = rest.find('/').map_or("", |i| &rest[i..]);
+    crate::identifier::parse_repo_url_path(path).filter(|p| p.rest.is_empty())
 }
 
 /// A configured public host: `host[:port]`, a leading scheme and a trailing `/` tolerated.

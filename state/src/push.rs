@@ -18,11 +18,15 @@
 //!
 //! Every rejection reason names the ref, shows short oids and says what to do;
 //! the hook prints them as `remote: ...` lines.
+//!
+//! A push to a GRASP-06 contributor repository (`/prs/<npub>/<identifier>.git`) is decided by
+//! [`decide_contribution_push`]: only `refs/nostr/<id>`, each bound to a pull request of that
+//! npub naming that identifier.
 
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
 
-use nostr::prelude::EventId;
+use nostr::prelude::{EventId, PublicKey};
 
 use crate::nip34::{parse_event_id, RepoState, Source};
 use crate::refs::{
@@ -125,11 +129,8 @@ pub fn decide_push_among<C: Candidates + ?Sized>(req: &PushRequest, candidates: 
 
     for update in req.updates {
         let name = update.name.as_str();
-        if !is_valid_oid(&update.old) || !is_valid_oid(&update.new) {
-            reasons.push(format!(
-                "{}: invalid object id in the update: expected 40 or 64 lowercase hex characters",
-                clip(name)
-            ));
+        if let Err(reason) = check_oids(update) {
+            reasons.push(reason);
         } else if is_served_ref(name) {
             if is_valid_ref_name(name) {
                 served_updates.push(update.clone());
@@ -177,6 +178,91 @@ pub fn decide_push_among<C: Candidates + ?Sized>(req: &PushRequest, candidates: 
     } else {
         PushDecision::Reject(Rejection { reasons })
     }
+}
+
+/// A pull request (or update) known to this server, stored or held, as a contributor push needs
+/// it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KnownPr {
+    pub author: PublicKey,
+    /// Its `c` tag.
+    pub commit: String,
+    /// The identifiers its `a` tags name.
+    pub identifiers: Vec<String>,
+}
+
+/// A push to the contributor repository `/prs/<contributor>/<identifier>.git` (GRASP-06).
+#[derive(Debug, Clone, Copy)]
+pub struct ContributionPush<'a> {
+    pub contributor: &'a PublicKey,
+    pub identifier: &'a str,
+    /// The push, as git reported it to `pre-receive`.
+    pub updates: &'a [RefUpdate],
+    /// Pull requests known here, by id, among those the push names.
+    pub known_prs: &'a BTreeMap<EventId, KnownPr>,
+}
+
+/// Decides a push to a contributor repository (docs/protocol.md#contributor-repositories): only
+/// `refs/nostr/<64-hex event id>`, never deleted; a known pull request's ref must be pushed to
+/// its signer's repository for an identifier it names, at its `c` commit; an unknown id is a
+/// git-first placeholder, as in an announced repository. Pure; one bad ref refuses the push.
+pub fn decide_contribution_push(req: &ContributionPush) -> PushDecision {
+    let mut reasons = Vec::new();
+    let mut accepted = Accepted::default();
+    let commits: BTreeMap<EventId, String> = req.known_prs.iter().map(|(id, k)| (*id, k.commit.clone())).collect();
+    for update in req.updates {
+        let name = update.name.as_str();
+        if let Err(reason) = check_oids(update) {
+            reasons.push(reason);
+            continue;
+        }
+        let Some(id) = name.strip_prefix(NOSTR_PREFIX) else {
+            reasons.push(format!(
+                "{}: this is a contributor repository (/prs/): it takes only refs/nostr/<pull request event id>; \
+                 push branches and tags to the repository's own URL",
+                clip(name)
+            ));
+            continue;
+        };
+        let known = parse_event_id(id).and_then(|event_id| req.known_prs.get(&event_id).map(|k| (event_id, k)));
+        if let Some((event_id, pr)) = known.filter(|_| !update.is_noop() && !is_zero_oid(&update.new)) {
+            let hex = event_id.to_hex();
+            let short = short_oid(&hex);
+            if pr.author != *req.contributor {
+                reasons.push(format!(
+                    "{name}: pull request {short} is signed by {}, and this URL takes only its own contributor's pull \
+                     requests: push it to /prs/<npub of its signer>/{}.git",
+                    crate::identifier::npub_of(&pr.author),
+                    crate::identifier::percent_encode_segment(req.identifier)
+                ));
+                continue;
+            }
+            if !pr.identifiers.iter().any(|d| d == req.identifier) {
+                reasons.push(format!(
+                    "{name}: pull request {short} names no repository `{}` in its `a` tags: push it to \
+                     /prs/<your npub>/<an identifier it names>.git",
+                    req.identifier.chars().take(100).collect::<String>()
+                ));
+                continue;
+            }
+        }
+        if let Err(reason) = check_nostr_ref(update, id, &commits, &mut accepted) {
+            reasons.push(reason);
+        }
+    }
+    if reasons.is_empty() {
+        PushDecision::Accept(accepted)
+    } else {
+        PushDecision::Reject(Rejection { reasons })
+    }
+}
+
+/// Both object ids of an update are full lowercase hex; the reason otherwise.
+fn check_oids(update: &RefUpdate) -> Result<(), String> {
+    if is_valid_oid(&update.old) && is_valid_oid(&update.new) {
+        return Ok(());
+    }
+    Err(format!("{}: invalid object id in the update: expected 40 or 64 lowercase hex characters", clip(&update.name)))
 }
 
 /// Check one `refs/nostr/<id>` update and record what it means.
@@ -348,6 +434,40 @@ mod tests {
     use super::*;
     use crate::refs::ZERO_OID;
     use nostr::prelude::{Keys, PublicKey, Timestamp};
+
+    #[test]
+    fn a_contribution_push_takes_only_pull_request_refs_of_its_contributor_and_identifier() {
+        let (me, them) = (author(), author());
+        let known: BTreeMap<EventId, KnownPr> = [
+            (id(1), KnownPr { author: me, commit: A.into(), identifiers: vec!["repo".into()] }),
+            (id(2), KnownPr { author: them, commit: A.into(), identifiers: vec!["repo".into()] }),
+            (id(3), KnownPr { author: me, commit: A.into(), identifiers: vec!["other".into()] }),
+        ]
+        .into();
+        let nostr = |n: u8| format!("refs/nostr/{}", id(n).to_hex());
+        let decide = |updates: &[RefUpdate]| {
+            decide_contribution_push(&ContributionPush { contributor: &me, identifier: "repo", updates, known_prs: &known })
+        };
+        let accepted = |updates: &[RefUpdate]| match decide(updates) {
+            PushDecision::Accept(acc) => acc,
+            PushDecision::Reject(rej) => panic!("{updates:?}: {rej:?}"),
+        };
+        let reasons = |updates: &[RefUpdate]| match decide(updates) {
+            PushDecision::Reject(rej) => rej.reasons.join("\n"),
+            PushDecision::Accept(acc) => panic!("{updates:?} accepted: {acc:?}"),
+        };
+        assert_eq!(accepted(&[RefUpdate::new(ZERO_OID, A, nostr(1))]).pr_matches, [id(1)]);
+        assert_eq!(accepted(&[RefUpdate::new(ZERO_OID, B, nostr(9))]).placeholders, [(id(9), B.to_string())]);
+        assert!(reasons(&[RefUpdate::new(ZERO_OID, A, "refs/heads/main")]).contains("only refs/nostr/<pull request event id>"));
+        assert!(reasons(&[RefUpdate::new(ZERO_OID, A, "refs/tags/v1")]).contains("contributor repository"));
+        assert!(reasons(&[RefUpdate::new(ZERO_OID, A, "refs/nostr/not-an-id")]).contains("64 character"));
+        assert!(reasons(&[RefUpdate::new(ZERO_OID, B, nostr(1))]).contains("the pull request event names commit"));
+        assert!(reasons(&[RefUpdate::new(ZERO_OID, A, nostr(2))]).contains("/prs/<npub of its signer>/repo.git"));
+        assert!(reasons(&[RefUpdate::new(ZERO_OID, A, nostr(3))]).contains("names no repository `repo`"));
+        assert!(reasons(&[RefUpdate::new(A, ZERO_OID, nostr(1))]).contains("deleting"));
+        // One bad ref refuses the whole push.
+        assert!(reasons(&[RefUpdate::new(ZERO_OID, A, nostr(1)), RefUpdate::new(ZERO_OID, A, "refs/heads/x")]).contains("refs/heads/x"));
+    }
 
     const A: &str = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
     const B: &str = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";

@@ -6,11 +6,13 @@
 //! [`ENV_MAX_PR_PUSH_BYTES`]; `grasp-pre-receive` measures git's quarantine directory and asks
 //! [`PushLimits::check`]. A refused push's objects are dropped with the quarantine.
 
+use crate::identifier::RepoSpace;
 use crate::refs::RefUpdate;
 
 /// Variable carrying `--max-push-bytes` to the hooks and grasp-cgi.
 pub const ENV_MAX_PUSH_BYTES: &str = "GRASP_MAX_PUSH_BYTES";
-/// Variable carrying `--max-pr-push-bytes` to the hooks.
+/// Variable carrying `--max-pr-push-bytes` to the hooks and grasp-cgi (git's
+/// `receive.maxInputSize` for a contributor repository).
 pub const ENV_MAX_PR_PUSH_BYTES: &str = "GRASP_MAX_PR_PUSH_BYTES";
 
 /// `--max-push-bytes`' default: 1 GiB.
@@ -44,10 +46,26 @@ impl PushLimits {
         }
     }
 
+    /// The most bytes git reads of one push to a repository of `space` (its
+    /// `receive.maxInputSize`): a contributor repository (`/prs/`) takes only anonymous pull
+    /// request pushes, so their limit holds for every push there.
+    pub fn input_limit(&self, space: RepoSpace) -> u64 {
+        match space {
+            RepoSpace::Hosted => self.max_push_bytes,
+            RepoSpace::Prs => self.max_pr_push_bytes.min(self.max_push_bytes),
+        }
+    }
+
     /// Whether a push of `updates` that brought `incoming_bytes` of objects may go in; the
     /// rejection message otherwise.
     pub fn check(&self, updates: &[RefUpdate], incoming_bytes: u64) -> Result<(), String> {
-        let pr = updates.iter().any(|u| u.name.starts_with("refs/nostr/"));
+        self.check_in(RepoSpace::Hosted, updates, incoming_bytes)
+    }
+
+    /// [`PushLimits::check`] for a push to a repository of `space`: every push to a contributor
+    /// repository counts as a pull request push.
+    pub fn check_in(&self, space: RepoSpace, updates: &[RefUpdate], incoming_bytes: u64) -> Result<(), String> {
+        let pr = space == RepoSpace::Prs || updates.iter().any(|u| u.name.starts_with("refs/nostr/"));
         if pr && incoming_bytes > self.max_pr_push_bytes {
             return Err(format!(
                 "blocked: this push to refs/nostr/ brings {incoming_bytes} bytes of objects, more than this \
@@ -85,6 +103,10 @@ mod tests {
         assert!(err.starts_with("blocked:") && err.contains("--max-pr-push-bytes"), "{err}");
         let err = limits.check(&[update("refs/heads/main")], 1001).unwrap_err();
         assert!(err.starts_with("blocked:") && err.contains("--max-push-bytes"), "{err}");
+        // Every push to a contributor repository is an anonymous pull request push.
+        let err = limits.check_in(RepoSpace::Prs, &[update("refs/heads/main")], 500).unwrap_err();
+        assert!(err.contains("--max-pr-push-bytes"), "{err}");
+        assert_eq!((limits.input_limit(RepoSpace::Hosted), limits.input_limit(RepoSpace::Prs)), (1000, 100));
     }
 
     #[test]

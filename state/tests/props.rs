@@ -773,13 +773,16 @@ proptest! {
     fn announcement_admission_verdicts(
         existing in prop::option::of((any::<bool>(), any::<bool>())),
         lists_service in any::<bool>(),
+        archived in any::<bool>(),
         owner_or_listed in any::<bool>(),
         repo_exists in any::<bool>(),
         repo_has_refs in any::<bool>(),
         expired in any::<bool>(),
     ) {
         let existing = existing.map(|(held, newer)| (if held { Source::Purgatory } else { Source::Stored }, newer));
-        let facts = AnnouncementFacts { existing, lists_service, owner_or_listed, repo_exists, repo_has_refs, expired };
+        let facts = AnnouncementFacts { existing, lists_service, archived, owner_or_listed, repo_exists, repo_has_refs, expired };
+        // An archived announcement (GRASP-05) is taken like a listing one.
+        let hosted = lists_service || archived;
         let verdict = admit_announcement(&facts);
         if existing.is_some_and(|(_, newer)| newer) {
             prop_assert!(matches!(verdict, AnnouncementAdmission::Reject(ref m) if m.starts_with("invalid:")));
@@ -787,18 +790,18 @@ proptest! {
         }
         match verdict {
             AnnouncementAdmission::WithRepo { check_room, then } => {
-                prop_assert!(lists_service);
+                prop_assert!(hosted);
                 prop_assert_eq!(check_room, existing.is_none() && !repo_exists);
                 if then == AfterRepo::Hold {
                     prop_assert!(existing.is_none() && !(repo_exists && repo_has_refs));
                     prop_assert!(!expired, "an expired announcement never starts a new cycle");
                 }
             }
-            AnnouncementAdmission::DropHeldAndStore => prop_assert!(!lists_service && matches!(existing, Some((Source::Purgatory, _)))),
-            AnnouncementAdmission::StoreUnlisted => prop_assert!(!lists_service && owner_or_listed),
-            AnnouncementAdmission::RejectNotListed => prop_assert!(!lists_service && !owner_or_listed),
+            AnnouncementAdmission::DropHeldAndStore => prop_assert!(!hosted && matches!(existing, Some((Source::Purgatory, _)))),
+            AnnouncementAdmission::StoreUnlisted => prop_assert!(!hosted && owner_or_listed),
+            AnnouncementAdmission::RejectNotListed => prop_assert!(!hosted && !owner_or_listed),
             AnnouncementAdmission::Reject(m) => prop_assert!(
-                m.starts_with("blocked:") && expired && lists_service && existing.is_none() && !(repo_exists && repo_has_refs),
+                m.starts_with("blocked:") && expired && hosted && existing.is_none() && !(repo_exists && repo_has_refs),
                 "only older and already expired announcements are refused outright: {m}"
             ),
         }

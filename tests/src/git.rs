@@ -119,6 +119,7 @@ impl GitHttpServer {
             direct: true,
             idle_timeout: grasp_relay::git::http::DEFAULT_IDLE_TIMEOUT,
             min_rate: grasp_state::transfer::DEFAULT_MIN_RATE,
+            prs: false,
         })
     }
 

@@ -350,3 +350,14 @@ pub async fn nip11(server: &TestServer) -> serde_json::Value {
         .await
         .unwrap()
 }
+
+/// Commits a file of `bytes` random (incompressible) bytes named `name` in `repo`; its id.
+pub fn commit_random(repo: &Repo, name: &str, bytes: usize) -> String {
+    use std::io::Read;
+    let mut data = vec![0u8; bytes];
+    std::fs::File::open("/dev/urandom").unwrap().read_exact(&mut data).unwrap();
+    std::fs::write(repo.work.dir.join(name), &data).unwrap();
+    crate::git::git(&repo.work.dir, &["add", name]);
+    crate::git::git(&repo.work.dir, &["commit", "-q", "-m", name]);
+    repo.rev("HEAD")
+}

@@ -604,6 +604,7 @@ fn fake_cgi_server(tmp: &Path, script: &str) -> GitHttpServer {
     GitHttpServer::start_with(grasp_relay::git::http::GitHttpConfig {
         idle_timeout: grasp_relay::git::http::DEFAULT_IDLE_TIMEOUT,
         min_rate: grasp_state::transfer::DEFAULT_MIN_RATE,
+        prs: false,
         cgi_path: cgi,
         backend: grasp_state::git_backend::BackendSetup { git_root: tmp.to_path_buf(), ..Default::default() },
         data_dir: tmp.to_path_buf(),
@@ -672,6 +673,7 @@ fn broken_cgi_gives_502_with_cors() {
     let missing = GitHttpServer::start_with(grasp_relay::git::http::GitHttpConfig {
         idle_timeout: grasp_relay::git::http::DEFAULT_IDLE_TIMEOUT,
         min_rate: grasp_state::transfer::DEFAULT_MIN_RATE,
+        prs: false,
         cgi_path: tmp.path().join("does-not-exist"),
         backend: grasp_state::git_backend::BackendSetup { git_root: tmp.path().to_path_buf(), ..Default::default() },
         data_dir: tmp.path().to_path_buf(),

@@ -349,15 +349,6 @@ async fn held_repositories_are_small_and_expiry_leaves_no_owner_dirs() {
     });
 }
 
-/// Commits `bytes` of random (incompressible) data in `repo`'s work tree; returns the commit.
-fn commit_random(repo: &Repo, name: &str, bytes: usize) -> String {
-    let mut data = vec![0u8; bytes];
-    std::fs::File::open("/dev/urandom").unwrap().read_exact(&mut data).unwrap();
-    std::fs::write(repo.work.dir.join(name), &data).unwrap();
-    grasp_tests::git::git(&repo.work.dir, &["add", name]);
-    grasp_tests::git::git(&repo.work.dir, &["commit", "-q", "-m", name]);
-    repo.rev("HEAD")
-}
 
 /// Item 8: a push beyond `--max-push-bytes`, and an anonymous push to `refs/nostr/<id>` beyond
 /// `--max-pr-push-bytes`, are refused and their objects never land; both limits are in NIP-11.

@@ -177,7 +177,13 @@ impl Front {
             })
             .unwrap();
 
-            let site = site_config(addr, relay.addr(), &socket, relay.data_dir());
+            let mut site = site_config(addr, relay.addr(), &socket, relay.data_dir());
+            if relay_args.contains(&"--grasp06") {
+                // What docs/nginx/grasp.conf says to set for a relay with --grasp06.
+                let off = "fastcgi_param GRASP_GRASP06 0;";
+                assert!(site.contains(off), "docs/nginx/grasp.conf no longer contains {off:?}");
+                site = site.replace(off, "fastcgi_param GRASP_GRASP06 1;");
+            }
             std::fs::write(prefix.path().join("grasp.conf"), site).unwrap();
             std::fs::write(prefix.path().join("nginx.conf"), main_config(prefix.path())).unwrap();
             let mut nginx = Daemon::spawn(
@@ -335,6 +341,49 @@ async fn announce_state_push_clone_and_pr_through_nginx() {
     let err = repo.push(&["main"]).unwrap_err();
     assert!(err.contains("refs/heads/main") && err.contains(&second[..7]) && err.contains(&tip[..7]), "{err}");
     assert_eq!(bare_refs(&bare).get("refs/heads/main"), Some(&tip), "rejected push changed nothing");
+}
+
+/// GRASP-06 behind nginx + fcgiwrap + grasp-cgi (docs/nginx/grasp.conf with GRASP_GRASP06 1): a
+/// path with no contributor repository clones empty and creates nothing, a contributor's push
+/// makes its repository (grasp-cgi asks the relay) and releases the held pull request, which is
+/// copied into the owner's repository; a refused push leaves no repository behind.
+#[tokio::test]
+#[ignore = "needs nginx and fcgiwrap; run by .ci/run with --ignored"]
+async fn contributor_repositories_through_nginx() {
+    let front = Front::start_with(&["--grasp06", "--git-idle-timeout", "2s"]);
+    let tmp = tempfile::tempdir().unwrap();
+    let mut c = NostrClient::connect(&front.ws_url()).await.expect("WebSocket through nginx");
+    let (owner, contributor) = (Keys::generate(), Keys::generate());
+    let prs = |identifier: &str| format!("http://{}/prs/{}/{identifier}.git", front.addr, npub_of(&contributor.public_key()));
+    let prs_root = front.relay.data_dir().join("git").join("prs");
+
+    clone(&prs("nothing"), &tmp.path().join("empty"), &[]).unwrap_or_else(|e| panic!("{e}\n{}", front.logs()));
+    assert!(!prs_root.exists(), "a fetch creates nothing");
+
+    let ann = front.announcement(&owner, "proj");
+    assert!(c.send_event(&ann).await.unwrap().0);
+    let url = front.repo_url(&owner.public_key(), "proj");
+    let repo = Repo { work: WorkTree::new(tmp.path().join("w")), url: url.clone() };
+    let tip = repo.commit("a.txt", "one");
+    assert!(c.send_event(&state(&owner, "proj", &[("refs/heads/main", &tip)], Some("main"))).await.unwrap().0);
+    repo.push(&["main"]).unwrap();
+
+    let fix = repo.commit("fix.txt", "a fix");
+    let pr = pull_request(&contributor, &owner.public_key(), "proj", &fix, &[&prs("proj")]);
+    let (ok, msg) = c.send_event(&pr).await.unwrap();
+    assert!(ok && msg.starts_with("purgatory:"), "{msg}");
+    let pr_ref = format!("refs/nostr/{}", pr.id.to_hex());
+    let contribution = Repo { work: WorkTree { dir: repo.work.dir.clone() }, url: prs("proj") };
+    let out = contribution.push(&[&format!("HEAD:{pr_ref}")]).unwrap_or_else(|e| panic!("contributor push failed:\n{e}\n{}", front.logs()));
+    assert!(out.contains("released"), "{out}");
+    assert!(stored(&mut c, pr.id).await, "pull request released by the contributor's push");
+    assert_eq!(bare_refs(&repo_dir(&front.relay, &owner.public_key(), "proj")).get(&pr_ref), Some(&fix), "copied into the owner's repository");
+
+    let refused = Repo { work: WorkTree { dir: repo.work.dir.clone() }, url: prs("refused") };
+    let err = refused.push(&["HEAD:refs/heads/main"]).unwrap_err();
+    assert!(err.contains("only refs/nostr/"), "{err}");
+    let gone = prs_root.join(npub_of(&contributor.public_key())).join("refused.git");
+    wait_until("the refused push's repository to be removed", TIMEOUT, || (!gone.exists()).then_some(())).unwrap();
 }
 
 #[tokio::test]

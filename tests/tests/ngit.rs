@@ -335,3 +335,49 @@ async fn a_private_service_serves_members_only() {
     member.git(&clone, &["fetch", "-q", "origin"]).expect_ok("a member's fetch");
     assert_eq!(member.git_ok(&clone, &["rev-parse", "origin/main"]), second, "the non-member's push changed nothing");
 }
+
+/// GRASP-06 with the real client: the repository's own server takes no pull request data (its
+/// `--max-pr-push-bytes` is spent), so the contributor pushes the pull request to another
+/// server's contributor repository with `git push -o git-server=<that server>`. The pull request
+/// event goes to the repository's relay as usual, naming that contributor repository in its
+/// `clone` tag; the repository's server fetches the commit from there (background sync), and the
+/// maintainer lists the pull request and checks it out.
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "the real client: needs ../shared/tools (ngit); .ci/run runs it"]
+async fn a_pull_request_the_repositorys_server_cannot_take_goes_to_another_servers_contributor_repository() {
+    let users = PlainRelay::start();
+    let tmp = tempfile::tempdir().unwrap();
+    let own = TestServer::start_with(&["--max-pr-push-bytes", "1", "--sync-allow-private", "--sync-user-delay", "1s", "--sync-delay", "100ms"]);
+    let other = TestServer::start_with(&["--grasp06"]);
+    let owner = NgitUser::new(tmp.path(), "owner", &users.url(), &[grasp_url(&own)]);
+    let contributor = NgitUser::new(tmp.path(), "contributor", &users.url(), &[grasp_url(&own)]);
+    let (work, _first) = init_repo(&owner, &[&own], "proj", &[]);
+
+    let (run, theirs) = clone_into(&contributor, &nostr_url(&own, &owner, "proj"), "theirs");
+    run.expect_ok("the contributor's clone");
+    contributor.git_ok(&theirs, &["checkout", "-q", "-b", "pr/elsewhere"]);
+    let fix = contributor.commit(&theirs, "fix.txt", "a fix the repository's server cannot take");
+    let pushed = contributor.git(
+        &theirs,
+        &["push", "-o", &format!("git-server={}", grasp_url(&other)), "-o", "title=Fix elsewhere", "-o", "description=Sent through another server.", "-u", "origin", "pr/elsewhere"],
+    );
+    let text = pushed.expect_ok("git push -o git-server=<another GRASP server> of a pull request");
+    assert!(text.contains(&format!("commit data sent to {}/prs", grasp_url(&other))), "{text}");
+
+    // The other server holds the commit in the contributor's repository there.
+    let prs = format!("{}/prs/{}/proj.git", grasp_url(&other), contributor.npub());
+    let listed = contributor.git(&contributor.home, &["ls-remote", &prs]).expect_ok("git ls-remote of the contributor repository");
+    let id = listed.lines().find_map(|l| l.strip_prefix(&format!("{fix}\trefs/nostr/"))).unwrap_or_else(|| panic!("{listed}")).to_string();
+    // The repository's server fetched it from there and serves the pull request with it.
+    let pr = eventually!("the repository's server releases the pull request", served_pull_request(&own, &contributor).await);
+    assert_eq!(pr.id.to_hex(), id);
+    let clone_urls: Vec<&str> = pr.tags.iter().filter(|t| t.as_slice()[0] == "clone").flat_map(|t| t.as_slice()[1..].iter().map(String::as_str)).collect();
+    assert!(clone_urls.contains(&prs.as_str()), "the pull request names the contributor repository: {clone_urls:?}");
+    assert!(served_nostr_refs(&owner, &own, &owner, "proj").contains(&(format!("refs/nostr/{id}"), fix.clone())));
+
+    // The maintainer sees it and checks it out.
+    let listed = owner.ngit(&work, &["pr", "list"]).expect_ok("ngit pr list");
+    assert!(listed.contains(&id) && listed.contains("Fix elsewhere"), "{listed}");
+    owner.ngit(&work, &["pr", "checkout", &id]).expect_ok("ngit pr checkout");
+    assert_eq!(owner.git_ok(&work, &["rev-parse", "HEAD"]), fix, "the checked-out branch is the contributor's commit");
+}

@@ -11,8 +11,9 @@ const TIMEOUT: Duration = Duration::from_secs(120);
 fn main() {
     let result = (|| -> anyhow::Result<PostReceiveResponse> {
         let ctx = context(settings("grasp-post-receive")?.data_dir)?;
-        let req = PostReceiveRequest::new(ctx.owner, ctx.identifier, ctx.updates);
-        call(&ctx.data_dir, PATH_POST_RECEIVE, &req, TIMEOUT)
+        let data_dir = ctx.data_dir.clone();
+        let req: PostReceiveRequest = ctx.request();
+        call(&data_dir, PATH_POST_RECEIVE, &req, TIMEOUT)
     })();
     match result {
         Ok(resp) => {

@@ -15,12 +15,13 @@ fn main() {
         let ctx = context(settings.data_dir)?;
         // Size limits first, on the quarantine: a refused pack never lands.
         if let Some(quarantine) = std::env::var_os("GIT_QUARANTINE_PATH") {
-            if let Err(message) = limits.check(&ctx.updates, dir_bytes(std::path::Path::new(&quarantine))) {
+            if let Err(message) = limits.check_in(ctx.space, &ctx.updates, dir_bytes(std::path::Path::new(&quarantine))) {
                 return Ok(PreReceiveResponse::reject(vec![format!("grasp: push rejected: {message}")]));
             }
         }
-        let req = PreReceiveRequest::new(ctx.owner, ctx.identifier, ctx.updates);
-        let resp: PreReceiveResponse = call(&ctx.data_dir, PATH_PRE_RECEIVE, &req, TIMEOUT)?;
+        let data_dir = ctx.data_dir.clone();
+        let req: PreReceiveRequest = ctx.request();
+        let resp: PreReceiveResponse = call(&data_dir, PATH_PRE_RECEIVE, &req, TIMEOUT)?;
         check_version(resp.version)?;
         Ok(resp)
     })();

@@ -20,7 +20,8 @@ use grasp_state::hook_api::{
     PATH_PRE_RECEIVE, TOKEN_FILE, TOKEN_HEADER,
 };
 use grasp_state::atomic_file::write_atomic;
-use grasp_state::purgatory::{EntryView, ExpiredView, Purgatory, PurgatoryStats};
+use grasp_state::identifier::RepoSpace;
+use grasp_state::purgatory::{EntryView, ExpiredView, Purgatory, PurgatoryStats, RepoId};
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
@@ -208,7 +209,11 @@ async fn handle(req: Request<Incoming>, token: &str, grasp: &Grasp, health: &Hea
                 Err(resp) => return *resp,
             };
             let Some(owner) = owner(&req.owner) else { return error(StatusCode::BAD_REQUEST, "owner is not an npub") };
-            json(StatusCode::OK, &grasp.metrics.push_authorization(grasp.authorize_push(&owner, &req.identifier, &req.updates)).await)
+            let verdict = match req.space {
+                RepoSpace::Hosted => grasp.metrics.push_authorization(grasp.authorize_push(&owner, &req.identifier, &req.updates)).await,
+                RepoSpace::Prs => grasp.metrics.push_authorization(grasp.authorize_contribution(&owner, &req.identifier, &req.updates)).await,
+            };
+            json(StatusCode::OK, &verdict)
         }
         PATH_POST_RECEIVE => {
             let req = match parse::<HookRequest>(&body) {
@@ -216,9 +221,30 @@ async fn handle(req: Request<Incoming>, token: &str, grasp: &Grasp, health: &Hea
                 Err(resp) => return *resp,
             };
             let Some(owner) = owner(&req.owner) else { return error(StatusCode::BAD_REQUEST, "owner is not an npub") };
-            let resp = json(StatusCode::OK, &grasp.metrics.push_release(grasp.git_arrived(&owner, &req.identifier, &req.updates)).await);
-            crate::git::maintenance::after_push(grasp, &owner, &req.identifier);
+            let answer = match req.space {
+                RepoSpace::Hosted => grasp.metrics.push_release(grasp.git_arrived(&owner, &req.identifier, &req.updates)).await,
+                RepoSpace::Prs => grasp.metrics.push_release(grasp.contribution_arrived(&owner, &req.identifier, &req.updates)).await,
+            };
+            let resp = json(StatusCode::OK, &answer);
+            crate::git::maintenance::after_push(grasp, &RepoId { owner, identifier: req.identifier, space: req.space });
             resp
+        }
+        grasp_state::hook_api::PATH_PRS_REPO => {
+            let req: grasp_state::hook_api::PrsRepoRequest = match parse(&body) {
+                Ok(r) => r,
+                Err(resp) => return *resp,
+            };
+            let Some(contributor) = grasp_state::identifier::parse_npub(&req.npub) else {
+                return error(StatusCode::BAD_REQUEST, "npub is not a canonical npub");
+            };
+            if grasp_state::identifier::validate_identifier(&req.identifier).is_err() {
+                return error(StatusCode::BAD_REQUEST, "not a valid identifier");
+            }
+            match grasp.create_contributor_repo(&contributor, &req.identifier).await {
+                Ok(created) => json(StatusCode::OK, &grasp_state::hook_api::PrsRepoResponse { version: HOOK_API_VERSION, created }),
+                Err(e @ crate::grasp::contributions::ContributorRepoError::Off) => error(StatusCode::NOT_FOUND, e.to_string()),
+                Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
+            }
         }
         grasp_state::hook_api::PATH_REPOS_PURGE => repos::route_purge(&body, grasp).await,
         grasp_state::hook_api::PATH_PURGE_AUTHOR => {
@@ -288,6 +314,11 @@ trait Versioned {
     fn version(&self) -> u32;
 }
 impl Versioned for grasp_state::hook_api::PurgeAuthorRequest {
+    fn version(&self) -> u32 {
+        self.version
+    }
+}
+impl Versioned for grasp_state::hook_api::PrsRepoRequest {
     fn version(&self) -> u32 {
         self.version
     }

@@ -18,7 +18,7 @@ use grasp_state::hook_api::{
     Leftover, PurgeKept, PurgeRequest, PurgeResponse, RefView, RepoEntry, RepoInfo, RepoListing, RepoStatus,
     HOOK_API_VERSION, PATH_REPOS, PATH_REPOS_PURGE, PATH_REPO_PREFIX,
 };
-use grasp_state::identifier::{npub_of, parse_npub, validate_identifier};
+use grasp_state::identifier::{npub_of, parse_npub, validate_identifier, PRS_DIR};
 use grasp_state::nip34::{Announcement, KIND_ANNOUNCEMENT};
 use grasp_state::purgatory::EntryKind;
 use nostr::prelude::{Coordinate, Filter, Kind, Nip19Coordinate, PublicKey, RelayUrl, ToBech32};
@@ -94,7 +94,7 @@ pub(super) async fn route_get(path: &str, grasp: &Grasp) -> Option<hyper::Respon
         return Some(super::json(StatusCode::OK, &listing(grasp).await));
     }
     let rest = path.strip_prefix(PATH_REPO_PREFIX)?;
-    let Some(repo) = grasp_state::identifier::parse_repo_url_path(&format!("/{rest}.git")) else {
+    let Some(repo) = grasp_state::identifier::parse_repo_url_path(&format!("/{rest}.git")).filter(|r| r.space.is_hosted()) else {
         return Some(super::error(StatusCode::BAD_REQUEST, "expected /v1/repo/<npub>/<percent-encoded identifier>"));
     };
     Some(match repo_info(grasp, &repo.owner, &repo.identifier).await {
@@ -186,6 +186,10 @@ pub fn classify(git_root: &Path, justified: &Justified) -> RepoListing {
         leftovers.push(Leftover { path: rel, reason: reason.to_string(), size_bytes: disk_usage(path) });
     };
     for (owner_name, owner_dir) in subdirs(git_root) {
+        if owner_name == PRS_DIR {
+            classify_contributor_repos(&owner_dir, &mut repos, &mut leftover);
+            continue;
+        }
         let Some(owner) = parse_npub(&owner_name) else {
             if owner_name != "lost+found" {
                 leftover(owner_name, &owner_dir, "not an npub: no repository can live here");
@@ -217,6 +221,35 @@ pub fn classify(git_root: &Path, justified: &Justified) -> RepoListing {
         }
     }
     RepoListing { version: HOOK_API_VERSION, repos, leftovers }
+}
+
+/// The GRASP-06 contributor repositories under `<git_root>/prs` (`prs_root`): listed as
+/// [`RepoStatus::Contributions`], never orphans (the relay removes an empty one itself); anything
+/// else there is a leftover.
+fn classify_contributor_repos(prs_root: &Path, repos: &mut Vec<RepoEntry>, leftover: &mut impl FnMut(String, &Path, &str)) {
+    for (owner_name, owner_dir) in subdirs(prs_root) {
+        let rel_owner = format!("{PRS_DIR}/{owner_name}");
+        if parse_npub(&owner_name).is_none() {
+            leftover(rel_owner, &owner_dir, "not an npub: no contributor repository can live here");
+            continue;
+        }
+        if std::fs::read_dir(&owner_dir).is_ok_and(|mut rd| rd.next().is_none()) {
+            leftover(rel_owner.clone(), &owner_dir, "empty owner directory");
+        }
+        for (name, path) in subdirs(&owner_dir) {
+            let rel = format!("{rel_owner}/{name}");
+            match name.strip_suffix(".git").filter(|id| validate_identifier(id).is_ok()) {
+                Some(identifier) if !name.starts_with(".tmp-") && !name.starts_with(".del-") => repos.push(RepoEntry {
+                    owner: rel_owner.clone(),
+                    identifier: identifier.to_string(),
+                    status: RepoStatus::Contributions,
+                    size_bytes: disk_usage(&path),
+                    path: rel,
+                }),
+                _ => leftover(rel, &path, "not a contributor repository (<identifier>.git), or cut short by a crash"),
+            }
+        }
+    }
 }
 
 /// `GET /v1/repos`.
@@ -329,20 +362,24 @@ fn human_size(bytes: u64) -> String {
 pub fn render_table(listing: &RepoListing, orphans_only: bool) -> String {
     use std::fmt::Write as _;
     let mut out = String::new();
-    let _ = writeln!(out, "{:<9} {:>10}  {:<63} IDENTIFIER", "STATUS", "SIZE", "OWNER");
+    let _ = writeln!(out, "{:<13} {:>10}  {:<67} IDENTIFIER", "STATUS", "SIZE", "OWNER");
     let shown: Vec<&RepoEntry> =
         listing.repos.iter().filter(|r| !orphans_only || r.status == RepoStatus::Orphaned).collect();
     for r in &shown {
         let status = format!("{:?}", r.status).to_lowercase();
-        let _ = writeln!(out, "{status:<9} {:>10}  {:<63} {}", human_size(r.size_bytes), r.owner, r.identifier);
+        let _ = writeln!(out, "{status:<13} {:>10}  {:<67} {}", human_size(r.size_bytes), r.owner, r.identifier);
     }
     for l in &listing.leftovers {
-        let _ = writeln!(out, "{:<9} {:>10}  {} ({})", "leftover", human_size(l.size_bytes), l.path, l.reason);
+        let _ = writeln!(out, "{:<13} {:>10}  {} ({})", "leftover", human_size(l.size_bytes), l.path, l.reason);
     }
     let count = |s: RepoStatus| listing.repos.iter().filter(|r| r.status == s).count();
+    let contributions = match count(RepoStatus::Contributions) {
+        0 => String::new(),
+        n => format!("{n} contributor repositories (GRASP-06), "),
+    };
     let _ = writeln!(
         out,
-        "{} served, {} held, {} orphaned, {} leftovers",
+        "{} served, {} held, {} orphaned, {contributions}{} leftovers",
         count(RepoStatus::Served),
         count(RepoStatus::Held),
         count(RepoStatus::Orphaned),
@@ -441,6 +478,24 @@ mod tests {
         assert!(!candidates.iter().any(|p| p.ends_with("served.git") || p.ends_with("held.git")));
         let table = render_table(&l, true);
         assert!(table.contains("orphaned") && !table.contains("served  ") && table.contains("1 served, 1 held, 1 orphaned, 5 leftovers"), "{table}");
+    }
+
+    #[test]
+    fn contributor_repositories_are_listed_never_purged() {
+        let root = tempfile::tempdir().unwrap();
+        let c = Keys::generate().public_key();
+        let prs = root.path().join(PRS_DIR);
+        std::fs::create_dir_all(prs.join(npub_of(&c)).join("proj.git")).unwrap();
+        std::fs::create_dir_all(prs.join(npub_of(&c)).join(".tmp-1")).unwrap();
+        std::fs::create_dir_all(prs.join("not-an-npub")).unwrap();
+        let l = classify(root.path(), &Justified { stored: Default::default(), held: Default::default() });
+        let entry = l.repos.iter().find(|r| r.identifier == "proj").unwrap();
+        assert_eq!((entry.status, entry.owner.as_str()), (RepoStatus::Contributions, format!("{PRS_DIR}/{}", npub_of(&c)).as_str()));
+        assert_eq!(entry.path, format!("{PRS_DIR}/{}/proj.git", npub_of(&c)));
+        let left: Vec<&str> = l.leftovers.iter().map(|x| x.path.as_str()).collect();
+        assert_eq!(left.len(), 2, "{left:?}");
+        assert!(!purge_candidates(&l).iter().any(|p| p.ends_with("proj.git")), "a contributor repository is never an orphan");
+        assert!(render_table(&l, false).contains("1 contributor repositories (GRASP-06)"));
     }
 
     #[tokio::test]

@@ -17,6 +17,7 @@ pub enum Section {
     GitSync,
     RelaySync,
     Trust,
+    Services,
     Pages,
 }
 
@@ -24,7 +25,7 @@ use Section::*;
 
 impl Section {
     /// Every section, in the order of the file.
-    pub const ALL: [Section; 8] = [Server, Storage, Limits, Purgatory, GitSync, RelaySync, Trust, Pages];
+    pub const ALL: [Section; 9] = [Server, Storage, Limits, Purgatory, GitSync, RelaySync, Trust, Services, Pages];
 
     /// The name in the file: `[server]`, `[git-sync]`, ...
     pub fn name(self) -> &'static str {
@@ -36,6 +37,7 @@ impl Section {
             GitSync => "git-sync",
             RelaySync => "relay-sync",
             Trust => "trust",
+            Services => "services",
             Pages => "pages",
         }
     }
@@ -50,6 +52,7 @@ impl Section {
             GitSync => "background fetches of missing git data from other servers",
             RelaySync => "following other relays for the events of served repositories (GRASP-02)",
             Trust => "who may write: curation, a private service's members and peers, proxies",
+            Services => "optional GRASP services: GRASP-06 contributor repositories, GRASP-05 archive",
             Pages => "what the NIP-11 document and the web pages say about this server",
         }
     }
@@ -151,6 +154,11 @@ pub const SECTIONS: &[(&str, Section)] = &[
     ("members_file", Trust),
     ("private_sync_peer", Trust),
     ("service_key_file", Trust),
+    ("grasp06", Services),
+    ("archive", Services),
+    ("archive_all", Services),
+    ("archive_grasp_service", Services),
+    ("archive_writable", Services),
     ("name", Pages),
     ("description", Pages),
     ("admin_pubkey", Pages),

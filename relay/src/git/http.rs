@@ -42,7 +42,7 @@ use hyper::body::{Frame, Incoming};
 use hyper::header::{HeaderName, HeaderValue};
 use grasp_state::{cgi, transfer};
 use grasp_state::git_backend::{self, BackendSetup, Service};
-use grasp_state::identifier::{parse_repo_path, RepoLayout, RepoUrlPath};
+use grasp_state::identifier::{parse_repo_path, RepoLayout, RepoSpace, RepoUrlPath};
 use grasp_state::push_lock::PushLock;
 use hyper::{Method, Request, Response, StatusCode};
 use std::os::fd::AsRawFd;
@@ -79,6 +79,10 @@ pub struct GitHttpConfig {
     /// Past the idle timeout, the body must average this many bytes per second
     /// (`--git-min-rate`, `grasp_state::transfer`; 0: no minimum).
     pub min_rate: u64,
+    /// GRASP-06 contributor repositories (`/prs/...`) are served (`--grasp06`; grasp-cgi is told
+    /// through `GRASP_GRASP06` in `env`). Off, every `/prs/` path goes to grasp-cgi, which
+    /// answers 404.
+    pub prs: bool,
 }
 
 /// Serves one request: a plain git request by starting `git http-backend` itself
@@ -133,6 +137,9 @@ fn plain_git_request(cfg: &GitHttpConfig, method: &Method, path_info: &OsString,
         return None;
     }
     let repo = parse_repo_path(path_info.to_str()?).filter(|r| !git_backend::is_page(&r.rest))?;
+    if repo.space == RepoSpace::Prs && !cfg.prs {
+        return None;
+    }
     let push = git_backend::is_push(method.as_str(), &repo.rest, query);
     Some(PlainGitRequest { repo, push, post: method == Method::POST })
 }
@@ -155,7 +162,9 @@ impl PlainGitRequest {
         if git_backend::service(Some(data_dir), git_root, |_, _| ()) != Service::Public {
             return None;
         }
-        let repo_dir = RepoLayout::new(git_root).repo_path(&self.repo.owner, &self.repo.identifier).ok()?;
+        let repo_dir = RepoLayout::new(git_root).repo_path_in(self.repo.space, &self.repo.owner, &self.repo.identifier).ok()?;
+        // A contributor path with no repository yet is grasp-cgi's (an empty answer, or the
+        // repository made for a push).
         if !repo_dir.is_dir() {
             return None;
         }

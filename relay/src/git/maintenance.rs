@@ -20,6 +20,9 @@
 //! ([`crate::git::repos::remove_stale_quarantines`]). Background sync's quarantines are left to
 //! the sync and to the startup sweep.
 //!
+//! A GRASP-06 contributor repository (`prs/<npub>/<identifier>.git`) found without any ref (its
+//! push was refused, its placeholders expired) is removed in its pass, under both locks.
+//!
 //! After refs were removed from a repository (expired pull request placeholders), its next pass
 //! is `git gc --prune=<git idle timeout>.seconds.ago` instead ([`after_ref_removal`]), under both
 //! locks: objects no ref reaches any more go, except those held states and held pull requests
@@ -36,6 +39,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 
 use crate::git::{GitCommand, GitError};
+use grasp_state::identifier::RepoSpace;
 use crate::grasp::locks::{LockError, PushLocks, RepoGuards};
 use crate::grasp::Grasp;
 use crate::shutdown::Shutdown;
@@ -55,6 +59,8 @@ pub struct Maintenance {
     queued: Arc<Mutex<HashSet<PathBuf>>>,
     /// Repositories whose next pass also prunes unreachable objects (refs were removed).
     prune: Arc<Mutex<HashSet<PathBuf>>>,
+    /// The git idle timeout: a push that has not started within it never will.
+    idle: Duration,
 }
 
 impl Maintenance {
@@ -68,7 +74,18 @@ impl Maintenance {
         tokio::spawn(sweep_quarantines(grasp.layout.git_root().to_path_buf(), git_idle_timeout, shutdown.clone()));
         let pass = Pass { grasp, prune: prune.clone(), prune_after: git_idle_timeout };
         tokio::spawn(worker(rx, queued.clone(), pass, shutdown));
-        Maintenance { tx, queued, prune }
+        Maintenance { tx, queued, prune, idle: git_idle_timeout }
+    }
+
+    /// Queues `repo` for a pass one git idle timeout from now: a repository made for a push
+    /// (a GRASP-06 contributor repository) is looked at once that push holds its push lock (the
+    /// pass then waits for it to end) or has been given up, and removed if it was left empty.
+    pub fn schedule_after_idle(&self, repo: PathBuf) {
+        let (this, idle) = (self.clone(), self.idle);
+        tokio::spawn(async move {
+            tokio::time::sleep(idle).await;
+            this.schedule(repo);
+        });
     }
 
     /// Queues `repo` for a pass that also prunes: refs were removed from it (expired pull
@@ -90,9 +107,9 @@ impl Maintenance {
     }
 }
 
-/// Queues `owner`'s repository for `identifier` after a push (when the relay runs maintenance).
-pub fn after_push(grasp: &Grasp, owner: &nostr::prelude::PublicKey, identifier: &str) {
-    if let (Some(m), Some(repo)) = (grasp.maintenance.get(), grasp.repo_path(owner, identifier)) {
+/// Queues the pushed repository after a push (when the relay runs maintenance).
+pub fn after_push(grasp: &Grasp, repo: &grasp_state::purgatory::RepoId) {
+    if let (Some(m), Some(repo)) = (grasp.maintenance.get(), grasp.path_of(repo)) {
         m.schedule(repo);
     }
 }
@@ -178,6 +195,13 @@ async fn maintain(pass: &Pass, repo: &Path) {
     // Under the push lock no push runs here: any quarantine is a crashed push's.
     let repo2 = repo.to_path_buf();
     let _ = tokio::task::spawn_blocking(move || crate::git::repos::remove_quarantines_in(&repo2, Duration::ZERO, crate::git::repos::Sweep::Running)).await;
+    // A contributor repository (GRASP-06) with no ref left goes: nothing else justifies it.
+    if remove_if_empty_contributor_repo(grasp, repo).await {
+        drop(guards);
+        pass.prune.lock().unwrap().remove(repo);
+        tracing::info!(repo = %shown, "empty contributor repository removed");
+        return;
+    }
     let prune = pass.prune.lock().unwrap().remove(repo);
     let result = if prune {
         let keep = kept_objects(grasp, repo).await;
@@ -195,11 +219,39 @@ async fn maintain(pass: &Pass, repo: &Path) {
     }
 }
 
+/// Removes `repo` if it is a GRASP-06 contributor repository without any ref (a push refused,
+/// its placeholders expired): the caller holds its push lock and the relay's lock, so no push
+/// runs in it. Returns whether it was removed.
+pub(crate) async fn remove_if_empty_contributor_repo(grasp: &Grasp, repo: &Path) -> bool {
+    let Ok((space @ RepoSpace::Prs, owner, identifier)) = grasp.layout.locate_in(repo) else { return false };
+    let (layout, path) = (grasp.layout.clone(), repo.to_path_buf());
+    let removed = tokio::task::spawn_blocking(move || -> Result<bool, String> {
+        match crate::git::read_refs(&path) {
+            Ok(refs) if refs.is_empty() => crate::git::repos::delete_repo_in(&layout, space, &owner, &identifier).map_err(|e| e.to_string()),
+            Ok(_) => Ok(false),
+            Err(e) => Err(e.to_string()),
+        }
+    })
+    .await;
+    match removed {
+        Ok(Ok(true)) => {
+            grasp.trust.limits.repo_removed();
+            true
+        }
+        Ok(Ok(false)) => false,
+        Ok(Err(e)) => {
+            tracing::warn!(repo = %repo.display(), error = %e, "could not check or remove a contributor repository");
+            false
+        }
+        Err(_) => false,
+    }
+}
+
 /// The objects of `repo` a prune must keep although no ref reaches them: the commits of held
 /// state events of its identifier and of held pull requests for it (present here).
 async fn kept_objects(grasp: &Grasp, repo: &Path) -> Vec<String> {
-    let Ok((owner, identifier)) = grasp.layout.locate(repo) else { return Vec::new() };
-    let (states, prs) = grasp.purgatory.held_objects(&grasp_state::purgatory::RepoId::new(owner, identifier));
+    let Ok((space, owner, identifier)) = grasp.layout.locate_in(repo) else { return Vec::new() };
+    let (states, prs) = grasp.purgatory.held_objects(&grasp_state::purgatory::RepoId { owner, identifier, space });
     let mut oids: Vec<String> = states
         .iter()
         .filter_map(|ev| grasp_state::nip34::RepoState::from_event(ev).ok())

@@ -11,7 +11,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use grasp_state::identifier::{IdentifierError, RepoLayout};
+use grasp_state::identifier::{IdentifierError, RepoLayout, RepoSpace};
 use nostr::key::PublicKey;
 
 use grasp_state::atomic_file::write_atomic;
@@ -62,24 +62,36 @@ pub fn create_bare_repo(
     identifier: &str,
     hooks_dir: &Path,
 ) -> Result<PathBuf, RepoError> {
-    let path = layout.repo_path(owner, identifier)?;
+    create_bare_repo_in(layout, RepoSpace::Hosted, owner, identifier, hooks_dir).map(|(path, _)| path)
+}
+
+/// [`create_bare_repo`] in `space` (a GRASP-06 contributor repository is made the same way,
+/// under `<git_root>/prs/`). Returns its path and whether this call made it.
+pub fn create_bare_repo_in(
+    layout: &RepoLayout,
+    space: RepoSpace,
+    owner: &PublicKey,
+    identifier: &str,
+    hooks_dir: &Path,
+) -> Result<(PathBuf, bool), RepoError> {
+    let path = layout.repo_path_in(space, owner, identifier)?;
     if path.is_dir() {
-        return Ok(path);
+        return Ok((path, false));
     }
-    let owner_dir = layout.owner_dir(owner);
+    let owner_dir = layout.owner_dir_in(space, owner);
     std::fs::create_dir_all(&owner_dir).map_err(io_err("creating", &owner_dir))?;
     let tmp = owner_dir.join(unique_name(".tmp-"));
     let result =
         init_configured(&tmp, hooks_dir).and_then(|()| match std::fs::rename(&tmp, &path) {
-            Ok(()) => Ok(()),
+            Ok(()) => Ok(true),
             // Somebody else created it meanwhile: theirs wins, it is configured the same way.
-            Err(_) if path.is_dir() => Ok(()),
+            Err(_) if path.is_dir() => Ok(false),
             Err(e) => Err(io_err("renaming into place", &path)(e)),
         });
     if tmp.exists() {
         let _ = std::fs::remove_dir_all(&tmp);
     }
-    result.map(|()| path)
+    result.map(|created| (path, created))
 }
 
 /// `git init --bare` with no template (an empty `--template=`) and `HEAD` where git puts it
@@ -125,22 +137,37 @@ pub fn delete_repo(
     owner: &PublicKey,
     identifier: &str,
 ) -> Result<bool, RepoError> {
-    let path = layout.repo_path(owner, identifier)?;
-    let aside = layout.owner_dir(owner).join(unique_name(".del-"));
+    delete_repo_in(layout, RepoSpace::Hosted, owner, identifier)
+}
+
+/// [`delete_repo`] in `space`.
+pub fn delete_repo_in(
+    layout: &RepoLayout,
+    space: RepoSpace,
+    owner: &PublicKey,
+    identifier: &str,
+) -> Result<bool, RepoError> {
+    let path = layout.repo_path_in(space, owner, identifier)?;
+    let aside = layout.owner_dir_in(space, owner).join(unique_name(".del-"));
     match std::fs::rename(&path, &aside) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
         Err(e) => return Err(io_err("moving aside", &path)(e)),
     }
     std::fs::remove_dir_all(&aside).map_err(io_err("removing", &aside))?;
-    remove_owner_dir_if_empty(layout, owner);
+    remove_owner_dir_if_empty_in(layout, space, owner);
     Ok(true)
 }
 
 /// Removes `<git_root>/<npub>` when no repository (or anything else) is left in it. A repository
 /// created meanwhile keeps it: removing a non-empty directory fails, and creation recreates it.
 pub fn remove_owner_dir_if_empty(layout: &RepoLayout, owner: &PublicKey) {
-    let dir = layout.owner_dir(owner);
+    remove_owner_dir_if_empty_in(layout, RepoSpace::Hosted, owner)
+}
+
+/// [`remove_owner_dir_if_empty`] in `space`.
+pub fn remove_owner_dir_if_empty_in(layout: &RepoLayout, space: RepoSpace, owner: &PublicKey) {
+    let dir = layout.owner_dir_in(space, owner);
     match std::fs::remove_dir(&dir) {
         Ok(()) => tracing::debug!(dir = %dir.display(), "removed empty owner directory"),
         Err(e) if matches!(e.kind(), std::io::ErrorKind::NotFound | std::io::ErrorKind::DirectoryNotEmpty) => {}
@@ -155,6 +182,26 @@ pub use crate::git::read_refs;
 /// its hooks accept it.
 const QUARANTINE_PREFIX: &str = "tmp_objdir-incoming-";
 
+/// Every repository directory under `git_root`, of both spaces: `<npub>/<identifier>.git` and
+/// `prs/<npub>/<identifier>.git` (names checked only as far as ending in `.git`; a crash's
+/// `.tmp-*` and `.del-*` never do). The one walk of the repositories on disk.
+pub fn repo_dirs(git_root: &Path) -> Vec<PathBuf> {
+    let mut dirs = repo_dirs_in(git_root);
+    dirs.extend(repo_dirs_in(&git_root.join(grasp_state::identifier::PRS_DIR)));
+    dirs
+}
+
+/// The repository directories of one space's root (`RepoLayout::space_root`):
+/// `<root>/<owner>/<name>.git`, the contributor space's directory left out of the hosted one.
+pub fn repo_dirs_in(root: &Path) -> Vec<PathBuf> {
+    subdirs(root)
+        .into_iter()
+        .filter(|owner| owner.file_name().is_some_and(|n| n != grasp_state::identifier::PRS_DIR))
+        .flat_map(|owner| subdirs(&owner))
+        .filter(|repo| repo.extension().is_some_and(|e| e == "git"))
+        .collect()
+}
+
 /// Removes push quarantines idle for `older_than` or more from every repository under
 /// `git_root`. A receive-pack killed mid-push (the relay or the web server died) leaves its
 /// quarantine behind: invisible to git, but as large as the push. A live push writes into its
@@ -164,13 +211,7 @@ const QUARANTINE_PREFIX: &str = "tmp_objdir-incoming-";
 /// relay runs they are left alone (a live fetch may wait on a slow peer without writing, and
 /// holds no lock; it removes its own). Returns how many were removed.
 pub fn remove_stale_quarantines(git_root: &Path, older_than: std::time::Duration, sweep: Sweep) -> usize {
-    let mut removed = 0;
-    for owner in subdirs(git_root) {
-        for repo in subdirs(&owner) {
-            removed += remove_quarantines_in(&repo, older_than, sweep);
-        }
-    }
-    removed
+    repo_dirs(git_root).iter().map(|repo| remove_quarantines_in(repo, older_than, sweep)).sum()
 }
 
 /// When a quarantine sweep runs, which decides whether background sync's quarantines are fair
@@ -263,6 +304,18 @@ mod tests {
         assert!(pack.exists() && sync.exists());
         assert_eq!(super::remove_stale_quarantines(root.path(), std::time::Duration::from_secs(60), Sweep::Startup), 1);
         assert!(!sync.exists());
+    }
+
+    #[test]
+    fn repositories_of_both_spaces_are_walked_and_nothing_else() {
+        let root = tempfile::tempdir().unwrap();
+        for dir in ["npub1a/r.git", "npub1a/.tmp-1", "npub1b/s.git", "prs/npub1c/t.git", "prs/npub1c/.del-2", "lost+found"] {
+            std::fs::create_dir_all(root.path().join(dir)).unwrap();
+        }
+        let mut found: Vec<String> =
+            super::repo_dirs(root.path()).iter().map(|p| p.strip_prefix(root.path()).unwrap().display().to_string()).collect();
+        found.sort();
+        assert_eq!(found, ["npub1a/r.git", "npub1b/s.git", "prs/npub1c/t.git"]);
     }
 
     use super::*;

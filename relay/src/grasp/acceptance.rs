@@ -4,7 +4,9 @@
 //! - 30617 announcements must list this service (or come from the owner or a maintainer of an
 //!   accepted announcement with the same identifier); new ones wait in the purgatory.
 //! - 30618 states need an announcement whose recursive maintainer set holds the author.
-//! - 1618/1619 pull requests need an `a` tag naming an announced repository.
+//! - 1618/1619 pull requests need an `a` tag naming an announced repository; with GRASP-06, one
+//!   whose `clone` tag names its signer's contributor repository here (`/prs/<npub>/<d>.git`) is
+//!   held too, and the signer's contributor repositories count among those it names.
 //! - 10317 grasp lists and kind 5 deletions are accepted from anyone.
 //! - Everything else is a *related event*: accepted when it tags (`a`/`A`/`q` coordinates,
 //!   `e`/`E`/`q` ids), or is tagged by, an accepted event. Accepted means stored here, or held in
@@ -30,6 +32,8 @@ use grasp_state::nip34::{
     KIND_PR_UPDATE, KIND_STATE, KIND_USER_GRASP_LIST,
 };
 use grasp_state::purgatory::{PurgatoryFull, RepoId, Removed};
+use std::path::PathBuf;
+
 use nostr::prelude::{Event, Filter, Kind, SingleLetterTag, ToBech32};
 
 use crate::git;
@@ -128,10 +132,12 @@ impl Grasp {
         let existing = all.iter().find(|(x, _)| x.owner == a.owner).map(|(old, source)| (*source, old.recency() > a.recency()));
         let repo = self.repo_path(&a.owner, &a.identifier);
         let repo_exists = repo.as_ref().is_some_and(|p| p.exists());
-        let lists_service = a.lists_service(&self.public_host);
+        let hosting = self.hosting(&a);
+        let lists_service = hosting == crate::grasp::Hosting::Listed;
+        let archived = hosting == crate::grasp::Hosting::Archived;
         // A repository that already holds git data proves itself; only asked when it decides.
         let repo_has_refs = match (&repo, existing) {
-            (Some(repo), None) if lists_service && repo_exists => {
+            (Some(repo), None) if (lists_service || archived) && repo_exists => {
                 let repo = repo.clone();
                 tokio::task::spawn_blocking(move || git::read_refs(&repo).map(|r| !r.is_empty()).unwrap_or(false))
                     .await
@@ -142,6 +148,7 @@ impl Grasp {
         let facts = AnnouncementFacts {
             existing,
             lists_service,
+            archived,
             owner_or_listed: is_owner_or_listed(&a.owner, &all),
             repo_exists,
             repo_has_refs,
@@ -192,7 +199,7 @@ impl Grasp {
             AfterRepo::Hold => {
                 match self.purgatory.hold_announcement(ev.clone(), a.owner, a.identifier.clone(), a.relays.iter().cloned().collect()) {
                     Ok((_, durable)) => {
-                        tracing::info!(repo = %format!("{npub}/{}", a.identifier), event = %ev.id, "announcement held in purgatory");
+                        tracing::info!(repo = %format!("{npub}/{}", a.identifier), event = %ev.id, archived, "announcement held in purgatory");
                         Admission::Purgatory(PURGATORY_MESSAGE.into(), durable)
                     }
                     Err(e) => full(e, ev.kind.as_u16()),
@@ -292,32 +299,49 @@ impl Grasp {
             Ok(pr) => pr,
             Err(e) => return Admission::Reject(format!("invalid: {e}")),
         };
-        let mut repos = Vec::new();
+        let mut announced: Vec<RepoId> = Vec::new();
         for (owner, identifier) in &pr.repos {
             let all = self.announcements(identifier).await;
-            if all.iter().any(|(a, _)| &a.owner == owner) {
-                if let Some(path) = self.repo_path(owner, identifier) {
-                    repos.push((*owner, identifier.clone(), path));
-                }
+            if all.iter().any(|(a, _)| &a.owner == owner) && self.repo_path(owner, identifier).is_some() {
+                announced.push(RepoId::new(*owner, identifier.clone()));
             }
         }
-        if repos.is_empty() {
+        // GRASP-06: the signer's contributor repositories count among the repositories it names,
+        // and a pull request whose repository is not announced here is held when its `clone` tag
+        // names one of them here exactly (docs/protocol.md#contributor-repositories).
+        let contributor = if self.grasp06 { grasp_state::prs::contributor_targets(&pr) } else { Vec::new() };
+        if announced.is_empty() && !(self.grasp06 && grasp_state::prs::relaxed_identifier(&pr, &self.public_host).is_some()) {
             return Admission::Reject(match pr.repos.first() {
                 Some((owner, identifier)) => format!(
                     "blocked: repository 30617:{}:{identifier} is not announced on this relay; \
-                     publish its announcement here first, or tag a repository announced here",
-                    owner.to_hex()
+                     publish its announcement here first, or tag a repository announced here{}",
+                    owner.to_hex(),
+                    self.contributor_advice(&pr.author, identifier)
                 ),
                 None => "blocked: this pull request names no repository; add an `a` tag \
                          [\"a\", \"30617:<owner hex>:<identifier>\"] of a repository announced here"
                     .into(),
             });
         }
+        let targets: Vec<RepoId> = announced.iter().chain(&contributor).cloned().collect();
         let ref_name = format!("refs/nostr/{}", ev.id.to_hex());
         // Every named repository's lock is held until the event is stored: a git-first
         // placeholder expiring meanwhile waits, then sees the stored event and keeps the ref
         // (docs/protocol.md#placeholders).
-        let paths: Vec<_> = repos.iter().map(|(_, _, repo)| repo.clone()).filter(|repo| repo.exists()).collect();
+        let repos: Vec<(RepoId, PathBuf)> =
+            targets.iter().filter_map(|t| self.path_of(t).map(|p| (t.clone(), p))).filter(|(_, p)| p.exists()).collect();
+        // Refs a git-first push wrote under this id into another contributor's repository (or
+        // one for an identifier the event does not name) are not this pull request's: removed
+        // with the rest of the check (the signer's own repositories are the only ones it binds).
+        let stray: Vec<(RepoId, PathBuf)> = self
+            .purgatory
+            .placeholder_destinations(&ev.id)
+            .into_iter()
+            .filter(|d| !d.space.is_hosted() && !targets.contains(d))
+            .filter_map(|d| self.path_of(&d).map(|p| (d, p)))
+            .filter(|(_, p)| p.exists())
+            .collect();
+        let paths: Vec<PathBuf> = repos.iter().chain(&stray).map(|(_, p)| p.clone()).collect();
         let wait = self.locks.limits().event_wait;
         let guards = match RepoGuards::acquire_within(&self.locks, paths.clone(), PushLocks::Skip, wait).await {
             Ok(guards) => Some(guards),
@@ -327,8 +351,9 @@ impl Grasp {
                 None
             }
         };
+        let mut served_from_contributor = None;
         let mut served = false;
-        for path in &paths {
+        for (target, path) in &repos {
             let Some(repo) = guards.as_ref().and_then(|guards| guards.get(path)).map(|repo| repo.path().to_path_buf()) else { continue };
             let (ref_name, commit) = (ref_name.clone(), pr.commit.clone());
             let ok = tokio::task::spawn_blocking(move || -> Result<bool, git::GitError> {
@@ -347,6 +372,18 @@ impl Grasp {
             .await;
             if matches!(ok, Ok(Ok(true))) {
                 served = true;
+                if !target.space.is_hosted() && served_from_contributor.is_none() {
+                    served_from_contributor = Some(path.clone());
+                }
+            }
+        }
+        for (dest, path) in &stray {
+            if guards.as_ref().and_then(|guards| guards.get(path)).is_none() {
+                continue;
+            }
+            if self.remove_stray_ref(path, &ref_name).await {
+                tracing::info!(event = %ev.id, repo = %self.shown_repo(path), "refs/nostr ref of another contributor's repository removed: the pull request does not bind to it");
+                self.purgatory.placeholder_cleaned(&ev.id, std::slice::from_ref(dest));
             }
         }
         if served {
@@ -357,6 +394,11 @@ impl Grasp {
                 self.purgatory.remove_placeholder(&ev.id);
             }
             drop(guards);
+            // Served from a contributor repository: copied where the owners look (never the
+            // other way round).
+            if let (Ok(_), Some(src)) = (&published, &served_from_contributor) {
+                self.mirror_pull_request(&pr, src).await;
+            }
             return match published {
                 Ok(message) => Admission::Published(message),
                 Err(e) => Admission::Reject(e),
@@ -365,7 +407,6 @@ impl Grasp {
         drop(guards);
         // The placeholder's ref was checked above (a wrong commit removed): the event takes over.
         self.purgatory.remove_placeholder(&ev.id);
-        let targets = repos.iter().map(|(o, i, _)| RepoId::new(*o, i.clone())).collect();
         match self.purgatory.hold_pr(ev.clone(), pr.commit.clone(), targets) {
             Err(HoldRefused::Expired) => Admission::Reject(format!(
                 "blocked: this pull request already expired in purgatory without its commit; \
@@ -373,14 +414,46 @@ impl Grasp {
                 pr.commit
             )),
             Ok((_, durable)) => {
-                tracing::info!(event = %ev.id, commit = %pr.commit, "pull request held in purgatory");
-                for (_, identifier, _) in &repos {
-                    self.note_waiting(identifier, origin);
+                tracing::info!(event = %ev.id, commit = %pr.commit, contributor_only = announced.is_empty(), "pull request held in purgatory");
+                // Background sync fetches into announced repositories only; a contributor
+                // repository waits for its contributor's push.
+                for target in &announced {
+                    self.note_waiting(&target.identifier, origin);
                 }
                 Admission::Purgatory(PURGATORY_MESSAGE.into(), durable)
             }
             Err(HoldRefused::Full(e)) => full(e, ev.kind.as_u16()),
         }
+    }
+
+    /// Compare-and-deletes whatever `refs/nostr/<id>` holds in `repo` (its lock held); a
+    /// contributor repository left without refs goes at its next maintenance pass.
+    async fn remove_stray_ref(&self, repo: &std::path::Path, name: &str) -> bool {
+        let (path, name) = (repo.to_path_buf(), name.to_string());
+        let removed = tokio::task::spawn_blocking(move || -> Result<bool, git::GitError> {
+            let refs = git::read_refs(&path)?;
+            let Some(old) = refs.get(&name) else { return Ok(false) };
+            git::update_refs(&path, &[git::RefChange::Delete { name, old: old.clone() }]).map(|()| true)
+        })
+        .await;
+        if matches!(removed, Ok(Ok(true))) {
+            crate::git::maintenance::after_ref_removal(self, repo);
+            return true;
+        }
+        false
+    }
+
+    /// What to add to a refusal of a pull request for a repository not announced here: where
+    /// this server would take it (GRASP-06), when it would.
+    fn contributor_advice(&self, author: &nostr::prelude::PublicKey, identifier: &str) -> String {
+        if !self.grasp06 {
+            return String::new();
+        }
+        let urls = crate::server::pages::PublicUrls::new(&self.public_host);
+        format!(
+            ", or push it to this server's contributor repository: add the clone URL {} and push the commit to refs/nostr/<this event's id> there",
+            urls.contributor_http_url(&grasp_state::identifier::npub_of(author), identifier)
+        )
     }
 
     async fn admit_deletion(&self, ev: &Event) -> Admission {

@@ -16,7 +16,54 @@ use nostr::prelude::{EventId, PublicKey, ToBech32};
 use crate::git;
 use crate::grasp::Grasp;
 
+/// What the pusher is told of each git-first `refs/nostr/<id>` ref an accepted push brings.
+pub(crate) fn placeholder_messages(acc: &grasp_state::push::Accepted) -> Vec<String> {
+    acc.placeholders
+        .iter()
+        .map(|(id, commit)| {
+            format!(
+                "grasp: refs/nostr/{} accepted; it waits for its pull request event (commit {})",
+                &id.to_hex()[..12],
+                &commit[..commit.len().min(12)]
+            )
+        })
+        .collect()
+}
+
 impl Grasp {
+    /// An accepted push's git-first pull request refs reserve their placeholders in `repo` now,
+    /// so that the purgatory's caps apply before any data lands, journalled before the refs may
+    /// land (the record of a crash-lost placeholder would leave its ref behind for good). A
+    /// refusal of the caps, or a journal that cannot be written, refuses the push.
+    pub(crate) async fn reserve_placeholders(&self, repo: &RepoId, decision: PushDecision) -> PushDecision {
+        match decision {
+            PushDecision::Accept(acc) => match self.purgatory.reserve_placeholders(repo, &acc.placeholders) {
+                Ok(durable) => match durable.wait().await {
+                    Ok(()) => PushDecision::Accept(acc),
+                    Err(e) => PushDecision::Reject(Rejection { reasons: vec![format!("error: {e}; push again later")] }),
+                },
+                Err(reasons) => PushDecision::Reject(Rejection { reasons }),
+            },
+            rejected => rejected,
+        }
+    }
+
+    /// The refusal of a push to `owner`'s repository when it is a read-only archive (GRASP-05:
+    /// its announcement does not list this service, the archive took it, and
+    /// `--archive-writable` is off), naming where it is hosted.
+    fn archive_refusal(&self, owner: &PublicKey, all: &[(grasp_state::nip34::Announcement, Source)]) -> Option<String> {
+        let (a, _) = all.iter().find(|(a, _)| a.owner == *owner)?;
+        if self.archive.writable || self.hosting(a) != crate::grasp::Hosting::Archived {
+            return None;
+        }
+        let hosted: Vec<&str> = a.clone_urls.iter().map(String::as_str).take(5).collect();
+        let hosted = if hosted.is_empty() { "the servers its announcement lists".to_string() } else { hosted.join(", ") };
+        Some(format!(
+            "grasp: this server keeps a read-only archive of this repository (GRASP-05); it is hosted at {hosted}: push there \
+             (this copy follows it by itself)"
+        ))
+    }
+
     /// May this push go in?
     pub async fn authorize_push(&self, owner: &PublicKey, identifier: &str, updates: &[RefUpdate]) -> PreReceiveResponse {
         let shown = format!("{}/{identifier}", owner.to_bech32().unwrap_or_default());
@@ -37,6 +84,10 @@ impl Grasp {
             _ => return PreReceiveResponse::reject(vec!["grasp: push rejected: the relay could not read this repository's refs; try again".into()]),
         };
         let all = self.announcements(identifier).await;
+        if let Some(refusal) = self.archive_refusal(owner, &all) {
+            tracing::info!(repo = %shown, reason = "read-only archive", "push rejected");
+            return PreReceiveResponse::reject(vec!["grasp: push rejected".into(), refusal]);
+        }
         let set = Grasp::maintainer_set(*owner, &all);
         let stored = self.latest_stored_state(identifier, &set).await;
         // The candidates of `grasp_state::push::push_candidates` (the stored state, and the held
@@ -75,18 +126,7 @@ impl Grasp {
         let decision = with_reasons(decision, not_prs);
         // Git-first pull request refs: reserve their placeholders now, so that the purgatory's caps
         // apply before any data lands and a crash before post-receive loses nothing.
-        let decision = match decision {
-            PushDecision::Accept(acc) => match self.purgatory.reserve_placeholders(&RepoId::new(*owner, identifier), &acc.placeholders) {
-                // Journalled before the refs may land (the records of a crash-lost placeholder
-                // would leave its ref behind for good).
-                Ok(durable) => match durable.wait().await {
-                    Ok(()) => PushDecision::Accept(acc),
-                    Err(e) => PushDecision::Reject(Rejection { reasons: vec![format!("error: {e}; push again later")] }),
-                },
-                Err(reasons) => PushDecision::Reject(Rejection { reasons }),
-            },
-            rejected => rejected,
-        };
+        let decision = self.reserve_placeholders(&RepoId::new(*owner, identifier), decision).await;
         match decision {
             PushDecision::Accept(acc) => {
                 let mut messages = Vec::new();
@@ -99,13 +139,7 @@ impl Grasp {
                         self.purgatory.extend_states(identifier, &[state_id]);
                     }
                 }
-                for (id, commit) in &acc.placeholders {
-                    messages.push(format!(
-                        "grasp: refs/nostr/{} accepted; it waits for its pull request event (commit {})",
-                        &id.to_hex()[..12],
-                        &commit[..commit.len().min(12)]
-                    ));
-                }
+                messages.extend(placeholder_messages(&acc));
                 tracing::info!(repo = %shown, state = ?acc.matched_state.map(|(id, _)| id), "push authorised");
                 PreReceiveResponse::accept(messages)
             }

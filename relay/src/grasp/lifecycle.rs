@@ -215,7 +215,7 @@ async fn expire_placeholder(grasp: &Grasp, event_id: &nostr::prelude::EventId, c
     let name = format!("refs/nostr/{}", event_id.to_hex());
     let mut failed = 0;
     for dest in destinations {
-        let Some(repo) = grasp.repo_path(&dest.owner, &dest.identifier) else {
+        let Some(repo) = grasp.path_of(dest) else {
             grasp.purgatory.placeholder_cleaned(event_id, std::slice::from_ref(dest));
             continue;
         };
@@ -324,7 +324,7 @@ async fn remove_nostr_refs(grasp: &Grasp, event_id: &nostr::prelude::EventId, co
     let mut cleaned = Vec::new();
     let name = format!("refs/nostr/{}", event_id.to_hex());
     for dest in destinations {
-        let Some(repo) = grasp.repo_path(&dest.owner, &dest.identifier) else {
+        let Some(repo) = grasp.path_of(dest) else {
             cleaned.push(dest.clone());
             continue;
         };

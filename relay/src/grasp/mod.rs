@@ -8,6 +8,7 @@
 
 pub mod acceptance;
 pub mod authorize;
+pub mod contributions;
 pub mod copies;
 pub mod deferred;
 pub mod held_index;
@@ -50,6 +51,18 @@ pub fn verify(event: &Event) -> Result<(), &'static str> {
     Ok(())
 }
 
+/// How an announcement is taken here ([`Grasp::hosting`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hosting {
+    /// It lists this service (decision 1): a repository, writable.
+    Listed,
+    /// It does not, but belongs to the GRASP-05 archive: a repository, read-only unless
+    /// `--archive-writable`.
+    Archived,
+    /// Neither: no repository (stored without one when its author is trusted, else refused).
+    No,
+}
+
 /// What the background sync registers to hear of events that start waiting for git data, and
 /// where they came from (which decides how soon it fetches).
 pub type WaitingHook = Box<dyn Fn(&str, Origin) + Send + Sync>;
@@ -85,6 +98,11 @@ pub struct Grasp {
     pub deferred: deferred::SharedDeferred,
     /// Copies of pushed data into other owners' repositories, waiting for the background task.
     pub copies: copies::CopyQueue,
+    /// GRASP-06 (`--grasp06`): contributor repositories at `/prs/<npub>/<identifier>.git` and
+    /// the acceptance relaxation for pull requests naming one (docs/protocol.md).
+    pub grasp06: bool,
+    /// GRASP-05 archive (`--archive*`): announcements not listing this service taken anyway.
+    pub archive: grasp_state::archive::Archive,
 }
 
 impl Grasp {
@@ -112,7 +130,33 @@ impl Grasp {
             held_indexes: held_index::HeldIndexes::default(),
             deferred: deferred::SharedDeferred::default(),
             copies: copies::CopyQueue::default(),
+            grasp06: false,
+            archive: grasp_state::archive::Archive::default(),
         }
+    }
+
+    /// This brain with the operator's GRASP-05 archive (`--archive*`).
+    pub fn with_archive(mut self, archive: grasp_state::archive::Archive) -> Self {
+        self.archive = archive;
+        self
+    }
+
+    /// How this server takes `a`: hosted (it lists this service), archived (GRASP-05: it does
+    /// not, but the archive takes it), or not with a repository.
+    pub fn hosting(&self, a: &Announcement) -> Hosting {
+        if a.lists_service(&self.public_host) {
+            Hosting::Listed
+        } else if self.archive.archives(a) {
+            Hosting::Archived
+        } else {
+            Hosting::No
+        }
+    }
+
+    /// This brain with GRASP-06 contributor repositories on or off (`--grasp06`).
+    pub fn with_grasp06(mut self, on: bool) -> Self {
+        self.grasp06 = on;
+        self
     }
 
     /// This brain with the operator's bounds on waiting for a repository.
@@ -228,6 +272,23 @@ impl Grasp {
         grasp_state::announcements::merge(identifier, stored, held)
     }
 
+    /// The servers of the latest user grasp list (kind 10317) stored here of each of `people`
+    /// that has one, in their order.
+    pub async fn user_grasp_lists(&self, people: &[PublicKey]) -> std::collections::HashMap<PublicKey, Vec<String>> {
+        let filter = Filter::new().kind(Kind::Custom(grasp_state::nip34::KIND_USER_GRASP_LIST)).authors(people.iter().copied());
+        let mut newest: std::collections::HashMap<PublicKey, (nostr::prelude::Timestamp, Vec<String>)> = std::collections::HashMap::new();
+        for ev in self.query(vec![filter]).await {
+            let Ok(list) = grasp_state::nip34::UserGraspList::from_event(&ev) else { continue };
+            match newest.get(&list.author) {
+                Some((at, _)) if *at >= ev.created_at => {}
+                _ => {
+                    newest.insert(list.author, (ev.created_at, list.servers));
+                }
+            }
+        }
+        newest.into_iter().map(|(author, (_, servers))| (author, servers)).collect()
+    }
+
     /// The recursive maintainer set of `owner` for an identifier, given its announcements.
     pub fn maintainer_set(owner: PublicKey, announcements: &[(Announcement, Source)]) -> MaintainerSet {
         grasp_state::announcements::maintainer_set(owner, announcements)
@@ -254,19 +315,24 @@ impl Grasp {
     /// Deletes `owner`'s bare repository for `identifier` (purgatory expiry, deletion, service
     /// change).
     pub async fn delete_repo(&self, owner: &PublicKey, identifier: &str) {
-        let Some(repo) = self.repo_path(owner, identifier) else { return };
-        let _guards = match locks::RepoGuards::acquire(&self.locks, [repo.clone()], locks::PushLocks::Skip).await {
+        self.delete_repo_id(&grasp_state::purgatory::RepoId::new(*owner, identifier)).await
+    }
+
+    /// Deletes the repository `repo` names, in its space (under its relay lock).
+    pub async fn delete_repo_id(&self, repo: &grasp_state::purgatory::RepoId) {
+        let Some(path) = self.path_of(repo) else { return };
+        let _guards = match locks::RepoGuards::acquire(&self.locks, [path.clone()], locks::PushLocks::Skip).await {
             Ok(guards) => guards,
             Err(error) => {
-                tracing::warn!(repo = %repo.display(), %error, "repository not deleted");
+                tracing::warn!(repo = %path.display(), %error, "repository not deleted");
                 return;
             }
         };
-        let (layout, owner2, id) = (self.layout.clone(), *owner, identifier.to_string());
-        match blocking(move || crate::git::repos::delete_repo(&layout, &owner2, &id)).await {
+        let (layout, target) = (self.layout.clone(), repo.clone());
+        match blocking(move || crate::git::repos::delete_repo_in(&layout, target.space, &target.owner, &target.identifier)).await {
             Ok(true) => self.trust.limits.repo_removed(),
             Ok(false) => {}
-            Err(e) => tracing::warn!(repo = %repo.display(), error = %e, "could not delete repository"),
+            Err(e) => tracing::warn!(repo = %path.display(), error = %e, "could not delete repository"),
         }
     }
 
@@ -322,5 +388,10 @@ impl Grasp {
     /// Path of `owner`'s repository for `identifier` (validated, under the git root).
     pub fn repo_path(&self, owner: &PublicKey, identifier: &str) -> Option<PathBuf> {
         self.layout.repo_path(owner, identifier).ok()
+    }
+
+    /// Path of the repository `repo` names, in its space (validated, under the git root).
+    pub fn path_of(&self, repo: &grasp_state::purgatory::RepoId) -> Option<PathBuf> {
+        self.layout.repo_path_in(repo.space, &repo.owner, &repo.identifier).ok()
     }
 }

@@ -210,6 +210,22 @@ impl SharedPurgatory {
         self.lock().find_pr(id).is_some_and(|e| e.event.is_some())
     }
 
+    /// The pull request event held under `id` (placeholders excluded).
+    pub fn held_pr_event(&self, id: &EventId) -> Option<Arc<Event>> {
+        self.lock().find_pr(id).and_then(|e| e.event.clone())
+    }
+
+    /// The repositories a git-first push wrote `refs/nostr/<id>` into, while `id` is only a
+    /// placeholder (empty otherwise).
+    pub fn placeholder_destinations(&self, id: &EventId) -> Vec<RepoId> {
+        self.lock().find_pr(id).filter(|e| e.event.is_none()).map(|e| e.destinations.clone()).unwrap_or_default()
+    }
+
+    /// The GRASP-06 contributor repositories of `identifier` held pull requests wait for.
+    pub fn contributor_repos_for(&self, identifier: &str) -> BTreeSet<RepoId> {
+        self.lock().contributor_repos_for(identifier)
+    }
+
     /// The commit of the pull request event held under `id` (placeholders excluded).
     pub fn held_pr_commit(&self, id: &EventId) -> Option<String> {
         self.lock().find_pr(id).and_then(|e| e.event.as_ref().map(|_| e.commit.clone()))

@@ -18,7 +18,7 @@ use std::time::Duration;
 use grasp_state::hook_api::{PostReceiveResponse, ReleasedEvent};
 use grasp_state::nip34::RepoState;
 use grasp_state::purgatory::RepoId;
-use grasp_state::refs::{RefMap, RefUpdate, ZERO_OID};
+use grasp_state::refs::{RefMap, RefUpdate};
 use grasp_state::release::{copy_targets, plan_release, promotion_is_certain, settle, superseded_held, wanted_oids, Alignment, RepoFacts, Settled};
 use nostr::prelude::{Event, EventId, PublicKey, ToBech32};
 
@@ -107,7 +107,8 @@ impl Grasp {
         for owner in &owners {
             released += self.process_repo(owner, identifier, &guards).await.len();
         }
-        released
+        drop(guards);
+        released + self.process_contributor_repos(identifier).await
     }
 
     /// Releases what the repositories `author`'s events govern for `identifier` now satisfy
@@ -141,18 +142,7 @@ impl Grasp {
 
     /// The post-receive hook's report: record git-first placeholders, then release.
     pub async fn git_arrived(&self, owner: &PublicKey, identifier: &str, updates: &[RefUpdate]) -> PostReceiveResponse {
-        for u in updates {
-            let Some(id) = u.name.strip_prefix("refs/nostr/") else { continue };
-            let Ok(event_id) = nostr::prelude::EventId::from_hex(id) else { continue };
-            if u.new == ZERO_OID || self.event_by_id(&event_id).await.is_some() {
-                continue;
-            }
-            match self.purgatory.record_placeholder(event_id, u.new.clone(), RepoId::new(*owner, identifier)) {
-                Some(Ok(())) => tracing::info!(event = %event_id, commit = %u.new, identifier, "git-first placeholder recorded"),
-                Some(Err(e)) => tracing::warn!(event = %event_id, error = %e, "placeholder not recorded"),
-                None => {}
-            }
-        }
+        self.record_placeholders(&RepoId::new(*owner, identifier), updates).await;
         // The pushed repository and those of its maintainer set's owners (chosen by this
         // repository's owner, so a stranger cannot add to them). Copies into the repositories of
         // owners that merely list one of them (as many as anyone cared to announce) are done in
@@ -473,6 +463,10 @@ impl Grasp {
     pub async fn reconcile_all(&self, quarantine_idle: std::time::Duration) {
         let git_root = self.layout.git_root().to_path_buf();
         blocking(move || crate::git::repos::remove_stale_quarantines(&git_root, quarantine_idle, crate::git::repos::Sweep::Startup)).await;
+        let removed = self.remove_empty_contributor_repos().await;
+        if removed > 0 {
+            tracing::info!(removed, "reconciled: empty contributor repositories removed");
+        }
         let identifiers = self.purgatory.waiting_identifiers();
         for identifier in identifiers {
             let (guards, owners) = self.guard_identifier(&identifier, PushLocks::Take).await;
@@ -481,6 +475,11 @@ impl Grasp {
                 if !released.is_empty() {
                     tracing::info!(identifier, count = released.len(), "reconciled: released held events");
                 }
+            }
+            drop(guards);
+            let released = self.process_contributor_repos(&identifier).await;
+            if released > 0 {
+                tracing::info!(identifier, count = released, "reconciled: released pull requests of contributor repositories");
             }
         }
     }

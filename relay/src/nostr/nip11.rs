@@ -28,13 +28,45 @@ after {wait} otherwise. Everything else is refused."
     )
 }
 
+/// What GRASP-05 adds to the acceptance criteria.
+fn archive_criteria(archive: &grasp_state::archive::Archive) -> String {
+    let pushes = if archive.writable {
+        "take pushes authorised by state events like hosted ones"
+    } else {
+        "refuse pushes"
+    };
+    format!(
+        " GRASP-05: announcements that do not list this server are accepted too when they belong to the archive \
+({}); their repositories follow the servers they list (relay sync and git sync) and {pushes}.",
+        archive.summary()
+    )
+}
+
+/// What GRASP-06 adds to the acceptance criteria.
+fn contributor_criteria(public_host: &str) -> String {
+    let host = grasp_state::host::public_authority(public_host);
+    format!(
+        " GRASP-06: anyone may push the commits of their own pull requests to \
+{host}/prs/<their npub>/<identifier>.git (refs/nostr/<event id> only); a pull request (1618) or \
+update (1619) for a repository not announced here is held when its `clone` tag names exactly that \
+URL of its signer here, and once its commit is pushed it is also copied into the repositories \
+announced here that its `a` tags name."
+    )
+}
+
 /// GRASP-01 always; GRASP-02 (relay-to-relay sync) when it runs (not with `--no-relay-sync`,
-/// nor on a private service without a relay among its `--private-sync-peer`s); GRASP-08 on a
-/// private service.
+/// nor on a private service without a relay among its `--private-sync-peer`s); GRASP-06 with
+/// `--grasp06`; GRASP-05 with an archive (`--archive*`); GRASP-08 on a private service.
 pub fn supported_grasps(cfg: &Config) -> Vec<&'static str> {
     let mut grasps = vec!["GRASP-01"];
     if cfg.peers().is_some() {
         grasps.push("GRASP-02");
+    }
+    if cfg.archive().is_active() {
+        grasps.push("GRASP-05");
+    }
+    if cfg.grasp06 {
+        grasps.push("GRASP-06");
     }
     if cfg.private {
         grasps.push("GRASP-08");
@@ -54,7 +86,9 @@ pub fn document(cfg: &Config, trust: &Trust) -> Value {
         "version": env!("CARGO_PKG_VERSION"),
         "supported_nips": SUPPORTED_NIPS.iter().copied().chain(cfg.negentropy().map(|_| 77)).collect::<Vec<u16>>(),
         "supported_grasps": supported_grasps(cfg),
-        "repo_acceptance_criteria": repo_acceptance_criteria(&cfg.public_host(), cfg.purgatory_ttl.as_secs()),
+        "repo_acceptance_criteria": repo_acceptance_criteria(&cfg.public_host(), cfg.purgatory_ttl.as_secs())
+            + &if cfg.grasp06 { contributor_criteria(&cfg.public_host()) } else { String::new() }
+            + &if cfg.archive().is_active() { archive_criteria(&cfg.archive()) } else { String::new() },
         "limitation": {
             "max_message_length": cfg.max_message_bytes,
             "max_subscriptions": cfg.max_subscriptions,
@@ -88,9 +122,15 @@ proof. For members: {}",
             repo_acceptance_criteria(&cfg.public_host(), cfg.purgatory_ttl.as_secs())
         ));
     }
+    // The curation in force and the archive's scope (GRASP-05), in one sentence each.
     let curation = trust.curation();
-    if curation.is_active() {
-        doc["curation"] = Value::String(curation.summary());
+    let archive = cfg.archive();
+    let scope: Vec<String> = [curation.is_active().then(|| curation.summary()), archive.is_active().then(|| archive.summary())]
+        .into_iter()
+        .flatten()
+        .collect();
+    if !scope.is_empty() {
+        doc["curation"] = Value::String(scope.join(". "));
     }
     doc["software"] = Value::String(cfg.software_url.clone());
     if let Some(pk) = &cfg.admin_pubkey {
@@ -102,6 +142,30 @@ proof. For members: {}",
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_archive_is_listed_and_its_scope_stated_in_curation() {
+        let mut cfg = Config::for_tests("/tmp/x".into());
+        assert!(document(&cfg, &Trust::default()).get("curation").is_none());
+        cfg.archive_all = true;
+        let doc = document(&cfg, &Trust::default());
+        assert_eq!(doc["supported_grasps"], json!(["GRASP-01", "GRASP-02", "GRASP-05"]));
+        assert!(doc["curation"].as_str().unwrap().starts_with("Read-only archive (GRASP-05) of every repository"), "{doc}");
+        assert!(doc["repo_acceptance_criteria"].as_str().unwrap().contains("GRASP-05"));
+    }
+
+    #[test]
+    fn grasp06_is_listed_and_explained_only_when_on() {
+        let mut cfg = Config::for_tests("/tmp/x".into());
+        cfg.grasp06 = true;
+        let doc = document(&cfg, &Trust::default());
+        assert_eq!(doc["supported_grasps"], json!(["GRASP-01", "GRASP-02", "GRASP-06"]));
+        let criteria = doc["repo_acceptance_criteria"].as_str().unwrap();
+        assert!(criteria.contains("127.0.0.1:8080/prs/<their npub>/<identifier>.git"), "{criteria}");
+        cfg.grasp06 = false;
+        let doc = document(&cfg, &Trust::default());
+        assert!(!doc["repo_acceptance_criteria"].as_str().unwrap().contains("GRASP-06"));
+    }
 
     #[test]
     fn has_required_fields_and_no_curation() {

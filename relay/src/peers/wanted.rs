@@ -2,7 +2,8 @@
 //! consolidated filters per relay (pure).
 //!
 //! Layers (docs/protocol.md#relay-sync): (a) repository announcements (kind 30617) from every
-//! connected relay; (b) per repository the state events (30618 for its `d`, authors in its
+//! connected relay, and the user grasp lists (kind 10317) of the owners and maintainers of the
+//! repositories a relay serves; (b) per repository the state events (30618 for its `d`, authors in its
 //! maintainer set) and, at level [`SyncLevel::Full`], every event tagging it (`#a`); (c) events
 //! tagging those root events (`#e`/`#E`/`#q`). Filters of all repositories a relay serves are
 //! merged (one filter per layer, values chunked by [`MAX_VALUES`]) so a relay sees a handful of
@@ -10,7 +11,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use grasp_state::nip34::{KIND_ANNOUNCEMENT, KIND_STATE};
+use grasp_state::nip34::{KIND_ANNOUNCEMENT, KIND_STATE, KIND_USER_GRASP_LIST};
 use nostr::prelude::{Event, EventId, Filter, Kind, PublicKey, SingleLetterTag};
 use serde::Serialize;
 
@@ -233,6 +234,12 @@ fn plan_for(repos: &[&RepoInterest], bootstrap: bool) -> RelayPlan {
             roots.extend(repo.roots.iter().filter(|id| seen_roots.insert(**id)).map(EventId::to_hex));
         }
     }
+    // Layer (a) also carries the user grasp lists (kind 10317) of these repositories' owners
+    // and maintainers (and of nobody else: anyone may publish one): background sync looks for
+    // their repositories' data on the servers they list (docs/protocol.md#relay-sync).
+    for authors in chunks(&authors) {
+        filters.push(Filter::new().kind(Kind::Custom(KIND_USER_GRASP_LIST)).authors(authors));
+    }
     if !identifiers.is_empty() {
         // Authors × identifiers may over-match (a maintainer of one repository, the `d` of
         // another); the acceptance policy refuses what does not belong.
@@ -310,9 +317,10 @@ mod tests {
         let plans = interest.plans(|_| false, 10);
         let plan = &plans[&url("wss://a")];
         let json: Vec<String> = plan.filters.iter().map(filter_key).collect();
-        assert_eq!(json.len(), 2, "{json:?}");
+        assert_eq!(json.len(), 3, "{json:?}");
         assert!(json[0].contains("30617"));
-        assert!(json[1].contains("30618") && json[1].contains("\"#d\":[\"held\"]"));
+        assert!(json[1].contains("10317") && json[1].contains("\"authors\""), "the maintainers' grasp lists: {}", json[1]);
+        assert!(json[2].contains("30618") && json[2].contains("\"#d\":[\"held\"]"));
     }
 
     #[test]
@@ -324,11 +332,11 @@ mod tests {
         };
         let plans = interest.plans(|_| false, 10);
         let a = &plans[&url("wss://a")];
-        // announcements, states, #a, #e, #E, #q: six filters for two repositories.
-        assert_eq!(a.filters.len(), 6, "{:?}", a.filters);
+        // announcements, grasp lists, states, #a, #e, #E, #q: seven filters for two repositories.
+        assert_eq!(a.filters.len(), 7, "{:?}", a.filters);
         assert_eq!(a.repos.len(), 2);
         let b = &plans[&url("wss://b")];
-        assert_eq!(b.filters.len(), 3, "no roots: no #e filters");
+        assert_eq!(b.filters.len(), 4, "no roots: no #e filters");
         let boot = &plans[&url("wss://boot")];
         assert!(boot.bootstrap && boot.repos.is_empty() && boot.filters.len() == 1);
     }
@@ -419,8 +427,8 @@ mod tests {
         let peer = &plans[&url("wss://peer")];
         assert_eq!(peer.repos.len(), 2);
         assert!(peer.bootstrap);
-        // announcements, states, #a of x, #e/#E/#q of x's root.
-        assert_eq!(peer.filters.len(), 6, "{:?}", peer.filters);
+        // announcements, grasp lists, states, #a of x, #e/#E/#q of x's root.
+        assert_eq!(peer.filters.len(), 7, "{:?}", peer.filters);
     }
 
     #[test]

@@ -148,7 +148,7 @@ pub async fn run(loaded: crate::config::Loaded) -> anyhow::Result<()> {
     }
     let trust = Arc::new(crate::trust::Trust::from_config(&cfg, data.git())?);
     let grasp = Arc::new(
-        Grasp::new(relay, purgatory, layout, data.hooks(), cfg.public_host(), metrics.clone()).with_trust(trust).with_lock_limits(cfg.lock_limits()).with_deferred_limits(cfg.deferred_limits()),
+        Grasp::new(relay, purgatory, layout, data.hooks(), cfg.public_host(), metrics.clone()).with_trust(trust).with_lock_limits(cfg.lock_limits()).with_deferred_limits(cfg.deferred_limits()).with_grasp06(cfg.grasp06).with_archive(cfg.archive()),
     );
     // From here every change to the purgatory is journalled before it is acknowledged; the
     // checkpoint right away compacts what was restored (checkpoint + journal) into one file.
@@ -223,6 +223,7 @@ pub async fn run(loaded: crate::config::Loaded) -> anyhow::Result<()> {
             git: "git".into(),
             http_backend: http_backend.clone(),
             max_push_bytes: Some(cfg.max_push_bytes),
+            max_pr_push_bytes: Some(cfg.max_pr_push_bytes),
         },
         data_dir: data.root().to_path_buf(),
         direct: true,
@@ -231,6 +232,9 @@ pub async fn run(loaded: crate::config::Loaded) -> anyhow::Result<()> {
         env: vec![
             ("GRASP_DATA_DIR".into(), data.root().display().to_string()),
             (grasp_state::push_limits::ENV_MAX_PUSH_BYTES.into(), cfg.max_push_bytes.to_string()),
+            (grasp_state::push_limits::ENV_MAX_PR_PUSH_BYTES.into(), cfg.max_pr_push_bytes.to_string()),
+            // GRASP-06: grasp-cgi serves /prs/ (or answers 404) as the relay does.
+            ("GRASP_GRASP06".into(), cfg.grasp06.to_string()),
             // A push waits this long for another push to the repository, then is answered 503.
             ("GRASP_PUSH_LOCK_WAIT".into(), cfg.push_lock_wait.as_secs().to_string()),
         ]
@@ -239,6 +243,7 @@ pub async fn run(loaded: crate::config::Loaded) -> anyhow::Result<()> {
         .collect(),
         idle_timeout: cfg.git_idle_timeout,
         min_rate: cfg.git_min_rate,
+        prs: cfg.grasp06,
     };
     let connections = ConnectionLimiter::new(cfg.max_connections as usize, cfg.max_connections_per_ip as usize, cfg.ipv6_prefix_len);
     // The metrics listener (off unless --metrics-bind): its own socket, never the public port.

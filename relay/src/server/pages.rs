@@ -72,6 +72,11 @@ impl PublicUrls {
         format!("{}/{npub}/{}.git", self.http_base(), percent_encode_segment(identifier))
     }
 
+    /// `https://host/prs/<npub>/<identifier>.git`: a GRASP-06 contributor repository.
+    pub fn contributor_http_url(&self, npub: &str, identifier: &str) -> String {
+        format!("{}/prs/{npub}/{}.git", self.http_base(), percent_encode_segment(identifier))
+    }
+
     /// The relay in a `nostr://` URL, as ngit prints it: the bare `host[:port]` means `wss://`, so
     /// a plain-WebSocket relay is given whole, percent-encoded (`ws%3A%2F%2F127.0.0.1%3A8080`).
     pub fn nostr_relay_hint(&self) -> String {

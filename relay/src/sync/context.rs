@@ -82,23 +82,27 @@ impl SyncContext for Arc<Grasp> {
     async fn candidate_urls(&self, identifier: &str) -> Vec<CloneSource> {
         let all = self.announcements(identifier).await;
         let mut trusted: HashSet<PublicKey> = HashSet::new();
+        // The owners whose repositories wait for data, each with the people of its maintainer
+        // set (the owner first), whose user grasp lists are looked at.
+        let mut waiting: Vec<(PublicKey, Vec<PublicKey>)> = Vec::new();
         for (announcement, _) in &all {
             let owner = announcement.owner;
-            if trusted.contains(&owner) {
-                continue;
-            }
             let set = Grasp::maintainer_set(owner, &all);
             let waits = !held_pr_commits(self, &RepoId::new(owner, identifier)).is_empty()
                 || !held_state_refs(self, identifier, &set).is_empty();
             if waits {
                 trusted.extend(set.iter().copied());
+                let people = std::iter::once(owner).chain(set.iter().copied().filter(|p| *p != owner)).collect();
+                waiting.push((owner, people));
             }
         }
         let announcements: Vec<Announcement> = all.iter().map(|(a, _)| a.clone()).collect();
         let repos: Vec<RepoId> = announcements.iter().map(|a| RepoId::new(a.owner, identifier)).collect();
         let prs: Vec<PullRequest> =
             self.purgatory.pr_events_for_any(&repos).iter().filter_map(|ev| PullRequest::from_event(ev).ok()).collect();
-        clone_sources(&announcements, &prs, &trusted)
+        let mut sources = clone_sources(&announcements, &prs, &trusted);
+        sources.extend(grasp_list_sources(self, identifier, &waiting).await);
+        sources
     }
 
     async fn lock_repo(&self, repo: &Path) -> Option<Self::RepoGuard> {
@@ -185,6 +189,40 @@ pub fn clone_sources(announcements: &[Announcement], prs: &[PullRequest], truste
     });
     let proposed = prs.iter().map(|pr| CloneSource::new(SourceTrust::PullRequest, pr.clone_urls.clone()));
     announced.chain(proposed).collect()
+}
+
+/// Most people whose user grasp lists one sync attempt looks at (the waiting owners first, then
+/// their maintainers): each list gives at most its first URLs anyway, and an attempt tries at
+/// most `grasp_state::clone_sources::URLS_PER_ATTEMPT`.
+pub const MAX_GRASP_LISTS: usize = 50;
+
+/// [`SourceTrust::GraspList`] sources: for each owner in `waiting` (with the people of its
+/// maintainer set, owner first), the owner's repository on every server of each of those people's
+/// latest user grasp list (kind 10317) stored here (docs/protocol.md#background-sync). At most
+/// [`MAX_GRASP_LISTS`] lists are read, in that order.
+async fn grasp_list_sources(grasp: &Grasp, identifier: &str, waiting: &[(PublicKey, Vec<PublicKey>)]) -> Vec<CloneSource> {
+    let mut people: Vec<PublicKey> = Vec::new();
+    for person in waiting.iter().flat_map(|(_, people)| people) {
+        if people.len() == MAX_GRASP_LISTS {
+            break;
+        }
+        if !people.contains(person) {
+            people.push(*person);
+        }
+    }
+    if people.is_empty() {
+        return Vec::new();
+    }
+    let lists = grasp.user_grasp_lists(&people).await;
+    let mut sources = Vec::new();
+    for (owner, people) in waiting {
+        for person in people {
+            let Some(servers) = lists.get(person) else { continue };
+            let urls = servers.iter().filter_map(|s| grasp_state::clone_sources::grasp_server_repo_url(s, owner, identifier)).collect();
+            sources.push(CloneSource::new(SourceTrust::GraspList, urls));
+        }
+    }
+    sources
 }
 
 /// A weak handle on a running [`Syncer`]: enqueue and read stats without keeping it alive.

@@ -221,6 +221,21 @@ impl WriteLimits {
         }
     }
 
+    /// A repository no author's hourly allowance pays for is about to be created (a GRASP-06
+    /// contributor repository, whose URL's npub anyone may use): within the total? Counts it when
+    /// it is.
+    pub fn take_repo_slot(&self) -> Result<(), String> {
+        let max = match self.config.max_repos {
+            0 => usize::MAX,
+            max => max,
+        };
+        if self.repos.try_reserve(max) {
+            return Ok(());
+        }
+        tracing::info!(max_repos = self.config.max_repos, reason = "max-repos", "new contributor repository refused");
+        Err(format!("this server already hosts its maximum of {} repositories; push to another GRASP server", self.config.max_repos))
+    }
+
     /// The relay deleted a repository.
     pub fn repo_removed(&self) {
         self.repos.release();
@@ -231,7 +246,7 @@ impl WriteLimits {
         self.repos.get()
     }
 
-    /// Walks `<git>/<npub>/<id>.git` on the blocking pool and makes the count agree with it
+    /// Walks `<git>/<npub>/<id>.git` and `<git>/prs/<npub>/<id>.git` on the blocking pool and makes the count agree with it
     /// (repositories created or removed outside the relay, reservations whose repository was
     /// never created).
     pub async fn reconcile_repo_count(&self) {
@@ -268,13 +283,9 @@ impl Default for WriteLimits {
     }
 }
 
+/// Repositories on disk, GRASP-06 contributor repositories (`prs/`) included.
 fn count_repos(root: &std::path::Path) -> usize {
-    let Ok(owners) = std::fs::read_dir(root) else { return 0 };
-    owners
-        .flatten()
-        .filter_map(|o| std::fs::read_dir(o.path()).ok())
-        .map(|repos| repos.flatten().filter(|r| r.file_name().to_string_lossy().ends_with(".git")).count())
-        .sum()
+    crate::git::repos::repo_dirs(root).len()
 }
 
 #[cfg(test)]

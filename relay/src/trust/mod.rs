@@ -171,7 +171,7 @@ impl Trust {
             }
             if let Ok(a) = Announcement::from_event(ev) {
                 curation.check_repo(&a.owner, &a.identifier)?;
-                let creates_repo = a.lists_service(&grasp.public_host)
+                let creates_repo = grasp.hosting(&a) != crate::grasp::Hosting::No
                     && grasp.repo_path(&a.owner, &a.identifier).is_some_and(|p| !p.exists());
                 if creates_repo {
                     self.limits.take_new_repo(&a.owner)?;

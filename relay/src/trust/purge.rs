@@ -1,5 +1,6 @@
 //! `grasp-relay purge-author NPUB`: the operator removes everything of one author: stored events,
-//! held events, and the repositories under `<git>/<npub>/` (docs/protocol.md#trust). Blocking
+//! held events, and the repositories under `<git>/<npub>/` and `<git>/prs/<npub>/`
+//! (docs/protocol.md#trust). Blocking
 //! an author (curation) refuses new events but keeps what is stored; this is the deliberate
 //! second step.
 
@@ -8,7 +9,8 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use grasp_state::hook_api::{PurgeAuthorRequest, PurgeAuthorResponse, HOOK_API_VERSION, PATH_PURGE_AUTHOR};
-use grasp_state::identifier::npub_of;
+use grasp_state::identifier::{npub_of, RepoSpace};
+use grasp_state::purgatory::RepoId;
 use nostr::prelude::{Filter, PublicKey};
 
 use crate::grasp::Grasp;
@@ -22,24 +24,29 @@ pub async fn purge_author(grasp: &Grasp, author: &PublicKey) -> Result<PurgeAuth
     let filter = Filter::new().author(*author);
     let events = grasp.relay.store().query(vec![filter.clone()], usize::MAX).await.map_err(|e| e.to_string())?;
     grasp.relay.store().delete(filter).await.map_err(|e| e.to_string())?;
-    let owner_dir = grasp.layout.owner_dir(author);
-    let identifiers: Vec<String> = std::fs::read_dir(&owner_dir)
-        .map(|rd| {
-            rd.flatten()
-                .filter_map(|e| e.file_name().to_str().and_then(|n| n.strip_suffix(".git")).map(str::to_owned))
-                .collect()
-        })
-        .unwrap_or_default();
-    for identifier in &identifiers {
-        grasp.delete_repo(author, identifier).await;
+    // Their repositories, and their GRASP-06 contributor repositories.
+    let mut removed = 0;
+    for space in [RepoSpace::Hosted, RepoSpace::Prs] {
+        let owner_dir = grasp.layout.owner_dir_in(space, author);
+        let identifiers: Vec<String> = std::fs::read_dir(&owner_dir)
+            .map(|rd| {
+                rd.flatten()
+                    .filter_map(|e| e.file_name().to_str().and_then(|n| n.strip_suffix(".git")).map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default();
+        for identifier in &identifiers {
+            grasp.delete_repo_id(&RepoId { owner: *author, identifier: identifier.clone(), space }).await;
+        }
+        let _ = std::fs::remove_dir(&owner_dir);
+        removed += identifiers.len();
     }
-    let _ = std::fs::remove_dir(&owner_dir);
-    tracing::info!(author = %npub_of(author), events = events.len(), held = held_removed, repositories = identifiers.len(), "author purged by the operator");
+    tracing::info!(author = %npub_of(author), events = events.len(), held = held_removed, repositories = removed, "author purged by the operator");
     Ok(PurgeAuthorResponse {
         version: HOOK_API_VERSION,
         events_removed: events.len(),
         held_removed,
-        repositories_removed: identifiers.len(),
+        repositories_removed: removed,
     })
 }
 

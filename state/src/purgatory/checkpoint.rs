@@ -27,6 +27,7 @@ use nostr::prelude::{Event, EventId, PublicKey};
 use serde::{Deserialize, Serialize};
 
 use super::entries::{AnnouncementEntry, PrEntry, RepoId, StateEntry};
+use crate::identifier::RepoSpace;
 use super::{Clock, Purgatory, PurgatoryConfig};
 
 /// The only format version this code reads and writes.
@@ -174,6 +175,9 @@ pub struct SavedRepo {
     pub owner: String,
     #[serde(default)]
     pub identifier: String,
+    /// Absent for a repository announced here; `prs` for a contributor repository.
+    #[serde(default, skip_serializing_if = "RepoSpace::is_hosted")]
+    pub space: RepoSpace,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -259,6 +263,7 @@ pub(super) fn saved_repo(r: &RepoId) -> SavedRepo {
     SavedRepo {
         owner: r.owner.to_hex(),
         identifier: r.identifier.clone(),
+        space: r.space,
     }
 }
 
@@ -267,7 +272,7 @@ fn parse_repos(repos: &[SavedRepo]) -> Result<Vec<RepoId>, String> {
         .iter()
         .map(|r| {
             PublicKey::from_hex(&r.owner)
-                .map(|owner| RepoId::new(owner, r.identifier.clone()))
+                .map(|owner| RepoId { owner, identifier: r.identifier.clone(), space: r.space })
                 .map_err(|e| format!("bad repository owner {:?}: {e}", r.owner))
         })
         .collect()
@@ -667,6 +672,21 @@ mod tests {
             repo_exists,
         );
         (clock, p, report)
+    }
+
+    #[test]
+    fn contributor_repositories_survive_a_round_trip_and_hosted_ones_keep_their_format() {
+        let (clock, mut p) = purgatory();
+        let contributor = RepoId::prs(pubkey(2), "repo");
+        p.add_pr_placeholder(EventId::from_byte_array([7; 32]), "beef".into(), contributor.clone()).unwrap();
+        p.add_pr(signed(1, PR, 0), "c0ffee".into(), vec![repo(0, "repo"), contributor.clone()]).unwrap();
+        let json = p.snapshot().to_json();
+        assert_eq!(json.matches("\"space\": \"prs\"").count(), 2, "{json}");
+        let state = PurgatoryState::from_json(&json).unwrap();
+        let (_, p, _) = reopened(state, clock.wall(), |_, _| true);
+        let ph = p.find_pr(&EventId::from_byte_array([7; 32])).unwrap();
+        assert_eq!(ph.destinations, vec![contributor.clone()]);
+        assert_eq!(p.find_pr(&signed(1, PR, 0).id).unwrap().repos, vec![repo(0, "repo"), contributor]);
     }
 
     #[test]

@@ -11,18 +11,34 @@ use std::time::{Duration, Instant};
 
 use nostr::prelude::{Event, EventId, PublicKey};
 
-/// A repository on this server: `/<npub of owner>/<identifier>.git`.
+use crate::identifier::RepoSpace;
+
+/// A repository on this server: `/<npub of owner>/<identifier>.git`, or the contributor
+/// repository `/prs/<npub of owner>/<identifier>.git` ([`RepoSpace::Prs`]; `owner` is then the
+/// contributor whose pull requests it holds).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct RepoId {
     pub owner: PublicKey,
     pub identifier: String,
+    pub space: RepoSpace,
 }
 
 impl RepoId {
+    /// `owner`'s repository announced here.
     pub fn new(owner: PublicKey, identifier: impl Into<String>) -> Self {
         RepoId {
             owner,
             identifier: identifier.into(),
+            space: RepoSpace::Hosted,
+        }
+    }
+
+    /// The contributor repository `/prs/<npub of contributor>/<identifier>.git`.
+    pub fn prs(contributor: PublicKey, identifier: impl Into<String>) -> Self {
+        RepoId {
+            owner: contributor,
+            identifier: identifier.into(),
+            space: RepoSpace::Prs,
         }
     }
 }

@@ -52,6 +52,18 @@ impl Purgatory {
             .collect()
     }
 
+    /// The GRASP-06 contributor repositories of `identifier` that held pull request events (not
+    /// placeholders) wait for data in. A scan of the held pull requests, like [`Self::prs_for`].
+    pub fn contributor_repos_for(&self, identifier: &str) -> std::collections::BTreeSet<RepoId> {
+        self.prs
+            .values()
+            .filter(|p| p.event.is_some())
+            .flat_map(|p| p.repos.iter())
+            .filter(|r| r.space == crate::identifier::RepoSpace::Prs && r.identifier == identifier)
+            .cloned()
+            .collect()
+    }
+
     /// Every identifier something waits for: held announcements, states and pull requests.
     pub fn waiting_identifiers(&self) -> std::collections::BTreeSet<String> {
         let mut ids: std::collections::BTreeSet<String> =
