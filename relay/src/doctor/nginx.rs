@@ -344,7 +344,8 @@ mod tests {
         let found = verdict(EXAMPLE);
         assert_eq!(found.len(), 1, "{found:#?}");
         assert_eq!(found[0].level, Level::Ok, "{found:#?}");
-        assert!(found[0].what.contains("location ~ ^/npub1[^/]+/[^/]+\\.git(/.*)?$"), "{found:#?}");
+        // The repositories and the GRASP-06 contributor repositories under /prs/.
+        assert!(found[0].what.contains("location ~ ^(/prs)?/npub1[^/]+/[^/]+\\.git(/.*)?$"), "{found:#?}");
     }
 
     #[test]
