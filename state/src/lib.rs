@@ -22,6 +22,9 @@
 //!   looked-up facts.
 //! - [`release`]: what to do when git data arrives, as a [`release::ReleasePlan`] (states to
 //!   store, pull request refs, alignment of refs and HEAD, promotion) and copy targets.
+//! - [`pool`]: one object store per identifier family: what of a member's refs enters the pool
+//!   (only what a signed, stored event released; the rest is staged) and what a gc in the pool
+//!   keeps.
 //! - [`push_limits`]: how many bytes one push may bring (`--max-push-bytes`,
 //!   `--max-pr-push-bytes`), checked on the quarantine in `pre-receive`.
 //! - [`hook_config`]: the file beside the installed hooks that tells them the data directory
@@ -90,6 +93,7 @@ pub mod host;
 pub mod identifier;
 pub mod maintainers;
 pub mod nip34;
+pub mod pool;
 pub mod purgatory;
 pub mod push;
 pub mod push_limits;
