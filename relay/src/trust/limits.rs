@@ -272,6 +272,8 @@ fn count_repos(root: &std::path::Path) -> usize {
     let Ok(owners) = std::fs::read_dir(root) else { return 0 };
     owners
         .flatten()
+        // Object pools (`.pools`) are no repositories anyone created.
+        .filter(|o| o.file_name() != grasp_state::identifier::POOLS_DIR)
         .filter_map(|o| std::fs::read_dir(o.path()).ok())
         .map(|repos| repos.flatten().filter(|r| r.file_name().to_string_lossy().ends_with(".git")).count())
         .sum()
@@ -372,6 +374,8 @@ mod tests {
         let cfg = WriteLimitConfig { repos_per_author_per_hour: 100, max_repos: 4, ..WriteLimitConfig::default() };
         let limits = WriteLimits::new(cfg, Some(dir.path().to_path_buf()), clock.clone());
         assert_eq!(limits.repo_count(), 1, "counted at startup");
+        std::fs::create_dir_all(dir.path().join(".pools/a.git")).unwrap();
+        assert_eq!(count_repos(dir.path()), 1, "an object pool is no repository");
         // Repositories appear and vanish on disk behind the relay's back: admission does not
         // look, however much time passes, until the walk.
         for name in ["b", "c", "d"] {
