@@ -11,6 +11,7 @@ pub mod cgi_child;
 pub mod http;
 pub mod maintenance;
 pub mod objects;
+pub mod pools;
 pub mod ref_files;
 pub mod repos;
 pub mod runner;
@@ -186,35 +187,6 @@ pub fn head(repo: &Path) -> Result<Option<String>, GitError> {
     }
 }
 
-/// Copies the objects reachable from `oids` from the local repository `from` into `repo`,
-/// without touching any ref of `repo`.
-pub fn fetch_objects_local(repo: &Path, from: &Path, oids: &[String]) -> Result<(), GitError> {
-    if oids.is_empty() {
-        return Ok(());
-    }
-    // Object ids only: anything else could be read by `git fetch` as an option or a refspec.
-    if let Some(bad) = oids.iter().find(|o| !is_valid_oid(o)) {
-        return Err(GitError::Failed {
-            command: "fetch".into(),
-            repo: repo.display().to_string(),
-            stderr: format!("refusing to fetch {bad:?}: not an object id"),
-        });
-    }
-    GitCommand::in_repo(repo)
-        .args([
-            "fetch",
-            "--quiet",
-            "--no-tags",
-            "--no-write-fetch-head",
-            "--upload-pack",
-            "git -c uploadpack.allowAnySHA1InWant=true upload-pack",
-        ])
-        .arg(from)
-        .args(oids)
-        .run()
-        .map(|_| ())
-}
-
 /// Runs `git` in `dir` for unit tests (fixed identity, the runner's policy); returns its output.
 #[cfg(test)]
 pub(crate) fn test_git(dir: &Path, args: &[&str]) -> String {
@@ -329,17 +301,5 @@ mod tests {
         assert!(update_refs(&repo, &[good]).is_err());
         set_head(&repo, "refs/heads/dev").unwrap();
         assert_eq!(head(&repo).unwrap().as_deref(), Some("refs/heads/dev"));
-    }
-
-    #[test]
-    fn local_fetch_copies_objects_and_refuses_non_oids() {
-        let (tmp, src, tip) = fixture();
-        let dst = tmp.path().join("d.git");
-        test_git(tmp.path(), &["init", "-q", "--bare", dst.to_str().unwrap()]);
-        assert!(fetch_objects_local(&dst, &src, &["--upload-pack=touch /tmp/x".to_string()]).is_err());
-        assert_eq!(missing_objects(&dst, std::slice::from_ref(&tip)).unwrap(), vec![tip.clone()]);
-        fetch_objects_local(&dst, &src, std::slice::from_ref(&tip)).unwrap();
-        assert!(missing_objects(&dst, std::slice::from_ref(&tip)).unwrap().is_empty());
-        assert!(read_refs(&dst).unwrap().is_empty(), "no refs are touched");
     }
 }

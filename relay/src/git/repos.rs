@@ -33,7 +33,7 @@ pub enum RepoError {
     Git(#[from] GitError),
 }
 
-fn io_err<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> RepoError + 'a {
+pub(crate) fn io_err<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> RepoError + 'a {
     move |source| RepoError::Io {
         what,
         path: path.to_path_buf(),
@@ -42,7 +42,7 @@ fn io_err<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error)
 }
 
 /// A name unique within this process and (by pid and time) across processes.
-fn unique_name(prefix: &str) -> String {
+pub(crate) fn unique_name(prefix: &str) -> String {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -62,6 +62,20 @@ pub fn create_bare_repo(
     identifier: &str,
     hooks_dir: &Path,
 ) -> Result<PathBuf, RepoError> {
+    create_repo(layout, owner, identifier, hooks_dir, false)
+}
+
+/// [`create_bare_repo`], joining the identifier family's object pool when `join_pool` (the
+/// caller holds the pool lock and saw the pool exist; docs/architecture.md, "Object pools"): the
+/// alternates file is written before the repository is renamed in, so it is a member from its
+/// first moment.
+pub fn create_repo(
+    layout: &RepoLayout,
+    owner: &PublicKey,
+    identifier: &str,
+    hooks_dir: &Path,
+    join_pool: bool,
+) -> Result<PathBuf, RepoError> {
     let path = layout.repo_path(owner, identifier)?;
     if path.is_dir() {
         return Ok(path);
@@ -69,8 +83,14 @@ pub fn create_bare_repo(
     let owner_dir = layout.owner_dir(owner);
     std::fs::create_dir_all(&owner_dir).map_err(io_err("creating", &owner_dir))?;
     let tmp = owner_dir.join(unique_name(".tmp-"));
+    let joined = |dir: &Path| -> Result<(), RepoError> {
+        if join_pool {
+            crate::git::pools::join(dir, identifier).map_err(io_err("joining the object pool of", dir))?;
+        }
+        Ok(())
+    };
     let result =
-        init_configured(&tmp, hooks_dir).and_then(|()| match std::fs::rename(&tmp, &path) {
+        init_configured(&tmp, hooks_dir).and_then(|()| joined(&tmp)).and_then(|()| match std::fs::rename(&tmp, &path) {
             Ok(()) => Ok(()),
             // Somebody else created it meanwhile: theirs wins, it is configured the same way.
             Err(_) if path.is_dir() => Ok(()),
