@@ -33,7 +33,7 @@
 //! dedupe (`git repack -A -d -l`: its copies of what the pool holds go) instead of `git
 //! maintenance run --auto`, and the pool gets a pass of its own: a geometric repack with a
 //! multi-pack-index bitmap, beside pushes and promotions (it drops nothing). When released refs
-//! left a pool ([`after_pool_refs_left`], [`after_member_removed`]) its next pass is a shrink: a
+//! left a pool or a member ([`after_pool_refs_left`], [`after_family_refs_left`]) its next pass is a shrink: a
 //! full `-A` repack (unreachable objects loosened, nothing dropped), then the locked prune of
 //! `crate::grasp::Grasp::shrink_pool`; a pool whose members stay busy is tried again
 //! [`SHRINK_RETRY`] later. A member never writes bitmaps (`repack.writeBitmaps=false`).
@@ -147,10 +147,21 @@ pub fn after_objects_arrived(grasp: &Grasp, repo: &Path) {
 }
 
 /// Queues `repo` for a pruning pass after refs were removed from it (when the relay runs
-/// maintenance).
+/// maintenance), and its pool for a shrink.
 pub fn after_ref_removal(grasp: &Grasp, repo: &Path) {
     if let Some(m) = grasp.maintenance.get() {
         m.schedule_prune(repo.to_path_buf());
+    }
+    after_member_refs_moved(grasp, repo);
+}
+
+/// Queues the pool `repo` borrows from, if any, for a shrink after refs of `repo` moved away
+/// from (or left) objects: released history only it reached may go (when the relay runs
+/// maintenance).
+pub fn after_member_refs_moved(grasp: &Grasp, repo: &Path) {
+    let Ok((_, identifier)) = grasp.layout.locate(repo) else { return };
+    if crate::git::pools::is_member(repo, &identifier) {
+        after_family_refs_left(grasp, &identifier);
     }
 }
 
@@ -163,6 +174,14 @@ pub fn after_promotion(grasp: &Grasp, member: &Path, pool: &Path) {
     }
 }
 
+/// Queues `member` for a dedupe after it joined its pool with objects of its own (when the
+/// relay runs maintenance); it runs after the promotion the join is part of.
+pub fn after_join(grasp: &Grasp, member: &Path) {
+    if let Some(m) = grasp.maintenance.get() {
+        m.schedule_dedupe(member.to_path_buf());
+    }
+}
+
 /// Queues `pool` for a shrink after released refs left it (when the relay runs maintenance).
 pub fn after_pool_refs_left(grasp: &Grasp, pool: &Path) {
     if let Some(m) = grasp.maintenance.get() {
@@ -171,8 +190,8 @@ pub fn after_pool_refs_left(grasp: &Grasp, pool: &Path) {
 }
 
 /// Queues the pool of `identifier`, if there is one, for a shrink after one of its
-/// repositories was deleted (when the relay runs maintenance).
-pub fn after_member_removed(grasp: &Grasp, identifier: &str) {
+/// repositories was deleted or its refs left objects (when the relay runs maintenance).
+pub fn after_family_refs_left(grasp: &Grasp, identifier: &str) {
     if let Some(pool) = grasp.pool_path(identifier).filter(|p| p.is_dir()) {
         after_pool_refs_left(grasp, &pool);
     }
@@ -256,7 +275,7 @@ async fn maintain_pool(pass: &Pass, pool: &Path) {
         return;
     }
     use crate::grasp::pools::ShrinkError;
-    match grasp.shrink_pool(&identifier, pass.prune_after).await {
+    match grasp.shrink_pool(&identifier).await {
         // Refs left the pool in this pass: their objects are loosened by the next one.
         Ok(true) => pass.maintenance.schedule_shrink(pool.to_path_buf()),
         Ok(false) => {}

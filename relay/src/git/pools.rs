@@ -82,6 +82,23 @@ pub fn borrows(repo: &Path) -> bool {
     std::fs::metadata(alternates_file(repo)).is_ok_and(|m| m.len() > 0)
 }
 
+/// Whether `repo` has objects of its own (a pack, or a loose object): cheap, without git.
+pub fn has_local_objects(repo: &Path) -> bool {
+    let objects = repo.join("objects");
+    let packed = std::fs::read_dir(objects.join("pack"))
+        .is_ok_and(|rd| rd.flatten().any(|e| e.path().extension().is_some_and(|x| x == "pack")));
+    packed
+        || std::fs::read_dir(&objects).is_ok_and(|rd| {
+            rd.flatten().any(|e| {
+                let name = e.file_name();
+                let name = name.to_string_lossy();
+                name.len() == 2
+                    && name.bytes().all(|b| b.is_ascii_hexdigit())
+                    && std::fs::read_dir(e.path()).is_ok_and(|mut inner| inner.next().is_some())
+            })
+        })
+}
+
 /// Makes `repo` borrow the objects of the pool of `identifier`: its alternates file is
 /// replaced whole by the one line (`grasp_state::identifier::pool_alternate`), atomically and
 /// durably. Returns whether it was written (false: it was a member already). The caller holds
@@ -185,13 +202,14 @@ pub async fn repack_pool(pool: &Path, how: Repack) -> Result<(), GitError> {
 /// The file listing the objects a prune keeps, inside the repository for the time of the run.
 pub const KEEP_LIST: &str = "grasp-keep-objects";
 
-/// `git prune --expire=<older_than>` in `pool`: drops the loose objects its refs do not reach,
-/// except those younger than `older_than` and everything `keep` reaches (git's
-/// `gc.recentObjectsHook` lists them). `lent`: object directories (a
-/// `GIT_ALTERNATE_OBJECT_DIRECTORIES` value) the walk may read, for kept objects that live in a
-/// member (git prune deletes only in the pool's own object directory). The caller holds every
-/// member's locks and the pool lock.
-pub async fn prune_pool(pool: &Path, keep: &[String], older_than: Duration, lent: Option<&str>) -> Result<(), GitError> {
+/// `git prune --expire=now` in `pool`: drops the loose objects its refs do not reach, except
+/// everything `keep` (objects of the pool: git's `gc.recentObjectsHook` lists them; git looks at
+/// that list only for objects of the repository's own store) and `heads` (objects elsewhere,
+/// named on the command line) reach. `lent`: object directories (a
+/// `GIT_ALTERNATE_OBJECT_DIRECTORIES` value) holding `heads`, which the walk may read (git prune
+/// deletes only in the pool's own object directory). The caller holds every member's locks and
+/// the pool lock.
+pub async fn prune_pool(pool: &Path, keep: &[String], heads: &[String], lent: Option<&str>) -> Result<(), GitError> {
     let list = pool.join(KEEP_LIST);
     let text: String = keep.iter().map(|oid| format!("{oid}\n")).collect();
     std::fs::write(&list, text).map_err(|e| GitError::Spawn(std::io::Error::new(e.kind(), format!("writing {}: {e}", list.display()))))?;
@@ -202,8 +220,8 @@ pub async fn prune_pool(pool: &Path, keep: &[String], older_than: Duration, lent
     }
     let result = command
         .config("gc.recentObjectsHook", hook)
-        .arg("prune")
-        .arg(format!("--expire={}.seconds.ago", older_than.as_secs()))
+        .args(["prune", "--expire=now", "--"])
+        .args(heads)
         .run_async(RUN_TIMEOUT)
         .await
         .map(|_| ());
@@ -292,7 +310,7 @@ mod tests {
         assert_eq!(packs(), before);
 
         // The dedupe keeps only the staged objects (commit, tree, blob) in the member.
-        assert!(local_objects(&repo) >= 9);
+        assert!(local_objects(&repo) >= 9 && has_local_objects(&repo));
         dedupe(&repo).await.unwrap();
         assert_eq!(local_objects(&repo), 3);
         test_git(&repo, &["fsck", "--connectivity-only", "--no-dangling"]);
@@ -304,7 +322,12 @@ mod tests {
         crate::git::update_refs(&pool, &[grasp_state::refs::RefChange::Delete { name: "refs/members/npub1x/heads/main".into(), old: c[1].clone() }]).unwrap();
         repack_pool(&pool, Repack::Full).await.unwrap();
         assert!(missing_objects(&pool, &c[..2]).unwrap().is_empty(), "a full repack loosens, never deletes");
-        prune_pool(&pool, std::slice::from_ref(&c[0]), Duration::ZERO, None).await.unwrap();
+        // A staged commit in the member sits on that history: named as a head, with the member's
+        // objects lent to the walk, it keeps its ancestors in the pool.
+        let lent = format!("\"{}\"", repo.join("objects").display());
+        prune_pool(&pool, &[], std::slice::from_ref(&c[2]), Some(&lent)).await.unwrap();
+        assert!(missing_objects(&pool, &c[..2]).unwrap().is_empty(), "a member's staged commit keeps its history");
+        prune_pool(&pool, std::slice::from_ref(&c[0]), &[], None).await.unwrap();
         assert!(missing_objects(&pool, &c[..1]).unwrap().is_empty(), "kept through the list");
         assert_eq!(missing_objects(&pool, &c[1..2]).unwrap(), c[1..2], "pruned");
         assert!(!pool.join(KEEP_LIST).exists());

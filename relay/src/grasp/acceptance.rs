@@ -355,6 +355,11 @@ impl Grasp {
             let published = self.publish(ev).await;
             if published.is_ok() {
                 self.purgatory.remove_placeholder(&ev.id);
+                // The signed event released the staged commit: it may now enter the family's
+                // object pool (in the background; docs/architecture.md, "Object pools").
+                for (owner, identifier, _) in &repos {
+                    self.copies.request(identifier, owner);
+                }
             }
             drop(guards);
             return match published {

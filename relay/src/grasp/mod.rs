@@ -279,7 +279,7 @@ impl Grasp {
             Ok(true) => {
                 self.trust.limits.repo_removed();
                 // What only it reached may leave its family's object pool.
-                crate::git::maintenance::after_member_removed(self, identifier);
+                crate::git::maintenance::after_family_refs_left(self, identifier);
             }
             Ok(false) => {}
             Err(e) => tracing::warn!(repo = %repo.display(), error = %e, "could not delete repository"),

@@ -38,6 +38,10 @@ use crate::grasp::{blocking, Grasp, Source};
 /// the shrink is retried by a later pass).
 pub const SHRINK_LOCK_WAIT: Duration = Duration::from_secs(10);
 
+/// The most objects living outside a pool a prune keeps by name (`git prune <head>...`: they
+/// go on its command line).
+const MAX_PRUNE_HEADS: usize = 20_000;
+
 /// The most bytes of `GIT_ALTERNATE_OBJECT_DIRECTORIES` a prune passes (one environment string
 /// may not exceed 128 KiB).
 const MAX_ALTERNATES_ENV: usize = 100 * 1024;
@@ -77,7 +81,7 @@ impl Grasp {
 
     /// Makes `member` (its locks held) borrow from the pool of `identifier`, creating the pool if
     /// needed; both under the pool lock.
-    pub async fn join_pool(&self, identifier: &str, member: Locked<'_>) -> Result<(), String> {
+    pub async fn join_pool(&self, identifier: &str, member: Locked<'_>) -> Result<bool, String> {
         let pool = self.pool_path(identifier).ok_or("not a valid identifier")?;
         let _pool = self.locks.lock_within(&pool, LOCK_WAIT).await.map_err(|e| e.to_string())?;
         let (layout, id, repo) = (self.layout.clone(), identifier.to_string(), member.path().to_path_buf());
@@ -91,8 +95,13 @@ impl Grasp {
         .await?;
         if joined {
             tracing::info!(repo = %self.shown_repo(member.path()), identifier, "repository joined its family's object pool");
+            // Its own copies (from before pools, or pushed before it joined) can go once the
+            // pool holds them: the dedupe runs after the promotion that follows.
+            if pools::has_local_objects(member.path()) {
+                git::maintenance::after_join(self, member.path());
+            }
         }
-        Ok(())
+        Ok(joined)
     }
 
     /// What signed, stored events declare for `owner`'s repository of `identifier` whose refs
@@ -177,12 +186,14 @@ impl Grasp {
     /// Shrinks the pool of `identifier` (docs/architecture.md, "Object pools"): with every
     /// member's push and repository locks (all or nothing, within [`SHRINK_LOCK_WAIT`]) and the
     /// pool lock held, each member is promoted, the pool's refs are set to exactly what the
-    /// members release (those of repositories gone are dropped), and `git prune --expire=
-    /// <older_than>` keeps everything any member's refs (staged ones included) and the objects
-    /// of held states, held pull requests and placeholders of the family reach. A pool with no
-    /// member and no ref left is removed. Returns whether the pool's refs changed (a second pass
-    /// may reclaim more).
-    pub async fn shrink_pool(&self, identifier: &str, older_than: Duration) -> Result<bool, ShrinkError> {
+    /// members release (those of repositories gone are dropped), and `git prune` keeps everything
+    /// any member's refs (staged ones included) and the objects of held states, held pull
+    /// requests and placeholders of the family reach. No grace period is needed: nothing can
+    /// write to the pool or rely on it meanwhile (the pool lock, every member's push lock; pool
+    /// repacks and member dedupes run in the same maintenance worker, one after another). A
+    /// pool with no member and no ref left is removed. Returns whether the pool's refs changed
+    /// (a second pass may reclaim more).
+    pub async fn shrink_pool(&self, identifier: &str) -> Result<bool, ShrinkError> {
         let Some(pool) = self.pool_path(identifier).filter(|p| p.is_dir()) else { return Ok(false) };
         let members = self.pool_members(identifier);
         let guards = RepoGuards::acquire_within(&self.locks, members.values().cloned(), PushLocks::Take, SHRINK_LOCK_WAIT)
@@ -238,44 +249,50 @@ impl Grasp {
             drop(pool_lock);
             return Ok(false);
         }
-        // What the prune keeps: present in the pool, or reachable only through a member's own
-        // objects (a staged commit on top of released history): those members' object
-        // directories are lent to the prune for its walk (it deletes only in the pool).
+        // What the prune keeps. Objects the pool holds are listed to git's gc.recentObjectsHook
+        // (git considers only objects of the repository's own store there). Objects that live in
+        // a member (a staged commit on top of released history, a held state's push not yet
+        // released) are passed as the prune's <head> arguments, and those members lend their
+        // object directories to the walk (git prune deletes only in the pool's own store).
         let keep: Vec<String> = plan.keep.into_iter().collect();
-        let lenders = {
-            let (pool2, keep2) = (pool.clone(), keep.clone());
-            let not_pooled: BTreeSet<String> = blocking(move || git::missing_objects(&pool2, &keep2)).await.map_err(|e| ShrinkError::Failed(e.to_string()))?.into_iter().collect();
-            let held_elsewhere: Vec<String> = held.intersection(&not_pooled).cloned().collect();
-            let mut lenders = Vec::new();
-            for (_, repo, refs, _) in &views {
-                let mut needed = refs.values().any(|oid| not_pooled.contains(oid));
-                if !needed && !held_elsewhere.is_empty() {
-                    let (repo2, asked) = (repo.clone(), held_elsewhere.clone());
-                    let missing = blocking(move || git::missing_objects(&repo2, &asked)).await.map_err(|e| ShrinkError::Failed(e.to_string()))?;
-                    needed = missing.len() < held_elsewhere.len();
-                }
-                if needed {
-                    lenders.push(repo.join("objects"));
-                }
+        let (pool2, keep2) = (pool.clone(), keep.clone());
+        let not_pooled: BTreeSet<String> = blocking(move || git::missing_objects(&pool2, &keep2)).await.map_err(|e| ShrinkError::Failed(e.to_string()))?.into_iter().collect();
+        let held_elsewhere: BTreeSet<&String> = held.intersection(&not_pooled).collect();
+        let mut lenders = Vec::new();
+        let mut heads: BTreeSet<String> = BTreeSet::new();
+        for (_, repo, refs, _) in &views {
+            let asked: Vec<String> = refs.values().filter(|oid| not_pooled.contains(*oid)).chain(held_elsewhere.iter().copied()).cloned().collect::<BTreeSet<_>>().into_iter().collect();
+            if asked.is_empty() {
+                continue;
             }
-            lenders
-        };
-        let Some(lent) = alternates_env(&lenders) else {
-            tracing::warn!(identifier, lenders = lenders.len(), "pool prune skipped: too many repositories hold staged history on top of it; retried at the next shrink");
+            let (repo2, asked2) = (repo.clone(), asked.clone());
+            let missing: BTreeSet<String> = blocking(move || git::missing_objects(&repo2, &asked2)).await.map_err(|e| ShrinkError::Failed(e.to_string()))?.into_iter().collect();
+            let here: Vec<String> = asked.into_iter().filter(|oid| !missing.contains(oid)).collect();
+            if !here.is_empty() {
+                lenders.push(repo.join("objects"));
+                heads.extend(here);
+            }
+        }
+        let lent = alternates_env(&lenders);
+        let (Some(lent), true) = (lent, heads.len() <= MAX_PRUNE_HEADS) else {
+            tracing::warn!(identifier, lenders = lenders.len(), heads = heads.len(), "pool prune skipped: too much staged history sits on top of the pool; retried at its next shrink");
             return Ok(refs_changed);
         };
-        pools::prune_pool(&pool, &keep, older_than, lent.as_deref()).await.map_err(|e| ShrinkError::Failed(e.to_string()))?;
+        let pooled: Vec<String> = keep.into_iter().filter(|oid| !not_pooled.contains(oid)).collect();
+        let heads: Vec<String> = heads.into_iter().collect();
+        pools::prune_pool(&pool, &pooled, &heads, lent.as_deref()).await.map_err(|e| ShrinkError::Failed(e.to_string()))?;
         drop(pool_lock);
         drop(guards);
         tracing::info!(identifier, members = members.len(), refs_changed, "object pool shrunk: objects no member and no held event needs were pruned");
         Ok(refs_changed)
     }
 
-    /// Queues, in the copies task, every repository with refs that is not a member of its
-    /// family's pool, in a family of two or more repositories on disk (repositories from before
-    /// pools, or created while the pool lock was busy): each is joined and promoted there, then
-    /// deduped by maintenance, while it stays served. Walks the git root once (blocking part
-    /// off the runtime).
+    /// At startup, queues in the copies task every repository with refs in a family of two or
+    /// more repositories on disk: repositories from before pools (or created while their pool's
+    /// lock was busy) join and are promoted, then deduped by maintenance, while they stay served;
+    /// and copies the crash of a previous run left undone (the copies queue lives in memory) are
+    /// carried out. Idempotent: a family already shared costs a few reads per repository. Walks
+    /// the git root once (off the runtime).
     pub async fn pool_migration(&self) {
         let layout = self.layout.clone();
         let candidates = blocking(move || pool_candidates(&layout)).await;
@@ -286,13 +303,13 @@ impl Grasp {
             }
         }
         if queued > 0 {
-            tracing::info!(repositories = queued, "object pools: repositories of shared families queued to join their pool");
+            tracing::info!(repositories = queued, "object pools: repositories of shared families queued to join their pool and copy out");
         }
     }
 }
 
-/// `(identifier, owner)` of every repository under the layout's git root that holds refs, is no
-/// pool member, and has a sibling repository of the same identifier.
+/// `(identifier, owner)` of every repository under the layout's git root that holds refs and has
+/// a sibling repository of the same identifier.
 fn pool_candidates(layout: &grasp_state::identifier::RepoLayout) -> Vec<(String, PublicKey)> {
     let mut families: BTreeMap<String, Vec<(PublicKey, PathBuf)>> = BTreeMap::new();
     for owner_dir in std::fs::read_dir(layout.git_root()).into_iter().flatten().flatten() {
@@ -308,7 +325,7 @@ fn pool_candidates(layout: &grasp_state::identifier::RepoLayout) -> Vec<(String,
     let mut out = Vec::new();
     for (identifier, repos) in families.into_iter().filter(|(_, repos)| repos.len() >= 2) {
         for (owner, repo) in repos {
-            if !pools::is_member(&repo, &identifier) && git::read_refs(&repo).is_ok_and(|r| !r.is_empty()) {
+            if git::read_refs(&repo).is_ok_and(|r| !r.is_empty()) {
                 out.push((identifier.clone(), owner));
             }
         }

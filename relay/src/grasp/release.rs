@@ -228,7 +228,7 @@ impl Grasp {
                 }
             };
             let Some(locked) = guards.get(&dst) else { continue };
-            if let Err(e) = self.join_pool(identifier, locked).await {
+            if let Err(e) = self.join_pool(identifier, locked).await.map(drop) {
                 tracing::warn!(identifier, to = %self.shown_repo(&dst), error = %e, "could not join another owner's repository to the object pool; tried again later");
                 ok = false;
                 continue;
@@ -469,6 +469,11 @@ impl Grasp {
     /// Carries out an alignment (one compare-and-swap transaction, then HEAD).
     async fn align(&self, repo: Locked<'_>, shown: &str, alignment: Alignment) {
         let Alignment { state, changes, head } = alignment;
+        // Refs moving away from objects may leave released history no member needs in the pool.
+        let moved_away = changes.iter().any(|c| match c {
+            git::RefChange::Delete { .. } => true,
+            git::RefChange::Set { old, .. } => old != ZERO_OID,
+        });
         let repo2 = repo.path().to_path_buf();
         let res = blocking(move || -> Result<usize, git::GitError> {
             git::update_refs(&repo2, &changes)?;
@@ -480,7 +485,12 @@ impl Grasp {
         .await;
         match res {
             Ok(0) => {}
-            Ok(n) => tracing::info!(repo = %shown, state = %state, changes = n, "refs aligned to state"),
+            Ok(n) => {
+                tracing::info!(repo = %shown, state = %state, changes = n, "refs aligned to state");
+                if moved_away {
+                    git::maintenance::after_member_refs_moved(self, repo.path());
+                }
+            }
             Err(e) => tracing::warn!(repo = %shown, state = %state, error = %e, "could not align refs"),
         }
     }
