@@ -198,11 +198,12 @@ pub fn plan_pool_gc(members: &[MemberView], pool_refs: &RefMap, held: &BTreeSet<
     PoolGc { remove_pool: members.is_empty() && after.is_empty(), changes, keep }
 }
 
-/// Whether a family of `repositories` repositories on disk (a pool existing or not) shares
-/// objects through a pool: once a pool exists, every release goes into it; before, a pool is made
-/// only when two or more repositories could share (a lone repository keeps its one copy).
-pub fn family_shares(repositories: usize, pool_exists: bool) -> bool {
-    pool_exists || repositories >= 2
+/// Whether a release shares its objects through the family's pool: once a pool exists, every
+/// release goes into it; before, a pool is made only when the released state is to be brought
+/// into another owner's repository (`copy_targets` on disk: co-maintainers, owners trusting its
+/// author). A repository nobody else follows keeps its one copy, whatever strangers announce.
+pub fn family_shares(copy_targets: usize, pool_exists: bool) -> bool {
+    pool_exists || copy_targets >= 1
 }
 
 #[cfg(test)]
@@ -278,7 +279,7 @@ mod tests {
         assert!(!gc.remove_pool);
         let gc = plan_pool_gc(&[], &pool, &BTreeSet::new());
         assert!(gc.remove_pool && apply_changes(&pool, &gc.changes).is_empty());
-        assert!(family_shares(2, false) && family_shares(1, true) && !family_shares(1, false));
+        assert!(family_shares(1, false) && family_shares(0, true) && !family_shares(0, false));
     }
 
     #[test]

@@ -15,7 +15,7 @@
 //! - migration: repositories holding full copies from before pools join at startup.
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use grasp_tests::git::{git, git_output, WorkTree};
 use grasp_tests::grasp::*;
@@ -340,7 +340,7 @@ async fn a_relay_killed_at_any_moment_of_the_copies_leaves_the_family_consistent
 /// only in the pool).
 #[tokio::test(flavor = "multi_thread")]
 async fn a_pool_gc_keeps_what_any_member_needs_and_reclaims_the_rest() {
-    let server = start(&["--git-idle-timeout", "3s"]);
+    let server = start(&[]);
     let tmp = tempfile::tempdir().unwrap();
     let mut c = connect(&server).await;
     let (owner, co, stranger) = (Keys::generate(), Keys::generate(), Keys::generate());
@@ -372,11 +372,6 @@ async fn a_pool_gc_keeps_what_any_member_needs_and_reclaims_the_rest() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(local_objects(&theirs), 3, "only the new commit, its tree and blob were sent");
 
-    // The abandoned history must be older than the prune's grace (--git-idle-timeout).
-    eventually!("the pool's packs to age past the grace", WAIT, {
-        let old = |p: &PathBuf| std::fs::metadata(p).and_then(|m| m.modified()).is_ok_and(|t| SystemTime::now().duration_since(t).unwrap_or_default() > Duration::from_secs(4));
-        packs(&pool).iter().all(old).then_some(())
-    });
     // The owner force-pushes an unrelated history and drops the tag.
     let fresh = WorkTree::new(tmp.path().join("fresh"));
     let next = commit_random(&fresh, "next", 1, 256);
@@ -384,7 +379,8 @@ async fn a_pool_gc_keeps_what_any_member_needs_and_reclaims_the_rest() {
     let out = git_output(&fresh.dir, &["push", "-q", "--force", &repo.url, "HEAD:refs/heads/main", ":refs/tags/old"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     eventually!("the co-maintainer's repository on the new state", WAIT, (bare_refs(&co_dir).get("refs/heads/main") == Some(&next)).then_some(()));
-    eventually!("the dropped history to leave the pool", WAIT, (!has_object(&pool, &dropped)).then_some(()));
+    // Several refs left the pool: a second shrink may be needed, at most a minute after the first.
+    eventually!("the dropped history to leave the pool", Duration::from_secs(180), (!has_object(&pool, &dropped)).then_some(()));
     background_settled(&server).await;
     assert!(server.logs().contains("object pool shrunk"), "{}", server.logs());
     assert!(has_object(&pool, &kept), "history a member's staged ref reaches stays in the pool");

@@ -35,10 +35,10 @@
 //! multi-pack-index bitmap, beside pushes and promotions (it drops nothing). When released refs
 //! left a pool or a member ([`after_pool_refs_left`], [`after_family_refs_left`]) its next pass is a shrink: a
 //! full `-A` repack (unreachable objects loosened, nothing dropped), then the locked prune of
-//! `crate::grasp::Grasp::shrink_pool`; a pool whose members stay busy is tried again
-//! [`SHRINK_RETRY`] later. A member never writes bitmaps (`repack.writeBitmaps=false`).
+//! `crate::grasp::Grasp::shrink_pool`, at most once per [`SHRINK_MIN_INTERVAL`] per pool; a pool
+//! whose members stay busy is tried again [`SHRINK_RETRY`] later. A member never writes bitmaps (`repack.writeBitmaps=false`).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -60,6 +60,15 @@ pub const MAX_QUEUED: usize = 10_000;
 
 /// How long a pool shrink whose members were busy waits before it is tried again.
 pub const SHRINK_RETRY: Duration = Duration::from_secs(60);
+/// When each pool was last shrunk, and the pools whose shrink waits for a timer.
+type Shrinks = (HashMap<PathBuf, Instant>, HashSet<PathBuf>);
+
+/// How long a shrink asked for waits for more reasons to come (one release moves the refs of
+/// several members, one after another): they are served by one shrink.
+pub const SHRINK_DELAY: Duration = Duration::from_secs(2);
+/// The least time between two shrinks of one pool (each rewrites its packs): a shrink asked for
+/// sooner runs then.
+pub const SHRINK_MIN_INTERVAL: Duration = Duration::from_secs(60);
 
 /// The queue of repositories (and object pools) waiting for maintenance. Cheap to clone.
 #[derive(Clone)]
@@ -72,6 +81,10 @@ pub struct Maintenance {
     dedupe: Arc<Mutex<HashSet<PathBuf>>>,
     /// Pools whose next pass is a shrink.
     shrink: Arc<Mutex<HashSet<PathBuf>>>,
+    /// When each pool was last shrunk, and the pools whose shrink waits for a timer.
+    shrunk: Arc<Mutex<Shrinks>>,
+    /// Ends the shrink timers.
+    shutdown: Shutdown,
     /// Passes running now (0 or 1).
     running: Arc<std::sync::atomic::AtomicUsize>,
 }
@@ -87,9 +100,10 @@ impl Maintenance {
         let dedupe = Arc::new(Mutex::new(HashSet::new()));
         let shrink = Arc::new(Mutex::new(HashSet::new()));
         let running = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let shrunk = Arc::new(Mutex::new((HashMap::new(), HashSet::new())));
         tokio::spawn(sweep_quarantines(grasp.layout.git_root().to_path_buf(), git_idle_timeout, shutdown.clone()));
-        let maintenance = Maintenance { tx, queued, prune, dedupe, shrink, running };
-        let pass = Pass { grasp, maintenance: maintenance.clone(), prune_after: git_idle_timeout, shutdown: shutdown.clone() };
+        let maintenance = Maintenance { tx, queued, prune, dedupe, shrink, shrunk, running, shutdown: shutdown.clone() };
+        let pass = Pass { grasp, maintenance: maintenance.clone(), prune_after: git_idle_timeout };
         tokio::spawn(worker(rx, pass, shutdown));
         maintenance
     }
@@ -100,16 +114,35 @@ impl Maintenance {
         self.schedule(member);
     }
 
-    /// Queues `pool` for a shrink: released refs left it.
+    /// Queues `pool` for a shrink, [`SHRINK_DELAY`] from now: released refs left it (or a
+    /// member), and the other members of the same release may follow.
     pub fn schedule_shrink(&self, pool: PathBuf) {
-        self.shrink.lock().unwrap().insert(pool.clone());
-        self.schedule(pool);
+        self.schedule_shrink_after(pool, SHRINK_DELAY);
     }
 
-    /// Passes waiting or running (an operator's and the benchmark's view of background git
-    /// work).
+    /// Queues `pool` for a shrink `after` from now (one timer per pool, counted as pending work;
+    /// ends at shutdown).
+    fn schedule_shrink_after(&self, pool: PathBuf, after: Duration) {
+        if !self.shrunk.lock().unwrap().1.insert(pool.clone()) {
+            return;
+        }
+        let (maintenance, mut shutdown) = (self.clone(), self.shutdown.clone());
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = shutdown.recv() => {}
+                _ = tokio::time::sleep(after) => {
+                    maintenance.shrink.lock().unwrap().insert(pool.clone());
+                    maintenance.schedule(pool.clone());
+                    maintenance.shrunk.lock().unwrap().1.remove(&pool);
+                }
+            }
+        });
+    }
+
+    /// Passes waiting, running or due on a timer (an operator's and the benchmark's view of
+    /// background git work).
     pub fn pending(&self) -> usize {
-        self.queued.lock().unwrap().len() + self.running.load(std::sync::atomic::Ordering::Relaxed)
+        self.queued.lock().unwrap().len() + self.running.load(std::sync::atomic::Ordering::Relaxed) + self.shrunk.lock().unwrap().1.len()
     }
 
     /// Queues `repo` for a pass that also prunes: refs were removed from it (expired pull
@@ -203,7 +236,6 @@ struct Pass {
     maintenance: Maintenance,
     /// Unreachable objects younger than this are kept (the git idle timeout).
     prune_after: Duration,
-    shutdown: Shutdown,
 }
 
 /// The longest time between two quarantine sweeps.
@@ -263,7 +295,15 @@ async fn maintain_pool(pass: &Pass, pool: &Path) {
         pass.maintenance.shrink.lock().unwrap().remove(pool);
         return;
     }
-    let shrink = pass.maintenance.shrink.lock().unwrap().remove(pool);
+    let mut shrink = pass.maintenance.shrink.lock().unwrap().remove(pool);
+    if shrink {
+        let last = pass.maintenance.shrunk.lock().unwrap().0.get(pool).copied();
+        if let Some(wait) = last.map(|t| SHRINK_MIN_INTERVAL.saturating_sub(t.elapsed())).filter(|w| !w.is_zero()) {
+            // Shrunk a moment ago: this pass only repacks; the shrink comes when it is due.
+            pass.maintenance.schedule_shrink_after(pool.to_path_buf(), wait);
+            shrink = false;
+        }
+    }
     let started = Instant::now();
     let how = if shrink { crate::git::pools::Repack::Full } else { crate::git::pools::Repack::Geometric };
     if let Err(e) = crate::git::pools::repack_pool(pool, how).await {
@@ -275,19 +315,19 @@ async fn maintain_pool(pass: &Pass, pool: &Path) {
         return;
     }
     use crate::grasp::pools::ShrinkError;
-    match grasp.shrink_pool(&identifier).await {
+    let result = grasp.shrink_pool(&identifier).await;
+    if result.is_ok() {
+        let mut shrunk = pass.maintenance.shrunk.lock().unwrap();
+        shrunk.0.retain(|_, t| t.elapsed() < SHRINK_MIN_INTERVAL);
+        shrunk.0.insert(pool.to_path_buf(), Instant::now());
+    }
+    match result {
         // Refs left the pool in this pass: their objects are loosened by the next one.
         Ok(true) => pass.maintenance.schedule_shrink(pool.to_path_buf()),
         Ok(false) => {}
         Err(e @ (ShrinkError::Busy(_) | ShrinkError::MembersChanged)) => {
             tracing::info!(identifier, reason = %e, retry_secs = SHRINK_RETRY.as_secs(), "object pool shrink put off");
-            let (maintenance, pool, mut shutdown) = (pass.maintenance.clone(), pool.to_path_buf(), pass.shutdown.clone());
-            tokio::spawn(async move {
-                tokio::select! {
-                    _ = shutdown.recv() => {}
-                    _ = tokio::time::sleep(SHRINK_RETRY) => maintenance.schedule_shrink(pool),
-                }
-            });
+            pass.maintenance.schedule_shrink_after(pool.to_path_buf(), SHRINK_RETRY);
         }
         Err(e) => tracing::warn!(identifier, error = %e, "object pool shrink failed"),
     }

@@ -38,6 +38,11 @@ use crate::grasp::{blocking, Grasp, Source};
 /// the shrink is retried by a later pass).
 pub const SHRINK_LOCK_WAIT: Duration = Duration::from_secs(10);
 
+/// The most repositories a shrink locks at once (each lock is an open file): a pool more
+/// repositories borrow from (anyone may announce an identifier) is not shrunk, it only grows by
+/// what signed events released.
+pub const MAX_SHRINK_MEMBERS: usize = 256;
+
 /// The most objects living outside a pool a prune keeps by name (`git prune <head>...`: they
 /// go on its command line).
 const MAX_PRUNE_HEADS: usize = 20_000;
@@ -60,6 +65,8 @@ pub struct Promoted {
 pub enum ShrinkError {
     #[error("a member is busy: {0}")]
     Busy(String),
+    #[error("{0} repositories borrow from it; a shrink locks at most {MAX_SHRINK_MEMBERS} at once")]
+    TooManyMembers(usize),
     #[error("a repository joined the pool meanwhile")]
     MembersChanged,
     #[error("{0}")]
@@ -72,11 +79,17 @@ impl Grasp {
         self.layout.pool_path(identifier).ok()
     }
 
-    /// Whether the family of `identifier` shares objects through a pool: one exists, or two or
-    /// more of its repositories are on disk (`grasp_state::pool::family_shares`).
-    pub fn family_shares(&self, identifier: &str, all: &[(Announcement, Source)]) -> bool {
+    /// Whether a release of `owner`'s repository of `identifier` whose latest stored state is
+    /// `state` shares its objects through the family's pool: the pool exists, or the state is to
+    /// be brought into another owner's repository on disk (`grasp_state::pool::family_shares`).
+    /// The other repositories it is brought into are returned with the answer.
+    pub fn family_shares(&self, identifier: &str, owner: &PublicKey, state: Option<&RepoState>, all: &[(Announcement, Source)]) -> (bool, Vec<(PublicKey, PathBuf)>) {
         let exists = self.pool_path(identifier).is_some_and(|p| p.is_dir());
-        grasp_state::pool::family_shares(self.existing_repos(all.iter().map(|(a, _)| a.owner), identifier).len(), exists)
+        let targets = match state {
+            Some(state) => self.existing_repos(grasp_state::release::copy_targets(owner, &state.author, all), identifier),
+            None => Vec::new(),
+        };
+        (grasp_state::pool::family_shares(targets.len(), exists), targets)
     }
 
     /// Makes `member` (its locks held) borrow from the pool of `identifier`, creating the pool if
@@ -196,6 +209,9 @@ impl Grasp {
     pub async fn shrink_pool(&self, identifier: &str) -> Result<bool, ShrinkError> {
         let Some(pool) = self.pool_path(identifier).filter(|p| p.is_dir()) else { return Ok(false) };
         let members = self.pool_members(identifier);
+        if members.len() > MAX_SHRINK_MEMBERS {
+            return Err(ShrinkError::TooManyMembers(members.len()));
+        }
         let guards = RepoGuards::acquire_within(&self.locks, members.values().cloned(), PushLocks::Take, SHRINK_LOCK_WAIT)
             .await
             .map_err(|e| ShrinkError::Busy(e.to_string()))?;

@@ -22,7 +22,7 @@ use grasp_state::hook_api::{PostReceiveResponse, ReleasedEvent};
 use grasp_state::nip34::RepoState;
 use grasp_state::purgatory::RepoId;
 use grasp_state::refs::{RefMap, RefUpdate, ZERO_OID};
-use grasp_state::release::{copy_targets, plan_release, promotion_is_certain, settle, superseded_held, wanted_oids, Alignment, RepoFacts, Settled};
+use grasp_state::release::{plan_release, promotion_is_certain, settle, superseded_held, wanted_oids, Alignment, RepoFacts, Settled};
 use nostr::prelude::{Event, EventId, PublicKey, ToBech32};
 
 use crate::git;
@@ -184,8 +184,8 @@ impl Grasp {
     }
 
     /// Carries the released data of `owner`'s repository of `identifier` to its family (the
-    /// background half of a release; `crate::grasp::copies`): when the family shares objects
-    /// (`grasp_state::pool::family_shares`), the repository joins the family's object pool and
+    /// background half of a release; `crate::grasp::copies`): when the release shares objects
+    /// ([`Grasp::family_shares`]), the repository joins the family's object pool and
     /// what signed events released there is promoted into it; then every other owner's
     /// repository for which its latest state is authoritative joins the pool and is released
     /// and aligned like after a push: a ref update, its objects found through the pool. Each
@@ -194,12 +194,13 @@ impl Grasp {
     pub async fn copy_out(&self, identifier: &str, owner: &PublicKey) -> bool {
         let Some(src) = self.repo_path(owner, identifier).filter(|p| p.is_dir()) else { return true };
         let all = self.announcements(identifier).await;
-        if !self.family_shares(identifier, &all) {
-            // A lone repository keeps its objects: nothing to share.
-            return true;
-        }
         let set = Grasp::maintainer_set(*owner, &all);
         let state = self.latest_stored_state(identifier, &set).await;
+        let (shares, targets) = self.family_shares(identifier, owner, state.as_ref(), &all);
+        if !shares {
+            // Nobody else follows this repository and there is no pool: nothing to share.
+            return true;
+        }
         let mut ok = true;
         // The source: joins the pool and promotes what is released there.
         match RepoGuards::acquire_within(&self.locks, [src.clone()], PushLocks::Take, Duration::ZERO).await {
@@ -216,8 +217,6 @@ impl Grasp {
                 ok = false;
             }
         }
-        let Some(state) = state else { return ok };
-        let targets = self.existing_repos(copy_targets(owner, &state.author, &all), identifier);
         let mut busy = Vec::new();
         for (other, dst) in targets {
             let guards = match RepoGuards::acquire_within(&self.locks, [dst.clone()], PushLocks::Take, Duration::ZERO).await {
@@ -269,7 +268,9 @@ impl Grasp {
             Some(latest) => latest,
             None => self.latest_stored_state(identifier, &Grasp::maintainer_set(*owner, &all)).await,
         };
-        if latest.is_some() {
+        // The background half, when there is anything to share (cheap to decide: the
+        // announcements are at hand; a repository nobody else follows costs nothing more).
+        if self.family_shares(identifier, owner, latest.as_ref(), &all).0 {
             self.copies.request(identifier, owner);
         }
         out

@@ -288,6 +288,7 @@ impl Metrics {
             drop(self.deferred_dropped.get_or_create(&ReasonLabels { reason }));
         }
         self.refresh_purgatory(&PurgatoryStats::default());
+        self.refresh_background_git(0, 0);
     }
 
     /// The whole registry in the Prometheus text format (see [`CONTENT_TYPE`]).
