@@ -12,7 +12,8 @@
 //! - crashes: kill -9 at any moment of the background copies leaves every member and the pool
 //!   consistent, and the copies are carried out after the restart;
 //! - gc: a pool's shrink keeps what any member's refs (staged ones too) reach, reclaims the rest;
-//! - migration: repositories holding full copies from before pools join at startup.
+//! - migration: repositories holding full copies from before pools join at startup;
+//! - a private service uses the same model, and no pool is ever served.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -153,6 +154,74 @@ async fn ten_owners_of_one_history_hold_it_once() {
     let cl = tmp.path().join("clone");
     clone(&repo_url(&server, &owners[7].public_key(), "shared"), &cl, &[]).unwrap();
     assert_eq!(git(&cl, &["rev-parse", "HEAD"]), tip);
+    // The pool itself is never served.
+    let resp = reqwest::get(format!("http://{}/.pools/shared.git/info/refs?service=git-upload-pack", host(&server))).await.unwrap();
+    assert_eq!(resp.status(), 404);
+    let out = git_output(tmp.path(), &["ls-remote", &format!("http://{}/.pools/shared.git", host(&server))]);
+    assert!(!out.status.success(), "the pool is not a repository anyone can reach");
+}
+
+/// `Authorization: Nostr <base64 kind 27235>` for `url` (a private service's git proof).
+fn proof(keys: &Keys, url: &str) -> String {
+    use base64::Engine as _;
+    let ev = EventBuilder::new(Kind::Custom(27235), "")
+        .tags([Tag::parse(["u", url]).unwrap(), Tag::parse(["method", "GET"]).unwrap()])
+        .finalize(keys)
+        .unwrap();
+    format!("Nostr {}", base64::engine::general_purpose::STANDARD.encode(ev.as_json()))
+}
+
+fn git_with(dir: &Path, authorization: &str, args: &[&str]) -> std::process::Output {
+    let header = format!("http.extraHeader=Authorization: {authorization}");
+    let mut all = vec!["-c", header.as_str()];
+    all.extend_from_slice(args);
+    git_output(dir, &all)
+}
+
+/// A private service (GRASP-08) uses the same model: two members' repositories of one
+/// identifier share the pool, each is served to members with a proof for it, and the pool is
+/// reachable by nobody.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_private_service_shares_one_object_store_too() {
+    let (a, b) = (Keys::generate(), Keys::generate());
+    let members = format!("{},{}", a.public_key().to_hex(), b.public_key().to_hex());
+    let server = start(&["--private", "--member", &members]);
+    let tmp = tempfile::tempdir().unwrap();
+    let mut c = connect(&server).await;
+    assert!(c.auth(&a).await.unwrap().0 && c.auth(&b).await.unwrap().0);
+    let private = |keys: &Keys, maintainers: &[PublicKey]| {
+        let mut tags = vec![
+            vec!["d".to_string(), "team".into()],
+            vec!["clone".to_string(), repo_url(&server, &keys.public_key(), "team")],
+            vec!["relays".to_string(), format!("ws://{}", host(&server))],
+            vec!["private".to_string(), "true".into()],
+        ];
+        if !maintainers.is_empty() {
+            tags.push(std::iter::once("maintainers".to_string()).chain(maintainers.iter().map(|m| m.to_hex())).collect());
+        }
+        EventBuilder::new(Kind::Custom(30617), "").tags(tags.into_iter().map(|t| Tag::parse(t).unwrap())).finalize(keys).unwrap()
+    };
+    held(&mut c, &private(&a, &[b.public_key()])).await;
+    held(&mut c, &private(&b, &[a.public_key()])).await;
+    let repo = Repo::new(&tmp.path().join("w"), &server, &a.public_key(), "team");
+    let tip = commit_random(&repo.work, "data", 2, 128);
+    held(&mut c, &state(&a, "team", &[("refs/heads/main", &tip)], Some("main"))).await;
+    let out = git_with(&repo.work.dir, &proof(&a, &repo.url), &["push", &repo.url, "main"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let dir_b = repo_dir(&server, &b.public_key(), "team");
+    eventually!("b's repository on a's state", WAIT, (bare_refs(&dir_b).get("refs/heads/main") == Some(&tip)).then_some(()));
+    background_settled(&server).await;
+    assert!(is_member(&dir_b, "team") && local_objects(&dir_b) == 0);
+    let url_b = repo_url(&server, &b.public_key(), "team");
+    let out = git_with(tmp.path(), &proof(&b, &url_b), &["clone", "-q", &url_b, "clone-b"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(git(&tmp.path().join("clone-b"), &["rev-parse", "HEAD"]), tip);
+    let pool_url = format!("http://{}/.pools/team.git", host(&server));
+    let out = git_with(tmp.path(), &proof(&a, &pool_url), &["ls-remote", &pool_url]);
+    assert!(!out.status.success(), "not even a member reaches the pool");
+    for d in [&repo_dir(&server, &a.public_key(), "team"), &dir_b, &pool_dir(&server, "team")] {
+        assert_consistent(d);
+    }
 }
 
 /// Staging (docs/protocol.md#object-pools): a git-first `refs/nostr/<id>` push stays in the
