@@ -164,16 +164,7 @@ impl RepoLayout {
         identifier: &str,
     ) -> Result<PathBuf, IdentifierError> {
         validate_identifier(identifier)?;
-        let path = self.owner_dir(owner).join(format!("{identifier}.git"));
-        // Belt and braces: validation already excludes every way out, but prove it structurally.
-        let rel = path
-            .strip_prefix(&self.git_root)
-            .map_err(|_| IdentifierError::OutsideRoot(path.clone()))?;
-        let normal = rel.components().all(|c| matches!(c, Component::Normal(_)));
-        if !normal || rel.components().count() != 2 {
-            return Err(IdentifierError::OutsideRoot(path));
-        }
-        Ok(path)
+        self.two_below_root(self.owner_dir(owner).join(format!("{identifier}.git")))
     }
 
     /// The directory holding every identifier family's object pool: `<git_root>/.pools`
@@ -188,7 +179,12 @@ impl RepoLayout {
     /// inside the pools directory.
     pub fn pool_path(&self, identifier: &str) -> Result<PathBuf, IdentifierError> {
         validate_identifier(identifier)?;
-        let path = self.pools_dir().join(format!("{identifier}.git"));
+        self.two_below_root(self.pools_dir().join(format!("{identifier}.git")))
+    }
+
+    /// `path`, proven to be exactly two plain components below the git root (belt and braces:
+    /// validation already excludes every way out).
+    fn two_below_root(&self, path: PathBuf) -> Result<PathBuf, IdentifierError> {
         let rel = path
             .strip_prefix(&self.git_root)
             .map_err(|_| IdentifierError::OutsideRoot(path.clone()))?;

@@ -60,30 +60,6 @@ async fn announce_family(server: &TestServer, c: &mut grasp_tests::NostrClient, 
     out
 }
 
-/// The processes descending from `root` (by parent pid).
-fn descendants(root: u32) -> Vec<u32> {
-    let mut parent = std::collections::HashMap::new();
-    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
-        let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else { continue };
-        if let Some(ppid) = rest.split_whitespace().nth(1).and_then(|p| p.parse::<u32>().ok()) {
-            parent.insert(pid, ppid);
-        }
-    }
-    let mut out = Vec::new();
-    let mut frontier = vec![root];
-    while let Some(p) = frontier.pop() {
-        for (&child, &pp) in &parent {
-            if pp == p {
-                out.push(child);
-                frontier.push(child);
-            }
-        }
-    }
-    out
-}
-
 /// A crash of the machine as far as the relay goes: the relay is frozen (SIGSTOP: it starts
 /// nothing more), then it and every git process it started are killed (SIGKILL) at once.
 fn crash(server: &mut TestServer) {
@@ -92,11 +68,11 @@ fn crash(server: &mut TestServer) {
         let _ = std::process::Command::new("kill").args(["-s", sig, &pid.to_string()]).stderr(std::process::Stdio::null()).status();
     };
     signal("STOP", pid);
-    let children = descendants(pid);
+    let children = grasp_tests::processes::descendants(pid);
     for child in &children {
         signal("STOP", *child);
     }
-    for child in descendants(pid).into_iter().chain(children) {
+    for child in grasp_tests::processes::descendants(pid).into_iter().chain(children) {
         signal("KILL", child);
     }
     server.kill();

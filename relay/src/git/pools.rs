@@ -24,7 +24,7 @@ use grasp_state::atomic_file::write_atomic;
 use grasp_state::identifier::{pool_alternate, RepoLayout};
 use grasp_state::pool::Promotion;
 
-use crate::git::repos::{io_err, unique_name, RepoError};
+use crate::git::repos::{append_config, build_aside, io_err, unique_name, RepoError};
 use crate::git::{GitCommand, GitError};
 
 /// Longest a repack or prune of a pool, or a dedupe of a member, may take before it is killed.
@@ -47,28 +47,10 @@ pub fn create_pool(layout: &RepoLayout, identifier: &str) -> Result<PathBuf, Rep
     if path.is_dir() {
         return Ok(path);
     }
-    let dir = layout.pools_dir();
-    std::fs::create_dir_all(&dir).map_err(io_err("creating", &dir))?;
-    let tmp = dir.join(unique_name(".tmp-"));
-    let result = (|| {
-        GitCommand::without_repo().args(["init", "--bare", "--quiet", "--template="]).arg(&tmp).run()?;
-        let config = tmp.join("config");
-        let mut text = std::fs::read(&config).map_err(io_err("reading", &config))?;
-        if !text.is_empty() && !text.ends_with(b"\n") {
-            text.push(b'\n');
-        }
-        text.extend_from_slice(POOL_CONFIG.as_bytes());
-        write_atomic(&config, &text, None).map_err(io_err("writing", &config))?;
-        match std::fs::rename(&tmp, &path) {
-            Ok(()) => Ok(()),
-            Err(_) if path.is_dir() => Ok(()),
-            Err(e) => Err(io_err("renaming into place", &path)(e)),
-        }
-    })();
-    if tmp.exists() {
-        let _ = std::fs::remove_dir_all(&tmp);
-    }
-    result.map(|()| path)
+    build_aside(&path, |tmp| {
+        GitCommand::without_repo().args(["init", "--bare", "--quiet", "--template="]).arg(tmp).run()?;
+        append_config(tmp, POOL_CONFIG)
+    })
 }
 
 /// Whether `repo` borrows from the pool of `identifier` (its alternates file is exactly the

@@ -80,26 +80,43 @@ pub fn create_repo(
     if path.is_dir() {
         return Ok(path);
     }
-    let owner_dir = layout.owner_dir(owner);
-    std::fs::create_dir_all(&owner_dir).map_err(io_err("creating", &owner_dir))?;
-    let tmp = owner_dir.join(unique_name(".tmp-"));
-    let joined = |dir: &Path| -> Result<(), RepoError> {
+    build_aside(&path, |tmp| {
+        init_configured(tmp, hooks_dir)?;
         if join_pool {
-            crate::git::pools::join(dir, identifier).map_err(io_err("joining the object pool of", dir))?;
+            crate::git::pools::join(tmp, identifier).map_err(io_err("joining the object pool of", tmp))?;
         }
         Ok(())
-    };
-    let result =
-        init_configured(&tmp, hooks_dir).and_then(|()| joined(&tmp)).and_then(|()| match std::fs::rename(&tmp, &path) {
-            Ok(()) => Ok(()),
-            // Somebody else created it meanwhile: theirs wins, it is configured the same way.
-            Err(_) if path.is_dir() => Ok(()),
-            Err(e) => Err(io_err("renaming into place", &path)(e)),
-        });
+    })
+}
+
+/// Builds a bare repository at `path` atomically: `build` makes it in `.tmp-<unique>` beside
+/// `path`, which is then renamed into place (if somebody else created `path` meanwhile, theirs
+/// wins: it is built the same way); a failed build leaves nothing behind. Returns `path`.
+pub(crate) fn build_aside(path: &Path, build: impl FnOnce(&Path) -> Result<(), RepoError>) -> Result<PathBuf, RepoError> {
+    let parent = path.parent().ok_or_else(|| io_err("no parent directory for", path)(std::io::ErrorKind::InvalidInput.into()))?;
+    std::fs::create_dir_all(parent).map_err(io_err("creating", parent))?;
+    let tmp = parent.join(unique_name(".tmp-"));
+    let result = build(&tmp).and_then(|()| match std::fs::rename(&tmp, path) {
+        Ok(()) => Ok(()),
+        Err(_) if path.is_dir() => Ok(()),
+        Err(e) => Err(io_err("renaming into place", path)(e)),
+    });
     if tmp.exists() {
         let _ = std::fs::remove_dir_all(&tmp);
     }
-    result.map(|()| path)
+    result.map(|()| path.to_path_buf())
+}
+
+/// Appends `section` (lines of git's config syntax) to the `config` of the repository `dir`, in
+/// one atomic write.
+pub(crate) fn append_config(dir: &Path, section: &str) -> Result<(), RepoError> {
+    let config = dir.join("config");
+    let mut text = std::fs::read(&config).map_err(io_err("reading", &config))?;
+    if !text.is_empty() && !text.ends_with(b"\n") {
+        text.push(b'\n');
+    }
+    text.extend_from_slice(section.as_bytes());
+    write_atomic(&config, &text, None).map_err(io_err("writing", &config))
 }
 
 /// `git init --bare` with no template (an empty `--template=`) and `HEAD` where git puts it
@@ -122,14 +139,8 @@ fn init_configured(dir: &Path, hooks_dir: &Path) -> Result<(), RepoError> {
     })?;
     let lock = dir.join(grasp_state::identifier::PUSH_LOCK_FILE);
     std::fs::File::create_new(&lock).map_err(io_err("creating", &lock))?;
-    let config = dir.join("config");
     if let Some(section) = grasp_state::identifier::grasp_config_text(hooks) {
-        let mut text = std::fs::read(&config).map_err(io_err("reading", &config))?;
-        if !text.is_empty() && !text.ends_with(b"\n") {
-            text.push(b'\n');
-        }
-        text.extend_from_slice(section.as_bytes());
-        return write_atomic(&config, &text, None).map_err(io_err("writing", &config));
+        return append_config(dir, &section);
     }
     for (key, value) in GRASP_GIT_CONFIG {
         GitCommand::in_repo(dir).args(["config", key, value]).run()?;

@@ -512,29 +512,6 @@ fn status_kib(pid: u32, field: &str) -> Option<u64> {
     text.lines().find(|l| l.starts_with(field))?.split_whitespace().nth(1)?.parse().ok()
 }
 
-fn descendants(root: u32) -> Vec<u32> {
-    let mut parent = std::collections::HashMap::new();
-    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
-        // pid (comm) state ppid ...: comm may contain spaces, so split after the last ')'.
-        let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else { continue };
-        if let Some(ppid) = rest.split_whitespace().nth(1).and_then(|p| p.parse::<u32>().ok()) {
-            parent.insert(pid, ppid);
-        }
-    }
-    let mut out = Vec::new();
-    let mut frontier = vec![root];
-    while let Some(p) = frontier.pop() {
-        for (&child, &pp) in &parent {
-            if pp == p {
-                out.push(child);
-                frontier.push(child);
-            }
-        }
-    }
-    out
-}
 
 /// Peak RSS (KiB) of the relay (VmHWM, reset first) and the peak of the sum of its children's
 /// RSS (sampled every 10 ms) while `f` runs.
@@ -547,7 +524,7 @@ fn measure_rss(relay_pid: u32, f: impl FnOnce() -> Result<Duration>) -> Result<(
         let (stop, peak) = (stop.clone(), peak_children.clone());
         std::thread::spawn(move || {
             while !stop.load(Ordering::Relaxed) {
-                let sum: u64 = descendants(relay_pid).iter().filter_map(|&p| status_kib(p, "VmRSS:")).sum();
+                let sum: u64 = grasp_tests::processes::descendants(relay_pid).iter().filter_map(|&p| status_kib(p, "VmRSS:")).sum();
                 peak.fetch_max(sum, Ordering::Relaxed);
                 std::thread::sleep(Duration::from_millis(10));
             }
