@@ -26,13 +26,16 @@
 //!   authorisation for pre-receive (`authorize`, held states parsed once and indexed by declared
 //!   refs in `held_index`); git data arrival, release and alignment
 //!   (`release`); the lock order and `RepoGuards`, every wait bounded (`locks`); work on
-//!   repositories busy past the bound, retried later (`deferred`); copies of pushed data into
-//!   the repositories of owners that merely list a maintainer, in the background (`copies`); purgatory restore, expiry
+//!   repositories busy past the bound, retried later (`deferred`); released data carried to the
+//!   identifier's other repositories, in the background (`copies`), through the family's object
+//!   pool: joins, promotion of what signed events released, the locked shrink, the startup
+//!   migration (`pools`); purgatory restore, expiry
 //!   sweeps and checkpoints (`lifecycle`); the purgatory journal, synced before an event is
 //!   answered (`journal`).
 //! - [`git`]: storage on disk. The one git runner (`runner`), git operations (`git/mod.rs`), refs and HEAD read from
 //!   a files-backend repository without a process (`ref_files`), bare repositories
-//!   (`repos`), the fast "surely missing" object check (`objects`), git smart HTTP through
+//!   (`repos`), the fast "surely missing" object check (`objects`), object pools on disk
+//!   (`pools`), background maintenance (`maintenance`), git smart HTTP through
 //!   `grasp-cgi` (`http`), each child in its own process group, ended with its request
 //!   (`cgi_child`).
 //! - [`api`]: the loopback, token-protected API the git hooks call, served on a tokio runtime of

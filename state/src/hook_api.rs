@@ -239,6 +239,20 @@ pub struct Leftover {
     pub size_bytes: u64,
 }
 
+/// One identifier family's object pool (`<git root>/.pools/<identifier>.git`,
+/// docs/architecture.md, "Object pools"): the released objects its repositories borrow. Never
+/// purged by the operator: maintenance removes it once no repository borrows from it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoolEntry {
+    pub identifier: String,
+    /// Repositories of the identifier that borrow from it.
+    pub members: usize,
+    /// Bytes on disk (files under the directory).
+    pub size_bytes: u64,
+    /// Path relative to the git root (`.pools/<identifier>.git`).
+    pub path: String,
+}
+
 /// The answer to `GET /v1/repos`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RepoListing {
@@ -247,6 +261,9 @@ pub struct RepoListing {
     pub repos: Vec<RepoEntry>,
     #[serde(default)]
     pub leftovers: Vec<Leftover>,
+    /// Every object pool, by identifier.
+    #[serde(default)]
+    pub pools: Vec<PoolEntry>,
 }
 
 /// Asks the relay to remove orphaned repositories and leftovers, by path relative to the git
@@ -426,7 +443,11 @@ mod tests {
                 path: "npub1x/r.git".into(),
             }],
             leftovers: vec![Leftover { path: "npub1x/.tmp-1".into(), reason: "crash".into(), size_bytes: 0 }],
+            pools: vec![PoolEntry { identifier: "r".into(), members: 2, size_bytes: 9, path: ".pools/r.git".into() }],
         });
+        // A listing from before pools still reads.
+        let old: RepoListing = serde_json::from_str(&format!(r#"{{"version":{HOOK_API_VERSION},"repos":[]}}"#)).unwrap();
+        assert!(old.pools.is_empty());
         round_trip(PurgeRequest { version: HOOK_API_VERSION, paths: vec!["npub1x/r.git".into()] });
         round_trip(PurgeResponse {
             version: HOOK_API_VERSION,

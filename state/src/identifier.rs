@@ -65,6 +65,20 @@ pub fn grasp_config_text(hooks_dir: &str) -> Option<String> {
 /// take it too, but never from code a hook waits on (the push holding it would deadlock).
 pub const PUSH_LOCK_FILE: &str = "grasp.lock";
 
+/// The directory under the git root that holds the object pools (`<git_root>/.pools`).
+pub const POOLS_DIR: &str = ".pools";
+
+/// The line of a member repository's `objects/info/alternates` that borrows the objects of the
+/// pool of `identifier`: the pool's `objects` directory relative to the member's
+/// (`<git_root>/<npub>/<identifier>.git/objects` -> `<git_root>/.pools/<identifier>.git/objects`),
+/// so a moved data directory keeps working. Starts with `../`, so git never reads it as a
+/// comment or a quoted path. `identifier` must be valid ([`validate_identifier`]). Only hosted
+/// repositories are members: contributor repositories (`prs/`) stage what they receive and never
+/// join a pool.
+pub fn pool_alternate(identifier: &str) -> String {
+    format!("../../../{POOLS_DIR}/{identifier}.git/objects")
+}
+
 /// Longest accepted identifier, in bytes of UTF-8.
 pub const MAX_IDENTIFIER_BYTES: usize = 100;
 
@@ -212,11 +226,31 @@ impl RepoLayout {
     ) -> Result<PathBuf, IdentifierError> {
         validate_identifier(identifier)?;
         let path = self.owner_dir_in(space, owner).join(format!("{identifier}.git"));
-        // Belt and braces: validation already excludes every way out, but prove it structurally.
         let depth = match space {
             RepoSpace::Hosted => 2,
             RepoSpace::Prs => 3,
         };
+        self.below_root(path, depth)
+    }
+
+    /// The directory holding every identifier family's object pool: `<git_root>/.pools`
+    /// (docs/architecture.md, "Object pools"). Owner directories are canonical npubs and the
+    /// contributor repositories live under `prs/`, so this is never one, and no URL path names it.
+    pub fn pools_dir(&self) -> PathBuf {
+        self.git_root.join(POOLS_DIR)
+    }
+
+    /// The ONE function building object pool paths: `<git_root>/.pools/<identifier>.git`, after
+    /// validating `identifier` (as [`RepoLayout::repo_path`] does) and checking the result stays
+    /// inside the pools directory.
+    pub fn pool_path(&self, identifier: &str) -> Result<PathBuf, IdentifierError> {
+        validate_identifier(identifier)?;
+        self.below_root(self.pools_dir().join(format!("{identifier}.git")), 2)
+    }
+
+    /// `path`, proven to be exactly `depth` plain components below the git root (belt and braces:
+    /// validation already excludes every way out).
+    fn below_root(&self, path: PathBuf, depth: usize) -> Result<PathBuf, IdentifierError> {
         let rel = path
             .strip_prefix(&self.git_root)
             .map_err(|_| IdentifierError::OutsideRoot(path.clone()))?;
@@ -225,6 +259,17 @@ impl RepoLayout {
             return Err(IdentifierError::OutsideRoot(path));
         }
         Ok(path)
+    }
+
+    /// The identifier whose pool `path` is, iff it is exactly `<git_root>/.pools/<identifier>.git`.
+    pub fn locate_pool(&self, path: &Path) -> Result<String, IdentifierError> {
+        let bad = || IdentifierError::NotARepoPath(path.to_path_buf());
+        let rel = path.strip_prefix(self.pools_dir()).map_err(|_| bad())?;
+        let mut parts = rel.components();
+        let (Some(Component::Normal(dir)), None) = (parts.next(), parts.next()) else { return Err(bad()) };
+        let identifier = dir.to_str().and_then(|d| d.strip_suffix(".git")).ok_or_else(bad)?;
+        validate_identifier(identifier)?;
+        Ok(identifier.to_string())
     }
 
     /// The inverse of [`RepoLayout::repo_path`]: given a (canonicalised) `GIT_DIR`, returns
@@ -431,6 +476,41 @@ mod tests {
             assert_eq!(p, PathBuf::from(format!("/srv/git/{npub}/{id}.git")));
             assert_eq!(layout.locate(&p).unwrap(), (pk, id.to_string()));
         }
+    }
+
+    #[test]
+    fn pool_paths_round_trip_and_never_meet_an_owner_directory() {
+        let layout = RepoLayout::new("/srv/git");
+        let (pk, npub) = owner();
+        for id in ["r", "my repo", ".hidden", "x.git", "é"] {
+            let pool = layout.pool_path(id).unwrap();
+            assert_eq!(pool, Path::new("/srv/git/.pools").join(format!("{id}.git")));
+            assert_eq!(layout.locate_pool(&pool).unwrap(), id);
+            assert!(layout.locate(&pool).is_err(), "a pool is never a repository");
+            let member = layout.repo_path(&pk, id).unwrap();
+            assert_ne!(member.parent(), pool.parent());
+            assert!(layout.locate_pool(&member).is_err());
+            // The alternates line, resolved against the member's objects directory, is the
+            // pool's objects directory.
+            let resolved = member.join("objects").join(pool_alternate(id));
+            let normal: PathBuf = resolved.components().fold(PathBuf::new(), |mut p, c| {
+                match c {
+                    Component::ParentDir => {
+                        p.pop();
+                    }
+                    other => p.push(other),
+                }
+                p
+            });
+            assert_eq!(normal, pool.join("objects"));
+        }
+        assert!(parse_npub(POOLS_DIR).is_none());
+        assert_eq!(npub.len(), 63);
+        for id in ["", ".", "..", "a/b", "../x"] {
+            assert!(layout.pool_path(id).is_err(), "{id:?}");
+        }
+        assert!(layout.locate_pool(Path::new("/srv/git/.pools/a/b.git")).is_err());
+        assert!(layout.locate_pool(Path::new("/srv/git/.pools/.tmp-1")).is_err());
     }
 
     #[test]

@@ -24,6 +24,9 @@
 //!   accepted anyway (with a repository, read-only unless configured otherwise).
 //! - [`release`]: what to do when git data arrives, as a [`release::ReleasePlan`] (states to
 //!   store, pull request refs, alignment of refs and HEAD, promotion) and copy targets.
+//! - [`pool`]: one object store per identifier family: what of a member's refs enters the pool
+//!   (only what a signed, stored event released; the rest is staged) and what a gc in the pool
+//!   keeps.
 //! - [`prs`]: GRASP-06 contributor repositories (`/prs/<npub>/<identifier>.git`): which clone
 //!   URLs name one, which a pull request binds to and is copied from, the empty answer of a path
 //!   with no repository.
@@ -96,6 +99,7 @@ pub mod host;
 pub mod identifier;
 pub mod maintainers;
 pub mod nip34;
+pub mod pool;
 pub mod prs;
 pub mod purgatory;
 pub mod push;

@@ -351,13 +351,71 @@ pub async fn nip11(server: &TestServer) -> serde_json::Value {
         .unwrap()
 }
 
-/// Commits a file of `bytes` random (incompressible) bytes named `name` in `repo`; its id.
-pub fn commit_random(repo: &Repo, name: &str, bytes: usize) -> String {
+/// Background git work (copies into the family and its object pool, maintenance passes) waiting
+/// or running, from the `grasp_background_git_work` gauges on the metrics listener (the server
+/// must run with `--metrics-bind 127.0.0.1:0`). Copies are read before maintenance: a copy that
+/// ends queues its maintenance first, so both at 0 in one scrape means the relay is idle.
+pub async fn background_git_work(server: &TestServer) -> Option<(u64, u64)> {
+    let addr = std::fs::read_to_string(server.data_dir().join("metrics-addr")).ok()?;
+    let body = reqwest::get(format!("http://{}/metrics", addr.trim())).await.ok()?.text().await.ok()?;
+    let gauge = |kind: &str| -> Option<u64> {
+        let prefix = format!("grasp_background_git_work{{kind=\"{kind}\"}} ");
+        body.lines().find_map(|l| l.strip_prefix(&prefix)).and_then(|v| v.trim().parse::<f64>().ok()).map(|v| v as u64)
+    };
+    Some((gauge("copies")?, gauge("maintenance")?))
+}
+
+/// Waits (with a deadline) until the relay has no background git work left
+/// ([`background_git_work`]).
+pub async fn background_settled(server: &TestServer) {
+    crate::eventually!("the relay's background git work to settle", std::time::Duration::from_secs(120), {
+        (background_git_work(server).await == Some((0, 0))).then_some(())
+    });
+}
+
+/// Objects stored in the repository's own object directory (loose and packed), not those it
+/// borrows from an object pool.
+pub fn local_objects(repo: &Path) -> u64 {
+    let out = crate::git::git(repo, &["count-objects", "-v"]);
+    out.lines()
+        .filter_map(|l| l.split_once(": "))
+        .filter(|(k, _)| *k == "count" || *k == "in-pack")
+        .filter_map(|(_, v)| v.parse::<u64>().ok())
+        .sum()
+}
+
+/// The identifier family's object pool in the server's data directory.
+pub fn pool_dir(server: &TestServer, identifier: &str) -> PathBuf {
+    server.data_dir().join("git").join(".pools").join(format!("{identifier}.git"))
+}
+
+/// Whether the repository can read `oid` (its own objects or its pool's).
+pub fn has_object(repo: &Path, oid: &str) -> bool {
+    git_output(repo, &["cat-file", "-e", oid]).status.success()
+}
+
+/// `git fsck` of a bare repository is clean (dangling objects allowed) and every ref's history
+/// is readable; panics with git's words otherwise.
+pub fn assert_consistent(repo: &Path) {
+    let out = git_output(repo, &["fsck", "--no-progress", "--no-dangling"]);
+    assert!(out.status.success(), "git fsck failed in {}: {}{}", repo.display(), String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let out = git_output(repo, &["rev-list", "--objects", "--all", "--quiet"]);
+    assert!(out.status.success(), "a ref's history is unreadable in {}: {}", repo.display(), String::from_utf8_lossy(&out.stderr));
+}
+
+/// Commits `files` files of `kib` KiB of random bytes each (incompressible) in `work`; returns
+/// the commit.
+pub fn commit_random(work: &WorkTree, tag: &str, files: usize, kib: usize) -> String {
     use std::io::Read;
-    let mut data = vec![0u8; bytes];
-    std::fs::File::open("/dev/urandom").unwrap().read_exact(&mut data).unwrap();
-    std::fs::write(repo.work.dir.join(name), &data).unwrap();
-    crate::git::git(&repo.work.dir, &["add", name]);
-    crate::git::git(&repo.work.dir, &["commit", "-q", "-m", name]);
-    repo.rev("HEAD")
+    let mut urandom = std::fs::File::open("/dev/urandom").unwrap();
+    let dir = work.dir.join(tag);
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut buf = vec![0u8; kib * 1024];
+    for i in 0..files {
+        urandom.read_exact(&mut buf).unwrap();
+        std::fs::write(dir.join(format!("blob{i}")), &buf).unwrap();
+    }
+    crate::git::git(&work.dir, &["add", tag]);
+    crate::git::git(&work.dir, &["commit", "-q", "-m", tag]);
+    crate::git::git(&work.dir, &["rev-parse", "HEAD"])
 }

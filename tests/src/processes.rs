@@ -1,5 +1,7 @@
 //! The processes a relay started for requests, found by its data directory, for tests that
-//! prove none outlives its request ([`children_of`]) and clean up after a failure ([`Reaper`]).
+//! prove none outlives its request ([`children_of`]) and clean up after a failure ([`Reaper`]),
+//! and a process's descendants by parent pid ([`descendants`]: the benchmark's memory samples,
+//! a crash of a relay with every git process it started).
 
 use std::path::PathBuf;
 
@@ -15,4 +17,28 @@ impl Drop for Reaper {
             let _ = std::process::Command::new("kill").args(["-KILL", &pid.to_string()]).status();
         }
     }
+}
+
+/// The processes descending from `root` (by parent pid).
+pub fn descendants(root: u32) -> Vec<u32> {
+    let mut parent = std::collections::HashMap::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
+        let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else { continue };
+        if let Some(ppid) = rest.split_whitespace().nth(1).and_then(|p| p.parse::<u32>().ok()) {
+            parent.insert(pid, ppid);
+        }
+    }
+    let mut out = Vec::new();
+    let mut frontier = vec![root];
+    while let Some(p) = frontier.pop() {
+        for (&child, &pp) in &parent {
+            if pp == p {
+                out.push(child);
+                frontier.push(child);
+            }
+        }
+    }
+    out
 }

@@ -362,7 +362,7 @@ async fn oversized_pushes_are_refused_before_they_land() {
     let bare = repo_dir(&server, &owner.public_key(), "base");
 
     // The owner's own push, with a matching state, of 1.5 MB.
-    let big = commit_random(&published.repo, "big", 1_500_000);
+    let big = commit_random(&published.repo.work, "big", 1, 1465);
     let st = state_at(&owner, "base", &[("refs/heads/main", &big)], Some("main"), now() + 1);
     assert!(client.send_event(&st).await.unwrap().0);
     let err = published.repo.push(&["main"]).expect_err("an oversized push was accepted");
@@ -373,7 +373,7 @@ async fn oversized_pushes_are_refused_before_they_land() {
     let pr_dir = tmp.path().join("pr");
     let pr = Repo::new(&pr_dir, &server, &owner.public_key(), "base");
     pr.commit("README", "pr\n");
-    let pr_tip = commit_random(&pr, "pr-big", 300_000);
+    let pr_tip = commit_random(&pr.work, "pr-big", 1, 293);
     let refspec = format!("HEAD:refs/nostr/{}", random_event_id());
     let err = pr.push(&[&refspec]).expect_err("an oversized pull request push was accepted");
     assert!(err.contains("max-pr-push-bytes"), "{err}");

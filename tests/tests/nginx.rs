@@ -307,6 +307,13 @@ async fn announce_state_push_clone_and_pr_through_nginx() {
     let st = state(&owner, "hello", &[("refs/heads/main", &tip)], Some("main"));
     let (ok, msg) = c.send_event(&st).await.unwrap();
     assert!(ok && msg.starts_with("purgatory:"), "{msg}");
+    // A second owner of the identifier who trusts the first: its repository borrows the objects
+    // from the identifier's object pool (docs/architecture.md, "Object pools").
+    let second_owner = Keys::generate();
+    let url2 = front.repo_url(&second_owner.public_key(), "hello");
+    let ann2 = event(&second_owner, 30617, &[&["d", "hello"], &["clone", &url2], &["relays", &format!("ws://{}", front.addr)], &["maintainers", &owner.public_key().to_hex()]]);
+    let (ok, msg) = c.send_event(&ann2).await.unwrap();
+    assert!(ok && msg.starts_with("purgatory:"), "{msg}");
 
     // The push runs grasp-cgi under fcgiwrap; its hooks reach the relay's hook API.
     let out = repo.push(&["main"]).unwrap_or_else(|e| panic!("push through nginx failed:\n{e}\n{}", front.logs()));
@@ -323,6 +330,15 @@ async fn announce_state_push_clone_and_pr_through_nginx() {
     clone(&url, &clone_dir, &[]).unwrap();
     let cloned = WorkTree { dir: clone_dir };
     assert_eq!(grasp_tests::git::git(&cloned.dir, &["rev-parse", "HEAD"]), tip);
+    // The second owner's repository, whose objects are the pool's, serves through git
+    // http-backend under fcgiwrap too.
+    let bare2 = repo_dir(&front.relay, &second_owner.public_key(), "hello");
+    grasp_tests::eventually!("the second owner's repository on the state", (bare_refs(&bare2).get("refs/heads/main") == Some(&tip)).then_some(()));
+    let alternates = std::fs::read_to_string(bare2.join("objects/info/alternates")).unwrap_or_default();
+    assert_eq!(alternates.trim(), "../../../.pools/hello.git/objects");
+    let clone2 = tmp.path().join("clone2");
+    clone(&url2, &clone2, &[]).unwrap_or_else(|e| panic!("clone of a pool member through nginx failed:\n{e}\n{}", front.logs()));
+    assert_eq!(grasp_tests::git::git(&clone2, &["rev-parse", "HEAD"]), tip);
 
     // A contributor's pull request: event first (held), then its commit to refs/nostr/<id>.
     let contributor = Keys::generate();

@@ -252,7 +252,7 @@ async fn the_anonymous_push_bounds_hold_for_contributor_repositories() {
     let refused = repo.push(&[&format!("HEAD:refs/nostr/{}", random_event_id())]).unwrap_err();
     assert!(refused.contains("rate-limited"), "{refused}");
     // A pack larger than --max-pr-push-bytes, whatever the ref; it never lands.
-    let big = commit_random(&repo, "big", 300_000);
+    let big = commit_random(&repo.work, "big", 1, 293);
     let dir = prs_dir(&server, &contributor.public_key(), "proj");
     let refused = repo.push(&["HEAD:refs/heads/main"]).unwrap_err();
     assert!(refused.contains("max-pr-push-bytes") || refused.contains("maximum allowed size"), "{refused}");

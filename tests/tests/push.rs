@@ -167,10 +167,15 @@ async fn recursive_maintainer_state_authorises() {
     assert!(stored(&mut c, st.id).await && stored(&mut c, ann.id).await);
     let want = refs(&[("refs/heads/main", &tip)]);
     assert_eq!(bare_refs(&repo_dir(&server, &owner.public_key(), "rec")), want);
-    // B's state is authoritative for A's repository too: it got the data, and A's announcement.
-    assert_eq!(bare_refs(&repo_dir(&server, &a.public_key(), "rec")), want);
-    assert!(says_released(&out, &ann_a), "{out}");
-    assert!(stored(&mut c, ann_a.id).await);
+    // B's state is authoritative for A's repository too: it gets the data and A's announcement
+    // is promoted, after the push's answer (the push waits only for its own repository), through
+    // the family's object pool (docs/architecture.md, "Object pools").
+    assert!(!says_released(&out, &ann_a), "the push waited for a co-maintainer's repository: {out}");
+    let dir_a = repo_dir(&server, &a.public_key(), "rec");
+    grasp_tests::eventually!("A's repository to match B's state", (bare_refs(&dir_a) == want).then_some(()));
+    grasp_tests::eventually!("A's announcement to be promoted", stored(&mut c, ann_a.id).await.then_some(()));
+    let alternates = std::fs::read_to_string(dir_a.join("objects/info/alternates")).unwrap();
+    assert_eq!(alternates.trim(), "../../../.pools/rec.git/objects", "A's repository borrows from the pool");
 }
 
 #[tokio::test]

@@ -15,10 +15,10 @@ use std::time::{Duration, SystemTime};
 
 use anyhow::{Context, Result};
 use grasp_state::hook_api::{
-    Leftover, PurgeKept, PurgeRequest, PurgeResponse, RefView, RepoEntry, RepoInfo, RepoListing, RepoStatus,
+    Leftover, PoolEntry, PurgeKept, PurgeRequest, PurgeResponse, RefView, RepoEntry, RepoInfo, RepoListing, RepoStatus,
     HOOK_API_VERSION, PATH_REPOS, PATH_REPOS_PURGE, PATH_REPO_PREFIX,
 };
-use grasp_state::identifier::{npub_of, parse_npub, validate_identifier, PRS_DIR};
+use grasp_state::identifier::{npub_of, parse_npub, validate_identifier, POOLS_DIR, PRS_DIR};
 use grasp_state::nip34::{Announcement, KIND_ANNOUNCEMENT};
 use grasp_state::purgatory::EntryKind;
 use nostr::prelude::{Coordinate, Filter, Kind, Nip19Coordinate, PublicKey, RelayUrl, ToBech32};
@@ -185,9 +185,14 @@ pub fn classify(git_root: &Path, justified: &Justified) -> RepoListing {
     let mut leftover = |rel: String, path: &Path, reason: &str| {
         leftovers.push(Leftover { path: rel, reason: reason.to_string(), size_bytes: disk_usage(path) });
     };
+    let mut pools = Vec::new();
     for (owner_name, owner_dir) in subdirs(git_root) {
         if owner_name == PRS_DIR {
             classify_contributor_repos(&owner_dir, &mut repos, &mut leftover);
+            continue;
+        }
+        if owner_name == POOLS_DIR {
+            classify_pools(git_root, &owner_dir, &mut pools, &mut leftover);
             continue;
         }
         let Some(owner) = parse_npub(&owner_name) else {
@@ -220,7 +225,27 @@ pub fn classify(git_root: &Path, justified: &Justified) -> RepoListing {
             }
         }
     }
-    RepoListing { version: HOOK_API_VERSION, repos, leftovers }
+    RepoListing { version: HOOK_API_VERSION, repos, leftovers, pools }
+}
+
+/// The object pools under `<git_root>/.pools` (docs/architecture.md, "Object pools"), each with
+/// the number of repositories borrowing from it; crash leftovers there (`.tmp-*`, `.del-*`) are
+/// leftovers like any other.
+fn classify_pools(git_root: &Path, pools_dir: &Path, pools: &mut Vec<PoolEntry>, leftover: &mut impl FnMut(String, &Path, &str)) {
+    let owners: Vec<PathBuf> = subdirs(git_root).into_iter().filter(|(name, _)| parse_npub(name).is_some()).map(|(_, p)| p).collect();
+    for (name, path) in subdirs(pools_dir) {
+        let rel = format!("{POOLS_DIR}/{name}");
+        if name.starts_with(".tmp-") {
+            leftover(rel, &path, "object pool creation cut short (crash)");
+        } else if name.starts_with(".del-") {
+            leftover(rel, &path, "object pool removal cut short (crash)");
+        } else if let Some(identifier) = name.strip_suffix(".git").filter(|id| validate_identifier(id).is_ok()) {
+            let members = owners.iter().filter(|o| crate::git::pools::is_member(&o.join(&name), identifier)).count();
+            pools.push(PoolEntry { identifier: identifier.to_string(), members, size_bytes: disk_usage(&path), path: rel });
+        } else {
+            leftover(rel, &path, "not an object pool name (<identifier>.git)");
+        }
+    }
 }
 
 /// The GRASP-06 contributor repositories under `<git_root>/prs` (`prs_root`): listed as
@@ -258,7 +283,7 @@ pub async fn listing(grasp: &Grasp) -> RepoListing {
     let root = grasp.layout.git_root().to_path_buf();
     tokio::task::spawn_blocking(move || classify(&root, &justified))
         .await
-        .unwrap_or(RepoListing { version: HOOK_API_VERSION, repos: Vec::new(), leftovers: Vec::new() })
+        .unwrap_or(RepoListing { version: HOOK_API_VERSION, repos: Vec::new(), leftovers: Vec::new(), pools: Vec::new() })
 }
 
 fn old_enough(path: &Path) -> bool {
@@ -300,6 +325,10 @@ pub async fn purge(grasp: &Grasp, req: &PurgeRequest) -> PurgeResponse {
         match result {
             Ok(()) => {
                 tracing::info!(path = %shown, "orphan purged");
+                if let Some(r) = repo {
+                    // What only it reached may leave its family's object pool.
+                    crate::git::maintenance::after_family_refs_left(grasp, &r.identifier);
+                }
                 resp.removed.push(rel.clone());
             }
             Err(e) => {
@@ -369,6 +398,11 @@ pub fn render_table(listing: &RepoListing, orphans_only: bool) -> String {
         let status = format!("{:?}", r.status).to_lowercase();
         let _ = writeln!(out, "{status:<13} {:>10}  {:<67} {}", human_size(r.size_bytes), r.owner, r.identifier);
     }
+    if !orphans_only {
+        for p in &listing.pools {
+            let _ = writeln!(out, "{:<13} {:>10}  {:<67} {} ({} members)", "pool", human_size(p.size_bytes), POOLS_DIR, p.identifier, p.members);
+        }
+    }
     for l in &listing.leftovers {
         let _ = writeln!(out, "{:<13} {:>10}  {} ({})", "leftover", human_size(l.size_bytes), l.path, l.reason);
     }
@@ -379,11 +413,12 @@ pub fn render_table(listing: &RepoListing, orphans_only: bool) -> String {
     };
     let _ = writeln!(
         out,
-        "{} served, {} held, {} orphaned, {contributions}{} leftovers",
+        "{} served, {} held, {} orphaned, {contributions}{} leftovers, {} object pools",
         count(RepoStatus::Served),
         count(RepoStatus::Held),
         count(RepoStatus::Orphaned),
-        listing.leftovers.len()
+        listing.leftovers.len(),
+        listing.pools.len()
     );
     out
 }
@@ -496,6 +531,27 @@ mod tests {
         assert_eq!(left.len(), 2, "{left:?}");
         assert!(!purge_candidates(&l).iter().any(|p| p.ends_with("proj.git")), "a contributor repository is never an orphan");
         assert!(render_table(&l, false).contains("1 contributor repositories (GRASP-06)"));
+    }
+
+    #[test]
+    fn object_pools_are_listed_with_their_members_and_never_purged() {
+        let root = tempfile::tempdir().unwrap();
+        let (a, b) = (Keys::generate().public_key(), Keys::generate().public_key());
+        for owner in [&a, &b] {
+            let repo = root.path().join(npub_of(owner)).join("fam.git");
+            std::fs::create_dir_all(repo.join("objects/info")).unwrap();
+        }
+        crate::git::pools::join(&root.path().join(npub_of(&a)).join("fam.git"), "fam").unwrap();
+        std::fs::create_dir_all(root.path().join(".pools/fam.git/objects")).unwrap();
+        std::fs::create_dir_all(root.path().join(".pools/.tmp-1")).unwrap();
+        let justified = Justified { stored: [(a, "fam".to_string()), (b, "fam".to_string())].into(), held: Default::default() };
+        let l = classify(root.path(), &justified);
+        assert_eq!(l.pools.len(), 1);
+        assert_eq!((l.pools[0].identifier.as_str(), l.pools[0].members, l.pools[0].path.as_str()), ("fam", 1, ".pools/fam.git"));
+        let left: Vec<&str> = l.leftovers.iter().map(|x| x.path.as_str()).collect();
+        assert_eq!(left, [".pools/.tmp-1"], "the pools directory is no leftover, a crashed creation in it is");
+        assert!(!purge_candidates(&l).iter().any(|p| p == ".pools" || p.ends_with("fam.git")));
+        assert!(render_table(&l, false).contains("1 object pools"));
     }
 
     #[tokio::test]

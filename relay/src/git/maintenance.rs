@@ -30,8 +30,18 @@
 //! quarantine, out. (A refused push's pack never lands: git drops its quarantine.) Objects that
 //! arrived without a receive-pack (background sync, [`after_objects_arrived`]) get the same pass
 //! as a push.
+//!
+//! Object pools (docs/architecture.md, "Object pools"): after a promotion moved a member's
+//! released objects into its family's pool ([`after_promotion`]), the member's next pass is a
+//! dedupe (`git repack -A -d -l`: its copies of what the pool holds go) instead of `git
+//! maintenance run --auto`, and the pool gets a pass of its own: a geometric repack with a
+//! multi-pack-index bitmap, beside pushes and promotions (it drops nothing). When released refs
+//! left a pool or a member ([`after_pool_refs_left`], [`after_family_refs_left`]) its next pass is a shrink: a
+//! full `-A` repack (unreachable objects loosened, nothing dropped), then the locked prune of
+//! `crate::grasp::Grasp::shrink_pool`, at most once per [`SHRINK_MIN_INTERVAL`] per pool; a pool
+//! whose members stay busy is tried again [`SHRINK_RETRY`] later. A member never writes bitmaps (`repack.writeBitmaps=false`).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -52,7 +62,19 @@ pub const RUN_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 /// queues the repository again).
 pub const MAX_QUEUED: usize = 10_000;
 
-/// The queue of repositories waiting for maintenance. Cheap to clone.
+/// How long a pool shrink whose members were busy waits before it is tried again.
+pub const SHRINK_RETRY: Duration = Duration::from_secs(60);
+/// When each pool was last shrunk, and the pools whose shrink waits for a timer.
+type Shrinks = (HashMap<PathBuf, Instant>, HashSet<PathBuf>);
+
+/// How long a shrink asked for waits for more reasons to come (one release moves the refs of
+/// several members, one after another): they are served by one shrink.
+pub const SHRINK_DELAY: Duration = Duration::from_secs(2);
+/// The least time between two shrinks of one pool (each rewrites its packs): a shrink asked for
+/// sooner runs then.
+pub const SHRINK_MIN_INTERVAL: Duration = Duration::from_secs(60);
+
+/// The queue of repositories (and object pools) waiting for maintenance. Cheap to clone.
 #[derive(Clone)]
 pub struct Maintenance {
     tx: mpsc::UnboundedSender<PathBuf>,
@@ -61,6 +83,16 @@ pub struct Maintenance {
     prune: Arc<Mutex<HashSet<PathBuf>>>,
     /// The git idle timeout: a push that has not started within it never will.
     idle: Duration,
+    /// Members whose next pass drops their copies of objects their pool holds.
+    dedupe: Arc<Mutex<HashSet<PathBuf>>>,
+    /// Pools whose next pass is a shrink.
+    shrink: Arc<Mutex<HashSet<PathBuf>>>,
+    /// When each pool was last shrunk, and the pools whose shrink waits for a timer.
+    shrunk: Arc<Mutex<Shrinks>>,
+    /// Ends the shrink timers.
+    shutdown: Shutdown,
+    /// Passes running now (0 or 1).
+    running: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl Maintenance {
@@ -71,21 +103,65 @@ impl Maintenance {
         let (tx, rx) = mpsc::unbounded_channel();
         let queued = Arc::new(Mutex::new(HashSet::new()));
         let prune = Arc::new(Mutex::new(HashSet::new()));
+        let dedupe = Arc::new(Mutex::new(HashSet::new()));
+        let shrink = Arc::new(Mutex::new(HashSet::new()));
+        let running = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let shrunk = Arc::new(Mutex::new((HashMap::new(), HashSet::new())));
         tokio::spawn(sweep_quarantines(grasp.layout.git_root().to_path_buf(), git_idle_timeout, shutdown.clone()));
-        let pass = Pass { grasp, prune: prune.clone(), prune_after: git_idle_timeout };
-        tokio::spawn(worker(rx, queued.clone(), pass, shutdown));
-        Maintenance { tx, queued, prune, idle: git_idle_timeout }
+        let maintenance = Maintenance { tx, queued, prune, idle: git_idle_timeout, dedupe, shrink, shrunk, running, shutdown: shutdown.clone() };
+        let pass = Pass { grasp, maintenance: maintenance.clone(), prune_after: git_idle_timeout };
+        tokio::spawn(worker(rx, pass, shutdown));
+        maintenance
     }
 
     /// Queues `repo` for a pass one git idle timeout from now: a repository made for a push
     /// (a GRASP-06 contributor repository) is looked at once that push holds its push lock (the
     /// pass then waits for it to end) or has been given up, and removed if it was left empty.
     pub fn schedule_after_idle(&self, repo: PathBuf) {
-        let (this, idle) = (self.clone(), self.idle);
+        let (this, idle, mut shutdown) = (self.clone(), self.idle, self.shutdown.clone());
         tokio::spawn(async move {
-            tokio::time::sleep(idle).await;
-            this.schedule(repo);
+            tokio::select! {
+                _ = shutdown.recv() => {}
+                _ = tokio::time::sleep(idle) => this.schedule(repo),
+            }
         });
+    }
+
+    /// Queues `member` for a dedupe pass: a promotion moved its released objects into its pool.
+    pub fn schedule_dedupe(&self, member: PathBuf) {
+        self.dedupe.lock().unwrap().insert(member.clone());
+        self.schedule(member);
+    }
+
+    /// Queues `pool` for a shrink, [`SHRINK_DELAY`] from now: released refs left it (or a
+    /// member), and the other members of the same release may follow.
+    pub fn schedule_shrink(&self, pool: PathBuf) {
+        self.schedule_shrink_after(pool, SHRINK_DELAY);
+    }
+
+    /// Queues `pool` for a shrink `after` from now (one timer per pool, counted as pending work;
+    /// ends at shutdown).
+    fn schedule_shrink_after(&self, pool: PathBuf, after: Duration) {
+        if !self.shrunk.lock().unwrap().1.insert(pool.clone()) {
+            return;
+        }
+        let (maintenance, mut shutdown) = (self.clone(), self.shutdown.clone());
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = shutdown.recv() => {}
+                _ = tokio::time::sleep(after) => {
+                    maintenance.shrink.lock().unwrap().insert(pool.clone());
+                    maintenance.schedule(pool.clone());
+                    maintenance.shrunk.lock().unwrap().1.remove(&pool);
+                }
+            }
+        });
+    }
+
+    /// Passes waiting, running or due on a timer (an operator's and the benchmark's view of
+    /// background git work).
+    pub fn pending(&self) -> usize {
+        self.queued.lock().unwrap().len() + self.running.load(std::sync::atomic::Ordering::Relaxed) + self.shrunk.lock().unwrap().1.len()
     }
 
     /// Queues `repo` for a pass that also prunes: refs were removed from it (expired pull
@@ -123,17 +199,60 @@ pub fn after_objects_arrived(grasp: &Grasp, repo: &Path) {
 }
 
 /// Queues `repo` for a pruning pass after refs were removed from it (when the relay runs
-/// maintenance).
+/// maintenance), and its pool for a shrink.
 pub fn after_ref_removal(grasp: &Grasp, repo: &Path) {
     if let Some(m) = grasp.maintenance.get() {
         m.schedule_prune(repo.to_path_buf());
+    }
+    after_member_refs_moved(grasp, repo);
+}
+
+/// Queues the pool `repo` borrows from, if any, for a shrink after refs of `repo` moved away
+/// from (or left) objects: released history only it reached may go (when the relay runs
+/// maintenance).
+pub fn after_member_refs_moved(grasp: &Grasp, repo: &Path) {
+    let Ok((_, identifier)) = grasp.layout.locate(repo) else { return };
+    if crate::git::pools::is_member(repo, &identifier) {
+        after_family_refs_left(grasp, &identifier);
+    }
+}
+
+/// Queues `member` for a dedupe and `pool` for a repack after a promotion packed objects of
+/// the member into the pool (when the relay runs maintenance).
+pub fn after_promotion(grasp: &Grasp, member: &Path, pool: &Path) {
+    if let Some(m) = grasp.maintenance.get() {
+        m.schedule_dedupe(member.to_path_buf());
+        m.schedule(pool.to_path_buf());
+    }
+}
+
+/// Queues `member` for a dedupe after it joined its pool with objects of its own (when the
+/// relay runs maintenance); it runs after the promotion the join is part of.
+pub fn after_join(grasp: &Grasp, member: &Path) {
+    if let Some(m) = grasp.maintenance.get() {
+        m.schedule_dedupe(member.to_path_buf());
+    }
+}
+
+/// Queues `pool` for a shrink after released refs left it (when the relay runs maintenance).
+pub fn after_pool_refs_left(grasp: &Grasp, pool: &Path) {
+    if let Some(m) = grasp.maintenance.get() {
+        m.schedule_shrink(pool.to_path_buf());
+    }
+}
+
+/// Queues the pool of `identifier`, if there is one, for a shrink after one of its
+/// repositories was deleted or its refs left objects (when the relay runs maintenance).
+pub fn after_family_refs_left(grasp: &Grasp, identifier: &str) {
+    if let Some(pool) = grasp.pool_path(identifier).filter(|p| p.is_dir()) {
+        after_pool_refs_left(grasp, &pool);
     }
 }
 
 /// What the worker needs for a pass.
 struct Pass {
     grasp: Arc<Grasp>,
-    prune: Arc<Mutex<HashSet<PathBuf>>>,
+    maintenance: Maintenance,
     /// Unreachable objects younger than this are kept (the git idle timeout).
     prune_after: Duration,
 }
@@ -158,17 +277,78 @@ async fn sweep_quarantines(git_root: PathBuf, idle: Duration, mut shutdown: Shut
     }
 }
 
-async fn worker(mut rx: mpsc::UnboundedReceiver<PathBuf>, queued: Arc<Mutex<HashSet<PathBuf>>>, pass: Pass, mut shutdown: Shutdown) {
+async fn worker(mut rx: mpsc::UnboundedReceiver<PathBuf>, pass: Pass, mut shutdown: Shutdown) {
+    use std::sync::atomic::Ordering;
     loop {
         let repo = tokio::select! {
             _ = shutdown.recv() => return,
             next = rx.recv() => match next { Some(repo) => repo, None => return },
         };
-        queued.lock().unwrap().remove(&repo);
-        tokio::select! {
-            _ = shutdown.recv() => return,
-            () = maintain(&pass, &repo) => {}
+        // Counted as running before it leaves the queue: never seen as idle in between.
+        pass.maintenance.running.fetch_add(1, Ordering::Relaxed);
+        pass.maintenance.queued.lock().unwrap().remove(&repo);
+        let done = tokio::select! {
+            _ = shutdown.recv() => false,
+            () = async {
+                if crate::grasp::pools::is_pool(&pass.grasp.layout, &repo) {
+                    maintain_pool(&pass, &repo).await
+                } else {
+                    maintain(&pass, &repo).await
+                }
+            } => true,
+        };
+        pass.maintenance.running.fetch_sub(1, Ordering::Relaxed);
+        if !done {
+            return;
         }
+    }
+}
+
+/// A pass on an object pool: a geometric repack with its multi-pack-index bitmap, or, when a
+/// shrink is due, a full `-A` repack and the locked prune (`Grasp::shrink_pool`). The repacks
+/// take no lock (git repacks beside promotions; nothing is dropped).
+async fn maintain_pool(pass: &Pass, pool: &Path) {
+    let grasp = &pass.grasp;
+    let Ok(identifier) = grasp.layout.locate_pool(pool) else { return };
+    if !pool.is_dir() {
+        pass.maintenance.shrink.lock().unwrap().remove(pool);
+        return;
+    }
+    let mut shrink = pass.maintenance.shrink.lock().unwrap().remove(pool);
+    if shrink {
+        let last = pass.maintenance.shrunk.lock().unwrap().0.get(pool).copied();
+        if let Some(wait) = last.map(|t| SHRINK_MIN_INTERVAL.saturating_sub(t.elapsed())).filter(|w| !w.is_zero()) {
+            // Shrunk a moment ago: this pass only repacks; the shrink comes when it is due.
+            pass.maintenance.schedule_shrink_after(pool.to_path_buf(), wait);
+            shrink = false;
+        }
+    }
+    let started = Instant::now();
+    let how = if shrink { crate::git::pools::Repack::Full } else { crate::git::pools::Repack::Geometric };
+    if let Err(e) = crate::git::pools::repack_pool(pool, how).await {
+        tracing::warn!(identifier, error = %e, "object pool repack failed");
+        return;
+    }
+    tracing::info!(identifier, ?how, elapsed_ms = started.elapsed().as_millis() as u64, "object pool repacked");
+    if !shrink {
+        return;
+    }
+    use crate::grasp::pools::ShrinkError;
+    let result = grasp.shrink_pool(&identifier).await;
+    if result.is_ok() {
+        let mut shrunk = pass.maintenance.shrunk.lock().unwrap();
+        shrunk.0.retain(|_, t| t.elapsed() < SHRINK_MIN_INTERVAL);
+        shrunk.0.insert(pool.to_path_buf(), Instant::now());
+    }
+    match result {
+        // Refs left the pool in this pass: their objects are loosened by the next one.
+        Ok(true) => pass.maintenance.schedule_shrink(pool.to_path_buf()),
+        Ok(false) => {}
+        Err(e @ (ShrinkError::Busy(_) | ShrinkError::MembersChanged)) => {
+            tracing::info!(identifier, reason = %e, retry_secs = SHRINK_RETRY.as_secs(), "object pool shrink put off");
+            pass.maintenance.schedule_shrink_after(pool.to_path_buf(), SHRINK_RETRY);
+        }
+        Err(e) => tracing::warn!(identifier, error = %e, "object pool shrink failed"),
     }
 }
 
@@ -198,11 +378,12 @@ async fn maintain(pass: &Pass, repo: &Path) {
     // A contributor repository (GRASP-06) with no ref left goes: nothing else justifies it.
     if remove_if_empty_contributor_repo(grasp, repo).await {
         drop(guards);
-        pass.prune.lock().unwrap().remove(repo);
+        pass.maintenance.prune.lock().unwrap().remove(repo);
         tracing::info!(repo = %shown, "empty contributor repository removed");
         return;
     }
-    let prune = pass.prune.lock().unwrap().remove(repo);
+    let prune = pass.maintenance.prune.lock().unwrap().remove(repo);
+    let dedupe = pass.maintenance.dedupe.lock().unwrap().remove(repo) && crate::git::pools::borrows(repo);
     let result = if prune {
         let keep = kept_objects(grasp, repo).await;
         let pruned = run_prune(repo, &keep, pass.prune_after).await;
@@ -210,9 +391,19 @@ async fn maintain(pass: &Pass, repo: &Path) {
         pruned
     } else {
         drop(guards);
-        run_auto(repo).await
+        if dedupe {
+            crate::git::pools::dedupe(repo).await
+        } else {
+            run_auto(repo).await
+        }
     };
-    let git = if prune { "gc --prune" } else { "maintenance run --auto" };
+    let git = if prune {
+        "gc --prune"
+    } else if dedupe {
+        "repack -A -d -l (dedupe against the object pool)"
+    } else {
+        "maintenance run --auto"
+    };
     match result {
         Ok(()) => tracing::info!(repo = %shown, prune, git, elapsed_ms = started.elapsed().as_millis() as u64, "repository maintenance done"),
         Err(e) => tracing::warn!(repo = %shown, prune, error = %e, "repository maintenance failed"),
@@ -280,6 +471,7 @@ async fn run_prune(repo: &Path, keep: &[String], older_than: Duration) -> Result
     let hook = format!("cat '{}'", list.display().to_string().replace('\'', "'\\''"));
     let result = GitCommand::in_repo(repo)
         .config("gc.recentObjectsHook", hook)
+        .config("repack.writeBitmaps", !crate::git::pools::borrows(repo))
         .args(["gc", "--quiet"])
         .arg(format!("--prune={}.seconds.ago", older_than.as_secs()))
         .run_async(RUN_TIMEOUT)
@@ -290,12 +482,17 @@ async fn run_prune(repo: &Path, keep: &[String], older_than: Duration) -> Result
 }
 
 /// The file listing the objects a prune keeps, inside the repository for the time of the run.
-const KEEP_LIST: &str = "grasp-keep-objects";
+const KEEP_LIST: &str = crate::git::pools::KEEP_LIST;
 
 /// `git maintenance run --auto` in `repo` (through the one runner), killed after
 /// [`RUN_TIMEOUT`].
 async fn run_auto(repo: &Path) -> Result<(), GitError> {
-    GitCommand::in_repo(repo)
+    let mut command = GitCommand::in_repo(repo);
+    if crate::git::pools::borrows(repo) {
+        // A member's packs are not closed under reachability: no bitmap (git would warn).
+        command = command.config("repack.writeBitmaps", false);
+    }
+    command
         .args(["maintenance", "run", "--auto", "--quiet"])
         .run_async(RUN_TIMEOUT)
         .await

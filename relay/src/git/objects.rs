@@ -4,8 +4,10 @@
 //! Git keeps an object either as a loose file `objects/xx/yyyy...` or in a pack whose index
 //! (`objects/pack/*.idx`, version 2: a 256-entry fan-out table, then the sorted object names)
 //! lists it. [`surely_missing`] only ever answers "missing" when that is certain; anything
-//! unusual (alternates, an index of another version, a pack without its index, an unreadable
-//! file) answers "ask git" instead, so it can make a lookup faster but never different.
+//! unusual (an alternate other than one object pool without alternates of its own, an index of
+//! another version, a pack without its index, an unreadable file) answers "ask git" instead, so
+//! it can make a lookup faster but never different. A member of an object pool
+//! (docs/architecture.md, "Object pools") is looked up in its own objects and the pool's.
 
 use std::fs::File;
 use std::io::ErrorKind;
@@ -29,25 +31,52 @@ pub fn surely_missing(repo: &Path, oids: &[String]) -> bool {
         return true;
     }
     let objects = repo.join("objects");
-    if !absent(&objects.join("info").join("alternates")) {
-        return false;
-    }
-    let Some(paths) = pack_indexes(&objects.join("pack")) else { return false };
+    let Some(mut stores) = object_stores(&objects) else { return false };
+    stores.insert(0, objects);
     let mut indexes = Vec::new();
-    for path in paths {
-        match PackIndex::open(&path) {
-            Some(idx) => indexes.push(idx),
-            None => return false,
+    for store in &stores {
+        let Some(paths) = pack_indexes(&store.join("pack")) else { return false };
+        for path in paths {
+            match PackIndex::open(&path) {
+                Some(idx) => indexes.push(idx),
+                None => return false,
+            }
         }
     }
     oids.iter().take(MAX_LOOKUPS).any(|oid| {
-        if !absent(&objects.join(&oid[..2]).join(&oid[2..])) {
+        if stores.iter().any(|store| !absent(&store.join(&oid[..2]).join(&oid[2..]))) {
             return false;
         }
         let Some(name) = decode_hex(oid) else { return false };
         // Missing only when every index certainly does not list it.
         indexes.iter().all(|idx| idx.contains(&name) == Some(false))
     })
+}
+
+/// The object directories `objects` borrows from: none, or the one directory its alternates
+/// file names (an object pool), when that directory borrows from nothing itself. `None` for
+/// anything else (several alternates, a chain, a quoted line, an unreadable file): ask git.
+fn object_stores(objects: &Path) -> Option<Vec<std::path::PathBuf>> {
+    let file = objects.join("info").join("alternates");
+    let text = match std::fs::read_to_string(&file) {
+        Ok(text) => text,
+        Err(e) if e.kind() == ErrorKind::NotFound => return Some(Vec::new()),
+        Err(_) => return None,
+    };
+    let lines: Vec<&str> = text.lines().filter(|l| !l.is_empty()).collect();
+    match lines.as_slice() {
+        [] => Some(Vec::new()),
+        [line] if !line.starts_with('#') && !line.starts_with('"') => {
+            let store = objects.join(line);
+            (store.is_dir() && absent(&store.join("info").join("alternates"))).then(|| vec![store])
+        }
+        _ => None,
+    }
+}
+
+/// How many objects the pack index at `idx` (version 2) lists; `None` when it cannot be read.
+pub fn pack_object_count(idx: &Path) -> Option<u64> {
+    PackIndex::open(idx).map(|idx| idx.total)
 }
 
 /// Only `NotFound` counts as absent; any other error is a doubt.
@@ -178,11 +207,30 @@ mod tests {
         assert!(!surely_missing(&repo, std::slice::from_ref(&absent)));
         std::fs::remove_file(pack.with_file_name("pack-extra.pack")).unwrap();
         assert!(surely_missing(&repo, std::slice::from_ref(&absent)));
-        // Alternates: ask git.
+        // One alternate (a pool): looked up there too.
         let other = tmp.path().join("o.git");
         crate::git::test_git(tmp.path(), &["init", "-q", "--bare", other.to_str().unwrap()]);
         assert!(surely_missing(&other, std::slice::from_ref(&tip)));
-        std::fs::write(other.join("objects/info/alternates"), format!("{}\n", repo.join("objects").display())).unwrap();
-        assert!(!surely_missing(&other, std::slice::from_ref(&tip)));
+        std::fs::write(other.join("objects/info/alternates"), "../../r.git/objects\n").unwrap();
+        let agrees_in = |repo: &Path, oids: &[String]| {
+            let git_says = !crate::git::missing_objects(repo, oids).unwrap().is_empty();
+            let shortcut = surely_missing(repo, oids);
+            assert!(!shortcut || git_says, "shortcut says missing, git says present: {oids:?}");
+            shortcut
+        };
+        assert!(!agrees_in(&other, std::slice::from_ref(&tip)));
+        assert!(agrees_in(&other, &[tip.clone(), absent.clone()]));
+        // Loose in the pool.
+        crate::git::test_git(&work, &["commit", "-q", "--allow-empty", "-m", "loose"]);
+        let loose = crate::git::test_git(&work, &["rev-parse", "HEAD"]);
+        crate::git::test_git(&work, &["push", "-q", repo.to_str().unwrap(), "HEAD:refs/heads/main"]);
+        assert!(!agrees_in(&other, std::slice::from_ref(&loose)));
+        // A chain of alternates, or several: ask git.
+        std::fs::write(repo.join("objects/info/alternates"), format!("{}\n", other.join("objects").display())).unwrap();
+        assert!(!surely_missing(&other, std::slice::from_ref(&absent)));
+        std::fs::remove_file(repo.join("objects/info/alternates")).unwrap();
+        std::fs::write(other.join("objects/info/alternates"), "../../r.git/objects\n../../r.git/objects\n").unwrap();
+        assert!(!surely_missing(&other, std::slice::from_ref(&absent)));
+        assert_eq!(pack_object_count(&repo.join("objects/pack/none.idx")), None);
     }
 }

@@ -33,7 +33,7 @@ pub enum RepoError {
     Git(#[from] GitError),
 }
 
-fn io_err<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> RepoError + 'a {
+pub(crate) fn io_err<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> RepoError + 'a {
     move |source| RepoError::Io {
         what,
         path: path.to_path_buf(),
@@ -42,7 +42,7 @@ fn io_err<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error)
 }
 
 /// A name unique within this process and (by pid and time) across processes.
-fn unique_name(prefix: &str) -> String {
+pub(crate) fn unique_name(prefix: &str) -> String {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -62,36 +62,66 @@ pub fn create_bare_repo(
     identifier: &str,
     hooks_dir: &Path,
 ) -> Result<PathBuf, RepoError> {
-    create_bare_repo_in(layout, RepoSpace::Hosted, owner, identifier, hooks_dir).map(|(path, _)| path)
+    create_repo(layout, RepoSpace::Hosted, owner, identifier, hooks_dir, false).map(|(path, _)| path)
 }
 
 /// [`create_bare_repo`] in `space` (a GRASP-06 contributor repository is made the same way,
-/// under `<git_root>/prs/`). Returns its path and whether this call made it.
-pub fn create_bare_repo_in(
+/// under `<git_root>/prs/`), joining the identifier family's object pool when `join_pool` (a
+/// hosted repository only; the caller holds the pool lock and saw the pool exist;
+/// docs/architecture.md, "Object pools"): the alternates file is written before the repository
+/// is renamed in, so it is a member from its first moment. Returns its path and whether this call
+/// made it.
+pub fn create_repo(
     layout: &RepoLayout,
     space: RepoSpace,
     owner: &PublicKey,
     identifier: &str,
     hooks_dir: &Path,
+    join_pool: bool,
 ) -> Result<(PathBuf, bool), RepoError> {
     let path = layout.repo_path_in(space, owner, identifier)?;
     if path.is_dir() {
         return Ok((path, false));
     }
-    let owner_dir = layout.owner_dir_in(space, owner);
-    std::fs::create_dir_all(&owner_dir).map_err(io_err("creating", &owner_dir))?;
-    let tmp = owner_dir.join(unique_name(".tmp-"));
-    let result =
-        init_configured(&tmp, hooks_dir).and_then(|()| match std::fs::rename(&tmp, &path) {
-            Ok(()) => Ok(true),
-            // Somebody else created it meanwhile: theirs wins, it is configured the same way.
-            Err(_) if path.is_dir() => Ok(false),
-            Err(e) => Err(io_err("renaming into place", &path)(e)),
-        });
+    let created = build_aside(&path, |tmp| {
+        init_configured(tmp, hooks_dir)?;
+        if join_pool && space == RepoSpace::Hosted {
+            crate::git::pools::join(tmp, identifier).map_err(io_err("joining the object pool of", tmp))?;
+        }
+        Ok(())
+    })?;
+    Ok((path, created))
+}
+
+/// Builds a bare repository at `path` atomically: `build` makes it in `.tmp-<unique>` beside
+/// `path`, which is then renamed into place (if somebody else created `path` meanwhile, theirs
+/// wins: it is built the same way); a failed build leaves nothing behind. Returns whether this
+/// call put it in place.
+pub(crate) fn build_aside(path: &Path, build: impl FnOnce(&Path) -> Result<(), RepoError>) -> Result<bool, RepoError> {
+    let parent = path.parent().ok_or_else(|| io_err("no parent directory for", path)(std::io::ErrorKind::InvalidInput.into()))?;
+    std::fs::create_dir_all(parent).map_err(io_err("creating", parent))?;
+    let tmp = parent.join(unique_name(".tmp-"));
+    let result = build(&tmp).and_then(|()| match std::fs::rename(&tmp, path) {
+        Ok(()) => Ok(true),
+        Err(_) if path.is_dir() => Ok(false),
+        Err(e) => Err(io_err("renaming into place", path)(e)),
+    });
     if tmp.exists() {
         let _ = std::fs::remove_dir_all(&tmp);
     }
-    result.map(|created| (path, created))
+    result
+}
+
+/// Appends `section` (lines of git's config syntax) to the `config` of the repository `dir`, in
+/// one atomic write.
+pub(crate) fn append_config(dir: &Path, section: &str) -> Result<(), RepoError> {
+    let config = dir.join("config");
+    let mut text = std::fs::read(&config).map_err(io_err("reading", &config))?;
+    if !text.is_empty() && !text.ends_with(b"\n") {
+        text.push(b'\n');
+    }
+    text.extend_from_slice(section.as_bytes());
+    write_atomic(&config, &text, None).map_err(io_err("writing", &config))
 }
 
 /// `git init --bare` with no template (an empty `--template=`) and `HEAD` where git puts it
@@ -114,14 +144,8 @@ fn init_configured(dir: &Path, hooks_dir: &Path) -> Result<(), RepoError> {
     })?;
     let lock = dir.join(grasp_state::identifier::PUSH_LOCK_FILE);
     std::fs::File::create_new(&lock).map_err(io_err("creating", &lock))?;
-    let config = dir.join("config");
     if let Some(section) = grasp_state::identifier::grasp_config_text(hooks) {
-        let mut text = std::fs::read(&config).map_err(io_err("reading", &config))?;
-        if !text.is_empty() && !text.ends_with(b"\n") {
-            text.push(b'\n');
-        }
-        text.extend_from_slice(section.as_bytes());
-        return write_atomic(&config, &text, None).map_err(io_err("writing", &config));
+        return append_config(dir, &section);
     }
     for (key, value) in GRASP_GIT_CONFIG {
         GitCommand::in_repo(dir).args(["config", key, value]).run()?;
@@ -192,11 +216,13 @@ pub fn repo_dirs(git_root: &Path) -> Vec<PathBuf> {
 }
 
 /// The repository directories of one space's root (`RepoLayout::space_root`):
-/// `<root>/<owner>/<name>.git`, the contributor space's directory left out of the hosted one.
+/// `<root>/<owner>/<name>.git`, the contributor space's directory and the object pools
+/// (`.pools`, no one's repositories) left out of the hosted one.
 pub fn repo_dirs_in(root: &Path) -> Vec<PathBuf> {
+    use grasp_state::identifier::{POOLS_DIR, PRS_DIR};
     subdirs(root)
         .into_iter()
-        .filter(|owner| owner.file_name().is_some_and(|n| n != grasp_state::identifier::PRS_DIR))
+        .filter(|owner| owner.file_name().is_some_and(|n| n != PRS_DIR && n != POOLS_DIR))
         .flat_map(|owner| subdirs(&owner))
         .filter(|repo| repo.extension().is_some_and(|e| e == "git"))
         .collect()

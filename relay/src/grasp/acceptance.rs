@@ -392,6 +392,11 @@ impl Grasp {
             let published = self.publish(ev).await;
             if published.is_ok() {
                 self.purgatory.remove_placeholder(&ev.id);
+                // The signed event released the staged commit: it may now enter the family's
+                // object pool (in the background; docs/architecture.md, "Object pools").
+                for (repo, _) in repos.iter().filter(|(repo, _)| repo.space == grasp_state::identifier::RepoSpace::Hosted) {
+                    self.copies.request(&repo.identifier, &repo.owner);
+                }
             }
             drop(guards);
             // Served from a contributor repository: copied where the owners look (never the

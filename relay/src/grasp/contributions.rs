@@ -66,7 +66,7 @@ impl Grasp {
         let (layout, hooks, id) = (self.layout.clone(), self.hooks_dir.clone(), identifier.to_string());
         let contributor = *contributor;
         let made = blocking(move || {
-            crate::git::repos::create_bare_repo_in(&layout, grasp_state::identifier::RepoSpace::Prs, &contributor, &id, &hooks)
+            crate::git::repos::create_repo(&layout, grasp_state::identifier::RepoSpace::Prs, &contributor, &id, &hooks, false)
         })
         .await;
         match made {
@@ -308,14 +308,15 @@ impl Grasp {
             announced.insert((*owner, identifier.clone()), all.iter().any(|(a, _)| a.owner == *owner));
         }
         let targets = grasp_state::prs::mirror_targets(pr, |owner, d| announced.get(&(*owner, d.to_string())).copied().unwrap_or(false));
-        let paths: Vec<PathBuf> = targets.iter().filter_map(|t| self.path_of(t)).filter(|p| p.exists()).collect();
+        let targets: Vec<(&RepoId, PathBuf)> = targets.iter().filter_map(|t| Some((t, self.path_of(t)?))).filter(|(_, p)| p.exists()).collect();
+        let paths: Vec<PathBuf> = targets.iter().map(|(_, p)| p.clone()).collect();
         if paths.is_empty() {
             return;
         }
         let queue = self.locks.enqueue(paths.iter().cloned());
         let (guards, failed) = RepoGuards::acquire_available(queue, PushLocks::Take, self.locks.limits().event_wait).await;
         let name = format!("{NOSTR_PREFIX}{}", pr.event_id.to_hex());
-        for dst in &paths {
+        for (target, dst) in &targets {
             let Some(locked) = guards.get(dst) else { continue };
             let (dst2, src2, name2, commit) = (locked.path().to_path_buf(), src.to_path_buf(), name.clone(), pr.commit.clone());
             let copied = blocking(move || -> Result<bool, git::GitError> {
@@ -330,7 +331,12 @@ impl Grasp {
             })
             .await;
             match copied {
-                Ok(true) => tracing::info!(event = %pr.event_id, from = %self.shown_repo(src), to = %self.shown_repo(dst), "pull request copied into the repository it names"),
+                Ok(true) => {
+                    tracing::info!(event = %pr.event_id, from = %self.shown_repo(src), to = %self.shown_repo(dst), "pull request copied into the repository it names");
+                    // Its (stored) event released the commit there: it may enter that family's
+                    // object pool (docs/protocol.md#object-pools).
+                    self.copies.request(&target.identifier, &target.owner);
+                }
                 Ok(false) => {}
                 Err(e) => tracing::warn!(event = %pr.event_id, to = %self.shown_repo(dst), error = %e, "could not copy a pull request into the repository it names"),
             }

@@ -1,10 +1,13 @@
-//! Copies of a pushed repository's data into the other owners' repositories of its identifier
-//! for which its latest state is authoritative (their maintainer set holds the state's author;
-//! docs/protocol.md#release-and-alignment), done in the background, not inside the pushing
-//! client's post-receive: anyone can announce an identifier listing someone as maintainer, so
-//! the number of such repositories is an attacker's choice (docs/security.md). The post-receive
-//! copies at once only into the repositories of the pushed repository's own maintainer set (its
-//! owner's choice).
+//! Copies of a released repository's data to its family, done in the background, never inside
+//! the pushing client's post-receive (docs/protocol.md#release-and-alignment): the released
+//! objects are promoted into the identifier family's object pool, and the other owners'
+//! repositories for which the latest state is authoritative (their maintainer set holds the
+//! state's author) join the pool and are released and aligned there, a ref update
+//! ([`Grasp::copy_out`], docs/architecture.md, "Object pools"). Anyone can announce an
+//! identifier listing someone as maintainer, so the number of such repositories is an attacker's
+//! choice (docs/security.md), and even co-maintainers' repositories cost the pusher nothing.
+//! The same queue carries the startup migration of repositories from before pools
+//! (`Grasp::pool_migration`).
 //!
 //! [`CopyQueue`] holds one entry per (identifier, source owner), however many pushes asked for
 //! it; [`run_copies`] carries out at most [`CONCURRENCY`] of them at a time, each target
@@ -45,6 +48,8 @@ pub struct CopyQueue {
     pending: Mutex<BTreeMap<Key, Due>>,
     wake: tokio::sync::Notify,
     refused: AtomicU64,
+    /// Copies being carried out now.
+    running: std::sync::atomic::AtomicUsize,
 }
 
 impl CopyQueue {
@@ -84,6 +89,8 @@ impl CopyQueue {
         match earliest {
             Some((key, due)) if due.at <= now => {
                 pending.remove(&key);
+                // Counted as running before it leaves the queue's lock: never seen as idle.
+                self.running.fetch_add(1, Ordering::Relaxed);
                 Ok((key, due.attempts))
             }
             Some((_, due)) => Err(Some(due.at)),
@@ -98,6 +105,12 @@ impl CopyQueue {
 
     pub fn is_empty(&self) -> bool {
         self.lock().is_empty()
+    }
+
+    /// Copies waiting or being carried out (an operator's and the benchmark's view of
+    /// background git work).
+    pub fn pending(&self) -> usize {
+        self.len() + self.running.load(Ordering::Relaxed)
     }
 
     /// Requests refused because the queue was full, since startup.
@@ -121,6 +134,7 @@ pub async fn run_copies(grasp: Arc<Grasp>, mut shutdown: Shutdown) {
                             let at = Instant::now() + grasp_state::deferred::backoff(attempts);
                             grasp.copies.schedule((identifier, owner), Due { at, attempts: attempts.saturating_add(1) });
                         }
+                        grasp.copies.running.fetch_sub(1, Ordering::Relaxed);
                     });
                 }
                 Err(at) => {

@@ -16,6 +16,7 @@ pub mod journal;
 pub mod lifecycle;
 pub mod locks;
 pub mod policy;
+pub mod pools;
 pub mod purgatory;
 pub mod release;
 
@@ -306,10 +307,21 @@ impl Grasp {
         }
     }
 
-    /// Creates `owner`'s bare repository for `identifier` if it is missing.
+    /// Creates `owner`'s bare repository for `identifier` if it is missing. When the family's
+    /// object pool exists and its lock is free at once, the new repository is a member from its
+    /// first moment (docs/architecture.md, "Object pools"); otherwise it joins when data is
+    /// copied into it or at the next startup's migration.
     pub async fn ensure_repo(&self, owner: &PublicKey, identifier: &str) -> Result<PathBuf, String> {
         let (layout, hooks, owner, id) = (self.layout.clone(), self.hooks_dir.clone(), *owner, identifier.to_string());
-        blocking(move || crate::git::repos::create_bare_repo(&layout, &owner, &id, &hooks).map_err(|e| e.to_string())).await
+        let pool = self.pool_path(identifier).filter(|p| p.is_dir());
+        let pool_lock = match &pool {
+            Some(pool) => self.locks.lock_within(pool, std::time::Duration::ZERO).await.ok(),
+            None => None,
+        };
+        let join = pool_lock.is_some() && pool.is_some_and(|p| p.is_dir());
+        let created = blocking(move || crate::git::repos::create_repo(&layout, grasp_state::identifier::RepoSpace::Hosted, &owner, &id, &hooks, join).map(|(path, _)| path).map_err(|e| e.to_string())).await;
+        drop(pool_lock);
+        created
     }
 
     /// Deletes `owner`'s bare repository for `identifier` (purgatory expiry, deletion, service
@@ -330,7 +342,14 @@ impl Grasp {
         };
         let (layout, target) = (self.layout.clone(), repo.clone());
         match blocking(move || crate::git::repos::delete_repo_in(&layout, target.space, &target.owner, &target.identifier)).await {
-            Ok(true) => self.trust.limits.repo_removed(),
+            Ok(true) => {
+                self.trust.limits.repo_removed();
+                // What only a hosted repository reached may leave its family's object pool
+                // (contributor repositories never put anything in one).
+                if repo.space == grasp_state::identifier::RepoSpace::Hosted {
+                    crate::git::maintenance::after_family_refs_left(self, &repo.identifier);
+                }
+            }
             Ok(false) => {}
             Err(e) => tracing::warn!(repo = %path.display(), error = %e, "could not delete repository"),
         }

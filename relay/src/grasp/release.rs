@@ -2,9 +2,12 @@
 //! (docs/protocol.md#release-and-alignment, decision 7).
 //!
 //! [`Grasp::process_repo`] is the one routine behind every arrival of git data: a background
-//! sync fetch, the reconciliation at startup, deferred work and the post-receive hook (which
-//! copies at once only into its co-maintainers' repositories, the owners of its maintainer set;
-//! [`Grasp::copy_out`] copies into the others in the background). It is
+//! sync fetch, the reconciliation at startup, deferred work and the post-receive hook. It
+//! releases and aligns only the repository the data arrived in, then asks the background copies
+//! task ([`Grasp::copy_out`], `crate::grasp::copies`) to carry the released data to the family:
+//! the released objects are promoted into the identifier family's object pool and the other
+//! owners' repositories for which the state is authoritative join the pool and are released and
+//! aligned there by a ref update (docs/architecture.md, "Object pools"). It is
 //! idempotent: running it twice releases nothing twice. It gathers each repository's facts
 //! (refs and HEAD read once, one object lookup), asks the pure
 //! [`grasp_state::release::plan_release`] and carries the plan out. It runs only under the
@@ -18,8 +21,8 @@ use std::time::Duration;
 use grasp_state::hook_api::{PostReceiveResponse, ReleasedEvent};
 use grasp_state::nip34::RepoState;
 use grasp_state::purgatory::RepoId;
-use grasp_state::refs::{RefMap, RefUpdate};
-use grasp_state::release::{copy_targets, plan_release, promotion_is_certain, settle, superseded_held, wanted_oids, Alignment, RepoFacts, Settled};
+use grasp_state::refs::{RefMap, RefUpdate, ZERO_OID};
+use grasp_state::release::{plan_release, promotion_is_certain, settle, superseded_held, wanted_oids, Alignment, RepoFacts, Settled};
 use nostr::prelude::{Event, EventId, PublicKey, ToBech32};
 
 use crate::git;
@@ -48,7 +51,7 @@ fn read_view(repo: &Path) -> Result<RepoView, git::GitError> {
 
 impl Grasp {
     /// The existing repositories of `owners` for `identifier`.
-    fn existing_repos(&self, owners: impl IntoIterator<Item = PublicKey>, identifier: &str) -> Vec<(PublicKey, PathBuf)> {
+    pub(crate) fn existing_repos(&self, owners: impl IntoIterator<Item = PublicKey>, identifier: &str) -> Vec<(PublicKey, PathBuf)> {
         owners
             .into_iter()
             .filter_map(|owner| self.repo_path(&owner, identifier).map(|repo| (owner, repo)))
@@ -143,16 +146,13 @@ impl Grasp {
     /// The post-receive hook's report: record git-first placeholders, then release.
     pub async fn git_arrived(&self, owner: &PublicKey, identifier: &str, updates: &[RefUpdate]) -> PostReceiveResponse {
         self.record_placeholders(&RepoId::new(*owner, identifier), updates).await;
-        // The pushed repository and those of its maintainer set's owners (chosen by this
-        // repository's owner, so a stranger cannot add to them). Copies into the repositories of
-        // owners that merely list one of them (as many as anyone cared to announce) are done in
-        // the background (`crate::grasp::copies`).
-        let all = self.announcements(identifier).await;
-        let set = TrustIndex::new(&all).maintainer_set(*owner);
-        let owners = std::iter::once(*owner).chain(set.iter().copied().filter(|o| o != owner));
-        let repos = self.existing_repos(owners, identifier);
+        // Only the pushed repository: the pusher's answer waits for its own release alone. The
+        // released data reaches the other owners' repositories (co-maintainers and anyone whose
+        // maintainer set trusts the state's author) afterwards, in the background, through the
+        // family's object pool (`crate::grasp::copies`, docs/architecture.md, "Object pools").
+        let repos = self.existing_repos([*owner], identifier);
         let queue = self.locks.enqueue(repos.iter().map(|(_, repo)| repo.clone()));
-        // This push holds its repository's push lock: take the repository locks only.
+        // This push holds its repository's push lock: take the repository lock only.
         let (guards, failed) = RepoGuards::acquire_available(queue, PushLocks::Skip, LOCK_WAIT).await;
         if !failed.is_empty() {
             self.deferred.defer(self, identifier, owner, &failed);
@@ -166,7 +166,6 @@ impl Grasp {
         }
         let released = self.process_repo(owner, identifier, &guards).await;
         drop(guards);
-        self.copies.request(identifier, owner);
         let mut messages = Vec::new();
         if released.is_empty() {
             messages.push("grasp: push received; no held events were waiting for this data".to_string());
@@ -174,16 +173,40 @@ impl Grasp {
         PostReceiveResponse::new(released, messages)
     }
 
-    /// Copies the data of `owner`'s repository of `identifier` into the repositories of the other
-    /// owners for which its latest state is authoritative, and releases and aligns there (the
-    /// background half of a push; `crate::grasp::copies`). Each target is taken under its own
-    /// locks, tried without waiting. False when some target was busy (tried again later).
+    /// Carries the released data of `owner`'s repository of `identifier` to its family (the
+    /// background half of a release; `crate::grasp::copies`): when the release shares objects
+    /// ([`Grasp::family_shares`]), the repository joins the family's object pool and
+    /// what signed events released there is promoted into it; then every other owner's
+    /// repository for which its latest state is authoritative joins the pool and is released
+    /// and aligned like after a push: a ref update, its objects found through the pool. Each
+    /// repository is taken under its own push and repository locks, tried without waiting.
+    /// False when some repository was busy or a step failed (tried again later).
     pub async fn copy_out(&self, identifier: &str, owner: &PublicKey) -> bool {
-        let Some(src) = self.repo_path(owner, identifier) else { return true };
+        let Some(src) = self.repo_path(owner, identifier).filter(|p| p.is_dir()) else { return true };
         let all = self.announcements(identifier).await;
         let set = Grasp::maintainer_set(*owner, &all);
-        let Some(state) = self.latest_stored_state(identifier, &set).await else { return true };
-        let targets = self.existing_repos(copy_targets(owner, &state.author, &all), identifier);
+        let state = self.latest_stored_state(identifier, &set).await;
+        let (shares, targets) = self.family_shares(identifier, owner, state.as_ref(), &all);
+        if !shares {
+            // Nobody else follows this repository and there is no pool: nothing to share.
+            return true;
+        }
+        let mut ok = true;
+        // The source: joins the pool and promotes what is released there.
+        match RepoGuards::acquire_within(&self.locks, [src.clone()], PushLocks::Take, Duration::ZERO).await {
+            Ok(guards) => {
+                if let Some(locked) = guards.get(&src) {
+                    if let Err(e) = self.join_and_promote(owner, identifier, locked, &all).await {
+                        tracing::warn!(identifier, repo = %self.shown_repo(&src), error = %e, "could not promote released objects into the object pool; tried again later");
+                        ok = false;
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::info!(identifier, repo = %self.shown_repo(e.repo()), "promotion deferred: repository busy, tried again later");
+                ok = false;
+            }
+        }
         let mut busy = Vec::new();
         for (other, dst) in targets {
             let guards = match RepoGuards::acquire_within(&self.locks, [dst.clone()], PushLocks::Take, Duration::ZERO).await {
@@ -193,55 +216,52 @@ impl Grasp {
                     continue;
                 }
             };
-            let Some(dst) = guards.get(&dst) else { continue };
-            self.copy_into(identifier, &state, &src, &other, dst, &all).await;
+            let Some(locked) = guards.get(&dst) else { continue };
+            if let Err(e) = self.join_pool(identifier, locked).await.map(drop) {
+                tracing::warn!(identifier, to = %self.shown_repo(&dst), error = %e, "could not join another owner's repository to the object pool; tried again later");
+                ok = false;
+                continue;
+            }
+            let (released, _) = self.process_one(&other, identifier, locked, &all).await;
+            if !released.is_empty() {
+                tracing::info!(identifier, to = %self.shown_repo(&dst), count = released.len(), "released in another owner's repository through the object pool");
+            }
+            if let Err(e) = self.promote(&other, identifier, locked, &all).await {
+                tracing::warn!(identifier, repo = %self.shown_repo(&dst), error = %e, "could not record refs in the object pool; tried again later");
+                ok = false;
+            }
         }
         if !busy.is_empty() {
             tracing::info!(identifier, from = %self.shown_repo(&src), repos = ?busy, "copy deferred: repositories busy, tried again later");
         }
-        busy.is_empty()
+        ok && busy.is_empty()
     }
 
-    /// Copies the objects `state` names from `src` into `dst` (`other`'s repository), then
-    /// releases and aligns there. Returns what was released.
-    async fn copy_into(&self, identifier: &str, state: &RepoState, src: &Path, other: &PublicKey, dst: Locked<'_>, all: &[(Announcement, Source)]) -> Vec<ReleasedEvent> {
-        if !dst.path().exists() {
-            return Vec::new();
-        }
-        let (dst2, src2) = (dst.path().to_path_buf(), src.to_path_buf());
-        let oids: Vec<String> = state.refs.values().cloned().collect();
-        let res = blocking(move || {
-            let missing = git::missing_objects(&dst2, &oids)?;
-            git::fetch_objects_local(&dst2, &src2, &missing)
-        })
-        .await;
-        if let Err(e) = res {
-            tracing::warn!(identifier, to = %dst.path().display(), error = %e, "could not copy objects to another owner's repository");
-            return Vec::new();
-        }
-        self.process_one(other, identifier, dst, all).await.0
+    /// [`Grasp::join_pool`] then [`Grasp::promote`] for one locked repository.
+    async fn join_and_promote(&self, owner: &PublicKey, identifier: &str, repo: Locked<'_>, all: &[(Announcement, Source)]) -> Result<(), String> {
+        self.join_pool(identifier, repo).await?;
+        self.promote(owner, identifier, repo, all).await.map(drop)
     }
 
-    /// Releases what `owner`'s repository for `identifier` now satisfies, aligns it, and copies
-    /// the data to the repositories of the other owners for whom the released state is
-    /// authoritative. Touches only repositories `guards` holds. Returns what was released.
+    /// Releases what `owner`'s repository for `identifier` now satisfies and aligns it, then
+    /// asks the background copies task to carry the released data to the family
+    /// ([`Grasp::copy_out`]). Touches only the repository `guards` holds. Returns what was
+    /// released.
     pub async fn process_repo(&self, owner: &PublicKey, identifier: &str, guards: &RepoGuards) -> Vec<ReleasedEvent> {
         let Some(src) = self.repo_path(owner, identifier) else { return Vec::new() };
         let Some(src) = guards.get(&src) else { return Vec::new() };
         // Read once: what the owners' announcements say does not change during a release (a
         // promotion only moves an announcement from the purgatory to the store).
         let all = self.announcements(identifier).await;
-        let (mut out, latest) = self.process_one(owner, identifier, src, &all).await;
+        let (out, latest) = self.process_one(owner, identifier, src, &all).await;
         let latest = match latest {
             Some(latest) => latest,
             None => self.latest_stored_state(identifier, &Grasp::maintainer_set(*owner, &all)).await,
         };
-        let Some(state) = latest else { return out };
-        for other in copy_targets(owner, &state.author, &all) {
-            let Some(dst) = self.repo_path(&other, identifier) else { continue };
-            // Repositories created since the guards were taken wait for the next arrival.
-            let Some(dst) = guards.get(&dst) else { continue };
-            out.extend(self.copy_into(identifier, &state, src.path(), &other, dst, &all).await);
+        // The background half, when there is anything to share (cheap to decide: the
+        // announcements are at hand; a repository nobody else follows costs nothing more).
+        if self.family_shares(identifier, owner, latest.as_ref(), &all).0 {
+            self.copies.request(identifier, owner);
         }
         out
     }
@@ -440,6 +460,11 @@ impl Grasp {
     /// Carries out an alignment (one compare-and-swap transaction, then HEAD).
     async fn align(&self, repo: Locked<'_>, shown: &str, alignment: Alignment) {
         let Alignment { state, changes, head } = alignment;
+        // Refs moving away from objects may leave released history no member needs in the pool.
+        let moved_away = changes.iter().any(|c| match c {
+            git::RefChange::Delete { .. } => true,
+            git::RefChange::Set { old, .. } => old != ZERO_OID,
+        });
         let repo2 = repo.path().to_path_buf();
         let res = blocking(move || -> Result<usize, git::GitError> {
             git::update_refs(&repo2, &changes)?;
@@ -451,7 +476,12 @@ impl Grasp {
         .await;
         match res {
             Ok(0) => {}
-            Ok(n) => tracing::info!(repo = %shown, state = %state, changes = n, "refs aligned to state"),
+            Ok(n) => {
+                tracing::info!(repo = %shown, state = %state, changes = n, "refs aligned to state");
+                if moved_away {
+                    git::maintenance::after_member_refs_moved(self, repo.path());
+                }
+            }
             Err(e) => tracing::warn!(repo = %shown, state = %state, error = %e, "could not align refs"),
         }
     }

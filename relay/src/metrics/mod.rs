@@ -145,6 +145,8 @@ pub struct Metrics {
     // Deferred repository work (repositories busy past --event-lock-wait).
     deferred_entries: Gauge,
     deferred_dropped: Family<ReasonLabels, Counter>,
+    // Background git work: copies into the family (object pools) and repository maintenance.
+    background_git_work: Family<KindLabels, Gauge>,
     // Purgatory checkpoints.
     checkpoint_duration: Histogram,
     checkpoint_bytes: Gauge,
@@ -185,6 +187,7 @@ impl Metrics {
             sync_domains_failing: Gauge::default(),
             deferred_entries: Gauge::default(),
             deferred_dropped: Family::default(),
+            background_git_work: Family::default(),
             checkpoint_duration: duration_buckets(),
             checkpoint_bytes: Gauge::default(),
             checkpoint_failures: Counter::default(),
@@ -244,6 +247,11 @@ impl Metrics {
             "Deferred repository work lost: not recorded because its author held its share (author_share) or the table was full (full), or dropped to make room for an author with fewer entries (evicted)",
             m.deferred_dropped.clone(),
         );
+        r.register(
+            "background_git_work",
+            "Background git work waiting or running: copies of released data into the identifier family and its object pool (copies), repository and object pool maintenance passes (maintenance)",
+            m.background_git_work.clone(),
+        );
         r.register("checkpoint_duration_seconds", "Time to snapshot and write the purgatory checkpoint", m.checkpoint_duration.clone());
         r.register("checkpoint_bytes", "Size of the last purgatory checkpoint written", m.checkpoint_bytes.clone());
         r.register("checkpoint_failures", "Purgatory checkpoints that could not be written", m.checkpoint_failures.clone());
@@ -280,6 +288,7 @@ impl Metrics {
             drop(self.deferred_dropped.get_or_create(&ReasonLabels { reason }));
         }
         self.refresh_purgatory(&PurgatoryStats::default());
+        self.refresh_background_git(0, 0);
     }
 
     /// The whole registry in the Prometheus text format (see [`CONTENT_TYPE`]).
@@ -413,6 +422,13 @@ impl Metrics {
     /// Reads the deferred work's entry count (at scrape time).
     pub fn refresh_deferred(&self, entries: usize) {
         self.deferred_entries.set(gauge(entries));
+    }
+
+    /// Reads the background git work waiting or running (at scrape time): copies into the
+    /// family and maintenance passes.
+    pub fn refresh_background_git(&self, copies: usize, maintenance: usize) {
+        self.background_git_work.get_or_create(&KindLabels { kind: "copies" }).set(gauge(copies));
+        self.background_git_work.get_or_create(&KindLabels { kind: "maintenance" }).set(gauge(maintenance));
     }
 
     /// Deferred work lost (`reason`: `author_share`, `full` or `evicted`).
@@ -618,11 +634,14 @@ mod tests {
             assert_eq!(value(&text, &format!("grasp_deferred_dropped_total{{reason=\"{reason}\"}}")), Some(0.0), "{text}");
         }
         m.refresh_deferred(7);
+        m.refresh_background_git(2, 1);
         m.deferred_dropped("author_share");
         m.deferred_dropped("author_share");
         m.deferred_dropped("evicted");
         let text = m.encode();
         assert_eq!(value(&text, "grasp_deferred_entries"), Some(7.0), "{text}");
+        assert_eq!(value(&text, r#"grasp_background_git_work{kind="copies"}"#), Some(2.0), "{text}");
+        assert_eq!(value(&text, r#"grasp_background_git_work{kind="maintenance"}"#), Some(1.0), "{text}");
         assert_eq!(value(&text, r#"grasp_deferred_dropped_total{reason="author_share"}"#), Some(2.0));
         assert_eq!(value(&text, r#"grasp_deferred_dropped_total{reason="evicted"}"#), Some(1.0));
     }

@@ -202,6 +202,11 @@ pub async fn run(loaded: crate::config::Loaded) -> anyhow::Result<()> {
     tokio::spawn(crate::grasp::lifecycle::run_expiry(grasp.clone(), controller.subscribe()));
     tokio::spawn(crate::grasp::deferred::run_deferred(grasp.clone(), controller.subscribe()));
     tokio::spawn(crate::grasp::copies::run_copies(grasp.clone(), controller.subscribe()));
+    // Repositories of shared families from before object pools join theirs in the background.
+    tokio::spawn({
+        let grasp = grasp.clone();
+        async move { grasp.pool_migration().await }
+    });
     tokio::spawn(crate::trust::run_curation_watch(grasp.clone(), controller.subscribe()));
     tokio::spawn(crate::trust::limits::run_repo_count(grasp.trust.clone(), controller.subscribe()));
     tokio::spawn(reload::run(grasp.clone(), settings, cfg.admin_pubkey, hangups, controller.subscribe()));

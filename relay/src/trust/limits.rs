@@ -283,7 +283,8 @@ impl Default for WriteLimits {
     }
 }
 
-/// Repositories on disk, GRASP-06 contributor repositories (`prs/`) included.
+/// Repositories on disk, GRASP-06 contributor repositories (`prs/`) included, object pools not
+/// (no one created them).
 fn count_repos(root: &std::path::Path) -> usize {
     crate::git::repos::repo_dirs(root).len()
 }
@@ -383,6 +384,8 @@ mod tests {
         let cfg = WriteLimitConfig { repos_per_author_per_hour: 100, max_repos: 4, ..WriteLimitConfig::default() };
         let limits = WriteLimits::new(cfg, Some(dir.path().to_path_buf()), clock.clone());
         assert_eq!(limits.repo_count(), 1, "counted at startup");
+        std::fs::create_dir_all(dir.path().join(".pools/a.git")).unwrap();
+        assert_eq!(count_repos(dir.path()), 1, "an object pool is no repository");
         // Repositories appear and vanish on disk behind the relay's back: admission does not
         // look, however much time passes, until the walk.
         for name in ["b", "c", "d"] {

@@ -20,7 +20,12 @@
 //!   negentropy vs by `REQ` paging (a peer with `--no-negentropy`): time and bytes received;
 //! - purgatory checkpoint of N entries (snapshot under the lock, JSON, write) and the worst
 //!   wait for the lock of a concurrent "request" while it runs (micro-benchmark on
-//!   `grasp_state::purgatory`).
+//!   `grasp_state::purgatory`);
+//! - object pools (docs/architecture.md, "Object pools"): ten owners of one N MiB history (the
+//!   owner and nine co-maintainers, each listing the others): bytes on disk against one plain
+//!   repository of the history, the owner's push against the same push with no co-maintainers,
+//!   and a clone of a co-maintainer's repository (its objects in the pool) against a clone of
+//!   the plain repository.
 //!
 //! The bare baseline is what a user would otherwise run: stock `git http-backend` behind nginx +
 //! fcgiwrap on loopback (no grasp-cgi, no hooks, no relay). Without nginx or fcgiwrap it falls
@@ -63,6 +68,8 @@ struct Opts {
     auth_runs: usize,
     checkpoint_entries: usize,
     sync_events: usize,
+    family_mb: usize,
+    family_runs: usize,
     skip: BTreeSet<String>,
 }
 
@@ -81,6 +88,8 @@ impl Opts {
             auth_runs: 7,
             checkpoint_entries: 100_000,
             sync_events: 10_000,
+            family_mb: 20,
+            family_runs: 3,
             skip: BTreeSet::new(),
         };
         let mut args = std::env::args().skip(1);
@@ -103,6 +112,8 @@ impl Opts {
                         auth_runs: 3,
                         checkpoint_entries: 10_000,
                         sync_events: 1000,
+                        family_mb: 2,
+                        family_runs: 1,
                         skip: o.skip,
                     }
                 }
@@ -118,6 +129,8 @@ impl Opts {
                 "--auth-runs" => o.auth_runs = num(&a)?,
                 "--checkpoint-entries" => o.checkpoint_entries = num(&a)?,
                 "--sync-events" => o.sync_events = num(&a)?,
+                "--family-mb" => o.family_mb = num(&a)?,
+                "--family-runs" => o.family_runs = num(&a)?,
                 "--skip" => {
                     o.skip.extend(args.next().context("--skip needs a list")?.split(',').map(str::to_owned))
                 }
@@ -125,7 +138,8 @@ impl Opts {
                     println!(
                         "grasp-bench [--quick] [--fetch-runs N] [--push-runs N] [--clone-mb MB] [--clone-runs N] [--rss-small-mb MB] \
                          [--rss-big-mb MB] [--events N] [--connections N] [--purgatory-states N] [--auth-runs N] \
-                         [--checkpoint-entries N] [--sync-events N] [--skip fetch,push,clone,rss,ingest,auth,sync,checkpoint,owners]\n\
+                         [--checkpoint-entries N] [--sync-events N] [--family-mb MB] [--family-runs N] \
+                         [--skip fetch,push,clone,rss,ingest,auth,sync,checkpoint,owners,family]\n\
                          Flags after --quick override it. Build first: cargo build --release --workspace"
                     );
                     std::process::exit(0);
@@ -498,29 +512,6 @@ fn status_kib(pid: u32, field: &str) -> Option<u64> {
     text.lines().find(|l| l.starts_with(field))?.split_whitespace().nth(1)?.parse().ok()
 }
 
-fn descendants(root: u32) -> Vec<u32> {
-    let mut parent = std::collections::HashMap::new();
-    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
-        // pid (comm) state ppid ...: comm may contain spaces, so split after the last ')'.
-        let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else { continue };
-        if let Some(ppid) = rest.split_whitespace().nth(1).and_then(|p| p.parse::<u32>().ok()) {
-            parent.insert(pid, ppid);
-        }
-    }
-    let mut out = Vec::new();
-    let mut frontier = vec![root];
-    while let Some(p) = frontier.pop() {
-        for (&child, &pp) in &parent {
-            if pp == p {
-                out.push(child);
-                frontier.push(child);
-            }
-        }
-    }
-    out
-}
 
 /// Peak RSS (KiB) of the relay (VmHWM, reset first) and the peak of the sum of its children's
 /// RSS (sampled every 10 ms) while `f` runs.
@@ -533,7 +524,7 @@ fn measure_rss(relay_pid: u32, f: impl FnOnce() -> Result<Duration>) -> Result<(
         let (stop, peak) = (stop.clone(), peak_children.clone());
         std::thread::spawn(move || {
             while !stop.load(Ordering::Relaxed) {
-                let sum: u64 = descendants(relay_pid).iter().filter_map(|&p| status_kib(p, "VmRSS:")).sum();
+                let sum: u64 = grasp_tests::processes::descendants(relay_pid).iter().filter_map(|&p| status_kib(p, "VmRSS:")).sum();
                 peak.fetch_max(sum, Ordering::Relaxed);
                 std::thread::sleep(Duration::from_millis(10));
             }
@@ -1048,6 +1039,153 @@ async fn bench_owners(tmp: &Path, rows: &mut Vec<Row>) -> Result<()> {
     Ok(())
 }
 
+/// The relay's background git work (copies into the family, maintenance passes) waiting or
+/// running, from its `grasp_background_git_work` gauges (`--metrics-bind`).
+async fn background_git_work(relay: &Relay) -> Result<u64> {
+    let addr = std::fs::read_to_string(relay.data_dir.join("metrics-addr"))?;
+    let body = reqwest::get(format!("http://{}/metrics", addr.trim())).await?.text().await?;
+    let mut total = 0;
+    for kind in ["copies", "maintenance"] {
+        let prefix = format!("grasp_background_git_work{{kind=\"{kind}\"}} ");
+        let v = body.lines().find_map(|l| l.strip_prefix(&prefix)).context("no background git work gauge")?;
+        total += v.trim().parse::<f64>()? as u64;
+    }
+    Ok(total)
+}
+
+/// Waits until the relay's background git work is done (not timed: the rows measure what the
+/// client waits for, and the next run must not share the machine with this one's tail).
+async fn settle(relay: &Relay) -> Result<Duration> {
+    let started = Instant::now();
+    loop {
+        if background_git_work(relay).await.unwrap_or(1) == 0 {
+            return Ok(started.elapsed());
+        }
+        if started.elapsed() > Duration::from_secs(600) {
+            bail!("the relay's background git work did not settle in 10 minutes");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Bytes of the files under `path`.
+fn bytes_under(path: &Path) -> u64 {
+    let Ok(meta) = std::fs::symlink_metadata(path) else { return 0 };
+    if !meta.is_dir() {
+        return meta.len();
+    }
+    std::fs::read_dir(path).map(|rd| rd.flatten().map(|e| bytes_under(&e.path())).sum()).unwrap_or(0)
+}
+
+/// Object pools (docs/architecture.md, "Object pools"), on a relay of its own: per run, a fresh
+/// N MiB history pushed by its owner to a family of ten (the owner and nine co-maintainers,
+/// each announcement listing the others, all held) and, alternately, to a repository of its own
+/// (no co-maintainers). Rows: bytes on disk of the ten repositories and the pool against the
+/// lone repository, the push time against the lone one, and clones of a co-maintainer's
+/// repository against clones of the lone one.
+async fn bench_family(o: &Opts, tmp: &Path, rows: &mut Vec<Row>) -> Result<()> {
+    const OWNERS: usize = 10;
+    let relay = Relay::start(&["--metrics-bind", "127.0.0.1:0"])?;
+    let mut c = NostrClient::connect(&relay.ws_url()).await?;
+    let git_root = relay.data_dir.join("git");
+    let (mut family_push, mut solo_push, mut settled) = (Vec::new(), Vec::new(), Vec::new());
+    let mut disk = None;
+    let mut clone_urls = None;
+    for run in 0..o.family_runs.max(1) {
+        let work = WorkTree::new(tmp.join(format!("family-{run}")));
+        let tip = commit_random(&work, "data", o.family_mb)?;
+        let (fam, solo) = (format!("family{run}"), format!("solo{run}"));
+        let owners: Vec<Keys> = (0..OWNERS).map(|_| Keys::generate()).collect();
+        let v = |s: &[&str]| s.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        for keys in &owners {
+            let others: Vec<String> = owners.iter().filter(|k| k.public_key() != keys.public_key()).map(|k| k.public_key().to_hex()).collect();
+            let mut maintainers = vec!["maintainers".to_string()];
+            maintainers.extend(others);
+            let ann = sign(
+                keys,
+                30617,
+                vec![v(&["d", &fam]), v(&["clone", &relay.repo_url(&keys.public_key(), &fam)]), v(&["relays", &relay.ws_url()]), maintainers],
+                "",
+            );
+            send_ok(&mut c, &ann).await?;
+        }
+        send_ok(&mut c, &state(&owners[0], &fam, &tip, run)).await?;
+        let lone = Keys::generate();
+        send_ok(&mut c, &announcement(&relay, &lone, &solo)).await?;
+        send_ok(&mut c, &state(&lone, &solo, &tip, run)).await?;
+        settle(&relay).await?;
+        let family_url = relay.repo_url(&owners[0].public_key(), &fam);
+        let solo_url = relay.repo_url(&lone.public_key(), &solo);
+        if run % 2 == 0 {
+            family_push.push(push(&work.dir, &family_url, "main")?);
+            settled.push(settle(&relay).await?);
+            solo_push.push(push(&work.dir, &solo_url, "main")?);
+            settle(&relay).await?;
+        } else {
+            solo_push.push(push(&work.dir, &solo_url, "main")?);
+            settle(&relay).await?;
+            family_push.push(push(&work.dir, &family_url, "main")?);
+            settled.push(settle(&relay).await?);
+        }
+        if disk.is_none() {
+            let mut family_bytes = bytes_under(&git_root.join(".pools").join(format!("{fam}.git")));
+            for k in &owners {
+                let dir = git_root.join(npub_of(&k.public_key())).join(format!("{fam}.git"));
+                let out = git_output(&dir, &["rev-parse", "refs/heads/main"]);
+                anyhow::ensure!(String::from_utf8_lossy(&out.stdout).trim() == tip, "a co-maintainer's repository does not serve the state");
+                family_bytes += bytes_under(&dir);
+            }
+            let solo_bytes = bytes_under(&git_root.join(npub_of(&lone.public_key())).join(format!("{solo}.git")));
+            disk = Some((family_bytes, solo_bytes));
+            clone_urls = Some((relay.repo_url(&owners[OWNERS - 1].public_key(), &fam), solo_url.clone()));
+        }
+    }
+    let (family_bytes, solo_bytes) = disk.context("no run")?;
+    let (member_url, plain_url) = clone_urls.context("no run")?;
+    let (mut g, mut b) = (Vec::new(), Vec::new());
+    for i in 0..o.clone_runs.max(1) {
+        if i % 2 == 0 {
+            g.push(clone_time(&member_url, &tmp.join("family-clone-g"))?);
+            b.push(clone_time(&plain_url, &tmp.join("family-clone-b"))?);
+        } else {
+            b.push(clone_time(&plain_url, &tmp.join("family-clone-b"))?);
+            g.push(clone_time(&member_url, &tmp.join("family-clone-g"))?);
+        }
+    }
+    eprintln!("  background work after each family push (promotion, nine ref updates, dedupe, pool repack): {:?}", settled);
+    let mb = |bytes: u64| format!("{:.1} MiB", bytes as f64 / (1 << 20) as f64);
+    rows.push(
+        row(
+            format!("{OWNERS} owners of one {} MiB history: disk (repositories + pool) vs one plain repository", o.family_mb),
+            mb(family_bytes),
+            mb(solo_bytes),
+            ratio(family_bytes as f64, solo_bytes as f64),
+        )
+        .target("<= 1.5x"),
+    );
+    let (g_push, b_push) = (median(family_push), median(solo_push));
+    rows.push(
+        row(
+            format!("{} MiB push, nine co-maintainers' repositories in the family vs alone, median of {}", o.family_mb, o.family_runs.max(1)),
+            ms(g_push),
+            ms(b_push),
+            ratio(g_push.as_secs_f64(), b_push.as_secs_f64()),
+        )
+        .target("<= 1.1x"),
+    );
+    let (g, b) = (median(g), median(b));
+    rows.push(
+        row(
+            format!("clone of a member repository (objects in the pool) vs a plain one, {} MiB, median of {}", o.family_mb, o.clone_runs.max(1)),
+            ms(g),
+            ms(b),
+            ratio(g.as_secs_f64(), b.as_secs_f64()),
+        )
+        .target("<= 1.05x"),
+    );
+    Ok(())
+}
+
 fn main() -> Result<()> {
     let o = Opts::parse()?;
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
@@ -1090,6 +1228,10 @@ fn main() -> Result<()> {
         if o.runs("owners") {
             eprintln!("state events with 1,000 unrelated owners of the identifier ...");
             bench_owners(tmp.path(), &mut rows).await?;
+        }
+        if o.runs("family") {
+            eprintln!("object pools: ten owners of one history ...");
+            bench_family(&o, tmp.path(), &mut rows).await?;
         }
         anyhow::Ok(())
     })?;
