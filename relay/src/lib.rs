@@ -63,6 +63,7 @@ pub mod git;
 pub mod grasp;
 pub mod logging;
 pub mod metrics;
+pub mod net;
 pub mod nostr;
 pub mod peers;
 pub mod server;

@@ -32,7 +32,7 @@ use tokio::net::TcpListener;
 
 use crate::grasp::Grasp;
 use crate::metrics::health::Health;
-use crate::server::http::{full, Body};
+use crate::net::http::{full, Body};
 use crate::shutdown::Shutdown;
 
 /// Path of the operator's purgatory listing (same token).
@@ -138,7 +138,7 @@ pub async fn serve(listener: TcpListener, token: String, grasp: Arc<Grasp>, heal
     let token = Arc::new(token);
     loop {
         let (stream, _) = tokio::select! {
-            s = crate::server::tcp::accept_with_backoff(&listener, "hook API") => s,
+            s = crate::net::tcp::accept_with_backoff(&listener, "hook API") => s,
             _ = shutdown.recv() => return,
         };
         let (grasp, token, health) = (grasp.clone(), token.clone(), health.clone());

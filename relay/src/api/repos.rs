@@ -88,7 +88,7 @@ pub async fn repo_info(grasp: &Grasp, owner: &PublicKey, identifier: &str) -> Op
 }
 
 /// The `GET` endpoints of this module: `Some(answer)` when `path` is one of them.
-pub(super) async fn route_get(path: &str, grasp: &Grasp) -> Option<hyper::Response<crate::server::http::Body>> {
+pub(super) async fn route_get(path: &str, grasp: &Grasp) -> Option<hyper::Response<crate::net::http::Body>> {
     use hyper::StatusCode;
     if path == PATH_REPOS {
         return Some(super::json(StatusCode::OK, &listing(grasp).await));
@@ -104,7 +104,7 @@ pub(super) async fn route_get(path: &str, grasp: &Grasp) -> Option<hyper::Respon
 }
 
 /// `POST /v1/repos/purge` with its body.
-pub(super) async fn route_purge(body: &[u8], grasp: &Grasp) -> hyper::Response<crate::server::http::Body> {
+pub(super) async fn route_purge(body: &[u8], grasp: &Grasp) -> hyper::Response<crate::net::http::Body> {
     match super::parse::<PurgeRequest>(body) {
         Ok(req) => super::json(hyper::StatusCode::OK, &purge(grasp, &req).await),
         Err(resp) => *resp,

@@ -23,7 +23,7 @@
 //! client sends nothing for `--git-idle-timeout`, when its body arrives slower than
 //! `--git-min-rate` (`grasp_state::transfer`), when the response body is dropped before its end
 //! (a client that stops reading it is dropped by the listener's write deadline,
-//! `crate::server::write_deadline`), or when the relay shuts down.
+//! `crate::net::write_deadline`), or when the relay shuts down.
 //!
 //! `PATH_INFO` is the percent-decoded path, as RFC 3875 and `git http-backend` expect; a path that
 //! cannot be decoded (bad `%` escape, `%00`) gets a 404 here without spawning anything.
@@ -52,7 +52,7 @@ use std::time::Duration;
 use tokio::process::{ChildStdout, Command};
 
 use super::cgi_child::{self, Abandoned, CgiControl};
-use crate::server::http::{empty, preflight, text, with_cors, Body, BodyError};
+use crate::net::http::{empty, preflight, text, with_cors, Body, BodyError};
 use crate::shutdown::Shutdown;
 
 /// `--git-idle-timeout`'s default.

@@ -21,7 +21,7 @@ use nostr::prelude::Filter;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::grasp::Grasp;
-use crate::server::http::{text, Body};
+use crate::net::http::{text, Body};
 
 /// Path of the liveness probe.
 pub const PATH_HEALTHZ: &str = "/healthz";

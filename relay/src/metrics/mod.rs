@@ -36,8 +36,8 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::Registry;
 
-use crate::server::connection_limits::Refusal;
-use crate::server::http::Body;
+use crate::net::connection_limits::Refusal;
+use crate::net::http::Body;
 use crate::sync::{FetchOutcome, Outcome, SyncStats};
 
 /// `Content-Type` of `/metrics`: the Prometheus text exposition format, version 0.0.4.
@@ -557,7 +557,7 @@ impl Drop for TimedBody {
 
 impl hyper::body::Body for TimedBody {
     type Data = bytes::Bytes;
-    type Error = crate::server::http::BodyError;
+    type Error = crate::net::http::BodyError;
 
     fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
         Pin::new(&mut self.get_mut().body).poll_frame(cx)

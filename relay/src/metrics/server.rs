@@ -20,8 +20,8 @@ use tokio::net::TcpListener;
 use super::health::{probe, Health};
 use super::{Metrics, CONTENT_TYPE as METRICS_CONTENT_TYPE};
 use crate::grasp::Grasp;
-use crate::server::connection_limits::ConnectionLimiter;
-use crate::server::http::{full, text, Body};
+use crate::net::connection_limits::ConnectionLimiter;
+use crate::net::http::{full, text, Body};
 use crate::shutdown::Shutdown;
 
 /// Path of the Prometheus endpoint.
@@ -58,7 +58,7 @@ pub async fn bind(addr: SocketAddr, public: SocketAddr) -> anyhow::Result<TcpLis
 pub async fn serve(listener: TcpListener, state: Arc<MetricsState>, mut shutdown: Shutdown) {
     loop {
         let (stream, _) = tokio::select! {
-            s = crate::server::tcp::accept_with_backoff(&listener, "metrics") => s,
+            s = crate::net::tcp::accept_with_backoff(&listener, "metrics") => s,
             _ = shutdown.recv() => return,
         };
         let state = state.clone();

@@ -13,7 +13,7 @@
 //! is closed when it has no subscription (nor NIP-77 session), and pinged when it has (closed
 //! without a timely answer); a NIP-77 session without `NEG-MSG` for `--negentropy-idle-timeout`
 //! is closed; a client that stops reading is dropped by the listener's write deadline
-//! (`crate::server::write_deadline`); shutdown is observed while writing too.
+//! (`crate::net::write_deadline`); shutdown is observed while writing too.
 //!
 //! Trust (docs/protocol.md#trust): on a private service the connection is sent a NIP-42
 //! challenge when it opens; on a public one only when something needs authentication (an answer

@@ -8,29 +8,25 @@
 //! - every other path: `grasp-cgi` ([`crate::git::http`]): git smart HTTP and the repository
 //!   page for `/<npub>/<identifier>.git...`, its `404` page (HTML for browsers) for the rest.
 //!
-//! Every response carries the CORS headers ([`crate::server::http::with_cors`]). Metrics and
+//! Every response carries the CORS headers ([`crate::net::http::with_cors`]). Metrics and
 //! health probes are never served here: they have their own listener
 //! ([`crate::metrics::server`], `--metrics-bind`).
 //!
-//! Connection limits ([`crate::server::connection_limits`]): a connection beyond `--max-connections` or
+//! Connection limits ([`crate::net::connection_limits`]): a connection beyond `--max-connections` or
 //! `--max-connections-per-ip` is answered with a canned `503` (CORS headers, a message saying
 //! what to do) written once the request head has arrived (read and discarded, never parsed),
 //! then closed once the client closes (or after [`REFUSAL_LINGER`]). At most [`MAX_REFUSALS_IN_FLIGHT`] refusals are
 //! answered at a time; beyond that a flood's connections are closed without an answer, so
 //! refusing never costs more than accepting.
 //!
-//! Every public connection writes through a [`write_deadline::WriteDeadline`]: a client that
+//! Every public connection writes through a [`WriteDeadline`]: a client that
 //! reads nothing for `--write-timeout` is dropped, with whatever its answer held (git processes,
 //! a git request slot). Before binding, the open file limit is raised to what the limits need
 //! ([`fd_limit`]).
 
-pub mod connection_limits;
 pub mod fd_limit;
-pub mod http;
 pub mod pages;
 pub mod reload;
-pub mod tcp;
-pub mod write_deadline;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -55,10 +51,11 @@ use tokio_tungstenite::WebSocketStream;
 
 use crate::config::Config;
 use crate::nostr::connection::{self, Limits};
-use crate::server::connection_limits::{ConnectionLimiter, ConnectionPermit, Refusal};
+use crate::net::connection_limits::{ConnectionLimiter, ConnectionPermit, Refusal};
 use crate::datadir::DataDir;
-use crate::server::http::Body;
-use crate::server::write_deadline::WriteDeadline;
+use crate::net::http::{self, Body};
+use crate::net::tcp;
+use crate::net::write_deadline::WriteDeadline;
 use crate::grasp::Grasp;
 use crate::metrics::health::Health;
 use crate::metrics::server::MetricsState;
