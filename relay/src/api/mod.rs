@@ -226,7 +226,7 @@ async fn handle(req: Request<Incoming>, token: &str, grasp: &Grasp, health: &Hea
                 RepoSpace::Prs => grasp.metrics.push_release(grasp.contribution_arrived(&owner, &req.identifier, &req.updates)).await,
             };
             let resp = json(StatusCode::OK, &answer);
-            crate::git::maintenance::after_push(grasp, &RepoId { owner, identifier: req.identifier, space: req.space });
+            crate::grasp::maintenance::after_push(grasp, &RepoId { owner, identifier: req.identifier, space: req.space });
             resp
         }
         grasp_state::hook_api::PATH_PRS_REPO => {

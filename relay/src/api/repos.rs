@@ -327,7 +327,7 @@ pub async fn purge(grasp: &Grasp, req: &PurgeRequest) -> PurgeResponse {
                 tracing::info!(path = %shown, "orphan purged");
                 if let Some(r) = repo {
                     // What only it reached may leave its family's object pool.
-                    crate::git::maintenance::after_family_refs_left(grasp, &r.identifier);
+                    crate::grasp::maintenance::after_family_refs_left(grasp, &r.identifier);
                 }
                 resp.removed.push(rel.clone());
             }

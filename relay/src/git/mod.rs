@@ -9,7 +9,6 @@
 
 pub mod cgi_child;
 pub mod http;
-pub mod maintenance;
 pub mod objects;
 pub mod pools;
 pub mod ref_files;

@@ -206,6 +206,10 @@ pub use crate::git::read_refs;
 /// its hooks accept it.
 const QUARANTINE_PREFIX: &str = "tmp_objdir-incoming-";
 
+/// Name prefix of background sync's quarantine directories inside `<repo>/objects` (made by
+/// `crate::sync::quarantine`): swept while the relay runs only at startup.
+pub const SYNC_QUARANTINE_PREFIX: &str = "tmp_objdir-incoming-grasp-sync-";
+
 /// Every repository directory under `git_root`, of both spaces: `<npub>/<identifier>.git` and
 /// `prs/<npub>/<identifier>.git` (names checked only as far as ending in `.git`; a crash's
 /// `.tmp-*` and `.del-*` never do). The one walk of the repositories on disk.
@@ -259,7 +263,7 @@ pub fn remove_quarantines_in(repo: &Path, older_than: std::time::Duration, sweep
     for tmp in subdirs(&repo.join("objects")) {
         let name = tmp.file_name().and_then(|n| n.to_str()).unwrap_or_default();
         let is_quarantine = name.starts_with(QUARANTINE_PREFIX)
-            && (sweep == Sweep::Startup || !name.starts_with(crate::sync::quarantine::PREFIX));
+            && (sweep == Sweep::Startup || !name.starts_with(SYNC_QUARANTINE_PREFIX));
         if !is_quarantine || last_activity(&tmp).is_some_and(|t| now.duration_since(t).unwrap_or_default() < older_than) {
             continue;
         }

@@ -442,7 +442,7 @@ impl Grasp {
         })
         .await;
         if matches!(removed, Ok(Ok(true))) {
-            crate::git::maintenance::after_ref_removal(self, repo);
+            crate::grasp::maintenance::after_ref_removal(self, repo);
             return true;
         }
         false

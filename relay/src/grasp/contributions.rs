@@ -15,7 +15,7 @@
 //!
 //! A contributor repository holds nothing but `refs/nostr/<event-id>` refs: the expiry of
 //! placeholders and of held pull requests removes them as in any repository, and maintenance
-//! removes the repository once it has no ref left ([`crate::git::maintenance`]).
+//! removes the repository once it has no ref left ([`crate::grasp::maintenance`]).
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -359,7 +359,7 @@ impl Grasp {
         let mut removed = 0;
         for repo in repos {
             let Ok(guards) = RepoGuards::acquire_within(&self.locks, [repo.clone()], PushLocks::Take, std::time::Duration::ZERO).await else { continue };
-            if crate::git::maintenance::remove_if_empty_contributor_repo(self, &repo).await {
+            if crate::grasp::maintenance::remove_if_empty_contributor_repo(self, &repo).await {
                 tracing::info!(repo = %self.shown_repo(&repo), "empty contributor repository removed at startup");
                 removed += 1;
             }

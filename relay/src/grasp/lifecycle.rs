@@ -241,7 +241,7 @@ async fn expire_placeholder(grasp: &Grasp, event_id: &nostr::prelude::EventId, c
             Ok(()) => {
                 grasp.purgatory.placeholder_cleaned(event_id, std::slice::from_ref(dest));
                 // What only that ref reached is pruned by the next maintenance pass.
-                crate::git::maintenance::after_ref_removal(grasp, &repo);
+                crate::grasp::maintenance::after_ref_removal(grasp, &repo);
             }
             Err(e) => {
                 tracing::warn!(repo = %repo.display(), event = %event_id, error = %e, "could not remove expired refs/nostr ref");
@@ -343,7 +343,7 @@ async fn remove_nostr_refs(grasp: &Grasp, event_id: &nostr::prelude::EventId, co
         match delete_ref_at(&repo, &name, commit).await {
             Ok(()) => {
                 cleaned.push(dest.clone());
-                crate::git::maintenance::after_ref_removal(grasp, &repo);
+                crate::grasp::maintenance::after_ref_removal(grasp, &repo);
             }
             Err(e) => tracing::warn!(repo = %repo.display(), error = %e, "could not remove expired refs/nostr ref"),
         }

@@ -15,6 +15,7 @@ pub mod held_index;
 pub mod journal;
 pub mod lifecycle;
 pub mod locks;
+pub mod maintenance;
 pub mod policy;
 pub mod pools;
 pub mod purgatory;
@@ -87,7 +88,7 @@ pub struct Grasp {
     /// The operator's metrics, recorded by every part of the relay.
     pub metrics: Arc<crate::metrics::Metrics>,
     /// Background repository maintenance after pushes. Set once at startup.
-    pub maintenance: std::sync::OnceLock<crate::git::maintenance::Maintenance>,
+    pub maintenance: std::sync::OnceLock<crate::grasp::maintenance::Maintenance>,
     /// Who may write what, how fast (docs/protocol.md#trust). Public defaults unless
     /// [`Grasp::with_trust`] says otherwise.
     pub trust: Arc<crate::trust::Trust>,
@@ -347,7 +348,7 @@ impl Grasp {
                 // What only a hosted repository reached may leave its family's object pool
                 // (contributor repositories never put anything in one).
                 if repo.space == grasp_state::identifier::RepoSpace::Hosted {
-                    crate::git::maintenance::after_family_refs_left(self, &repo.identifier);
+                    crate::grasp::maintenance::after_family_refs_left(self, &repo.identifier);
                 }
             }
             Ok(false) => {}

@@ -6,7 +6,7 @@
 //! - [`Grasp::promote`]: what signed, stored events released in a member ([`Grasp::released_for`],
 //!   decided by `grasp_state::pool`) is packed into the pool and recorded under the pool's
 //!   `refs/members/<npub>/`; staged objects stay in the member. The member is then queued for a
-//!   dedupe and the pool for a repack (`crate::git::maintenance`).
+//!   dedupe and the pool for a repack (`crate::grasp::maintenance`).
 //! - [`Grasp::shrink_pool`]: the one step that deletes objects from a pool: with every member's
 //!   push and repository locks and the pool lock held, each member is promoted, the pool's refs
 //!   are set to what every member releases, and `git prune` keeps everything any member's refs
@@ -111,7 +111,7 @@ impl Grasp {
             // Its own copies (from before pools, or pushed before it joined) can go once the
             // pool holds them: the dedupe runs after the promotion that follows.
             if pools::has_local_objects(member.path()) {
-                git::maintenance::after_join(self, member.path());
+                crate::grasp::maintenance::after_join(self, member.path());
             }
         }
         Ok(joined)
@@ -177,10 +177,10 @@ impl Grasp {
             );
         }
         if promoted.objects > 0 {
-            git::maintenance::after_promotion(self, &repo, &pool);
+            crate::grasp::maintenance::after_promotion(self, &repo, &pool);
         }
         if plan.refs_left {
-            git::maintenance::after_pool_refs_left(self, &pool);
+            crate::grasp::maintenance::after_pool_refs_left(self, &pool);
         }
         Ok(Promoted { objects: promoted.objects, refs_left: plan.refs_left })
     }

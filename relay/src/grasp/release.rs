@@ -479,7 +479,7 @@ impl Grasp {
             Ok(n) => {
                 tracing::info!(repo = %shown, state = %state, changes = n, "refs aligned to state");
                 if moved_away {
-                    git::maintenance::after_member_refs_moved(self, repo.path());
+                    crate::grasp::maintenance::after_member_refs_moved(self, repo.path());
                 }
             }
             Err(e) => tracing::warn!(repo = %shown, state = %state, error = %e, "could not align refs"),

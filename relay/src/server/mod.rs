@@ -195,7 +195,7 @@ pub async fn run(loaded: crate::config::Loaded) -> anyhow::Result<()> {
         crate::peers::start(&grasp, peers, data.relay_sync_file(), controller.subscribe())?;
     }
 
-    let _ = grasp.maintenance.set(crate::git::maintenance::Maintenance::start(grasp.clone(), cfg.git_idle_timeout, controller.subscribe()));
+    let _ = grasp.maintenance.set(crate::grasp::maintenance::Maintenance::start(grasp.clone(), cfg.git_idle_timeout, controller.subscribe()));
     tokio::spawn(crate::grasp::lifecycle::run_expiry(grasp.clone(), controller.subscribe()));
     tokio::spawn(crate::grasp::deferred::run_deferred(grasp.clone(), controller.subscribe()));
     tokio::spawn(crate::grasp::copies::run_copies(grasp.clone(), controller.subscribe()));

@@ -135,7 +135,7 @@ impl SyncContext for Arc<Grasp> {
     }
 
     fn objects_moved_in(&self, repo: &Path) {
-        crate::git::maintenance::after_objects_arrived(self, repo);
+        crate::grasp::maintenance::after_objects_arrived(self, repo);
     }
 }
 

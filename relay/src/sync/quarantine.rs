@@ -19,8 +19,9 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Name prefix of quarantine directories inside `<repo>/objects`.
-pub const PREFIX: &str = "tmp_objdir-incoming-grasp-sync-";
+/// Name prefix of quarantine directories inside `<repo>/objects` (defined with the sweep that
+/// knows them, in `crate::git::repos`).
+pub use crate::git::repos::SYNC_QUARANTINE_PREFIX as PREFIX;
 
 /// A temporary repository borrowing a target repository's objects. Removed on drop.
 #[derive(Debug)]
