@@ -7,6 +7,7 @@
 //! are compare-and-swap transactions (`git update-ref --stdin` with old values), so a push racing
 //! with an alignment makes one of them fail instead of mixing their results.
 
+pub mod build;
 pub mod cgi_child;
 pub mod http;
 pub mod objects;

@@ -24,7 +24,7 @@ use grasp_state::atomic_file::write_atomic;
 use grasp_state::identifier::{pool_alternate, RepoLayout};
 use grasp_state::pool::Promotion;
 
-use crate::git::repos::{append_config, build_aside, io_err, unique_name, RepoError};
+use crate::git::build::{append_config, build_aside, io_err, unique_name, RepoError};
 use crate::git::{GitCommand, GitError};
 
 /// Longest a repack or prune of a pool, or a dedupe of a member, may take before it is killed.
