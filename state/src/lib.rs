@@ -80,6 +80,7 @@ pub mod archive;
 pub mod announcements;
 pub mod atomic_file;
 pub mod cgi;
+pub mod cidr;
 pub mod client_key;
 pub mod clone_sources;
 pub mod event_size;

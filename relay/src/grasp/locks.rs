@@ -53,6 +53,13 @@ pub struct LockLimits {
     pub queue: usize,
 }
 
+impl LockLimits {
+    /// The bounds on waiting for a repository.
+    pub fn from_config(cfg: &crate::config::Config) -> LockLimits {
+        LockLimits { event_wait: cfg.event_lock_wait, queue: cfg.repo_lock_queue as usize }
+    }
+}
+
 impl Default for LockLimits {
     fn default() -> Self {
         LockLimits { event_wait: Duration::from_secs(3), queue: 8 }

@@ -33,6 +33,7 @@ use nostr::prelude::*;
 use serde_json::Value;
 use tokio::time::Instant;
 
+use crate::config::Config;
 use crate::nostr::connection::MAX_SUBSCRIPTION_ID_LEN;
 use crate::nostr::store::Store;
 
@@ -40,14 +41,14 @@ use crate::nostr::store::Store;
 pub const DEFAULT_MAX_SESSIONS: usize = 8;
 
 /// Stored events one session may reconcile (`--negentropy-max-items`).
-pub const DEFAULT_MAX_ITEMS: usize = 500_000;
+pub const DEFAULT_MAX_ITEMS: usize = crate::config::DEFAULT_NEGENTROPY_MAX_ITEMS;
 
 /// Stored events all sessions of one connection may hold (`--negentropy-max-items-per-connection`).
-pub const DEFAULT_MAX_ITEMS_PER_CONNECTION: usize = 1_000_000;
+pub const DEFAULT_MAX_ITEMS_PER_CONNECTION: usize = crate::config::DEFAULT_NEGENTROPY_MAX_ITEMS_PER_CONNECTION;
 
 /// Stored events all sessions of the relay may hold (`--negentropy-max-items-total`): about
 /// 200 MB.
-pub const DEFAULT_MAX_ITEMS_TOTAL: usize = 5_000_000;
+pub const DEFAULT_MAX_ITEMS_TOTAL: usize = crate::config::DEFAULT_NEGENTROPY_MAX_ITEMS_TOTAL;
 
 /// A session without `NEG-MSG` for this long is closed (`--negentropy-idle-timeout`).
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
@@ -66,6 +67,18 @@ pub struct NegentropyLimits {
     pub max_items_per_connection: usize,
     /// A session without `NEG-MSG` for this long is closed.
     pub idle_timeout: Duration,
+}
+
+impl NegentropyLimits {
+    /// NIP-77 session limits per connection from the configuration, or `None` with `--no-negentropy`.
+    pub fn from_config(cfg: &Config) -> Option<NegentropyLimits> {
+        cfg.negentropy_enabled().then(|| NegentropyLimits {
+            max_items: cfg.negentropy_max_items,
+            max_items_per_connection: cfg.negentropy_max_items_per_connection,
+            idle_timeout: cfg.negentropy_idle_timeout,
+            ..NegentropyLimits::default()
+        })
+    }
 }
 
 impl Default for NegentropyLimits {
@@ -803,5 +816,22 @@ mod tests {
             let _ = parse(json!(["NEG-MSG", id, s]));
             let _ = parse(json!(["NEG-OPEN", id, {}, s]));
         }
+    }
+}
+
+#[cfg(test)]
+mod config_tests {
+    use super::*;
+    use clap::Parser;
+
+    #[test]
+    fn negentropy_is_on_unless_switched_off() {
+        let cfg = Config::parse_from(["grasp-relay"]);
+        assert_eq!(NegentropyLimits::from_config(&cfg), Some(NegentropyLimits::default()));
+        assert_eq!(NegentropyLimits::default().max_items, 500_000);
+        let cfg = Config::parse_from(["grasp-relay", "--negentropy-max-items", "3"]);
+        assert_eq!(NegentropyLimits::from_config(&cfg).map(|l| l.max_items), Some(3));
+        let cfg = Config::parse_from(["grasp-relay", "--no-negentropy"]);
+        assert_eq!(NegentropyLimits::from_config(&cfg), None);
     }
 }

@@ -59,7 +59,7 @@ announced here that its `a` tags name."
 /// `--grasp06`; GRASP-05 with an archive (`--archive*`); GRASP-08 on a private service.
 pub fn supported_grasps(cfg: &Config) -> Vec<&'static str> {
     let mut grasps = vec!["GRASP-01"];
-    if cfg.peers().is_some() {
+    if cfg.relay_sync_enabled() {
         grasps.push("GRASP-02");
     }
     if cfg.archive().is_active() {
@@ -84,7 +84,7 @@ pub fn document(cfg: &Config, trust: &Trust) -> Value {
         "name": cfg.name,
         "description": cfg.description,
         "version": env!("CARGO_PKG_VERSION"),
-        "supported_nips": SUPPORTED_NIPS.iter().copied().chain(cfg.negentropy().map(|_| 77)).collect::<Vec<u16>>(),
+        "supported_nips": SUPPORTED_NIPS.iter().copied().chain(cfg.negentropy_enabled().then_some(77)).collect::<Vec<u16>>(),
         "supported_grasps": supported_grasps(cfg),
         "repo_acceptance_criteria": repo_acceptance_criteria(&cfg.public_host(), cfg.purgatory_ttl.as_secs())
             + &if cfg.grasp06 { contributor_criteria(&cfg.public_host()) } else { String::new() }

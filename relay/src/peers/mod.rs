@@ -32,7 +32,9 @@
 //!   accepted repository needs (bootstraps stay). Peer tasks end when the manager drops their
 //!   plan sender or at shutdown; the manager ends at shutdown.
 
-pub mod address;
+/// ws/wss URL safety: with the clone URLs' safety in `crate::sync` (relay URLs are checked by
+/// the same policy).
+pub use crate::sync::relay_url as address;
 pub mod cursors;
 pub mod fetches;
 pub mod health;
@@ -68,6 +70,8 @@ use self::tls::Tls;
 use self::waiting::{Waiting, WaitingLimits};
 use self::wanted::RelayPlan;
 pub use self::wanted::SyncLevel;
+use crate::config::Config;
+use crate::sync::SyncConfig;
 use crate::grasp::Grasp;
 use crate::shutdown::Shutdown;
 use crate::sync::{Cidr, UrlPolicy};
@@ -126,10 +130,46 @@ impl Default for PeersConfig {
     }
 }
 
+impl PeersConfig {
+    /// Relay sync settings, or `None` with `--no-relay-sync`, or on a private service without
+    /// a relay among its `--private-sync-peer`s (it then follows those relays only; the service
+    /// key is added by the caller). Address safety is the git sync's (`--sync-allow-private`,
+    /// `--sync-deny`, this server's own hosts).
+    pub fn from_config(cfg: &Config) -> Option<PeersConfig> {
+        if !cfg.relay_sync_enabled() {
+            return None;
+        }
+        let sync = SyncConfig::from_config(cfg);
+        let defaults = PeersConfig::default();
+        Some(PeersConfig {
+            bootstraps: cfg.sync_bootstrap_relays.clone(),
+            max_relays: cfg.sync_max_relays,
+            allow_private: sync.allow_private,
+            extra_denied: sync.extra_denied,
+            own_hosts: sync.own_hosts,
+            health: health::HealthTimings {
+                backoff_base: cfg.relay_sync_backoff.max(Duration::from_millis(10)),
+                backoff_cap: cfg.relay_sync_backoff_cap.max(cfg.relay_sync_backoff),
+                cooldown: cfg.relay_sync_cooldown,
+                ..defaults.health
+            },
+            timeout: cfg.relay_sync_timeout.max(Duration::from_millis(100)),
+            tls_ca: cfg.sync_tls_ca.clone(),
+            only_relays: cfg.private.then(|| cfg.private_sync_relays()),
+            waiting: waiting::WaitingLimits {
+                request_after: cfg.relay_sync_parent_request,
+                ..defaults.waiting
+            },
+            per_relay: grasp_state::rate::Rate { burst: cfg.relay_sync_burst.max(1), per_second: cfg.relay_sync_rate.max(1.0) },
+            ..defaults
+        })
+    }
+}
+
 /// Default `--relay-sync-rate` (events per second from one relay).
-pub const DEFAULT_RELAY_RATE: f64 = 2_000.0;
+pub const DEFAULT_RELAY_RATE: f64 = crate::config::DEFAULT_RELAY_SYNC_RATE;
 /// Default `--relay-sync-burst`.
-pub const DEFAULT_RELAY_BURST: u32 = 20_000;
+pub const DEFAULT_RELAY_BURST: u32 = crate::config::DEFAULT_RELAY_SYNC_BURST;
 
 /// State shared by the manager and the peer tasks.
 pub struct Shared {
@@ -448,6 +488,73 @@ impl Manager {
         tracing::info!(count = ids.len(), "asking connected relays for events that waiting synced events tag");
         for entry in self.peers.values() {
             let _ = entry.commands.try_send(PeerCommand::Fetch(ids.clone()));
+        }
+    }
+}
+
+#[cfg(test)]
+mod config_tests {
+    use super::*;
+    use clap::Parser;
+    use std::path::PathBuf;
+
+    #[test]
+    fn relay_sync_flags() {
+        let cfg = Config::parse_from(["grasp-relay", "--public-host", "git.example.com"]);
+        let peers = PeersConfig::from_config(&cfg).expect("on by default");
+        assert!(peers.bootstraps.is_empty() && !peers.allow_private);
+        assert_eq!(peers.max_relays, 50);
+        assert_eq!(peers.health, crate::peers::health::HealthTimings::default());
+        assert_eq!(peers.own_hosts, ["git.example.com", "127.0.0.1:8080"]);
+        assert!(PeersConfig::from_config(&Config::parse_from(["grasp-relay", "--no-relay-sync"])).is_none());
+        let cfg = Config::parse_from([
+            "grasp-relay",
+            "--sync-bootstrap-relay",
+            "ws://a.example,ws://b.example",
+            "--sync-bootstrap-relay",
+            "ws://c.example",
+            "--relay-sync-cooldown",
+            "3s",
+            "--sync-allow-private",
+        ]);
+        let peers = PeersConfig::from_config(&cfg).unwrap();
+        assert_eq!(peers.bootstraps, ["ws://a.example", "ws://b.example", "ws://c.example"]);
+        assert_eq!(peers.health.cooldown, Duration::from_secs(3));
+        assert!(peers.allow_private);
+        assert!(peers.only_relays.is_none() && peers.tls_ca.is_none());
+        let cfg = Config::parse_from(["grasp-relay", "--sync-tls-ca", "/etc/ca.pem"]);
+        assert_eq!(PeersConfig::from_config(&cfg).unwrap().tls_ca, Some(PathBuf::from("/etc/ca.pem")));
+    }
+
+    #[test]
+    fn a_private_service_relay_syncs_only_with_its_relay_peers() {
+        assert!(PeersConfig::from_config(&Config::parse_from(["grasp-relay", "--private"])).is_none(), "no peers: no relay sync");
+        let hosts_only = Config::parse_from(["grasp-relay", "--private", "--private-sync-peer", "git.example.com"]);
+        assert!(PeersConfig::from_config(&hosts_only).is_none(), "a plain host is a git sync source only");
+        let cfg = Config::parse_from([
+            "grasp-relay",
+            "--private",
+            "--data-dir",
+            "/srv/grasp",
+            "--private-sync-peer",
+            "wss://peer.example.com,git.example.net:8443",
+            "--private-sync-peer",
+            "ws://10.0.0.2:7000",
+        ]);
+        let peers = PeersConfig::from_config(&cfg).unwrap();
+        assert_eq!(peers.only_relays.unwrap(), ["wss://peer.example.com", "ws://10.0.0.2:7000"]);
+        assert_eq!(SyncConfig::from_config(&cfg).only_peers.unwrap(), ["peer.example.com", "git.example.net:8443", "10.0.0.2:7000"]);
+        assert_eq!(cfg.service_key_file(), PathBuf::from("/srv/grasp/service-key"));
+        // A public service ignores the list.
+        let public = Config::parse_from(["grasp-relay", "--private-sync-peer", "wss://peer.example.com"]);
+        assert!(PeersConfig::from_config(&public).unwrap().only_relays.is_none());
+    }
+
+    #[test]
+    fn a_public_host_with_a_scheme_still_names_this_server_for_relay_sync() {
+        for configured in ["https://git.example.com", "https://git.example.com/", "git.example.com/"] {
+            let cfg = Config::parse_from(["grasp-relay", "--public-host", configured]);
+            assert_eq!(PeersConfig::from_config(&cfg).unwrap().own_hosts, ["git.example.com", "127.0.0.1:8080"]);
         }
     }
 }

@@ -120,7 +120,7 @@ pub async fn run(loaded: crate::config::Loaded) -> anyhow::Result<()> {
         max_subscriptions: cfg.max_subscriptions,
         max_filters: cfg.max_filters,
         max_limit: cfg.max_limit,
-        negentropy: cfg.negentropy(),
+        negentropy: crate::nostr::negentropy::NegentropyLimits::from_config(&cfg),
         idle_timeout: cfg.ws_idle_timeout,
     };
 
@@ -145,7 +145,7 @@ pub async fn run(loaded: crate::config::Loaded) -> anyhow::Result<()> {
     }
     let trust = Arc::new(crate::trust::Trust::from_config(&cfg, data.git())?);
     let grasp = Arc::new(
-        Grasp::new(relay, purgatory, layout, data.hooks(), cfg.public_host(), metrics.clone()).with_trust(trust).with_lock_limits(cfg.lock_limits()).with_deferred_limits(cfg.deferred_limits()).with_grasp06(cfg.grasp06).with_archive(cfg.archive()),
+        Grasp::new(relay, purgatory, layout, data.hooks(), cfg.public_host(), metrics.clone()).with_trust(trust).with_lock_limits(crate::grasp::locks::LockLimits::from_config(&cfg)).with_deferred_limits(cfg.deferred_limits()).with_grasp06(cfg.grasp06).with_archive(cfg.archive()),
     );
     // From here every change to the purgatory is journalled before it is acknowledged; the
     // checkpoint right away compacts what was restored (checkpoint + journal) into one file.
@@ -183,9 +183,9 @@ pub async fn run(loaded: crate::config::Loaded) -> anyhow::Result<()> {
     grasp.reconcile_all(cfg.git_idle_timeout).await;
 
     // Background sync: fetch what the purgatory waits for from the other clone URLs it knows.
-    crate::sync::start(&grasp, cfg.sync(), controller.subscribe());
+    crate::sync::start(&grasp, crate::sync::SyncConfig::from_config(&cfg), controller.subscribe());
     // Relay-to-relay event sync (GRASP-02): follow the relays accepted repositories list.
-    if let Some(mut peers) = cfg.peers() {
+    if let Some(mut peers) = crate::peers::PeersConfig::from_config(&cfg) {
         if cfg.private {
             let path = cfg.service_key_file();
             let keys = crate::peers::service_key::load_or_create(&path)?;
@@ -562,4 +562,38 @@ fn websocket_upgrade(
         h.insert(SEC_WEBSOCKET_ACCEPT, v);
     }
     r
+}
+
+#[cfg(test)]
+mod config_tests {
+    use super::*;
+    use crate::config::{parse_duration, EXIT_BAD_CONFIGURATION};
+
+    /// The packaged systemd unit runs the relay from the packaged configuration as its own
+    /// user, may write nothing but that configuration's data directory, stops gracefully (the
+    /// shutdown grace and the last checkpoint fit in its stop timeout), does not restart into a
+    /// refused configuration, and has the descriptors the default limits need.
+    #[test]
+    fn the_packaged_unit_runs_the_packaged_configuration() {
+        let unit = include_str!("../../../packaging/grasp-relay.service");
+        let value = |key: &str| {
+            let prefix = format!("{key}=");
+            let found: Vec<&str> = unit.lines().filter_map(|l| l.strip_prefix(prefix.as_str())).collect();
+            assert_eq!(found.len(), 1, "packaging/grasp-relay.service sets {key} {} times", found.len());
+            found[0]
+        };
+        assert_eq!(value("ExecStart"), "/usr/bin/grasp-relay --config /etc/grasp-relay/config.toml");
+        let packaged = Config::check_file(std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../packaging/config.toml"))).unwrap().config;
+        assert_eq!(value("ReadWritePaths"), packaged.data_dir.to_str().unwrap());
+        assert_eq!(format!("/var/lib/{}", value("StateDirectory")), value("ReadWritePaths"));
+        assert_eq!((value("User"), value("Group")), ("grasp-relay", "grasp-relay"));
+        for (key, expected) in [("ProtectSystem", "strict"), ("NoNewPrivileges", "yes"), ("Restart", "on-failure"), ("KillSignal", "SIGTERM"), ("KillMode", "mixed")] {
+            assert_eq!(value(key), expected, "{key}");
+        }
+        assert_eq!(value("RestartPreventExitStatus"), EXIT_BAD_CONFIGURATION.to_string());
+        let stop = parse_duration(value("TimeoutStopSec")).unwrap();
+        assert!(stop >= SHUTDOWN_GRACE + Duration::from_secs(10), "TimeoutStopSec {stop:?} leaves no room for the shutdown grace and the last checkpoint");
+        let nofile: u64 = value("LimitNOFILE").parse().unwrap();
+        assert!(nofile >= grasp_state::fd_budget::required(packaged.max_connections.into(), packaged.git_max_requests.into()));
+    }
 }

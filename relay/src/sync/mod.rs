@@ -27,6 +27,7 @@ pub mod context;
 pub mod fetch;
 pub mod quarantine;
 pub mod queue;
+pub mod relay_url;
 pub mod throttle;
 pub mod urls;
 
@@ -42,6 +43,7 @@ use grasp_state::clone_sources::{plan_sync_urls, CloneSource, UrlLimits};
 use serde::Serialize;
 use tokio::sync::{watch, Notify};
 use tokio::task::JoinSet;
+use crate::config::Config;
 
 pub use context::{start, SyncHandle};
 pub use fetch::{fetch_oids, missing_objects, FetchOptions, FetchOutcome};
@@ -552,4 +554,147 @@ struct UrlAttempt {
     fetched: bool,
     /// The domain turned us away; later targets were not tried.
     throttled: Option<ThrottledUntil>,
+}
+
+impl SyncConfig {
+    /// Background sync settings from the configuration. `own_hosts`: the public host and the bound address.
+    pub fn from_config(cfg: &Config) -> SyncConfig {
+        // The former `-ms` flags, when given, win over the defaults of the new ones (clap refuses
+        // both names at once).
+        let either = |ms: Option<u64>, d: Duration| ms.map_or(d, Duration::from_millis);
+        SyncConfig {
+            queue: QueueTimings {
+                user_delay: either(cfg.sync_user_delay_ms, cfg.sync_user_delay),
+                sync_delay: either(cfg.sync_delay_ms, cfg.sync_delay),
+                backoff_base: either(cfg.sync_backoff_ms, cfg.sync_backoff),
+                backoff_cap: either(cfg.sync_backoff_cap_ms, cfg.sync_backoff_cap),
+            },
+            throttle: ThrottleLimits {
+                max_concurrent: cfg.sync_domain_concurrency.max(1),
+                max_per_window: cfg.sync_domain_per_minute.max(1),
+                window: Duration::from_secs(60),
+                ..ThrottleLimits::default()
+            },
+            fetch: FetchOptions {
+                timeout: cfg.sync_fetch_timeout.max(Duration::from_secs(1)),
+                max_bytes: cfg.sync_max_fetch_bytes.unwrap_or(cfg.max_push_bytes),
+                ..FetchOptions::default()
+            },
+            allow_private: cfg.sync_allow_private,
+            extra_denied: cfg.sync_deny.clone(),
+            own_hosts: vec![cfg.public_authority(), cfg.bind.to_string()],
+            max_parallel: cfg.sync_max_parallel.max(1),
+            attempt_timeout: cfg.sync_attempt_timeout(),
+            only_peers: cfg.private.then(|| cfg.private_sync_peer.iter().map(|p| git_sync_peer(p)).collect()),
+            ..SyncConfig::default()
+        }
+    }
+}
+
+/// The `host[:port]` git sync may fetch from for a `--private-sync-peer` entry: a relay URL's
+/// authority (its clone URLs share it), else the entry as written.
+fn git_sync_peer(peer: &str) -> String {
+    match relay_url::RelayUrl::parse(peer) {
+        Ok(url) if crate::config::is_relay_url(peer) => url.authority().to_string(),
+        _ => peer.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod config_tests {
+    use super::*;
+    use clap::{CommandFactory, Parser};
+
+    #[test]
+    fn sync_defaults_follow_the_design() {
+        let cfg = Config::parse_from(["grasp-relay", "--public-host", "git.example.com"]);
+        let sync = SyncConfig::from_config(&cfg);
+        assert_eq!(sync.queue, QueueTimings::default());
+        assert_eq!(sync.throttle, ThrottleLimits::default());
+        assert_eq!(sync.fetch, FetchOptions::default());
+        assert!(!sync.allow_private);
+        assert!(sync.extra_denied.is_empty());
+        assert_eq!(sync.own_hosts, ["git.example.com", "127.0.0.1:8080"]);
+    }
+
+    #[test]
+    fn sync_flags() {
+        let cfg = Config::parse_from([
+            "grasp-relay",
+            "--sync-user-delay", "200ms",
+            "--sync-delay", "10ms",
+            "--sync-backoff", "300ms",
+            "--sync-backoff-cap", "900ms",
+            "--sync-domain-concurrency", "1",
+            "--sync-domain-per-minute", "2",
+            "--sync-fetch-timeout", "7",
+            "--sync-allow-private",
+            "--sync-deny", "10.1.0.0/16,192.0.2.1",
+            "--sync-deny", "fc00::/7",
+        ]);
+        let sync = SyncConfig::from_config(&cfg);
+        let ms = std::time::Duration::from_millis;
+        assert_eq!(sync.queue.user_delay, ms(200));
+        assert_eq!(sync.queue.sync_delay, ms(10));
+        assert_eq!(sync.queue.backoff(1), ms(300));
+        assert_eq!(sync.queue.backoff(2), ms(600));
+        assert_eq!(sync.queue.backoff(3), ms(900));
+        assert_eq!(sync.throttle.max_concurrent, 1);
+        assert_eq!(sync.throttle.max_per_window, 2);
+        assert_eq!(sync.fetch.timeout, std::time::Duration::from_secs(7));
+        assert!(sync.allow_private);
+        let denied: Vec<String> = sync.extra_denied.iter().map(|c| c.to_string()).collect();
+        assert_eq!(denied, ["10.1.0.0/16", "192.0.2.1/32", "fc00::/7"]);
+        assert!(Config::try_parse_from(["grasp-relay", "--sync-deny", "10.0.0.0/33"]).is_err());
+    }
+
+    #[test]
+    fn former_millisecond_sync_flags_still_work() {
+        let cfg = Config::parse_from([
+            "grasp-relay",
+            "--sync-user-delay-ms", "200",
+            "--sync-delay-ms", "10",
+            "--sync-backoff-ms", "300",
+            "--sync-backoff-cap-ms", "900",
+        ]);
+        let (sync, ms) = (SyncConfig::from_config(&cfg), Duration::from_millis);
+        assert_eq!((sync.queue.user_delay, sync.queue.sync_delay), (ms(200), ms(10)));
+        assert_eq!((sync.queue.backoff(1), sync.queue.backoff(3)), (ms(300), ms(900)));
+        // The new names take units; a bare number is seconds, as for every other duration.
+        let cfg = Config::parse_from(["grasp-relay", "--sync-user-delay", "2", "--sync-backoff-cap", "1h", "--sync-fetch-timeout", "90s"]);
+        assert_eq!(SyncConfig::from_config(&cfg).queue.user_delay, Duration::from_secs(2));
+        assert_eq!(SyncConfig::from_config(&cfg).queue.backoff_cap, Duration::from_secs(3600));
+        assert_eq!(SyncConfig::from_config(&cfg).fetch.timeout, Duration::from_secs(90));
+        assert_eq!(SyncConfig::from_config(&Config::parse_from(["grasp-relay", "--sync-fetch-timeout", "1ms"])).fetch.timeout, Duration::from_secs(1));
+        // Old and new name together is ambiguous.
+        assert!(Config::try_parse_from(["grasp-relay", "--sync-delay", "1s", "--sync-delay-ms", "5"]).is_err());
+        assert!(Config::try_parse_from(["grasp-relay", "--sync-delay", "5 parsecs"]).is_err());
+        // Their environment variables are unchanged, and hidden from --help like the flags.
+        let cmd = Config::command();
+        for (id, env) in [
+            ("sync_user_delay_ms", "GRASP_SYNC_USER_DELAY_MS"),
+            ("sync_delay_ms", "GRASP_SYNC_DELAY_MS"),
+            ("sync_backoff_ms", "GRASP_SYNC_BACKOFF_MS"),
+            ("sync_backoff_cap_ms", "GRASP_SYNC_BACKOFF_CAP_MS"),
+        ] {
+            let arg = cmd.get_arguments().find(|a| a.get_id() == id).unwrap();
+            assert_eq!(arg.get_env().and_then(|e| e.to_str()), Some(env));
+            assert!(arg.is_hide_set());
+        }
+    }
+
+    #[test]
+    fn a_public_host_with_a_scheme_still_names_this_server_for_sync() {
+        for configured in ["https://git.example.com", "https://git.example.com/", "git.example.com/"] {
+            let cfg = Config::parse_from(["grasp-relay", "--public-host", configured]);
+            assert_eq!(cfg.public_host(), configured, "the pages keep the scheme");
+            assert_eq!(SyncConfig::from_config(&cfg).own_hosts, ["git.example.com", "127.0.0.1:8080"], "{configured}");
+            let policy = crate::sync::UrlPolicy::new(false, &[], &SyncConfig::from_config(&cfg).own_hosts);
+            for own in ["https://git.example.com/npub1x/r.git", "http://git.example.com:8080/npub1x/r.git"] {
+                assert!(matches!(policy.check(own), Err(crate::sync::UrlRejected::OwnServer(_))), "{configured}: {own}");
+            }
+        }
+        let port = Config::parse_from(["grasp-relay", "--public-host", "http://git.example.com:8080/"]);
+        assert_eq!(SyncConfig::from_config(&port).own_hosts[0], "git.example.com:8080");
+    }
 }

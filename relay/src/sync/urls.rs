@@ -9,59 +9,14 @@
 //! The resolved addresses are handed to git (`http.curloptResolve`) so git connects to exactly the
 //! addresses that were checked, not to whatever a second DNS lookup returns.
 
-use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::str::FromStr;
 use std::time::Duration;
 
 use grasp_state::host::{url_authority, HostPort};
 use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 use thiserror::Error;
 
-/// An address range such as `10.0.0.0/8` or `fc00::/7` (an [`IpNet`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Cidr(IpNet);
-
-#[derive(Debug, Error, PartialEq, Eq)]
-#[error("invalid address range {0:?}: write it as ADDRESS/PREFIX, e.g. 10.0.0.0/8 or fc00::/7")]
-pub struct CidrParseError(String);
-
-impl Cidr {
-    /// A range of `prefix` leading bits; host bits of `network` are ignored.
-    pub fn new(network: IpAddr, prefix: u8) -> Option<Cidr> {
-        IpNet::new(network, prefix).ok().map(Cidr)
-    }
-
-    /// Whether `ip` lies in the range. IPv4-mapped IPv6 addresses (`::ffff:a.b.c.d`) count as
-    /// their IPv4 address.
-    pub fn contains(&self, ip: IpAddr) -> bool {
-        self.0.contains(&ip.to_canonical())
-    }
-}
-
-impl FromStr for Cidr {
-    type Err = CidrParseError;
-
-    /// `ADDRESS/PREFIX`, or a bare address meaning just that address.
-    fn from_str(text: &str) -> Result<Self, Self::Err> {
-        let error = || CidrParseError(text.to_string());
-        // Digits only after the slash (the parser below would take a sign).
-        if text.split_once('/').is_some_and(|(_, p)| p.is_empty() || !p.bytes().all(|b| b.is_ascii_digit())) {
-            return Err(error());
-        }
-        match text.parse::<IpNet>() {
-            Ok(net) => Ok(Cidr(net)),
-            Err(_) if !text.contains('/') => text.parse::<IpAddr>().map(|ip| Cidr(IpNet::from(ip))).map_err(|_| error()),
-            Err(_) => Err(error()),
-        }
-    }
-}
-
-impl fmt::Display for Cidr {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.0.fmt(f)
-    }
-}
+pub use grasp_state::cidr::{Cidr, CidrParseError};
 
 /// Ranges denied unless `allow_private` is set: "this network", private, CGNAT, loopback,
 /// link-local, IETF protocol assignments, documentation, benchmarking, the 6to4 relay anycast,
@@ -99,7 +54,7 @@ pub fn default_denied_ranges() -> Vec<Cidr> {
     let v4 = V4.iter().map(|(ip, prefix)| Ipv4Net::new(*ip, *prefix).map(IpNet::V4));
     let v6 = V6.iter().map(|(ip, prefix)| Ipv6Net::new(*ip, *prefix).map(IpNet::V6));
     v4.chain(v6)
-        .map(|net| Cidr(net.expect("valid prefix lengths")))
+        .map(|net| Cidr::from_net(net.expect("valid prefix lengths")))
         .collect()
 }
 

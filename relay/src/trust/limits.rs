@@ -17,6 +17,7 @@ use std::time::Duration;
 use grasp_state::purgatory::{Clock, SystemClock};
 use grasp_state::rate::{KeyedBuckets, Limited, Rate, TokenBucket};
 use nostr::prelude::PublicKey;
+use crate::config::Config;
 
 /// Most client addresses / authors remembered with a partly used bucket.
 const MAX_TRACKED_KEYS: usize = 100_000;
@@ -25,7 +26,7 @@ const MAX_TRACKED_KEYS: usize = 100_000;
 pub const REPO_COUNT_RECONCILE: Duration = Duration::from_secs(60);
 
 /// `--negentropy-opens-per-minute`'s default.
-pub const DEFAULT_NEGENTROPY_OPENS_PER_MINUTE: u32 = 60;
+pub const DEFAULT_NEGENTROPY_OPENS_PER_MINUTE: u32 = crate::config::DEFAULT_NEGENTROPY_OPENS_PER_MINUTE;
 
 /// The configured limits.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -41,6 +42,21 @@ pub struct WriteLimitConfig {
     /// NIP-77 `NEG-OPEN`s all connections of one client address may send per minute, all of
     /// them at once after a quiet minute (`--negentropy-opens-per-minute`).
     pub negentropy_opens_per_minute: u32,
+}
+
+impl WriteLimitConfig {
+    /// The write limits (docs/protocol.md#trust).
+    pub fn from_config(cfg: &Config) -> WriteLimitConfig {
+        use grasp_state::rate::Rate;
+        WriteLimitConfig {
+            per_connection: Rate { burst: cfg.write_burst, per_second: cfg.write_rate.max(0.0) },
+            per_address: Rate { burst: cfg.write_burst_per_ip, per_second: cfg.write_rate_per_ip.max(0.0) },
+            repos_per_author_per_hour: cfg.new_repos_per_author_per_hour,
+            max_repos: cfg.max_repos,
+            ipv6_prefix_len: cfg.ipv6_prefix_len,
+            negentropy_opens_per_minute: cfg.negentropy_opens_per_minute,
+        }
+    }
 }
 
 impl Default for WriteLimitConfig {
@@ -452,5 +468,36 @@ mod tests {
         count.release();
         count.walk_finished(3);
         assert_eq!(count.get(), 3, "a removal during the walk is not subtracted twice");
+    }
+}
+
+#[cfg(test)]
+mod config_tests {
+    use super::*;
+    use clap::Parser;
+
+    #[test]
+    fn trust_flags() {
+        let cfg = Config::parse_from(["grasp-relay"]);
+        assert_eq!(WriteLimitConfig::from_config(&cfg), WriteLimitConfig::default());
+        assert!(!cfg.private && cfg.member.is_empty() && !cfg.curation().is_active());
+        let hex = "79be667ef9dcbbac55a06295ce870b07029bfcdb2dce28d959f2815b16f81798";
+        let cfg = Config::parse_from([
+            "grasp-relay",
+            "--private",
+            "--member", hex,
+            "--trusted-proxy", "10.0.0.0/8,::1",
+            "--block-author", hex,
+            "--deny-repo", "spam",
+            "--write-burst", "3",
+            "--write-rate", "1.5",
+        ]);
+        assert!(cfg.private);
+        assert_eq!(cfg.member.len(), 1);
+        assert_eq!(cfg.trusted_proxy.iter().map(|n| n.to_string()).collect::<Vec<_>>(), ["10.0.0.0/8", "::1/128"]);
+        assert!(cfg.curation().is_active());
+        assert_eq!(WriteLimitConfig::from_config(&cfg).per_connection.burst, 3);
+        assert!(Config::try_parse_from(["grasp-relay", "--allow-repo", "a/b/c"]).is_err());
+        assert!(Config::try_parse_from(["grasp-relay", "--trusted-proxy", "nope"]).is_err());
     }
 }

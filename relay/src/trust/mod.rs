@@ -107,7 +107,7 @@ impl Trust {
         members.extend(cfg.admin_pubkey);
         Ok(Trust {
             private: cfg.private,
-            limits: WriteLimits::new(cfg.write_limits(), Some(git_root), Arc::new(grasp_state::purgatory::SystemClock)),
+            limits: WriteLimits::new(limits::WriteLimitConfig::from_config(cfg), Some(git_root), Arc::new(grasp_state::purgatory::SystemClock)),
             event_sizes: cfg.event_sizes(),
             disk: FreeDisk::new(cfg.data_dir.clone(), cfg.min_free_disk),
             trusted_proxies: cfg.trusted_proxy.clone(),
