@@ -429,8 +429,8 @@ fn a_fully_expired_announcement_sent_again_is_blocked_without_a_new_repository()
 }
 
 /// The queue entry of `identifier` in the syncer's figures: its last scheduling delay in ms.
-fn sync_delay_ms(grasp: &grasp_relay::grasp::Grasp, identifier: &str) -> Option<u64> {
-    let stats = (grasp.sync_stats.get()?)()?;
+fn sync_delay_ms(stats: &grasp_relay::sync::StatsSource, identifier: &str) -> Option<u64> {
+    let stats = stats()?;
     stats.identifiers.iter().find(|e| e.identifier == identifier).map(|e| e.last_delay_ms)
 }
 
@@ -440,14 +440,14 @@ fn events_from_relay_sync_are_fetched_after_500ms_and_user_events_after_3_minute
     runtime().block_on(async {
         let brain = Brain::new("origins").await;
         let shutdown = grasp_relay::shutdown::ShutdownController::new();
-        let syncer = grasp_relay::sync::start(&brain.grasp, grasp_relay::sync::SyncConfig::default(), shutdown.subscribe());
+        let (syncer, stats) = grasp_relay::sync::start(&brain.grasp, grasp_relay::sync::SyncConfig::default(), shutdown.subscribe());
         let st = |n: u64| state_at(&brain.owner, "origins", &[("refs/heads/main", &"a".repeat(40))], Some("main"), now() + n);
         let (ok, msg) = brain.grasp.submit(&st(0), &ANONYMOUS).await;
         assert!(ok && msg.starts_with("purgatory:"), "{msg}");
-        assert_eq!(sync_delay_ms(&brain.grasp, "origins"), Some(180_000), "a user's event waits for the push");
+        assert_eq!(sync_delay_ms(&stats, "origins"), Some(180_000), "a user's event waits for the push");
         let (ok, msg) = brain.grasp.submit(&st(1), &from_sync).await;
         assert!(ok && msg.starts_with("purgatory:"), "{msg}");
-        assert_eq!(sync_delay_ms(&brain.grasp, "origins"), Some(500), "a synced event is fetched at once");
+        assert_eq!(sync_delay_ms(&stats, "origins"), Some(500), "a synced event is fetched at once");
 
         // A soft-expired announcement keeps its state events syncing: one arriving through relay
         // sync revives it and is fetched for after 500 ms.
@@ -463,7 +463,7 @@ fn events_from_relay_sync_are_fetched_after_500ms_and_user_events_after_3_minute
         let late = state_at(&brain.owner, "soft", &[("refs/heads/main", &"b".repeat(40))], Some("main"), now());
         let (ok, msg) = brain.grasp.submit(&late, &from_sync).await;
         assert!(ok && msg.starts_with("purgatory:"), "{msg}");
-        assert_eq!(sync_delay_ms(&brain.grasp, "soft"), Some(500));
+        assert_eq!(sync_delay_ms(&stats, "soft"), Some(500));
         assert!(brain.grasp.repo_path(&brain.owner.public_key(), "soft").unwrap().exists(), "revived");
         shutdown.trigger();
         syncer.await.unwrap();
@@ -476,7 +476,7 @@ fn a_release_the_store_fails_stays_held_and_is_retried() {
         let brain = Brain::new("store-error").await;
         let shutdown = grasp_relay::shutdown::ShutdownController::new();
         let config = grasp_relay::sync::SyncConfig { tick: Duration::from_millis(20), ..Default::default() };
-        let syncer = grasp_relay::sync::start(&brain.grasp, config, shutdown.subscribe());
+        let (syncer, _) = grasp_relay::sync::start(&brain.grasp, config, shutdown.subscribe());
         let tip = brain.work.commit("f.txt", "x");
         let st = state(&brain.owner, "store-error", &[("refs/heads/main", &tip)], Some("main"));
         let (ok, msg) = brain.grasp.submit(&st, &ANONYMOUS).await;

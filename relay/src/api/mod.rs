@@ -3,11 +3,13 @@
 //! It is never reachable through the public port (a separate socket bound to a loopback address;
 //! the relay refuses to start otherwise) and every request must carry the token from
 //! `<data>/api-token` (mode 0600, new at every start) in the `x-grasp-token` header, except the
-//! health probes `/healthz` and `/readyz` ([`crate::metrics::health`]), which reveal no data.
+//! health probes `/healthz` and `/readyz` ([`crate::api::health`]), which reveal no data.
 //! Requests and responses are the versioned JSON types of `grasp_state::hook_api`. See
 //! docs/hook-api.md.
 
+pub mod health;
 pub mod repos;
+pub mod views;
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -31,7 +33,8 @@ use serde::Serialize;
 use tokio::net::TcpListener;
 
 use crate::grasp::Grasp;
-use crate::metrics::health::Health;
+use crate::api::health::Health;
+use crate::api::views::OperatorViews;
 use crate::net::http::{full, Body};
 use crate::shutdown::Shutdown;
 
@@ -108,7 +111,7 @@ const API_BLOCKING_THREADS: usize = 64;
 /// Serves the hook API until shutdown on a runtime of its own, started on a thread of its own:
 /// its worker and blocking threads are not shared with the WebSocket side, so however busy
 /// that side is, the hooks are answered. The thread ends when the API has stopped.
-pub fn serve_on_own_runtime(listener: TcpListener, token: String, grasp: Arc<Grasp>, health: Arc<Health>, shutdown: Shutdown) -> Result<()> {
+pub fn serve_on_own_runtime(listener: TcpListener, token: String, grasp: Arc<Grasp>, health: Arc<Health>, views: Arc<OperatorViews>, shutdown: Shutdown) -> Result<()> {
     let listener = listener.into_std().context("detaching the hook API listener")?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(API_WORKERS)
@@ -122,7 +125,7 @@ pub fn serve_on_own_runtime(listener: TcpListener, token: String, grasp: Arc<Gra
         .spawn(move || {
             runtime.block_on(async move {
                 match TcpListener::from_std(listener) {
-                    Ok(listener) => serve(listener, token, grasp, health, shutdown).await,
+                    Ok(listener) => serve(listener, token, grasp, health, views, shutdown).await,
                     Err(e) => tracing::error!(error = %e, "cannot serve the hook API"),
                 }
             });
@@ -134,18 +137,18 @@ pub fn serve_on_own_runtime(listener: TcpListener, token: String, grasp: Arc<Gra
 }
 
 /// Serves the hook API until shutdown.
-pub async fn serve(listener: TcpListener, token: String, grasp: Arc<Grasp>, health: Arc<Health>, mut shutdown: Shutdown) {
+pub async fn serve(listener: TcpListener, token: String, grasp: Arc<Grasp>, health: Arc<Health>, views: Arc<OperatorViews>, mut shutdown: Shutdown) {
     let token = Arc::new(token);
     loop {
         let (stream, _) = tokio::select! {
             s = crate::net::tcp::accept_with_backoff(&listener, "hook API") => s,
             _ = shutdown.recv() => return,
         };
-        let (grasp, token, health) = (grasp.clone(), token.clone(), health.clone());
+        let (grasp, token, health, views) = (grasp.clone(), token.clone(), health.clone(), views.clone());
         tokio::spawn(async move {
             let service = hyper::service::service_fn(move |req| {
-                let (grasp, token, health) = (grasp.clone(), token.clone(), health.clone());
-                async move { Ok::<_, std::convert::Infallible>(handle(req, &token, &grasp, &health).await) }
+                let (grasp, token, health, views) = (grasp.clone(), token.clone(), health.clone(), views.clone());
+                async move { Ok::<_, std::convert::Infallible>(handle(req, &token, &grasp, &health, &views).await) }
             });
             let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service).await;
         });
@@ -168,9 +171,9 @@ fn token_matches(given: &[u8], expected: &[u8]) -> bool {
     given.len() == expected.len() && given.iter().zip(expected).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
 }
 
-async fn handle(req: Request<Incoming>, token: &str, grasp: &Grasp, health: &Health) -> Response<Body> {
+async fn handle(req: Request<Incoming>, token: &str, grasp: &Grasp, health: &Health, views: &OperatorViews) -> Response<Body> {
     // Probes need no token (docs/deployment.md): they reveal nothing but check names.
-    if let Some(resp) = crate::metrics::health::probe(&req, health).await {
+    if let Some(resp) = crate::api::health::probe(&req, health).await {
         return resp;
     }
     let given = req.headers().get(TOKEN_HEADER).map(|v| v.as_bytes().to_vec()).unwrap_or_default();
@@ -182,11 +185,11 @@ async fn handle(req: Request<Incoming>, token: &str, grasp: &Grasp, health: &Hea
         let mut listing = grasp.purgatory.listing();
         listing.deferred = grasp.deferred.listing();
         listing.deferred_stats = grasp.deferred.stats();
-        return json(StatusCode::OK, &with_sync_levels(&listing, grasp));
+        return json(StatusCode::OK, &with_sync_levels(&listing, views));
     }
     if method == Method::GET && path == PATH_SYNC {
-        return match grasp.sync_stats.get().and_then(|stats| stats()) {
-            Some(stats) => json(StatusCode::OK, &sync_view(&stats, grasp)),
+        return match views.sync_stats.get().and_then(|stats| stats()) {
+            Some(stats) => json(StatusCode::OK, &sync_view(&stats, views)),
             None => error(StatusCode::SERVICE_UNAVAILABLE, "background sync is not running"),
         };
     }
@@ -273,19 +276,19 @@ async fn handle(req: Request<Incoming>, token: &str, grasp: &Grasp, health: &Hea
 
 /// `GET /v1/sync`: the git-data sync's figures, plus `relays`: each relay followed by
 /// relay-to-relay sync (empty with `--no-relay-sync`, which `relay_sync: false` says).
-fn sync_view(stats: &crate::sync::SyncStats, grasp: &Grasp) -> serde_json::Value {
+fn sync_view(stats: &crate::sync::SyncStats, views: &OperatorViews) -> serde_json::Value {
     let mut view = serde_json::to_value(stats).unwrap_or_default();
-    let relays = grasp.relay_sync.get().map(|v| v.relays()).unwrap_or_default();
-    view["relay_sync"] = grasp.relay_sync.get().is_some().into();
+    let relays = views.relay_sync.get().map(|v| v.relays()).unwrap_or_default();
+    view["relay_sync"] = views.relay_sync.get().is_some().into();
     view["relays"] = serde_json::to_value(relays).unwrap_or_default();
     view
 }
 
 /// The purgatory listing with each held announcement's relay sync level (`state-only` while
 /// held; `none` when relay sync does not follow it yet or is off).
-fn with_sync_levels(listing: &PurgatoryListing, grasp: &Grasp) -> serde_json::Value {
+fn with_sync_levels(listing: &PurgatoryListing, views: &OperatorViews) -> serde_json::Value {
     let mut value = serde_json::to_value(listing).unwrap_or_default();
-    let view = grasp.relay_sync.get();
+    let view = views.relay_sync.get();
     if let Some(entries) = value["entries"].as_array_mut() {
         for entry in entries {
             if entry["kind"] != "announcement" {

@@ -33,7 +33,6 @@ use nostr::prelude::{Event, Filter, Kind, PublicKey};
 use crate::grasp::policy::Admission;
 use crate::grasp::purgatory::SharedPurgatory;
 use crate::nostr::relay::Relay;
-use crate::sync::Origin;
 
 pub use crate::grasp::locks::RepoLocks;
 pub use grasp_state::nip34::Source;
@@ -65,6 +64,15 @@ pub enum Hosting {
     No,
 }
 
+/// Who caused an identifier to wait for git data: decides how soon background sync fetches it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    /// An event submitted by a user: give their `git push` time to arrive first.
+    User,
+    /// An event that arrived through relay-to-relay sync: batch bursts, then fetch quickly.
+    Sync,
+}
+
 /// What the background sync registers to hear of events that start waiting for git data, and
 /// where they came from (which decides how soon it fetches).
 pub type WaitingHook = Box<dyn Fn(&str, Origin) + Send + Sync>;
@@ -83,8 +91,6 @@ pub struct Grasp {
     /// Told whenever an event starts waiting in the purgatory for an identifier's git data
     /// (the background sync schedules a fetch). Set once at startup.
     pub on_waiting: std::sync::OnceLock<WaitingHook>,
-    /// The background sync's figures for the operator view (`GET /v1/sync`). Set once at startup.
-    pub sync_stats: std::sync::OnceLock<crate::sync::StatsSource>,
     /// The operator's metrics, recorded by every part of the relay.
     pub metrics: Arc<crate::metrics::Metrics>,
     /// Background repository maintenance after pushes. Set once at startup.
@@ -92,8 +98,6 @@ pub struct Grasp {
     /// Who may write what, how fast (docs/protocol.md#trust). Public defaults unless
     /// [`Grasp::with_trust`] says otherwise.
     pub trust: Arc<crate::trust::Trust>,
-    /// Relay-to-relay sync's operator view. Set once at startup (unless `--no-relay-sync`).
-    pub relay_sync: std::sync::OnceLock<crate::peers::PeersView>,
     /// Held states parsed and indexed by declared refs, for push authorisation.
     pub held_indexes: held_index::HeldIndexes,
     /// Repository work deferred because a repository stayed locked past the bound.
@@ -124,11 +128,9 @@ impl Grasp {
             public_host,
             locks: RepoLocks::default(),
             on_waiting: std::sync::OnceLock::new(),
-            sync_stats: std::sync::OnceLock::new(),
             metrics,
             maintenance: std::sync::OnceLock::new(),
             trust: Arc::default(),
-            relay_sync: std::sync::OnceLock::new(),
             held_indexes: held_index::HeldIndexes::default(),
             deferred: deferred::SharedDeferred::default(),
             copies: copies::CopyQueue::default(),

@@ -17,8 +17,6 @@
 //! are read at scrape time ([`Metrics::refresh_purgatory`], [`Metrics::refresh_sync`]), never
 //! kept in step by hand. See docs/deployment.md for the list of families.
 
-pub mod health;
-pub mod server;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -38,7 +36,6 @@ use prometheus_client::registry::Registry;
 
 use crate::net::connection_limits::Refusal;
 use crate::net::http::Body;
-use crate::sync::{FetchOutcome, Outcome, SyncStats};
 
 /// `Content-Type` of `/metrics`: the Prometheus text exposition format, version 0.0.4.
 pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
@@ -393,27 +390,21 @@ impl Metrics {
     }
 
     /// One background sync fetch and how long it took.
-    pub fn sync_fetched(&self, outcome: &FetchOutcome, took: Duration) {
-        let outcome = if outcome.error.is_some() { "error" } else { "ok" };
+    pub fn sync_fetched(&self, ok: bool, took: Duration) {
+        let outcome = if ok { "ok" } else { "error" };
         self.sync_fetches.get_or_create(&OutcomeLabels { outcome }).inc();
         self.sync_fetch_duration.observe(took.as_secs_f64());
     }
 
-    /// One finished sync attempt for an identifier.
-    pub fn sync_attempt(&self, outcome: &Outcome) {
-        let outcome = match outcome {
-            Outcome::Complete => "complete",
-            Outcome::Incomplete => "incomplete",
-            Outcome::Throttled { .. } => "throttled",
-        };
+    /// One finished sync attempt for an identifier (`outcome`: `complete`, `incomplete` or
+    /// `throttled`).
+    pub fn sync_attempt(&self, outcome: &'static str) {
         self.sync_attempts.get_or_create(&OutcomeLabels { outcome }).inc();
     }
 
-    /// Reads the syncer's queue (at scrape time; `None` when it does not run).
-    pub fn refresh_sync(&self, stats: Option<&SyncStats>) {
-        let (queued, running, failing) = stats.map_or((0, 0, 0), |s| {
-            (s.queue_length, s.in_progress.len(), s.domains.iter().filter(|d| d.last_error.is_some()).count())
-        });
+    /// Reads the syncer's queue (at scrape time; zeros when it does not run): identifiers
+    /// queued, syncs running, domains whose last fetch failed.
+    pub fn refresh_sync(&self, (queued, running, failing): (usize, usize, usize)) {
         self.sync_queue.set(gauge(queued));
         self.sync_in_progress.set(gauge(running));
         self.sync_domains_failing.set(gauge(failing));

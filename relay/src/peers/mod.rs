@@ -297,10 +297,10 @@ fn parse_relays(raw: &[String], what: &str) -> BTreeSet<RelayUrl> {
 }
 
 /// Starts relay sync; the returned task ends at shutdown (after its peers) and holds `shutdown`
-/// until then. Sets [`Grasp::relay_sync`] for the operator view.
+/// until then; with it, the operator's view of relay sync ([`PeersView`]).
 /// `cursors_file` is `<data>/relay-sync.json`. Fails only on unusable TLS settings
 /// (`--sync-tls-ca`).
-pub fn start(grasp: &Arc<Grasp>, config: PeersConfig, cursors_file: PathBuf, shutdown: Shutdown) -> Result<JoinHandle<()>, tls::TlsSetupError> {
+pub fn start(grasp: &Arc<Grasp>, config: PeersConfig, cursors_file: PathBuf, shutdown: Shutdown) -> Result<(JoinHandle<()>, PeersView), tls::TlsSetupError> {
     let policy = UrlPolicy::new(config.allow_private, &config.extra_denied, &config.own_hosts);
     let tls = Tls::new(config.tls_ca.as_deref())?;
     let bootstraps = parse_relays(&config.bootstraps, "bootstrap relay");
@@ -320,9 +320,9 @@ pub fn start(grasp: &Arc<Grasp>, config: PeersConfig, cursors_file: PathBuf, shu
         relays: Mutex::new(BTreeMap::new()),
         levels: Mutex::new(BTreeMap::new()),
     });
-    let _ = grasp.relay_sync.set(PeersView(Arc::downgrade(&shared)));
+    let view = PeersView(Arc::downgrade(&shared));
     let manager = Manager { shared, bootstraps, only, peers: BTreeMap::new(), dead: BTreeMap::new(), interest: None, shutdown };
-    Ok(tokio::spawn(manager.run()))
+    Ok((tokio::spawn(manager.run()), view))
 }
 
 impl Manager {

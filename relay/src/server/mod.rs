@@ -10,7 +10,7 @@
 //!
 //! Every response carries the CORS headers ([`crate::net::http::with_cors`]). Metrics and
 //! health probes are never served here: they have their own listener
-//! ([`crate::metrics::server`], `--metrics-bind`).
+//! ([`crate::server::metrics`], `--metrics-bind`).
 //!
 //! Connection limits ([`crate::net::connection_limits`]): a connection beyond `--max-connections` or
 //! `--max-connections-per-ip` is answered with a canned `503` (CORS headers, a message saying
@@ -25,6 +25,7 @@
 //! ([`fd_limit`]).
 
 pub mod fd_limit;
+pub mod metrics;
 pub mod pages;
 pub mod reload;
 
@@ -57,8 +58,8 @@ use crate::net::http::{self, Body};
 use crate::net::tcp;
 use crate::net::write_deadline::WriteDeadline;
 use crate::grasp::Grasp;
-use crate::metrics::health::Health;
-use crate::metrics::server::MetricsState;
+use crate::api::health::Health;
+use crate::server::metrics::MetricsState;
 use crate::nostr::relay::Relay;
 use crate::shutdown::{Shutdown, ShutdownController};
 use crate::nostr::store::Store;
@@ -176,14 +177,16 @@ pub async fn run(loaded: crate::config::Loaded) -> anyhow::Result<()> {
     let controller = ShutdownController::new();
     // The hook API runs on a runtime of its own (its own worker and blocking threads), so pushes
     // are decided while the WebSocket side is saturated (docs/security.md).
-    crate::api::serve_on_own_runtime(api_listener, token, grasp.clone(), health.clone(), controller.subscribe())?;
+    let views = Arc::new(crate::api::views::OperatorViews::default());
+    crate::api::serve_on_own_runtime(api_listener, token, grasp.clone(), health.clone(), views.clone(), controller.subscribe())?;
 
     // Nothing is lost if the relay was down between a push's two hooks: release what the
     // repositories already satisfy.
     grasp.reconcile_all(cfg.git_idle_timeout).await;
 
     // Background sync: fetch what the purgatory waits for from the other clone URLs it knows.
-    crate::sync::start(&grasp, crate::sync::SyncConfig::from_config(&cfg), controller.subscribe());
+    let (_, sync_stats) = crate::sync::start(&grasp, crate::sync::SyncConfig::from_config(&cfg), controller.subscribe());
+    let _ = views.sync_stats.set(sync_stats);
     // Relay-to-relay event sync (GRASP-02): follow the relays accepted repositories list.
     if let Some(mut peers) = crate::peers::PeersConfig::from_config(&cfg) {
         if cfg.private {
@@ -192,7 +195,8 @@ pub async fn run(loaded: crate::config::Loaded) -> anyhow::Result<()> {
             tracing::info!(npub = %crate::peers::service_key::npub(&keys), path = %path.display(), "private service key: list it as a member on the --private-sync-peer relays");
             peers.auth_keys = Some(keys);
         }
-        crate::peers::start(&grasp, peers, data.relay_sync_file(), controller.subscribe())?;
+        let (_, relay_sync) = crate::peers::start(&grasp, peers, data.relay_sync_file(), controller.subscribe())?;
+        let _ = views.relay_sync.set(relay_sync);
     }
 
     let _ = grasp.maintenance.set(crate::grasp::maintenance::Maintenance::start(grasp.clone(), cfg.git_idle_timeout, controller.subscribe()));
@@ -249,13 +253,13 @@ pub async fn run(loaded: crate::config::Loaded) -> anyhow::Result<()> {
     };
     let connections = ConnectionLimiter::new(cfg.max_connections as usize, cfg.max_connections_per_ip as usize, cfg.ipv6_prefix_len);
     // The metrics listener (off unless --metrics-bind): its own socket, never the public port.
-    let metrics_file = data.root().join(crate::metrics::server::ADDR_FILE);
+    let metrics_file = data.root().join(crate::server::metrics::ADDR_FILE);
     let _ = std::fs::remove_file(&metrics_file);
     if let Some(metrics_bind) = cfg.metrics_bind {
-        let listener = crate::metrics::server::bind(metrics_bind, addr).await?;
+        let listener = crate::server::metrics::bind(metrics_bind, addr).await?;
         let metrics_addr = listener.local_addr()?;
-        let state = Arc::new(MetricsState { metrics, grasp: grasp.clone(), connections: connections.clone(), health });
-        tokio::spawn(crate::metrics::server::serve(listener, state, controller.subscribe()));
+        let state = Arc::new(MetricsState { metrics, grasp: grasp.clone(), connections: connections.clone(), health, views: views.clone() });
+        tokio::spawn(crate::server::metrics::serve(listener, state, controller.subscribe()));
         std::fs::write(&metrics_file, metrics_addr.to_string()).with_context(|| format!("writing {}", metrics_file.display()))?;
         tracing::info!(%metrics_addr, "metrics on http://{metrics_addr}/metrics (probes /healthz, /readyz)");
     }

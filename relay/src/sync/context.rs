@@ -6,8 +6,8 @@
 //!   and release through [`Grasp::process_repo`] (the same path as after a push) under the
 //!   cross-process push lock a push holds during its receive-pack.
 //! - [`start`]: creates the [`Syncer`], points `Grasp::on_waiting` (every event that starts
-//!   waiting enqueues its identifier) and `Grasp::sync_stats` (the operator view) at it through a
-//!   [`SyncHandle`], and runs it until shutdown.
+//!   waiting enqueues its identifier) at it through a [`SyncHandle`], runs it until shutdown,
+//!   and returns the syncer's figures for the operator views.
 //!
 //! The handle holds the syncer weakly: the syncer owns an `Arc<Grasp>`, so a strong reference
 //! back from the brain would be a cycle.
@@ -127,11 +127,11 @@ impl SyncContext for Arc<Grasp> {
     }
 
     fn fetched(&self, outcome: &super::FetchOutcome, took: std::time::Duration) {
-        self.metrics.sync_fetched(outcome, took);
+        self.metrics.sync_fetched(outcome.error.is_none(), took);
     }
 
     fn attempted(&self, outcome: &super::Outcome) {
-        self.metrics.sync_attempt(outcome);
+        self.metrics.sync_attempt(outcome.label());
     }
 
     fn objects_moved_in(&self, repo: &Path) {
@@ -257,10 +257,11 @@ impl Syncer<Arc<Grasp>> {
 }
 
 /// Starts background sync for the daemon: every event that starts waiting in the purgatory
-/// enqueues its identifier with the delay of its origin (a user's event or relay sync), the
-/// operator view reads the syncer's stats, and the syncer runs until `shutdown` (running fetches
-/// are then killed; the returned task ends after that, and holds `shutdown` until then).
-pub fn start(grasp: &Arc<Grasp>, config: SyncConfig, mut shutdown: Shutdown) -> JoinHandle<()> {
+/// enqueues its identifier with the delay of its origin (a user's event or relay sync), and the
+/// syncer runs until `shutdown` (running fetches are then killed; the returned task ends after
+/// that, and holds `shutdown` until then). Returns the task and the syncer's figures, which the
+/// operator views read (`crate::api::views`).
+pub fn start(grasp: &Arc<Grasp>, config: SyncConfig, mut shutdown: Shutdown) -> (JoinHandle<()>, crate::sync::StatsSource) {
     let syncer = Syncer::new(grasp.clone(), config);
     let handle = syncer.handle();
     let enqueue = handle.clone();
@@ -273,13 +274,13 @@ pub fn start(grasp: &Arc<Grasp>, config: SyncConfig, mut shutdown: Shutdown) -> 
     {
         tracing::warn!("background sync already wired; events will not be enqueued twice");
     }
-    let _ = grasp.sync_stats.set(Box::new(move || handle.stats()));
+    let stats: crate::sync::StatsSource = Box::new(move || handle.stats());
     // Catch up on what was already waiting at startup (restored purgatory).
     let waiting = grasp.purgatory.waiting_identifiers();
     for identifier in &waiting {
         syncer.enqueue(identifier, Origin::User);
     }
-    tokio::spawn(async move {
+    let task = tokio::spawn(async move {
         let (stop, stopped) = watch::channel(false);
         let run = syncer.run(stopped);
         tokio::pin!(run);
@@ -290,7 +291,8 @@ pub fn start(grasp: &Arc<Grasp>, config: SyncConfig, mut shutdown: Shutdown) -> 
                 run.await;
             }
         }
-    })
+    });
+    (task, stats)
 }
 
 #[cfg(test)]

@@ -174,6 +174,14 @@ pub struct IdentifierStats {
 /// Where the operator view reads the syncer's figures (`None` once the syncer is gone).
 pub type StatsSource = Box<dyn Fn() -> Option<SyncStats> + Send + Sync>;
 
+impl SyncStats {
+    /// What the metrics read at scrape time: identifiers queued, syncs running, domains whose
+    /// last fetch failed.
+    pub fn gauges(&self) -> (usize, usize, usize) {
+        (self.queue_length, self.in_progress.len(), self.domains.iter().filter(|d| d.last_error.is_some()).count())
+    }
+}
+
 /// Cap on [`SyncStats::identifiers`], so the admin view stays small under a flood.
 pub const MAX_LISTED_IDENTIFIERS: usize = 1000;
 

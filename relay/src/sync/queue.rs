@@ -10,14 +10,8 @@
 use std::collections::{BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
-/// Who caused an identifier to be enqueued; decides the initial delay.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Origin {
-    /// An event submitted by a user: give their `git push` time to arrive first.
-    User,
-    /// An event that arrived through relay-to-relay sync: batch bursts, then fetch quickly.
-    Sync,
-}
+/// Who caused an identifier to be enqueued (defined by the domain, which reports it).
+pub use crate::grasp::Origin;
 
 /// How a sync task ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,6 +22,17 @@ pub enum Outcome {
     Incomplete,
     /// Some candidate domains were throttled: retry when they free, without counting an attempt.
     Throttled { until: Instant },
+}
+
+impl Outcome {
+    /// The outcome as the metrics label it (`complete`, `incomplete`, `throttled`).
+    pub fn label(&self) -> &'static str {
+        match self {
+            Outcome::Complete => "complete",
+            Outcome::Incomplete => "incomplete",
+            Outcome::Throttled { .. } => "throttled",
+        }
+    }
 }
 
 /// Timings of the queue. Defaults follow the purgatory design.

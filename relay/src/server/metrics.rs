@@ -17,8 +17,8 @@ use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 
-use super::health::{probe, Health};
-use super::{Metrics, CONTENT_TYPE as METRICS_CONTENT_TYPE};
+use crate::api::health::{probe, Health};
+use crate::metrics::{Metrics, CONTENT_TYPE as METRICS_CONTENT_TYPE};
 use crate::grasp::Grasp;
 use crate::net::connection_limits::ConnectionLimiter;
 use crate::net::http::{full, text, Body};
@@ -39,6 +39,7 @@ pub struct MetricsState {
     pub grasp: Arc<Grasp>,
     pub connections: Arc<ConnectionLimiter>,
     pub health: Arc<Health>,
+    pub views: Arc<crate::api::views::OperatorViews>,
 }
 
 /// Binds `--metrics-bind`, refusing the public listener's address.
@@ -90,7 +91,7 @@ async fn handle<B>(req: Request<B>, state: &MetricsState) -> Response<Body> {
     state.metrics.refresh_purgatory(&purgatory);
     state.metrics.refresh_deferred(state.grasp.deferred.len());
     state.metrics.refresh_background_git(state.grasp.copies.pending(), state.grasp.maintenance.get().map_or(0, |m| m.pending()));
-    state.metrics.refresh_sync(state.grasp.sync_stats.get().and_then(|stats| stats()).as_ref());
+    state.metrics.refresh_sync(state.views.sync_stats.get().and_then(|stats| stats()).map_or((0, 0, 0), |s| s.gauges()));
     state.metrics.set_connections_open(state.connections.open());
     let mut resp = Response::new(full(state.metrics.encode()));
     resp.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static(METRICS_CONTENT_TYPE));
