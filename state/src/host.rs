@@ -145,6 +145,76 @@ fn raw_authority(url: &str) -> Option<&str> {
     Some(authority.rfind('@').map_or(authority, |i| &authority[i + 1..]))
 }
 
+
+/// The public URLs of this server, from `--public-host`.
+///
+/// Scheme: an explicit `https://` / `wss://` (or `http://` / `ws://`) prefix of the public host
+/// wins; otherwise a host without a port (or with `:443`) is taken to be behind TLS (`https`,
+/// `wss`), and a host with another port to be plain (`http`, `ws`), like the relay's own listener.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PublicUrls {
+    tls: bool,
+    /// `host[:port]`, without scheme or trailing `/`.
+    host: String,
+}
+
+impl PublicUrls {
+    pub fn new(public_host: &str) -> Self {
+        let scheme = public_host.trim().split_once("://").map(|(scheme, _)| scheme.to_ascii_lowercase());
+        let host = public_authority(public_host).to_string();
+        let tls = match scheme.as_deref() {
+            Some("https" | "wss") => true,
+            Some(_) => false,
+            None => match host.rsplit_once(':') {
+                // `[::1]` alone has colons but no port.
+                Some((_, port)) if !host.ends_with(']') => port == "443",
+                _ => true,
+            },
+        };
+        PublicUrls { tls, host }
+    }
+
+    /// `host[:port]`.
+    pub fn host(&self) -> &str {
+        &self.host
+    }
+
+    /// `https://host` (or `http://`).
+    pub fn http_base(&self) -> String {
+        format!("{}://{}", if self.tls { "https" } else { "http" }, self.host)
+    }
+
+    /// `wss://host` (or `ws://`): the Nostr relay.
+    pub fn relay_url(&self) -> String {
+        format!("{}://{}", if self.tls { "wss" } else { "ws" }, self.host)
+    }
+
+    /// `https://host/<npub>/<identifier>.git`: plain git clone URL and the repository page.
+    pub fn repo_http_url(&self, npub: &str, identifier: &str) -> String {
+        format!("{}/{npub}/{}.git", self.http_base(), crate::identifier::percent_encode_segment(identifier))
+    }
+
+    /// `https://host/prs/<npub>/<identifier>.git`: a GRASP-06 contributor repository.
+    pub fn contributor_http_url(&self, npub: &str, identifier: &str) -> String {
+        format!("{}/prs/{npub}/{}.git", self.http_base(), crate::identifier::percent_encode_segment(identifier))
+    }
+
+    /// The relay in a `nostr://` URL, as ngit prints it: the bare `host[:port]` means `wss://`, so
+    /// a plain-WebSocket relay is given whole, percent-encoded (`ws%3A%2F%2F127.0.0.1%3A8080`).
+    pub fn nostr_relay_hint(&self) -> String {
+        if self.tls {
+            self.host.clone()
+        } else {
+            crate::identifier::percent_encode_segment(&self.relay_url())
+        }
+    }
+
+    /// `nostr://<npub>/<relay hint>/<identifier>`: the clone URL of git-remote-nostr (ngit).
+    pub fn repo_nostr_url(&self, npub: &str, identifier: &str) -> String {
+        format!("nostr://{npub}/{}/{}", self.nostr_relay_hint(), crate::identifier::percent_encode_segment(identifier))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -245,4 +315,23 @@ mod tests {
             prop_assert_eq!(parsed.port, Some(port));
         }
     }
+
+    #[test]
+    fn public_urls_follow_the_configured_host() {
+        let u = PublicUrls::new("127.0.0.1:8080");
+        assert_eq!(u.relay_url(), "ws://127.0.0.1:8080");
+        assert_eq!(u.repo_http_url("npub1x", "my repo"), "http://127.0.0.1:8080/npub1x/my%20repo.git");
+        // ngit reads a bare relay host as wss://: a ws:// relay is named whole, as ngit prints it.
+        assert_eq!(u.repo_nostr_url("npub1x", "r"), "nostr://npub1x/ws%3A%2F%2F127.0.0.1%3A8080/r");
+        assert_eq!(PublicUrls::new("git.example.com").repo_nostr_url("npub1x", "my repo"), "nostr://npub1x/git.example.com/my%20repo");
+        assert_eq!(PublicUrls::new("https://git.example.com:8443").repo_nostr_url("npub1x", "r"), "nostr://npub1x/git.example.com:8443/r");
+        let u = PublicUrls::new("git.example.com");
+        assert_eq!((u.http_base().as_str(), u.relay_url().as_str()), ("https://git.example.com", "wss://git.example.com"));
+        assert_eq!(PublicUrls::new("git.example.com:443").http_base(), "https://git.example.com:443");
+        assert_eq!(PublicUrls::new("http://h.example/").http_base(), "http://h.example");
+        assert_eq!(PublicUrls::new("wss://h.example:8443").relay_url(), "wss://h.example:8443");
+        assert_eq!(PublicUrls::new("[::1]").http_base(), "https://[::1]");
+        assert_eq!(PublicUrls::new("[::1]:80").http_base(), "http://[::1]:80");
+    }
+
 }

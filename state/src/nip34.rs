@@ -502,7 +502,8 @@ fn identifier(event: &Event) -> Result<String, EventError> {
 }
 
 /// Value (second element) of the first tag named `name`.
-fn first_value<'a>(event: &'a Event, name: &'a str) -> Option<&'a str> {
+/// The value of the first tag named `name` that has one.
+pub fn first_value<'a>(event: &'a Event, name: &'a str) -> Option<&'a str> {
     first_values(event, name).next()
 }
 

@@ -25,7 +25,11 @@ use nostr::prelude::{Coordinate, Filter, Kind, Nip19Coordinate, PublicKey, Relay
 
 use crate::grasp::locks::{PushLocks, RepoGuards, RepoLocks};
 use crate::grasp::Grasp;
-use crate::server::pages::{tag_value, PublicUrls, WEB_CLIENT_BASE};
+use grasp_state::host::PublicUrls;
+use grasp_state::nip34::first_value;
+
+/// Where a repository is shown with issues, patches and pull requests (`<naddr>` appended).
+pub const WEB_CLIENT_BASE: &str = "https://gitworkshop.dev/";
 
 /// Orphans and leftovers younger than this are never purged (they may be in the making).
 pub const MIN_ORPHAN_AGE: Duration = Duration::from_secs(10 * 60);
@@ -69,8 +73,8 @@ pub async fn repo_info(grasp: &Grasp, owner: &PublicKey, identifier: &str) -> Op
         npub,
         identifier: identifier.to_string(),
         status,
-        name: tag_value(&event, "name"),
-        description: tag_value(&event, "description"),
+        name: first_value(&event, "name").map(str::to_string),
+        description: first_value(&event, "description").map(str::to_string),
         maintainers,
         web: event
             .tags

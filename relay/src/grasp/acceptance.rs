@@ -454,7 +454,7 @@ impl Grasp {
         if !self.grasp06 {
             return String::new();
         }
-        let urls = crate::server::pages::PublicUrls::new(&self.public_host);
+        let urls = grasp_state::host::PublicUrls::new(&self.public_host);
         format!(
             ", or push it to this server's contributor repository: add the clone URL {} and push the commit to refs/nostr/<this event's id> there",
             urls.contributor_http_url(&grasp_state::identifier::npub_of(author), identifier)

@@ -6,10 +6,11 @@
 //! data of `GET /v1/repo/...` on the hook API ([`crate::api::repos`]), built with the same
 //! [`PublicUrls`]. Text goes through [`grasp_state::html::escape`], always.
 
+use grasp_state::host::PublicUrls;
 use grasp_state::html::{escape, format_utc, STYLE};
-use grasp_state::identifier::{npub_of, percent_encode_segment};
-use grasp_state::nip34::{Announcement, KIND_ANNOUNCEMENT};
-use nostr::prelude::{Event, Filter, Kind};
+use grasp_state::identifier::npub_of;
+use grasp_state::nip34::{first_value, Announcement, KIND_ANNOUNCEMENT};
+use nostr::prelude::{Filter, Kind};
 
 use crate::config::Config;
 use crate::grasp::Grasp;
@@ -21,85 +22,6 @@ pub const MAX_PAGE: usize = 100;
 /// Longest name and description shown (characters); longer ones are cut with `…`.
 const MAX_NAME_CHARS: usize = 120;
 const MAX_DESCRIPTION_CHARS: usize = 600;
-/// Where a repository is shown with issues, patches and pull requests (`<naddr>` appended).
-pub const WEB_CLIENT_BASE: &str = "https://gitworkshop.dev/";
-
-/// The public URLs of this server, from `--public-host`.
-///
-/// Scheme: an explicit `https://` / `wss://` (or `http://` / `ws://`) prefix of the public host
-/// wins; otherwise a host without a port (or with `:443`) is taken to be behind TLS (`https`,
-/// `wss`), and a host with another port to be plain (`http`, `ws`), like the relay's own listener.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PublicUrls {
-    tls: bool,
-    /// `host[:port]`, without scheme or trailing `/`.
-    host: String,
-}
-
-impl PublicUrls {
-    pub fn new(public_host: &str) -> Self {
-        let scheme = public_host.trim().split_once("://").map(|(scheme, _)| scheme.to_ascii_lowercase());
-        let host = grasp_state::host::public_authority(public_host).to_string();
-        let tls = match scheme.as_deref() {
-            Some("https" | "wss") => true,
-            Some(_) => false,
-            None => match host.rsplit_once(':') {
-                // `[::1]` alone has colons but no port.
-                Some((_, port)) if !host.ends_with(']') => port == "443",
-                _ => true,
-            },
-        };
-        PublicUrls { tls, host }
-    }
-
-    /// `host[:port]`.
-    pub fn host(&self) -> &str {
-        &self.host
-    }
-
-    /// `https://host` (or `http://`).
-    pub fn http_base(&self) -> String {
-        format!("{}://{}", if self.tls { "https" } else { "http" }, self.host)
-    }
-
-    /// `wss://host` (or `ws://`): the Nostr relay.
-    pub fn relay_url(&self) -> String {
-        format!("{}://{}", if self.tls { "wss" } else { "ws" }, self.host)
-    }
-
-    /// `https://host/<npub>/<identifier>.git`: plain git clone URL and the repository page.
-    pub fn repo_http_url(&self, npub: &str, identifier: &str) -> String {
-        format!("{}/{npub}/{}.git", self.http_base(), percent_encode_segment(identifier))
-    }
-
-    /// `https://host/prs/<npub>/<identifier>.git`: a GRASP-06 contributor repository.
-    pub fn contributor_http_url(&self, npub: &str, identifier: &str) -> String {
-        format!("{}/prs/{npub}/{}.git", self.http_base(), percent_encode_segment(identifier))
-    }
-
-    /// The relay in a `nostr://` URL, as ngit prints it: the bare `host[:port]` means `wss://`, so
-    /// a plain-WebSocket relay is given whole, percent-encoded (`ws%3A%2F%2F127.0.0.1%3A8080`).
-    pub fn nostr_relay_hint(&self) -> String {
-        if self.tls {
-            self.host.clone()
-        } else {
-            percent_encode_segment(&self.relay_url())
-        }
-    }
-
-    /// `nostr://<npub>/<relay hint>/<identifier>`: the clone URL of git-remote-nostr (ngit).
-    pub fn repo_nostr_url(&self, npub: &str, identifier: &str) -> String {
-        format!("nostr://{npub}/{}/{}", self.nostr_relay_hint(), percent_encode_segment(identifier))
-    }
-}
-
-/// The first value of the first `name` tag of `event`.
-pub fn tag_value(event: &Event, name: &str) -> Option<String> {
-    event.tags.iter().find_map(|t| {
-        let s = t.as_slice();
-        (s.first().map(String::as_str) == Some(name)).then(|| s.get(1).cloned()).flatten()
-    })
-}
 
 /// `s` cut to `max` characters (with `…`), for names and descriptions from the network.
 pub fn shorten(s: &str, max: usize) -> String {
@@ -154,8 +76,8 @@ pub async fn served_repos(grasp: &Grasp, page: usize) -> (Vec<RepoCard>, bool) {
             Some(RepoCard {
                 npub: npub_of(&a.owner),
                 identifier: a.identifier,
-                name: tag_value(ev, "name").filter(|n| !n.trim().is_empty()),
-                description: tag_value(ev, "description").filter(|d| !d.trim().is_empty()),
+                name: first_value(ev, "name").map(str::to_string).filter(|n| !n.trim().is_empty()),
+                description: first_value(ev, "description").map(str::to_string).filter(|d| !d.trim().is_empty()),
                 announced_at: ev.created_at.as_secs(),
             })
         })
@@ -264,24 +186,6 @@ Nobody has an account; signed Nostr events (<a href=\"https://github.com/nostr-p
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn public_urls_follow_the_configured_host() {
-        let u = PublicUrls::new("127.0.0.1:8080");
-        assert_eq!(u.relay_url(), "ws://127.0.0.1:8080");
-        assert_eq!(u.repo_http_url("npub1x", "my repo"), "http://127.0.0.1:8080/npub1x/my%20repo.git");
-        // ngit reads a bare relay host as wss://: a ws:// relay is named whole, as ngit prints it.
-        assert_eq!(u.repo_nostr_url("npub1x", "r"), "nostr://npub1x/ws%3A%2F%2F127.0.0.1%3A8080/r");
-        assert_eq!(PublicUrls::new("git.example.com").repo_nostr_url("npub1x", "my repo"), "nostr://npub1x/git.example.com/my%20repo");
-        assert_eq!(PublicUrls::new("https://git.example.com:8443").repo_nostr_url("npub1x", "r"), "nostr://npub1x/git.example.com:8443/r");
-        let u = PublicUrls::new("git.example.com");
-        assert_eq!((u.http_base().as_str(), u.relay_url().as_str()), ("https://git.example.com", "wss://git.example.com"));
-        assert_eq!(PublicUrls::new("git.example.com:443").http_base(), "https://git.example.com:443");
-        assert_eq!(PublicUrls::new("http://h.example/").http_base(), "http://h.example");
-        assert_eq!(PublicUrls::new("wss://h.example:8443").relay_url(), "wss://h.example:8443");
-        assert_eq!(PublicUrls::new("[::1]").http_base(), "https://[::1]");
-        assert_eq!(PublicUrls::new("[::1]:80").http_base(), "http://[::1]:80");
-    }
 
     #[test]
     fn page_numbers_are_bounded() {
