@@ -23,7 +23,7 @@ use grasp_state::hook_api::{
 };
 use grasp_state::atomic_file::write_atomic;
 use grasp_state::identifier::RepoSpace;
-use grasp_state::purgatory::{EntryView, ExpiredView, Purgatory, PurgatoryStats, RepoId};
+use grasp_state::purgatory::RepoId;
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
@@ -44,35 +44,7 @@ pub const PATH_PURGATORY: &str = "/v1/purgatory";
 /// Path of the operator's background sync view (same token).
 pub const PATH_SYNC: &str = "/v1/sync";
 
-/// How many expired event ids the operator listing shows (newest first).
-const LISTED_EXPIRED: usize = 1000;
-
-/// The answer to `GET /v1/purgatory`: every held entry (soonest expiry first), the most recently
-/// expired event ids, counts, and the repository work deferred because a repository stayed
-/// locked past its bound (`grasp::deferred`, soonest retry first).
-#[derive(Debug, Serialize)]
-pub struct PurgatoryListing {
-    pub version: u32,
-    pub entries: Vec<EntryView>,
-    pub expired_events: Vec<ExpiredView>,
-    pub stats: PurgatoryStats,
-    pub deferred: Vec<grasp_state::deferred::DeferredView>,
-    /// The deferred work's figures: entries, authors, bounds, and work dropped since start.
-    pub deferred_stats: grasp_state::deferred::DeferredStats,
-}
-
-impl PurgatoryListing {
-    pub fn of(p: &Purgatory) -> Self {
-        PurgatoryListing {
-            version: HOOK_API_VERSION,
-            entries: p.listing(),
-            expired_events: p.expired_listing(LISTED_EXPIRED),
-            stats: p.stats(),
-            deferred: Vec::new(),
-            deferred_stats: Default::default(),
-        }
-    }
-}
+pub use crate::grasp::purgatory::PurgatoryListing;
 
 /// Largest request body accepted (a push may update many refs, but not millions).
 const MAX_REQUEST_BYTES: usize = 8 * 1024 * 1024;

@@ -23,7 +23,6 @@ use grasp_state::purgatory::{
 };
 use nostr::prelude::{Event, EventId, PublicKey, Timestamp};
 
-use crate::api::PurgatoryListing;
 use crate::grasp::journal::{Durable, Journal};
 
 /// Why an event could not be held.
@@ -33,6 +32,36 @@ pub enum HoldRefused {
     Expired,
     /// A cap is reached.
     Full(PurgatoryFull),
+}
+
+/// How many expired event ids the operator listing shows (newest first).
+const LISTED_EXPIRED: usize = 1000;
+
+/// The answer to `GET /v1/purgatory`: every held entry (soonest expiry first), the most recently
+/// expired event ids, counts, and the repository work deferred because a repository stayed
+/// locked past its bound (`grasp::deferred`, soonest retry first).
+#[derive(Debug, serde::Serialize)]
+pub struct PurgatoryListing {
+    pub version: u32,
+    pub entries: Vec<grasp_state::purgatory::EntryView>,
+    pub expired_events: Vec<grasp_state::purgatory::ExpiredView>,
+    pub stats: grasp_state::purgatory::PurgatoryStats,
+    pub deferred: Vec<grasp_state::deferred::DeferredView>,
+    /// The deferred work's figures: entries, authors, bounds, and work dropped since start.
+    pub deferred_stats: grasp_state::deferred::DeferredStats,
+}
+
+impl PurgatoryListing {
+    pub fn of(p: &Purgatory) -> Self {
+        PurgatoryListing {
+            version: grasp_state::hook_api::HOOK_API_VERSION,
+            entries: p.listing(),
+            expired_events: p.expired_listing(LISTED_EXPIRED),
+            stats: p.stats(),
+            deferred: Vec::new(),
+            deferred_stats: Default::default(),
+        }
+    }
 }
 
 /// The purgatory, shared by the WebSocket side, the hook API, expiry and background sync.
