@@ -7,6 +7,7 @@
 //! Requests and responses are the versioned JSON types of `grasp_state::hook_api`. See
 //! docs/hook-api.md.
 
+pub mod git_auth;
 pub mod health;
 pub mod repos;
 pub mod views;
@@ -230,7 +231,7 @@ async fn handle(req: Request<Incoming>, token: &str, grasp: &Grasp, health: &Hea
             let Some(author) = grasp_state::curation::parse_pubkey(&req.author) else {
                 return error(StatusCode::BAD_REQUEST, "author is not an npub or hex public key");
             };
-            match crate::trust::purge::purge_author(grasp, &author).await {
+            match crate::grasp::purge::purge_author(grasp, &author).await {
                 Ok(r) => json(StatusCode::OK, &r),
                 Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, format!("purge failed: {e}")),
             }
@@ -240,7 +241,7 @@ async fn handle(req: Request<Incoming>, token: &str, grasp: &Grasp, health: &Hea
                 Ok(r) => r,
                 Err(resp) => return *resp,
             };
-            json(StatusCode::OK, &crate::trust::git_auth::answer(grasp, &req))
+            json(StatusCode::OK, &git_auth::answer(grasp, &req))
         }
         _ => error(StatusCode::NOT_FOUND, format!("no such endpoint {path}")),
     }
@@ -456,7 +457,7 @@ fn throttled_time(ms: u64) -> String {
 pub fn run_command(data_dir: &Path, command: &crate::config::Command) -> Result<()> {
     match command {
         crate::config::Command::PurgeAuthor { author } => {
-            println!("{}", crate::trust::purge::run_purge_author(data_dir, author)?);
+            println!("{}", crate::grasp::purge::run_purge_author(data_dir, author)?);
         }
         crate::config::Command::Purgatory { json } => {
             let body = fetch_purgatory_listing(data_dir)?;

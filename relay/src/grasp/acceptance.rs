@@ -83,7 +83,9 @@ impl Grasp {
     pub async fn admit(&self, ev: &Event, submitter: &grasp_state::auth::Submitter<'_>) -> Admission {
         // Trust first (docs/protocol.md#trust): AUTH events, NIP-70, curation, private
         // repositories on a public service, the new-repository caps. Before anything is created.
-        if let Err(msg) = self.trust.admit(self, ev, submitter) {
+        if let Err(msg) = self.trust.admit(ev, submitter, |a| {
+            self.hosting(a) != crate::grasp::Hosting::No && self.repo_path(&a.owner, &a.identifier).is_some_and(|p| !p.exists())
+        }) {
             return Admission::Reject(msg);
         }
         if self.trust.private && ev.kind.as_u16() == crate::trust::KIND_PRIVATE_GRASP_LIST {

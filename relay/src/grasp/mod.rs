@@ -18,6 +18,7 @@ pub mod locks;
 pub mod maintenance;
 pub mod policy;
 pub mod pools;
+pub mod purge;
 pub mod purgatory;
 pub mod release;
 

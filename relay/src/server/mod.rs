@@ -208,7 +208,7 @@ pub async fn run(loaded: crate::config::Loaded) -> anyhow::Result<()> {
         let grasp = grasp.clone();
         async move { grasp.pool_migration().await }
     });
-    tokio::spawn(crate::trust::run_curation_watch(grasp.clone(), controller.subscribe()));
+    tokio::spawn(crate::grasp::purge::run_curation_watch(grasp.clone(), controller.subscribe()));
     tokio::spawn(crate::trust::limits::run_repo_count(grasp.trust.clone(), controller.subscribe()));
     tokio::spawn(reload::run(grasp.clone(), settings, cfg.admin_pubkey, hangups, controller.subscribe()));
     tokio::spawn(crate::grasp::lifecycle::run_checkpoints(

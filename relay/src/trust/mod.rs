@@ -10,22 +10,20 @@
 //!   private repositories refused by a public service, the cap on new repositories.
 //! - Connection-level rules (NIP-42 state, per-connection write bucket, membership for REQ and
 //!   EVENT of a private service) are applied by `crate::nostr::connection`.
-//! - [`run_curation_watch`] drops the held events of authors that become blocked;
+//! - `crate::grasp::purge::run_curation_watch` drops the held events of authors that become
+//!   blocked;
 //!   [`limits::run_repo_count`] reconciles the `--max-repos` count with the disk every minute.
 //!
 //! The decisions themselves are pure: `grasp_state::auth`, `grasp_state::curation`,
 //! `grasp_state::rate`.
 
 pub mod disk;
-pub mod git_auth;
 pub mod limits;
 pub mod proxy;
-pub mod purge;
 pub mod reload;
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, RwLock};
-use std::time::Duration;
 
 use grasp_state::auth::{check_protected, Submitter, KIND_AUTH};
 use grasp_state::curation::Curation;
@@ -34,8 +32,6 @@ use grasp_state::nip34::{Announcement, KIND_ANNOUNCEMENT};
 use ipnet::IpNet;
 use nostr::prelude::{Event, PublicKey};
 
-use crate::grasp::Grasp;
-use crate::shutdown::Shutdown;
 use crate::trust::disk::FreeDisk;
 use crate::trust::limits::WriteLimits;
 use crate::trust::reload::Reloadable;
@@ -129,7 +125,7 @@ impl Trust {
 
     /// Replaces the allow/deny lists of the flags and the configuration file (SIGHUP); the
     /// curation file's rules stay merged in. Held events of newly blocked authors are dropped
-    /// by [`run_curation_watch`] within a second.
+    /// by `crate::grasp::purge::run_curation_watch` within a second.
     pub fn set_curation(&self, curation: Curation) {
         *self.curation.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(curation);
     }
@@ -154,7 +150,9 @@ impl Trust {
 
     /// The checks at the entry of admission, cheapest first. `Err` is a complete NIP-01 message;
     /// nothing has been created or stored when it is returned.
-    pub fn admit(&self, grasp: &Grasp, ev: &Event, submitter: &Submitter<'_>) -> Result<(), String> {
+    /// `creates_repo`: whether this server would make a new repository for the announcement
+    /// (the cap on new repositories applies to those only).
+    pub fn admit(&self, ev: &Event, submitter: &Submitter<'_>, creates_repo: impl FnOnce(&Announcement) -> bool) -> Result<(), String> {
         if ev.kind.as_u16() == KIND_AUTH {
             return Err(AUTH_EVENT_REFUSED.into());
         }
@@ -171,55 +169,11 @@ impl Trust {
             }
             if let Ok(a) = Announcement::from_event(ev) {
                 curation.check_repo(&a.owner, &a.identifier)?;
-                let creates_repo = grasp.hosting(&a) != crate::grasp::Hosting::No
-                    && grasp.repo_path(&a.owner, &a.identifier).is_some_and(|p| !p.exists());
-                if creates_repo {
+                if creates_repo(&a) {
                     self.limits.take_new_repo(&a.owner)?;
                 }
             }
         }
         Ok(())
     }
-}
-
-/// Every second, looks at the curation in force; when authors become blocked, drops their held
-/// announcements (and the bare repositories created for them) and state events. Stored events
-/// stay: `grasp-relay purge-author` removes them (docs/protocol.md#trust).
-pub async fn run_curation_watch(grasp: Arc<Grasp>, mut shutdown: Shutdown) {
-    let mut blocked: BTreeSet<PublicKey> = BTreeSet::new();
-    loop {
-        let now_blocked = grasp.trust.curation().blocked_authors.clone();
-        let new: Vec<PublicKey> = now_blocked.difference(&blocked).copied().collect();
-        for author in new {
-            drop_held_of(&grasp, &author).await;
-        }
-        blocked = now_blocked;
-        tokio::select! {
-            _ = shutdown.recv() => return,
-            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
-        }
-    }
-}
-
-/// Drops what `author` has waiting in the purgatory (held announcements with their bare
-/// repositories, held state events, held pull requests); returns how many entries went.
-pub async fn drop_held_of(grasp: &Grasp, author: &PublicKey) -> usize {
-    let (announcements, states) = grasp.purgatory.held_by(author);
-    let mut dropped = 0;
-    for identifier in announcements {
-        grasp.drop_held_announcement(author, &identifier, "author blocked by the operator").await;
-        dropped += 1;
-    }
-    for (identifier, id) in states {
-        if grasp.purgatory.remove_state(&identifier, &id).is_some() {
-            tracing::info!(identifier, event = %id, reason = "author blocked by the operator", "held state event removed");
-            dropped += 1;
-        }
-    }
-    for id in grasp.purgatory.pr_events_by(author) {
-        grasp.purgatory.remove_pr(&id);
-        tracing::info!(event = %id, reason = "author blocked by the operator", "held pull request removed");
-        dropped += 1;
-    }
-    dropped
 }

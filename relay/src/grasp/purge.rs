@@ -2,9 +2,12 @@
 //! held events, and the repositories under `<git>/<npub>/` and `<git>/prs/<npub>/`
 //! (docs/protocol.md#trust). Blocking
 //! an author (curation) refuses new events but keeps what is stored; this is the deliberate
-//! second step.
+//! second step. Also [`run_curation_watch`]: the held events of authors who become blocked are
+//! dropped at once.
 
+use std::collections::BTreeSet;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
@@ -14,13 +17,14 @@ use grasp_state::purgatory::RepoId;
 use nostr::prelude::{Filter, PublicKey};
 
 use crate::grasp::Grasp;
+use crate::shutdown::Shutdown;
 
 /// A purge of a prolific author deletes many events and repositories: give it time.
 const PURGE_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// Removes `author`'s held events, stored events and repositories.
 pub async fn purge_author(grasp: &Grasp, author: &PublicKey) -> Result<PurgeAuthorResponse, String> {
-    let held_removed = super::drop_held_of(grasp, author).await;
+    let held_removed = drop_held_of(grasp, author).await;
     let filter = Filter::new().author(*author);
     let events = grasp.relay.store().query(vec![filter.clone()], usize::MAX).await.map_err(|e| e.to_string())?;
     grasp.relay.store().delete(filter).await.map_err(|e| e.to_string())?;
@@ -65,4 +69,46 @@ pub fn run_purge_author(data_dir: &Path, author: &str) -> Result<String> {
         r.held_removed,
         r.repositories_removed
     ))
+}
+
+/// Every second, looks at the curation in force; when authors become blocked, drops their held
+/// announcements (and the bare repositories created for them) and state events. Stored events
+/// stay: `grasp-relay purge-author` removes them (docs/protocol.md#trust).
+pub async fn run_curation_watch(grasp: Arc<Grasp>, mut shutdown: Shutdown) {
+    let mut blocked: BTreeSet<PublicKey> = BTreeSet::new();
+    loop {
+        let now_blocked = grasp.trust.curation().blocked_authors.clone();
+        let new: Vec<PublicKey> = now_blocked.difference(&blocked).copied().collect();
+        for author in new {
+            drop_held_of(&grasp, &author).await;
+        }
+        blocked = now_blocked;
+        tokio::select! {
+            _ = shutdown.recv() => return,
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+        }
+    }
+}
+
+/// Drops what `author` has waiting in the purgatory (held announcements with their bare
+/// repositories, held state events, held pull requests); returns how many entries went.
+pub async fn drop_held_of(grasp: &Grasp, author: &PublicKey) -> usize {
+    let (announcements, states) = grasp.purgatory.held_by(author);
+    let mut dropped = 0;
+    for identifier in announcements {
+        grasp.drop_held_announcement(author, &identifier, "author blocked by the operator").await;
+        dropped += 1;
+    }
+    for (identifier, id) in states {
+        if grasp.purgatory.remove_state(&identifier, &id).is_some() {
+            tracing::info!(identifier, event = %id, reason = "author blocked by the operator", "held state event removed");
+            dropped += 1;
+        }
+    }
+    for id in grasp.purgatory.pr_events_by(author) {
+        grasp.purgatory.remove_pr(&id);
+        tracing::info!(event = %id, reason = "author blocked by the operator", "held pull request removed");
+        dropped += 1;
+    }
+    dropped
 }
