@@ -217,27 +217,30 @@ pub fn after_member_refs_moved(grasp: &Grasp, repo: &Path) {
     }
 }
 
-/// Queues `member` for a dedupe and `pool` for a repack after a promotion packed objects of
-/// the member into the pool (when the relay runs maintenance).
-pub fn after_promotion(grasp: &Grasp, member: &Path, pool: &Path) {
-    if let Some(m) = grasp.maintenance.get() {
-        m.schedule_dedupe(member.to_path_buf());
-        m.schedule(pool.to_path_buf());
+/// The object pools' requests (`crate::grasp::pools` asks through these methods of the hub).
+impl Grasp {
+    /// Queues `member` for a dedupe and `pool` for a repack after a promotion packed objects of
+    /// the member into the pool (when the relay runs maintenance).
+    pub fn maintain_after_promotion(&self, member: &Path, pool: &Path) {
+        if let Some(m) = self.maintenance.get() {
+            m.schedule_dedupe(member.to_path_buf());
+            m.schedule(pool.to_path_buf());
+        }
     }
-}
 
-/// Queues `member` for a dedupe after it joined its pool with objects of its own (when the
-/// relay runs maintenance); it runs after the promotion the join is part of.
-pub fn after_join(grasp: &Grasp, member: &Path) {
-    if let Some(m) = grasp.maintenance.get() {
-        m.schedule_dedupe(member.to_path_buf());
+    /// Queues `member` for a dedupe after it joined its pool with objects of its own (when the
+    /// relay runs maintenance); it runs after the promotion the join is part of.
+    pub fn maintain_after_join(&self, member: &Path) {
+        if let Some(m) = self.maintenance.get() {
+            m.schedule_dedupe(member.to_path_buf());
+        }
     }
-}
 
-/// Queues `pool` for a shrink after released refs left it (when the relay runs maintenance).
-pub fn after_pool_refs_left(grasp: &Grasp, pool: &Path) {
-    if let Some(m) = grasp.maintenance.get() {
-        m.schedule_shrink(pool.to_path_buf());
+    /// Queues `pool` for a shrink after released refs left it (when the relay runs maintenance).
+    pub fn maintain_after_pool_refs_left(&self, pool: &Path) {
+        if let Some(m) = self.maintenance.get() {
+            m.schedule_shrink(pool.to_path_buf());
+        }
     }
 }
 
@@ -245,7 +248,7 @@ pub fn after_pool_refs_left(grasp: &Grasp, pool: &Path) {
 /// repositories was deleted or its refs left objects (when the relay runs maintenance).
 pub fn after_family_refs_left(grasp: &Grasp, identifier: &str) {
     if let Some(pool) = grasp.pool_path(identifier).filter(|p| p.is_dir()) {
-        after_pool_refs_left(grasp, &pool);
+        grasp.maintain_after_pool_refs_left(&pool);
     }
 }
 

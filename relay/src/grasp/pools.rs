@@ -111,7 +111,7 @@ impl Grasp {
             // Its own copies (from before pools, or pushed before it joined) can go once the
             // pool holds them: the dedupe runs after the promotion that follows.
             if pools::has_local_objects(member.path()) {
-                crate::grasp::maintenance::after_join(self, member.path());
+                self.maintain_after_join(member.path());
             }
         }
         Ok(joined)
@@ -177,10 +177,10 @@ impl Grasp {
             );
         }
         if promoted.objects > 0 {
-            crate::grasp::maintenance::after_promotion(self, &repo, &pool);
+            self.maintain_after_promotion(&repo, &pool);
         }
         if plan.refs_left {
-            crate::grasp::maintenance::after_pool_refs_left(self, &pool);
+            self.maintain_after_pool_refs_left(&pool);
         }
         Ok(Promoted { objects: promoted.objects, refs_left: plan.refs_left })
     }
