@@ -68,5 +68,6 @@ pub mod nostr;
 pub mod peers;
 pub mod server;
 pub mod shutdown;
+pub mod store;
 pub mod sync;
 pub mod trust;

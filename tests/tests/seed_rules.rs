@@ -146,8 +146,8 @@ mod in_process {
     use std::time::Duration;
 
     use grasp_relay::grasp::Grasp;
-    use grasp_relay::nostr::relay::Relay;
-    use grasp_relay::nostr::store::Store;
+    use grasp_relay::store::relay::Relay;
+    use grasp_relay::store::Store;
     use grasp_state::identifier::RepoLayout;
     use grasp_state::purgatory::{ManualClock, Purgatory, PurgatoryConfig, RepoId};
     use grasp_tests::git::{git, WorkTree};

@@ -42,7 +42,7 @@ use crate::grasp::locks::{PushLocks, RepoGuards};
 use crate::grasp::Grasp;
 use crate::grasp::policy::Admission;
 use crate::grasp::purgatory::HoldRefused;
-use crate::nostr::store::{Known, SaveOutcome};
+use crate::store::{Known, SaveOutcome};
 use crate::sync::Origin;
 
 /// The answer for events accepted into the purgatory.

@@ -242,7 +242,7 @@ impl Grasp {
                 }
             }
             match self.relay.publish(&ev).await {
-                Ok(crate::nostr::store::SaveOutcome::Saved) => {
+                Ok(crate::store::SaveOutcome::Saved) => {
                     self.purgatory.remove_pr(&ev.id);
                     tracing::info!(repo = %self.shown_repo(&path), event = %ev.id, "pull request released from a contributor repository");
                     out.push(ReleasedEvent { id: ev.id.to_hex(), kind: ev.kind.as_u16(), summary: "pull request".into() });

@@ -33,7 +33,7 @@ use nostr::prelude::{Event, Filter, Kind, PublicKey};
 
 use crate::grasp::policy::Admission;
 use crate::grasp::purgatory::SharedPurgatory;
-use crate::nostr::relay::Relay;
+use crate::store::relay::Relay;
 
 pub use crate::grasp::locks::RepoLocks;
 pub use grasp_state::nip34::Source;
@@ -47,7 +47,7 @@ pub fn verify(event: &Event) -> Result<(), &'static str> {
     if !event.verify_id() {
         return Err("invalid: event id does not match the event's content; recompute the id (NIP-01)");
     }
-    if !crate::nostr::signature::valid(event) {
+    if !crate::store::signature::valid(event) {
         return Err("invalid: bad signature; sign the event id with the author's key");
     }
     Ok(())

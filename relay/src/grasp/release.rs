@@ -31,7 +31,7 @@ use crate::grasp::Source;
 use grasp_state::announcements::TrustIndex;
 use grasp_state::nip34::Announcement;
 use crate::grasp::{blocking, Grasp};
-use crate::nostr::store::SaveOutcome;
+use crate::store::SaveOutcome;
 
 fn released(ev: &Event, summary: impl Into<String>) -> ReleasedEvent {
     ReleasedEvent { id: ev.id.to_hex(), kind: ev.kind.as_u16(), summary: summary.into() }
@@ -516,8 +516,8 @@ impl Grasp {
 }
 
 
-impl From<Result<SaveOutcome, crate::nostr::store::StoreError>> for StoreResult {
-    fn from(saved: Result<SaveOutcome, crate::nostr::store::StoreError>) -> Self {
+impl From<Result<SaveOutcome, crate::store::StoreError>> for StoreResult {
+    fn from(saved: Result<SaveOutcome, crate::store::StoreError>) -> Self {
         match saved {
             Ok(SaveOutcome::Saved) => StoreResult::Stored,
             Ok(other) => StoreResult::Refused(other.ok_reply().1),

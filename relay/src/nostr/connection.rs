@@ -40,6 +40,7 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::WebSocketStream;
 
 use crate::grasp::Grasp;
+use crate::nostr::subscriptions::MAX_SUBSCRIPTION_ID_LEN;
 use crate::nostr::auth::{AuthOutcome, ConnectionAuth};
 use crate::nostr::negentropy::{NegentropyLimits, Sessions};
 use crate::nostr::pipeline::{Answer, EventPipeline};
@@ -78,8 +79,6 @@ impl Limits {
     }
 }
 
-/// NIP-01 subscription ids are at most 64 characters.
-pub(crate) const MAX_SUBSCRIPTION_ID_LEN: usize = 64;
 
 /// Serves one WebSocket connection until the client leaves or shutdown is signalled. `client` is
 /// the client's address (the peer's, or the one a trusted proxy forwarded) for the write limits.

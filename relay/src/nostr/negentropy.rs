@@ -24,8 +24,6 @@
 
 use std::borrow::Cow;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
 use negentropy::{Id, Negentropy, NegentropyStorageVector};
@@ -34,8 +32,8 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use crate::config::Config;
-use crate::nostr::connection::MAX_SUBSCRIPTION_ID_LEN;
-use crate::nostr::store::Store;
+use crate::nostr::subscriptions::MAX_SUBSCRIPTION_ID_LEN;
+use crate::store::Store;
 
 /// Open negentropy sessions per connection.
 pub const DEFAULT_MAX_SESSIONS: usize = 8;
@@ -92,63 +90,7 @@ impl Default for NegentropyLimits {
     }
 }
 
-/// The items held by the negentropy sessions of every connection, against a total
-/// (`--negentropy-max-items-total`). Cloning shares the count.
-#[derive(Debug, Clone)]
-pub struct ItemBudget {
-    held: Arc<AtomicUsize>,
-    total: usize,
-}
-
-impl ItemBudget {
-    pub fn new(total: usize) -> Self {
-        Self {
-            held: Arc::new(AtomicUsize::new(0)),
-            total,
-        }
-    }
-
-    /// Reserves `n` items until the reservation is dropped; `None` when fewer than `n` remain.
-    pub fn reserve(&self, n: usize) -> Option<Reservation> {
-        self.held
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |held| {
-                held.checked_add(n).filter(|&after| after <= self.total)
-            })
-            .ok()?;
-        Some(Reservation {
-            held: self.held.clone(),
-            n,
-        })
-    }
-
-    /// Items reserved now.
-    pub fn held(&self) -> usize {
-        self.held.load(Ordering::Acquire)
-    }
-
-    pub fn total(&self) -> usize {
-        self.total
-    }
-}
-
-impl Default for ItemBudget {
-    fn default() -> Self {
-        Self::new(DEFAULT_MAX_ITEMS_TOTAL)
-    }
-}
-
-/// Items of an [`ItemBudget`] held by one session; given back when dropped.
-#[derive(Debug)]
-pub struct Reservation {
-    held: Arc<AtomicUsize>,
-    n: usize,
-}
-
-impl Drop for Reservation {
-    fn drop(&mut self) {
-        self.held.fetch_sub(self.n, Ordering::AcqRel);
-    }
-}
+pub use crate::store::item_budget::{ItemBudget, Reservation};
 
 /// A client's `NEG-OPEN`, `NEG-MSG` or `NEG-CLOSE`, with the negentropy message hex-decoded.
 #[derive(Debug, Clone, PartialEq)]
@@ -342,7 +284,7 @@ impl Sessions {
 
     /// Items held by this connection's sessions.
     pub fn items(&self) -> usize {
-        self.open.values().map(|h| h.items.n).sum()
+        self.open.values().map(|h| h.items.items()).sum()
     }
 
     /// When the next session falls idle, if any is open.
@@ -365,7 +307,7 @@ impl Sessions {
         due.into_iter()
             .map(|id| {
                 let held = self.open.remove(&id);
-                tracing::info!(subscription = %id, items = held.map_or(0, |h| h.items.n), idle = ?idle, "negentropy session expired");
+                tracing::info!(subscription = %id, items = held.map_or(0, |h| h.items.items()), idle = ?idle, "negentropy session expired");
                 neg_err(
                     id,
                     format!("closed: no NEG-MSG for {idle:?}; send NEG-OPEN to start again"),

@@ -38,7 +38,7 @@ use crate::grasp::Grasp;
 
 /// Most events of one connection in flight at once; the connection stops reading until the
 /// oldest is answered (backpressure on a client that never reads its `OK`s). Large enough for
-/// one connection's events to fill a store commit (`crate::nostr::group_commit`).
+/// one connection's events to fill a store commit (`crate::store::group_commit`).
 pub const MAX_IN_FLIGHT: usize = 256;
 
 /// Most bytes of `EVENT` messages of one connection being admitted at once (one event always
@@ -290,8 +290,8 @@ mod tests {
     /// A pipeline over a fresh store and an empty purgatory.
     async fn pipeline(dir: &std::path::Path) -> EventPipeline {
         use grasp_state::purgatory::{clock::SystemClock, Purgatory, PurgatoryConfig};
-        let store = crate::nostr::store::Store::open(&dir.join("events")).await.unwrap();
-        let relay = Arc::new(crate::nostr::relay::Relay::new(store));
+        let store = crate::store::Store::open(&dir.join("events")).await.unwrap();
+        let relay = Arc::new(crate::store::relay::Relay::new(store));
         let purgatory = Purgatory::new(PurgatoryConfig::default(), Arc::new(SystemClock));
         let layout = grasp_state::identifier::RepoLayout::new(dir.join("git"));
         let metrics = Arc::new(crate::metrics::Metrics::new());

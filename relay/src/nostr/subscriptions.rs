@@ -7,6 +7,9 @@ use std::collections::HashMap;
 
 use nostr::prelude::*;
 
+/// NIP-01 subscription ids are at most 64 characters.
+pub const MAX_SUBSCRIPTION_ID_LEN: usize = 64;
+
 /// Why a REQ was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SubscriptionError {

@@ -546,7 +546,7 @@ impl Session<'_> {
                 let mut set = tokio::task::JoinSet::new();
                 for event in run {
                     let (shared, url) = (self.peer.shared.clone(), self.peer.url.clone());
-                    // The run's saves share store commits (`crate::nostr::group_commit`).
+                    // The run's saves share store commits (`crate::store::group_commit`).
                     let admitting = shared.grasp().relay.store().admitting();
                     set.spawn(async move {
                         let _admitting = admitting;

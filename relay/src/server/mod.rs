@@ -60,9 +60,9 @@ use crate::net::write_deadline::WriteDeadline;
 use crate::grasp::Grasp;
 use crate::api::health::Health;
 use crate::server::metrics::MetricsState;
-use crate::nostr::relay::Relay;
+use crate::store::relay::Relay;
 use crate::shutdown::{Shutdown, ShutdownController};
-use crate::nostr::store::Store;
+use crate::store::Store;
 
 /// How long tasks get to finish after SIGINT/SIGTERM (the systemd unit's `TimeoutStopSec`
 /// leaves room for it and the last checkpoint).

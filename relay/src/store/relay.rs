@@ -10,7 +10,7 @@ use nostr::event::Event;
 use tokio::sync::broadcast;
 
 use crate::nostr::negentropy::ItemBudget;
-use crate::nostr::store::{SaveOutcome, Store, StoreError};
+use crate::store::{SaveOutcome, Store, StoreError};
 
 /// Capacity of the live-event channel; a connection lagging further behind is told so by NOTICE.
 const BROADCAST_CAPACITY: usize = 4096;

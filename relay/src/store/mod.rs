@@ -9,10 +9,16 @@
 //!
 //! The lookups admission repeats for every event (has this author any deletion request? the
 //! stored announcements of an identifier) are answered from bounded caches kept valid by a
-//! write generation (`crate::nostr::lookups`).
+//! write generation (`crate::store::lookups`).
 //!
-//! Writes go through a gate (`crate::nostr::group_commit`): saves that arrive while other events
+//! Writes go through a gate (`crate::store::group_commit`): saves that arrive while other events
 //! are being admitted share one commit, each answered once that commit is on disk.
+
+pub mod group_commit;
+pub mod item_budget;
+pub mod lookups;
+pub mod relay;
+pub mod signature;
 
 use std::collections::{BTreeSet, HashSet};
 use std::path::Path;
@@ -24,8 +30,8 @@ use nostr::prelude::*;
 use nostr_database::{NostrDatabase, RejectedReason, SaveEventStatus};
 use nostr_lmdb::NostrLmdb;
 
-use crate::nostr::group_commit::{Admitting, Gate};
-use crate::nostr::lookups::Lookups;
+use crate::store::group_commit::{Admitting, Gate};
+use crate::store::lookups::Lookups;
 
 /// A storage failure (disk, LMDB).
 #[derive(Debug, thiserror::Error)]

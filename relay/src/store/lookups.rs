@@ -1,5 +1,5 @@
 //! Bounded caches of the store lookups the acceptance policy repeats for every event (used by
-//! [`crate::nostr::store::Store`]): whether an author has any stored deletion request (kind 5),
+//! [`crate::store::Store`]): whether an author has any stored deletion request (kind 5),
 //! and the stored announcements (kind 30617) of an identifier. Events about one repository
 //! arrive in bursts, and each such lookup is an LMDB read on the blocking pool.
 //!
