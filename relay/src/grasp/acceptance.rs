@@ -43,7 +43,7 @@ use crate::grasp::Grasp;
 use crate::grasp::policy::Admission;
 use crate::grasp::purgatory::HoldRefused;
 use crate::store::{Known, SaveOutcome};
-use crate::sync::Origin;
+use crate::grasp::Origin;
 
 /// The answer for events accepted into the purgatory.
 pub const PURGATORY_MESSAGE: &str = "purgatory: won't be served until git data arrives";

@@ -168,7 +168,7 @@ impl Grasp {
             Ok(guards) => guards,
             Err(error) => {
                 tracing::warn!(repo = %self.shown_repo(&path), %error, "contributor push not processed now; retried by background sync");
-                self.note_waiting(identifier, crate::sync::Origin::Sync);
+                self.note_waiting(identifier, crate::grasp::Origin::Sync);
                 return PostReceiveResponse::new(Vec::new(), vec!["grasp: push received; the relay is busy with this repository".into()]);
             }
         };
@@ -253,7 +253,7 @@ impl Grasp {
                 }
                 Err(e) => {
                     tracing::warn!(event = %ev.id, error = %e, "released pull request could not be stored; kept held, retried");
-                    self.note_waiting(&repo.identifier, crate::sync::Origin::Sync);
+                    self.note_waiting(&repo.identifier, crate::grasp::Origin::Sync);
                 }
             }
         }
@@ -276,7 +276,7 @@ impl Grasp {
                 Ok(guards) => guards,
                 Err(error) => {
                     tracing::info!(repo = %self.shown_repo(&path), %error, "contributor repository busy; retried later");
-                    self.note_waiting(identifier, crate::sync::Origin::Sync);
+                    self.note_waiting(identifier, crate::grasp::Origin::Sync);
                     continue;
                 }
             };

@@ -93,7 +93,7 @@ impl Grasp {
             let busy: Vec<String> = failed.iter().map(|e| self.shown_repo(e.repo())).collect();
             tracing::warn!(identifier, repos = ?busy, error = %failed[0], "repositories busy; their release is retried by background sync");
             // Come back soon (the sync delay), then with the sync's backoff.
-            self.note_waiting(identifier, crate::sync::Origin::Sync);
+            self.note_waiting(identifier, crate::grasp::Origin::Sync);
         }
         let locked = repos.into_iter().filter(|(_, repo)| guards.get(repo).is_some()).map(|(owner, _)| owner).collect();
         (guards, locked)
@@ -444,7 +444,7 @@ impl Grasp {
             }
         }
         if retry {
-            self.note_waiting(identifier, crate::sync::Origin::Sync);
+            self.note_waiting(identifier, crate::grasp::Origin::Sync);
         }
         self.metrics.released(&out);
         let latest_after = stored.into_iter().chain(latest_stored).max_by_key(RepoState::recency);

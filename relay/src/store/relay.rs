@@ -1,5 +1,5 @@
 //! The relay core shared by all connections: the event store, the live-event broadcast, and the
-//! budget of items all NIP-77 sessions may hold (`crate::nostr::negentropy::ItemBudget`).
+//! budget of items all NIP-77 sessions may hold (`crate::store::item_budget::ItemBudget`).
 //!
 //! Deciding what to store is the GRASP brain's job (`crate::grasp::Grasp::submit`); this type only
 //! stores and broadcasts.
@@ -9,7 +9,7 @@ use std::sync::Arc;
 use nostr::event::Event;
 use tokio::sync::broadcast;
 
-use crate::nostr::negentropy::ItemBudget;
+use crate::store::item_budget::ItemBudget;
 use crate::store::{SaveOutcome, Store, StoreError};
 
 /// Capacity of the live-event channel; a connection lagging further behind is told so by NOTICE.
