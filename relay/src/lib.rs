@@ -6,54 +6,61 @@
 //!
 //! Decisions are pure functions in `grasp_state` (verdicts and plans such as
 //! `grasp_state::release::ReleasePlan`); this crate gathers their inputs and carries out
-//! their results. Layout (folders show the architecture, one file per concept):
+//! their results. Layout, from the top layer down: a module imports only what stands below it
+//! (the configuration at the bottom, transport above the domain, the domain above storage; no
+//! import circles). Folders show the architecture, one file per concept:
 //!
-//! - [`server`]: transport. The public HTTP listener, routing and daemon lifecycle
-//!   (`server/mod.rs`), response bodies and CORS (`http`), connection caps
-//!   (`connection_limits`), accepting sockets with `TCP_NODELAY` and a pause after a failed
-//!   accept for every listener (`tcp`), the write deadline on every public connection
-//!   (`write_deadline`), the open file limit raised at startup (`fd_limit`).
-//! - [`nostr`]: the Nostr relay. One NIP-01 WebSocket connection (`connection`), its
-//!   subscriptions (`subscriptions`), the nostr-lmdb event store (`store`, with the lookups
-//!   admission repeats cached under a write generation in `lookups`, and its writes grouped
-//!   into shared commits in `group_commit`), signature checks (`signature`), store + live
-//!   broadcast shared by all connections (`relay`), the NIP-11 document (`nip11`), NIP-77
+//! - [`doctor`]: `grasp-relay doctor`, facts about an installation and pure verdicts on them.
+//! - [`server`]: the daemon and the public listener. Startup and shutdown, routing of the one
+//!   public port (`server/mod.rs`), the home page (`pages`), the metrics listener (`metrics`),
+//!   SIGHUP (`reload`), the open file limit raised at startup (`fd_limit`).
+//! - [`api`]: the loopback, token-protected API the git hooks call, served on a tokio runtime of
+//!   its own so pushes are decided however busy the WebSocket side is; repository page data and
+//!   `grasp-relay repos` (`repos`), the private service's git check (`git_auth`), the
+//!   `/healthz` / `/readyz` probes (`health`), the operator's views of background work (`views`).
+//! - [`peers`]: relay-to-relay event sync (GRASP-02): follows the relays accepted repositories
+//!   list, by NIP-77 negentropy or REQ paging, then live.
+//! - [`nostr`]: the relay's WebSocket side. One NIP-01 connection (`connection`), its
+//!   subscriptions (`subscriptions`), NIP-42 (`auth`), the NIP-11 document (`nip11`), NIP-77
 //!   negentropy reconciliation over the store (`negentropy`), the pipelining of one connection's
 //!   `EVENT`s (`pipeline`: verified on a bounded pool, independent ones admitted side by side,
 //!   `OK`s in order).
+//! - [`sync`]: background git-data sync (queue, per-domain throttle, fetch by id), and URL safety
+//!   for clone URLs (`urls`) and relay URLs (`relay_url`).
 //! - [`grasp`]: the domain. [`grasp::Grasp`] joins store, purgatory and repositories
 //!   (`grasp/mod.rs`); which events are stored, held or refused (`acceptance`, `policy`); push
 //!   authorisation for pre-receive (`authorize`, held states parsed once and indexed by declared
-//!   refs in `held_index`); git data arrival, release and alignment
-//!   (`release`); the lock order and `RepoGuards`, every wait bounded (`locks`); work on
-//!   repositories busy past the bound, retried later (`deferred`); released data carried to the
-//!   identifier's other repositories, in the background (`copies`), through the family's object
-//!   pool: joins, promotion of what signed events released, the locked shrink, the startup
-//!   migration (`pools`); purgatory restore, expiry
-//!   sweeps and checkpoints (`lifecycle`); the purgatory journal, synced before an event is
-//!   answered (`journal`).
-//! - [`git`]: storage on disk. The one git runner (`runner`), git operations (`git/mod.rs`), refs and HEAD read from
-//!   a files-backend repository without a process (`ref_files`), bare repositories
-//!   (`repos`), the fast "surely missing" object check (`objects`), object pools on disk
-//!   (`pools`), background maintenance (`maintenance`), git smart HTTP through
-//!   `grasp-cgi` (`http`), each child in its own process group, ended with its request
-//!   (`cgi_child`).
-//! - [`api`]: the loopback, token-protected API the git hooks call, served on a tokio runtime of
-//!   its own so pushes are decided however busy the WebSocket side is.
-//! - [`sync`]: background git-data sync (queue, per-domain throttle, URL safety, fetch by id).
-//! - [`peers`]: relay-to-relay event sync (GRASP-02): follows the relays accepted repositories
-//!   list, by NIP-77 negentropy or REQ paging, then live.
-//! - [`metrics`]: the Prometheus families ([`metrics::Metrics`], kept on `Grasp`), the separate
-//!   metrics listener (`server`) and the `/healthz` / `/readyz` probes (`health`).
+//!   refs in `held_index`); git data arrival, release and alignment (`release`); the lock order
+//!   and `RepoGuards`, every wait bounded (`locks`); work on repositories busy past the bound,
+//!   retried later (`deferred`); released data carried to the identifier's other repositories,
+//!   in the background (`copies`), through the family's object pool: joins, promotion of what
+//!   signed events released, the locked shrink, the startup migration (`pools`); background
+//!   repository maintenance (`maintenance`); GRASP-06 contributor repositories
+//!   (`contributions`); purgatory restore, expiry sweeps and checkpoints (`lifecycle`); the
+//!   purgatory journal, synced before an event is answered (`journal`); `purge-author` and the
+//!   curation watch (`purge`).
 //! - [`trust`]: who may write what and how fast: the checks at the entry of admission (NIP-70,
-//!   curation, private repositories, repository caps), write limits (`limits`), client addresses
-//!   behind trusted proxies (`proxy`), files re-read on change (`reload`), the private service's
-//!   git check (`git_auth`), `purge-author` (`purge`). NIP-42 connection state is
-//!   `nostr::auth`.
-//! - [`doctor`]: `grasp-relay doctor`, facts about an installation and pure verdicts on them.
+//!   curation, private repositories, repository caps), write limits (`limits`), the free-disk
+//!   watermark (`disk`), client addresses behind trusted proxies (`proxy`), files re-read on
+//!   change (`reload`). NIP-42 connection state is `nostr::auth`.
+//! - [`store`]: the nostr-lmdb event store (`store/mod.rs`, with the lookups admission repeats
+//!   cached under a write generation in `lookups`, and its writes grouped into shared commits in
+//!   `group_commit`), store + live broadcast shared by all connections (`relay`), signature
+//!   checks (`signature`), the items all negentropy sessions hold (`item_budget`).
+//! - [`git`]: storage on disk. The one git runner (`runner`), git operations (`git/mod.rs`),
+//!   refs and HEAD read from a files-backend repository without a process (`ref_files`), bare
+//!   repositories built aside (`build`, `repos`), the fast "surely missing" object check
+//!   (`objects`), object pools on disk (`pools`), git smart HTTP through `grasp-cgi` (`http`),
+//!   each child in its own process group, ended with its request (`cgi_child`).
+//! - [`metrics`]: the Prometheus families ([`metrics::Metrics`], kept on `Grasp`).
+//! - [`net`]: the HTTP plumbing every listener shares: response bodies and CORS (`http`),
+//!   accepting sockets with `TCP_NODELAY` and a pause after a failed accept (`tcp`), connection
+//!   caps (`connection_limits`), the write deadline on every public connection
+//!   (`write_deadline`).
 //! - [`config`], [`logging`], [`datadir`], [`shutdown`]: command line, environment and the TOML
-//!   configuration file (re-read on SIGHUP by `server::reload`), the log filter, the data
-//!   directory layout and its exclusive lock, the shutdown signal every task is handed.
+//!   configuration file (re-read on SIGHUP by `server::reload`; each part builds its own settings
+//!   from it, e.g. `sync::SyncConfig::from_config`), the log filter, the data directory layout
+//!   and its exclusive lock, the shutdown signal every task is handed.
 
 pub mod api;
 pub mod config;

@@ -32,11 +32,11 @@
 //! as a push.
 //!
 //! Object pools (docs/architecture.md, "Object pools"): after a promotion moved a member's
-//! released objects into its family's pool ([`after_promotion`]), the member's next pass is a
+//! released objects into its family's pool ([`Grasp::maintain_after_promotion`]), the member's next pass is a
 //! dedupe (`git repack -A -d -l`: its copies of what the pool holds go) instead of `git
 //! maintenance run --auto`, and the pool gets a pass of its own: a geometric repack with a
 //! multi-pack-index bitmap, beside pushes and promotions (it drops nothing). When released refs
-//! left a pool or a member ([`after_pool_refs_left`], [`after_family_refs_left`]) its next pass is a shrink: a
+//! left a pool or a member ([`Grasp::maintain_after_pool_refs_left`], [`after_family_refs_left`]) its next pass is a shrink: a
 //! full `-A` repack (unreachable objects loosened, nothing dropped), then the locked prune of
 //! `crate::grasp::Grasp::shrink_pool`, at most once per [`SHRINK_MIN_INTERVAL`] per pool; a pool
 //! whose members stay busy is tried again [`SHRINK_RETRY`] later. A member never writes bitmaps (`repack.writeBitmaps=false`).
