@@ -123,6 +123,7 @@ pub async fn run(loaded: crate::config::Loaded) -> anyhow::Result<()> {
         max_subscriptions: cfg.max_subscriptions,
         max_filters: cfg.max_filters,
         max_limit: cfg.max_limit,
+        max_answer_bytes: cfg.max_answer_bytes,
         negentropy: cfg.negentropy(),
         idle_timeout: cfg.ws_idle_timeout,
     };
