@@ -91,7 +91,7 @@ async fn many_clients_asking_for_large_answers_and_reading_nothing_hold_bounded_
     }
     let grown = rss_anon_kib(&server).saturating_sub(baseline);
     let bound = CONNECTIONS as u64 * PER_CONNECTION_KIB;
-    eprintln!("RssAnon grew by {} MiB for {CONNECTIONS} stalled answers of {} MiB each (bound {} MiB)", grown / 1024, NOTES * NOTE_BYTES >> 20, bound / 1024);
+    eprintln!("RssAnon grew by {} MiB for {CONNECTIONS} stalled answers of {} MiB each (bound {} MiB)", grown / 1024, (NOTES * NOTE_BYTES) >> 20, bound / 1024);
     assert!(grown < bound, "the relay's private memory grew by {grown} KiB for {CONNECTIONS} clients reading nothing (bound {bound} KiB)");
 
     // The relay still answers others.
