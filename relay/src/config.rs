@@ -100,6 +100,12 @@ pub struct Config {
     #[arg(long, env = "GRASP_MAX_LIMIT", default_value_t = 500)]
     pub max_limit: usize,
 
+    /// Most bytes of EVENT messages one REQ's stored answer sends; the events past it are left
+    /// out and EOSE follows, as for a smaller limit (clients page back with `until`); default
+    /// 32 MiB. The answer is streamed: what it holds in memory does not depend on this.
+    #[arg(long, env = "GRASP_MAX_ANSWER_BYTES", default_value_t = crate::nostr::answer::DEFAULT_MAX_ANSWER_BYTES)]
+    pub max_answer_bytes: usize,
+
     /// Do not serve NIP-77 negentropy reconciliation: NEG-OPEN is answered with a NOTICE, as by a
     /// relay without NIP-77, and 77 is not listed in the NIP-11 document.
     #[arg(long, env = "GRASP_NO_NEGENTROPY")]
@@ -855,6 +861,7 @@ mod tests {
         assert_eq!(cfg.max_subscriptions, 32);
         assert_eq!(cfg.max_filters, 16);
         assert_eq!(cfg.max_limit, 500);
+        assert_eq!(cfg.max_answer_bytes, 32 << 20);
         assert_eq!((cfg.max_connections, cfg.max_connections_per_ip), (1024, 64));
         assert!(Config::try_parse_from(["grasp-relay", "--max-connections", "0"]).is_err());
         assert_eq!((cfg.ipv6_prefix_len, cfg.min_free_disk), (64, 1 << 30));

@@ -88,6 +88,7 @@ pub const SECTIONS: &[(&str, Section)] = &[
     ("max_subscriptions", Limits),
     ("max_filters", Limits),
     ("max_limit", Limits),
+    ("max_answer_bytes", Limits),
     ("write_burst", Limits),
     ("write_rate", Limits),
     ("write_burst_per_ip", Limits),

@@ -40,6 +40,7 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::WebSocketStream;
 
 use crate::grasp::Grasp;
+use crate::nostr::answer::{StoredAnswer, CHUNK_BYTES};
 use crate::nostr::subscriptions::MAX_SUBSCRIPTION_ID_LEN;
 use crate::nostr::auth::{AuthOutcome, ConnectionAuth};
 use crate::nostr::negentropy::{NegentropyLimits, Sessions};
@@ -55,6 +56,8 @@ pub struct Limits {
     pub max_subscriptions: usize,
     pub max_filters: usize,
     pub max_limit: usize,
+    /// Most bytes of `EVENT` messages one REQ's stored answer sends (`--max-answer-bytes`).
+    pub max_answer_bytes: usize,
     /// NIP-77 negentropy sessions; `None`: NIP-77 is not served.
     pub negentropy: Option<NegentropyLimits>,
     /// A connection that sends nothing for this long is closed, or pinged if it has
@@ -97,6 +100,7 @@ pub async fn handle<S>(
         limits,
         subs: Subscriptions::new(limits.max_subscriptions, limits.max_filters),
         out: Vec::new(),
+        answer: None,
         live: grasp.relay.subscribe(),
         negentropy: limits.negentropy.map(|l| Sessions::new(l, grasp.relay.negentropy_items().clone())),
         auth: ConnectionAuth::new(),
@@ -193,11 +197,28 @@ pub async fn handle<S>(
                 }
             }
         }
-        if !conn.out.is_empty() && !deliver(&mut ws, conn.out.drain(..).map(Message::text), &mut shutdown).await {
+        if !flush(&mut ws, &mut conn, &mut shutdown).await {
             break;
         }
     }
     tracing::debug!(%remote, "websocket closed");
+}
+
+/// Writes what the connection has queued, and a REQ's stored answer chunk by chunk (each
+/// written and flushed before the next is read, `crate::nostr::answer`); `false` when the
+/// connection is to be dropped ([`deliver`]).
+async fn flush<S>(ws: &mut WebSocketStream<S>, conn: &mut Connection, shutdown: &mut Shutdown) -> bool
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    loop {
+        if !conn.out.is_empty() && !deliver(ws, conn.out.drain(..).map(Message::text), shutdown).await {
+            return false;
+        }
+        if !conn.next_chunk().await {
+            return true;
+        }
+    }
 }
 
 /// Writes `msgs` and flushes; `false` when the connection is to be dropped: a write failed (the
@@ -224,6 +245,8 @@ struct Connection {
     limits: Limits,
     subs: Subscriptions,
     out: Vec<String>,
+    /// The stored answer of a REQ being sent, chunk by chunk ([`flush`]).
+    answer: Option<StoredAnswer>,
     live: broadcast::Receiver<Arc<Event>>,
     negentropy: Option<Sessions>,
     /// NIP-42 challenge and authenticated keys.
@@ -449,33 +472,63 @@ impl Connection {
         } else {
             self.drain_live(None);
         }
-        match self
-            .grasp
-            .relay
-            .store()
-            .query(filters.clone(), self.limits.max_limit)
-            .await
-        {
-            Ok(events) => {
-                let sent: HashSet<EventId> = events.iter().map(|e| e.id).collect();
-                for event in events {
-                    self.send(RelayMessage::event(sub_id.clone(), event));
+        match self.grasp.relay.store().answer_ids(filters.clone(), self.limits.max_limit).await {
+            // Sent chunk by chunk by the connection's loop (`next_chunk`), then EOSE.
+            Ok(ids) => self.answer = Some(StoredAnswer::new(sub_id, filters, ids, self.limits.max_answer_bytes)),
+            Err(e) => self.query_failed(sub_id, e),
+        }
+    }
+
+    fn query_failed(&mut self, sub_id: SubscriptionId, e: crate::store::StoreError) {
+        tracing::error!(error = %e, "query failed");
+        self.subs.remove(&sub_id);
+        self.send(RelayMessage::closed(sub_id, "error: could not query the event store; try again"));
+    }
+
+    /// Queues the next chunk of the stored answer being sent (about [`CHUNK_BYTES`] of events,
+    /// read one at a time), and once it is complete or cut by the budget, `EOSE`: the
+    /// subscription then goes live, with the events broadcast meanwhile that it did not get
+    /// already. `false` when no answer is being sent.
+    async fn next_chunk(&mut self) -> bool {
+        let Some(mut answer) = self.answer.take() else {
+            return false;
+        };
+        let mut chunk = 0;
+        while chunk < CHUNK_BYTES {
+            let Some(id) = answer.next_id() else {
+                break;
+            };
+            match self.grasp.relay.store().event_by_id(&id).await {
+                Ok(Some(event)) => {
+                    let message = RelayMessage::event(answer.id.clone(), event).as_json();
+                    let Some(message) = answer.take(id, message) else {
+                        break;
+                    };
+                    chunk += message.len();
+                    self.out.push(message);
                 }
-                self.send(RelayMessage::eose(sub_id.clone()));
-                // Checked above; cannot fail.
-                let _ = self.subs.insert(sub_id.clone(), filters);
-                // Events broadcast during the query: live, unless already in the initial results.
-                self.drain_live(Some((&sub_id, &sent)));
-            }
-            Err(e) => {
-                tracing::error!(error = %e, "query failed");
-                self.subs.remove(&sub_id);
-                self.send(RelayMessage::closed(
-                    sub_id,
-                    "error: could not query the event store; try again",
-                ));
+                // Deleted or replaced since the ids were read: its successor comes live.
+                Ok(None) => {}
+                Err(e) => {
+                    self.query_failed(answer.id, e);
+                    return true;
+                }
             }
         }
+        if chunk >= CHUNK_BYTES {
+            self.answer = Some(answer);
+            return true;
+        }
+        if let Some(left) = answer.cut() {
+            tracing::info!(client = %self.client, subscription = %answer.id, sent = answer.bytes(), left,
+                budget = self.limits.max_answer_bytes, "REQ answer cut at the byte budget (--max-answer-bytes): EOSE sent");
+        }
+        self.send(RelayMessage::eose(answer.id.clone()));
+        // Checked when the REQ came; cannot fail.
+        let _ = self.subs.insert(answer.id.clone(), answer.filters.clone());
+        // Events broadcast while the answer was read: live, unless already sent.
+        self.drain_live(Some((&answer.id, answer.sent())));
+        true
     }
 
     async fn on_negentropy(&mut self, items: &[Value]) {

@@ -121,6 +121,7 @@ pub async fn run(loaded: crate::config::Loaded) -> anyhow::Result<()> {
         max_subscriptions: cfg.max_subscriptions,
         max_filters: cfg.max_filters,
         max_limit: cfg.max_limit,
+        max_answer_bytes: cfg.max_answer_bytes,
         negentropy: crate::nostr::negentropy::NegentropyLimits::from_config(&cfg),
         idle_timeout: cfg.ws_idle_timeout,
     };

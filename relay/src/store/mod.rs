@@ -239,6 +239,31 @@ impl Store {
         Ok(out)
     }
 
+    /// The ids of the events a REQ with `filters` answers, in the order of [`Store::query`]
+    /// (newest first, ties: lower id first, no duplicates, each filter's `limit` capped at
+    /// `max_limit`), without reading the events themselves: a REQ's answer is read one event at
+    /// a time from this list (`crate::nostr::answer`), so it is never held whole in memory.
+    /// About 40 bytes an id: at most `--max-filters` x `--max-limit` of them. Events past
+    /// their NIP-40 expiration are left out.
+    pub async fn answer_ids(&self, filters: Vec<Filter>, max_limit: usize) -> Result<Vec<EventId>, StoreError> {
+        let mut seen: HashSet<EventId> = HashSet::new();
+        let mut items: Vec<(Timestamp, EventId)> = Vec::new();
+        for mut filter in filters {
+            let limit = filter.limit.map_or(max_limit, |l| l.min(max_limit));
+            if limit == 0 {
+                continue;
+            }
+            filter.limit = Some(limit);
+            for (id, at) in self.db.negentropy_items(filter).await? {
+                if seen.insert(id) {
+                    items.push((at, id));
+                }
+            }
+        }
+        items.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+        Ok(items.into_iter().map(|(_, id)| id).collect())
+    }
+
     /// The (id, created_at) of the stored events matching `filter`, for NIP-77 reconciliation:
     /// the newest `max` of them at most, and no more than the filter's own `limit`. Only stored
     /// (served) events: held events are not in the store.
@@ -397,6 +422,31 @@ mod tests {
             .unwrap();
         assert_eq!(both.len(), 2);
         assert_eq!(s.event_by_id(&a.id).await.unwrap(), Some(a));
+    }
+
+    /// A REQ's answer read id by id is the answer [`Store::query`] builds whole: same events,
+    /// same order (ties by id), duplicates across filters once, limits capped.
+    #[tokio::test]
+    async fn answer_ids_are_the_query_in_its_order() {
+        let (s, _t) = store().await;
+        let (k, j) = (keys(13), keys(14));
+        for i in 0..12u64 {
+            // Pairs of events in one second: the ties are ordered by id.
+            s.save(&ev(&k, 1, 100 + i / 2, &i.to_string(), vec![])).await.unwrap();
+            s.save(&ev(&j, 7, 100 + i, &i.to_string(), vec![])).await.unwrap();
+        }
+        let cases = [
+            vec![Filter::new().kind(Kind::TextNote)],
+            vec![Filter::new().kind(Kind::TextNote).limit(5), Filter::new().author(j.public_key()).limit(3)],
+            vec![Filter::new().author(k.public_key()), Filter::new().kind(Kind::TextNote), Filter::new().limit(0)],
+            vec![Filter::new()],
+        ];
+        for filters in cases {
+            for max_limit in [4, 500] {
+                let whole: Vec<EventId> = s.query(filters.clone(), max_limit).await.unwrap().iter().map(|e| e.id).collect();
+                assert_eq!(s.answer_ids(filters.clone(), max_limit).await.unwrap(), whole, "{filters:?} capped at {max_limit}");
+            }
+        }
     }
 
     #[tokio::test]
