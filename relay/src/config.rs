@@ -40,6 +40,11 @@ pub const DEFAULT_NEGENTROPY_MAX_ITEMS_PER_CONNECTION: usize = 1_000_000;
 pub const DEFAULT_NEGENTROPY_MAX_ITEMS_TOTAL: usize = 5_000_000;
 /// `--negentropy-opens-per-minute`'s default.
 pub const DEFAULT_NEGENTROPY_OPENS_PER_MINUTE: u32 = 60;
+/// `--max-answer-bytes`'s default: 32 MiB of `EVENT` messages per REQ. A REQ of ordinary
+/// events stays well under it (a full `--max-limit` of 500 events averaging 64 KiB, far larger
+/// than the patches, issues and repository events clients ask for); only answers made of many
+/// large events are cut. What one answer holds in memory does not depend on it (one chunk).
+pub const DEFAULT_MAX_ANSWER_BYTES: usize = 32 << 20;
 /// `--relay-sync-rate`'s default (events per second from one relay).
 pub const DEFAULT_RELAY_SYNC_RATE: f64 = 2_000.0;
 /// `--relay-sync-burst`'s default.
@@ -103,7 +108,7 @@ pub struct Config {
     /// Most bytes of EVENT messages one REQ's stored answer sends; the events past it are left
     /// out and EOSE follows, as for a smaller limit (clients page back with `until`); default
     /// 32 MiB. The answer is streamed: what it holds in memory does not depend on this.
-    #[arg(long, env = "GRASP_MAX_ANSWER_BYTES", default_value_t = crate::nostr::answer::DEFAULT_MAX_ANSWER_BYTES)]
+    #[arg(long, env = "GRASP_MAX_ANSWER_BYTES", default_value_t = DEFAULT_MAX_ANSWER_BYTES)]
     pub max_answer_bytes: usize,
 
     /// Do not serve NIP-77 negentropy reconciliation: NEG-OPEN is answered with a NOTICE, as by a

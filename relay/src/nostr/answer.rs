@@ -15,11 +15,6 @@ use std::collections::HashSet;
 
 use nostr::prelude::*;
 
-/// `--max-answer-bytes`'s default: 32 MiB of `EVENT` messages per REQ. A REQ of ordinary
-/// events stays well under it (a full `--max-limit` of 500 events averaging 64 KiB, far larger
-/// than the patches, issues and repository events clients ask for); only answers made of many
-/// large events are cut. What one answer holds in memory does not depend on it (one chunk).
-pub const DEFAULT_MAX_ANSWER_BYTES: usize = 32 << 20;
 
 /// About this many bytes of `EVENT` messages are queued before they are written and flushed.
 pub const CHUNK_BYTES: usize = 128 << 10;
