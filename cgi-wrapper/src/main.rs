@@ -239,15 +239,8 @@ fn run(args: &Args, out: &mut impl Write) -> anyhow::Result<()> {
         return unauthorized(out);
     }
     let repo_dir = layout.repo_path_in(repo.space, &repo.owner, &repo.identifier)?;
-    if !repo_dir.is_dir() {
-        match repo.space {
-            RepoSpace::Hosted => return not_found(out, &req),
-            RepoSpace::Prs => {
-                if let Some(answered) = missing_contributor_repo(args, &req, &repo, out) {
-                    return answered;
-                }
-            }
-        }
+    if let Some(answered) = unless_present(args, &req, &repo, &repo_dir, out) {
+        return answered;
     }
     if git_backend::is_page(&repo.rest) {
         if repo.space == RepoSpace::Prs {
@@ -267,14 +260,26 @@ fn run(args: &Args, out: &mut impl Write) -> anyhow::Result<()> {
     }
     let mut push_lock = None;
     if req.is_push(&repo.rest) {
-        match PushLock::take_within(&repo_dir, Duration::from_secs(args.push_lock_wait)) {
+        let wait = Duration::from_secs(args.push_lock_wait);
+        let taken = match PushLock::take_within(&repo_dir, wait) {
+            // Removed while this request waited (maintenance removes an empty contributor
+            // repository after a refused push, under its push lock): look it up again, once.
+            Err(PushLockError::Gone { .. }) => match unless_present(args, &req, &repo, &repo_dir, out) {
+                Some(answered) => return answered,
+                None => PushLock::take_within(&repo_dir, wait),
+            },
+            taken => taken,
+        };
+        match taken {
             Ok(lock) => push_lock = Some(lock),
             Err(PushLockError::Busy { waited, .. }) => return push_in_progress(out, waited),
             Err(e) => return Err(e.into()),
         }
     }
-    if req.method != "POST" {
-        // The advertisement only waited for the running push to end.
+    if req.method != "POST" && repo.space != RepoSpace::Prs {
+        // The advertisement only waited for the running push to end. A contributor
+        // repository's keeps the lock while it runs: maintenance removes an empty one under
+        // that lock, never while its refs are being advertised.
         push_lock = None;
     }
     if args.supervised && (req.method == "GET" || req.method == "POST") {
@@ -293,6 +298,19 @@ fn run(args: &Args, out: &mut impl Write) -> anyhow::Result<()> {
     let result = run_backend(args, &req, &repo, &repo_dir, out);
     drop(push_lock);
     result
+}
+
+/// What a request to a repository that is not on disk gets: a 404 for a hosted one, for a
+/// contributor path [`missing_contributor_repo`]'s answer (`None`: the repository was made for a
+/// push, or is there: go on).
+fn unless_present(args: &Args, req: &Request, repo: &RepoUrlPath, repo_dir: &Path, out: &mut impl Write) -> Option<anyhow::Result<()>> {
+    if repo_dir.is_dir() {
+        return None;
+    }
+    match repo.space {
+        RepoSpace::Hosted => Some(not_found(out, req)),
+        RepoSpace::Prs => missing_contributor_repo(args, req, repo, out),
+    }
 }
 
 /// A private service's check, before the repository is even looked up: true when the service

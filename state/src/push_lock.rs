@@ -26,6 +26,11 @@ pub enum PushLockError {
     /// Another push (or the relay's work on the repository) held it for the whole wait.
     #[error("another push to {} is in progress (waited {waited:?}); retry later", repo.display())]
     Busy { repo: PathBuf, waited: Duration },
+    /// The repository was removed (or removed and made again) while the lock was waited for:
+    /// the lock taken is the old directory's, which no one else will ever take. Look the
+    /// repository up again.
+    #[error("{} was removed while its push lock was waited for", repo.display())]
+    Gone { repo: PathBuf },
     /// The lock file cannot be opened or locked (the repository is gone, or unreadable).
     #[error("cannot take the push lock {}: {source}", path.display())]
     Io { path: PathBuf, source: std::io::Error },
@@ -35,7 +40,7 @@ impl PushLockError {
     /// The repository whose lock this is.
     pub fn repo(&self) -> &Path {
         match self {
-            PushLockError::Busy { repo, .. } => repo,
+            PushLockError::Busy { repo, .. } | PushLockError::Gone { repo } => repo,
             PushLockError::Io { path, .. } => path.parent().unwrap_or(path),
         }
     }
@@ -63,18 +68,33 @@ impl PushLock {
         Ok(PushLock { repo: repo.to_path_buf(), file, held: false })
     }
 
-    /// Tries once, without blocking: true when the lock is now held here.
+    /// Tries once, without blocking: true when the lock is now held here. A lock taken on a file
+    /// that is no longer the repository's lock file (the repository was removed by whoever held
+    /// the lock meanwhile, and perhaps made again) is let go: [`PushLockError::Gone`].
     pub fn try_take(&mut self) -> Result<bool, PushLockError> {
         if self.held {
             return Ok(true);
         }
         match self.file.try_lock() {
             Ok(()) => {
+                if !self.names_the_current_file() {
+                    let _ = self.file.unlock();
+                    return Err(PushLockError::Gone { repo: self.repo.clone() });
+                }
                 self.held = true;
                 Ok(true)
             }
             Err(TryLockError::WouldBlock) => Ok(false),
             Err(TryLockError::Error(source)) => Err(PushLockError::Io { path: self.repo.join(PUSH_LOCK_FILE), source }),
+        }
+    }
+
+    /// Whether the open file is still the one at `<repo>/grasp.lock`.
+    fn names_the_current_file(&self) -> bool {
+        use std::os::unix::fs::MetadataExt;
+        match (self.file.metadata(), std::fs::metadata(self.repo.join(PUSH_LOCK_FILE))) {
+            (Ok(open), Ok(current)) => open.dev() == current.dev() && open.ino() == current.ino(),
+            _ => false,
         }
     }
 
@@ -177,5 +197,21 @@ mod tests {
         keep_open_across_exec(fd).unwrap();
         assert_eq!(flags() & libc::FD_CLOEXEC, 0);
         assert!(keep_open_across_exec(-1).is_err());
+    }
+
+    #[test]
+    fn a_lock_whose_repository_was_removed_meanwhile_is_gone_not_taken() {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = dir.path().join("r.git");
+        std::fs::create_dir(&repo).unwrap();
+        let mut waiting = PushLock::open(&repo).unwrap();
+        // Whoever held the lock removed the repository and another made it again.
+        std::fs::rename(&repo, dir.path().join("aside")).unwrap();
+        assert!(matches!(waiting.try_take(), Err(PushLockError::Gone { .. })), "removed");
+        assert!(!waiting.is_held());
+        std::fs::create_dir(&repo).unwrap();
+        assert!(matches!(waiting.try_take(), Err(PushLockError::Gone { .. })), "made again: another file");
+        let mut fresh = PushLock::open(&repo).unwrap();
+        assert!(fresh.try_take().unwrap(), "the new repository's lock is free");
     }
 }

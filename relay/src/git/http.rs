@@ -154,8 +154,8 @@ struct PlainGitRequest {
 
 impl PlainGitRequest {
     /// The request, when the relay runs the backend for it: a public service's existing
-    /// repository and, for a push, a free push lock (an advertisement lets go of it at once, as
-    /// grasp-cgi's does). `None` leaves the request to grasp-cgi, which answers the rest (404s, a
+    /// repository and, for a push, a free push lock (an advertisement lets go of it at once, but a
+    /// contributor repository's holds it while it runs, as grasp-cgi's does). `None` leaves the request to grasp-cgi, which answers the rest (404s, a
     /// private service's gate, a push that must wait for another within `--push-lock-wait` or be
     /// told 503). Blocking: a few stats and one try of the lock.
     fn vet(self, git_root: &Path, data_dir: &Path) -> Option<Direct> {
@@ -172,7 +172,10 @@ impl PlainGitRequest {
             true => Some(PushLock::take_within(&repo_dir, Duration::ZERO).ok()?),
             false => None,
         };
-        Some(Direct { repo: self.repo, repo_dir, push_lock: push_lock.filter(|_| self.post) })
+        // A contributor repository's advertisement keeps the lock while it runs (maintenance
+        // removes an empty one under it), as grasp-cgi's does.
+        let keep = self.post || self.repo.space == RepoSpace::Prs;
+        Some(Direct { repo: self.repo, repo_dir, push_lock: push_lock.filter(|_| keep) })
     }
 }
 
