@@ -598,7 +598,8 @@ mod tests {
                     Op::Stored { owner, id, relays, maintainers, at } => {
                         let m: Vec<PublicKey> = maintainers.iter().map(|m| keys[*m].public_key()).collect();
                         let ev = announcement(&keys[owner], &format!("i{id}"), &relays.iter().map(relay).collect::<Vec<_>>(), &m, at);
-                        if stored.get(&(owner, id)).is_none_or(|old| (old.created_at, old.id) < (ev.created_at, ev.id)) {
+                        // NIP-01 order: on equal seconds the lower id is the newer.
+                        if stored.get(&(owner, id)).is_none_or(|old| compact(old).unwrap().recency() < compact(&ev).unwrap().recency()) {
                             stored.insert((owner, id), ev.clone());
                         }
                         ix.note_stored(&ev, compact);
