@@ -645,3 +645,82 @@ async fn private_b_follows_only_its_listed_peer_authenticating_with_its_service_
     assert_eq!(decoy.connections.load(Ordering::SeqCst), 0, "the private service contacted a relay it learnt from an announcement");
 }
 
+
+/// Announcements stored on `server`, sent pipelined on one connection; every `OK` must be true.
+async fn flood(server: &TestServer, events: &[Event]) {
+    let mut c = connect(server).await;
+    for chunk in events.chunks(500) {
+        for e in chunk {
+            c.raw_send(ClientMessage::event(e.clone()).as_json()).await.unwrap();
+        }
+        let mut left: std::collections::BTreeSet<EventId> = chunk.iter().map(|e| e.id).collect();
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while !left.is_empty() {
+            assert!(Instant::now() < deadline, "{} announcements not answered", left.len());
+            if let RelayMessage::Ok { event_id, status, message } = c.next_message().await.unwrap() {
+                assert!(status, "announcement refused: {message}");
+                left.remove(&event_id);
+            }
+        }
+    }
+}
+
+/// `keys`' announcement of `identifier` at `at`: listing `b` (clone URL and relay) and
+/// `maintainers` when `listing`; otherwise elsewhere, with `relays`.
+fn announcement_at(b: &TestServer, keys: &Keys, identifier: &str, listing: bool, maintainers: &[PublicKey], relays: &[String], at: u64) -> Event {
+    let mut tags = vec![Tag::identifier(identifier)];
+    if listing {
+        tags.push(Tag::parse(["clone", &repo_url(b, &keys.public_key(), identifier)]).unwrap());
+        tags.push(Tag::parse(["relays", &ws(b)]).unwrap());
+    } else {
+        tags.push(Tag::parse(["clone", &format!("https://elsewhere.example/{identifier}.git")]).unwrap());
+    }
+    if !relays.is_empty() {
+        tags.push(Tag::parse(std::iter::once("relays".to_string()).chain(relays.iter().cloned())).unwrap());
+    }
+    if !maintainers.is_empty() {
+        tags.push(Tag::parse(std::iter::once("maintainers".to_string()).chain(maintainers.iter().map(|m| m.to_hex()))).unwrap());
+    }
+    EventBuilder::new(Kind::Custom(30617), "").tags(tags).custom_created_at(Timestamp::from(at)).finalize(keys).unwrap()
+}
+
+/// Issue 27: relay sync used to follow only the newest 10,000 stored announcements, so a flood
+/// of newer ones pushed an older served repository out of it (its relay was dropped). Here
+/// 10,100 newer announcements are stored on B (maintainers of held announcements announcing
+/// the same identifiers elsewhere: stored at once, docs/protocol.md#acceptance; 100 a second,
+/// over 101 seconds to come, so a newest-first listing pages through them); the last lists
+/// relay C, so B following C shows the flood was taken in. An issue for the old repository
+/// published on A then still reaches B.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_newer_announcements_does_not_push_a_served_repository_out_of_relay_sync() {
+    let fast = ["--write-burst", "1000000", "--write-rate", "1000000", "--write-burst-per-ip", "1000000", "--write-rate-per-ip", "1000000"];
+    let (a, b, c) = (relay(&[]), relay(&fast), relay(&[]));
+    let dir = tempfile::tempdir().unwrap();
+    let (owner, _) = served_repo(&[&a, &b], "old", dir.path()).await;
+    eventually!("B to follow A live", TIMEOUT, peer(&b, &ws(&a)).await.filter(|p| p["state"] == "live"));
+    let after = now() + 1;
+    let (groups, per_group) = (101, 100);
+    let mut held = Vec::new();
+    let mut flooded = Vec::new();
+    for g in 0..groups {
+        let identifier = format!("flood{g}");
+        let maintainers: Vec<Keys> = (0..per_group).map(|_| Keys::generate()).collect();
+        let keys: Vec<PublicKey> = maintainers.iter().map(Keys::public_key).collect();
+        held.push(announcement_at(&b, &Keys::generate(), &identifier, true, &keys, &[], after));
+        for (n, m) in maintainers.iter().enumerate() {
+            let last = g + 1 == groups && n + 1 == per_group;
+            let relays = if last { vec![ws(&c)] } else { Vec::new() };
+            flooded.push(announcement_at(&b, m, &identifier, false, &[], &relays, after + g as u64 + u64::from(last)));
+        }
+    }
+    flood(&b, &held).await;
+    flood(&b, &flooded).await;
+    let mut cb = connect(&b).await;
+    assert!(stored(&mut cb, flooded.last().unwrap().id).await, "the flood is stored, not held");
+    eventually!("B to follow C (the flood taken in)", Duration::from_secs(60), peer(&b, &ws(&c)).await);
+    let mut ca = connect(&a).await;
+    let issue = issue(&Keys::generate(), &owner.public_key(), "old");
+    send_ok(&mut ca, &issue).await;
+    eventually!("the old repository's issue on B", TIMEOUT, stored(&mut cb, issue.id).await.then_some(()));
+    assert!(peer(&b, &ws(&a)).await.is_some(), "A is still followed");
+}

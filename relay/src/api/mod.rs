@@ -254,6 +254,9 @@ fn sync_view(stats: &crate::sync::SyncStats, views: &OperatorViews) -> serde_jso
     let relays = views.relay_sync.get().map(|v| v.relays()).unwrap_or_default();
     view["relay_sync"] = views.relay_sync.get().is_some().into();
     view["relays"] = serde_json::to_value(relays).unwrap_or_default();
+    if let Some(v) = views.relay_sync.get() {
+        view["interest"] = serde_json::to_value(v.interest()).unwrap_or_default();
+    }
     view
 }
 

@@ -205,6 +205,12 @@ impl SharedPurgatory {
         self.lock().is_expired(id)
     }
 
+    /// Every held announcement event (soft-expired ones included), for the relay-sync interest
+    /// (pointers, copied under the lock; bounded by `--purgatory-total`).
+    pub fn held_announcement_events(&self) -> Vec<Arc<Event>> {
+        self.lock().announcements().map(|e| e.event.clone()).collect()
+    }
+
     /// The held announcement events of `identifier`.
     pub fn announcement_events(&self, identifier: &str) -> Vec<Arc<Event>> {
         self.lock().announcements_for(identifier).into_iter().map(|e| e.event.clone()).collect()

@@ -1,26 +1,24 @@
-//! Gathers what this server wants from other relays ([`Interest`]) from the store and the
-//! purgatory: every accepted announcement (stored: level full; held: level state-only), its
-//! maintainer set, its relay list, and (at level full) the stored events tagging it (the roots
-//! of layer c, newest first, at most [`MAX_ROOTS`] per repository).
+//! Builds the relay-sync interest index ([`InterestIndex`]) once, from the store and the
+//! purgatory: every stored announcement (level full), every held one (level state-only), and
+//! the root events of each served repository (the stored events tagging it, newest
+//! [`MAX_ROOTS`], read per repository when it becomes served). From then on the index is kept
+//! up to date from the feed of accepted events (see [`super::index`]).
 //!
 //! Stored announcements are read a page at a time ([`PAGE`], newest first), and each is kept only
 //! as what the interest needs ([`compact`]): at most one page of whole events (each may be
-//! `--max-repo-event-bytes`) is in memory at once, never [`MAX_REPOSITORIES`] of them.
+//! `--max-repo-event-bytes`) is in memory at once. Every stored announcement is read: none is
+//! left out of relay sync, however many newer ones there are.
 
-use std::collections::{BTreeMap, BTreeSet};
-
-use std::collections::HashSet;
+use std::collections::{BTreeSet, HashSet};
 
 use grasp_state::maintainers::MAX_MAINTAINERS;
 use grasp_state::nip34::{Announcement, KIND_ANNOUNCEMENT};
-use nostr::prelude::{Event, Filter, Kind, SingleLetterTag, Timestamp};
+use nostr::prelude::{Event, EventId, Filter, Kind, SingleLetterTag, Timestamp};
 
 use super::address::RelayUrl;
-use super::wanted::{Interest, RepoInterest, SyncLevel, MAX_RELAYS_PER_ANNOUNCEMENT, MAX_ROOTS};
-use crate::grasp::{Grasp, Source};
-
-/// Accepted announcements this server follows at most (the newest first).
-pub const MAX_REPOSITORIES: usize = 10_000;
+use super::index::{InterestIndex, RepoKey};
+use super::wanted::{MAX_RELAYS_PER_ANNOUNCEMENT, MAX_ROOTS};
+use crate::grasp::Grasp;
 
 /// Stored announcements read from the store at once.
 pub const PAGE: usize = 500;
@@ -29,59 +27,9 @@ pub const PAGE: usize = 500;
 /// for [`MAX_RELAYS_PER_ANNOUNCEMENT`] after this server and unsafe ones are left out.
 const RELAYS_KEPT: usize = 4 * MAX_RELAYS_PER_ANNOUNCEMENT;
 
-/// The current interest, with `bootstraps` added.
-pub async fn gather(grasp: &Grasp, bootstraps: &BTreeSet<RelayUrl>) -> Interest {
-    let mut by_identifier: BTreeMap<String, Vec<(Announcement, Source)>> = BTreeMap::new();
-    for a in stored_announcements(grasp).await {
-        by_identifier.entry(a.identifier.clone()).or_default().push((a, Source::Stored));
-    }
-    for identifier in grasp.purgatory.waiting_identifiers() {
-        for ev in grasp.purgatory.announcement_events(&identifier) {
-            let Some(a) = compact(&ev) else { continue };
-            let all = by_identifier.entry(a.identifier.clone()).or_default();
-            match all.iter_mut().find(|(x, _)| x.owner == a.owner) {
-                Some(known) if known.0.recency() >= a.recency() => {}
-                Some(known) => *known = (a, Source::Purgatory),
-                None => all.push((a, Source::Purgatory)),
-            }
-        }
-    }
-    let a_tag = SingleLetterTag::from_char('a').expect("a letter");
-    let mut repos = Vec::new();
-    for all in by_identifier.values() {
-        for (a, source) in all {
-            let level = match source {
-                Source::Stored => SyncLevel::Full,
-                Source::Purgatory => SyncLevel::StateOnly,
-            };
-            let mut roots = Vec::new();
-            if level == SyncLevel::Full {
-                let coordinate = format!("{KIND_ANNOUNCEMENT}:{}:{}", a.owner.to_hex(), a.identifier);
-                let filter = Filter::new().custom_tag(a_tag, coordinate);
-                match grasp.relay.store().negentropy_items(filter, MAX_ROOTS).await {
-                    Ok(mut items) => {
-                        items.sort_by_key(|(id, at)| (*at, *id));
-                        roots.extend(items.into_iter().map(|(id, _)| id));
-                    }
-                    Err(e) => tracing::warn!(error = %e, "listing root events for relay sync failed"),
-                }
-            }
-            repos.push(RepoInterest {
-                owner: a.owner,
-                identifier: a.identifier.clone(),
-                maintainers: Grasp::maintainer_set(a.owner, all).iter().copied().collect(),
-                relays: a.relays.iter().filter_map(|r| RelayUrl::parse(r).ok()).collect(),
-                level,
-                roots,
-            });
-        }
-    }
-    Interest { repos, bootstraps: bootstraps.clone(), only: None }
-}
-
-/// The newest [`MAX_REPOSITORIES`] stored announcements, [`compact`], read [`PAGE`] at a time.
-async fn stored_announcements(grasp: &Grasp) -> Vec<Announcement> {
-    let mut kept = Vec::new();
+/// Fills `index` from the store (every stored announcement, paged) and the purgatory (held
+/// announcements); the roots are read afterwards ([`read_roots`]).
+pub async fn load(grasp: &Grasp, index: &mut InterestIndex) {
     let (mut seen, mut until) = (HashSet::new(), None);
     // Every page but the last brings a new event or moves `until` back (`next_until`).
     for _ in 0..MAX_PAGES {
@@ -91,19 +39,41 @@ async fn stored_announcements(grasp: &Grasp) -> Vec<Announcement> {
         }
         let page = grasp.query(vec![filter]).await;
         let stamps: Vec<(Timestamp, bool)> = page.iter().map(|ev| (ev.created_at, seen.insert(ev.id))).collect();
-        kept.extend(page.iter().zip(&stamps).filter(|(_, (_, new))| *new).filter_map(|(ev, _)| compact(ev)));
+        for (ev, _) in page.iter().zip(&stamps).filter(|(_, (_, new))| *new) {
+            if let Some(a) = compact(ev) {
+                index.add_stored(a);
+            }
+        }
         drop(page);
         match next_until(&stamps) {
-            Some(next) if kept.len() < MAX_REPOSITORIES => until = Some(next),
-            _ => break,
+            Some(next) => until = Some(next),
+            None => break,
         }
     }
-    kept.truncate(MAX_REPOSITORIES);
-    kept
+    index.set_held(&grasp.purgatory.held_announcement_events(), compact);
 }
 
-/// Pages read at most: enough for [`MAX_REPOSITORIES`] when every page brings a few new ones.
-const MAX_PAGES: usize = 4 * MAX_REPOSITORIES / PAGE + 4;
+/// The root events of a served repository: ids of stored events tagging it, newest
+/// [`MAX_ROOTS`], oldest first.
+pub async fn read_roots(grasp: &Grasp, key: &RepoKey) -> Vec<EventId> {
+    let a_tag = SingleLetterTag::from_char('a').expect("a letter");
+    let coordinate = format!("{KIND_ANNOUNCEMENT}:{}:{}", key.0.to_hex(), key.1);
+    let filter = Filter::new().custom_tag(a_tag, coordinate);
+    match grasp.relay.store().negentropy_items(filter, MAX_ROOTS).await {
+        Ok(mut items) => {
+            items.sort_by_key(|(id, at)| (*at, *id));
+            items.into_iter().map(|(id, _)| id).collect()
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "listing root events for relay sync failed");
+            Vec::new()
+        }
+    }
+}
+
+/// Pages read at most: a bound on the loop (a billion announcements), never reached; each page
+/// either brings new announcements or moves back a second.
+const MAX_PAGES: usize = 2_000_000;
 
 /// Where the next page of a newest-first listing starts, from this page's `(created_at, new)`
 /// entries; `None` when this page was the last (shorter than [`PAGE`]). The next page starts at
@@ -125,7 +95,7 @@ fn next_until(stamps: &[(Timestamp, bool)]) -> Option<Timestamp> {
 /// What the interest keeps of an announcement: owner, identifier, maintainers (at most
 /// [`MAX_MAINTAINERS`], as many as a maintainer set can hold), its first [`RELAYS_KEPT`] relay
 /// URLs, normalised; no clone URLs.
-fn compact(ev: &Event) -> Option<Announcement> {
+pub fn compact(ev: &Event) -> Option<Announcement> {
     let mut a = Announcement::from_event(ev).ok()?;
     a.clone_urls = Vec::new();
     a.maintainers.truncate(MAX_MAINTAINERS);

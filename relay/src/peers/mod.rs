@@ -7,7 +7,10 @@
 //!   safety, resolved addresses pinned).
 //! - [`wanted`]: pure: accepted repositories → consolidated filters per relay ([`SyncLevel`]:
 //!   held announcements state-only, served ones full).
-//! - [`interest`]: gathers that input from the store and the purgatory.
+//! - [`index`]: pure: that input kept up to date per accepted event, indexed by repository
+//!   and by relay, each relay's plan rebuilt only when one of its repositories changed.
+//! - [`interest`]: builds the index once from the store and the purgatory, reads a served
+//!   repository's root events.
 //! - [`wire`]: one WebSocket client connection, NIP-11 limits.
 //! - [`service_key`]: a private service's key, answering its peers' NIP-42 challenges.
 //! - [`tls`]: TLS for `wss://` relays (Mozilla roots plus `--sync-tls-ca`, the URL's host
@@ -24,13 +27,14 @@
 //!   as relay sync, so [`crate::grasp::Origin::Sync`]); protected events refused.
 //! - [`waiting`]: pure bounded index of synced events waiting for what they tag.
 //! - [`stats`]: the operator view of each relay.
-//! - this file: [`PeersConfig`], [`start`] and the manager loop: every few seconds (and a
-//!   moment after accepted announcements, states and deletions, batched) it gathers the
-//!   interest again; a new root event of a followed repository only updates the interest it
-//!   keeps ([`wanted::Interest::note_accepted`]); then it recomputes the plans, starts a [`peer::Peer`]
-//!   for each newly needed relay, hands changed plans to running ones, and drops relays no
-//!   accepted repository needs (bootstraps stay). Peer tasks end when the manager drops their
-//!   plan sender or at shutdown; the manager ends at shutdown.
+//! - this file: [`PeersConfig`], [`start`] and the manager loop: at startup (and if the feed
+//!   lagged) it builds the interest index from the store and the purgatory; then every stored
+//!   event from the feed updates the index (announcements, deletions, new roots), the
+//!   purgatory's held announcements are compared with it every few seconds (held announcements
+//!   are not broadcast), and a moment after a change (batched) it takes the plans, starts a
+//!   [`peer::Peer`] for each newly needed relay, hands changed plans to running ones, and drops
+//!   relays no accepted repository needs (bootstraps stay). Peer tasks end when the manager
+//!   drops their plan sender or at shutdown; the manager ends at shutdown.
 
 /// ws/wss URL safety: with the clone URLs' safety in `crate::sync` (relay URLs are checked by
 /// the same policy).
@@ -39,6 +43,7 @@ pub mod cursors;
 pub mod fetches;
 pub mod health;
 pub mod history;
+pub mod index;
 pub mod intake;
 pub mod interest;
 pub mod peer;
@@ -183,8 +188,25 @@ pub struct Shared {
     cursors_dirty: AtomicBool,
     /// Every relay followed (or dead), for the operator view.
     relays: Mutex<BTreeMap<RelayUrl, Arc<Mutex<RelayStats>>>>,
-    /// Sync level per repository (`owner hex`, identifier).
-    levels: Mutex<BTreeMap<(String, String), SyncLevel>>,
+    /// The interest (`None` until built at startup).
+    index: Mutex<Option<index::InterestIndex>>,
+    /// How long building the index and the last plans took.
+    interest_stats: Mutex<InterestStats>,
+}
+
+/// The cost of the relay-sync interest, for the operator view (`GET /v1/sync`, `interest`).
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct InterestStats {
+    /// Repositories followed (announcements stored or held).
+    pub repositories: usize,
+    /// Relays named by them (before `--sync-max-relays`).
+    pub relays_named: usize,
+    /// Building the index from the store at startup (or after the feed lagged), milliseconds.
+    pub build_ms: u64,
+    /// The last refresh: updating the plans from the index, microseconds.
+    pub last_refresh_us: u64,
+    /// Refreshes since startup.
+    pub refreshes: u64,
 }
 
 impl Shared {
@@ -255,8 +277,14 @@ impl PeersView {
     /// The sync level of `owner_hex`'s repository `identifier`, if followed.
     pub fn level(&self, owner_hex: &str, identifier: &str) -> Option<SyncLevel> {
         let shared = self.0.upgrade()?;
-        let levels = shared.levels.lock().unwrap();
-        levels.get(&(owner_hex.to_string(), identifier.to_string())).copied()
+        let owner = nostr::prelude::PublicKey::from_hex(owner_hex).ok()?;
+        let index = shared.index.lock().unwrap();
+        index.as_ref()?.level(&owner, identifier)
+    }
+
+    /// The cost of the interest.
+    pub fn interest(&self) -> InterestStats {
+        self.0.upgrade().map(|s| s.interest_stats.lock().unwrap().clone()).unwrap_or_default()
     }
 }
 
@@ -277,8 +305,6 @@ struct Manager {
     peers: BTreeMap<RelayUrl, PeerEntry>,
     /// Dead relays with the plan they died with: restarted only when the plan changes.
     dead: BTreeMap<RelayUrl, RelayPlan>,
-    /// The interest last gathered, kept up to date with new root events from the feed.
-    interest: Option<wanted::Interest>,
     shutdown: Shutdown,
 }
 
@@ -318,12 +344,16 @@ pub fn start(grasp: &Arc<Grasp>, config: PeersConfig, cursors_file: PathBuf, shu
         cursors_file,
         cursors_dirty: AtomicBool::new(false),
         relays: Mutex::new(BTreeMap::new()),
-        levels: Mutex::new(BTreeMap::new()),
+        index: Mutex::new(None),
+        interest_stats: Mutex::new(InterestStats::default()),
     });
     let view = PeersView(Arc::downgrade(&shared));
-    let manager = Manager { shared, bootstraps, only, peers: BTreeMap::new(), dead: BTreeMap::new(), interest: None, shutdown };
+    let manager = Manager { shared, bootstraps, only, peers: BTreeMap::new(), dead: BTreeMap::new(), shutdown };
     Ok((tokio::spawn(manager.run()), view))
 }
+
+/// Served repositories whose roots are read from the store per manager tick after startup.
+const ROOTS_PER_TICK: usize = 64;
 
 impl Manager {
     async fn run(mut self) {
@@ -332,60 +362,60 @@ impl Manager {
         let mut tick = tokio::time::interval(Duration::from_millis(250));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut last_refresh: Option<Instant> = None;
-        // An accepted announcement, state or deletion: gather everything again.
-        let mut accepted_since: Option<Instant> = None;
-        // A new root event of a followed repository: its plans change, nothing to gather.
-        let mut roots_since: Option<Instant> = None;
+        // The interest changed (the feed, the purgatory, roots read): refresh `batch` later.
+        let mut changed_since: Option<Instant> = None;
+        let mut rebuild = true;
+        let mut held_due = false;
         let mut last_save = Instant::now();
         let mut last_held_check = Instant::now();
-        let mut last_held = BTreeSet::new();
         loop {
             tokio::select! {
                 _ = self.shutdown.recv() => break,
-                _ = self.shared.intake.announcement_accepted.notified() => {
-                    accepted_since.get_or_insert_with(Instant::now);
-                }
+                _ = self.shared.intake.announcement_accepted.notified() => held_due = true,
                 event = feed.recv() => match event {
                     Ok(event) => {
                         self.shared.intake.readmit(&event).await;
-                        match self.interest.as_mut().map(|i| i.note_accepted(&event)) {
-                            Some(wanted::Change::None) => {}
-                            Some(wanted::Change::Roots) => {
-                                roots_since.get_or_insert_with(Instant::now);
-                            }
-                            Some(wanted::Change::Gather) | None => {
-                                accepted_since.get_or_insert_with(Instant::now);
-                            }
+                        let changed = self.shared.index.lock().unwrap().as_mut().is_some_and(|ix| ix.note_stored(&event, interest::compact));
+                        if changed {
+                            changed_since.get_or_insert_with(Instant::now);
                         }
+                        // A released announcement leaves the purgatory as it is stored.
+                        held_due |= event.kind.as_u16() == grasp_state::nip34::KIND_ANNOUNCEMENT;
                     }
-                    Err(broadcast::error::RecvError::Lagged(_)) => {
-                        accepted_since.get_or_insert_with(Instant::now);
+                    Err(broadcast::error::RecvError::Lagged(missed)) => {
+                        tracing::info!(missed, "relay sync missed accepted events; building its interest again");
+                        rebuild = true;
                     }
                     Err(broadcast::error::RecvError::Closed) => break,
                 },
                 _ = tick.tick() => {
-                    let now = Instant::now();
-                    let cfg = &self.shared.config;
-                    // Held announcements are not broadcast: every `refresh` the purgatory's
-                    // identifiers are compared, and the plans recomputed when they changed (and
-                    // in full every minute, and `batch` after accepted events).
-                    let mut due = last_refresh.is_none_or(|t| now.duration_since(t) >= FULL_REFRESH)
-                        || accepted_since.is_some_and(|t| now.duration_since(t) >= cfg.batch);
-                    if !due && now.duration_since(last_held_check) >= cfg.refresh {
-                        last_held_check = now;
-                        due = grasp.purgatory.waiting_identifiers() != last_held;
-                    }
-                    if due {
-                        last_held = grasp.purgatory.waiting_identifiers();
-                        self.refresh().await;
+                    if rebuild {
+                        self.build().await;
+                        rebuild = false;
+                        self.refresh();
                         last_refresh = Some(Instant::now());
-                        accepted_since = None;
-                        roots_since = None;
-                    } else if roots_since.is_some_and(|t| now.duration_since(t) >= cfg.batch) {
-                        if let Some(interest) = self.interest.clone() {
-                            self.apply(&interest);
+                        changed_since = None;
+                    }
+                    let now = Instant::now();
+                    let (refresh_every, batch) = (self.shared.config.refresh, self.shared.config.batch);
+                    if held_due || now.duration_since(last_held_check) >= refresh_every {
+                        held_due = false;
+                        last_held_check = now;
+                        if self.sync_held() {
+                            changed_since.get_or_insert(now);
                         }
-                        roots_since = None;
+                    }
+                    if self.read_roots(ROOTS_PER_TICK).await {
+                        changed_since.get_or_insert(now);
+                    }
+                    // The plans are taken again `batch` after a change, and every minute (dead
+                    // peers whose plan is unchanged are not restarted).
+                    let due = last_refresh.is_none_or(|t| now.duration_since(t) >= FULL_REFRESH)
+                        || changed_since.is_some_and(|t| now.duration_since(t) >= batch);
+                    if due {
+                        self.refresh();
+                        last_refresh = Some(Instant::now());
+                        changed_since = None;
                     }
                     self.request_missing_parents(now);
                     if now.duration_since(last_save) >= Duration::from_secs(10) {
@@ -403,21 +433,71 @@ impl Manager {
         self.shared.save_cursors();
     }
 
-    /// Gathers the interest from the store and the purgatory, and brings the peers in line.
-    async fn refresh(&mut self) {
+    /// Builds the interest index from the store and the purgatory (every stored announcement,
+    /// then the roots of every served repository) and puts it in place.
+    async fn build(&mut self) {
+        let started = Instant::now();
         let grasp = self.shared.grasp().clone();
-        let mut interest = interest::gather(&grasp, &self.bootstraps).await;
-        interest.only.clone_from(&self.only);
-        self.apply(&interest);
-        self.interest = Some(interest);
+        let policy = self.shared.policy.clone();
+        let excluded: index::Excluded = Box::new(move |url: &RelayUrl| url.check(&policy).is_err());
+        let mut ix = index::InterestIndex::new(excluded, self.bootstraps.clone(), self.only.clone());
+        interest::load(&grasp, &mut ix).await;
+        // Bounded: one pass over the served repositories.
+        for _ in 0..ix.len() + 1 {
+            let keys = ix.take_roots_wanted(256);
+            if keys.is_empty() {
+                break;
+            }
+            for key in keys {
+                let roots = interest::read_roots(&grasp, &key).await;
+                ix.set_roots(&key, roots);
+            }
+        }
+        let repositories = ix.len();
+        *self.shared.index.lock().unwrap() = Some(ix);
+        let build_ms = started.elapsed().as_millis() as u64;
+        self.shared.interest_stats.lock().unwrap().build_ms = build_ms;
+        tracing::info!(repositories, build_ms, "relay sync interest built from the store and the purgatory");
     }
 
-    /// Computes the plans of `interest` and brings the peers in line.
-    fn apply(&mut self, interest: &wanted::Interest) {
-        *self.shared.levels.lock().unwrap() =
-            interest.repos.iter().map(|r| ((r.owner.to_hex(), r.identifier.clone()), r.level)).collect();
-        let policy = &self.shared.policy;
-        let plans = interest.plans(|url| url.check(policy).is_err(), self.shared.config.max_relays);
+    /// Compares the purgatory's held announcements with the index (by event id).
+    fn sync_held(&mut self) -> bool {
+        let held = self.shared.grasp().purgatory.held_announcement_events();
+        self.shared.index.lock().unwrap().as_mut().is_some_and(|ix| ix.set_held(&held, interest::compact))
+    }
+
+    /// Reads the roots of at most `n` newly served repositories; whether any was read.
+    async fn read_roots(&mut self, n: usize) -> bool {
+        let keys = self.shared.index.lock().unwrap().as_mut().map(|ix| ix.take_roots_wanted(n)).unwrap_or_default();
+        let grasp = self.shared.grasp().clone();
+        for key in &keys {
+            let roots = interest::read_roots(&grasp, key).await;
+            if let Some(ix) = self.shared.index.lock().unwrap().as_mut() {
+                ix.set_roots(key, roots);
+            }
+        }
+        !keys.is_empty()
+    }
+
+    /// Takes the plans from the index and brings the peers in line.
+    fn refresh(&mut self) {
+        let started = Instant::now();
+        let max_relays = self.shared.config.max_relays;
+        let (plans, repositories, relays_named) = {
+            let mut index = self.shared.index.lock().unwrap();
+            let Some(ix) = index.as_mut() else { return };
+            (ix.plans(max_relays), ix.len(), ix.relays_named())
+        };
+        self.apply(plans);
+        let mut stats = self.shared.interest_stats.lock().unwrap();
+        stats.last_refresh_us = started.elapsed().as_micros() as u64;
+        stats.refreshes += 1;
+        stats.repositories = repositories;
+        stats.relays_named = relays_named;
+    }
+
+    /// Brings the peers in line with `plans`.
+    fn apply(&mut self, plans: BTreeMap<RelayUrl, RelayPlan>) {
         // Dead peers and relays no longer needed.
         let finished: Vec<RelayUrl> = self.peers.iter().filter(|(_, p)| p.task.is_finished()).map(|(u, _)| u.clone()).collect();
         for url in finished {

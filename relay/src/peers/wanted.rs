@@ -12,7 +12,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use grasp_state::nip34::{KIND_ANNOUNCEMENT, KIND_STATE, KIND_USER_GRASP_LIST};
-use nostr::prelude::{Event, EventId, Filter, Kind, PublicKey, SingleLetterTag};
+use nostr::prelude::{EventId, Filter, Kind, PublicKey, SingleLetterTag};
 use serde::Serialize;
 
 use super::address::RelayUrl;
@@ -79,17 +79,6 @@ pub struct Interest {
     pub only: Option<BTreeSet<RelayUrl>>,
 }
 
-/// What an accepted event changes in the interest ([`Interest::note_accepted`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Change {
-    /// Nothing this server asks for.
-    None,
-    /// A new root of a followed repository was added: recompute the plans.
-    Roots,
-    /// Announcements, maintainers or levels may have changed: gather the interest again.
-    Gather,
-}
-
 /// Root events per repository whose replies are synced (the newest first when gathered).
 pub const MAX_ROOTS: usize = 500;
 
@@ -125,32 +114,6 @@ fn chunks<T: Clone>(values: &BTreeSet<T>) -> Vec<Vec<T>> {
 }
 
 impl Interest {
-    /// Takes an event just accepted (the feed): a new event tagging a repository followed at
-    /// level full becomes one of its roots (until it has [`MAX_ROOTS`]); an announcement, a
-    /// state or a deletion asks for the interest to be gathered again; anything else changes
-    /// nothing.
-    pub fn note_accepted(&mut self, event: &Event) -> Change {
-        let kind = event.kind.as_u16();
-        if kind == KIND_ANNOUNCEMENT || kind == KIND_STATE || kind == 5 {
-            return Change::Gather;
-        }
-        let coordinates: Vec<&str> = event.tags.iter().filter_map(|t| match t.as_slice() {
-            [name, value, ..] if name == "a" => Some(value.as_str()),
-            _ => None,
-        }).collect();
-        let mut change = Change::None;
-        for repo in &mut self.repos {
-            if repo.level != SyncLevel::Full || repo.roots.len() >= MAX_ROOTS || repo.roots.contains(&event.id) {
-                continue;
-            }
-            if coordinates.contains(&repo.coordinate().as_str()) {
-                repo.roots.push(event.id);
-                change = Change::Roots;
-            }
-        }
-        change
-    }
-
     /// The plan of every relay to connect to: relays named by accepted repositories and the
     /// bootstraps, without those `excluded` (this server, unsafe), at most `max_relays`
     /// (bootstraps first, always kept). Ranking ([`rank`]) resists being taken over by free
@@ -194,13 +157,31 @@ pub fn rank(serving: &BTreeMap<&RelayUrl, Vec<&RepoInterest>>, bootstraps: &BTre
     let owners = |repos: &[&RepoInterest], level: SyncLevel| -> usize {
         repos.iter().filter(|r| r.level == level).map(|r| r.owner).collect::<BTreeSet<_>>().len()
     };
-    let mut ranked: Vec<(usize, usize, &RelayUrl)> = serving
-        .iter()
-        .filter(|(relay, _)| !bootstraps.contains(**relay))
-        .map(|(relay, repos)| (owners(repos, SyncLevel::Full), owners(repos, SyncLevel::StateOnly), *relay))
-        .collect();
+    rank_counted(
+        serving.iter().map(|(relay, repos)| (*relay, owners(repos, SyncLevel::Full), owners(repos, SyncLevel::StateOnly))),
+        bootstraps,
+        max_relays,
+    )
+}
+
+/// [`rank`] from counts already made: `(relay, distinct owners of served repositories listing
+/// it, distinct owners of held ones)` for every relay named (bootstraps included), so an index
+/// keeping the counts ranks without looking at any repository.
+pub fn rank_counted<'a>(
+    counted: impl IntoIterator<Item = (&'a RelayUrl, usize, usize)>,
+    bootstraps: &BTreeSet<RelayUrl>,
+    max_relays: usize,
+) -> BTreeSet<RelayUrl> {
+    let mut taken: BTreeSet<RelayUrl> = BTreeSet::new();
+    let mut ranked: Vec<(usize, usize, &RelayUrl)> = Vec::new();
+    for (relay, full, held) in counted {
+        if bootstraps.contains(relay) {
+            taken.insert(relay.clone());
+        } else {
+            ranked.push((full, held, relay));
+        }
+    }
     ranked.sort_by(|a, b| b.0.cmp(&a.0).then(b.1.cmp(&a.1)).then(a.2.cmp(b.2)));
-    let mut taken: BTreeSet<RelayUrl> = serving.keys().filter(|r| bootstraps.contains(**r)).map(|r| (*r).clone()).collect();
     let mut per_authority: BTreeMap<&str, usize> = BTreeMap::new();
     let mut room = max_relays.saturating_sub(taken.len());
     for (_, _, relay) in ranked {
@@ -219,7 +200,7 @@ pub fn rank(serving: &BTreeMap<&RelayUrl, Vec<&RepoInterest>>, bootstraps: &BTre
 }
 
 /// The consolidated filters for a relay serving `repos`.
-fn plan_for(repos: &[&RepoInterest], bootstrap: bool) -> RelayPlan {
+pub fn plan_for(repos: &[&RepoInterest], bootstrap: bool) -> RelayPlan {
     let mut filters = vec![Filter::new().kind(Kind::Custom(KIND_ANNOUNCEMENT))];
     let mut authors: BTreeSet<PublicKey> = BTreeSet::new();
     let mut identifiers: BTreeSet<String> = BTreeSet::new();
@@ -429,32 +410,6 @@ mod tests {
         assert!(peer.bootstrap);
         // announcements, grasp lists, states, #a of x, #e/#E/#q of x's root.
         assert_eq!(peer.filters.len(), 7, "{:?}", peer.filters);
-    }
-
-    #[test]
-    fn accepted_events_update_the_interest_without_gathering() {
-        use nostr::prelude::{EventBuilder, FinalizeEvent, Tag};
-        let full = repo("x", &["wss://a"], SyncLevel::Full, 1);
-        let held = repo("y", &["wss://a"], SyncLevel::StateOnly, 0);
-        let mut interest = Interest { repos: vec![full.clone(), held.clone()], bootstraps: BTreeSet::new(), only: None };
-        let keys = Keys::generate();
-        let tagging = |coordinate: String| EventBuilder::new(Kind::Custom(1621), "").tags([Tag::parse(["a", &coordinate]).unwrap()]).finalize(&keys).unwrap();
-        let issue = tagging(full.coordinate());
-        let before = interest.plans(|_| false, 1)[&url("wss://a")].filter_keys();
-        assert_eq!(interest.note_accepted(&issue), Change::Roots);
-        assert_eq!(interest.repos[0].roots.last(), Some(&issue.id));
-        assert_eq!(interest.note_accepted(&issue), Change::None, "once");
-        let after = interest.plans(|_| false, 1)[&url("wss://a")].filter_keys();
-        assert_eq!(after.difference(&before).count(), 3, "the last #e/#E/#q chunk changes");
-        // A held repository has no roots; a comment on a root changes nothing.
-        assert_eq!(interest.note_accepted(&tagging(held.coordinate())), Change::None);
-        let comment = EventBuilder::new(Kind::Custom(1111), "").tags([Tag::parse(["e", &issue.id.to_hex()]).unwrap()]).finalize(&keys).unwrap();
-        assert_eq!(interest.note_accepted(&comment), Change::None);
-        let announcement = EventBuilder::new(Kind::Custom(KIND_ANNOUNCEMENT), "").tags([Tag::identifier("z")]).finalize(&keys).unwrap();
-        assert_eq!(interest.note_accepted(&announcement), Change::Gather);
-        // Full repositories stop taking roots at MAX_ROOTS.
-        interest.repos[0].roots = (0..MAX_ROOTS).map(|n| EventId::from_byte_array([n as u8; 32])).collect();
-        assert_eq!(interest.note_accepted(&tagging(full.coordinate())), Change::None);
     }
 
     #[test]

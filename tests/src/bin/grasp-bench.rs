@@ -4,7 +4,12 @@
 //! cargo build --release --workspace
 //! cargo run --release -p grasp-tests --bin grasp-bench            # default sizes, < ~5 min
 //! cargo run --release -p grasp-tests --bin grasp-bench -- --quick # smoke run, < ~1 min
+//! cargo run --release -p grasp-tests --bin grasp-bench -- --scale 1000000 # scale run only
 //! ```
+//!
+//! `--scale N` runs only the scale run (module `scale`): one relay filled to N stored events
+//! and N/20 repositories, measured at 10,000, 100,000, ... and N; writes docs/scale.csv and
+//! docs/scale.svg.
 //!
 //! Measures, in one run, and prints one table with the targets of docs/benchmarks.md:
 //! - `git ls-remote` and clone of a one-commit repository: relay vs bare;
@@ -71,6 +76,8 @@ struct Opts {
     family_mb: usize,
     family_runs: usize,
     skip: BTreeSet<String>,
+    /// `--scale N`: only the scale run, up to N stored events (docs/benchmarks.md, "Scale").
+    scale: Option<usize>,
 }
 
 impl Opts {
@@ -91,6 +98,7 @@ impl Opts {
             family_mb: 20,
             family_runs: 3,
             skip: BTreeSet::new(),
+            scale: None,
         };
         let mut args = std::env::args().skip(1);
         while let Some(a) = args.next() {
@@ -115,6 +123,7 @@ impl Opts {
                         family_mb: 2,
                         family_runs: 1,
                         skip: o.skip,
+                        scale: o.scale,
                     }
                 }
                 "--fetch-runs" => o.fetch_runs = num(&a)?,
@@ -131,6 +140,7 @@ impl Opts {
                 "--sync-events" => o.sync_events = num(&a)?,
                 "--family-mb" => o.family_mb = num(&a)?,
                 "--family-runs" => o.family_runs = num(&a)?,
+                "--scale" => o.scale = Some(num(&a)?.max(SCALE_FIRST)),
                 "--skip" => {
                     o.skip.extend(args.next().context("--skip needs a list")?.split(',').map(str::to_owned))
                 }
@@ -139,7 +149,9 @@ impl Opts {
                         "grasp-bench [--quick] [--fetch-runs N] [--push-runs N] [--clone-mb MB] [--clone-runs N] [--rss-small-mb MB] \
                          [--rss-big-mb MB] [--events N] [--connections N] [--purgatory-states N] [--auth-runs N] \
                          [--checkpoint-entries N] [--sync-events N] [--family-mb MB] [--family-runs N] \
-                         [--skip fetch,push,clone,rss,ingest,auth,sync,checkpoint,owners,family]\n\
+                         [--skip fetch,push,clone,rss,ingest,auth,sync,checkpoint,owners,family] [--scale N]\n\
+                         --scale N: only the scale run (one relay filled to N stored events, N/20 repositories; \
+                         docs/scale.csv, docs/scale.svg).\n\
                          Flags after --quick override it. Build first: cargo build --release --workspace"
                     );
                     std::process::exit(0);
@@ -222,7 +234,7 @@ fn median(mut v: Vec<Duration>) -> Duration {
 /// A release `grasp-relay` on a temp dir and a free loopback port, logging warnings only.
 struct Relay {
     child: Child,
-    _tmp: tempfile::TempDir,
+    _tmp: Option<tempfile::TempDir>,
     data_dir: PathBuf,
     addr: SocketAddr,
 }
@@ -231,7 +243,17 @@ impl Relay {
     fn start(extra: &[&str]) -> Result<Relay> {
         let tmp = tempfile::tempdir()?;
         let data_dir = tmp.path().join("data");
-        let log = OpenOptions::new().create(true).append(true).open(tmp.path().join("relay.log"))?;
+        let mut relay = Relay::start_at(&data_dir, extra)?;
+        relay._tmp = Some(tmp);
+        Ok(relay)
+    }
+
+    /// A relay on `data_dir` (kept when it stops: the scale run restarts on it).
+    fn start_at(data_dir: &Path, extra: &[&str]) -> Result<Relay> {
+        let data_dir = data_dir.to_path_buf();
+        std::fs::create_dir_all(&data_dir)?;
+        let _ = std::fs::remove_file(data_dir.join("relay-addr"));
+        let log = OpenOptions::new().create(true).append(true).open(data_dir.with_extension("log"))?;
         let child = Command::new(binary_path("grasp-relay"))
             .args(["--bind", "127.0.0.1:0", "--log", "warn"])
             // The bench measures throughput: the default write limits would refuse most of it.
@@ -251,7 +273,7 @@ impl Relay {
             TcpStream::connect_timeout(&addr, Duration::from_secs(1)).ok()?;
             Some(addr)
         })?;
-        Ok(Relay { child, _tmp: tmp, data_dir, addr })
+        Ok(Relay { child, _tmp: None, data_dir, addr })
     }
 
     fn ws_url(&self) -> String {
@@ -1189,6 +1211,9 @@ async fn bench_family(o: &Opts, tmp: &Path, rows: &mut Vec<Row>) -> Result<()> {
 fn main() -> Result<()> {
     let o = Opts::parse()?;
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    if let Some(n) = o.scale {
+        return runtime.block_on(scale::run(n));
+    }
     let tmp = tempfile::tempdir()?;
     let mut rows = Vec::new();
     let total = Instant::now();
@@ -1247,4 +1272,266 @@ fn main() -> Result<()> {
         bare.front
     );
     Ok(())
+}
+
+// ---------- scale run ----------
+
+/// The first size the scale run measures.
+const SCALE_FIRST: usize = 10_000;
+
+/// `--scale N` (docs/benchmarks.md, "Scale"): one relay filled through its WebSocket to N stored
+/// events, N/20 of them repository announcements (1% held, each with 99 maintainers whose own
+/// announcements of the identifier are stored at once, docs/protocol.md#acceptance), the rest
+/// issues tagging them; measured at 10,000, 100,000, ... and N.
+mod scale {
+    use super::*;
+
+    const EVENTS_PER_REPO: usize = 20;
+    const PER_GROUP: usize = 100;
+    const SAMPLES: usize = 200;
+    /// Relays the announcements list (closed loopback ports: followed, never answering).
+    const RELAYS: usize = 10;
+
+    struct Point {
+        events: usize,
+        repos: usize,
+        id: (Duration, Duration),
+        tag: (Duration, Duration),
+        ok: (Duration, Duration),
+        rss_anon_kib: u64,
+        restart: Duration,
+        build_ms: u64,
+        refresh_us: u64,
+    }
+
+    fn sizes(n: usize) -> Vec<usize> {
+        let mut v = Vec::new();
+        let mut s = SCALE_FIRST;
+        while s < n {
+            v.push(s);
+            s *= 10;
+        }
+        v.push(n);
+        v
+    }
+
+    fn percentiles(mut v: Vec<Duration>) -> (Duration, Duration) {
+        v.sort();
+        let at = |q: f64| v[((v.len() - 1) as f64 * q).round() as usize];
+        (at(0.5), at(0.99))
+    }
+
+    const ARGS: [&str; 3] = ["--sync-allow-private", "--purgatory-total", "100000"];
+
+    /// What was sent so far.
+    #[derive(Default)]
+    struct Filled {
+        events: usize,
+        repos: Vec<String>,
+        issues: Vec<EventId>,
+    }
+
+    fn relay_of(n: usize) -> String {
+        format!("ws://127.0.0.1:{}/", 9 + n % RELAYS)
+    }
+
+    /// Repositories (groups of [`PER_GROUP`]) and issues up to `size` events.
+    fn make_batch(relay: &Relay, filled: &mut Filled, size: usize, authors: &[Keys]) -> (Vec<Event>, Vec<Event>, Vec<Event>) {
+        let v = |s: &[&str]| s.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        let mut held = Vec::new();
+        let mut stored = Vec::new();
+        while filled.repos.len() < size / EVENTS_PER_REPO {
+            let g = filled.repos.len() / PER_GROUP;
+            let id = format!("scale{g}");
+            let maintainers: Vec<Keys> = (1..PER_GROUP).map(|_| Keys::generate()).collect();
+            let lead = Keys::generate();
+            let mut m = vec!["maintainers".to_string()];
+            m.extend(maintainers.iter().map(|k| k.public_key().to_hex()));
+            held.push(sign(&lead, 30617, vec![v(&["d", &id]), v(&["clone", &relay.repo_url(&lead.public_key(), &id)]), v(&["relays", &relay.ws_url(), &relay_of(g)]), m], ""));
+            filled.repos.push(format!("30617:{}:{id}", lead.public_key().to_hex()));
+            for (k, key) in maintainers.iter().enumerate() {
+                let clone = format!("https://elsewhere.example/{id}.git");
+                stored.push(sign(key, 30617, vec![v(&["d", &id]), v(&["clone", &clone]), v(&["relays", &relay_of(g + k)])], ""));
+                filled.repos.push(format!("30617:{}:{id}", key.public_key().to_hex()));
+            }
+        }
+        filled.events += held.len() + stored.len();
+        let issues = size.saturating_sub(filled.events);
+        let repos = filled.repos.clone();
+        let start = filled.issues.len();
+        let make = |range: std::ops::Range<usize>| -> Vec<Event> {
+            range.map(|n| sign(&authors[n % authors.len()], 1621, vec![v(&["a", &repos[n * 7919 % repos.len()]]), v(&["subject", "scale"])], &format!("issue {n}"))).collect()
+        };
+        let half = start + issues / 2;
+        let (a, b) = std::thread::scope(|s| {
+            let a = s.spawn(|| make(start..half));
+            let b = s.spawn(|| make(half..start + issues));
+            (a.join().unwrap(), b.join().unwrap())
+        });
+        let mut events = a;
+        events.extend(b);
+        filled.issues.extend(events.iter().map(|e| e.id));
+        filled.events += events.len();
+        (held, stored, events)
+    }
+
+    /// Sends `events` pipelined over 4 connections, 1,000 at a time on each.
+    async fn send_all(relay: &Relay, events: &[Event]) -> Result<()> {
+        let mut clients = Vec::new();
+        for _ in 0..4 {
+            clients.push(NostrClient::connect(&relay.ws_url()).await?);
+        }
+        for chunk in events.chunks(4000) {
+            let parts: Vec<&[Event]> = chunk.chunks(1000).collect();
+            let sends = clients.iter_mut().zip(parts).map(|(c, part)| pipeline(c, part));
+            for r in futures_util::future::join_all(sends).await {
+                r?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn interest(relay: &Relay) -> serde_json::Value {
+        operator_view(relay, "/v1/sync").await.map(|v| v["interest"].clone()).unwrap_or_default()
+    }
+
+    async fn measure(relay: &mut Relay, data_dir: &Path, filled: &Filled, authors: &[Keys]) -> Result<Point> {
+        let mut c = NostrClient::connect(&relay.ws_url()).await?;
+        let step = (filled.issues.len() / SAMPLES).max(1);
+        let mut by_id = Vec::new();
+        for id in filled.issues.iter().step_by(step).take(SAMPLES) {
+            let t = Instant::now();
+            let got = c.req(vec![Filter::new().id(*id)]).await?;
+            by_id.push(t.elapsed());
+            if got.len() != 1 {
+                bail!("event {id} not served");
+            }
+        }
+        let a_tag = SingleLetterTag::from_char('a').expect("a letter");
+        let mut by_tag = Vec::new();
+        for n in 0..SAMPLES {
+            let coordinate = &filled.repos[n * 104_729 % filled.repos.len()];
+            let t = Instant::now();
+            c.req(vec![Filter::new().custom_tag(a_tag, coordinate.clone()).limit(10)]).await?;
+            by_tag.push(t.elapsed());
+        }
+        let mut oks = Vec::new();
+        let before = interest(relay).await["refreshes"].as_u64().unwrap_or(0);
+        for n in 0..SAMPLES {
+            let coordinate = &filled.repos[n * 15_485_863 % filled.repos.len()];
+            let e = sign(&authors[n % authors.len()], 1621, vec![vec!["a".into(), coordinate.clone()]], &format!("probe {} {n}", filled.events));
+            let t = Instant::now();
+            send_ok(&mut c, &e).await?;
+            oks.push(t.elapsed());
+        }
+        // The new roots refresh the plans of their relays 2 s later.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut view = interest(relay).await;
+        while view["refreshes"].as_u64().unwrap_or(0) <= before && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            view = interest(relay).await;
+        }
+        let refresh_us = view["last_refresh_us"].as_u64().unwrap_or(0);
+        let rss_anon_kib = status_kib(relay.pid(), "RssAnon:").unwrap_or(0);
+        // Restart: a clean stop (SIGTERM), then the time from spawn to an answered REQ.
+        let _ = Command::new("kill").args(["-s", "TERM", &relay.pid().to_string()]).status();
+        let stop = Instant::now() + Duration::from_secs(60);
+        while relay.child.try_wait()?.is_none() && Instant::now() < stop {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let t = Instant::now();
+        *relay = Relay::start_at(data_dir, &ARGS)?;
+        let mut c = NostrClient::connect(&relay.ws_url()).await?;
+        c.req(vec![Filter::new().id(filled.issues[0])]).await?;
+        let restart = t.elapsed();
+        let deadline = Instant::now() + Duration::from_secs(600);
+        let mut view = interest(relay).await;
+        while view["refreshes"].as_u64().unwrap_or(0) == 0 && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            view = interest(relay).await;
+        }
+        Ok(Point {
+            events: filled.events + SAMPLES,
+            repos: filled.repos.len(),
+            id: percentiles(by_id),
+            tag: percentiles(by_tag),
+            ok: percentiles(oks),
+            rss_anon_kib,
+            restart,
+            build_ms: view["build_ms"].as_u64().unwrap_or(0),
+            refresh_us,
+        })
+    }
+
+    pub async fn run(n: usize) -> Result<()> {
+        let tmp = tempfile::tempdir()?;
+        let data_dir = tmp.path().join("data");
+        let mut relay = Relay::start_at(&data_dir, &ARGS)?;
+        let authors: Vec<Keys> = (0..1000).map(|_| Keys::generate()).collect();
+        let mut filled = Filled::default();
+        let mut points = Vec::new();
+        let started = Instant::now();
+        for size in sizes(n) {
+            eprintln!("scale: filling to {size} events ({:.0?} so far) ...", started.elapsed());
+            let (held, announcements, issues) = make_batch(&relay, &mut filled, size, &authors);
+            let mut c = NostrClient::connect(&relay.ws_url()).await?;
+            pipeline(&mut c, &held).await?;
+            send_all(&relay, &announcements).await?;
+            send_all(&relay, &issues).await?;
+            eprintln!("scale: measuring at {} events, {} repositories ({:.0?}) ...", filled.events, filled.repos.len(), started.elapsed());
+            let p = measure(&mut relay, &data_dir, &filled, &authors).await?;
+            filled.events += SAMPLES;
+            eprintln!(
+                "scale: {} events: REQ id p50/p99 {}/{}, #a {}/{}, EVENT→OK {}/{}, RssAnon {}, restart {}, interest build {} ms, refresh {} µs",
+                p.events, ms(p.id.0), ms(p.id.1), ms(p.tag.0), ms(p.tag.1), ms(p.ok.0), ms(p.ok.1), mib(p.rss_anon_kib), ms(p.restart), p.build_ms, p.refresh_us
+            );
+            points.push(p);
+        }
+        let docs = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs");
+        let mut csv = String::from("events,repositories,req_id_p50_ms,req_id_p99_ms,req_a_p50_ms,req_a_p99_ms,event_ok_p50_ms,event_ok_p99_ms,rss_anon_mib,restart_ms,interest_build_ms,interest_refresh_us\n");
+        let f = |d: Duration| d.as_secs_f64() * 1000.0;
+        for p in &points {
+            csv += &format!(
+                "{},{},{:.2},{:.2},{:.2},{:.2},{:.2},{:.2},{:.1},{:.0},{},{}\n",
+                p.events, p.repos, f(p.id.0), f(p.id.1), f(p.tag.0), f(p.tag.1), f(p.ok.0), f(p.ok.1), p.rss_anon_kib as f64 / 1024.0, f(p.restart), p.build_ms, p.refresh_us
+            );
+        }
+        std::fs::write(docs.join("scale.csv"), &csv)?;
+        std::fs::write(docs.join("scale.svg"), svg(&points))?;
+        println!("{csv}");
+        eprintln!("scale: wrote docs/scale.csv and docs/scale.svg ({:.0?})", started.elapsed());
+        Ok(())
+    }
+
+    /// Two panels against log10(events): p99 latencies (ms) and RssAnon (MiB).
+    fn svg(points: &[Point]) -> String {
+        let (w, h, pad) = (360.0, 240.0, 40.0);
+        let xs: Vec<f64> = points.iter().map(|p| (p.events as f64).log10()).collect();
+        let (x0, x1) = (xs.iter().cloned().fold(f64::MAX, f64::min), xs.iter().cloned().fold(f64::MIN, f64::max).max(xs[0] + 1.0));
+        let panel = |ox: f64, title: &str, series: Vec<(&str, &str, Vec<f64>)>| -> String {
+            let top = series.iter().flat_map(|(_, _, v)| v.iter().cloned()).fold(0.0, f64::max).max(1e-9) * 1.1;
+            let px = |x: f64| ox + pad + (x - x0) / (x1 - x0) * (w - 2.0 * pad);
+            let py = |y: f64| h - pad - y / top * (h - 2.0 * pad);
+            let mut out = format!("<text x='{}' y='20' font-size='13'>{title}</text>", ox + pad);
+            out += &format!("<line x1='{0}' y1='{1}' x2='{2}' y2='{1}' stroke='black'/><line x1='{0}' y1='{3}' x2='{0}' y2='{1}' stroke='black'/>", ox + pad, h - pad, ox + w - pad, pad);
+            out += &format!("<text x='{}' y='{}' font-size='10'>{:.1}</text><text x='{}' y='{}' font-size='10'>0</text>", ox + 2.0, pad + 4.0, top, ox + 2.0, h - pad);
+            for (x, p) in xs.iter().zip(points) {
+                out += &format!("<text x='{}' y='{}' font-size='10' text-anchor='middle'>{}</text>", px(*x), h - pad + 14.0, p.events);
+            }
+            for (i, (name, color, v)) in series.iter().enumerate() {
+                let pts: Vec<String> = xs.iter().zip(v).map(|(x, y)| format!("{:.1},{:.1}", px(*x), py(*y))).collect();
+                out += &format!("<polyline fill='none' stroke='{color}' stroke-width='2' points='{}'/>", pts.join(" "));
+                out += &format!("<text x='{}' y='{}' font-size='10' fill='{color}'>{name}</text>", ox + pad + 6.0, pad + 12.0 * (i as f64 + 1.0));
+            }
+            out
+        };
+        let f = |d: Duration| d.as_secs_f64() * 1000.0;
+        let left = panel(0.0, "p99 latency (ms) against stored events", vec![
+            ("REQ by id", "steelblue", points.iter().map(|p| f(p.id.1)).collect()),
+            ("REQ by #a", "darkorange", points.iter().map(|p| f(p.tag.1)).collect()),
+            ("EVENT to OK", "seagreen", points.iter().map(|p| f(p.ok.1)).collect()),
+        ]);
+        let right = panel(w, "RssAnon (MiB) against stored events", vec![("RssAnon", "firebrick", points.iter().map(|p| p.rss_anon_kib as f64 / 1024.0).collect())]);
+        format!("<svg xmlns='http://www.w3.org/2000/svg' width='{}' height='{h}' font-family='sans-serif'><rect width='100%' height='100%' fill='white'/>{left}{right}</svg>\n", 2.0 * w)
+    }
 }
