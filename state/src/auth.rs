@@ -187,17 +187,19 @@ impl ProtectedRefusal {
     }
 }
 
-/// Who submits an event: the public keys its connection authenticated as (NIP-42), and whether
-/// it arrives through relay-to-relay sync rather than from a client.
+/// Who submits an event: the public keys its connection authenticated as (NIP-42), whether
+/// it arrives through relay-to-relay sync rather than from a client, and the client's address
+/// as per-address limits count it ([`crate::client_key::limit_key`]; `None` for relay sync).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Submitter<'a> {
     pub authenticated: &'a [PublicKey],
     pub from_sync: bool,
+    pub address: Option<std::net::IpAddr>,
 }
 
 impl Submitter<'_> {
     /// A client connection that has not authenticated.
-    pub const ANONYMOUS: Submitter<'static> = Submitter { authenticated: &[], from_sync: false };
+    pub const ANONYMOUS: Submitter<'static> = Submitter { authenticated: &[], from_sync: false, address: None };
 
     /// Has the connection authenticated as `pk`?
     pub fn is(&self, pk: &PublicKey) -> bool {
