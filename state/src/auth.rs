@@ -334,11 +334,11 @@ mod tests {
         assert_eq!(check_protected(&plain, &Submitter::ANONYMOUS), Ok(()));
         assert_eq!(check_protected(&ev, &Submitter::ANONYMOUS), Err(ProtectedRefusal::AuthRequired));
         let others = [other];
-        assert_eq!(check_protected(&ev, &Submitter { authenticated: &others, from_sync: false }), Err(ProtectedRefusal::Restricted));
+        assert_eq!(check_protected(&ev, &Submitter { authenticated: &others, from_sync: false, address: None }), Err(ProtectedRefusal::Restricted));
         let both = [other, author.public_key()];
-        assert_eq!(check_protected(&ev, &Submitter { authenticated: &both, from_sync: false }), Ok(()));
-        assert_eq!(check_protected(&ev, &Submitter { authenticated: &both, from_sync: true }), Err(ProtectedRefusal::FromSync));
-        assert_eq!(check_protected(&plain, &Submitter { authenticated: &[], from_sync: true }), Ok(()));
+        assert_eq!(check_protected(&ev, &Submitter { authenticated: &both, from_sync: false, address: None }), Ok(()));
+        assert_eq!(check_protected(&ev, &Submitter { authenticated: &both, from_sync: true, address: None }), Err(ProtectedRefusal::FromSync));
+        assert_eq!(check_protected(&plain, &Submitter { authenticated: &[], from_sync: true, address: None }), Ok(()));
         for r in [ProtectedRefusal::AuthRequired, ProtectedRefusal::Restricted, ProtectedRefusal::FromSync] {
             let prefix = r.message().split(':').next().unwrap();
             assert!(["auth-required", "restricted", "blocked"].contains(&prefix));

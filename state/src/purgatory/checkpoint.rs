@@ -908,7 +908,8 @@ mod tests {
     #[test]
     fn addresses_survive_a_round_trip_and_files_without_them_still_load() {
         let (clock, mut p) = purgatory();
-        let from = Some(std::net::IpAddr::from([192, 0, 2, 9]));
+        let ip = std::net::IpAddr::from([192, 0, 2, 9]);
+        let from = Some(ip);
         let ann = signed(0, ANNOUNCEMENT, 0);
         p.add_announcement_from(ann.clone(), ann.pubkey, "repo".into(), Default::default(), from).unwrap();
         let s = signed(0, STATE, 0);
@@ -921,8 +922,8 @@ mod tests {
         let (_, restored, report) = reopened(PurgatoryState::from_json(&json).unwrap(), clock.wall(), |_, _| true);
         assert!(report.skipped.is_empty(), "{:?}", report.skipped);
         restored.assert_consistent();
-        assert_eq!(restored.counts.per_address.get(&from.unwrap()), Some(&3));
-        assert_eq!(restored.counts.placeholders_per_address.get(&from.unwrap()), Some(&1));
+        assert_eq!(restored.counts.per_address.get(&ip), Some(&3));
+        assert_eq!(restored.counts.placeholders_per_address.get(&ip), Some(&1));
         assert_eq!(restored.find_pr(&ph).unwrap().origin, from);
         // A file written before addresses were kept: every entry loads, of unknown address.
         let mut state = PurgatoryState::from_json(&json).unwrap();
