@@ -45,12 +45,15 @@ pub struct HookContext {
     /// A repository announced here, or a GRASP-06 contributor repository (`<git>/prs/...`).
     pub space: RepoSpace,
     pub updates: Vec<RefUpdate>,
+    /// The pusher's address: `REMOTE_ADDR`, which the web server set for git http-backend and
+    /// git passes on to its hooks (`None` outside a smart-HTTP push).
+    pub client: Option<String>,
 }
 
 impl HookContext {
     /// What both hooks send the relay about this push.
     pub fn request(self) -> grasp_state::hook_api::HookRequest {
-        grasp_state::hook_api::HookRequest::new(self.owner, self.identifier, self.updates).in_space(self.space)
+        grasp_state::hook_api::HookRequest::new(self.owner, self.identifier, self.updates).in_space(self.space).from_client(self.client)
     }
 }
 
@@ -125,7 +128,8 @@ pub fn context(data_dir: PathBuf) -> Result<HookContext> {
     let mut input = String::new();
     std::io::stdin().read_to_string(&mut input).context("cannot read ref updates from stdin")?;
     let updates = parse_ref_updates(&input).map_err(|e| anyhow!("{e}"))?;
-    Ok(HookContext { data_dir, owner: npub_of(&owner), identifier, space, updates })
+    let client = std::env::var("REMOTE_ADDR").ok().filter(|a| !a.is_empty());
+    Ok(HookContext { data_dir, owner: npub_of(&owner), identifier, space, updates, client })
 }
 
 /// Calls the relay's hook API at `path` with `request`, waiting at most `timeout` in total.

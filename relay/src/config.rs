@@ -287,6 +287,13 @@ pub struct Config {
     #[arg(long, env = "GRASP_PURGATORY_TOTAL", default_value_t = 10_000)]
     pub purgatory_total: usize,
 
+    /// Most purgatory entries sent from one client address (IPv6: by --ipv6-prefix-len), whatever
+    /// keys sign them (answered `rate-limited:` beyond), so throwaway keys from one place cannot
+    /// fill --purgatory-total. Behind a reverse proxy, list it in --trusted-proxy so clients count
+    /// by their own addresses.
+    #[arg(long, env = "GRASP_PURGATORY_PER_ADDRESS", default_value_t = grasp_state::purgatory::caps::DEFAULT_PER_ADDRESS)]
+    pub purgatory_per_address: usize,
+
     /// Most bytes of held events in the purgatory (each counted at its serialised size,
     /// soft-expired announcements included; answered `blocked:` beyond); default 256 MiB.
     #[arg(long, env = "GRASP_PURGATORY_TOTAL_BYTES", default_value_t = grasp_state::purgatory::DEFAULT_TOTAL_BYTES)]
@@ -304,6 +311,11 @@ pub struct Config {
     /// Most git-first refs/nostr placeholders in total.
     #[arg(long, env = "GRASP_PLACEHOLDERS_TOTAL", default_value_t = 2_000)]
     pub placeholders_total: usize,
+
+    /// Most git-first refs/nostr placeholders pushed from one client address (IPv6: by
+    /// --ipv6-prefix-len; answered `rate-limited:` beyond).
+    #[arg(long, env = "GRASP_PLACEHOLDERS_PER_ADDRESS", default_value_t = grasp_state::purgatory::caps::DEFAULT_PLACEHOLDERS_PER_ADDRESS)]
+    pub placeholders_per_address: usize,
 
     /// Background sync: wait this long after a user-submitted event before fetching its missing
     /// git data from other servers (gives the user's `git push` time to arrive). Seconds, or a
@@ -781,10 +793,12 @@ impl Config {
         };
         c.caps.per_author = self.purgatory_per_author;
         c.caps.total = self.purgatory_total;
+        c.caps.per_address = self.purgatory_per_address;
         c.caps.total_bytes = self.purgatory_total_bytes;
         c.caps.soft_expired = self.purgatory_soft_expired;
         c.caps.placeholders_per_repo = self.placeholders_per_repo;
         c.caps.placeholders_total = self.placeholders_total;
+        c.caps.placeholders_per_address = self.placeholders_per_address;
         c
     }
 

@@ -187,17 +187,19 @@ impl ProtectedRefusal {
     }
 }
 
-/// Who submits an event: the public keys its connection authenticated as (NIP-42), and whether
-/// it arrives through relay-to-relay sync rather than from a client.
+/// Who submits an event: the public keys its connection authenticated as (NIP-42), whether
+/// it arrives through relay-to-relay sync rather than from a client, and the client's address
+/// as per-address limits count it ([`crate::client_key::limit_key`]; `None` for relay sync).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Submitter<'a> {
     pub authenticated: &'a [PublicKey],
     pub from_sync: bool,
+    pub address: Option<std::net::IpAddr>,
 }
 
 impl Submitter<'_> {
     /// A client connection that has not authenticated.
-    pub const ANONYMOUS: Submitter<'static> = Submitter { authenticated: &[], from_sync: false };
+    pub const ANONYMOUS: Submitter<'static> = Submitter { authenticated: &[], from_sync: false, address: None };
 
     /// Has the connection authenticated as `pk`?
     pub fn is(&self, pk: &PublicKey) -> bool {
@@ -332,11 +334,11 @@ mod tests {
         assert_eq!(check_protected(&plain, &Submitter::ANONYMOUS), Ok(()));
         assert_eq!(check_protected(&ev, &Submitter::ANONYMOUS), Err(ProtectedRefusal::AuthRequired));
         let others = [other];
-        assert_eq!(check_protected(&ev, &Submitter { authenticated: &others, from_sync: false }), Err(ProtectedRefusal::Restricted));
+        assert_eq!(check_protected(&ev, &Submitter { authenticated: &others, from_sync: false, address: None }), Err(ProtectedRefusal::Restricted));
         let both = [other, author.public_key()];
-        assert_eq!(check_protected(&ev, &Submitter { authenticated: &both, from_sync: false }), Ok(()));
-        assert_eq!(check_protected(&ev, &Submitter { authenticated: &both, from_sync: true }), Err(ProtectedRefusal::FromSync));
-        assert_eq!(check_protected(&plain, &Submitter { authenticated: &[], from_sync: true }), Ok(()));
+        assert_eq!(check_protected(&ev, &Submitter { authenticated: &both, from_sync: false, address: None }), Ok(()));
+        assert_eq!(check_protected(&ev, &Submitter { authenticated: &both, from_sync: true, address: None }), Err(ProtectedRefusal::FromSync));
+        assert_eq!(check_protected(&plain, &Submitter { authenticated: &[], from_sync: true, address: None }), Ok(()));
         for r in [ProtectedRefusal::AuthRequired, ProtectedRefusal::Restricted, ProtectedRefusal::FromSync] {
             let prefix = r.message().split(':').next().unwrap();
             assert!(["auth-required", "restricted", "blocked"].contains(&prefix));

@@ -60,6 +60,11 @@ pub struct HookRequest {
     /// (`"prs"`: `/prs/<owner>/<identifier>.git`, `owner` the contributor).
     #[serde(default, skip_serializing_if = "RepoSpace::is_hosted")]
     pub space: RepoSpace,
+    /// The pusher's address, as the web server told git (CGI `REMOTE_ADDR`); absent when
+    /// unknown (older hooks). Counts the push's git-first placeholders against its address's
+    /// share (docs/protocol.md#caps).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client: Option<String>,
 }
 
 impl HookRequest {
@@ -74,12 +79,18 @@ impl HookRequest {
             identifier: identifier.into(),
             updates,
             space: RepoSpace::Hosted,
+            client: None,
         }
     }
 
     /// The same request for a repository of `space`.
     pub fn in_space(self, space: RepoSpace) -> Self {
         Self { space, ..self }
+    }
+
+    /// The same request from the pusher at `client` (CGI `REMOTE_ADDR`).
+    pub fn from_client(self, client: Option<String>) -> Self {
+        Self { client, ..self }
     }
 }
 

@@ -623,3 +623,66 @@ async fn announcement_whose_repository_vanished_is_not_restored() {
     let (ok, _, err) = run(&["purgatory", "--data-dir", &data]);
     assert!(!ok && err.contains("is grasp-relay running"), "{err}");
 }
+
+#[tokio::test]
+async fn one_address_holds_only_its_share_of_the_purgatory_whatever_keys_it_uses() {
+    // Far below the total: without the per-address share the throwaway keys fill it.
+    let mut server = TestServer::start_with(&["--purgatory-per-address", "3", "--purgatory-total", "50", "--checkpoint-interval", "1h"]);
+    let mut c = connect(&server).await;
+    let mut held_ids = Vec::new();
+    let mut refusals = Vec::new();
+    for n in 0..6 {
+        let k = Keys::generate();
+        let ann = announcement(&server, &k, &format!("throwaway{n}"), &[]);
+        let (ok, msg) = c.send_event(&ann).await.unwrap();
+        if ok {
+            held_ids.push(ann.id);
+        } else {
+            refusals.push(msg);
+        }
+    }
+    assert_eq!(held_ids.len(), 3, "{refusals:?}");
+    assert_eq!(refusals.len(), 3);
+    for msg in &refusals {
+        assert!(
+            msg.starts_with("rate-limited: this server holds 3 events waiting for git data from your address; push the git data"),
+            "{msg}"
+        );
+    }
+    let l = purgatory_listing(&server).await;
+    assert_eq!(l["entries"].as_array().unwrap().len(), 3, "{l}");
+    // The share survives a restart: the address is kept with each held entry (journal).
+    drop(c);
+    server.stop();
+    server.restart();
+    let mut c = connect(&server).await;
+    let late = Keys::generate();
+    let (ok, msg) = c.send_event(&announcement(&server, &late, "after-restart", &[])).await.unwrap();
+    assert!(!ok && msg.contains("from your address"), "{msg}");
+    assert!(!repo_dir(&server, &late.public_key(), "after-restart").exists(), "a refused announcement leaves no repository");
+}
+
+#[tokio::test]
+async fn one_address_pushes_only_its_share_of_the_placeholders() {
+    // Far below the per-repository cap and the total: only the address's share refuses.
+    let server = TestServer::start_with(&["--placeholders-per-address", "2", "--placeholders-per-repo", "50", "--placeholders-total", "50"]);
+    let tmp = tempfile::tempdir().unwrap();
+    let mut c = connect(&server).await;
+    let owner = Keys::generate();
+    held(&mut c, &announcement(&server, &owner, "parked", &[])).await;
+    let work = Repo::new(&tmp.path().join("w"), &server, &owner.public_key(), "parked");
+    work.commit("f.txt", "data");
+    let push = || {
+        let id = random_id();
+        (id, work.push(&[&format!("HEAD:refs/nostr/{}", id.to_hex())]))
+    };
+    push().1.expect("first placeholder");
+    push().1.expect("second placeholder");
+    let (third, refused) = push();
+    let err = refused.expect_err("over the address's share");
+    assert!(err.contains("rate-limited: this server holds 2 refs/nostr/* pushes from your address"), "{err}");
+    let refs = bare_refs(&repo_dir(&server, &owner.public_key(), "parked"));
+    assert!(!refs.contains_key(&format!("refs/nostr/{}", third.to_hex())), "refused ref did not land");
+    let l = purgatory_listing(&server).await;
+    assert_eq!(l["stats"]["placeholders"], 2, "{l}");
+}

@@ -205,7 +205,7 @@ mod in_process {
         /// A git-first push of `commit` to `refs/nostr/<id>`: the placeholder the pre-receive
         /// hook reserves, and the ref the receive-pack writes.
         pub fn git_first_push(&self, id: EventId, commit: &str) {
-            let _durable = self.grasp.purgatory.reserve_placeholders(&self.repo_id(), &[(id, commit.to_string())]).unwrap();
+            let _durable = self.grasp.purgatory.reserve_placeholders(&self.repo_id(), &[(id, commit.to_string())], None).unwrap();
             push_ref(&self.work, &self.repo, commit, &nostr_ref(id));
         }
 
@@ -436,7 +436,7 @@ fn sync_delay_ms(stats: &grasp_relay::sync::StatsSource, identifier: &str) -> Op
 
 #[test]
 fn events_from_relay_sync_are_fetched_after_500ms_and_user_events_after_3_minutes() {
-    let from_sync = Submitter { authenticated: &[], from_sync: true };
+    let from_sync = Submitter { authenticated: &[], from_sync: true, address: None };
     runtime().block_on(async {
         let brain = Brain::new("origins").await;
         let shutdown = grasp_relay::shutdown::ShutdownController::new();

@@ -185,9 +185,10 @@ async fn handle(req: Request<Incoming>, token: &str, grasp: &Grasp, health: &Hea
                 Err(resp) => return *resp,
             };
             let Some(owner) = owner(&req.owner) else { return error(StatusCode::BAD_REQUEST, "owner is not an npub") };
+            let address = pusher(grasp, &req);
             let verdict = match req.space {
-                RepoSpace::Hosted => grasp.metrics.push_authorization(grasp.authorize_push(&owner, &req.identifier, &req.updates)).await,
-                RepoSpace::Prs => grasp.metrics.push_authorization(grasp.authorize_contribution(&owner, &req.identifier, &req.updates)).await,
+                RepoSpace::Hosted => grasp.metrics.push_authorization(grasp.authorize_push(&owner, &req.identifier, &req.updates, address)).await,
+                RepoSpace::Prs => grasp.metrics.push_authorization(grasp.authorize_contribution(&owner, &req.identifier, &req.updates, address)).await,
             };
             json(StatusCode::OK, &verdict)
         }
@@ -197,9 +198,10 @@ async fn handle(req: Request<Incoming>, token: &str, grasp: &Grasp, health: &Hea
                 Err(resp) => return *resp,
             };
             let Some(owner) = owner(&req.owner) else { return error(StatusCode::BAD_REQUEST, "owner is not an npub") };
+            let address = pusher(grasp, &req);
             let answer = match req.space {
-                RepoSpace::Hosted => grasp.metrics.push_release(grasp.git_arrived(&owner, &req.identifier, &req.updates)).await,
-                RepoSpace::Prs => grasp.metrics.push_release(grasp.contribution_arrived(&owner, &req.identifier, &req.updates)).await,
+                RepoSpace::Hosted => grasp.metrics.push_release(grasp.git_arrived(&owner, &req.identifier, &req.updates, address)).await,
+                RepoSpace::Prs => grasp.metrics.push_release(grasp.contribution_arrived(&owner, &req.identifier, &req.updates, address)).await,
             };
             let resp = json(StatusCode::OK, &answer);
             crate::grasp::maintenance::after_push(grasp, &RepoId { owner, identifier: req.identifier, space: req.space });
@@ -276,6 +278,14 @@ fn with_sync_levels(listing: &PurgatoryListing, views: &OperatorViews) -> serde_
         }
     }
     value
+}
+
+/// The pusher's address a hook forwarded (git's CGI `REMOTE_ADDR`), as per-address limits
+/// count it; `None` when the hook sent none (older hooks, a push not over HTTP) or it does not
+/// parse.
+fn pusher(grasp: &Grasp, req: &HookRequest) -> Option<std::net::IpAddr> {
+    let address = req.client.as_deref()?.parse().ok()?;
+    Some(grasp.trust.limits.address_key(address))
 }
 
 fn owner(npub: &str) -> Option<PublicKey> {

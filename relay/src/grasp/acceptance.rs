@@ -32,6 +32,7 @@ use grasp_state::nip34::{
     KIND_PR_UPDATE, KIND_STATE, KIND_USER_GRASP_LIST,
 };
 use grasp_state::purgatory::{PurgatoryFull, RepoId, Removed};
+use std::net::IpAddr;
 use std::path::PathBuf;
 
 use nostr::prelude::{Event, Filter, Kind, SingleLetterTag, ToBech32};
@@ -114,15 +115,16 @@ impl Grasp {
             return Admission::Reject(DELETED_MESSAGE.into());
         }
         match kind {
-            KIND_ANNOUNCEMENT => self.admit_announcement(ev).await,
-            KIND_STATE => self.admit_state(ev, origin).await,
-            KIND_PR | KIND_PR_UPDATE => self.admit_pr(ev, origin).await,
+            KIND_ANNOUNCEMENT => self.admit_announcement(ev, submitter.address).await,
+            KIND_STATE => self.admit_state(ev, origin, submitter.address).await,
+            KIND_PR | KIND_PR_UPDATE => self.admit_pr(ev, origin, submitter.address).await,
             KIND_DELETION => self.admit_deletion(ev).await,
             _ => Admission::Store,
         }
     }
 
-    async fn admit_announcement(&self, ev: &Event) -> Admission {
+    /// `address`: the sender's, as counted against its share of the purgatory (`None`: relay sync).
+    async fn admit_announcement(&self, ev: &Event, address: Option<IpAddr>) -> Admission {
         let a = match Announcement::from_event(ev) {
             Ok(a) => a,
             Err(e) => return Admission::Reject(format!("invalid: {e}")),
@@ -169,7 +171,7 @@ impl Grasp {
             AnnouncementAdmission::StoreUnlisted => return Admission::Store,
             AnnouncementAdmission::WithRepo { check_room, then } => {
                 if check_room {
-                    if let Err(e) = self.purgatory.check_room(&a.owner) {
+                    if let Err(e) = self.purgatory.check_room(&a.owner, address) {
                         return full(e, ev.kind.as_u16());
                     }
                 }
@@ -182,7 +184,7 @@ impl Grasp {
         match then {
             AfterRepo::Store => Admission::Store,
             AfterRepo::ReplaceHeld => {
-                let added = self.purgatory.hold_announcement(ev.clone(), a.owner, a.identifier.clone(), a.relays.iter().cloned().collect());
+                let added = self.purgatory.hold_announcement(ev.clone(), a.owner, a.identifier.clone(), a.relays.iter().cloned().collect(), address);
                 match added {
                     Ok((added, durable)) => {
                         // Reviving a soft-expired entry: its repository may have been deleted
@@ -199,7 +201,7 @@ impl Grasp {
                 }
             }
             AfterRepo::Hold => {
-                match self.purgatory.hold_announcement(ev.clone(), a.owner, a.identifier.clone(), a.relays.iter().cloned().collect()) {
+                match self.purgatory.hold_announcement(ev.clone(), a.owner, a.identifier.clone(), a.relays.iter().cloned().collect(), address) {
                     Ok((_, durable)) => {
                         tracing::info!(repo = %format!("{npub}/{}", a.identifier), event = %ev.id, archived, "announcement held in purgatory");
                         Admission::Purgatory(PURGATORY_MESSAGE.into(), durable)
@@ -210,7 +212,7 @@ impl Grasp {
         }
     }
 
-    async fn admit_state(&self, ev: &Event, origin: Origin) -> Admission {
+    async fn admit_state(&self, ev: &Event, origin: Origin, address: Option<IpAddr>) -> Admission {
         let s = match RepoState::from_event(ev) {
             Ok(s) => s,
             Err(e) => return Admission::Reject(format!("invalid: {e}")),
@@ -252,7 +254,7 @@ impl Grasp {
                 self.process_queued(&s.identifier, &s.author, &repos, queue).await;
                 Admission::Published(message)
             }
-            StatePlacement::Hold => match self.purgatory.hold_state(ev.clone(), s.author, s.identifier.clone()) {
+            StatePlacement::Hold => match self.purgatory.hold_state(ev.clone(), s.author, s.identifier.clone(), address) {
                 Err(HoldRefused::Expired) => Admission::Reject(EXPIRED_STATE_MESSAGE.into()),
                 Ok((_, durable)) => {
                     tracing::info!(identifier = %s.identifier, event = %ev.id, "state event held in purgatory");
@@ -296,7 +298,7 @@ impl Grasp {
         self.state_data_present(&s, &owners).await
     }
 
-    async fn admit_pr(&self, ev: &Event, origin: Origin) -> Admission {
+    async fn admit_pr(&self, ev: &Event, origin: Origin, address: Option<IpAddr>) -> Admission {
         let pr = match PullRequest::from_event(ev) {
             Ok(pr) => pr,
             Err(e) => return Admission::Reject(format!("invalid: {e}")),
@@ -414,7 +416,7 @@ impl Grasp {
         drop(guards);
         // The placeholder's ref was checked above (a wrong commit removed): the event takes over.
         self.purgatory.remove_placeholder(&ev.id);
-        match self.purgatory.hold_pr(ev.clone(), pr.commit.clone(), targets) {
+        match self.purgatory.hold_pr(ev.clone(), pr.commit.clone(), targets, address) {
             Err(HoldRefused::Expired) => Admission::Reject(format!(
                 "blocked: this pull request already expired in purgatory without its commit; \
                  push {} to {ref_name} first, then send the event again",

@@ -4,6 +4,7 @@
 //! hands them to the pure `grasp_state::push::decide_push_among`.
 
 use std::collections::BTreeMap;
+use std::net::IpAddr;
 
 use grasp_state::hook_api::PreReceiveResponse;
 use grasp_state::nip34::{PullRequest, Source};
@@ -34,10 +35,11 @@ impl Grasp {
     /// An accepted push's git-first pull request refs reserve their placeholders in `repo` now,
     /// so that the purgatory's caps apply before any data lands, journalled before the refs may
     /// land (the record of a crash-lost placeholder would leave its ref behind for good). A
-    /// refusal of the caps, or a journal that cannot be written, refuses the push.
-    pub(crate) async fn reserve_placeholders(&self, repo: &RepoId, decision: PushDecision) -> PushDecision {
+    /// refusal of the caps, or a journal that cannot be written, refuses the push. `address`:
+    /// the pusher's, as counted against its share of the placeholders (`None`: unknown).
+    pub(crate) async fn reserve_placeholders(&self, repo: &RepoId, decision: PushDecision, address: Option<IpAddr>) -> PushDecision {
         match decision {
-            PushDecision::Accept(acc) => match self.purgatory.reserve_placeholders(repo, &acc.placeholders) {
+            PushDecision::Accept(acc) => match self.purgatory.reserve_placeholders(repo, &acc.placeholders, address) {
                 Ok(durable) => match durable.wait().await {
                     Ok(()) => PushDecision::Accept(acc),
                     Err(e) => PushDecision::Reject(Rejection { reasons: vec![format!("error: {e}; push again later")] }),
@@ -65,7 +67,7 @@ impl Grasp {
     }
 
     /// May this push go in?
-    pub async fn authorize_push(&self, owner: &PublicKey, identifier: &str, updates: &[RefUpdate]) -> PreReceiveResponse {
+    pub async fn authorize_push(&self, owner: &PublicKey, identifier: &str, updates: &[RefUpdate], address: Option<IpAddr>) -> PreReceiveResponse {
         let shown = format!("{}/{identifier}", owner.to_bech32().unwrap_or_default());
         let Some(repo) = self.repo_path(owner, identifier) else {
             return PreReceiveResponse::reject(vec!["grasp: push rejected: not a valid repository path".into()]);
@@ -126,7 +128,7 @@ impl Grasp {
         let decision = with_reasons(decision, not_prs);
         // Git-first pull request refs: reserve their placeholders now, so that the purgatory's caps
         // apply before any data lands and a crash before post-receive loses nothing.
-        let decision = self.reserve_placeholders(&RepoId::new(*owner, identifier), decision).await;
+        let decision = self.reserve_placeholders(&RepoId::new(*owner, identifier), decision, address).await;
         match decision {
             PushDecision::Accept(acc) => {
                 let mut messages = Vec::new();

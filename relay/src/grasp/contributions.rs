@@ -18,6 +18,7 @@
 //! removes the repository once it has no ref left ([`crate::grasp::maintenance`]).
 
 use std::collections::{BTreeMap, HashMap};
+use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -94,7 +95,7 @@ impl Grasp {
     }
 
     /// May this push to `/prs/<contributor>/<identifier>.git` go in (pre-receive)?
-    pub async fn authorize_contribution(&self, contributor: &PublicKey, identifier: &str, updates: &[RefUpdate]) -> PreReceiveResponse {
+    pub async fn authorize_contribution(&self, contributor: &PublicKey, identifier: &str, updates: &[RefUpdate], address: Option<IpAddr>) -> PreReceiveResponse {
         let repo = RepoId::prs(*contributor, identifier);
         let Some(path) = self.path_of(&repo).filter(|_| self.grasp06) else {
             return PreReceiveResponse::reject(vec!["grasp: push rejected: GRASP-06 contributor repositories are not served here".into()]);
@@ -131,7 +132,7 @@ impl Grasp {
         let decision = decide_contribution_push(&ContributionPush { contributor, identifier, updates, known_prs: &known_prs });
         // Git-first refs reserve their placeholders before any data lands, as in any repository
         // (docs/protocol.md#placeholders).
-        let decision = self.reserve_placeholders(&repo, with_reasons(decision, not_prs)).await;
+        let decision = self.reserve_placeholders(&repo, with_reasons(decision, not_prs), address).await;
         match decision {
             PushDecision::Accept(acc) => {
                 let messages = crate::grasp::authorize::placeholder_messages(&acc);
@@ -159,10 +160,10 @@ impl Grasp {
     /// The post-receive report of a push to `/prs/<contributor>/<identifier>.git`: placeholders
     /// recorded, held pull requests whose commit is now here released, and every pull request the
     /// push brought copied into the announced repositories its `a` tags name.
-    pub async fn contribution_arrived(&self, contributor: &PublicKey, identifier: &str, updates: &[RefUpdate]) -> PostReceiveResponse {
+    pub async fn contribution_arrived(&self, contributor: &PublicKey, identifier: &str, updates: &[RefUpdate], address: Option<IpAddr>) -> PostReceiveResponse {
         let repo = RepoId::prs(*contributor, identifier);
         let Some(path) = self.path_of(&repo) else { return PostReceiveResponse::new(Vec::new(), Vec::new()) };
-        self.record_placeholders(&repo, updates).await;
+        self.record_placeholders(&repo, updates, address).await;
         // This push holds the repository's push lock: take the relay's lock only.
         let guards = match RepoGuards::acquire_within(&self.locks, [path.clone()], PushLocks::Skip, LOCK_WAIT).await {
             Ok(guards) => guards,
@@ -369,15 +370,15 @@ impl Grasp {
     }
 
     /// Records the git-first placeholders of a push's `refs/nostr/<id>` refs that landed in
-    /// `repo` (post-receive; pre-receive reserved them, this is idempotent).
-    pub(crate) async fn record_placeholders(&self, repo: &RepoId, updates: &[RefUpdate]) {
+    /// `repo` (post-receive; pre-receive reserved them, this is idempotent), pushed from `address`.
+    pub(crate) async fn record_placeholders(&self, repo: &RepoId, updates: &[RefUpdate], address: Option<IpAddr>) {
         for u in updates {
             let Some(id) = u.name.strip_prefix(NOSTR_PREFIX) else { continue };
             let Ok(event_id) = EventId::from_hex(id) else { continue };
             if u.new == ZERO_OID || self.event_by_id(&event_id).await.is_some() {
                 continue;
             }
-            match self.purgatory.record_placeholder(event_id, u.new.clone(), repo.clone()) {
+            match self.purgatory.record_placeholder(event_id, u.new.clone(), repo.clone(), address) {
                 Some(Ok(())) => tracing::info!(event = %event_id, commit = %u.new, identifier = %repo.identifier, "git-first placeholder recorded"),
                 Some(Err(e)) => tracing::warn!(event = %event_id, error = %e, "placeholder not recorded"),
                 None => {}

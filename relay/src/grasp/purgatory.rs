@@ -12,6 +12,7 @@
 //! that hold an event return a [`Durable`]: its caller answers `OK` only after waiting for it.
 
 use std::collections::{BTreeSet, HashSet};
+use std::net::IpAddr;
 use std::ops::{Deref, DerefMut};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
@@ -297,9 +298,9 @@ impl SharedPurgatory {
             .collect()
     }
 
-    /// Room for one more held entry by `author`?
-    pub fn check_room(&self, author: &PublicKey) -> Result<(), PurgatoryFull> {
-        self.lock().check_room(author)
+    /// Room for one more held entry by `author`, sent from `address` (as counted)?
+    pub fn check_room(&self, author: &PublicKey, address: Option<IpAddr>) -> Result<(), PurgatoryFull> {
+        self.lock().check_room(author, address)
     }
 
     // ---- Holding ------------------------------------------------------------------------------
@@ -311,44 +312,46 @@ impl SharedPurgatory {
         owner: PublicKey,
         identifier: String,
         relays: BTreeSet<String>,
+        address: Option<IpAddr>,
     ) -> Result<(AnnouncementAdded, Durable), PurgatoryFull> {
         let mut p = self.lock();
-        let added = p.add_announcement(event, owner, identifier, relays)?;
+        let added = p.add_announcement_from(event, owner, identifier, relays, address)?;
         Ok((added, p.durable()))
     }
 
-    /// Holds a state event unless it expired here before. `Ok(false)`: already held.
-    pub fn hold_state(&self, event: impl Into<Arc<Event>>, author: PublicKey, identifier: String) -> Result<(bool, Durable), HoldRefused> {
+    /// Holds a state event sent from `address` (as counted; `None`: relay sync) unless it
+    /// expired here before. `Ok(false)`: already held.
+    pub fn hold_state(&self, event: impl Into<Arc<Event>>, author: PublicKey, identifier: String, address: Option<IpAddr>) -> Result<(bool, Durable), HoldRefused> {
         let event = event.into();
         let mut p = self.lock();
         if p.is_expired(&event.id) {
             return Err(HoldRefused::Expired);
         }
-        let added = p.add_state(event, author, identifier).map_err(HoldRefused::Full)?;
+        let added = p.add_state_from(event, author, identifier, address).map_err(HoldRefused::Full)?;
         Ok((added, p.durable()))
     }
 
-    /// Holds a pull request event for `targets` unless it expired here before.
-    pub fn hold_pr(&self, event: impl Into<Arc<Event>>, commit: String, targets: Vec<RepoId>) -> Result<(bool, Durable), HoldRefused> {
+    /// Holds a pull request event for `targets`, sent from `address`, unless it expired here before.
+    pub fn hold_pr(&self, event: impl Into<Arc<Event>>, commit: String, targets: Vec<RepoId>, address: Option<IpAddr>) -> Result<(bool, Durable), HoldRefused> {
         let event = event.into();
         let mut p = self.lock();
         if p.is_expired(&event.id) {
             return Err(HoldRefused::Expired);
         }
-        let added = p.add_pr(event, commit, targets).map_err(HoldRefused::Full)?;
+        let added = p.add_pr_from(event, commit, targets, address).map_err(HoldRefused::Full)?;
         Ok((added, p.durable()))
     }
 
     /// Records git-first placeholders for `(event id, commit)` pushed to `refs/nostr/` of
     /// `repo`. All or nothing: if one cannot be recorded, the ones created here are dropped again
-    /// and one reason per failure is returned.
-    pub fn reserve_placeholders(&self, repo: &RepoId, placeholders: &[(EventId, String)]) -> Result<Durable, Vec<String>> {
+    /// and one reason per failure is returned. `address`: the pusher's, as counted.
+    pub fn reserve_placeholders(&self, repo: &RepoId, placeholders: &[(EventId, String)], address: Option<IpAddr>) -> Result<Durable, Vec<String>> {
         let mut p = self.lock();
         let mut created = Vec::new();
         let mut reasons = Vec::new();
         for (id, commit) in placeholders {
             let new = p.find_pr(id).is_none();
-            match p.add_pr_placeholder(*id, commit.clone(), repo.clone()) {
+            match p.add_pr_placeholder_from(*id, commit.clone(), repo.clone(), address) {
                 Ok(()) if new => created.push(*id),
                 Ok(()) => {}
                 Err(e) => {
@@ -370,13 +373,13 @@ impl SharedPurgatory {
     }
 
     /// Records a placeholder for a `refs/nostr/<id>` ref that landed in `repo`, unless a pull
-    /// request event is already held under that id.
-    pub fn record_placeholder(&self, id: EventId, commit: String, repo: RepoId) -> Option<Result<(), PlaceholderError>> {
+    /// request event is already held under that id. `address`: the pusher's, as counted.
+    pub fn record_placeholder(&self, id: EventId, commit: String, repo: RepoId, address: Option<IpAddr>) -> Option<Result<(), PlaceholderError>> {
         let mut p = self.lock();
         if p.find_pr(&id).is_some_and(|e| e.event.is_some()) {
             return None;
         }
-        Some(p.add_pr_placeholder(id, commit, repo))
+        Some(p.add_pr_placeholder_from(id, commit, repo, address))
     }
 
     // ---- Timers -------------------------------------------------------------------------------

@@ -14,6 +14,7 @@
 //! [`RepoGuards`] of the identifier's repositories (docs/architecture.md, "Lock order").
 
 use std::collections::{BTreeSet, HashMap};
+use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -143,9 +144,10 @@ impl Grasp {
         released
     }
 
-    /// The post-receive hook's report: record git-first placeholders, then release.
-    pub async fn git_arrived(&self, owner: &PublicKey, identifier: &str, updates: &[RefUpdate]) -> PostReceiveResponse {
-        self.record_placeholders(&RepoId::new(*owner, identifier), updates).await;
+    /// The post-receive hook's report: record git-first placeholders (pushed from `address`, as
+    /// counted), then release.
+    pub async fn git_arrived(&self, owner: &PublicKey, identifier: &str, updates: &[RefUpdate], address: Option<IpAddr>) -> PostReceiveResponse {
+        self.record_placeholders(&RepoId::new(*owner, identifier), updates, address).await;
         // Only the pushed repository: the pusher's answer waits for its own release alone. The
         // released data reaches the other owners' repositories (co-maintainers and anyone whose
         // maintainer set trusts the state's author) afterwards, in the background, through the

@@ -106,7 +106,7 @@ pub async fn handle<S>(
         auth: ConnectionAuth::new(),
         writes: grasp.trust.limits.connection_bucket(),
         client,
-        pipeline: EventPipeline::new(grasp.clone()),
+        pipeline: EventPipeline::new(grasp.clone(), Some(grasp.trust.limits.address_key(client))),
     };
     let _open = grasp.metrics.websocket_opened();
     tracing::debug!(%remote, %client, "websocket open");

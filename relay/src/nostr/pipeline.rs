@@ -82,6 +82,8 @@ struct Tracked {
 /// One connection's events in flight.
 pub struct EventPipeline {
     grasp: Arc<Grasp>,
+    /// The client's address as counted (see [`EventPipeline::new`]).
+    address: Option<std::net::IpAddr>,
     /// Events being admitted, in order; each yields its answer and what it waits to be durable.
     queue: FuturesOrdered<BoxFuture<'static, (Answer, Durable)>>,
     /// Admitted events whose answers wait for durability, in order (all older than `queue`'s).
@@ -110,9 +112,12 @@ fn drop_one(map: &mut HashMap<EventId, usize>, id: &EventId) {
 }
 
 impl EventPipeline {
-    pub fn new(grasp: Arc<Grasp>) -> Self {
+    /// `address`: the client's address as per-address limits count it
+    /// ([`grasp_state::client_key::limit_key`]), given to every event it submits.
+    pub fn new(grasp: Arc<Grasp>, address: Option<std::net::IpAddr>) -> Self {
         EventPipeline {
             grasp,
+            address,
             queue: FuturesOrdered::new(),
             settling: FuturesOrdered::new(),
             ids: HashMap::new(),
@@ -184,6 +189,7 @@ impl EventPipeline {
         self.bytes += bytes;
         let tracked = Tracked { alone, refs, bytes };
         let grasp = self.grasp.clone();
+        let address = self.address;
         let id = event.id;
         // Until its admission ends, the store's gate may hold other saves for this one to join.
         let admitting = grasp.relay.store().admitting();
@@ -197,7 +203,7 @@ impl EventPipeline {
             let event = Arc::new(event);
             let (ok, message, durable) = match verified {
                 Ok(()) => {
-                    let submitter = Submitter { authenticated: &authenticated, from_sync: false };
+                    let submitter = Submitter { authenticated: &authenticated, from_sync: false, address };
                     grasp.submit_verified_deferred(&event, &submitter).await
                 }
                 Err(reason) => (false, reason.to_string(), Durable::now()),
@@ -295,7 +301,7 @@ mod tests {
         let purgatory = Purgatory::new(PurgatoryConfig::default(), Arc::new(SystemClock));
         let layout = grasp_state::identifier::RepoLayout::new(dir.join("git"));
         let metrics = Arc::new(crate::metrics::Metrics::new());
-        EventPipeline::new(Arc::new(Grasp::new(relay, purgatory, layout, dir.join("hooks"), "localhost".into(), metrics)))
+        EventPipeline::new(Arc::new(Grasp::new(relay, purgatory, layout, dir.join("hooks"), "localhost".into(), metrics)), None)
     }
 
     /// Refusals count toward the in-flight bound: past it, the oldest answers leave (in order)

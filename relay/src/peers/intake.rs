@@ -34,8 +34,12 @@ pub struct Intake {
     pub announcement_accepted: tokio::sync::Notify,
 }
 
-/// Who submits synced events.
-const FROM_SYNC: Submitter<'static> = Submitter { authenticated: &[], from_sync: true };
+/// Who submits synced events. No client address: this relay fetched them itself (from the
+/// relays it follows, for repositories it serves or holds), so they count per author and in the
+/// purgatory's totals but against no address's share (docs/protocol.md#caps): counting them
+/// under the peer's address would let one busy peer's events refuse another's, and a
+/// peer's address says nothing about who wrote them.
+const FROM_SYNC: Submitter<'static> = Submitter { authenticated: &[], from_sync: true, address: None };
 
 /// Keys under which children of `event` wait: its id, its coordinate, and for an announcement
 /// `d:<identifier>` (states wait for any announcement of their identifier).

@@ -452,7 +452,10 @@ async fn route(
         match state.git_requests.try_open(client) {
             Ok(slot) => {
                 let timer = state.grasp.metrics.git_request(&req);
-                let resp = timer.finish(crate::git::http::serve(req, remote, &state.git, shutdown).await);
+                // REMOTE_ADDR is the client as resolved through trusted proxies: the hooks forward
+                // it, and a push's placeholders count against its share (docs/protocol.md#caps).
+                let client_addr = SocketAddr::new(client, remote.port());
+                let resp = timer.finish(crate::git::http::serve(req, client_addr, &state.git, shutdown).await);
                 resp.map(|body| http::holding(body, slot))
             }
             Err(refusal) => {

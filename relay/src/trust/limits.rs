@@ -165,6 +165,12 @@ impl WriteLimits {
         TokenBucket::new(self.config.per_connection, self.clock.now())
     }
 
+    /// The key `address` is counted under by every per-address limit of this service
+    /// ([`grasp_state::client_key::limit_key`] with `--ipv6-prefix-len`).
+    pub fn address_key(&self, address: IpAddr) -> IpAddr {
+        grasp_state::client_key::limit_key(address, self.config.ipv6_prefix_len)
+    }
+
     /// One event written on a connection from `address`: takes a token from the connection's
     /// bucket and the address's; the refusal is a complete `rate-limited:` message.
     pub fn take_write(&self, connection: &mut TokenBucket, address: IpAddr) -> Result<(), String> {
@@ -177,7 +183,7 @@ impl WriteLimits {
                 seconds(wait)
             ));
         }
-        let key = grasp_state::client_key::limit_key(address, self.config.ipv6_prefix_len);
+        let key = self.address_key(address);
         match self.per_address.lock().unwrap().try_take(&key, now) {
             Ok(()) => Ok(()),
             Err(Limited::Empty(wait)) => Err(format!(
@@ -193,7 +199,7 @@ impl WriteLimits {
     /// `address`: takes a token from the address's negentropy bucket; the refusal is a complete
     /// `rate-limited:` message.
     pub fn take_negentropy_open(&self, address: IpAddr) -> Result<(), String> {
-        let key = grasp_state::client_key::limit_key(address, self.config.ipv6_prefix_len);
+        let key = self.address_key(address);
         match self.negentropy_opens.lock().unwrap().try_take(&key, self.clock.now()) {
             Ok(()) => Ok(()),
             Err(Limited::Empty(wait)) => Err(format!(

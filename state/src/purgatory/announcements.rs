@@ -2,6 +2,7 @@
 //! already created, until git data proves the repository has content.
 
 use std::collections::BTreeSet;
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -31,6 +32,20 @@ impl Purgatory {
         identifier: String,
         relays: BTreeSet<String>,
     ) -> Result<AnnouncementAdded, PurgatoryFull> {
+        self.add_announcement_from(event, owner, identifier, relays, None)
+    }
+
+    /// [`Self::add_announcement`] of an event sent from `origin` (the client address as counted,
+    /// [`crate::client_key::limit_key`]): a new entry, or a revival, counts against its share.
+    /// A replacement of a held entry keeps the entry's address.
+    pub fn add_announcement_from(
+        &mut self,
+        event: impl Into<Arc<Event>>,
+        owner: PublicKey,
+        identifier: String,
+        relays: BTreeSet<String>,
+        origin: Option<IpAddr>,
+    ) -> Result<AnnouncementAdded, PurgatoryFull> {
         let event = event.into();
         let now = self.clock.now();
         let ttl = self.config.entry_ttl;
@@ -38,10 +53,11 @@ impl Purgatory {
             let revived = old.soft_expired;
             // A revival holds a repository again: it needs room under the held caps.
             if revived {
-                if let Err(full) = self.counts.check_entry(&self.config.caps, &owner) {
+                if let Err(full) = self.counts.check_entry(&self.config.caps, &owner, origin) {
                     self.attach_announcement(old);
                     return Err(full);
                 }
+                old.origin = origin;
             }
             if supersedes(&event, &old.event) {
                 old.event = event;
@@ -67,7 +83,7 @@ impl Purgatory {
                 revived,
             });
         }
-        self.counts.check_entry(&self.config.caps, &owner)?;
+        self.counts.check_entry(&self.config.caps, &owner, origin)?;
         self.attach_announcement(AnnouncementEntry {
             event,
             owner,
@@ -76,6 +92,7 @@ impl Purgatory {
             created_at: now,
             expires_at: now + ttl,
             soft_expired: false,
+            origin,
         });
         Ok(AnnouncementAdded {
             replaced: false,
@@ -150,7 +167,7 @@ impl Purgatory {
         };
         entry.soft_expired = false;
         if revived {
-            self.counts.revive(*owner);
+            self.counts.revive(*owner, entry.origin);
         }
         let new = entry.expires_at;
         tracing::info!(

@@ -4,6 +4,14 @@
 //! a total; git-first placeholders have their own budget per destination repository and in
 //! total, because anyone may push `refs/nostr/<id>` and placeholders carry no author.
 //!
+//! Both totals are also shared out by client address ([`Caps::per_address`],
+//! [`Caps::placeholders_per_address`]): an entry remembers the address it came from (already
+//! keyed by [`crate::client_key::limit_key`], so an IPv6 client counts by its prefix), and no
+//! address holds more than its share. Throwaway keys are free, so the per-author cap alone
+//! would let one client fill the total for a whole purgatory window; its addresses are not.
+//! Entries without an address (relay sync, entries restored from older checkpoints) count
+//! only per author and in the totals.
+//!
 //! Held events also count by size against [`Caps::total_bytes`] (their [`held_size`], kept in
 //! step with every attach and detach, soft-expired announcements included since they keep their
 //! event): with the per-kind event caps (`crate::event_size`) a flood of large held events is
@@ -26,6 +34,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::net::IpAddr;
 
 use nostr::prelude::{Event, PublicKey};
 
@@ -38,8 +47,12 @@ pub struct Caps {
     pub per_author: usize,
     /// Announcements + state events + PR events in total.
     pub total: usize,
+    /// Announcements + state events + PR events sent from one client address (IPv6: prefix).
+    pub per_address: usize,
     /// Git-first placeholders pointing at one repository.
     pub placeholders_per_repo: usize,
+    /// Git-first placeholders pushed from one client address (IPv6: prefix).
+    pub placeholders_per_address: usize,
     /// Git-first placeholders in total.
     pub placeholders_total: usize,
     /// Remembered expired event ids (oldest are forgotten first; this is only a hint).
@@ -52,6 +65,15 @@ pub struct Caps {
 
 /// The default byte budget of the held events: 256 MiB.
 pub const DEFAULT_TOTAL_BYTES: usize = 256 << 20;
+
+/// The default share of one client address in the held events: a tenth of the default total,
+/// so at least ten places are needed to fill the purgatory, and far more than one person's
+/// work waiting for its git data (the GRASP conformance suite holds a few dozen from one address).
+pub const DEFAULT_PER_ADDRESS: usize = 1_000;
+
+/// The default share of one client address in the git-first placeholders: a tenth of the
+/// default total.
+pub const DEFAULT_PLACEHOLDERS_PER_ADDRESS: usize = 200;
 
 /// The bytes a held event counts for: its JSON serialisation's length, computed from its parts
 /// without serialising (ids, key, signature and numbers at their fixed widths, every content
@@ -72,8 +94,10 @@ impl Default for Caps {
         Caps {
             per_author: 100,
             total: 10_000,
+            per_address: DEFAULT_PER_ADDRESS,
             placeholders_per_repo: 100,
             placeholders_total: 2_000,
+            placeholders_per_address: DEFAULT_PLACEHOLDERS_PER_ADDRESS,
             expired_events: 100_000,
             soft_expired: 10_000,
             total_bytes: DEFAULT_TOTAL_BYTES,
@@ -85,10 +109,14 @@ impl Default for Caps {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CapScope {
     Author,
+    /// One client address's share of the held events ([`Caps::per_address`]).
+    Address,
     Total,
     /// The held events' byte budget ([`Caps::total_bytes`]).
     TotalBytes,
     PlaceholdersPerRepo,
+    /// One client address's share of the placeholders ([`Caps::placeholders_per_address`]).
+    PlaceholdersPerAddress,
     PlaceholdersTotal,
 }
 
@@ -104,7 +132,10 @@ impl PurgatoryFull {
     /// `rate-limited`, a full purgatory is `blocked`.
     pub fn ok_prefix(&self) -> &'static str {
         match self.scope {
-            CapScope::Author | CapScope::PlaceholdersPerRepo => "rate-limited",
+            CapScope::Author
+            | CapScope::Address
+            | CapScope::PlaceholdersPerRepo
+            | CapScope::PlaceholdersPerAddress => "rate-limited",
             CapScope::Total | CapScope::TotalBytes | CapScope::PlaceholdersTotal => "blocked",
         }
     }
@@ -151,6 +182,10 @@ impl fmt::Display for PurgatoryFull {
                 f,
                 "you already have {limit} events waiting for git data; push the git data for them or wait for them to expire (30 min) before sending more"
             ),
+            CapScope::Address => write!(
+                f,
+                "this server holds {limit} events waiting for git data from your address; push the git data of the ones waiting, or try again after they expire (30 min)"
+            ),
             CapScope::Total => write!(
                 f,
                 "purgatory is full ({limit} events waiting for git data); push your git data first, then publish the event, or try again later"
@@ -162,6 +197,10 @@ impl fmt::Display for PurgatoryFull {
             CapScope::PlaceholdersPerRepo => write!(
                 f,
                 "this repository already has {limit} refs/nostr/* pushes waiting for their events; publish those PR events first or try again in 30 min"
+            ),
+            CapScope::PlaceholdersPerAddress => write!(
+                f,
+                "this server holds {limit} refs/nostr/* pushes from your address waiting for their events; publish those PR events, or try again after they expire (30 min)"
             ),
             CapScope::PlaceholdersTotal => write!(
                 f,
@@ -185,8 +224,12 @@ pub enum PlaceholderError {
 #[derive(Debug, Default, Clone)]
 pub(crate) struct Counts {
     pub per_author: HashMap<PublicKey, usize>,
+    /// Held event entries by the address they came from (soft-expired ones excepted, as per author).
+    pub per_address: HashMap<IpAddr, usize>,
     pub total: usize,
     pub placeholders_per_repo: HashMap<RepoId, usize>,
+    /// Placeholders by the address of the push that created them.
+    pub placeholders_per_address: HashMap<IpAddr, usize>,
     pub placeholders_total: usize,
     /// Soft-expired announcements (counted here instead of per author and in `total`).
     pub soft_expired: usize,
@@ -195,11 +238,23 @@ pub(crate) struct Counts {
 }
 
 impl Counts {
-    pub fn check_entry(&self, caps: &Caps, author: &PublicKey) -> Result<(), PurgatoryFull> {
+    /// Room for one more held event by `author`, sent from `origin` (if known)?
+    pub fn check_entry(
+        &self,
+        caps: &Caps,
+        author: &PublicKey,
+        origin: Option<IpAddr>,
+    ) -> Result<(), PurgatoryFull> {
         if self.per_author.get(author).copied().unwrap_or(0) >= caps.per_author {
             return Err(PurgatoryFull {
                 scope: CapScope::Author,
                 limit: caps.per_author,
+            });
+        }
+        if over(&self.per_address, origin, caps.per_address) {
+            return Err(PurgatoryFull {
+                scope: CapScope::Address,
+                limit: caps.per_address,
             });
         }
         if self.total >= caps.total {
@@ -233,57 +288,69 @@ impl Counts {
     }
 
     /// An announcement entry attached (`soft` when it is soft-expired).
-    pub fn add_announcement(&mut self, owner: PublicKey, soft: bool) {
+    pub fn add_announcement(&mut self, owner: PublicKey, soft: bool, origin: Option<IpAddr>) {
         if soft {
             self.soft_expired += 1;
         } else {
-            self.add_entry(owner);
+            self.add_entry(owner, origin);
         }
     }
 
     /// An announcement entry detached (`soft` when it was soft-expired).
-    pub fn remove_announcement(&mut self, owner: &PublicKey, soft: bool) {
+    pub fn remove_announcement(&mut self, owner: &PublicKey, soft: bool, origin: Option<IpAddr>) {
         if soft {
             self.soft_expired = self.soft_expired.saturating_sub(1);
         } else {
-            self.remove_entry(owner);
+            self.remove_entry(owner, origin);
         }
     }
 
-    /// A held announcement soft-expired: it leaves its owner's and the total budget.
-    pub fn soft_expire(&mut self, owner: &PublicKey) {
-        self.remove_announcement(owner, false);
-        self.add_announcement(*owner, true);
+    /// A held announcement soft-expired: it leaves its owner's, its address's and the total budget.
+    pub fn soft_expire(&mut self, owner: &PublicKey, origin: Option<IpAddr>) {
+        self.remove_announcement(owner, false, origin);
+        self.add_announcement(*owner, true, origin);
     }
 
-    /// A soft-expired announcement was revived: it counts against its owner and the total again.
-    pub fn revive(&mut self, owner: PublicKey) {
-        self.remove_announcement(&owner, true);
-        self.add_announcement(owner, false);
+    /// A soft-expired announcement was revived: it counts against its owner, its address and
+    /// the total again.
+    pub fn revive(&mut self, owner: PublicKey, origin: Option<IpAddr>) {
+        self.remove_announcement(&owner, true, origin);
+        self.add_announcement(owner, false, origin);
     }
 
-    pub fn add_entry(&mut self, author: PublicKey) {
+    pub fn add_entry(&mut self, author: PublicKey, origin: Option<IpAddr>) {
         *self.per_author.entry(author).or_default() += 1;
+        add_one(&mut self.per_address, origin);
         self.total += 1;
     }
 
-    pub fn remove_entry(&mut self, author: &PublicKey) {
-        if let Some(n) = self.per_author.get_mut(author) {
-            *n -= 1;
-            if *n == 0 {
-                self.per_author.remove(author);
-            }
-        }
+    pub fn remove_entry(&mut self, author: &PublicKey, origin: Option<IpAddr>) {
+        remove_one(&mut self.per_author, Some(*author));
+        remove_one(&mut self.per_address, origin);
         self.total = self.total.saturating_sub(1);
+    }
+
+    /// A placeholder entry attached, created by a push from `origin`.
+    pub fn add_placeholder(&mut self, origin: Option<IpAddr>) {
+        add_one(&mut self.placeholders_per_address, origin);
+        self.placeholders_total += 1;
+    }
+
+    /// A placeholder entry detached.
+    pub fn remove_placeholder(&mut self, origin: Option<IpAddr>) {
+        remove_one(&mut self.placeholders_per_address, origin);
+        self.placeholders_total = self.placeholders_total.saturating_sub(1);
     }
 
     /// `new_placeholder`: whether a new placeholder entry would be created (counts against the
     /// total) or a destination is added to an existing one.
+    /// `origin`: the address of the push (a new placeholder counts against its share).
     pub fn check_placeholder(
         &self,
         caps: &Caps,
         destination: &RepoId,
         new_placeholder: bool,
+        origin: Option<IpAddr>,
     ) -> Result<(), PurgatoryFull> {
         let here = self
             .placeholders_per_repo
@@ -294,6 +361,12 @@ impl Counts {
             return Err(PurgatoryFull {
                 scope: CapScope::PlaceholdersPerRepo,
                 limit: caps.placeholders_per_repo,
+            });
+        }
+        if new_placeholder && over(&self.placeholders_per_address, origin, caps.placeholders_per_address) {
+            return Err(PurgatoryFull {
+                scope: CapScope::PlaceholdersPerAddress,
+                limit: caps.placeholders_per_address,
             });
         }
         if new_placeholder && self.placeholders_total >= caps.placeholders_total {
@@ -310,11 +383,29 @@ impl Counts {
     }
 
     pub fn remove_destination(&mut self, destination: &RepoId) {
-        if let Some(n) = self.placeholders_per_repo.get_mut(destination) {
-            *n -= 1;
-            if *n == 0 {
-                self.placeholders_per_repo.remove(destination);
-            }
+        remove_one(&mut self.placeholders_per_repo, Some(destination.clone()));
+    }
+}
+
+/// Whether `key` (if known) already holds `limit` or more in `counts`.
+fn over<K: std::hash::Hash + Eq>(counts: &HashMap<K, usize>, key: Option<K>, limit: usize) -> bool {
+    key.is_some_and(|k| counts.get(&k).copied().unwrap_or(0) >= limit)
+}
+
+fn add_one<K: std::hash::Hash + Eq>(counts: &mut HashMap<K, usize>, key: Option<K>) {
+    if let Some(k) = key {
+        *counts.entry(k).or_default() += 1;
+    }
+}
+
+/// Takes one off `key`'s count; a count reaching zero leaves the map (it stays as small as
+/// the set of keys holding something).
+fn remove_one<K: std::hash::Hash + Eq>(counts: &mut HashMap<K, usize>, key: Option<K>) {
+    let Some(k) = key else { return };
+    if let Some(n) = counts.get_mut(&k) {
+        *n -= 1;
+        if *n == 0 {
+            counts.remove(&k);
         }
     }
 }
@@ -435,8 +526,10 @@ mod tests {
             caps: Caps {
                 per_author: 3,
                 total: 10,
+                per_address: 10,
                 placeholders_per_repo: 2,
                 placeholders_total: 3,
+                placeholders_per_address: 3,
                 expired_events: 100,
                 soft_expired: 2,
                 total_bytes: DEFAULT_TOTAL_BYTES,
@@ -519,6 +612,136 @@ mod tests {
         assert!(p
             .add_state(again.clone(), again.pubkey, "repo".into())
             .unwrap());
+    }
+
+    fn addr(n: u8) -> Option<std::net::IpAddr> {
+        Some(std::net::IpAddr::from([192, 0, 2, n]))
+    }
+
+    #[test]
+    fn one_address_holds_at_most_its_share_whatever_keys_it_signs_with() {
+        let caps = Caps { per_author: 2, total: 100, per_address: 5, ..small().caps };
+        let (clock, mut p) = purgatory_with(PurgatoryConfig { caps, ..PurgatoryConfig::default() });
+        let mut refused = Vec::new();
+        // 20 throwaway keys from one address: the address's share stops them, not the total.
+        for key in 10..30u8 {
+            for n in 0..2 {
+                let e = fake_event(key, STATE, 0, n);
+                if let Err(full) = p.add_state_from(e.clone(), e.pubkey, "repo".into(), addr(1)) {
+                    refused.push(full);
+                }
+            }
+        }
+        assert_eq!(p.states_for("repo").len(), 5);
+        assert_eq!(refused.len(), 35);
+        assert!(refused.iter().all(|f| *f == PurgatoryFull { scope: CapScope::Address, limit: 5 }));
+        let msg = refused[0].refusal(crate::nip34::KIND_STATE);
+        assert!(msg.starts_with("rate-limited: this server holds 5 events waiting for git data from your address; push the git data"), "{msg}");
+        // Another address, and events of unknown origin (relay sync), still have room.
+        let other = fake_event(40, STATE, 0, 0);
+        p.add_state_from(other.clone(), other.pubkey, "repo".into(), addr(2)).unwrap();
+        let synced = fake_event(41, STATE, 0, 0);
+        p.add_state(synced.clone(), synced.pubkey, "repo".into()).unwrap();
+        // Announcements and pull requests share the same budget.
+        let ann = fake_event(50, ANNOUNCEMENT, 0, 0);
+        let err = p.add_announcement_from(ann.clone(), ann.pubkey, "x".into(), Default::default(), addr(1)).unwrap_err();
+        assert_eq!(err.scope, CapScope::Address);
+        let pr = fake_event(51, PR, 0, 0);
+        assert_eq!(p.add_pr_from(pr, "c".into(), vec![], addr(1)).unwrap_err().scope, CapScope::Address);
+        assert_eq!(p.check_room(&pubkey(52), addr(1)).unwrap_err().scope, CapScope::Address);
+        p.assert_consistent();
+        // Releasing one frees a place of that address; expiry frees them all.
+        let first = p.states_for("repo")[0].event.id;
+        p.remove_state_event("repo", &first).unwrap();
+        assert!(p.check_room(&pubkey(52), addr(1)).is_ok());
+        clock.advance(MIN30);
+        p.sweep();
+        assert!(p.counts.per_address.is_empty());
+        p.assert_consistent();
+    }
+
+    #[test]
+    fn soft_expired_announcements_leave_their_address_share_and_a_revival_counts_again() {
+        let caps = Caps { per_address: 1, ..small().caps };
+        let (clock, mut p) = purgatory_with(PurgatoryConfig { caps, ..PurgatoryConfig::default() });
+        let ann = signed(0, ANNOUNCEMENT, 0);
+        p.add_announcement_from(ann.clone(), ann.pubkey, "repo".into(), Default::default(), addr(1)).unwrap();
+        assert_eq!(p.check_room(&pubkey(3), addr(1)).unwrap_err().scope, CapScope::Address);
+        clock.advance(MIN30);
+        p.sweep();
+        assert!(p.check_room(&pubkey(3), addr(1)).is_ok(), "soft-expired: the share is free");
+        p.assert_consistent();
+        p.extend_announcement_expiry(&ann.pubkey, "repo", MIN30).unwrap();
+        assert_eq!(p.check_room(&pubkey(3), addr(1)).unwrap_err().scope, CapScope::Address);
+        p.assert_consistent();
+    }
+
+    #[test]
+    fn placeholders_per_address() {
+        let (_c, mut p) = purgatory_with(PurgatoryConfig { caps: Caps { placeholders_total: 10, placeholders_per_repo: 10, placeholders_per_address: 2, ..small().caps }, ..PurgatoryConfig::default() });
+        let id = |n: u8| EventId::from_byte_array([n; 32]);
+        p.add_pr_placeholder_from(id(1), "c".into(), repo(0, "a"), addr(1)).unwrap();
+        p.add_pr_placeholder_from(id(2), "c".into(), repo(1, "b"), addr(1)).unwrap();
+        let err = p.add_pr_placeholder_from(id(3), "c".into(), repo(2, "c"), addr(1)).unwrap_err();
+        let PlaceholderError::Full(full) = err else { panic!("{err:?}") };
+        assert_eq!(full, PurgatoryFull { scope: CapScope::PlaceholdersPerAddress, limit: 2 });
+        assert_eq!(full.ok_prefix(), "rate-limited");
+        assert!(full.to_string().contains("from your address"), "{full}");
+        // A destination added to its own placeholder is no new placeholder.
+        p.add_pr_placeholder_from(id(1), "c".into(), repo(2, "c"), addr(1)).unwrap();
+        // Other addresses are unaffected.
+        p.add_pr_placeholder_from(id(3), "c".into(), repo(2, "c"), addr(2)).unwrap();
+        p.add_pr_placeholder(id(4), "c".into(), repo(2, "c")).unwrap();
+        p.assert_consistent();
+        // The PR event taking a placeholder over frees the pusher's share.
+        let pr = signed(0, PR, 0);
+        p.add_pr_placeholder_from(pr.id, "c".into(), repo(1, "b"), addr(2)).unwrap();
+        p.add_pr_from(pr.clone(), "c".into(), vec![repo(1, "b")], addr(3)).unwrap();
+        assert_eq!(p.counts.placeholders_per_address.get(&addr(2).unwrap()), Some(&1));
+        assert_eq!(p.counts.per_address.get(&addr(3).unwrap()), Some(&1));
+        p.remove_pr(&id(1));
+        p.add_pr_placeholder_from(id(5), "c".into(), repo(0, "a"), addr(1)).unwrap();
+        p.assert_consistent();
+    }
+
+    proptest! {
+        #[test]
+        fn address_counts_follow_every_add_and_removal(ops in prop::collection::vec((0u8..6, 0u8..3, 0u8..3, any::<bool>()), 1..60)) {
+            let caps = Caps { per_author: 1_000, total: 1_000, per_address: 4, placeholders_per_address: 3, placeholders_total: 1_000, ..small().caps };
+            let (_c, mut p) = purgatory_with(PurgatoryConfig { caps, ..PurgatoryConfig::default() });
+            let mut held: Vec<(EventId, bool)> = Vec::new();
+            for (n, (author, from, what, remove)) in ops.into_iter().enumerate() {
+                if remove && !held.is_empty() {
+                    let (id, placeholder) = held.remove(n % held.len());
+                    if placeholder {
+                        prop_assert!(p.remove_pr(&id).is_some());
+                    } else {
+                        prop_assert!(p.remove_state_event("repo", &id).is_some());
+                    }
+                } else {
+                    let origin = if from == 0 { None } else { addr(from) };
+                    if what == 0 {
+                        let id = EventId::from_byte_array([n as u8 + 1; 32]);
+                        let before = origin.map_or(0, |o| p.counts.placeholders_per_address.get(&o).copied().unwrap_or(0));
+                        match p.add_pr_placeholder_from(id, "c".into(), repo(author % 3, "r"), origin) {
+                            Ok(()) => { prop_assert!(before < 3); held.push((id, true)); }
+                            Err(PlaceholderError::Full(f)) => prop_assert!(f.scope == CapScope::PlaceholdersPerAddress || f.scope == CapScope::PlaceholdersPerRepo),
+                            Err(e) => prop_assert!(false, "{:?}", e),
+                        }
+                    } else {
+                        let e = fake_event(author, STATE, 0, n as u32);
+                        let before = origin.map_or(0, |o| p.counts.per_address.get(&o).copied().unwrap_or(0));
+                        match p.add_state_from(e.clone(), e.pubkey, "repo".into(), origin) {
+                            Ok(_) => { prop_assert!(before < 4); held.push((e.id, false)); }
+                            Err(f) => { prop_assert_eq!(f.scope, CapScope::Address); prop_assert!(before >= 4); }
+                        }
+                    }
+                }
+                p.assert_consistent();
+                prop_assert!(p.counts.per_address.values().all(|&n| n <= 4));
+                prop_assert!(p.counts.placeholders_per_address.values().all(|&n| n <= 3));
+            }
+        }
     }
 
     #[test]

@@ -19,6 +19,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::io;
+use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -153,6 +154,9 @@ pub struct SavedAnnouncement {
     /// Never written as true; a file that says so is honoured by skipping the entry.
     #[serde(default)]
     pub soft_expired: bool,
+    /// The client address it was sent from, as counted (absent: unknown, and in older files).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -167,6 +171,9 @@ pub struct SavedState {
     pub age_secs: u64,
     #[serde(default)]
     pub expires_in_secs: u64,
+    /// The client address it was sent from, as counted (absent: unknown, and in older files).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -196,6 +203,10 @@ pub struct SavedPr {
     pub age_secs: u64,
     #[serde(default)]
     pub expires_in_secs: u64,
+    /// The client address the event was sent from, or the placeholder's push came from, as
+    /// counted (absent: unknown, and in older files).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address: Option<String>,
 }
 
 /// Why a checkpoint file cannot be used. The caller moves it aside ([`set_aside`]) and starts
@@ -259,6 +270,16 @@ pub(super) fn secs_until(now: Instant, at: Instant) -> u64 {
     d.as_secs() + u64::from(d.subsec_nanos() > 0)
 }
 
+/// An entry's address as saved.
+pub(super) fn saved_address(origin: Option<IpAddr>) -> Option<String> {
+    origin.map(|a| a.to_string())
+}
+
+/// A saved address back; one that does not parse is unknown (the entry still loads).
+fn parse_address(saved: Option<&str>) -> Option<IpAddr> {
+    saved.and_then(|a| a.parse().ok())
+}
+
 pub(super) fn saved_repo(r: &RepoId) -> SavedRepo {
     SavedRepo {
         owner: r.owner.to_hex(),
@@ -302,6 +323,7 @@ struct HeldState {
     author: PublicKey,
     created_at: Instant,
     expires_at: Instant,
+    origin: Option<IpAddr>,
 }
 
 impl PurgatorySnapshot {
@@ -325,6 +347,7 @@ impl PurgatorySnapshot {
                     age_secs: age(a.created_at),
                     expires_in_secs: secs_until(now, a.expires_at),
                     soft_expired: false,
+                    address: saved_address(a.origin),
                 },
             );
         }
@@ -338,6 +361,7 @@ impl PurgatorySnapshot {
                         identifier: identifier.clone(),
                         age_secs: age(s.created_at),
                         expires_in_secs: secs_until(now, s.expires_at),
+                        address: saved_address(s.origin),
                     })
                     .collect(),
             );
@@ -357,6 +381,7 @@ impl PurgatorySnapshot {
                     } else {
                         secs_until(now, p.expires_at)
                     },
+                    address: saved_address(p.origin),
                 },
             );
         }
@@ -404,6 +429,7 @@ impl Purgatory {
                             author: s.author,
                             created_at: s.created_at,
                             expires_at: s.expires_at,
+                            origin: s.origin,
                         })
                         .collect();
                     (identifier.clone(), held)
@@ -461,6 +487,7 @@ impl Purgatory {
                 });
                 continue;
             }
+            let origin = parse_address(a.address.as_deref());
             let parsed = a.event.into_verified().and_then(|event| {
                 let owner = PublicKey::from_hex(&a.owner).map_err(|e| format!("bad owner: {e}"))?;
                 if owner != event.pubkey {
@@ -470,7 +497,7 @@ impl Purgatory {
                     return Err(format!("repository {}/{}.git no longer exists", a.owner, a.identifier));
                 }
                 p.counts
-                    .check_entry(&caps, &owner)
+                    .check_entry(&caps, &owner, origin)
                     .map_err(|e| e.to_string())?;
                 Ok((event, owner))
             });
@@ -485,6 +512,7 @@ impl Purgatory {
                         created_at,
                         expires_at,
                         soft_expired: false,
+                        origin,
                     });
                     report.announcements += 1;
                 }
@@ -494,12 +522,13 @@ impl Purgatory {
 
         for (identifier, list) in state.state_events {
             for s in list {
+                let origin = parse_address(s.address.as_deref());
                 let parsed = s.event.into_verified().and_then(|event| {
                     if p.by_id.contains_key(&event.id) {
                         return Err("duplicate".into());
                     }
                     p.counts
-                        .check_entry(&caps, &event.pubkey)
+                        .check_entry(&caps, &event.pubkey, origin)
                         .map_err(|e| e.to_string())?;
                     Ok(event)
                 });
@@ -512,6 +541,7 @@ impl Purgatory {
                             identifier: identifier.clone(),
                             created_at,
                             expires_at,
+                            origin,
                         });
                         report.states += 1;
                     }
@@ -525,6 +555,7 @@ impl Purgatory {
 
         for (id_hex, saved) in state.pr_events {
             let entry = format!("pr {id_hex}");
+            let origin = parse_address(saved.address.as_deref());
             let parsed = (|| -> Result<(EventId, PrEntry), String> {
                 let id = EventId::from_hex(&id_hex).map_err(|e| format!("bad event id: {e}"))?;
                 let event = match saved.event {
@@ -534,13 +565,17 @@ impl Purgatory {
                             return Err("event id does not match its key".into());
                         }
                         p.counts
-                            .check_entry(&caps, &event.pubkey)
+                            .check_entry(&caps, &event.pubkey, origin)
                             .map_err(|e| e.to_string())?;
                         Some(event)
                     }
                     None => {
                         if p.counts.placeholders_total >= caps.placeholders_total {
                             return Err("over the placeholder cap".into());
+                        }
+                        let mine = origin.map_or(0, |o| p.counts.placeholders_per_address.get(&o).copied().unwrap_or(0));
+                        if mine >= caps.placeholders_per_address {
+                            return Err("over the placeholder cap of its address".into());
                         }
                         None
                     }
@@ -556,6 +591,7 @@ impl Purgatory {
                         created_at,
                         expires_at,
                         cleanup_pending: false,
+                        origin,
                     },
                 ))
             })();
@@ -867,6 +903,44 @@ mod tests {
         let (_c, p, report) = reopened(state, old_clock.wall(), |owner, identifier| *owner == pubkey(0) && identifier == "repo");
         assert_eq!(report.announcements, 1, "{:?}", report.skipped);
         assert!(p.get_announcement(&pubkey(0), "repo").is_some());
+    }
+
+    #[test]
+    fn addresses_survive_a_round_trip_and_files_without_them_still_load() {
+        let (clock, mut p) = purgatory();
+        let ip = std::net::IpAddr::from([192, 0, 2, 9]);
+        let from = Some(ip);
+        let ann = signed(0, ANNOUNCEMENT, 0);
+        p.add_announcement_from(ann.clone(), ann.pubkey, "repo".into(), Default::default(), from).unwrap();
+        let s = signed(0, STATE, 0);
+        p.add_state_from(s.clone(), s.pubkey, "repo".into(), from).unwrap();
+        p.add_pr_from(signed(1, PR, 0), "c0ffee".into(), vec![repo(0, "repo")], from).unwrap();
+        let ph = EventId::from_byte_array([4; 32]);
+        p.add_pr_placeholder_from(ph, "beef".into(), repo(0, "repo"), from).unwrap();
+        let json = p.snapshot().to_json();
+        assert_eq!(json.matches("\"address\": \"192.0.2.9\"").count(), 4, "{json}");
+        let (_, restored, report) = reopened(PurgatoryState::from_json(&json).unwrap(), clock.wall(), |_, _| true);
+        assert!(report.skipped.is_empty(), "{:?}", report.skipped);
+        restored.assert_consistent();
+        assert_eq!(restored.counts.per_address.get(&ip), Some(&3));
+        assert_eq!(restored.counts.placeholders_per_address.get(&ip), Some(&1));
+        assert_eq!(restored.find_pr(&ph).unwrap().origin, from);
+        // A file written before addresses were kept: every entry loads, of unknown address.
+        let mut state = PurgatoryState::from_json(&json).unwrap();
+        state.announcement_purgatory.values_mut().for_each(|a| a.address = None);
+        state.state_events.values_mut().flatten().for_each(|s| s.address = None);
+        state.pr_events.values_mut().for_each(|p| p.address = None);
+        let old = state.to_json();
+        assert!(!old.contains("address"), "{old}");
+        let (_, restored, report) = reopened(PurgatoryState::from_json(&old).unwrap(), clock.wall(), |_, _| true);
+        assert!(report.skipped.is_empty(), "{:?}", report.skipped);
+        assert_eq!((report.announcements, report.states, report.prs, report.placeholders), (1, 1, 1, 1));
+        assert!(restored.counts.per_address.is_empty());
+        restored.assert_consistent();
+        // Entries without an address are written without the field.
+        let (_, mut p) = purgatory();
+        p.add_state(s.clone(), s.pubkey, "repo".into()).unwrap();
+        assert!(!p.snapshot().to_json().contains("address"));
     }
 
     #[test]

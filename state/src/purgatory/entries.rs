@@ -6,6 +6,7 @@
 //! instead of cloning every event's tags and content.
 
 use std::collections::BTreeSet;
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -58,6 +59,9 @@ pub struct AnnouncementEntry {
     pub created_at: Instant,
     pub expires_at: Instant,
     pub soft_expired: bool,
+    /// The client address it was sent from, as counted ([`crate::client_key::limit_key`]);
+    /// `None` when unknown (relay sync, older checkpoints). See [`super::caps`].
+    pub origin: Option<IpAddr>,
 }
 
 /// A repository state event (kind 30618) whose git objects have not arrived yet.
@@ -70,6 +74,8 @@ pub struct StateEntry {
     pub identifier: String,
     pub created_at: Instant,
     pub expires_at: Instant,
+    /// The client address it was sent from, as counted; `None` when unknown.
+    pub origin: Option<IpAddr>,
 }
 
 /// A pull request or PR update (kind 1618/1619) waiting for its commit, or a placeholder
@@ -92,6 +98,9 @@ pub struct PrEntry {
     /// then calls `remove_pr` (done) or `retain_placeholder_for_retry` (failed). No deadline is
     /// armed meanwhile; a checkpoint saves it as due immediately.
     pub cleanup_pending: bool,
+    /// The client address the event was sent from, or the placeholder's push came from, as
+    /// counted; `None` when unknown.
+    pub origin: Option<IpAddr>,
 }
 
 impl PrEntry {

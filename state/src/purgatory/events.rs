@@ -1,5 +1,6 @@
 //! State events, PR events and git-first placeholders waiting for their other half.
 
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,11 +20,23 @@ impl Purgatory {
         author: PublicKey,
         identifier: String,
     ) -> Result<bool, PurgatoryFull> {
+        self.add_state_from(event, author, identifier, None)
+    }
+
+    /// [`Self::add_state`] of an event sent from `origin` (the client address as counted,
+    /// [`crate::client_key::limit_key`]), which counts against that address's share.
+    pub fn add_state_from(
+        &mut self,
+        event: impl Into<Arc<Event>>,
+        author: PublicKey,
+        identifier: String,
+        origin: Option<IpAddr>,
+    ) -> Result<bool, PurgatoryFull> {
         let event = event.into();
         if self.by_id.contains_key(&event.id) {
             return Ok(false);
         }
-        self.counts.check_entry(&self.config.caps, &author)?;
+        self.counts.check_entry(&self.config.caps, &author, origin)?;
         let now = self.clock.now();
         self.attach_state(StateEntry {
             event,
@@ -31,6 +44,7 @@ impl Purgatory {
             identifier,
             created_at: now,
             expires_at: now + self.config.entry_ttl,
+            origin,
         });
         Ok(true)
     }
@@ -118,13 +132,25 @@ impl Purgatory {
         commit: String,
         repos: Vec<RepoId>,
     ) -> Result<bool, PurgatoryFull> {
+        self.add_pr_from(event, commit, repos, None)
+    }
+
+    /// [`Self::add_pr`] of an event sent from `origin` (the client address as counted), which
+    /// counts against that address's share (a placeholder it takes over leaves its pusher's).
+    pub fn add_pr_from(
+        &mut self,
+        event: impl Into<Arc<Event>>,
+        commit: String,
+        repos: Vec<RepoId>,
+        origin: Option<IpAddr>,
+    ) -> Result<bool, PurgatoryFull> {
         let event = event.into();
         let id = event.id;
         if self.prs.get(&id).is_some_and(|p| p.event.is_some()) {
             return Ok(false);
         }
         let placeholder = self.detach_pr(&id);
-        if let Err(full) = self.counts.check_entry(&self.config.caps, &event.pubkey) {
+        if let Err(full) = self.counts.check_entry(&self.config.caps, &event.pubkey, origin) {
             if let Some(p) = placeholder {
                 self.attach_pr(id, p);
             }
@@ -145,6 +171,7 @@ impl Purgatory {
                 created_at,
                 expires_at: now + self.config.entry_ttl,
                 cleanup_pending: false,
+                origin,
             },
         );
         Ok(true)
@@ -159,11 +186,24 @@ impl Purgatory {
         commit: String,
         destination: RepoId,
     ) -> Result<(), PlaceholderError> {
+        self.add_pr_placeholder_from(event_id, commit, destination, None)
+    }
+
+    /// [`Self::add_pr_placeholder`] for a push from `origin` (the client address as counted): a
+    /// new placeholder counts against that address's share; a destination added to an existing
+    /// one stays with the placeholder's first pusher.
+    pub fn add_pr_placeholder_from(
+        &mut self,
+        event_id: EventId,
+        commit: String,
+        destination: RepoId,
+        origin: Option<IpAddr>,
+    ) -> Result<(), PlaceholderError> {
         let now = self.clock.now();
         let ttl = self.config.entry_ttl;
         let Some(existing) = self.prs.get(&event_id) else {
             self.counts
-                .check_placeholder(&self.config.caps, &destination, true)?;
+                .check_placeholder(&self.config.caps, &destination, true, origin)?;
             self.attach_pr(
                 event_id,
                 PrEntry {
@@ -174,6 +214,7 @@ impl Purgatory {
                     created_at: now,
                     expires_at: now + ttl,
                     cleanup_pending: false,
+                    origin,
                 },
             );
             return Ok(());
@@ -186,7 +227,7 @@ impl Purgatory {
         let known = existing.destinations.contains(&destination);
         if !known {
             self.counts
-                .check_placeholder(&self.config.caps, &destination, false)?;
+                .check_placeholder(&self.config.caps, &destination, false, origin)?;
         }
         // Detach and re-attach: keeps counts and deadlines in step in one place.
         let mut entry = self.detach_pr(&event_id).expect("entry checked above");

@@ -218,7 +218,7 @@ use std::sync::Arc;
 
 use nostr::prelude::EventId;
 
-use super::checkpoint::{saved_repo, secs_until, unix_secs, SavedEvent};
+use super::checkpoint::{saved_address, saved_repo, secs_until, unix_secs, SavedEvent};
 use super::entries::EntryKey;
 use super::Purgatory;
 
@@ -273,6 +273,7 @@ impl Purgatory {
                             age_secs: age(a.created_at),
                             expires_in_secs: secs_until(now, a.expires_at),
                             soft_expired: false,
+                            address: saved_address(a.origin),
                         },
                     }
                 }
@@ -287,6 +288,7 @@ impl Purgatory {
                         identifier: identifier.clone(),
                         age_secs: age(s.created_at),
                         expires_in_secs: secs_until(now, s.expires_at),
+                        address: saved_address(s.origin),
                     },
                 }
             }
@@ -302,6 +304,7 @@ impl Purgatory {
                         destinations: p.destinations.iter().map(saved_repo).collect(),
                         age_secs: age(p.created_at),
                         expires_in_secs: if p.cleanup_pending { 0 } else { secs_until(now, p.expires_at) },
+                        address: saved_address(p.origin),
                     },
                 }
             }

@@ -40,6 +40,7 @@ mod sweep;
 pub(crate) mod testutil;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -319,8 +320,9 @@ impl Purgatory {
     /// Whether `author` may add one more entry, without adding it: lets the caller refuse
     /// before doing expensive work (creating a bare repository) for an event the caps would
     /// refuse anyway.
-    pub fn check_room(&self, author: &PublicKey) -> Result<(), PurgatoryFull> {
-        self.counts.check_entry(&self.config.caps, author)
+    /// `origin`: the client address it comes from (keyed by [`crate::client_key::limit_key`]).
+    pub fn check_room(&self, author: &PublicKey, origin: Option<IpAddr>) -> Result<(), PurgatoryFull> {
+        self.counts.check_entry(&self.config.caps, author, origin)
     }
 
     // ---- internal bookkeeping shared by the API files ----
@@ -376,7 +378,7 @@ impl Purgatory {
             identifier: entry.identifier.clone(),
         };
         self.by_id.insert(entry.event.id, key.clone());
-        self.counts.add_announcement(entry.owner, entry.soft_expired);
+        self.counts.add_announcement(entry.owner, entry.soft_expired, entry.origin);
         self.counts.add_bytes(&entry.event);
         self.deadlines.arm(entry.expires_at, key.clone());
         self.announcements
@@ -397,7 +399,7 @@ impl Purgatory {
             self.announcements.remove(identifier);
         }
         self.by_id.remove(&entry.event.id);
-        self.counts.remove_announcement(owner, entry.soft_expired);
+        self.counts.remove_announcement(owner, entry.soft_expired, entry.origin);
         self.counts.remove_bytes(&entry.event);
         let key = EntryKey::Announcement {
             owner: *owner,
@@ -414,7 +416,7 @@ impl Purgatory {
             event_id: entry.event.id,
         };
         self.by_id.insert(entry.event.id, key.clone());
-        self.counts.add_entry(entry.author);
+        self.counts.add_entry(entry.author, entry.origin);
         self.counts.add_bytes(&entry.event);
         self.deadlines.arm(entry.expires_at, key.clone());
         self.states
@@ -432,7 +434,7 @@ impl Purgatory {
             self.states.remove(identifier);
         }
         self.by_id.remove(event_id);
-        self.counts.remove_entry(&entry.author);
+        self.counts.remove_entry(&entry.author, entry.origin);
         self.counts.remove_bytes(&entry.event);
         let key = EntryKey::State {
             identifier: identifier.to_owned(),
@@ -446,10 +448,10 @@ impl Purgatory {
     fn attach_pr(&mut self, event_id: EventId, entry: PrEntry) {
         match &entry.event {
             Some(e) => {
-                self.counts.add_entry(e.pubkey);
+                self.counts.add_entry(e.pubkey, entry.origin);
                 self.counts.add_bytes(e);
             }
-            None => self.counts.placeholders_total += 1,
+            None => self.counts.add_placeholder(entry.origin),
         }
         for d in &entry.destinations {
             self.counts.add_destination(d.clone());
@@ -466,12 +468,10 @@ impl Purgatory {
         let entry = self.prs.remove(event_id)?;
         match &entry.event {
             Some(e) => {
-                self.counts.remove_entry(&e.pubkey);
+                self.counts.remove_entry(&e.pubkey, entry.origin);
                 self.counts.remove_bytes(e);
             }
-            None => {
-                self.counts.placeholders_total = self.counts.placeholders_total.saturating_sub(1)
-            }
+            None => self.counts.remove_placeholder(entry.origin),
         }
         for d in &entry.destinations {
             self.counts.remove_destination(d);
@@ -500,6 +500,8 @@ impl Purgatory {
     #[cfg(test)]
     pub(crate) fn assert_consistent(&self) {
         let mut per_author: HashMap<PublicKey, usize> = HashMap::new();
+        let mut per_address: HashMap<IpAddr, usize> = HashMap::new();
+        let mut placeholders_per_address: HashMap<IpAddr, usize> = HashMap::new();
         let mut armed = 0;
         let deferred: BTreeSet<&EntryKey> = self.deferred.values().flatten().collect();
         let mut check = |key: EntryKey, at: Instant, armable: bool| {
@@ -527,6 +529,9 @@ impl Purgatory {
                     soft_expired += 1;
                 } else {
                     *per_author.entry(*owner).or_default() += 1;
+                    if let Some(o) = a.origin {
+                        *per_address.entry(o).or_default() += 1;
+                    }
                 }
                 let key = EntryKey::Announcement {
                     owner: *owner,
@@ -540,6 +545,9 @@ impl Purgatory {
             assert!(!v.is_empty());
             for s in v {
                 *per_author.entry(s.author).or_default() += 1;
+                if let Some(o) = s.origin {
+                    *per_address.entry(o).or_default() += 1;
+                }
                 let key = EntryKey::State {
                     identifier: ident.clone(),
                     event_id: s.event.id,
@@ -551,9 +559,18 @@ impl Purgatory {
         let mut placeholders = 0;
         let mut per_repo: HashMap<RepoId, usize> = HashMap::new();
         for (id, p) in &self.prs {
-            match &p.event {
-                Some(e) => *per_author.entry(e.pubkey).or_default() += 1,
-                None => placeholders += 1,
+            let by_address = match &p.event {
+                Some(e) => {
+                    *per_author.entry(e.pubkey).or_default() += 1;
+                    &mut per_address
+                }
+                None => {
+                    placeholders += 1;
+                    &mut placeholders_per_address
+                }
+            };
+            if let Some(o) = p.origin {
+                *by_address.entry(o).or_default() += 1;
             }
             for d in &p.destinations {
                 *per_repo.entry(d.clone()).or_default() += 1;
@@ -566,6 +583,8 @@ impl Purgatory {
         }
         assert_eq!(armed, self.deadlines.len(), "stray deadlines");
         assert_eq!(per_author, self.counts.per_author);
+        assert_eq!(per_address, self.counts.per_address);
+        assert_eq!(placeholders_per_address, self.counts.placeholders_per_address);
         assert_eq!(soft_expired, self.counts.soft_expired);
         assert_eq!(per_author.values().sum::<usize>(), self.counts.total);
         assert_eq!(placeholders, self.counts.placeholders_total);
@@ -675,10 +694,10 @@ mod tests {
         let (clock, mut p) = testutil::purgatory_with(config);
         assert_eq!(p.next_deadline(), None);
         let s = signed(0, STATE, 0);
-        assert!(p.check_room(&s.pubkey).is_ok());
+        assert!(p.check_room(&s.pubkey, None).is_ok());
         p.add_state(s.clone(), s.pubkey, "repo".into()).unwrap();
         assert_eq!(p.next_deadline(), Some(clock.now() + MIN30));
-        assert_eq!(p.check_room(&s.pubkey).unwrap_err().scope, CapScope::Author);
+        assert_eq!(p.check_room(&s.pubkey, None).unwrap_err().scope, CapScope::Author);
         assert_eq!(p.stats().states, 1, "check_room adds nothing");
         let pr = signed(1, PR, 0);
         p.add_pr(pr.clone(), "c0ffee".into(), vec![repo(0, "repo")])

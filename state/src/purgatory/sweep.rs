@@ -134,7 +134,7 @@ impl Purgatory {
                         };
                         entry.soft_expired = true;
                         entry.expires_at = now + self.config.soft_expiry_ttl;
-                        self.counts.soft_expire(&owner);
+                        self.counts.soft_expire(&owner, entry.origin);
                         let event_id = entry.event.id;
                         let at = entry.expires_at;
                         let key = EntryKey::Announcement {
