@@ -255,6 +255,11 @@ pub struct Config {
     #[arg(long, env = "GRASP_DEFERRED_PER_AUTHOR", default_value_t = grasp_state::deferred::MAX_PER_AUTHOR as u32, value_parser = clap::value_parser!(u32).range(1..))]
     pub deferred_per_author: u32,
 
+    /// Most entries of deferred repository work naming a repository of one owner, however many
+    /// keys' events govern it (work beyond it is not recorded).
+    #[arg(long, env = "GRASP_DEFERRED_PER_OWNER", default_value_t = grasp_state::deferred::MAX_PER_OWNER as u32, value_parser = clap::value_parser!(u32).range(1..))]
+    pub deferred_per_owner: u32,
+
     /// Path of the `grasp-cgi` wrapper: it serves repository pages, 404s, a private service's
     /// requests and a push waiting for another (a plain git request to a public repository runs
     /// git http-backend directly). The hook binaries must sit beside it. Defaults to `grasp-cgi`
@@ -851,7 +856,11 @@ impl Config {
 
     /// The bounds of deferred repository work.
     pub fn deferred_limits(&self) -> grasp_state::deferred::DeferredLimits {
-        grasp_state::deferred::DeferredLimits { total: self.deferred_total as usize, per_author: self.deferred_per_author as usize }
+        grasp_state::deferred::DeferredLimits {
+            total: self.deferred_total as usize,
+            per_author: self.deferred_per_author as usize,
+            per_owner: self.deferred_per_owner as usize,
+        }
     }
 
     pub fn for_tests(data_dir: PathBuf) -> Self {

@@ -26,6 +26,8 @@ pub const MAX_BACKOFF: Duration = Duration::from_secs(60);
 pub const MAX_ENTRIES: usize = 10_000;
 /// Default of [`DeferredLimits::per_author`] (`--deferred-per-author`): a sixteenth of the table.
 pub const MAX_PER_AUTHOR: usize = MAX_ENTRIES / 16;
+/// Default of [`DeferredLimits::per_owner`] (`--deferred-per-owner`): a sixteenth of the table.
+pub const MAX_PER_OWNER: usize = MAX_ENTRIES / 16;
 
 /// The bounds of the table. Work that does not fit is not recorded (the next event, push or
 /// background sync of the identifier processes its repositories again).
@@ -35,11 +37,15 @@ pub struct DeferredLimits {
     pub total: usize,
     /// Most entries of one author.
     pub per_author: usize,
+    /// Most entries naming a repository of one owner: however many keys govern an owner's
+    /// repositories (throwaway co-maintainers, each under its author share), that owner's
+    /// repositories hold at most this share of the table.
+    pub per_owner: usize,
 }
 
 impl Default for DeferredLimits {
     fn default() -> Self {
-        DeferredLimits { total: MAX_ENTRIES, per_author: MAX_PER_AUTHOR }
+        DeferredLimits { total: MAX_ENTRIES, per_author: MAX_PER_AUTHOR, per_owner: MAX_PER_OWNER }
     }
 }
 
@@ -54,6 +60,8 @@ pub struct DeferredKey {
 struct Entry {
     /// The repositories still not processed (as shown to the operator) and why.
     repos: BTreeSet<String>,
+    /// The owners of those repositories, counted against [`DeferredLimits::per_owner`].
+    owners: BTreeSet<PublicKey>,
     reason: String,
     since: Instant,
     attempts: u32,
@@ -66,6 +74,8 @@ struct Entry {
 pub enum DropReason {
     /// Its author already holds [`DeferredLimits::per_author`] entries.
     AuthorShare,
+    /// An owner of its repositories already has [`DeferredLimits::per_owner`] entries.
+    OwnerShare,
     /// The table is full and no author holds at least two entries more than this one's.
     Full,
 }
@@ -75,6 +85,7 @@ impl DropReason {
     pub fn as_str(self) -> &'static str {
         match self {
             DropReason::AuthorShare => "author_share",
+            DropReason::OwnerShare => "owner_share",
             DropReason::Full => "full",
         }
     }
@@ -126,8 +137,14 @@ pub struct DeferredStats {
     pub running: usize,
     pub limit_total: usize,
     pub limit_per_author: usize,
+    /// Distinct owners with entries, and the entries of the owner with the most.
+    pub owners: usize,
+    pub largest_owner_entries: usize,
+    pub limit_per_owner: usize,
     /// Since start: new work refused because its author held its share.
     pub dropped_author_share: u64,
+    /// Since start: new work refused because an owner of its repositories held its share.
+    pub dropped_owner_share: u64,
     /// Since start: new work refused because the table was full.
     pub dropped_full: u64,
     /// Since start: entries dropped to make room for an author with fewer.
@@ -141,9 +158,12 @@ pub struct DeferredWork {
     entries: BTreeMap<DeferredKey, Entry>,
     /// Entries per author, in step with `entries` (no zero counts).
     per_author: HashMap<PublicKey, usize>,
+    /// Entries per owner of their repositories, in step with `entries` (no zero counts).
+    per_owner: HashMap<PublicKey, usize>,
     /// Identifiers whose retry runs ([`Self::start_due`] until [`Self::finished`]).
     running: BTreeSet<String>,
     dropped_author_share: u64,
+    dropped_owner_share: u64,
     dropped_full: u64,
     evicted: u64,
 }
@@ -160,7 +180,21 @@ impl DeferredWork {
     /// this one's author (so the shares even out and never swap back and forth), else it is
     /// dropped.
     pub fn defer(&mut self, key: DeferredKey, repos: impl IntoIterator<Item = String>, reason: &str, now: Instant) -> Deferral {
+        self.defer_owned(key, repos, [], reason, now)
+    }
+
+    /// [`Self::defer`] for repositories of `owners`: new work is also dropped when one of them
+    /// already has its share ([`DeferredLimits::per_owner`]).
+    pub fn defer_owned(
+        &mut self,
+        key: DeferredKey,
+        repos: impl IntoIterator<Item = String>,
+        owners: impl IntoIterator<Item = PublicKey>,
+        reason: &str,
+        now: Instant,
+    ) -> Deferral {
         let repos: BTreeSet<String> = repos.into_iter().collect();
+        let owners: BTreeSet<PublicKey> = owners.into_iter().collect();
         if let Some(e) = self.entries.get_mut(&key) {
             e.attempts = e.attempts.saturating_add(1);
             e.repos = repos;
@@ -172,6 +206,10 @@ impl DeferredWork {
         if own >= self.limits.per_author {
             self.dropped_author_share += 1;
             return Deferral::Dropped(DropReason::AuthorShare);
+        }
+        if owners.iter().any(|o| self.owner_entries(o) >= self.limits.per_owner) {
+            self.dropped_owner_share += 1;
+            return Deferral::Dropped(DropReason::OwnerShare);
         }
         let mut outcome = Deferral::Recorded;
         if self.entries.len() >= self.limits.total {
@@ -188,7 +226,10 @@ impl DeferredWork {
             }
         }
         *self.per_author.entry(key.author).or_default() += 1;
-        self.entries.insert(key, Entry { repos, reason: reason.to_string(), since: now, attempts: 0, next: now + FIRST_BACKOFF });
+        for owner in &owners {
+            *self.per_owner.entry(*owner).or_default() += 1;
+        }
+        self.entries.insert(key, Entry { repos, owners, reason: reason.to_string(), since: now, attempts: 0, next: now + FIRST_BACKOFF });
         outcome
     }
 
@@ -204,16 +245,17 @@ impl DeferredWork {
     }
 
     fn remove(&mut self, key: &DeferredKey) -> bool {
-        if self.entries.remove(key).is_none() {
-            return false;
-        }
-        if let Some(n) = self.per_author.get_mut(&key.author) {
-            *n -= 1;
-            if *n == 0 {
-                self.per_author.remove(&key.author);
-            }
+        let Some(entry) = self.entries.remove(key) else { return false };
+        count_down(&mut self.per_author, &key.author);
+        for owner in &entry.owners {
+            count_down(&mut self.per_owner, owner);
         }
         true
+    }
+
+    /// How many entries name a repository of `owner`.
+    pub fn owner_entries(&self, owner: &PublicKey) -> usize {
+        self.per_owner.get(owner).copied().unwrap_or(0)
     }
 
     /// How many entries `author` holds.
@@ -288,7 +330,11 @@ impl DeferredWork {
             running: self.running.len(),
             limit_total: self.limits.total,
             limit_per_author: self.limits.per_author,
+            owners: self.per_owner.len(),
+            largest_owner_entries: self.per_owner.values().copied().max().unwrap_or(0),
+            limit_per_owner: self.limits.per_owner,
             dropped_author_share: self.dropped_author_share,
+            dropped_owner_share: self.dropped_owner_share,
             dropped_full: self.dropped_full,
             evicted: self.evicted,
         }
@@ -314,6 +360,16 @@ impl DeferredWork {
             .collect();
         out.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.identifier.cmp(&b.1.identifier)));
         out.into_iter().map(|(_, v)| v).collect()
+    }
+}
+
+/// One entry less for `who` (no zero counts are kept).
+fn count_down(counts: &mut HashMap<PublicKey, usize>, who: &PublicKey) {
+    if let Some(n) = counts.get_mut(who) {
+        *n -= 1;
+        if *n == 0 {
+            counts.remove(who);
+        }
     }
 }
 
@@ -373,7 +429,7 @@ mod tests {
 
     #[test]
     fn one_author_holds_at_most_its_share() {
-        let mut d = DeferredWork::new(DeferredLimits { total: 100, per_author: 3 });
+        let mut d = DeferredWork::new(DeferredLimits { total: 100, per_author: 3, per_owner: 100 });
         let now = Instant::now();
         for i in 0..3 {
             assert_eq!(d.defer(of(0, &format!("r{i}")), [], "busy", now), Deferral::Recorded);
@@ -387,8 +443,33 @@ mod tests {
     }
 
     #[test]
+    fn one_owner_has_at_most_its_share_whatever_keys_govern_its_repositories() {
+        let mut d = DeferredWork::new(DeferredLimits { total: 100, per_author: 100, per_owner: 2 });
+        let now = Instant::now();
+        let victim = author(9);
+        // Throwaway keys, each well within its author share, all governing the victim's repositories.
+        assert_eq!(d.defer_owned(of(0, "a"), [], [victim], "busy", now), Deferral::Recorded);
+        assert_eq!(d.defer_owned(of(1, "b"), [], [victim, author(8)], "busy", now), Deferral::Recorded);
+        assert_eq!(d.defer_owned(of(2, "c"), [], [victim], "busy", now), Deferral::Dropped(DropReason::OwnerShare));
+        assert_eq!(d.defer_owned(of(2, "c"), [], [author(7)], "busy", now), Deferral::Recorded, "other owners are not affected");
+        assert_eq!((d.owner_entries(&victim), d.owner_entries(&author(8))), (2, 1));
+        let stats = d.stats();
+        assert_eq!((stats.owners, stats.largest_owner_entries, stats.dropped_owner_share), (3, 2, 1));
+        // Done work gives the share back.
+        assert!(d.done(&of(0, "a")));
+        assert_eq!(d.owner_entries(&victim), 1);
+        assert_eq!(d.defer_owned(of(3, "d"), [], [victim], "busy", now), Deferral::Recorded);
+        // Eviction gives it back too.
+        let mut full = DeferredWork::new(DeferredLimits { total: 2, per_author: 2, per_owner: 2 });
+        assert!(full.defer_owned(of(0, "x"), [], [victim], "busy", now).is_recorded());
+        assert!(full.defer_owned(of(0, "y"), [], [victim], "busy", now + Duration::from_secs(1)).is_recorded());
+        assert_eq!(full.defer_owned(of(1, "z"), [], [author(8)], "busy", now), Deferral::Evicted(of(0, "y")));
+        assert_eq!(full.owner_entries(&victim), 1);
+    }
+
+    #[test]
     fn a_full_table_makes_room_for_an_author_with_fewer_entries() {
-        let mut d = DeferredWork::new(DeferredLimits { total: 4, per_author: 4 });
+        let mut d = DeferredWork::new(DeferredLimits { total: 4, per_author: 4, per_owner: 4 });
         let t0 = Instant::now();
         for i in 0..4 {
             assert!(d.defer(of(0, &format!("r{i}")), [], "busy", t0 + Duration::from_secs(i)).is_recorded());
@@ -468,7 +549,7 @@ mod tests {
                 per_author in 1usize..6,
                 ops in proptest::collection::vec(op(), 1..120),
             ) {
-                let mut d = DeferredWork::new(DeferredLimits { total, per_author });
+                let mut d = DeferredWork::new(DeferredLimits { total, per_author, per_owner: total });
                 let mut now = Instant::now();
                 let mut running: Vec<DeferredKey> = Vec::new();
                 for op in ops {
@@ -496,6 +577,7 @@ mod tests {
                                     // Dropped only when every author holds at most one more than this one's.
                                     prop_assert!(!existed && full && own < per_author && most < own + 2);
                                 }
+                                Deferral::Dropped(DropReason::OwnerShare) => prop_assert!(false, "no owners given"),
                             }
                             prop_assert_eq!(got.is_recorded(), d.entries.contains_key(&key));
                         }

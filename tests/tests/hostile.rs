@@ -526,6 +526,45 @@ async fn one_author_cannot_fill_the_deferred_work() {
     );
 }
 
+/// Deferred work is shared per owner too: the entries naming one owner's repositories are at
+/// most `--deferred-per-owner` (here 1), whatever the author shares allow (here 10), so the
+/// second stalled repository of one owner is dropped (counted as `owner_share`) while another
+/// owner's work is still recorded.
+#[tokio::test]
+async fn one_owner_cannot_fill_the_deferred_work() {
+    let server = TestServer::start_with(&["--git-idle-timeout", "10m", "--deferred-per-author", "10", "--deferred-per-owner", "1", "--event-lock-wait", "500ms"]);
+    let _reaper = Reaper(server.data_dir().to_path_buf());
+    let tmp = tempfile::tempdir().unwrap();
+    let mut client = NostrClient::connect(&server.ws_url()).await.unwrap();
+    let (crowded, other) = (Keys::generate(), Keys::generate());
+    let mut published = Vec::new();
+    for (keys, id) in [(&crowded, "c1"), (&crowded, "c2"), (&other, "o1")] {
+        published.push((keys, id, publish_repo(&server, &mut client, &tmp.path().join(id), keys, id).await));
+    }
+    let stalled: Vec<TcpStream> = published.iter().map(|(keys, id, _)| start_receive_pack(&server, &keys.public_key(), id)).collect();
+    wait_for_backends(&server, 3);
+
+    for (keys, id, p) in &published {
+        let st = state_at(keys, id, &[("refs/heads/main", &p.tip)], Some("main"), now() + 1);
+        let (ok, msg) = client.send_event(&st).await.unwrap();
+        assert!(ok, "{id}: state refused: {msg}");
+    }
+    let listing = purgatory_listing(&server).await;
+    let ids: Vec<String> = listing["deferred"].as_array().into_iter().flatten().map(|d| d["identifier"].as_str().unwrap_or("").to_owned()).collect();
+    assert!(ids.contains(&"c1".to_owned()) && ids.contains(&"o1".to_owned()), "{listing:#}");
+    assert!(!ids.contains(&"c2".to_owned()), "one owner's repositories hold more than its share: {listing:#}");
+    let stats = &listing["deferred_stats"];
+    assert_eq!((stats["dropped_owner_share"].as_u64(), stats["limit_per_owner"].as_u64(), stats["largest_owner_entries"].as_u64()), (Some(1), Some(1), Some(1)), "{listing:#}");
+    assert!(server.logs().contains("--deferred-per-owner"), "{}", server.logs());
+
+    drop(stalled);
+    grasp_tests::eventually!(
+        "the deferred work to be done",
+        Duration::from_secs(90),
+        purgatory_listing(&server).await["deferred"].as_array().is_some_and(Vec::is_empty).then_some(())
+    );
+}
+
 /// Item 3: one repository's push lock held by a stalled push, then hundreds of connections each
 /// send a state event for it (data present, so each wants the repository). They are answered
 /// within a deadline (a few wait the event bound and are deferred, the rest are refused

@@ -391,13 +391,15 @@ pub fn render_purgatory_table(json: &str) -> Result<String> {
         }
     }
     let ds = &v["deferred_stats"];
-    let lost = ["dropped_author_share", "dropped_full", "evicted"].map(|k| ds[k].as_u64().unwrap_or(0));
+    let lost = ["dropped_author_share", "dropped_full", "evicted", "dropped_owner_share"].map(|k| ds[k].as_u64().unwrap_or(0));
     if lost.iter().any(|n| *n > 0) {
         writeln!(
             out,
-            "Deferred work lost since start: {} over an author's share (--deferred-per-author {}), {} with the table full (--deferred-total {}), {} dropped for an author with fewer",
+            "Deferred work lost since start: {} over an author's share (--deferred-per-author {}), {} over an owner's share (--deferred-per-owner {}), {} with the table full (--deferred-total {}), {} dropped for an author with fewer",
             lost[0],
             ds["limit_per_author"].as_u64().unwrap_or(0),
+            lost[3],
+            ds["limit_per_owner"].as_u64().unwrap_or(0),
             lost[1],
             ds["limit_total"].as_u64().unwrap_or(0),
             lost[2]
@@ -563,7 +565,7 @@ mod tests {
         assert!(!table.contains("lost since start"), "{table}");
         let json = r#"{"version":1,"entries":[],"expired_events":[],"stats":{},"deferred":[],"deferred_stats":{"entries":0,"dropped_author_share":7,"dropped_full":0,"evicted":2,"limit_total":10000,"limit_per_author":625}}"#;
         let table = render_purgatory_table(json).unwrap();
-        assert!(table.contains("lost since start: 7 over an author's share (--deferred-per-author 625), 0 with the table full") && table.contains("2 dropped"), "{table}");
+        assert!(table.contains("lost since start: 7 over an author's share (--deferred-per-author 625), 0 over an owner's share") && table.contains("0 with the table full") && table.contains("2 dropped"), "{table}");
     }
 
     #[test]

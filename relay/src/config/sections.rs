@@ -123,6 +123,7 @@ pub const SECTIONS: &[(&str, Section)] = &[
     ("placeholders_per_address", Purgatory),
     ("deferred_total", Purgatory),
     ("deferred_per_author", Purgatory),
+    ("deferred_per_owner", Purgatory),
     ("sync_user_delay", GitSync),
     ("sync_delay", GitSync),
     ("sync_backoff", GitSync),

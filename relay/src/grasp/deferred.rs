@@ -43,10 +43,11 @@ impl SharedDeferred {
     pub fn defer(&self, grasp: &Grasp, identifier: &str, author: &PublicKey, failed: &[LockError]) {
         let repos: Vec<String> = failed.iter().map(|e| grasp.shown_repo(e.repo())).collect();
         let reason = failed.first().map(ToString::to_string).unwrap_or_default();
+        let owners: Vec<PublicKey> = failed.iter().filter_map(|e| grasp.layout.locate(e.repo()).ok()).map(|(owner, _)| owner).collect();
         let key = DeferredKey { identifier: identifier.to_string(), author: *author };
         let (outcome, entries, author_entries) = {
             let mut work = self.lock();
-            let outcome = work.defer(key, repos.iter().cloned(), &reason, Instant::now());
+            let outcome = work.defer_owned(key, repos.iter().cloned(), owners, &reason, Instant::now());
             (outcome, work.len(), work.author_entries(author))
         };
         if outcome.is_recorded() {
@@ -68,6 +69,7 @@ impl SharedDeferred {
                 grasp.metrics.deferred_dropped(why.as_str());
                 let bound = match why {
                     DropReason::AuthorShare => "this author holds its share, --deferred-per-author",
+                    DropReason::OwnerShare => "an owner of these repositories has its share, --deferred-per-owner",
                     DropReason::Full => "the table is full, --deferred-total",
                 };
                 tracing::warn!(

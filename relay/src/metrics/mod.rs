@@ -141,6 +141,7 @@ pub struct Metrics {
     // with peers from the configured list only (never a label value taken from the network).
     // Deferred repository work (repositories busy past --event-lock-wait).
     deferred_entries: Gauge,
+    deferred_capacity: Gauge,
     deferred_dropped: Family<ReasonLabels, Counter>,
     // Background git work: copies into the family (object pools) and repository maintenance.
     background_git_work: Family<KindLabels, Gauge>,
@@ -183,6 +184,7 @@ impl Metrics {
             sync_in_progress: Gauge::default(),
             sync_domains_failing: Gauge::default(),
             deferred_entries: Gauge::default(),
+            deferred_capacity: Gauge::default(),
             deferred_dropped: Family::default(),
             background_git_work: Family::default(),
             checkpoint_duration: duration_buckets(),
@@ -239,6 +241,7 @@ impl Metrics {
         r.register("sync_in_progress", "Identifiers with a background sync running now", m.sync_in_progress.clone());
         r.register("sync_domains_failing", "Domains whose last background sync fetch failed (errors kept for an hour)", m.sync_domains_failing.clone());
         r.register("deferred_entries", "Entries of repository work deferred because a repository stayed locked past --event-lock-wait, waiting for their retry", m.deferred_entries.clone());
+        r.register("deferred_capacity", "Most entries the deferred repository work holds (--deferred-total): the table is full when grasp_deferred_entries reaches it", m.deferred_capacity.clone());
         r.register(
             "deferred_dropped",
             "Deferred repository work lost: not recorded because its author held its share (author_share) or the table was full (full), or dropped to make room for an author with fewer entries (evicted)",
@@ -410,9 +413,10 @@ impl Metrics {
         self.sync_domains_failing.set(gauge(failing));
     }
 
-    /// Reads the deferred work's entry count (at scrape time).
-    pub fn refresh_deferred(&self, entries: usize) {
+    /// Reads the deferred work's entry count and capacity (at scrape time).
+    pub fn refresh_deferred(&self, entries: usize, capacity: usize) {
         self.deferred_entries.set(gauge(entries));
+        self.deferred_capacity.set(gauge(capacity));
     }
 
     /// Reads the background git work waiting or running (at scrape time): copies into the
@@ -624,13 +628,14 @@ mod tests {
         for reason in ["author_share", "full", "evicted"] {
             assert_eq!(value(&text, &format!("grasp_deferred_dropped_total{{reason=\"{reason}\"}}")), Some(0.0), "{text}");
         }
-        m.refresh_deferred(7);
+        m.refresh_deferred(7, 10);
         m.refresh_background_git(2, 1);
         m.deferred_dropped("author_share");
         m.deferred_dropped("author_share");
         m.deferred_dropped("evicted");
         let text = m.encode();
         assert_eq!(value(&text, "grasp_deferred_entries"), Some(7.0), "{text}");
+        assert_eq!(value(&text, "grasp_deferred_capacity"), Some(10.0), "{text}");
         assert_eq!(value(&text, r#"grasp_background_git_work{kind="copies"}"#), Some(2.0), "{text}");
         assert_eq!(value(&text, r#"grasp_background_git_work{kind="maintenance"}"#), Some(1.0), "{text}");
         assert_eq!(value(&text, r#"grasp_deferred_dropped_total{reason="author_share"}"#), Some(2.0));
