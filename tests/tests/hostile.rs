@@ -477,6 +477,27 @@ async fn a_third_partys_stalled_push_never_blocks_your_repository() {
     );
 }
 
+/// Publishes each `(owner, identifier)` repository, stalls a receive-pack to each, then sends each
+/// owner's state again (newer, data present): the repositories are busy, so the work is deferred
+/// or dropped. Returns the purgatory listing and the stalled connections (dropping them ends the
+/// stalls).
+async fn defer_while_stalled(server: &TestServer, repos: &[(&Keys, &str)]) -> (serde_json::Value, Vec<TcpStream>) {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut client = NostrClient::connect(&server.ws_url()).await.unwrap();
+    let mut published = Vec::new();
+    for &(keys, id) in repos {
+        published.push((keys, id, publish_repo(server, &mut client, &tmp.path().join(id), keys, id).await));
+    }
+    let stalled: Vec<TcpStream> = published.iter().map(|(keys, id, _)| start_receive_pack(server, &keys.public_key(), id)).collect();
+    wait_for_backends(server, repos.len());
+    for (keys, id, p) in &published {
+        let st = state_at(keys, id, &[("refs/heads/main", &p.tip)], Some("main"), now() + 1);
+        let (ok, msg) = client.send_event(&st).await.unwrap();
+        assert!(ok, "{id}: state refused: {msg}");
+    }
+    (purgatory_listing(server).await, stalled)
+}
+
 /// Deferred work is shared: a key whose events govern stalled repositories holds at most
 /// `--deferred-per-author` entries (here 1), so its next deferred work is dropped (logged,
 /// counted in `deferred_stats`) while another author's is still recorded; once the stalls end,
@@ -485,24 +506,9 @@ async fn a_third_partys_stalled_push_never_blocks_your_repository() {
 async fn one_author_cannot_fill_the_deferred_work() {
     let server = TestServer::start_with(&["--git-idle-timeout", "10m", "--deferred-per-author", "1", "--event-lock-wait", "500ms"]);
     let _reaper = Reaper(server.data_dir().to_path_buf());
-    let tmp = tempfile::tempdir().unwrap();
-    let mut client = NostrClient::connect(&server.ws_url()).await.unwrap();
     let (attacker, victim) = (Keys::generate(), Keys::generate());
-    let mut published = Vec::new();
-    for (keys, id) in [(&attacker, "a1"), (&attacker, "a2"), (&victim, "v1")] {
-        published.push((keys, id, publish_repo(&server, &mut client, &tmp.path().join(id), keys, id).await));
-    }
-    let stalled: Vec<TcpStream> = published.iter().map(|(keys, id, _)| start_receive_pack(&server, &keys.public_key(), id)).collect();
-    wait_for_backends(&server, 3);
-
-    // Each sends its state again (newer, data present): the repository is busy, so the work
-    // is deferred, or for the attacker's second repository dropped.
-    for (keys, id, p) in &published {
-        let st = state_at(keys, id, &[("refs/heads/main", &p.tip)], Some("main"), now() + 1);
-        let (ok, msg) = client.send_event(&st).await.unwrap();
-        assert!(ok, "{id}: state refused: {msg}");
-    }
-    let listing = purgatory_listing(&server).await;
+    // The attacker's second repository's work is dropped.
+    let (listing, stalled) = defer_while_stalled(&server, &[(&attacker, "a1"), (&attacker, "a2"), (&victim, "v1")]).await;
     let entries: Vec<(String, String)> = listing["deferred"]
         .as_array()
         .into_iter()
@@ -534,22 +540,8 @@ async fn one_author_cannot_fill_the_deferred_work() {
 async fn one_owner_cannot_fill_the_deferred_work() {
     let server = TestServer::start_with(&["--git-idle-timeout", "10m", "--deferred-per-author", "10", "--deferred-per-owner", "1", "--event-lock-wait", "500ms"]);
     let _reaper = Reaper(server.data_dir().to_path_buf());
-    let tmp = tempfile::tempdir().unwrap();
-    let mut client = NostrClient::connect(&server.ws_url()).await.unwrap();
     let (crowded, other) = (Keys::generate(), Keys::generate());
-    let mut published = Vec::new();
-    for (keys, id) in [(&crowded, "c1"), (&crowded, "c2"), (&other, "o1")] {
-        published.push((keys, id, publish_repo(&server, &mut client, &tmp.path().join(id), keys, id).await));
-    }
-    let stalled: Vec<TcpStream> = published.iter().map(|(keys, id, _)| start_receive_pack(&server, &keys.public_key(), id)).collect();
-    wait_for_backends(&server, 3);
-
-    for (keys, id, p) in &published {
-        let st = state_at(keys, id, &[("refs/heads/main", &p.tip)], Some("main"), now() + 1);
-        let (ok, msg) = client.send_event(&st).await.unwrap();
-        assert!(ok, "{id}: state refused: {msg}");
-    }
-    let listing = purgatory_listing(&server).await;
+    let (listing, stalled) = defer_while_stalled(&server, &[(&crowded, "c1"), (&crowded, "c2"), (&other, "o1")]).await;
     let ids: Vec<String> = listing["deferred"].as_array().into_iter().flatten().map(|d| d["identifier"].as_str().unwrap_or("").to_owned()).collect();
     assert!(ids.contains(&"c1".to_owned()) && ids.contains(&"o1".to_owned()), "{listing:#}");
     assert!(!ids.contains(&"c2".to_owned()), "one owner's repositories hold more than its share: {listing:#}");
