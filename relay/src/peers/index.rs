@@ -26,7 +26,7 @@ use grasp_state::announcements::maintainer_set;
 use grasp_state::nip34::{Announcement, Source, KIND_ANNOUNCEMENT, KIND_DELETION};
 use nostr::prelude::{Event, EventId, PublicKey};
 
-use super::address::RelayUrl;
+use crate::sync::relay_url::RelayUrl;
 use super::wanted::{plan_for, rank_counted, Interest, RelayPlan, RepoInterest, SyncLevel, MAX_RELAYS_PER_ANNOUNCEMENT, MAX_ROOTS};
 
 /// A repository: (owner, identifier).

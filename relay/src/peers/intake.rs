@@ -10,7 +10,7 @@ use std::time::Instant;
 use grasp_state::nip34::{KIND_ANNOUNCEMENT, KIND_DELETION, KIND_STATE, KIND_USER_GRASP_LIST};
 use nostr::prelude::Event;
 
-use super::address::RelayUrl;
+use crate::sync::relay_url::RelayUrl;
 use super::waiting::{NotParked, Waiting};
 use crate::grasp::acceptance::{DELETED_MESSAGE, EXPIRED_STATE_MESSAGE};
 use crate::grasp::Grasp;

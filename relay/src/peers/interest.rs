@@ -15,7 +15,7 @@ use grasp_state::maintainers::MAX_MAINTAINERS;
 use grasp_state::nip34::{Announcement, KIND_ANNOUNCEMENT};
 use nostr::prelude::{Event, EventId, Filter, Kind, SingleLetterTag, Timestamp};
 
-use super::address::RelayUrl;
+use crate::sync::relay_url::RelayUrl;
 use super::index::{InterestIndex, RepoKey};
 use super::wanted::{MAX_RELAYS_PER_ANNOUNCEMENT, MAX_ROOTS};
 use crate::grasp::Grasp;

@@ -3,8 +3,8 @@
 //! announcements find the state event that names their git data.
 //!
 //! Layout (one concept per file):
-//! - [`address`]: which relay URLs are connected to (ws/wss only, the git sync's address
-//!   safety, resolved addresses pinned).
+//! - which relay URLs are connected to (ws/wss only, the git sync's address safety, resolved
+//!   addresses pinned) is [`crate::sync::relay_url`], beside the clone URLs' safety.
 //! - [`wanted`]: pure: accepted repositories → consolidated filters per relay ([`SyncLevel`]:
 //!   held announcements state-only, served ones full).
 //! - [`index`]: pure: that input kept up to date per accepted event, indexed by repository
@@ -36,9 +36,6 @@
 //!   relays no accepted repository needs (bootstraps stay). Peer tasks end when the manager
 //!   drops their plan sender or at shutdown; the manager ends at shutdown.
 
-/// ws/wss URL safety: with the clone URLs' safety in `crate::sync` (relay URLs are checked by
-/// the same policy).
-pub use crate::sync::relay_url as address;
 pub mod cursors;
 pub mod fetches;
 pub mod health;
@@ -65,7 +62,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::{broadcast, mpsc, watch};
 use tokio::task::JoinHandle;
 
-use self::address::RelayUrl;
+use crate::sync::relay_url::RelayUrl;
 use self::cursors::{Cursor, Cursors};
 use self::health::{Health, HealthTimings};
 use self::intake::Intake;

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use nostr::prelude::*;
 use tokio::sync::{mpsc, watch};
 
-use super::address::RelayUrl;
+use crate::sync::relay_url::RelayUrl;
 use super::fetches::Fetches;
 use super::health::Health;
 use super::intake::Verdict;

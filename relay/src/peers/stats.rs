@@ -2,7 +2,7 @@
 
 use serde::Serialize;
 
-use super::address::RelayUrl;
+use crate::sync::relay_url::RelayUrl;
 
 /// Where a relay's connection stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

@@ -15,7 +15,7 @@ use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
 use tokio_rustls::TlsConnector;
 
-use super::address::RelayUrl;
+use crate::sync::relay_url::RelayUrl;
 
 /// Why the TLS settings could not be built.
 #[derive(Debug, Error)]

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use grasp_state::nip34::{references, KIND_STATE};
 use nostr::prelude::{Event, EventId};
 
-use super::address::RelayUrl;
+use crate::sync::relay_url::RelayUrl;
 
 /// Parent ids a child that came unasked makes this server ask for by id.
 pub const MAX_UNREQUESTED_PARENT_IDS: usize = 2;
@@ -268,7 +268,7 @@ impl Waiting {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::peers::address::RelayUrl;
+    use crate::sync::relay_url::RelayUrl;
     use nostr::prelude::*;
 
     fn url(s: &str) -> RelayUrl {

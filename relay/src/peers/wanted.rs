@@ -15,7 +15,7 @@ use grasp_state::nip34::{KIND_ANNOUNCEMENT, KIND_STATE, KIND_USER_GRASP_LIST};
 use nostr::prelude::{EventId, Filter, Kind, PublicKey, SingleLetterTag};
 use serde::Serialize;
 
-use super::address::RelayUrl;
+use crate::sync::relay_url::RelayUrl;
 
 /// Most values (authors, tag values) in one filter; longer lists are split over filters (a
 /// REQ of 10 such filters of event ids stays near 70 KB).

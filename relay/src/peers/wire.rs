@@ -16,7 +16,7 @@ use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
-use super::address::RelayUrl;
+use crate::sync::relay_url::RelayUrl;
 use super::tls::Tls;
 
 /// Largest message accepted from a peer relay.
