@@ -58,9 +58,10 @@ fn to_event_id(id: Id) -> EventId {
 }
 
 impl Session<'_> {
-    /// Runs the history of `plan`'s filters; `resume` lets each filter start from the relay's
-    /// cursor (a reconnect within the resume window).
-    pub async fn history(&mut self, plan: &RelayPlan, resume: bool) -> Result<(), Ended> {
+    /// Runs the history of `plan`'s filters but those whose key is in `skip` (made one at a
+    /// time); `resume` lets each filter start from the relay's cursor (a reconnect within the
+    /// resume window).
+    pub async fn history(&mut self, plan: &RelayPlan, skip: &BTreeSet<String>, resume: bool) -> Result<(), Ended> {
         self.peer.set_state(PeerState::SyncingHistory);
         let url = self.peer.url.clone();
         let cursor = self.peer.shared.cursor(&url);
@@ -69,15 +70,18 @@ impl Session<'_> {
         let mut keys = BTreeSet::new();
         let started = std::time::Instant::now();
         let received_before = self.peer.stats.lock().unwrap().received;
-        for filter in &plan.filters {
-            let key = filter_key(filter);
+        for filter in plan.filters() {
+            let key = filter_key(&filter);
+            if skip.contains(&key) {
+                continue;
+            }
             let since = if resume { cursor.since(url.as_str(), &key, now) } else { None };
             let filter = match since {
                 Some(s) => {
                     full = false;
-                    filter.clone().since(Timestamp::from(s))
+                    filter.since(Timestamp::from(s))
                 }
-                None => filter.clone(),
+                None => filter,
             };
             let mut done = false;
             if self.limits.negentropy != Some(false) {
@@ -100,9 +104,10 @@ impl Session<'_> {
             keys.insert(key);
         }
         let received = self.peer.stats.lock().unwrap().received - received_before;
+        let filters = keys.len();
         self.history_done(keys, resume, full);
         self.count_bytes();
-        tracing::info!(relay = %url, filters = plan.filters.len(), received, resumed = !full, took = ?started.elapsed(), negentropy = ?self.limits.negentropy, "relay history complete");
+        tracing::info!(relay = %url, filters, received, resumed = !full, took = ?started.elapsed(), negentropy = ?self.limits.negentropy, "relay history complete");
         Ok(())
     }
 

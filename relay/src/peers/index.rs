@@ -80,7 +80,8 @@ pub struct InterestIndex {
     roots_wanted: BTreeSet<RepoKey>,
     /// Relays whose plan must be rebuilt (`None`: all of them).
     dirty: Option<BTreeSet<RelayUrl>>,
-    plans: BTreeMap<RelayUrl, RelayPlan>,
+    /// Shared with the peers following them: a plan is never copied whole after it is built.
+    plans: BTreeMap<RelayUrl, Arc<RelayPlan>>,
 }
 
 impl InterestIndex {
@@ -387,7 +388,7 @@ impl InterestIndex {
     /// The plan of every relay to connect to, as [`Interest::plans`] gives it: ranked from the
     /// per-relay counts, each plan rebuilt only when one of its repositories changed since the
     /// last call.
-    pub fn plans(&mut self, max_relays: usize) -> BTreeMap<RelayUrl, RelayPlan> {
+    pub fn plans(&mut self, max_relays: usize) -> BTreeMap<RelayUrl, Arc<RelayPlan>> {
         let excluded = &self.excluded;
         let taken: BTreeSet<RelayUrl> = match &self.only {
             Some(only) => only.iter().filter(|r| !excluded(r)).take(max_relays).cloned().collect(),
@@ -399,7 +400,8 @@ impl InterestIndex {
         };
         let dirty = self.dirty.take();
         self.plans.retain(|relay, _| taken.contains(relay) && dirty.as_ref().is_some_and(|d| !d.contains(relay)));
-        let mut all: Option<RelayPlan> = None;
+        // A private service asks each of its peers for the same: one plan, shared.
+        let mut all: Option<Arc<RelayPlan>> = None;
         for relay in &taken {
             if self.plans.contains_key(relay) {
                 continue;
@@ -409,13 +411,13 @@ impl InterestIndex {
                     .get_or_insert_with(|| {
                         let mut repos: Vec<&RepoInterest> = self.repos.values().collect();
                         repos.sort_by(|a, b| (a.owner, &a.identifier).cmp(&(b.owner, &b.identifier)));
-                        plan_for(&repos, true)
+                        Arc::new(plan_for(&repos, true))
                     })
                     .clone(),
                 None => {
                     let keys = self.relays.get(relay).map(|e| &e.repos);
                     let repos: Vec<&RepoInterest> = keys.into_iter().flatten().filter_map(|k| self.repos.get(k)).collect();
-                    plan_for(&repos, self.bootstraps.contains(relay))
+                    Arc::new(plan_for(&repos, self.bootstraps.contains(relay)))
                 }
             };
             self.plans.insert(relay.clone(), plan);
@@ -643,6 +645,7 @@ mod tests {
             let plans = ix.plans(max_relays);
             prop_assert_eq!(&plans, &whole.plans(max_relays));
             let excluded = |r: &RelayUrl| r.as_str().contains("self");
+            let plans: BTreeMap<RelayUrl, RelayPlan> = plans.into_iter().map(|(url, plan)| (url, (*plan).clone())).collect();
             prop_assert_eq!(&plans, &whole.interest().plans(excluded, max_relays));
         }
     }

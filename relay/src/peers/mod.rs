@@ -289,7 +289,7 @@ impl PeersView {
 const FULL_REFRESH: Duration = Duration::from_secs(60);
 
 struct PeerEntry {
-    plan: watch::Sender<RelayPlan>,
+    plan: watch::Sender<Arc<RelayPlan>>,
     commands: mpsc::Sender<PeerCommand>,
     task: JoinHandle<()>,
 }
@@ -301,7 +301,7 @@ struct Manager {
     only: Option<BTreeSet<RelayUrl>>,
     peers: BTreeMap<RelayUrl, PeerEntry>,
     /// Dead relays with the plan they died with: restarted only when the plan changes.
-    dead: BTreeMap<RelayUrl, RelayPlan>,
+    dead: BTreeMap<RelayUrl, Arc<RelayPlan>>,
     shutdown: Shutdown,
 }
 
@@ -494,7 +494,7 @@ impl Manager {
     }
 
     /// Brings the peers in line with `plans`.
-    fn apply(&mut self, plans: BTreeMap<RelayUrl, RelayPlan>) {
+    fn apply(&mut self, plans: BTreeMap<RelayUrl, Arc<RelayPlan>>) {
         // Dead peers and relays no longer needed.
         let finished: Vec<RelayUrl> = self.peers.iter().filter(|(_, p)| p.task.is_finished()).map(|(u, _)| u.clone()).collect();
         for url in finished {
@@ -513,7 +513,7 @@ impl Manager {
         for (url, plan) in plans {
             if let Some(entry) = self.peers.get(&url) {
                 entry.plan.send_if_modified(|current| {
-                    let changed = *current != plan;
+                    let changed = !Arc::ptr_eq(current, &plan) && **current != *plan;
                     if changed {
                         *current = plan.clone();
                     }
@@ -521,7 +521,7 @@ impl Manager {
                 });
                 continue;
             }
-            if self.dead.get(&url) == Some(&plan) {
+            if self.dead.get(&url).is_some_and(|dead| Arc::ptr_eq(dead, &plan) || **dead == *plan) {
                 continue;
             }
             self.dead.remove(&url);
@@ -529,7 +529,7 @@ impl Manager {
         }
     }
 
-    fn spawn_peer(&mut self, url: RelayUrl, plan: RelayPlan) {
+    fn spawn_peer(&mut self, url: RelayUrl, plan: Arc<RelayPlan>) {
         let stats = Arc::new(Mutex::new(RelayStats::new(url.clone())));
         self.shared.relays.lock().unwrap().insert(url.clone(), stats.clone());
         let (plan_tx, plan_rx) = watch::channel(plan);

@@ -58,7 +58,7 @@ pub fn is_rate_limited(message: &str) -> bool {
 pub struct Peer {
     pub url: RelayUrl,
     pub shared: Arc<Shared>,
-    pub plan: watch::Receiver<RelayPlan>,
+    pub plan: watch::Receiver<Arc<RelayPlan>>,
     pub commands: mpsc::Receiver<PeerCommand>,
     pub stats: Arc<Mutex<RelayStats>>,
     pub shutdown: Shutdown,
@@ -260,7 +260,7 @@ impl Session<'_> {
         if let Err(e) = self.subscribe_live(&plan).await {
             return e;
         }
-        if let Err(e) = self.history(&plan, true).await {
+        if let Err(e) = self.history(&plan, &BTreeSet::new(), true).await {
             return e;
         }
         // The first exchange is answered: only now does the failing streak end (a relay that
@@ -286,21 +286,18 @@ impl Session<'_> {
                         return Ended::Stop;
                     }
                     let next = self.peer.plan.borrow_and_update().clone();
-                    if next.filters == plan.filters {
+                    if Arc::ptr_eq(&next, &plan) || (next.fixed == plan.fixed && next.roots == plan.roots) {
                         self.publish_plan(&next);
                         plan = next;
                         continue;
                     }
+                    // Only the filters the last plan did not have get their history.
                     let old = plan.filter_keys();
-                    let new_only = RelayPlan {
-                        filters: next.filters.iter().filter(|f| !old.contains(&super::wanted::filter_key(f))).cloned().collect(),
-                        ..next.clone()
-                    };
                     self.publish_plan(&next);
                     if let Err(e) = self.subscribe_live(&next).await {
                         return e;
                     }
-                    if let Err(e) = self.history(&new_only, false).await {
+                    if let Err(e) = self.history(&next, &old, false).await {
                         return e;
                     }
                     self.now_live();
@@ -383,7 +380,7 @@ impl Session<'_> {
     fn publish_plan(&self, plan: &RelayPlan) {
         let mut s = self.peer.stats.lock().unwrap();
         s.repositories = plan.repos.clone();
-        s.filters = plan.filters.len();
+        s.filters = plan.filter_count();
         s.bootstrap = plan.bootstrap;
     }
 
@@ -392,13 +389,13 @@ impl Session<'_> {
     /// opened before the old ones are closed when the relay allows that many, so no event slips
     /// through between them.
     async fn subscribe_live(&mut self, plan: &RelayPlan) -> Result<(), Ended> {
-        let filters: Vec<Filter> = plan.filters.iter().map(|f| f.clone().limit(0)).collect();
         // Keep two subscriptions free for history and fetches.
         let room = self.limits.max_subscriptions.saturating_sub(2).max(1);
-        let mut reqs = batches(&filters, self.limits.max_filters, self.limits.max_message_length);
-        if reqs.len() > room {
-            tracing::warn!(relay = %self.peer.url, needed = reqs.len(), allowed = room, "relay allows too few subscriptions; following part of the plan live");
-            reqs.truncate(room);
+        let mut all = batches(plan.filters().map(|f| f.limit(0)), self.limits.max_filters, self.limits.max_message_length);
+        let reqs: Vec<Vec<Filter>> = all.by_ref().take(room).collect();
+        let left = all.count();
+        if left > 0 {
+            tracing::warn!(relay = %self.peer.url, needed = room + left, allowed = room, "relay allows too few subscriptions; following part of the plan live");
         }
         let old = std::mem::take(&mut self.live);
         let overlap = old.len() + reqs.len() <= room;

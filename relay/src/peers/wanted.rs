@@ -85,23 +85,43 @@ pub const MAX_ROOTS: usize = 500;
 /// What one relay is asked for.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RelayPlan {
-    /// Consolidated filters, deterministic order.
-    pub filters: Vec<Filter>,
+    /// Consolidated filters of layers (a) and (b) and the `#a` filters, deterministic order.
+    pub fixed: Vec<Filter>,
+    /// Root events (layer c) of the repositories it serves, in order (each repository's oldest
+    /// first, so a new root changes only the last chunk). Each chunk of [`MAX_VALUES`] becomes
+    /// three filters (`#e`, `#E`, `#q`) when they are asked for ([`RelayPlan::filters`]): kept
+    /// as filters, each id would be held three times as hex text, about ten times its 32 bytes.
+    pub roots: Vec<EventId>,
     /// Labels of the repositories it serves, sorted.
     pub repos: Vec<String>,
     pub bootstrap: bool,
 }
 
 impl RelayPlan {
-    /// A stable text key per filter (its JSON), to compare plans and remember finished history.
+    /// The plan's filters, in order, made one at a time.
+    pub fn filters(&self) -> impl Iterator<Item = Filter> + '_ {
+        let roots = self.roots.chunks(MAX_VALUES).flat_map(|chunk| {
+            ['e', 'E', 'q'].into_iter().map(move |letter| Filter::new().custom_tags(tag(letter), chunk.iter().map(EventId::to_hex)))
+        });
+        self.fixed.iter().cloned().chain(roots)
+    }
+
+    /// How many filters [`RelayPlan::filters`] gives.
+    pub fn filter_count(&self) -> usize {
+        self.fixed.len() + 3 * self.roots.len().div_ceil(MAX_VALUES)
+    }
+
+    /// The key of each filter ([`filter_key`]), to compare plans and remember finished history.
     pub fn filter_keys(&self) -> BTreeSet<String> {
-        self.filters.iter().map(filter_key).collect()
+        self.filters().map(|f| filter_key(&f)).collect()
     }
 }
 
-/// A stable text key of a filter.
+/// A stable key of a filter: the SHA-256 (hex) of its JSON, so remembering a filter costs 64
+/// bytes whatever its size (a filter of 100 ids is about 7 KB of JSON).
 pub fn filter_key(filter: &Filter) -> String {
-    serde_json::to_string(filter).unwrap_or_default()
+    let digest = bitcoin_hashes::sha256::Hash::hash(serde_json::to_string(filter).unwrap_or_default().as_bytes());
+    faster_hex::hex_string(digest.as_byte_array())
 }
 
 fn tag(c: char) -> SingleLetterTag {
@@ -203,16 +223,16 @@ pub fn rank_counted<'a>(
 pub fn plan_for(repos: &[&RepoInterest], bootstrap: bool) -> RelayPlan {
     let mut filters = vec![Filter::new().kind(Kind::Custom(KIND_ANNOUNCEMENT))];
     let mut authors: BTreeSet<PublicKey> = BTreeSet::new();
-    let mut identifiers: BTreeSet<String> = BTreeSet::new();
+    let mut identifiers: BTreeMap<&str, BTreeSet<PublicKey>> = BTreeMap::new();
     let mut coordinates: BTreeSet<String> = BTreeSet::new();
-    let mut roots: Vec<String> = Vec::new();
+    let mut roots: Vec<EventId> = Vec::new();
     let mut seen_roots: BTreeSet<EventId> = BTreeSet::new();
     for repo in repos {
         authors.extend(repo.maintainers.iter().copied());
-        identifiers.insert(repo.identifier.clone());
+        identifiers.entry(&repo.identifier).or_default().extend(repo.maintainers.iter().copied());
         if repo.level == SyncLevel::Full {
             coordinates.insert(repo.coordinate());
-            roots.extend(repo.roots.iter().filter(|id| seen_roots.insert(**id)).map(EventId::to_hex));
+            roots.extend(repo.roots.iter().filter(|id| seen_roots.insert(**id)));
         }
     }
     // Layer (a) also carries the user grasp lists (kind 10317) of these repositories' owners
@@ -221,27 +241,26 @@ pub fn plan_for(repos: &[&RepoInterest], bootstrap: bool) -> RelayPlan {
     for authors in chunks(&authors) {
         filters.push(Filter::new().kind(Kind::Custom(KIND_USER_GRASP_LIST)).authors(authors));
     }
-    if !identifiers.is_empty() {
-        // Authors × identifiers may over-match (a maintainer of one repository, the `d` of
-        // another); the acceptance policy refuses what does not belong.
-        for authors in chunks(&authors) {
-            for ids in chunks(&identifiers) {
-                filters.push(Filter::new().kind(Kind::Custom(KIND_STATE)).authors(authors.clone()).identifiers(ids));
-            }
+    // States: per chunk of identifiers, the maintainers of just those repositories, so the
+    // filters grow with the repositories and their maintainers, never with their product (all
+    // authors × all identifiers made 2,500 filters for 5,000 repositories). Within a chunk they
+    // may over-match (a maintainer of one repository, the `d` of another); the acceptance
+    // policy refuses what does not belong.
+    let identifiers: Vec<(&str, BTreeSet<PublicKey>)> = identifiers.into_iter().collect();
+    for group in identifiers.chunks(MAX_VALUES) {
+        let ids: Vec<String> = group.iter().map(|(d, _)| d.to_string()).collect();
+        let maintainers: BTreeSet<PublicKey> = group.iter().flat_map(|(_, m)| m.iter().copied()).collect();
+        for authors in chunks(&maintainers) {
+            filters.push(Filter::new().kind(Kind::Custom(KIND_STATE)).authors(authors).identifiers(ids.clone()));
         }
     }
     for values in chunks(&coordinates) {
         filters.push(Filter::new().custom_tags(tag('a'), values));
     }
-    for values in roots.chunks(MAX_VALUES).map(<[String]>::to_vec) {
-        for letter in ['e', 'E', 'q'] {
-            filters.push(Filter::new().custom_tags(tag(letter), values.clone()));
-        }
-    }
     let mut repos: Vec<String> = repos.iter().map(|r| r.label()).collect();
     repos.sort();
     repos.dedup();
-    RelayPlan { filters, repos, bootstrap }
+    RelayPlan { fixed: filters, roots, repos, bootstrap }
 }
 
 /// Room left in a message for `["REQ","<subscription id>",` and the closing `]`.
@@ -250,24 +269,30 @@ pub const REQ_OVERHEAD: usize = 96;
 /// Splits `filters` (in order) into REQs of at most `max_filters` filters each whose message
 /// stays under `max_bytes` (NIP-11 `max_filters`, `max_message_length`). A filter too large on
 /// its own goes alone (the relay may refuse it; the others are not held back).
-pub fn batches(filters: &[Filter], max_filters: usize, max_bytes: usize) -> Vec<Vec<Filter>> {
+pub fn batches(filters: impl IntoIterator<Item = Filter>, max_filters: usize, max_bytes: usize) -> impl Iterator<Item = Vec<Filter>> {
     let room = max_bytes.saturating_sub(REQ_OVERHEAD);
-    let mut out: Vec<Vec<Filter>> = Vec::new();
-    let mut size = 0;
-    for filter in filters {
-        let len = filter_key(filter).len() + 1;
-        match out.last_mut() {
-            Some(batch) if batch.len() < max_filters.max(1) && size + len <= room => {
-                batch.push(filter.clone());
-                size += len;
-            }
-            _ => {
-                out.push(vec![filter.clone()]);
-                size = len;
+    let mut filters = filters
+        .into_iter()
+        .map(|filter| {
+            let len = serde_json::to_string(&filter).map_or(0, |json| json.len()) + 1;
+            (filter, len)
+        })
+        .peekable();
+    // Made as they are taken: a caller taking the first few never builds the rest.
+    std::iter::from_fn(move || {
+        let (first, mut size) = filters.next()?;
+        let mut batch = vec![first];
+        while batch.len() < max_filters.max(1) {
+            match filters.next_if(|(_, len)| size + len <= room) {
+                Some((filter, len)) => {
+                    size += len;
+                    batch.push(filter);
+                }
+                None => break,
             }
         }
-    }
-    out
+        Some(batch)
+    })
 }
 
 #[cfg(test)]
@@ -297,7 +322,7 @@ mod tests {
         let interest = Interest { repos: vec![repo("held", &["wss://a"], SyncLevel::StateOnly, 3)], bootstraps: BTreeSet::new(), only: None };
         let plans = interest.plans(|_| false, 10);
         let plan = &plans[&url("wss://a")];
-        let json: Vec<String> = plan.filters.iter().map(filter_key).collect();
+        let json: Vec<String> = plan.filters().map(|f| serde_json::to_string(&f).unwrap()).collect();
         assert_eq!(json.len(), 3, "{json:?}");
         assert!(json[0].contains("30617"));
         assert!(json[1].contains("10317") && json[1].contains("\"authors\""), "the maintainers' grasp lists: {}", json[1]);
@@ -314,12 +339,12 @@ mod tests {
         let plans = interest.plans(|_| false, 10);
         let a = &plans[&url("wss://a")];
         // announcements, grasp lists, states, #a, #e, #E, #q: seven filters for two repositories.
-        assert_eq!(a.filters.len(), 7, "{:?}", a.filters);
+        assert_eq!(a.filter_count(), 7, "{:?}", a.filters().collect::<Vec<_>>());
         assert_eq!(a.repos.len(), 2);
         let b = &plans[&url("wss://b")];
-        assert_eq!(b.filters.len(), 4, "no roots: no #e filters");
+        assert_eq!(b.filter_count(), 4, "no roots: no #e filters");
         let boot = &plans[&url("wss://boot")];
-        assert!(boot.bootstrap && boot.repos.is_empty() && boot.filters.len() == 1);
+        assert!(boot.bootstrap && boot.repos.is_empty() && boot.filter_count() == 1);
     }
 
     #[test]
@@ -385,6 +410,15 @@ mod tests {
     }
 
     #[test]
+    fn a_thousand_repositories_of_a_thousand_owners_make_ten_state_filters() {
+        let repos: Vec<RepoInterest> = (0..1000).map(|n| repo(&format!("r{n:04}"), &["wss://a"], SyncLevel::StateOnly, 0)).collect();
+        let plan = plan_for(&repos.iter().collect::<Vec<_>>(), false);
+        let states = plan.filters().filter(|f| f.kinds.as_ref().is_some_and(|k| k.contains(&Kind::Custom(KIND_STATE)))).count();
+        // Every author × every identifier would be 10 × 10 = 100 filters.
+        assert_eq!(states, 10);
+    }
+
+    #[test]
     fn a_new_root_changes_only_the_last_chunk() {
         let mut r = repo("x", &["wss://a"], SyncLevel::Full, 0);
         r.roots = (0..250u32).map(|n| { let mut b = [0u8; 32]; b[28..].copy_from_slice(&(1000 - n).to_be_bytes()); EventId::from_byte_array(b) }).collect();
@@ -409,15 +443,15 @@ mod tests {
         assert_eq!(peer.repos.len(), 2);
         assert!(peer.bootstrap);
         // announcements, grasp lists, states, #a of x, #e/#E/#q of x's root.
-        assert_eq!(peer.filters.len(), 7, "{:?}", peer.filters);
+        assert_eq!(peer.filter_count(), 7, "{:?}", peer.filters().collect::<Vec<_>>());
     }
 
     #[test]
     fn batches_respect_the_relay_limit() {
         let filters: Vec<Filter> = (0..25).map(|n| Filter::new().kind(Kind::Custom(n))).collect();
-        let b = batches(&filters, 10, 1 << 20);
+        let b = batches(filters.clone(), 10, 1 << 20).collect::<Vec<_>>();
         assert_eq!(b.iter().map(Vec::len).collect::<Vec<_>>(), [10, 10, 5]);
-        assert_eq!(batches(&filters, 0, 1 << 20).len(), 25);
+        assert_eq!(batches(filters.clone(), 0, 1 << 20).count(), 25);
     }
 
     #[test]
@@ -425,10 +459,10 @@ mod tests {
         // 100 event ids: ~6.6 KB of JSON per filter.
         let ids: Vec<String> = (0..100u8).map(|n| EventId::from_byte_array([n; 32]).to_hex()).collect();
         let filters: Vec<Filter> = (0..6).map(|_| Filter::new().custom_tags(tag('e'), ids.clone())).collect();
-        let b = batches(&filters, 16, 16_384);
+        let b = batches(filters.clone(), 16, 16_384).collect::<Vec<_>>();
         assert_eq!(b.iter().map(Vec::len).collect::<Vec<_>>(), [2, 2, 2]);
         // One filter over the limit still goes, alone.
-        assert_eq!(batches(&filters, 16, 4_096).len(), 6);
+        assert_eq!(batches(filters.clone(), 16, 4_096).count(), 6);
     }
 
     proptest! {
@@ -437,13 +471,44 @@ mod tests {
         #[test]
         fn batches_keep_every_filter_within_the_limits(lens in proptest::collection::vec(0usize..60, 0..40), max_filters in 0usize..8, max_bytes in 0usize..20_000) {
             let filters: Vec<Filter> = lens.iter().map(|n| Filter::new().identifiers((0..*n).map(|i| format!("repository-{i}")))).collect();
-            let b = batches(&filters, max_filters, max_bytes);
+            let b: Vec<Vec<Filter>> = batches(filters.clone(), max_filters, max_bytes).collect();
             let flat: Vec<Filter> = b.iter().flatten().cloned().collect();
             prop_assert_eq!(flat, filters);
             for batch in &b {
                 prop_assert!(!batch.is_empty() && batch.len() <= max_filters.max(1));
                 let json = serde_json::to_string(&(["REQ", "live-18446744073709551615"], batch)).unwrap();
                 prop_assert!(batch.len() == 1 || json.len() <= max_bytes, "{} > {}", json.len(), max_bytes);
+            }
+        }
+
+        /// Every repository's states are asked of each of its maintainers, and the state
+        /// filters grow with the repositories and their maintainers, never with their product.
+        #[test]
+        fn state_filters_cover_each_repository_and_grow_linearly(
+            shapes in proptest::collection::vec((0usize..2000, 0usize..150), 1..300),
+        ) {
+            // (identifier, maintainers besides its own owner, drawn from a shared pool of 200 keys)
+            let pool: Vec<PublicKey> = (0..200).map(|_| Keys::generate().public_key()).collect();
+            let repos: Vec<RepoInterest> = shapes.iter().enumerate().map(|(n, (id, m))| {
+                let mut r = repo(&format!("i{id}"), &["wss://a"], SyncLevel::StateOnly, 0);
+                r.maintainers.extend(pool.iter().cycle().skip(n).take(*m).copied());
+                r
+            }).collect();
+            let plan = plan_for(&repos.iter().collect::<Vec<_>>(), false);
+            let states: Vec<Filter> = plan.filters().filter(|f| f.kinds.as_ref().is_some_and(|k| k.contains(&Kind::Custom(KIND_STATE)))).collect();
+            for r in &repos {
+                for m in &r.maintainers {
+                    prop_assert!(states.iter().any(|f| f.authors.as_ref().is_some_and(|a| a.contains(m))
+                        && f.generic_tags.get(&tag('d')).is_some_and(|d| d.contains(&r.identifier))),
+                        "{} by {} not asked for", r.identifier, m);
+                }
+            }
+            let identifiers: BTreeSet<&String> = repos.iter().map(|r| &r.identifier).collect();
+            let pairs: usize = repos.iter().map(|r| r.maintainers.len()).sum();
+            prop_assert!(states.len() <= identifiers.len().div_ceil(MAX_VALUES) + pairs.div_ceil(MAX_VALUES),
+                "{} state filters for {} identifiers and {} maintainer pairs", states.len(), identifiers.len(), pairs);
+            for f in &states {
+                prop_assert!(f.authors.as_ref().unwrap().len() <= MAX_VALUES && f.generic_tags[&tag('d')].len() <= MAX_VALUES);
             }
         }
 
@@ -458,7 +523,7 @@ mod tests {
             let total = repos.len() * roots;
             let plan = &Interest { repos, bootstraps: BTreeSet::new(), only: None }.plans(|_| false, 1)[&url("wss://a")];
             let mut e_values = 0;
-            for f in &plan.filters {
+            for f in plan.filters() {
                 for values in f.generic_tags.values() {
                     prop_assert!(values.len() <= MAX_VALUES);
                 }

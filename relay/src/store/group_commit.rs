@@ -128,6 +128,8 @@ impl Gate {
 
 /// Forms batches and hands each to nostr-lmdb, in order.
 async fn run(db: Arc<NostrLmdb>, mut rx: mpsc::UnboundedReceiver<Vec<Save>>, counts: Arc<Counts>, linger: Linger) {
+    // The batch nostr-lmdb is committing: the next one is handed over only once it is answered.
+    let mut in_store: Option<tokio::task::JoinHandle<()>> = None;
     // `save_many` never sends an empty message: a batch starts with at least one save.
     while let Some(first) = rx.recv().await {
         let started = Instant::now();
@@ -153,6 +155,15 @@ async fn run(db: Arc<NostrLmdb>, mut rx: mpsc::UnboundedReceiver<Vec<Save>>, cou
                 _ = tokio::time::sleep_until(started + linger.max_wait) => {}
             }
         }
+        if let Some(previous) = in_store.take() {
+            let _ = previous.await;
+            while batch.len() < linger.max_batch {
+                match rx.try_recv() {
+                    Ok(saves) => batch.extend(saves),
+                    Err(_) => break,
+                }
+            }
+        }
         let n = batch.len();
         counts.batches.fetch_add(1, Ordering::AcqRel);
         counts.committing.fetch_add(n, Ordering::AcqRel);
@@ -170,7 +181,7 @@ async fn run(db: Arc<NostrLmdb>, mut rx: mpsc::UnboundedReceiver<Vec<Save>>, cou
             replies.push(reply);
         }
         let counts = counts.clone();
-        tokio::spawn(async move {
+        in_store = Some(tokio::spawn(async move {
             for ((first, save), reply) in saves.into_iter().zip(replies) {
                 let result = match first {
                     Some(result) => result,
@@ -179,7 +190,7 @@ async fn run(db: Arc<NostrLmdb>, mut rx: mpsc::UnboundedReceiver<Vec<Save>>, cou
                 let _ = reply.send(result);
             }
             counts.committing.fetch_sub(n, Ordering::AcqRel);
-        });
+        }));
     }
 }
 
