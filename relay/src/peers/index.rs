@@ -80,6 +80,8 @@ pub struct InterestIndex {
     roots_wanted: BTreeSet<RepoKey>,
     /// Relays whose plan must be rebuilt (`None`: all of them).
     dirty: Option<BTreeSet<RelayUrl>>,
+    /// Relays whose plan's root events changed, and nothing else (`None`: all of them).
+    roots_dirty: Option<BTreeSet<RelayUrl>>,
     /// Shared with the peers following them: a plan is never copied whole after it is built.
     plans: BTreeMap<RelayUrl, Arc<RelayPlan>>,
 }
@@ -97,6 +99,7 @@ impl InterestIndex {
             relays: BTreeMap::new(),
             roots_wanted: BTreeSet::new(),
             dirty: None,
+            roots_dirty: Some(BTreeSet::new()),
             plans: BTreeMap::new(),
         }
     }
@@ -144,7 +147,7 @@ impl InterestIndex {
         }
         roots.truncate(MAX_ROOTS);
         repo.roots = roots;
-        self.touch(key);
+        self.touch_roots(key);
     }
 
     /// A stored announcement (read at startup or from the feed): replaces the repository's
@@ -261,7 +264,7 @@ impl InterestIndex {
                 continue;
             }
             repo.roots.push(event.id);
-            self.touch(&key);
+            self.touch_roots(&key);
             changed = true;
         }
         changed
@@ -363,13 +366,19 @@ impl InterestIndex {
         repo.relays.iter().filter(|r| !(self.excluded)(r)).take(MAX_RELAYS_PER_ANNOUNCEMENT).cloned().collect()
     }
 
-    /// The plans of the relays `key` counts for must be rebuilt.
-    fn touch(&mut self, key: &RepoKey) {
+    /// The root events of the relays `key` counts for must be taken again (the rest of their
+    /// plans stands).
+    fn touch_roots(&mut self, key: &RepoKey) {
         let Some(repo) = self.repos.get(key) else { return };
-        for relay in self.counted(repo) {
-            self.mark(&relay);
+        if self.only.is_some() {
+            self.roots_dirty = None;
+            return;
         }
-        self.mark_only();
+        for relay in self.counted(repo) {
+            if let Some(dirty) = self.roots_dirty.as_mut() {
+                dirty.insert(relay);
+            }
+        }
     }
 
     fn mark(&mut self, relay: &RelayUrl) {
@@ -399,11 +408,13 @@ impl InterestIndex {
             }
         };
         let dirty = self.dirty.take();
+        let roots_dirty = self.roots_dirty.replace(BTreeSet::new());
         self.plans.retain(|relay, _| taken.contains(relay) && dirty.as_ref().is_some_and(|d| !d.contains(relay)));
         // A private service asks each of its peers for the same: one plan, shared.
         let mut all: Option<Arc<RelayPlan>> = None;
         for relay in &taken {
-            if self.plans.contains_key(relay) {
+            let kept = self.plans.get(relay);
+            if kept.is_some() && roots_dirty.as_ref().is_some_and(|d| !d.contains(relay)) {
                 continue;
             }
             let plan = match &self.only {
@@ -411,13 +422,19 @@ impl InterestIndex {
                     .get_or_insert_with(|| {
                         let mut repos: Vec<&RepoInterest> = self.repos.values().collect();
                         repos.sort_by(|a, b| (a.owner, &a.identifier).cmp(&(b.owner, &b.identifier)));
-                        Arc::new(plan_for(&repos, true))
+                        Arc::new(match kept {
+                            Some(plan) => plan.with_roots_of(&repos),
+                            None => plan_for(&repos, true),
+                        })
                     })
                     .clone(),
                 None => {
                     let keys = self.relays.get(relay).map(|e| &e.repos);
                     let repos: Vec<&RepoInterest> = keys.into_iter().flatten().filter_map(|k| self.repos.get(k)).collect();
-                    Arc::new(plan_for(&repos, self.bootstraps.contains(relay)))
+                    Arc::new(match kept {
+                        Some(plan) => plan.with_roots_of(&repos),
+                        None => plan_for(&repos, self.bootstraps.contains(relay)),
+                    })
                 }
             };
             self.plans.insert(relay.clone(), plan);

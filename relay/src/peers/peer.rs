@@ -379,7 +379,7 @@ impl Session<'_> {
 
     fn publish_plan(&self, plan: &RelayPlan) {
         let mut s = self.peer.stats.lock().unwrap();
-        s.repositories = plan.repos.clone();
+        s.repositories = plan.repos.to_vec();
         s.filters = plan.filter_count();
         s.bootstrap = plan.bootstrap;
     }

@@ -10,6 +10,7 @@
 //! filters whatever the number of repositories.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use grasp_state::nip34::{KIND_ANNOUNCEMENT, KIND_STATE, KIND_USER_GRASP_LIST};
 use nostr::prelude::{EventId, Filter, Kind, PublicKey, SingleLetterTag};
@@ -85,19 +86,26 @@ pub const MAX_ROOTS: usize = 500;
 /// What one relay is asked for.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RelayPlan {
-    /// Consolidated filters of layers (a) and (b) and the `#a` filters, deterministic order.
-    pub fixed: Vec<Filter>,
+    /// Consolidated filters of layers (a) and (b) and the `#a` filters, deterministic order:
+    /// they change only when a repository it serves does (shared by the plans built since).
+    pub fixed: Arc<Vec<Filter>>,
     /// Root events (layer c) of the repositories it serves, in order (each repository's oldest
     /// first, so a new root changes only the last chunk). Each chunk of [`MAX_VALUES`] becomes
     /// three filters (`#e`, `#E`, `#q`) when they are asked for ([`RelayPlan::filters`]): kept
     /// as filters, each id would be held three times as hex text, about ten times its 32 bytes.
     pub roots: Vec<EventId>,
-    /// Labels of the repositories it serves, sorted.
-    pub repos: Vec<String>,
+    /// Labels of the repositories it serves, sorted (shared like `fixed`).
+    pub repos: Arc<Vec<String>>,
     pub bootstrap: bool,
 }
 
 impl RelayPlan {
+    /// This plan with the root events of `repos` (what a new root changes): the rest is shared,
+    /// so the work is a copy of ids, whatever else the relay is asked for.
+    pub fn with_roots_of(&self, repos: &[&RepoInterest]) -> RelayPlan {
+        RelayPlan { fixed: self.fixed.clone(), roots: roots_of(repos), repos: self.repos.clone(), bootstrap: self.bootstrap }
+    }
+
     /// The plan's filters, in order, made one at a time.
     pub fn filters(&self) -> impl Iterator<Item = Filter> + '_ {
         let roots = self.roots.chunks(MAX_VALUES).flat_map(|chunk| {
@@ -225,14 +233,11 @@ pub fn plan_for(repos: &[&RepoInterest], bootstrap: bool) -> RelayPlan {
     let mut authors: BTreeSet<PublicKey> = BTreeSet::new();
     let mut identifiers: BTreeMap<&str, BTreeSet<PublicKey>> = BTreeMap::new();
     let mut coordinates: BTreeSet<String> = BTreeSet::new();
-    let mut roots: Vec<EventId> = Vec::new();
-    let mut seen_roots: BTreeSet<EventId> = BTreeSet::new();
     for repo in repos {
         authors.extend(repo.maintainers.iter().copied());
         identifiers.entry(&repo.identifier).or_default().extend(repo.maintainers.iter().copied());
         if repo.level == SyncLevel::Full {
             coordinates.insert(repo.coordinate());
-            roots.extend(repo.roots.iter().filter(|id| seen_roots.insert(**id)));
         }
     }
     // Layer (a) also carries the user grasp lists (kind 10317) of these repositories' owners
@@ -257,10 +262,21 @@ pub fn plan_for(repos: &[&RepoInterest], bootstrap: bool) -> RelayPlan {
     for values in chunks(&coordinates) {
         filters.push(Filter::new().custom_tags(tag('a'), values));
     }
-    let mut repos: Vec<String> = repos.iter().map(|r| r.label()).collect();
-    repos.sort();
-    repos.dedup();
-    RelayPlan { fixed: filters, roots, repos, bootstrap }
+    let mut labels: Vec<String> = repos.iter().map(|r| r.label()).collect();
+    labels.sort();
+    labels.dedup();
+    RelayPlan { fixed: Arc::new(filters), roots: roots_of(repos), repos: Arc::new(labels), bootstrap }
+}
+
+/// The root events of the served ones of `repos`, in order (each repository's oldest first). An
+/// event tagging two of them is listed twice, which only asks for its replies twice: cheaper
+/// than a set of every id at each change.
+fn roots_of(repos: &[&RepoInterest]) -> Vec<EventId> {
+    let mut roots = Vec::with_capacity(repos.iter().filter(|r| r.level == SyncLevel::Full).map(|r| r.roots.len()).sum());
+    for repo in repos.iter().filter(|r| r.level == SyncLevel::Full) {
+        roots.extend_from_slice(&repo.roots);
+    }
+    roots
 }
 
 /// Room left in a message for `["REQ","<subscription id>",` and the closing `]`.
