@@ -140,13 +140,13 @@ impl InterestIndex {
             return;
         }
         let mut roots = read;
-        for id in std::mem::take(&mut repo.roots) {
-            if !roots.contains(&id) {
-                roots.push(id);
+        for id in repo.roots.iter() {
+            if !roots.contains(id) {
+                roots.push(*id);
             }
         }
         roots.truncate(MAX_ROOTS);
-        repo.roots = roots;
+        repo.roots = Arc::new(roots);
         self.touch_roots(key);
     }
 
@@ -263,7 +263,8 @@ impl InterestIndex {
             if repo.level != SyncLevel::Full || repo.roots.len() >= MAX_ROOTS || repo.roots.contains(&event.id) {
                 continue;
             }
-            repo.roots.push(event.id);
+            // A copy only while a plan still shares the list (at most MAX_ROOTS ids).
+            Arc::make_mut(&mut repo.roots).push(event.id);
             self.touch_roots(&key);
             changed = true;
         }
@@ -304,7 +305,7 @@ impl InterestIndex {
                 maintainers: maintainer_set(a.owner, &merged).iter().copied().collect(),
                 relays: a.relays.iter().filter_map(|r| RelayUrl::parse(r).ok()).collect(),
                 level,
-                roots: Vec::new(),
+                roots: Arc::default(),
             };
             self.replace(&(a.owner, a.identifier.clone()), Some(repo));
         }
@@ -495,6 +496,27 @@ mod tests {
             .unwrap()
     }
 
+    #[test]
+    fn a_new_root_takes_only_the_root_ids_again_and_shares_the_rest_of_the_plan() {
+        for only in [false, true] {
+            let owner = Keys::generate();
+            let mut ix = index(only);
+            let relay = if only { url("wss://peer.example") } else { url("wss://a.example") };
+            for n in 0..50 {
+                ix.note_stored(&announcement(&owner, &format!("r{n}"), &["wss://a.example".into()], &[], 10), compact);
+            }
+            let before = ix.plans(10)[&relay].clone();
+            assert!(ix.note_stored(&tagging(&owner, &owner.public_key(), "r7", 1), compact));
+            let after = ix.plans(10)[&relay].clone();
+            assert_eq!(after.root_count(), before.root_count() + 1);
+            assert!(Arc::ptr_eq(&after.fixed, &before.fixed) && Arc::ptr_eq(&after.repos, &before.repos), "only the root ids were taken again (only: {only})");
+            // A repository change rebuilds the rest.
+            ix.note_stored(&announcement(&owner, "r50", &["wss://a.example".into()], &[], 10), compact);
+            let changed = ix.plans(10)[&relay].clone();
+            assert!(!Arc::ptr_eq(&changed.fixed, &after.fixed) && changed.repos.len() == 51);
+        }
+    }
+
     fn index(only: bool) -> InterestIndex {
         let only = only.then(|| [url("wss://peer.example"), url("wss://self.example")].into());
         InterestIndex::new(Box::new(|r: &RelayUrl| r.as_str().contains("self")), [url("wss://boot.example")].into(), only)
@@ -555,7 +577,7 @@ mod tests {
         let read = vec![EventId::from_byte_array([7; 32])];
         ix.set_roots(&(owner.public_key(), "x".into()), read.clone());
         let repo = ix.interest().repos.into_iter().find(|r| r.identifier == "x").unwrap();
-        assert_eq!(repo.roots, vec![read[0], issue.id]);
+        assert_eq!(*repo.roots, vec![read[0], issue.id]);
     }
 
     #[test]

@@ -53,8 +53,8 @@ pub struct RepoInterest {
     pub level: SyncLevel,
     /// Ids of stored events tagging the repository (layer c), at level full, oldest first: a
     /// new root then only changes the last filter of the chunked lists, and only that filter
-    /// needs its history reconciled.
-    pub roots: Vec<EventId>,
+    /// needs its history reconciled. Shared with the plans of the relays it counts for.
+    pub roots: Arc<Vec<EventId>>,
 }
 
 impl RepoInterest {
@@ -90,10 +90,11 @@ pub struct RelayPlan {
     /// they change only when a repository it serves does (shared by the plans built since).
     pub fixed: Arc<Vec<Filter>>,
     /// Root events (layer c) of the repositories it serves, in order (each repository's oldest
-    /// first, so a new root changes only the last chunk). Each chunk of [`MAX_VALUES`] becomes
-    /// three filters (`#e`, `#E`, `#q`) when they are asked for ([`RelayPlan::filters`]): kept
-    /// as filters, each id would be held three times as hex text, about ten times its 32 bytes.
-    pub roots: Vec<EventId>,
+    /// first), the repositories' own lists shared, not copied. Each chunk of [`MAX_VALUES`] ids
+    /// becomes three filters (`#e`, `#E`, `#q`) when they are asked for
+    /// ([`RelayPlan::filters`]): kept as filters, each id would be held three times as hex text,
+    /// about ten times its 32 bytes.
+    pub roots: Vec<Arc<Vec<EventId>>>,
     /// Labels of the repositories it serves, sorted (shared like `fixed`).
     pub repos: Arc<Vec<String>>,
     pub bootstrap: bool,
@@ -101,22 +102,30 @@ pub struct RelayPlan {
 
 impl RelayPlan {
     /// This plan with the root events of `repos` (what a new root changes): the rest is shared,
-    /// so the work is a copy of ids, whatever else the relay is asked for.
+    /// so the work is one pointer per repository, whatever else the relay is asked for.
     pub fn with_roots_of(&self, repos: &[&RepoInterest]) -> RelayPlan {
         RelayPlan { fixed: self.fixed.clone(), roots: roots_of(repos), repos: self.repos.clone(), bootstrap: self.bootstrap }
     }
 
     /// The plan's filters, in order, made one at a time.
     pub fn filters(&self) -> impl Iterator<Item = Filter> + '_ {
-        let roots = self.roots.chunks(MAX_VALUES).flat_map(|chunk| {
-            ['e', 'E', 'q'].into_iter().map(move |letter| Filter::new().custom_tags(tag(letter), chunk.iter().map(EventId::to_hex)))
+        let mut ids = self.roots.iter().flat_map(|roots| roots.iter());
+        let chunks = std::iter::from_fn(move || {
+            let values: Vec<String> = ids.by_ref().take(MAX_VALUES).map(EventId::to_hex).collect();
+            (!values.is_empty()).then_some(values)
         });
+        let roots = chunks.flat_map(|values| ['e', 'E', 'q'].into_iter().map(move |letter| Filter::new().custom_tags(tag(letter), values.clone())));
         self.fixed.iter().cloned().chain(roots)
+    }
+
+    /// Root events asked about.
+    pub fn root_count(&self) -> usize {
+        self.roots.iter().map(|roots| roots.len()).sum()
     }
 
     /// How many filters [`RelayPlan::filters`] gives.
     pub fn filter_count(&self) -> usize {
-        self.fixed.len() + 3 * self.roots.len().div_ceil(MAX_VALUES)
+        self.fixed.len() + 3 * self.root_count().div_ceil(MAX_VALUES)
     }
 
     /// The key of each filter ([`filter_key`]), to compare plans and remember finished history.
@@ -268,15 +277,11 @@ pub fn plan_for(repos: &[&RepoInterest], bootstrap: bool) -> RelayPlan {
     RelayPlan { fixed: Arc::new(filters), roots: roots_of(repos), repos: Arc::new(labels), bootstrap }
 }
 
-/// The root events of the served ones of `repos`, in order (each repository's oldest first). An
-/// event tagging two of them is listed twice, which only asks for its replies twice: cheaper
-/// than a set of every id at each change.
-fn roots_of(repos: &[&RepoInterest]) -> Vec<EventId> {
-    let mut roots = Vec::with_capacity(repos.iter().filter(|r| r.level == SyncLevel::Full).map(|r| r.roots.len()).sum());
-    for repo in repos.iter().filter(|r| r.level == SyncLevel::Full) {
-        roots.extend_from_slice(&repo.roots);
-    }
-    roots
+/// The root events of the served ones of `repos`, in order (each repository's oldest first),
+/// shared with the repositories. An event tagging two of them is listed twice, which only asks
+/// for its replies twice: cheaper than a set of every id at each change.
+fn roots_of(repos: &[&RepoInterest]) -> Vec<Arc<Vec<EventId>>> {
+    repos.iter().filter(|r| r.level == SyncLevel::Full && !r.roots.is_empty()).map(|r| r.roots.clone()).collect()
 }
 
 /// Room left in a message for `["REQ","<subscription id>",` and the closing `]`.
@@ -329,7 +334,7 @@ mod tests {
             maintainers: [owner].into(),
             relays: relays.iter().map(|r| url(r)).collect(),
             level,
-            roots: (0..roots).map(|n| EventId::from_byte_array([n as u8; 32])).collect(),
+            roots: Arc::new((0..roots).map(|n| EventId::from_byte_array([n as u8; 32])).collect()),
         }
     }
 
@@ -437,9 +442,9 @@ mod tests {
     #[test]
     fn a_new_root_changes_only_the_last_chunk() {
         let mut r = repo("x", &["wss://a"], SyncLevel::Full, 0);
-        r.roots = (0..250u32).map(|n| { let mut b = [0u8; 32]; b[28..].copy_from_slice(&(1000 - n).to_be_bytes()); EventId::from_byte_array(b) }).collect();
+        r.roots = Arc::new((0..250u32).map(|n| { let mut b = [0u8; 32]; b[28..].copy_from_slice(&(1000 - n).to_be_bytes()); EventId::from_byte_array(b) }).collect());
         let before = Interest { repos: vec![r.clone()], bootstraps: BTreeSet::new(), only: None }.plans(|_| false, 1)[&url("wss://a")].filter_keys();
-        r.roots.push(EventId::from_byte_array([0; 32]));
+        Arc::make_mut(&mut r.roots).push(EventId::from_byte_array([0; 32]));
         let after = Interest { repos: vec![r], bootstraps: BTreeSet::new(), only: None }.plans(|_| false, 1)[&url("wss://a")].filter_keys();
         // #e, #E, #q of the last chunk change; the two full chunks stay.
         assert_eq!(after.difference(&before).count(), 3);
@@ -533,7 +538,7 @@ mod tests {
         fn values_are_chunked(roots in 0usize..300, repos in 1usize..4) {
             let repos: Vec<RepoInterest> = (0..repos).map(|n| {
                 let mut r = repo(&format!("r{n}"), &["wss://a"], SyncLevel::Full, 0);
-                r.roots = (0..roots).map(|i| { let mut b = [0u8; 32]; b[..8].copy_from_slice(&(i as u64).to_be_bytes()); b[8] = n as u8; EventId::from_byte_array(b) }).collect();
+                r.roots = Arc::new((0..roots).map(|i| { let mut b = [0u8; 32]; b[..8].copy_from_slice(&(i as u64).to_be_bytes()); b[8] = n as u8; EventId::from_byte_array(b) }).collect());
                 r
             }).collect();
             let total = repos.len() * roots;
