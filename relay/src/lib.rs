@@ -13,7 +13,8 @@
 //! - [`doctor`]: `grasp-relay doctor`, facts about an installation and pure verdicts on them.
 //! - [`server`]: the daemon and the public listener. Startup and shutdown, routing of the one
 //!   public port (`server/mod.rs`), the home page (`pages`), the metrics listener (`metrics`),
-//!   SIGHUP (`reload`), the open file limit raised at startup (`fd_limit`).
+//!   SIGHUP (`reload`), the open file limit raised at startup (`fd_limit`), freed heap pages
+//!   handed back every 30 s (`heap_trim`).
 //! - [`api`]: the loopback, token-protected API the git hooks call, served on a tokio runtime of
 //!   its own so pushes are decided however busy the WebSocket side is; repository page data and
 //!   `grasp-relay repos` (`repos`), the private service's git check (`git_auth`), the

@@ -63,6 +63,9 @@ struct RelayEntry {
     /// Repositories per owner, of served and of held repositories (distinct owners = `len`).
     full: HashMap<PublicKey, usize>,
     held: HashMap<PublicKey, usize>,
+    /// The root lists of its served repositories (shared with them), in the plan's order: a new
+    /// root takes them again without looking a repository up.
+    roots: BTreeMap<RepoKey, Arc<Vec<EventId>>>,
 }
 
 /// The interest, indexed (see the module doc).
@@ -82,6 +85,8 @@ pub struct InterestIndex {
     dirty: Option<BTreeSet<RelayUrl>>,
     /// Relays whose plan's root events changed, and nothing else (`None`: all of them).
     roots_dirty: Option<BTreeSet<RelayUrl>>,
+    /// The root lists of every served repository (a private service's plan), shared.
+    served_roots: BTreeMap<RepoKey, Arc<Vec<EventId>>>,
     /// Shared with the peers following them: a plan is never copied whole after it is built.
     plans: BTreeMap<RelayUrl, Arc<RelayPlan>>,
 }
@@ -100,6 +105,7 @@ impl InterestIndex {
             roots_wanted: BTreeSet::new(),
             dirty: None,
             roots_dirty: Some(BTreeSet::new()),
+            served_roots: BTreeMap::new(),
             plans: BTreeMap::new(),
         }
     }
@@ -330,6 +336,7 @@ impl InterestIndex {
                 self.mark(&relay);
                 let Some(entry) = self.relays.get_mut(&relay) else { continue };
                 entry.repos.remove(key);
+                entry.roots.remove(key);
                 let owners = if old.level == SyncLevel::Full { &mut entry.full } else { &mut entry.held };
                 if let Some(n) = owners.get_mut(&old.owner) {
                     *n -= 1;
@@ -342,6 +349,7 @@ impl InterestIndex {
                 }
             }
         }
+        self.served_roots.remove(key);
         let was_wanted = self.roots_wanted.remove(key);
         let Some(new) = new else {
             self.mark_only();
@@ -355,8 +363,14 @@ impl InterestIndex {
             self.mark(&relay);
             let entry = self.relays.entry(relay).or_default();
             entry.repos.insert(key.clone());
+            if new.level == SyncLevel::Full {
+                entry.roots.insert(key.clone(), new.roots.clone());
+            }
             let owners = if new.level == SyncLevel::Full { &mut entry.full } else { &mut entry.held };
             *owners.entry(new.owner).or_default() += 1;
+        }
+        if new.level == SyncLevel::Full {
+            self.served_roots.insert(key.clone(), new.roots.clone());
         }
         self.repos.insert(key.clone(), new);
         self.mark_only();
@@ -371,14 +385,18 @@ impl InterestIndex {
     /// plans stands).
     fn touch_roots(&mut self, key: &RepoKey) {
         let Some(repo) = self.repos.get(key) else { return };
-        if self.only.is_some() {
-            self.roots_dirty = None;
-            return;
-        }
+        let roots = repo.roots.clone();
+        self.served_roots.insert(key.clone(), roots.clone());
         for relay in self.counted(repo) {
+            if let Some(entry) = self.relays.get_mut(&relay) {
+                entry.roots.insert(key.clone(), roots.clone());
+            }
             if let Some(dirty) = self.roots_dirty.as_mut() {
                 dirty.insert(relay);
             }
+        }
+        if self.only.is_some() {
+            self.roots_dirty = None;
         }
     }
 
@@ -421,20 +439,25 @@ impl InterestIndex {
             let plan = match &self.only {
                 Some(_) => all
                     .get_or_insert_with(|| {
-                        let mut repos: Vec<&RepoInterest> = self.repos.values().collect();
-                        repos.sort_by(|a, b| (a.owner, &a.identifier).cmp(&(b.owner, &b.identifier)));
                         Arc::new(match kept {
-                            Some(plan) => plan.with_roots_of(&repos),
-                            None => plan_for(&repos, true),
+                            Some(plan) => plan.with_roots(shared_roots(&self.served_roots)),
+                            None => {
+                                let mut repos: Vec<&RepoInterest> = self.repos.values().collect();
+                                repos.sort_by(|a, b| (a.owner, &a.identifier).cmp(&(b.owner, &b.identifier)));
+                                plan_for(&repos, true)
+                            }
                         })
                     })
                     .clone(),
                 None => {
-                    let keys = self.relays.get(relay).map(|e| &e.repos);
-                    let repos: Vec<&RepoInterest> = keys.into_iter().flatten().filter_map(|k| self.repos.get(k)).collect();
-                    Arc::new(match kept {
-                        Some(plan) => plan.with_roots_of(&repos),
-                        None => plan_for(&repos, self.bootstraps.contains(relay)),
+                    let entry = self.relays.get(relay);
+                    Arc::new(match (kept, entry) {
+                        (Some(plan), Some(entry)) => plan.with_roots(shared_roots(&entry.roots)),
+                        _ => {
+                            let keys = entry.map(|e| &e.repos);
+                            let repos: Vec<&RepoInterest> = keys.into_iter().flatten().filter_map(|k| self.repos.get(k)).collect();
+                            plan_for(&repos, self.bootstraps.contains(relay))
+                        }
                     })
                 }
             };
@@ -451,6 +474,11 @@ impl InterestIndex {
         repos.sort_by(|a, b| (a.owner, &a.identifier).cmp(&(b.owner, &b.identifier)));
         Interest { repos, bootstraps: self.bootstraps.clone(), only: self.only.clone() }
     }
+}
+
+/// The non-empty root lists of `roots`, in key order (the order [`plan_for`] gives them).
+fn shared_roots(roots: &BTreeMap<RepoKey, Arc<Vec<EventId>>>) -> Vec<Arc<Vec<EventId>>> {
+    roots.values().filter(|r| !r.is_empty()).cloned().collect()
 }
 
 /// `30617:<owner hex>:<identifier>` as a repository key.

@@ -101,10 +101,10 @@ pub struct RelayPlan {
 }
 
 impl RelayPlan {
-    /// This plan with the root events of `repos` (what a new root changes): the rest is shared,
-    /// so the work is one pointer per repository, whatever else the relay is asked for.
-    pub fn with_roots_of(&self, repos: &[&RepoInterest]) -> RelayPlan {
-        RelayPlan { fixed: self.fixed.clone(), roots: roots_of(repos), repos: self.repos.clone(), bootstrap: self.bootstrap }
+    /// This plan with other root lists (what a new root changes): the rest is shared, so the
+    /// work is one pointer per served repository, whatever else the relay is asked for.
+    pub fn with_roots(&self, roots: Vec<Arc<Vec<EventId>>>) -> RelayPlan {
+        RelayPlan { fixed: self.fixed.clone(), roots, repos: self.repos.clone(), bootstrap: self.bootstrap }
     }
 
     /// The plan's filters, in order, made one at a time.

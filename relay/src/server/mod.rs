@@ -25,6 +25,7 @@
 //! ([`fd_limit`]).
 
 pub mod fd_limit;
+pub mod heap_trim;
 pub mod metrics;
 pub mod pages;
 pub mod reload;
@@ -210,6 +211,7 @@ pub async fn run(loaded: crate::config::Loaded) -> anyhow::Result<()> {
         async move { grasp.pool_migration().await }
     });
     tokio::spawn(crate::grasp::purge::run_curation_watch(grasp.clone(), controller.subscribe()));
+    tokio::spawn(heap_trim::run(controller.subscribe()));
     tokio::spawn(crate::trust::limits::run_repo_count(grasp.trust.clone(), controller.subscribe()));
     tokio::spawn(reload::run(grasp.clone(), settings, cfg.admin_pubkey, hangups, controller.subscribe()));
     tokio::spawn(crate::grasp::lifecycle::run_checkpoints(

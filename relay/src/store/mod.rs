@@ -357,9 +357,16 @@ impl Store {
         }
         let filter = Filter::new().kind(Kind::Custom(KIND_ANNOUNCEMENT)).identifier(identifier);
         let found = Arc::new(self.query(vec![filter], usize::MAX).await?);
-        self.lookups.announcements.put(identifier.to_string(), at, found.clone());
+        let bytes = found.iter().map(event_weight).sum();
+        self.lookups.announcements.put_weighed(identifier.to_string(), at, found.clone(), bytes);
         Ok(found)
     }
+}
+
+/// About the bytes `event` takes in memory (its strings and their headers).
+fn event_weight(event: &Event) -> usize {
+    let tags: usize = event.tags.iter().map(|tag| 24 + tag.as_slice().iter().map(|v| v.len() + 24).sum::<usize>()).sum();
+    256 + event.content.len() + tags
 }
 
 #[cfg(test)]
