@@ -3,7 +3,7 @@
 //! Every store commit writes the index pages it touched and syncs them to disk: its cost is
 //! mostly per commit, so the more events one commit carries, the less each costs (measured on
 //! nostr-lmdb: ~150 us of CPU per event in commits of 30 events, ~50 us in commits of 250). The
-//! relay's store gate (`relay/src/nostr/group_commit.rs`) holds the saves that arrive while
+//! relay's store gate (`relay/src/store/group_commit.rs`) holds the saves that arrive while
 //! other events are still being admitted, and hands them to the store in one batch when
 //! [`flush_now`] says so: the batch is full, its oldest save waited long enough, or no other
 //! event being admitted could still join it (so a lone event is never held).

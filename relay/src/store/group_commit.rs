@@ -8,6 +8,9 @@
 //! Nothing changes for durability: each save is answered only once nostr-lmdb committed its
 //! batch (with its disk sync), and saves reach nostr-lmdb in the order they came to the gate
 //! (one channel, one task handing batches over in order; nostr-lmdb's own queue is in order).
+//! A batch is handed over only once the one before it is answered: nostr-lmdb puts everything
+//! queued to it into one transaction, so a backlog would make one transaction of any size
+//! (and LMDB keeps as many dirty pages cached as the largest transaction touched).
 //!
 //! Saves sent together ([`Gate::save_many`], a release's events) arrive as one message, so they
 //! are never split over two batches, however the gate's task is scheduled.
