@@ -513,7 +513,8 @@ impl Manager {
         for (url, plan) in plans {
             if let Some(entry) = self.peers.get(&url) {
                 entry.plan.send_if_modified(|current| {
-                    let changed = !Arc::ptr_eq(current, &plan) && **current != *plan;
+                    // `Arc`'s equality answers at once for the same plan (an unchanged relay's).
+                    let changed = *current != plan;
                     if changed {
                         *current = plan.clone();
                     }
@@ -521,7 +522,7 @@ impl Manager {
                 });
                 continue;
             }
-            if self.dead.get(&url).is_some_and(|dead| Arc::ptr_eq(dead, &plan) || **dead == *plan) {
+            if self.dead.get(&url) == Some(&plan) {
                 continue;
             }
             self.dead.remove(&url);

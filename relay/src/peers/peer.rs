@@ -286,7 +286,7 @@ impl Session<'_> {
                         return Ended::Stop;
                     }
                     let next = self.peer.plan.borrow_and_update().clone();
-                    if Arc::ptr_eq(&next, &plan) || (next.fixed == plan.fixed && next.roots == plan.roots) {
+                    if next.fixed == plan.fixed && next.roots == plan.roots {
                         self.publish_plan(&next);
                         plan = next;
                         continue;

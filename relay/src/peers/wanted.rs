@@ -6,8 +6,9 @@
 //! repositories a relay serves; (b) per repository the state events (30618 for its `d`, authors in its
 //! maintainer set) and, at level [`SyncLevel::Full`], every event tagging it (`#a`); (c) events
 //! tagging those root events (`#e`/`#E`/`#q`). Filters of all repositories a relay serves are
-//! merged (one filter per layer, values chunked by [`MAX_VALUES`]) so a relay sees a handful of
-//! filters whatever the number of repositories.
+//! merged (one filter per layer, values chunked by [`MAX_VALUES`]; states per chunk of
+//! identifiers with those repositories' maintainers), so the filters grow with the repositories,
+//! their maintainers and roots, never with a product of them.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -428,6 +429,17 @@ mod tests {
         let interest = Interest { repos: same_owner, bootstraps: BTreeSet::new(), only: None };
         let relays: Vec<String> = interest.plans(|_| false, 1).keys().map(|r| r.to_string()).collect();
         assert_eq!(relays, ["wss://two-owners.example"]);
+    }
+
+    #[test]
+    fn a_filter_key_is_a_digest_of_its_json_whatever_the_filter_size() {
+        let big = Filter::new().custom_tags(tag('e'), (0..100u8).map(|n| EventId::from_byte_array([n; 32]).to_hex()));
+        let other = Filter::new().custom_tags(tag('E'), (0..100u8).map(|n| EventId::from_byte_array([n; 32]).to_hex()));
+        assert!(serde_json::to_string(&big).unwrap().len() > 6_000);
+        let key = filter_key(&big);
+        assert!(key.len() == 64 && key.bytes().all(|b| b.is_ascii_hexdigit()), "{key}");
+        assert_eq!(key, filter_key(&big.clone()), "stable");
+        assert_ne!(key, filter_key(&other));
     }
 
     #[test]

@@ -138,12 +138,7 @@ async fn run(db: Arc<NostrLmdb>, mut rx: mpsc::UnboundedReceiver<Vec<Save>>, cou
         let started = Instant::now();
         let mut batch = first;
         loop {
-            while batch.len() < linger.max_batch {
-                match rx.try_recv() {
-                    Ok(saves) => batch.extend(saves),
-                    Err(_) => break,
-                }
-            }
+            take_queued(&mut rx, &mut batch, linger.max_batch);
             let load = |n: &AtomicUsize| n.load(Ordering::Acquire);
             let more = expected(load(&counts.admitting), load(&counts.at_gate), load(&counts.committing));
             if flush_now(batch.len(), started.elapsed(), more, &linger) {
@@ -160,12 +155,7 @@ async fn run(db: Arc<NostrLmdb>, mut rx: mpsc::UnboundedReceiver<Vec<Save>>, cou
         }
         if let Some(previous) = in_store.take() {
             let _ = previous.await;
-            while batch.len() < linger.max_batch {
-                match rx.try_recv() {
-                    Ok(saves) => batch.extend(saves),
-                    Err(_) => break,
-                }
-            }
+            take_queued(&mut rx, &mut batch, linger.max_batch);
         }
         let n = batch.len();
         counts.batches.fetch_add(1, Ordering::AcqRel);
@@ -194,6 +184,17 @@ async fn run(db: Arc<NostrLmdb>, mut rx: mpsc::UnboundedReceiver<Vec<Save>>, cou
             }
             counts.committing.fetch_sub(n, Ordering::AcqRel);
         }));
+    }
+}
+
+/// Moves the saves already queued into `batch` until it holds `max_batch` (a message's saves
+/// are never split: the batch may pass `max_batch` by the last one).
+fn take_queued(rx: &mut mpsc::UnboundedReceiver<Vec<Save>>, batch: &mut Vec<Save>, max_batch: usize) {
+    while batch.len() < max_batch {
+        match rx.try_recv() {
+            Ok(saves) => batch.extend(saves),
+            Err(_) => break,
+        }
     }
 }
 
