@@ -305,8 +305,7 @@ impl Grasp {
         };
         let mut announced: Vec<RepoId> = Vec::new();
         for (owner, identifier) in &pr.repos {
-            let all = self.announcements(identifier).await;
-            if all.iter().any(|(a, _)| &a.owner == owner) && self.repo_path(owner, identifier).is_some() {
+            if self.repo_path(owner, identifier).is_some() && self.is_announced_by(owner, identifier).await {
                 announced.push(RepoId::new(*owner, identifier.clone()));
             }
         }
@@ -551,8 +550,7 @@ impl Grasp {
             return false;
         }
         if c.kind == KIND_ANNOUNCEMENT {
-            let all = self.announcements(&c.identifier).await;
-            return all.iter().any(|(a, _)| a.owner == c.pubkey);
+            return self.is_announced_by(&c.pubkey, &c.identifier).await;
         }
         if c.kind == KIND_STATE && self.purgatory.holds_state_by(&c.identifier, &c.pubkey) {
             return true;

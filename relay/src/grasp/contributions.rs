@@ -305,8 +305,7 @@ impl Grasp {
     pub async fn mirror_pull_request(&self, pr: &PullRequest, src: &Path) {
         let mut announced: HashMap<(PublicKey, String), bool> = HashMap::new();
         for (owner, identifier) in pr.repos.iter().take(grasp_state::prs::MAX_MIRRORS) {
-            let all = self.announcements(identifier).await;
-            announced.insert((*owner, identifier.clone()), all.iter().any(|(a, _)| a.owner == *owner));
+            announced.insert((*owner, identifier.clone()), self.is_announced_by(owner, identifier).await);
         }
         let targets = grasp_state::prs::mirror_targets(pr, |owner, d| announced.get(&(*owner, d.to_string())).copied().unwrap_or(false));
         let targets: Vec<(&RepoId, PathBuf)> = targets.iter().filter_map(|t| Some((t, self.path_of(t)?))).filter(|(_, p)| p.exists()).collect();

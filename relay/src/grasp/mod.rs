@@ -27,7 +27,7 @@ use std::sync::Arc;
 
 use grasp_state::identifier::RepoLayout;
 use grasp_state::maintainers::MaintainerSet;
-use grasp_state::nip34::{Announcement, RepoState, KIND_STATE};
+use grasp_state::nip34::{Announcement, RepoState, KIND_ANNOUNCEMENT, KIND_STATE};
 use grasp_state::purgatory::Purgatory;
 use nostr::prelude::{Event, Filter, Kind, PublicKey};
 
@@ -275,6 +275,17 @@ impl Grasp {
         };
         let held: Vec<Announcement> = self.purgatory.announcement_events(identifier).iter().filter_map(|ev| parse(ev)).collect();
         grasp_state::announcements::merge(identifier, stored, held)
+    }
+
+    /// Is `identifier` announced here by `owner` (held, or stored)? One address, one read: never
+    /// the identifier's whole list of announcements, however many owners announce it (the check
+    /// every issue, comment and pull request tagging a repository asks).
+    pub async fn is_announced_by(&self, owner: &PublicKey, identifier: &str) -> bool {
+        if self.purgatory.held_announcement(owner, identifier).is_some() {
+            return true;
+        }
+        let f = Filter::new().kind(Kind::Custom(KIND_ANNOUNCEMENT)).author(*owner).identifier(identifier).limit(1);
+        !self.query(vec![f]).await.is_empty()
     }
 
     /// The servers of the latest user grasp list (kind 10317) stored here of each of `people`
