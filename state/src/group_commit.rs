@@ -7,6 +7,11 @@
 //! other events are still being admitted, and hands them to the store in one batch when
 //! [`flush_now`] says so: the batch is full, its oldest save waited long enough, or no other
 //! event being admitted could still join it (so a lone event is never held).
+//!
+//! A batch is at most 128 events: LMDB keeps, for the life of the process, as many page
+//! buffers as its largest write transaction dirtied, and each event dirties about 30 pages
+//! (a leaf and its branches in each index) once the store holds a million events. 512 events a
+//! commit kept ~55 MiB of them; 128 keep at most ~15 MiB, still ~70 us of CPU per event.
 
 use std::time::Duration;
 
@@ -21,7 +26,7 @@ pub struct Linger {
 
 impl Default for Linger {
     fn default() -> Self {
-        Linger { max_batch: 512, max_wait: Duration::from_millis(10) }
+        Linger { max_batch: 128, max_wait: Duration::from_millis(10) }
     }
 }
 
