@@ -27,7 +27,7 @@ use grasp_state::nip34::{Announcement, Source, KIND_ANNOUNCEMENT, KIND_DELETION}
 use nostr::prelude::{Event, EventId, PublicKey};
 
 use crate::sync::relay_url::RelayUrl;
-use super::wanted::{plan_for, rank_counted, Interest, RelayPlan, RepoInterest, SyncLevel, MAX_RELAYS_PER_ANNOUNCEMENT, MAX_ROOTS};
+use super::wanted::{plan_for, rank_counted, Interest, RelayPlan, RepoInterest, RootIds, SyncLevel, MAX_RELAYS_PER_ANNOUNCEMENT, MAX_ROOTS};
 
 /// A repository: (owner, identifier).
 pub type RepoKey = (PublicKey, String);
@@ -65,7 +65,7 @@ struct RelayEntry {
     held: HashMap<PublicKey, usize>,
     /// The root lists of its served repositories (shared with them), in the plan's order: a new
     /// root takes them again without looking a repository up.
-    roots: BTreeMap<RepoKey, Arc<Vec<EventId>>>,
+    roots: BTreeMap<RepoKey, RootIds>,
 }
 
 /// The interest, indexed (see the module doc).
@@ -86,7 +86,7 @@ pub struct InterestIndex {
     /// Relays whose plan's root events changed, and nothing else (`None`: all of them).
     roots_dirty: Option<BTreeSet<RelayUrl>>,
     /// The root lists of every served repository (a private service's plan), shared.
-    served_roots: BTreeMap<RepoKey, Arc<Vec<EventId>>>,
+    served_roots: BTreeMap<RepoKey, RootIds>,
     /// Shared with the peers following them: a plan is never copied whole after it is built.
     plans: BTreeMap<RelayUrl, Arc<RelayPlan>>,
 }
@@ -152,7 +152,7 @@ impl InterestIndex {
             }
         }
         roots.truncate(MAX_ROOTS);
-        repo.roots = Arc::new(roots);
+        repo.roots = roots.into();
         self.touch_roots(key);
     }
 
@@ -269,8 +269,9 @@ impl InterestIndex {
             if repo.level != SyncLevel::Full || repo.roots.len() >= MAX_ROOTS || repo.roots.contains(&event.id) {
                 continue;
             }
-            // A copy only while a plan still shares the list (at most MAX_ROOTS ids).
-            Arc::make_mut(&mut repo.roots).push(event.id);
+            // A new list of exactly its ids (at most MAX_ROOTS copied); plans keep the old one
+            // until their next refresh.
+            repo.roots = repo.roots.iter().copied().chain([event.id]).collect();
             self.touch_roots(&key);
             changed = true;
         }
@@ -477,7 +478,7 @@ impl InterestIndex {
 }
 
 /// The non-empty root lists of `roots`, in key order (the order [`plan_for`] gives them).
-fn shared_roots(roots: &BTreeMap<RepoKey, Arc<Vec<EventId>>>) -> Vec<Arc<Vec<EventId>>> {
+fn shared_roots(roots: &BTreeMap<RepoKey, RootIds>) -> Vec<RootIds> {
     roots.values().filter(|r| !r.is_empty()).cloned().collect()
 }
 

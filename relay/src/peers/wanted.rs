@@ -19,6 +19,12 @@ use serde::Serialize;
 
 use crate::sync::relay_url::RelayUrl;
 
+/// A repository's root ids, shared with the plans that list them. A slice of exactly its ids
+/// (no spare capacity): a new root makes a new list (at most [`MAX_ROOTS`] ids copied) and the
+/// plans drop the old one at their next refresh, so a stream of new roots never leaves grown
+/// or doubled lists behind.
+pub type RootIds = Arc<[EventId]>;
+
 /// Most values (authors, tag values) in one filter; longer lists are split over filters (a
 /// REQ of 10 such filters of event ids stays near 70 KB).
 pub const MAX_VALUES: usize = 100;
@@ -55,7 +61,7 @@ pub struct RepoInterest {
     /// Ids of stored events tagging the repository (layer c), at level full, oldest first: a
     /// new root then only changes the last filter of the chunked lists, and only that filter
     /// needs its history reconciled. Shared with the plans of the relays it counts for.
-    pub roots: Arc<Vec<EventId>>,
+    pub roots: RootIds,
 }
 
 impl RepoInterest {
@@ -95,7 +101,7 @@ pub struct RelayPlan {
     /// becomes three filters (`#e`, `#E`, `#q`) when they are asked for
     /// ([`RelayPlan::filters`]): kept as filters, each id would be held three times as hex text,
     /// about ten times its 32 bytes.
-    pub roots: Vec<Arc<Vec<EventId>>>,
+    pub roots: Vec<RootIds>,
     /// Labels of the repositories it serves, sorted (shared like `fixed`).
     pub repos: Arc<Vec<String>>,
     pub bootstrap: bool,
@@ -104,7 +110,7 @@ pub struct RelayPlan {
 impl RelayPlan {
     /// This plan with other root lists (what a new root changes): the rest is shared, so the
     /// work is one pointer per served repository, whatever else the relay is asked for.
-    pub fn with_roots(&self, roots: Vec<Arc<Vec<EventId>>>) -> RelayPlan {
+    pub fn with_roots(&self, roots: Vec<RootIds>) -> RelayPlan {
         RelayPlan { fixed: self.fixed.clone(), roots, repos: self.repos.clone(), bootstrap: self.bootstrap }
     }
 
@@ -281,7 +287,7 @@ pub fn plan_for(repos: &[&RepoInterest], bootstrap: bool) -> RelayPlan {
 /// The root events of the served ones of `repos`, in order (each repository's oldest first),
 /// shared with the repositories. An event tagging two of them is listed twice, which only asks
 /// for its replies twice: cheaper than a set of every id at each change.
-fn roots_of(repos: &[&RepoInterest]) -> Vec<Arc<Vec<EventId>>> {
+fn roots_of(repos: &[&RepoInterest]) -> Vec<RootIds> {
     repos.iter().filter(|r| r.level == SyncLevel::Full && !r.roots.is_empty()).map(|r| r.roots.clone()).collect()
 }
 
@@ -335,7 +341,7 @@ mod tests {
             maintainers: [owner].into(),
             relays: relays.iter().map(|r| url(r)).collect(),
             level,
-            roots: Arc::new((0..roots).map(|n| EventId::from_byte_array([n as u8; 32])).collect()),
+            roots: (0..roots).map(|n| EventId::from_byte_array([n as u8; 32])).collect(),
         }
     }
 
@@ -454,9 +460,9 @@ mod tests {
     #[test]
     fn a_new_root_changes_only_the_last_chunk() {
         let mut r = repo("x", &["wss://a"], SyncLevel::Full, 0);
-        r.roots = Arc::new((0..250u32).map(|n| { let mut b = [0u8; 32]; b[28..].copy_from_slice(&(1000 - n).to_be_bytes()); EventId::from_byte_array(b) }).collect());
+        r.roots = (0..250u32).map(|n| { let mut b = [0u8; 32]; b[28..].copy_from_slice(&(1000 - n).to_be_bytes()); EventId::from_byte_array(b) }).collect();
         let before = Interest { repos: vec![r.clone()], bootstraps: BTreeSet::new(), only: None }.plans(|_| false, 1)[&url("wss://a")].filter_keys();
-        Arc::make_mut(&mut r.roots).push(EventId::from_byte_array([0; 32]));
+        r.roots = r.roots.iter().copied().chain([EventId::from_byte_array([0; 32])]).collect();
         let after = Interest { repos: vec![r], bootstraps: BTreeSet::new(), only: None }.plans(|_| false, 1)[&url("wss://a")].filter_keys();
         // #e, #E, #q of the last chunk change; the two full chunks stay.
         assert_eq!(after.difference(&before).count(), 3);
@@ -550,7 +556,7 @@ mod tests {
         fn values_are_chunked(roots in 0usize..300, repos in 1usize..4) {
             let repos: Vec<RepoInterest> = (0..repos).map(|n| {
                 let mut r = repo(&format!("r{n}"), &["wss://a"], SyncLevel::Full, 0);
-                r.roots = Arc::new((0..roots).map(|i| { let mut b = [0u8; 32]; b[..8].copy_from_slice(&(i as u64).to_be_bytes()); b[8] = n as u8; EventId::from_byte_array(b) }).collect());
+                r.roots = (0..roots).map(|i| { let mut b = [0u8; 32]; b[..8].copy_from_slice(&(i as u64).to_be_bytes()); b[8] = n as u8; EventId::from_byte_array(b) }).collect();
                 r
             }).collect();
             let total = repos.len() * roots;
