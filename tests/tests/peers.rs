@@ -642,6 +642,8 @@ async fn private_b_follows_only_its_listed_peer_authenticating_with_its_service_
     let view = operator_get(&b, "/v1/sync").await.unwrap();
     let relays: Vec<&str> = view["relays"].as_array().unwrap().iter().map(|r| r["url"].as_str().unwrap()).collect();
     assert_eq!(relays, [ws(&a).as_str()], "{view}");
+    // Built once, at startup: the few events since never outran relay sync.
+    assert_eq!(view["interest"]["builds"], 1, "{view}");
     assert_eq!(decoy.connections.load(Ordering::SeqCst), 0, "the private service contacted a relay it learnt from an announcement");
 }
 

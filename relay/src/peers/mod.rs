@@ -204,6 +204,9 @@ pub struct InterestStats {
     pub last_refresh_us: u64,
     /// Refreshes since startup.
     pub refreshes: u64,
+    /// Builds since startup: one at startup, one more each time the feed of accepted events
+    /// outran relay sync (it then reads the store again).
+    pub builds: u64,
 }
 
 impl Shared {
@@ -453,7 +456,11 @@ impl Manager {
         let repositories = ix.len();
         *self.shared.index.lock().unwrap() = Some(ix);
         let build_ms = started.elapsed().as_millis() as u64;
-        self.shared.interest_stats.lock().unwrap().build_ms = build_ms;
+        {
+            let mut stats = self.shared.interest_stats.lock().unwrap();
+            stats.build_ms = build_ms;
+            stats.builds += 1;
+        }
         tracing::info!(repositories, build_ms, "relay sync interest built from the store and the purgatory");
     }
 

@@ -1435,6 +1435,7 @@ mod scale {
             view = interest(relay).await;
         }
         let refresh_us = view["last_refresh_us"].as_u64().unwrap_or(0);
+        eprintln!("scale: relay sync interest built {} times so far", view["builds"]);
         let rss_anon_kib = status_kib(relay.pid(), "RssAnon:").unwrap_or(0);
         // Restart: a clean stop (SIGTERM), then the time from spawn to an answered REQ.
         let _ = Command::new("kill").args(["-s", "TERM", &relay.pid().to_string()]).status();
