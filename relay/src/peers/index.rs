@@ -85,7 +85,8 @@ pub struct InterestIndex {
     dirty: Option<BTreeSet<RelayUrl>>,
     /// Relays whose plan's root events changed, and nothing else (`None`: all of them).
     roots_dirty: Option<BTreeSet<RelayUrl>>,
-    /// The root lists of every served repository (a private service's plan), shared.
+    /// The root lists of every served repository, shared: kept only by a private service (its
+    /// one plan asks for every repository), empty otherwise.
     served_roots: BTreeMap<RepoKey, RootIds>,
     /// Shared with the peers following them: a plan is never copied whole after it is built.
     plans: BTreeMap<RelayUrl, Arc<RelayPlan>>,
@@ -370,7 +371,7 @@ impl InterestIndex {
             let owners = if new.level == SyncLevel::Full { &mut entry.full } else { &mut entry.held };
             *owners.entry(new.owner).or_default() += 1;
         }
-        if new.level == SyncLevel::Full {
+        if new.level == SyncLevel::Full && self.only.is_some() {
             self.served_roots.insert(key.clone(), new.roots.clone());
         }
         self.repos.insert(key.clone(), new);
@@ -387,7 +388,9 @@ impl InterestIndex {
     fn touch_roots(&mut self, key: &RepoKey) {
         let Some(repo) = self.repos.get(key) else { return };
         let roots = repo.roots.clone();
-        self.served_roots.insert(key.clone(), roots.clone());
+        if self.only.is_some() {
+            self.served_roots.insert(key.clone(), roots.clone());
+        }
         for relay in self.counted(repo) {
             if let Some(entry) = self.relays.get_mut(&relay) {
                 entry.roots.insert(key.clone(), roots.clone());

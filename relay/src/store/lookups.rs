@@ -55,6 +55,18 @@ struct Answers<K, V> {
     bytes: usize,
 }
 
+impl<K: Hash + Eq, V> Answers<K, V> {
+    /// Drops the answer for `key`, and its weight.
+    fn forget<Q: Hash + Eq + ?Sized>(&mut self, key: &Q)
+    where
+        K: std::borrow::Borrow<Q>,
+    {
+        if let Some((_, _, weight)) = self.by_key.remove(key) {
+            self.bytes -= weight;
+        }
+    }
+}
+
 impl<K, V> Default for Stamped<K, V> {
     fn default() -> Self {
         Stamped { map: Mutex::new(Answers { by_key: HashMap::new(), bytes: 0 }) }
@@ -71,9 +83,7 @@ impl<K: Hash + Eq, V: Clone> Stamped<K, V> {
         match map.by_key.get(key) {
             Some((at, v, _)) if *at == now => Some(v.clone()),
             Some(_) => {
-                if let Some((_, _, weight)) = map.by_key.remove(key) {
-                    map.bytes -= weight;
-                }
+                map.forget(key);
                 None
             }
             None => None,
@@ -91,9 +101,7 @@ impl<K: Hash + Eq, V: Clone> Stamped<K, V> {
             return;
         }
         let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((_, _, weight)) = map.by_key.remove(&key) {
-            map.bytes -= weight;
-        }
+        map.forget(&key);
         if map.by_key.len() >= MAX_ENTRIES || map.bytes + bytes > MAX_BYTES {
             map.by_key.clear();
             map.bytes = 0;
