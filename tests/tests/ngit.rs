@@ -268,7 +268,11 @@ async fn a_co_maintainer_is_added_and_pushes() {
     let pool = server.data_dir().join("git/.pools/team.git");
     for user in [&owner, &co] {
         let dir = repo_dir(&server, &user.keys.public_key(), "team");
-        let alternates = std::fs::read_to_string(dir.join("objects/info/alternates")).unwrap_or_default();
+        // The pool join runs in the background after the push: wait for it, then check the path.
+        let alternates = eventually!("the repository to borrow from the pool", {
+            let text = std::fs::read_to_string(dir.join("objects/info/alternates")).unwrap_or_default();
+            (!text.trim().is_empty()).then_some(text)
+        });
         assert_eq!(alternates.trim(), "../../../.pools/team.git/objects", "{} borrows from the pool", dir.display());
         let member = format!("refs/members/{}/heads/main", user.npub());
         eventually!("the pool to record the member's refs", (bare_refs(&pool).get(&member) == Some(&next)).then_some(()));
