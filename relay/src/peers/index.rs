@@ -22,9 +22,10 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
-use grasp_state::announcements::maintainer_set;
+use grasp_state::maintainers::MaintainerSet;
+use grasp_state::recency::Recency;
 use grasp_state::nip34::{Announcement, Source, KIND_ANNOUNCEMENT, KIND_DELETION};
-use nostr::prelude::{Event, EventId, PublicKey};
+use nostr::prelude::{Event, EventId, PublicKey, Timestamp};
 
 use crate::sync::relay_url::RelayUrl;
 use super::wanted::{plan_for, rank_counted, Interest, RelayPlan, RepoInterest, RootIds, SyncLevel, MAX_RELAYS_PER_ANNOUNCEMENT, MAX_ROOTS};
@@ -35,17 +36,40 @@ pub type RepoKey = (PublicKey, String);
 /// Relays that are never connected to (this server, unsafe addresses).
 pub type Excluded = Box<dyn Fn(&RelayUrl) -> bool + Send + Sync>;
 
+/// What the index keeps of one announcement (filed under its repository): what the interest
+/// and the maintainer sets of its identifier need, relays parsed once (shared with the
+/// repository's [`RepoInterest`]).
+#[derive(Debug)]
+struct Listed {
+    event_id: EventId,
+    created_at: Timestamp,
+    relays: Arc<[RelayUrl]>,
+    maintainers: Box<[PublicKey]>,
+}
+
+impl Listed {
+    fn new(a: Announcement) -> Box<Listed> {
+        let relays: BTreeSet<RelayUrl> = a.relays.iter().filter_map(|r| RelayUrl::parse(r).ok()).collect();
+        Box::new(Listed { event_id: a.event_id, created_at: a.created_at, relays: relays.into_iter().collect(), maintainers: a.maintainers.into() })
+    }
+
+    fn recency(&self) -> Recency {
+        Recency::new(self.created_at, self.event_id)
+    }
+}
+
 /// The stored and the held announcement of one repository; the held one counts only when
-/// strictly newer (as [`grasp_state::announcements::merge`]).
-#[derive(Debug, Default, Clone)]
+/// strictly newer (as [`grasp_state::announcements::merge`]). Boxed: most repositories have
+/// one of the two, and the map's buckets stay small.
+#[derive(Debug, Default)]
 struct Slot {
-    stored: Option<Announcement>,
-    held: Option<Announcement>,
+    stored: Option<Box<Listed>>,
+    held: Option<Box<Listed>>,
 }
 
 impl Slot {
-    fn effective(&self) -> Option<(&Announcement, Source)> {
-        match (&self.stored, &self.held) {
+    fn effective(&self) -> Option<(&Listed, Source)> {
+        match (self.stored.as_deref(), self.held.as_deref()) {
             (Some(s), Some(h)) if h.recency() > s.recency() => Some((h, Source::Purgatory)),
             (Some(s), _) => Some((s, Source::Stored)),
             (None, Some(h)) => Some((h, Source::Purgatory)),
@@ -58,14 +82,12 @@ impl Slot {
 #[derive(Debug, Default)]
 struct RelayEntry {
     /// Repositories counting for it (it is among their first [`MAX_RELAYS_PER_ANNOUNCEMENT`]
-    /// relays not excluded).
-    repos: BTreeSet<RepoKey>,
+    /// relays not excluded), in the plan's order, with the root lists of the served ones
+    /// (shared with them): a new root takes them again without looking a repository up.
+    repos: BTreeMap<RepoKey, Option<RootIds>>,
     /// Repositories per owner, of served and of held repositories (distinct owners = `len`).
     full: HashMap<PublicKey, usize>,
     held: HashMap<PublicKey, usize>,
-    /// The root lists of its served repositories (shared with them), in the plan's order: a new
-    /// root takes them again without looking a repository up.
-    roots: BTreeMap<RepoKey, RootIds>,
 }
 
 /// The interest, indexed (see the module doc).
@@ -73,8 +95,12 @@ pub struct InterestIndex {
     excluded: Excluded,
     bootstraps: BTreeSet<RelayUrl>,
     only: Option<BTreeSet<RelayUrl>>,
-    slots: HashMap<RepoKey, Slot>,
-    owners: HashMap<String, BTreeSet<PublicKey>>,
+    /// The announcements of each identifier, per owner (an identifier's maintainer sets depend
+    /// on each other).
+    slots: HashMap<String, HashMap<PublicKey, Slot>>,
+    /// The held announcements, by repository (bounded by the purgatory's caps): what
+    /// [`InterestIndex::set_held`] compares with.
+    held_ids: HashMap<RepoKey, EventId>,
     /// Stored announcements by event id (deletions by `e`).
     stored_ids: HashMap<EventId, RepoKey>,
     repos: HashMap<RepoKey, RepoInterest>,
@@ -99,7 +125,7 @@ impl InterestIndex {
             bootstraps,
             only,
             slots: HashMap::new(),
-            owners: HashMap::new(),
+            held_ids: HashMap::new(),
             stored_ids: HashMap::new(),
             repos: HashMap::new(),
             relays: BTreeMap::new(),
@@ -160,49 +186,49 @@ impl InterestIndex {
     /// A stored announcement (read at startup or from the feed): replaces the repository's
     /// stored one when newer.
     pub fn add_stored(&mut self, a: Announcement) {
-        let key = (a.owner, a.identifier.clone());
-        let slot = self.slots.entry(key.clone()).or_default();
+        let slot = self.slots.entry(a.identifier.clone()).or_default().entry(a.owner).or_default();
         if slot.stored.as_ref().is_some_and(|old| old.recency() >= a.recency()) {
             return;
         }
-        if let Some(old) = slot.stored.replace(a.clone()) {
+        let key = (a.owner, a.identifier.clone());
+        let id = a.event_id;
+        if let Some(old) = slot.stored.replace(Listed::new(a)) {
             self.stored_ids.remove(&old.event_id);
         }
-        self.stored_ids.insert(a.event_id, key.clone());
-        self.owners.entry(key.1.clone()).or_default().insert(key.0);
-        self.recompute(&key.1);
+        self.stored_ids.insert(id, key.clone());
+        self.recompute(&key.1, &BTreeSet::from([key.0]));
     }
 
     /// The purgatory's held announcements now (compacted by the caller only when new: `changed`
-    /// parses one). Entries no longer held are dropped; returns whether anything changed.
+    /// parses one). Entries no longer held are dropped; returns whether anything changed. The
+    /// work is that of the held announcements, whatever the number of stored ones.
     pub fn set_held(&mut self, held: &[Arc<Event>], compact: impl Fn(&Event) -> Option<Announcement>) -> bool {
         let mut now: HashMap<RepoKey, &Arc<Event>> = HashMap::new();
         for ev in held {
             let Some(identifier) = ev.tags.identifier() else { continue };
             now.insert((ev.pubkey, identifier.to_string()), ev);
         }
-        let mut touched: BTreeSet<String> = BTreeSet::new();
-        let gone: Vec<RepoKey> =
-            self.slots.iter().filter(|(key, slot)| slot.held.is_some() && !now.contains_key(*key)).map(|(key, _)| key.clone()).collect();
+        let mut touched: BTreeMap<String, BTreeSet<PublicKey>> = BTreeMap::new();
+        let gone: Vec<RepoKey> = self.held_ids.keys().filter(|key| !now.contains_key(*key)).cloned().collect();
         for key in gone {
-            if let Some(slot) = self.slots.get_mut(&key) {
+            self.held_ids.remove(&key);
+            if let Some(slot) = self.slots.get_mut(&key.1).and_then(|slots| slots.get_mut(&key.0)) {
                 slot.held = None;
-                touched.insert(key.1.clone());
             }
+            touched.entry(key.1).or_default().insert(key.0);
         }
         for (key, ev) in now {
-            let current = self.slots.get(&key).and_then(|s| s.held.as_ref()).map(|a| a.event_id);
-            if current == Some(ev.id) {
+            if self.held_ids.get(&key) == Some(&ev.id) {
                 continue;
             }
             let Some(a) = compact(ev) else { continue };
-            self.slots.entry(key.clone()).or_default().held = Some(a);
-            self.owners.entry(key.1.clone()).or_default().insert(key.0);
-            touched.insert(key.1);
+            self.held_ids.insert(key.clone(), ev.id);
+            self.slots.entry(key.1.clone()).or_default().entry(key.0).or_default().held = Some(Listed::new(a));
+            touched.entry(key.1).or_default().insert(key.0);
         }
         let changed = !touched.is_empty();
-        for identifier in touched {
-            self.recompute(&identifier);
+        for (identifier, owners) in touched {
+            self.recompute(&identifier, &owners);
         }
         changed
     }
@@ -216,7 +242,7 @@ impl InterestIndex {
             KIND_ANNOUNCEMENT => {
                 let Some(a) = compact(event) else { return false };
                 let key = (a.owner, a.identifier.clone());
-                let stored_id = |ix: &Self| ix.slots.get(&key).and_then(|s| s.stored.as_ref()).map(|s| s.event_id);
+                let stored_id = |ix: &Self| ix.stored(&key).map(|s| s.event_id);
                 let before = stored_id(self);
                 self.add_stored(a);
                 stored_id(self) != before
@@ -224,6 +250,11 @@ impl InterestIndex {
             KIND_DELETION => self.note_deletion(event),
             _ => self.note_root(event),
         }
+    }
+
+    /// The stored announcement of `key`, if any.
+    fn stored(&self, key: &RepoKey) -> Option<&Listed> {
+        self.slots.get(&key.1)?.get(&key.0)?.stored.as_deref()
     }
 
     /// NIP-09: the author's stored announcements named by `e` (id) or `a` (coordinate, those
@@ -240,7 +271,7 @@ impl InterestIndex {
                 }
                 [name, value, ..] if name == "a" => {
                     let Some(key) = announcement_key(value).filter(|k| k.0 == event.pubkey) else { continue };
-                    let older = self.slots.get(&key).and_then(|s| s.stored.as_ref()).is_some_and(|a| a.created_at <= event.created_at);
+                    let older = self.stored(&key).is_some_and(|a| a.created_at <= event.created_at);
                     if older {
                         gone.push(key);
                     }
@@ -250,10 +281,10 @@ impl InterestIndex {
         }
         let changed = !gone.is_empty();
         for key in gone {
-            if let Some(old) = self.slots.get_mut(&key).and_then(|s| s.stored.take()) {
+            if let Some(old) = self.slots.get_mut(&key.1).and_then(|slots| slots.get_mut(&key.0)).and_then(|s| s.stored.take()) {
                 self.stored_ids.remove(&old.event_id);
             }
-            self.recompute(&key.1);
+            self.recompute(&key.1, &BTreeSet::from([key.0]));
         }
         changed
     }
@@ -279,43 +310,57 @@ impl InterestIndex {
         changed
     }
 
-    /// Recomputes the repositories of `identifier` (their maintainer sets depend on each other):
-    /// the work of one identifier's announcements.
-    fn recompute(&mut self, identifier: &str) {
-        let owners: Vec<PublicKey> = self.owners.get(identifier).map(|o| o.iter().copied().collect()).unwrap_or_default();
-        let mut merged: Vec<(Announcement, Source)> = Vec::new();
-        for owner in &owners {
-            let key = (*owner, identifier.to_string());
-            match self.slots.get(&key).and_then(Slot::effective) {
-                Some((a, source)) => merged.push((a.clone(), source)),
-                None => {
-                    self.slots.remove(&key);
+    /// Recomputes the repositories of `identifier` whose announcements `changed` and those
+    /// whose maintainer sets reach one of them (a maintainer set is the walk along "lists as
+    /// maintainer" from its owner, so only owners reaching a changed one can see a difference):
+    /// the work of one identifier's announcements, never of every repository.
+    fn recompute(&mut self, identifier: &str, changed: &BTreeSet<PublicKey>) {
+        let updates: Vec<(PublicKey, Option<RepoInterest>)> = match self.slots.get_mut(identifier) {
+            None => changed.iter().map(|owner| (*owner, None)).collect(),
+            Some(slots) => {
+                slots.retain(|_, slot| slot.stored.is_some() || slot.held.is_some());
+                let effective: HashMap<PublicKey, (&Listed, Source)> =
+                    slots.iter().filter_map(|(owner, slot)| slot.effective().map(|e| (*owner, e))).collect();
+                let mut listed_by: HashMap<PublicKey, Vec<PublicKey>> = HashMap::new();
+                for (owner, (listed, _)) in &effective {
+                    for m in listed.maintainers.iter() {
+                        listed_by.entry(*m).or_default().push(*owner);
+                    }
                 }
+                let mut affected = changed.clone();
+                let mut walk: Vec<PublicKey> = changed.iter().copied().collect();
+                while let Some(pk) = walk.pop() {
+                    for owner in listed_by.get(&pk).into_iter().flatten() {
+                        if affected.insert(*owner) {
+                            walk.push(*owner);
+                        }
+                    }
+                }
+                let lookup = |pk: &PublicKey| effective.get(pk).map(|(listed, _)| listed.maintainers.to_vec());
+                affected
+                    .into_iter()
+                    .map(|owner| {
+                        let repo = effective.get(&owner).map(|(listed, source)| RepoInterest {
+                            owner,
+                            identifier: identifier.to_string(),
+                            maintainers: MaintainerSet::compute(owner, lookup).iter().copied().collect(),
+                            relays: listed.relays.clone(),
+                            level: match source {
+                                Source::Stored => SyncLevel::Full,
+                                Source::Purgatory => SyncLevel::StateOnly,
+                            },
+                            roots: Arc::default(),
+                        });
+                        (owner, repo)
+                    })
+                    .collect()
             }
+        };
+        if self.slots.get(identifier).is_some_and(HashMap::is_empty) {
+            self.slots.remove(identifier);
         }
-        let present: BTreeSet<PublicKey> = merged.iter().map(|(a, _)| a.owner).collect();
-        for owner in owners.iter().filter(|o| !present.contains(o)) {
-            self.replace(&(*owner, identifier.to_string()), None);
-        }
-        if present.is_empty() {
-            self.owners.remove(identifier);
-        } else {
-            self.owners.insert(identifier.to_string(), present);
-        }
-        for (a, source) in &merged {
-            let level = match source {
-                Source::Stored => SyncLevel::Full,
-                Source::Purgatory => SyncLevel::StateOnly,
-            };
-            let repo = RepoInterest {
-                owner: a.owner,
-                identifier: a.identifier.clone(),
-                maintainers: maintainer_set(a.owner, &merged).iter().copied().collect(),
-                relays: a.relays.iter().filter_map(|r| RelayUrl::parse(r).ok()).collect(),
-                level,
-                roots: Arc::default(),
-            };
-            self.replace(&(a.owner, a.identifier.clone()), Some(repo));
+        for (owner, repo) in updates {
+            self.replace(&(owner, identifier.to_string()), repo);
         }
     }
 
@@ -338,7 +383,6 @@ impl InterestIndex {
                 self.mark(&relay);
                 let Some(entry) = self.relays.get_mut(&relay) else { continue };
                 entry.repos.remove(key);
-                entry.roots.remove(key);
                 let owners = if old.level == SyncLevel::Full { &mut entry.full } else { &mut entry.held };
                 if let Some(n) = owners.get_mut(&old.owner) {
                     *n -= 1;
@@ -364,10 +408,7 @@ impl InterestIndex {
         for relay in self.counted(&new) {
             self.mark(&relay);
             let entry = self.relays.entry(relay).or_default();
-            entry.repos.insert(key.clone());
-            if new.level == SyncLevel::Full {
-                entry.roots.insert(key.clone(), new.roots.clone());
-            }
+            entry.repos.insert(key.clone(), (new.level == SyncLevel::Full).then(|| new.roots.clone()));
             let owners = if new.level == SyncLevel::Full { &mut entry.full } else { &mut entry.held };
             *owners.entry(new.owner).or_default() += 1;
         }
@@ -393,7 +434,7 @@ impl InterestIndex {
         }
         for relay in self.counted(repo) {
             if let Some(entry) = self.relays.get_mut(&relay) {
-                entry.roots.insert(key.clone(), roots.clone());
+                entry.repos.insert(key.clone(), Some(roots.clone()));
             }
             if let Some(dirty) = self.roots_dirty.as_mut() {
                 dirty.insert(relay);
@@ -444,7 +485,7 @@ impl InterestIndex {
                 Some(_) => all
                     .get_or_insert_with(|| {
                         Arc::new(match kept {
-                            Some(plan) => plan.with_roots(shared_roots(&self.served_roots)),
+                            Some(plan) => plan.with_roots(shared_roots(self.served_roots.values())),
                             None => {
                                 let mut repos: Vec<&RepoInterest> = self.repos.values().collect();
                                 repos.sort_by(|a, b| (a.owner, &a.identifier).cmp(&(b.owner, &b.identifier)));
@@ -456,10 +497,10 @@ impl InterestIndex {
                 None => {
                     let entry = self.relays.get(relay);
                     Arc::new(match (kept, entry) {
-                        (Some(plan), Some(entry)) => plan.with_roots(shared_roots(&entry.roots)),
+                        (Some(plan), Some(entry)) => plan.with_roots(shared_roots(entry.repos.values().flatten())),
                         _ => {
-                            let keys = entry.map(|e| &e.repos);
-                            let repos: Vec<&RepoInterest> = keys.into_iter().flatten().filter_map(|k| self.repos.get(k)).collect();
+                            let keys = entry.into_iter().flat_map(|e| e.repos.keys());
+                            let repos: Vec<&RepoInterest> = keys.filter_map(|k| self.repos.get(k)).collect();
                             plan_for(&repos, self.bootstraps.contains(relay))
                         }
                     })
@@ -481,8 +522,8 @@ impl InterestIndex {
 }
 
 /// The non-empty root lists of `roots`, in key order (the order [`plan_for`] gives them).
-fn shared_roots(roots: &BTreeMap<RepoKey, RootIds>) -> Vec<RootIds> {
-    roots.values().filter(|r| !r.is_empty()).cloned().collect()
+fn shared_roots<'a>(roots: impl Iterator<Item = &'a RootIds>) -> Vec<RootIds> {
+    roots.filter(|r| !r.is_empty()).cloned().collect()
 }
 
 /// `30617:<owner hex>:<identifier>` as a repository key.

@@ -53,10 +53,12 @@ impl SyncLevel {
 pub struct RepoInterest {
     pub owner: PublicKey,
     pub identifier: String,
-    /// The owner and its recursive maintainers (authors of acceptable state events).
-    pub maintainers: BTreeSet<PublicKey>,
-    /// The announcement's `relays` that parse as relay URLs.
-    pub relays: BTreeSet<RelayUrl>,
+    /// The owner and its recursive maintainers (authors of acceptable state events), sorted,
+    /// no duplicates (a slice: most sets hold one key, a set's node would hold eleven).
+    pub maintainers: Box<[PublicKey]>,
+    /// The announcement's `relays` that parse as relay URLs, sorted, no duplicates (shared
+    /// with the index's copy of the announcement).
+    pub relays: Arc<[RelayUrl]>,
     pub level: SyncLevel,
     /// Ids of stored events tagging the repository (layer c), at level full, oldest first: a
     /// new root then only changes the last filter of the chunked lists, and only that filter
@@ -333,13 +335,18 @@ mod tests {
         RelayUrl::parse(s).unwrap()
     }
 
+    /// Sorted, no duplicates, as the index keeps them.
+    fn sorted<T: Ord, C: FromIterator<T>>(items: impl Iterator<Item = T>) -> C {
+        items.collect::<BTreeSet<T>>().into_iter().collect()
+    }
+
     fn repo(id: &str, relays: &[&str], level: SyncLevel, roots: usize) -> RepoInterest {
         let owner = Keys::generate().public_key();
         RepoInterest {
             owner,
             identifier: id.into(),
             maintainers: [owner].into(),
-            relays: relays.iter().map(|r| url(r)).collect(),
+            relays: sorted(relays.iter().map(|r| url(r))),
             level,
             roots: (0..roots).map(|n| EventId::from_byte_array([n as u8; 32])).collect(),
         }
@@ -402,7 +409,7 @@ mod tests {
             .collect();
         // Also 60 attacker hosts, each listed by every held announcement (one URL each).
         for r in &mut repos {
-            r.relays.extend((0..60).map(|i| url(&format!("wss://h{i}.evil.example"))));
+            r.relays = sorted(r.relays.iter().cloned().chain((0..60).map(|i| url(&format!("wss://h{i}.evil.example")))));
         }
         // One served repository per legitimate relay, one owner each.
         repos.push(repo("a", &["wss://good-a.example"], SyncLevel::Full, 0));
@@ -530,7 +537,7 @@ mod tests {
             let pool: Vec<PublicKey> = (0..200).map(|_| Keys::generate().public_key()).collect();
             let repos: Vec<RepoInterest> = shapes.iter().enumerate().map(|(n, (id, m))| {
                 let mut r = repo(&format!("i{id}"), &["wss://a"], SyncLevel::StateOnly, 0);
-                r.maintainers.extend(pool.iter().cycle().skip(n).take(*m).copied());
+                r.maintainers = sorted(r.maintainers.iter().chain(pool.iter().cycle().skip(n).take(*m)).copied());
                 r
             }).collect();
             let plan = plan_for(&repos.iter().collect::<Vec<_>>(), false);
