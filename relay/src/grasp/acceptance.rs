@@ -556,14 +556,15 @@ impl Grasp {
             return true;
         }
         let kind = Kind::Custom(c.kind);
-        let mut f = Filter::new().kind(kind).author(c.pubkey).limit(1);
-        if kind.is_addressable() {
-            f = f.identifier(&c.identifier);
-        } else if !kind.is_replaceable() {
+        let identifier = if kind.is_addressable() {
+            Some(c.identifier.as_str())
+        } else if kind.is_replaceable() {
+            None
+        } else {
             // Only replaceable and addressable events have coordinates.
             return false;
-        }
-        !self.query(vec![f]).await.is_empty()
+        };
+        self.stored_at(c.kind, &c.pubkey, identifier).await
     }
 
     /// Is the event `id` accepted here: stored (and not of an unconditional kind), or a pull

@@ -284,7 +284,16 @@ impl Grasp {
         if self.purgatory.held_announcement(owner, identifier).is_some() {
             return true;
         }
-        let f = Filter::new().kind(Kind::Custom(KIND_ANNOUNCEMENT)).author(*owner).identifier(identifier).limit(1);
+        self.stored_at(KIND_ANNOUNCEMENT, owner, Some(identifier)).await
+    }
+
+    /// Is an event stored at the address `kind:author[:identifier]` (`identifier` for
+    /// addressable kinds, `None` for replaceable ones)? One read of at most one event.
+    pub async fn stored_at(&self, kind: u16, author: &PublicKey, identifier: Option<&str>) -> bool {
+        let mut f = Filter::new().kind(Kind::Custom(kind)).author(*author).limit(1);
+        if let Some(identifier) = identifier {
+            f = f.identifier(identifier);
+        }
         !self.query(vec![f]).await.is_empty()
     }
 
