@@ -209,7 +209,7 @@ mod tests {
     async fn gate() -> (Gate, tempfile::TempDir) {
         let tmp = tempfile::tempdir().unwrap();
         let db = NostrLmdb::builder(tmp.path()).build().await.unwrap();
-        (Gate::start(Arc::new(db), Linger { max_batch: 512, max_wait: Duration::from_secs(60) }), tmp)
+        (Gate::start(Arc::new(db), Linger { max_wait: Duration::from_secs(60), ..Linger::default() }), tmp)
     }
 
     fn note(i: usize) -> Arc<Event> {
@@ -245,6 +245,35 @@ mod tests {
             assert!(matches!(s.await.unwrap(), Ok(SaveEventStatus::Success)));
         }
         assert_eq!(gate.batches(), 1, "one commit for all {n}");
+    }
+
+    /// A backlog goes to the store in commits of at most `max_batch` saves (LMDB keeps, for the
+    /// life of the process, as many page buffers as its largest transaction dirtied).
+    #[tokio::test]
+    async fn a_backlog_is_committed_in_batches_of_at_most_max_batch() {
+        let (gate, _t) = gate().await;
+        let gate = Arc::new(gate);
+        let max = Linger::default().max_batch;
+        let n = 2 * max + max / 3;
+        // Every event is being admitted: the gate has no reason to flush but a full batch.
+        let guards: Vec<Admitting> = (0..n).map(|_| gate.admitting()).collect();
+        let saves: Vec<_> = guards
+            .into_iter()
+            .enumerate()
+            .map(|(i, guard)| {
+                let g = gate.clone();
+                tokio::spawn(async move {
+                    let saved = g.save(note(i)).await;
+                    drop(guard);
+                    saved
+                })
+            })
+            .collect();
+        for s in saves {
+            let saved = tokio::time::timeout(Duration::from_secs(30), s).await.expect("a full batch goes at once").unwrap();
+            assert!(matches!(saved, Ok(SaveEventStatus::Success)), "{saved:?}");
+        }
+        assert!(gate.batches() >= n.div_ceil(max), "{} commits for {n} saves of at most {max}", gate.batches());
     }
 
     #[tokio::test]
