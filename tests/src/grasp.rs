@@ -193,7 +193,15 @@ pub fn bare_head(repo: &Path) -> String {
 /// `git push` straight into a bare repository on disk (no HTTP, so it works while the relay is
 /// down). `receive_pack` replaces the `git receive-pack` command, e.g. to run it with another
 /// `core.hooksPath`. Ok(output) when accepted, Err(output) when refused.
+///
+/// The push holds the repository's push lock for its whole receive-pack, as `grasp-cgi` and the
+/// relay's listener do: without it the relay's maintenance after an earlier push would take the
+/// push's quarantine for a crashed push's and remove it.
 pub fn push_on_disk(work: &WorkTree, bare: &Path, receive_pack: Option<&str>, refspecs: &[&str]) -> Result<String, String> {
+    let _push_lock = bare.is_dir().then(|| {
+        grasp_state::push_lock::PushLock::take_within(bare, std::time::Duration::from_secs(120))
+            .unwrap_or_else(|e| panic!("push lock of {}: {e}", bare.display()))
+    });
     let mut args = vec!["push", "--porcelain"];
     let rp;
     if let Some(cmd) = receive_pack {
