@@ -46,7 +46,8 @@
 //!   change (`reload`). NIP-42 connection state is `nostr::auth`.
 //! - [`store`]: the nostr-lmdb event store (`store/mod.rs`, with the lookups admission repeats
 //!   cached under a write generation in `lookups`, and its writes grouped into shared commits in
-//!   `group_commit`), store + live broadcast shared by all connections (`relay`), signature
+//!   `group_commit`; regular events answered once in the synced log `ack_log` and read from
+//!   `acknowledged` until committed), store + live broadcast shared by all connections (`relay`), signature
 //!   checks (`signature`), the items all negentropy sessions hold (`item_budget`).
 //! - [`git`]: storage on disk. The one git runner (`runner`), git operations (`git/mod.rs`),
 //!   refs and HEAD read from a files-backend repository without a process (`ref_files`), bare

@@ -141,6 +141,7 @@ pub struct Metrics {
     // with peers from the configured list only (never a label value taken from the network).
     // Deferred repository work (repositories busy past --event-lock-wait).
     deferred_entries: Gauge,
+    store_acknowledged: Gauge,
     deferred_capacity: Gauge,
     deferred_dropped: Family<ReasonLabels, Counter>,
     // Background git work: copies into the family (object pools) and repository maintenance.
@@ -184,6 +185,7 @@ impl Metrics {
             sync_in_progress: Gauge::default(),
             sync_domains_failing: Gauge::default(),
             deferred_entries: Gauge::default(),
+            store_acknowledged: Gauge::default(),
             deferred_capacity: Gauge::default(),
             deferred_dropped: Family::default(),
             background_git_work: Family::default(),
@@ -240,6 +242,7 @@ impl Metrics {
         r.register("sync_queue_length", "Identifiers queued for background sync (waiting or running)", m.sync_queue.clone());
         r.register("sync_in_progress", "Identifiers with a background sync running now", m.sync_in_progress.clone());
         r.register("sync_domains_failing", "Domains whose last background sync fetch failed (errors kept for an hour)", m.sync_domains_failing.clone());
+        r.register("store_acknowledged_events", "Events answered OK from the log of acknowledged events and not yet committed to the event store (read at each scrape)", m.store_acknowledged.clone());
         r.register("deferred_entries", "Entries of repository work deferred because a repository stayed locked past --event-lock-wait, waiting for their retry", m.deferred_entries.clone());
         r.register("deferred_capacity", "Most entries the deferred repository work holds (--deferred-total): the table is full when grasp_deferred_entries reaches it", m.deferred_capacity.clone());
         r.register(
@@ -411,6 +414,12 @@ impl Metrics {
         self.sync_queue.set(gauge(queued));
         self.sync_in_progress.set(gauge(running));
         self.sync_domains_failing.set(gauge(failing));
+    }
+
+    /// Reads how many events were answered before their store commit and wait for it (at
+    /// scrape time).
+    pub fn refresh_store(&self, acknowledged: usize) {
+        self.store_acknowledged.set(gauge(acknowledged));
     }
 
     /// Reads the deferred work's entry count and capacity (at scrape time).
@@ -635,6 +644,8 @@ mod tests {
         m.deferred_dropped("evicted");
         let text = m.encode();
         assert_eq!(value(&text, "grasp_deferred_entries"), Some(7.0), "{text}");
+        m.refresh_store(3);
+        assert_eq!(value(&m.encode(), "grasp_store_acknowledged_events"), Some(3.0));
         assert_eq!(value(&text, "grasp_deferred_capacity"), Some(10.0), "{text}");
         assert_eq!(value(&text, r#"grasp_background_git_work{kind="copies"}"#), Some(2.0), "{text}");
         assert_eq!(value(&text, r#"grasp_background_git_work{kind="maintenance"}"#), Some(1.0), "{text}");

@@ -280,6 +280,8 @@ pub async fn run(loaded: crate::config::Loaded) -> anyhow::Result<()> {
         tracing::warn!("some connections did not finish within {SHUTDOWN_GRACE:?}");
     }
     accept.abort();
+    // Events answered from the log of acknowledged events go to the store now, not at the next start.
+    grasp.relay.store().flush().await;
     // Background mutation has stopped: write the final checkpoint.
     match crate::grasp::lifecycle::checkpoint(&grasp, data.root()).await {
         Ok(()) => tracing::info!("purgatory checkpoint written"),

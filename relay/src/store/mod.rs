@@ -12,8 +12,13 @@
 //! write generation (`crate::store::lookups`).
 //!
 //! Writes go through a gate (`crate::store::group_commit`): saves that arrive while other events
-//! are being admitted share one commit, each answered once that commit is on disk.
+//! are being admitted go on together. A regular event is answered once it is in the synced log of
+//! acknowledged events (`crate::store::ack_log`) and committed a little later; until then every
+//! read here adds it from memory (`crate::store::acknowledged`). Any other event is answered once
+//! its commit is on disk.
 
+pub mod ack_log;
+pub mod acknowledged;
 pub mod group_commit;
 pub mod item_budget;
 pub mod lookups;
@@ -114,7 +119,17 @@ impl Store {
             .build()
             .await?;
         let db = Arc::new(db);
-        let gate = Gate::start(db.clone(), grasp_state::group_commit::Linger::default());
+        // Events answered before a crash let the store commit them: saved now, before anyone reads.
+        let (log, unsaved) = ack_log::AckLog::open(path).map_err(|e| nostr_database::error::Error::storage(format!("the log of acknowledged events: {e}")))?;
+        if !unsaved.is_empty() {
+            let saved = futures_util::future::join_all(unsaved.iter().map(|event| db.save_event(event))).await;
+            if let Some(Err(e)) = saved.into_iter().find(Result::is_err) {
+                return Err(e.into());
+            }
+            tracing::info!(events = unsaved.len(), "acknowledged events committed from the log after an unclean stop");
+        }
+        log.empty_all().map_err(|e| nostr_database::error::Error::storage(format!("the log of acknowledged events: {e}")))?;
+        let gate = Gate::start(db.clone(), log, grasp_state::group_commit::Linger::default());
         Ok(Self { db, gate, lookups: Lookups::default(), failing_saves: std::sync::atomic::AtomicUsize::new(0) })
     }
 
@@ -169,10 +184,11 @@ impl Store {
         })
     }
 
-    /// [`Store::save`] without its two lookups (already stored? deleted?), for an event whose
+    /// [`Store::save`] without its lookups of the author's deletion requests, for an event whose
     /// deletion the caller checked with [`Store::is_deleted`] just before (the acceptance
     /// policy does, first thing). nostr-lmdb itself still answers duplicates and the deletions
-    /// of stored events and coordinates. Saves two store reads per accepted event.
+    /// of stored events and coordinates; for an event answered before its commit (a regular
+    /// one, `crate::store::group_commit`) the store is asked for its id first.
     pub async fn save_admitted(&self, event: &Event) -> Result<SaveOutcome, StoreError> {
         if event.kind.is_ephemeral() {
             return Ok(SaveOutcome::Ephemeral);
@@ -186,6 +202,14 @@ impl Store {
             return Ok(SaveOutcome::Ephemeral);
         }
         let kind = event.kind.as_u16();
+        if group_commit::may_acknowledge_early(&event) {
+            // Answered before the store sees it: what its save would answer is asked first.
+            match self.db.check_id(&event.id).await? {
+                nostr_database::DatabaseEventStatus::Saved => return Ok(SaveOutcome::Duplicate),
+                nostr_database::DatabaseEventStatus::Deleted => return Ok(SaveOutcome::Deleted),
+                nostr_database::DatabaseEventStatus::NotExistent => {}
+            }
+        }
         let saved = self.gate.save(event).await;
         self.outcome(kind, saved)
     }
@@ -224,7 +248,13 @@ impl Store {
                 continue;
             }
             filter.limit = Some(limit);
-            let found: BTreeSet<Event> = self.db.query(filter).await?;
+            let acknowledged = self.gate.acknowledged().matching(&filter);
+            let mut found: BTreeSet<Event> = self.db.query(filter).await?;
+            if !acknowledged.is_empty() {
+                // The newest `limit` of the store's answer and the acknowledged events.
+                found.extend(acknowledged.iter().map(|e| Event::clone(e)));
+                found = found.into_iter().take(limit).collect();
+            }
             for event in found {
                 if seen.insert(event.id) {
                     out.push(event);
@@ -254,7 +284,7 @@ impl Store {
                 continue;
             }
             filter.limit = Some(limit);
-            for (id, at) in self.db.negentropy_items(filter).await? {
+            for (id, at) in self.items_with_acknowledged(filter, limit).await? {
                 if seen.insert(id) {
                     items.push((at, id));
                 }
@@ -272,13 +302,42 @@ impl Store {
         mut filter: Filter,
         max: usize,
     ) -> Result<Vec<(EventId, Timestamp)>, StoreError> {
-        filter.limit = Some(filter.limit.map_or(max, |l| l.min(max)));
-        Ok(self.db.negentropy_items(filter).await?)
+        let limit = filter.limit.map_or(max, |l| l.min(max));
+        filter.limit = Some(limit);
+        self.items_with_acknowledged(filter, limit).await
+    }
+
+    /// The store's (id, created_at) of the events matching `filter` (its `limit` set to `limit`)
+    /// with the acknowledged events', the newest `limit` of them.
+    async fn items_with_acknowledged(&self, filter: Filter, limit: usize) -> Result<Vec<(EventId, Timestamp)>, StoreError> {
+        let acknowledged = self.gate.acknowledged().matching(&filter);
+        let mut items = self.db.negentropy_items(filter).await?;
+        if acknowledged.is_empty() {
+            return Ok(items);
+        }
+        let known: HashSet<EventId> = items.iter().map(|(id, _)| *id).collect();
+        items.extend(acknowledged.iter().filter(|e| !known.contains(&e.id)).map(|e| (e.id, e.created_at)));
+        items.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        items.truncate(limit);
+        Ok(items)
+    }
+
+    /// How many events were answered before their commit and wait for it.
+    pub fn acknowledged(&self) -> usize {
+        self.gate.acknowledged().size().0
+    }
+
+    /// Returns once the store committed every event saved before (events answered from the log
+    /// of acknowledged events included).
+    pub async fn flush(&self) {
+        self.gate.flush().await;
     }
 
     /// Removes every stored event matching `filter` (operator purges; not a NIP-09 deletion, so
     /// the events may be published again).
     pub async fn delete(&self, filter: Filter) -> Result<(), StoreError> {
+        // Acknowledged events first go to the store, so none comes back after the removal.
+        self.gate.flush().await;
         let deleted = self.db.delete(filter).await;
         self.lookups.generation.bump();
         Ok(deleted?)
@@ -286,6 +345,9 @@ impl Store {
 
     /// The stored event with this id, if any.
     pub async fn event_by_id(&self, id: &EventId) -> Result<Option<Event>, StoreError> {
+        if let Some(event) = self.gate.acknowledged().get(id) {
+            return Ok(Some(Event::clone(&event)));
+        }
         Ok(self.db.event_by_id(id).await?)
     }
 
@@ -304,6 +366,7 @@ impl Store {
         }
         Ok(match status {
             nostr_database::DatabaseEventStatus::Saved => Known::Stored,
+            _ if self.gate.acknowledged().contains(&event.id) => Known::Stored,
             _ => Known::New,
         })
     }
@@ -364,7 +427,7 @@ impl Store {
 }
 
 /// About the bytes `event` takes in memory (its strings and their headers).
-fn event_weight(event: &Event) -> usize {
+pub(crate) fn event_weight(event: &Event) -> usize {
     let tags: usize = event.tags.iter().map(|tag| 24 + tag.as_slice().iter().map(|v| v.len() + 24).sum::<usize>()).sum();
     256 + event.content.len() + tags
 }
@@ -633,6 +696,78 @@ mod tests {
         assert_eq!(s.save(&older).await.unwrap(), SaveOutcome::Deleted);
         let newer = ev(&k, 30617, 200, "new", vec![Tag::identifier("r")]);
         assert_eq!(s.save(&newer).await.unwrap(), SaveOutcome::Saved);
+    }
+
+    /// A regular event answered from the log of acknowledged events survives a crash before its
+    /// commit: the store's own file does not hold it, the next open commits it from the log.
+    #[test]
+    fn an_acknowledged_event_survives_a_crash_before_its_commit() {
+        let tmp = tempfile::tempdir().unwrap();
+        let k = keys(15);
+        let issue = ev(&k, 1621, 100, "answered, then the relay died", vec![]);
+        let runtime = || tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        runtime().block_on(async {
+            let s = Store::open(tmp.path()).await.unwrap();
+            assert_eq!(s.save(&issue).await.unwrap(), SaveOutcome::Saved);
+            assert_eq!(s.event_by_id(&issue.id).await.unwrap().as_ref(), Some(&issue));
+            let found = s.query(vec![Filter::new().author(k.public_key())], 10).await.unwrap();
+            assert_eq!(found, vec![issue.clone()], "served before its commit");
+            assert_eq!(s.known(&issue).await.unwrap(), Known::Stored);
+            // The process ends here: the store's task never gets to commit.
+            std::mem::forget(s);
+        });
+        runtime().block_on(async {
+            let db = NostrLmdb::builder(tmp.path()).build().await.unwrap();
+            assert_eq!(db.event_by_id(&issue.id).await.unwrap(), None, "committed before the crash: this test proves nothing");
+        });
+        runtime().block_on(async {
+            let s = Store::open(tmp.path()).await.unwrap();
+            assert_eq!(s.event_by_id(&issue.id).await.unwrap().as_ref(), Some(&issue));
+            assert_eq!(s.save(&issue).await.unwrap(), SaveOutcome::Duplicate);
+        });
+    }
+
+    /// An operator's removal takes acknowledged events too: none comes back from the log.
+    #[tokio::test]
+    async fn removal_takes_acknowledged_events() {
+        let tmp = tempfile::tempdir().unwrap();
+        let k = keys(16);
+        let issue = ev(&k, 1621, 100, "removed", vec![]);
+        {
+            let s = Store::open(tmp.path()).await.unwrap();
+            assert_eq!(s.save(&issue).await.unwrap(), SaveOutcome::Saved);
+            s.delete(Filter::new().author(k.public_key())).await.unwrap();
+            assert_eq!(s.event_by_id(&issue.id).await.unwrap(), None);
+            assert!(s.query(vec![Filter::new().author(k.public_key())], 10).await.unwrap().is_empty());
+        }
+        let s = Store::open(tmp.path()).await.unwrap();
+        assert_eq!(s.event_by_id(&issue.id).await.unwrap(), None);
+    }
+
+    /// Reads mix acknowledged and committed events in the store's order, within each limit.
+    #[tokio::test]
+    async fn reads_merge_acknowledged_events_in_order_within_limits() {
+        let (s, _t) = store().await;
+        let k = keys(17);
+        let committed: Vec<Event> = (0..4).map(|i| ev(&k, 30618, 100 + 2 * i, "", vec![Tag::identifier(i.to_string())])).collect();
+        for e in &committed {
+            assert_eq!(s.save(e).await.unwrap(), SaveOutcome::Saved);
+        }
+        let acknowledged: Vec<Event> = (0..4).map(|i| ev(&k, 1621, 101 + 2 * i, "", vec![])).collect();
+        for e in &acknowledged {
+            assert_eq!(s.save(e).await.unwrap(), SaveOutcome::Saved);
+        }
+        assert!(!s.gate.acknowledged().matching(&Filter::new()).is_empty(), "the issues are not committed yet");
+        let newest: Vec<EventId> = vec![acknowledged[3].id, committed[3].id, acknowledged[2].id];
+        let f = || vec![Filter::new().author(k.public_key()).limit(3)];
+        assert_eq!(s.query(f(), 500).await.unwrap().iter().map(|e| e.id).collect::<Vec<_>>(), newest);
+        assert_eq!(s.answer_ids(f(), 500).await.unwrap(), newest);
+        let mut items: Vec<EventId> = s.negentropy_items(Filter::new().author(k.public_key()), 3).await.unwrap().into_iter().map(|(id, _)| id).collect();
+        items.sort();
+        let mut expected = newest.clone();
+        expected.sort();
+        assert_eq!(items, expected);
+        assert_eq!(s.query(vec![Filter::new().kind(Kind::Custom(1621))], 500).await.unwrap().len(), 4);
     }
 
     #[test]

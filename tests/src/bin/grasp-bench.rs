@@ -1064,15 +1064,20 @@ async fn bench_owners(tmp: &Path, rows: &mut Vec<Row>) -> Result<()> {
 /// The relay's background git work (copies into the family, maintenance passes) waiting or
 /// running, from its `grasp_background_git_work` gauges (`--metrics-bind`).
 async fn background_git_work(relay: &Relay) -> Result<u64> {
-    let addr = std::fs::read_to_string(relay.data_dir.join("metrics-addr"))?;
-    let body = reqwest::get(format!("http://{}/metrics", addr.trim())).await?.text().await?;
     let mut total = 0;
     for kind in ["copies", "maintenance"] {
-        let prefix = format!("grasp_background_git_work{{kind=\"{kind}\"}} ");
-        let v = body.lines().find_map(|l| l.strip_prefix(&prefix)).context("no background git work gauge")?;
-        total += v.trim().parse::<f64>()? as u64;
+        total += gauge(relay, &format!("grasp_background_git_work{{kind=\"{kind}\"}}")).await? as u64;
     }
     Ok(total)
+}
+
+/// The value of one series of the relay's metrics (`--metrics-bind`).
+async fn gauge(relay: &Relay, series: &str) -> Result<f64> {
+    let addr = std::fs::read_to_string(relay.data_dir.join("metrics-addr"))?;
+    let body = reqwest::get(format!("http://{}/metrics", addr.trim())).await?.text().await?;
+    let prefix = format!("{series} ");
+    let v = body.lines().find_map(|l| l.strip_prefix(&prefix)).with_context(|| format!("no {series} in the metrics"))?;
+    Ok(v.trim().parse::<f64>()?)
 }
 
 /// Waits until the relay's background git work is done (not timed: the rows measure what the
@@ -1326,7 +1331,20 @@ mod scale {
         (at(0.5), at(0.99))
     }
 
-    const ARGS: [&str; 3] = ["--sync-allow-private", "--purgatory-total", "100000"];
+    const ARGS: [&str; 5] = ["--sync-allow-private", "--purgatory-total", "100000", "--metrics-bind", "127.0.0.1:0"];
+
+    /// Waits until the store committed every event answered before its commit (the fill's
+    /// last ones): each row measures a relay that is quiet, not the tail of the fill.
+    async fn store_settled(relay: &Relay) -> Result<()> {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while gauge(relay, "grasp_store_acknowledged_events").await? > 0.0 {
+            if Instant::now() > deadline {
+                bail!("the store did not commit the acknowledged events in 2 minutes");
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Ok(())
+    }
 
     /// What was sent so far.
     #[derive(Default)]
@@ -1486,6 +1504,7 @@ mod scale {
             pipeline(&mut c, &held).await?;
             send_all(&relay, &announcements).await?;
             send_all(&relay, &issues).await?;
+            store_settled(&relay).await?;
             eprintln!("scale: measuring at {} events, {} repositories ({:.0?}) ...", filled.events, filled.repos.len(), started.elapsed());
             let p = measure(&mut relay, &data_dir, &filled, &authors).await?;
             filled.events += SAMPLES;
