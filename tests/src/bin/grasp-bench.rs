@@ -875,7 +875,7 @@ async fn bench_sync(o: &Opts, tmp: &Path, rows: &mut Vec<Row>) -> Result<()> {
 
 async fn bench_auth(o: &Opts, tmp: &Path, rows: &mut Vec<Row>) -> Result<()> {
     let cap = (o.purgatory_states + 100).to_string();
-    let relay = Relay::start(&["--purgatory-per-author", &cap, "--purgatory-total", &cap, "--max-message-bytes", "1048576"])?;
+    let relay = Relay::start(&["--purgatory-per-author", &cap, "--purgatory-total", &cap, "--purgatory-per-address", &cap, "--max-message-bytes", "1048576"])?;
     let mut c = NostrClient::connect(&relay.ws_url()).await?;
     let owner = Keys::generate();
     let work = WorkTree::new(tmp.join("auth"));
@@ -1016,7 +1016,7 @@ fn bench_checkpoint(o: &Opts, tmp: &Path, rows: &mut Vec<Row>) -> Result<()> {
 async fn bench_owners(tmp: &Path, rows: &mut Vec<Row>) -> Result<()> {
     const OWNERS: usize = 1000;
     const RUNS: u64 = 9;
-    let relay = Relay::start(&[])?;
+    let relay = Relay::start(&["--purgatory-per-address", "2000"])?;
     let mut c = NostrClient::connect(&relay.ws_url()).await?;
     let victim = Keys::generate();
     let id = "crowded";
