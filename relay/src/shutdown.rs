@@ -67,7 +67,28 @@ impl ShutdownController {
     }
 }
 
+/// The shutdown signal alone, without holding shutdown up: for a value that lives as long as the
+/// process (such as the maintenance queue kept on `Grasp`) and the short timers it spawns, which
+/// end at the signal. A [`Shutdown`] kept there would make every graceful stop wait out
+/// [`ShutdownController::wait_for_tasks`]'s whole timeout.
+#[derive(Debug, Clone)]
+pub struct ShutdownSignal {
+    notify: watch::Receiver<bool>,
+}
+
+impl ShutdownSignal {
+    /// Waits until shutdown is triggered (returns at once if it already was).
+    pub async fn recv(&mut self) {
+        let _ = self.notify.wait_for(|v| *v).await;
+    }
+}
+
 impl Shutdown {
+    /// The signal of this handle, without its part in holding shutdown up.
+    pub fn signal(&self) -> ShutdownSignal {
+        ShutdownSignal { notify: self.notify.clone() }
+    }
+
     /// True once shutdown has been triggered.
     pub fn is_shutdown(&self) -> bool {
         *self.notify.borrow()
@@ -95,6 +116,14 @@ mod tests {
         });
         assert!(ctl.wait_for_tasks(Duration::from_secs(5)).await);
         task.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_signal_sees_the_trigger_and_does_not_hold_shutdown_up() {
+        let ctl = ShutdownController::new();
+        let mut signal = ctl.subscribe().signal();
+        assert!(ctl.wait_for_tasks(Duration::from_secs(5)).await, "a kept signal held shutdown up");
+        tokio::time::timeout(Duration::from_secs(5), signal.recv()).await.expect("the signal never came");
     }
 
     #[tokio::test]

@@ -1,6 +1,6 @@
 //! What an operator meets: the configuration file (`--config`, `config check`, `config show`),
-//! SIGHUP re-reading it while the relay runs, and `grasp-relay doctor` on a good and a broken
-//! installation (docs/deployment.md).
+//! SIGHUP re-reading it while the relay runs, `grasp-relay doctor` on a good and a broken
+//! installation (docs/deployment.md), and a stop that does not wait for nothing.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -231,4 +231,22 @@ fn the_doctor_tells_a_good_installation_from_a_broken_one() {
     }
     assert!(report.lines().any(|l| l.starts_with("      fix: ")), "{report}");
     assert!(report.contains("not fit to serve: 4 problems to fix"), "{report}");
+}
+
+/// SIGTERM on a relay that served a push and whose clients are gone stops it without waiting out
+/// the shutdown grace: no background part keeps a shutdown handle it never drops (the
+/// maintenance queue, kept as long as the process, once did: every stop took 10 s and warned).
+#[tokio::test]
+async fn a_quiet_relay_stops_without_waiting_out_the_grace() {
+    let mut server = TestServer::start();
+    let tmp = tempfile::tempdir().unwrap();
+    let owner = Keys::generate();
+    let mut c = grasp_tests::grasp::connect(&server).await;
+    publish_repo(&server, &mut c, &tmp.path().join("w"), &owner, "quiet").await;
+    drop(c);
+    let status = server.stop();
+    assert!(status.success(), "{status}");
+    let logs = server.logs();
+    assert!(logs.contains("stopped"), "{logs}");
+    assert!(!logs.contains("did not finish within"), "the stop waited out its grace:\n{logs}");
 }

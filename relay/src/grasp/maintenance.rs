@@ -52,7 +52,7 @@ use crate::git::{GitCommand, GitError};
 use grasp_state::identifier::RepoSpace;
 use crate::grasp::locks::{LockError, PushLocks, RepoGuards};
 use crate::grasp::Grasp;
-use crate::shutdown::Shutdown;
+use crate::shutdown::{Shutdown, ShutdownSignal};
 
 /// Longest wait for a repository's push lock before skipping it.
 pub const LOCK_WAIT: Duration = Duration::from_secs(120);
@@ -89,8 +89,9 @@ pub struct Maintenance {
     shrink: Arc<Mutex<HashSet<PathBuf>>>,
     /// When each pool was last shrunk, and the pools whose shrink waits for a timer.
     shrunk: Arc<Mutex<Shrinks>>,
-    /// Ends the shrink timers.
-    shutdown: Shutdown,
+    /// Ends the shrink timers (the signal alone: this queue lives on `Grasp`, as long as the
+    /// process, and must not hold a graceful stop up).
+    shutdown: ShutdownSignal,
     /// Passes running now (0 or 1).
     running: Arc<std::sync::atomic::AtomicUsize>,
 }
@@ -108,7 +109,7 @@ impl Maintenance {
         let running = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let shrunk = Arc::new(Mutex::new((HashMap::new(), HashSet::new())));
         tokio::spawn(sweep_quarantines(grasp.layout.git_root().to_path_buf(), git_idle_timeout, shutdown.clone()));
-        let maintenance = Maintenance { tx, queued, prune, idle: git_idle_timeout, dedupe, shrink, shrunk, running, shutdown: shutdown.clone() };
+        let maintenance = Maintenance { tx, queued, prune, idle: git_idle_timeout, dedupe, shrink, shrunk, running, shutdown: shutdown.signal() };
         let pass = Pass { grasp, maintenance: maintenance.clone(), prune_after: git_idle_timeout };
         tokio::spawn(worker(rx, pass, shutdown));
         maintenance
