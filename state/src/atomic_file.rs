@@ -6,11 +6,28 @@
 //! their configuration (a hook is a hard link to its binary where one can be made,
 //! [`link_atomic`]), the relay's public address file and a private service's key. One writer per path at a time (the daemon holds the
 //! data-directory lock): the temporary name is fixed, so a stale one from a crash is replaced.
+//!
+//! Also the one way records are appended durably ([`append_synced`]: the purgatory journal, the
+//! event store's log of acknowledged events).
 
 use std::fs;
 use std::io::{self, Write};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+
+/// Appends `buf` to `file` (opened for appending, `size` bytes long) and syncs its data: once
+/// this returns Ok the bytes survive a crash. On failure the file is cut back to `size`, so no
+/// half record stays before later ones.
+pub fn append_synced(file: &mut fs::File, size: u64, buf: &[u8]) -> io::Result<()> {
+    if buf.is_empty() {
+        return Ok(());
+    }
+    let written = file.write_all(buf).and_then(|()| file.sync_data());
+    if written.is_err() {
+        let _ = file.set_len(size);
+    }
+    written
+}
 
 /// The temporary file [`write_atomic`] writes before renaming: `<path>.tmp`.
 pub fn tmp_path(path: &Path) -> PathBuf {

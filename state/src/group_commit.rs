@@ -26,7 +26,8 @@ use std::time::Duration;
 /// How long and how large a batch may grow, and how long acknowledged events wait for the store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Linger {
-    /// A batch this large goes at once; the store commits at most this many saves at a time.
+    /// A batch this large goes at once; one commit carries at most this many saves someone
+    /// waits for.
     pub max_batch: usize,
     /// The oldest save of a batch waits at most this long.
     pub max_wait: Duration,
@@ -34,6 +35,7 @@ pub struct Linger {
     /// store, in commits of at most this many, once no save came for `commit_idle` (a commit's
     /// disk sync delays any `OK` synced meanwhile, so commits go in quiet moments)...
     pub commit_batch: usize,
+    /// How long without a save makes a quiet moment.
     pub commit_idle: Duration,
     /// ...or once this many wait (a relay busy without a pause)...
     pub commit_backlog: usize,

@@ -25,7 +25,6 @@
 //! logged), the caller replays them over the checkpoint, then starts a journal at the next
 //! segment number and writes a checkpoint at once.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::sync::Arc;
@@ -218,19 +217,15 @@ fn create_segment(dir: &Path, n: u64) -> std::io::Result<std::fs::File> {
     Ok(file)
 }
 
-/// Appends `buf` and syncs; on failure cuts the file back to `size` (no half record stays
-/// before later ones).
+/// Appends `buf` and syncs ([`grasp_state::atomic_file::append_synced`]: on failure the file is
+/// cut back to `size`), counting it in `size`.
 fn write_synced(file: &mut std::fs::File, size: &mut u64, buf: &[u8]) -> Result<(), JournalError> {
-    if buf.is_empty() {
-        return Ok(());
-    }
-    match file.write_all(buf).and_then(|()| file.sync_data()) {
+    match grasp_state::atomic_file::append_synced(file, *size, buf) {
         Ok(()) => {
             *size += buf.len() as u64;
             Ok(())
         }
         Err(e) => {
-            let _ = file.set_len(*size);
             tracing::error!(error = %e, "purgatory journal write failed");
             Err(JournalError(e.to_string()))
         }

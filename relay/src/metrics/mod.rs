@@ -135,13 +135,14 @@ pub struct Metrics {
     sync_queue: Gauge,
     sync_in_progress: Gauge,
     sync_domains_failing: Gauge,
+    // Events answered from the store's log of acknowledged events, not yet committed.
+    store_acknowledged: Gauge,
     // Relay-to-relay event sync (GRASP-02) does not exist yet. When it does, its families go
     // here, recorded by the relay sync the same way: per peer relay a state gauge
     // (`grasp_relay_sync_state{relay,state}`), events received, errors and the current backoff,
     // with peers from the configured list only (never a label value taken from the network).
     // Deferred repository work (repositories busy past --event-lock-wait).
     deferred_entries: Gauge,
-    store_acknowledged: Gauge,
     deferred_capacity: Gauge,
     deferred_dropped: Family<ReasonLabels, Counter>,
     // Background git work: copies into the family (object pools) and repository maintenance.
@@ -184,8 +185,8 @@ impl Metrics {
             sync_queue: Gauge::default(),
             sync_in_progress: Gauge::default(),
             sync_domains_failing: Gauge::default(),
-            deferred_entries: Gauge::default(),
             store_acknowledged: Gauge::default(),
+            deferred_entries: Gauge::default(),
             deferred_capacity: Gauge::default(),
             deferred_dropped: Family::default(),
             background_git_work: Family::default(),
@@ -631,6 +632,14 @@ mod tests {
     }
 
     #[test]
+    fn acknowledged_events_are_gauged() {
+        let m = Metrics::new();
+        assert_eq!(value(&m.encode(), "grasp_store_acknowledged_events"), Some(0.0));
+        m.refresh_store(3);
+        assert_eq!(value(&m.encode(), "grasp_store_acknowledged_events"), Some(3.0));
+    }
+
+    #[test]
     fn deferred_work_is_gauged_and_its_losses_counted_by_reason() {
         let m = Metrics::new();
         let text = m.encode();
@@ -644,8 +653,6 @@ mod tests {
         m.deferred_dropped("evicted");
         let text = m.encode();
         assert_eq!(value(&text, "grasp_deferred_entries"), Some(7.0), "{text}");
-        m.refresh_store(3);
-        assert_eq!(value(&m.encode(), "grasp_store_acknowledged_events"), Some(3.0));
         assert_eq!(value(&text, "grasp_deferred_capacity"), Some(10.0), "{text}");
         assert_eq!(value(&text, r#"grasp_background_git_work{kind="copies"}"#), Some(2.0), "{text}");
         assert_eq!(value(&text, r#"grasp_background_git_work{kind="maintenance"}"#), Some(1.0), "{text}");

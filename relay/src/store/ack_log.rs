@@ -18,7 +18,7 @@
 //! - Opening saves both files' events into the store with a synced commit, then empties them.
 
 use std::fs::File;
-use std::io::{BufRead, Write};
+use std::io::BufRead;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -75,11 +75,7 @@ impl AckLog {
         }
         let mut file = self.files[self.active].lock().unwrap_or_else(|e| e.into_inner());
         let size = file.metadata()?.len();
-        let written = file.write_all(&buf).and_then(|()| file.sync_data());
-        if written.is_err() {
-            let _ = file.set_len(size);
-        }
-        written
+        grasp_state::atomic_file::append_synced(&mut file, size, &buf)
     }
 
     /// Later appends go to the other file; the active one is retired (it holds the events
@@ -113,6 +109,7 @@ impl AckLog {
 mod tests {
     use super::*;
     use nostr::prelude::*;
+    use std::io::Write;
 
     fn note(text: &str) -> Arc<Event> {
         Arc::new(EventBuilder::new(Kind::TextNote, text).finalize(&Keys::generate()).unwrap())

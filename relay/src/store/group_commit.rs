@@ -315,6 +315,7 @@ impl Task {
     async fn admit(&mut self, batch: Vec<Vec<Save>>, queue: &mut Queue) {
         let n: usize = batch.iter().map(Vec::len).sum();
         let mut early: Vec<Arc<Event>> = Vec::new();
+        let mut early_ids: std::collections::HashSet<EventId> = std::collections::HashSet::new();
         let (mut held, mut held_bytes) = self.acknowledged.size();
         let mut messages: Vec<Vec<(Save, bool)>> = Vec::with_capacity(batch.len());
         for message in batch {
@@ -323,11 +324,12 @@ impl Task {
                 let bytes = weight(&save.event);
                 let is_early = may_acknowledge_early(&save.event)
                     && !self.acknowledged.contains(&save.event.id)
-                    && !early.iter().any(|e| e.id == save.event.id)
+                    && !early_ids.contains(&save.event.id)
                     && acknowledge_early(held, held_bytes, bytes, &self.linger);
                 if is_early {
                     held += 1;
                     held_bytes += bytes;
+                    early_ids.insert(save.event.id);
                     early.push(save.event.clone());
                 }
                 marked.push((save, is_early));

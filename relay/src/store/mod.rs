@@ -120,7 +120,8 @@ impl Store {
             .await?;
         let db = Arc::new(db);
         // Events answered before a crash let the store commit them: saved now, before anyone reads.
-        let (log, unsaved) = ack_log::AckLog::open(path).map_err(|e| nostr_database::error::Error::storage(format!("the log of acknowledged events: {e}")))?;
+        let log_error = |e: std::io::Error| nostr_database::error::Error::storage(format!("the log of acknowledged events: {e}"));
+        let (log, unsaved) = ack_log::AckLog::open(path).map_err(log_error)?;
         if !unsaved.is_empty() {
             let saved = futures_util::future::join_all(unsaved.iter().map(|event| db.save_event(event))).await;
             if let Some(Err(e)) = saved.into_iter().find(Result::is_err) {
@@ -128,7 +129,7 @@ impl Store {
             }
             tracing::info!(events = unsaved.len(), "acknowledged events committed from the log after an unclean stop");
         }
-        log.empty_all().map_err(|e| nostr_database::error::Error::storage(format!("the log of acknowledged events: {e}")))?;
+        log.empty_all().map_err(log_error)?;
         let gate = Gate::start(db.clone(), log, grasp_state::group_commit::Linger::default());
         Ok(Self { db, gate, lookups: Lookups::default(), failing_saves: std::sync::atomic::AtomicUsize::new(0) })
     }
