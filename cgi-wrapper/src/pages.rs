@@ -97,13 +97,20 @@ pub fn repo_html(info: &RepoInfo) -> String {
         link(&info.web_client_url, "open in gitworkshop.dev")
     ));
     page.push_str("<h2>About</h2>\n<table>\n");
-    let owner = info.maintainers.first().map(String::as_str).unwrap_or(&info.npub);
-    page.push_str(&format!("<tr><th>Owner</th><td><code>{}</code></td></tr>\n", escape(owner)));
-    let others: Vec<String> = info.maintainers.iter().skip(1).map(|m| format!("<code>{}</code>", escape(m))).collect();
+    page.push_str(&format!("<tr><th>Owner</th><td><code>{}</code></td></tr>\n", escape(&info.npub)));
+    let others: Vec<String> = info.maintainers.iter().filter(|m| **m != info.npub).map(|m| format!("<code>{}</code>", escape(m))).collect();
+    let owner_only = if info.maintainers.contains(&info.npub) { "the owner only" } else { "none confirmed" };
     page.push_str(&format!(
         "<tr><th>Maintainers</th><td>{}</td></tr>\n",
-        if others.is_empty() { "the owner only".to_string() } else { others.join("<br>") }
+        if others.is_empty() { owner_only.to_string() } else { others.join("<br>") }
     ));
+    let invited: Vec<String> = info.invited.iter().take(20).map(|m| format!("<code>{}</code>", escape(m))).collect();
+    if !invited.is_empty() {
+        page.push_str(&format!(
+            "<tr><th>Invited</th><td>{}<br><span class=\"muted\">not maintainers until they run <code>ngit repo accept</code></span></td></tr>\n",
+            invited.join("<br>")
+        ));
+    }
     let branch = info.default_branch.as_deref().map(|b| b.strip_prefix("refs/heads/").unwrap_or(b));
     page.push_str(&format!(
         "<tr><th>Default branch</th><td>{}</td></tr>\n",

@@ -5,7 +5,10 @@
 //! [`state_authority`] / [`state_placement`], and carries the verdict out (create the bare
 //! repository, hold, store, release). Messages are complete NIP-01 replies.
 
-use nostr::prelude::{PublicKey, ToBech32};
+use nostr::prelude::PublicKey;
+
+use crate::identifier::npub_of;
+use crate::maintainers::Standing;
 
 use crate::nip34::Source;
 
@@ -98,25 +101,61 @@ pub fn admit_announcement(f: &AnnouncementFacts) -> AnnouncementAdmission {
     AnnouncementAdmission::WithRepo { check_room: existing.is_none() && !f.repo_exists, then }
 }
 
-/// Who may publish a state event for an identifier: an owner or a member of some owner's
-/// recursive maintainer set. `announced`: some announcement of the identifier is known;
-/// `trusting`: the owners whose maintainer set contains the author. `Err`: the refusal.
-pub fn state_authority(identifier: &str, author: &PublicKey, announced: bool, trusting: &[(PublicKey, Source)]) -> Result<(), String> {
+/// What a state event's author may do with an identifier (docs/protocol.md#maintainer-authority).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StateAuthority {
+    /// A confirmed maintainer of some owner's repository: the state is authoritative there.
+    Authorised,
+    /// Invited by `by` into `owner`'s repository, not yet accepted: the state waits in the
+    /// purgatory, moves nothing, and is released if they accept while it waits.
+    Invited { owner: PublicKey, by: PublicKey },
+    /// Refused: the message says why and what to do.
+    Refused(String),
+}
+
+/// Who may publish a state event for an identifier: a confirmed maintainer of some owner's
+/// repository. `announced`: some announcement of the identifier is known; `standings`: where the
+/// author stands with the repositories whose announcements reach it
+/// ([`crate::announcements::TrustIndex::standings`]); `owners`: the identifier's owners, for the
+/// refusal of a stranger.
+pub fn state_authority(
+    identifier: &str,
+    author: &PublicKey,
+    announced: bool,
+    standings: &[(PublicKey, Source, Standing)],
+    owners: &[PublicKey],
+) -> StateAuthority {
     if !announced {
-        return Err(format!(
+        return StateAuthority::Refused(format!(
             "blocked: repository '{identifier}' is not announced on this relay; publish its announcement \
              (kind 30617, listing this server in `clone` and `relays`) here first"
         ));
     }
-    if trusting.is_empty() {
-        return Err(format!(
-            "blocked: {} is not the owner or a maintainer of any announcement of repository '{identifier}' \
-             on this relay; ask an owner to add you to the `maintainers` tag of their announcement, \
-             or announce your own repository (kind 30617) here first",
-            author.to_bech32().unwrap_or_default(),
+    if standings.iter().any(|(_, _, s)| *s == Standing::Maintainer) {
+        return StateAuthority::Authorised;
+    }
+    if let Some((owner, by)) = standings.iter().find_map(|(owner, _, s)| match s {
+        Standing::Invited { by } => Some((*owner, *by)),
+        _ => None,
+    }) {
+        return StateAuthority::Invited { owner, by };
+    }
+    let npub = npub_of(author);
+    if let Some((owner, _, _)) = standings.iter().find(|(_, _, s)| *s == Standing::Left) {
+        return StateAuthority::Refused(format!(
+            "blocked: {npub} left the maintainers of {}/{identifier} (its own announcement ends its maintainer \
+             role); its state events move nothing there: ask a maintainer to invite it again, then run `ngit repo accept`",
+            npub_of(owner)
         ));
     }
-    Ok(())
+    let named: Vec<String> = owners.iter().take(3).map(npub_of).collect();
+    StateAuthority::Refused(format!(
+        "blocked: {npub} is not a maintainer of repository '{identifier}' on this relay (owner{} {}); \
+         ask the owner to invite you (`ngit repo edit --add-maintainer {npub}`) and accept with `ngit repo accept`, \
+         or announce your own repository (kind 30617) here first",
+        if named.len() == 1 { "" } else { "s" },
+        if named.is_empty() { "none".to_string() } else { named.join(", ") },
+    ))
 }
 
 /// Where an authorised state event goes.
@@ -199,9 +238,24 @@ mod tests {
     #[test]
     fn states() {
         let pk = nostr::prelude::Keys::generate().public_key();
-        assert!(state_authority("r", &pk, false, &[]).unwrap_err().starts_with("blocked: repository 'r' is not announced"));
-        assert!(state_authority("r", &pk, true, &[]).unwrap_err().contains("is not the owner or a maintainer"));
-        assert!(state_authority("r", &pk, true, &[(pk, Source::Stored)]).is_ok());
+        let keys: Vec<_> = (0..2).map(|_| nostr::prelude::Keys::generate().public_key()).collect();
+        let (owner, inviter) = (keys[0], keys[1]);
+        let refused = |a: StateAuthority| match a {
+            StateAuthority::Refused(m) => m,
+            other => panic!("{other:?}"),
+        };
+        assert!(refused(state_authority("r", &pk, false, &[], &[])).starts_with("blocked: repository 'r' is not announced"));
+        let stranger = refused(state_authority("r", &pk, true, &[], &[owner]));
+        assert!(stranger.starts_with("blocked:") && stranger.contains("is not a maintainer"), "{stranger}");
+        assert!(stranger.contains(&npub_of(&owner)) && stranger.contains("ngit repo edit --add-maintainer"), "{stranger}");
+        assert_eq!(state_authority("r", &pk, true, &[(pk, Source::Stored, Standing::Maintainer)], &[pk]), StateAuthority::Authorised);
+        // A maintainer anywhere wins over an invitation elsewhere.
+        let both = [(owner, Source::Stored, Standing::Invited { by: inviter }), (pk, Source::Stored, Standing::Maintainer)];
+        assert_eq!(state_authority("r", &pk, true, &both, &[owner, pk]), StateAuthority::Authorised);
+        let invited = [(owner, Source::Stored, Standing::Invited { by: inviter })];
+        assert_eq!(state_authority("r", &pk, true, &invited, &[owner]), StateAuthority::Invited { owner, by: inviter });
+        let left = refused(state_authority("r", &pk, true, &[(owner, Source::Purgatory, Standing::Left)], &[owner]));
+        assert!(left.starts_with("blocked:") && left.contains("left the maintainers") && left.contains("ngit repo accept"), "{left}");
         let placement = |declares_refs, data_present| state_placement(&StateFacts { declares_refs, data_present });
         assert_eq!(placement(true, true), StatePlacement::StoreAndRelease);
         assert_eq!(placement(false, true), StatePlacement::Hold);

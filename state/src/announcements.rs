@@ -9,8 +9,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use nostr::prelude::PublicKey;
 
-use crate::maintainers::MaintainerSet;
+use crate::maintainers::{MaintainerSet, Standing};
 use crate::nip34::{Announcement, Source};
+use crate::roles::Claims;
 
 /// The announcements of `identifier`, newest per owner (NIP-01 order), each with where it lives.
 /// A held announcement replaces a stored one of the same owner only if it is strictly newer.
@@ -34,18 +35,10 @@ pub fn merge(
     by_owner.into_values().collect()
 }
 
-/// Who lists whom as maintainer, per owner with an announcement for the identifier.
-fn listing(announcements: &[(Announcement, Source)]) -> HashMap<PublicKey, &[PublicKey]> {
-    announcements.iter().map(|(a, _)| (a.owner, a.maintainers.as_slice())).collect()
-}
-
-fn maintainer_set_in(owner: PublicKey, listed: &HashMap<PublicKey, &[PublicKey]>) -> MaintainerSet {
-    MaintainerSet::compute(owner, |pk| listed.get(pk).map(|m| m.to_vec()))
-}
-
-/// The recursive maintainer set of `owner` for an identifier, given its announcements.
+/// The confirmed maintainers of `owner`'s repository for an identifier, given its announcements
+/// (the merged list of [`merge`]).
 pub fn maintainer_set(owner: PublicKey, announcements: &[(Announcement, Source)]) -> MaintainerSet {
-    maintainer_set_in(owner, &listing(announcements))
+    TrustIndex::new(announcements).maintainer_set(owner)
 }
 
 /// Owners (with an announcement for the identifier) whose maintainer set contains `author`, in
@@ -55,45 +48,68 @@ pub fn owners_trusting(author: &PublicKey, announcements: &[(Announcement, Sourc
 }
 
 /// Who trusts whom among the owners of one identifier, indexed backwards: for each key, the owners
-/// whose announcement lists it as maintainer. The owners whose recursive maintainer set contains
-/// an author are those from which the author is reachable in the "lists as maintainer" graph, so
-/// they are found by walking back from the author: the work is proportional to the owners an
-/// event governs, not to every owner of the identifier (a thousand throwaway announcements of
-/// someone's identifier cost that someone's events nothing).
+/// whose announcement lists it as maintainer. An author is confirmed in an owner's set only if
+/// the owner's announcement reaches the author in the "lists as maintainer" graph (the seed's
+/// `M` path is listed too), so the owners that may trust an author are found by walking back from
+/// the author, and each is then confirmed with its own (bounded) maintainer set: the work is
+/// proportional to the owners an event may govern, not to every owner of the identifier (a
+/// thousand throwaway announcements of someone's identifier cost that someone's events nothing).
 #[derive(Debug, Clone, Default)]
-pub struct TrustIndex {
-    listed: HashMap<PublicKey, Vec<PublicKey>>,
+pub struct TrustIndex<'a> {
+    claims: HashMap<PublicKey, &'a Claims>,
     listed_by: HashMap<PublicKey, Vec<PublicKey>>,
     owners: BTreeMap<PublicKey, Source>,
 }
 
-impl TrustIndex {
+impl<'a> TrustIndex<'a> {
     /// The index of `announcements` (the merged list of one identifier, newest per owner).
-    pub fn new(announcements: &[(Announcement, Source)]) -> Self {
+    pub fn new(announcements: &'a [(Announcement, Source)]) -> Self {
         let mut index = TrustIndex::default();
         for (a, source) in announcements {
             index.owners.insert(a.owner, *source);
-            index.listed.insert(a.owner, a.maintainers.clone());
-            for m in &a.maintainers {
+            index.claims.insert(a.owner, &a.claims);
+            for m in &a.claims.maintainers {
                 index.listed_by.entry(*m).or_default().push(a.owner);
             }
         }
         index
     }
 
-    /// The recursive maintainer set of `owner` (as [`maintainer_set`]).
+    /// The confirmed maintainers of `owner`'s repository (as [`maintainer_set`]).
     pub fn maintainer_set(&self, owner: PublicKey) -> MaintainerSet {
-        MaintainerSet::compute(owner, |pk| self.listed.get(pk).cloned())
+        MaintainerSet::compute(owner, |pk| self.claims.get(pk).map(|c| c.as_ref()))
     }
 
     /// Owners whose maintainer set contains `author`, in owner order, each with where its
     /// announcement lives. Walks back from `author` to the owners that reach it, then confirms
     /// each with its own (bounded) maintainer set, so a set truncated at its cap gives the same
-    /// answer as computing every owner's set.
+    /// answer as computing every owner's set. An author who lists nobody can be confirmed only
+    /// as a seed, of their own repository or as the end of a lead path.
     pub fn owners_trusting(&self, author: &PublicKey) -> Vec<(PublicKey, Source)> {
+        self.standings(author)
+            .into_iter()
+            .filter(|(_, _, standing)| *standing == Standing::Maintainer)
+            .map(|(owner, source, _)| (owner, source))
+            .collect()
+    }
+
+    /// Where `author` stands with each owner's repository that lists it, directly or through
+    /// others (the owners that reach it, in owner order); every other owner's repository counts
+    /// it a stranger.
+    pub fn standings(&self, author: &PublicKey) -> Vec<(PublicKey, Source, Standing)> {
+        self.owners_reaching(author)
+            .into_iter()
+            .map(|owner| (owner, self.owners[&owner], self.maintainer_set(owner).standing(author)))
+            .collect()
+    }
+
+    /// The owners whose announcements reach `pk` along "lists as maintainer" (`pk` itself when
+    /// it owns one), in owner order: the only repositories whose maintainer sets read `pk`'s
+    /// announcement, so the only ones a change of it can change.
+    pub fn owners_reaching(&self, pk: &PublicKey) -> BTreeSet<PublicKey> {
         let mut reached: BTreeSet<PublicKey> = BTreeSet::new();
-        let mut queue = vec![*author];
-        let mut seen: HashSet<PublicKey> = HashSet::from([*author]);
+        let mut queue = vec![*pk];
+        let mut seen: HashSet<PublicKey> = HashSet::from([*pk]);
         while let Some(pk) = queue.pop() {
             if self.owners.contains_key(&pk) {
                 reached.insert(pk);
@@ -105,14 +121,10 @@ impl TrustIndex {
             }
         }
         reached
-            .into_iter()
-            .filter(|owner| owner == author || self.maintainer_set(*owner).contains(author))
-            .map(|owner| (owner, self.owners[&owner]))
-            .collect()
     }
 
     /// Owners whose maintainer set contains any of `authors`, in owner order (each once).
-    pub fn owners_trusting_any<'a>(&self, authors: impl IntoIterator<Item = &'a PublicKey>) -> Vec<(PublicKey, Source)> {
+    pub fn owners_trusting_any<'b>(&self, authors: impl IntoIterator<Item = &'b PublicKey>) -> Vec<(PublicKey, Source)> {
         let mut out: BTreeMap<PublicKey, Source> = BTreeMap::new();
         for author in authors {
             out.extend(self.owners_trusting(author));
@@ -121,8 +133,29 @@ impl TrustIndex {
     }
 }
 
+/// The owners of an identifier whose confirmed maintainers differ between `before` and `after`
+/// (its merged announcements before and after `author`'s announcement changed), in owner order:
+/// the repositories whose served refs may have to follow (docs/protocol.md#maintainer-authority).
+/// Only owners reaching `author` before or after are compared, so a change costs the owners it
+/// can concern, never the identifier's other announcements.
+pub fn authority_changes(author: &PublicKey, before: &[(Announcement, Source)], after: &[(Announcement, Source)]) -> Vec<PublicKey> {
+    let (old, new) = (TrustIndex::new(before), TrustIndex::new(after));
+    let mut owners = old.owners_reaching(author);
+    owners.extend(new.owners_reaching(author));
+    owners
+        .into_iter()
+        .filter(|owner| {
+            let members = |index: &TrustIndex, owner: PublicKey| -> Option<Vec<PublicKey>> {
+                index.owners.contains_key(&owner).then(|| index.maintainer_set(owner).iter().copied().collect())
+            };
+            members(&old, *owner) != members(&new, *owner)
+        })
+        .collect()
+}
+
 /// Is `who` the owner of, or listed as maintainer in, any of `announcements` (an announcement
-/// by them that no longer lists this service is still stored: decision 3)?
+/// by them that no longer lists this service is still stored: decision 3; an invitee's
+/// acceptance is stored so, wherever it is hosted)?
 pub fn is_owner_or_listed(who: &PublicKey, announcements: &[(Announcement, Source)]) -> bool {
-    announcements.iter().any(|(a, _)| a.owner == *who || a.maintainers.contains(who))
+    announcements.iter().any(|(a, _)| a.owner == *who || a.claims.maintainers.contains(who))
 }

@@ -200,9 +200,13 @@ pub struct RepoInfo {
     /// `description` tag of the announcement (as published: escape before display).
     #[serde(default)]
     pub description: Option<String>,
-    /// The owner first, then the maintainers the announcement lists, as npubs.
+    /// The confirmed maintainers (docs/protocol.md#maintainer-authority) as npubs: the owner
+    /// first when confirmed, then the others in key order.
     #[serde(default)]
     pub maintainers: Vec<String>,
+    /// Listed by a confirmed maintainer but not (yet) confirmed: invited, as npubs.
+    #[serde(default)]
+    pub invited: Vec<String>,
     /// `http(s)://<public host>/<npub>/<identifier>.git`.
     pub http_clone_url: String,
     /// `nostr://<npub>/<public host>/<identifier>`, for git-remote-nostr (ngit).
@@ -435,6 +439,7 @@ mod tests {
             name: Some("<b>".into()),
             description: None,
             maintainers: vec!["npub1x".into()],
+            invited: Vec::new(),
             http_clone_url: "http://h/npub1x/r.git".into(),
             nostr_clone_url: "nostr://npub1x/h/r".into(),
             naddr: "naddr1".into(),

@@ -11,8 +11,10 @@
 //!   [`nip34::RepoState`] (30618), [`nip34::PullRequest`] (1618/1619), the kind
 //!   constants, what an event references, and "does this announcement list
 //!   this service" (docs/protocol.md#decisions, decision 1).
-//! - [`maintainers`]: the recursive, cycle-safe [`maintainers::MaintainerSet`]
-//!   of an (owner, identifier) (decision 4).
+//! - [`roles`]: what one announcement says about maintainership (NIP-34 role tags `M`/`m`/`o`
+//!   with their boundaries, or `maintainers`), read into [`roles::Claims`].
+//! - [`maintainers`]: the confirmed maintainers of an (owner, identifier), reciprocal and
+//!   bounded ([`maintainers::MaintainerSet`], decision 4), and where any key stands.
 //! - [`push`]: the push decision (decisions 5 and 6) as one function,
 //!   [`push::decide_push`], plus helpers for releasing events after a push.
 //! - [`announcements`]: the announcements of an identifier, stored and held merged newest per
@@ -108,6 +110,7 @@ pub mod push_limits;
 pub mod push_index;
 pub mod push_lock;
 pub mod recency;
+pub mod roles;
 pub mod rate;
 pub mod refs;
 pub mod ref_files;

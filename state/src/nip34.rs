@@ -17,6 +17,7 @@
 use nostr::prelude::{Event, EventId, PublicKey, Timestamp};
 
 use crate::recency::Recency;
+use crate::roles::Claims;
 use crate::refs::{is_valid_oid, is_valid_ref_name, RefMap, HEADS_PREFIX, TAGS_PREFIX};
 use crate::host::{url_authority, HostPort};
 
@@ -93,8 +94,8 @@ pub struct Announcement {
     pub clone_urls: Vec<String>,
     /// All values of all `relays` tags, in order.
     pub relays: Vec<String>,
-    /// Valid hex pubkeys from `maintainers` tags, owner excluded, no duplicates.
-    pub maintainers: Vec<PublicKey>,
+    /// What it says about maintainership: role tags, or `maintainers` (crate::roles).
+    pub claims: Claims,
     pub created_at: Timestamp,
 }
 
@@ -104,7 +105,8 @@ impl Announcement {
         Recency::new(self.created_at, self.event_id)
     }
 
-    /// Read a kind 30617 event. Requires a `d` tag; invalid maintainer keys are skipped.
+    /// Read a kind 30617 event. Requires a `d` tag; malformed role entries grant nothing
+    /// ([`Claims::read`]).
     pub fn from_event(event: &Event) -> Result<Self, EventError> {
         expect_kind(
             event,
@@ -112,21 +114,14 @@ impl Announcement {
             "repository announcement (kind 30617)",
         )?;
         let identifier = identifier(event)?;
-        let mut maintainers = Vec::new();
-        for value in tag_values(event, "maintainers") {
-            if let Some(pk) = parse_hex_pubkey(value) {
-                if pk != event.pubkey && !maintainers.contains(&pk) {
-                    maintainers.push(pk);
-                }
-            }
-        }
+        let claims = Claims::read(&event.pubkey, event.tags.iter().map(|t| t.as_slice()));
         Ok(Self {
             event_id: event.id,
             owner: event.pubkey,
             identifier,
             clone_urls: tag_values(event, "clone").map(str::to_owned).collect(),
             relays: tag_values(event, "relays").map(str::to_owned).collect(),
-            maintainers,
+            claims,
             created_at: event.created_at,
         })
     }
@@ -629,7 +624,6 @@ pub(crate) mod tests {
                 tag(&[
                     "maintainers",
                     &m1.to_hex(),
-                    "not-a-key",
                     &owner.public_key().to_hex(),
                     &m1.to_hex(),
                     &m1.to_hex().to_uppercase(),
@@ -647,11 +641,15 @@ pub(crate) mod tests {
             a.relays,
             vec!["wss://a.example", "wss://b.example", "wss://c.example"]
         );
-        assert_eq!(a.maintainers, vec![m1, m2]);
+        assert_eq!(a.claims.maintainers, vec![m1, m2]);
         assert_eq!(
             a.coordinate(),
             format!("30617:{}:my repo", owner.public_key().to_hex())
         );
+        // One value that is no key and the list grants nothing (crate::roles).
+        let ev = event(&owner, KIND_ANNOUNCEMENT, vec![tag(&["d", "x"]), tag(&["maintainers", &m1.to_hex(), "not-a-key"])]);
+        let a = Announcement::from_event(&ev).unwrap();
+        assert!(a.claims.maintainers.is_empty() && a.claims.malformed == 1);
     }
 
     #[test]

@@ -30,6 +30,7 @@ use grasp_state::nip34::Source;
 use grasp_state::push::{decide_push, PushDecision, PushRequest, StateCandidate};
 use grasp_state::admission::{admit_announcement, AfterRepo, AnnouncementAdmission, AnnouncementFacts};
 use grasp_state::announcements::{maintainer_set, merge, owners_trusting, TrustIndex};
+use grasp_state::roles::{Claims, Lead};
 use grasp_state::release::{alignment, copy_targets, plan_release, settle, RepoFacts};
 use grasp_state::refs::{
     apply_changes, RefChange, apply_updates, is_served_ref, is_valid_oid, is_valid_ref_name, parse_ref_updates,
@@ -199,9 +200,9 @@ proptest! {
         let _ = references(&event);
         if let Ok(a) = Announcement::from_event(&event) {
             prop_assert_eq!(a.owner, event.pubkey);
-            prop_assert!(!a.maintainers.contains(&a.owner), "owner listed as its own maintainer");
-            let unique: BTreeSet<_> = a.maintainers.iter().collect();
-            prop_assert_eq!(unique.len(), a.maintainers.len(), "duplicate maintainers");
+            prop_assert!(!a.claims.maintainers.contains(&a.owner), "owner listed as its own maintainer");
+            let unique: BTreeSet<_> = a.claims.maintainers.iter().collect();
+            prop_assert_eq!(unique.len(), a.claims.maintainers.len(), "duplicate maintainers");
             let _ = a.lists_service("127.0.0.1:8080");
             let _ = a.coordinate();
         }
@@ -599,18 +600,70 @@ fn release_case() -> impl Strategy<Value = ReleaseCase> {
         })
 }
 
-/// The maintainer set by a plain breadth-first walk over `listed` (owner -> maintainers).
-fn reachable(owner: PublicKey, listed: &BTreeMap<PublicKey, Vec<PublicKey>>) -> BTreeSet<PublicKey> {
-    let mut seen = BTreeSet::from([owner]);
-    let mut todo = vec![owner];
-    while let Some(pk) = todo.pop() {
-        for m in listed.get(&pk).into_iter().flatten() {
-            if seen.insert(*m) {
-                todo.push(*m);
+/// The confirmed maintainers as the rule states them, computed the slow way: the seed by
+/// following leads, then rounds over every announcement until nothing joins (docs/protocol.md,
+/// "Maintainer authority").
+fn confirmed_naive(owner: PublicKey, claims: &BTreeMap<PublicKey, Claims>) -> BTreeSet<PublicKey> {
+    let mut seed = None;
+    let (mut current, mut followed, mut visited) = (owner, false, BTreeSet::new());
+    while visited.insert(current) {
+        match claims.get(&current) {
+            None => {
+                seed = (!followed).then_some(current);
+                break;
             }
+            Some(c) if c.declines => break,
+            Some(c) => match c.lead {
+                Lead::None => {
+                    seed = (!followed).then_some(current);
+                    break;
+                }
+                Lead::Conflict => break,
+                Lead::Named(t) if t == current => {
+                    seed = Some(t);
+                    break;
+                }
+                Lead::Named(t) => {
+                    followed = true;
+                    current = t;
+                }
+            },
         }
     }
-    seen
+    let mut confirmed: BTreeSet<PublicKey> = seed.into_iter().collect();
+    loop {
+        let joining: Vec<PublicKey> = claims
+            .iter()
+            .filter(|(x, c)| !confirmed.contains(*x) && !c.declines)
+            .filter(|(x, c)| {
+                let listed = confirmed.iter().any(|m| claims.get(m).is_some_and(|mc| mc.maintainers.contains(x)));
+                listed && c.maintainers.iter().any(|y| confirmed.contains(y))
+            })
+            .map(|(x, _)| *x)
+            .collect();
+        if joining.is_empty() {
+            return confirmed;
+        }
+        confirmed.extend(joining);
+    }
+}
+
+/// An announcement's claims: listed maintainers, and sometimes a lead or a declining author.
+fn claims_of(owner: usize, maintainers: &[usize], shape: u8) -> Claims {
+    let listed: Vec<PublicKey> = maintainers.iter().filter(|m| **m != owner).map(|m| pubkeys()[*m]).collect();
+    let mut unique = Vec::new();
+    for pk in listed {
+        if !unique.contains(&pk) {
+            unique.push(pk);
+        }
+    }
+    let lead = match shape % 8 {
+        1 => Lead::Named(pubkeys()[owner]),
+        2 => unique.first().map(|pk| Lead::Named(*pk)).unwrap_or_default(),
+        3 if unique.len() > 1 => Lead::Conflict,
+        _ => Lead::None,
+    };
+    Claims { maintainers: unique, lead, declines: shape % 8 == 7, role_tags: shape % 8 != 0, ..Claims::default() }
 }
 
 fn announcement(owner: usize, maintainers: &[usize], t: u64, n: u8) -> Announcement {
@@ -624,9 +677,24 @@ fn announcement(owner: usize, maintainers: &[usize], t: u64, n: u8) -> Announcem
         identifier: "repo".to_owned(),
         clone_urls: Vec::new(),
         relays: Vec::new(),
-        maintainers: maintainers.iter().filter(|m| **m != owner).map(|m| pubkeys()[*m]).collect(),
+        claims: claims_of(owner, maintainers, n.wrapping_mul(37).wrapping_add(t as u8)),
         created_at: Timestamp::from(1_700_000_000 + t),
     }
+}
+
+/// A tag as hostile clients write them: role letters, `maintainers`, keys in hex and npub,
+/// garbage, timestamps, `defer` anywhere.
+fn role_tag() -> impl Strategy<Value = Vec<String>> {
+    let name = prop::sample::select(vec!["M", "m", "o", "maintainers", "d", "p"]);
+    let value = prop_oneof![
+        (0usize..4).prop_map(|i| pubkeys()[i].to_hex()),
+        (0usize..4).prop_map(|i| pubkeys()[i].to_bech32().unwrap()),
+        (0u64..10).prop_map(|t| t.to_string()),
+        Just("defer".to_string()),
+        Just(String::new()),
+        "[a-z0-9+-]{0,6}",
+    ];
+    (name, prop::collection::vec(value, 0..5)).prop_map(|(name, values)| std::iter::once(name.to_string()).chain(values).collect())
 }
 
 fn announcement_list() -> impl Strategy<Value = Vec<Announcement>> {
@@ -708,22 +776,68 @@ proptest! {
         prop_assert!(alignment(&after, &target).is_empty(), "aligning twice changes nothing");
     }
 
-    /// Objects are copied only to other owners whose maintainer set contains the author.
+    /// Objects are copied only to other owners whose confirmed maintainers include the author.
     #[test]
     fn copies_go_only_to_owners_trusting_the_author(list in announcement_list(), owner in 0usize..4, author in 0usize..4) {
         let merged = merge("repo", list.clone(), Vec::new());
-        let listed: BTreeMap<PublicKey, Vec<PublicKey>> = merged.iter().map(|(a, _)| (a.owner, a.maintainers.clone())).collect();
+        let claims: BTreeMap<PublicKey, Claims> = merged.iter().map(|(a, _)| (a.owner, a.claims.clone())).collect();
         let (owner, author) = (pubkeys()[owner], pubkeys()[author]);
         let targets = copy_targets(&owner, &author, &merged);
         let expected: Vec<PublicKey> = merged
             .iter()
             .map(|(a, _)| a.owner)
-            .filter(|o| *o != owner && reachable(*o, &listed).contains(&author))
+            .filter(|o| *o != owner && confirmed_naive(*o, &claims).contains(&author))
             .collect();
         prop_assert_eq!(targets, expected);
         let trusting: Vec<PublicKey> = owners_trusting(&author, &merged).into_iter().map(|(o, _)| o).collect();
-        let expected: Vec<PublicKey> = merged.iter().map(|(a, _)| a.owner).filter(|o| reachable(*o, &listed).contains(&author)).collect();
+        let expected: Vec<PublicKey> = merged.iter().map(|(a, _)| a.owner).filter(|o| confirmed_naive(*o, &claims).contains(&author)).collect();
         prop_assert_eq!(trusting, expected);
+    }
+
+    /// The maintainer set is the rule's fixed point (the slow way agrees), and it does not
+    /// depend on the order in which the announcements arrived.
+    #[test]
+    fn maintainer_sets_are_the_rules_fixed_point_whatever_the_arrival_order(list in announcement_list(), owner in 0usize..4, seed in any::<u64>()) {
+        let merged = merge("repo", list.clone(), Vec::new());
+        let claims: BTreeMap<PublicKey, Claims> = merged.iter().map(|(a, _)| (a.owner, a.claims.clone())).collect();
+        let owner = pubkeys()[owner];
+        let set = maintainer_set(owner, &merged);
+        prop_assert_eq!(set.iter().copied().collect::<BTreeSet<_>>(), confirmed_naive(owner, &claims));
+        let mut shuffled = list;
+        let n = shuffled.len().max(1);
+        shuffled.rotate_left((seed as usize) % n);
+        if seed % 2 == 1 {
+            shuffled.reverse();
+        }
+        prop_assert_eq!(maintainer_set(owner, &merge("repo", shuffled, Vec::new())), set);
+    }
+
+    /// Role tags: any tag list reads without panic, and every key an announcement grants comes
+    /// from a well-formed, active `M`/`m` entry (or, without role tags, from a `maintainers` tag
+    /// whose values are all keys).
+    #[test]
+    fn role_claims_grant_only_from_well_formed_entries(tags in proptest::collection::vec(role_tag(), 0..8), author in 0usize..4) {
+        let author = pubkeys()[author];
+        let claims = Claims::read(&author, tags.iter().map(Vec::as_slice));
+        let role_tags = tags.iter().any(|t| matches!(t.first().map(String::as_str), Some("M" | "m" | "o")));
+        prop_assert_eq!(claims.role_tags, role_tags);
+        for pk in &claims.maintainers {
+            prop_assert!(*pk != author);
+            let granted_by = |t: &Vec<String>| {
+                if role_tags {
+                    matches!(t.first().map(String::as_str), Some("M" | "m"))
+                        && t.get(1).and_then(|s| PublicKey::parse(s).ok()) == Some(*pk)
+                        && grasp_state::roles::boundaries(&t[2..]).is_some_and(|b| grasp_state::roles::is_active(&b))
+                } else {
+                    t.first().map(String::as_str) == Some("maintainers")
+                        && t[1..].iter().any(|s| PublicKey::parse(s).ok() == Some(*pk))
+                }
+            };
+            prop_assert!(tags.iter().any(granted_by), "{pk} granted by nothing well-formed in {tags:?}");
+        }
+        if !role_tags && tags.iter().filter(|t| t[0] == "maintainers").flat_map(|t| t[1..].iter()).any(|s| PublicKey::parse(s).is_err()) {
+            prop_assert!(claims.maintainers.is_empty());
+        }
     }
 
     /// The trust index finds exactly the owners whose own maintainer set (computed owner by

@@ -53,7 +53,7 @@ pub async fn repo_info(grasp: &Grasp, owner: &PublicKey, identifier: &str) -> Op
             }
         }
     };
-    let a = Announcement::from_event(&event).ok()?;
+    Announcement::from_event(&event).ok()?;
     let all = grasp.announcements(identifier).await;
     let set = Grasp::maintainer_set(*owner, &all);
     let state = grasp.latest_stored_state(identifier, &set).await;
@@ -62,8 +62,8 @@ pub async fn repo_info(grasp: &Grasp, owner: &PublicKey, identifier: &str) -> Op
     let coordinate = Coordinate::new(Kind::Custom(KIND_ANNOUNCEMENT), *owner).identifier(identifier);
     let relays = RelayUrl::parse(&urls.relay_url()).ok();
     let naddr = Nip19Coordinate::new(coordinate, relays).to_bech32().unwrap_or_default();
-    let mut maintainers = vec![npub.clone()];
-    maintainers.extend(a.maintainers.iter().map(npub_of));
+    let maintainers = set.iter().filter(|m| *m == owner).chain(set.iter().filter(|m| *m != owner)).map(npub_of).collect();
+    let invited = set.invited().map(|(pk, _)| npub_of(pk)).collect();
     Some(RepoInfo {
         version: HOOK_API_VERSION,
         http_clone_url: urls.repo_http_url(&npub, identifier),
@@ -76,6 +76,7 @@ pub async fn repo_info(grasp: &Grasp, owner: &PublicKey, identifier: &str) -> Op
         name: first_value(&event, "name").map(str::to_string),
         description: first_value(&event, "description").map(str::to_string),
         maintainers,
+        invited,
         web: event
             .tags
             .iter()

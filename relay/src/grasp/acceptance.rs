@@ -22,8 +22,9 @@
 
 use grasp_state::admission::{
     admit_announcement, state_authority, state_placement, AfterRepo, AnnouncementAdmission, AnnouncementFacts,
-    StateFacts, StatePlacement,
+    StateAuthority, StateFacts, StatePlacement,
 };
+use grasp_state::maintainers::Standing;
 use grasp_state::announcements::{is_owner_or_listed, TrustIndex};
 use grasp_state::identifier::validate_identifier;
 use grasp_state::release::{pr_ref, PrRef};
@@ -124,6 +125,10 @@ impl Grasp {
     }
 
     /// `address`: the sender's, as counted against its share of the purgatory (`None`: relay sync).
+    /// An accepted announcement that changes some repository's confirmed maintainers (an
+    /// invitation accepted, a maintainer who left or was removed, a new lead) is stored here, not
+    /// by the caller, and then those repositories are realigned in the background
+    /// (docs/protocol.md#maintainer-authority).
     async fn admit_announcement(&self, ev: &Event, address: Option<IpAddr>) -> Admission {
         let a = match Announcement::from_event(ev) {
             Ok(a) => a,
@@ -133,6 +138,43 @@ impl Grasp {
             return Admission::Reject(format!("invalid: {e}"));
         }
         let all = self.announcements(&a.identifier).await;
+        let had_one = all.iter().any(|(x, _)| x.owner == a.owner);
+        let admission = self.admit_announcement_among(ev, &a, &all, address).await;
+        let accepted = !matches!(admission, Admission::Reject(_));
+        // A first announcement makes a new repository with no refs yet: its own pushes follow.
+        let changed = if accepted { self.authority_changes(&a, &all, had_one) } else { Vec::new() };
+        if changed.is_empty() {
+            return admission;
+        }
+        let admission = match admission {
+            Admission::Store => match self.publish(ev).await {
+                Ok(message) => Admission::Published(message),
+                Err(e) => return Admission::Reject(e),
+            },
+            other => other,
+        };
+        for owner in &changed {
+            tracing::info!(repo = %format!("{}/{}", owner.to_bech32().unwrap_or_default(), a.identifier), event = %ev.id, author = %a.owner, "confirmed maintainers changed; the repository follows in the background");
+            self.copies.request_realign(&a.identifier, owner);
+        }
+        // What the author's own repository released may now be authoritative elsewhere.
+        self.copies.request(&a.identifier, &a.owner);
+        admission
+    }
+
+    /// The repositories whose confirmed maintainers `a` changes (pure:
+    /// `grasp_state::announcements::authority_changes`), `all` being the identifier's
+    /// announcements before it.
+    fn authority_changes(&self, a: &Announcement, all: &[(Announcement, grasp_state::nip34::Source)], had_one: bool) -> Vec<nostr::prelude::PublicKey> {
+        let after = grasp_state::announcements::merge(&a.identifier, all.iter().map(|(x, _)| x.clone()), [a.clone()]);
+        let mut changed = grasp_state::announcements::authority_changes(&a.owner, all, &after);
+        if !had_one {
+            changed.retain(|owner| *owner != a.owner);
+        }
+        changed
+    }
+
+    async fn admit_announcement_among(&self, ev: &Event, a: &Announcement, all: &[(Announcement, grasp_state::nip34::Source)], address: Option<IpAddr>) -> Admission {
         let existing = all.iter().find(|(x, _)| x.owner == a.owner).map(|(old, source)| (*source, old.recency() > a.recency()));
         let repo = self.repo_path(&a.owner, &a.identifier);
         let repo_exists = repo.as_ref().is_some_and(|p| p.exists());
@@ -221,12 +263,20 @@ impl Grasp {
             return Admission::Reject(format!("invalid: {e}"));
         }
         let all = self.announcements(&s.identifier).await;
-        // Only the owners whose maintainer set holds the author, through the trust index: the
+        // Only the owners whose announcements reach the author, through the trust index: the
         // identifier's other owners (anyone may announce it) cost this event nothing.
-        let owners = TrustIndex::new(&all).owners_trusting(&s.author);
-        if let Err(msg) = state_authority(&s.identifier, &s.author, !all.is_empty(), &owners) {
-            return Admission::Reject(msg);
+        let standings = TrustIndex::new(&all).standings(&s.author);
+        let owners_of: Vec<_> = all.iter().map(|(a, _)| a.owner).collect();
+        match state_authority(&s.identifier, &s.author, !all.is_empty(), &standings, &owners_of) {
+            StateAuthority::Authorised => {}
+            StateAuthority::Refused(msg) => return Admission::Reject(msg),
+            StateAuthority::Invited { owner, by } => return self.hold_invitee_state(ev, &s, &owner, &by, address),
         }
+        let owners: Vec<_> = standings
+            .into_iter()
+            .filter(|(_, _, standing)| *standing == Standing::Maintainer)
+            .map(|(owner, source, _)| (owner, source))
+            .collect();
         // Trigger 1 of the expiry extensions; revives soft-expired announcements.
         self.extend_held_announcements(&owners, &s.identifier).await;
         // Git data already here (in some authorised repository)?
@@ -263,6 +313,29 @@ impl Grasp {
                 }
                 Err(HoldRefused::Full(e)) => full(e, ev.kind.as_u16()),
             },
+        }
+    }
+
+    /// A state by a key invited into `owner`'s repository by `by` but not confirmed
+    /// (docs/protocol.md#maintainer-authority): held, never stored, so it moves nothing; if the
+    /// invitee accepts while it waits, the release after the acceptance serves it.
+    fn hold_invitee_state(&self, ev: &Event, s: &RepoState, owner: &nostr::prelude::PublicKey, by: &nostr::prelude::PublicKey, address: Option<IpAddr>) -> Admission {
+        let repo = format!("{}/{}", owner.to_bech32().unwrap_or_default(), s.identifier);
+        match self.purgatory.hold_state(ev.clone(), s.author, s.identifier.clone(), address) {
+            Err(HoldRefused::Expired) => Admission::Reject(EXPIRED_STATE_MESSAGE.into()),
+            Err(HoldRefused::Full(e)) => full(e, ev.kind.as_u16()),
+            Ok((_, durable)) => {
+                tracing::info!(repo = %repo, event = %ev.id, author = %s.author, invited_by = %by, "state of an invitee held in purgatory: it moves nothing until they accept");
+                Admission::Purgatory(
+                    format!(
+                        "{PURGATORY_MESSAGE}; {} is invited as a maintainer of {repo} by {} but has not accepted: \
+                         this state moves nothing until it runs `ngit repo accept`",
+                        s.author.to_bech32().unwrap_or_default(),
+                        by.to_bech32().unwrap_or_default()
+                    ),
+                    durable,
+                )
+            }
         }
     }
 

@@ -9,7 +9,11 @@
 //! The same queue carries the startup migration of repositories from before pools
 //! (`Grasp::pool_migration`).
 //!
-//! [`CopyQueue`] holds one entry per (identifier, source owner), however many pushes asked for
+//! The queue also carries realignments: when an announcement changes a repository's confirmed
+//! maintainers (docs/protocol.md#maintainer-authority), that repository releases what is now
+//! authoritative and aligns to it ([`Grasp::realign`]), off the path of the event's answer.
+//!
+//! [`CopyQueue`] holds one entry per (identifier, owner, work), however many pushes asked for
 //! it; [`run_copies`] carries out at most [`CONCURRENCY`] of them at a time, each target
 //! repository under its own locks (push lock, then repository lock), tried without waiting. A
 //! target that is busy (a push to it runs) is tried again later with the deferred work's backoff.
@@ -34,7 +38,17 @@ pub const MAX_PENDING: usize = 10_000;
 /// The longest the task sleeps before looking again.
 const TICK: Duration = Duration::from_secs(1);
 
-type Key = (String, PublicKey);
+/// One piece of background work on a repository of a family.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Work {
+    /// Carry the repository's released data to the family ([`Grasp::copy_out`]).
+    CopyOut,
+    /// Its confirmed maintainers changed: release what is now authoritative and align it
+    /// ([`Grasp::realign`]).
+    Realign,
+}
+
+type Key = (String, PublicKey, Work);
 
 #[derive(Debug, Clone, Copy)]
 struct Due {
@@ -60,7 +74,17 @@ impl CopyQueue {
     /// Asks for `owner`'s repository of `identifier` to be copied out now (an entry already
     /// waiting is brought forward). False when the queue is full (logged and counted).
     pub fn request(&self, identifier: &str, owner: &PublicKey) -> bool {
-        let recorded = self.schedule((identifier.to_string(), *owner), Due { at: Instant::now(), attempts: 0 });
+        self.request_work(identifier, owner, Work::CopyOut)
+    }
+
+    /// Asks for `owner`'s repository of `identifier` to follow a change of its confirmed
+    /// maintainers ([`Work::Realign`]). False when the queue is full (logged and counted).
+    pub fn request_realign(&self, identifier: &str, owner: &PublicKey) -> bool {
+        self.request_work(identifier, owner, Work::Realign)
+    }
+
+    fn request_work(&self, identifier: &str, owner: &PublicKey, work: Work) -> bool {
+        let recorded = self.schedule((identifier.to_string(), *owner, work), Due { at: Instant::now(), attempts: 0 });
         if !recorded {
             self.refused.fetch_add(1, Ordering::Relaxed);
             tracing::warn!(identifier, owner = %owner, "copy queue is full; this repository's data is copied out at its next push");
@@ -127,12 +151,16 @@ pub async fn run_copies(grasp: Arc<Grasp>, mut shutdown: Shutdown) {
         let mut next = None;
         while running.len() < CONCURRENCY {
             match grasp.copies.take_due(Instant::now()) {
-                Ok(((identifier, owner), attempts)) => {
+                Ok(((identifier, owner, work), attempts)) => {
                     let grasp = grasp.clone();
                     running.spawn(async move {
-                        if !grasp.copy_out(&identifier, &owner).await {
+                        let done = match work {
+                            Work::CopyOut => grasp.copy_out(&identifier, &owner).await,
+                            Work::Realign => grasp.realign(&identifier, &owner).await,
+                        };
+                        if !done {
                             let at = Instant::now() + grasp_state::deferred::backoff(attempts);
-                            grasp.copies.schedule((identifier, owner), Due { at, attempts: attempts.saturating_add(1) });
+                            grasp.copies.schedule((identifier, owner, work), Due { at, attempts: attempts.saturating_add(1) });
                         }
                         grasp.copies.running.fetch_sub(1, Ordering::Relaxed);
                     });
@@ -163,12 +191,16 @@ mod tests {
         let q = CopyQueue::default();
         let (a, b) = (Keys::generate().public_key(), Keys::generate().public_key());
         let now = Instant::now();
-        assert!(q.schedule(("r".into(), a), Due { at: now + Duration::from_secs(5), attempts: 2 }));
+        assert!(q.schedule(("r".into(), a, Work::CopyOut), Due { at: now + Duration::from_secs(5), attempts: 2 }));
         assert!(q.request("r", &b));
         assert!(q.request("r", &b), "asked twice, one entry");
         assert_eq!(q.len(), 2);
         let Ok((key, attempts)) = q.take_due(Instant::now()) else { panic!("b is due") };
-        assert_eq!((key, attempts), (("r".to_string(), b), 0));
+        assert_eq!((key, attempts), (("r".to_string(), b, Work::CopyOut), 0));
+        assert!(q.request_realign("r", &b));
+        assert_eq!(q.len(), 2, "a realignment is work of its own");
+        let Ok((key, _)) = q.take_due(Instant::now()) else { panic!("the realignment is due") };
+        assert_eq!(key, ("r".to_string(), b, Work::Realign));
         assert!(matches!(q.take_due(Instant::now()), Err(Some(_))), "a is not due yet");
         assert!(q.request("r", &a), "a push brings a waiting retry forward");
         assert!(q.take_due(Instant::now()).is_ok());

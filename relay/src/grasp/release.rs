@@ -239,6 +239,26 @@ impl Grasp {
         ok && busy.is_empty()
     }
 
+    /// `owner`'s repository of `identifier` follows a change of its confirmed maintainers
+    /// (docs/protocol.md#maintainer-authority): under its push and repository locks, tried
+    /// without waiting, it releases the held states that are now authoritative and aligns to the
+    /// newest authoritative state whose objects are here (never to nothing: without one, its refs
+    /// stay). False when it was busy (tried again later).
+    pub async fn realign(&self, identifier: &str, owner: &PublicKey) -> bool {
+        let Some(repo) = self.repo_path(owner, identifier).filter(|p| p.is_dir()) else { return true };
+        let guards = match RepoGuards::acquire_within(&self.locks, [repo.clone()], PushLocks::Take, Duration::ZERO).await {
+            Ok(guards) => guards,
+            Err(e) => {
+                tracing::info!(identifier, repo = %self.shown_repo(e.repo()), "realignment deferred: repository busy, tried again later");
+                return false;
+            }
+        };
+        let released = self.process_repo(owner, identifier, &guards).await;
+        self.metrics.authority_realigned();
+        tracing::info!(identifier, repo = %self.shown_repo(&repo), released = released.len(), "repository realigned to its confirmed maintainers");
+        true
+    }
+
     /// [`Grasp::join_pool`] then [`Grasp::promote`] for one locked repository.
     async fn join_and_promote(&self, owner: &PublicKey, identifier: &str, repo: Locked<'_>, all: &[(Announcement, Source)]) -> Result<(), String> {
         self.join_pool(identifier, repo).await?;

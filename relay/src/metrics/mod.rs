@@ -123,6 +123,8 @@ pub struct Metrics {
     purgatory_expired_ids: Gauge,
     purgatory_expiries: Family<TypeLabels, Counter>,
     purgatory_releases: Family<KindLabels, Counter>,
+    // Maintainer authority (docs/protocol.md#maintainer-authority).
+    authority_realignments: Family<ReasonLabels, Counter>,
     // Pushes (through the hooks, whoever serves git) and git smart HTTP on the public port.
     pushes: Family<OutcomeLabels, Counter>,
     push_hook_duration: HistogramFamily<HookLabels>,
@@ -175,6 +177,7 @@ impl Metrics {
             purgatory_expired_ids: Gauge::default(),
             purgatory_expiries: Family::default(),
             purgatory_releases: Family::default(),
+            authority_realignments: Family::default(),
             pushes: Family::default(),
             push_hook_duration: HistogramFamily::new_with_constructor(duration_buckets),
             git_requests: Family::default(),
@@ -216,6 +219,12 @@ impl Metrics {
         );
         r.register("purgatory_expired_ids", "Expired event ids the purgatory remembers (refused if sent again)", m.purgatory_expired_ids.clone());
         r.register("purgatory_expiries", "Purgatory expiries by type (soft_expiry deletes an announcement's repository)", m.purgatory_expiries.clone());
+        r.register(
+            "authority_realignments",
+            "Repositories that followed a change of their confirmed maintainers: after an announcement (reason=announcement), or refs \
+             the authorization-integrity pass realigned (reason=integrity)",
+            m.authority_realignments.clone(),
+        );
         r.register("purgatory_releases", "Held events released (stored and served) once their git data arrived, by kind", m.purgatory_releases.clone());
         r.register("pushes", "Pushes decided by the pre-receive hook: accepted or refused", m.pushes.clone());
         r.register(
@@ -363,6 +372,16 @@ impl Metrics {
     }
 
     /// Held events released from the purgatory (stored and served).
+    /// A repository followed a change of its confirmed maintainers (an announcement).
+    pub fn authority_realigned(&self) {
+        self.authority_realignments.get_or_create(&ReasonLabels { reason: "announcement" }).inc();
+    }
+
+    /// The authorization-integrity pass realigned `n` repositories.
+    pub fn integrity_realigned(&self, n: usize) {
+        self.authority_realignments.get_or_create(&ReasonLabels { reason: "integrity" }).inc_by(n as u64);
+    }
+
     pub fn released(&self, events: &[ReleasedEvent]) {
         for ev in events {
             self.purgatory_releases.get_or_create(&KindLabels { kind: kind_label(ev.kind) }).inc();

@@ -23,6 +23,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use grasp_state::maintainers::MaintainerSet;
+use grasp_state::roles::{ClaimsRef, Lead};
 use grasp_state::recency::Recency;
 use grasp_state::nip34::{Announcement, Source, KIND_ANNOUNCEMENT, KIND_DELETION};
 use nostr::prelude::{Event, EventId, PublicKey, Timestamp};
@@ -44,13 +45,28 @@ struct Listed {
     event_id: EventId,
     created_at: Timestamp,
     relays: Arc<[RelayUrl]>,
+    /// What the announcement claims (grasp_state::roles): whom it lists, its lead, whether its
+    /// author declined.
     maintainers: Box<[PublicKey]>,
+    lead: Lead,
+    declines: bool,
 }
 
 impl Listed {
     fn new(a: Announcement) -> Box<Listed> {
         let relays: BTreeSet<RelayUrl> = a.relays.iter().filter_map(|r| RelayUrl::parse(r).ok()).collect();
-        Box::new(Listed { event_id: a.event_id, created_at: a.created_at, relays: relays.into_iter().collect(), maintainers: a.maintainers.into() })
+        Box::new(Listed {
+            event_id: a.event_id,
+            created_at: a.created_at,
+            relays: relays.into_iter().collect(),
+            maintainers: a.claims.maintainers.into(),
+            lead: a.claims.lead,
+            declines: a.claims.declines,
+        })
+    }
+
+    fn claims(&self) -> ClaimsRef<'_> {
+        ClaimsRef { maintainers: &self.maintainers, lead: self.lead, declines: self.declines }
     }
 
     fn recency(&self) -> Recency {
@@ -311,8 +327,9 @@ impl InterestIndex {
     }
 
     /// Recomputes the repositories of `identifier` whose announcements `changed` and those
-    /// whose maintainer sets reach one of them (a maintainer set is the walk along "lists as
-    /// maintainer" from its owner, so only owners reaching a changed one can see a difference):
+    /// whose maintainer sets reach one of them (a maintainer set reads only announcements
+    /// reached along "lists as maintainer" from its owner, so only owners reaching a changed one
+    /// can see a difference):
     /// the work of one identifier's announcements, never of every repository.
     fn recompute(&mut self, identifier: &str, changed: &BTreeSet<PublicKey>) {
         let updates: Vec<(PublicKey, Option<RepoInterest>)> = match self.slots.get_mut(identifier) {
@@ -336,7 +353,7 @@ impl InterestIndex {
                         }
                     }
                 }
-                let lookup = |pk: &PublicKey| effective.get(pk).map(|(listed, _)| listed.maintainers.to_vec());
+                let lookup = |pk: &PublicKey| effective.get(pk).map(|(listed, _)| listed.claims());
                 affected
                     .into_iter()
                     .map(|owner| {

@@ -98,7 +98,7 @@ fn next_until(stamps: &[(Timestamp, bool)]) -> Option<Timestamp> {
 pub fn compact(ev: &Event) -> Option<Announcement> {
     let mut a = Announcement::from_event(ev).ok()?;
     a.clone_urls = Vec::new();
-    a.maintainers.truncate(MAX_MAINTAINERS);
+    a.claims.maintainers.truncate(MAX_MAINTAINERS);
     let relays: BTreeSet<RelayUrl> = a.relays.iter().filter_map(|r| RelayUrl::parse(r).ok()).collect();
     a.relays = relays.into_iter().take(RELAYS_KEPT).map(|r| r.as_str().to_string()).collect();
     Some(a)
