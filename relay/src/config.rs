@@ -631,6 +631,17 @@ pub enum Command {
         #[arg(long, requires = "purge")]
         yes: bool,
     },
+    /// Check every repository of the relay running on --data-dir against its confirmed
+    /// maintainers (NIP-34 roles, reciprocal): report those whose refs another key's state moved
+    /// (the authorization-integrity pass; it also runs at every start). A dry run unless --apply.
+    Authority {
+        /// Print the JSON report instead of lines.
+        #[arg(long)]
+        json: bool,
+        /// Realign the repositories found to their confirmed maintainers' newest state.
+        #[arg(long)]
+        apply: bool,
+    },
     /// Remove everything of one author from the relay running on --data-dir: stored events,
     /// held events and repositories (blocking an author keeps what is stored; this removes it).
     PurgeAuthor {

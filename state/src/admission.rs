@@ -141,12 +141,9 @@ pub fn state_authority(
         return StateAuthority::Invited { owner, by };
     }
     let npub = npub_of(author);
-    if let Some((owner, _, _)) = standings.iter().find(|(_, _, s)| *s == Standing::Left) {
-        return StateAuthority::Refused(format!(
-            "blocked: {npub} left the maintainers of {}/{identifier} (its own announcement ends its maintainer \
-             role); its state events move nothing there: ask a maintainer to invite it again, then run `ngit repo accept`",
-            npub_of(owner)
-        ));
+    if let Some((owner, _, left)) = standings.iter().find(|(_, _, s)| *s == Standing::Left) {
+        let repo = format!("{}/{identifier}", npub_of(owner));
+        return StateAuthority::Refused(format!("blocked: {}", left.refusal(author, owner, &repo).unwrap_or_default()));
     }
     let named: Vec<String> = owners.iter().take(3).map(npub_of).collect();
     StateAuthority::Refused(format!(

@@ -164,6 +164,42 @@ pub const PATH_REPOS_PURGE: &str = "/v1/repos/purge";
 /// [`RepoInfo`]. Read-only; `grasp-cgi` renders the repository page from it.
 pub const PATH_REPO_PREFIX: &str = "/v1/repo/";
 
+/// The authorization-integrity pass (docs/protocol.md#maintainer-authority): `GET` reports what
+/// it would change (a dry run), `POST` an [`AuthorityRequest`] carries it out; both answer an
+/// [`AuthorityReport`] (same token).
+pub const PATH_AUTHORITY: &str = "/v1/authority";
+
+/// `POST` [`PATH_AUTHORITY`]: carry the pass out.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuthorityRequest {
+    pub version: u32,
+}
+
+/// One repository whose served refs are not those of the newest state of its confirmed
+/// maintainers (the earlier, non-reciprocal rule let someone else's state move them).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuthorityFinding {
+    /// `<npub>/<identifier>`.
+    pub repo: String,
+    /// The authoritative state the refs are (to be) aligned to, as hex id, and its author's npub.
+    pub state: String,
+    pub author: String,
+    /// The ref changes, one line each (`refs/heads/main <old> -> <new>`, `refs/tags/x deleted`).
+    pub changes: Vec<String>,
+    /// Carried out (a `POST`), or only found (`GET`, or the repository was busy).
+    pub applied: bool,
+}
+
+/// What the pass found and did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuthorityReport {
+    pub version: u32,
+    /// Repositories checked.
+    pub checked: usize,
+    /// Repositories whose refs are not their confirmed maintainers' newest state.
+    pub findings: Vec<AuthorityFinding>,
+}
+
 /// Why a repository directory exists.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

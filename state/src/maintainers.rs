@@ -28,6 +28,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 
 use nostr::prelude::PublicKey;
 
+use crate::identifier::npub_of;
 use crate::roles::{ClaimsRef, Lead};
 
 /// Cap on the number of confirmed maintainers of one repository.
@@ -49,6 +50,31 @@ pub enum Standing {
     Left,
     /// Not listed by any confirmed maintainer.
     Stranger,
+}
+
+impl Standing {
+    /// Why a state event by `author` moves nothing in `repo` (`<npub>/<identifier>`, owned by
+    /// `owner`), in one line that says what to do; `None` for a maintainer.
+    pub fn refusal(&self, author: &PublicKey, owner: &PublicKey, repo: &str) -> Option<String> {
+        let npub = npub_of(author);
+        match self {
+            Standing::Maintainer => None,
+            Standing::Invited { by } => Some(format!(
+                "{npub} is invited as a maintainer of {repo} by {} but has not accepted: its state events move nothing \
+                 until it runs `ngit repo accept`, then pushes again",
+                npub_of(by)
+            )),
+            Standing::Left => Some(format!(
+                "{npub} left the maintainers of {repo} (its own announcement ends its maintainer role): its state events \
+                 move nothing; ask a maintainer to invite it again, then run `ngit repo accept`"
+            )),
+            Standing::Stranger => Some(format!(
+                "{npub} is not a maintainer of {repo}: ask its owner {} to invite you \
+                 (`ngit repo edit --add-maintainer {npub}`) and accept with `ngit repo accept`, or open a pull request",
+                npub_of(owner)
+            )),
+        }
+    }
 }
 
 /// The confirmed maintainers of one owner's repository, and the keys listed but not confirmed.
@@ -344,6 +370,19 @@ mod tests {
         // The owner naming itself lead.
         let web = Web::from([(k[0], points(k[0], &[]))]);
         assert_eq!(set(k[0], &web).seed(), Some(&k[0]));
+    }
+
+    #[test]
+    fn refusals_say_what_to_do() {
+        let k = keys(3);
+        let (author, owner, by) = (k[0], k[1], k[2]);
+        assert_eq!(Standing::Maintainer.refusal(&author, &owner, "o/r"), None);
+        let invited = Standing::Invited { by }.refusal(&author, &owner, "o/r").unwrap();
+        assert!(invited.contains(&npub_of(&by)) && invited.contains("ngit repo accept"), "{invited}");
+        let left = Standing::Left.refusal(&author, &owner, "o/r").unwrap();
+        assert!(left.contains("left the maintainers"), "{left}");
+        let stranger = Standing::Stranger.refusal(&author, &owner, "o/r").unwrap();
+        assert!(stranger.contains(&npub_of(&owner)) && stranger.contains("--add-maintainer"), "{stranger}");
     }
 
     #[test]

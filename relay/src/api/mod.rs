@@ -166,6 +166,9 @@ async fn handle(req: Request<Incoming>, token: &str, grasp: &Grasp, health: &Hea
             None => error(StatusCode::SERVICE_UNAVAILABLE, "background sync is not running"),
         };
     }
+    if method == Method::GET && path == grasp_state::hook_api::PATH_AUTHORITY {
+        return json(StatusCode::OK, &grasp.authority_integrity(false).await);
+    }
     if method == Method::GET {
         if let Some(resp) = repos::route_get(&path, grasp).await {
             return resp;
@@ -225,6 +228,10 @@ async fn handle(req: Request<Incoming>, token: &str, grasp: &Grasp, health: &Hea
             }
         }
         grasp_state::hook_api::PATH_REPOS_PURGE => repos::route_purge(&body, grasp).await,
+        grasp_state::hook_api::PATH_AUTHORITY => match parse::<grasp_state::hook_api::AuthorityRequest>(&body) {
+            Ok(_) => json(StatusCode::OK, &grasp.authority_integrity(true).await),
+            Err(resp) => *resp,
+        },
         grasp_state::hook_api::PATH_PURGE_AUTHOR => {
             let req: grasp_state::hook_api::PurgeAuthorRequest = match parse(&body) {
                 Ok(r) => r,
@@ -317,6 +324,12 @@ impl Versioned for grasp_state::hook_api::GitAuthRequest {
         self.version
     }
 }
+impl Versioned for grasp_state::hook_api::AuthorityRequest {
+    fn version(&self) -> u32 {
+        self.version
+    }
+}
+
 /// Both hooks send the one [`HookRequest`].
 impl Versioned for HookRequest {
     fn version(&self) -> u32 {
@@ -493,12 +506,47 @@ pub fn run_command(data_dir: &Path, command: &crate::config::Command) -> Result<
         crate::config::Command::Repos { json, orphans, purge, yes } => {
             repos::run_command(data_dir, *json, *orphans, *purge, *yes)?;
         }
+        crate::config::Command::Authority { json, apply } => {
+            let client = grasp_hooks::ApiClient::from_data_dir(data_dir, std::time::Duration::from_secs(600))?;
+            let path = grasp_state::hook_api::PATH_AUTHORITY;
+            let report: grasp_state::hook_api::AuthorityReport = if *apply {
+                client.post(path, &grasp_state::hook_api::AuthorityRequest { version: HOOK_API_VERSION })?
+            } else {
+                serde_json::from_str(&client.get(path)?).context("the relay's report is not understood")?
+            };
+            if *json {
+                println!("{}", serde_json::to_string(&report)?);
+            } else {
+                print!("{}", render_authority_report(&report, *apply));
+            }
+        }
         // Neither asks the relay: the binary's main runs them.
         crate::config::Command::Config { .. } | crate::config::Command::Doctor { .. } => {
             anyhow::bail!("`config` and `doctor` do not ask the running relay")
         }
     }
     Ok(())
+}
+
+/// The authorization-integrity report for a terminal.
+pub fn render_authority_report(report: &grasp_state::hook_api::AuthorityReport, apply: bool) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    for f in &report.findings {
+        let what = if f.applied { "realigned" } else if apply { "busy, not realigned" } else { "would realign" };
+        let _ = writeln!(out, "{} {what} to state {} by {}", f.repo, &f.state[..f.state.len().min(12)], f.author);
+        for c in &f.changes {
+            let _ = writeln!(out, "  {c}");
+        }
+    }
+    let _ = writeln!(
+        out,
+        "{} repositories checked, {} not at their confirmed maintainers' newest state{}",
+        report.checked,
+        report.findings.len(),
+        if apply || report.findings.is_empty() { "" } else { "; dry run: run `grasp-relay authority --apply` to realign them" }
+    );
+    out
 }
 
 /// Installs the hooks git runs (`core.hooksPath` of every repository points at `hooks_dir`): the

@@ -12,6 +12,7 @@ use grasp_state::push::{decide_push_among, with_reasons, PushDecision, PushReque
 use grasp_state::push_index::IndexedCandidates;
 use grasp_state::purgatory::RepoId;
 use grasp_state::refs::RefUpdate;
+use grasp_state::maintainers::MaintainerSet;
 use nostr::prelude::{EventId, PublicKey, ToBech32};
 
 use crate::git;
@@ -64,6 +65,30 @@ impl Grasp {
             "grasp: this server keeps a read-only archive of this repository (GRASP-05); it is hosted at {hosted}: push there \
              (this copy follows it by itself)"
         ))
+    }
+
+    /// Why held states that declare what this push brings move nothing here: their authors are
+    /// invited, left, or strangers to `owner`'s repository (docs/protocol.md#maintainer-authority).
+    /// One line per author, at most three.
+    fn unconfirmed_authors(&self, owner: &PublicKey, identifier: &str, set: &MaintainerSet, updates: &[RefUpdate]) -> Vec<String> {
+        let pushed: Vec<(&str, &str)> = updates
+            .iter()
+            .filter(|u| grasp_state::refs::is_served_ref(&u.name) && u.new != grasp_state::refs::ZERO_OID)
+            .map(|u| (u.name.as_str(), u.new.as_str()))
+            .collect();
+        if pushed.is_empty() {
+            return Vec::new();
+        }
+        let repo = format!("{}/{identifier}", owner.to_bech32().unwrap_or_default());
+        let mut authors: Vec<PublicKey> = Vec::new();
+        for (author, ev) in self.purgatory.state_events_outside(identifier, set) {
+            let Ok(state) = grasp_state::nip34::RepoState::from_event(&ev) else { continue };
+            let declares = pushed.iter().all(|(name, oid)| state.refs.get(*name).is_some_and(|v| v == oid));
+            if declares && !authors.contains(&author) {
+                authors.push(author);
+            }
+        }
+        authors.iter().take(3).filter_map(|author| set.standing(author).refusal(author, owner, &repo)).collect()
     }
 
     /// May this push go in?
@@ -145,7 +170,8 @@ impl Grasp {
                 tracing::info!(repo = %shown, state = ?acc.matched_state.map(|(id, _)| id), "push authorised");
                 PreReceiveResponse::accept(messages)
             }
-            PushDecision::Reject(rej) => {
+            PushDecision::Reject(mut rej) => {
+                rej.reasons.extend(self.unconfirmed_authors(owner, identifier, &set, updates));
                 tracing::info!(repo = %shown, reasons = ?rej.reasons, "push rejected");
                 let mut messages = vec!["grasp: push rejected".to_string()];
                 messages.extend(rej.reasons.into_iter().map(|r| format!("grasp: {r}")));

@@ -12,6 +12,7 @@ pub mod contributions;
 pub mod copies;
 pub mod deferred;
 pub mod held_index;
+pub mod integrity;
 pub mod journal;
 pub mod lifecycle;
 pub mod locks;
@@ -408,6 +409,11 @@ impl Grasp {
 
     /// The newest stored state event authored inside `set` for `identifier`.
     pub async fn latest_stored_state(&self, identifier: &str, set: &MaintainerSet) -> Option<RepoState> {
+        if set.is_empty() {
+            // No confirmed maintainer (a broken lead path, an owner who left): no authority, and
+            // an empty author list must never read as "any author".
+            return None;
+        }
         let filter = Filter::new()
             .kind(Kind::Custom(KIND_STATE))
             .identifier(identifier)
@@ -416,7 +422,7 @@ impl Grasp {
             .await
             .iter()
             .filter_map(|ev| RepoState::from_event(ev).ok())
-            .filter(|s| s.identifier == identifier)
+            .filter(|s| s.identifier == identifier && set.contains(&s.author))
             .max_by_key(RepoState::recency)
     }
 

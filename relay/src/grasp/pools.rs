@@ -123,12 +123,12 @@ impl Grasp {
     pub async fn released_for(&self, owner: &PublicKey, identifier: &str, refs: &RefMap, all: &[(Announcement, Source)]) -> Released {
         let set = Grasp::maintainer_set(*owner, all);
         let filter = Filter::new().kind(Kind::Custom(KIND_STATE)).identifier(identifier).authors(set.iter().copied());
-        let states: Vec<RepoState> = self
-            .query(vec![filter])
-            .await
+        // An empty author list must never read as "any author" (no confirmed maintainer: no state).
+        let stored = if set.is_empty() { Vec::new() } else { self.query(vec![filter]).await };
+        let states: Vec<RepoState> = stored
             .iter()
             .filter_map(|ev| RepoState::from_event(ev).ok())
-            .filter(|s| s.identifier == identifier)
+            .filter(|s| s.identifier == identifier && set.contains(&s.author))
             .collect();
         let ids: Vec<EventId> = refs.keys().filter_map(|n| n.strip_prefix(NOSTR_PREFIX)).filter_map(|id| EventId::from_hex(id).ok()).collect();
         let prs: Vec<(EventId, String)> = if ids.is_empty() {

@@ -236,6 +236,17 @@ impl SharedPurgatory {
             .collect()
     }
 
+    /// Held state events of `identifier` authored outside `set`, with their authors (why a push
+    /// matching one is refused, `grasp::authorize`).
+    pub fn state_events_outside(&self, identifier: &str, set: &MaintainerSet) -> Vec<(PublicKey, Arc<Event>)> {
+        self.lock()
+            .states_for(identifier)
+            .iter()
+            .filter(|e| !set.contains(&e.author))
+            .map(|e| (e.author, e.event.clone()))
+            .collect()
+    }
+
     /// Does `author` have a held state event for `identifier`?
     pub fn holds_state_by(&self, identifier: &str, author: &PublicKey) -> bool {
         self.lock().states_for(identifier).iter().any(|s| s.author == *author)

@@ -185,6 +185,12 @@ pub async fn run(loaded: crate::config::Loaded) -> anyhow::Result<()> {
     // Nothing is lost if the relay was down between a push's two hooks: release what the
     // repositories already satisfy.
     grasp.reconcile_all(cfg.git_idle_timeout).await;
+    // Refs an earlier, non-reciprocal maintainer rule let an invitee or a leaver move follow the
+    // confirmed maintainers again (docs/protocol.md#maintainer-authority), in the background.
+    tokio::spawn({
+        let grasp = grasp.clone();
+        async move { grasp.authority_integrity(true).await }
+    });
 
     // Background sync: fetch what the purgatory waits for from the other clone URLs it knows.
     let (_, sync_stats) = crate::sync::start(&grasp, crate::sync::SyncConfig::from_config(&cfg), controller.subscribe());
