@@ -133,24 +133,30 @@ impl<'a> TrustIndex<'a> {
     }
 }
 
-/// The owners of an identifier whose confirmed maintainers differ between `before` and `after`
-/// (its merged announcements before and after `author`'s announcement changed), in owner order:
-/// the repositories whose served refs may have to follow (docs/protocol.md#maintainer-authority).
-/// Only owners reaching `author` before or after are compared, so a change costs the owners it
-/// can concern, never the identifier's other announcements.
-pub fn authority_changes(author: &PublicKey, before: &[(Announcement, Source)], after: &[(Announcement, Source)]) -> Vec<PublicKey> {
-    let (old, new) = (TrustIndex::new(before), TrustIndex::new(after));
-    let mut owners = old.owners_reaching(author);
-    owners.extend(new.owners_reaching(author));
-    owners
-        .into_iter()
-        .filter(|owner| {
-            let members = |index: &TrustIndex, owner: PublicKey| -> Option<Vec<PublicKey>> {
-                index.owners.contains_key(&owner).then(|| index.maintainer_set(owner).iter().copied().collect())
-            };
-            members(&old, *owner) != members(&new, *owner)
+/// The owners of an identifier whose confirmed maintainers change when `author`'s announcement
+/// becomes `new` (its claims), `before` being the identifier's merged announcements until then,
+/// in owner order: the repositories whose served refs may have to follow
+/// (docs/protocol.md#maintainer-authority). Only the owners reaching `author` can see a difference
+/// (a set reads only announcements reached from its owner), and they are the same before and after
+/// (`author`'s own list changes where paths from it go, not which paths reach it), so the work is
+/// the owners a change can concern, never the identifier's other announcements.
+pub fn authority_changes(author: &PublicKey, new: &Claims, before: &[(Announcement, Source)]) -> Vec<PublicKey> {
+    let index = TrustIndex::new(before);
+    let mut owners = index.owners_reaching(author);
+    owners.insert(*author);
+    let members = |owner: PublicKey, after: bool| -> Option<Vec<PublicKey>> {
+        let owns = index.owners.contains_key(&owner) || (after && owner == *author);
+        owns.then(|| {
+            MaintainerSet::compute(owner, |pk| match after && pk == author {
+                true => Some(new.as_ref()),
+                false => index.claims.get(pk).map(|c| c.as_ref()),
+            })
+            .iter()
+            .copied()
+            .collect()
         })
-        .collect()
+    };
+    owners.into_iter().filter(|owner| members(*owner, false) != members(*owner, true)).collect()
 }
 
 /// Is `who` the owner of, or listed as maintainer in, any of `announcements` (an announcement

@@ -276,6 +276,13 @@ pub struct RepoEntry {
     pub size_bytes: u64,
     /// Path relative to the git root (`<npub>/<identifier>.git`).
     pub path: String,
+    /// Served and held repositories: the confirmed maintainers as npubs
+    /// (docs/protocol.md#maintainer-authority).
+    #[serde(default)]
+    pub maintainers: Vec<String>,
+    /// Served and held repositories: keys a confirmed maintainer lists that have not accepted.
+    #[serde(default)]
+    pub invited: Vec<String>,
 }
 
 /// A directory under the git root that is no repository the layout can name: left by a crash
@@ -493,6 +500,8 @@ mod tests {
                 status: RepoStatus::Orphaned,
                 size_bytes: 3,
                 path: "npub1x/r.git".into(),
+                maintainers: vec!["npub1x".into()],
+                invited: vec!["npub1y".into()],
             }],
             leftovers: vec![Leftover { path: "npub1x/.tmp-1".into(), reason: "crash".into(), size_bytes: 0 }],
             pools: vec![PoolEntry { identifier: "r".into(), members: 2, size_bytes: 9, path: ".pools/r.git".into() }],

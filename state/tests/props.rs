@@ -812,6 +812,21 @@ proptest! {
         prop_assert_eq!(maintainer_set(owner, &merge("repo", shuffled, Vec::new())), set);
     }
 
+    /// The repositories an announcement's change concerns are exactly those whose confirmed
+    /// maintainers differ before and after it (computed the slow way, owner by owner).
+    #[test]
+    fn authority_changes_are_the_owners_whose_sets_differ(list in announcement_list(), author in 0usize..4, listed in proptest::collection::vec(0usize..4, 0..3), n in any::<u8>()) {
+        let before = merge("repo", list, Vec::new());
+        let new = announcement(author, &listed, 10, n);
+        let after = merge("repo", before.iter().map(|(a, _)| a.clone()), [new.clone()]);
+        let sets = |merged: &[(Announcement, Source)], owner: PublicKey| -> Option<BTreeSet<PublicKey>> {
+            merged.iter().any(|(a, _)| a.owner == owner).then(|| maintainer_set(owner, merged).iter().copied().collect())
+        };
+        let owners: BTreeSet<PublicKey> = before.iter().map(|(a, _)| a.owner).chain([new.owner]).collect();
+        let expected: Vec<PublicKey> = owners.into_iter().filter(|o| sets(&before, *o) != sets(&after, *o)).collect();
+        prop_assert_eq!(grasp_state::announcements::authority_changes(&new.owner, &new.claims, &before), expected);
+    }
+
     /// Role tags: any tag list reads without panic, and every key an announcement grants comes
     /// from a well-formed, active `M`/`m` entry (or, without role tags, from a `maintainers` tag
     /// whose values are all keys).

@@ -224,6 +224,8 @@ pub fn classify(git_root: &Path, justified: &Justified) -> RepoListing {
                     status: justified.status(&owner, identifier),
                     size_bytes: disk_usage(&path),
                     path: rel,
+                    maintainers: Vec::new(),
+                    invited: Vec::new(),
                 });
             } else {
                 leftover(rel, &path, "not a repository name (<identifier>.git)");
@@ -275,6 +277,8 @@ fn classify_contributor_repos(prs_root: &Path, repos: &mut Vec<RepoEntry>, lefto
                     status: RepoStatus::Contributions,
                     size_bytes: disk_usage(&path),
                     path: rel,
+                    maintainers: Vec::new(),
+                    invited: Vec::new(),
                 }),
                 _ => leftover(rel, &path, "not a contributor repository (<identifier>.git), or cut short by a crash"),
             }
@@ -282,13 +286,29 @@ fn classify_contributor_repos(prs_root: &Path, repos: &mut Vec<RepoEntry>, lefto
     }
 }
 
-/// `GET /v1/repos`.
+/// `GET /v1/repos`: the classified directories, each served or held repository with its
+/// confirmed maintainers and pending invitations (one read of each identifier's announcements).
 pub async fn listing(grasp: &Grasp) -> RepoListing {
     let justified = Justified::gather(grasp).await;
     let root = grasp.layout.git_root().to_path_buf();
-    tokio::task::spawn_blocking(move || classify(&root, &justified))
+    let mut listing = tokio::task::spawn_blocking(move || classify(&root, &justified))
         .await
-        .unwrap_or(RepoListing { version: HOOK_API_VERSION, repos: Vec::new(), leftovers: Vec::new(), pools: Vec::new() })
+        .unwrap_or(RepoListing { version: HOOK_API_VERSION, repos: Vec::new(), leftovers: Vec::new(), pools: Vec::new() });
+    let mut by_identifier: std::collections::BTreeMap<String, Vec<&mut RepoEntry>> = std::collections::BTreeMap::new();
+    for r in listing.repos.iter_mut().filter(|r| matches!(r.status, RepoStatus::Served | RepoStatus::Held)) {
+        by_identifier.entry(r.identifier.clone()).or_default().push(r);
+    }
+    for (identifier, repos) in by_identifier {
+        let all = grasp.announcements(&identifier).await;
+        let index = grasp_state::announcements::TrustIndex::new(&all);
+        for r in repos {
+            let Some(owner) = parse_npub(&r.owner) else { continue };
+            let set = index.maintainer_set(owner);
+            r.maintainers = set.iter().map(npub_of).collect();
+            r.invited = set.invited().map(|(pk, _)| npub_of(pk)).collect();
+        }
+    }
+    listing
 }
 
 fn old_enough(path: &Path) -> bool {
@@ -402,6 +422,15 @@ pub fn render_table(listing: &RepoListing, orphans_only: bool) -> String {
     for r in &shown {
         let status = format!("{:?}", r.status).to_lowercase();
         let _ = writeln!(out, "{status:<13} {:>10}  {:<67} {}", human_size(r.size_bytes), r.owner, r.identifier);
+        // Co-maintainers and invitations apart (the owner alone, the usual case, says nothing).
+        let others: Vec<&String> = r.maintainers.iter().filter(|m| **m != r.owner).collect();
+        if !others.is_empty() || !r.maintainers.contains(&r.owner) && matches!(r.status, RepoStatus::Served | RepoStatus::Held) {
+            let shown: Vec<&str> = r.maintainers.iter().map(String::as_str).collect();
+            let _ = writeln!(out, "{:<13} maintainers: {}", "", if shown.is_empty() { "none confirmed".to_string() } else { shown.join(", ") });
+        }
+        if !r.invited.is_empty() {
+            let _ = writeln!(out, "{:<13} invited (not accepted): {}", "", r.invited.join(", "));
+        }
     }
     if !orphans_only {
         for p in &listing.pools {

@@ -166,8 +166,7 @@ impl Grasp {
     /// `grasp_state::announcements::authority_changes`), `all` being the identifier's
     /// announcements before it.
     fn authority_changes(&self, a: &Announcement, all: &[(Announcement, grasp_state::nip34::Source)], had_one: bool) -> Vec<nostr::prelude::PublicKey> {
-        let after = grasp_state::announcements::merge(&a.identifier, all.iter().map(|(x, _)| x.clone()), [a.clone()]);
-        let mut changed = grasp_state::announcements::authority_changes(&a.owner, all, &after);
+        let mut changed = grasp_state::announcements::authority_changes(&a.owner, &a.claims, all);
         if !had_one {
             changed.retain(|owner| *owner != a.owner);
         }

@@ -149,7 +149,7 @@ impl Opts {
                         "grasp-bench [--quick] [--fetch-runs N] [--push-runs N] [--clone-mb MB] [--clone-runs N] [--rss-small-mb MB] \
                          [--rss-big-mb MB] [--events N] [--connections N] [--purgatory-states N] [--auth-runs N] \
                          [--checkpoint-entries N] [--sync-events N] [--family-mb MB] [--family-runs N] \
-                         [--skip fetch,push,clone,rss,ingest,auth,sync,checkpoint,owners,family] [--scale N]\n\
+                         [--skip fetch,push,clone,rss,ingest,auth,sync,checkpoint,owners,webs,family] [--scale N]\n\
                          --scale N: only the scale run (one relay filled to N stored events, N/20 repositories; \
                          docs/scale.csv, docs/scale.svg).\n\
                          Flags after --quick override it. Build first: cargo build --release --workspace"
@@ -1061,6 +1061,106 @@ async fn bench_owners(tmp: &Path, rows: &mut Vec<Row>) -> Result<()> {
     Ok(())
 }
 
+/// docs/security.md (an invitee moving `main`; hostile webs of announcements): 2,000
+/// announcements of the owner's identifier by throwaway keys, each listing the owner and 100
+/// other keys, against 2,000 that list nobody (of another identifier); then the owner's push +
+/// state with the web there, and after the owner invites 10 of its keys, against the same push
+/// without a web. Under the reciprocal rule the web's keys gain nothing, and its announcements cost
+/// their own repositories only. On a relay of its own.
+async fn bench_webs(tmp: &Path, rows: &mut Vec<Row>) -> Result<()> {
+    const WEB: usize = 2000;
+    const LISTED: usize = 100;
+    const RUNS: usize = 7;
+    let cap = (3 * WEB).to_string();
+    let relay = Relay::start(&["--purgatory-per-address", &cap, "--purgatory-total", &cap])?;
+    let mut c = NostrClient::connect(&relay.ws_url()).await?;
+    let owner = Keys::generate();
+    let v = |s: &[&str]| s.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+    let listing = |keys: &Keys, id: &str, listed: &[PublicKey]| -> Event {
+        let mut tags = vec![v(&["d", id]), v(&["clone", &relay.repo_url(&keys.public_key(), id)]), v(&["relays", &relay.ws_url()])];
+        if !listed.is_empty() {
+            tags.push(std::iter::once("maintainers".to_string()).chain(listed.iter().map(|pk| pk.to_hex())).collect());
+        }
+        sign(keys, 30617, tags, "")
+    };
+    // The owner's two repositories: "quiet" (no web) and "webbed".
+    let mut works = Vec::new();
+    for id in ["quiet", "webbed"] {
+        send_ok(&mut c, &listing(&owner, id, &[])).await?;
+        let work = WorkTree::new(tmp.join(format!("webs-{id}")));
+        let tip = work.commit("README", id);
+        send_ok(&mut c, &state(&owner, id, &tip, 0)).await?;
+        push(&work.dir, &relay.repo_url(&owner.public_key(), id), "main")?;
+        works.push(work);
+    }
+    async fn push_and_state(c: &mut NostrClient, relay: &Relay, owner: &Keys, id: &str, work: &WorkTree, nonce: usize) -> Result<Duration> {
+        let tip = work.commit("n", &nonce.to_string());
+        let ev = state(owner, id, &tip, nonce);
+        let started = Instant::now();
+        send_ok(c, &ev).await?;
+        push(&work.dir, &relay.repo_url(&owner.public_key(), id), "main")?;
+        Ok(started.elapsed())
+    }
+    let mut nonce = 0;
+    let mut alone = Vec::new();
+    for _ in 0..RUNS {
+        nonce += 1;
+        alone.push(push_and_state(&mut c, &relay, &owner, "quiet", &works[0], nonce).await?);
+    }
+    let alone = median(alone);
+    // 2,000 announcements listing nobody (of a third identifier), then the web.
+    let plain: Vec<Event> = (0..WEB).map(|_| listing(&Keys::generate(), "plain", &[])).collect();
+    let started = Instant::now();
+    for chunk in plain.chunks(100) {
+        pipeline(&mut c, chunk).await?;
+    }
+    let plain_rate = WEB as f64 / started.elapsed().as_secs_f64();
+    let others: Vec<PublicKey> = (0..LISTED).map(|_| Keys::generate().public_key()).collect();
+    let web_keys: Vec<Keys> = (0..WEB).map(|_| Keys::generate()).collect();
+    let web: Vec<Event> = web_keys
+        .iter()
+        .map(|k| listing(k, "webbed", &std::iter::once(owner.public_key()).chain(others.iter().copied()).collect::<Vec<_>>()))
+        .collect();
+    let started = Instant::now();
+    for chunk in web.chunks(100) {
+        pipeline(&mut c, chunk).await?;
+    }
+    let web_rate = WEB as f64 / started.elapsed().as_secs_f64();
+    let mut webbed = Vec::new();
+    for _ in 0..RUNS {
+        nonce += 1;
+        webbed.push(push_and_state(&mut c, &relay, &owner, "webbed", &works[1], nonce).await?);
+    }
+    let webbed = median(webbed);
+    // The owner invites ten of the web's keys (who list the owner: they are confirmed).
+    let invited: Vec<PublicKey> = web_keys.iter().take(10).map(|k| k.public_key()).collect();
+    send_ok(&mut c, &listing(&owner, "webbed", &invited)).await?;
+    let mut after = Vec::new();
+    for _ in 0..RUNS {
+        nonce += 1;
+        after.push(push_and_state(&mut c, &relay, &owner, "webbed", &works[1], nonce).await?);
+    }
+    let after = median(after);
+    rows.push(
+        row(
+            format!("announcements/s: {WEB} listing the owner and {LISTED} others (grasp) vs {WEB} listing nobody (baseline)"),
+            format!("{web_rate:.0}/s"),
+            format!("{plain_rate:.0}/s"),
+            ratio(web_rate, plain_rate),
+        )
+        .target(">= 0.50x"),
+    );
+    rows.push(
+        row(format!("owner's push + state, {WEB}-key web of its identifier vs none, median of {RUNS}"), ms(webbed), ms(alone), ratio(webbed.as_secs_f64(), alone.as_secs_f64()))
+            .target("<= 2x"),
+    );
+    rows.push(
+        row(format!("owner's push + state after inviting 10 of the web (confirmed) vs none, median of {RUNS}"), ms(after), ms(alone), ratio(after.as_secs_f64(), alone.as_secs_f64()))
+            .target("<= 2x"),
+    );
+    Ok(())
+}
+
 /// The relay's background git work (copies into the family, maintenance passes) waiting or
 /// running, from its `grasp_background_git_work` gauges (`--metrics-bind`).
 async fn background_git_work(relay: &Relay) -> Result<u64> {
@@ -1258,6 +1358,10 @@ fn main() -> Result<()> {
         if o.runs("owners") {
             eprintln!("state events with 1,000 unrelated owners of the identifier ...");
             bench_owners(tmp.path(), &mut rows).await?;
+        }
+        if o.runs("webs") {
+            eprintln!("hostile webs of announcements (2,000 keys listing the owner) ...");
+            bench_webs(tmp.path(), &mut rows).await?;
         }
         if o.runs("family") {
             eprintln!("object pools: ten owners of one history ...");
