@@ -141,7 +141,9 @@ pub fn state_authority(
         return StateAuthority::Invited { owner, by };
     }
     let npub = npub_of(author);
-    if let Some((owner, _, left)) = standings.iter().find(|(_, _, s)| *s == Standing::Left) {
+    // Another owner's repository before the author's own: that is the one they left.
+    let left = standings.iter().filter(|(_, _, s)| *s == Standing::Left);
+    if let Some((owner, _, left)) = left.clone().find(|(owner, _, _)| owner != author).or_else(|| left.clone().next()) {
         let repo = format!("{}/{identifier}", npub_of(owner));
         return StateAuthority::Refused(format!("blocked: {}", left.refusal(author, owner, &repo).unwrap_or_default()));
     }
@@ -253,6 +255,10 @@ mod tests {
         assert_eq!(state_authority("r", &pk, true, &invited, &[owner]), StateAuthority::Invited { owner, by: inviter });
         let left = refused(state_authority("r", &pk, true, &[(owner, Source::Purgatory, Standing::Left)], &[owner]));
         assert!(left.starts_with("blocked:") && left.contains("left the maintainers") && left.contains("ngit repo accept"), "{left}");
+        // The repository they left is named, not their own.
+        let both = [(pk, Source::Stored, Standing::Left), (owner, Source::Stored, Standing::Left)];
+        let left = refused(state_authority("r", &pk, true, &both, &[owner, pk]));
+        assert!(left.contains(&format!("{}/r", npub_of(&owner))), "{left}");
         let placement = |declares_refs, data_present| state_placement(&StateFacts { declares_refs, data_present });
         assert_eq!(placement(true, true), StatePlacement::StoreAndRelease);
         assert_eq!(placement(false, true), StatePlacement::Hold);

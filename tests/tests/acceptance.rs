@@ -43,6 +43,11 @@ fn assert_held((ok, msg): (bool, String)) {
     assert!(ok && msg == PURGATORY_MESSAGE, "expected OK true {PURGATORY_MESSAGE:?}, got {ok} {msg:?}");
 }
 
+/// Accepted into the purgatory as an invitee's state: it moves nothing until they accept.
+fn assert_invited((ok, msg): (bool, String)) {
+    assert!(ok && msg.starts_with(PURGATORY_MESSAGE) && msg.contains("ngit repo accept"), "expected an invitee's hold, got {ok} {msg:?}");
+}
+
 /// Refused with the NIP-01 `prefix` and a message containing every one of `hints`.
 fn assert_refused((ok, msg): (bool, String), prefix: &str, hints: &[&str]) {
     assert!(!ok, "expected a refusal, got OK true {msg:?}");
@@ -249,27 +254,30 @@ async fn state_needs_an_announcement_and_an_authorised_author() {
     assert_held(c.send_event(&announcement(&server, &owner, "proj", &[maint.public_key()])).await.unwrap());
     // The stranger is told how to get in.
     let st = state(&stranger, "proj", &refs, Some("main"));
-    assert_refused(c.send_event(&st).await.unwrap(), "blocked:", &["maintainer", "`maintainers`"]);
+    assert_refused(c.send_event(&st).await.unwrap(), "blocked:", &["not a maintainer", "ngit repo edit --add-maintainer", "ngit repo accept"]);
     assert!(!stored(&mut c, st.id).await);
     // Another repository's announcement does not help.
     assert_held(c.send_event(&announcement(&server, &stranger, "other", &[])).await.unwrap());
     assert_refused(c.send_event(&state(&stranger, "proj", &refs, None)).await.unwrap(), "blocked:", &[]);
 
-    // Owner, listed maintainer, and a maintainer of the maintainer (recursive) are held.
+    // The owner's state is held. A listed key without an announcement of its own is invited: its
+    // state is held too, and moves nothing until it accepts (docs/protocol.md#maintainer-authority).
     assert_held(c.send_event(&state(&owner, "proj", &refs, Some("main"))).await.unwrap());
-    assert_held(c.send_event(&state(&maint, "proj", &refs, Some("main"))).await.unwrap());
+    assert_invited(c.send_event(&state(&maint, "proj", &refs, Some("main"))).await.unwrap());
     let sub_refused = state(&sub_maint, "proj", &refs, None);
     assert_refused(c.send_event(&sub_refused).await.unwrap(), "blocked:", &[]);
     let maint_ann = announcement_with_urls(&maint, "proj", "https://elsewhere.net/p.git", "wss://elsewhere.net");
     let maint_ann = {
-        // The maintainer's own announcement (elsewhere) lists a further maintainer.
+        // The maintainer's own announcement (elsewhere) accepts (lists the owner back) and lists a
+        // further maintainer, who is then invited by a confirmed maintainer.
         let mut tags: Vec<Vec<String>> = maint_ann.tags.iter().map(|t| t.as_slice().to_vec()).collect();
-        tags.push(vec!["maintainers".into(), sub_maint.public_key().to_hex()]);
+        tags.push(vec!["maintainers".into(), owner.public_key().to_hex(), sub_maint.public_key().to_hex()]);
         let tags: Vec<Tag> = tags.into_iter().map(|t| Tag::parse(t).unwrap()).collect();
         EventBuilder::new(Kind::from(30617), "").tags(tags).finalize(&maint).unwrap()
     };
     assert_stored_ok(c.send_event(&maint_ann).await.unwrap());
-    assert_held(c.send_event(&state(&sub_maint, "proj", &refs, None)).await.unwrap());
+    assert_held(c.send_event(&state(&maint, "proj", &refs, None)).await.unwrap());
+    assert_invited(c.send_event(&state(&sub_maint, "proj", &refs, None)).await.unwrap());
 
     // A malformed state is invalid, with the fix.
     let bad = ev_at(&owner, 30618, now(), "", &[&["d", "proj"], &["refs/heads/main", ""]]);

@@ -4,16 +4,11 @@
 //! who leaves moves nothing after; the served refs follow every change of the confirmed set; the
 //! authorization-integrity pass realigns what an earlier rule let through.
 
-use std::collections::BTreeMap;
 use std::process::Output;
 
 use grasp_tests::grasp::*;
 use grasp_tests::{binary_path, eventually, NostrClient, TestServer};
 use nostr::prelude::*;
-
-fn refs(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-    pairs.iter().map(|(n, o)| (n.to_string(), o.to_string())).collect()
-}
 
 fn sign(keys: &Keys, kind: u16, at: u64, tags: Vec<Vec<String>>) -> Event {
     let tags: Vec<Tag> = tags.into_iter().map(|t| Tag::parse(t).unwrap()).collect();
@@ -162,7 +157,7 @@ async fn the_integrity_pass_realigns_refs_no_confirmed_maintainer_signed() {
     let owner = Keys::generate();
     let published = publish_repo(&server, &mut c, &tmp.path().join("w"), &owner, "audit").await;
     let second = published.repo.commit("b", "2");
-    accepted(&mut c, &state(&owner, "audit", &[("refs/heads/main", &second)], Some("main"))).await;
+    accepted(&mut c, &state_at(&owner, "audit", &[("refs/heads/main", &second)], Some("main"), now() + 5)).await;
     published.repo.push(&["main"]).unwrap();
     let bare = repo_dir(&server, &owner.public_key(), "audit");
     let moved = |to: &str| {

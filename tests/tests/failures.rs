@@ -281,18 +281,24 @@ async fn hostile_events_get_clear_answers() {
 }
 
 #[tokio::test]
-async fn maintainer_cycle_terminates_and_authorises() {
+async fn maintainer_cycle_terminates_and_confirms_nobody() {
     let mut w = World::start().await;
     let (a, b, cc) = (Keys::generate(), Keys::generate(), Keys::generate());
-    // A -> B -> C -> A, each announcing "ring".
+    // A -> B -> C -> A, each announcing "ring": nobody lists the one who listed them back.
     for (who, next) in [(&a, &b), (&b, &cc), (&cc, &a)] {
         let (ok, msg) = w.client.send_event(&announcement(&w.server, who, "ring", &[next.public_key()])).await.unwrap();
         assert!(ok, "{msg}");
     }
     let repo = Repo::new(&w.tmp.path().join("ring"), &w.server, &a.public_key(), "ring");
     let tip = repo.commit("r", "ring");
-    // C, two hops away from the owner A, authorises A's repository.
+    // C, reachable from the owner A through the cycle, is confirmed in its own repository only:
+    // its state is taken there, and moves nothing in A's (docs/protocol.md#maintainer-authority).
     let (ok, msg) = w.client.send_event(&state(&cc, "ring", &[("refs/heads/main", &tip)], Some("main"))).await.unwrap();
+    assert!(ok, "{msg}");
+    let err = repo.push(&["main"]).unwrap_err();
+    assert!(err.contains("is not a maintainer of"), "{err}");
+    // The owner's own state does.
+    let (ok, msg) = w.client.send_event(&state(&a, "ring", &[("refs/heads/main", &tip)], Some("main"))).await.unwrap();
     assert!(ok, "{msg}");
     repo.push(&["main"]).unwrap();
     // A stranger outside the ring cannot.

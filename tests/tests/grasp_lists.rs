@@ -41,6 +41,16 @@ async fn relay_sync_carries_the_grasp_lists_of_owners_and_maintainers_only() {
     };
     held(&mut ca, &ann).await;
     held(&mut cb, &ann).await;
+    // The maintainer accepts (its own announcement lists the owner back): a confirmed maintainer
+    // (docs/protocol.md#maintainer-authority), whose list relay sync then carries.
+    let accept = announcement_on(&[&a, &b], &maintainer, "listed", &[]);
+    let accept = {
+        let mut tags: Vec<Tag> = accept.tags.iter().cloned().collect();
+        tags.push(Tag::parse(["maintainers", &owner.public_key().to_hex()]).unwrap());
+        EventBuilder::new(Kind::Custom(30617), "").tags(tags).finalize(&maintainer).unwrap()
+    };
+    held(&mut ca, &accept).await;
+    held(&mut cb, &accept).await;
     // The lists are published on b only; a follows b (a relay the announcement lists).
     for keys in [&owner, &maintainer, &stranger] {
         let list = grasp_list(keys, &[format!("wss://{}.example", keys.public_key().to_hex()[..8].to_owned())], now());

@@ -417,8 +417,9 @@ fn wait_for_backends(server: &TestServer, n: usize) {
 }
 
 /// Item 2: throwaway keys announce the victim's identifier and leave a receive-pack POST to
-/// their own repositories stalled (client connected, push lock held). One of them lists the
-/// victim as maintainer, so the victim's state governs it too. The victim's next state event
+/// their own repositories stalled (client connected, push lock held). One of them is a
+/// co-maintainer the victim accepted (each lists the other), so the victim's state governs it
+/// too; the other merely announced the identifier. The victim's next state event
 /// (its data present) is answered within the event lock bound, the busy repository is deferred
 /// (listed in `GET /v1/purgatory`), the stranger's repository is never waited for, and the
 /// victim's own push succeeds.
@@ -435,6 +436,8 @@ async fn a_third_partys_stalled_push_never_blocks_your_repository() {
         let (ok, msg) = client.send_event(&announcement(&server, keys, "base", &maintainers)).await.unwrap();
         assert!(ok, "throwaway announcement refused: {msg}");
     }
+    let (ok, msg) = client.send_event(&announcement_at(&server, &victim, "base", &[admirer.public_key()], now() + 1)).await.unwrap();
+    assert!(ok, "the victim's listing of its co-maintainer was refused: {msg}");
     let _stalled = [
         start_receive_pack(&server, &stranger.public_key(), "base"),
         start_receive_pack(&server, &admirer.public_key(), "base"),
@@ -720,8 +723,10 @@ fn has_object(dir: &Path, oid: &str) -> bool {
     grasp_tests::git::git_output(dir, &["cat-file", "-e", &format!("{oid}^{{commit}}")]).status.success()
 }
 
-/// docs/security.md (copies forced on your push): fifty throwaway keys announce the victim's identifier listing the victim as
-/// maintainer, so the victim's state is authoritative for their repositories too. The victim's
+/// docs/security.md (copies forced on your push): fifty keys announce the victim's identifier listing the victim as
+/// maintainer, and the victim lists them back (co-maintainers, confirmed: a stranger's listing
+/// alone gains nothing, docs/protocol.md#maintainer-authority), so the victim's state is
+/// authoritative for their repositories too. The victim's
 /// push does not copy its objects into them inside its post-receive: it returns while one of
 /// them is locked by a push (its push lock held), the copies follow in the background into the
 /// others, and into the locked one once its push is over, never during it.
@@ -738,13 +743,16 @@ async fn a_push_never_waits_for_copies_into_strangers_repositories() {
         let (ok, msg) = client.send_event(&announcement(&server, keys, "base", &[victim.public_key()])).await.unwrap();
         assert!(ok, "throwaway announcement refused: {msg}");
     }
+    let listed: Vec<PublicKey> = throwaways.iter().map(|k| k.public_key()).collect();
+    let (ok, msg) = client.send_event(&announcement_at(&server, &victim, "base", &listed, now() + 1)).await.unwrap();
+    assert!(ok, "the victim's listing of its co-maintainers was refused: {msg}");
     let dirs: Vec<_> = throwaways.iter().map(|k| repo_dir(&server, &k.public_key(), "base")).collect();
     grasp_tests::eventually!("the throwaway repositories to exist", dirs.iter().all(|d| d.is_dir()).then_some(()));
     // A push to the first throwaway repository runs (its push lock is held).
     let pushing = grasp_state::push_lock::PushLock::take_within(&dirs[0], Duration::ZERO).unwrap();
 
     let tip = published.repo.commit("README", "next\n");
-    let st = state_at(&victim, "base", &[("refs/heads/main", &tip)], Some("main"), now() + 1);
+    let st = state_at(&victim, "base", &[("refs/heads/main", &tip)], Some("main"), now() + 2);
     let (ok, msg) = client.send_event(&st).await.unwrap();
     assert!(ok, "state refused: {msg}");
     published.repo.push(&["main"]).unwrap_or_else(|e| panic!("the victim's push failed: {e}\n{}", server.logs()));

@@ -113,6 +113,9 @@ async fn repository_page_shows_its_fields_escaped_with_the_configured_host() {
     );
     let (ok, msg) = client.send_event(&ann).await.unwrap();
     assert!(ok, "{msg}");
+    // The maintainer accepts: its own announcement lists the owner back.
+    let (ok, msg) = client.send_event(&announcement(&server, &maintainer, id, &[owner.public_key()])).await.unwrap();
+    assert!(ok, "{msg}");
     let repo = Repo::new(&tmp.path().join("w"), &server, &owner.public_key(), id);
     let tip = repo.commit("README", "hi\n");
     let st = state(&maintainer, id, &[("refs/heads/main", &tip)], Some("main"));

@@ -295,7 +295,8 @@ async fn expired_staged_objects_are_reclaimed_without_touching_the_pool() {
 }
 
 /// Two owners push to their own repositories of one identifier at the same time, several rounds;
-/// a third owner trusts both. Every member and the pool stay consistent, and each repository ends
+/// a third owner and the second list each other (confirmed both ways), so the third follows the
+/// second. Every member and the pool stay consistent, and each repository ends
 /// on its latest signed state.
 #[tokio::test(flavor = "multi_thread")]
 async fn two_owners_pushing_to_one_family_at_once_leave_it_consistent() {
@@ -303,10 +304,10 @@ async fn two_owners_pushing_to_one_family_at_once_leave_it_consistent() {
     let tmp = tempfile::tempdir().unwrap();
     let mut c = connect(&server).await;
     let (a, b, third) = (Keys::generate(), Keys::generate(), Keys::generate());
-    for keys in [&a, &b] {
-        held(&mut c, &announcement(&server, keys, "busy", &[])).await;
-    }
-    held(&mut c, &announcement(&server, &third, "busy", &[a.public_key(), b.public_key()])).await;
+    // a alone; b and the third owner list each other (b is a confirmed maintainer there).
+    held(&mut c, &announcement(&server, &a, "busy", &[])).await;
+    held(&mut c, &announcement(&server, &b, "busy", &[third.public_key()])).await;
+    held(&mut c, &announcement(&server, &third, "busy", &[b.public_key()])).await;
     let repos: Vec<Repo> = [&a, &b].iter().enumerate().map(|(i, k)| Repo::new(&tmp.path().join(format!("w{i}")), &server, &k.public_key(), "busy")).collect();
     let base = now();
     let mut last = Vec::new();
@@ -326,7 +327,7 @@ async fn two_owners_pushing_to_one_family_at_once_leave_it_consistent() {
         last = tips;
     }
     let (da, db, dt) = (repo_dir(&server, &a.public_key(), "busy"), repo_dir(&server, &b.public_key(), "busy"), repo_dir(&server, &third.public_key(), "busy"));
-    // The third owner's repository follows the newest state of its maintainer set: b's last.
+    // The third owner's repository follows the newest state of its confirmed maintainers: b's last.
     eventually!("the third repository on the newest state", WAIT, (bare_refs(&dt).get("refs/heads/main") == Some(&last[1])).then_some(()));
     background_settled(&server).await;
     assert_eq!(bare_refs(&da).get("refs/heads/main"), Some(&last[0]));

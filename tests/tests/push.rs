@@ -129,18 +129,24 @@ async fn wrong_commit_is_rejected_with_a_readable_reason() {
 }
 
 #[tokio::test]
-async fn maintainer_only_state_authorises() {
+async fn a_listed_maintainers_state_authorises_once_they_accept() {
     let server = TestServer::start();
     let tmp = tempfile::tempdir().unwrap();
     let mut c = connect(&server).await;
     let (owner, maint) = (Keys::generate(), Keys::generate());
-    // The maintainer publishes no announcement of their own.
     let ann = announcement(&server, &owner, "m", &[maint.public_key()]);
     held(&mut c, &ann).await;
     let repo = Repo::new(&tmp.path().join("w"), &server, &owner.public_key(), "m");
     let tip = repo.commit("a", "1");
+    // Without an announcement of its own the listed key is invited: its state waits and moves
+    // nothing (docs/protocol.md#maintainer-authority).
     let st = state(&maint, "m", &[("refs/heads/main", &tip)], Some("main"));
-    held(&mut c, &st).await;
+    let (ok, msg) = c.send_event(&st).await.unwrap();
+    assert!(ok && msg.contains("ngit repo accept"), "{msg}");
+    let err = repo.push(&["main"]).unwrap_err();
+    assert!(err.contains("is invited as a maintainer") && err.contains("ngit repo accept"), "{err}");
+    // It accepts: its own announcement lists the owner back.
+    held(&mut c, &announcement(&server, &maint, "m", &[owner.public_key()])).await;
     let out = repo.push(&["main"]).unwrap();
     assert!(says_released(&out, &st) && says_released(&out, &ann), "{out}");
     assert!(stored(&mut c, st.id).await && stored(&mut c, ann.id).await);
@@ -153,11 +159,13 @@ async fn recursive_maintainer_state_authorises() {
     let tmp = tempfile::tempdir().unwrap();
     let mut c = connect(&server).await;
     let (owner, a, b) = (Keys::generate(), Keys::generate(), Keys::generate());
-    // owner lists A; A's announcement lists B; B's state authorises a push to owner's repo.
+    // owner lists A, A lists the owner back and B, B lists A back: B, confirmed through A,
+    // authorises a push to the owner's repository.
     let ann = announcement(&server, &owner, "rec", &[a.public_key()]);
-    let ann_a = announcement(&server, &a, "rec", &[b.public_key()]);
+    let ann_a = announcement(&server, &a, "rec", &[owner.public_key(), b.public_key()]);
     held(&mut c, &ann).await;
     held(&mut c, &ann_a).await;
+    held(&mut c, &announcement(&server, &b, "rec", &[a.public_key()])).await;
     let repo = Repo::new(&tmp.path().join("w"), &server, &owner.public_key(), "rec");
     let tip = repo.commit("a", "1");
     let st = state(&b, "rec", &[("refs/heads/main", &tip)], Some("main"));
@@ -446,7 +454,8 @@ async fn second_owners_repository_receives_the_objects() {
     let tmp = tempfile::tempdir().unwrap();
     let mut c = connect(&server).await;
     let (owner1, owner2) = (Keys::generate(), Keys::generate());
-    let ann1 = announcement(&server, &owner1, "shared", &[]);
+    // Each lists the other: owner1 is a confirmed maintainer of owner2's repository.
+    let ann1 = announcement(&server, &owner1, "shared", &[owner2.public_key()]);
     let ann2 = announcement(&server, &owner2, "shared", &[owner1.public_key()]);
     held(&mut c, &ann1).await;
     held(&mut c, &ann2).await;
