@@ -100,6 +100,15 @@ fn push_over_http(user: &NgitUser, dir: &Path, server: &TestServer, owner: &Publ
     user.git(dir, &["push", &repo_url(server, owner, identifier), "HEAD:refs/heads/main"])
 }
 
+/// Asserts that the server's hooks refused a plain push (`grasp: ...` from the pre-receive hook,
+/// not git's own refusal such as a non-fast-forward); returns everything printed.
+#[track_caller]
+fn refused_by_server(run: &Run, what: &str) -> String {
+    let text = run.expect_refused(what);
+    assert!(text.contains("grasp:") && !text.contains("non-fast-forward"), "{what}: the server refuses it, not git: {text}");
+    text
+}
+
 /// An announcement by `keys` for `identifier` listing `servers` (clone and relays) with the
 /// `extra` tags (role tags, `maintainers`), created at `at`: what ngit or an older client would
 /// publish, signed here.
@@ -219,9 +228,10 @@ async fn an_invitee_cannot_move_the_owners_branch() {
     let text = invitee.git(&theirs, &["push", "origin", "main"]).expect_refused("an invitee's git push origin main");
     assert!(text.contains("ngit repo accept"), "ngit tells the invitee to accept: {text}");
 
+    assert_eq!(ngit_confirmed(&owner, &work), vec![owner.npub()], "ngit agrees: the invitee is not confirmed");
     // The server: the invitee's state signed here, the commit pushed with plain git.
     send_state(&w.server, &invitee.keys, "invite", &[("refs/heads/main", &next)]).await;
-    let refused = push_over_http(&invitee, &theirs, &w.server, &owner.keys.public_key(), "invite").expect_refused("an invitee's push to the owner's repository");
+    let refused = refused_by_server(&push_over_http(&invitee, &theirs, &w.server, &owner.keys.public_key(), "invite"), "an invitee's push to the owner's repository");
     assert!(refused.contains("ngit repo accept"), "the refusal says how to accept: {refused}");
     assert_eq!(served_refs(&owner, &w.server, &owner, "invite"), refs(&[("refs/heads/main", &first)]));
 }
@@ -287,14 +297,15 @@ async fn a_maintainer_who_left_cannot_move_the_owners_branch() {
     let w = World::start();
     let owner = w.user("owner");
     let co = w.user("co");
-    let (_work, theirs, tip) = co_maintainer_accepted_and_pushed(&w, &owner, &co, "leave").await;
+    let (work, theirs, tip) = co_maintainer_accepted_and_pushed(&w, &owner, &co, "leave").await;
 
     co.ngit(&theirs, &["repo", "leave"]).expect_ok("ngit repo leave");
+    assert_eq!(ngit_confirmed(&owner, &work), vec![owner.npub()], "ngit agrees: the co-maintainer left");
     let next = co.commit(&theirs, "after.txt", "after leaving");
     let text = co.git(&theirs, &["push", "origin", "main"]).expect_refused("ngit's push after leaving");
     eprintln!("ngit after leaving: {text}");
     send_state(&w.server, &co.keys, "leave", &[("refs/heads/main", &next)]).await;
-    let refused = push_over_http(&co, &theirs, &w.server, &owner.keys.public_key(), "leave").expect_refused("a push after leaving");
+    let refused = refused_by_server(&push_over_http(&co, &theirs, &w.server, &owner.keys.public_key(), "leave"), "a push after leaving");
     assert!(refused.contains("left"), "the refusal says they left: {refused}");
     assert_eq!(served_refs(&owner, &w.server, &owner, "leave"), refs(&[("refs/heads/main", &tip)]));
 }
@@ -310,9 +321,10 @@ async fn a_removed_maintainer_cannot_move_the_owners_branch() {
 
     let removed = owner.ngit(&work, &["repo", "edit", "--remove-maintainer", &co.npub(), "-d"]);
     removed.expect_ok("ngit repo edit --remove-maintainer");
+    assert_eq!(ngit_confirmed(&owner, &work), vec![owner.npub()], "ngit agrees: the co-maintainer was removed");
     let next = co.commit(&theirs, "after.txt", "after removal");
     send_state(&w.server, &co.keys, "remove", &[("refs/heads/main", &next)]).await;
-    let refused = push_over_http(&co, &theirs, &w.server, &owner.keys.public_key(), "remove").expect_refused("a removed maintainer's push");
+    let refused = refused_by_server(&push_over_http(&co, &theirs, &w.server, &owner.keys.public_key(), "remove"), "a removed maintainer's push");
     assert!(
         refused.contains("not a maintainer") || refused.contains("not a confirmed maintainer") || refused.contains(&owner.npub()),
         "the refusal says who may push: {refused}"
@@ -350,7 +362,7 @@ async fn a_moderator_cannot_move_refs() {
     assert_eq!(ngit_confirmed(&owner, &work), vec![owner.npub()], "ngit agrees: the moderator is no maintainer");
     let (dir, next) = clone_and_commit(&moderator, &w.server, &owner, "moderated", "moderator");
     send_state(&w.server, &moderator.keys, "moderated", &[("refs/heads/main", &next)]).await;
-    push_over_http(&moderator, &dir, &w.server, &owner.keys.public_key(), "moderated").expect_refused("a moderator's push");
+    refused_by_server(&push_over_http(&moderator, &dir, &w.server, &owner.keys.public_key(), "moderated"), "a moderator's push");
     assert_eq!(served_refs(&owner, &w.server, &owner, "moderated"), refs(&[("refs/heads/main", &first)]));
 
     // A `maintainers` tag naming the moderator too (stale, or written by another tool): the role
@@ -364,8 +376,10 @@ async fn a_moderator_cannot_move_refs() {
     .await;
     let again = moderator.commit(&dir, "again.txt", "the moderator again");
     send_state(&w.server, &moderator.keys, "moderated", &[("refs/heads/main", &again)]).await;
-    push_over_http(&moderator, &dir, &w.server, &owner.keys.public_key(), "moderated")
-        .expect_refused("a moderator's push with a stale maintainers tag naming them");
+    refused_by_server(
+        &push_over_http(&moderator, &dir, &w.server, &owner.keys.public_key(), "moderated"),
+        "a moderator's push with a stale maintainers tag naming them",
+    );
     assert_eq!(served_refs(&owner, &w.server, &owner, "moderated"), refs(&[("refs/heads/main", &first)]));
 }
 
@@ -381,7 +395,7 @@ async fn an_older_clients_listed_key_without_an_announcement_is_refused() {
 
     let (dir, next) = clone_and_commit(&listed, &w.server, &owner, "legacy", "listed");
     send_state(&w.server, &listed.keys, "legacy", &[("refs/heads/main", &next)]).await;
-    let refused = push_over_http(&listed, &dir, &w.server, &owner.keys.public_key(), "legacy").expect_refused("a listed key's push without its announcement");
+    let refused = refused_by_server(&push_over_http(&listed, &dir, &w.server, &owner.keys.public_key(), "legacy"), "a listed key's push without its announcement");
     assert!(refused.contains("ngit repo accept") || refused.contains(&owner.npub()), "the refusal says why: {refused}");
     assert_eq!(served_refs(&owner, &w.server, &owner, "legacy"), refs(&[("refs/heads/main", &first)]));
 }
@@ -430,7 +444,7 @@ async fn a_cycle_of_invitees_moves_nothing() {
         let (dir, next) = clone_and_commit(user, &w.server, &owner, "cycle", name);
         send_state(&w.server, &user.keys, "cycle", &[("refs/heads/main", &next)]).await;
         let refused = push_over_http(user, &dir, &w.server, &owner.keys.public_key(), "cycle");
-        refused.expect_refused(&format!("the push of {name}, in a cycle of invitees"));
+        refused_by_server(&refused, &format!("the push of {name}, in a cycle of invitees"));
         assert_eq!(served_refs(&owner, &w.server, &owner, "cycle"), refs(&[("refs/heads/main", &first)]), "after {name}'s push");
     }
 }
@@ -456,7 +470,7 @@ async fn invite_and_accept_across_two_servers() {
 
     for server in [&one, &two] {
         send_state(server, &invitee.keys, "both", &[("refs/heads/main", &next)]).await;
-        let refused = push_over_http(&invitee, &theirs, server, &owner.keys.public_key(), "both").expect_refused("an invitee's push");
+        let refused = refused_by_server(&push_over_http(&invitee, &theirs, server, &owner.keys.public_key(), "both"), "an invitee's push");
         assert!(refused.contains("ngit repo accept"), "{refused}");
         assert_eq!(served_refs(&owner, server, &owner, "both"), refs(&[("refs/heads/main", &first)]));
     }
@@ -547,7 +561,7 @@ async fn a_lead_handover_and_the_m_path_decide_who_moves_the_owners_repository()
     let before = served_refs(&owner, &w.server, &owner, "lead");
     for (name, user, dir) in &everyone {
         let (run, _) = try_to_move(user, dir, &w.server, &owner, "lead", &format!("{name} with no lead")).await;
-        run.expect_refused(&format!("{name}'s push with the owner's M path ending at no lead"));
+        refused_by_server(&run, &format!("{name}'s push with the owner's M path ending at no lead"));
         assert_eq!(served_refs(&owner, &w.server, &owner, "lead"), before, "{name} with no lead");
     }
 }
