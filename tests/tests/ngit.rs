@@ -13,6 +13,10 @@ use grasp_tests::plain_relay::PlainRelay;
 use grasp_tests::{eventually, NostrClient, TestServer};
 use nostr::prelude::*;
 
+/// The maintainer-authority rule (confirmed maintainers only): tests/tests/ngit/roles.rs.
+#[path = "ngit/roles.rs"]
+mod roles;
+
 /// `http://127.0.0.1:PORT`: a GRASP server as ngit is given it.
 fn grasp_url(server: &TestServer) -> String {
     format!("http://{}", host(server))
