@@ -412,6 +412,7 @@ async fn nip11_cors_limits_and_client_addresses_through_nginx() {
     let resp = client.get(front.http_url("/")).header("Accept", "application/nostr+json").send().await.unwrap();
     assert_eq!(resp.status(), 200);
     assert_cors(&resp, "NIP-11");
+    assert!(header_values(&resp, "access-control-max-age").is_empty(), "only preflights carry it");
     assert_eq!(resp.headers()["content-type"], "application/nostr+json");
     let doc: serde_json::Value = resp.json().await.unwrap();
     assert!(doc.get("name").is_some() && doc.get("supported_nips").is_some(), "{doc}");
@@ -437,6 +438,8 @@ async fn nip11_cors_limits_and_client_addresses_through_nginx() {
         let resp = client.request(reqwest::Method::OPTIONS, front.http_url(path)).send().await.unwrap();
         assert_eq!(resp.status(), 204, "OPTIONS {path}");
         assert_cors(&resp, "OPTIONS");
+        // docs/nginx/grasp.conf keeps preflights as long as the relay (grasp_state::cors).
+        assert_eq!(header_values(&resp, "access-control-max-age"), [grasp_state::cors::MAX_AGE], "OPTIONS {path}");
     }
 
     // A body over the limit outside the git paths: nginx's 413, with CORS.
