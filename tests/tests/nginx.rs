@@ -417,6 +417,17 @@ async fn nip11_cors_limits_and_client_addresses_through_nginx() {
     let doc: serde_json::Value = resp.json().await.unwrap();
     assert!(doc.get("name").is_some() && doc.get("supported_nips").is_some(), "{doc}");
 
+    // The relay's NIP-05 reaches the relay (docs/nginx/grasp.conf routes it), CORS once.
+    let relay_key = doc["self"].as_str().expect("NIP-11 names the relay's key").to_string();
+    for query in ["", "?name=_"] {
+        let resp = client.get(front.http_url(&format!("/.well-known/nostr.json{query}"))).send().await.unwrap();
+        assert_eq!(resp.status(), 200, "{query}");
+        assert_cors(&resp, "NIP-05");
+        assert_eq!(resp.headers()["content-type"], "application/json");
+        let names: serde_json::Value = resp.json().await.unwrap();
+        assert_eq!(names, serde_json::json!({ "names": { "_": relay_key } }), "{query}");
+    }
+
     // nginx's own 404.
     let resp = client.get(front.http_url("/favicon.ico")).send().await.unwrap();
     assert_eq!(resp.status(), 404);
