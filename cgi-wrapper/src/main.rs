@@ -226,7 +226,7 @@ fn run(args: &Args, out: &mut impl Write) -> anyhow::Result<()> {
     child::install_signal_handlers();
     let req = Request::from_env();
     if cors::is_preflight(&req.method) {
-        return respond(out, "204 No Content", "", b"", false);
+        return preflight(out);
     }
     let layout = RepoLayout::new(&args.git_root);
     let Some(repo) = parse_repo_path(&req.path_info) else {
@@ -403,6 +403,14 @@ fn service(args: &Args) -> Service {
     git_backend::service(args.data_dir.as_deref(), &args.git_root, |marker, e| {
         eprintln!("grasp-cgi: cannot tell whether {} exists ({e}); treating the service as private", marker.display())
     })
+}
+
+/// The answer to a preflight: `204`, the CORS headers and how long the browser may keep it
+/// ([`cors::preflight_header_lines`]).
+fn preflight(out: &mut impl Write) -> anyhow::Result<()> {
+    write!(out, "Status: {} No Content\r\n{}\r\n", cors::PREFLIGHT_STATUS, cors::preflight_header_lines())?;
+    out.flush()?;
+    Ok(())
 }
 
 /// `401` with `WWW-Authenticate: Nostr` and an empty body (CORS included).
@@ -658,5 +666,12 @@ mod tests {
                 && s.contains("Access-Control-Allow-Methods: GET, POST, OPTIONS, HEAD")
         );
         assert!(s.ends_with("\r\n\r\n"));
+        assert!(!s.contains("Max-Age"), "only a preflight says how long to keep it");
+        let mut out = Vec::new();
+        preflight(&mut out).unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            format!("Status: 204 No Content\r\n{}\r\n", cors::preflight_header_lines())
+        );
     }
 }

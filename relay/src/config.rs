@@ -70,9 +70,18 @@ pub struct Config {
     pub bind: SocketAddr,
 
     /// Data directory: `events/` (event store), `git/` (bare repositories), `hooks/`, the
-    /// purgatory checkpoint and the hook API files.
+    /// purgatory checkpoint, the hook API files and the relay's key (`relay-key`).
     #[arg(long, env = "GRASP_DATA_DIR", default_value = "./data", global = true)]
     pub data_dir: PathBuf,
+
+    /// The relay's own key (its identity: NIP-11 `self`, the NIP-05 name `_` at
+    /// `/.well-known/nostr.json`): a file holding the secret key, hex or nsec, one line, readable
+    /// by its owner only (mode 0600). A configured file must exist: missing, unreadable, not a
+    /// key or readable by others, it stops startup. Default: `<data-dir>/relay-key`, made with a
+    /// new key (mode 0600) on first start. A private service may point `--service-key-file` at
+    /// the same file to use one key for both (docs/protocol.md, "Relay identity").
+    #[arg(long, env = "GRASP_RELAY_KEY_FILE", value_name = "PATH")]
+    pub relay_key_file: Option<PathBuf>,
 
     /// A TOML configuration file with any of these settings, in sections
     /// (docs/grasp-relay.toml is the commented example); flags and environment variables win
@@ -488,7 +497,8 @@ pub struct Config {
     #[arg(long, env = "GRASP_ARCHIVE_WRITABLE")]
     pub archive_writable: bool,
 
-    /// Public key (hex or npub) of the operator, published in the NIP-11 document.
+    /// Public key (hex or npub) of the operator, NIP-11 `pubkey` (the administrative contact;
+    /// without it, the relay's own key).
     #[arg(long, env = "GRASP_ADMIN_PUBKEY", value_parser = parse_pubkey)]
     pub admin_pubkey: Option<PublicKey>,
 
@@ -516,7 +526,8 @@ pub struct Config {
 
     /// Trust: the private service's own key, answering the NIP-42 challenges of its
     /// `--private-sync-peer` relays (a hex or nsec secret key in a file; created, mode 0600, if
-    /// missing; its npub is logged at start). Default: `<data-dir>/service-key`.
+    /// missing; its npub is logged at start). Default: `<data-dir>/service-key`. May be the
+    /// `--relay-key-file`, to use one key for both.
     #[arg(long, env = "GRASP_SERVICE_KEY_FILE", value_name = "PATH")]
     pub service_key_file: Option<PathBuf>,
 

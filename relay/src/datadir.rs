@@ -10,6 +10,8 @@
 //! <data>/purgatory-state.json   purgatory checkpoint (grasp::lifecycle::CHECKPOINT_FILE)
 //! <data>/purgatory-journal.<n>  purgatory changes since the checkpoint (grasp::journal)
 //! <data>/api-addr, api-token    the hook API's address and token (grasp_state::hook_api)
+//! <data>/relay-key              the relay's own key, mode 0600 (crate::identity; default
+//!                                 of --relay-key-file)
 //! <data>/private-service        a private service's markers, also in the git root
 //! <data>/git/private-service      (grasp-cgi may be given only the git root)
 //! ```
@@ -70,6 +72,12 @@ impl DataLayout {
     /// `<data>/relay-sync.json`: relay sync's per-relay resume points (`crate::peers::cursors`).
     pub fn relay_sync_file(&self) -> PathBuf {
         self.root.join("relay-sync.json")
+    }
+
+    /// `<data>/relay-key`: the relay's own key (`crate::identity`), unless `--relay-key-file`
+    /// names another file.
+    pub fn relay_key_file(&self) -> PathBuf {
+        self.root.join("relay-key")
     }
 
     /// `<data>/service-key`: a private service's own key (NIP-42 towards its sync peers).

@@ -22,7 +22,8 @@
 //! - [`peers`]: relay-to-relay event sync (GRASP-02): follows the relays accepted repositories
 //!   list, by NIP-77 negentropy or REQ paging, then live.
 //! - [`nostr`]: the relay's WebSocket side. One NIP-01 connection (`connection`), its
-//!   subscriptions (`subscriptions`), NIP-42 (`auth`), the NIP-11 document (`nip11`), NIP-77
+//!   subscriptions (`subscriptions`), NIP-42 (`auth`), the NIP-11 document (`nip11`), the NIP-05
+//!   answer at `/.well-known/nostr.json` naming the relay's key (`nip05`), NIP-77
 //!   negentropy reconciliation over the store (`negentropy`), the pipelining of one connection's
 //!   `EVENT`s (`pipeline`: verified on a bounded pool, independent ones admitted side by side,
 //!   `OK`s in order).
@@ -63,6 +64,8 @@
 //!   configuration file (re-read on SIGHUP by `server::reload`; each part builds its own settings
 //!   from it, e.g. `sync::SyncConfig::from_config`), the log filter, the data directory layout
 //!   and its exclusive lock, the shutdown signal every task is handed.
+//! - [`identity`]: the relay's own key (`--relay-key-file`), read at startup or made on first
+//!   start; NIP-11 `self` and the NIP-05 name `_` (`nostr::nip05`).
 
 pub mod api;
 pub mod config;
@@ -70,6 +73,7 @@ pub mod datadir;
 pub mod doctor;
 pub mod git;
 pub mod grasp;
+pub mod identity;
 pub mod logging;
 pub mod metrics;
 pub mod net;

@@ -1,6 +1,7 @@
 //! The CORS headers GRASP requires on every response of the git and relay endpoints, and the
 //! answer to a preflight `OPTIONS` request. One definition for the relay's listener and
-//! `grasp-cgi` (which nginx + fcgiwrap runs without the relay in front).
+//! `grasp-cgi` (which nginx + fcgiwrap runs without the relay in front); docs/nginx/grasp.conf
+//! spells the same values for nginx.
 
 /// `Access-Control-Allow-Origin`: any origin (browser git clients run on other sites).
 pub const ALLOW_ORIGIN: &str = "*";
@@ -17,7 +18,20 @@ pub const HEADERS: [(&str, &str); 3] = [
     ("Access-Control-Allow-Headers", ALLOW_HEADERS),
 ];
 
-/// Status of the answer to `OPTIONS` (a preflight): no content, the CORS headers only.
+/// `Access-Control-Max-Age` of a preflight answer, in seconds: how long a browser may keep it
+/// before asking again (without it, 5 s: a browser git client would send a preflight before
+/// nearly every request of a clone or push). Two hours, the most Chromium keeps (Firefox keeps up
+/// to a day, older Chromium ten minutes). The answer is the same for every path and changes only
+/// with an upgrade of this server; a kept answer whose methods or headers do not cover a request
+/// makes the browser ask again, so keeping it long never breaks a request (docs/protocol.md,
+/// "Git smart HTTP").
+pub const MAX_AGE: &str = "7200";
+
+/// The headers only a preflight answer carries, after [`HEADERS`].
+pub const PREFLIGHT_HEADERS: [(&str, &str); 1] = [("Access-Control-Max-Age", MAX_AGE)];
+
+/// Status of the answer to `OPTIONS` (a preflight): no content, the CORS headers
+/// ([`HEADERS`], then [`PREFLIGHT_HEADERS`]) only.
 pub const PREFLIGHT_STATUS: u16 = 204;
 
 /// Whether a request with `method` is a preflight, answered with [`PREFLIGHT_STATUS`] and the
@@ -35,7 +49,17 @@ pub fn is_cors_header(name: &str) -> bool {
 
 /// The CORS headers as HTTP/CGI header lines, each ending in CRLF.
 pub fn header_lines() -> String {
-    HEADERS.iter().map(|(k, v)| format!("{k}: {v}\r\n")).collect()
+    lines(&HEADERS)
+}
+
+/// The headers of a preflight answer ([`HEADERS`], then [`PREFLIGHT_HEADERS`]) as HTTP/CGI
+/// header lines, each ending in CRLF.
+pub fn preflight_header_lines() -> String {
+    header_lines() + &lines(&PREFLIGHT_HEADERS)
+}
+
+fn lines(headers: &[(&str, &str)]) -> String {
+    headers.iter().map(|(k, v)| format!("{k}: {v}\r\n")).collect()
 }
 
 #[cfg(test)]
@@ -50,6 +74,17 @@ mod tests {
              Access-Control-Allow-Methods: GET, POST, OPTIONS, HEAD\r\n\
              Access-Control-Allow-Headers: Content-Type, Git-Protocol, Authorization, Accept, Content-Encoding, X-Requested-With\r\n"
         );
+    }
+
+    #[test]
+    fn a_preflight_answer_is_kept_for_at_least_ten_minutes() {
+        let lines = preflight_header_lines();
+        assert!(lines.starts_with(&header_lines()), "{lines}");
+        assert!(lines.ends_with("Access-Control-Max-Age: 7200\r\n"), "{lines}");
+        assert!(!header_lines().contains("Max-Age"), "only preflights carry it");
+        let seconds: u32 = MAX_AGE.parse().unwrap();
+        assert!((600..=86_400).contains(&seconds), "at least 10 minutes, at most what any browser keeps");
+        assert!(PREFLIGHT_HEADERS.iter().all(|(name, _)| is_cors_header(name)), "a backend's own are replaced");
     }
 
     #[test]

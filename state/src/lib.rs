@@ -70,6 +70,8 @@
 //! - [`group_commit`]: when the saves waiting at the event store's gate go to the store in one
 //!   commit.
 //! - [`atomic_file`]: the one crash-safe file replacement (tmp, fsync, rename, dir fsync).
+//! - [`key_file`]: a secret key kept in a file (the relay's identity): hex or nsec on one line,
+//!   readable by its owner only.
 //! - [`purgatory`]: the purgatory data model (entries, deadlines, caps, expiry
 //!   sweep) and its crash-safe checkpoint format.
 //!
@@ -100,6 +102,7 @@ pub mod hook_config;
 pub mod html;
 pub mod host;
 pub mod identifier;
+pub mod key_file;
 pub mod maintainers;
 pub mod nip34;
 pub mod pool;

@@ -223,6 +223,9 @@ fn cors_everywhere_and_options_is_204() {
             .unwrap();
         assert_eq!(resp.status(), StatusCode::NO_CONTENT, "{path}");
         assert_cors(&resp);
+        // Browsers keep the preflight's answer (else 5 s: one before nearly every request).
+        let max_age: Vec<_> = resp.headers().get_all("access-control-max-age").iter().collect();
+        assert_eq!(max_age, [grasp_state::cors::MAX_AGE], "{path}");
     }
     let ok = client
         .get(format!("{url}/info/refs?service=git-upload-pack"))
@@ -230,6 +233,7 @@ fn cors_everywhere_and_options_is_204() {
         .unwrap();
     assert_eq!(ok.status(), StatusCode::OK);
     assert_cors(&ok);
+    assert!(ok.headers().get("access-control-max-age").is_none(), "only preflights carry it");
     let missing = client
         .get(format!(
             "{}/info/refs",
@@ -557,7 +561,8 @@ fn cgi_binary_standalone() {
     ]);
     assert!(
         options.starts_with("Status: 204 No Content\r\n")
-            && options.contains("Access-Control-Allow-Origin: *"),
+            && options.contains("Access-Control-Allow-Origin: *")
+            && options.contains(&format!("Access-Control-Max-Age: {}\r\n", grasp_state::cors::MAX_AGE)),
         "{options}"
     );
     let missing = run(&[

@@ -412,9 +412,21 @@ async fn nip11_cors_limits_and_client_addresses_through_nginx() {
     let resp = client.get(front.http_url("/")).header("Accept", "application/nostr+json").send().await.unwrap();
     assert_eq!(resp.status(), 200);
     assert_cors(&resp, "NIP-11");
+    assert!(header_values(&resp, "access-control-max-age").is_empty(), "only preflights carry it");
     assert_eq!(resp.headers()["content-type"], "application/nostr+json");
     let doc: serde_json::Value = resp.json().await.unwrap();
     assert!(doc.get("name").is_some() && doc.get("supported_nips").is_some(), "{doc}");
+
+    // The relay's NIP-05 reaches the relay (docs/nginx/grasp.conf routes it), CORS once.
+    let relay_key = doc["self"].as_str().expect("NIP-11 names the relay's key").to_string();
+    for query in ["", "?name=_"] {
+        let resp = client.get(front.http_url(&format!("/.well-known/nostr.json{query}"))).send().await.unwrap();
+        assert_eq!(resp.status(), 200, "{query}");
+        assert_cors(&resp, "NIP-05");
+        assert_eq!(resp.headers()["content-type"], "application/json");
+        let names: serde_json::Value = resp.json().await.unwrap();
+        assert_eq!(names, serde_json::json!({ "names": { "_": relay_key } }), "{query}");
+    }
 
     // nginx's own 404.
     let resp = client.get(front.http_url("/favicon.ico")).send().await.unwrap();
@@ -437,6 +449,8 @@ async fn nip11_cors_limits_and_client_addresses_through_nginx() {
         let resp = client.request(reqwest::Method::OPTIONS, front.http_url(path)).send().await.unwrap();
         assert_eq!(resp.status(), 204, "OPTIONS {path}");
         assert_cors(&resp, "OPTIONS");
+        // docs/nginx/grasp.conf keeps preflights as long as the relay (grasp_state::cors).
+        assert_eq!(header_values(&resp, "access-control-max-age"), [grasp_state::cors::MAX_AGE], "OPTIONS {path}");
     }
 
     // A body over the limit outside the git paths: nginx's 413, with CORS.

@@ -45,7 +45,7 @@ impl Section {
     /// What the section holds, one line.
     pub fn about(self) -> &'static str {
         match self {
-            Server => "listeners, the public host, the helper binaries, logging",
+            Server => "listeners, the public host, the relay's key, the helper binaries, logging",
             Storage => "the data directory and the free space kept on its file system",
             Limits => "what one client, one connection and the whole server may take",
             Purgatory => "events and placeholders waiting for their git data",
@@ -75,6 +75,7 @@ pub const SECTIONS: &[(&str, Section)] = &[
     ("api_bind", Server),
     ("metrics_bind", Server),
     ("cgi_path", Server),
+    ("relay_key_file", Server),
     ("log", Server),
     ("data_dir", Storage),
     ("min_free_disk", Storage),

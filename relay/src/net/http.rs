@@ -34,11 +34,17 @@ pub fn with_cors(mut resp: Response<Body>) -> Response<Body> {
     resp
 }
 
-/// The answer to a preflight `OPTIONS` request: no content, CORS headers.
+/// The answer to a preflight `OPTIONS` request: no content, the CORS headers and how long the
+/// browser may keep the answer ([`cors::PREFLIGHT_HEADERS`]).
 pub fn preflight() -> Response<Body> {
     let mut resp = Response::new(empty());
     *resp.status_mut() = StatusCode::from_u16(cors::PREFLIGHT_STATUS).expect("valid status");
-    with_cors(resp)
+    let mut resp = with_cors(resp);
+    for (name, value) in cors::PREFLIGHT_HEADERS {
+        let name = HeaderName::from_bytes(name.as_bytes()).expect("CORS header names are valid");
+        resp.headers_mut().insert(name, HeaderValue::from_static(value));
+    }
+    resp
 }
 
 /// A plain-text response with the given status.

@@ -1,5 +1,6 @@
 //! The NIP-11 relay information document.
 
+use nostr::prelude::PublicKey;
 use serde_json::{json, Value};
 
 use crate::config::Config;
@@ -74,11 +75,28 @@ pub fn supported_grasps(cfg: &Config) -> Vec<&'static str> {
     grasps
 }
 
+/// The document's `repo_acceptance_criteria` for this configuration: GRASP-01's, what GRASP-06
+/// and an archive add, or a private service's.
+pub fn acceptance_criteria(cfg: &Config, trust: &Trust) -> String {
+    let criteria = repo_acceptance_criteria(&cfg.public_host(), cfg.purgatory_ttl.as_secs());
+    if trust.private {
+        return format!(
+            "A private GRASP-08 service: reading and writing need NIP-42 authentication as a member \
+(the operator keeps the member list), and git over HTTP needs a member's `Authorization: Nostr` \
+proof. For members: {criteria}"
+        );
+    }
+    criteria
+        + &if cfg.grasp06 { contributor_criteria(&cfg.public_host()) } else { String::new() }
+        + &if cfg.archive().is_active() { archive_criteria(&cfg.archive()) } else { String::new() }
+}
+
 /// The NIP-11 document for this configuration and these trust settings (the curation summary
 /// follows the curation file as it changes). `software` is `--software-url` (this software's
-/// project unless the operator names another) and `pubkey` the operator's `--admin-pubkey`,
-/// omitted when not configured.
-pub fn document(cfg: &Config, trust: &Trust) -> Value {
+/// project unless the operator names another). `self` is the relay's own key (`relay`,
+/// [`crate::identity`]); `pubkey`, NIP-11's administrative contact, is the operator's
+/// `--admin-pubkey`, else the relay's key too (as GRASP servers with an identity publish it).
+pub fn document(cfg: &Config, trust: &Trust, relay: &PublicKey) -> Value {
     let limits = trust.limits.config;
     let mut doc = json!({
         "name": cfg.name,
@@ -86,9 +104,7 @@ pub fn document(cfg: &Config, trust: &Trust) -> Value {
         "version": env!("CARGO_PKG_VERSION"),
         "supported_nips": SUPPORTED_NIPS.iter().copied().chain(cfg.negentropy_enabled().then_some(77)).collect::<Vec<u16>>(),
         "supported_grasps": supported_grasps(cfg),
-        "repo_acceptance_criteria": repo_acceptance_criteria(&cfg.public_host(), cfg.purgatory_ttl.as_secs())
-            + &if cfg.grasp06 { contributor_criteria(&cfg.public_host()) } else { String::new() }
-            + &if cfg.archive().is_active() { archive_criteria(&cfg.archive()) } else { String::new() },
+        "repo_acceptance_criteria": acceptance_criteria(cfg, trust),
         "limitation": {
             "max_message_length": cfg.max_message_bytes,
             "max_subscriptions": cfg.max_subscriptions,
@@ -114,14 +130,6 @@ pub fn document(cfg: &Config, trust: &Trust) -> Value {
                 .collect::<serde_json::Map<String, Value>>(),
         },
     });
-    if trust.private {
-        doc["repo_acceptance_criteria"] = Value::String(format!(
-            "A private GRASP-08 service: reading and writing need NIP-42 authentication as a member \
-(the operator keeps the member list), and git over HTTP needs a member's `Authorization: Nostr` \
-proof. For members: {}",
-            repo_acceptance_criteria(&cfg.public_host(), cfg.purgatory_ttl.as_secs())
-        ));
-    }
     // The curation in force and the archive's scope (GRASP-05), in one sentence each.
     let curation = trust.curation();
     let archive = cfg.archive();
@@ -133,15 +141,26 @@ proof. For members: {}",
         doc["curation"] = Value::String(scope.join(". "));
     }
     doc["software"] = Value::String(cfg.software_url.clone());
-    if let Some(pk) = &cfg.admin_pubkey {
-        doc["pubkey"] = Value::String(pk.to_hex());
-    }
+    doc["self"] = Value::String(relay.to_hex());
+    doc["pubkey"] = Value::String(cfg.admin_pubkey.as_ref().unwrap_or(relay).to_hex());
     doc
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The relay's key in these tests.
+    const RELAY_HEX: &str = "c6047f9441ed7d6d3045406e95c07cd85c778e4b8cef3ca7abac09b95c709ee5";
+
+    fn relay_key() -> PublicKey {
+        PublicKey::from_hex(RELAY_HEX).unwrap()
+    }
+
+    /// The document of a relay whose key is [`RELAY_HEX`].
+    fn document(cfg: &Config, trust: &Trust) -> Value {
+        super::document(cfg, trust, &relay_key())
+    }
 
     #[test]
     fn an_archive_is_listed_and_its_scope_stated_in_curation() {
@@ -185,18 +204,22 @@ mod tests {
         assert_eq!(doc["limitation"]["max_event_bytes_by_kind"]["30618"], json!(256 * 1024));
         assert!(doc["limitation"]["max_event_bytes_by_kind"].get("1621").is_none());
         assert!(doc.get("curation").is_none());
-        assert!(doc.get("pubkey").is_none());
+        // The relay's own key: `self`, and `pubkey` while no operator is named.
+        assert_eq!(doc["self"], json!(RELAY_HEX));
+        assert_eq!(doc["pubkey"], json!(RELAY_HEX));
         // NIP-11 `software` identifies this software unless the operator names another URL.
         assert_eq!(doc["software"], json!(crate::config::DEFAULT_SOFTWARE_URL));
         assert!(crate::config::DEFAULT_SOFTWARE_URL.starts_with("https://"));
     }
 
     #[test]
-    fn pubkey_is_the_operators() {
+    fn pubkey_is_the_operators_and_self_the_relays() {
         let mut cfg = Config::for_tests("/tmp/x".into());
         let hex = "79be667ef9dcbbac55a06295ce870b07029bfcdb2dce28d959f2815b16f81798";
         cfg.admin_pubkey = Some(::nostr::prelude::PublicKey::from_hex(hex).unwrap());
-        assert_eq!(document(&cfg, &Trust::default())["pubkey"], json!(hex));
+        let doc = document(&cfg, &Trust::default());
+        assert_eq!(doc["pubkey"], json!(hex));
+        assert_eq!(doc["self"], json!(RELAY_HEX));
     }
 
     #[test]

@@ -4,6 +4,8 @@
 //! - `GET /` with a WebSocket upgrade: the Nostr relay ([`crate::nostr::connection`]);
 //! - `GET /` with `Accept: application/nostr+json`: the NIP-11 document;
 //! - `GET /` otherwise: the home page ([`pages`]: relay and clone URLs, rules, repositories);
+//! - `GET /.well-known/nostr.json`: NIP-05, the relay's own key as `_`
+//!   ([`crate::nostr::nip05`]);
 //! - `OPTIONS` anywhere: `204` with CORS;
 //! - every other path: `grasp-cgi` ([`crate::git::http`]): git smart HTTP and the repository
 //!   page for `/<npub>/<identifier>.git...`, its `404` page (HTML for browsers) for the rest.
@@ -93,6 +95,8 @@ pub struct AppState {
     /// (`--git-max-requests`, `--git-max-requests-per-ip`): held until the answer has streamed,
     /// so stalled requests count against their address.
     pub git_requests: Arc<ConnectionLimiter>,
+    /// The relay's own key ([`crate::identity`]): NIP-11 `self`, NIP-05 `_`.
+    pub identity: nostr::prelude::Keys,
 }
 
 /// Runs the daemon until SIGINT/SIGTERM: opens the data dir (exclusive lock) and the store, binds
@@ -104,6 +108,9 @@ pub async fn run(loaded: crate::config::Loaded) -> anyhow::Result<()> {
     // Before anything is opened: the descriptors the limits let clients take must exist.
     fd_limit::raise(grasp_state::fd_budget::required(cfg.max_connections.into(), cfg.git_max_requests.into()))?;
     let data = DataDir::open(&cfg.data_dir)?;
+    // The relay's identity before anything else is opened: a bad configured key file stops here.
+    let (identity, key_file) = crate::identity::from_config(&cfg)?;
+    tracing::info!(npub = %crate::identity::npub(&identity), pubkey = %identity.public_key().to_hex(), path = %key_file.display(), "relay identity");
     let store = Store::open(&data.events())
         .await
         .context("opening the event store")?;
@@ -273,7 +280,7 @@ pub async fn run(loaded: crate::config::Loaded) -> anyhow::Result<()> {
         tracing::info!(%metrics_addr, "metrics on http://{metrics_addr}/metrics (probes /healthz, /readyz)");
     }
     let git_requests = ConnectionLimiter::new(cfg.git_max_requests as usize, cfg.git_max_requests_per_ip as usize, cfg.ipv6_prefix_len);
-    let state = Arc::new(AppState { cfg, git, grasp: grasp.clone(), limits, connections, git_requests });
+    let state = Arc::new(AppState { cfg, git, grasp: grasp.clone(), limits, connections, git_requests, identity });
     let accept = tokio::spawn(accept_loop(listener, state.clone(), controller.subscribe()));
 
     grasp_state::atomic_file::write_atomic(&data.relay_addr_file(), addr.to_string().as_bytes(), None)
@@ -444,7 +451,7 @@ async fn route(
         } else if accepts_nostr_json(&req) {
             let mut r = http::text(
                 StatusCode::OK,
-                crate::nostr::nip11::document(&state.cfg, &state.grasp.trust).to_string(),
+                crate::nostr::nip11::document(&state.cfg, &state.grasp.trust, &state.identity.public_key()).to_string(),
             );
             r.headers_mut().insert(
                 CONTENT_TYPE,
@@ -454,6 +461,11 @@ async fn route(
         } else {
             http::html(StatusCode::OK, pages::home(&state.cfg, &state.grasp, req.uri().query()).await)
         }
+    } else if path == crate::nostr::nip05::PATH && (req.method() == Method::GET || req.method() == Method::HEAD) {
+        let answer = crate::nostr::nip05::answer(req.uri().query(), &state.identity.public_key());
+        let mut r = http::text(StatusCode::OK, answer.to_string());
+        r.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        r
     } else {
         // Repository paths, and every other path: grasp-cgi serves git, the repository pages and
         // the one 404 page (HTML for browsers), the same here as behind nginx. Git request slots

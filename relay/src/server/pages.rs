@@ -98,19 +98,12 @@ pub async fn home(cfg: &Config, grasp: &Grasp, query: Option<&str>) -> String {
 /// The home page's HTML (pure).
 pub fn render_home(cfg: &Config, trust: &crate::trust::Trust, repos: &[RepoCard], page: usize, more: bool) -> String {
     let urls = PublicUrls::new(&cfg.public_host());
-    let doc = crate::nostr::nip11::document(cfg, trust);
     let nips: Vec<String> = crate::nostr::nip11::SUPPORTED_NIPS
         .iter()
         .map(|n| format!("<a href=\"https://github.com/nostr-protocol/nips/blob/master/{n:02}.md\">NIP-{n:02}</a>"))
         .collect();
-    let grasps: Vec<String> = doc["supported_grasps"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|g| g.as_str())
-        .map(escape)
-        .collect();
-    let criteria = escape(doc["repo_acceptance_criteria"].as_str().unwrap_or_default());
+    let grasps: Vec<String> = crate::nostr::nip11::supported_grasps(cfg).into_iter().map(escape).collect();
+    let criteria = escape(&crate::nostr::nip11::acceptance_criteria(cfg, trust));
     let ttl = cfg.purgatory_ttl.as_secs();
     let wait = if ttl.is_multiple_of(60) { format!("{} minutes", ttl / 60) } else { format!("{ttl} seconds") };
     let relay = escape(&urls.relay_url());
