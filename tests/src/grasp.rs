@@ -427,3 +427,18 @@ pub fn commit_random(work: &WorkTree, tag: &str, files: usize, kib: usize) -> St
     crate::git::git(&work.dir, &["commit", "-q", "-m", tag]);
     crate::git::git(&work.dir, &["rev-parse", "HEAD"])
 }
+
+/// `grasp-relay <command> --data-dir <server's> <args>` (an operator command against the running
+/// relay): its stdout; panics with both streams when it fails.
+pub fn operator_command(server: &TestServer, command: &str, args: &[&str]) -> String {
+    let out = std::process::Command::new(crate::binary_path("grasp-relay"))
+        .arg(command)
+        .arg("--data-dir")
+        .arg(server.data_dir())
+        .args(args)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{command} {args:?} failed: {text}{}", String::from_utf8_lossy(&out.stderr));
+    text
+}

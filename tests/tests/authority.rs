@@ -4,10 +4,8 @@
 //! who leaves moves nothing after; the served refs follow every change of the confirmed set; the
 //! authorization-integrity pass realigns what an earlier rule let through.
 
-use std::process::Output;
-
 use grasp_tests::grasp::*;
-use grasp_tests::{binary_path, eventually, NostrClient, TestServer};
+use grasp_tests::{eventually, NostrClient, TestServer};
 use nostr::prelude::*;
 
 fn sign(keys: &Keys, kind: u16, at: u64, tags: Vec<Vec<String>>) -> Event {
@@ -135,16 +133,7 @@ async fn role_tags_decide_and_older_announcements_are_reciprocal_too() {
 }
 
 fn authority(server: &TestServer, args: &[&str]) -> String {
-    let out: Output = std::process::Command::new(binary_path("grasp-relay"))
-        .arg("authority")
-        .arg("--data-dir")
-        .arg(server.data_dir())
-        .args(args)
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(out.status.success(), "authority {args:?} failed: {text}{}", String::from_utf8_lossy(&out.stderr));
-    text
+    operator_command(server, "authority", args)
 }
 
 /// Refs moved behind the maintainers' back (as the earlier rule let an invitee do) are reported by

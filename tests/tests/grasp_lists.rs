@@ -33,24 +33,18 @@ async fn relay_sync_carries_the_grasp_lists_of_owners_and_maintainers_only() {
     let (owner, maintainer, stranger) = (Keys::generate(), Keys::generate(), Keys::generate());
     let (mut ca, mut cb) = (connect(&a).await, connect(&b).await);
     // One repository listing both servers, with a maintainer; its announcement on both.
-    let ann = announcement_on(&[&a, &b], &owner, "listed", &[]);
-    let ann = {
+    let listing = |keys: &Keys, listed: &PublicKey| {
+        let ann = announcement_on(&[&a, &b], keys, "listed", &[]);
         let mut tags: Vec<Tag> = ann.tags.iter().cloned().collect();
-        tags.push(Tag::parse(["maintainers", &maintainer.public_key().to_hex()]).unwrap());
-        EventBuilder::new(Kind::Custom(30617), "").tags(tags).finalize(&owner).unwrap()
+        tags.push(Tag::parse(["maintainers", &listed.to_hex()]).unwrap());
+        EventBuilder::new(Kind::Custom(30617), "").tags(tags).finalize(keys).unwrap()
     };
-    held(&mut ca, &ann).await;
-    held(&mut cb, &ann).await;
     // The maintainer accepts (its own announcement lists the owner back): a confirmed maintainer
     // (docs/protocol.md#maintainer-authority), whose list relay sync then carries.
-    let accept = announcement_on(&[&a, &b], &maintainer, "listed", &[]);
-    let accept = {
-        let mut tags: Vec<Tag> = accept.tags.iter().cloned().collect();
-        tags.push(Tag::parse(["maintainers", &owner.public_key().to_hex()]).unwrap());
-        EventBuilder::new(Kind::Custom(30617), "").tags(tags).finalize(&maintainer).unwrap()
-    };
-    held(&mut ca, &accept).await;
-    held(&mut cb, &accept).await;
+    for ann in [listing(&owner, &maintainer.public_key()), listing(&maintainer, &owner.public_key())] {
+        held(&mut ca, &ann).await;
+        held(&mut cb, &ann).await;
+    }
     // The lists are published on b only; a follows b (a relay the announcement lists).
     for keys in [&owner, &maintainer, &stranger] {
         let list = grasp_list(keys, &[format!("wss://{}.example", keys.public_key().to_hex()[..8].to_owned())], now());

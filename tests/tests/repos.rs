@@ -3,25 +3,15 @@
 //! found, shown by a dry run and removed only with `--yes`; `git maintenance` runs after a push.
 
 use std::path::Path;
-use std::process::Output;
 use std::time::{Duration, SystemTime};
 
 use grasp_state::identifier::npub_of;
 use grasp_tests::grasp::*;
-use grasp_tests::{binary_path, wait_until, NostrClient, TestServer, TIMEOUT};
+use grasp_tests::{wait_until, NostrClient, TestServer, TIMEOUT};
 use nostr::prelude::*;
 
 fn repos(server: &TestServer, args: &[&str]) -> String {
-    let out: Output = std::process::Command::new(binary_path("grasp-relay"))
-        .arg("repos")
-        .arg("--data-dir")
-        .arg(server.data_dir())
-        .args(args)
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(out.status.success(), "repos {args:?} failed: {text}{}", String::from_utf8_lossy(&out.stderr));
-    text
+    operator_command(server, "repos", args)
 }
 
 /// Makes `path` look an hour old (orphans younger than 10 minutes are never purged).

@@ -14,7 +14,7 @@ use std::time::Duration;
 use grasp_state::hook_api::{AuthorityFinding, AuthorityReport, HOOK_API_VERSION};
 use grasp_state::nip34::{Announcement, KIND_ANNOUNCEMENT};
 use grasp_state::refs::RefChange;
-use grasp_state::release::plan_alignment;
+use grasp_state::release::{alignment, plan_alignment};
 use nostr::prelude::{Filter, Kind, PublicKey, ToBech32};
 
 use crate::git;
@@ -47,9 +47,15 @@ impl Grasp {
                 let Some(state) = self.latest_stored_state(identifier, &set).await else { continue };
                 let path = repo.clone();
                 let wanted: Vec<String> = state.refs.values().cloned().collect();
+                let target = state.refs.clone();
                 let facts = tokio::task::spawn_blocking(move || -> Result<_, git::GitError> {
+                    // Refs from the files (no process); objects asked only where the refs differ.
                     let (refs, head) = git::read_refs_and_head(&path)?;
-                    let missing: std::collections::BTreeSet<String> = git::missing_objects(&path, &wanted)?.into_iter().collect();
+                    let missing: std::collections::BTreeSet<String> = if alignment(&refs, &target).is_empty() {
+                        Default::default()
+                    } else {
+                        git::missing_objects(&path, &wanted)?.into_iter().collect()
+                    };
                     Ok((refs, head, missing))
                 })
                 .await;
