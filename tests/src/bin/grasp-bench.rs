@@ -1095,7 +1095,14 @@ async fn bench_webs(tmp: &Path, rows: &mut Vec<Row>) -> Result<()> {
     }
     async fn push_and_state(c: &mut NostrClient, relay: &Relay, owner: &Keys, id: &str, work: &WorkTree, nonce: usize) -> Result<Duration> {
         let tip = work.commit("n", &nonce.to_string());
-        let ev = state(owner, id, &tip, nonce);
+        // One second apart from the previous state, so each is the newest (NIP-01 order).
+        let v = |s: &[&str]| s.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        let tags: Vec<Tag> = [v(&["d", id]), v(&["refs/heads/main", &tip]), v(&["HEAD", "ref: refs/heads/main"])]
+            .into_iter()
+            .map(|t| Tag::parse(t).unwrap())
+            .collect();
+        let at = Timestamp::now().as_secs() + nonce as u64;
+        let ev = EventBuilder::new(Kind::from(30618), "").tags(tags).custom_created_at(Timestamp::from(at)).finalize(owner)?;
         let started = Instant::now();
         send_ok(c, &ev).await?;
         push(&work.dir, &relay.repo_url(&owner.public_key(), id), "main")?;
