@@ -141,15 +141,15 @@ impl<'a> TrustIndex<'a> {
 /// (`author`'s own list changes where paths from it go, not which paths reach it), so the work is
 /// the owners a change can concern, never the identifier's other announcements.
 pub fn authority_changes(author: &PublicKey, new: &Claims, before: &[(Announcement, Source)]) -> Vec<PublicKey> {
-    let index = TrustIndex::new(before);
-    let mut owners = index.owners_reaching(author);
+    let claims: HashMap<PublicKey, &Claims> = before.iter().map(|(a, _)| (a.owner, &a.claims)).collect();
+    let mut owners = owners_reaching(author, before);
     owners.insert(*author);
     let members = |owner: PublicKey, after: bool| -> Option<Vec<PublicKey>> {
-        let owns = index.owners.contains_key(&owner) || (after && owner == *author);
+        let owns = claims.contains_key(&owner) || (after && owner == *author);
         owns.then(|| {
             MaintainerSet::compute(owner, |pk| match after && pk == author {
                 true => Some(new.as_ref()),
-                false => index.claims.get(pk).map(|c| c.as_ref()),
+                false => claims.get(pk).map(|c| c.as_ref()),
             })
             .iter()
             .copied()
@@ -159,9 +159,73 @@ pub fn authority_changes(author: &PublicKey, new: &Claims, before: &[(Announceme
     owners.into_iter().filter(|owner| members(*owner, false) != members(*owner, true)).collect()
 }
 
+/// Levels of "who lists these" answered by scanning `announcements` before the reverse index is
+/// built instead (most keys are listed by nobody, or by one owner who is listed by nobody).
+const REACH_SCANS: usize = 3;
+
+/// [`TrustIndex::owners_reaching`] without building the index: one scan of the lists per level
+/// of the walk back from `pk` (a key is usually reached in one or two), the index past
+/// [`REACH_SCANS`] levels. The same answer either way.
+pub fn owners_reaching(pk: &PublicKey, announcements: &[(Announcement, Source)]) -> BTreeSet<PublicKey> {
+    let mut reached: BTreeSet<PublicKey> = announcements.iter().filter(|(a, _)| a.owner == *pk).map(|(a, _)| a.owner).collect();
+    let mut seen: HashSet<PublicKey> = HashSet::from([*pk]);
+    let mut frontier: Vec<PublicKey> = vec![*pk];
+    for _ in 0..REACH_SCANS {
+        if frontier.is_empty() {
+            return reached;
+        }
+        let lookup: HashSet<PublicKey> = frontier.iter().copied().collect();
+        let lists = |m: &PublicKey| if frontier.len() <= 4 { frontier.contains(m) } else { lookup.contains(m) };
+        let next: Vec<PublicKey> = announcements
+            .iter()
+            .filter(|(a, _)| !seen.contains(&a.owner) && a.claims.maintainers.iter().any(lists))
+            .map(|(a, _)| a.owner)
+            .collect();
+        seen.extend(next.iter().copied());
+        reached.extend(next.iter().copied());
+        frontier = next;
+    }
+    if frontier.is_empty() {
+        reached
+    } else {
+        TrustIndex::new(announcements).owners_reaching(pk)
+    }
+}
+
 /// Is `who` the owner of, or listed as maintainer in, any of `announcements` (an announcement
 /// by them that no longer lists this service is still stored: decision 3; an invitee's
 /// acceptance is stored so, wherever it is hosted)?
 pub fn is_owner_or_listed(who: &PublicKey, announcements: &[(Announcement, Source)]) -> bool {
     announcements.iter().any(|(a, _)| a.owner == *who || a.claims.maintainers.contains(who))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nostr::prelude::{EventId, Keys, Timestamp};
+
+    fn listing(owner: PublicKey, listed: &[PublicKey], n: u8) -> (Announcement, Source) {
+        let claims = Claims { maintainers: listed.to_vec(), ..Claims::default() };
+        let a = Announcement {
+            event_id: EventId::from_byte_array([n; 32]),
+            owner,
+            identifier: "r".into(),
+            clone_urls: Vec::new(),
+            relays: Vec::new(),
+            claims,
+            created_at: Timestamp::from(1),
+        };
+        (a, Source::Stored)
+    }
+
+    #[test]
+    fn a_walk_deeper_than_the_scans_uses_the_index_and_agrees() {
+        // k0 <- k1 <- ... <- k7: each lists the previous one.
+        let k: Vec<PublicKey> = (0..8).map(|_| Keys::generate().public_key()).collect();
+        let all: Vec<_> = (1..8).map(|i| listing(k[i], &[k[i - 1]], i as u8)).collect();
+        let reached = owners_reaching(&k[0], &all);
+        assert_eq!(reached.len(), 7);
+        assert_eq!(reached, TrustIndex::new(&all).owners_reaching(&k[0]));
+        assert_eq!(owners_reaching(&k[6], &all), BTreeSet::from([k[6], k[7]]));
+    }
 }

@@ -200,7 +200,7 @@ pub fn plan_pool_gc(members: &[MemberView], pool_refs: &RefMap, held: &BTreeSet<
 
 /// Whether a release shares its objects through the family's pool: once a pool exists, every
 /// release goes into it; before, a pool is made only when the released state is to be brought
-/// into another owner's repository (`copy_targets` on disk: co-maintainers, owners trusting its
+/// into another owner's repository (the targets on disk: co-maintainers, owners trusting its
 /// author). A repository nobody else follows keeps its one copy, whatever strangers announce.
 pub fn family_shares(copy_targets: usize, pool_exists: bool) -> bool {
     pool_exists || copy_targets >= 1

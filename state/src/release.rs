@@ -7,13 +7,14 @@
 //! [`ReleasePlan`] says which held states to store (oldest first, so the winner is stored last),
 //! which held pull requests to release and which `refs/nostr/` ref each needs, how to align
 //! branches, tags and HEAD to the winning state, and whether to promote the held announcement.
-//! [`copy_targets`] says into which other owners' repositories the winning state's objects go.
+//! The other owners' repositories the winning state's objects go to are those whose confirmed
+//! maintainers include its author (`crate::announcements::owners_trusting`).
 
 use std::collections::BTreeSet;
 
-use nostr::prelude::{EventId, PublicKey};
+use nostr::prelude::EventId;
 
-use crate::nip34::{Announcement, RepoState, Source};
+use crate::nip34::RepoState;
 use crate::refs::{is_served_ref, served_refs, RefChange, RefMap, NOSTR_PREFIX, ZERO_OID};
 
 /// Everything known about one repository when git data may have arrived.
@@ -233,18 +234,6 @@ pub fn pr_ref(name: &str, current: Option<&str>, commit: &str, commit_present: b
         return PrRef::Set(RefChange::Set { name: name.to_string(), old, new: commit.to_string() });
     }
     PrRef::Missing { stale: current.map(|_| RefChange::Delete { name: name.to_string(), old }) }
-}
-
-/// The owners other than `owner` into whose repositories the objects of a state by `author`
-/// are copied: those whose maintainer set contains `author` (for them the state is
-/// authoritative), in the order of `announcements`.
-pub fn copy_targets(owner: &PublicKey, author: &PublicKey, announcements: &[(Announcement, Source)]) -> Vec<PublicKey> {
-    crate::announcements::TrustIndex::new(announcements)
-        .owners_trusting(author)
-        .into_iter()
-        .map(|(other, _)| other)
-        .filter(|other| other != owner)
-        .collect()
 }
 
 #[cfg(test)]

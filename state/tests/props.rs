@@ -7,8 +7,8 @@
 //!   of heads/tags is rejected.
 //! - `release::plan_release`: stores only held states whose objects exist, oldest first with the
 //!   winner last; aligns to exactly the winner's branches and tags (compare-and-swap against the
-//!   refs read); releases pull requests only when their commit exists. `copy_targets` names only
-//!   owners whose maintainer set contains the state's author; the announcement merge keeps the
+//!   refs read); releases pull requests only when their commit exists. `owners_trusting` names
+//!   only owners whose confirmed maintainers include the state's author; the announcement merge keeps the
 //!   newest per owner; announcement admission verdicts keep their promises.
 //! - Identifier validation never accepts `/`, `\`, NUL, `.` or `..`; URL path parsing never
 //!   yields an identifier or rest that could leave the git root.
@@ -31,7 +31,7 @@ use grasp_state::push::{decide_push, PushDecision, PushRequest, StateCandidate};
 use grasp_state::admission::{admit_announcement, AfterRepo, AnnouncementAdmission, AnnouncementFacts};
 use grasp_state::announcements::{maintainer_set, merge, owners_trusting, TrustIndex};
 use grasp_state::roles::{Claims, Lead};
-use grasp_state::release::{alignment, copy_targets, plan_release, settle, RepoFacts};
+use grasp_state::release::{alignment, plan_release, settle, RepoFacts};
 use grasp_state::refs::{
     apply_changes, RefChange, apply_updates, is_served_ref, is_valid_oid, is_valid_ref_name, parse_ref_updates,
     served_refs, RefMap, RefUpdate, ZERO_OID,
@@ -776,19 +776,12 @@ proptest! {
         prop_assert!(alignment(&after, &target).is_empty(), "aligning twice changes nothing");
     }
 
-    /// Objects are copied only to other owners whose confirmed maintainers include the author.
+    /// Objects are copied only to owners whose confirmed maintainers include the author.
     #[test]
-    fn copies_go_only_to_owners_trusting_the_author(list in announcement_list(), owner in 0usize..4, author in 0usize..4) {
+    fn copies_go_only_to_owners_trusting_the_author(list in announcement_list(), author in 0usize..4) {
         let merged = merge("repo", list.clone(), Vec::new());
         let claims: BTreeMap<PublicKey, Claims> = merged.iter().map(|(a, _)| (a.owner, a.claims.clone())).collect();
-        let (owner, author) = (pubkeys()[owner], pubkeys()[author]);
-        let targets = copy_targets(&owner, &author, &merged);
-        let expected: Vec<PublicKey> = merged
-            .iter()
-            .map(|(a, _)| a.owner)
-            .filter(|o| *o != owner && confirmed_naive(*o, &claims).contains(&author))
-            .collect();
-        prop_assert_eq!(targets, expected);
+        let author = pubkeys()[author];
         let trusting: Vec<PublicKey> = owners_trusting(&author, &merged).into_iter().map(|(o, _)| o).collect();
         let expected: Vec<PublicKey> = merged.iter().map(|(a, _)| a.owner).filter(|o| confirmed_naive(*o, &claims).contains(&author)).collect();
         prop_assert_eq!(trusting, expected);
@@ -825,6 +818,14 @@ proptest! {
         let owners: BTreeSet<PublicKey> = before.iter().map(|(a, _)| a.owner).chain([new.owner]).collect();
         let expected: Vec<PublicKey> = owners.into_iter().filter(|o| sets(&before, *o) != sets(&after, *o)).collect();
         prop_assert_eq!(grasp_state::announcements::authority_changes(&new.owner, &new.claims, &before), expected);
+    }
+
+    /// Walking back by scans finds the owners the reverse index finds, however deep.
+    #[test]
+    fn owners_reaching_by_scans_equals_the_index(list in announcement_list(), pk in 0usize..4) {
+        let merged = merge("repo", list, Vec::new());
+        let pk = pubkeys()[pk];
+        prop_assert_eq!(grasp_state::announcements::owners_reaching(&pk, &merged), TrustIndex::new(&merged).owners_reaching(&pk));
     }
 
     /// Role tags: any tag list reads without panic, and every key an announcement grants comes

@@ -55,7 +55,7 @@ pub async fn repo_info(grasp: &Grasp, owner: &PublicKey, identifier: &str) -> Op
     };
     Announcement::from_event(&event).ok()?;
     let all = grasp.announcements(identifier).await;
-    let set = Grasp::maintainer_set(*owner, &all);
+    let set = grasp.maintainer_set(*owner, &all);
     let state = grasp.latest_stored_state(identifier, &set).await;
     let urls = PublicUrls::new(&grasp.public_host);
     let npub = npub_of(owner);
@@ -300,10 +300,9 @@ pub async fn listing(grasp: &Grasp) -> RepoListing {
     }
     for (identifier, repos) in by_identifier {
         let all = grasp.announcements(&identifier).await;
-        let index = grasp_state::announcements::TrustIndex::new(&all);
         for r in repos {
             let Some(owner) = parse_npub(&r.owner) else { continue };
-            let set = index.maintainer_set(owner);
+            let set = grasp.maintainer_set(owner, &all);
             r.maintainers = set.iter().map(npub_of).collect();
             r.invited = set.invited().map(|(pk, _)| npub_of(pk)).collect();
         }

@@ -25,7 +25,7 @@ use grasp_state::admission::{
     StateAuthority, StateFacts, StatePlacement,
 };
 use grasp_state::maintainers::Standing;
-use grasp_state::announcements::{is_owner_or_listed, TrustIndex};
+use grasp_state::announcements::is_owner_or_listed;
 use grasp_state::identifier::validate_identifier;
 use grasp_state::release::{pr_ref, PrRef};
 use grasp_state::nip34::{
@@ -264,7 +264,7 @@ impl Grasp {
         let all = self.announcements(&s.identifier).await;
         // Only the owners whose announcements reach the author, through the trust index: the
         // identifier's other owners (anyone may announce it) cost this event nothing.
-        let standings = TrustIndex::new(&all).standings(&s.author);
+        let standings = self.authority.standings(s.author, &all);
         let owners_of: Vec<_> = all.iter().map(|(a, _)| a.owner).collect();
         match state_authority(&s.identifier, &s.author, !all.is_empty(), &standings, &owners_of) {
             StateAuthority::Authorised => {}
@@ -272,9 +272,9 @@ impl Grasp {
             StateAuthority::Invited { owner, by } => return self.hold_invitee_state(ev, &s, &owner, &by, address),
         }
         let owners: Vec<_> = standings
-            .into_iter()
+            .iter()
             .filter(|(_, _, standing)| *standing == Standing::Maintainer)
-            .map(|(owner, source, _)| (owner, source))
+            .map(|(owner, source, _)| (*owner, *source))
             .collect();
         // Trigger 1 of the expiry extensions; revives soft-expired announcements.
         self.extend_held_announcements(&owners, &s.identifier).await;
@@ -366,7 +366,7 @@ impl Grasp {
     pub async fn held_state_data_present(&self, ev: &Event) -> bool {
         let Ok(s) = RepoState::from_event(ev) else { return false };
         let all = self.announcements(&s.identifier).await;
-        let owners = TrustIndex::new(&all).owners_trusting(&s.author);
+        let owners = self.authority.owners_trusting(s.author, &all);
         self.state_data_present(&s, &owners).await
     }
 

@@ -115,7 +115,7 @@ impl Grasp {
             tracing::info!(repo = %shown, reason = "read-only archive", "push rejected");
             return PreReceiveResponse::reject(vec!["grasp: push rejected".into(), refusal]);
         }
-        let set = Grasp::maintainer_set(*owner, &all);
+        let set = self.maintainer_set(*owner, &all);
         let stored = self.latest_stored_state(identifier, &set).await;
         // The candidates of `grasp_state::push::push_candidates` (the stored state, and the held
         // states newer than it), with the held states matched through their index by declared

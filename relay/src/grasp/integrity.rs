@@ -43,7 +43,7 @@ impl Grasp {
             let all = self.announcements(identifier).await;
             for (owner, repo) in self.existing_repos(all.iter().map(|(a, _)| a.owner), identifier) {
                 report.checked += 1;
-                let set = Grasp::maintainer_set(owner, &all);
+                let set = self.maintainer_set(owner, &all);
                 let Some(state) = self.latest_stored_state(identifier, &set).await else { continue };
                 let path = repo.clone();
                 let wanted: Vec<String> = state.refs.values().cloned().collect();

@@ -7,6 +7,7 @@
 //! `grasp_state`; this module gathers their inputs and carries out their results.
 
 pub mod acceptance;
+pub mod authority;
 pub mod authorize;
 pub mod contributions;
 pub mod copies;
@@ -111,6 +112,10 @@ pub struct Grasp {
     pub grasp06: bool,
     /// GRASP-05 archive (`--archive*`): announcements not listing this service taken anyway.
     pub archive: grasp_state::archive::Archive,
+    /// Maintainer sets and standings per version of an identifier's announcements.
+    pub authority: authority::AuthorityMemo,
+    /// Announcements parsed once per event id.
+    pub parsed_announcements: authority::ParsedAnnouncements,
 }
 
 impl Grasp {
@@ -138,6 +143,8 @@ impl Grasp {
             copies: copies::CopyQueue::default(),
             grasp06: false,
             archive: grasp_state::archive::Archive::default(),
+            authority: authority::AuthorityMemo::default(),
+            parsed_announcements: authority::ParsedAnnouncements::default(),
         }
     }
 
@@ -266,7 +273,7 @@ impl Grasp {
 
     /// The announcements for `identifier`, newest per owner, stored or in purgatory.
     pub async fn announcements(&self, identifier: &str) -> Vec<(Announcement, Source)> {
-        let parse = |ev: &Event| Announcement::from_event(ev).ok();
+        let parse = |ev: &Event| self.parsed_announcements.parse(ev);
         let stored: Vec<Announcement> = match self.relay.store().announcements(identifier).await {
             Ok(events) => events.iter().filter_map(parse).collect(),
             Err(e) => {
@@ -315,9 +322,10 @@ impl Grasp {
         newest.into_iter().map(|(author, (_, servers))| (author, servers)).collect()
     }
 
-    /// The recursive maintainer set of `owner` for an identifier, given its announcements.
-    pub fn maintainer_set(owner: PublicKey, announcements: &[(Announcement, Source)]) -> MaintainerSet {
-        grasp_state::announcements::maintainer_set(owner, announcements)
+    /// The confirmed maintainers of `owner`'s repository for an identifier, given its merged
+    /// announcements (computed once per version of them, `authority`).
+    pub fn maintainer_set(&self, owner: PublicKey, announcements: &[(Announcement, Source)]) -> std::sync::Arc<MaintainerSet> {
+        self.authority.maintainer_set(owner, announcements)
     }
 
     /// Stores `ev` and broadcasts it to subscribers.

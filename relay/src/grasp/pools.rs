@@ -86,7 +86,10 @@ impl Grasp {
     pub fn family_shares(&self, identifier: &str, owner: &PublicKey, state: Option<&RepoState>, all: &[(Announcement, Source)]) -> (bool, Vec<(PublicKey, PathBuf)>) {
         let exists = self.pool_path(identifier).is_some_and(|p| p.is_dir());
         let targets = match state {
-            Some(state) => self.existing_repos(grasp_state::release::copy_targets(owner, &state.author, all), identifier),
+            Some(state) => {
+                let others = self.authority.owners_trusting(state.author, all).into_iter().map(|(other, _)| other).filter(|other| other != owner);
+                self.existing_repos(others, identifier)
+            }
             None => Vec::new(),
         };
         (grasp_state::pool::family_shares(targets.len(), exists), targets)
@@ -121,7 +124,7 @@ impl Grasp {
     /// are `refs`: the stored states of the owner's maintainer set, and the stored pull requests
     /// among its `refs/nostr/<id>` refs.
     pub async fn released_for(&self, owner: &PublicKey, identifier: &str, refs: &RefMap, all: &[(Announcement, Source)]) -> Released {
-        let set = Grasp::maintainer_set(*owner, all);
+        let set = self.maintainer_set(*owner, all);
         let filter = Filter::new().kind(Kind::Custom(KIND_STATE)).identifier(identifier).authors(set.iter().copied());
         // An empty author list must never read as "any author" (no confirmed maintainer: no state).
         let stored = if set.is_empty() { Vec::new() } else { self.query(vec![filter]).await };

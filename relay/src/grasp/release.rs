@@ -29,7 +29,6 @@ use nostr::prelude::{Event, EventId, PublicKey, ToBech32};
 use crate::git;
 use crate::grasp::locks::{Locked, PushLocks, Queue, RepoGuards, LOCK_WAIT};
 use crate::grasp::Source;
-use grasp_state::announcements::TrustIndex;
 use grasp_state::nip34::Announcement;
 use crate::grasp::{blocking, Grasp};
 use crate::store::SaveOutcome;
@@ -63,7 +62,7 @@ impl Grasp {
     /// The repositories `author`'s events govern for `identifier`: those of the owners whose
     /// maintainer set contains the author, found through the trust index (docs/security.md).
     pub fn governed_repos(&self, identifier: &str, author: &PublicKey, all: &[(Announcement, Source)]) -> Vec<(PublicKey, PathBuf)> {
-        let owners = TrustIndex::new(all).owners_trusting(author);
+        let owners = self.authority.owners_trusting(*author, all);
         self.existing_repos(owners.into_iter().map(|(owner, _)| owner), identifier)
     }
 
@@ -71,11 +70,10 @@ impl Grasp {
     /// their maintainer set, their held announcement, a held pull request for it. Never a third
     /// party's repository no held event governs (docs/security.md).
     fn waiting_owners(&self, identifier: &str, all: &[(Announcement, Source)]) -> Vec<PublicKey> {
-        let index = TrustIndex::new(all);
         all.iter()
             .filter(|(a, source)| {
                 *source == Source::Purgatory
-                    || !self.purgatory.state_events(identifier, &index.maintainer_set(a.owner)).is_empty()
+                    || !self.purgatory.state_events(identifier, &self.maintainer_set(a.owner, all)).is_empty()
                     || !self.purgatory.pr_events_for(&RepoId::new(a.owner, identifier)).is_empty()
             })
             .map(|(a, _)| a.owner)
@@ -186,7 +184,7 @@ impl Grasp {
     pub async fn copy_out(&self, identifier: &str, owner: &PublicKey) -> bool {
         let Some(src) = self.repo_path(owner, identifier).filter(|p| p.is_dir()) else { return true };
         let all = self.announcements(identifier).await;
-        let set = Grasp::maintainer_set(*owner, &all);
+        let set = self.maintainer_set(*owner, &all);
         let state = self.latest_stored_state(identifier, &set).await;
         let (shares, targets) = self.family_shares(identifier, owner, state.as_ref(), &all);
         if !shares {
@@ -278,7 +276,7 @@ impl Grasp {
         let (out, latest) = self.process_one(owner, identifier, src, &all).await;
         let latest = match latest {
             Some(latest) => latest,
-            None => self.latest_stored_state(identifier, &Grasp::maintainer_set(*owner, &all)).await,
+            None => self.latest_stored_state(identifier, &self.maintainer_set(*owner, &all)).await,
         };
         // The background half, when there is anything to share (cheap to decide: the
         // announcements are at hand; a repository nobody else follows costs nothing more).
@@ -315,7 +313,7 @@ impl Grasp {
                 return (out, None);
             }
         };
-        let set = Grasp::maintainer_set(*owner, all);
+        let set = self.maintainer_set(*owner, all);
         let held_states = self.held_states(identifier, &set);
         let pr_events: Vec<(Arc<Event>, String)> = self.purgatory.pr_events_for(&RepoId::new(*owner, identifier));
         let held_prs: Vec<(EventId, String)> = pr_events.iter().map(|(ev, commit)| (ev.id, commit.clone())).collect();

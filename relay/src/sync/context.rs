@@ -48,7 +48,7 @@ impl SyncContext for Arc<Grasp> {
             if !repo.exists() {
                 continue;
             }
-            let set = Grasp::maintainer_set(owner, &all);
+            let set = self.maintainer_set(owner, &all);
             let prs = held_pr_commits(self, &RepoId::new(owner, identifier));
             let wanted = waiting_oids(&held_state_refs(self, identifier, &set), &prs);
             if wanted.is_empty() {
@@ -87,7 +87,7 @@ impl SyncContext for Arc<Grasp> {
         let mut waiting: Vec<(PublicKey, Vec<PublicKey>)> = Vec::new();
         for (announcement, _) in &all {
             let owner = announcement.owner;
-            let set = Grasp::maintainer_set(owner, &all);
+            let set = self.maintainer_set(owner, &all);
             let waits = !held_pr_commits(self, &RepoId::new(owner, identifier)).is_empty()
                 || !held_state_refs(self, identifier, &set).is_empty();
             if waits {
