@@ -106,13 +106,52 @@ impl AuthorityMemo {
     }
 }
 
-/// Announcements parsed once per event id.
+/// Merged announcements of one identifier, kept with the fingerprint of the events they were
+/// merged from.
+type Merged = Arc<Vec<(Announcement, Source)>>;
+
+/// Announcements parsed once per event id, and each identifier's merged list kept while its
+/// events stay the same (a push, its state and its release read it several times).
 #[derive(Default)]
 pub struct ParsedAnnouncements {
     parsed: Mutex<(HashMap<EventId, Arc<Announcement>>, usize)>,
+    merged: Mutex<(HashMap<String, (u64, Merged)>, usize)>,
 }
 
 impl ParsedAnnouncements {
+    /// The merged announcements of `identifier` (`grasp_state::announcements::merge`) from its
+    /// stored and held events.
+    pub fn merged(&self, identifier: &str, stored: &[Event], held: &[Arc<Event>]) -> Merged {
+        let mut h = DefaultHasher::new();
+        for ev in stored {
+            ev.id.hash(&mut h);
+        }
+        1u8.hash(&mut h);
+        for ev in held {
+            ev.id.hash(&mut h);
+        }
+        let key = h.finish();
+        let lock = || self.merged.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some((at, hit)) = lock().0.get(identifier) {
+            if *at == key {
+                return hit.clone();
+            }
+        }
+        let merged = Arc::new(grasp_state::announcements::merge(
+            identifier,
+            stored.iter().filter_map(|ev| self.parse(ev)),
+            held.iter().filter_map(|ev| self.parse(ev)),
+        ));
+        let weight = 8 + merged.iter().map(|(a, _)| 8 + a.claims.maintainers.len()).sum::<usize>();
+        let mut cache = lock();
+        if cache.1 + weight > MAX_PARSED_WEIGHT {
+            *cache = Default::default();
+        }
+        cache.1 += weight;
+        cache.0.insert(identifier.to_string(), (key, merged.clone()));
+        merged
+    }
+
     /// `event` read as an announcement (`None`: it is not one).
     pub fn parse(&self, event: &Event) -> Option<Announcement> {
         let parsed = self.parsed.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
@@ -135,7 +174,7 @@ impl ParsedAnnouncements {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use nostr::prelude::{EventBuilder, Keys, Kind, Tag};
+    use nostr::prelude::*;
 
     fn announcement(keys: &Keys, listed: &[PublicKey]) -> Event {
         let mut tags = vec![Tag::identifier("r")];
@@ -166,6 +205,22 @@ mod tests {
         // Where an announcement lives is part of its version.
         let held = grasp_state::announcements::merge("r", [], [parsed.parse(&invite).unwrap()]);
         assert_ne!(fingerprint(&before), fingerprint(&held));
+    }
+
+    #[test]
+    fn merged_lists_are_kept_while_their_events_stay_the_same() {
+        let (owner, co) = (Keys::generate(), Keys::generate());
+        let cache = ParsedAnnouncements::default();
+        let (invite, accept) = (announcement(&owner, &[co.public_key()]), Arc::new(announcement(&co, &[owner.public_key()])));
+        let first = cache.merged("r", std::slice::from_ref(&invite), &[]);
+        assert!(Arc::ptr_eq(&first, &cache.merged("r", std::slice::from_ref(&invite), &[])));
+        let second = cache.merged("r", std::slice::from_ref(&invite), std::slice::from_ref(&accept));
+        assert_eq!(second.len(), 2);
+        assert_eq!(second.iter().find(|(a, _)| a.owner == co.public_key()).map(|(_, s)| *s), Some(Source::Purgatory));
+        // The same events stored instead of held: another list.
+        let stored = cache.merged("r", &[invite.clone(), (*accept).clone()], &[]);
+        assert!(stored.iter().all(|(_, s)| *s == Source::Stored));
+        assert_eq!(first.len(), 1, "an earlier answer is never changed");
     }
 
     #[test]

@@ -271,18 +271,18 @@ impl Grasp {
         self.relay.store().event_by_id(id).await.ok().flatten()
     }
 
-    /// The announcements for `identifier`, newest per owner, stored or in purgatory.
-    pub async fn announcements(&self, identifier: &str) -> Vec<(Announcement, Source)> {
-        let parse = |ev: &Event| self.parsed_announcements.parse(ev);
-        let stored: Vec<Announcement> = match self.relay.store().announcements(identifier).await {
-            Ok(events) => events.iter().filter_map(parse).collect(),
+    /// The announcements for `identifier`, newest per owner, stored or in purgatory (parsed and
+    /// merged once while its events stay the same, `authority`).
+    pub async fn announcements(&self, identifier: &str) -> std::sync::Arc<Vec<(Announcement, Source)>> {
+        let stored = match self.relay.store().announcements(identifier).await {
+            Ok(events) => events,
             Err(e) => {
                 tracing::error!(error = %e, "event store query failed");
-                Vec::new()
+                std::sync::Arc::default()
             }
         };
-        let held: Vec<Announcement> = self.purgatory.announcement_events(identifier).iter().filter_map(|ev| parse(ev)).collect();
-        grasp_state::announcements::merge(identifier, stored, held)
+        let held = self.purgatory.announcement_events(identifier);
+        self.parsed_announcements.merged(identifier, &stored, &held)
     }
 
     /// Is `identifier` announced here by `owner` (held, or stored)? One address, one read: never

@@ -40,7 +40,7 @@ impl SyncContext for Arc<Grasp> {
     async fn needed(&self, identifier: &str) -> Vec<SyncTarget> {
         let all = self.announcements(identifier).await;
         let mut targets = Vec::new();
-        for (announcement, source) in &all {
+        for (announcement, source) in all.iter() {
             let owner = announcement.owner;
             let Some(repo) = self.repo_path(&owner, identifier) else {
                 continue;
@@ -85,7 +85,7 @@ impl SyncContext for Arc<Grasp> {
         // The owners whose repositories wait for data, each with the people of its maintainer
         // set (the owner first), whose user grasp lists are looked at.
         let mut waiting: Vec<(PublicKey, Vec<PublicKey>)> = Vec::new();
-        for (announcement, _) in &all {
+        for (announcement, _) in all.iter() {
             let owner = announcement.owner;
             let set = self.maintainer_set(owner, &all);
             let waits = !held_pr_commits(self, &RepoId::new(owner, identifier)).is_empty()
