@@ -190,8 +190,8 @@ async fn handle(req: Request<Incoming>, token: &str, grasp: &Grasp, health: &Hea
             let Some(owner) = owner(&req.owner) else { return error(StatusCode::BAD_REQUEST, "owner is not an npub") };
             let address = pusher(grasp, &req);
             let verdict = match req.space {
-                RepoSpace::Hosted => grasp.metrics.push_authorization(grasp.authorize_push(&owner, &req.identifier, &req.updates, address)).await,
-                RepoSpace::Prs => grasp.metrics.push_authorization(grasp.authorize_contribution(&owner, &req.identifier, &req.updates, address)).await,
+                RepoSpace::Hosted => grasp.metrics.push_authorization(grasp.authorize_push(&owner, &req.identifier, &req.updates, address, req.incoming_bytes)).await,
+                RepoSpace::Prs => grasp.metrics.push_authorization(grasp.authorize_contribution(&owner, &req.identifier, &req.updates, address, req.incoming_bytes)).await,
             };
             json(StatusCode::OK, &verdict)
         }
@@ -402,6 +402,19 @@ pub fn render_purgatory_table(json: &str) -> Result<String> {
                 d["reason"].as_str().unwrap_or("")
             )?;
         }
+    }
+    let unsigned = &v["unsigned"];
+    let mib = |k: &serde_json::Value| grasp_state::purgatory::unsigned::mib(k.as_u64().unwrap_or(0));
+    writeln!(
+        out,
+        "Unsigned data (git-first pushes waiting for their pull request events): {} MiB of {} MiB (--unsigned-bytes-total), from {} addresses (--unsigned-bytes-per-address {} MiB)",
+        mib(&unsigned["total_bytes"]),
+        mib(&unsigned["budget_total"]),
+        unsigned["addresses"].as_u64().unwrap_or(0),
+        mib(&unsigned["budget_per_address"]),
+    )?;
+    for a in unsigned["top"].as_array().map(Vec::as_slice).unwrap_or_default() {
+        writeln!(out, "  {:<40} {:>10} MiB", a["address"].as_str().unwrap_or("-"), mib(&a["bytes"]))?;
     }
     let ds = &v["deferred_stats"];
     let lost = ["dropped_author_share", "dropped_full", "evicted", "dropped_owner_share"].map(|k| ds[k].as_u64().unwrap_or(0));
