@@ -78,7 +78,7 @@ impl UnsignedBudget {
 /// `bytes` in MiB for a person: whole MiB as such, else with one decimal.
 pub fn mib(bytes: u64) -> String {
     const MIB: u64 = 1 << 20;
-    if bytes % MIB == 0 {
+    if bytes.is_multiple_of(MIB) {
         format!("{}", bytes / MIB)
     } else {
         format!("{:.1}", bytes as f64 / MIB as f64)
