@@ -87,7 +87,8 @@ async fn the_total_budget_refuses_strangers_but_never_maintainers_and_survives_a
     assert!(err.contains("MiB of unsigned data from everyone (budget 1 MiB); publish the pull request event first"), "{err}");
 
     // The maintainer's own push (1.4 MiB, matching their state) is neither counted nor refused.
-    let st = state(&owner, "proj", &[("refs/heads/main", &tip)], Some("main"));
+    // A second later than publish_repo's state, so it is the newer one (same-second ties go by id).
+    let st = state_at(&owner, "proj", &[("refs/heads/main", &tip)], Some("main"), now() + 1);
     let (ok, msg) = c.send_event(&st).await.unwrap();
     assert!(ok, "{msg}");
     repo.push(&["HEAD:refs/heads/main"]).expect("a maintainer's push ignores the unsigned budget");
