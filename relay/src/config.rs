@@ -331,6 +331,17 @@ pub struct Config {
     #[arg(long, env = "GRASP_PLACEHOLDERS_PER_ADDRESS", default_value_t = grasp_state::purgatory::caps::DEFAULT_PLACEHOLDERS_PER_ADDRESS)]
     pub placeholders_per_address: usize,
 
+    /// Most bytes of unsigned data (objects of git-first refs/nostr pushes, waiting for their
+    /// pull request events) held from one client address (IPv6: by --ipv6-prefix-len); a push
+    /// past it is refused in pre-receive. Default 256 MiB.
+    #[arg(long, env = "GRASP_UNSIGNED_BYTES_PER_ADDRESS", default_value_t = grasp_state::purgatory::unsigned::DEFAULT_UNSIGNED_PER_ADDRESS)]
+    pub unsigned_bytes_per_address: u64,
+
+    /// Most bytes of unsigned data held from everyone; a push past it is refused in
+    /// pre-receive (maintainers' pushes are never counted). Default 4 GiB.
+    #[arg(long, env = "GRASP_UNSIGNED_BYTES_TOTAL", default_value_t = grasp_state::purgatory::unsigned::DEFAULT_UNSIGNED_TOTAL)]
+    pub unsigned_bytes_total: u64,
+
     /// Background sync: wait this long after a user-submitted event before fetching its missing
     /// git data from other servers (gives the user's `git push` time to arrive). Seconds, or a
     /// number with a unit.
@@ -826,6 +837,8 @@ impl Config {
         c.caps.placeholders_per_repo = self.placeholders_per_repo;
         c.caps.placeholders_total = self.placeholders_total;
         c.caps.placeholders_per_address = self.placeholders_per_address;
+        c.unsigned.per_address = self.unsigned_bytes_per_address;
+        c.unsigned.total = self.unsigned_bytes_total;
         c
     }
 

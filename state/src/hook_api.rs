@@ -65,6 +65,15 @@ pub struct HookRequest {
     /// share (docs/protocol.md#caps).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client: Option<String>,
+    /// Bytes of objects this push brings (its quarantine, as measured for `--max-push-bytes`;
+    /// pre-receive only). A push reserving git-first placeholders counts them as unsigned data
+    /// of its address (docs/protocol.md#caps); absent (older hooks): 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub incoming_bytes: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl HookRequest {
@@ -80,6 +89,7 @@ impl HookRequest {
             updates,
             space: RepoSpace::Hosted,
             client: None,
+            incoming_bytes: 0,
         }
     }
 
@@ -91,6 +101,11 @@ impl HookRequest {
     /// The same request from the pusher at `client` (CGI `REMOTE_ADDR`).
     pub fn from_client(self, client: Option<String>) -> Self {
         Self { client, ..self }
+    }
+
+    /// The same request for a push bringing `incoming_bytes` of objects.
+    pub fn bringing(self, incoming_bytes: u64) -> Self {
+        Self { incoming_bytes, ..self }
     }
 }
 

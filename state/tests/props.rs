@@ -663,7 +663,7 @@ fn claims_of(owner: usize, maintainers: &[usize], shape: u8) -> Claims {
         3 if unique.len() > 1 => Lead::Conflict,
         _ => Lead::None,
     };
-    Claims { maintainers: unique, lead, declines: shape % 8 == 7, role_tags: shape % 8 != 0, ..Claims::default() }
+    Claims { maintainers: unique, lead, declines: shape % 8 == 7, role_tags: !shape.is_multiple_of(8), ..Claims::default() }
 }
 
 fn announcement(owner: usize, maintainers: &[usize], t: u64, n: u8) -> Announcement {

@@ -205,7 +205,7 @@ mod in_process {
         /// A git-first push of `commit` to `refs/nostr/<id>`: the placeholder the pre-receive
         /// hook reserves, and the ref the receive-pack writes.
         pub fn git_first_push(&self, id: EventId, commit: &str) {
-            let _durable = self.grasp.purgatory.reserve_placeholders(&self.repo_id(), &[(id, commit.to_string())], None).unwrap();
+            let _durable = self.grasp.purgatory.reserve_placeholders(&self.repo_id(), &[(id, commit.to_string())], None, 0).unwrap();
             push_ref(&self.work, &self.repo, commit, &nostr_ref(id));
         }
 

@@ -14,13 +14,14 @@ fn main() {
         let limits = settings.limits;
         let ctx = context(settings.data_dir)?;
         // Size limits first, on the quarantine: a refused pack never lands.
-        if let Some(quarantine) = std::env::var_os("GIT_QUARANTINE_PATH") {
-            if let Err(message) = limits.check_in(ctx.space, &ctx.updates, dir_bytes(std::path::Path::new(&quarantine))) {
-                return Ok(PreReceiveResponse::reject(vec![format!("grasp: push rejected: {message}")]));
-            }
+        let incoming = std::env::var_os("GIT_QUARANTINE_PATH").map_or(0, |q| dir_bytes(std::path::Path::new(&q)));
+        if let Err(message) = limits.check_in(ctx.space, &ctx.updates, incoming) {
+            return Ok(PreReceiveResponse::reject(vec![format!("grasp: push rejected: {message}")]));
         }
         let data_dir = ctx.data_dir.clone();
-        let req: PreReceiveRequest = ctx.request();
+        // The relay counts the bytes of a push reserving git-first placeholders as unsigned
+        // data of its address (docs/protocol.md#caps).
+        let req: PreReceiveRequest = ctx.request().bringing(incoming);
         let resp: PreReceiveResponse = call(&data_dir, PATH_PRE_RECEIVE, &req, TIMEOUT)?;
         check_version(resp.version)?;
         Ok(resp)

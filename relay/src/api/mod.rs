@@ -190,8 +190,8 @@ async fn handle(req: Request<Incoming>, token: &str, grasp: &Grasp, health: &Hea
             let Some(owner) = owner(&req.owner) else { return error(StatusCode::BAD_REQUEST, "owner is not an npub") };
             let address = pusher(grasp, &req);
             let verdict = match req.space {
-                RepoSpace::Hosted => grasp.metrics.push_authorization(grasp.authorize_push(&owner, &req.identifier, &req.updates, address)).await,
-                RepoSpace::Prs => grasp.metrics.push_authorization(grasp.authorize_contribution(&owner, &req.identifier, &req.updates, address)).await,
+                RepoSpace::Hosted => grasp.metrics.push_authorization(grasp.authorize_push(&owner, &req.identifier, &req.updates, address, req.incoming_bytes)).await,
+                RepoSpace::Prs => grasp.metrics.push_authorization(grasp.authorize_contribution(&owner, &req.identifier, &req.updates, address, req.incoming_bytes)).await,
             };
             json(StatusCode::OK, &verdict)
         }
@@ -403,6 +403,22 @@ pub fn render_purgatory_table(json: &str) -> Result<String> {
             )?;
         }
     }
+    // Absent from the listing of an older relay.
+    let unsigned = &v["unsigned"];
+    let mib = |k: &serde_json::Value| grasp_state::purgatory::unsigned::mib(k.as_u64().unwrap_or(0));
+    if unsigned.is_object() {
+        writeln!(
+            out,
+            "Unsigned data (git-first pushes waiting for their pull request events): {} MiB of {} MiB (--unsigned-bytes-total), from {} addresses (--unsigned-bytes-per-address {} MiB)",
+            mib(&unsigned["total_bytes"]),
+            mib(&unsigned["budget_total"]),
+            unsigned["addresses"].as_u64().unwrap_or(0),
+            mib(&unsigned["budget_per_address"]),
+        )?;
+        for a in unsigned["top"].as_array().map(Vec::as_slice).unwrap_or_default() {
+            writeln!(out, "  {:<40} {:>10} MiB", a["address"].as_str().unwrap_or("-"), mib(&a["bytes"]))?;
+        }
+    }
     let ds = &v["deferred_stats"];
     let lost = ["dropped_author_share", "dropped_full", "evicted", "dropped_owner_share"].map(|k| ds[k].as_u64().unwrap_or(0));
     if lost.iter().any(|n| *n > 0) {
@@ -600,6 +616,12 @@ mod tests {
         assert!(lines[1].starts_with("state") && lines[1].contains("0123456789ab") && lines[1].contains("[4f3c1a2b3c4d]"), "{table}");
         assert!(lines[2].starts_with("announcement*"), "{table}");
         assert!(lines[3].starts_with("2 entries; 1 recently expired"), "{table}");
+        // Unsigned data of git-first pushes: the total and the addresses holding most.
+        let json = json.replace(r#""stats":{}"#, r#""stats":{},"unsigned":{"total_bytes":3145728,"budget_total":4294967296,"budget_per_address":268435456,"addresses":1,"top":[{"address":"10.0.0.1","bytes":3145728}]}"#);
+        let table = render_purgatory_table(&json).unwrap();
+        let lines: Vec<&str> = table.lines().collect();
+        assert!(lines[4].starts_with("Unsigned data") && lines[4].contains("3 MiB of 4096 MiB") && lines[4].contains("from 1 addresses"), "{table}");
+        assert!(lines[5].contains("10.0.0.1") && lines[5].ends_with("3 MiB"), "{table}");
         assert!(render_purgatory_table("nope").is_err());
     }
 

@@ -122,6 +122,8 @@ pub const SECTIONS: &[(&str, Section)] = &[
     ("placeholders_per_repo", Purgatory),
     ("placeholders_total", Purgatory),
     ("placeholders_per_address", Purgatory),
+    ("unsigned_bytes_per_address", Purgatory),
+    ("unsigned_bytes_total", Purgatory),
     ("deferred_total", Purgatory),
     ("deferred_per_author", Purgatory),
     ("deferred_per_owner", Purgatory),

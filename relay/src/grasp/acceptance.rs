@@ -177,7 +177,7 @@ impl Grasp {
         let existing = all.iter().find(|(x, _)| x.owner == a.owner).map(|(old, source)| (*source, old.recency() > a.recency()));
         let repo = self.repo_path(&a.owner, &a.identifier);
         let repo_exists = repo.as_ref().is_some_and(|p| p.exists());
-        let hosting = self.hosting(&a);
+        let hosting = self.hosting(a);
         let lists_service = hosting == crate::grasp::Hosting::Listed;
         let archived = hosting == crate::grasp::Hosting::Archived;
         // A repository that already holds git data proves itself; only asked when it decides.
@@ -194,7 +194,7 @@ impl Grasp {
             existing,
             lists_service,
             archived,
-            owner_or_listed: is_owner_or_listed(&a.owner, &all),
+            owner_or_listed: is_owner_or_listed(&a.owner, all),
             repo_exists,
             repo_has_refs,
             expired: self.purgatory.is_expired(&ev.id),
@@ -202,7 +202,7 @@ impl Grasp {
         let npub = a.owner.to_bech32().unwrap_or_default();
         let then = match admit_announcement(&facts) {
             AnnouncementAdmission::Reject(msg) => return Admission::Reject(msg),
-            AnnouncementAdmission::RejectNotListed => return Admission::Reject(not_listed_message(&self.public_host, &a)),
+            AnnouncementAdmission::RejectNotListed => return Admission::Reject(not_listed_message(&self.public_host, a)),
             AnnouncementAdmission::DropHeldAndStore => {
                 // Service change: a newer announcement dropping this service ends the owner's
                 // purgatory entry and its bare repository (docs/protocol.md#decisions, decision 3).

@@ -37,15 +37,22 @@ impl Grasp {
     /// so that the purgatory's caps apply before any data lands, journalled before the refs may
     /// land (the record of a crash-lost placeholder would leave its ref behind for good). A
     /// refusal of the caps, or a journal that cannot be written, refuses the push. `address`:
-    /// the pusher's, as counted against its share of the placeholders (`None`: unknown).
-    pub(crate) async fn reserve_placeholders(&self, repo: &RepoId, decision: PushDecision, address: Option<IpAddr>) -> PushDecision {
+    /// the pusher's, as counted against its share of the placeholders (`None`: unknown);
+    /// `incoming`: the bytes the push brings, unsigned data of that address while the
+    /// placeholders wait (docs/protocol.md#caps).
+    pub(crate) async fn reserve_placeholders(&self, repo: &RepoId, decision: PushDecision, address: Option<IpAddr>, incoming: u64) -> PushDecision {
         match decision {
-            PushDecision::Accept(acc) => match self.purgatory.reserve_placeholders(repo, &acc.placeholders, address) {
+            PushDecision::Accept(acc) => match self.purgatory.reserve_placeholders(repo, &acc.placeholders, address, incoming) {
                 Ok(durable) => match durable.wait().await {
                     Ok(()) => PushDecision::Accept(acc),
                     Err(e) => PushDecision::Reject(Rejection { reasons: vec![format!("error: {e}; push again later")] }),
                 },
-                Err(reasons) => PushDecision::Reject(Rejection { reasons }),
+                Err(refused) => {
+                    if let crate::grasp::purgatory::ReserveRefused::Unsigned(full) = &refused {
+                        self.metrics.unsigned_refused(full.scope);
+                    }
+                    PushDecision::Reject(Rejection { reasons: refused.reasons() })
+                }
             },
             rejected => rejected,
         }
@@ -92,7 +99,9 @@ impl Grasp {
     }
 
     /// May this push go in?
-    pub async fn authorize_push(&self, owner: &PublicKey, identifier: &str, updates: &[RefUpdate], address: Option<IpAddr>) -> PreReceiveResponse {
+    /// `address`: the pusher's (`None`: unknown); `incoming`: the bytes of objects the push
+    /// brings (0: unknown).
+    pub async fn authorize_push(&self, owner: &PublicKey, identifier: &str, updates: &[RefUpdate], address: Option<IpAddr>, incoming: u64) -> PreReceiveResponse {
         let shown = format!("{}/{identifier}", owner.to_bech32().unwrap_or_default());
         let Some(repo) = self.repo_path(owner, identifier) else {
             return PreReceiveResponse::reject(vec!["grasp: push rejected: not a valid repository path".into()]);
@@ -153,7 +162,7 @@ impl Grasp {
         let decision = with_reasons(decision, not_prs);
         // Git-first pull request refs: reserve their placeholders now, so that the purgatory's caps
         // apply before any data lands and a crash before post-receive loses nothing.
-        let decision = self.reserve_placeholders(&RepoId::new(*owner, identifier), decision, address).await;
+        let decision = self.reserve_placeholders(&RepoId::new(*owner, identifier), decision, address, incoming).await;
         match decision {
             PushDecision::Accept(acc) => {
                 let mut messages = Vec::new();

@@ -95,7 +95,7 @@ impl Grasp {
     }
 
     /// May this push to `/prs/<contributor>/<identifier>.git` go in (pre-receive)?
-    pub async fn authorize_contribution(&self, contributor: &PublicKey, identifier: &str, updates: &[RefUpdate], address: Option<IpAddr>) -> PreReceiveResponse {
+    pub async fn authorize_contribution(&self, contributor: &PublicKey, identifier: &str, updates: &[RefUpdate], address: Option<IpAddr>, incoming: u64) -> PreReceiveResponse {
         let repo = RepoId::prs(*contributor, identifier);
         let Some(path) = self.path_of(&repo).filter(|_| self.grasp06) else {
             return PreReceiveResponse::reject(vec!["grasp: push rejected: GRASP-06 contributor repositories are not served here".into()]);
@@ -132,7 +132,7 @@ impl Grasp {
         let decision = decide_contribution_push(&ContributionPush { contributor, identifier, updates, known_prs: &known_prs });
         // Git-first refs reserve their placeholders before any data lands, as in any repository
         // (docs/protocol.md#placeholders).
-        let decision = self.reserve_placeholders(&repo, with_reasons(decision, not_prs), address).await;
+        let decision = self.reserve_placeholders(&repo, with_reasons(decision, not_prs), address, incoming).await;
         match decision {
             PushDecision::Accept(acc) => {
                 let messages = crate::grasp::authorize::placeholder_messages(&acc);

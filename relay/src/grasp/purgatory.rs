@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use grasp_state::maintainers::MaintainerSet;
 use grasp_state::purgatory::{
     AnnouncementAdded, AnnouncementEntry, Coordinate, Extension, PlaceholderError, Purgatory, PurgatoryFull,
-    PurgatorySnapshot, Removed, RepoId, StateEntry, SweepAction,
+    PurgatorySnapshot, Removed, RepoId, StateEntry, SweepAction, UnsignedFull,
 };
 use nostr::prelude::{Event, EventId, PublicKey, Timestamp};
 
@@ -35,8 +35,30 @@ pub enum HoldRefused {
     Full(PurgatoryFull),
 }
 
+/// Why a push's git-first placeholders could not be reserved.
+#[derive(Debug)]
+pub enum ReserveRefused {
+    /// Their bytes would take the pusher's address, or everyone, past the unsigned budget
+    /// (docs/protocol.md#caps).
+    Unsigned(UnsignedFull),
+    /// A placeholder cap, or another commit already waiting under an id: one reason per ref.
+    Placeholders(Vec<String>),
+}
+
+impl ReserveRefused {
+    /// The lines the pusher is told.
+    pub fn reasons(&self) -> Vec<String> {
+        match self {
+            ReserveRefused::Unsigned(full) => vec![full.to_string()],
+            ReserveRefused::Placeholders(reasons) => reasons.clone(),
+        }
+    }
+}
+
 /// How many expired event ids the operator listing shows (newest first).
 const LISTED_EXPIRED: usize = 1000;
+/// How many addresses holding unsigned data the operator listing names (most first).
+const LISTED_UNSIGNED_ADDRESSES: usize = 20;
 
 /// The answer to `GET /v1/purgatory`: every held entry (soonest expiry first), the most recently
 /// expired event ids, counts, and the repository work deferred because a repository stayed
@@ -50,6 +72,8 @@ pub struct PurgatoryListing {
     pub deferred: Vec<grasp_state::deferred::DeferredView>,
     /// The deferred work's figures: entries, authors, bounds, and work dropped since start.
     pub deferred_stats: grasp_state::deferred::DeferredStats,
+    /// Unsigned data of the git-first placeholders: in total, and the addresses holding most.
+    pub unsigned: grasp_state::purgatory::unsigned::UnsignedView,
 }
 
 impl PurgatoryListing {
@@ -61,6 +85,7 @@ impl PurgatoryListing {
             stats: p.stats(),
             deferred: Vec::new(),
             deferred_stats: Default::default(),
+            unsigned: p.unsigned_listing(LISTED_UNSIGNED_ADDRESSES),
         }
     }
 }
@@ -354,10 +379,24 @@ impl SharedPurgatory {
     }
 
     /// Records git-first placeholders for `(event id, commit)` pushed to `refs/nostr/` of
-    /// `repo`. All or nothing: if one cannot be recorded, the ones created here are dropped again
-    /// and one reason per failure is returned. `address`: the pusher's, as counted.
-    pub fn reserve_placeholders(&self, repo: &RepoId, placeholders: &[(EventId, String)], address: Option<IpAddr>) -> Result<Durable, Vec<String>> {
+    /// `repo` by a push bringing `incoming` bytes of objects. All or nothing: if the bytes do not
+    /// fit the unsigned budget nothing is recorded; if one placeholder cannot be recorded, the
+    /// ones created here are dropped again and one reason per failure is returned. `address`:
+    /// the pusher's, as counted. The bytes are shared out over the placeholders (the first takes
+    /// the remainder), so each carries its part out of the budget when it goes
+    /// (docs/protocol.md#caps).
+    pub fn reserve_placeholders(
+        &self,
+        repo: &RepoId,
+        placeholders: &[(EventId, String)],
+        address: Option<IpAddr>,
+        incoming: u64,
+    ) -> Result<Durable, ReserveRefused> {
         let mut p = self.lock();
+        if placeholders.is_empty() {
+            return Ok(p.durable());
+        }
+        p.check_unsigned(address, incoming).map_err(ReserveRefused::Unsigned)?;
         let mut created = Vec::new();
         let mut reasons = Vec::new();
         for (id, commit) in placeholders {
@@ -374,13 +413,18 @@ impl SharedPurgatory {
                 }
             }
         }
-        if reasons.is_empty() {
-            return Ok(p.durable());
+        if !reasons.is_empty() {
+            for id in created {
+                p.remove_pr(&id);
+            }
+            return Err(ReserveRefused::Placeholders(reasons));
         }
-        for id in created {
-            p.remove_pr(&id);
+        let n = placeholders.len() as u64;
+        for (i, (id, _)) in placeholders.iter().enumerate() {
+            let share = incoming / n + if i == 0 { incoming % n } else { 0 };
+            p.add_unsigned_bytes(id, share);
         }
-        Err(reasons)
+        Ok(p.durable())
     }
 
     /// Records a placeholder for a `refs/nostr/<id>` ref that landed in `repo`, unless a pull

@@ -101,6 +101,11 @@ struct GitRequestLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ScopeLabels {
+    scope: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct BuildLabels {
     version: &'static str,
 }
@@ -123,6 +128,10 @@ pub struct Metrics {
     purgatory_expired_ids: Gauge,
     purgatory_expiries: Family<TypeLabels, Counter>,
     purgatory_releases: Family<KindLabels, Counter>,
+    // Unsigned data of git-first pushes (docs/protocol.md#caps).
+    unsigned_bytes: Gauge,
+    unsigned_addresses: Gauge,
+    unsigned_refusals: Family<ScopeLabels, Counter>,
     // Maintainer authority (docs/protocol.md#maintainer-authority).
     authority_realignments: Family<ReasonLabels, Counter>,
     // Pushes (through the hooks, whoever serves git) and git smart HTTP on the public port.
@@ -177,6 +186,9 @@ impl Metrics {
             purgatory_expired_ids: Gauge::default(),
             purgatory_expiries: Family::default(),
             purgatory_releases: Family::default(),
+            unsigned_bytes: Gauge::default(),
+            unsigned_addresses: Gauge::default(),
+            unsigned_refusals: Family::default(),
             authority_realignments: Family::default(),
             pushes: Family::default(),
             push_hook_duration: HistogramFamily::new_with_constructor(duration_buckets),
@@ -224,6 +236,17 @@ impl Metrics {
             "Repositories that followed a change of their confirmed maintainers: after an announcement (reason=announcement), or refs \
              the authorization-integrity pass realigned (reason=integrity)",
             m.authority_realignments.clone(),
+        );
+        r.register(
+            "purgatory_unsigned_bytes",
+            "Bytes of unsigned data the git-first placeholders hold (pushes to refs/nostr/<id> before any event; budget --unsigned-bytes-total)",
+            m.unsigned_bytes.clone(),
+        );
+        r.register("purgatory_unsigned_addresses", "Client addresses holding unsigned data of git-first placeholders", m.unsigned_addresses.clone());
+        r.register(
+            "unsigned_refusals",
+            "Pushes refused because their unsigned data would pass a budget: their address's (scope=address, --unsigned-bytes-per-address) or everyone's (scope=total, --unsigned-bytes-total)",
+            m.unsigned_refusals.clone(),
         );
         r.register("purgatory_releases", "Held events released (stored and served) once their git data arrived, by kind", m.purgatory_releases.clone());
         r.register("pushes", "Pushes decided by the pre-receive hook: accepted or refused", m.pushes.clone());
@@ -280,6 +303,9 @@ impl Metrics {
         }
         for r#type in ["announcement_soft_expiry", "announcement", "state", "pull_request", "placeholder"] {
             drop(self.purgatory_expiries.get_or_create(&TypeLabels { r#type }));
+        }
+        for scope in ["address", "total"] {
+            drop(self.unsigned_refusals.get_or_create(&ScopeLabels { scope }));
         }
         for outcome in ["accepted", "refused"] {
             drop(self.pushes.get_or_create(&OutcomeLabels { outcome }));
@@ -357,6 +383,17 @@ impl Metrics {
         set("pull_request", "waiting", stats.prs);
         set("placeholder", "waiting", stats.placeholders);
         self.purgatory_expired_ids.set(gauge(stats.expired_events));
+        self.unsigned_bytes.set(i64::try_from(stats.unsigned_bytes).unwrap_or(i64::MAX));
+        self.unsigned_addresses.set(gauge(stats.unsigned_addresses));
+    }
+
+    /// A push refused by the unsigned budget of its address or of everyone.
+    pub fn unsigned_refused(&self, scope: grasp_state::purgatory::UnsignedScope) {
+        let scope = match scope {
+            grasp_state::purgatory::UnsignedScope::Address => "address",
+            grasp_state::purgatory::UnsignedScope::Total => "total",
+        };
+        self.unsigned_refusals.get_or_create(&ScopeLabels { scope }).inc();
     }
 
     /// One expiry decided by the purgatory's sweep.
@@ -636,7 +673,8 @@ mod tests {
     #[test]
     fn text_format_has_help_and_type_for_every_family() {
         let m = Metrics::new();
-        m.refresh_purgatory(&PurgatoryStats { announcements: 3, soft_expired_announcements: 1, ..Default::default() });
+        m.refresh_purgatory(&PurgatoryStats { announcements: 3, soft_expired_announcements: 1, unsigned_bytes: 5 << 20, unsigned_addresses: 2, ..Default::default() });
+        m.unsigned_refused(grasp_state::purgatory::UnsignedScope::Address);
         m.checkpoint_written(Duration::from_millis(3), Ok(1234));
         let text = m.encode();
         for family in ["grasp_build_info", "grasp_purgatory_entries", "grasp_checkpoint_bytes", "grasp_websocket_connections_open"] {
@@ -647,6 +685,10 @@ mod tests {
         assert_eq!(value(&text, r#"grasp_purgatory_entries{type="announcement",level="waiting"}"#), Some(2.0));
         assert_eq!(value(&text, r#"grasp_purgatory_entries{type="announcement",level="soft_expired"}"#), Some(1.0));
         assert_eq!(value(&text, "grasp_checkpoint_bytes"), Some(1234.0));
+        assert_eq!(value(&text, "grasp_purgatory_unsigned_bytes"), Some(f64::from(5u32 << 20)));
+        assert_eq!(value(&text, "grasp_purgatory_unsigned_addresses"), Some(2.0));
+        assert_eq!(value(&text, r#"grasp_unsigned_refusals_total{scope="address"}"#), Some(1.0));
+        assert_eq!(value(&text, r#"grasp_unsigned_refusals_total{scope="total"}"#), Some(0.0));
         assert_eq!(value(&text, "grasp_checkpoint_duration_seconds_count"), Some(1.0));
     }
 

@@ -235,6 +235,11 @@ pub(crate) struct Counts {
     pub soft_expired: usize,
     /// [`held_size`] of every held event (soft-expired announcements included).
     pub held_bytes: usize,
+    /// Bytes of unsigned data of the placeholders, by the address of their push
+    /// ([`super::unsigned`]); addresses holding none are absent.
+    pub unsigned_per_address: HashMap<IpAddr, u64>,
+    /// Bytes of unsigned data of every placeholder, those of unknown address included.
+    pub unsigned_total: u64,
 }
 
 impl Counts {
@@ -376,6 +381,33 @@ impl Counts {
             });
         }
         Ok(())
+    }
+
+    /// A placeholder holding `bytes` of unsigned data attached, pushed from `origin`.
+    pub fn add_unsigned(&mut self, origin: Option<IpAddr>, bytes: u64) {
+        if bytes == 0 {
+            return;
+        }
+        if let Some(o) = origin {
+            *self.unsigned_per_address.entry(o).or_default() += bytes;
+        }
+        self.unsigned_total += bytes;
+    }
+
+    /// A placeholder holding `bytes` of unsigned data detached.
+    pub fn remove_unsigned(&mut self, origin: Option<IpAddr>, bytes: u64) {
+        if bytes == 0 {
+            return;
+        }
+        if let Some(o) = origin {
+            if let Some(n) = self.unsigned_per_address.get_mut(&o) {
+                *n = n.saturating_sub(bytes);
+                if *n == 0 {
+                    self.unsigned_per_address.remove(&o);
+                }
+            }
+        }
+        self.unsigned_total = self.unsigned_total.saturating_sub(bytes);
     }
 
     pub fn add_destination(&mut self, destination: RepoId) {

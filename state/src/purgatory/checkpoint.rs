@@ -207,6 +207,14 @@ pub struct SavedPr {
     /// counted (absent: unknown, and in older files).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub address: Option<String>,
+    /// Of a placeholder: the bytes of unsigned data its pushes brought (absent: none, and in
+    /// older files).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub unsigned_bytes: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// Why a checkpoint file cannot be used. The caller moves it aside ([`set_aside`]) and starts
@@ -382,6 +390,7 @@ impl PurgatorySnapshot {
                         secs_until(now, p.expires_at)
                     },
                     address: saved_address(p.origin),
+                    unsigned_bytes: p.unsigned_bytes,
                 },
             );
         }
@@ -581,6 +590,7 @@ impl Purgatory {
                     }
                 };
                 let (created_at, expires_at) = (now, now); // filled below
+                let unsigned_bytes = if event.is_none() { saved.unsigned_bytes } else { 0 };
                 Ok((
                     id,
                     PrEntry {
@@ -592,6 +602,7 @@ impl Purgatory {
                         expires_at,
                         cleanup_pending: false,
                         origin,
+                        unsigned_bytes,
                     },
                 ))
             })();

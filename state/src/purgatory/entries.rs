@@ -101,6 +101,9 @@ pub struct PrEntry {
     /// The client address the event was sent from, or the placeholder's push came from, as
     /// counted; `None` when unknown.
     pub origin: Option<IpAddr>,
+    /// Of a placeholder: the bytes of objects its pushes brought, unsigned data counted against
+    /// `origin` until the placeholder goes ([`super::unsigned`]). 0 for a pull request event.
+    pub unsigned_bytes: u64,
 }
 
 impl PrEntry {
@@ -235,6 +238,10 @@ pub struct PurgatoryStats {
     pub deferred: usize,
     /// Deadlines the last sweep looked at (proves the sweep never scans every entry).
     pub last_sweep_examined: usize,
+    /// Bytes of unsigned data the placeholders hold ([`super::unsigned`]).
+    pub unsigned_bytes: u64,
+    /// Addresses holding unsigned data.
+    pub unsigned_addresses: usize,
 }
 
 fn secs<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {

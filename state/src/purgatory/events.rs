@@ -172,6 +172,8 @@ impl Purgatory {
                 expires_at: now + self.config.entry_ttl,
                 cleanup_pending: false,
                 origin,
+                // Its data is signed for now: it leaves the unsigned budget.
+                unsigned_bytes: 0,
             },
         );
         Ok(true)
@@ -215,6 +217,7 @@ impl Purgatory {
                     expires_at: now + ttl,
                     cleanup_pending: false,
                     origin,
+                    unsigned_bytes: 0,
                 },
             );
             return Ok(());

@@ -305,6 +305,7 @@ impl Purgatory {
                         age_secs: age(p.created_at),
                         expires_in_secs: if p.cleanup_pending { 0 } else { secs_until(now, p.expires_at) },
                         address: saved_address(p.origin),
+                        unsigned_bytes: p.unsigned_bytes,
                     },
                 }
             }

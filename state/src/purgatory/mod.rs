@@ -19,6 +19,8 @@
 //!   placeholders.
 //! - `deletion`: kind-5 deletion semantics. `sweep`: expiry.
 //! - [`checkpoint`]: the on-disk format, snapshot and restore.
+//! - [`unsigned`]: the bytes git-first pushes parked here, per address and in total, and their
+//!   budget.
 //!
 //! Invariant kept by every mutation: each entry's `expires_at` is armed in the deadline set
 //! exactly once, unless the entry is deferred (its sync is running) or is a placeholder whose
@@ -36,6 +38,7 @@ mod deletion;
 mod events;
 mod expired;
 mod sweep;
+pub mod unsigned;
 #[cfg(test)]
 pub(crate) mod testutil;
 
@@ -59,6 +62,7 @@ pub use entries::{
 };
 pub use journal::{JournalRecord, Decoded};
 pub use sweep::SweepAction;
+pub use unsigned::{UnsignedBudget, UnsignedFull, UnsignedScope};
 
 use caps::Counts;
 use deadlines::Deadlines;
@@ -80,6 +84,8 @@ pub struct PurgatoryConfig {
     /// expire although the sync still runs.
     pub sync_defer_limit: Duration,
     pub caps: Caps,
+    /// Bytes of unsigned data (git-first pushes) per address and in total ([`unsigned`]).
+    pub unsigned: UnsignedBudget,
 }
 
 impl Default for PurgatoryConfig {
@@ -91,6 +97,7 @@ impl Default for PurgatoryConfig {
             placeholder_retry: Duration::from_secs(60),
             sync_defer_limit: Duration::from_secs(10 * 60),
             caps: Caps::default(),
+            unsigned: UnsignedBudget::default(),
         }
     }
 }
@@ -224,6 +231,8 @@ impl Purgatory {
             deadlines: self.deadlines.len(),
             deferred: self.deferred.values().map(BTreeSet::len).sum(),
             last_sweep_examined: self.last_sweep_examined,
+            unsigned_bytes: self.counts.unsigned_total,
+            unsigned_addresses: self.counts.unsigned_per_address.len(),
         }
     }
 
@@ -451,7 +460,10 @@ impl Purgatory {
                 self.counts.add_entry(e.pubkey, entry.origin);
                 self.counts.add_bytes(e);
             }
-            None => self.counts.add_placeholder(entry.origin),
+            None => {
+                self.counts.add_placeholder(entry.origin);
+                self.counts.add_unsigned(entry.origin, entry.unsigned_bytes);
+            }
         }
         for d in &entry.destinations {
             self.counts.add_destination(d.clone());
@@ -471,7 +483,10 @@ impl Purgatory {
                 self.counts.remove_entry(&e.pubkey, entry.origin);
                 self.counts.remove_bytes(e);
             }
-            None => self.counts.remove_placeholder(entry.origin),
+            None => {
+                self.counts.remove_placeholder(entry.origin);
+                self.counts.remove_unsigned(entry.origin, entry.unsigned_bytes);
+            }
         }
         for d in &entry.destinations {
             self.counts.remove_destination(d);
@@ -558,7 +573,17 @@ impl Purgatory {
         }
         let mut placeholders = 0;
         let mut per_repo: HashMap<RepoId, usize> = HashMap::new();
+        let mut unsigned_per_address: HashMap<IpAddr, u64> = HashMap::new();
+        let mut unsigned_total = 0;
         for (id, p) in &self.prs {
+            if p.is_placeholder() {
+                unsigned_total += p.unsigned_bytes;
+                if let (Some(o), true) = (p.origin, p.unsigned_bytes > 0) {
+                    *unsigned_per_address.entry(o).or_default() += p.unsigned_bytes;
+                }
+            } else {
+                assert_eq!(p.unsigned_bytes, 0, "a pull request event's data is signed");
+            }
             let by_address = match &p.event {
                 Some(e) => {
                     *per_author.entry(e.pubkey).or_default() += 1;
@@ -589,6 +614,8 @@ impl Purgatory {
         assert_eq!(per_author.values().sum::<usize>(), self.counts.total);
         assert_eq!(placeholders, self.counts.placeholders_total);
         assert_eq!(per_repo, self.counts.placeholders_per_repo);
+        assert_eq!(unsigned_per_address, self.counts.unsigned_per_address);
+        assert_eq!(unsigned_total, self.counts.unsigned_total);
         let indexed = self
             .announcements
             .values()
