@@ -106,16 +106,19 @@ impl AuthorityMemo {
     }
 }
 
-/// Merged announcements of one identifier, kept with the fingerprint of the events they were
-/// merged from.
+/// Merged announcements of one identifier.
 type Merged = Arc<Vec<(Announcement, Source)>>;
+
+/// Each identifier's merged list with the fingerprint of the events it was merged from, and the
+/// weight of all of them.
+type MergedByIdentifier = (HashMap<String, (u64, Merged)>, usize);
 
 /// Announcements parsed once per event id, and each identifier's merged list kept while its
 /// events stay the same (a push, its state and its release read it several times).
 #[derive(Default)]
 pub struct ParsedAnnouncements {
     parsed: Mutex<(HashMap<EventId, Arc<Announcement>>, usize)>,
-    merged: Mutex<(HashMap<String, (u64, Merged)>, usize)>,
+    merged: Mutex<MergedByIdentifier>,
 }
 
 impl ParsedAnnouncements {
