@@ -293,10 +293,20 @@ async fn announce_state_push_clone_and_pr_through_nginx() {
     let front = Front::start();
     let tmp = tempfile::tempdir().unwrap();
     let mut c = NostrClient::connect(&front.ws_url()).await.expect("WebSocket through nginx");
-    let owner = Keys::generate();
+    let (owner, second_owner) = (Keys::generate(), Keys::generate());
 
-    // Announce through the proxied WebSocket: held until the git data arrives.
-    let ann = front.announcement(&owner, "hello");
+    // Announce through the proxied WebSocket: held until the git data arrives. The owner lists a
+    // second owner of the identifier as co-maintainer (who lists the owner back, below).
+    let ann = event(
+        &owner,
+        30617,
+        &[
+            &["d", "hello"],
+            &["clone", &front.repo_url(&owner.public_key(), "hello")],
+            &["relays", &format!("ws://{}", front.addr)],
+            &["maintainers", &second_owner.public_key().to_hex()],
+        ],
+    );
     let (ok, msg) = c.send_event(&ann).await.unwrap();
     assert!(ok && msg.starts_with("purgatory:"), "{msg}");
     let url = front.repo_url(&owner.public_key(), "hello");
@@ -307,9 +317,9 @@ async fn announce_state_push_clone_and_pr_through_nginx() {
     let st = state(&owner, "hello", &[("refs/heads/main", &tip)], Some("main"));
     let (ok, msg) = c.send_event(&st).await.unwrap();
     assert!(ok && msg.starts_with("purgatory:"), "{msg}");
-    // A second owner of the identifier who trusts the first: its repository borrows the objects
-    // from the identifier's object pool (docs/architecture.md, "Object pools").
-    let second_owner = Keys::generate();
+    // The second owner, confirmed both ways (docs/protocol.md#maintainer-authority): its
+    // repository follows the owner's state and borrows the objects from the identifier's object
+    // pool (docs/architecture.md, "Object pools").
     let url2 = front.repo_url(&second_owner.public_key(), "hello");
     let ann2 = event(&second_owner, 30617, &[&["d", "hello"], &["clone", &url2], &["relays", &format!("ws://{}", front.addr)], &["maintainers", &owner.public_key().to_hex()]]);
     let (ok, msg) = c.send_event(&ann2).await.unwrap();
