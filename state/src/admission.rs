@@ -34,6 +34,9 @@ pub struct AnnouncementFacts {
     pub repo_exists: bool,
     /// Does that repository hold any ref (only asked when it exists and nothing is known)?
     pub repo_has_refs: bool,
+    /// Does it make its author a confirmed maintainer of a served repository (an accepted
+    /// invitation: its inviter vouches for it, docs/protocol.md#maintainer-authority)?
+    pub confirmed_by_served: bool,
     /// Did this very event already expire in the purgatory (both phases of soft expiry)?
     pub expired: bool,
 }
@@ -94,6 +97,10 @@ pub fn admit_announcement(f: &AnnouncementFacts) -> AnnouncementAdmission {
         // A repository that already holds git data (restored from a crash, or synced) proves
         // itself: serve the announcement at once.
         None if f.repo_exists && f.repo_has_refs => AfterRepo::Store,
+        // An accepted invitation to a served repository: its inviter vouches for it, so it is
+        // served at once, whether or not its own repository ever gets data here (held, it
+        // would expire and take the confirmation with it).
+        None if f.confirmed_by_served && !f.expired => AfterRepo::Store,
         // The same event expired once already: no new cycle, no new repository.
         None if f.expired => return AnnouncementAdmission::Reject(EXPIRED_ANNOUNCEMENT_MESSAGE.into()),
         None => AfterRepo::Hold,
@@ -190,7 +197,16 @@ mod tests {
     use super::*;
 
     fn facts() -> AnnouncementFacts {
-        AnnouncementFacts { existing: None, lists_service: true, archived: false, owner_or_listed: false, repo_exists: false, repo_has_refs: false, expired: false }
+        AnnouncementFacts {
+            existing: None,
+            lists_service: true,
+            archived: false,
+            owner_or_listed: false,
+            repo_exists: false,
+            repo_has_refs: false,
+            confirmed_by_served: false,
+            expired: false,
+        }
     }
 
     #[test]
@@ -201,6 +217,9 @@ mod tests {
         assert_eq!(admit_announcement(&older), AnnouncementAdmission::Reject(OLDER_ANNOUNCEMENT_MESSAGE.into()));
         let data = AnnouncementFacts { repo_exists: true, repo_has_refs: true, ..facts() };
         assert_eq!(admit_announcement(&data), AnnouncementAdmission::WithRepo { check_room: false, then: AfterRepo::Store });
+        // An accepted invitation to a served repository is served at once, repository or not.
+        let accepted = AnnouncementFacts { confirmed_by_served: true, ..facts() };
+        assert_eq!(admit_announcement(&accepted), AnnouncementAdmission::WithRepo { check_room: true, then: AfterRepo::Store });
         let empty = AnnouncementFacts { repo_exists: true, ..facts() };
         assert_eq!(admit_announcement(&empty), AnnouncementAdmission::WithRepo { check_room: false, then: AfterRepo::Hold });
         let held = AnnouncementFacts { existing: Some((Source::Purgatory, false)), ..facts() };

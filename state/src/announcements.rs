@@ -141,22 +141,51 @@ impl<'a> TrustIndex<'a> {
 /// (`author`'s own list changes where paths from it go, not which paths reach it), so the work is
 /// the owners a change can concern, never the identifier's other announcements.
 pub fn authority_changes(author: &PublicKey, new: &Claims, before: &[(Announcement, Source)]) -> Vec<PublicKey> {
-    let claims: HashMap<PublicKey, &Claims> = before.iter().map(|(a, _)| (a.owner, &a.claims)).collect();
+    let change = Change::new(author, new, before);
     let mut owners = owners_reaching(author, before);
     owners.insert(*author);
-    let members = |owner: PublicKey, after: bool| -> Option<Vec<PublicKey>> {
-        let owns = claims.contains_key(&owner) || (after && owner == *author);
+    owners.into_iter().filter(|owner| change.members(*owner, false) != change.members(*owner, true)).collect()
+}
+
+/// The owners other than `author` whose confirmed maintainers include `author` once its
+/// announcement becomes `new` (an accepted invitation), each with where its announcement lives,
+/// in owner order.
+pub fn confirming_owners(author: &PublicKey, new: &Claims, before: &[(Announcement, Source)]) -> Vec<(PublicKey, Source)> {
+    let change = Change::new(author, new, before);
+    owners_reaching(author, before)
+        .into_iter()
+        .filter(|owner| owner != author)
+        .filter(|owner| change.members(*owner, true).is_some_and(|m| m.contains(author)))
+        .filter_map(|owner| before.iter().find(|(a, _)| a.owner == owner).map(|(_, source)| (owner, *source)))
+        .collect()
+}
+
+/// One announcement's change: `author`'s claims becoming `new`, over `before`.
+struct Change<'a> {
+    author: &'a PublicKey,
+    new: &'a Claims,
+    claims: HashMap<PublicKey, &'a Claims>,
+}
+
+impl<'a> Change<'a> {
+    fn new(author: &'a PublicKey, new: &'a Claims, before: &'a [(Announcement, Source)]) -> Self {
+        Change { author, new, claims: before.iter().map(|(a, _)| (a.owner, &a.claims)).collect() }
+    }
+
+    /// The confirmed maintainers of `owner`'s repository before or after the change (`None`:
+    /// no such repository).
+    fn members(&self, owner: PublicKey, after: bool) -> Option<Vec<PublicKey>> {
+        let owns = self.claims.contains_key(&owner) || (after && owner == *self.author);
         owns.then(|| {
-            MaintainerSet::compute(owner, |pk| match after && pk == author {
-                true => Some(new.as_ref()),
-                false => claims.get(pk).map(|c| c.as_ref()),
+            MaintainerSet::compute(owner, |pk| match after && pk == self.author {
+                true => Some(self.new.as_ref()),
+                false => self.claims.get(pk).map(|c| c.as_ref()),
             })
             .iter()
             .copied()
             .collect()
         })
-    };
-    owners.into_iter().filter(|owner| members(*owner, false) != members(*owner, true)).collect()
+    }
 }
 
 /// Levels of "who lists these" answered by scanning `announcements` before the reverse index is
@@ -216,6 +245,21 @@ mod tests {
             created_at: Timestamp::from(1),
         };
         (a, Source::Stored)
+    }
+
+    #[test]
+    fn an_accepted_invitation_is_confirmed_by_its_inviter() {
+        let (owner, invitee, stranger) = (Keys::generate().public_key(), Keys::generate().public_key(), Keys::generate().public_key());
+        let before = vec![listing(owner, &[invitee], 1)];
+        let accept = Claims { maintainers: vec![owner], ..Claims::default() };
+        assert_eq!(confirming_owners(&invitee, &accept, &before), vec![(owner, Source::Stored)]);
+        // The owner's set changes, and the invitee's own (new) repository comes to be.
+        let changed = authority_changes(&invitee, &accept, &before);
+        assert!(changed.contains(&owner) && changed.contains(&invitee) && changed.len() == 2, "{changed:?}");
+        // A stranger listing the owner is confirmed by nobody.
+        assert!(confirming_owners(&stranger, &accept, &before).is_empty());
+        // Neither is an announcement that lists nobody back.
+        assert!(confirming_owners(&invitee, &Claims::default(), &before).is_empty());
     }
 
     #[test]

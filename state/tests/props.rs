@@ -907,10 +907,11 @@ proptest! {
         owner_or_listed in any::<bool>(),
         repo_exists in any::<bool>(),
         repo_has_refs in any::<bool>(),
+        confirmed_by_served in any::<bool>(),
         expired in any::<bool>(),
     ) {
         let existing = existing.map(|(held, newer)| (if held { Source::Purgatory } else { Source::Stored }, newer));
-        let facts = AnnouncementFacts { existing, lists_service, archived, owner_or_listed, repo_exists, repo_has_refs, expired };
+        let facts = AnnouncementFacts { existing, lists_service, archived, owner_or_listed, repo_exists, repo_has_refs, confirmed_by_served, expired };
         // An archived announcement (GRASP-05) is taken like a listing one.
         let hosted = lists_service || archived;
         let verdict = admit_announcement(&facts);
@@ -923,7 +924,7 @@ proptest! {
                 prop_assert!(hosted);
                 prop_assert_eq!(check_room, existing.is_none() && !repo_exists);
                 if then == AfterRepo::Hold {
-                    prop_assert!(existing.is_none() && !(repo_exists && repo_has_refs));
+                    prop_assert!(existing.is_none() && !(repo_exists && repo_has_refs) && !confirmed_by_served);
                     prop_assert!(!expired, "an expired announcement never starts a new cycle");
                 }
             }

@@ -77,7 +77,11 @@ async fn an_invitee_moves_nothing_until_they_accept_and_nothing_after_they_leave
 
     // The invitee accepts (`ngit repo accept`: their own announcement lists the owner back).
     let accept = with_roles(&server, &invitee, "team", &[("M", owner.public_key(), &[]), ("m", invitee.public_key(), &[])], t + 5);
-    accepted(&mut c, &accept).await;
+    let msg = accepted(&mut c, &accept).await;
+    // An accepted invitation to a served repository is served at once (the inviter vouches for
+    // it): held, it would expire with the confirmation if the invitee never pushed here.
+    assert!(!msg.starts_with("purgatory:"), "{msg}");
+    assert!(stored(&mut c, accept.id).await, "the acceptance is served");
     // Their held state is now authoritative: released, and the owner's repository follows it.
     eventually!("the owner's repository to follow the accepted co-maintainer's state", {
         (main_of(&server, &owner.public_key(), "team").as_deref() == Some(first.as_str())).then_some(())

@@ -197,6 +197,8 @@ impl Grasp {
             owner_or_listed: is_owner_or_listed(&a.owner, all),
             repo_exists,
             repo_has_refs,
+            confirmed_by_served: existing.is_none()
+                && grasp_state::announcements::confirming_owners(&a.owner, &a.claims, all).iter().any(|(_, source)| *source == grasp_state::nip34::Source::Stored),
             expired: self.purgatory.is_expired(&ev.id),
         };
         let npub = a.owner.to_bech32().unwrap_or_default();
