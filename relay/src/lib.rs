@@ -30,7 +30,9 @@
 //! - [`sync`]: background git-data sync (queue, per-domain throttle, fetch by id), and URL safety
 //!   for clone URLs (`urls`) and relay URLs (`relay_url`).
 //! - [`grasp`]: the domain. [`grasp::Grasp`] joins store, purgatory and repositories
-//!   (`grasp/mod.rs`); which events are stored, held or refused (`acceptance`, `policy`); push
+//!   (`grasp/mod.rs`); which events are stored, held or refused (`acceptance`, `policy`); who
+//!   the confirmed maintainers are, computed once per version of an identifier's announcements
+//!   (`authority`), and the authorization-integrity pass over every repository (`integrity`); push
 //!   authorisation for pre-receive (`authorize`, held states parsed once and indexed by declared
 //!   refs in `held_index`); git data arrival, release and alignment (`release`); the lock order
 //!   and `RepoGuards`, every wait bounded (`locks`); work on repositories busy past the bound,
