@@ -305,15 +305,24 @@ impl Grasp {
                 self.process_queued(&s.identifier, &s.author, &repos, queue).await;
                 Admission::Published(message)
             }
-            StatePlacement::Hold => match self.purgatory.hold_state(ev.clone(), s.author, s.identifier.clone(), address) {
-                Err(HoldRefused::Expired) => Admission::Reject(EXPIRED_STATE_MESSAGE.into()),
-                Ok((_, durable)) => {
+            StatePlacement::Hold => match self.hold_state(ev, &s, address) {
+                Ok(durable) => {
                     tracing::info!(identifier = %s.identifier, event = %ev.id, "state event held in purgatory");
                     self.note_waiting(&s.identifier, origin);
                     Admission::Purgatory(PURGATORY_MESSAGE.into(), durable)
                 }
-                Err(HoldRefused::Full(e)) => full(e, ev.kind.as_u16()),
+                Err(refusal) => refusal,
             },
+        }
+    }
+
+    /// Holds state `s` in the purgatory; `Err`: the refusal (it already expired once, or the
+    /// purgatory is full).
+    fn hold_state(&self, ev: &Event, s: &RepoState, address: Option<IpAddr>) -> Result<crate::grasp::journal::Durable, Admission> {
+        match self.purgatory.hold_state(ev.clone(), s.author, s.identifier.clone(), address) {
+            Ok((_, durable)) => Ok(durable),
+            Err(HoldRefused::Expired) => Err(Admission::Reject(EXPIRED_STATE_MESSAGE.into())),
+            Err(HoldRefused::Full(e)) => Err(full(e, ev.kind.as_u16())),
         }
     }
 
@@ -322,22 +331,20 @@ impl Grasp {
     /// invitee accepts while it waits, the release after the acceptance serves it.
     fn hold_invitee_state(&self, ev: &Event, s: &RepoState, owner: &nostr::prelude::PublicKey, by: &nostr::prelude::PublicKey, address: Option<IpAddr>) -> Admission {
         let repo = format!("{}/{}", owner.to_bech32().unwrap_or_default(), s.identifier);
-        match self.purgatory.hold_state(ev.clone(), s.author, s.identifier.clone(), address) {
-            Err(HoldRefused::Expired) => Admission::Reject(EXPIRED_STATE_MESSAGE.into()),
-            Err(HoldRefused::Full(e)) => full(e, ev.kind.as_u16()),
-            Ok((_, durable)) => {
-                tracing::info!(repo = %repo, event = %ev.id, author = %s.author, invited_by = %by, "state of an invitee held in purgatory: it moves nothing until they accept");
-                Admission::Purgatory(
-                    format!(
-                        "{PURGATORY_MESSAGE}; {} is invited as a maintainer of {repo} by {} but has not accepted: \
-                         this state moves nothing until it runs `ngit repo accept`",
-                        s.author.to_bech32().unwrap_or_default(),
-                        by.to_bech32().unwrap_or_default()
-                    ),
-                    durable,
-                )
-            }
-        }
+        let durable = match self.hold_state(ev, s, address) {
+            Ok(durable) => durable,
+            Err(refusal) => return refusal,
+        };
+        tracing::info!(repo = %repo, event = %ev.id, author = %s.author, invited_by = %by, "state of an invitee held in purgatory: it moves nothing until they accept");
+        Admission::Purgatory(
+            format!(
+                "{PURGATORY_MESSAGE}; {} is invited as a maintainer of {repo} by {} but has not accepted: \
+                 this state moves nothing until it runs `ngit repo accept`",
+                s.author.to_bech32().unwrap_or_default(),
+                by.to_bech32().unwrap_or_default()
+            ),
+            durable,
+        )
     }
 
     /// Whether every object state `s` names is in the repository of one of `owners` (those

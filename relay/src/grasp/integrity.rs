@@ -15,10 +15,9 @@ use grasp_state::hook_api::{AuthorityFinding, AuthorityReport, HOOK_API_VERSION}
 use grasp_state::nip34::{Announcement, KIND_ANNOUNCEMENT};
 use grasp_state::refs::RefChange;
 use grasp_state::release::{alignment, plan_alignment};
-use nostr::prelude::{Filter, Kind, PublicKey, ToBech32};
+use nostr::prelude::{Filter, Kind, ToBech32};
 
 use crate::git;
-use crate::grasp::locks::{PushLocks, RepoGuards};
 use crate::grasp::Grasp;
 
 /// How long the pass waits for a repository a push keeps busy before reporting it unapplied.
@@ -73,7 +72,8 @@ impl Grasp {
                     applied: false,
                 };
                 if apply {
-                    finding.applied = self.realign_locked(&owner, identifier, &repo).await;
+                    // A busy repository is reported unapplied: its next push or start realigns it.
+                    finding.applied = self.realign_within(&owner, identifier, &repo, LOCK_WAIT).await.is_some();
                     tracing::info!(repo = %shown, state = %state.event_id, author = %state.author, changes = ?finding.changes, applied = finding.applied, "authorization integrity: refs realigned to the confirmed maintainers' newest state");
                 }
                 report.findings.push(finding);
@@ -83,20 +83,6 @@ impl Grasp {
         self.metrics.integrity_realigned(applied);
         tracing::info!(checked = report.checked, found = report.findings.len(), applied, dry_run = !apply, "authorization-integrity pass done");
         report
-    }
-
-    /// Releases and aligns `owner`'s repository under its locks, waiting at most [`LOCK_WAIT`].
-    async fn realign_locked(&self, owner: &PublicKey, identifier: &str, repo: &std::path::Path) -> bool {
-        match RepoGuards::acquire_within(&self.locks, [repo.to_path_buf()], PushLocks::Take, LOCK_WAIT).await {
-            Ok(guards) => {
-                self.process_repo(owner, identifier, &guards).await;
-                true
-            }
-            Err(e) => {
-                tracing::warn!(repo = %self.shown_repo(e.repo()), "authorization integrity: repository busy, not realigned now (its next push or the next start does)");
-                false
-            }
-        }
     }
 }
 

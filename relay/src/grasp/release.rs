@@ -244,17 +244,23 @@ impl Grasp {
     /// stay). False when it was busy (tried again later).
     pub async fn realign(&self, identifier: &str, owner: &PublicKey) -> bool {
         let Some(repo) = self.repo_path(owner, identifier).filter(|p| p.is_dir()) else { return true };
-        let guards = match RepoGuards::acquire_within(&self.locks, [repo.clone()], PushLocks::Take, Duration::ZERO).await {
-            Ok(guards) => guards,
-            Err(e) => {
-                tracing::info!(identifier, repo = %self.shown_repo(e.repo()), "realignment deferred: repository busy, tried again later");
-                return false;
-            }
-        };
-        let released = self.process_repo(owner, identifier, &guards).await;
+        let Some(released) = self.realign_within(owner, identifier, &repo, Duration::ZERO).await else { return false };
         self.metrics.authority_realigned();
         tracing::info!(identifier, repo = %self.shown_repo(&repo), released = released.len(), "repository realigned to its confirmed maintainers");
         true
+    }
+
+    /// Releases what `owner`'s repository `repo` now satisfies and aligns it
+    /// ([`Grasp::process_repo`]) under its push and repository locks, waiting for them at most
+    /// `wait`; `None` when it stayed busy (logged).
+    pub(crate) async fn realign_within(&self, owner: &PublicKey, identifier: &str, repo: &Path, wait: Duration) -> Option<Vec<ReleasedEvent>> {
+        match RepoGuards::acquire_within(&self.locks, [repo.to_path_buf()], PushLocks::Take, wait).await {
+            Ok(guards) => Some(self.process_repo(owner, identifier, &guards).await),
+            Err(e) => {
+                tracing::info!(identifier, repo = %self.shown_repo(e.repo()), "realignment put off: the repository is busy (a push); tried again later");
+                None
+            }
+        }
     }
 
     /// [`Grasp::join_pool`] then [`Grasp::promote`] for one locked repository.
