@@ -38,7 +38,9 @@ pub fn merge(
 /// The confirmed maintainers of `owner`'s repository for an identifier, given its announcements
 /// (the merged list of [`merge`]).
 pub fn maintainer_set(owner: PublicKey, announcements: &[(Announcement, Source)]) -> MaintainerSet {
-    TrustIndex::new(announcements).maintainer_set(owner)
+    // The set reads claims by author only: no reverse index needed.
+    let claims: HashMap<PublicKey, &Claims> = announcements.iter().map(|(a, _)| (a.owner, &a.claims)).collect();
+    MaintainerSet::compute(owner, |pk| claims.get(pk).map(|c| c.as_ref()))
 }
 
 /// Owners (with an announcement for the identifier) whose maintainer set contains `author`, in
@@ -133,43 +135,43 @@ impl<'a> TrustIndex<'a> {
     }
 }
 
-/// The owners of an identifier whose confirmed maintainers change when `author`'s announcement
-/// becomes `new` (its claims), `before` being the identifier's merged announcements until then,
-/// in owner order: the repositories whose served refs may have to follow
-/// (docs/protocol.md#maintainer-authority). Only the owners reaching `author` can see a difference
-/// (a set reads only announcements reached from its owner), and they are the same before and after
-/// (`author`'s own list changes where paths from it go, not which paths reach it), so the work is
-/// the owners a change can concern, never the identifier's other announcements.
-pub fn authority_changes(author: &PublicKey, new: &Claims, before: &[(Announcement, Source)]) -> Vec<PublicKey> {
-    let change = Change::new(author, new, before);
-    let mut owners = owners_reaching(author, before);
-    owners.insert(*author);
-    owners.into_iter().filter(|owner| change.members(*owner, false) != change.members(*owner, true)).collect()
-}
-
-/// The owners other than `author` whose confirmed maintainers include `author` once its
-/// announcement becomes `new` (an accepted invitation), each with where its announcement lives,
-/// in owner order.
-pub fn confirming_owners(author: &PublicKey, new: &Claims, before: &[(Announcement, Source)]) -> Vec<(PublicKey, Source)> {
-    let change = Change::new(author, new, before);
-    owners_reaching(author, before)
-        .into_iter()
-        .filter(|owner| owner != author)
-        .filter(|owner| change.members(*owner, true).is_some_and(|m| m.contains(author)))
-        .filter_map(|owner| before.iter().find(|(a, _)| a.owner == owner).map(|(_, source)| (owner, *source)))
-        .collect()
-}
-
-/// One announcement's change: `author`'s claims becoming `new`, over `before`.
-struct Change<'a> {
+/// What `author`'s announcement becoming `new` (its claims) changes, `before` being the
+/// identifier's merged announcements until then (docs/protocol.md#maintainer-authority). Only the
+/// owners reaching `author` can see a difference (a set reads only announcements reached from its
+/// owner), and they are the same before and after (`author`'s own list changes where paths from
+/// it go, not which paths reach it): they are found once, and the work is the owners a change can
+/// concern, never the identifier's other announcements.
+pub struct AnnouncementChange<'a> {
     author: &'a PublicKey,
     new: &'a Claims,
+    before: &'a [(Announcement, Source)],
     claims: HashMap<PublicKey, &'a Claims>,
+    reaching: BTreeSet<PublicKey>,
 }
 
-impl<'a> Change<'a> {
-    fn new(author: &'a PublicKey, new: &'a Claims, before: &'a [(Announcement, Source)]) -> Self {
-        Change { author, new, claims: before.iter().map(|(a, _)| (a.owner, &a.claims)).collect() }
+impl<'a> AnnouncementChange<'a> {
+    pub fn new(author: &'a PublicKey, new: &'a Claims, before: &'a [(Announcement, Source)]) -> Self {
+        let claims = before.iter().map(|(a, _)| (a.owner, &a.claims)).collect();
+        AnnouncementChange { author, new, before, claims, reaching: owners_reaching(author, before) }
+    }
+
+    /// The owners whose confirmed maintainers change, in owner order: the repositories whose
+    /// served refs may have to follow (`author`'s own included when it comes to be).
+    pub fn changed_owners(&self) -> Vec<PublicKey> {
+        let mut owners = self.reaching.clone();
+        owners.insert(*self.author);
+        owners.into_iter().filter(|owner| self.members(*owner, false) != self.members(*owner, true)).collect()
+    }
+
+    /// The owners other than `author` whose confirmed maintainers include `author` after the
+    /// change (an accepted invitation), each with where its announcement lives, in owner order.
+    pub fn confirming_owners(&self) -> Vec<(PublicKey, Source)> {
+        self.reaching
+            .iter()
+            .filter(|owner| *owner != self.author)
+            .filter(|owner| self.members(**owner, true).is_some_and(|m| m.contains(self.author)))
+            .filter_map(|owner| self.before.iter().find(|(a, _)| a.owner == *owner).map(|(_, source)| (*owner, *source)))
+            .collect()
     }
 
     /// The confirmed maintainers of `owner`'s repository before or after the change (`None`:
@@ -252,14 +254,16 @@ mod tests {
         let (owner, invitee, stranger) = (Keys::generate().public_key(), Keys::generate().public_key(), Keys::generate().public_key());
         let before = vec![listing(owner, &[invitee], 1)];
         let accept = Claims { maintainers: vec![owner], ..Claims::default() };
-        assert_eq!(confirming_owners(&invitee, &accept, &before), vec![(owner, Source::Stored)]);
+        let change = AnnouncementChange::new(&invitee, &accept, &before);
+        assert_eq!(change.confirming_owners(), vec![(owner, Source::Stored)]);
         // The owner's set changes, and the invitee's own (new) repository comes to be.
-        let changed = authority_changes(&invitee, &accept, &before);
+        let changed = change.changed_owners();
         assert!(changed.contains(&owner) && changed.contains(&invitee) && changed.len() == 2, "{changed:?}");
         // A stranger listing the owner is confirmed by nobody.
-        assert!(confirming_owners(&stranger, &accept, &before).is_empty());
+        assert!(AnnouncementChange::new(&stranger, &accept, &before).confirming_owners().is_empty());
         // Neither is an announcement that lists nobody back.
-        assert!(confirming_owners(&invitee, &Claims::default(), &before).is_empty());
+        let nobody = Claims::default();
+        assert!(AnnouncementChange::new(&invitee, &nobody, &before).confirming_owners().is_empty());
     }
 
     #[test]

@@ -817,7 +817,7 @@ proptest! {
         };
         let owners: BTreeSet<PublicKey> = before.iter().map(|(a, _)| a.owner).chain([new.owner]).collect();
         let expected: Vec<PublicKey> = owners.into_iter().filter(|o| sets(&before, *o) != sets(&after, *o)).collect();
-        prop_assert_eq!(grasp_state::announcements::authority_changes(&new.owner, &new.claims, &before), expected);
+        prop_assert_eq!(grasp_state::announcements::AnnouncementChange::new(&new.owner, &new.claims, &before).changed_owners(), expected);
     }
 
     /// Walking back by scans finds the owners the reverse index finds, however deep.

@@ -25,7 +25,7 @@ use grasp_state::admission::{
     StateAuthority, StateFacts, StatePlacement,
 };
 use grasp_state::maintainers::Standing;
-use grasp_state::announcements::is_owner_or_listed;
+use grasp_state::announcements::{is_owner_or_listed, AnnouncementChange};
 use grasp_state::identifier::validate_identifier;
 use grasp_state::release::{pr_ref, PrRef};
 use grasp_state::nip34::{
@@ -139,10 +139,14 @@ impl Grasp {
         }
         let all = self.announcements(&a.identifier).await;
         let had_one = all.iter().any(|(x, _)| x.owner == a.owner);
-        let admission = self.admit_announcement_among(ev, &a, &all, address).await;
+        let change = AnnouncementChange::new(&a.owner, &a.claims, &all);
+        let admission = self.admit_announcement_among(ev, &a, &all, &change, address).await;
         let accepted = !matches!(admission, Admission::Reject(_));
+        let mut changed = if accepted { change.changed_owners() } else { Vec::new() };
         // A first announcement makes a new repository with no refs yet: its own pushes follow.
-        let changed = if accepted { self.authority_changes(&a, &all, had_one) } else { Vec::new() };
+        if !had_one {
+            changed.retain(|owner| *owner != a.owner);
+        }
         if changed.is_empty() {
             return admission;
         }
@@ -162,18 +166,16 @@ impl Grasp {
         admission
     }
 
-    /// The repositories whose confirmed maintainers `a` changes (pure:
-    /// `grasp_state::announcements::authority_changes`), `all` being the identifier's
-    /// announcements before it.
-    fn authority_changes(&self, a: &Announcement, all: &[(Announcement, grasp_state::nip34::Source)], had_one: bool) -> Vec<nostr::prelude::PublicKey> {
-        let mut changed = grasp_state::announcements::authority_changes(&a.owner, &a.claims, all);
-        if !had_one {
-            changed.retain(|owner| *owner != a.owner);
-        }
-        changed
-    }
-
-    async fn admit_announcement_among(&self, ev: &Event, a: &Announcement, all: &[(Announcement, grasp_state::nip34::Source)], address: Option<IpAddr>) -> Admission {
+    /// The verdict on announcement `a` among the identifier's announcements `all`, `change`
+    /// being what it changes there.
+    async fn admit_announcement_among(
+        &self,
+        ev: &Event,
+        a: &Announcement,
+        all: &[(Announcement, grasp_state::nip34::Source)],
+        change: &AnnouncementChange<'_>,
+        address: Option<IpAddr>,
+    ) -> Admission {
         let existing = all.iter().find(|(x, _)| x.owner == a.owner).map(|(old, source)| (*source, old.recency() > a.recency()));
         let repo = self.repo_path(&a.owner, &a.identifier);
         let repo_exists = repo.as_ref().is_some_and(|p| p.exists());
@@ -198,7 +200,7 @@ impl Grasp {
             repo_exists,
             repo_has_refs,
             confirmed_by_served: existing.is_none()
-                && grasp_state::announcements::confirming_owners(&a.owner, &a.claims, all).iter().any(|(_, source)| *source == grasp_state::nip34::Source::Stored),
+                && change.confirming_owners().iter().any(|(_, source)| *source == grasp_state::nip34::Source::Stored),
             expired: self.purgatory.is_expired(&ev.id),
         };
         let npub = a.owner.to_bech32().unwrap_or_default();

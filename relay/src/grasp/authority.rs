@@ -75,7 +75,7 @@ impl AuthorityMemo {
         if let Some(hit) = self.lock().sets.get(&key) {
             return hit.clone();
         }
-        let set = Arc::new(TrustIndex::new(all).maintainer_set(owner));
+        let set = Arc::new(grasp_state::announcements::maintainer_set(owner, all));
         let mut answers = self.lock();
         Self::remember(&mut answers, 1 + set.len() + set.invited().count());
         answers.sets.insert(key, set.clone());
