@@ -147,6 +147,12 @@ impl Store {
         self.failing_saves.store(n, std::sync::atomic::Ordering::SeqCst);
     }
 
+    /// Fault injection for tests: how many of the injected failures are still to come.
+    #[doc(hidden)]
+    pub fn failing_saves_left(&self) -> usize {
+        self.failing_saves.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
     /// Stores `event` following the NIP-01/NIP-09 rules. The caller has verified id and signature.
     pub async fn save(&self, event: &Event) -> Result<SaveOutcome, StoreError> {
         match self.refusal(event).await? {
