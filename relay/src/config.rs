@@ -342,6 +342,34 @@ pub struct Config {
     #[arg(long, env = "GRASP_UNSIGNED_BYTES_TOTAL", default_value_t = grasp_state::purgatory::unsigned::DEFAULT_UNSIGNED_TOTAL)]
     pub unsigned_bytes_total: u64,
 
+    /// Most bytes of pull request data (commits pushed for pull request events of keys that are
+    /// not maintainers of the repository, GRASP-06 uploads included) kept for one author; a push
+    /// or pull request event past it is refused. Default 512 MiB.
+    #[arg(long, env = "GRASP_CONTRIBUTOR_BYTES_PER_AUTHOR", default_value_t = grasp_state::contributor_data::DEFAULT_PER_AUTHOR)]
+    pub contributor_bytes_per_author: u64,
+
+    /// Most bytes of pull request data pushed from one client address (IPv6: by
+    /// --ipv6-prefix-len). Default 1 GiB.
+    #[arg(long, env = "GRASP_CONTRIBUTOR_BYTES_PER_ADDRESS", default_value_t = grasp_state::contributor_data::DEFAULT_PER_ADDRESS)]
+    pub contributor_bytes_per_address: u64,
+
+    /// Most bytes of pull request data kept for everyone who is no maintainer (maintainers'
+    /// data is never counted). Default 16 GiB. Unsigned and pull request data is also refused
+    /// while the free disk is below twice --min-free-disk.
+    #[arg(long, env = "GRASP_CONTRIBUTOR_BYTES_TOTAL", default_value_t = grasp_state::contributor_data::DEFAULT_TOTAL)]
+    pub contributor_bytes_total: u64,
+
+    /// The data (refs/nostr/<id>) of a pull request closed or merged (status by its author or
+    /// a maintainer) and not reachable from the maintainers' branches and tags is pruned this
+    /// long after the status; the event stays.
+    #[arg(long, env = "GRASP_PR_DATA_GRACE", default_value = "30d", value_name = "DURATION", value_parser = parse_duration)]
+    pub pr_data_grace: Duration,
+
+    /// How often pull request data is measured on disk (merged data leaves the budgets),
+    /// statuses followed and closed pull requests' data pruned.
+    #[arg(long, env = "GRASP_CONTRIBUTOR_RECONCILE_INTERVAL", default_value = "10m", value_name = "DURATION", value_parser = parse_duration)]
+    pub contributor_reconcile_interval: Duration,
+
     /// Background sync: wait this long after a user-submitted event before fetching its missing
     /// git data from other servers (gives the user's `git push` time to arrive). Seconds, or a
     /// number with a unit.
@@ -711,16 +739,17 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let (num, unit) = s.split_at(split);
     let n: u64 = num
         .parse()
-        .map_err(|_| format!("invalid duration {s:?}: give seconds (90) or a number with ms, s, m or h (500ms, 30m)"))?;
+        .map_err(|_| format!("invalid duration {s:?}: give seconds (90) or a number with ms, s, m, h or d (500ms, 30m, 30d)"))?;
     let secs = |mul: u64| n.checked_mul(mul).map(Duration::from_secs);
     match unit {
         "ms" => Some(Duration::from_millis(n)),
         "" | "s" => secs(1),
         "m" => secs(60),
         "h" => secs(3600),
+        "d" => secs(86_400),
         _ => None,
     }
-    .ok_or_else(|| format!("invalid duration {s:?}: give seconds (90) or a number with ms, s, m or h (500ms, 30m)"))
+    .ok_or_else(|| format!("invalid duration {s:?}: give seconds (90) or a number with ms, s, m, h or d (500ms, 30m, 30d)"))
 }
 
 fn parse_ipnet(s: &str) -> Result<ipnet::IpNet, String> {
@@ -843,6 +872,15 @@ impl Config {
     }
 
 
+
+    /// The budgets of pull request data no maintainer signed.
+    pub fn contributor_budget(&self) -> grasp_state::contributor_data::ContributorBudget {
+        grasp_state::contributor_data::ContributorBudget {
+            per_author: self.contributor_bytes_per_author,
+            per_address: self.contributor_bytes_per_address,
+            total: self.contributor_bytes_total,
+        }
+    }
 
     /// Where the private service's key is kept (`--service-key-file`, else in the data
     /// directory).
@@ -1036,7 +1074,8 @@ mod tests {
         assert_eq!(cfg.checkpoint_interval(), Duration::from_millis(10));
         assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
         assert_eq!(parse_duration("2h"), Ok(Duration::from_secs(7200)));
-        for bad in ["", "ms", "1.5", "-1", "10d", "99999999999999999999h"] {
+        assert_eq!(parse_duration("30d"), Ok(Duration::from_secs(30 * 86_400)));
+        for bad in ["", "ms", "1.5", "-1", "10w", "99999999999999999999h"] {
             assert!(parse_duration(bad).is_err(), "{bad}");
         }
     }

@@ -9,6 +9,7 @@
 //! <data>/hooks/                 git hooks (core.hooksPath)
 //! <data>/purgatory-state.json   purgatory checkpoint (grasp::lifecycle::CHECKPOINT_FILE)
 //! <data>/purgatory-journal.<n>  purgatory changes since the checkpoint (grasp::journal)
+//! <data>/contributor-data.json  pull request data of non-maintainers (grasp::budgets::LEDGER_FILE)
 //! <data>/api-addr, api-token    the hook API's address and token (grasp_state::hook_api)
 //! <data>/relay-key              the relay's own key, mode 0600 (crate::identity; default
 //!                                 of --relay-key-file)

@@ -40,7 +40,8 @@
 //!   in the background (`copies`), through the family's object pool: joins, promotion of what
 //!   signed events released, the locked shrink, the startup migration (`pools`); background
 //!   repository maintenance (`maintenance`); GRASP-06 contributor repositories
-//!   (`contributions`); purgatory restore, expiry sweeps and checkpoints (`lifecycle`); the
+//!   (`contributions`); the byte budgets of pull request data no maintainer signed, measured,
+//!   pruned and persisted (`budgets`); purgatory restore, expiry sweeps and checkpoints (`lifecycle`); the
 //!   purgatory journal, synced before an event is answered (`journal`); `purge-author` and the
 //!   curation watch (`purge`).
 //! - [`trust`]: who may write what and how fast: the checks at the entry of admission (NIP-70,

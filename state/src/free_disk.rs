@@ -20,6 +20,13 @@ pub fn has_room(free: u64, min_free: u64) -> bool {
     min_free == 0 || free >= min_free
 }
 
+/// Is there room for data no maintainer signed (git-first placeholders, pull request data)?
+/// Only while twice the watermark is free (docs/security.md): strangers stop first, and the last
+/// `min_free` bytes above the maintainers' own watermark stay theirs.
+pub fn has_room_for_strangers(free: u64, min_free: u64) -> bool {
+    has_room(free, min_free.saturating_mul(2))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -30,5 +37,8 @@ mod tests {
         assert!(!has_room(DEFAULT_MIN_FREE_DISK - 1, DEFAULT_MIN_FREE_DISK));
         assert!(has_room(0, 0));
         assert!(LOW_DISK_EVENT.starts_with("blocked: "));
+        assert!(has_room_for_strangers(2 * DEFAULT_MIN_FREE_DISK, DEFAULT_MIN_FREE_DISK));
+        assert!(!has_room_for_strangers(2 * DEFAULT_MIN_FREE_DISK - 1, DEFAULT_MIN_FREE_DISK));
+        assert!(has_room_for_strangers(0, 0));
     }
 }

@@ -48,6 +48,8 @@
 //!   (IPv6 by its prefix, `--ipv6-prefix-len`).
 //! - [`event_size`]: the most bytes an event of each kind may have.
 //! - [`free_disk`]: the low-disk verdict (`--min-free-disk`) for events and pushes.
+//! - [`contributor_data`]: the ledger and budgets of pull request data that no maintainer
+//!   signed (per author, address and in total), and when a closed one is pruned.
 //! - [`transfer`]: the minimum rate a git request body must keep (`--git-min-rate`).
 //! - [`fd_budget`]: the file descriptors the configured limits need (checked at startup).
 //! - [`curation`]: the operator's allow and deny lists (authors, events, repositories).
@@ -87,6 +89,7 @@ pub mod cgi;
 pub mod cidr;
 pub mod client_key;
 pub mod clone_sources;
+pub mod contributor_data;
 pub mod event_size;
 pub mod free_disk;
 pub mod cors;

@@ -158,6 +158,7 @@ async fn handle(req: Request<Incoming>, token: &str, grasp: &Grasp, health: &Hea
         let mut listing = grasp.purgatory.listing();
         listing.deferred = grasp.deferred.listing();
         listing.deferred_stats = grasp.deferred.stats();
+        listing.contributors = grasp.contributor_data.view();
         return json(StatusCode::OK, &with_sync_levels(&listing, views));
     }
     if method == Method::GET && path == PATH_SYNC {
@@ -417,6 +418,26 @@ pub fn render_purgatory_table(json: &str) -> Result<String> {
         )?;
         for a in unsigned["top"].as_array().map(Vec::as_slice).unwrap_or_default() {
             writeln!(out, "  {:<40} {:>10} MiB", a["address"].as_str().unwrap_or("-"), mib(&a["bytes"]))?;
+        }
+    }
+    let contributors = &v["contributors"];
+    if contributors.is_object() {
+        writeln!(
+            out,
+            "Pull request data of non-maintainers: {} MiB of {} MiB (--contributor-bytes-total), {} pull requests ({} closed, pruned after --pr-data-grace), {} authors (--contributor-bytes-per-author {} MiB), {} addresses (--contributor-bytes-per-address {} MiB)",
+            mib(&contributors["total_bytes"]),
+            mib(&contributors["budget_total"]),
+            contributors["pull_requests"].as_u64().unwrap_or(0),
+            contributors["closed"].as_u64().unwrap_or(0),
+            contributors["authors"].as_u64().unwrap_or(0),
+            mib(&contributors["budget_per_author"]),
+            contributors["addresses"].as_u64().unwrap_or(0),
+            mib(&contributors["budget_per_address"]),
+        )?;
+        for key in ["top_authors", "top_addresses"] {
+            for a in contributors[key].as_array().map(Vec::as_slice).unwrap_or_default() {
+                writeln!(out, "  {:<64} {:>10} MiB", a["who"].as_str().unwrap_or("-"), mib(&a["bytes"]))?;
+            }
         }
     }
     let ds = &v["deferred_stats"];

@@ -444,7 +444,7 @@ mod tests {
             &[
                 ":2:19: `max-connections` in `[limits]`: 0 is not in 1..=4294967295; it takes a whole number (no quotes) (--max-connections: Most connections",
                 ":3:19: `ipv6-prefix-len` in `[limits]`: 129 is not in 1..=128",
-                ":4:20: `git-idle-timeout` in `[limits]`: invalid duration \"5 parsecs\": give seconds (90) or a number with ms, s, m or h",
+                ":4:20: `git-idle-timeout` in `[limits]`: invalid duration \"5 parsecs\": give seconds (90) or a number with ms, s, m, h or d",
                 ":5:18: `max-push-bytes` in `[limits]`: ",
                 ":7:32: `trusted-proxy` in `[trust]`: invalid address range \"nope\"",
                 ":9:8: `bind` in `[server]`: invalid socket address syntax",

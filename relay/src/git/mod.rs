@@ -127,6 +127,26 @@ pub fn missing_objects(repo: &Path, oids: &[String]) -> Result<Vec<String>, GitE
     Ok(oids.iter().filter(|o| !present.contains(o.as_str())).cloned().collect())
 }
 
+/// Bytes on disk of the objects `tip` reaches that neither a branch or tag of `repo` nor any of
+/// `also_not` (commits) reaches: what a pull request's data adds beside the maintainers' history
+/// and the pull requests counted before it (0 once merged).
+pub fn exclusive_disk_usage(repo: &Path, tip: &str, also_not: &[String]) -> Result<u64, GitError> {
+    if !is_valid_oid(tip) {
+        return Ok(0);
+    }
+    let mut input = format!("{tip}\n");
+    for oid in also_not.iter().filter(|o| is_valid_oid(o)) {
+        input.push('^');
+        input.push_str(oid);
+        input.push('\n');
+    }
+    let out = GitCommand::in_repo(repo)
+        .args(["rev-list", "--objects", "--disk-usage", "--stdin", "--not", "--branches", "--tags"])
+        .stdin(input)
+        .run()?;
+    Ok(String::from_utf8_lossy(&out).trim().parse().unwrap_or(0))
+}
+
 pub use grasp_state::refs::RefChange;
 
 /// Applies `changes` atomically (all or nothing).

@@ -410,6 +410,12 @@ impl Grasp {
             });
         }
         let targets: Vec<RepoId> = announced.iter().chain(&contributor).cloned().collect();
+        let identifier = targets.first().map(|t| t.identifier.clone()).unwrap_or_default();
+        // The unsigned data of a git-first push this event claims becomes its author's
+        // contributor data: refused here, before any ref is set, when it does not fit.
+        if let Err(line) = self.claim_unsigned(ev, &identifier, false).await {
+            return Admission::Reject(line);
+        }
         let ref_name = format!("refs/nostr/{}", ev.id.to_hex());
         // Every named repository's lock is held until the event is stored: a git-first
         // placeholder expiring meanwhile waits, then sees the stored event and keeps the ref
@@ -477,6 +483,7 @@ impl Grasp {
             // store leaves it to expire and clean its ref as before).
             let published = self.publish(ev).await;
             if published.is_ok() {
+                let _ = self.claim_unsigned(ev, &identifier, true).await;
                 self.purgatory.remove_placeholder(&ev.id);
                 // The signed event released the staged commit: it may now enter the family's
                 // object pool (in the background; docs/architecture.md, "Object pools").

@@ -42,6 +42,10 @@ impl Grasp {
     /// placeholders wait (docs/protocol.md#caps).
     pub(crate) async fn reserve_placeholders(&self, repo: &RepoId, decision: PushDecision, address: Option<IpAddr>, incoming: u64) -> PushDecision {
         match decision {
+            PushDecision::Accept(acc) if !acc.placeholders.is_empty() && incoming > 0 && !self.trust.disk.has_room_for_strangers() => {
+                self.metrics.unsigned_refused(grasp_state::purgatory::UnsignedScope::Total);
+                PushDecision::Reject(Rejection { reasons: vec![crate::grasp::budgets::STRANGER_LOW_DISK.to_string()] })
+            }
             PushDecision::Accept(acc) => match self.purgatory.reserve_placeholders(repo, &acc.placeholders, address, incoming) {
                 Ok(durable) => match durable.wait().await {
                     Ok(()) => PushDecision::Accept(acc),
@@ -132,6 +136,7 @@ impl Grasp {
         let held = self.held_index(owner, identifier, &set);
         let candidates = IndexedCandidates { stored: stored.as_ref(), held: &held };
         let mut known_prs = BTreeMap::new();
+        let mut pr_authors = BTreeMap::new();
         let mut not_prs = Vec::new();
         for u in updates {
             let Some(id) = u.name.strip_prefix("refs/nostr/").and_then(|h| EventId::from_hex(h).ok()) else { continue };
@@ -139,6 +144,7 @@ impl Grasp {
                 match PullRequest::from_event(&ev) {
                     Ok(pr) => {
                         known_prs.insert(id, pr.commit);
+                        pr_authors.insert(id, ev.pubkey);
                     }
                     // A stored event that is no pull request will never claim this ref.
                     Err(_) if !u.is_noop() && u.new != grasp_state::refs::ZERO_OID => not_prs.push(format!(
@@ -152,8 +158,11 @@ impl Grasp {
                 }
                 continue;
             }
-            if let Some(commit) = self.purgatory.held_pr_commit(&id) {
-                known_prs.insert(id, commit);
+            if let Some(ev) = self.purgatory.held_pr_event(&id) {
+                if let Some(commit) = self.purgatory.held_pr_commit(&id) {
+                    known_prs.insert(id, commit);
+                    pr_authors.insert(id, ev.pubkey);
+                }
             }
         }
         let request = PushRequest { current: &current, updates, candidates: &[], known_prs: &known_prs };
@@ -163,6 +172,8 @@ impl Grasp {
         // Git-first pull request refs: reserve their placeholders now, so that the purgatory's caps
         // apply before any data lands and a crash before post-receive loses nothing.
         let decision = self.reserve_placeholders(&RepoId::new(*owner, identifier), decision, address, incoming).await;
+        // Pull request data of authors that are no maintainers counts against their budgets.
+        let decision = self.charge_pr_matches(Some(owner), identifier, decision, &pr_authors, address, incoming).await;
         match decision {
             PushDecision::Accept(acc) => {
                 let mut messages = Vec::new();

@@ -133,6 +133,10 @@ impl Grasp {
         // Git-first refs reserve their placeholders before any data lands, as in any repository
         // (docs/protocol.md#placeholders).
         let decision = self.reserve_placeholders(&repo, with_reasons(decision, not_prs), address, incoming).await;
+        // The contributor's pull request data counts against their budgets (unless they
+        // maintain a repository of the identifier).
+        let authors: BTreeMap<EventId, PublicKey> = known_prs.iter().map(|(id, pr)| (*id, pr.author)).collect();
+        let decision = self.charge_pr_matches(None, identifier, decision, &authors, address, incoming).await;
         match decision {
             PushDecision::Accept(acc) => {
                 let messages = crate::grasp::authorize::placeholder_messages(&acc);

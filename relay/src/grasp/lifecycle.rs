@@ -104,6 +104,10 @@ pub async fn checkpoint(grasp: &Grasp, data_dir: &Path) -> std::io::Result<()> {
         .await
         .map_err(std::io::Error::other)?;
     grasp.metrics.checkpoint_written(started.elapsed(), written.as_ref().copied().map_err(drop));
+    // The contributor data's ledger goes with it, when it changed (docs/protocol.md#budgets).
+    if let Err(error) = grasp.contributor_data.save() {
+        tracing::warn!(%error, "contributor data file not written");
+    }
     if written.is_ok() {
         if let (Some(cut), Some(journal)) = (cut, grasp.purgatory.journal()) {
             // No new segment (the writer could not create one): the old ones stay.

@@ -9,6 +9,7 @@
 pub mod acceptance;
 pub mod authority;
 pub mod authorize;
+pub mod budgets;
 pub mod contributions;
 pub mod copies;
 pub mod deferred;
@@ -116,6 +117,8 @@ pub struct Grasp {
     pub authority: authority::AuthorityMemo,
     /// Announcements parsed once per event id.
     pub parsed_announcements: authority::ParsedAnnouncements,
+    /// Pull request data no maintainer signed, per author and address (docs/protocol.md#budgets).
+    pub contributor_data: budgets::ContributorData,
 }
 
 impl Grasp {
@@ -145,6 +148,7 @@ impl Grasp {
             archive: grasp_state::archive::Archive::default(),
             authority: authority::AuthorityMemo::default(),
             parsed_announcements: authority::ParsedAnnouncements::default(),
+            contributor_data: budgets::ContributorData::default(),
         }
     }
 

@@ -74,6 +74,9 @@ pub struct PurgatoryListing {
     pub deferred_stats: grasp_state::deferred::DeferredStats,
     /// Unsigned data of the git-first placeholders: in total, and the addresses holding most.
     pub unsigned: grasp_state::purgatory::unsigned::UnsignedView,
+    /// Pull request data no maintainer signed (`grasp::budgets`): sums, and the authors and
+    /// addresses keeping most.
+    pub contributors: grasp_state::contributor_data::ContributorView,
 }
 
 impl PurgatoryListing {
@@ -86,6 +89,7 @@ impl PurgatoryListing {
             deferred: Vec::new(),
             deferred_stats: Default::default(),
             unsigned: p.unsigned_listing(LISTED_UNSIGNED_ADDRESSES),
+            contributors: Default::default(),
         }
     }
 }
@@ -291,6 +295,12 @@ impl SharedPurgatory {
     /// placeholder (empty otherwise).
     pub fn placeholder_destinations(&self, id: &EventId) -> Vec<RepoId> {
         self.lock().find_pr(id).filter(|e| e.event.is_none()).map(|e| e.destinations.clone()).unwrap_or_default()
+    }
+
+    /// The unsigned data a git-first placeholder `id` holds, and the address that pushed it
+    /// (`None` when `id` is no placeholder).
+    pub fn placeholder_unsigned(&self, id: &EventId) -> Option<(u64, Option<IpAddr>)> {
+        self.lock().find_pr(id).filter(|e| e.event.is_none()).map(|e| (e.unsigned_bytes, e.origin))
     }
 
     /// The GRASP-06 contributor repositories of `identifier` held pull requests wait for.

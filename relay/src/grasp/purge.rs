@@ -25,6 +25,8 @@ const PURGE_TIMEOUT: Duration = Duration::from_secs(300);
 /// Removes `author`'s held events, stored events and repositories.
 pub async fn purge_author(grasp: &Grasp, author: &PublicKey) -> Result<PurgeAuthorResponse, String> {
     let held_removed = drop_held_of(grasp, author).await;
+    // Their pull requests' data goes from every repository holding it, and leaves the budgets.
+    let contributions = grasp.purge_contributor_data(author).await;
     let filter = Filter::new().author(*author);
     let events = grasp.relay.store().query(vec![filter.clone()], usize::MAX).await.map_err(|e| e.to_string())?;
     grasp.relay.store().delete(filter).await.map_err(|e| e.to_string())?;
@@ -45,7 +47,7 @@ pub async fn purge_author(grasp: &Grasp, author: &PublicKey) -> Result<PurgeAuth
         let _ = std::fs::remove_dir(&owner_dir);
         removed += identifiers.len();
     }
-    tracing::info!(author = %npub_of(author), events = events.len(), held = held_removed, repositories = removed, "author purged by the operator");
+    tracing::info!(author = %npub_of(author), events = events.len(), held = held_removed, repositories = removed, contributions, "author purged by the operator");
     Ok(PurgeAuthorResponse {
         version: HOOK_API_VERSION,
         events_removed: events.len(),

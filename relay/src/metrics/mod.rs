@@ -132,6 +132,12 @@ pub struct Metrics {
     unsigned_bytes: Gauge,
     unsigned_addresses: Gauge,
     unsigned_refusals: Family<ScopeLabels, Counter>,
+    // Contributor data: pull request data no maintainer signed (docs/protocol.md#budgets).
+    contributor_bytes: Gauge,
+    contributor_pull_requests: Gauge,
+    contributor_authors: Gauge,
+    contributor_refusals: Family<ScopeLabels, Counter>,
+    contributor_pruned: Counter,
     // Maintainer authority (docs/protocol.md#maintainer-authority).
     authority_realignments: Family<ReasonLabels, Counter>,
     // Pushes (through the hooks, whoever serves git) and git smart HTTP on the public port.
@@ -189,6 +195,11 @@ impl Metrics {
             unsigned_bytes: Gauge::default(),
             unsigned_addresses: Gauge::default(),
             unsigned_refusals: Family::default(),
+            contributor_bytes: Gauge::default(),
+            contributor_pull_requests: Gauge::default(),
+            contributor_authors: Gauge::default(),
+            contributor_refusals: Family::default(),
+            contributor_pruned: Counter::default(),
             authority_realignments: Family::default(),
             pushes: Family::default(),
             push_hook_duration: HistogramFamily::new_with_constructor(duration_buckets),
@@ -248,6 +259,21 @@ impl Metrics {
             "Pushes refused because their unsigned data would pass a budget: their address's (scope=address, --unsigned-bytes-per-address) or everyone's (scope=total, --unsigned-bytes-total)",
             m.unsigned_refusals.clone(),
         );
+        r.register(
+            "contributor_bytes",
+            "Bytes of pull request data no maintainer signed, kept for their authors (budget --contributor-bytes-total)",
+            m.contributor_bytes.clone(),
+        );
+        r.register("contributor_pull_requests", "Pull requests whose data counts as contributor data", m.contributor_pull_requests.clone());
+        r.register("contributor_authors", "Authors keeping contributor data", m.contributor_authors.clone());
+        r.register(
+            "contributor_refusals",
+            "Pushes and pull request events refused because their contributor data would pass a budget: the author's (scope=author, \
+             --contributor-bytes-per-author), the address's (scope=address), everyone's (scope=total), or the disk below twice \
+             --min-free-disk (scope=disk)",
+            m.contributor_refusals.clone(),
+        );
+        r.register("contributor_pruned", "Closed or merged pull requests whose data was pruned after --pr-data-grace", m.contributor_pruned.clone());
         r.register("purgatory_releases", "Held events released (stored and served) once their git data arrived, by kind", m.purgatory_releases.clone());
         r.register("pushes", "Pushes decided by the pre-receive hook: accepted or refused", m.pushes.clone());
         r.register(
@@ -306,6 +332,9 @@ impl Metrics {
         }
         for scope in ["address", "total"] {
             drop(self.unsigned_refusals.get_or_create(&ScopeLabels { scope }));
+        }
+        for scope in ["author", "address", "total", "disk"] {
+            drop(self.contributor_refusals.get_or_create(&ScopeLabels { scope }));
         }
         for outcome in ["accepted", "refused"] {
             drop(self.pushes.get_or_create(&OutcomeLabels { outcome }));
@@ -385,6 +414,23 @@ impl Metrics {
         self.purgatory_expired_ids.set(gauge(stats.expired_events));
         self.unsigned_bytes.set(i64::try_from(stats.unsigned_bytes).unwrap_or(i64::MAX));
         self.unsigned_addresses.set(gauge(stats.unsigned_addresses));
+    }
+
+    /// Reads the contributor data's sums (at scrape time).
+    pub fn refresh_contributors(&self, view: &grasp_state::contributor_data::ContributorView) {
+        self.contributor_bytes.set(i64::try_from(view.total_bytes).unwrap_or(i64::MAX));
+        self.contributor_pull_requests.set(gauge(view.pull_requests));
+        self.contributor_authors.set(gauge(view.authors));
+    }
+
+    /// New contributor data refused (`scope`: author, address, total, disk).
+    pub fn contributor_refused(&self, scope: &'static str) {
+        self.contributor_refusals.get_or_create(&ScopeLabels { scope }).inc();
+    }
+
+    /// A closed or merged pull request's data pruned.
+    pub fn contributor_pruned(&self) {
+        self.contributor_pruned.inc();
     }
 
     /// A push refused by the unsigned budget of its address or of everyone.

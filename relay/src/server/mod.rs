@@ -159,6 +159,8 @@ pub async fn run(loaded: crate::config::Loaded) -> anyhow::Result<()> {
     );
     // From here every change to the purgatory is journalled before it is acknowledged; the
     // checkpoint right away compacts what was restored (checkpoint + journal) into one file.
+    grasp.contributor_data.configure(cfg.contributor_budget(), cfg.pr_data_grace);
+    grasp.contributor_data.load(data.root());
     let journal = crate::grasp::journal::Journal::open(data.root(), journal_segment).context("opening the purgatory journal")?;
     grasp.purgatory.attach_journal(journal);
     crate::grasp::lifecycle::checkpoint(&grasp, data.root()).await.context("writing the purgatory checkpoint")?;
@@ -218,6 +220,7 @@ pub async fn run(loaded: crate::config::Loaded) -> anyhow::Result<()> {
     tokio::spawn(crate::grasp::lifecycle::run_expiry(grasp.clone(), controller.subscribe()));
     tokio::spawn(crate::grasp::deferred::run_deferred(grasp.clone(), controller.subscribe()));
     tokio::spawn(crate::grasp::copies::run_copies(grasp.clone(), controller.subscribe()));
+    tokio::spawn(crate::grasp::budgets::run_reconciliation(grasp.clone(), cfg.contributor_reconcile_interval, controller.subscribe()));
     // Repositories of shared families from before object pools join theirs in the background.
     tokio::spawn({
         let grasp = grasp.clone();

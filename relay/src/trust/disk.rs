@@ -18,8 +18,8 @@ pub struct FreeDisk {
     path: Option<PathBuf>,
     /// Free bytes kept (0: never low); replaced on SIGHUP.
     min_free: AtomicU64,
-    /// When last measured, and whether there was room then.
-    last: Mutex<Option<(Instant, bool)>>,
+    /// When last measured, whether there was room then, and the free bytes measured.
+    last: Mutex<Option<(Instant, bool, u64)>>,
 }
 
 impl FreeDisk {
@@ -41,30 +41,42 @@ impl FreeDisk {
         let Some(path) = self.path.as_ref().filter(|_| min_free > 0) else { return true };
         let now = Instant::now();
         let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((at, room)) = *last {
+        if let Some((at, room, _)) = *last {
             if now.saturating_duration_since(at) < RECHECK {
                 return room;
             }
         }
-        let room = match available_bytes(path) {
+        let (room, free) = match available_bytes(path) {
             Ok(free) => {
                 let room = grasp_state::free_disk::has_room(free, min_free);
-                if last.is_none_or(|(_, was)| was != room) {
+                if last.is_none_or(|(_, was, _)| was != room) {
                     if room {
                         tracing::info!(free, min_free, "disk space back above --min-free-disk: writes accepted again");
                     } else {
                         tracing::warn!(free, min_free, reason = "low disk", "free disk space below --min-free-disk: refusing events and pushes");
                     }
                 }
-                room
+                (room, free)
             }
             Err(e) => {
                 tracing::debug!(path = %path.display(), error = %e, "could not measure free disk space");
-                true
+                (true, u64::MAX)
             }
         };
-        *last = Some((now, room));
+        *last = Some((now, room, free));
         room
+    }
+
+    /// Is there room for data no maintainer signed (unsigned and contributor data)? Only above
+    /// twice the watermark, so strangers stop well before maintainers do
+    /// ([`grasp_state::free_disk::has_room_for_strangers`]).
+    pub fn has_room_for_strangers(&self) -> bool {
+        if !self.has_room() {
+            return false;
+        }
+        let min_free = self.min_free.load(Ordering::Relaxed);
+        let free = self.last.lock().unwrap_or_else(|e| e.into_inner()).map_or(u64::MAX, |(_, _, free)| free);
+        grasp_state::free_disk::has_room_for_strangers(free, min_free)
     }
 }
 
