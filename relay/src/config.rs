@@ -370,6 +370,21 @@ pub struct Config {
     #[arg(long, env = "GRASP_CONTRIBUTOR_RECONCILE_INTERVAL", default_value = "10m", value_name = "DURATION", value_parser = parse_duration)]
     pub contributor_reconcile_interval: Duration,
 
+    /// Most bytes all of one owner's repositories may hold (their objects and their object
+    /// pools); a push of their own history past it is refused (0: no quota). Default 20 GiB.
+    #[arg(long, env = "GRASP_OWNER_QUOTA", default_value_t = grasp_state::owner_quota::DEFAULT_OWNER_QUOTA)]
+    pub owner_quota: u64,
+
+    /// Most bytes one client address may push in a day into the repositories of owners that are
+    /// new here (none of their repositories with data is a day old); 0: no budget. Default 2 GiB.
+    #[arg(long, env = "GRASP_NEW_OWNER_BYTES_PER_ADDRESS_PER_DAY", default_value_t = grasp_state::owner_quota::DEFAULT_NEW_OWNER_PER_ADDRESS_PER_DAY)]
+    pub new_owner_bytes_per_address_per_day: u64,
+
+    /// An owner (npub or hex; repeatable or comma separated) exempt from --owner-quota and
+    /// --new-owner-bytes-per-address-per-day.
+    #[arg(long = "quota-exempt-owner", env = "GRASP_QUOTA_EXEMPT_OWNERS", value_name = "PUBKEY", value_delimiter = ',', value_parser = parse_pubkey)]
+    pub quota_exempt_owner: Vec<PublicKey>,
+
     /// Background sync: wait this long after a user-submitted event before fetching its missing
     /// git data from other servers (gives the user's `git push` time to arrive). Seconds, or a
     /// number with a unit.
@@ -872,6 +887,14 @@ impl Config {
     }
 
 
+
+    /// The quota per owner and the daily budget per address for new owners.
+    pub fn owner_quotas(&self) -> grasp_state::owner_quota::OwnerQuotas {
+        grasp_state::owner_quota::OwnerQuotas {
+            per_owner: self.owner_quota,
+            new_owner_per_address_per_day: self.new_owner_bytes_per_address_per_day,
+        }
+    }
 
     /// The budgets of pull request data no maintainer signed.
     pub fn contributor_budget(&self) -> grasp_state::contributor_data::ContributorBudget {

@@ -41,7 +41,7 @@
 //!   signed events released, the locked shrink, the startup migration (`pools`); background
 //!   repository maintenance (`maintenance`); GRASP-06 contributor repositories
 //!   (`contributions`); the byte budgets of pull request data no maintainer signed, measured,
-//!   pruned and persisted (`budgets`); purgatory restore, expiry sweeps and checkpoints (`lifecycle`); the
+//!   pruned and persisted (`budgets`), and owners' quotas (`quotas`); purgatory restore, expiry sweeps and checkpoints (`lifecycle`); the
 //!   purgatory journal, synced before an event is answered (`journal`); `purge-author` and the
 //!   curation watch (`purge`).
 //! - [`trust`]: who may write what and how fast: the checks at the entry of admission (NIP-70,

@@ -48,6 +48,8 @@
 //!   (IPv6 by its prefix, `--ipv6-prefix-len`).
 //! - [`event_size`]: the most bytes an event of each kind may have.
 //! - [`free_disk`]: the low-disk verdict (`--min-free-disk`) for events and pushes.
+//! - [`owner_quota`]: the quota of bytes per owner and the daily budget per address for new
+//!   owners' repositories.
 //! - [`contributor_data`]: the ledger and budgets of pull request data that no maintainer
 //!   signed (per author, address and in total), and when a closed one is pruned.
 //! - [`transfer`]: the minimum rate a git request body must keep (`--git-min-rate`).
@@ -108,6 +110,7 @@ pub mod identifier;
 pub mod key_file;
 pub mod maintainers;
 pub mod nip34;
+pub mod owner_quota;
 pub mod pool;
 pub mod prs;
 pub mod purgatory;

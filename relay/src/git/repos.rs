@@ -138,7 +138,7 @@ pub use crate::git::read_refs;
 
 /// Prefix of the quarantine directories `git receive-pack` writes a push's objects into before
 /// its hooks accept it.
-const QUARANTINE_PREFIX: &str = "tmp_objdir-incoming-";
+pub const QUARANTINE_PREFIX: &str = "tmp_objdir-incoming-";
 
 /// Name prefix of background sync's quarantine directories inside `<repo>/objects` (made by
 /// `crate::sync::quarantine`): swept while the relay runs only at startup.
@@ -164,6 +164,11 @@ pub fn repo_dirs_in(root: &Path) -> Vec<PathBuf> {
         .flat_map(|owner| subdirs(&owner))
         .filter(|repo| repo.extension().is_some_and(|e| e == "git"))
         .collect()
+}
+
+/// The repository directories of one owner's directory (`<root>/<owner>/<name>.git`).
+pub fn repo_dirs_in_owner(owner_dir: &Path) -> Vec<PathBuf> {
+    subdirs(owner_dir).into_iter().filter(|repo| repo.extension().is_some_and(|e| e == "git")).collect()
 }
 
 /// Removes push quarantines idle for `older_than` or more from every repository under

@@ -174,6 +174,8 @@ impl Grasp {
         let decision = self.reserve_placeholders(&RepoId::new(*owner, identifier), decision, address, incoming).await;
         // Pull request data of authors that are no maintainers counts against their budgets.
         let decision = self.charge_pr_matches(Some(owner), identifier, decision, &pr_authors, address, incoming).await;
+        // The owner's own history counts against their quota (and a new owner's address's day).
+        let decision = self.check_owner_quota(owner, decision, address, incoming).await;
         match decision {
             PushDecision::Accept(acc) => {
                 let mut messages = Vec::new();

@@ -23,6 +23,7 @@ pub mod policy;
 pub mod pools;
 pub mod purge;
 pub mod purgatory;
+pub mod quotas;
 pub mod release;
 
 use std::path::PathBuf;
@@ -119,6 +120,8 @@ pub struct Grasp {
     pub parsed_announcements: authority::ParsedAnnouncements,
     /// Pull request data no maintainer signed, per author and address (docs/protocol.md#budgets).
     pub contributor_data: budgets::ContributorData,
+    /// The quota per owner and the daily budget per address for new owners.
+    pub owner_quotas: quotas::OwnerQuotaState,
 }
 
 impl Grasp {
@@ -149,6 +152,7 @@ impl Grasp {
             authority: authority::AuthorityMemo::default(),
             parsed_announcements: authority::ParsedAnnouncements::default(),
             contributor_data: budgets::ContributorData::default(),
+            owner_quotas: quotas::OwnerQuotaState::default(),
         }
     }
 

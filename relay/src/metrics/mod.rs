@@ -138,6 +138,7 @@ pub struct Metrics {
     contributor_authors: Gauge,
     contributor_refusals: Family<ScopeLabels, Counter>,
     contributor_pruned: Counter,
+    quota_refusals: Family<ScopeLabels, Counter>,
     // Maintainer authority (docs/protocol.md#maintainer-authority).
     authority_realignments: Family<ReasonLabels, Counter>,
     // Pushes (through the hooks, whoever serves git) and git smart HTTP on the public port.
@@ -200,6 +201,7 @@ impl Metrics {
             contributor_authors: Gauge::default(),
             contributor_refusals: Family::default(),
             contributor_pruned: Counter::default(),
+            quota_refusals: Family::default(),
             authority_realignments: Family::default(),
             pushes: Family::default(),
             push_hook_duration: HistogramFamily::new_with_constructor(duration_buckets),
@@ -273,6 +275,12 @@ impl Metrics {
              --min-free-disk (scope=disk)",
             m.contributor_refusals.clone(),
         );
+        r.register(
+            "quota_refusals",
+            "Pushes of owners' own history refused by a quota: the owner's (scope=owner, --owner-quota) or a new owner's \
+             address's day (scope=new_owner_address, --new-owner-bytes-per-address-per-day)",
+            m.quota_refusals.clone(),
+        );
         r.register("contributor_pruned", "Closed or merged pull requests whose data was pruned after --pr-data-grace", m.contributor_pruned.clone());
         r.register("purgatory_releases", "Held events released (stored and served) once their git data arrived, by kind", m.purgatory_releases.clone());
         r.register("pushes", "Pushes decided by the pre-receive hook: accepted or refused", m.pushes.clone());
@@ -335,6 +343,9 @@ impl Metrics {
         }
         for scope in ["author", "address", "total", "disk"] {
             drop(self.contributor_refusals.get_or_create(&ScopeLabels { scope }));
+        }
+        for scope in ["owner", "new_owner_address"] {
+            drop(self.quota_refusals.get_or_create(&ScopeLabels { scope }));
         }
         for outcome in ["accepted", "refused"] {
             drop(self.pushes.get_or_create(&OutcomeLabels { outcome }));
@@ -426,6 +437,11 @@ impl Metrics {
     /// New contributor data refused (`scope`: author, address, total, disk).
     pub fn contributor_refused(&self, scope: &'static str) {
         self.contributor_refusals.get_or_create(&ScopeLabels { scope }).inc();
+    }
+
+    /// A push refused by a quota (`scope`: owner, new_owner_address).
+    pub fn quota_refused(&self, scope: &'static str) {
+        self.quota_refusals.get_or_create(&ScopeLabels { scope }).inc();
     }
 
     /// A closed or merged pull request's data pruned.

@@ -161,6 +161,7 @@ pub async fn run(loaded: crate::config::Loaded) -> anyhow::Result<()> {
     // checkpoint right away compacts what was restored (checkpoint + journal) into one file.
     grasp.contributor_data.configure(cfg.contributor_budget(), cfg.pr_data_grace);
     grasp.contributor_data.load(data.root());
+    grasp.owner_quotas.configure(cfg.owner_quotas(), cfg.quota_exempt_owner.iter().copied());
     let journal = crate::grasp::journal::Journal::open(data.root(), journal_segment).context("opening the purgatory journal")?;
     grasp.purgatory.attach_journal(journal);
     crate::grasp::lifecycle::checkpoint(&grasp, data.root()).await.context("writing the purgatory checkpoint")?;

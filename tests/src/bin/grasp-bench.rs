@@ -259,6 +259,10 @@ impl Relay {
             // The bench measures throughput: the default write limits would refuse most of it.
             .args(["--write-burst", "1000000", "--write-rate", "1000000"])
             .args(["--write-burst-per-ip", "1000000", "--write-rate-per-ip", "1000000"])
+            // Every repository of the bench is a new owner's, pushed from one address: more than a
+            // day's budget of --new-owner-bytes-per-address-per-day (the owner quota is measured
+            // as usual).
+            .args(["--new-owner-bytes-per-address-per-day", "0"])
             .arg("--data-dir")
             .arg(&data_dir)
             .args(extra)
