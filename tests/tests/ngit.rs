@@ -225,6 +225,42 @@ async fn contributors_open_pull_requests_the_maintainer_checks_them_out() {
     }
 }
 
+/// A contributor's 50 MiB pull request, pushed as ngit does it (git first, then the event), passes
+/// the byte budgets untouched and counts as its author's contributor data (docs/protocol.md#budgets).
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "the real client: needs ../shared/tools (ngit); .ci/run runs it"]
+async fn a_large_pull_request_passes_the_budgets_untouched() {
+    use std::io::Read;
+    let server = TestServer::start();
+    let users = PlainRelay::start();
+    let tmp = tempfile::tempdir().unwrap();
+    let servers = [grasp_url(&server)];
+    let owner = NgitUser::new(tmp.path(), "owner", &users.url(), &servers);
+    let contributor = NgitUser::new(tmp.path(), "contributor", &users.url(), &servers);
+    init_repo(&owner, &[&server], "big", &[]);
+
+    let (run, theirs) = clone_into(&contributor, &nostr_url(&server, &owner, "big"), "theirs");
+    run.expect_ok("the contributor's clone");
+    contributor.git_ok(&theirs, &["checkout", "-q", "-b", "pr/big"]);
+    let mut blob = vec![0u8; 50 << 20];
+    std::fs::File::open("/dev/urandom").unwrap().read_exact(&mut blob).unwrap();
+    std::fs::write(theirs.join("data.bin"), &blob).unwrap();
+    contributor.git_ok(&theirs, &["add", "data.bin"]);
+    contributor.git_ok(&theirs, &["commit", "-q", "-m", "50 MiB of data"]);
+    let tip = contributor.git_ok(&theirs, &["rev-parse", "HEAD"]);
+    contributor
+        .git(&theirs, &["push", "-o", "title=Big data", "-o", "description=Large.", "-u", "origin", "pr/big"])
+        .expect_ok("git push -u origin pr/big");
+    let pr = served_pull_request(&server, &contributor).await.expect("the pull request event is served");
+    assert!(served_nostr_refs(&contributor, &server, &owner, "big").contains(&(format!("refs/nostr/{}", pr.id.to_hex()), tip)));
+    let listing = purgatory_listing(&server).await;
+    let c = &listing["contributors"];
+    let npub = contributor.keys.public_key().to_bech32().unwrap();
+    let counted = c["top_authors"].as_array().unwrap().iter().find(|a| a["who"] == npub.as_str()).map_or(0, |a| a["bytes"].as_u64().unwrap());
+    assert!(counted >= 50 << 20, "the pull request's data is its author's: {listing}");
+    assert_eq!(listing["unsigned"]["total_bytes"], 0, "no longer unsigned once its event arrived: {listing}");
+}
+
 /// The pull requests (1618) by `author` that `server` serves.
 async fn served_pull_requests(server: &TestServer, author: &NgitUser) -> Vec<Event> {
     let mut c = NostrClient::connect(&server.ws_url()).await.unwrap();
