@@ -183,3 +183,40 @@ async fn closed_pull_requests_are_pruned_and_the_ledger_survives_restarts() {
     assert!(!bare_refs(&dir).contains_key(&nostr_ref(&prs[0].id)), "purged with its author");
     assert_eq!(contributors(&server, &stranger.public_key()).await, (0, 0));
 }
+
+#[tokio::test]
+async fn strangers_from_many_addresses_fill_the_total_and_a_maintainer_still_pushes() {
+    // The pushes come through a trusted proxy naming their client addresses.
+    let server = TestServer::start_with(&["--contributor-bytes-total", &MIB.to_string(), "--trusted-proxy", "127.0.0.1/32"]);
+    let tmp = tempfile::tempdir().unwrap();
+    let mut c = connect(&server).await;
+    let owner = Keys::generate();
+    let published = publish_repo(&server, &mut c, &tmp.path().join("w"), &owner, "proj").await;
+    let repo = &published.repo;
+    let from = |n: u8| grasp_tests::git::git(&repo.work.dir, &["config", "http.extraHeader", &format!("X-Forwarded-For: 10.0.0.{n}")]);
+
+    let mut refused = None;
+    for n in 1..=3u8 {
+        let tip = commit_random(&repo.work, &format!("s{n}"), 1, 450);
+        let pr = pull_request(&Keys::generate(), &owner.public_key(), "proj", &tip, &[]);
+        let (ok, msg) = c.send_event(&pr).await.unwrap();
+        assert!(ok, "{msg}");
+        from(n);
+        match repo.push(&[&format!("HEAD:{}", nostr_ref(&pr.id))]) {
+            Ok(_) => assert!(refused.is_none(), "nothing fits once the total is reached"),
+            Err(err) => refused = Some(err),
+        }
+    }
+    let err = refused.expect("the third stranger passes the total");
+    assert!(err.contains("MiB of pull request data from contributors (budget 1 MiB)"), "{err}");
+    let l = purgatory_listing(&server).await;
+    assert_eq!(l["contributors"]["addresses"], 2, "counted per address: {l}");
+
+    // The owner's own push is neither counted nor refused.
+    grasp_tests::git::git(&repo.work.dir, &["config", "--unset", "http.extraHeader"]);
+    let tip = commit_random(&repo.work, "mine", 1, 700);
+    let st = state_at(&owner, "proj", &[("refs/heads/main", &tip)], Some("main"), now() + 1);
+    let (ok, msg) = c.send_event(&st).await.unwrap();
+    assert!(ok, "{msg}");
+    repo.push(&["HEAD:refs/heads/main"]).expect("a maintainer's push ignores the strangers' budgets");
+}
