@@ -5,8 +5,8 @@
 //! last day per address, and asks the pure decision.
 //!
 //! An owner's bytes are a walk of their repositories' `objects/` and of the object pools of
-//! their identifiers: at every push of a new owner (little data), at most every [`REMEASURE`]
-//! for an established one, growing by each accepted push in between. The day's pushes per address are kept in memory only: a restart forgets them.
+//! their identifiers, at most every [`REMEASURE`], growing by each accepted push in between;
+//! whether the owner is new is looked at every push (one `stat` per repository). The day's pushes per address are kept in memory only: a restart forgets them.
 
 use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
@@ -31,7 +31,7 @@ pub struct OwnerQuotaState {
     quotas: Mutex<OwnerQuotas>,
     exempt: Mutex<HashSet<PublicKey>>,
     window: Mutex<NewOwnerWindow>,
-    measured: Mutex<HashMap<PublicKey, (Instant, u64, bool)>>,
+    measured: Mutex<HashMap<PublicKey, (Instant, u64)>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -72,12 +72,10 @@ fn dir_bytes(dir: &Path) -> u64 {
     total
 }
 
-/// What `owner`'s repositories hold on disk (their objects, and the object pool of each of
-/// their identifiers), and whether none of those with refs is a day old.
-fn measure(layout: &grasp_state::identifier::RepoLayout, owner: &PublicKey) -> (u64, bool) {
-    let now = std::time::SystemTime::now();
+/// What `owner`'s repositories hold on disk: their objects, and the object pool of each of their
+/// identifiers.
+fn measure_used(layout: &grasp_state::identifier::RepoLayout, owner: &PublicKey) -> u64 {
     let mut used = 0u64;
-    let mut established = false;
     for repo in crate::git::repos::repo_dirs_in_owner(&layout.owner_dir(owner)) {
         used = used.saturating_add(dir_bytes(&repo.join("objects")));
         if let Some(identifier) = repo.file_name().and_then(|n| n.to_str()).and_then(|n| n.strip_suffix(".git")) {
@@ -85,14 +83,20 @@ fn measure(layout: &grasp_state::identifier::RepoLayout, owner: &PublicKey) -> (
                 used = used.saturating_add(dir_bytes(&pool.join("objects")));
             }
         }
+    }
+    used
+}
+
+/// Whether none of `owner`'s repositories with refs is a day old (one `stat` per repository,
+/// refs read only for the old ones).
+fn is_new_owner(layout: &grasp_state::identifier::RepoLayout, owner: &PublicKey) -> bool {
+    let now = std::time::SystemTime::now();
+    !crate::git::repos::repo_dirs_in_owner(&layout.owner_dir(owner)).into_iter().any(|repo| {
         // Made when the repository was (grasp's `git init`), never written again.
         let born = std::fs::metadata(repo.join(grasp_state::identifier::PUSH_LOCK_FILE)).and_then(|m| m.modified()).ok();
         let old = born.and_then(|b| now.duration_since(b).ok()).is_some_and(|age| age.as_secs() >= NEW_OWNER_FOR_SECS);
-        if old && !established && crate::git::read_refs(&repo).is_ok_and(|refs| !refs.is_empty()) {
-            established = true;
-        }
-    }
-    (used, !established)
+        old && crate::git::read_refs(&repo).is_ok_and(|refs| !refs.is_empty())
+    })
 }
 
 impl Grasp {
@@ -110,24 +114,20 @@ impl Grasp {
         if exempt || (quotas.per_owner == 0 && quotas.new_owner_per_address_per_day == 0) {
             return PushDecision::Accept(acc);
         }
-        let cached = lock(&state.measured).get(owner).copied().filter(|(at, _, _)| at.elapsed() < REMEASURE);
-        let (used, new_owner) = match cached {
-            Some((_, used, new_owner)) => (used, new_owner),
-            None => {
-                let (layout, who) = (self.layout.clone(), *owner);
-                let (used, new_owner) = crate::grasp::blocking(move || measure(&layout, &who)).await;
-                // A new owner's few bytes are measured at every push (they may become established
-                // any time); an established owner's are reused for a while.
-                if !new_owner {
-                    let mut measured = lock(&state.measured);
-                    if measured.len() >= MAX_CACHED {
-                        measured.retain(|_, (at, _, _)| at.elapsed() < REMEASURE);
-                    }
-                    measured.insert(*owner, (Instant::now(), used, new_owner));
-                }
-                (used, new_owner)
+        let cached = lock(&state.measured).get(owner).copied().filter(|(at, _)| at.elapsed() < REMEASURE).map(|(_, used)| used);
+        let (layout, who) = (self.layout.clone(), *owner);
+        let (used, new_owner) = crate::grasp::blocking(move || {
+            let used = cached.unwrap_or_else(|| measure_used(&layout, &who));
+            (used, is_new_owner(&layout, &who))
+        })
+        .await;
+        if cached.is_none() {
+            let mut measured = lock(&state.measured);
+            if measured.len() >= MAX_CACHED {
+                measured.retain(|_, (at, _)| at.elapsed() < REMEASURE);
             }
-        };
+            measured.insert(*owner, (Instant::now(), used));
+        }
         let now = Timestamp::now().as_secs();
         let mut window = lock(&state.window);
         let address_used = address.map(|a| window.used(a, now));
