@@ -34,6 +34,9 @@ pub const DEFAULT_TOTAL: u64 = 16 << 30;
 /// `--pr-data-grace`' default: data of a closed or merged pull request is pruned 30 days after
 /// its status.
 pub const DEFAULT_PRUNE_GRACE_SECS: u64 = 30 * 24 * 3600;
+/// How long after its last charge an entry whose ref is nowhere is kept (its push may still be
+/// landing, or have failed: then it goes).
+pub const MEASURE_GRACE_SECS: u64 = 600;
 /// Most entries the ledger keeps; past it new contributor data is refused as if the total were
 /// reached (each entry is a pull request with data, so this is far beyond any real server).
 pub const MAX_ENTRIES: usize = 200_000;
@@ -128,6 +131,10 @@ pub struct ContributorEntry {
     pub address: Option<IpAddr>,
     pub identifier: String,
     pub bytes: u64,
+    /// When its last bytes were charged (unix seconds): a measurement that finds no ref soon
+    /// after is a push still landing, not data gone ([`MEASURE_GRACE_SECS`]).
+    #[serde(default)]
+    pub charged_at: u64,
     /// When its pull request was closed or merged (unix seconds), starting the prune grace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub closed_at: Option<u64>,
@@ -231,14 +238,15 @@ impl ContributorLedger {
 
     /// Adds `bytes` to the entry of pull request `id` (made if new, for `author` from `address`).
     /// An existing entry keeps its author and address. False when the ledger is full.
-    pub fn charge(&mut self, id: EventId, author: PublicKey, address: Option<IpAddr>, identifier: &str, bytes: u64) -> bool {
+    pub fn charge(&mut self, id: EventId, author: PublicKey, address: Option<IpAddr>, identifier: &str, bytes: u64, now: u64) -> bool {
         let entry = match self.remove(&id) {
             Some(mut entry) => {
                 entry.bytes = entry.bytes.saturating_add(bytes);
+                entry.charged_at = now;
                 entry
             }
             None if self.entries.len() >= MAX_ENTRIES => return false,
-            None => ContributorEntry { author, address, identifier: identifier.to_string(), bytes, closed_at: None },
+            None => ContributorEntry { author, address, identifier: identifier.to_string(), bytes, charged_at: now, closed_at: None },
         };
         self.insert(id, entry);
         true
@@ -374,7 +382,7 @@ mod tests {
     fn the_author_first_then_the_address_then_everyone() {
         let budget = ContributorBudget { per_author: 2 * MIB, per_address: 3 * MIB, total: 3 * MIB };
         let mut l = ContributorLedger::default();
-        assert!(l.charge(id(1), key(1), ip(1), "r", 2 * MIB));
+        assert!(l.charge(id(1), key(1), ip(1), "r", 2 * MIB, 0));
         assert!(l.check(&budget, &key(1), ip(1), &id(2), 0).is_ok(), "nothing incoming always fits");
         let full = l.check(&budget, &key(1), ip(1), &id(2), 1).unwrap_err();
         assert_eq!((full.scope, full.held, full.budget), (ContributorScope::Author, 2 * MIB, 2 * MIB));
@@ -390,11 +398,11 @@ mod tests {
     #[test]
     fn entries_leave_with_their_bytes_and_merges_leave_by_reconciliation() {
         let mut l = ContributorLedger::default();
-        l.charge(id(1), key(1), ip(1), "r", MIB);
-        l.charge(id(1), key(9), ip(9), "other", MIB);
+        l.charge(id(1), key(1), ip(1), "r", MIB, 0);
+        l.charge(id(1), key(9), ip(9), "other", MIB, 0);
         assert_eq!(l.get(&id(1)).unwrap().author, key(1), "an entry keeps its author");
         assert_eq!(l.held(&key(1), ip(1)), (2 * MIB, 2 * MIB, 2 * MIB));
-        l.charge(id(2), key(1), None, "r", MIB);
+        l.charge(id(2), key(1), None, "r", MIB, 0);
         assert_eq!(l.set_bytes(&id(1), MIB / 2), Some(2 * MIB));
         assert_eq!(l.held(&key(1), ip(1)), (MIB + MIB / 2, MIB / 2, MIB + MIB / 2));
         assert_eq!(l.set_bytes(&id(2), 0), Some(MIB), "merged: maintainers' refs reach it all");
@@ -408,8 +416,8 @@ mod tests {
     #[test]
     fn closed_pull_requests_are_due_after_the_grace() {
         let mut l = ContributorLedger::default();
-        l.charge(id(1), key(1), ip(1), "r", MIB);
-        l.charge(id(2), key(1), ip(1), "r", MIB);
+        l.charge(id(1), key(1), ip(1), "r", MIB, 0);
+        l.charge(id(2), key(1), ip(1), "r", MIB, 0);
         assert!(l.mark_closed(&id(1), 1_000));
         assert!(!l.mark_closed(&id(1), 5_000), "the first status starts the grace");
         assert!(l.due_for_prune(1_000 + 99, 100).is_empty());
@@ -423,8 +431,8 @@ mod tests {
     #[test]
     fn the_file_round_trips_and_keeps_the_sums() {
         let mut l = ContributorLedger::default();
-        l.charge(id(1), key(1), ip(1), "r", MIB);
-        l.charge(id(2), key(2), None, "s", 3);
+        l.charge(id(1), key(1), ip(1), "r", MIB, 0);
+        l.charge(id(2), key(2), None, "s", 3, 0);
         l.mark_closed(&id(2), 7);
         let json = serde_json::to_string(&l.to_file()).unwrap();
         let back = ContributorLedger::from_file(serde_json::from_str(&json).unwrap());
@@ -439,7 +447,7 @@ mod tests {
             let mut l = ContributorLedger::default();
             for (op, n, who, from, bytes) in ops {
                 match op {
-                    0 => { l.charge(id(n), key(who), ip(from), "r", bytes); }
+                    0 => { l.charge(id(n), key(who), ip(from), "r", bytes, 0); }
                     1 => { l.set_bytes(&id(n), bytes); }
                     2 => { l.remove(&id(n)); }
                     _ => { l.mark_closed(&id(n), bytes); }

@@ -137,7 +137,7 @@ impl ContributorData {
         let mut trial = ledger.clone();
         for c in charges {
             trial.check(&budget, &c.author, address, &c.id, c.bytes)?;
-            trial.charge(c.id, c.author, address, &c.identifier, c.bytes);
+            trial.charge(c.id, c.author, address, &c.identifier, c.bytes, now_secs());
         }
         *ledger = trial;
         drop(ledger);
@@ -149,7 +149,7 @@ impl ContributorData {
 
     /// Records `charge` whatever the budget says (what is on disk is counted).
     pub fn force(&self, charge: &Charge, address: Option<IpAddr>) {
-        if self.ledger().charge(charge.id, charge.author, address, &charge.identifier, charge.bytes) {
+        if self.ledger().charge(charge.id, charge.author, address, &charge.identifier, charge.bytes, now_secs()) {
             self.changed();
         }
     }
@@ -236,6 +236,19 @@ impl ContributorData {
             self.changed();
         }
     }
+}
+
+/// What a measurement of one pull request's data found.
+enum Measured {
+    Bytes(u64),
+    /// No repository holds its ref.
+    NoRef,
+    /// Git failed: measured again at the next pass.
+    Unknown,
+}
+
+fn now_secs() -> u64 {
+    Timestamp::now().as_secs()
 }
 
 /// Bytes of one pull request's data to charge to its author.
@@ -408,7 +421,13 @@ impl Grasp {
         self.follow_statuses(&batch).await;
         let mut measured = 0;
         for (id, entry) in &batch {
-            let Some(bytes) = self.measure_pr_data(id, &entry.identifier, &entry.author).await else { continue };
+            let bytes = match self.measure_pr_data(id, &entry.identifier, &entry.author).await {
+                Measured::Bytes(bytes) => bytes,
+                // No ref anywhere just after a charge: its push is still landing.
+                Measured::NoRef if now_secs().saturating_sub(entry.charged_at) < grasp_state::contributor_data::MEASURE_GRACE_SECS => continue,
+                Measured::NoRef => 0,
+                Measured::Unknown => continue,
+            };
             measured += 1;
             if bytes == 0 {
                 tracing::info!(event = %id, identifier = %entry.identifier, "contributor data left the budget: merged, or its refs are gone");
@@ -463,9 +482,8 @@ impl Grasp {
     }
 
     /// What pull request `id`'s data adds on disk: its commit's objects that no branch or tag of
-    /// the first repository holding its ref reaches (0: merged, or no ref left). `None`: could not
-    /// be measured now.
-    async fn measure_pr_data(&self, id: &EventId, identifier: &str, author: &PublicKey) -> Option<u64> {
+    /// the first repository holding its ref reaches, nor a pull request of a lower id (0: merged).
+    async fn measure_pr_data(&self, id: &EventId, identifier: &str, author: &PublicKey) -> Measured {
         let name = format!("refs/nostr/{}", id.to_hex());
         for repo in self.pr_data_repos(identifier, author).await {
             let (repo2, name2) = (repo.clone(), name.clone());
@@ -476,15 +494,15 @@ impl Grasp {
             })
             .await;
             match measured {
-                Ok(Some(bytes)) => return Some(bytes),
+                Ok(Some(bytes)) => return Measured::Bytes(bytes),
                 Ok(None) => continue,
                 Err(error) => {
                     tracing::warn!(repo = %self.shown_repo(&repo), event = %id, %error, "contributor data not measured");
-                    return None;
+                    return Measured::Unknown;
                 }
             }
         }
-        Some(0)
+        Measured::NoRef
     }
 
     /// Deletes the data of every pull request of `author` (`purge-author`); entries whose refs
