@@ -343,27 +343,32 @@ impl Grasp {
     /// maintains the repository). Refused (one NIP-01 line) when they do not fit.
     /// `charge` false: only checks (before the event's refs are set), true: records.
     pub(crate) async fn claim_unsigned(&self, ev: &nostr::prelude::Event, identifier: &str, charge: bool) -> Result<(), String> {
-        let Some((bytes, address)) = self.purgatory.placeholder_unsigned(&ev.id).filter(|(b, _)| *b > 0) else { return Ok(()) };
-        let strangers = self.stranger_prs(None, identifier, vec![(ev.id, ev.pubkey)]).await;
-        let charges = shares(strangers, bytes);
+        let Some(unsigned) = self.purgatory.placeholder_unsigned(&ev.id).filter(|s| !s.is_empty()) else { return Ok(()) };
+        if self.stranger_prs(None, identifier, vec![(ev.id, ev.pubkey)]).await.is_empty() {
+            return Ok(());
+        }
+        let charge_of = |bytes| Charge { id: ev.id, author: ev.pubkey, identifier: identifier.to_string(), bytes };
         if !charge {
-            if charges.is_empty() {
-                return Ok(());
-            }
             if !self.trust.disk.has_room_for_strangers() {
                 self.metrics.contributor_refused("disk");
                 return Err(format!("rate-limited: {STRANGER_LOW_DISK}"));
             }
-            let c = &charges[0];
-            return self.contributor_data.check(&c.author, address, &c.id, c.bytes).map_err(|full| {
-                self.metrics.contributor_refused(full.scope.as_str());
-                format!("rate-limited: {full}")
-            });
+            // Each address's share against its budget, all of them against the author's.
+            let total: u64 = unsigned.iter().map(|(_, b)| *b).sum();
+            let checks = std::iter::once((None, total)).chain(unsigned.iter().copied().filter(|(a, _)| a.is_some()));
+            for (address, bytes) in checks {
+                let c = charge_of(bytes);
+                self.contributor_data.check(&c.author, address, &c.id, c.bytes).map_err(|full| {
+                    self.metrics.contributor_refused(full.scope.as_str());
+                    format!("rate-limited: {full}")
+                })?;
+            }
+            return Ok(());
         }
         // Checked before the refs were set; the data is on disk now, so it is counted whatever a
-        // racing charge did meanwhile.
-        for c in &charges {
-            self.contributor_data.force(c, address);
+        // racing charge did meanwhile. The entry keeps the first share's address.
+        for (address, bytes) in unsigned {
+            self.contributor_data.force(&charge_of(bytes), address);
         }
         Ok(())
     }

@@ -297,10 +297,10 @@ impl SharedPurgatory {
         self.lock().find_pr(id).filter(|e| e.event.is_none()).map(|e| e.destinations.clone()).unwrap_or_default()
     }
 
-    /// The unsigned data a git-first placeholder `id` holds, and the address that pushed it
-    /// (`None` when `id` is no placeholder).
-    pub fn placeholder_unsigned(&self, id: &EventId) -> Option<(u64, Option<IpAddr>)> {
-        self.lock().find_pr(id).filter(|e| e.event.is_none()).map(|e| (e.unsigned_bytes, e.origin))
+    /// The unsigned data a git-first placeholder `id` holds, per address that pushed it (`None`
+    /// when `id` is no placeholder).
+    pub fn placeholder_unsigned(&self, id: &EventId) -> Option<Vec<(Option<IpAddr>, u64)>> {
+        self.lock().find_pr(id).filter(|e| e.event.is_none()).map(|e| e.unsigned_shares().collect())
     }
 
     /// The GRASP-06 contributor repositories of `identifier` held pull requests wait for.
@@ -432,7 +432,7 @@ impl SharedPurgatory {
         let n = placeholders.len() as u64;
         for (i, (id, _)) in placeholders.iter().enumerate() {
             let share = incoming / n + if i == 0 { incoming % n } else { 0 };
-            p.add_unsigned_bytes(id, share);
+            p.add_unsigned_bytes(id, share, address);
         }
         Ok(p.durable())
     }

@@ -211,6 +211,23 @@ pub struct SavedPr {
     /// older files).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub unsigned_bytes: u64,
+    /// Of a placeholder: the bytes later pushes from other addresses brought, per address
+    /// (absent: none, and in older files).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unsigned_others: Vec<SavedShare>,
+}
+
+/// Unsigned bytes pushed from one address (absent: unknown).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SavedShare {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address: Option<String>,
+    pub bytes: u64,
+}
+
+/// The saved form of a placeholder's shares from other addresses.
+pub(super) fn saved_shares(others: &[(Option<IpAddr>, u64)]) -> Vec<SavedShare> {
+    others.iter().map(|(a, bytes)| SavedShare { address: saved_address(*a), bytes: *bytes }).collect()
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -391,6 +408,7 @@ impl PurgatorySnapshot {
                     },
                     address: saved_address(p.origin),
                     unsigned_bytes: p.unsigned_bytes,
+                    unsigned_others: saved_shares(&p.unsigned_others),
                 },
             );
         }
@@ -591,6 +609,16 @@ impl Purgatory {
                 };
                 let (created_at, expires_at) = (now, now); // filled below
                 let unsigned_bytes = if event.is_none() { saved.unsigned_bytes } else { 0 };
+                let unsigned_others: Vec<(Option<IpAddr>, u64)> = if event.is_none() {
+                    saved
+                        .unsigned_others
+                        .iter()
+                        .take(super::entries::MAX_UNSIGNED_SHARES)
+                        .map(|s| (parse_address(s.address.as_deref()), s.bytes))
+                        .collect()
+                } else {
+                    Vec::new()
+                };
                 Ok((
                     id,
                     PrEntry {
@@ -603,6 +631,7 @@ impl Purgatory {
                         cleanup_pending: false,
                         origin,
                         unsigned_bytes,
+                        unsigned_others,
                     },
                 ))
             })();

@@ -104,9 +104,34 @@ pub struct PrEntry {
     /// Of a placeholder: the bytes of objects its pushes brought, unsigned data counted against
     /// `origin` until the placeholder goes ([`super::unsigned`]). 0 for a pull request event.
     pub unsigned_bytes: u64,
+    /// Of a placeholder: the bytes later pushes from other addresses brought (another destination
+    /// of the same id and commit), each counted against its own address. At most
+    /// [`MAX_UNSIGNED_SHARES`]; past it, added to the last.
+    pub unsigned_others: Vec<(Option<IpAddr>, u64)>,
 }
 
+/// Most addresses besides its creator's a placeholder's unsigned data is counted against.
+pub const MAX_UNSIGNED_SHARES: usize = 16;
+
 impl PrEntry {
+    /// Its unsigned data, per address that pushed it (the creator's first).
+    pub fn unsigned_shares(&self) -> impl Iterator<Item = (Option<IpAddr>, u64)> + '_ {
+        std::iter::once((self.origin, self.unsigned_bytes)).chain(self.unsigned_others.iter().copied()).filter(|(_, b)| *b > 0)
+    }
+
+    /// Adds `bytes` pushed from `from` to its unsigned data, under that address's share.
+    pub(crate) fn add_unsigned_share(&mut self, from: Option<IpAddr>, bytes: u64) {
+        if from == self.origin {
+            self.unsigned_bytes = self.unsigned_bytes.saturating_add(bytes);
+        } else if let Some(share) = self.unsigned_others.iter_mut().find(|(a, _)| *a == from) {
+            share.1 = share.1.saturating_add(bytes);
+        } else if self.unsigned_others.len() < MAX_UNSIGNED_SHARES {
+            self.unsigned_others.push((from, bytes));
+        } else if let Some(last) = self.unsigned_others.last_mut() {
+            last.1 = last.1.saturating_add(bytes);
+        }
+    }
+
     pub fn is_placeholder(&self) -> bool {
         self.event.is_none()
     }

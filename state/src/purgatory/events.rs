@@ -174,6 +174,7 @@ impl Purgatory {
                 origin,
                 // Its data is signed for now: it leaves the unsigned budget.
                 unsigned_bytes: 0,
+                unsigned_others: Vec::new(),
             },
         );
         Ok(true)
@@ -218,6 +219,7 @@ impl Purgatory {
                     cleanup_pending: false,
                     origin,
                     unsigned_bytes: 0,
+                    unsigned_others: Vec::new(),
                 },
             );
             return Ok(());

@@ -306,6 +306,7 @@ impl Purgatory {
                         expires_in_secs: if p.cleanup_pending { 0 } else { secs_until(now, p.expires_at) },
                         address: saved_address(p.origin),
                         unsigned_bytes: p.unsigned_bytes,
+                        unsigned_others: super::checkpoint::saved_shares(&p.unsigned_others),
                     },
                 }
             }

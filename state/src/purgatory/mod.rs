@@ -462,7 +462,9 @@ impl Purgatory {
             }
             None => {
                 self.counts.add_placeholder(entry.origin);
-                self.counts.add_unsigned(entry.origin, entry.unsigned_bytes);
+                for (address, bytes) in entry.unsigned_shares() {
+                    self.counts.add_unsigned(address, bytes);
+                }
             }
         }
         for d in &entry.destinations {
@@ -485,7 +487,9 @@ impl Purgatory {
             }
             None => {
                 self.counts.remove_placeholder(entry.origin);
-                self.counts.remove_unsigned(entry.origin, entry.unsigned_bytes);
+                for (address, bytes) in entry.unsigned_shares() {
+                    self.counts.remove_unsigned(address, bytes);
+                }
             }
         }
         for d in &entry.destinations {
@@ -577,12 +581,14 @@ impl Purgatory {
         let mut unsigned_total = 0;
         for (id, p) in &self.prs {
             if p.is_placeholder() {
-                unsigned_total += p.unsigned_bytes;
-                if let (Some(o), true) = (p.origin, p.unsigned_bytes > 0) {
-                    *unsigned_per_address.entry(o).or_default() += p.unsigned_bytes;
+                for (address, bytes) in p.unsigned_shares() {
+                    unsigned_total += bytes;
+                    if let Some(o) = address {
+                        *unsigned_per_address.entry(o).or_default() += bytes;
+                    }
                 }
             } else {
-                assert_eq!(p.unsigned_bytes, 0, "a pull request event's data is signed");
+                assert_eq!(p.unsigned_shares().count(), 0, "a pull request event's data is signed");
             }
             let by_address = match &p.event {
                 Some(e) => {

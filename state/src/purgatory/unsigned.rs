@@ -139,16 +139,17 @@ impl Purgatory {
         self.config.unsigned.check(origin.is_some(), mine, total, incoming)
     }
 
-    /// Records `bytes` more unsigned data on the placeholder `event_id` (a push brought them),
-    /// counted against the placeholder's address; journalled with the entry. False (nothing
+    /// Records `bytes` more unsigned data on the placeholder `event_id`, pushed from `from`
+    /// (counted against that address: the placeholder's own, or a share of its own when another
+    /// address pushed it to another destination); journalled with the entry. False (nothing
     /// recorded) when `event_id` is no placeholder.
-    pub fn add_unsigned_bytes(&mut self, event_id: &EventId, bytes: u64) -> bool {
+    pub fn add_unsigned_bytes(&mut self, event_id: &EventId, bytes: u64, from: Option<IpAddr>) -> bool {
         if bytes == 0 || !self.prs.get(event_id).is_some_and(|p| p.is_placeholder()) {
             return false;
         }
         // Detach and re-attach: keeps counts and journal in step in one place.
         let mut entry = self.detach_pr(event_id).expect("placeholder checked above");
-        entry.unsigned_bytes = entry.unsigned_bytes.saturating_add(bytes);
+        entry.add_unsigned_share(from, bytes);
         self.attach_pr(*event_id, entry);
         true
     }
@@ -217,7 +218,7 @@ mod tests {
     fn placeholder(p: &mut Purgatory, n: u8, origin: Option<IpAddr>, bytes: u64) -> EventId {
         let id = EventId::from_byte_array([n; 32]);
         p.add_pr_placeholder_from(id, format!("{n:040x}"), repo(0, "repo"), origin).unwrap();
-        assert!(p.add_unsigned_bytes(&id, bytes));
+        assert!(p.add_unsigned_bytes(&id, bytes, origin));
         id
     }
 
@@ -259,12 +260,30 @@ mod tests {
         let (_clock, mut p) = small_budget();
         let pr = signed(0, PR, 0);
         p.add_pr_placeholder_from(pr.id, "abc".into(), repo(0, "repo"), ip(1)).unwrap();
-        assert!(p.add_unsigned_bytes(&pr.id, 2 * MIB));
+        assert!(p.add_unsigned_bytes(&pr.id, 2 * MIB, ip(1)));
         assert!(p.check_unsigned(ip(1), 1).is_err());
         p.add_pr_from(pr.clone(), "abc".into(), vec![repo(0, "repo")], ip(1)).unwrap();
         p.assert_consistent();
         assert_eq!(p.unsigned_held(ip(1)), (0, 0));
-        assert!(!p.add_unsigned_bytes(&pr.id, 1), "an event's data is not unsigned");
+        assert!(!p.add_unsigned_bytes(&pr.id, 1, ip(1)), "an event's data is not unsigned");
+    }
+
+    #[test]
+    fn bytes_another_address_adds_to_a_placeholder_are_that_addresss() {
+        let (_clock, mut p) = small_budget();
+        let a = placeholder(&mut p, 1, ip(1), MIB);
+        assert!(p.add_unsigned_bytes(&a, MIB / 2, ip(2)));
+        assert!(p.add_unsigned_bytes(&a, MIB / 4, None));
+        p.assert_consistent();
+        assert_eq!(p.unsigned_held(ip(1)), (MIB, MIB + MIB / 2 + MIB / 4));
+        assert_eq!(p.unsigned_held(ip(2)).0, MIB / 2, "the pusher's share, not the creator's");
+        let json = p.snapshot().to_state().to_json();
+        let (restored, _) =
+            Purgatory::restore(super::super::PurgatoryState::from_json(&json).unwrap(), *p.config(), p.clock().clone(), |_, _| true);
+        restored.assert_consistent();
+        assert_eq!((restored.unsigned_held(ip(1)), restored.unsigned_held(ip(2)).0), ((MIB, MIB + MIB / 2 + MIB / 4), MIB / 2));
+        p.remove_pr(&a);
+        assert_eq!(p.unsigned_held(ip(2)), (0, 0), "every share leaves with the placeholder");
     }
 
     #[test]
