@@ -471,6 +471,12 @@ pub struct Config {
     #[arg(long = "sync-bootstrap-relay", env = "GRASP_SYNC_BOOTSTRAP_RELAY", value_name = "URL", value_delimiter = ',')]
     pub sync_bootstrap_relays: Vec<String>,
 
+    /// Replica set: another grasp-relay serving the same public domain (its own listener,
+    /// `http://host:port`; repeatable or comma separated). Followed for every event and every
+    /// repository's git data, trusted on private addresses (docs/scaling.md).
+    #[arg(long = "replica", env = "GRASP_REPLICAS", value_name = "URL", value_delimiter = ',', value_parser = parse_replica)]
+    pub replica: Vec<grasp_state::replica::Replica>,
+
     /// Relay sync: extra trusted root certificates (a PEM file) for `wss://` relays, besides the
     /// Mozilla roots (a private CA; tests).
     #[arg(long, env = "GRASP_SYNC_TLS_CA", value_name = "FILE")]
@@ -798,6 +804,10 @@ fn parse_software_url(s: &str) -> Result<String, String> {
     }
 }
 
+fn parse_replica(s: &str) -> Result<grasp_state::replica::Replica, String> {
+    grasp_state::replica::Replica::parse(s).map_err(|e| e.to_string())
+}
+
 fn parse_pubkey(s: &str) -> Result<PublicKey, String> {
     if s.starts_with("npub1") {
         PublicKey::from_bech32(s).map_err(|e| format!("invalid npub: {e}"))
@@ -852,7 +862,7 @@ impl Config {
     /// Whether relay sync runs: not with `--no-relay-sync`, nor on a private service without a
     /// relay among its `--private-sync-peer`s (it then follows those relays only).
     pub fn relay_sync_enabled(&self) -> bool {
-        !(self.no_relay_sync || (self.private && self.private_sync_relays().is_empty()))
+        !(self.no_relay_sync || (self.private && self.private_sync_relays().is_empty() && self.replica.is_empty()))
     }
 
     /// Whether NIP-77 negentropy is served (not with `--no-negentropy`).

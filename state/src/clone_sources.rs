@@ -17,6 +17,9 @@ use std::collections::HashSet;
 /// How far the publisher of a clone URL is trusted; lower is tried first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum SourceTrust {
+    /// A replica of this service the operator named (`--replica`): it holds everything this
+    /// server should.
+    Replica,
     /// An announcement by an owner whose repository waits for data, or by someone in that
     /// owner's maintainer set.
     Maintainers,

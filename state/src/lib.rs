@@ -48,6 +48,7 @@
 //!   (IPv6 by its prefix, `--ipv6-prefix-len`).
 //! - [`event_size`]: the most bytes an event of each kind may have.
 //! - [`free_disk`]: the low-disk verdict (`--min-free-disk`) for events and pushes.
+//! - [`replica`]: the other members of a replica set, as the operator names them.
 //! - [`owner_quota`]: the quota of bytes per owner and the daily budget per address for new
 //!   owners' repositories.
 //! - [`contributor_data`]: the ledger and budgets of pull request data that no maintainer
@@ -124,4 +125,5 @@ pub mod rate;
 pub mod refs;
 pub mod ref_files;
 pub mod release;
+pub mod replica;
 pub mod transfer;

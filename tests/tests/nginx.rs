@@ -552,3 +552,105 @@ fn the_doctor_reads_the_front_as_fit_to_serve() {
     assert!(!out.status.success(), "{text}");
     assert!(text.contains("FAIL  nginx:") && text.contains("request buffering is on"), "{text}");
 }
+
+/// docs/nginx/replicas.conf with its site-specific values replaced: nginx listening on `listen`,
+/// the `replicas` in both upstreams.
+fn replicas_config(listen: SocketAddr, replicas: &[SocketAddr]) -> String {
+    let template = include_str!("../../docs/nginx/replicas.conf");
+    let block = |text: &str, begin: &str, end: &str, with: &str| -> String {
+        let b = text.find(begin).unwrap_or_else(|| panic!("docs/nginx/replicas.conf has no {begin:?}"));
+        let e = text[b..].find(end).unwrap_or_else(|| panic!("docs/nginx/replicas.conf has no {end:?}")) + b + end.len();
+        format!("{}{with}{}", &text[..b], &text[e..])
+    };
+    let mut conf = block(template, "    # BEGIN listen\n", "    # END listen\n", &format!("    listen {listen};\n"));
+    let servers: String = replicas.iter().map(|r| format!("    server {r} max_fails=1 fail_timeout=10s;\n")).collect();
+    while conf.contains("    # BEGIN replicas\n") {
+        conf = block(&conf, "    # BEGIN replicas\n", "    # END replicas\n", &servers);
+    }
+    assert!(conf.contains("git.example.com"), "docs/nginx/replicas.conf no longer names git.example.com");
+    conf.replace("git.example.com", &listen.ip().to_string())
+}
+
+/// A replica set of three behind nginx (docs/scaling.md): a push and events through nginx are
+/// served by every replica; with one replica killed, clients keep working through nginx; the
+/// killed one catches up when it is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs nginx; run by .ci/run with --ignored"]
+async fn a_replica_set_behind_nginx_converges_and_fails_over() {
+    let prefix = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(prefix.path().join("temp")).unwrap();
+    let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let public = addr.to_string();
+    let base = ["--public-host", public.as_str(), "--trusted-proxy", "127.0.0.1/32", "--relay-sync-backoff", "300ms", "--relay-sync-backoff-cap", "2s", "--sync-delay", "200ms"];
+    let mut set: Vec<TestServer> = (0..3).map(|_| TestServer::start_with(&base)).collect();
+    let listeners: Vec<SocketAddr> = set.iter().map(|s| s.addr()).collect();
+    for (i, server) in set.iter_mut().enumerate() {
+        let others: Vec<String> = listeners.iter().enumerate().filter(|(j, _)| *j != i).map(|(_, a)| format!("http://{a}")).collect();
+        let mut args: Vec<&str> = base.to_vec();
+        for other in &others {
+            args.extend(["--replica", other.as_str()]);
+        }
+        server.restart_with(&args);
+    }
+    std::fs::write(prefix.path().join("grasp.conf"), replicas_config(addr, &listeners)).unwrap();
+    std::fs::write(prefix.path().join("nginx.conf"), main_config(prefix.path())).unwrap();
+    let mut nginx = Daemon::spawn(
+        "nginx",
+        Command::new(find_program("nginx")).arg("-p").arg(prefix.path()).arg("-c").arg(prefix.path().join("nginx.conf")).arg("-e").arg(prefix.path().join("error.log")),
+        &prefix.path().join("nginx.out"),
+    );
+    wait_until("nginx to listen", TIMEOUT, || {
+        if let Some(status) = nginx.exited() {
+            panic!("nginx exited with {status}: {}{}", read(&prefix.path().join("nginx.out")), read(&prefix.path().join("error.log")));
+        }
+        TcpStream::connect_timeout(&addr, Duration::from_secs(1)).ok()
+    })
+    .unwrap();
+
+    let owner = Keys::generate();
+    let identifier = "replicated";
+    let url = format!("http://{addr}/{}/{}.git", npub_of(&owner.public_key()), identifier);
+    let ann = announcement_with_urls(&owner, identifier, &url, &format!("ws://{addr}"));
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = Repo { work: WorkTree::new(tmp.path().join("w")), url };
+    let main_on = |server: &TestServer| {
+        let dir = repo_dir(server, &owner.public_key(), identifier);
+        dir.join("HEAD").exists().then(|| bare_refs(&dir).get("refs/heads/main").cloned()).flatten()
+    };
+    let send = |event: Event| async move {
+        let mut c = NostrClient::connect(&format!("ws://{addr}/")).await.expect("WebSocket through nginx");
+        let (ok, msg) = c.send_event(&event).await.unwrap();
+        assert!(ok, "{msg}");
+    };
+    send(ann.clone()).await;
+    let tip = repo.commit("a.txt", "one");
+    send(state(&owner, identifier, &[("refs/heads/main", &tip)], Some("main"))).await;
+    repo.push(&["main"]).unwrap_or_else(|e| panic!("push through nginx: {e}\n{}", read(&prefix.path().join("error.log"))));
+    for server in &set {
+        wait_until("every replica to serve the push", TIMEOUT, || (main_on(server).as_deref() == Some(tip.as_str())).then_some(())).unwrap();
+    }
+
+    // The replica this client is routed to (the one that authorised the push) dies: nginx goes
+    // to another.
+    let routed = set.iter().position(|s| s.logs().contains("push authorised")).expect("one replica took the push");
+    set.swap(0, routed);
+    set[0].kill();
+    let next = repo.commit("a.txt", "two");
+    send(state_at(&owner, identifier, &[("refs/heads/main", &next)], Some("main"), now() + 1)).await;
+    repo.push(&["main"]).unwrap_or_else(|e| panic!("push through nginx with a replica down: {e}\n{}", read(&prefix.path().join("error.log"))));
+    let bug = issue(&Keys::generate(), &owner.public_key(), identifier);
+    send(bug.clone()).await;
+    for server in &set[1..] {
+        wait_until("the live replicas to serve the push", TIMEOUT, || (main_on(server).as_deref() == Some(next.as_str())).then_some(())).unwrap();
+    }
+
+    // It comes back and catches up from the others.
+    set[0].restart();
+    wait_until("the returning replica to catch up", TIMEOUT, || (main_on(&set[0]).as_deref() == Some(next.as_str())).then_some(())).unwrap();
+    let mut c = NostrClient::connect(&set[0].ws_url()).await.unwrap();
+    grasp_tests::eventually!("the issue on the returning replica", TIMEOUT, {
+        let got = c.req(vec![Filter::new().id(bug.id)]).await.unwrap();
+        (!got.is_empty()).then_some(())
+    });
+    drop(nginx);
+}

@@ -129,6 +129,7 @@ pub const SECTIONS: &[(&str, Section)] = &[
     ("contributor_bytes_total", Purgatory),
     ("pr_data_grace", Purgatory),
     ("contributor_reconcile_interval", Purgatory),
+    ("replica", RelaySync),
     ("owner_quota", Limits),
     ("new_owner_bytes_per_address_per_day", Limits),
     ("quota_exempt_owner", Limits),

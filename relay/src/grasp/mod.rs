@@ -122,6 +122,9 @@ pub struct Grasp {
     pub contributor_data: budgets::ContributorData,
     /// The quota per owner and the daily budget per address for new owners.
     pub owner_quotas: quotas::OwnerQuotaState,
+    /// The other members of this replica set (`--replica`, docs/scaling.md): every repository's
+    /// git data is fetched from them first.
+    pub replicas: Vec<grasp_state::replica::Replica>,
 }
 
 impl Grasp {
@@ -153,10 +156,16 @@ impl Grasp {
             parsed_announcements: authority::ParsedAnnouncements::default(),
             contributor_data: budgets::ContributorData::default(),
             owner_quotas: quotas::OwnerQuotaState::default(),
+            replicas: Vec::new(),
         }
     }
 
     /// This brain with the operator's GRASP-05 archive (`--archive*`).
+    pub fn with_replicas(mut self, replicas: Vec<grasp_state::replica::Replica>) -> Self {
+        self.replicas = replicas;
+        self
+    }
+
     pub fn with_archive(mut self, archive: grasp_state::archive::Archive) -> Self {
         self.archive = archive;
         self

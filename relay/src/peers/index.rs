@@ -132,6 +132,11 @@ pub struct InterestIndex {
     served_roots: BTreeMap<RepoKey, RootIds>,
     /// Shared with the peers following them: a plan is never copied whole after it is built.
     plans: BTreeMap<RelayUrl, Arc<RelayPlan>>,
+    /// The operator's replicas (`--replica`): always followed, each for every repository and
+    /// for announcements, whatever the announcements list (one plan, shared).
+    replicas: BTreeSet<RelayUrl>,
+    /// Whether the replicas' plan must be built again (any repository changed).
+    replicas_dirty: bool,
 }
 
 impl InterestIndex {
@@ -150,7 +155,15 @@ impl InterestIndex {
             roots_dirty: Some(BTreeSet::new()),
             served_roots: BTreeMap::new(),
             plans: BTreeMap::new(),
+            replicas: BTreeSet::new(),
+            replicas_dirty: true,
         }
+    }
+
+    /// Follows `replicas` too, each for everything ([`InterestIndex::plans`]).
+    pub fn with_replicas(mut self, replicas: BTreeSet<RelayUrl>) -> Self {
+        self.replicas = replicas;
+        self
     }
 
     /// Repositories followed.
@@ -457,6 +470,7 @@ impl InterestIndex {
                 dirty.insert(relay);
             }
         }
+        self.replicas_dirty = true;
         if self.only.is_some() {
             self.roots_dirty = None;
         }
@@ -470,6 +484,7 @@ impl InterestIndex {
 
     /// A private service asks its peers for every repository: any change changes every plan.
     fn mark_only(&mut self) {
+        self.replicas_dirty = true;
         if self.only.is_some() {
             self.dirty = None;
         }
@@ -490,7 +505,8 @@ impl InterestIndex {
         };
         let dirty = self.dirty.take();
         let roots_dirty = self.roots_dirty.replace(BTreeSet::new());
-        self.plans.retain(|relay, _| taken.contains(relay) && dirty.as_ref().is_some_and(|d| !d.contains(relay)));
+        let replicas = &self.replicas;
+        self.plans.retain(|relay, _| replicas.contains(relay) || (taken.contains(relay) && dirty.as_ref().is_some_and(|d| !d.contains(relay))));
         // A private service asks each of its peers for the same: one plan, shared.
         let mut all: Option<Arc<RelayPlan>> = None;
         for relay in &taken {
@@ -524,6 +540,19 @@ impl InterestIndex {
                 }
             };
             self.plans.insert(relay.clone(), plan);
+        }
+        // The replicas: every repository, announcements included, rebuilt on any change.
+        if !self.replicas.is_empty() {
+            let kept = self.replicas.iter().find_map(|r| self.plans.get(r)).filter(|_| !self.replicas_dirty).cloned();
+            let plan = kept.unwrap_or_else(|| {
+                let mut repos: Vec<&RepoInterest> = self.repos.values().collect();
+                repos.sort_by(|a, b| (a.owner, &a.identifier).cmp(&(b.owner, &b.identifier)));
+                Arc::new(plan_for(&repos, true))
+            });
+            for replica in &self.replicas {
+                self.plans.insert(replica.clone(), plan.clone());
+            }
+            self.replicas_dirty = false;
         }
         self.dirty = Some(BTreeSet::new());
         self.plans.clone()

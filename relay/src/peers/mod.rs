@@ -109,6 +109,8 @@ pub struct PeersConfig {
     pub only_relays: Option<Vec<String>>,
     /// The key this server answers NIP-42 `AUTH` challenges with (a private service's key).
     pub auth_keys: Option<nostr::prelude::Keys>,
+    /// The operator's replicas (`--replica`): followed for everything, on any address.
+    pub replicas: Vec<grasp_state::replica::Replica>,
 }
 
 impl Default for PeersConfig {
@@ -128,6 +130,7 @@ impl Default for PeersConfig {
             tls_ca: None,
             only_relays: None,
             auth_keys: None,
+            replicas: Vec::new(),
         }
     }
 }
@@ -163,6 +166,7 @@ impl PeersConfig {
                 ..defaults.waiting
             },
             per_relay: grasp_state::rate::Rate { burst: cfg.relay_sync_burst.max(1), per_second: cfg.relay_sync_rate.max(1.0) },
+            replicas: cfg.replica.clone(),
             ..defaults
         })
     }
@@ -302,6 +306,8 @@ struct Manager {
     bootstraps: BTreeSet<RelayUrl>,
     /// A private service's peers: the only relays followed.
     only: Option<BTreeSet<RelayUrl>>,
+    /// The operator's replicas, followed for everything.
+    replicas: BTreeSet<RelayUrl>,
     peers: BTreeMap<RelayUrl, PeerEntry>,
     /// Dead relays with the plan they died with: restarted only when the plan changes.
     dead: BTreeMap<RelayUrl, Arc<RelayPlan>>,
@@ -327,7 +333,12 @@ fn parse_relays(raw: &[String], what: &str) -> BTreeSet<RelayUrl> {
 /// `cursors_file` is `<data>/relay-sync.json`. Fails only on unusable TLS settings
 /// (`--sync-tls-ca`).
 pub fn start(grasp: &Arc<Grasp>, config: PeersConfig, cursors_file: PathBuf, shutdown: Shutdown) -> Result<(JoinHandle<()>, PeersView), tls::TlsSetupError> {
-    let policy = UrlPolicy::new(config.allow_private, &config.extra_denied, &config.own_hosts);
+    let replica_hosts: Vec<String> = config.replicas.iter().map(|r| r.host_port.clone()).collect();
+    let policy = UrlPolicy::new(config.allow_private, &config.extra_denied, &config.own_hosts).trusting(&replica_hosts);
+    let replicas = parse_relays(&config.replicas.iter().map(|r| r.relay.clone()).collect::<Vec<_>>(), "replica");
+    if !replicas.is_empty() {
+        tracing::info!(replicas = replicas.len(), "replica set: relay sync follows every repository on each replica");
+    }
     let tls = Tls::new(config.tls_ca.as_deref())?;
     let bootstraps = parse_relays(&config.bootstraps, "bootstrap relay");
     let only = config.only_relays.as_ref().map(|peers| {
@@ -348,7 +359,7 @@ pub fn start(grasp: &Arc<Grasp>, config: PeersConfig, cursors_file: PathBuf, shu
         interest_stats: Mutex::new(InterestStats::default()),
     });
     let view = PeersView(Arc::downgrade(&shared));
-    let manager = Manager { shared, bootstraps, only, peers: BTreeMap::new(), dead: BTreeMap::new(), shutdown };
+    let manager = Manager { shared, bootstraps, only, replicas, peers: BTreeMap::new(), dead: BTreeMap::new(), shutdown };
     Ok((tokio::spawn(manager.run()), view))
 }
 
@@ -440,7 +451,7 @@ impl Manager {
         let grasp = self.shared.grasp().clone();
         let policy = self.shared.policy.clone();
         let excluded: index::Excluded = Box::new(move |url: &RelayUrl| url.check(&policy).is_err());
-        let mut ix = index::InterestIndex::new(excluded, self.bootstraps.clone(), self.only.clone());
+        let mut ix = index::InterestIndex::new(excluded, self.bootstraps.clone(), self.only.clone()).with_replicas(self.replicas.clone());
         interest::load(&grasp, &mut ix).await;
         // Bounded: one pass over the served repositories.
         for _ in 0..ix.len() + 1 {

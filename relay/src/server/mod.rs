@@ -155,7 +155,7 @@ pub async fn run(loaded: crate::config::Loaded) -> anyhow::Result<()> {
     }
     let trust = Arc::new(crate::trust::Trust::from_config(&cfg, data.git())?);
     let grasp = Arc::new(
-        Grasp::new(relay, purgatory, layout, data.hooks(), cfg.public_host(), metrics.clone()).with_trust(trust).with_lock_limits(crate::grasp::locks::LockLimits::from_config(&cfg)).with_deferred_limits(cfg.deferred_limits()).with_grasp06(cfg.grasp06).with_archive(cfg.archive()),
+        Grasp::new(relay, purgatory, layout, data.hooks(), cfg.public_host(), metrics.clone()).with_trust(trust).with_lock_limits(crate::grasp::locks::LockLimits::from_config(&cfg)).with_deferred_limits(cfg.deferred_limits()).with_grasp06(cfg.grasp06).with_archive(cfg.archive()).with_replicas(cfg.replica.clone()),
     );
     // From here every change to the purgatory is journalled before it is acknowledged; the
     // checkpoint right away compacts what was restored (checkpoint + journal) into one file.

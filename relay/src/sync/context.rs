@@ -100,7 +100,13 @@ impl SyncContext for Arc<Grasp> {
         let repos: Vec<RepoId> = announcements.iter().map(|a| RepoId::new(a.owner, identifier)).collect();
         let prs: Vec<PullRequest> =
             self.purgatory.pr_events_for_any(&repos).iter().filter_map(|ev| PullRequest::from_event(ev).ok()).collect();
-        let mut sources = clone_sources(&announcements, &prs, &trusted);
+        // The operator's replicas first: each holds the repositories this one waits for.
+        let mut sources: Vec<CloneSource> = self
+            .replicas
+            .iter()
+            .map(|r| CloneSource::new(SourceTrust::Replica, waiting.iter().map(|(owner, _)| r.repo_url(&grasp_state::identifier::npub_of(owner), identifier)).collect()))
+            .collect();
+        sources.extend(clone_sources(&announcements, &prs, &trusted));
         sources.extend(grasp_list_sources(self, identifier, &waiting).await);
         sources
     }

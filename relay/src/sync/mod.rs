@@ -121,6 +121,8 @@ pub struct SyncConfig {
     pub max_parallel: usize,
     /// A private service: fetch only from these `host` / `host:port` peers (`None`: any peer).
     pub only_peers: Option<Vec<String>>,
+    /// The operator's replicas (`--replica`, `host:port`): trusted on any address.
+    pub replicas: Vec<String>,
     /// One attempt for an identifier ends after this long, whatever its URLs do.
     pub attempt_timeout: Duration,
     /// Clone URLs one attempt takes per source and in all.
@@ -139,6 +141,7 @@ impl Default for SyncConfig {
             tick: Duration::from_secs(1),
             max_parallel: 16,
             only_peers: None,
+            replicas: Vec::new(),
             attempt_timeout: Duration::from_secs(10 * 60),
             url_limits: UrlLimits::default(),
         }
@@ -230,6 +233,7 @@ impl<C: SyncContext> Syncer<C> {
         if let Some(peers) = &config.only_peers {
             policy = policy.only_peers(peers);
         }
+        policy = policy.trusting(&config.replicas);
         Syncer {
             shared: Arc::new(Shared {
                 queue: Mutex::new(SyncQueue::new(config.queue.clone())),
@@ -594,6 +598,7 @@ impl SyncConfig {
             max_parallel: cfg.sync_max_parallel.max(1),
             attempt_timeout: cfg.sync_attempt_timeout(),
             only_peers: cfg.private.then(|| cfg.private_sync_peer.iter().map(|p| git_sync_peer(p)).collect()),
+            replicas: cfg.replica.iter().map(|r| r.host_port.clone()).collect(),
             ..SyncConfig::default()
         }
     }

@@ -197,6 +197,9 @@ pub struct UrlPolicy {
     own_hosts: Vec<(String, Option<u16>)>,
     /// A private service: the only `host` / `host:port` entries fetched from (none: anything).
     only_peers: Option<Vec<(String, Option<u16>)>>,
+    /// `host:port` entries the operator named (replicas, `--replica`): fetched from whatever
+    /// their addresses, listed or not among `only_peers`.
+    trusted: Vec<(String, Option<u16>)>,
     resolve_timeout: Duration,
 }
 
@@ -228,8 +231,19 @@ impl UrlPolicy {
             denied,
             own_hosts,
             only_peers: None,
+            trusted: Vec::new(),
             resolve_timeout: Duration::from_secs(5),
         }
+    }
+
+    /// Trusts these `host:port` entries (the operator's replicas): no deny-list, no peer list.
+    pub fn trusting(mut self, hosts: &[String]) -> UrlPolicy {
+        self.trusted = hosts.iter().filter_map(|p| HostPort::parse(p.trim()).map(|hp| (hp.host, hp.port))).collect();
+        self
+    }
+
+    fn is_trusted(&self, url: &CloneUrl) -> bool {
+        self.trusted.iter().any(|(host, port)| *host == url.host && port.is_none_or(|port| port == url.port))
     }
 
     /// Fetch only from these `host` / `host:port` peers (a private service; an empty list
@@ -248,6 +262,9 @@ impl UrlPolicy {
             .any(|(host, port)| *host == url.host && port.is_none_or(|port| port == url.port));
         if own {
             return Err(UrlRejected::OwnServer(url.url));
+        }
+        if self.is_trusted(&url) {
+            return Ok(url);
         }
         if let Some(peers) = &self.only_peers {
             let listed = peers.iter().any(|(host, port)| *host == url.host && port.is_none_or(|port| port == url.port));
@@ -296,7 +313,8 @@ impl UrlPolicy {
         if addresses.is_empty() {
             return Err(resolve_error("no addresses".to_string()));
         }
-        for address in &addresses {
+        let trusted = self.is_trusted(&url);
+        for address in addresses.iter().filter(|_| !trusted) {
             self.check_address(&url.host, address.ip())?;
         }
         Ok(SafeUrl { url, addresses })
@@ -306,6 +324,14 @@ impl UrlPolicy {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_operators_replicas_are_trusted_on_private_addresses() {
+        let policy = UrlPolicy::new(false, &[], &[]).only_peers(&[]).trusting(&["10.0.0.2:8080".into()]);
+        assert!(policy.check("http://10.0.0.2:8080/npub1x/r.git").is_ok());
+        assert!(policy.check("http://10.0.0.2:8081/npub1x/r.git").is_err(), "another port is no replica");
+        assert!(policy.check("http://10.0.0.3:8080/npub1x/r.git").is_err());
+    }
 
     #[test]
     fn a_private_service_fetches_only_from_listed_peers() {

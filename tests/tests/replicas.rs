@@ -1,0 +1,82 @@
+//! A replica set (docs/scaling.md): three grasp-relays serving one public domain, each naming the
+//! others with `--replica`, on loopback addresses and without `--sync-allow-private` (the
+//! operator named them). Whatever one accepts, the others serve: announcements (which list only
+//! the public domain, never the replicas), states and their git data, issues. Every wait is on
+//! an observable condition with a deadline.
+
+use std::time::Duration;
+
+use grasp_tests::grasp::*;
+use grasp_tests::{eventually, NostrClient, TestServer};
+use nostr::prelude::*;
+
+const WAIT: Duration = Duration::from_secs(30);
+const DOMAIN: &str = "grasp.example";
+
+async fn stored(server: &TestServer, id: EventId) -> bool {
+    let mut c = NostrClient::connect(&server.ws_url()).await.unwrap();
+    !c.req(vec![Filter::new().id(id)]).await.unwrap().is_empty()
+}
+
+fn main_ref(server: &TestServer, owner: &PublicKey, identifier: &str) -> Option<String> {
+    let dir = repo_dir(server, owner, identifier);
+    dir.join("HEAD").exists().then(|| bare_refs(&dir).get("refs/heads/main").cloned()).flatten()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn whatever_one_replica_accepts_every_replica_serves() {
+    let args = ["--public-host", DOMAIN, "--relay-sync-backoff", "300ms", "--relay-sync-backoff-cap", "2s", "--sync-delay", "200ms"];
+    let mut set: Vec<TestServer> = (0..3).map(|_| TestServer::start_with(&args)).collect();
+    // Each names the others (their ports are known once they listen).
+    let urls: Vec<String> = set.iter().map(|s| format!("http://{}", s.addr())).collect();
+    for (i, server) in set.iter_mut().enumerate() {
+        let mut with: Vec<&str> = args.to_vec();
+        for (j, url) in urls.iter().enumerate() {
+            if i != j {
+                with.extend(["--replica", url.as_str()]);
+            }
+        }
+        server.restart_with(&with);
+    }
+    let (a, b, c) = (&set[0], &set[1], &set[2]);
+
+    // The owner publishes to one replica only, as nginx would route them.
+    let owner = Keys::generate();
+    let identifier = "replicated";
+    let clone = format!("https://{DOMAIN}/{}/{identifier}.git", owner.public_key().to_bech32().unwrap());
+    let ann = event(&owner, 30617, &[&["d", identifier], &["clone", &clone], &["relays", &format!("wss://{DOMAIN}")]]);
+    let mut ca = NostrClient::connect(&a.ws_url()).await.unwrap();
+    let (ok, msg) = ca.send_event(&ann).await.unwrap();
+    assert!(ok, "{msg}");
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = Repo::new(tmp.path(), a, &owner.public_key(), identifier);
+    let tip = repo.commit("README", "one");
+    let st = state(&owner, identifier, &[("refs/heads/main", &tip)], Some("main"));
+    let (ok, msg) = ca.send_event(&st).await.unwrap();
+    assert!(ok, "{msg}");
+    repo.push(&["main"]).expect("the push to one replica");
+
+    for other in [b, c] {
+        eventually!("the announcement on every replica", WAIT, stored(other, ann.id).await.then_some(()));
+        eventually!("the state on every replica", WAIT, stored(other, st.id).await.then_some(()));
+        eventually!("the pushed data on every replica", WAIT, (main_ref(other, &owner.public_key(), identifier).as_deref() == Some(tip.as_str())).then_some(()));
+    }
+
+    // An issue sent to another replica reaches the rest.
+    let bug = issue(&Keys::generate(), &owner.public_key(), identifier);
+    let (ok, msg) = NostrClient::connect(&b.ws_url()).await.unwrap().send_event(&bug).await.unwrap();
+    assert!(ok, "{msg}");
+    for other in [a, c] {
+        eventually!("the issue on every replica", WAIT, stored(other, bug.id).await.then_some(()));
+    }
+
+    // The next push, to the first replica, is everywhere too.
+    let next = repo.commit("README", "two");
+    let st2 = state_at(&owner, identifier, &[("refs/heads/main", &next)], Some("main"), now() + 1);
+    let (ok, msg) = ca.send_event(&st2).await.unwrap();
+    assert!(ok, "{msg}");
+    repo.push(&["main"]).expect("the next push");
+    for other in [b, c] {
+        eventually!("the next push on every replica", WAIT, (main_ref(other, &owner.public_key(), identifier).as_deref() == Some(next.as_str())).then_some(()));
+    }
+}
