@@ -39,6 +39,17 @@ async fn whatever_one_replica_accepts_every_replica_serves() {
         server.restart_with(&with);
     }
     let (a, b, c) = (&set[0], &set[1], &set[2]);
+    // Each reports ready once relay sync went through its history with the two others.
+    for server in [a, b, c] {
+        let (api, _) = hook_api(server);
+        eventually!("every replica ready, caught up with the others", WAIT, {
+            let body = match reqwest::get(format!("http://{api}/readyz")).await {
+                Ok(resp) => resp.text().await.unwrap_or_default(),
+                Err(_) => String::new(),
+            };
+            body.contains("ok replicas").then_some(())
+        });
+    }
 
     // The owner publishes to one replica only, as nginx would route them.
     let owner = Keys::generate();

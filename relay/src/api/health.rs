@@ -4,8 +4,9 @@
 //! - `GET /readyz`: `200` when every check passes, else `503`; the body has one line per check,
 //!   `ok <check>` or `fail <check>: <reason>`. Checks: the event store answers a query
 //!   (`store`), the data directory takes a new file (`data_dir`), the CGI wrapper and the hook
-//!   binaries are executable files (`binaries`), and the hook API answers its `/healthz`
-//!   (`hook_api`). Each check is bounded by [`CHECK_TIMEOUT`].
+//!   binaries are executable files (`binaries`), the hook API answers its `/healthz`
+//!   (`hook_api`), and, in a replica set, relay sync went through its history with every other
+//!   replica it can reach (`replicas`). Each check is bounded by [`CHECK_TIMEOUT`].
 //!
 //! On the hook API the probes need no token: they reveal nothing but these lines, the API is on
 //! loopback only, and a probe (systemd, a container runtime) should not need the token file.
@@ -39,6 +40,8 @@ pub struct Health {
     pub binaries: Vec<PathBuf>,
     /// The hook API's address.
     pub api_addr: SocketAddr,
+    /// Relay sync's view: whether the replicas have been caught up with.
+    pub views: Arc<crate::api::views::OperatorViews>,
 }
 
 /// One check's verdict.
@@ -53,12 +56,38 @@ impl Health {
     pub async fn readiness(&self) -> Vec<Check> {
         let (store, data_dir, binaries, hook_api) =
             tokio::join!(bounded(self.store()), bounded(self.data_dir()), bounded(self.binaries()), bounded(self.hook_api()));
-        vec![
+        let mut checks = vec![
             Check { name: "store", result: store },
             Check { name: "data_dir", result: data_dir },
             Check { name: "binaries", result: binaries },
             Check { name: "hook_api", result: hook_api },
-        ]
+        ];
+        if !self.grasp.replicas.is_empty() {
+            checks.push(Check { name: "replicas", result: self.replicas() });
+        }
+        checks
+    }
+
+    /// A replica set's member is ready once it has caught up with every other replica it can
+    /// reach: relay sync has gone through its history with each once (a replica that cannot be
+    /// reached does not hold it back). docs/scaling.md.
+    fn replicas(&self) -> Result<(), String> {
+        let relays = self.views.relay_sync.get().map(|v| v.relays()).unwrap_or_default();
+        let behind: Vec<String> = self
+            .grasp
+            .replicas
+            .iter()
+            .filter(|r| {
+                let Ok(url) = crate::sync::relay_url::RelayUrl::parse(&r.relay) else { return false };
+                !relays.iter().any(|s| s.url == url && (s.history_runs > 0 || s.failures > 0))
+            })
+            .map(|r| r.base.clone())
+            .collect();
+        if behind.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("catching up with {}", behind.join(", ")))
+        }
     }
 
     async fn store(&self) -> Result<(), String> {

@@ -184,12 +184,12 @@ pub async fn run(loaded: crate::config::Loaded) -> anyhow::Result<()> {
     let (api_listener, token) = crate::api::bind(cfg.api_bind, data.root()).await?;
     let api_addr = api_listener.local_addr()?;
 
-    let health = Arc::new(Health { grasp: grasp.clone(), data_dir: data.root().to_path_buf(), binaries, api_addr });
+    let views = Arc::new(crate::api::views::OperatorViews::default());
+    let health = Arc::new(Health { grasp: grasp.clone(), data_dir: data.root().to_path_buf(), binaries, api_addr, views: views.clone() });
 
     let controller = ShutdownController::new();
     // The hook API runs on a runtime of its own (its own worker and blocking threads), so pushes
     // are decided while the WebSocket side is saturated (docs/security.md).
-    let views = Arc::new(crate::api::views::OperatorViews::default());
     crate::api::serve_on_own_runtime(api_listener, token, grasp.clone(), health.clone(), views.clone(), controller.subscribe())?;
 
     // Nothing is lost if the relay was down between a push's two hooks: release what the
