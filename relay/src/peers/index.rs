@@ -132,11 +132,9 @@ pub struct InterestIndex {
     served_roots: BTreeMap<RepoKey, RootIds>,
     /// Shared with the peers following them: a plan is never copied whole after it is built.
     plans: BTreeMap<RelayUrl, Arc<RelayPlan>>,
-    /// The operator's replicas (`--replica`): always followed, each for every repository and
-    /// for announcements, whatever the announcements list (one plan, shared).
+    /// The operator's replicas (`--replica`): always followed, each for everything it holds
+    /// (one plan, shared, [`crate::peers::wanted::replica_plan`]).
     replicas: BTreeSet<RelayUrl>,
-    /// Whether the replicas' plan must be built again (any repository changed).
-    replicas_dirty: bool,
 }
 
 impl InterestIndex {
@@ -156,7 +154,6 @@ impl InterestIndex {
             served_roots: BTreeMap::new(),
             plans: BTreeMap::new(),
             replicas: BTreeSet::new(),
-            replicas_dirty: true,
         }
     }
 
@@ -470,7 +467,6 @@ impl InterestIndex {
                 dirty.insert(relay);
             }
         }
-        self.replicas_dirty = true;
         if self.only.is_some() {
             self.roots_dirty = None;
         }
@@ -484,7 +480,6 @@ impl InterestIndex {
 
     /// A private service asks its peers for every repository: any change changes every plan.
     fn mark_only(&mut self) {
-        self.replicas_dirty = true;
         if self.only.is_some() {
             self.dirty = None;
         }
@@ -541,18 +536,13 @@ impl InterestIndex {
             };
             self.plans.insert(relay.clone(), plan);
         }
-        // The replicas: every repository, announcements included, rebuilt on any change.
+        // The replicas: everything they hold (a replica is a full copy), one filter matching
+        // every event, never rebuilt: what this one does not take, its admission refuses.
         if !self.replicas.is_empty() {
-            let kept = self.replicas.iter().find_map(|r| self.plans.get(r)).filter(|_| !self.replicas_dirty).cloned();
-            let plan = kept.unwrap_or_else(|| {
-                let mut repos: Vec<&RepoInterest> = self.repos.values().collect();
-                repos.sort_by(|a, b| (a.owner, &a.identifier).cmp(&(b.owner, &b.identifier)));
-                Arc::new(plan_for(&repos, true))
-            });
+            let plan = self.replicas.iter().find_map(|r| self.plans.get(r)).cloned().unwrap_or_else(|| Arc::new(crate::peers::wanted::replica_plan()));
             for replica in &self.replicas {
                 self.plans.insert(replica.clone(), plan.clone());
             }
-            self.replicas_dirty = false;
         }
         self.dirty = Some(BTreeSet::new());
         self.plans.clone()

@@ -286,6 +286,12 @@ pub fn plan_for(repos: &[&RepoInterest], bootstrap: bool) -> RelayPlan {
     RelayPlan { fixed: Arc::new(filters), roots: roots_of(repos), repos: Arc::new(labels), bootstrap }
 }
 
+/// The plan of a replica of this service (`--replica`, docs/scaling.md): everything, as one
+/// filter matching every event; the acceptance policy refuses what does not belong here.
+pub fn replica_plan() -> RelayPlan {
+    RelayPlan { fixed: Arc::new(vec![Filter::new()]), roots: Vec::new(), repos: Arc::new(vec!["(everything: a replica)".to_string()]), bootstrap: true }
+}
+
 /// The root events of the served ones of `repos`, in order (each repository's oldest first),
 /// shared with the repositories. An event tagging two of them is listed twice, which only asks
 /// for its replies twice: cheaper than a set of every id at each change.

@@ -149,7 +149,7 @@ impl Opts {
                         "grasp-bench [--quick] [--fetch-runs N] [--push-runs N] [--clone-mb MB] [--clone-runs N] [--rss-small-mb MB] \
                          [--rss-big-mb MB] [--events N] [--connections N] [--purgatory-states N] [--auth-runs N] \
                          [--checkpoint-entries N] [--sync-events N] [--family-mb MB] [--family-runs N] \
-                         [--skip fetch,push,clone,rss,ingest,auth,sync,checkpoint,owners,webs,family] [--scale N]\n\
+                         [--skip fetch,push,clone,rss,ingest,auth,sync,checkpoint,owners,webs,replicas,family] [--scale N]\n\
                          --scale N: only the scale run (one relay filled to N stored events, N/20 repositories; \
                          docs/scale.csv, docs/scale.svg).\n\
                          Flags after --quick override it. Build first: cargo build --release --workspace"
@@ -250,12 +250,17 @@ impl Relay {
 
     /// A relay on `data_dir` (kept when it stops: the scale run restarts on it).
     fn start_at(data_dir: &Path, extra: &[&str]) -> Result<Relay> {
+        Relay::start_bound(data_dir, "127.0.0.1:0", extra)
+    }
+
+    /// A relay on `data_dir` listening on `bind`.
+    fn start_bound(data_dir: &Path, bind: &str, extra: &[&str]) -> Result<Relay> {
         let data_dir = data_dir.to_path_buf();
         std::fs::create_dir_all(&data_dir)?;
         let _ = std::fs::remove_file(data_dir.join("relay-addr"));
         let log = OpenOptions::new().create(true).append(true).open(data_dir.with_extension("log"))?;
         let child = Command::new(binary_path("grasp-relay"))
-            .args(["--bind", "127.0.0.1:0", "--log", "warn"])
+            .args(["--bind", bind, "--log", "warn"])
             // The bench measures throughput: the default write limits would refuse most of it.
             .args(["--write-burst", "1000000", "--write-rate", "1000000"])
             .args(["--write-burst-per-ip", "1000000", "--write-rate-per-ip", "1000000"])
@@ -1017,6 +1022,85 @@ fn bench_checkpoint(o: &Opts, tmp: &Path, rows: &mut Vec<Row>) -> Result<()> {
 /// released and aligned) with 0 and then with 1,000 unrelated owners of its identifier (anyone
 /// may announce any identifier). Its work must follow the repositories it governs, not all
 /// owners. On a relay of its own, so the other rows' repositories do not count.
+/// docs/scaling.md: three relays of a replica set (`--replica`), on loopback. The time from a
+/// write to one of them until the two others serve it: a new repository's first push (the
+/// announcement, the state and the data, cold), the next push (warm), an issue. Median of the
+/// push runs (cold: one new repository each).
+async fn bench_replicas(o: &Opts, tmp: &Path, rows: &mut Vec<Row>) -> Result<()> {
+    let runs = o.push_runs.clamp(1, 5);
+    let addrs: Vec<String> = (0..3)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.to_string()))
+        .collect::<std::io::Result<_>>()?;
+    let public = "grasp.example";
+    let mut set = Vec::new();
+    for (i, addr) in addrs.iter().enumerate() {
+        let mut args = vec!["--public-host", public];
+        let others: Vec<String> = addrs.iter().enumerate().filter(|(j, _)| *j != i).map(|(_, a)| format!("http://{a}")).collect();
+        for other in &others {
+            args.extend(["--replica", other.as_str()]);
+        }
+        set.push(Relay::start_bound(&tmp.join(format!("replica-{i}")), addr, &args)?);
+    }
+    let main_of = |relay: &Relay, owner: &PublicKey, id: &str| -> Option<String> {
+        let dir = relay.data_dir.join("git").join(npub_of(owner)).join(format!("{id}.git"));
+        dir.join("HEAD").exists().then(|| git_output(&dir, &["rev-parse", "-q", "--verify", "refs/heads/main"]))
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+    };
+    let served_everywhere = |owner: PublicKey, id: String, tip: String| {
+        let set = &set;
+        move || set[1..].iter().all(|r| main_of(r, &owner, &id).as_deref() == Some(tip.as_str())).then_some(())
+    };
+    let v = |s: &[&str]| s.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+    let state_event = |owner: &Keys, id: &str, main: &str, later: u64| -> Event {
+        let tags: Vec<Tag> = [v(&["d", id]), v(&["refs/heads/main", main]), v(&["HEAD", "ref: refs/heads/main"])].into_iter().map(|t| Tag::parse(t).unwrap()).collect();
+        EventBuilder::new(Kind::from(30618), "").tags(tags).custom_created_at(Timestamp::from(Timestamp::now().as_secs() + later)).finalize(owner).unwrap()
+    };
+    let mut c = NostrClient::connect(&set[0].ws_url()).await?;
+    let (mut cold, mut warm, mut issues) = (Vec::new(), Vec::new(), Vec::new());
+    for run in 0..runs {
+        let owner = Keys::generate();
+        let id = format!("replicated-{run}");
+        let clone = format!("https://{public}/{}/{id}.git", npub_of(&owner.public_key()));
+        let ann = sign(&owner, 30617, vec![v(&["d", &id]), v(&["clone", &clone]), v(&["relays", &format!("wss://{public}")])], "");
+        let work = WorkTree::new(tmp.join(format!("replica-work-{run}")));
+        let tip = work.commit("README", "one\n");
+        let started = Instant::now();
+        send_ok(&mut c, &ann).await?;
+        send_ok(&mut c, &state_event(&owner, &id, &tip, 0)).await?;
+        push(&work.dir, &set[0].repo_url(&owner.public_key(), &id), "main")?;
+        wait_until("the first push on every replica", Duration::from_secs(60), served_everywhere(owner.public_key(), id.clone(), tip.clone()))?;
+        cold.push(started.elapsed());
+        let next = work.commit("README", "two\n");
+        let started = Instant::now();
+        send_ok(&mut c, &state_event(&owner, &id, &next, 1 + run as u64)).await?;
+        push(&work.dir, &set[0].repo_url(&owner.public_key(), &id), "main")?;
+        wait_until("the next push on every replica", Duration::from_secs(60), served_everywhere(owner.public_key(), id.clone(), next.clone()))?;
+        warm.push(started.elapsed());
+        let bug = sign(&Keys::generate(), 1621, vec![v(&["a", &format!("30617:{}:{id}", owner.public_key().to_hex())]), v(&["subject", "a bug"])], "");
+        let started = Instant::now();
+        send_ok(&mut c, &bug).await?;
+        for other in &set[1..] {
+            let mut r = NostrClient::connect(&other.ws_url()).await?;
+            loop {
+                if !r.req(vec![Filter::new().id(bug.id)]).await?.is_empty() {
+                    break;
+                }
+                if started.elapsed() > Duration::from_secs(60) {
+                    bail!("the issue never reached every replica");
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+        issues.push(started.elapsed());
+    }
+    let row_of = |what: &str, v: Vec<Duration>, target: &str| row(format!("replica set of 3: {what} served by the two others, median of {runs}"), ms(median(v)), "-", "-").target(target);
+    rows.push(row_of("a new repository's first push (announcement, state, data) to one", cold, "< 5 s"));
+    rows.push(row_of("the next push to one", warm, "< 1 s"));
+    rows.push(row_of("an issue sent to one", issues, "< 1 s"));
+    Ok(())
+}
+
 async fn bench_owners(tmp: &Path, rows: &mut Vec<Row>) -> Result<()> {
     const OWNERS: usize = 1000;
     const RUNS: u64 = 9;
@@ -1391,6 +1475,10 @@ fn main() -> Result<()> {
         if o.runs("webs") {
             eprintln!("hostile webs of announcements (2,000 keys listing the owner) ...");
             bench_webs(tmp.path(), &mut rows).await?;
+        }
+        if o.runs("replicas") {
+            eprintln!("replica set ...");
+            bench_replicas(&o, tmp.path(), &mut rows).await?;
         }
         if o.runs("family") {
             eprintln!("object pools: ten owners of one history ...");
