@@ -10,6 +10,7 @@
 mod file;
 mod load;
 pub mod reload;
+pub mod reference;
 pub mod sections;
 
 pub use file::{FileError, FileErrors, Kind};
@@ -1004,79 +1005,6 @@ mod tests {
         assert!(Config::try_parse_from(["grasp-relay", "--ipv6-prefix-len", "0"]).is_err());
         assert_eq!(cfg.layout().events(), PathBuf::from("./data/events"));
         assert!(cfg.cgi_path().ends_with("grasp-cgi"));
-    }
-
-
-
-
-
-
-    /// Every visible flag reads a `GRASP_*` environment variable and has a line in README's
-    /// configuration table.
-    #[test]
-    fn every_flag_has_an_environment_variable_and_a_readme_line() {
-        let readme = include_str!("../../README.md");
-        let table: Vec<&str> = readme.lines().filter(|l| l.starts_with("| `--")).collect();
-        for arg in Config::command().get_arguments() {
-            let Some(long) = arg.get_long() else { continue };
-            if arg.is_hide_set() || ["help", "version"].contains(&long) {
-                continue;
-            }
-            let env = arg.get_env().and_then(|e| e.to_str()).unwrap_or_else(|| panic!("--{long} has no environment variable"));
-            assert!(env.starts_with("GRASP_"), "--{long}: {env}");
-            let line = table.iter().find(|l| l.contains(&format!("`--{long}`")));
-            let line = line.unwrap_or_else(|| panic!("README's configuration table has no line for --{long}"));
-            assert!(line.contains(&format!("`{env}`")), "README's line for --{long} does not name {env}");
-        }
-    }
-
-    /// README's default column says what `--help` says: for each flag with a default, its part
-    /// of the line's default cell (cells of several flags list their defaults in the same
-    /// order, comma separated) is that default, sizes written with a binary unit (`1 GiB`),
-    /// durations with any unit (`30m`) and switches as `off`.
-    #[test]
-    fn readme_defaults_are_the_flags_defaults() {
-        let readme = include_str!("../../README.md");
-        let mut wrong = Vec::new();
-        for arg in Config::command().get_arguments() {
-            let Some(long) = arg.get_long() else { continue };
-            let Some(default) = arg.get_default_values().first().map(|v| v.to_string_lossy().into_owned()) else { continue };
-            if arg.is_hide_set() {
-                continue;
-            }
-            let line = readme.lines().find(|l| l.starts_with("| `--") && l.contains(&format!("`--{long}`"))).unwrap();
-            // "| flags | env | default | meaning |"
-            let cells: Vec<&str> = line.split('|').map(str::trim).collect();
-            let flags: Vec<&str> = cells[1].split(", ").map(|f| f.trim_matches('`')).collect();
-            let parts: Vec<&str> = cells[3].split(", ").collect();
-            let part = if parts.len() == flags.len() {
-                parts[flags.iter().position(|f| *f == format!("--{long}")).unwrap()]
-            } else {
-                cells[3]
-            };
-            let part = part.trim().trim_matches('`');
-            let expected = match default.as_str() {
-                "false" => "off".to_string(),
-                _ => default.clone(),
-            };
-            let same_duration = matches!((parse_duration(part), parse_duration(&default)), (Ok(a), Ok(b)) if a == b);
-            if part != expected && !same_duration && (readme_size(part).is_none() || readme_size(part) != default.parse().ok()) {
-                wrong.push(format!("--{long}: README says {part:?}, --help says {default:?}"));
-            }
-        }
-        assert!(wrong.is_empty(), "README's default column is not --help's:\n{}", wrong.join("\n"));
-    }
-
-    /// `1 GiB`, `512 KiB`, ... in bytes.
-    fn readme_size(text: &str) -> Option<u64> {
-        let (n, unit) = text.split_once(' ')?;
-        let shift = match unit {
-            "KiB" => 10,
-            "MiB" => 20,
-            "GiB" => 30,
-            _ => return None,
-        };
-        Some(n.parse::<u64>().ok()? << shift)
     }
 
 
