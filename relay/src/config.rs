@@ -478,6 +478,16 @@ pub struct Config {
     #[arg(long = "replica", env = "GRASP_REPLICAS", value_name = "URL", value_delimiter = ',', value_parser = parse_replica)]
     pub replica: Vec<grasp_state::replica::Replica>,
 
+    /// Replica set: how many other replicas must hold a client's event before it is answered
+    /// `OK true`, and serve a push before its post-receive ends (0: none; at most the number
+    /// of --replica). Bounded by --replica-ack-timeout (docs/scaling.md).
+    #[arg(long, env = "GRASP_REPLICA_ACKS", default_value_t = 0)]
+    pub replica_acks: usize,
+
+    /// Replica set: the longest an event or a push waits for --replica-acks confirmations.
+    #[arg(long, env = "GRASP_REPLICA_ACK_TIMEOUT", default_value = "5s", value_name = "DURATION", value_parser = parse_duration)]
+    pub replica_ack_timeout: Duration,
+
     /// Relay sync: extra trusted root certificates (a PEM file) for `wss://` relays, besides the
     /// Mozilla roots (a private CA; tests).
     #[arg(long, env = "GRASP_SYNC_TLS_CA", value_name = "FILE")]

@@ -91,3 +91,45 @@ async fn whatever_one_replica_accepts_every_replica_serves() {
         eventually!("the next push on every replica", WAIT, (main_ref(other, &owner.public_key(), identifier).as_deref() == Some(next.as_str())).then_some(()));
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_replica_acks_an_answer_waits_until_another_replica_holds_it() {
+    let args = ["--public-host", DOMAIN, "--relay-sync-backoff", "300ms", "--relay-sync-backoff-cap", "2s", "--sync-delay", "200ms"];
+    let mut a = TestServer::start_with(&args);
+    let mut b = TestServer::start_with(&args);
+    let (a_url, b_url) = (format!("http://{}", a.addr()), format!("http://{}", b.addr()));
+    let mut with = args.to_vec();
+    with.extend(["--replica", &b_url, "--replica-acks", "1", "--replica-ack-timeout", "3s"]);
+    a.restart_with(&with);
+    let mut with = args.to_vec();
+    with.extend(["--replica", &a_url]);
+    b.restart_with(&with);
+
+    // Answered by A once B holds it: B serves it at once, no waiting.
+    let owner = Keys::generate();
+    let identifier = "durable";
+    let clone = format!("https://{DOMAIN}/{}/{identifier}.git", owner.public_key().to_bech32().unwrap());
+    let ann = event(&owner, 30617, &[&["d", identifier], &["clone", &clone], &["relays", &format!("wss://{DOMAIN}")]]);
+    let mut ca = NostrClient::connect(&a.ws_url()).await.unwrap();
+    let (ok, msg) = ca.send_event(&ann).await.unwrap();
+    assert!(ok, "{msg}");
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = Repo::new(tmp.path(), &a, &owner.public_key(), identifier);
+    let tip = repo.commit("README", "one");
+    let st = state(&owner, identifier, &[("refs/heads/main", &tip)], Some("main"));
+    let (ok, msg) = ca.send_event(&st).await.unwrap();
+    assert!(ok, "{msg}");
+    let bug = issue(&Keys::generate(), &owner.public_key(), identifier);
+    let out = repo.push(&["main"]).expect("the push");
+    assert!(out.contains("grasp: held by 1 other replicas of this service"), "{out}");
+    assert_eq!(main_ref(&b, &owner.public_key(), identifier).as_deref(), Some(tip.as_str()), "B serves the push when A's hook ends");
+    let (ok, msg) = ca.send_event(&bug).await.unwrap();
+    assert!(ok, "{msg}");
+    assert!(stored(&b, bug.id).await, "B holds the issue when A answers OK true");
+
+    // B is gone: A cannot confirm, and says so.
+    b.kill();
+    let lost = issue(&Keys::generate(), &owner.public_key(), identifier);
+    let (ok, msg) = ca.send_event(&lost).await.unwrap();
+    assert!(!ok && msg.starts_with("error: stored here, but only 0 of the 1 other replicas this service waits for confirmed it"), "{msg}");
+}

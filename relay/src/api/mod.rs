@@ -203,10 +203,18 @@ async fn handle(req: Request<Incoming>, token: &str, grasp: &Grasp, health: &Hea
             };
             let Some(owner) = owner(&req.owner) else { return error(StatusCode::BAD_REQUEST, "owner is not an npub") };
             let address = pusher(grasp, &req);
-            let answer = match req.space {
+            let mut answer = match req.space {
                 RepoSpace::Hosted => grasp.metrics.push_release(grasp.git_arrived(&owner, &req.identifier, &req.updates, address)).await,
                 RepoSpace::Prs => grasp.metrics.push_release(grasp.contribution_arrived(&owner, &req.identifier, &req.updates, address)).await,
             };
+            // A replica set's durability (`--replica-acks`): the others serve the push first.
+            if let (Some(acks), RepoSpace::Hosted) = (grasp.replica_acks.get(), req.space) {
+                if let Some(repo) = grasp.repo_path(&owner, &req.identifier) {
+                    if let Ok(refs) = crate::grasp::blocking(move || crate::git::read_refs(&repo)).await {
+                        answer.messages.push(acks.confirm_push(&req.owner, &req.identifier, &refs).await);
+                    }
+                }
+            }
             let resp = json(StatusCode::OK, &answer);
             crate::grasp::maintenance::after_push(grasp, &RepoId { owner, identifier: req.identifier, space: req.space });
             resp

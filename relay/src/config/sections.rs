@@ -130,6 +130,8 @@ pub const SECTIONS: &[(&str, Section)] = &[
     ("pr_data_grace", Purgatory),
     ("contributor_reconcile_interval", Purgatory),
     ("replica", RelaySync),
+    ("replica_acks", RelaySync),
+    ("replica_ack_timeout", RelaySync),
     ("owner_quota", Limits),
     ("new_owner_bytes_per_address_per_day", Limits),
     ("quota_exempt_owner", Limits),

@@ -125,6 +125,9 @@ pub struct Grasp {
     /// The other members of this replica set (`--replica`, docs/scaling.md): every repository's
     /// git data is fetched from them first.
     pub replicas: Vec<grasp_state::replica::Replica>,
+    /// `--replica-acks`: the other replicas that must hold a client's event before its `OK
+    /// true`, and a push before its post-receive ends. Set once at startup.
+    pub replica_acks: std::sync::OnceLock<Arc<crate::peers::acks::ReplicaAcks>>,
 }
 
 impl Grasp {
@@ -157,6 +160,7 @@ impl Grasp {
             contributor_data: budgets::ContributorData::default(),
             owner_quotas: quotas::OwnerQuotaState::default(),
             replicas: Vec::new(),
+            replica_acks: std::sync::OnceLock::new(),
         }
     }
 

@@ -204,7 +204,15 @@ impl EventPipeline {
             let (ok, message, durable) = match verified {
                 Ok(()) => {
                     let submitter = Submitter { authenticated: &authenticated, from_sync: false, address };
-                    grasp.submit_verified_deferred(&event, &submitter).await
+                    let (ok, message, durable) = grasp.submit_verified_deferred(&event, &submitter).await;
+                    // A replica set's durability (`--replica-acks`): the others hold it first.
+                    match grasp.replica_acks.get() {
+                        Some(acks) if ok => match acks.confirm(&event).await {
+                            Ok(()) => (ok, message, durable),
+                            Err(line) => (false, line, durable),
+                        },
+                        _ => (ok, message, durable),
+                    }
                 }
                 Err(reason) => (false, reason.to_string(), Durable::now()),
             };

@@ -36,6 +36,7 @@
 //!   relays no accepted repository needs (bootstraps stay). Peer tasks end when the manager
 //!   drops their plan sender or at shutdown; the manager ends at shutdown.
 
+pub mod acks;
 pub mod cursors;
 pub mod fetches;
 pub mod health;

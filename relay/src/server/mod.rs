@@ -188,6 +188,9 @@ pub async fn run(loaded: crate::config::Loaded) -> anyhow::Result<()> {
     let health = Arc::new(Health { grasp: grasp.clone(), data_dir: data.root().to_path_buf(), binaries, api_addr, views: views.clone() });
 
     let controller = ShutdownController::new();
+    if let Some(acks) = crate::peers::acks::ReplicaAcks::start(&cfg.replica, cfg.replica_acks, cfg.replica_ack_timeout, cfg.sync_tls_ca.as_deref(), &controller.subscribe())? {
+        let _ = grasp.replica_acks.set(acks);
+    }
     // The hook API runs on a runtime of its own (its own worker and blocking threads), so pushes
     // are decided while the WebSocket side is saturated (docs/security.md).
     crate::api::serve_on_own_runtime(api_listener, token, grasp.clone(), health.clone(), views.clone(), controller.subscribe())?;
