@@ -571,42 +571,75 @@ fn replicas_config(listen: SocketAddr, replicas: &[SocketAddr]) -> String {
     conf.replace("git.example.com", &listen.ip().to_string())
 }
 
+/// A replica set behind nginx running docs/nginx/replicas.conf: `n` replicas on loopback, each
+/// naming the others, with `extra` arguments each. Dropping it stops nginx, then the replicas.
+struct ReplicaFront {
+    nginx: Option<Daemon>,
+    set: Vec<TestServer>,
+    addr: SocketAddr,
+    prefix: tempfile::TempDir,
+}
+
+impl ReplicaFront {
+    fn start(n: usize, extra: &[&str]) -> ReplicaFront {
+        let prefix = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(prefix.path().join("temp")).unwrap();
+        let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+        let public = addr.to_string();
+        let mut base = vec!["--public-host", public.as_str(), "--trusted-proxy", "127.0.0.1/32", "--relay-sync-backoff", "300ms", "--relay-sync-backoff-cap", "2s", "--sync-delay", "200ms"];
+        // Started first to learn their ports, then again naming each other (with `extra`).
+        let mut set: Vec<TestServer> = (0..n).map(|_| TestServer::start_with(&base)).collect();
+        base.extend_from_slice(extra);
+        let listeners: Vec<SocketAddr> = set.iter().map(|s| s.addr()).collect();
+        for (i, server) in set.iter_mut().enumerate() {
+            let others: Vec<String> = listeners.iter().enumerate().filter(|(j, _)| *j != i).map(|(_, a)| format!("http://{a}")).collect();
+            let mut args: Vec<&str> = base.clone();
+            for other in &others {
+                args.extend(["--replica", other.as_str()]);
+            }
+            server.restart_with(&args);
+        }
+        std::fs::write(prefix.path().join("grasp.conf"), replicas_config(addr, &listeners)).unwrap();
+        std::fs::write(prefix.path().join("nginx.conf"), main_config(prefix.path())).unwrap();
+        let mut nginx = Daemon::spawn(
+            "nginx",
+            Command::new(find_program("nginx")).arg("-p").arg(prefix.path()).arg("-c").arg(prefix.path().join("nginx.conf")).arg("-e").arg(prefix.path().join("error.log")),
+            &prefix.path().join("nginx.out"),
+        );
+        wait_until("nginx to listen", TIMEOUT, || {
+            if let Some(status) = nginx.exited() {
+                panic!("nginx exited with {status}: {}{}", read(&prefix.path().join("nginx.out")), read(&prefix.path().join("error.log")));
+            }
+            TcpStream::connect_timeout(&addr, Duration::from_secs(1)).ok()
+        })
+        .unwrap();
+        ReplicaFront { nginx: Some(nginx), set, addr, prefix }
+    }
+
+    fn errors(&self) -> String {
+        read(&self.prefix.path().join("error.log"))
+    }
+
+    /// The replica this client's requests are routed to: the one that authorised its push.
+    fn routed(&self) -> usize {
+        self.set.iter().position(|s| s.logs().contains("push authorised")).expect("one replica took the push")
+    }
+}
+
+impl Drop for ReplicaFront {
+    fn drop(&mut self) {
+        self.nginx.take();
+    }
+}
+
 /// A replica set of three behind nginx (docs/scaling.md): a push and events through nginx are
 /// served by every replica; with one replica killed, clients keep working through nginx; the
 /// killed one catches up when it is back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs nginx; run by .ci/run with --ignored"]
 async fn a_replica_set_behind_nginx_converges_and_fails_over() {
-    let prefix = tempfile::tempdir().unwrap();
-    std::fs::create_dir_all(prefix.path().join("temp")).unwrap();
-    let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-    let public = addr.to_string();
-    let base = ["--public-host", public.as_str(), "--trusted-proxy", "127.0.0.1/32", "--relay-sync-backoff", "300ms", "--relay-sync-backoff-cap", "2s", "--sync-delay", "200ms"];
-    let mut set: Vec<TestServer> = (0..3).map(|_| TestServer::start_with(&base)).collect();
-    let listeners: Vec<SocketAddr> = set.iter().map(|s| s.addr()).collect();
-    for (i, server) in set.iter_mut().enumerate() {
-        let others: Vec<String> = listeners.iter().enumerate().filter(|(j, _)| *j != i).map(|(_, a)| format!("http://{a}")).collect();
-        let mut args: Vec<&str> = base.to_vec();
-        for other in &others {
-            args.extend(["--replica", other.as_str()]);
-        }
-        server.restart_with(&args);
-    }
-    std::fs::write(prefix.path().join("grasp.conf"), replicas_config(addr, &listeners)).unwrap();
-    std::fs::write(prefix.path().join("nginx.conf"), main_config(prefix.path())).unwrap();
-    let mut nginx = Daemon::spawn(
-        "nginx",
-        Command::new(find_program("nginx")).arg("-p").arg(prefix.path()).arg("-c").arg(prefix.path().join("nginx.conf")).arg("-e").arg(prefix.path().join("error.log")),
-        &prefix.path().join("nginx.out"),
-    );
-    wait_until("nginx to listen", TIMEOUT, || {
-        if let Some(status) = nginx.exited() {
-            panic!("nginx exited with {status}: {}{}", read(&prefix.path().join("nginx.out")), read(&prefix.path().join("error.log")));
-        }
-        TcpStream::connect_timeout(&addr, Duration::from_secs(1)).ok()
-    })
-    .unwrap();
-
+    let mut front = ReplicaFront::start(3, &[]);
+    let addr = front.addr;
     let owner = Keys::generate();
     let identifier = "replicated";
     let url = format!("http://{addr}/{}/{}.git", npub_of(&owner.public_key()), identifier);
@@ -625,32 +658,106 @@ async fn a_replica_set_behind_nginx_converges_and_fails_over() {
     send(ann.clone()).await;
     let tip = repo.commit("a.txt", "one");
     send(state(&owner, identifier, &[("refs/heads/main", &tip)], Some("main"))).await;
-    repo.push(&["main"]).unwrap_or_else(|e| panic!("push through nginx: {e}\n{}", read(&prefix.path().join("error.log"))));
-    for server in &set {
+    repo.push(&["main"]).unwrap_or_else(|e| panic!("push through nginx: {e}\n{}", front.errors()));
+    for server in &front.set {
         wait_until("every replica to serve the push", TIMEOUT, || (main_on(server).as_deref() == Some(tip.as_str())).then_some(())).unwrap();
     }
 
     // The replica this client is routed to (the one that authorised the push) dies: nginx goes
     // to another.
-    let routed = set.iter().position(|s| s.logs().contains("push authorised")).expect("one replica took the push");
-    set.swap(0, routed);
-    set[0].kill();
+    let routed = front.routed();
+    front.set.swap(0, routed);
+    front.set[0].kill();
     let next = repo.commit("a.txt", "two");
     send(state_at(&owner, identifier, &[("refs/heads/main", &next)], Some("main"), now() + 1)).await;
-    repo.push(&["main"]).unwrap_or_else(|e| panic!("push through nginx with a replica down: {e}\n{}", read(&prefix.path().join("error.log"))));
+    repo.push(&["main"]).unwrap_or_else(|e| panic!("push through nginx with a replica down: {e}\n{}", front.errors()));
     let bug = issue(&Keys::generate(), &owner.public_key(), identifier);
     send(bug.clone()).await;
-    for server in &set[1..] {
+    for server in &front.set[1..] {
         wait_until("the live replicas to serve the push", TIMEOUT, || (main_on(server).as_deref() == Some(next.as_str())).then_some(())).unwrap();
     }
 
     // It comes back and catches up from the others.
-    set[0].restart();
-    wait_until("the returning replica to catch up", TIMEOUT, || (main_on(&set[0]).as_deref() == Some(next.as_str())).then_some(())).unwrap();
-    let mut c = NostrClient::connect(&set[0].ws_url()).await.unwrap();
+    front.set[0].restart();
+    wait_until("the returning replica to catch up", TIMEOUT, || (main_on(&front.set[0]).as_deref() == Some(next.as_str())).then_some(())).unwrap();
+    let mut c = NostrClient::connect(&front.set[0].ws_url()).await.unwrap();
     grasp_tests::eventually!("the issue on the returning replica", TIMEOUT, {
         let got = c.req(vec![Filter::new().id(bug.id)]).await.unwrap();
         (!got.is_empty()).then_some(())
     });
-    drop(nginx);
+}
+
+/// Kill -9 the replica a client is routed to in the middle of a stream of events and pushes
+/// through nginx, its data directory deleted before it comes back: the client retries what failed
+/// (at most what was in flight), and with `--replica-acks 1` nothing acknowledged is lost, on the
+/// replicas that stayed nor on the one that came back empty.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs nginx; run by .ci/run with --ignored"]
+async fn a_replica_killed_mid_stream_loses_nothing_acknowledged() {
+    let mut front = ReplicaFront::start(3, &["--replica-acks", "1", "--replica-ack-timeout", "3s"]);
+    let addr = front.addr;
+    let owner = Keys::generate();
+    let identifier = "stream";
+    let url = format!("http://{addr}/{}/{}.git", npub_of(&owner.public_key()), identifier);
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = Repo { work: WorkTree::new(tmp.path().join("w")), url: url.clone() };
+    let ws = format!("ws://{addr}/");
+    // One connection, replaced when the replica behind it dies; every event sent until acknowledged.
+    let mut c = NostrClient::connect(&ws).await.unwrap();
+    let mut failures = 0;
+    let mut send = async |c: &mut NostrClient, event: &Event| {
+        for _ in 0..5 {
+            match c.send_event(event).await {
+                Ok((true, _)) => return,
+                Ok((false, msg)) => {
+                    eprintln!("refused: {msg}");
+                    assert!(msg.starts_with("error:"), "refused: {msg}")
+                }
+                Err(_) => *c = NostrClient::connect(&ws).await.unwrap(),
+            }
+            failures += 1;
+        }
+        panic!("event {} never acknowledged", event.id);
+    };
+    send(&mut c, &announcement_with_urls(&owner, identifier, &url, &format!("ws://{addr}"))).await;
+    let mut acknowledged = Vec::new();
+    let mut tip = String::new();
+    let mut killed = None;
+    for n in 0..45u64 {
+        if n % 15 == 0 {
+            tip = repo.commit("a.txt", &format!("round {n}"));
+            send(&mut c, &state_at(&owner, identifier, &[("refs/heads/main", &tip)], Some("main"), now() + n)).await;
+            let pushed = (0..3).any(|_| repo.push(&["main"]).is_ok());
+            assert!(pushed, "the push never went in through nginx:\n{}", front.errors());
+        }
+        if n == 20 {
+            let routed = front.routed();
+            front.set[routed].kill();
+            std::fs::remove_dir_all(front.set[routed].data_dir()).unwrap();
+            killed = Some(routed);
+        }
+        let bug = issue(&Keys::generate(), &owner.public_key(), identifier);
+        send(&mut c, &bug).await;
+        acknowledged.push(bug.id);
+    }
+    assert!(failures <= 3, "{failures} sends failed: at most those in flight when the replica died should");
+    let killed = killed.unwrap();
+    let served = |server: &TestServer| {
+        let dir = repo_dir(server, &owner.public_key(), identifier);
+        dir.join("HEAD").exists().then(|| bare_refs(&dir).get("refs/heads/main").cloned()).flatten()
+    };
+    front.set[killed].restart();
+    for (i, server) in front.set.iter().enumerate() {
+        let caught = wait_until("every replica to serve the last push", TIMEOUT, || (served(server).as_deref() == Some(tip.as_str())).then_some(()));
+        if caught.is_err() {
+            let logs = server.logs();
+            let tail: Vec<&str> = logs.lines().filter(|l| l.contains("grasp_relay::sync") || l.contains("fetch")).collect();
+            panic!("replica {i} (killed: {killed}) does not serve {tip}: serves {:?}\n{}", served(server), tail[tail.len().saturating_sub(60)..].join("\n"));
+        }
+        let mut rc = NostrClient::connect(&server.ws_url()).await.unwrap();
+        grasp_tests::eventually!("every acknowledged event on every replica", TIMEOUT, {
+            let got = rc.req(vec![Filter::new().ids(acknowledged.iter().copied()).limit(acknowledged.len())]).await.unwrap();
+            (got.len() == acknowledged.len()).then_some(())
+        });
+    }
 }

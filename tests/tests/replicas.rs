@@ -133,3 +133,34 @@ async fn with_replica_acks_an_answer_waits_until_another_replica_holds_it() {
     let (ok, msg) = ca.send_event(&lost).await.unwrap();
     assert!(!ok && msg.starts_with("error: stored here, but only 0 of the 1 other replicas this service waits for confirmed it"), "{msg}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_back_with_an_empty_disk_catches_up() {
+    let args = ["--public-host", DOMAIN, "--relay-sync-backoff", "300ms", "--relay-sync-backoff-cap", "2s", "--sync-delay", "200ms"];
+    let mut a = TestServer::start_with(&args);
+    let mut b = TestServer::start_with(&args);
+    let (a_url, b_url) = (format!("http://{}", a.addr()), format!("http://{}", b.addr()));
+    let mut with = args.to_vec();
+    with.extend(["--replica", &b_url]);
+    a.restart_with(&with);
+    let mut with = args.to_vec();
+    with.extend(["--replica", &a_url]);
+    b.restart_with(&with);
+    b.kill();
+    std::fs::remove_dir_all(b.data_dir()).unwrap();
+
+    let owner = Keys::generate();
+    let identifier = "returning";
+    let clone = format!("https://{DOMAIN}/{}/{identifier}.git", owner.public_key().to_bech32().unwrap());
+    let ann = event(&owner, 30617, &[&["d", identifier], &["clone", &clone], &["relays", &format!("wss://{DOMAIN}")]]);
+    let mut ca = NostrClient::connect(&a.ws_url()).await.unwrap();
+    assert!(ca.send_event(&ann).await.unwrap().0);
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = Repo::new(tmp.path(), &a, &owner.public_key(), identifier);
+    let tip = repo.commit("README", "one");
+    assert!(ca.send_event(&state(&owner, identifier, &[("refs/heads/main", &tip)], Some("main"))).await.unwrap().0);
+    repo.push(&["main"]).expect("the push");
+
+    b.restart();
+    eventually!("the returning replica to serve the push", WAIT, (main_ref(&b, &owner.public_key(), identifier).as_deref() == Some(tip.as_str())).then_some(()));
+}

@@ -92,6 +92,7 @@ pub async fn handle<S>(
     mut shutdown: Shutdown,
     remote: SocketAddr,
     client: IpAddr,
+    from_replica: bool,
 ) where
     S: AsyncRead + AsyncWrite + Unpin,
 {
@@ -106,7 +107,7 @@ pub async fn handle<S>(
         auth: ConnectionAuth::new(),
         writes: grasp.trust.limits.connection_bucket(),
         client,
-        pipeline: EventPipeline::new(grasp.clone(), Some(grasp.trust.limits.address_key(client))),
+        pipeline: EventPipeline::new(grasp.clone(), Some(grasp.trust.limits.address_key(client))).forwarded_by_replica(from_replica),
     };
     let _open = grasp.metrics.websocket_opened();
     tracing::debug!(%remote, %client, "websocket open");

@@ -96,7 +96,17 @@ pub struct EventPipeline {
     alone: usize,
     /// Bytes of the `EVENT` messages being admitted.
     bytes: usize,
+    /// The connection is another replica confirming (`--replica-acks`, [`REPLICA_QUERY`]): its
+    /// events are not sent on to the replicas again (that would have them wait for each other).
+    from_replica: bool,
 }
+
+/// The query of the WebSocket URL another replica confirms events on (`ws://host:port/?` this).
+/// Anyone may use it: it skips the wait for the replicas' confirmations of the connection's own
+/// events, and has them counted as relay sync's (background sync fetches their data after
+/// `--sync-delay`, not the user's delay; NIP-70 protected events are refused), nothing more: a
+/// private service's membership and the write limits are checked on the connection as on any.
+pub const REPLICA_QUERY: &str = "grasp-replica";
 
 fn bump(map: &mut HashMap<EventId, usize>, id: EventId) {
     *map.entry(id).or_default() += 1;
@@ -124,7 +134,14 @@ impl EventPipeline {
             refs: HashMap::new(),
             alone: 0,
             bytes: 0,
+            from_replica: false,
         }
+    }
+
+    /// Events of a connection another replica opened to confirm them ([`REPLICA_QUERY`]).
+    pub fn forwarded_by_replica(mut self, yes: bool) -> Self {
+        self.from_replica = yes;
+        self
     }
 
     pub fn is_empty(&self) -> bool {
@@ -190,6 +207,7 @@ impl EventPipeline {
         let tracked = Tracked { alone, refs, bytes };
         let grasp = self.grasp.clone();
         let address = self.address;
+        let from_replica = self.from_replica;
         let id = event.id;
         // Until its admission ends, the store's gate may hold other saves for this one to join.
         let admitting = grasp.relay.store().admitting();
@@ -203,11 +221,14 @@ impl EventPipeline {
             let event = Arc::new(event);
             let (ok, message, durable) = match verified {
                 Ok(()) => {
-                    let submitter = Submitter { authenticated: &authenticated, from_sync: false, address };
+                    // Another replica's events are relay sync's: this server did not get them
+                    // from their author (background sync fetches their data at once, not after
+                    // the user's delay).
+                    let submitter = Submitter { authenticated: &authenticated, from_sync: from_replica, address };
                     let (ok, message, durable) = grasp.submit_verified_deferred(&event, &submitter).await;
                     // A replica set's durability (`--replica-acks`): the others hold it first.
                     match grasp.replica_acks.get() {
-                        Some(acks) if ok => match acks.confirm(&event).await {
+                        Some(acks) if ok && !from_replica => match acks.confirm(&event).await {
                             Ok(()) => (ok, message, durable),
                             Err(line) => (false, line, durable),
                         },

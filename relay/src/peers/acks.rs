@@ -52,7 +52,8 @@ impl ReplicaAcks {
         let tls = Arc::new(Tls::new(tls)?);
         let mut links = Vec::new();
         for replica in replicas {
-            let url = RelayUrl::parse(&replica.relay).map_err(|e| anyhow::anyhow!("replica {}: {e}", replica.base))?;
+            let link_url = format!("{}?{}", replica.relay, crate::nostr::pipeline::REPLICA_QUERY);
+            let url = RelayUrl::parse(&link_url).map_err(|e| anyhow::anyhow!("replica {}: {e}", replica.base))?;
             let (tx, rx) = mpsc::channel(LINK_QUEUE);
             tokio::spawn(link(url, policy.clone(), tls.clone(), rx, shutdown.clone()));
             links.push(tx);
@@ -172,6 +173,9 @@ async fn link(url: RelayUrl, policy: UrlPolicy, tls: Arc<Tls>, mut rx: mpsc::Rec
                 incoming = wire.recv(Duration::from_secs(60)) => match incoming {
                     Ok(Incoming::Message(RelayMessage::Ok { event_id, status, message })) => {
                         let held = status || message.starts_with("duplicate:");
+                        if !held {
+                            tracing::info!(replica = %url, event = %event_id, reason = %message, "a replica refused an event to confirm");
+                        }
                         for tx in waiting.remove(&event_id).unwrap_or_default() {
                             let _ = tx.send(held);
                         }

@@ -573,6 +573,7 @@ fn websocket_upgrade(
     } else {
         None
     };
+    let from_replica = req.uri().query() == Some(crate::nostr::pipeline::REPLICA_QUERY);
     let accept = derive_accept_key(key.as_bytes());
     let on_upgrade = hyper::upgrade::on(&mut req);
     tokio::spawn(async move {
@@ -584,7 +585,7 @@ fn websocket_upgrade(
                     Some(state.limits.websocket_config()),
                 )
                 .await;
-                connection::handle(ws, state.grasp.clone(), state.limits, shutdown, remote, client).await;
+                connection::handle(ws, state.grasp.clone(), state.limits, shutdown, remote, client, from_replica).await;
                 drop((permit, client_place));
             }
             Err(e) => tracing::debug!(%remote, error = %e, "websocket upgrade failed"),
