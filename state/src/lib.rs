@@ -116,6 +116,7 @@ pub mod recency;
 pub mod roles;
 pub mod rate;
 pub mod refs;
+pub mod ref_read;
 pub mod ref_files;
 pub mod release;
 pub mod transfer;

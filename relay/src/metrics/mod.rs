@@ -139,6 +139,7 @@ pub struct Metrics {
     push_hook_duration: HistogramFamily<HookLabels>,
     git_requests: Family<GitRequestLabels, Counter>,
     git_request_duration: HistogramFamily<GitLabels>,
+    ref_cache: RefCacheMetrics,
     // Background git-data sync.
     sync_fetches: Family<OutcomeLabels, Counter>,
     sync_fetch_duration: Histogram,
@@ -162,6 +163,24 @@ pub struct Metrics {
     checkpoint_duration: Histogram,
     checkpoint_bytes: Gauge,
     checkpoint_failures: Counter,
+}
+
+/// The ref cache's counters (`crate::git::ref_cache`): a handle on the registered family.
+#[derive(Clone, Debug, Default)]
+pub struct RefCacheMetrics {
+    answers: Family<OutcomeLabels, Counter>,
+}
+
+impl RefCacheMetrics {
+    /// One cacheable read answered (`outcome`: `hit` or `miss`).
+    pub fn answered(&self, outcome: &'static str) {
+        self.answers.get_or_create(&OutcomeLabels { outcome }).inc();
+    }
+
+    /// How many reads were answered with `outcome` so far.
+    pub fn answers(&self, outcome: &'static str) -> u64 {
+        self.answers.get_or_create(&OutcomeLabels { outcome }).get()
+    }
 }
 
 impl Default for Metrics {
@@ -194,6 +213,7 @@ impl Metrics {
             push_hook_duration: HistogramFamily::new_with_constructor(duration_buckets),
             git_requests: Family::default(),
             git_request_duration: HistogramFamily::new_with_constructor(duration_buckets),
+            ref_cache: RefCacheMetrics::default(),
             sync_fetches: Family::default(),
             sync_fetch_duration: duration_buckets(),
             sync_attempts: Family::default(),
@@ -264,6 +284,11 @@ impl Metrics {
             "git_request_duration_seconds",
             "Duration of git smart HTTP requests on the public listener until the response body ended, by service",
             m.git_request_duration.clone(),
+        );
+        r.register(
+            "git_ref_cache_answers",
+            "Ref advertisements and v2 ls-refs the ref cache could answer: hit (served without git) or miss (git answered, kept for the next)",
+            m.ref_cache.answers.clone(),
         );
         r.register("sync_fetches", "Background sync git fetches from other servers: ok or error", m.sync_fetches.clone());
         r.register("sync_fetch_duration_seconds", "Duration of background sync git fetches", m.sync_fetch_duration.clone());
@@ -483,6 +508,11 @@ impl Metrics {
     pub fn refresh_deferred(&self, entries: usize, capacity: usize) {
         self.deferred_entries.set(gauge(entries));
         self.deferred_capacity.set(gauge(capacity));
+    }
+
+    /// The ref cache's counters, for the cache to record into.
+    pub fn ref_cache(&self) -> RefCacheMetrics {
+        self.ref_cache.clone()
     }
 
     /// Reads the background git work waiting or running (at scrape time): copies into the
