@@ -413,3 +413,38 @@ async fn a_private_service_never_answers_from_the_cache() {
     }
     assert_eq!(cache_answers(&server, "hit").await + cache_answers(&server, "miss").await, 0);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn never_stale_after_a_git_sync() {
+    let args = ["--sync-allow-private", "--sync-user-delay-ms", "500", "--sync-backoff-ms", "500", "--sync-backoff-cap-ms", "1500", "--metrics-bind", "127.0.0.1:0"];
+    let (a, b) = (TestServer::start_with(&args), TestServer::start_with(&args));
+    let tmp = tempfile::tempdir().unwrap();
+    let (mut ca, mut cb) = (connect(&a).await, connect(&b).await);
+    let owner = Keys::generate();
+    let ann = announcement_on(&[&a, &b], &owner, "synced", &[]);
+    held(&mut ca, &ann).await;
+    let repo = Repo::new(&tmp.path().join("w"), &a, &owner.public_key(), "synced");
+    let first = repo.commit("a.txt", "one");
+    let tip = repo.commit("b.txt", "two");
+    grasp_tests::git::git(&repo.work.dir, &["tag", "-a", "-m", "v1", "v1", &first]);
+    let tag = grasp_tests::git::git(&repo.work.dir, &["rev-parse", "v1"]);
+    let st = state(&owner, "synced", &[("refs/heads/main", &tip), ("refs/tags/v1", &tag)], Some("main"));
+    held(&mut ca, &st).await;
+    repo.push(&["main", "refs/tags/v1"]).unwrap();
+
+    // B has the repository, empty, and answers its (empty) list from the cache.
+    held(&mut cb, &ann).await;
+    let b_url = repo_url(&b, &owner.public_key(), "synced");
+    let b_dir = repo_dir(&b, &owner.public_key(), "synced");
+    listed_and_cached(&b, &b_url, |l: &str| !l.contains("refs/heads/main")).await;
+    // The state comes: B fetches the data from A and aligns its refs; once they are on disk,
+    // every list has them.
+    held(&mut cb, &st).await;
+    eventually!("B's refs and HEAD to be synced", {
+        (bare_refs(&b_dir).get("refs/heads/main") == Some(&tip) && bare_head(&b_dir) == "refs/heads/main").then_some(())
+    });
+    listed_and_cached(&b, &b_url, |l: &str| {
+        l.contains(&format!("{tip}\trefs/heads/main")) && l.contains(&format!("{first}\trefs/tags/v1^{{}}")) && l.contains("ref: refs/heads/main\tHEAD")
+    })
+    .await;
+}
