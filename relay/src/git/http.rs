@@ -25,6 +25,12 @@
 //! (a client that stops reading it is dropped by the listener's write deadline,
 //! `crate::net::write_deadline`), or when the relay shuts down.
 //!
+//! Before starting the backend for a plain request, the relay looks in its ref cache
+//! ([`super::ref_cache`], docs/architecture.md, "The ref cache"): the upload-pack ref
+//! advertisement and a v2 `ls-refs` (whose small body is read first to tell) are answered from
+//! it, without any process, while the repository's fingerprint is the one the kept answer was
+//! made at; a miss runs the backend as above and keeps its answer.
+//!
 //! `PATH_INFO` is the percent-decoded path, as RFC 3875 and `git http-backend` expect; a path that
 //! cannot be decoded (bad `%` escape, `%00`) gets a 404 here without spawning anything.
 
@@ -89,7 +95,7 @@ pub struct GitHttpConfig {
     /// answers 404.
     pub prs: bool,
     /// The ref cache answering a plain request's ref advertisement and v2 `ls-refs` without git
-    /// (`super::ref_cache`); `None`: git answers every request (`--no-ref-cache`).
+    /// (`super::ref_cache`); `None`: git answers every request (`--ref-cache-bytes 0`).
     pub ref_cache: Option<Arc<RefCache>>,
 }
 

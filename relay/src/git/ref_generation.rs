@@ -5,9 +5,9 @@
 //! The fingerprint's stat data already changes with every ref write git makes (a lock file
 //! renamed over the ref, `packed-refs` or `HEAD`: a new inode, new times). The generation makes
 //! that independent of timestamp granularity and inode reuse for every change the relay knows
-//! of: its own ref updates ([`super::update_refs`], [`super::set_head`]), maintenance (`git gc`)
-//! and every push (its post-receive report, which reaches the relay before the pusher is
-//! answered). A bump comes *after* the change, so an answer cached from a fingerprint read
+//! of: its own ref updates ([`super::update_refs`], [`super::set_head`]), maintenance (`git gc`,
+//! `git maintenance run`), every push (its post-receive report, which reaches the relay before
+//! the pusher is answered) and the deletion of a repository. A bump comes *after* the change, so an answer cached from a fingerprint read
 //! before it never matches again.
 //!
 //! One counter per stripe of repositories (by the repository directory's device and inode),
