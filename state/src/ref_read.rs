@@ -8,6 +8,10 @@
 //! - protocol v2 `ls-refs`, `POST <repo>/git-upload-pack` with `Git-Protocol: version=2` and a
 //!   small, well-formed `command=ls-refs` body, keyed by that body.
 //!
+//! A v2 `POST git-upload-pack` that is not `ls-refs` (a `fetch`) is not cached, but when its
+//! small body has been read whole the relay may start `git upload-pack` for it without `git
+//! http-backend` ([`Candidate::UploadPackV2`]).
+//!
 //! Anything else, or anything unusual about these (another query, a `Git-Protocol` value git
 //! might read differently, a compressed or oversized body, bytes after the request's flush), is
 //! not a [`ReadKey`] and goes to git as before. The key holds everything of the request git's
@@ -31,6 +35,11 @@ impl ReadKey {
     /// The key's bytes (for sizing).
     pub fn as_bytes(&self) -> &[u8] {
         &self.0
+    }
+
+    /// Whether the read is an `ls-refs` (a `POST git-upload-pack`), not an advertisement.
+    pub fn is_ls_refs(&self) -> bool {
+        self.0.starts_with(b"ls-refs\0")
     }
 }
 
@@ -170,7 +179,7 @@ mod tests {
     #[test]
     fn the_advertisement_is_keyed_by_its_protocol() {
         let key = |p| match candidate("GET", "/info/refs", "service=git-upload-pack", headers(p)) {
-            Some(Candidate::Advertisement(k)) => k,
+            Some(Candidate::Advertisement(k)) if !k.is_ls_refs() => k,
             other => panic!("{other:?}"),
         };
         let keys = [key(None), key(Some("version=1")), key(Some("version=2")), key(Some("version=0"))];
@@ -203,6 +212,7 @@ mod tests {
     fn ls_refs_bodies_are_keyed_without_the_agent() {
         let args = ["peel", "symrefs", "ref-prefix HEAD", "ref-prefix refs/heads/"];
         let a = ls_refs_key(&body("git/2.47.3", &args)).unwrap();
+        assert!(a.is_ls_refs());
         assert_eq!(a, ls_refs_key(&body("git/2.30.0-custom", &args)).unwrap());
         assert_ne!(a, ls_refs_key(&body("git/2.47.3", &args[..3])).unwrap());
         assert_ne!(a, ls_refs_key(&body("git/2.47.3", &[])).unwrap());

@@ -66,7 +66,7 @@ fn request(client: &reqwest::blocking::Client, url: &str, read: &Read) -> Seen {
             }
             req.send().unwrap()
         }
-        Read::LsRefs(body) => client
+        Read::LsRefs(body) | Read::Fetch(body) => client
             .post(format!("{url}/git-upload-pack"))
             .header("Git-Protocol", "version=2")
             .header("Content-Type", "application/x-git-upload-pack-request")
@@ -85,6 +85,44 @@ fn request(client: &reqwest::blocking::Client, url: &str, read: &Read) -> Seen {
 enum Read {
     Advertisement(Option<&'static str>),
     LsRefs(Vec<u8>),
+    /// A v2 `fetch` request body.
+    Fetch(Vec<u8>),
+}
+
+/// A v2 fetch answer's pkt-lines, with the side-band packets after `packfile` joined per band:
+/// (the other packets, band 1 (the pack), band 2 (progress), band 3 (error)).
+fn demux(body: &[u8]) -> (Vec<Vec<u8>>, Vec<u8>, Vec<u8>, Vec<u8>) {
+    let (mut other, mut bands, mut rest, mut in_pack) = (Vec::new(), [Vec::new(), Vec::new(), Vec::new()], body, false);
+    while rest.len() >= 4 {
+        let len = usize::from_str_radix(std::str::from_utf8(&rest[..4]).unwrap(), 16).unwrap();
+        let (packet, after) = if len < 4 { (&rest[..4], &rest[4..]) } else { (&rest[..len], &rest[len..]) };
+        match packet.get(4) {
+            Some(band @ 1..=3) if in_pack => bands[usize::from(*band) - 1].extend_from_slice(&packet[5..]),
+            _ => {
+                in_pack |= &packet[4..] == b"packfile\n";
+                other.push(packet.to_vec());
+            }
+        }
+        rest = after;
+    }
+    assert!(rest.is_empty(), "a whole number of packets");
+    let [pack, progress, error] = bands;
+    (other, pack, progress, error)
+}
+
+/// A v2 `fetch` of `wants` (a clone's negotiation: no haves, `done`).
+fn fetch_body(wants: &[&str], progress: bool) -> Vec<u8> {
+    let mut body = pkt("command=fetch\n") + &pkt("agent=git/2.47.3\n") + &pkt("object-format=sha1\n") + "0001";
+    body += &pkt("thin-pack\n");
+    if !progress {
+        body += &pkt("no-progress\n");
+    }
+    body += &pkt("ofs-delta\n");
+    for want in wants {
+        body += &pkt(&format!("want {want}\n"));
+    }
+    body += &pkt("include-tag\n");
+    (body + &pkt("done\n") + "0000").into_bytes()
 }
 
 /// Every read the cache answers, with the arguments clients send.
@@ -151,6 +189,31 @@ fn cached_answers_are_gits_byte_for_byte() {
             assert_eq!(request(&client, &url_plain, &read), git_answer, "git itself answers the same again");
         }
     }
+    // A v2 fetch: upload-pack started without the backend (its header block learned from the
+    // ls-refs answers above) answers what the backend answers, errors included.
+    let fetches = metrics.direct_fetches();
+    let mut fetched = 0;
+    for (repo, wants) in [("full", vec![two.as_str()]), ("full", vec![one.as_str(), two.as_str()]), ("hidden", vec![two.as_str()]), ("full", vec!["1234567890123456789012345678901234567890"]), ("empty", vec![two.as_str()])] {
+        for progress in [true, false] {
+            let read = Read::Fetch(fetch_body(&wants, progress));
+            let git_answer = request(&client, &plain.repo_url(&owner, repo), &read);
+            assert_eq!(git_answer.status, 200, "{repo} {wants:?}: {git_answer:?}");
+            let answer = request(&client, &cached.repo_url(&owner, repo), &read);
+            // The pack and the progress go out in side-band packets as git's pipes and timer
+            // deliver them: cut differently (and, on a slow moment, with more progress updates)
+            // from one run of git to the next, the backend's as much as upload-pack's. The rest
+            // is the same byte for byte, the pack and the errors too, and so is the progress's
+            // last line.
+            assert_eq!((answer.status, &answer.headers), (git_answer.status, &git_answer.headers));
+            let ((other, pack, shown, error), (git_other, git_pack, git_shown, git_error)) = (demux(&answer.body), demux(&git_answer.body));
+            assert_eq!((other, pack, error), (git_other, git_pack, git_error), "{repo} {wants:?} progress {progress}");
+            let last = |p: &[u8]| String::from_utf8_lossy(p).split(['\r', '\n']).filter(|l| !l.is_empty()).last().map(str::to_owned);
+            assert_eq!(last(&shown), last(&git_shown), "{repo} {wants:?} progress {progress}");
+            fetched += 1;
+        }
+    }
+    assert_eq!(metrics.direct_fetches(), fetches + fetched, "every fetch went without the backend");
+
     // Hidden refs stay hidden from the cache's answers as from git's.
     let url = cached.repo_url(&owner, "hidden");
     let all = request(&client, &url, &Read::LsRefs(ls_refs("git/2.47.3", &[])));
@@ -243,9 +306,14 @@ fn ls_remote(url: &str, version: &str) -> String {
 
 /// `grasp_git_ref_cache_answers{outcome}` on the relay's metrics listener.
 async fn cache_answers(server: &TestServer, outcome: &str) -> u64 {
+    counter(server, &format!("grasp_git_ref_cache_answers_total{{outcome=\"{outcome}\"}}")).await
+}
+
+/// The value of the counter `series` on the relay's metrics listener (0 before it counts).
+async fn counter(server: &TestServer, series: &str) -> u64 {
     let addr = std::fs::read_to_string(server.data_dir().join("metrics-addr")).unwrap();
     let body = reqwest::get(format!("http://{}/metrics", addr.trim())).await.unwrap().text().await.unwrap();
-    let prefix = format!("grasp_git_ref_cache_answers_total{{outcome=\"{outcome}\"}} ");
+    let prefix = format!("{series} ");
     body.lines().find_map(|l| l.strip_prefix(&prefix)).map_or(0, |v| v.trim().parse::<f64>().unwrap() as u64)
 }
 
@@ -350,6 +418,13 @@ async fn a_fetch_racing_a_push_never_sees_a_stale_list_once_the_push_is_answered
     let lists: usize = readers.into_iter().map(|r| r.join().unwrap()).sum();
     assert!(lists > 0);
     assert!(cache_answers(&server, "hit").await > 0, "the cache answered some of the lists");
+    // A clone now: its fetch is answered by upload-pack alone (the backend's header block is
+    // known from the ls-refs answers), and it has the last tip.
+    let fetches = counter(&server, "grasp_git_fetches_without_backend_total").await;
+    let dir = tmp.path().join("clone");
+    clone(&url, &dir, &[]).unwrap();
+    assert_eq!(grasp_tests::git::git(&dir, &["rev-parse", "HEAD"]), grasp_tests::git::git(&published.repo.work.dir, &["rev-parse", "HEAD"]));
+    assert_eq!(counter(&server, "grasp_git_fetches_without_backend_total").await, fetches + 1);
 }
 
 #[tokio::test(flavor = "multi_thread")]

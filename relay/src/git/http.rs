@@ -29,7 +29,9 @@
 //! ([`super::ref_cache`], docs/architecture.md, "The ref cache"): the upload-pack ref
 //! advertisement and a v2 `ls-refs` (whose small body is read first to tell) are answered from
 //! it, without any process, while the repository's fingerprint is the one the kept answer was
-//! made at; a miss runs the backend as above and keeps its answer.
+//! made at; a miss runs the backend as above and keeps its answer. A v2 `fetch` whose small body
+//! was read whole is answered by `git upload-pack` started without the backend, once the
+//! backend's header block is known from a kept `ls-refs` answer.
 //!
 //! `PATH_INFO` is the percent-decoded path, as RFC 3875 and `git http-backend` expect; a path that
 //! cannot be decoded (bad `%` escape, `%00`) gets a 404 here without spawning anything.
@@ -124,27 +126,29 @@ pub async fn serve(
         _ => None,
     };
     let what = format!("{} {} from {}", req.method(), req.uri().path(), remote_addr.ip());
+    let git_protocol = req.headers().get("git-protocol").map(|v| v.as_bytes().to_vec());
     let vars = cgi_env(&req, path_info, remote_addr);
     let mut body = RequestBody { prefix: Bytes::new(), rest: req.into_body() };
-    // A v2 upload-pack request is an `ls-refs` the cache may answer if its (small) body says so.
-    let read_key = match candidate {
-        Some(Candidate::Advertisement(key)) => Some(key),
+    // A v2 upload-pack request is an `ls-refs` the cache may answer if its (small) body says so,
+    // else a `fetch` upload-pack may answer without the backend.
+    let shortcut = match candidate {
+        Some(Candidate::Advertisement(key)) => Shortcut::Read(key),
         Some(Candidate::UploadPackV2) => match body.read_prefix(ref_read::MAX_LS_REFS_BODY, cfg.idle_timeout).await {
-            Ok(true) => ref_read::ls_refs_key(&body.prefix),
-            Ok(false) => None,
+            Ok(true) => ref_read::ls_refs_key(&body.prefix).map_or(Shortcut::Fetch, Shortcut::Read),
+            Ok(false) => Shortcut::None,
             Err(resp) => return with_cors(resp),
         },
-        None => None,
+        None => Shortcut::None,
     };
     let direct = match plain {
         Some(plain) => {
             let (git_root, data_dir) = (cfg.backend.git_root.clone(), cfg.data_dir.clone());
-            let backend = read_key.as_ref().map(|_| cfg.backend.clone());
+            let backend = (!matches!(shortcut, Shortcut::None)).then(|| cfg.backend.clone());
             // A few stats (a walk of `refs/` for a cacheable read) and one try of a lock: off the
             // async workers all the same.
             tokio::task::spawn_blocking(move || {
                 let direct = plain.vet(&git_root, &data_dir)?;
-                let slot = read_key.zip(backend).and_then(|(key, backend)| CacheSlot::read(&direct, key, &backend));
+                let slot = backend.and_then(|backend| CacheSlot::read(&direct, shortcut, &backend));
                 Some((direct, slot))
             })
             .await
@@ -156,13 +160,26 @@ pub async fn serve(
     let result = match direct {
         Some((direct, slot)) => {
             let capture = match (slot, &cfg.ref_cache) {
-                (Some(slot), Some(cache)) => match cache.get(slot.repo, &slot.key, slot.fingerprint) {
-                    Some(answer) => {
-                        cache.metrics().answered("hit");
-                        tracing::debug!(request = %what, "git http: answered from the ref cache");
-                        return with_cors(cached_response(&answer));
-                    }
-                    None => Some(Capture { cache: cache.clone(), slot }),
+                (Some(slot), Some(cache)) => match &slot.key {
+                    Some(key) => match cache.get(slot.repo, key, slot.fingerprint) {
+                        Some(answer) => {
+                            cache.metrics().answered("hit");
+                            tracing::debug!(request = %what, "git http: answered from the ref cache");
+                            return with_cors(cached_response(&answer));
+                        }
+                        None => Some(Capture { cache: cache.clone(), slot }),
+                    },
+                    // A fetch: upload-pack alone, once the backend's header block is known.
+                    None => match cache.post_head(&slot.setup) {
+                        Some(head) => {
+                            cache.metrics().fetched_directly();
+                            return match run_upload_pack(body, head, what, direct, git_protocol, cfg, shutdown).await {
+                                Ok(resp) => with_cors(resp),
+                                Err(e) => backend_failed(e),
+                            };
+                        }
+                        None => None,
+                    },
                 },
                 _ => None,
             };
@@ -172,14 +189,24 @@ pub async fn serve(
     };
     match result {
         Ok(resp) => with_cors(resp),
-        Err(e) => {
-            tracing::warn!(error = %e, "git http: CGI child failed");
-            with_cors(text(
-                StatusCode::BAD_GATEWAY,
-                format!("git service unavailable: {e}. Try again later or tell the operator.\n"),
-            ))
-        }
+        Err(e) => backend_failed(e),
     }
+}
+
+/// The answer when the CGI child (or upload-pack) could not answer.
+fn backend_failed(e: String) -> Response<Body> {
+    tracing::warn!(error = %e, "git http: CGI child failed");
+    with_cors(text(StatusCode::BAD_GATEWAY, format!("git service unavailable: {e}. Try again later or tell the operator.\n")))
+}
+
+/// What the relay may do for a plain request besides running the backend for it.
+#[derive(Debug)]
+enum Shortcut {
+    None,
+    /// A cacheable read ([`ref_read`]).
+    Read(ReadKey),
+    /// A v2 `fetch` whose whole (small) body was read: `git upload-pack` may answer it alone.
+    Fetch,
 }
 
 /// A `GET` or `POST` for git (not a page) to a well-formed repository path: the relay may run
@@ -248,22 +275,29 @@ fn read_candidate(req: &Request<Incoming>, rest: &str, query: &str) -> Option<Ca
     ref_read::candidate(req.method().as_str(), rest, query, headers)
 }
 
-/// Where a cacheable read's answer is, or goes: its repository, its key and the repository's
-/// fingerprint when the request arrived.
+/// Where a cacheable read's answer is, or goes: its repository, its key (`None`: a v2 fetch,
+/// [`Shortcut::Fetch`]), the repository's fingerprint when the request arrived and how git runs
+/// ([`setup_digest`]).
 #[derive(Debug)]
 struct CacheSlot {
     repo: RepoIdentity,
-    key: ReadKey,
+    key: Option<ReadKey>,
     fingerprint: Fingerprint,
+    setup: Vec<u8>,
 }
 
 impl CacheSlot {
     /// Reads the fingerprint of `direct`'s repository, for how `backend` runs git; `None` when
-    /// it has none (git answers). Blocking.
-    fn read(direct: &Direct, key: ReadKey, backend: &BackendSetup) -> Option<CacheSlot> {
+    /// it has none, which also leaves a fetch to the backend (git answers). Blocking.
+    fn read(direct: &Direct, shortcut: Shortcut, backend: &BackendSetup) -> Option<CacheSlot> {
+        let key = match shortcut {
+            Shortcut::None => return None,
+            Shortcut::Read(key) => Some(key),
+            Shortcut::Fetch => None,
+        };
         let setup = setup_digest(backend, direct.repo.space);
         let (repo, fingerprint) = ref_fingerprint::read(&direct.repo_dir, &setup)?;
-        Some(CacheSlot { repo, key, fingerprint })
+        Some(CacheSlot { repo, key, fingerprint, setup })
     }
 }
 
@@ -297,12 +331,17 @@ struct Capture {
 
 impl Capture {
     /// Keeps `answer` once the backend has ended with success (`exit`), at the fingerprint read
-    /// before it started.
-    fn keep(self, answer: Answer, exit: tokio::sync::oneshot::Receiver<bool>) {
+    /// before it started; for an `ls-refs`, learns the backend's header block `head` of a
+    /// `POST git-upload-pack` too.
+    fn keep(self, answer: Answer, head: Bytes, exit: tokio::sync::oneshot::Receiver<bool>) {
         self.cache.metrics().answered("miss");
         tokio::spawn(async move {
+            let Some(key) = self.slot.key else { return };
             if exit.await == Ok(true) {
-                self.cache.insert(self.slot.repo, self.slot.key, self.slot.fingerprint, answer);
+                if key.is_ls_refs() {
+                    self.cache.learn_post_head(&self.slot.setup, head);
+                }
+                self.cache.insert(self.slot.repo, key, self.slot.fingerprint, answer);
             }
         });
     }
@@ -461,7 +500,7 @@ async fn run_cgi(
     let child = cmd
         .spawn()
         .map_err(|e| format!("cannot run {}: {e}", cfg.cgi_path.display()))?;
-    run_child(body, child, what, cfg, shutdown, None).await
+    run_child(body, child, what, cfg, shutdown, None, None).await
 }
 
 /// Runs `git http-backend` for a [`Direct`] request: the request's CGI variables under the
@@ -500,7 +539,27 @@ async fn run_backend(
     let child = cmd.spawn().map_err(|e| format!("{}: {e}", cfg.backend.running()))?;
     drop(direct.push_lock);
     tracing::debug!(request = %what, "git http: backend started without grasp-cgi");
-    run_child(body, child, what, cfg, shutdown, capture).await
+    run_child(body, child, what, cfg, shutdown, capture, None).await
+}
+
+/// Answers a v2 `fetch` ([`Shortcut::Fetch`]) with `git upload-pack --stateless-rpc` started
+/// without `git http-backend` ([`BackendSetup::upload_pack_command`]), the backend's own header
+/// block `head` (learned from its `ls-refs` answers, [`RefCache::post_head`]) before
+/// upload-pack's output: what the backend would have answered, one process start less.
+async fn run_upload_pack(
+    body: RequestBody,
+    head: Bytes,
+    what: String,
+    direct: Direct,
+    git_protocol: Option<Vec<u8>>,
+    cfg: &GitHttpConfig,
+    shutdown: Shutdown,
+) -> Result<Response<Body>, String> {
+    let mut cmd = Command::from(cfg.backend.upload_pack_command(&direct.repo, &direct.repo_dir, git_protocol.as_deref()));
+    cmd.stdin(Stdio::piped()).kill_on_drop(true);
+    let child = cmd.spawn().map_err(|e| format!("running git upload-pack: {e}"))?;
+    tracing::debug!(request = %what, "git http: upload-pack started without the backend");
+    run_child(body, child, what, cfg, shutdown, None, Some(head)).await
 }
 
 /// Streams the request body into `child` and its CGI answer back as the response, supervised
@@ -514,6 +573,7 @@ async fn run_child(
     cfg: &GitHttpConfig,
     shutdown: Shutdown,
     capture: Option<Capture>,
+    known_head: Option<Bytes>,
 ) -> Result<Response<Body>, String> {
     let mut stdin = child.stdin.take().expect("piped stdin");
     let stdout = child.stdout.take().expect("piped stdout");
@@ -570,17 +630,21 @@ async fn run_child(
 
     let mut stdout = BufReader::new(stdout);
     let mut raw = Vec::new();
-    let head = loop {
-        let n = stdout
-            .read_until(b'\n', &mut raw)
-            .await
-            .map_err(|e| format!("reading CGI headers: {e}"))?;
-        if let Some(head) = cgi::parse_head(&raw).map_err(|e| format!("the CGI program sent a bad header block: {e}"))? {
-            break head;
-        }
-        if n == 0 {
-            return Err("the CGI program ended before sending its headers".into());
-        }
+    let head = match &known_head {
+        // The backend's header block, learned: the child (upload-pack) writes the body only.
+        Some(known) => cgi::parse_head(known)
+            .ok()
+            .flatten()
+            .ok_or_else(|| "the learned header block does not parse".to_string())?,
+        None => loop {
+            let n = stdout.read_until(b'\n', &mut raw).await.map_err(|e| format!("reading CGI headers: {e}"))?;
+            if let Some(head) = cgi::parse_head(&raw).map_err(|e| format!("the CGI program sent a bad header block: {e}"))? {
+                break head;
+            }
+            if n == 0 {
+                return Err("the CGI program ended before sending its headers".into());
+            }
+        },
     };
     let status = head.status().map_err(|e| e.to_string())?;
     let mut resp = Response::new(empty());
@@ -607,7 +671,7 @@ async fn run_child(
             drop(control);
             let body = Bytes::from(answer);
             let headers = resp.headers().iter().map(|(n, v)| (n.clone(), v.clone())).collect();
-            capture.keep(Answer { status, headers, body: body.clone() }, exit);
+            capture.keep(Answer { status, headers, body: body.clone() }, Bytes::from(raw), exit);
             *resp.body_mut() = full(body);
             return Ok(resp);
         }

@@ -29,6 +29,10 @@ pub const DEFAULT_BUDGET: usize = 32 * 1024 * 1024;
 /// What an entry costs besides its key and body (its headers, the map's own).
 const ENTRY_OVERHEAD: usize = 512;
 
+/// Most setups whose `POST git-upload-pack` header block is remembered (one per repository
+/// space in practice; a reload can add one).
+const MAX_SETUPS: usize = 8;
+
 /// One of git's answers as it sent it: its status, its header fields in order, its body.
 #[derive(Debug)]
 pub struct Answer {
@@ -48,6 +52,9 @@ pub struct RefCache {
 #[derive(Debug, Default)]
 struct Inner {
     entries: HashMap<(RepoIdentity, ReadKey), Entry>,
+    /// The header block git answered a `POST git-upload-pack` with, by how git runs (the
+    /// setup digest): learned from kept `ls-refs` answers, at most [`MAX_SETUPS`].
+    post_heads: HashMap<Vec<u8>, Bytes>,
     bytes: usize,
     /// Use counter: an entry's `used` is the value at its last use.
     clock: u64,
@@ -111,6 +118,22 @@ impl RefCache {
                 inner.bytes -= gone.size;
             }
         }
+    }
+
+    /// Records `head`, the CGI header block git answered a `POST git-upload-pack` with when run
+    /// as `setup` says (the same for every such answer: `git http-backend` writes it before
+    /// `upload-pack` runs).
+    pub fn learn_post_head(&self, setup: &[u8], head: Bytes) {
+        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        if inner.post_heads.len() >= MAX_SETUPS && !inner.post_heads.contains_key(setup) {
+            inner.post_heads.clear();
+        }
+        inner.post_heads.insert(setup.to_vec(), head);
+    }
+
+    /// The header block git answers a `POST git-upload-pack` with under `setup`, once learned.
+    pub fn post_head(&self, setup: &[u8]) -> Option<Bytes> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner()).post_heads.get(setup).cloned()
     }
 
     /// Bytes held (keys, bodies and the per-entry overhead).
@@ -177,5 +200,18 @@ mod tests {
         }
         cache.insert(repo(5), key("version=2"), f, answer(MAX_ANSWER_BYTES + 1));
         assert!(cache.get(repo(5), &key("version=2"), f).is_none(), "too big to keep");
+    }
+
+    #[test]
+    fn post_heads_are_known_per_setup_and_bounded() {
+        let cache = RefCache::new(DEFAULT_BUDGET, RefCacheMetrics::default());
+        assert_eq!(cache.post_head(b"a"), None);
+        cache.learn_post_head(b"a", Bytes::from_static(b"Content-Type: x\r\n\r\n"));
+        assert_eq!(cache.post_head(b"a").as_deref(), Some(&b"Content-Type: x\r\n\r\n"[..]));
+        assert_eq!(cache.post_head(b"b"), None);
+        for i in 0..100u8 {
+            cache.learn_post_head(&[i], Bytes::new());
+        }
+        assert!(cache.inner.lock().unwrap().post_heads.len() <= MAX_SETUPS);
     }
 }

@@ -169,12 +169,23 @@ pub struct Metrics {
 #[derive(Clone, Debug, Default)]
 pub struct RefCacheMetrics {
     answers: Family<OutcomeLabels, Counter>,
+    direct_fetches: Counter,
 }
 
 impl RefCacheMetrics {
     /// One cacheable read answered (`outcome`: `hit` or `miss`).
     pub fn answered(&self, outcome: &'static str) {
         self.answers.get_or_create(&OutcomeLabels { outcome }).inc();
+    }
+
+    /// One v2 fetch answered by `git upload-pack` without `git http-backend`.
+    pub fn fetched_directly(&self) {
+        self.direct_fetches.inc();
+    }
+
+    /// How many v2 fetches were answered without `git http-backend` so far.
+    pub fn direct_fetches(&self) -> u64 {
+        self.direct_fetches.get()
     }
 
     /// How many reads were answered with `outcome` so far.
@@ -289,6 +300,11 @@ impl Metrics {
             "git_ref_cache_answers",
             "Ref advertisements and v2 ls-refs the ref cache could answer: hit (served without git) or miss (git answered, kept for the next)",
             m.ref_cache.answers.clone(),
+        );
+        r.register(
+            "git_fetches_without_backend",
+            "Protocol v2 fetches answered by git upload-pack started without git http-backend (its header block learned from the ref cache's ls-refs answers)",
+            m.ref_cache.direct_fetches.clone(),
         );
         r.register("sync_fetches", "Background sync git fetches from other servers: ok or error", m.sync_fetches.clone());
         r.register("sync_fetch_duration_seconds", "Duration of background sync git fetches", m.sync_fetch_duration.clone());
