@@ -207,7 +207,7 @@ fn cached_answers_are_gits_byte_for_byte() {
             assert_eq!((answer.status, &answer.headers), (git_answer.status, &git_answer.headers));
             let ((other, pack, shown, error), (git_other, git_pack, git_shown, git_error)) = (demux(&answer.body), demux(&git_answer.body));
             assert_eq!((other, pack, error), (git_other, git_pack, git_error), "{repo} {wants:?} progress {progress}");
-            let last = |p: &[u8]| String::from_utf8_lossy(p).split(['\r', '\n']).filter(|l| !l.is_empty()).last().map(str::to_owned);
+            let last = |p: &[u8]| String::from_utf8_lossy(p).split(['\r', '\n']).rfind(|l| !l.is_empty()).map(str::to_owned);
             assert_eq!(last(&shown), last(&git_shown), "{repo} {wants:?} progress {progress}");
             fetched += 1;
         }

@@ -801,6 +801,7 @@ mod tests {
         let m = Metrics::new();
         m.event(Some(1), true, "");
         m.released(&[ReleasedEvent { id: String::new(), kind: 30618, summary: String::new() }]);
+        m.ref_cache().answered("hit");
         let text = m.encode();
         let exists = |name: &str| {
             let base = ["_bucket", "_sum", "_count"].iter().find_map(|s| name.strip_suffix(s)).unwrap_or(name);
