@@ -232,7 +232,8 @@ pub struct Config {
 
     /// Bytes of git's ref advertisements and v2 ls-refs answers the relay keeps in memory and
     /// serves again without starting git while the repository's refs are unchanged (the ref
-    /// cache, docs/architecture.md); 0 turns it off (git answers every request).
+    /// cache, docs/architecture.md); with it, a small v2 fetch runs git upload-pack without git
+    /// http-backend. 0 turns both off (git http-backend answers every request).
     #[arg(long, env = "GRASP_REF_CACHE_BYTES", default_value_t = crate::git::ref_cache::DEFAULT_BUDGET)]
     pub ref_cache_bytes: usize,
 
