@@ -205,7 +205,8 @@ enum Shortcut {
     None,
     /// A cacheable read ([`ref_read`]).
     Read(ReadKey),
-    /// A v2 `fetch` whose whole (small) body was read: `git upload-pack` may answer it alone.
+    /// Any other v2 upload-pack request (a `fetch`) whose whole (small) body was read: `git
+    /// upload-pack` may answer it alone, as the backend would have it answer.
     Fetch,
 }
 
