@@ -523,3 +523,24 @@ async fn never_stale_after_a_git_sync() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_ls_refs_body_that_never_arrives_is_ended_within_the_idle_timeout() {
+    use std::io::{Read as _, Write as _};
+    let server = TestServer::start_with(&["--git-idle-timeout", "1s"]);
+    let mut c = connect(&server).await;
+    let tmp = tempfile::tempdir().unwrap();
+    let owner = Keys::generate();
+    publish_repo(&server, &mut c, &tmp.path().join("o"), &owner, "slow").await;
+    let path = format!("/{}/slow.git/git-upload-pack", npub_of(&owner.public_key()));
+    // Headers and a few bytes of a 100-byte body, then nothing, the connection kept open.
+    let mut s = std::net::TcpStream::connect(server.addr()).unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(30))).unwrap();
+    write!(s, "POST {path} HTTP/1.1\r\nHost: x\r\nGit-Protocol: version=2\r\nContent-Type: application/x-git-upload-pack-request\r\nContent-Length: 100\r\n\r\n0014command=ls-").unwrap();
+    let started = std::time::Instant::now();
+    let mut answer = Vec::new();
+    let _ = s.read_to_end(&mut answer);
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(10), "{:?}", started.elapsed());
+}
