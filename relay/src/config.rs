@@ -231,6 +231,13 @@ pub struct Config {
     #[arg(long, env = "GRASP_GIT_MIN_RATE", default_value_t = grasp_state::transfer::DEFAULT_MIN_RATE)]
     pub git_min_rate: u64,
 
+    /// Bytes of git's ref advertisements and v2 ls-refs answers the relay keeps in memory and
+    /// serves again without starting git while the repository's refs are unchanged (the ref
+    /// cache, docs/architecture.md); with it, a small v2 fetch runs git upload-pack without git
+    /// http-backend. 0 turns both off (git http-backend answers every request).
+    #[arg(long, env = "GRASP_REF_CACHE_BYTES", default_value_t = crate::git::ref_cache::DEFAULT_BUDGET)]
+    pub ref_cache_bytes: usize,
+
     /// A client of the public listener that reads nothing of what it is sent (a WebSocket
     /// message, a git response, a page) for this long is disconnected; a git response's
     /// processes are then killed and its git request slot freed.

@@ -57,7 +57,10 @@
 //!   refs and HEAD read from a files-backend repository without a process (`ref_files`), bare
 //!   repositories built aside (`build`, `repos`), the fast "surely missing" object check
 //!   (`objects`), object pools on disk (`pools`), git smart HTTP through `grasp-cgi` (`http`),
-//!   each child in its own process group, ended with its request (`cgi_child`).
+//!   each child in its own process group, ended with its request (`cgi_child`); the ref cache
+//!   (`ref_cache`: git's own ref advertisements and v2 `ls-refs` answers served again while
+//!   the repository's `ref_fingerprint` is unchanged; `ref_generation`: the counters every ref
+//!   change the relay makes or hears of bumps).
 //! - [`metrics`]: the Prometheus families ([`metrics::Metrics`], kept on `Grasp`).
 //! - [`net`]: the HTTP plumbing every listener shares: response bodies and CORS (`http`),
 //!   accepting sockets with `TCP_NODELAY` and a pause after a failed accept (`tcp`), connection

@@ -101,12 +101,38 @@ impl BackendSetup {
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .process_group(0);
-        let config = self.per_request_config_in(repo.space);
+        self.put_request_config(&mut cmd, repo.space);
+        cmd
+    }
+
+    /// `git upload-pack --stateless-rpc` in `repo_dir`, as `git http-backend` starts it for a
+    /// `POST git-upload-pack` (same environment policy, per-request config and `GIT_PROTOCOL`),
+    /// for the relay to start without the backend when it already knows the backend's header
+    /// block (docs/architecture.md, "The ref cache"). In a process group of its own, stdout
+    /// piped, stderr inherited; the caller chooses stdin.
+    pub fn upload_pack_command(&self, repo: &RepoUrlPath, repo_dir: &Path, git_protocol: Option<&[u8]>) -> Command {
+        use std::os::unix::ffi::OsStrExt;
+        let mut cmd = Command::new(&self.git);
+        git_env::apply(&mut cmd);
+        cmd.args(["upload-pack", "--stateless-rpc", "."])
+            .current_dir(repo_dir)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .process_group(0);
+        if let Some(protocol) = git_protocol {
+            cmd.env("GIT_PROTOCOL", std::ffi::OsStr::from_bytes(protocol));
+        }
+        self.put_request_config(&mut cmd, repo.space);
+        cmd
+    }
+
+    /// The per-request config as `GIT_CONFIG_COUNT` / `GIT_CONFIG_KEY_<n>` / `GIT_CONFIG_VALUE_<n>`.
+    fn put_request_config(&self, cmd: &mut Command, space: RepoSpace) {
+        let config = self.per_request_config_in(space);
         cmd.env("GIT_CONFIG_COUNT", config.len().to_string());
         for (i, (k, v)) in config.into_iter().enumerate() {
             cmd.env(format!("GIT_CONFIG_KEY_{i}"), k).env(format!("GIT_CONFIG_VALUE_{i}"), v);
         }
-        cmd
     }
 }
 
@@ -217,6 +243,22 @@ mod tests {
         let cmd = setup.command(&prs, Path::new("/srv/git/prs/x/r.git"), std::iter::empty::<(String, String)>());
         assert_eq!(value(&cmd, "PATH_INFO").unwrap(), format!("/prs/{}/r.git/git-receive-pack", repo.npub));
         assert!(setup.per_request_config_in(RepoSpace::Prs).contains(&("receive.maxInputSize".into(), "100".into())));
+    }
+
+    #[test]
+    fn upload_pack_runs_as_the_backend_would_start_it() {
+        let setup = BackendSetup { git: "/opt/git".into(), hooks_dir: Some("/srv/hooks".into()), ..BackendSetup::default() };
+        let cmd = setup.upload_pack_command(&repo(), Path::new("/srv/git/x/r.git"), Some(b"version=2"));
+        assert_eq!(cmd.get_program(), "/opt/git");
+        assert_eq!(cmd.get_args().collect::<Vec<_>>(), ["upload-pack", "--stateless-rpc", "."]);
+        assert_eq!(cmd.get_current_dir(), Some(Path::new("/srv/git/x/r.git")));
+        assert_eq!(value(&cmd, "GIT_PROTOCOL").as_deref(), Some("version=2"));
+        let backend = setup.command(&repo(), Path::new("/srv/git/x/r.git"), std::iter::empty::<(&str, &str)>());
+        let config = |cmd: &Command| env_of(cmd).into_iter().filter(|(k, _)| k.starts_with("GIT_CONFIG")).collect::<Vec<_>>();
+        assert_eq!(config(&cmd), config(&backend), "the same config as under the backend");
+        for (k, v) in git_env::GIT_ENV {
+            assert_eq!(value(&cmd, k).as_deref(), Some(*v));
+        }
     }
 
     #[test]

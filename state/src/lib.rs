@@ -7,6 +7,8 @@
 //!   `pre-receive` input) and [`refs::RefMap`] (a repository's refs).
 //! - [`ref_files`]: a files-backend repository's `packed-refs` and loose ref files parsed
 //!   without git (the relay reads refs without a process where that is safe).
+//! - [`ref_read`]: which small git reads (the upload-pack ref advertisement, v2 `ls-refs`) the
+//!   relay's ref cache may answer, and their key.
 //! - [`nip34`]: NIP-34 events as types: [`nip34::Announcement`] (30617),
 //!   [`nip34::RepoState`] (30618), [`nip34::PullRequest`] (1618/1619), the kind
 //!   constants, what an event references, and "does this announcement list
@@ -123,6 +125,7 @@ pub mod recency;
 pub mod roles;
 pub mod rate;
 pub mod refs;
+pub mod ref_read;
 pub mod ref_files;
 pub mod release;
 pub mod replica;

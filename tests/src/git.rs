@@ -120,6 +120,10 @@ impl GitHttpServer {
             idle_timeout: grasp_relay::git::http::DEFAULT_IDLE_TIMEOUT,
             min_rate: grasp_state::transfer::DEFAULT_MIN_RATE,
             prs: false,
+            ref_cache: Some(std::sync::Arc::new(grasp_relay::git::ref_cache::RefCache::new(
+                grasp_relay::git::ref_cache::DEFAULT_BUDGET,
+                Default::default(),
+            ))),
         })
     }
 

@@ -615,6 +615,7 @@ fn fake_cgi_server(tmp: &Path, script: &str) -> GitHttpServer {
         data_dir: tmp.to_path_buf(),
         env: vec![("FAKE_CGI_DIR".into(), tmp.to_str().unwrap().into())],
         direct: false,
+        ref_cache: None,
     })
 }
 
@@ -684,6 +685,7 @@ fn broken_cgi_gives_502_with_cors() {
         data_dir: tmp.path().to_path_buf(),
         env: vec![],
         direct: true,
+        ref_cache: None,
     });
     let resp = client
         .get(format!("{}/a/b.git/info/refs", missing.base_url()))

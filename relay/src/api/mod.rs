@@ -202,6 +202,11 @@ async fn handle(req: Request<Incoming>, token: &str, grasp: &Grasp, health: &Hea
                 Err(resp) => return *resp,
             };
             let Some(owner) = owner(&req.owner) else { return error(StatusCode::BAD_REQUEST, "owner is not an npub") };
+            // The push's refs are written: no answer the ref cache made before counts any more
+            // (the pusher is answered after this hook).
+            if let Some(path) = grasp.path_of(&RepoId { owner, identifier: req.identifier.clone(), space: req.space }) {
+                crate::git::ref_generation::bump(&path);
+            }
             let address = pusher(grasp, &req);
             let mut answer = match req.space {
                 RepoSpace::Hosted => grasp.metrics.push_release(grasp.git_arrived(&owner, &req.identifier, &req.updates, address)).await,

@@ -393,6 +393,8 @@ fn remove_aside(path: &Path) -> std::io::Result<()> {
     let aside = parent.join(format!(".del-purge-{}", std::process::id()));
     let aside = (0..).map(|i| aside.with_extension(i.to_string())).find(|p| !p.exists()).unwrap_or(aside);
     std::fs::rename(path, &aside)?;
+    // A repository made later on a reused inode never matches the ref cache's answers of this one.
+    crate::git::ref_generation::bump(&aside);
     std::fs::remove_dir_all(&aside)
 }
 

@@ -100,6 +100,7 @@ pub const SECTIONS: &[(&str, Section)] = &[
     ("git_max_requests_per_ip", Limits),
     ("git_idle_timeout", Limits),
     ("git_min_rate", Limits),
+    ("ref_cache_bytes", Limits),
     ("push_lock_wait", Limits),
     ("max_push_bytes", Limits),
     ("max_pr_push_bytes", Limits),

@@ -12,7 +12,7 @@ use std::process::ExitStatus;
 use std::time::Duration;
 
 use tokio::process::Child;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 
 use crate::shutdown::Shutdown;
 
@@ -69,11 +69,26 @@ impl CgiControl {
 /// request in logs. Returns the handle that ends it.
 pub fn supervise(child: Child, what: String, shutdown: Shutdown) -> CgiControl {
     let (tx, rx) = mpsc::channel(1);
-    tokio::spawn(run(child, what, rx, shutdown));
+    tokio::spawn(run(child, what, rx, shutdown, None));
     CgiControl { tx }
 }
 
-async fn run(mut child: Child, what: String, mut aborts: mpsc::Receiver<Abandoned>, mut shutdown: Shutdown) {
+/// [`supervise`], also telling whether the child ended by itself with success (`false` when
+/// it failed; the sender is dropped when it was ended).
+pub fn supervise_reporting(child: Child, what: String, shutdown: Shutdown) -> (CgiControl, oneshot::Receiver<bool>) {
+    let (tx, rx) = mpsc::channel(1);
+    let (exited, exit) = oneshot::channel();
+    tokio::spawn(run(child, what, rx, shutdown, Some(exited)));
+    (CgiControl { tx }, exit)
+}
+
+async fn run(
+    mut child: Child,
+    what: String,
+    mut aborts: mpsc::Receiver<Abandoned>,
+    mut shutdown: Shutdown,
+    exited: Option<oneshot::Sender<bool>>,
+) {
     let mut controlled = true;
     let why = loop {
         tokio::select! {
@@ -86,7 +101,11 @@ async fn run(mut child: Child, what: String, mut aborts: mpsc::Receiver<Abandone
                 None => controlled = false,
             },
             status = child.wait() => {
+                let success = status.as_ref().is_ok_and(ExitStatus::success);
                 report(&what, status);
+                if let Some(exited) = exited {
+                    let _ = exited.send(success);
+                }
                 return;
             }
             _ = shutdown.recv() => break Abandoned::Shutdown,

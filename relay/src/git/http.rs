@@ -25,6 +25,14 @@
 //! (a client that stops reading it is dropped by the listener's write deadline,
 //! `crate::net::write_deadline`), or when the relay shuts down.
 //!
+//! Before starting the backend for a plain request, the relay looks in its ref cache
+//! ([`super::ref_cache`], docs/architecture.md, "The ref cache"): the upload-pack ref
+//! advertisement and a v2 `ls-refs` (whose small body is read first to tell) are answered from
+//! it, without any process, while the repository's fingerprint is the one the kept answer was
+//! made at; a miss runs the backend as above and keeps its answer. A v2 `fetch` whose small body
+//! was read whole is answered by `git upload-pack` started without the backend, once the
+//! backend's header block is known from a kept `ls-refs` answer.
+//!
 //! `PATH_INFO` is the percent-decoded path, as RFC 3875 and `git http-backend` expect; a path that
 //! cannot be decoded (bad `%` escape, `%00`) gets a 404 here without spawning anything.
 
@@ -46,13 +54,18 @@ use grasp_state::identifier::{parse_repo_path, RepoLayout, RepoSpace, RepoUrlPat
 use grasp_state::push_lock::PushLock;
 use hyper::{Method, Request, Response, StatusCode};
 use std::os::fd::AsRawFd;
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWriteExt, BufReader, ReadBuf};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader, ReadBuf};
 use std::time::Duration;
 
 use tokio::process::{ChildStdout, Command};
 
 use super::cgi_child::{self, Abandoned, CgiControl};
-use crate::net::http::{empty, preflight, text, with_cors, Body, BodyError};
+use super::ref_cache::{Answer, RefCache, MAX_ANSWER_BYTES};
+use super::ref_fingerprint::{self, Fingerprint};
+use super::ref_generation::RepoIdentity;
+use crate::net::http::{empty, full, preflight, text, with_cors, Body, BodyError};
+use grasp_state::ref_read::{self, Candidate, ReadHeaders, ReadKey};
+use std::sync::Arc;
 use crate::shutdown::Shutdown;
 
 /// `--git-idle-timeout`'s default.
@@ -83,6 +96,9 @@ pub struct GitHttpConfig {
     /// through `GRASP_GRASP06` in `env`). Off, every `/prs/` path goes to grasp-cgi, which
     /// answers 404.
     pub prs: bool,
+    /// The ref cache answering a plain request's ref advertisement and v2 `ls-refs` without git
+    /// (`super::ref_cache`); `None`: git answers every request (`--ref-cache-bytes 0`).
+    pub ref_cache: Option<Arc<RefCache>>,
 }
 
 /// Serves one request: a plain git request by starting `git http-backend` itself
@@ -103,30 +119,95 @@ pub async fn serve(
             format!("Not found: {} is not a valid path.\n", req.uri().path()),
         ));
     };
-    let direct = match plain_git_request(cfg, req.method(), &path_info, req.uri().query().unwrap_or("")) {
+    let query = req.uri().query().unwrap_or("");
+    let plain = plain_git_request(cfg, req.method(), &path_info, query);
+    let candidate = match (&plain, &cfg.ref_cache) {
+        (Some(plain), Some(_)) => read_candidate(&req, &plain.repo.rest, query),
+        _ => None,
+    };
+    let what = format!("{} {} from {}", req.method(), req.uri().path(), remote_addr.ip());
+    let git_protocol = req.headers().get("git-protocol").map(|v| v.as_bytes().to_vec());
+    let vars = cgi_env(&req, path_info, remote_addr);
+    let mut body = RequestBody { prefix: Bytes::new(), rest: req.into_body() };
+    // A v2 upload-pack request is an `ls-refs` the cache may answer if its (small) body says so,
+    // else a `fetch` upload-pack may answer without the backend.
+    let shortcut = match candidate {
+        Some(Candidate::Advertisement(key)) => Shortcut::Read(key),
+        Some(Candidate::UploadPackV2) => match body.read_prefix(ref_read::MAX_LS_REFS_BODY, cfg.idle_timeout).await {
+            Ok(true) => ref_read::ls_refs_key(&body.prefix).map_or(Shortcut::Fetch, Shortcut::Read),
+            Ok(false) => Shortcut::None,
+            Err(resp) => return with_cors(resp),
+        },
+        None => Shortcut::None,
+    };
+    let direct = match plain {
         Some(plain) => {
             let (git_root, data_dir) = (cfg.backend.git_root.clone(), cfg.data_dir.clone());
-            // A few stats and one try of a lock: off the async workers all the same.
-            tokio::task::spawn_blocking(move || plain.vet(&git_root, &data_dir)).await.ok().flatten()
+            let backend = (!matches!(shortcut, Shortcut::None)).then(|| cfg.backend.clone());
+            // A few stats (a walk of `refs/` for a cacheable read) and one try of a lock: off the
+            // async workers all the same.
+            tokio::task::spawn_blocking(move || {
+                let direct = plain.vet(&git_root, &data_dir)?;
+                let slot = backend.and_then(|backend| CacheSlot::read(&direct, shortcut, &backend));
+                Some((direct, slot))
+            })
+            .await
+            .ok()
+            .flatten()
         }
         None => None,
     };
-    let what = format!("{} {} from {}", req.method(), req.uri().path(), remote_addr.ip());
-    let vars = cgi_env(&req, path_info, remote_addr);
     let result = match direct {
-        Some(direct) => run_backend(req, vars, what, direct, cfg, shutdown).await,
-        None => run_cgi(req, vars, what, cfg, shutdown).await,
+        Some((direct, slot)) => {
+            let capture = match (slot, &cfg.ref_cache) {
+                (Some(slot), Some(cache)) => match &slot.key {
+                    Some(key) => match cache.get(slot.repo, key, slot.fingerprint) {
+                        Some(answer) => {
+                            cache.metrics().answered("hit");
+                            tracing::debug!(request = %what, "git http: answered from the ref cache");
+                            return with_cors(cached_response(&answer));
+                        }
+                        None => Some(Capture { cache: cache.clone(), slot }),
+                    },
+                    // A fetch: upload-pack alone, once the backend's header block is known.
+                    None => match cache.post_head(&slot.setup) {
+                        Some(head) => {
+                            cache.metrics().fetched_directly();
+                            return match run_upload_pack(body, head, what, direct, git_protocol, cfg, shutdown).await {
+                                Ok(resp) => with_cors(resp),
+                                Err(e) => backend_failed(e),
+                            };
+                        }
+                        None => None,
+                    },
+                },
+                _ => None,
+            };
+            run_backend(body, vars, what, direct, capture, cfg, shutdown).await
+        }
+        None => run_cgi(body, vars, what, cfg, shutdown).await,
     };
     match result {
         Ok(resp) => with_cors(resp),
-        Err(e) => {
-            tracing::warn!(error = %e, "git http: CGI child failed");
-            with_cors(text(
-                StatusCode::BAD_GATEWAY,
-                format!("git service unavailable: {e}. Try again later or tell the operator.\n"),
-            ))
-        }
+        Err(e) => backend_failed(e),
     }
+}
+
+/// The answer when the CGI child (or upload-pack) could not answer.
+fn backend_failed(e: String) -> Response<Body> {
+    tracing::warn!(error = %e, "git http: CGI child failed");
+    with_cors(text(StatusCode::BAD_GATEWAY, format!("git service unavailable: {e}. Try again later or tell the operator.\n")))
+}
+
+/// What the relay may do for a plain request besides running the backend for it.
+#[derive(Debug)]
+enum Shortcut {
+    None,
+    /// A cacheable read ([`ref_read`]).
+    Read(ReadKey),
+    /// Any other v2 upload-pack request (a `fetch`) whose whole (small) body was read: `git
+    /// upload-pack` may answer it alone, as the backend would have it answer.
+    Fetch,
 }
 
 /// A `GET` or `POST` for git (not a page) to a well-formed repository path: the relay may run
@@ -176,6 +257,141 @@ impl PlainGitRequest {
         // removes an empty one under it), as grasp-cgi's does.
         let keep = self.post || self.repo.space == RepoSpace::Prs;
         Some(Direct { repo: self.repo, repo_dir, push_lock: push_lock.filter(|_| keep) })
+    }
+}
+
+/// The headers a cacheable read depends on ([`ref_read::candidate`]); a request repeating one
+/// of them is not a candidate.
+fn read_candidate(req: &Request<Incoming>, rest: &str, query: &str) -> Option<Candidate> {
+    let one = |name: &str| {
+        let mut all = req.headers().get_all(name).iter();
+        let first = all.next().map(HeaderValue::as_bytes);
+        all.next().is_none().then_some(first)
+    };
+    let headers = ReadHeaders {
+        git_protocol: one("git-protocol")?,
+        content_type: one("content-type")?,
+        content_encoding: one("content-encoding")?,
+    };
+    ref_read::candidate(req.method().as_str(), rest, query, headers)
+}
+
+/// Where a cacheable read's answer is, or goes: its repository, its key (`None`: a v2 fetch,
+/// [`Shortcut::Fetch`]), the repository's fingerprint when the request arrived and how git runs
+/// ([`setup_digest`]).
+#[derive(Debug)]
+struct CacheSlot {
+    repo: RepoIdentity,
+    key: Option<ReadKey>,
+    fingerprint: Fingerprint,
+    setup: Vec<u8>,
+}
+
+impl CacheSlot {
+    /// Reads the fingerprint of `direct`'s repository, for how `backend` runs git; `None` when
+    /// it has none, which also leaves a fetch to the backend (git answers). Blocking.
+    fn read(direct: &Direct, shortcut: Shortcut, backend: &BackendSetup) -> Option<CacheSlot> {
+        let key = match shortcut {
+            Shortcut::None => return None,
+            Shortcut::Read(key) => Some(key),
+            Shortcut::Fetch => None,
+        };
+        let setup = setup_digest(backend, direct.repo.space);
+        let (repo, fingerprint) = ref_fingerprint::read(&direct.repo_dir, &setup)?;
+        Some(CacheSlot { repo, key, fingerprint, setup })
+    }
+}
+
+/// What of the backend's setup an advertisement depends on: the program (path and file, so an
+/// upgraded git is asked again) and the per-request config.
+fn setup_digest(backend: &BackendSetup, space: RepoSpace) -> Vec<u8> {
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::fs::MetadataExt;
+    let program = backend.http_backend.as_ref().unwrap_or(&backend.git);
+    let mut digest = program.as_os_str().as_bytes().to_vec();
+    digest.push(0);
+    if let Ok(meta) = std::fs::metadata(program) {
+        for value in [meta.dev(), meta.ino(), meta.size(), meta.mtime() as u64, meta.mtime_nsec() as u64] {
+            digest.extend_from_slice(&value.to_le_bytes());
+        }
+    }
+    for (key, value) in backend.per_request_config_in(space) {
+        digest.extend_from_slice(key.as_bytes());
+        digest.push(0);
+        digest.extend_from_slice(value.as_bytes());
+        digest.push(0);
+    }
+    digest
+}
+
+/// A cache miss being answered by git: its answer is kept if git ends well.
+struct Capture {
+    cache: Arc<RefCache>,
+    slot: CacheSlot,
+}
+
+impl Capture {
+    /// Keeps `answer` once the backend has ended with success (`exit`), at the fingerprint read
+    /// before it started; for an `ls-refs`, learns the backend's header block `head` of a
+    /// `POST git-upload-pack` too.
+    fn keep(self, answer: Answer, head: Bytes, exit: tokio::sync::oneshot::Receiver<bool>) {
+        self.cache.metrics().answered("miss");
+        tokio::spawn(async move {
+            let Some(key) = self.slot.key else { return };
+            if exit.await == Ok(true) {
+                if key.is_ls_refs() {
+                    self.cache.learn_post_head(&self.slot.setup, head);
+                }
+                self.cache.insert(self.slot.repo, key, self.slot.fingerprint, answer);
+            }
+        });
+    }
+}
+
+/// A cached answer as a response: git's status, header fields and body.
+fn cached_response(answer: &Answer) -> Response<Body> {
+    let mut resp = Response::new(full(answer.body.clone()));
+    *resp.status_mut() = StatusCode::from_u16(answer.status).unwrap_or(StatusCode::OK);
+    for (name, value) in &answer.headers {
+        resp.headers_mut().append(name.clone(), value.clone());
+    }
+    resp
+}
+
+/// A request body: what was read of it before the child started, then the rest.
+struct RequestBody {
+    prefix: Bytes,
+    rest: Incoming,
+}
+
+impl RequestBody {
+    /// Reads the body until it ends (`Ok(true)`) or holds more than `max` bytes (`Ok(false)`),
+    /// within `idle` in all. The error is the answer to a client that sent too little or went.
+    async fn read_prefix(&mut self, max: usize, idle: Duration) -> Result<bool, Response<Body>> {
+        let deadline = tokio::time::Instant::now() + idle;
+        let mut read = bytes::BytesMut::new();
+        let ended = loop {
+            if read.len() > max {
+                break false;
+            }
+            match tokio::time::timeout_at(deadline, self.rest.frame()).await {
+                Err(_) => {
+                    return Err(text(
+                        StatusCode::REQUEST_TIMEOUT,
+                        format!("the request body did not arrive within {} s\n", idle.as_secs()),
+                    ))
+                }
+                Ok(None) => break true,
+                Ok(Some(Err(e))) => return Err(text(StatusCode::BAD_REQUEST, format!("cannot read the request body: {e}\n"))),
+                Ok(Some(Ok(frame))) => {
+                    if let Some(data) = frame.data_ref() {
+                        read.extend_from_slice(data);
+                    }
+                }
+            }
+        };
+        self.prefix = read.freeze();
+        Ok(ended)
     }
 }
 
@@ -250,7 +466,7 @@ fn cgi_env(
 
 /// Runs `grasp-cgi` for a request with CGI variables `vars` ([`cgi_env`]).
 async fn run_cgi(
-    req: Request<Incoming>,
+    body: RequestBody,
     vars: Vec<(String, OsString)>,
     what: String,
     cfg: &GitHttpConfig,
@@ -285,19 +501,20 @@ async fn run_cgi(
     let child = cmd
         .spawn()
         .map_err(|e| format!("cannot run {}: {e}", cfg.cgi_path.display()))?;
-    run_child(req, child, what, cfg, shutdown).await
+    run_child(body, child, what, cfg, shutdown, None, None).await
 }
 
 /// Runs `git http-backend` for a [`Direct`] request: the request's CGI variables under the
 /// backend's setup ([`BackendSetup::command`], the same grasp-cgi uses), in a process group of
 /// its own. A push's lock is handed to the backend (kept open across its exec), so it and
 /// everything it starts (receive-pack, the hooks) hold it until the last of them ends; this
-/// process's copy closes once the backend runs.
+/// process's copy closes once the backend runs. A cache miss's answer is kept (`capture`).
 async fn run_backend(
-    req: Request<Incoming>,
+    body: RequestBody,
     vars: Vec<(String, OsString)>,
     what: String,
     direct: Direct,
+    capture: Option<Capture>,
     cfg: &GitHttpConfig,
     shutdown: Shutdown,
 ) -> Result<Response<Body>, String> {
@@ -323,31 +540,65 @@ async fn run_backend(
     let child = cmd.spawn().map_err(|e| format!("{}: {e}", cfg.backend.running()))?;
     drop(direct.push_lock);
     tracing::debug!(request = %what, "git http: backend started without grasp-cgi");
-    run_child(req, child, what, cfg, shutdown).await
+    run_child(body, child, what, cfg, shutdown, capture, None).await
+}
+
+/// Answers a v2 `fetch` ([`Shortcut::Fetch`]) with `git upload-pack --stateless-rpc` started
+/// without `git http-backend` ([`BackendSetup::upload_pack_command`]), the backend's own header
+/// block `head` (learned from its `ls-refs` answers, [`RefCache::post_head`]) before
+/// upload-pack's output: what the backend would have answered, one process start less.
+async fn run_upload_pack(
+    body: RequestBody,
+    head: Bytes,
+    what: String,
+    direct: Direct,
+    git_protocol: Option<Vec<u8>>,
+    cfg: &GitHttpConfig,
+    shutdown: Shutdown,
+) -> Result<Response<Body>, String> {
+    let mut cmd = Command::from(cfg.backend.upload_pack_command(&direct.repo, &direct.repo_dir, git_protocol.as_deref()));
+    cmd.stdin(Stdio::piped()).kill_on_drop(true);
+    let child = cmd.spawn().map_err(|e| format!("running git upload-pack: {e}"))?;
+    tracing::debug!(request = %what, "git http: upload-pack started without the backend");
+    run_child(body, child, what, cfg, shutdown, None, Some(head)).await
 }
 
 /// Streams the request body into `child` and its CGI answer back as the response, supervised
-/// ([`cgi_child`]): the shared half of [`run_cgi`] and [`run_backend`].
+/// ([`cgi_child`]): the shared half of [`run_cgi`] and [`run_backend`]. With `capture`, a
+/// successful answer small enough is read whole first and kept in the ref cache once the
+/// child has ended well.
 async fn run_child(
-    req: Request<Incoming>,
+    body: RequestBody,
     mut child: tokio::process::Child,
     what: String,
     cfg: &GitHttpConfig,
     shutdown: Shutdown,
+    capture: Option<Capture>,
+    known_head: Option<Bytes>,
 ) -> Result<Response<Body>, String> {
     let mut stdin = child.stdin.take().expect("piped stdin");
     let stdout = child.stdout.take().expect("piped stdout");
-    let control = cgi_child::supervise(child, what, shutdown);
+    let (control, exit) = match capture {
+        Some(_) => {
+            let (control, exit) = cgi_child::supervise_reporting(child, what, shutdown);
+            (control, Some(exit))
+        }
+        None => (cgi_child::supervise(child, what, shutdown), None),
+    };
     // Until the response head is out, any failure ends the child.
     let mut armed = AbortOnDrop(Some(control.clone()), Abandoned::BadAnswer);
 
     // Request body -> child stdin, concurrently with reading the response. A body that ends
     // short or stalls ends the request.
-    let mut body = req.into_body();
+    let RequestBody { prefix, rest: mut body } = body;
     let (feeder, idle, min_rate) = (control.clone(), cfg.idle_timeout, cfg.min_rate);
     tokio::spawn(async move {
+        // What was read already goes first.
+        if stdin.write_all(&prefix).await.is_err() {
+            return;
+        }
         let started = tokio::time::Instant::now();
-        let (mut bytes, mut last_frame) = (0u64, started);
+        let (mut bytes, mut last_frame) = (prefix.len() as u64, started);
         loop {
             // The next frame is due within the idle timeout, and before the body falls below
             // the minimum rate.
@@ -380,17 +631,21 @@ async fn run_child(
 
     let mut stdout = BufReader::new(stdout);
     let mut raw = Vec::new();
-    let head = loop {
-        let n = stdout
-            .read_until(b'\n', &mut raw)
-            .await
-            .map_err(|e| format!("reading CGI headers: {e}"))?;
-        if let Some(head) = cgi::parse_head(&raw).map_err(|e| format!("the CGI program sent a bad header block: {e}"))? {
-            break head;
-        }
-        if n == 0 {
-            return Err("the CGI program ended before sending its headers".into());
-        }
+    let head = match &known_head {
+        // The backend's header block, learned: the child (upload-pack) writes the body only.
+        Some(known) => cgi::parse_head(known)
+            .ok()
+            .flatten()
+            .ok_or_else(|| "the learned header block does not parse".to_string())?,
+        None => loop {
+            let n = stdout.read_until(b'\n', &mut raw).await.map_err(|e| format!("reading CGI headers: {e}"))?;
+            if let Some(head) = cgi::parse_head(&raw).map_err(|e| format!("the CGI program sent a bad header block: {e}"))? {
+                break head;
+            }
+            if n == 0 {
+                return Err("the CGI program ended before sending its headers".into());
+            }
+        },
     };
     let status = head.status().map_err(|e| e.to_string())?;
     let mut resp = Response::new(empty());
@@ -403,10 +658,32 @@ async fn run_child(
             _ => tracing::warn!(header = name, "git http: dropping invalid CGI header"),
         }
     }
+    let mut pending = None;
+    if let (Some(capture), Some(exit), 200) = (capture, exit, status) {
+        let mut answer = Vec::new();
+        (&mut stdout)
+            .take(MAX_ANSWER_BYTES as u64 + 1)
+            .read_to_end(&mut answer)
+            .await
+            .map_err(|e| format!("reading the CGI answer: {e}"))?;
+        if answer.len() <= MAX_ANSWER_BYTES {
+            // The whole answer: the child's output ended.
+            armed.0 = None;
+            drop(control);
+            let body = Bytes::from(answer);
+            let headers = resp.headers().iter().map(|(n, v)| (n.clone(), v.clone())).collect();
+            capture.keep(Answer { status, headers, body: body.clone() }, Bytes::from(raw), exit);
+            *resp.body_mut() = full(body);
+            return Ok(resp);
+        }
+        // Too big to keep: what was read goes first, the rest as it comes.
+        pending = Some(Bytes::from(answer));
+    }
     armed.0 = None;
     let length = resp.headers().get(hyper::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.trim().parse().ok());
     *resp.body_mut() = BodyExt::boxed(CgiBody {
         stdout,
+        pending,
         control: Some(control),
         buf: vec![0; 32 * 1024].into_boxed_slice(),
         delivery: Delivery { length, sent: 0 },
@@ -429,6 +706,8 @@ impl Drop for AbortOnDrop {
 /// (and its git processes); at the end the supervisor reaps it.
 struct CgiBody {
     stdout: BufReader<ChildStdout>,
+    /// Output read before the body was made, sent first.
+    pending: Option<Bytes>,
     /// `None` once the body has ended.
     control: Option<CgiControl>,
     buf: Box<[u8]>,
@@ -473,6 +752,10 @@ impl hyper::body::Body for CgiBody {
         let this = self.get_mut();
         if this.control.is_none() {
             return Poll::Ready(None);
+        }
+        if let Some(pending) = this.pending.take() {
+            this.delivery.sent += pending.len() as u64;
+            return Poll::Ready(Some(Ok(Frame::data(pending))));
         }
         let mut rb = ReadBuf::new(&mut this.buf);
         match Pin::new(&mut this.stdout).poll_read(cx, &mut rb) {

@@ -12,7 +12,10 @@ pub mod cgi_child;
 pub mod http;
 pub mod objects;
 pub mod pools;
+pub mod ref_cache;
 pub mod ref_files;
+pub mod ref_fingerprint;
+pub mod ref_generation;
 pub mod repos;
 pub mod runner;
 
@@ -162,7 +165,10 @@ pub fn update_refs(repo: &Path, changes: &[RefChange]) -> Result<(), GitError> {
         }
     }
     input.push_str("prepare\ncommit\n");
-    GitCommand::in_repo(repo).args(["update-ref", "--stdin"]).stdin(input).run().map(|_| ())
+    let result = GitCommand::in_repo(repo).args(["update-ref", "--stdin"]).stdin(input).run().map(|_| ());
+    // Even a failed transaction may have taken locks: the ref cache checks again either way.
+    ref_generation::bump(repo);
+    result
 }
 
 /// Points HEAD at `branch` (e.g. `refs/heads/main`). In a repository whose refs are files (no
@@ -170,10 +176,12 @@ pub fn update_refs(repo: &Path, changes: &[RefChange]) -> Result<(), GitError> {
 /// here without a process (a first push's alignment sets HEAD): `HEAD.lock` created
 /// exclusively, written, renamed over `HEAD`. Otherwise, or if the lock is taken, git does it.
 pub fn set_head(repo: &Path, branch: &str) -> Result<(), GitError> {
-    if write_head_file(repo, branch).is_some() {
-        return Ok(());
-    }
-    GitCommand::in_repo(repo).args(["symbolic-ref", "HEAD", branch]).run().map(|_| ())
+    let result = match write_head_file(repo, branch) {
+        Some(()) => Ok(()),
+        None => GitCommand::in_repo(repo).args(["symbolic-ref", "HEAD", branch]).run().map(|_| ()),
+    };
+    ref_generation::bump(repo);
+    result
 }
 
 /// `set_head` by git's lock-file protocol; `None` when it must be left to git.

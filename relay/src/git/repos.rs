@@ -112,6 +112,8 @@ pub fn delete_repo_in(
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
         Err(e) => return Err(io_err("moving aside", &path)(e)),
     }
+    // A repository made later on a reused inode never matches the ref cache's answers of this one.
+    super::ref_generation::bump(&aside);
     std::fs::remove_dir_all(&aside).map_err(io_err("removing", &aside))?;
     remove_owner_dir_if_empty_in(layout, space, owner);
     Ok(true)

@@ -314,6 +314,8 @@ async fn delete_soft_expired_repo(grasp: &Grasp, owner: &nostr::prelude::PublicK
             return false;
         }
     }
+    // A repository made later on a reused inode never matches the ref cache's answers of this one.
+    crate::git::ref_generation::bump(&aside);
     match tokio::task::spawn_blocking(move || std::fs::remove_dir_all(&aside).map_err(|e| (aside, e))).await {
         Ok(Err((aside, e))) => tracing::warn!(path = %aside.display(), error = %e, "could not remove a deleted repository"),
         Err(e) => tracing::warn!(error = %e, "repository removal task failed"),

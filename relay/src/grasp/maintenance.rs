@@ -482,6 +482,8 @@ async fn run_prune(repo: &Path, keep: &[String], older_than: Duration) -> Result
         .await
         .map(|_| ());
     let _ = std::fs::remove_file(&list);
+    // gc packs refs: their values stay, the ref cache checks again all the same.
+    crate::git::ref_generation::bump(repo);
     result
 }
 
@@ -496,11 +498,10 @@ async fn run_auto(repo: &Path) -> Result<(), GitError> {
         // A member's packs are not closed under reachability: no bitmap (git would warn).
         command = command.config("repack.writeBitmaps", false);
     }
-    command
-        .args(["maintenance", "run", "--auto", "--quiet"])
-        .run_async(RUN_TIMEOUT)
-        .await
-        .map(|_| ())
+    let result = command.args(["maintenance", "run", "--auto", "--quiet"]).run_async(RUN_TIMEOUT).await.map(|_| ());
+    // It may pack refs: their values stay, the ref cache checks again all the same.
+    crate::git::ref_generation::bump(repo);
+    result
 }
 
 #[cfg(test)]

@@ -146,6 +146,7 @@ pub struct Metrics {
     push_hook_duration: HistogramFamily<HookLabels>,
     git_requests: Family<GitRequestLabels, Counter>,
     git_request_duration: HistogramFamily<GitLabels>,
+    ref_cache: RefCacheMetrics,
     // Background git-data sync.
     sync_fetches: Family<OutcomeLabels, Counter>,
     sync_fetch_duration: Histogram,
@@ -169,6 +170,35 @@ pub struct Metrics {
     checkpoint_duration: Histogram,
     checkpoint_bytes: Gauge,
     checkpoint_failures: Counter,
+}
+
+/// The ref cache's counters (`crate::git::ref_cache`): a handle on the registered family.
+#[derive(Clone, Debug, Default)]
+pub struct RefCacheMetrics {
+    answers: Family<OutcomeLabels, Counter>,
+    direct_fetches: Counter,
+}
+
+impl RefCacheMetrics {
+    /// One cacheable read answered (`outcome`: `hit` or `miss`).
+    pub fn answered(&self, outcome: &'static str) {
+        self.answers.get_or_create(&OutcomeLabels { outcome }).inc();
+    }
+
+    /// One v2 fetch answered by `git upload-pack` without `git http-backend`.
+    pub fn fetched_directly(&self) {
+        self.direct_fetches.inc();
+    }
+
+    /// How many v2 fetches were answered without `git http-backend` so far.
+    pub fn direct_fetches(&self) -> u64 {
+        self.direct_fetches.get()
+    }
+
+    /// How many reads were answered with `outcome` so far.
+    pub fn answers(&self, outcome: &'static str) -> u64 {
+        self.answers.get_or_create(&OutcomeLabels { outcome }).get()
+    }
 }
 
 impl Default for Metrics {
@@ -207,6 +237,7 @@ impl Metrics {
             push_hook_duration: HistogramFamily::new_with_constructor(duration_buckets),
             git_requests: Family::default(),
             git_request_duration: HistogramFamily::new_with_constructor(duration_buckets),
+            ref_cache: RefCacheMetrics::default(),
             sync_fetches: Family::default(),
             sync_fetch_duration: duration_buckets(),
             sync_attempts: Family::default(),
@@ -298,6 +329,16 @@ impl Metrics {
             "git_request_duration_seconds",
             "Duration of git smart HTTP requests on the public listener until the response body ended, by service",
             m.git_request_duration.clone(),
+        );
+        r.register(
+            "git_ref_cache_answers",
+            "Ref advertisements and v2 ls-refs the ref cache could answer: hit (served without git) or miss (git answered, kept for the next)",
+            m.ref_cache.answers.clone(),
+        );
+        r.register(
+            "git_fetches_without_backend",
+            "Protocol v2 fetches answered by git upload-pack started without git http-backend (its header block learned from the ref cache's ls-refs answers)",
+            m.ref_cache.direct_fetches.clone(),
         );
         r.register("sync_fetches", "Background sync git fetches from other servers: ok or error", m.sync_fetches.clone());
         r.register("sync_fetch_duration_seconds", "Duration of background sync git fetches", m.sync_fetch_duration.clone());
@@ -545,6 +586,11 @@ impl Metrics {
     pub fn refresh_deferred(&self, entries: usize, capacity: usize) {
         self.deferred_entries.set(gauge(entries));
         self.deferred_capacity.set(gauge(capacity));
+    }
+
+    /// The ref cache's counters, for the cache to record into.
+    pub fn ref_cache(&self) -> RefCacheMetrics {
+        self.ref_cache.clone()
     }
 
     /// Reads the background git work waiting or running (at scrape time): copies into the
@@ -817,6 +863,7 @@ mod tests {
         let m = Metrics::new();
         m.event(Some(1), true, "");
         m.released(&[ReleasedEvent { id: String::new(), kind: 30618, summary: String::new() }]);
+        m.ref_cache().answered("hit");
         let text = m.encode();
         let exists = |name: &str| {
             let base = ["_bucket", "_sum", "_count"].iter().find_map(|s| name.strip_suffix(s)).unwrap_or(name);

@@ -273,6 +273,8 @@ pub async fn run(loaded: crate::config::Loaded) -> anyhow::Result<()> {
         idle_timeout: cfg.git_idle_timeout,
         min_rate: cfg.git_min_rate,
         prs: cfg.grasp06,
+        ref_cache: (cfg.ref_cache_bytes > 0)
+            .then(|| Arc::new(crate::git::ref_cache::RefCache::new(cfg.ref_cache_bytes, grasp.metrics.ref_cache()))),
     };
     let connections = ConnectionLimiter::new(cfg.max_connections as usize, cfg.max_connections_per_ip as usize, cfg.ipv6_prefix_len);
     // The metrics listener (off unless --metrics-bind): its own socket, never the public port.
