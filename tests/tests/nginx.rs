@@ -761,3 +761,61 @@ async fn a_replica_killed_mid_stream_loses_nothing_acknowledged() {
         });
     }
 }
+
+/// A rolling upgrade under load (docs/scaling.md, "Upgrades"): each replica stopped and started in
+/// turn while a client keeps sending events and pushing through nginx; every acknowledged event
+/// and the last push end up on every replica.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs nginx; run by .ci/run with --ignored"]
+async fn a_rolling_restart_under_load_loses_nothing() {
+    let mut front = ReplicaFront::start(3, &["--replica-acks", "1", "--replica-ack-timeout", "3s"]);
+    let addr = front.addr;
+    let owner = Keys::generate();
+    let identifier = "rolling";
+    let url = format!("http://{addr}/{}/{}.git", npub_of(&owner.public_key()), identifier);
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = Repo { work: WorkTree::new(tmp.path().join("w")), url: url.clone() };
+    let ws = format!("ws://{addr}/");
+    let mut c = NostrClient::connect(&ws).await.unwrap();
+    let send = async |c: &mut NostrClient, event: &Event| {
+        for _ in 0..8 {
+            match c.send_event(event).await {
+                Ok((true, _)) => return,
+                Ok((false, msg)) => assert!(msg.starts_with("error:"), "refused: {msg}"),
+                Err(_) => {
+                    if let Ok(fresh) = NostrClient::connect(&ws).await {
+                        *c = fresh;
+                    }
+                }
+            }
+        }
+        panic!("event {} never acknowledged", event.id);
+    };
+    send(&mut c, &announcement_with_urls(&owner, identifier, &url, &format!("ws://{addr}"))).await;
+    let mut acknowledged = Vec::new();
+    let mut tip = String::new();
+    for round in 0..3usize {
+        tip = repo.commit("a.txt", &format!("round {round}"));
+        send(&mut c, &state_at(&owner, identifier, &[("refs/heads/main", &tip)], Some("main"), now() + round as u64)).await;
+        assert!((0..3).any(|_| repo.push(&["main"]).is_ok()), "the push never went in:\n{}", front.errors());
+        for _ in 0..5 {
+            let bug = issue(&Keys::generate(), &owner.public_key(), identifier);
+            send(&mut c, &bug).await;
+            acknowledged.push(bug.id);
+        }
+        // The next replica is upgraded: stopped (SIGTERM) and started again.
+        front.set[round].restart();
+    }
+    for server in &front.set {
+        let dir = repo_dir(server, &owner.public_key(), identifier);
+        wait_until("every replica to serve the last push", TIMEOUT, || {
+            (dir.join("HEAD").exists() && bare_refs(&dir).get("refs/heads/main") == Some(&tip)).then_some(())
+        })
+        .unwrap();
+        let mut rc = NostrClient::connect(&server.ws_url()).await.unwrap();
+        grasp_tests::eventually!("every acknowledged event on every replica", TIMEOUT, {
+            let got = rc.req(vec![Filter::new().ids(acknowledged.iter().copied()).limit(acknowledged.len())]).await.unwrap();
+            (got.len() == acknowledged.len()).then_some(())
+        });
+    }
+}
