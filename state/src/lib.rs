@@ -11,6 +11,8 @@
 //!   [`nip34::RepoState`] (30618), [`nip34::PullRequest`] (1618/1619), the kind
 //!   constants, what an event references, and "does this announcement list
 //!   this service" (docs/protocol.md#decisions, decision 1).
+//! - [`outbox`]: GRASP-03 Sync+: a repository's participants, their lists' relays, and the
+//!   bounded plan of one pass over them.
 //! - [`roles`]: what one announcement says about maintainership (NIP-34 role tags `M`/`m`/`o`
 //!   with their boundaries, or `maintainers`), read into [`roles::Claims`].
 //! - [`maintainers`]: the confirmed maintainers of an (owner, identifier), reciprocal and
@@ -105,6 +107,7 @@ pub mod identifier;
 pub mod key_file;
 pub mod maintainers;
 pub mod nip34;
+pub mod outbox;
 pub mod pool;
 pub mod prs;
 pub mod purgatory;
