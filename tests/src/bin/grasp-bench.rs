@@ -256,6 +256,8 @@ impl Relay {
         let log = OpenOptions::new().create(true).append(true).open(data_dir.with_extension("log"))?;
         let child = Command::new(binary_path("grasp-relay"))
             .args(["--bind", "127.0.0.1:0", "--log", "warn"])
+            // Never the internet: no public index relay.
+            .env("GRASP_NO_INDEX_RELAYS", "true")
             // The bench measures throughput: the default write limits would refuse most of it.
             .args(["--write-burst", "1000000", "--write-rate", "1000000"])
             .args(["--write-burst-per-ip", "1000000", "--write-rate-per-ip", "1000000"])
