@@ -110,6 +110,9 @@ pub struct RelayErrors {
     pub last_error: String,
 }
 
+/// One relay asked for lists: whom it was asked about, what it answered.
+type LookUp = (RelayUrl, BTreeSet<PublicKey>, Result<Vec<nostr::prelude::Event>, super::query::QueryError>);
+
 /// The Sync+ task.
 pub struct Outbox {
     pub shared: Arc<Shared>,
@@ -275,7 +278,7 @@ impl Outbox {
         asks.extend(repo_asks);
         asks.truncate(LIST_RELAYS_PER_PASS);
         let reach = Reach { policy: &self.shared.policy, tls: &self.shared.tls, timeout: self.shared.config.timeout };
-        let results: Vec<(RelayUrl, BTreeSet<PublicKey>, Result<Vec<nostr::prelude::Event>, super::query::QueryError>)> =
+        let results: Vec<LookUp> =
             futures_util::stream::iter(asks)
                 .map(|(url, authors)| async move {
                     let filters: Vec<Filter> = authors
