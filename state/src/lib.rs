@@ -42,6 +42,8 @@
 //!   for within a bound ([`push_lock::PushLock`]); shared by `grasp-cgi` and the relay.
 //! - [`push_index`]: held states indexed by the refs they declare, for the same decision
 //!   over thousands of held states ([`push_index::IndexedCandidates`]).
+//! - [`relay_profile`]: the relay's own profile (kind 0) and relay list (kind 10002), as
+//!   published to the index relays.
 //! - [`recency`]: the NIP-01 "which event is newer" order as one type,
 //!   [`recency::Recency`].
 //! - [`auth`]: NIP-42 `AUTH` verification and the NIP-70 protected-event rule.
@@ -120,5 +122,6 @@ pub mod roles;
 pub mod rate;
 pub mod refs;
 pub mod ref_files;
+pub mod relay_profile;
 pub mod release;
 pub mod transfer;

@@ -31,6 +31,8 @@
 //!   relay lists looked up ([`lists`]: the cache, [`query`]: one bounded exchange with a relay),
 //!   the participants' relays handed to the manager as more relays to follow, asked for the
 //!   conversation only ([`wanted::conversation_plan`]).
+//! - [`profile`]: the relay's own profile and relay list, published to the index relays that
+//!   hold none yet.
 //! - this file: [`PeersConfig`], [`start`] and the manager loop: at startup (and if the feed
 //!   lagged) it builds the interest index from the store and the purgatory; then every stored
 //!   event from the feed updates the index (announcements, deletions, new roots), the
@@ -51,6 +53,7 @@ pub mod interest;
 pub mod lists;
 pub mod outbox;
 pub mod peer;
+pub mod profile;
 pub mod query;
 pub mod quiet;
 pub mod reconcile;
