@@ -9,7 +9,8 @@
 //! - [`grasp_servers`]: a user grasp list's (kind 10317) servers, the first
 //!   [`MAX_LIST_RELAYS`].
 //! - [`plan_pass`]: one pass: per repository a window of [`PassBounds::authors_per_repo`]
-//!   participants (continuing where the last pass stopped), their relays (at most
+//!   participants (its first half always the first participants, the rest continuing where the
+//!   last pass stopped), their relays (at most
 //!   [`PassBounds::relays_per_repo`] per repository, never one the repository's announcement
 //!   already lists), then across repositories at most [`PassBounds::max_relays`] relays, at most
 //!   [`MAX_RELAYS_PER_AUTHORITY`] per `host:port`, rotating from where the last pass stopped when
@@ -152,11 +153,16 @@ pub fn plan_pass<U: Ord + Clone + AsRef<str>>(
         if n == 0 {
             continue;
         }
-        let start = position.authors.get(&repo.key).copied().unwrap_or(0) % n;
-        let take = bounds.authors_per_repo.min(n);
+        // The first half of the window is always the first participants (the maintainers, the
+        // most recent authors); the rest rotates over the others.
+        let fixed = (bounds.authors_per_repo / 2).min(n);
+        let rest = n - fixed;
+        let start = if rest == 0 { 0 } else { position.authors.get(&repo.key).copied().unwrap_or(0) % rest };
+        let rotating = bounds.authors_per_repo.saturating_sub(fixed).min(rest);
+        let window = (0..fixed).chain((0..rotating).map(|i| fixed + (start + i) % rest));
         let mut taken: Vec<U> = Vec::new();
-        for i in 0..take {
-            for relay in relays_of(&repo.participants[(start + i) % n]) {
+        for i in window {
+            for relay in relays_of(&repo.participants[i]) {
                 if taken.len() >= bounds.relays_per_repo {
                     break;
                 }
@@ -165,8 +171,8 @@ pub fn plan_pass<U: Ord + Clone + AsRef<str>>(
                 }
             }
         }
-        if take < n {
-            next_authors.insert(repo.key.clone(), (start + take) % n);
+        if rotating < rest {
+            next_authors.insert(repo.key.clone(), (start + rotating) % rest);
         }
         for relay in taken {
             wanted.entry(relay).or_default().insert(repo.key.clone());
@@ -282,12 +288,14 @@ mod tests {
         let bounds = PassBounds { authors_per_repo: 2, relays_per_repo: 24, max_relays: 32 };
         let mut pos = PassPosition::default();
         let mut seen = BTreeSet::new();
-        for pass in 0..3 {
+        let first = relays(&people[0]).remove(0);
+        for pass in 0..4 {
             let plan = plan_pass(&repos, relays, authority, bounds, &mut pos);
             assert_eq!(plan.relays.len(), 2, "pass {pass}");
+            assert!(plan.relays.contains_key(&first), "the first participant is in every window");
             seen.extend(plan.relays.into_keys());
         }
-        assert_eq!(seen.len(), 5, "three passes of two cover five participants");
+        assert_eq!(seen.len(), 5, "four passes of one more cover the other four participants");
     }
 
     #[test]

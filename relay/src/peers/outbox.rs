@@ -3,11 +3,13 @@
 //! lists.
 //!
 //! Every `--sync-plus-interval` one pass:
-//! 1. reads each served repository's participants from the store: its confirmed maintainers
-//!    (the index's [`grasp_state::maintainers::MaintainerSet`]) and the authors of the newest
-//!    events tagging it or replying to its root events ([`grasp_state::outbox::participants`]);
-//! 2. offers the kind 10317 lists stored here (through the normal door) to the cache
-//!    ([`super::lists`]), then looks up the lists of participants never or not lately looked up
+//! 1. reads served repositories' participants from the store (those new here or with new root
+//!    events, and [`PARTICIPANTS_PER_PASS`] more, read longest ago first): the confirmed
+//!    maintainers (the index's [`grasp_state::maintainers::MaintainerSet`]) and the authors of
+//!    the newest events tagging it or replying to its root events
+//!    ([`grasp_state::outbox::participants`]);
+//! 2. for participants never or not lately looked up, offers the kind 10317 lists stored here
+//!    (through the normal door) to the cache ([`super::lists`]), then looks up their lists
 //!    ([`LOOKUPS_PER_PASS`] at most) on the index relays and on each repository's own first
 //!    relays ([`super::query`]: one `REQ` each, bounded in time and events, at most
 //!    [`LIST_RELAYS_PER_PASS`] relays, [`CONCURRENT_QUERIES`] at once);
@@ -22,7 +24,7 @@
 //! [`super::intake`], admitted or refused as any other. The task ends at shutdown, or when the
 //! manager is gone.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -37,7 +39,7 @@ use tokio::sync::watch;
 use super::index::RepoKey;
 use super::lists::ListCache;
 use super::query::Reach;
-use super::wanted::{RepoInterest, MAX_VALUES};
+use super::wanted::{RepoInterest, RootIds, MAX_VALUES};
 use super::Shared;
 use crate::shutdown::Shutdown;
 use crate::sync::relay_url::RelayUrl;
@@ -57,6 +59,10 @@ pub const CONCURRENT_QUERIES: usize = 4;
 /// Newest events of a repository's conversation read to find its participants (tagging it, and
 /// replying to its newest root events).
 const CONVERSATION_READ: usize = 200;
+
+/// Served repositories whose participants one pass reads again from the store (besides those new
+/// here or with new root events), those read longest ago first.
+pub const PARTICIPANTS_PER_PASS: usize = 64;
 
 /// Relays kept in the operator view's error list.
 const MAX_ERROR_RELAYS: usize = 64;
@@ -113,14 +119,24 @@ pub struct RelayErrors {
 /// One relay asked for lists: whom it was asked about, what it answered.
 type LookUp = (RelayUrl, BTreeSet<PublicKey>, Result<Vec<nostr::prelude::Event>, super::query::QueryError>);
 
+/// A repository's participants as last read, with the root events they were read with.
+struct Participants {
+    roots: RootIds,
+    pass: u64,
+    people: Vec<PublicKey>,
+}
+
 /// The Sync+ task.
 pub struct Outbox {
-    pub shared: Arc<Shared>,
-    pub config: OutboxConfig,
-    pub cache: ListCache,
-    pub index_relays: Vec<RelayUrl>,
-    pub discovered: watch::Sender<Discovered>,
-    pub shutdown: Shutdown,
+    shared: Arc<Shared>,
+    config: OutboxConfig,
+    cache: ListCache,
+    index_relays: Vec<RelayUrl>,
+    discovered: watch::Sender<Discovered>,
+    /// Participants per served repository, read from the store now and then.
+    participants: HashMap<RepoKey, Participants>,
+    pass_number: u64,
+    shutdown: Shutdown,
 }
 
 /// Starts the task; the manager merges what the receiver gives into its plans.
@@ -130,7 +146,7 @@ pub fn start(shared: Arc<Shared>, config: OutboxConfig, shutdown: Shutdown) -> w
     let cache = ListCache::load(&config.file);
     *shared.outbox.lock().unwrap() = Some(OutboxStatus { index_relays: config.index_relays.clone(), ..Default::default() });
     tracing::info!(index_relays = ?config.index_relays, interval = ?config.interval, "GRASP-03 Sync+: following the conversations of served repositories on their participants' relays");
-    let outbox = Outbox { shared, config, cache, index_relays, discovered: tx, shutdown };
+    let outbox = Outbox { shared, config, cache, index_relays, discovered: tx, participants: HashMap::new(), pass_number: 0, shutdown };
     tokio::spawn(outbox.run());
     rx
 }
@@ -168,14 +184,34 @@ impl Outbox {
     async fn pass(&mut self, served: Vec<RepoInterest>) {
         let started = Instant::now();
         let now = Timestamp::now().as_secs();
-        let mut repos: Vec<(RepoInterest, Vec<PublicKey>)> = Vec::with_capacity(served.len());
-        for repo in served {
-            let people = self.participants_of(&repo).await;
-            repos.push((repo, people));
+        self.pass_number += 1;
+        // Participants read again: of repositories new here or with new root events, and of the
+        // [`PARTICIPANTS_PER_PASS`] read longest ago (new replies show up within a few passes).
+        let keys: HashSet<RepoKey> = served.iter().map(|r| (r.owner, r.identifier.clone())).collect();
+        self.participants.retain(|k, _| keys.contains(k));
+        let mut stale: Vec<(u64, usize)> = Vec::new();
+        for (i, repo) in served.iter().enumerate() {
+            match self.participants.get(&(repo.owner, repo.identifier.clone())) {
+                Some(known) if Arc::ptr_eq(&known.roots, &repo.roots) => stale.push((known.pass, i)),
+                _ => stale.push((0, i)),
+            }
         }
+        stale.sort();
+        let fresh_ones = stale.iter().take_while(|(pass, _)| *pass == 0).count();
+        for (_, i) in stale.into_iter().take(fresh_ones.max(PARTICIPANTS_PER_PASS)) {
+            let repo = &served[i];
+            let people = self.participants_of(repo).await;
+            self.participants.insert((repo.owner, repo.identifier.clone()), Participants { roots: repo.roots.clone(), pass: self.pass_number, people });
+        }
+        let repos: Vec<(RepoInterest, Vec<PublicKey>)> = served
+            .into_iter()
+            .map(|repo| {
+                let people = self.participants.get(&(repo.owner, repo.identifier.clone())).map(|p| p.people.clone()).unwrap_or_default();
+                (repo, people)
+            })
+            .collect();
         let everyone: HashSet<PublicKey> = repos.iter().flat_map(|(_, p)| p.iter().copied()).collect();
         self.cache.retain(&everyone);
-        self.lists_from_store(&everyone).await;
         self.look_up(&repos, now).await;
 
         let policy = self.shared.policy.clone();
@@ -234,8 +270,7 @@ impl Outbox {
     }
 
     /// Offers the kind 10317 lists of `people` stored here to the cache.
-    async fn lists_from_store(&mut self, people: &HashSet<PublicKey>) {
-        let people: Vec<PublicKey> = people.iter().copied().collect();
+    async fn lists_from_store(&mut self, people: &[PublicKey]) {
         for chunk in people.chunks(MAX_VALUES) {
             let filter = Filter::new().kind(Kind::Custom(KIND_USER_GRASP_LIST)).authors(chunk.iter().copied());
             for event in self.shared.grasp().query(vec![filter]).await {
@@ -259,6 +294,7 @@ impl Outbox {
         if due.is_empty() {
             return;
         }
+        self.lists_from_store(&due).await;
         let due_set: BTreeSet<PublicKey> = due.iter().copied().collect();
         // The index relays ask about everyone due; each repository's first relays about its own.
         let mut asks: Vec<(RelayUrl, BTreeSet<PublicKey>)> = self.index_relays.iter().map(|u| (u.clone(), due_set.clone())).collect();
