@@ -136,6 +136,8 @@ pub struct Outbox {
     /// Participants per served repository, read from the store now and then.
     participants: HashMap<RepoKey, Participants>,
     pass_number: u64,
+    /// The cache as last written (it is written only when it changed).
+    saved: Option<ListCache>,
     shutdown: Shutdown,
 }
 
@@ -144,9 +146,10 @@ pub fn start(shared: Arc<Shared>, config: OutboxConfig, shutdown: Shutdown) -> w
     let (tx, rx) = watch::channel(Discovered::default());
     let index_relays = super::parse_relays(&config.index_relays, "index relay").into_iter().collect();
     let cache = ListCache::load(&config.file);
+    let saved = Some(cache.clone());
     *shared.outbox.lock().unwrap() = Some(OutboxStatus { index_relays: config.index_relays.clone(), ..Default::default() });
     tracing::info!(index_relays = ?config.index_relays, interval = ?config.interval, "GRASP-03 Sync+: following the conversations of served repositories on their participants' relays");
-    let outbox = Outbox { shared, config, cache, index_relays, discovered: tx, participants: HashMap::new(), pass_number: 0, shutdown };
+    let outbox = Outbox { shared, config, cache, index_relays, discovered: tx, participants: HashMap::new(), pass_number: 0, saved, shutdown };
     tokio::spawn(outbox.run());
     rx
 }
@@ -164,8 +167,17 @@ impl Outbox {
             if self.discovered.is_closed() {
                 break;
             }
-            let served = self.shared.index.lock().unwrap().as_ref().map(|ix| ix.served());
-            let Some(served) = served else { continue };
+            // The interest index is built by the manager at startup: the first pass waits for it.
+            let served = loop {
+                if let Some(served) = self.shared.index.lock().unwrap().as_ref().map(|ix| ix.served()) {
+                    break Some(served);
+                }
+                tokio::select! {
+                    _ = shutdown.recv() => break None,
+                    _ = tokio::time::sleep(Duration::from_millis(250)) => {}
+                }
+            };
+            let Some(served) = served else { break };
             tokio::select! {
                 _ = shutdown.recv() => break,
                 _ = self.pass(served) => {}
@@ -174,9 +186,14 @@ impl Outbox {
         self.save();
     }
 
-    fn save(&self) {
-        if let Err(e) = self.cache.save(&self.config.file) {
-            tracing::warn!(path = %self.config.file.display(), error = %e, "writing the Sync+ list cache failed");
+    /// Writes the cache when it changed since it was last written.
+    fn save(&mut self) {
+        if self.saved.as_ref() == Some(&self.cache) {
+            return;
+        }
+        match self.cache.save(&self.config.file) {
+            Ok(()) => self.saved = Some(self.cache.clone()),
+            Err(e) => tracing::warn!(path = %self.config.file.display(), error = %e, "writing the Sync+ list cache failed"),
         }
     }
 
