@@ -40,8 +40,9 @@
 //!   are not broadcast), and a moment after a change (batched) it takes the plans, starts a
 //!   [`peer::Peer`] for each newly needed relay, hands changed plans to running ones, and drops
 //!   relays no accepted repository needs (bootstraps stay); the relays of Sync+'s last pass are
-//!   merged into the plans (their own plan, or added to a relay already followed). Peer tasks end when the manager
-//!   drops their plan sender or at shutdown; the manager ends at shutdown.
+//!   merged into the plans (their own plan, or added to a relay already followed). Peer tasks
+//!   end when the manager drops their plan sender or at shutdown; the manager ends at shutdown
+//!   (the Sync+ task too, or when the manager is gone).
 
 pub mod cursors;
 pub mod fetches;
