@@ -230,7 +230,8 @@ async fn a_hostile_relay_list_stays_within_its_bounds() {
     // A relay that accepts connections and never answers.
     let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let silent_url = format!("ws://{}", silent.local_addr().unwrap());
-    let server = server(&index.url(), &["--sync-plus-max-relays", "4", "--sync-deny", "10.0.0.0/8"]);
+    // The silent relay is an index relay too: each list look-up there waits for it in vain.
+    let server = server(&index.url(), &["--sync-plus-max-relays", "4", "--sync-deny", "10.0.0.0/8", "--index-relay", &silent_url]);
     let dir = tempfile::tempdir().unwrap();
     let s = scene(&server, &index, &outbox, dir.path()).await;
     // A participant whose list names thousands of relays: private addresses (denied here), one
@@ -271,6 +272,9 @@ async fn a_hostile_relay_list_stays_within_its_bounds() {
     let sp = sync_view(&server).await["sync_plus"].clone();
     // Each participant's list gives at most 8 relays: never thousands of candidates.
     assert!(sp["candidates"].as_u64().unwrap() <= 3 * 8, "{sp}");
+    // The silent index relay failed on its own, within its time bound, and says so.
+    assert!(sp["errors"][&silent_url]["errors"].as_u64().unwrap() >= 1, "{sp}");
+    assert!(sp["last_pass_ms"].as_u64().unwrap() < 10_000, "{sp}");
     drop(silent);
     // The server still answers at once.
     assert!(is_served(&server, s.issue.id).await);

@@ -15,6 +15,9 @@ use super::wire::{Incoming, Wire, WireError};
 use crate::sync::relay_url::{RelayUrl, RelayUrlRejected};
 use crate::sync::UrlPolicy;
 
+/// Past the exchange's deadline, the moment left to close it (what came in time is kept).
+const CLOSING: Duration = Duration::from_secs(1);
+
 /// Why an exchange failed.
 #[derive(Debug, Error)]
 pub enum QueryError {
@@ -75,7 +78,7 @@ impl Reach<'_> {
             wire.close().await;
             result
         };
-        tokio::time::timeout_at(deadline.into(), exchange).await.unwrap_or(Err(QueryError::Wire(WireError::ReadTimeout(self.timeout))))
+        tokio::time::timeout_at((deadline + CLOSING).into(), exchange).await.unwrap_or(Err(QueryError::Wire(WireError::ReadTimeout(self.timeout))))
     }
 
     /// Sends `event` and waits for its `OK`.
@@ -95,6 +98,6 @@ impl Reach<'_> {
             wire.close().await;
             result
         };
-        tokio::time::timeout_at(deadline.into(), exchange).await.unwrap_or(Err(QueryError::Wire(WireError::ReadTimeout(self.timeout))))
+        tokio::time::timeout_at((deadline + CLOSING).into(), exchange).await.unwrap_or(Err(QueryError::Wire(WireError::ReadTimeout(self.timeout))))
     }
 }
