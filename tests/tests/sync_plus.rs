@@ -279,3 +279,44 @@ async fn a_hostile_relay_list_stays_within_its_bounds() {
     // The server still answers at once.
     assert!(is_served(&server, s.issue.id).await);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_participants_relay_pouring_events_in_is_held_to_the_sync_plus_rate() {
+    let (index, outbox) = (PlainRelay::start(), PlainRelay::start());
+    let server = server(&index.url(), &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let owner = served_repo(&server, "conversation", dir.path()).await;
+    // 3,000 issues by throwaway keys, all tagging the repository, waiting on the relay a
+    // participant will name (one second apart: that relay has no NIP-77, and REQ pages cannot
+    // list more events of one second than a page holds).
+    let coordinate = coordinate(30617, &owner.public_key(), "conversation");
+    let flood: Vec<Event> = (0..3000u64)
+        .map(|i| {
+            EventBuilder::new(Kind::Custom(1621), "junk")
+                .tags([Tag::parse(["a", coordinate.as_str()]).unwrap()])
+                .custom_created_at(Timestamp::from(now() - 3000 + i))
+                .finalize(&Keys::generate())
+                .unwrap()
+        })
+        .collect();
+    let mut c = NostrClient::connect(&outbox.url()).await.unwrap();
+    for ev in &flood {
+        c.send_event(ev).await.unwrap();
+    }
+    let contributor = Keys::generate();
+    send_ok(&index.url(), &relay_list(&contributor, &[outbox.url()], now())).await;
+    send_ok(&server.ws_url(), &issue(&contributor, &owner.public_key(), "conversation")).await;
+    let entry = |view: &Value| view["relays"].as_array().unwrap().iter().find(|r| r["url"] == outbox.url()).cloned();
+    eventually!("the participant's relay to be followed", SYNC_PLUS, entry(&sync_view(&server).await).filter(|r| r["received"].as_u64().unwrap() > 0));
+    let since = std::time::Instant::now();
+    // 1,000 at once, then 50 a second: never the 3,000 at relay sync's rate.
+    let mut throttled = false;
+    while since.elapsed() < Duration::from_secs(4) {
+        let r = entry(&sync_view(&server).await).unwrap();
+        let allowed = 1000 + 50 * (since.elapsed().as_secs() + 2);
+        assert!(r["received"].as_u64().unwrap() <= allowed, "{r}");
+        throttled |= r["throttled_ms"].as_u64().unwrap() > 0;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(throttled, "the relay waited for its bucket: {}", entry(&sync_view(&server).await).unwrap());
+}

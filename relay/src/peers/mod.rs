@@ -609,9 +609,21 @@ impl Manager {
         }
     }
 
+    /// A relay's write bucket: `--relay-sync-rate` / `--relay-sync-burst`, at most
+    /// [`outbox::OUTBOX_RATE`] for a relay first followed for Sync+ (any participant may name
+    /// one).
+    fn rate_for(&self, plan: &RelayPlan) -> grasp_state::rate::Rate {
+        let rate = self.shared.config.per_relay;
+        if !plan.outbox {
+            return rate;
+        }
+        grasp_state::rate::Rate { burst: rate.burst.min(outbox::OUTBOX_RATE.burst), per_second: rate.per_second.min(outbox::OUTBOX_RATE.per_second) }
+    }
+
     fn spawn_peer(&mut self, url: RelayUrl, plan: Arc<RelayPlan>) {
         let stats = Arc::new(Mutex::new(RelayStats::new(url.clone())));
         self.shared.relays.lock().unwrap().insert(url.clone(), stats.clone());
+        let rate = self.rate_for(&plan);
         let (plan_tx, plan_rx) = watch::channel(plan);
         let (commands_tx, commands_rx) = mpsc::channel(16);
         let peer = Peer {
@@ -622,7 +634,7 @@ impl Manager {
             stats,
             shutdown: self.shutdown.clone(),
             health: Health::default(),
-            bucket: grasp_state::rate::TokenBucket::new(self.shared.config.per_relay, Instant::now()),
+            bucket: grasp_state::rate::TokenBucket::new(rate, Instant::now()),
         };
         tracing::debug!(relay = %url, "following relay");
         let task = tokio::spawn(peer.run());

@@ -64,6 +64,11 @@ const CONVERSATION_READ: usize = 200;
 /// here or with new root events), those read longest ago first.
 pub const PARTICIPANTS_PER_PASS: usize = 64;
 
+/// The write bucket of a relay first followed for Sync+ (at most; `--relay-sync-rate` and
+/// `--relay-sync-burst` when lower): any participant may name one, so what it may send is
+/// bounded below what a relay an announcement lists may.
+pub const OUTBOX_RATE: grasp_state::rate::Rate = grasp_state::rate::Rate { burst: 1000, per_second: 50.0 };
+
 /// Relays kept in the operator view's error list.
 const MAX_ERROR_RELAYS: usize = 64;
 
