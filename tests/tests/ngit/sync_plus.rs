@@ -6,7 +6,6 @@
 
 use std::time::Duration;
 
-use grasp_tests::grasp::*;
 use grasp_tests::ngit::NgitUser;
 use grasp_tests::plain_relay::PlainRelay;
 use grasp_tests::{eventually, NostrClient, TestServer};
