@@ -663,8 +663,9 @@ pub enum Command {
         json: bool,
     },
     /// Print the background sync of the relay running on --data-dir: each relay followed by
-    /// relay-to-relay sync (state, repositories, events received/accepted/refused, last error)
-    /// and the git-data sync queue.
+    /// relay-to-relay sync (state, repositories, events received/accepted/refused, last error;
+    /// `+` marks a participant's relay followed for GRASP-03 Sync+), the git-data sync queue,
+    /// and Sync+'s figures (participants, lists cached, passes, events gained, failing look-ups).
     Sync {
         /// Print the JSON of `GET /v1/sync` instead of a table.
         #[arg(long)]
