@@ -11,7 +11,8 @@
 //! 2. for participants never or not lately looked up, offers the kind 10317 lists stored here
 //!    (through the normal door) to the cache ([`super::lists`]), then looks up their lists
 //!    ([`LOOKUPS_PER_PASS`] at most) on the index relays and on each repository's own first
-//!    relays ([`super::query`]: one `REQ` each, bounded in time and events, at most
+//!    relays that relay sync follows live ([`super::query`]: one `REQ` each, bounded in time
+//!    and events, at most
 //!    [`LIST_RELAYS_PER_PASS`] relays, [`CONCURRENT_QUERIES`] at once);
 //! 3. plans which discovered relays are asked about which repositories
 //!    ([`grasp_state::outbox::plan_pass`]: a window of participants per repository continuing
@@ -320,14 +321,19 @@ impl Outbox {
         let due_set: BTreeSet<PublicKey> = due.iter().copied().collect();
         // The index relays ask about everyone due; each repository's first relays about its own.
         let mut asks: Vec<(RelayUrl, BTreeSet<PublicKey>)> = self.index_relays.iter().map(|u| (u.clone(), due_set.clone())).collect();
-        let policy = &self.shared.policy;
+        // A repository's relays are asked only while relay sync follows them live: one that
+        // fails, is down or answered `rate-limited:` gets no other connection from here.
+        let live: HashSet<RelayUrl> = {
+            let relays = self.shared.relays.lock().unwrap();
+            relays.iter().filter(|(_, s)| s.lock().unwrap().state == super::stats::PeerState::Live).map(|(u, _)| u.clone()).collect()
+        };
         let mut by_relay: BTreeMap<RelayUrl, BTreeSet<PublicKey>> = BTreeMap::new();
         for (repo, people) in repos {
             let wanted: Vec<PublicKey> = people.iter().filter(|p| due_set.contains(p)).copied().collect();
             if wanted.is_empty() {
                 continue;
             }
-            for relay in repo.relays.iter().filter(|u| u.check(policy).is_ok()).take(REPO_RELAYS_ASKED) {
+            for relay in repo.relays.iter().filter(|u| live.contains(*u)).take(REPO_RELAYS_ASKED) {
                 by_relay.entry(relay.clone()).or_default().extend(wanted.iter().copied());
             }
         }
