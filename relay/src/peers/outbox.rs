@@ -4,7 +4,8 @@
 //!
 //! Every `--sync-plus-interval` one pass:
 //! 1. reads served repositories' participants from the store (those new here or with new root
-//!    events, and [`PARTICIPANTS_PER_PASS`] more, read longest ago first): the confirmed
+//!    events, and [`PARTICIPANTS_PER_PASS`] more, read longest ago first; at most
+//!    [`MAX_READS_PER_PASS`]): the confirmed
 //!    maintainers (the index's [`grasp_state::maintainers::MaintainerSet`]) and the authors of
 //!    the newest events tagging it or replying to its root events
 //!    ([`grasp_state::outbox::participants`]);
@@ -69,6 +70,10 @@ pub const PARTICIPANTS_PER_PASS: usize = 64;
 /// `--relay-sync-burst` when lower): any participant may name one, so what it may send is
 /// bounded below what a relay an announcement lists may.
 pub const OUTBOX_RATE: grasp_state::rate::Rate = grasp_state::rate::Rate { burst: 1000, per_second: 50.0 };
+
+/// Served repositories whose participants one pass reads at most (at startup every repository
+/// is new: the first passes read them this many at a time).
+pub const MAX_READS_PER_PASS: usize = 512;
 
 /// Relays kept in the operator view's error list.
 const MAX_ERROR_RELAYS: usize = 64;
@@ -221,7 +226,7 @@ impl Outbox {
         }
         stale.sort();
         let fresh_ones = stale.iter().take_while(|(pass, _)| *pass == 0).count();
-        for (_, i) in stale.into_iter().take(fresh_ones.max(PARTICIPANTS_PER_PASS)) {
+        for (_, i) in stale.into_iter().take(fresh_ones.clamp(PARTICIPANTS_PER_PASS, MAX_READS_PER_PASS)) {
             let repo = &served[i];
             let people = self.participants_of(repo).await;
             self.participants.insert((repo.owner, repo.identifier.clone()), Participants { roots: repo.roots.clone(), pass: self.pass_number, people });
