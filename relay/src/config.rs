@@ -47,6 +47,9 @@ pub const DEFAULT_NEGENTROPY_OPENS_PER_MINUTE: u32 = 60;
 /// large events are cut. What one answer holds in memory does not depend on it (one chunk).
 pub const DEFAULT_MAX_ANSWER_BYTES: usize = 32 << 20;
 /// `--relay-sync-rate`'s default (events per second from one relay).
+/// Default `--index-relay`s: well-known public indexers of profiles and relay lists
+/// (docs/protocol.md, "GRASP-03").
+pub const DEFAULT_INDEX_RELAYS: [&str; 3] = ["wss://purplepag.es", "wss://relay.nostr.band", "wss://indexer.coracle.social"];
 pub const DEFAULT_RELAY_SYNC_RATE: f64 = 2_000.0;
 /// `--relay-sync-burst`'s default.
 pub const DEFAULT_RELAY_SYNC_BURST: u32 = 20_000;
@@ -542,6 +545,38 @@ pub struct Config {
     #[arg(long, env = "GRASP_RELAY_SYNC_BURST", default_value_t = DEFAULT_RELAY_SYNC_BURST)]
     pub relay_sync_burst: u32,
 
+    /// GRASP-03 Sync+: do not fetch the conversations of served repositories from the relays
+    /// of their participants (their NIP-65 write relays and GRASP lists). Never runs on a
+    /// private service, nor without relay sync.
+    #[arg(long, env = "GRASP_NO_SYNC_PLUS")]
+    pub no_sync_plus: bool,
+
+    /// Index relays: where the relay lists (kinds 10002, 10317) of participants are looked up
+    /// besides a repository's own relays, and where this relay's profile and relay list are
+    /// published when absent (ws:// or wss:// URL; repeatable or comma separated). Default:
+    /// wss://purplepag.es, wss://relay.nostr.band, wss://indexer.coracle.social.
+    #[arg(long = "index-relay", env = "GRASP_INDEX_RELAYS", value_name = "URL", value_delimiter = ',', conflicts_with = "no_index_relays")]
+    pub index_relays: Vec<String>,
+
+    /// Use no index relay at all (nothing looked up there, nothing published there).
+    #[arg(long, env = "GRASP_NO_INDEX_RELAYS")]
+    pub no_index_relays: bool,
+
+    /// Sync+: time between two passes over the served repositories (seconds, or a number with
+    /// a unit; at least 100ms).
+    #[arg(long, env = "GRASP_SYNC_PLUS_INTERVAL", default_value = "30s", value_name = "DURATION", value_parser = parse_duration)]
+    pub sync_plus_interval: Duration,
+
+    /// Sync+: a participant's cached relay lists are looked up again after this long
+    /// (seconds, or a number with a unit).
+    #[arg(long, env = "GRASP_SYNC_PLUS_LIST_REFRESH", default_value = "1h", value_name = "DURATION", value_parser = parse_duration)]
+    pub sync_plus_list_refresh: Duration,
+
+    /// Sync+: most discovered relays (participants' relays no announcement lists) followed at
+    /// once; with more, each pass continues after the last one taken.
+    #[arg(long, env = "GRASP_SYNC_PLUS_MAX_RELAYS", default_value_t = 32)]
+    pub sync_plus_max_relays: usize,
+
     /// GRASP-06: serve contributor repositories at `/prs/<npub>/<identifier>.git`, where anyone
     /// pushes the commits of their own pull requests (`refs/nostr/<event-id>` only, each bound to
     /// a pull request signed by that npub), and hold pull requests for repositories not announced
@@ -695,8 +730,9 @@ pub enum Command {
         json: bool,
     },
     /// Print the background sync of the relay running on --data-dir: each relay followed by
-    /// relay-to-relay sync (state, repositories, events received/accepted/refused, last error)
-    /// and the git-data sync queue.
+    /// relay-to-relay sync (state, repositories, events received/accepted/refused, last error;
+    /// `+` marks a participant's relay followed for GRASP-03 Sync+), the git-data sync queue,
+    /// and Sync+'s figures (participants, lists cached, passes, events gained, failing look-ups).
     Sync {
         /// Print the JSON of `GET /v1/sync` instead of a table.
         #[arg(long)]
@@ -881,6 +917,24 @@ impl Config {
     /// relay among its `--private-sync-peer`s (it then follows those relays only).
     pub fn relay_sync_enabled(&self) -> bool {
         !(self.no_relay_sync || (self.private && self.private_sync_relays().is_empty() && self.replica.is_empty()))
+    }
+
+    /// Whether GRASP-03 Sync+ runs: with relay sync, on a public service, not with
+    /// `--no-sync-plus`.
+    pub fn sync_plus_enabled(&self) -> bool {
+        self.relay_sync_enabled() && !self.private && !self.no_sync_plus
+    }
+
+    /// The index relays: `--index-relay`, else [`DEFAULT_INDEX_RELAYS`]; none with
+    /// `--no-index-relays` or on a private service (it uses no discovered relay).
+    pub fn index_relays(&self) -> Vec<String> {
+        if self.no_index_relays || self.private {
+            return Vec::new();
+        }
+        if self.index_relays.is_empty() {
+            return DEFAULT_INDEX_RELAYS.iter().map(|s| s.to_string()).collect();
+        }
+        self.index_relays.clone()
     }
 
     /// Whether NIP-77 negentropy is served (not with `--no-negentropy`).

@@ -11,6 +11,8 @@
 //! <data>/purgatory-journal.<n>  purgatory changes since the checkpoint (grasp::journal)
 //! <data>/contributor-data.json  pull request data of non-maintainers (grasp::budgets::LEDGER_FILE)
 //! <data>/api-addr, api-token    the hook API's address and token (grasp_state::hook_api)
+//! <data>/relay-sync.json        relay sync's per-relay resume points (crate::peers::cursors)
+//! <data>/sync-plus.json         Sync+'s cached relay lists and pass position (crate::peers::lists)
 //! <data>/relay-key              the relay's own key, mode 0600 (crate::identity; default
 //!                                 of --relay-key-file)
 //! <data>/private-service        a private service's markers, also in the git root
@@ -73,6 +75,12 @@ impl DataLayout {
     /// `<data>/relay-sync.json`: relay sync's per-relay resume points (`crate::peers::cursors`).
     pub fn relay_sync_file(&self) -> PathBuf {
         self.root.join("relay-sync.json")
+    }
+
+    /// `<data>/sync-plus.json`: Sync+'s cache of participants' relay lists and where its last
+    /// pass stopped (`crate::peers::lists`).
+    pub fn sync_plus_file(&self) -> PathBuf {
+        self.root.join("sync-plus.json")
     }
 
     /// `<data>/relay-key`: the relay's own key (`crate::identity`), unless `--relay-key-file`

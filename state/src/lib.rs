@@ -13,6 +13,8 @@
 //!   [`nip34::RepoState`] (30618), [`nip34::PullRequest`] (1618/1619), the kind
 //!   constants, what an event references, and "does this announcement list
 //!   this service" (docs/protocol.md#decisions, decision 1).
+//! - [`outbox`]: GRASP-03 Sync+: a repository's participants, their lists' relays, and the
+//!   bounded plan of one pass over them.
 //! - [`roles`]: what one announcement says about maintainership (NIP-34 role tags `M`/`m`/`o`
 //!   with their boundaries, or `maintainers`), read into [`roles::Claims`].
 //! - [`maintainers`]: the confirmed maintainers of an (owner, identifier), reciprocal and
@@ -42,6 +44,8 @@
 //!   for within a bound ([`push_lock::PushLock`]); shared by `grasp-cgi` and the relay.
 //! - [`push_index`]: held states indexed by the refs they declare, for the same decision
 //!   over thousands of held states ([`push_index::IndexedCandidates`]).
+//! - [`relay_profile`]: the relay's own profile (kind 0) and relay list (kind 10002), as
+//!   published to the index relays.
 //! - [`recency`]: the NIP-01 "which event is newer" order as one type,
 //!   [`recency::Recency`].
 //! - [`auth`]: NIP-42 `AUTH` verification and the NIP-70 protected-event rule.
@@ -113,6 +117,7 @@ pub mod identifier;
 pub mod key_file;
 pub mod maintainers;
 pub mod nip34;
+pub mod outbox;
 pub mod owner_quota;
 pub mod pool;
 pub mod prs;
@@ -127,6 +132,7 @@ pub mod rate;
 pub mod refs;
 pub mod ref_read;
 pub mod ref_files;
+pub mod relay_profile;
 pub mod release;
 pub mod replica;
 pub mod transfer;

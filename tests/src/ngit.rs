@@ -121,6 +121,16 @@ impl NgitUser {
         NgitUser { keys, home, tools, env }
     }
 
+    /// This user's ngit publishes to their own relays too, not only to the repositories'
+    /// (`repo-relay-only` off), as ngit does by default.
+    pub fn publishing_to_own_relays(mut self) -> NgitUser {
+        self.env.retain(|(k, _)| k != "NGIT_REPO_RELAY_ONLY");
+        let config = self.home.join(".gitconfig");
+        let text = std::fs::read_to_string(&config).unwrap().replace("repo-relay-only = true", "repo-relay-only = false");
+        std::fs::write(config, text).unwrap();
+        self
+    }
+
     pub fn npub(&self) -> String {
         self.keys.public_key().to_bech32().unwrap()
     }

@@ -90,6 +90,11 @@ impl TestServer {
             .arg("--log")
             .arg("debug,nostr_lmdb=info")
             .args(&self.extra_args);
+        // Tests never reach the internet: no default (public) index relay, unless the test
+        // names its own loopback ones.
+        if !self.extra_args.iter().any(|a| a == "--index-relay" || a == "--no-index-relays") {
+            cmd.arg("--no-index-relays");
+        }
         cmd
     }
 

@@ -229,7 +229,7 @@ fn relay_under_ulimit(ulimit: &str, data_dir: &std::path::Path) -> std::process:
         .arg("-c")
         .arg(format!("ulimit {ulimit} && exec \"$0\" \"$@\""))
         .arg(binary_path("grasp-relay"))
-        .args(["--bind", "127.0.0.1:0", "--api-bind", "127.0.0.1:0", "--data-dir"])
+        .args(["--bind", "127.0.0.1:0", "--api-bind", "127.0.0.1:0", "--no-index-relays", "--data-dir"])
         .arg(data_dir)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

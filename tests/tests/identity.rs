@@ -165,3 +165,53 @@ fn help_lists_the_key_file() {
     let help = String::from_utf8_lossy(&out.stdout);
     assert!(help.contains("--relay-key-file") && help.contains("GRASP_RELAY_KEY_FILE"), "{help}");
 }
+
+/// At startup the relay publishes its profile (kind 0: name = domain, nip05 `_@domain`) and its
+/// relay list (kind 10002 naming its own URL) to each index relay holding none for its key; what
+/// an index relay already holds is kept, and a restart publishes nothing again.
+#[test]
+fn the_relay_publishes_its_profile_and_relay_list_to_index_relays_holding_none() {
+    use grasp_tests::plain_relay::PlainRelay;
+    let (fresh, known) = (PlainRelay::start(), PlainRelay::start());
+    let dir = tempfile::tempdir().unwrap();
+    let key_file = dir.path().join("relay-key");
+    let keys = Keys::generate();
+    write_key_file(&key_file, &keys.secret_key().to_secret_hex(), 0o600);
+    // The second index relay already holds a profile of the key (the operator's own words).
+    let own = EventBuilder::new(Kind::Metadata, r#"{"name":"the operator's words"}"#).finalize(&keys).unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let mut c = grasp_tests::NostrClient::connect(&known.url()).await.unwrap();
+        assert!(c.send_event(&own).await.unwrap().0);
+    });
+    let indexes = format!("{},{}", fresh.url(), known.url());
+    let mut server = TestServer::start_with(&[
+        "--sync-allow-private",
+        "--public-host",
+        "git.example.com",
+        "--relay-key-file",
+        key_file.to_str().unwrap(),
+        "--index-relay",
+        &indexes,
+    ]);
+    let pk = keys.public_key();
+    let of = |relay: &PlainRelay, kind: u16| relay.events().into_iter().find(|e| e.pubkey == pk && e.kind.as_u16() == kind);
+    let (profile, list) = wait_until("the profile and relay list on the fresh index relay", TIMEOUT, || Some((of(&fresh, 0)?, of(&fresh, 10002)?)))
+        .unwrap_or_else(|e| panic!("{e}\n{}", server.logs()));
+    let content: Value = serde_json::from_str(&profile.content).unwrap();
+    assert_eq!(content["name"], "git.example.com");
+    assert_eq!(content["nip05"], "_@git.example.com");
+    let r: Vec<Vec<String>> = list.tags.iter().map(|t| t.as_slice().to_vec()).collect();
+    assert_eq!(r, [["r", "wss://git.example.com"]]);
+    wait_until("the relay list on the other index relay", TIMEOUT, || of(&known, 10002)).unwrap();
+    assert_eq!(of(&known, 0).unwrap().id, own.id, "a profile already there is kept");
+    // A restart finds both on both relays: nothing is published again.
+    let held = |server: &TestServer| server.logs().matches("already holds the relay's own event").count();
+    assert_eq!(held(&server), 1);
+    server.restart();
+    wait_until("the restarted relay to find its events on both index relays", TIMEOUT, || (held(&server) == 5).then_some(())).unwrap_or_else(|e| panic!("{e}\n{}", server.logs()));
+    assert_eq!((of(&fresh, 0).unwrap().id, of(&fresh, 10002).unwrap().id), (profile.id, list.id));
+    // Without index relays (the tests' default) nothing is looked up or published.
+    let quiet = TestServer::start();
+    assert!(!quiet.logs().contains("index relay"), "{}", quiet.logs());
+}

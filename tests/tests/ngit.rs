@@ -17,6 +17,10 @@ use nostr::prelude::*;
 #[path = "ngit/roles.rs"]
 mod roles;
 
+/// GRASP-03 Sync+: a comment published by ngit to its author's own relays only: tests/tests/ngit/sync_plus.rs.
+#[path = "ngit/sync_plus.rs"]
+mod sync_plus;
+
 /// `http://127.0.0.1:PORT`: a GRASP server as ngit is given it.
 fn grasp_url(server: &TestServer) -> String {
     format!("http://{}", host(server))

@@ -119,6 +119,8 @@ async fn the_package_installs_and_its_relay_serves_from_its_configuration() {
         .env("GRASP_DATA_DIR", &data)
         .env("GRASP_BIND", "127.0.0.1:0")
         .env("GRASP_LOG", "info")
+        // Tests never reach the internet: no public index relay.
+        .env("GRASP_NO_INDEX_RELAYS", "true")
         .stdin(Stdio::null())
         .stdout(log.try_clone().unwrap())
         .stderr(log)

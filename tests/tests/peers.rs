@@ -167,7 +167,7 @@ async fn live_an_issue_and_its_comment_published_on_a_are_served_by_b() {
     }
     // NIP-11 advertises GRASP-02.
     let doc: Value = nip11(&b).await;
-    assert_eq!(doc["supported_grasps"], json!(["GRASP-01", "GRASP-02"]));
+    assert_eq!(doc["supported_grasps"], json!(["GRASP-01", "GRASP-02", "GRASP-03"]));
 }
 
 /// B, started after A holds `count` events of a repository, ends with all of them.

@@ -466,7 +466,7 @@ async fn nip11_home_page_options_and_cors() {
     assert_eq!(resp.headers()["access-control-allow-origin"], "*");
     assert_eq!(resp.headers()["content-type"], "application/nostr+json");
     let doc: Value = resp.json().await.unwrap();
-    assert_eq!(doc["supported_grasps"], serde_json::json!(["GRASP-01", "GRASP-02"]), "GRASP-02: relay-to-relay sync is on by default");
+    assert_eq!(doc["supported_grasps"], serde_json::json!(["GRASP-01", "GRASP-02", "GRASP-03"]), "GRASP-02: relay-to-relay sync is on by default, GRASP-03 Sync+ with it");
     for nip in [1, 9, 11, 34] {
         assert!(
             doc["supported_nips"]

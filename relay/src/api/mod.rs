@@ -279,6 +279,7 @@ fn sync_view(stats: &crate::sync::SyncStats, views: &OperatorViews) -> serde_jso
     view["relays"] = serde_json::to_value(relays).unwrap_or_default();
     if let Some(v) = views.relay_sync.get() {
         view["interest"] = serde_json::to_value(v.interest()).unwrap_or_default();
+        view["sync_plus"] = serde_json::to_value(v.sync_plus()).unwrap_or_default();
     }
     view
 }
@@ -493,7 +494,11 @@ pub fn render_sync_table(json: &str) -> Result<String> {
             None => "?",
         };
         let repos = r["repositories"].as_array().map_or(0, Vec::len);
-        let boot = if r["bootstrap"] == true { "*" } else { "" };
+        let boot = match (r["bootstrap"] == true, r["outbox"] == true) {
+            (true, _) => "*",
+            (false, true) => "+",
+            (false, false) => "",
+        };
         writeln!(
             out,
             "{:<32} {:<16} {:>6} {:>9} {:>9} {:>8} {:>11} {:>9}  {:<8} {}",
@@ -512,11 +517,45 @@ pub fn render_sync_table(json: &str) -> Result<String> {
     let note = if v["relay_sync"] == false { " (relay sync is off: --no-relay-sync)" } else { "" };
     writeln!(
         out,
-        "{} relays{note}; * = bootstrap; UNREQUESTED = refused events it was not asked for; THROTTLED = time spent waiting for its --relay-sync-rate bucket; git-data sync queue: {}",
+        "{} relays{note}; * = bootstrap; + = a participant's relay (Sync+); UNREQUESTED = refused events it was not asked for; THROTTLED = time spent waiting for its --relay-sync-rate bucket; git-data sync queue: {}",
         relays.len(),
         v["queue_length"].as_u64().unwrap_or(0)
     )?;
+    render_sync_plus(&mut out, &v["sync_plus"])?;
     Ok(out)
+}
+
+/// Sync+'s lines of `grasp-relay sync`: its figures, then the relays whose list look-ups failed.
+fn render_sync_plus(out: &mut String, sp: &serde_json::Value) -> Result<()> {
+    use std::fmt::Write as _;
+    if !sp.is_object() {
+        writeln!(out, "Sync+ (GRASP-03) is off")?;
+        return Ok(());
+    }
+    let n = |k: &str| sp[k].as_u64().unwrap_or(0);
+    let index = sp["index_relays"].as_array().map(|a| a.iter().filter_map(|u| u.as_str()).collect::<Vec<_>>().join(" ")).unwrap_or_default();
+    writeln!(
+        out,
+        "Sync+ (GRASP-03): {} passes (last {} ms) over {} repositories, {} participants, {} lists cached, {} of {} participants' relays followed, {} events gained; list look-ups: {} relays asked, {} lists received, {} failed; index relays: {}",
+        n("passes"),
+        n("last_pass_ms"),
+        n("repositories"),
+        n("participants"),
+        n("lists_cached"),
+        n("relays"),
+        n("candidates"),
+        n("events_gained"),
+        n("list_queries"),
+        n("lists_received"),
+        n("list_errors"),
+        if index.is_empty() { "none" } else { index.as_str() }
+    )?;
+    if let Some(errors) = sp["errors"].as_object() {
+        for (relay, e) in errors {
+            writeln!(out, "  list look-ups failing on {relay}: {} ({})", e["errors"].as_u64().unwrap_or(0), e["last_error"].as_str().unwrap_or(""))?;
+        }
+    }
+    Ok(())
 }
 
 /// A relay's `throttled_ms` for the table: `0`, milliseconds under a second, then seconds,
@@ -677,10 +716,22 @@ mod tests {
         let json = r#"{"queue_length":2,"relay_sync":true,"relays":[{"url":"ws://a","state":"live","bootstrap":true,"repositories":["npub1x/r"],"received":5,"accepted":4,"refused":1,"negentropy":true,"cooling_down":false,"last_error":null},{"url":"ws://b","state":"backing-off","bootstrap":false,"repositories":[],"received":0,"accepted":0,"refused":0,"negentropy":null,"cooling_down":true,"last_error":"rate-limited: slow"}]}"#;
         let table = render_sync_table(json).unwrap();
         let lines: Vec<&str> = table.lines().collect();
-        assert_eq!(lines.len(), 4, "{table}");
         assert!(lines[1].starts_with("ws://a*") && lines[1].contains("live") && lines[1].contains("yes"), "{table}");
         assert!(lines[2].contains("cooling-down") && lines[2].contains("rate-limited: slow"), "{table}");
         assert!(lines[3].starts_with("2 relays;") && lines[3].contains("queue: 2"), "{table}");
+        assert_eq!(lines.len(), 5, "{table}");
+        assert_eq!(lines[4], "Sync+ (GRASP-03) is off");
+    }
+
+    #[test]
+    fn sync_table_shows_sync_plus() {
+        let json = r#"{"queue_length":0,"relay_sync":true,"relays":[{"url":"ws://outbox","state":"live","bootstrap":false,"outbox":true,"repositories":["npub1x/r"],"received":2,"accepted":2,"refused":0}],
+            "sync_plus":{"index_relays":["ws://index"],"repositories":1,"participants":3,"lists_cached":2,"passes":7,"last_pass_ms":4,"candidates":1,"relays":1,"list_queries":5,"lists_received":2,"list_errors":1,"events_gained":2,"errors":{"ws://down":{"errors":1,"last_error":"connect failed"}}}}"#;
+        let table = render_sync_table(json).unwrap();
+        let lines: Vec<&str> = table.lines().collect();
+        assert!(lines[1].starts_with("ws://outbox+"), "{table}");
+        assert!(lines[3].starts_with("Sync+ (GRASP-03): 7 passes") && lines[3].contains("3 participants, 2 lists cached, 1 of 1 participants' relays followed, 2 events gained") && lines[3].ends_with("index relays: ws://index"), "{table}");
+        assert_eq!(lines[4], "  list look-ups failing on ws://down: 1 (connect failed)");
     }
 
     #[test]

@@ -160,6 +160,14 @@ pub struct Metrics {
     // here, recorded by the relay sync the same way: per peer relay a state gauge
     // (`grasp_relay_sync_state{relay,state}`), events received, errors and the current backoff,
     // with peers from the configured list only (never a label value taken from the network).
+    // GRASP-03 Sync+ (no per-relay label: relay URLs come from the network; the operator view
+    // `grasp-relay sync` has them).
+    sync_plus_participants: Gauge,
+    sync_plus_lists: Gauge,
+    sync_plus_relays: Gauge,
+    sync_plus_passes: Counter,
+    sync_plus_events: Counter,
+    sync_plus_list_errors: Counter,
     // Deferred repository work (repositories busy past --event-lock-wait).
     deferred_entries: Gauge,
     deferred_capacity: Gauge,
@@ -245,6 +253,12 @@ impl Metrics {
             sync_in_progress: Gauge::default(),
             sync_domains_failing: Gauge::default(),
             store_acknowledged: Gauge::default(),
+            sync_plus_participants: Gauge::default(),
+            sync_plus_lists: Gauge::default(),
+            sync_plus_relays: Gauge::default(),
+            sync_plus_passes: Counter::default(),
+            sync_plus_events: Counter::default(),
+            sync_plus_list_errors: Counter::default(),
             deferred_entries: Gauge::default(),
             deferred_capacity: Gauge::default(),
             deferred_dropped: Family::default(),
@@ -351,6 +365,12 @@ impl Metrics {
         r.register("sync_in_progress", "Identifiers with a background sync running now", m.sync_in_progress.clone());
         r.register("sync_domains_failing", "Domains whose last background sync fetch failed (errors kept for an hour)", m.sync_domains_failing.clone());
         r.register("store_acknowledged_events", "Events answered OK from the log of acknowledged events and not yet committed to the event store (read at each scrape)", m.store_acknowledged.clone());
+        r.register("sync_plus_participants", "GRASP-03 Sync+: distinct participants of the served repositories at the last pass", m.sync_plus_participants.clone());
+        r.register("sync_plus_lists_cached", "GRASP-03 Sync+: participants' relay lists cached (kinds 10002 and 10317)", m.sync_plus_lists.clone());
+        r.register("sync_plus_relays", "GRASP-03 Sync+: participants' relays followed after the last pass", m.sync_plus_relays.clone());
+        r.register("sync_plus_passes", "GRASP-03 Sync+: passes over the served repositories", m.sync_plus_passes.clone());
+        r.register("sync_plus_events", "GRASP-03 Sync+: events accepted from relays followed as participants' relays", m.sync_plus_events.clone());
+        r.register("sync_plus_list_errors", "GRASP-03 Sync+: relay list look-ups that failed (per relay in `grasp-relay sync`)", m.sync_plus_list_errors.clone());
         r.register("deferred_entries", "Entries of repository work deferred because a repository stayed locked past --event-lock-wait, waiting for their retry", m.deferred_entries.clone());
         r.register("deferred_capacity", "Most entries the deferred repository work holds (--deferred-total): the table is full when grasp_deferred_entries reaches it", m.deferred_capacity.clone());
         r.register(
@@ -574,6 +594,24 @@ impl Metrics {
         self.sync_queue.set(gauge(queued));
         self.sync_in_progress.set(gauge(running));
         self.sync_domains_failing.set(gauge(failing));
+    }
+
+    /// A Sync+ pass ended: participants, lists cached, participants' relays followed.
+    pub fn sync_plus_pass(&self, participants: usize, lists: usize, relays: usize) {
+        self.sync_plus_passes.inc();
+        self.sync_plus_participants.set(gauge(participants));
+        self.sync_plus_lists.set(gauge(lists));
+        self.sync_plus_relays.set(gauge(relays));
+    }
+
+    /// Events accepted from a relay followed for Sync+.
+    pub fn sync_plus_gained(&self, accepted: u64) {
+        self.sync_plus_events.inc_by(accepted);
+    }
+
+    /// A Sync+ list look-up failed.
+    pub fn sync_plus_list_error(&self) {
+        self.sync_plus_list_errors.inc();
     }
 
     /// Reads how many events were answered before their store commit and wait for it (at

@@ -56,12 +56,16 @@ announced here that its `a` tags name."
 }
 
 /// GRASP-01 always; GRASP-02 (relay-to-relay sync) when it runs (not with `--no-relay-sync`,
-/// nor on a private service without a relay among its `--private-sync-peer`s); GRASP-06 with
+/// nor on a private service without a relay among its `--private-sync-peer`s); GRASP-03 (Sync+)
+/// when it runs (with relay sync on a public service, not with `--no-sync-plus`); GRASP-06 with
 /// `--grasp06`; GRASP-05 with an archive (`--archive*`); GRASP-08 on a private service.
 pub fn supported_grasps(cfg: &Config) -> Vec<&'static str> {
     let mut grasps = vec!["GRASP-01"];
     if cfg.relay_sync_enabled() {
         grasps.push("GRASP-02");
+    }
+    if cfg.sync_plus_enabled() {
+        grasps.push("GRASP-03");
     }
     if cfg.archive().is_active() {
         grasps.push("GRASP-05");
@@ -168,7 +172,7 @@ mod tests {
         assert!(document(&cfg, &Trust::default()).get("curation").is_none());
         cfg.archive_all = true;
         let doc = document(&cfg, &Trust::default());
-        assert_eq!(doc["supported_grasps"], json!(["GRASP-01", "GRASP-02", "GRASP-05"]));
+        assert_eq!(doc["supported_grasps"], json!(["GRASP-01", "GRASP-02", "GRASP-03", "GRASP-05"]));
         assert!(doc["curation"].as_str().unwrap().starts_with("Read-only archive (GRASP-05) of every repository"), "{doc}");
         assert!(doc["repo_acceptance_criteria"].as_str().unwrap().contains("GRASP-05"));
     }
@@ -178,7 +182,7 @@ mod tests {
         let mut cfg = Config::for_tests("/tmp/x".into());
         cfg.grasp06 = true;
         let doc = document(&cfg, &Trust::default());
-        assert_eq!(doc["supported_grasps"], json!(["GRASP-01", "GRASP-02", "GRASP-06"]));
+        assert_eq!(doc["supported_grasps"], json!(["GRASP-01", "GRASP-02", "GRASP-03", "GRASP-06"]));
         let criteria = doc["repo_acceptance_criteria"].as_str().unwrap();
         assert!(criteria.contains("127.0.0.1:8080/prs/<their npub>/<identifier>.git"), "{criteria}");
         cfg.grasp06 = false;
@@ -190,7 +194,10 @@ mod tests {
     fn has_required_fields_and_no_curation() {
         let cfg = Config::for_tests("/tmp/x".into());
         let doc = document(&cfg, &Trust::default());
-        assert_eq!(doc["supported_grasps"], json!(["GRASP-01", "GRASP-02"]));
+        assert_eq!(doc["supported_grasps"], json!(["GRASP-01", "GRASP-02", "GRASP-03"]));
+        let mut off = cfg.clone();
+        off.no_sync_plus = true;
+        assert_eq!(document(&off, &Trust::default())["supported_grasps"], json!(["GRASP-01", "GRASP-02"]), "--no-sync-plus");
         assert_eq!(doc["supported_nips"], json!([1, 9, 11, 34, 42, 70, 77]));
         assert_eq!(doc["limitation"]["max_event_burst_per_connection"], json!(500));
         assert_eq!(doc["limitation"]["auth_required"], json!(false));

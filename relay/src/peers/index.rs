@@ -182,6 +182,18 @@ impl InterestIndex {
         self.repos.get(&(*owner, identifier.to_string())).map(|r| r.level)
     }
 
+    /// A followed repository.
+    pub fn repo(&self, key: &RepoKey) -> Option<&RepoInterest> {
+        self.repos.get(key)
+    }
+
+    /// Every served repository (level full), sorted by key: what a Sync+ pass looks at.
+    pub fn served(&self) -> Vec<RepoInterest> {
+        let mut served: Vec<RepoInterest> = self.repos.values().filter(|r| r.level == SyncLevel::Full).cloned().collect();
+        served.sort_by(|a, b| (a.owner, &a.identifier).cmp(&(b.owner, &b.identifier)));
+        served
+    }
+
     /// Served repositories whose roots have not been read yet (at most `n`), taken.
     pub fn take_roots_wanted(&mut self, n: usize) -> Vec<RepoKey> {
         let keys: Vec<RepoKey> = self.roots_wanted.iter().take(n).cloned().collect();

@@ -27,14 +27,22 @@
 //!   as relay sync, so [`crate::grasp::Origin::Sync`]); protected events refused.
 //! - [`waiting`]: pure bounded index of synced events waiting for what they tag.
 //! - [`stats`]: the operator view of each relay.
+//! - [`outbox`]: GRASP-03 Sync+: passes over the served repositories' participants, their
+//!   relay lists looked up ([`lists`]: the cache, [`query`]: one bounded exchange with a relay),
+//!   the participants' relays handed to the manager as more relays to follow, asked for the
+//!   conversation only ([`wanted::conversation_plan`]).
+//! - [`profile`]: the relay's own profile and relay list, published to the index relays that
+//!   hold none yet.
 //! - this file: [`PeersConfig`], [`start`] and the manager loop: at startup (and if the feed
 //!   lagged) it builds the interest index from the store and the purgatory; then every stored
 //!   event from the feed updates the index (announcements, deletions, new roots), the
 //!   purgatory's held announcements are compared with it every few seconds (held announcements
 //!   are not broadcast), and a moment after a change (batched) it takes the plans, starts a
 //!   [`peer::Peer`] for each newly needed relay, hands changed plans to running ones, and drops
-//!   relays no accepted repository needs (bootstraps stay). Peer tasks end when the manager
-//!   drops their plan sender or at shutdown; the manager ends at shutdown.
+//!   relays no accepted repository needs (bootstraps stay); the relays of Sync+'s last pass are
+//!   merged into the plans (their own plan, or added to a relay already followed). Peer tasks
+//!   end when the manager drops their plan sender or at shutdown; the manager ends at shutdown
+//!   (the Sync+ task too, or when the manager is gone).
 
 pub mod acks;
 pub mod cursors;
@@ -44,7 +52,11 @@ pub mod history;
 pub mod index;
 pub mod intake;
 pub mod interest;
+pub mod lists;
+pub mod outbox;
 pub mod peer;
+pub mod profile;
+pub mod query;
 pub mod quiet;
 pub mod reconcile;
 pub mod stats;
@@ -112,6 +124,8 @@ pub struct PeersConfig {
     pub auth_keys: Option<nostr::prelude::Keys>,
     /// The operator's replicas (`--replica`): followed for everything, on any address.
     pub replicas: Vec<grasp_state::replica::Replica>,
+    /// GRASP-03 Sync+ (`None` when it does not run, see [`Config::sync_plus_enabled`]).
+    pub outbox: Option<outbox::OutboxConfig>,
 }
 
 impl Default for PeersConfig {
@@ -132,6 +146,7 @@ impl Default for PeersConfig {
             only_relays: None,
             auth_keys: None,
             replicas: Vec::new(),
+            outbox: None,
         }
     }
 }
@@ -168,6 +183,13 @@ impl PeersConfig {
             },
             per_relay: grasp_state::rate::Rate { burst: cfg.relay_sync_burst.max(1), per_second: cfg.relay_sync_rate.max(1.0) },
             replicas: cfg.replica.clone(),
+            outbox: cfg.sync_plus_enabled().then(|| outbox::OutboxConfig {
+                index_relays: cfg.index_relays(),
+                interval: cfg.sync_plus_interval.max(Duration::from_millis(100)),
+                list_refresh: cfg.sync_plus_list_refresh,
+                bounds: grasp_state::outbox::PassBounds { max_relays: cfg.sync_plus_max_relays, ..Default::default() },
+                file: cfg.layout().sync_plus_file(),
+            }),
             ..defaults
         })
     }
@@ -194,6 +216,8 @@ pub struct Shared {
     index: Mutex<Option<index::InterestIndex>>,
     /// How long building the index and the last plans took.
     interest_stats: Mutex<InterestStats>,
+    /// Sync+'s operator view (`None` when it does not run).
+    outbox: Mutex<Option<outbox::OutboxStatus>>,
 }
 
 /// The cost of the relay-sync interest, for the operator view (`GET /v1/sync`, `interest`).
@@ -255,6 +279,17 @@ impl Shared {
         self.cursors_dirty.store(true, Ordering::Relaxed);
     }
 
+    /// `accepted` events came from a relay followed for Sync+.
+    pub fn outbox_gained(&self, accepted: u64) {
+        if accepted == 0 {
+            return;
+        }
+        if let Some(status) = self.outbox.lock().unwrap().as_mut() {
+            status.events_gained += accepted;
+        }
+        self.grasp().metrics.sync_plus_gained(accepted);
+    }
+
     fn save_cursors(&self) {
         if !self.cursors_dirty.swap(false, Ordering::Relaxed) {
             return;
@@ -291,6 +326,11 @@ impl PeersView {
     pub fn interest(&self) -> InterestStats {
         self.0.upgrade().map(|s| s.interest_stats.lock().unwrap().clone()).unwrap_or_default()
     }
+
+    /// Sync+ (`None` when it does not run).
+    pub fn sync_plus(&self) -> Option<outbox::OutboxStatus> {
+        self.0.upgrade()?.outbox.lock().unwrap().clone()
+    }
 }
 
 /// The plans are recomputed at least this often.
@@ -312,6 +352,8 @@ struct Manager {
     peers: BTreeMap<RelayUrl, PeerEntry>,
     /// Dead relays with the plan they died with: restarted only when the plan changes.
     dead: BTreeMap<RelayUrl, Arc<RelayPlan>>,
+    /// Sync+'s last pass (`None` when it does not run, or once its task ended).
+    discovered: Option<watch::Receiver<outbox::Discovered>>,
     shutdown: Shutdown,
 }
 
@@ -358,10 +400,20 @@ pub fn start(grasp: &Arc<Grasp>, config: PeersConfig, cursors_file: PathBuf, shu
         relays: Mutex::new(BTreeMap::new()),
         index: Mutex::new(None),
         interest_stats: Mutex::new(InterestStats::default()),
+        outbox: Mutex::new(None),
     });
     let view = PeersView(Arc::downgrade(&shared));
-    let manager = Manager { shared, bootstraps, only, replicas, peers: BTreeMap::new(), dead: BTreeMap::new(), shutdown };
+    let discovered = shared.config.outbox.clone().map(|config| outbox::start(shared.clone(), config, shutdown.clone()));
+    let manager = Manager { shared, bootstraps, only, replicas, peers: BTreeMap::new(), dead: BTreeMap::new(), discovered, shutdown };
     Ok((tokio::spawn(manager.run()), view))
+}
+
+/// Sync+'s plan changed (never, without Sync+); an error once its task ended.
+async fn discovered_changed(rx: &mut Option<watch::Receiver<outbox::Discovered>>) -> Result<(), watch::error::RecvError> {
+    match rx {
+        Some(rx) => rx.changed().await,
+        None => std::future::pending().await,
+    }
 }
 
 /// Served repositories whose roots are read from the store per manager tick after startup.
@@ -384,6 +436,12 @@ impl Manager {
             tokio::select! {
                 _ = self.shutdown.recv() => break,
                 _ = self.shared.intake.announcement_accepted.notified() => held_due = true,
+                changed = discovered_changed(&mut self.discovered) => match changed {
+                    Ok(()) => {
+                        changed_since.get_or_insert_with(Instant::now);
+                    }
+                    Err(_) => self.discovered = None,
+                },
                 event = feed.recv() => match event {
                     Ok(event) => {
                         self.shared.intake.readmit(&event).await;
@@ -499,10 +557,24 @@ impl Manager {
     fn refresh(&mut self) {
         let started = Instant::now();
         let max_relays = self.shared.config.max_relays;
+        let discovered = self.discovered.as_ref().map(|rx| rx.borrow().clone()).unwrap_or_default();
         let (plans, repositories, relays_named) = {
             let mut index = self.shared.index.lock().unwrap();
             let Some(ix) = index.as_mut() else { return };
-            (ix.plans(max_relays), ix.len(), ix.relays_named())
+            let mut plans = ix.plans(max_relays);
+            // Sync+: each participant's relay asked for the conversation of its repositories.
+            for (url, keys) in discovered.iter() {
+                let repos: Vec<&wanted::RepoInterest> = keys.iter().filter_map(|k| ix.repo(k)).collect();
+                if repos.is_empty() {
+                    continue;
+                }
+                let plan = match plans.get(url) {
+                    Some(plan) => wanted::merged(plan, &repos),
+                    None => wanted::conversation_plan(&repos),
+                };
+                plans.insert(url.clone(), Arc::new(plan));
+            }
+            (plans, ix.len(), ix.relays_named())
         };
         self.apply(plans);
         let mut stats = self.shared.interest_stats.lock().unwrap();
@@ -549,9 +621,21 @@ impl Manager {
         }
     }
 
+    /// A relay's write bucket: `--relay-sync-rate` / `--relay-sync-burst`, at most
+    /// [`outbox::OUTBOX_RATE`] for a relay first followed for Sync+ (any participant may name
+    /// one).
+    fn rate_for(&self, plan: &RelayPlan) -> grasp_state::rate::Rate {
+        let rate = self.shared.config.per_relay;
+        if !plan.outbox {
+            return rate;
+        }
+        grasp_state::rate::Rate { burst: rate.burst.min(outbox::OUTBOX_RATE.burst), per_second: rate.per_second.min(outbox::OUTBOX_RATE.per_second) }
+    }
+
     fn spawn_peer(&mut self, url: RelayUrl, plan: Arc<RelayPlan>) {
         let stats = Arc::new(Mutex::new(RelayStats::new(url.clone())));
         self.shared.relays.lock().unwrap().insert(url.clone(), stats.clone());
+        let rate = self.rate_for(&plan);
         let (plan_tx, plan_rx) = watch::channel(plan);
         let (commands_tx, commands_rx) = mpsc::channel(16);
         let peer = Peer {
@@ -562,7 +646,7 @@ impl Manager {
             stats,
             shutdown: self.shutdown.clone(),
             health: Health::default(),
-            bucket: grasp_state::rate::TokenBucket::new(self.shared.config.per_relay, Instant::now()),
+            bucket: grasp_state::rate::TokenBucket::new(rate, Instant::now()),
         };
         tracing::debug!(relay = %url, "following relay");
         let task = tokio::spawn(peer.run());
@@ -645,6 +729,27 @@ mod config_tests {
         // A public service ignores the list.
         let public = Config::parse_from(["grasp-relay", "--private-sync-peer", "wss://peer.example.com"]);
         assert!(PeersConfig::from_config(&public).unwrap().only_relays.is_none());
+    }
+
+    #[test]
+    fn sync_plus_flags() {
+        let cfg = Config::parse_from(["grasp-relay", "--data-dir", "/srv/grasp"]);
+        let outbox = PeersConfig::from_config(&cfg).unwrap().outbox.expect("on by default on a public service");
+        assert_eq!(outbox.index_relays, crate::config::DEFAULT_INDEX_RELAYS);
+        assert_eq!((outbox.interval, outbox.list_refresh), (Duration::from_secs(30), Duration::from_secs(3600)));
+        assert_eq!(outbox.bounds, grasp_state::outbox::PassBounds { authors_per_repo: 32, relays_per_repo: 24, max_relays: 32 });
+        assert_eq!(outbox.file, PathBuf::from("/srv/grasp/sync-plus.json"));
+        let cfg = Config::parse_from(["grasp-relay", "--index-relay", "ws://a.example,ws://b.example", "--sync-plus-interval", "1s", "--sync-plus-max-relays", "3"]);
+        let outbox = PeersConfig::from_config(&cfg).unwrap().outbox.unwrap();
+        assert_eq!(outbox.index_relays, ["ws://a.example", "ws://b.example"]);
+        assert_eq!((outbox.interval, outbox.bounds.max_relays), (Duration::from_secs(1), 3));
+        let none = Config::parse_from(["grasp-relay", "--no-index-relays"]);
+        assert!(PeersConfig::from_config(&none).unwrap().outbox.unwrap().index_relays.is_empty(), "an empty list opts out");
+        assert!(Config::try_parse_from(["grasp-relay", "--no-index-relays", "--index-relay", "ws://a.example"]).is_err());
+        assert!(PeersConfig::from_config(&Config::parse_from(["grasp-relay", "--no-sync-plus"])).unwrap().outbox.is_none());
+        // A private service never uses discovered relays, nor index relays.
+        let private = Config::parse_from(["grasp-relay", "--private", "--private-sync-peer", "wss://peer.example.com", "--index-relay", "ws://a.example"]);
+        assert!(PeersConfig::from_config(&private).unwrap().outbox.is_none() && private.index_relays().is_empty());
     }
 
     #[test]

@@ -382,6 +382,7 @@ impl Session<'_> {
         s.repositories = plan.repos.to_vec();
         s.filters = plan.filter_count();
         s.bootstrap = plan.bootstrap;
+        s.outbox = plan.outbox;
     }
 
     /// (Re)opens the live subscriptions for `plan`: `limit: 0` (NIP-01: no stored events, only
@@ -561,6 +562,7 @@ impl Session<'_> {
                 }
             }
             let mut s = self.peer.stats.lock().unwrap();
+            let accepted_before = s.accepted;
             for (verdict, readmitted) in verdicts {
                 s.received += 1;
                 s.accepted += readmitted;
@@ -568,6 +570,11 @@ impl Session<'_> {
                     Verdict::Accepted => s.accepted += 1,
                     Verdict::Refused | Verdict::Waiting => s.refused += 1,
                 }
+            }
+            let gained = s.accepted - accepted_before;
+            drop(s);
+            if self.peer.plan.borrow().outbox {
+                self.peer.shared.outbox_gained(gained);
             }
         }
         let waiting = self.peer.shared.intake.waiting.lock().unwrap().from_relay(&self.peer.url);

@@ -23,6 +23,8 @@ pub struct RelayStats {
     pub url: RelayUrl,
     pub state: PeerState,
     pub bootstrap: bool,
+    /// Followed (also) as a participant's relay (GRASP-03 Sync+).
+    pub outbox: bool,
     /// Repositories (`npub/identifier`) it is asked about.
     pub repositories: Vec<String>,
     pub filters: usize,
@@ -56,6 +58,7 @@ impl RelayStats {
             url,
             state: PeerState::Connecting,
             bootstrap: false,
+            outbox: false,
             repositories: Vec::new(),
             filters: 0,
             received: 0,

@@ -107,13 +107,15 @@ pub struct RelayPlan {
     /// Labels of the repositories it serves, sorted (shared like `fixed`).
     pub repos: Arc<Vec<String>>,
     pub bootstrap: bool,
+    /// Followed (also) for GRASP-03 Sync+: a participant's relay ([`conversation_plan`]).
+    pub outbox: bool,
 }
 
 impl RelayPlan {
     /// This plan with other root lists (what a new root changes): the rest is shared, so the
     /// work is one pointer per served repository, whatever else the relay is asked for.
     pub fn with_roots(&self, roots: Vec<RootIds>) -> RelayPlan {
-        RelayPlan { fixed: self.fixed.clone(), roots, repos: self.repos.clone(), bootstrap: self.bootstrap }
+        RelayPlan { fixed: self.fixed.clone(), roots, repos: self.repos.clone(), bootstrap: self.bootstrap, outbox: self.outbox }
     }
 
     /// The plan's filters, in order, made one at a time.
@@ -283,13 +285,47 @@ pub fn plan_for(repos: &[&RepoInterest], bootstrap: bool) -> RelayPlan {
     let mut labels: Vec<String> = repos.iter().map(|r| r.label()).collect();
     labels.sort();
     labels.dedup();
-    RelayPlan { fixed: Arc::new(filters), roots: roots_of(repos), repos: Arc::new(labels), bootstrap }
+    RelayPlan { fixed: Arc::new(filters), roots: roots_of(repos), repos: Arc::new(labels), bootstrap, outbox: false }
+}
+
+/// What a participant's relay is asked for (GRASP-03 Sync+, docs/protocol.md#grasp-03): the
+/// conversation of the served ones of `repos` only: events tagging them (`#a`) and replies to
+/// their root events (`#e`/`#E`/`#q`); no announcements, lists or states (those come from the
+/// repositories' own relays).
+pub fn conversation_plan(repos: &[&RepoInterest]) -> RelayPlan {
+    let served: Vec<&RepoInterest> = repos.iter().copied().filter(|r| r.level == SyncLevel::Full).collect();
+    let coordinates: BTreeSet<String> = served.iter().map(|r| r.coordinate()).collect();
+    let filters: Vec<Filter> = chunks(&coordinates).into_iter().map(|values| Filter::new().custom_tags(tag('a'), values)).collect();
+    let mut labels: Vec<String> = served.iter().map(|r| r.label()).collect();
+    labels.sort();
+    labels.dedup();
+    RelayPlan { fixed: Arc::new(filters), roots: roots_of(&served), repos: Arc::new(labels), bootstrap: false, outbox: true }
+}
+
+/// A relay followed for relay sync and for Sync+ at once: `plan` and `conversation`'s filters
+/// for repositories `plan` does not already ask about.
+pub fn merged(plan: &RelayPlan, conversation: &[&RepoInterest]) -> RelayPlan {
+    let missing: Vec<&RepoInterest> = conversation.iter().copied().filter(|r| plan.repos.binary_search(&r.label()).is_err()).collect();
+    let extra = conversation_plan(&missing);
+    if extra.repos.is_empty() {
+        return RelayPlan { outbox: true, ..plan.clone() };
+    }
+    let fixed: Vec<Filter> = plan.fixed.iter().cloned().chain(extra.fixed.iter().cloned()).collect();
+    let mut labels: Vec<String> = plan.repos.iter().cloned().chain(extra.repos.iter().cloned()).collect();
+    labels.sort();
+    RelayPlan {
+        fixed: Arc::new(fixed),
+        roots: plan.roots.iter().cloned().chain(extra.roots).collect(),
+        repos: Arc::new(labels),
+        bootstrap: plan.bootstrap,
+        outbox: true,
+    }
 }
 
 /// The plan of a replica of this service (`--replica`, docs/scaling.md): everything, as one
 /// filter matching every event; the acceptance policy refuses what does not belong here.
 pub fn replica_plan() -> RelayPlan {
-    RelayPlan { fixed: Arc::new(vec![Filter::new()]), roots: Vec::new(), repos: Arc::new(vec!["(everything: a replica)".to_string()]), bootstrap: true }
+    RelayPlan { fixed: Arc::new(vec![Filter::new()]), roots: Vec::new(), repos: Arc::new(vec!["(everything: a replica)".to_string()]), bootstrap: true, outbox: false }
 }
 
 /// The root events of the served ones of `repos`, in order (each repository's oldest first),
@@ -496,6 +532,25 @@ mod tests {
         assert!(peer.bootstrap);
         // announcements, grasp lists, states, #a of x, #e/#E/#q of x's root.
         assert_eq!(peer.filter_count(), 7, "{:?}", peer.filters().collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn a_participants_relay_is_asked_for_the_conversation_only() {
+        let x = repo("x", &["wss://a"], SyncLevel::Full, 2);
+        let held = repo("h", &["wss://a"], SyncLevel::StateOnly, 0);
+        let plan = conversation_plan(&[&x, &held]);
+        let json: Vec<String> = plan.filters().map(|f| serde_json::to_string(&f).unwrap()).collect();
+        // #a of x, then #e, #E, #q of its two roots: no announcements, lists, states; nothing of h.
+        assert_eq!(json.len(), 4, "{json:?}");
+        assert!(json[0].contains(&x.coordinate()) && !json.iter().any(|j| j.contains("kinds")), "{json:?}");
+        assert!(plan.outbox && !plan.bootstrap && *plan.repos == [x.label()]);
+        // Merged into a relay-sync plan: only repositories it does not ask about already.
+        let y = repo("y", &["wss://a"], SyncLevel::Full, 0);
+        let sync = plan_for(&[&x], false);
+        let both = merged(&sync, &[&x, &y]);
+        assert_eq!(both.filter_count(), sync.filter_count() + 1, "the #a of y");
+        assert!(both.outbox && both.repos.len() == 2);
+        assert_eq!(merged(&sync, &[&x]).filter_count(), sync.filter_count());
     }
 
     #[test]

@@ -219,6 +219,21 @@ pub async fn run(loaded: crate::config::Loaded) -> anyhow::Result<()> {
         let (_, relay_sync) = crate::peers::start(&grasp, peers, data.relay_sync_file(), controller.subscribe())?;
         let _ = views.relay_sync.set(relay_sync);
     }
+    // The relay's own profile and relay list, on the index relays that hold none for its key yet.
+    let index_relays = cfg.index_relays();
+    if !index_relays.is_empty() {
+        let sync = crate::sync::SyncConfig::from_config(&cfg);
+        let publication = crate::peers::profile::SelfPublication {
+            keys: identity.clone(),
+            public_host: cfg.public_host(),
+            about: cfg.description.clone(),
+            index_relays,
+            policy: crate::sync::UrlPolicy::new(sync.allow_private, &sync.extra_denied, &sync.own_hosts),
+            tls: crate::peers::tls::Tls::new(cfg.sync_tls_ca.as_deref())?,
+            timeout: cfg.relay_sync_timeout.max(std::time::Duration::from_millis(100)),
+        };
+        tokio::spawn(publication.run(controller.subscribe()));
+    }
 
     let _ = grasp.maintenance.set(crate::grasp::maintenance::Maintenance::start(grasp.clone(), cfg.git_idle_timeout, controller.subscribe()));
     tokio::spawn(crate::grasp::lifecycle::run_expiry(grasp.clone(), controller.subscribe()));

@@ -100,6 +100,12 @@ impl RelayUrl {
     }
 }
 
+impl AsRef<str> for RelayUrl {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+
 impl fmt::Display for RelayUrl {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)

@@ -30,7 +30,10 @@
 //!   owner and nine co-maintainers, each listing the others): bytes on disk against one plain
 //!   repository of the history, the owner's push against the same push with no co-maintainers,
 //!   and a clone of a co-maintainer's repository (its objects in the pool) against a clone of
-//!   the plain repository.
+//!   the plain repository;
+//! - GRASP-03 Sync+: a comment published only on a participant's own relay, until served here
+//!   (followed live; found by the next pass), and the cost of passes over N repositories with
+//!   10 participants each.
 //!
 //! The bare baseline is what a user would otherwise run: stock `git http-backend` behind nginx +
 //! fcgiwrap on loopback (no grasp-cgi, no hooks, no relay). Without nginx or fcgiwrap it falls
@@ -75,6 +78,8 @@ struct Opts {
     sync_events: usize,
     family_mb: usize,
     family_runs: usize,
+    sync_plus_runs: usize,
+    sync_plus_repos: usize,
     skip: BTreeSet<String>,
     /// `--scale N`: only the scale run, up to N stored events (docs/benchmarks.md, "Scale").
     scale: Option<usize>,
@@ -97,6 +102,8 @@ impl Opts {
             sync_events: 10_000,
             family_mb: 20,
             family_runs: 3,
+            sync_plus_runs: 9,
+            sync_plus_repos: 1000,
             skip: BTreeSet::new(),
             scale: None,
         };
@@ -122,6 +129,8 @@ impl Opts {
                         sync_events: 1000,
                         family_mb: 2,
                         family_runs: 1,
+                        sync_plus_runs: 3,
+                        sync_plus_repos: 100,
                         skip: o.skip,
                         scale: o.scale,
                     }
@@ -140,6 +149,8 @@ impl Opts {
                 "--sync-events" => o.sync_events = num(&a)?,
                 "--family-mb" => o.family_mb = num(&a)?,
                 "--family-runs" => o.family_runs = num(&a)?,
+                "--sync-plus-runs" => o.sync_plus_runs = num(&a)?,
+                "--sync-plus-repos" => o.sync_plus_repos = num(&a)?,
                 "--scale" => o.scale = Some(num(&a)?.max(SCALE_FIRST)),
                 "--skip" => {
                     o.skip.extend(args.next().context("--skip needs a list")?.split(',').map(str::to_owned))
@@ -149,7 +160,8 @@ impl Opts {
                         "grasp-bench [--quick] [--fetch-runs N] [--push-runs N] [--clone-mb MB] [--clone-runs N] [--rss-small-mb MB] \
                          [--rss-big-mb MB] [--events N] [--connections N] [--purgatory-states N] [--auth-runs N] \
                          [--checkpoint-entries N] [--sync-events N] [--family-mb MB] [--family-runs N] \
-                         [--skip fetch,push,clone,rss,ingest,auth,sync,checkpoint,owners,webs,replicas,family] [--scale N]\n\
+                         [--sync-plus-runs N] [--sync-plus-repos N] \
+                         [--skip fetch,push,clone,rss,ingest,auth,sync,checkpoint,owners,webs,replicas,family,syncplus] [--scale N]\n\
                          --scale N: only the scale run (one relay filled to N stored events, N/20 repositories; \
                          docs/scale.csv, docs/scale.svg).\n\
                          Flags after --quick override it. Build first: cargo build --release --workspace"
@@ -259,7 +271,12 @@ impl Relay {
         std::fs::create_dir_all(&data_dir)?;
         let _ = std::fs::remove_file(data_dir.join("relay-addr"));
         let log = OpenOptions::new().create(true).append(true).open(data_dir.with_extension("log"))?;
-        let child = Command::new(binary_path("grasp-relay"))
+        let mut command = Command::new(binary_path("grasp-relay"));
+        // Never the internet: no public index relay (the Sync+ rows name loopback ones).
+        if !extra.contains(&"--index-relay") {
+            command.env("GRASP_NO_INDEX_RELAYS", "true");
+        }
+        let child = command
             .args(["--bind", bind, "--log", "warn"])
             // The bench measures throughput: the default write limits would refuse most of it.
             .args(["--write-burst", "1000000", "--write-rate", "1000000"])
@@ -1437,6 +1454,213 @@ async fn bench_family(o: &Opts, tmp: &Path, rows: &mut Vec<Row>) -> Result<()> {
     Ok(())
 }
 
+// ---------- GRASP-03 Sync+ ----------
+
+/// Polls `relay` until it serves `id`; how long that took from `since`.
+async fn served_after(relay: &Relay, id: EventId, since: Instant, limit: Duration) -> Result<Duration> {
+    let mut c = NostrClient::connect(&relay.ws_url()).await?;
+    loop {
+        if !c.req(vec![Filter::new().id(id)]).await?.is_empty() {
+            return Ok(since.elapsed());
+        }
+        if since.elapsed() > limit {
+            bail!("event {id} not served within {limit:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// `keys`'s NIP-65 list naming `relay`.
+fn relay_list(keys: &Keys, relay: &str) -> Event {
+    sign(keys, 10002, vec![vec!["r".into(), relay.into()]], "")
+}
+
+/// A NIP-22 comment by `keys` on `root`.
+fn comment(keys: &Keys, root: &Event, n: usize) -> Event {
+    let (id, kind) = (root.id.to_hex(), root.kind.as_u16().to_string());
+    let v = |s: &[&str]| s.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+    sign(keys, 1111, vec![v(&["E", &id]), v(&["K", &kind]), v(&["e", &id]), v(&["k", &kind])], &format!("comment {n}"))
+}
+
+fn issue_of(keys: &Keys, coordinate: &str) -> Event {
+    let v = |s: &[&str]| s.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+    sign(keys, 1621, vec![v(&["a", coordinate]), v(&["subject", "it breaks"])], "steps")
+}
+
+/// The relay's `GET /v1/sync` `sync_plus` and the outbox relays it follows (`outbox: true`).
+async fn sync_plus_view(relay: &Relay) -> Result<(serde_json::Value, Vec<serde_json::Value>)> {
+    let view = operator_view(relay, "/v1/sync").await?;
+    let outboxes = view["relays"].as_array().map(|r| r.iter().filter(|r| r["outbox"] == true).cloned().collect()).unwrap_or_default();
+    Ok((view["sync_plus"].clone(), outboxes))
+}
+
+/// Sync+ (docs/protocol.md#grasp-03) with the default pass interval: a contributor's comment
+/// published only on their own relay (a plain relay; the first one is also the index relay
+/// holding the lists), until this relay serves it, while that relay is followed live and when a
+/// new participant's relay is first found by a pass; then passes over N repositories.
+async fn bench_sync_plus(o: &Opts, tmp: &Path, rows: &mut Vec<Row>) -> Result<()> {
+    use grasp_tests::plain_relay::PlainRelay;
+    let (index, second) = (PlainRelay::start(), PlainRelay::start());
+    let relay = Relay::start(&["--sync-allow-private", "--index-relay", &index.url()])?;
+    let owner = Keys::generate();
+    let id = "talk";
+    let ann = announcement(&relay, &owner, id);
+    let work = WorkTree::new(tmp.join("sync-plus"));
+    let tip = work.commit("README", "talk\n");
+    let mut c = NostrClient::connect(&relay.ws_url()).await?;
+    send_ok(&mut c, &ann).await?;
+    send_ok(&mut c, &state(&owner, id, &tip, 0)).await?;
+    push(&work.dir, &relay.repo_url(&owner.public_key(), id), "main")?;
+    let coordinate = format!("30617:{}:{id}", owner.public_key().to_hex());
+    let limit = Duration::from_secs(120);
+    served_after(&relay, ann.id, Instant::now(), limit).await?;
+
+    // Live: a contributor (an issue here) whose list names the index relay as their outbox.
+    let contributor = Keys::generate();
+    let mut on_index = NostrClient::connect(&index.url()).await?;
+    send_ok(&mut on_index, &relay_list(&contributor, &index.url())).await?;
+    let issue = issue_of(&contributor, &coordinate);
+    send_ok(&mut c, &issue).await?;
+    let started = Instant::now();
+    loop {
+        let (_, outboxes) = sync_plus_view(&relay).await?;
+        if outboxes.iter().any(|r| r["url"] == index.url() && r["state"] == "live") {
+            break;
+        }
+        if started.elapsed() > limit {
+            bail!("the participant's relay was not followed within {limit:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let mut live = Vec::new();
+    for n in 0..o.sync_plus_runs {
+        let ev = comment(&contributor, &issue, n);
+        let t = Instant::now();
+        send_ok(&mut on_index, &ev).await?;
+        live.push(served_after(&relay, ev.id, t, limit).await?);
+    }
+    rows.push(row(format!("Sync+: comment on a participant's relay, followed live, to served here, median of {}", o.sync_plus_runs), ms(median(live)), "-", "-").target("< 5 s"));
+
+    // By pass: a new participant's comment on a relay not followed yet (published first; the
+    // author then opens an issue here), found by the next pass (--sync-plus-interval 30s).
+    let newcomer = Keys::generate();
+    send_ok(&mut on_index, &relay_list(&newcomer, &second.url())).await?;
+    let mut on_second = NostrClient::connect(&second.url()).await?;
+    let early = comment(&newcomer, &issue, 1000);
+    let t = Instant::now();
+    send_ok(&mut on_second, &early).await?;
+    send_ok(&mut c, &issue_of(&newcomer, &coordinate)).await?;
+    let by_pass = served_after(&relay, early.id, t, limit).await?;
+    rows.push(row("Sync+: comment on a new participant's relay to served here (next pass, 30 s interval)", ms(by_pass), "-", "-").target("<= 60 s"));
+    drop(relay);
+
+    bench_sync_plus_passes(o.sync_plus_repos, rows).await
+}
+
+/// Passes over `n` served repositories with 10 participants each (the owner and 9 issue
+/// authors), every participant's list on the index relay naming one of 10 plain relays: the
+/// first pass after a restart (the lists looked up: at most 512 participants a pass) and a later
+/// one (participants of 64 repositories read again, the plan), per repository against a 100 ms
+/// budget, with the connections they cost (the relays asked for lists, the relays followed).
+async fn bench_sync_plus_passes(n: usize, rows: &mut Vec<Row>) -> Result<()> {
+    use grasp_tests::plain_relay::PlainRelay;
+    let index = PlainRelay::start();
+    let outboxes: Vec<PlainRelay> = (0..10).map(|_| PlainRelay::start()).collect();
+    let tmp = tempfile::tempdir()?;
+    let data = tmp.path().join("data");
+    let args = ["--sync-allow-private", "--index-relay", &index.url(), "--sync-plus-interval", "2s", "--sync-plus-max-relays", "32"];
+    let mut relay = Relay::start_at(&data, &args)?;
+    // Served repositories without a push each: a lead's announcement listing this relay (held)
+    // names 100 maintainers, whose own announcements of the identifier are stored at once (as
+    // the scale run does); each maintainer's repository gets issues by 9 authors.
+    let v = |s: &[&str]| s.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+    let authors: Vec<Keys> = (0..1000).map(|_| Keys::generate()).collect();
+    let mut events = Vec::new();
+    let mut lists = Vec::new();
+    let mut made = 0;
+    for g in 0..n.div_ceil(100) {
+        let id = format!("outbox{g}");
+        let maintainers: Vec<Keys> = (0..100.min(n - made)).map(|_| Keys::generate()).collect();
+        let lead = Keys::generate();
+        let mut m = vec!["maintainers".to_string()];
+        m.extend(maintainers.iter().map(|k| k.public_key().to_hex()));
+        events.push(sign(&lead, 30617, vec![v(&["d", &id]), v(&["clone", &relay.repo_url(&lead.public_key(), &id)]), v(&["relays", &relay.ws_url()]), m], ""));
+        for key in &maintainers {
+            // One second apart: the relay reads its stored announcements at startup a page (500)
+            // at a time, and a second holding more than a page is read only a page deep.
+            let tags = [Tag::identifier(id.clone()), Tag::parse(["clone".to_string(), format!("https://elsewhere.example/{id}.git")])?];
+            let at = Timestamp::from(Timestamp::now().as_secs() - 10_000 + made as u64);
+            events.push(EventBuilder::new(Kind::Custom(30617), "").tags(tags).custom_created_at(at).finalize(key)?);
+            lists.push(relay_list(key, &outboxes[made % 10].url()));
+            let coordinate = format!("30617:{}:{id}", key.public_key().to_hex());
+            for j in 0..9 {
+                events.push(issue_of(&authors[(made * 9 + j) % authors.len()], &coordinate));
+            }
+            made += 1;
+        }
+    }
+    lists.extend(authors.iter().enumerate().map(|(i, k)| relay_list(k, &outboxes[i % 10].url())));
+    // The lists first: passes run while the repositories arrive.
+    let mut on_index = NostrClient::connect(&index.url()).await?;
+    for chunk in lists.chunks(500) {
+        pipeline(&mut on_index, chunk).await?;
+    }
+    let mut c = NostrClient::connect(&relay.ws_url()).await?;
+    for chunk in events.chunks(500) {
+        pipeline(&mut c, chunk).await?;
+    }
+    drop(c);
+    // Restarted on the same data without the list cache: the first pass finds every repository
+    // and participant, and looks their lists up.
+    drop(relay);
+    std::fs::remove_file(data.join("sync-plus.json"))?;
+    relay = Relay::start_at(&data, &args)?;
+    let deadline = Instant::now() + Duration::from_secs(600);
+    let relay = &relay;
+    let wait_pass = |after: u64| async move {
+        loop {
+            let (sp, outboxes) = sync_plus_view(relay).await?;
+            if sp["passes"].as_u64().unwrap_or(0) > after {
+                return anyhow::Ok((sp, outboxes));
+            }
+            if Instant::now() > deadline {
+                bail!("no Sync+ pass in time: {sp}");
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    let (first, _) = wait_pass(0).await?;
+    let repos = first["repositories"].as_u64().unwrap_or(0).max(1);
+    let cold = first["last_pass_ms"].as_u64().unwrap_or(0);
+    // Until every participant was looked up (at most 512 a pass), then one more.
+    let mut sp = first.clone();
+    let mut asked = 0;
+    loop {
+        let before = sp["list_queries"].as_u64().unwrap_or(0);
+        sp = wait_pass(sp["passes"].as_u64().unwrap_or(0)).await?.0;
+        asked += 1;
+        if sp["list_queries"].as_u64().unwrap_or(0) == before || asked > 100 {
+            break;
+        }
+    }
+    let (warm, outboxes) = wait_pass(sp["passes"].as_u64().unwrap_or(0)).await?;
+    let warm_ms = warm["last_pass_ms"].as_u64().unwrap_or(0);
+    let per_repo = |total: u64| format!("{:.2} ms", total as f64 / repos as f64);
+    rows.push(row(
+        format!("Sync+ first pass, {repos} repositories x 10 participants: per repository (lists looked up: {} relays asked)", first["list_queries"]),
+        per_repo(cold),
+        format!("{cold} ms"),
+        "-",
+    ).target("< 100 ms"));
+    rows.push(row(
+        format!("Sync+ later pass: per repository ({} participants, {} lists, {} relays followed)", warm["participants"], warm["lists_cached"], outboxes.len()),
+        per_repo(warm_ms),
+        format!("{warm_ms} ms"),
+        "-",
+    ).target("< 100 ms"));
+    Ok(())
+}
+
 fn main() -> Result<()> {
     let o = Opts::parse()?;
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
@@ -1478,6 +1702,10 @@ fn main() -> Result<()> {
         if o.runs("sync") {
             eprintln!("relay-to-relay sync ...");
             bench_sync(&o, tmp.path(), &mut rows).await?;
+        }
+        if o.runs("syncplus") {
+            eprintln!("GRASP-03 Sync+: comments on participants' relays, passes ...");
+            bench_sync_plus(&o, tmp.path(), &mut rows).await?;
         }
         if o.runs("owners") {
             eprintln!("state events with 1,000 unrelated owners of the identifier ...");

@@ -1,0 +1,103 @@
+//! One short exchange with a relay, as a client: one `REQ` answered until `EOSE` (the lists of
+//! Sync+'s participants, the relay's own profile), or one `EVENT` answered with `OK` (publishing
+//! the relay's own profile). The relay sync's rules for every connection apply: the URL's
+//! addresses checked and pinned ([`RelayUrl::resolve`]), [`super::wire`]'s bounded frames, one
+//! deadline for the whole exchange, at most `max_events` events kept, each checked against the
+//! filters asked and its signature verified.
+
+use std::time::{Duration, Instant};
+
+use nostr::prelude::*;
+use thiserror::Error;
+
+use super::tls::Tls;
+use super::wire::{Incoming, Wire, WireError};
+use crate::sync::relay_url::{RelayUrl, RelayUrlRejected};
+use crate::sync::UrlPolicy;
+
+/// Past the exchange's deadline, the moment left to close it (what came in time is kept).
+const CLOSING: Duration = Duration::from_secs(1);
+
+/// Why an exchange failed.
+#[derive(Debug, Error)]
+pub enum QueryError {
+    #[error(transparent)]
+    Url(#[from] RelayUrlRejected),
+    #[error(transparent)]
+    Wire(#[from] WireError),
+    #[error("the relay closed the request: {0}")]
+    Closed(String),
+    #[error("the relay refused the event: {0}")]
+    Refused(String),
+}
+
+/// How to reach relays.
+#[derive(Clone, Copy)]
+pub struct Reach<'a> {
+    pub policy: &'a UrlPolicy,
+    pub tls: &'a Tls,
+    /// The whole exchange, connecting included.
+    pub timeout: Duration,
+}
+
+impl Reach<'_> {
+    async fn connect(&self, url: &RelayUrl) -> Result<Wire, QueryError> {
+        let addresses = url.resolve(self.policy).await?;
+        Ok(Wire::connect(url, &addresses, self.tls, self.timeout).await?)
+    }
+
+    /// The stored events matching `filters` (one `REQ`), at most `max_events`, each signed and
+    /// matching one of them; what comes after `EOSE` or the deadline is not read.
+    pub async fn query(&self, url: &RelayUrl, filters: Vec<Filter>, max_events: usize) -> Result<Vec<Event>, QueryError> {
+        let deadline = Instant::now() + self.timeout;
+        let exchange = async {
+            let mut wire = self.connect(url).await?;
+            let id = SubscriptionId::new("q");
+            wire.send(&ClientMessage::req(id.clone(), filters.clone())).await?;
+            let mut events = Vec::new();
+            let result = loop {
+                match wire.recv_until(deadline).await {
+                    Ok(Incoming::Message(RelayMessage::Event { subscription_id, event })) if *subscription_id == id => {
+                        let event = event.into_owned();
+                        let asked = filters.iter().any(|f| f.match_event(&event, MatchEventOptions::new()));
+                        if asked && events.len() < max_events && event.verify().is_ok() {
+                            events.push(event);
+                        }
+                    }
+                    Ok(Incoming::Message(RelayMessage::EndOfStoredEvents(sub))) if *sub == id => break Ok(events),
+                    Ok(Incoming::Message(RelayMessage::Closed { subscription_id, message })) if *subscription_id == id => {
+                        break Err(QueryError::Closed(message.chars().take(200).collect()))
+                    }
+                    Ok(_) => {}
+                    // A relay that never says EOSE: what came in time is kept.
+                    Err(WireError::ReadTimeout(_)) if !events.is_empty() => break Ok(events),
+                    Err(e) => break Err(e.into()),
+                }
+            };
+            let _ = wire.send(&ClientMessage::close(id)).await;
+            wire.close().await;
+            result
+        };
+        tokio::time::timeout_at((deadline + CLOSING).into(), exchange).await.unwrap_or(Err(QueryError::Wire(WireError::ReadTimeout(self.timeout))))
+    }
+
+    /// Sends `event` and waits for its `OK`.
+    pub async fn publish(&self, url: &RelayUrl, event: &Event) -> Result<(), QueryError> {
+        let deadline = Instant::now() + self.timeout;
+        let exchange = async {
+            let mut wire = self.connect(url).await?;
+            wire.send(&ClientMessage::event(event.clone())).await?;
+            let result = loop {
+                match wire.recv_until(deadline).await? {
+                    Incoming::Message(RelayMessage::Ok { event_id, status, message }) if event_id == event.id => {
+                        break if status { Ok(()) } else { Err(QueryError::Refused(message.chars().take(200).collect())) };
+                    }
+                    _ => {}
+                }
+            };
+            wire.close().await;
+            result
+        };
+        tokio::time::timeout_at((deadline + CLOSING).into(), exchange).await.unwrap_or(Err(QueryError::Wire(WireError::ReadTimeout(self.timeout))))
+    }
+}
