@@ -40,13 +40,20 @@ fn status(keys: &Keys, kind: u16, pr: &EventId, owner: &PublicKey, identifier: &
     event(keys, kind, &[&["e", &pr.to_hex(), "", "root"], &["a", &format!("30617:{}:{identifier}", owner.to_hex())]])
 }
 
+/// An owner's repository `proj` published on `server` (announcement, state, push), with the
+/// client that published it.
+async fn owners_repo(server: &TestServer) -> (tempfile::TempDir, grasp_tests::NostrClient, Keys, Published) {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut c = connect(server).await;
+    let owner = Keys::generate();
+    let published = publish_repo(server, &mut c, &tmp.path().join("w"), &owner, "proj").await;
+    (tmp, c, owner, published)
+}
+
 #[tokio::test]
 async fn a_strangers_pull_request_data_counts_for_its_author_until_a_merge() {
     let server = TestServer::start_with(&["--contributor-bytes-per-author", &MIB.to_string(), "--contributor-reconcile-interval", "1s"]);
-    let tmp = tempfile::tempdir().unwrap();
-    let mut c = connect(&server).await;
-    let owner = Keys::generate();
-    let published = publish_repo(&server, &mut c, &tmp.path().join("w"), &owner, "proj").await;
+    let (_tmp, mut c, owner, published) = owners_repo(&server).await;
     let repo = &published.repo;
     let stranger = Keys::generate();
 
@@ -86,10 +93,7 @@ async fn a_strangers_pull_request_data_counts_for_its_author_until_a_merge() {
 #[tokio::test]
 async fn a_pull_request_event_takes_its_unsigned_data_into_its_authors_budget() {
     let server = TestServer::start_with(&["--contributor-bytes-per-author", &MIB.to_string()]);
-    let tmp = tempfile::tempdir().unwrap();
-    let mut c = connect(&server).await;
-    let owner = Keys::generate();
-    let published = publish_repo(&server, &mut c, &tmp.path().join("w"), &owner, "proj").await;
+    let (_tmp, mut c, owner, published) = owners_repo(&server).await;
     let repo = &published.repo;
     let stranger = Keys::generate();
 
@@ -126,10 +130,7 @@ async fn a_pull_request_event_takes_its_unsigned_data_into_its_authors_budget() 
 #[tokio::test]
 async fn closed_pull_requests_are_pruned_and_the_ledger_survives_restarts() {
     let mut server = TestServer::start_with(&["--pr-data-grace", "1s", "--contributor-reconcile-interval", "1s"]);
-    let tmp = tempfile::tempdir().unwrap();
-    let mut c = connect(&server).await;
-    let owner = Keys::generate();
-    let published = publish_repo(&server, &mut c, &tmp.path().join("w"), &owner, "proj").await;
+    let (_tmp, mut c, owner, published) = owners_repo(&server).await;
     let repo = &published.repo;
     let stranger = Keys::generate();
     let dir = repo_dir(&server, &owner.public_key(), "proj");
@@ -190,10 +191,7 @@ async fn closed_pull_requests_are_pruned_and_the_ledger_survives_restarts() {
 async fn strangers_from_many_addresses_fill_the_total_and_a_maintainer_still_pushes() {
     // The pushes come through a trusted proxy naming their client addresses.
     let server = TestServer::start_with(&["--contributor-bytes-total", &MIB.to_string(), "--trusted-proxy", "127.0.0.1/32"]);
-    let tmp = tempfile::tempdir().unwrap();
-    let mut c = connect(&server).await;
-    let owner = Keys::generate();
-    let published = publish_repo(&server, &mut c, &tmp.path().join("w"), &owner, "proj").await;
+    let (_tmp, mut c, owner, published) = owners_repo(&server).await;
     let repo = &published.repo;
     let from = |n: u8| grasp_tests::git::git(&repo.work.dir, &["config", "http.extraHeader", &format!("X-Forwarded-For: 10.0.0.{n}")]);
 

@@ -23,6 +23,22 @@ fn main_ref(server: &TestServer, owner: &PublicKey, identifier: &str) -> Option<
     dir.join("HEAD").exists().then(|| bare_refs(&dir).get("refs/heads/main").cloned()).flatten()
 }
 
+/// Two replicas naming each other; `a_extra` only for the first.
+fn pair(a_extra: &[&str]) -> (TestServer, TestServer) {
+    let args = ["--public-host", DOMAIN, "--relay-sync-backoff", "300ms", "--relay-sync-backoff-cap", "2s", "--sync-delay", "200ms"];
+    let mut a = TestServer::start_with(&args);
+    let mut b = TestServer::start_with(&args);
+    let (a_url, b_url) = (format!("http://{}", a.addr()), format!("http://{}", b.addr()));
+    let mut with = args.to_vec();
+    with.extend(["--replica", b_url.as_str()]);
+    with.extend_from_slice(a_extra);
+    a.restart_with(&with);
+    let mut with = args.to_vec();
+    with.extend(["--replica", a_url.as_str()]);
+    b.restart_with(&with);
+    (a, b)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn whatever_one_replica_accepts_every_replica_serves() {
     let args = ["--public-host", DOMAIN, "--relay-sync-backoff", "300ms", "--relay-sync-backoff-cap", "2s", "--sync-delay", "200ms"];
@@ -94,16 +110,7 @@ async fn whatever_one_replica_accepts_every_replica_serves() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_replica_acks_an_answer_waits_until_another_replica_holds_it() {
-    let args = ["--public-host", DOMAIN, "--relay-sync-backoff", "300ms", "--relay-sync-backoff-cap", "2s", "--sync-delay", "200ms"];
-    let mut a = TestServer::start_with(&args);
-    let mut b = TestServer::start_with(&args);
-    let (a_url, b_url) = (format!("http://{}", a.addr()), format!("http://{}", b.addr()));
-    let mut with = args.to_vec();
-    with.extend(["--replica", &b_url, "--replica-acks", "1", "--replica-ack-timeout", "3s"]);
-    a.restart_with(&with);
-    let mut with = args.to_vec();
-    with.extend(["--replica", &a_url]);
-    b.restart_with(&with);
+    let (a, mut b) = pair(&["--replica-acks", "1", "--replica-ack-timeout", "3s"]);
 
     // Answered by A once B holds it: B serves it at once, no waiting.
     let owner = Keys::generate();
@@ -136,16 +143,7 @@ async fn with_replica_acks_an_answer_waits_until_another_replica_holds_it() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_back_with_an_empty_disk_catches_up() {
-    let args = ["--public-host", DOMAIN, "--relay-sync-backoff", "300ms", "--relay-sync-backoff-cap", "2s", "--sync-delay", "200ms"];
-    let mut a = TestServer::start_with(&args);
-    let mut b = TestServer::start_with(&args);
-    let (a_url, b_url) = (format!("http://{}", a.addr()), format!("http://{}", b.addr()));
-    let mut with = args.to_vec();
-    with.extend(["--replica", &b_url]);
-    a.restart_with(&with);
-    let mut with = args.to_vec();
-    with.extend(["--replica", &a_url]);
-    b.restart_with(&with);
+    let (a, mut b) = pair(&[]);
     b.kill();
     std::fs::remove_dir_all(b.data_dir()).unwrap();
 

@@ -261,6 +261,17 @@ pub(crate) fn test_git(dir: &Path, args: &[&str]) -> String {
     String::from_utf8(out).unwrap().trim().to_string()
 }
 
+/// A bare repository `r.git` and a work tree `w` beside it in a new temp dir, for unit tests:
+/// (tmp, repo, work).
+#[cfg(test)]
+pub(crate) fn test_repo_and_work() -> (tempfile::TempDir, std::path::PathBuf, std::path::PathBuf) {
+    let tmp = tempfile::tempdir().unwrap();
+    let (repo, work) = (tmp.path().join("r.git"), tmp.path().join("w"));
+    test_git(tmp.path(), &["init", "-q", "--bare", repo.to_str().unwrap()]);
+    test_git(tmp.path(), &["init", "-q", work.to_str().unwrap()]);
+    (tmp, repo, work)
+}
+
 /// Commits a file named `name` (holding its name) in the work tree `work` for unit tests;
 /// returns the new commit's id.
 #[cfg(test)]
@@ -278,10 +289,7 @@ mod tests {
 
     /// A bare repository with `main` and tag `v1` at one commit; returns (tmp, repo, commit).
     fn fixture() -> (tempfile::TempDir, std::path::PathBuf, String) {
-        let tmp = tempfile::tempdir().unwrap();
-        let (repo, work) = (tmp.path().join("r.git"), tmp.path().join("w"));
-        test_git(tmp.path(), &["init", "-q", "--bare", repo.to_str().unwrap()]);
-        test_git(tmp.path(), &["init", "-q", work.to_str().unwrap()]);
+        let (tmp, repo, work) = test_repo_and_work();
         test_git(&work, &["commit", "-q", "--allow-empty", "-m", "one"]);
         test_git(&work, &["push", "-q", repo.to_str().unwrap(), "HEAD:refs/heads/main", "HEAD:refs/tags/v1"]);
         let tip = test_git(&work, &["rev-parse", "HEAD"]);

@@ -107,13 +107,10 @@ fn stat_into(engine: &mut sha256::HashEngine, meta: &std::fs::Metadata) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::git::{set_head, test_commit, test_git, update_refs, RefChange};
+    use crate::git::{set_head, test_commit, test_git, test_repo_and_work, update_refs, RefChange};
 
     fn fixture() -> (tempfile::TempDir, std::path::PathBuf, String) {
-        let tmp = tempfile::tempdir().unwrap();
-        let (repo, work) = (tmp.path().join("r.git"), tmp.path().join("w"));
-        test_git(tmp.path(), &["init", "-q", "--bare", repo.to_str().unwrap()]);
-        test_git(tmp.path(), &["init", "-q", work.to_str().unwrap()]);
+        let (tmp, repo, work) = test_repo_and_work();
         let tip = test_commit(&work, "a");
         test_git(&work, &["push", "-q", repo.to_str().unwrap(), "HEAD:refs/heads/main"]);
         (tmp, repo, tip)
