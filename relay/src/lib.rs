@@ -16,7 +16,8 @@
 //!   SIGHUP (`reload`), the open file limit raised at startup (`fd_limit`), freed heap pages
 //!   handed back every 30 s (`heap_trim`).
 //! - [`api`]: the loopback, token-protected API the git hooks call, served on a tokio runtime of
-//!   its own so pushes are decided however busy the WebSocket side is; repository page data and
+//!   its own so pushes are decided however busy the WebSocket side is; one handler per endpoint,
+//!   routed by one table per method (`routes`); repository page data and
 //!   `grasp-relay repos` (`repos`), the private service's git check (`git_auth`), the
 //!   `/healthz` / `/readyz` probes (`health`), the operator's views of background work (`views`).
 //! - [`peers`]: relay-to-relay event sync (GRASP-02): follows the relays accepted repositories

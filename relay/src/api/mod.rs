@@ -8,6 +8,7 @@
 //! docs/hook-api.md.
 
 pub mod git_auth;
+mod routes;
 pub mod health;
 pub mod repos;
 pub mod views;
@@ -18,13 +19,8 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 use bytes::Bytes;
-use grasp_state::hook_api::{
-    check_version, ApiError, HookRequest, ADDR_FILE, HOOK_API_VERSION, PATH_POST_RECEIVE,
-    PATH_PRE_RECEIVE, TOKEN_FILE, TOKEN_HEADER,
-};
+use grasp_state::hook_api::{check_version, ApiError, HookRequest, ADDR_FILE, HOOK_API_VERSION, TOKEN_FILE, TOKEN_HEADER};
 use grasp_state::atomic_file::write_atomic;
-use grasp_state::identifier::RepoSpace;
-use grasp_state::purgatory::RepoId;
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
@@ -154,26 +150,8 @@ async fn handle(req: Request<Incoming>, token: &str, grasp: &Grasp, health: &Hea
         return error(StatusCode::UNAUTHORIZED, format!("missing or wrong {TOKEN_HEADER} header"));
     }
     let (method, path) = (req.method().clone(), req.uri().path().to_string());
-    if method == Method::GET && path == PATH_PURGATORY {
-        let mut listing = grasp.purgatory.listing();
-        listing.deferred = grasp.deferred.listing();
-        listing.deferred_stats = grasp.deferred.stats();
-        listing.contributors = grasp.contributor_data.view();
-        return json(StatusCode::OK, &with_sync_levels(&listing, views));
-    }
-    if method == Method::GET && path == PATH_SYNC {
-        return match views.sync_stats.get().and_then(|stats| stats()) {
-            Some(stats) => json(StatusCode::OK, &sync_view(&stats, views)),
-            None => error(StatusCode::SERVICE_UNAVAILABLE, "background sync is not running"),
-        };
-    }
-    if method == Method::GET && path == grasp_state::hook_api::PATH_AUTHORITY {
-        return json(StatusCode::OK, &grasp.authority_integrity(false).await);
-    }
     if method == Method::GET {
-        if let Some(resp) = repos::route_get(&path, grasp).await {
-            return resp;
-        }
+        return routes::get(&path, grasp, views).await;
     }
     if method != Method::POST {
         return error(StatusCode::METHOD_NOT_ALLOWED, "use POST");
@@ -182,92 +160,7 @@ async fn handle(req: Request<Incoming>, token: &str, grasp: &Grasp, health: &Hea
         Ok(b) => b.to_bytes(),
         Err(e) => return error(StatusCode::PAYLOAD_TOO_LARGE, format!("cannot read request: {e}")),
     };
-    match path.as_str() {
-        PATH_PRE_RECEIVE => {
-            let req = match parse::<HookRequest>(&body) {
-                Ok(r) => r,
-                Err(resp) => return *resp,
-            };
-            let Some(owner) = owner(&req.owner) else { return error(StatusCode::BAD_REQUEST, "owner is not an npub") };
-            let address = pusher(grasp, &req);
-            let verdict = match req.space {
-                RepoSpace::Hosted => grasp.metrics.push_authorization(grasp.authorize_push(&owner, &req.identifier, &req.updates, address, req.incoming_bytes)).await,
-                RepoSpace::Prs => grasp.metrics.push_authorization(grasp.authorize_contribution(&owner, &req.identifier, &req.updates, address, req.incoming_bytes)).await,
-            };
-            json(StatusCode::OK, &verdict)
-        }
-        PATH_POST_RECEIVE => {
-            let req = match parse::<HookRequest>(&body) {
-                Ok(r) => r,
-                Err(resp) => return *resp,
-            };
-            let Some(owner) = owner(&req.owner) else { return error(StatusCode::BAD_REQUEST, "owner is not an npub") };
-            // The push's refs are written: no answer the ref cache made before counts any more
-            // (the pusher is answered after this hook).
-            if let Some(path) = grasp.path_of(&RepoId { owner, identifier: req.identifier.clone(), space: req.space }) {
-                crate::git::ref_generation::bump(&path);
-            }
-            let address = pusher(grasp, &req);
-            let mut answer = match req.space {
-                RepoSpace::Hosted => grasp.metrics.push_release(grasp.git_arrived(&owner, &req.identifier, &req.updates, address)).await,
-                RepoSpace::Prs => grasp.metrics.push_release(grasp.contribution_arrived(&owner, &req.identifier, &req.updates, address)).await,
-            };
-            // A replica set's durability (`--replica-acks`): the others serve the push first.
-            if let (Some(acks), RepoSpace::Hosted) = (grasp.replica_acks.get(), req.space) {
-                if let Some(repo) = grasp.repo_path(&owner, &req.identifier) {
-                    if let Ok(refs) = crate::grasp::blocking(move || crate::git::read_refs(&repo)).await {
-                        answer.messages.push(acks.confirm_push(&req.owner, &req.identifier, &refs).await);
-                    }
-                }
-            }
-            let resp = json(StatusCode::OK, &answer);
-            crate::grasp::maintenance::after_push(grasp, &RepoId { owner, identifier: req.identifier, space: req.space });
-            resp
-        }
-        grasp_state::hook_api::PATH_PRS_REPO => {
-            let req: grasp_state::hook_api::PrsRepoRequest = match parse(&body) {
-                Ok(r) => r,
-                Err(resp) => return *resp,
-            };
-            let Some(contributor) = grasp_state::identifier::parse_npub(&req.npub) else {
-                return error(StatusCode::BAD_REQUEST, "npub is not a canonical npub");
-            };
-            if grasp_state::identifier::validate_identifier(&req.identifier).is_err() {
-                return error(StatusCode::BAD_REQUEST, "not a valid identifier");
-            }
-            match grasp.create_contributor_repo(&contributor, &req.identifier).await {
-                Ok(created) => json(StatusCode::OK, &grasp_state::hook_api::PrsRepoResponse { version: HOOK_API_VERSION, created }),
-                Err(e @ crate::grasp::contributions::ContributorRepoError::Off) => error(StatusCode::NOT_FOUND, e.to_string()),
-                Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
-            }
-        }
-        grasp_state::hook_api::PATH_REPOS_PURGE => repos::route_purge(&body, grasp).await,
-        grasp_state::hook_api::PATH_AUTHORITY => match parse::<grasp_state::hook_api::AuthorityRequest>(&body) {
-            Ok(_) => json(StatusCode::OK, &grasp.authority_integrity(true).await),
-            Err(resp) => *resp,
-        },
-        grasp_state::hook_api::PATH_PURGE_AUTHOR => {
-            let req: grasp_state::hook_api::PurgeAuthorRequest = match parse(&body) {
-                Ok(r) => r,
-                Err(resp) => return *resp,
-            };
-            let Some(author) = grasp_state::curation::parse_pubkey(&req.author) else {
-                return error(StatusCode::BAD_REQUEST, "author is not an npub or hex public key");
-            };
-            match crate::grasp::purge::purge_author(grasp, &author).await {
-                Ok(r) => json(StatusCode::OK, &r),
-                Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, format!("purge failed: {e}")),
-            }
-        }
-        grasp_state::hook_api::PATH_GIT_AUTH => {
-            let req: grasp_state::hook_api::GitAuthRequest = match parse(&body) {
-                Ok(r) => r,
-                Err(resp) => return *resp,
-            };
-            json(StatusCode::OK, &git_auth::answer(grasp, &req))
-        }
-        _ => error(StatusCode::NOT_FOUND, format!("no such endpoint {path}")),
-    }
+    routes::post(&path, &body, grasp, views).await
 }
 
 /// `GET /v1/sync`: the git-data sync's figures, plus `relays`: each relay followed by
