@@ -102,7 +102,12 @@ pub struct AppState {
 /// Runs the daemon until SIGINT/SIGTERM: opens the data dir (exclusive lock) and the store, binds
 /// the public listener, serves, then shuts down gracefully. SIGHUP re-reads the configuration
 /// ([`reload`]).
+/// Runs the daemon, in named steps: open (identity, store, listener, purgatory, the hub),
+/// recover (journal and checkpoint), check ([`check_helpers`]), the hook API, recover then work
+/// ([`start_background`]), serve ([`git_http_config`], the metrics and public listeners), stop
+/// ([`stop`]).
 pub async fn run(loaded: crate::config::Loaded) -> anyhow::Result<()> {
+    // Step "open".
     let crate::config::Loaded { config: mut cfg, settings } = loaded;
     let hangups = reload::listen()?;
     // Before anything is opened: the descriptors the limits let clients take must exist.
@@ -157,30 +162,18 @@ pub async fn run(loaded: crate::config::Loaded) -> anyhow::Result<()> {
     let grasp = Arc::new(
         Grasp::new(relay, purgatory, layout, data.hooks(), cfg.public_host(), metrics.clone()).with_trust(trust).with_lock_limits(crate::grasp::locks::LockLimits::from_config(&cfg)).with_deferred_limits(cfg.deferred_limits()).with_grasp06(cfg.grasp06).with_archive(cfg.archive()).with_replicas(cfg.replica.clone()),
     );
-    // From here every change to the purgatory is journalled before it is acknowledged; the
-    // checkpoint right away compacts what was restored (checkpoint + journal) into one file.
     grasp.contributor_data.configure(cfg.contributor_budget(), cfg.pr_data_grace);
     grasp.contributor_data.load(data.root());
     grasp.owner_quotas.configure(cfg.owner_quotas(), cfg.quota_exempt_owner.iter().copied());
+    // Step "recover": from here every change to the purgatory is journalled before it is
+    // acknowledged; the checkpoint right away compacts what was restored (checkpoint + journal)
+    // into one file.
     let journal = crate::grasp::journal::Journal::open(data.root(), journal_segment).context("opening the purgatory journal")?;
     grasp.purgatory.attach_journal(journal);
     crate::grasp::lifecycle::checkpoint(&grasp, data.root()).await.context("writing the purgatory checkpoint")?;
 
-    // The hooks git runs, and the loopback API they call. Without the helper binaries the relay
-    // could not serve git or authorise a push: refuse to start rather than fail every request.
-    let binaries = cfg.helper_binaries();
-    let bin_dir = binaries[0].parent().map(|p| p.to_path_buf()).unwrap_or_default();
-    for bin in &binaries {
-        if !bin.is_file() {
-            anyhow::bail!(
-                "{} not found: build every binary with `cargo build --release --workspace` \
-                 (or point --cgi-path at an installed grasp-cgi with the hooks beside it)",
-                bin.display()
-            );
-        }
-    }
-    crate::api::install_hooks(&data.hooks(), &bin_dir, data.root(), cfg.push_limits())
-        .context("installing the git hooks")?;
+    // Step "check": the helper binaries and the hooks git runs.
+    let binaries = check_helpers(&cfg, &data)?;
     let (api_listener, token) = crate::api::bind(cfg.api_bind, data.root()).await?;
     let api_addr = api_listener.local_addr()?;
 
@@ -195,6 +188,111 @@ pub async fn run(loaded: crate::config::Loaded) -> anyhow::Result<()> {
     // are decided while the WebSocket side is saturated (docs/security.md).
     crate::api::serve_on_own_runtime(api_listener, token, grasp.clone(), health.clone(), views.clone(), controller.subscribe())?;
 
+    // Step "recover, then work".
+    start_background(&grasp, &cfg, &data, &identity, &views, settings, hangups, &controller).await?;
+
+    // Step "serve": the metrics listener, then the public one.
+    let git = git_http_config(&cfg, &data, &grasp).await;
+    let connections = ConnectionLimiter::new(cfg.max_connections as usize, cfg.max_connections_per_ip as usize, cfg.ipv6_prefix_len);
+    // The metrics listener (off unless --metrics-bind): its own socket, never the public port.
+    let metrics_file = data.root().join(crate::server::metrics::ADDR_FILE);
+    let _ = std::fs::remove_file(&metrics_file);
+    if let Some(metrics_bind) = cfg.metrics_bind {
+        let listener = crate::server::metrics::bind(metrics_bind, addr).await?;
+        let metrics_addr = listener.local_addr()?;
+        let state = Arc::new(MetricsState { metrics, grasp: grasp.clone(), connections: connections.clone(), health, views: views.clone() });
+        tokio::spawn(crate::server::metrics::serve(listener, state, controller.subscribe()));
+        std::fs::write(&metrics_file, metrics_addr.to_string()).with_context(|| format!("writing {}", metrics_file.display()))?;
+        tracing::info!(%metrics_addr, "metrics on http://{metrics_addr}/metrics (probes /healthz, /readyz)");
+    }
+    let git_requests = ConnectionLimiter::new(cfg.git_max_requests as usize, cfg.git_max_requests_per_ip as usize, cfg.ipv6_prefix_len);
+    let state = Arc::new(AppState { cfg, git, grasp: grasp.clone(), limits, connections, git_requests, identity });
+    let accept = tokio::spawn(accept_loop(listener, state.clone(), controller.subscribe()));
+
+    grasp_state::atomic_file::write_atomic(&data.relay_addr_file(), addr.to_string().as_bytes(), None)
+        .with_context(|| format!("writing {}", data.relay_addr_file().display()))?;
+    tracing::info!(%addr, %api_addr, public_host = %state.cfg.public_host(), data_dir = %data.root().display(), "listening on http://{addr}");
+
+    // Step "stop", on SIGTERM or Ctrl-C.
+    wait_for_signal().await;
+    stop(controller, accept, &grasp, &data, &metrics_file).await;
+    Ok(())
+}
+
+
+/// Step "check": the hooks git runs, installed, and the CGI wrapper beside them. Without the
+/// helper binaries the relay could not serve git or authorise a push: it refuses to start rather
+/// than fail every request. Returns their paths (the readiness probe checks them again).
+fn check_helpers(cfg: &crate::config::Config, data: &DataDir) -> anyhow::Result<Vec<std::path::PathBuf>> {
+    let binaries = cfg.helper_binaries();
+    let bin_dir = binaries[0].parent().map(|p| p.to_path_buf()).unwrap_or_default();
+    for bin in &binaries {
+        if !bin.is_file() {
+            anyhow::bail!(
+                "{} not found: build every binary with `cargo build --release --workspace` \
+                 (or point --cgi-path at an installed grasp-cgi with the hooks beside it)",
+                bin.display()
+            );
+        }
+    }
+    crate::api::install_hooks(&data.hooks(), &bin_dir, data.root(), cfg.push_limits()).context("installing the git hooks")?;
+    Ok(binaries)
+}
+
+/// Step "serve": how the public listener runs git (docs/architecture.md, "Git over HTTP").
+async fn git_http_config(cfg: &crate::config::Config, data: &DataDir, grasp: &Grasp) -> crate::git::http::GitHttpConfig {
+    // git's `git-http-backend`, run directly when the relay finds it (one process start less per
+    // request).
+    let http_backend = tokio::task::spawn_blocking(crate::git::http_backend_program).await.ok().flatten();
+    crate::git::http::GitHttpConfig {
+        cgi_path: cfg.cgi_path(),
+        backend: grasp_state::git_backend::BackendSetup {
+            git_root: data.git(),
+            hooks_dir: Some(data.hooks()),
+            git: "git".into(),
+            http_backend: http_backend.clone(),
+            max_push_bytes: Some(cfg.max_push_bytes),
+            max_pr_push_bytes: Some(cfg.max_pr_push_bytes),
+        },
+        data_dir: data.root().to_path_buf(),
+        direct: true,
+        // grasp-cgi asks the hook API for the repository page's data and, on a private service,
+        // about every git request; it sets git's receive.maxInputSize from the push limit.
+        env: vec![
+            ("GRASP_DATA_DIR".into(), data.root().display().to_string()),
+            (grasp_state::push_limits::ENV_MAX_PUSH_BYTES.into(), cfg.max_push_bytes.to_string()),
+            (grasp_state::push_limits::ENV_MAX_PR_PUSH_BYTES.into(), cfg.max_pr_push_bytes.to_string()),
+            // GRASP-06: grasp-cgi serves /prs/ (or answers 404) as the relay does.
+            ("GRASP_GRASP06".into(), cfg.grasp06.to_string()),
+            // A push waits this long for another push to the repository, then is answered 503.
+            ("GRASP_PUSH_LOCK_WAIT".into(), cfg.push_lock_wait.as_secs().to_string()),
+        ]
+        .into_iter()
+        .chain(http_backend.map(|p| (grasp_state::git_env::ENV_HTTP_BACKEND.to_string(), p.display().to_string())))
+        .collect(),
+        idle_timeout: cfg.git_idle_timeout,
+        min_rate: cfg.git_min_rate,
+        prs: cfg.grasp06,
+        ref_cache: (cfg.ref_cache_bytes > 0)
+            .then(|| Arc::new(crate::git::ref_cache::RefCache::new(cfg.ref_cache_bytes, grasp.metrics.ref_cache()))),
+    }
+}
+
+/// Step "recover, then work": releases what the repositories already satisfy, then starts every
+/// background task (integrity pass, git sync, relay sync and Sync+, the relay's profile,
+/// maintenance, expiry, deferred work, copies, contributor data, pools, curation, limits,
+/// reload, checkpoints). Each ends at shutdown.
+#[allow(clippy::too_many_arguments)]
+async fn start_background(
+    grasp: &Arc<Grasp>,
+    cfg: &crate::config::Config,
+    data: &DataDir,
+    identity: &nostr::prelude::Keys,
+    views: &Arc<crate::api::views::OperatorViews>,
+    settings: Vec<crate::config::Setting>,
+    hangups: tokio::signal::unix::Signal,
+    controller: &ShutdownController,
+) -> anyhow::Result<()> {
     // Nothing is lost if the relay was down between a push's two hooks: release what the
     // repositories already satisfy.
     grasp.reconcile_all(cfg.git_idle_timeout).await;
@@ -206,23 +304,23 @@ pub async fn run(loaded: crate::config::Loaded) -> anyhow::Result<()> {
     });
 
     // Background sync: fetch what the purgatory waits for from the other clone URLs it knows.
-    let (_, sync_stats) = crate::sync::start(&grasp, crate::sync::SyncConfig::from_config(&cfg), controller.subscribe());
+    let (_, sync_stats) = crate::sync::start(grasp, crate::sync::SyncConfig::from_config(cfg), controller.subscribe());
     let _ = views.sync_stats.set(sync_stats);
     // Relay-to-relay event sync (GRASP-02): follow the relays accepted repositories list.
-    if let Some(mut peers) = crate::peers::PeersConfig::from_config(&cfg) {
+    if let Some(mut peers) = crate::peers::PeersConfig::from_config(cfg) {
         if cfg.private {
             let path = cfg.service_key_file();
             let keys = crate::peers::service_key::load_or_create(&path)?;
             tracing::info!(npub = %crate::peers::service_key::npub(&keys), path = %path.display(), "private service key: list it as a member on the --private-sync-peer relays");
             peers.auth_keys = Some(keys);
         }
-        let (_, relay_sync) = crate::peers::start(&grasp, peers, data.relay_sync_file(), controller.subscribe())?;
+        let (_, relay_sync) = crate::peers::start(grasp, peers, data.relay_sync_file(), controller.subscribe())?;
         let _ = views.relay_sync.set(relay_sync);
     }
     // The relay's own profile and relay list, on the index relays that hold none for its key yet.
     let index_relays = cfg.index_relays();
     if !index_relays.is_empty() {
-        let sync = crate::sync::SyncConfig::from_config(&cfg);
+        let sync = crate::sync::SyncConfig::from_config(cfg);
         let publication = crate::peers::profile::SelfPublication {
             keys: identity.clone(),
             public_host: cfg.public_host(),
@@ -255,63 +353,12 @@ pub async fn run(loaded: crate::config::Loaded) -> anyhow::Result<()> {
         cfg.checkpoint_interval(),
         controller.subscribe(),
     ));
+    Ok(())
+}
 
-    // git's `git-http-backend`, run directly when the relay finds it (one process start less per
-    // request).
-    let http_backend = tokio::task::spawn_blocking(crate::git::http_backend_program).await.ok().flatten();
-    let git = crate::git::http::GitHttpConfig {
-        cgi_path: cfg.cgi_path(),
-        backend: grasp_state::git_backend::BackendSetup {
-            git_root: data.git(),
-            hooks_dir: Some(data.hooks()),
-            git: "git".into(),
-            http_backend: http_backend.clone(),
-            max_push_bytes: Some(cfg.max_push_bytes),
-            max_pr_push_bytes: Some(cfg.max_pr_push_bytes),
-        },
-        data_dir: data.root().to_path_buf(),
-        direct: true,
-        // grasp-cgi asks the hook API for the repository page's data and, on a private service,
-        // about every git request; it sets git's receive.maxInputSize from the push limit.
-        env: vec![
-            ("GRASP_DATA_DIR".into(), data.root().display().to_string()),
-            (grasp_state::push_limits::ENV_MAX_PUSH_BYTES.into(), cfg.max_push_bytes.to_string()),
-            (grasp_state::push_limits::ENV_MAX_PR_PUSH_BYTES.into(), cfg.max_pr_push_bytes.to_string()),
-            // GRASP-06: grasp-cgi serves /prs/ (or answers 404) as the relay does.
-            ("GRASP_GRASP06".into(), cfg.grasp06.to_string()),
-            // A push waits this long for another push to the repository, then is answered 503.
-            ("GRASP_PUSH_LOCK_WAIT".into(), cfg.push_lock_wait.as_secs().to_string()),
-        ]
-        .into_iter()
-        .chain(http_backend.map(|p| (grasp_state::git_env::ENV_HTTP_BACKEND.to_string(), p.display().to_string())))
-        .collect(),
-        idle_timeout: cfg.git_idle_timeout,
-        min_rate: cfg.git_min_rate,
-        prs: cfg.grasp06,
-        ref_cache: (cfg.ref_cache_bytes > 0)
-            .then(|| Arc::new(crate::git::ref_cache::RefCache::new(cfg.ref_cache_bytes, grasp.metrics.ref_cache()))),
-    };
-    let connections = ConnectionLimiter::new(cfg.max_connections as usize, cfg.max_connections_per_ip as usize, cfg.ipv6_prefix_len);
-    // The metrics listener (off unless --metrics-bind): its own socket, never the public port.
-    let metrics_file = data.root().join(crate::server::metrics::ADDR_FILE);
-    let _ = std::fs::remove_file(&metrics_file);
-    if let Some(metrics_bind) = cfg.metrics_bind {
-        let listener = crate::server::metrics::bind(metrics_bind, addr).await?;
-        let metrics_addr = listener.local_addr()?;
-        let state = Arc::new(MetricsState { metrics, grasp: grasp.clone(), connections: connections.clone(), health, views: views.clone() });
-        tokio::spawn(crate::server::metrics::serve(listener, state, controller.subscribe()));
-        std::fs::write(&metrics_file, metrics_addr.to_string()).with_context(|| format!("writing {}", metrics_file.display()))?;
-        tracing::info!(%metrics_addr, "metrics on http://{metrics_addr}/metrics (probes /healthz, /readyz)");
-    }
-    let git_requests = ConnectionLimiter::new(cfg.git_max_requests as usize, cfg.git_max_requests_per_ip as usize, cfg.ipv6_prefix_len);
-    let state = Arc::new(AppState { cfg, git, grasp: grasp.clone(), limits, connections, git_requests, identity });
-    let accept = tokio::spawn(accept_loop(listener, state.clone(), controller.subscribe()));
-
-    grasp_state::atomic_file::write_atomic(&data.relay_addr_file(), addr.to_string().as_bytes(), None)
-        .with_context(|| format!("writing {}", data.relay_addr_file().display()))?;
-    tracing::info!(%addr, %api_addr, public_host = %state.cfg.public_host(), data_dir = %data.root().display(), "listening on http://{addr}");
-
-    wait_for_signal().await;
+/// Step "stop": open work finishes (bounded by [`SHUTDOWN_GRACE`]), acknowledged events go to
+/// the store, the last checkpoint is written, the address files go.
+async fn stop(controller: ShutdownController, accept: tokio::task::JoinHandle<()>, grasp: &Grasp, data: &DataDir, metrics_file: &std::path::Path) {
     tracing::info!("shutting down");
     if !controller.wait_for_tasks(SHUTDOWN_GRACE).await {
         tracing::warn!("some connections did not finish within {SHUTDOWN_GRACE:?}");
@@ -320,14 +367,13 @@ pub async fn run(loaded: crate::config::Loaded) -> anyhow::Result<()> {
     // Events answered from the log of acknowledged events go to the store now, not at the next start.
     grasp.relay.store().flush().await;
     // Background mutation has stopped: write the final checkpoint.
-    match crate::grasp::lifecycle::checkpoint(&grasp, data.root()).await {
+    match crate::grasp::lifecycle::checkpoint(grasp, data.root()).await {
         Ok(()) => tracing::info!("purgatory checkpoint written"),
         Err(e) => tracing::error!(error = %e, "final purgatory checkpoint failed"),
     }
     let _ = std::fs::remove_file(data.relay_addr_file());
-    let _ = std::fs::remove_file(&metrics_file);
+    let _ = std::fs::remove_file(metrics_file);
     tracing::info!("stopped");
-    Ok(())
 }
 
 async fn wait_for_signal() {
