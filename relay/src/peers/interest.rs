@@ -45,12 +45,45 @@ pub async fn load(grasp: &Grasp, index: &mut InterestIndex) {
             }
         }
         drop(page);
+        // A page of one second's events, none new: that second holds more than a page (the
+        // store answers its newest page again and again). Its ids are listed (ids and times
+        // only), the unseen ones read by id, a page at a time; then paging moves back a second.
+        if stamps.len() == PAGE && !stamps.iter().any(|(_, new)| *new) {
+            if let Some(second) = stamps.iter().map(|(at, _)| *at).min() {
+                read_crowded_second(grasp, index, &mut seen, second).await;
+            }
+        }
         match next_until(&stamps) {
             Some(next) => until = Some(next),
             None => break,
         }
     }
     index.set_held(&grasp.purgatory.held_announcement_events(), compact);
+}
+
+/// Most announcements of one second [`read_crowded_second`] lists.
+const MAX_PER_SECOND: usize = 1_000_000;
+
+/// Every stored announcement of `second` not `seen` yet, into `index`.
+async fn read_crowded_second(grasp: &Grasp, index: &mut InterestIndex, seen: &mut HashSet<EventId>, second: Timestamp) {
+    let filter = Filter::new().kind(Kind::Custom(KIND_ANNOUNCEMENT)).since(second).until(second);
+    let items = match grasp.relay.store().negentropy_items(filter, MAX_PER_SECOND).await {
+        Ok(items) => items,
+        Err(e) => {
+            tracing::warn!(error = %e, "listing a crowded second of announcements for relay sync failed");
+            return;
+        }
+    };
+    let unseen: Vec<EventId> = items.into_iter().map(|(id, _)| id).filter(|id| !seen.contains(id)).collect();
+    for chunk in unseen.chunks(PAGE) {
+        for ev in grasp.query(vec![Filter::new().ids(chunk.iter().copied()).limit(chunk.len())]).await {
+            if seen.insert(ev.id) {
+                if let Some(a) = compact(&ev) {
+                    index.add_stored(a);
+                }
+            }
+        }
+    }
 }
 
 /// The root events of a served repository: ids of stored events tagging it, newest
@@ -79,8 +112,8 @@ const MAX_PAGES: usize = 2_000_000;
 /// entries; `None` when this page was the last (shorter than [`PAGE`]). The next page starts at
 /// this page's oldest second again (more events of that second may follow; the ones seen are
 /// skipped), one second earlier when the page brought nothing new (a second holding more than a
-/// page of events is read only a page deep), so every page either brings a new event or moves
-/// back.
+/// page of events is then read by id first: [`read_crowded_second`]), so every page either brings
+/// a new event or moves back.
 fn next_until(stamps: &[(Timestamp, bool)]) -> Option<Timestamp> {
     if stamps.len() < PAGE {
         return None;
@@ -107,6 +140,31 @@ pub fn compact(ev: &Event) -> Option<Announcement> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// More announcements of one second than a page: every one is read (a second is not read
+    /// only a page deep).
+    #[tokio::test]
+    async fn a_second_holding_more_than_a_page_is_read_whole() {
+        use grasp_state::purgatory::{clock::SystemClock, Purgatory, PurgatoryConfig};
+        use nostr::prelude::{EventBuilder, FinalizeEvent, Keys, Tag};
+        use std::sync::Arc;
+        let dir = tempfile::tempdir().unwrap();
+        let store = crate::store::Store::open(&dir.path().join("events")).await.unwrap();
+        let relay = Arc::new(crate::store::relay::Relay::new(store));
+        let purgatory = Purgatory::new(PurgatoryConfig::default(), Arc::new(SystemClock));
+        let layout = grasp_state::identifier::RepoLayout::new(dir.path().join("git"));
+        let grasp = Grasp::new(relay, purgatory, layout, dir.path().join("hooks"), "localhost".into(), Arc::new(crate::metrics::Metrics::new()));
+        let at = Timestamp::from(1_700_000_000);
+        let n = PAGE * 2 + 17;
+        for i in 0..n {
+            let tags = [Tag::parse(["d", &format!("r{i}")]).unwrap(), Tag::parse(["relays", "wss://relay.example"]).unwrap()];
+            let ev = EventBuilder::new(Kind::Custom(KIND_ANNOUNCEMENT), "").tags(tags).custom_created_at(at).finalize(&Keys::generate()).unwrap();
+            grasp.relay.publish(&ev).await.unwrap();
+        }
+        let mut index = InterestIndex::new(Box::new(|_: &RelayUrl| false), BTreeSet::new(), None);
+        load(&grasp, &mut index).await;
+        assert_eq!(index.len(), n, "every announcement of the crowded second is followed");
+    }
 
     fn page(stamps: &[(u64, bool)]) -> Vec<(Timestamp, bool)> {
         stamps.iter().map(|(at, new)| (Timestamp::from(*at), *new)).collect()
