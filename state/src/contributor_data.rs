@@ -122,6 +122,15 @@ impl ContributorBudget {
     }
 }
 
+/// Bytes of one pull request's data to charge to its author.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Charge {
+    pub id: EventId,
+    pub author: PublicKey,
+    pub identifier: String,
+    pub bytes: u64,
+}
+
 /// The data of one pull request event (or update).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ContributorEntry {
@@ -250,6 +259,44 @@ impl ContributorLedger {
         };
         self.insert(id, entry);
         true
+    }
+
+    /// Checks every one of `charges` (one push's, from `address`), each against the sums with
+    /// the ones before it added, then records them all; on a refusal nothing is recorded. The
+    /// same verdicts as checking and charging one by one on a copy, without copying the ledger.
+    pub fn charge_all(&mut self, budget: &ContributorBudget, charges: &[Charge], address: Option<IpAddr>, now: u64) -> Result<(), ContributorFull> {
+        // The entries this push makes, with the author and address they keep.
+        let mut made: Vec<(EventId, PublicKey, Option<IpAddr>)> = Vec::new();
+        let (mut by_author, mut by_address, mut total) = (HashMap::<PublicKey, u64>::new(), HashMap::<IpAddr, u64>::new(), 0u64);
+        for c in charges {
+            let kept = match self.entries.get(&c.id) {
+                Some(e) => Some((e.author, e.address)),
+                None => made.iter().find(|(id, _, _)| *id == c.id).map(|(_, author, to)| (*author, *to)),
+            };
+            if c.bytes > 0 && kept.is_none() && self.entries.len() + made.len() >= MAX_ENTRIES {
+                return Err(ContributorFull { scope: ContributorScope::Total, author: c.author, held: self.total, budget: budget.total.min(self.total) });
+            }
+            let (mine, theirs) = {
+                let (held_mine, held_theirs, _) = self.held(&c.author, address);
+                let author_added = by_author.get(&c.author).copied().unwrap_or(0);
+                (held_mine + author_added, address.map(|a| held_theirs + by_address.get(&a).copied().unwrap_or(0)))
+            };
+            budget.check((c.author, mine), theirs, self.total + total, c.bytes)?;
+            // An entry already here keeps its author and address: the bytes are theirs.
+            let (author, to) = kept.unwrap_or((c.author, address));
+            *by_author.entry(author).or_default() += c.bytes;
+            if let Some(a) = to {
+                *by_address.entry(a).or_default() += c.bytes;
+            }
+            total += c.bytes;
+            if kept.is_none() {
+                made.push((c.id, c.author, address));
+            }
+        }
+        for c in charges {
+            self.charge(c.id, c.author, address, &c.identifier, c.bytes, now);
+        }
+        Ok(())
     }
 
     /// Replaces the bytes of `id` by what the disk says (reconciliation); 0 removes it (merged:
@@ -442,6 +489,33 @@ mod tests {
     }
 
     proptest! {
+        #[test]
+        fn charging_a_push_at_once_is_charging_a_copy_one_by_one(
+            before in proptest::collection::vec((0u8..6, 0u8..3, 0u8..3, 0u64..400), 0..8),
+            push in proptest::collection::vec((0u8..6, 0u8..3, 0u64..400), 0..5),
+            from in proptest::option::of(0u8..3),
+        ) {
+            let budget = ContributorBudget { per_author: 700, per_address: 900, total: 1500 };
+            let mut l = ContributorLedger::default();
+            for (n, who, at, bytes) in before {
+                l.charge(id(n), key(who), ip(at), "r", bytes, 0);
+            }
+            let address = from.and_then(ip);
+            let charges: Vec<Charge> = push.iter().map(|(n, who, bytes)| Charge { id: id(*n), author: key(*who), identifier: "r".into(), bytes: *bytes }).collect();
+            let mut copy = l.clone();
+            let naive = charges.iter().try_for_each(|c| {
+                copy.check(&budget, &c.author, address, &c.id, c.bytes)?;
+                copy.charge(c.id, c.author, address, &c.identifier, c.bytes, 1);
+                Ok::<(), ContributorFull>(())
+            });
+            let mut at_once = l.clone();
+            let got = at_once.charge_all(&budget, &charges, address, 1);
+            prop_assert_eq!(got.is_ok(), naive.is_ok());
+            let expected = if naive.is_ok() { copy } else { l };
+            prop_assert_eq!(at_once.to_file(), expected.to_file());
+            at_once.assert_consistent();
+        }
+
         #[test]
         fn sums_follow_any_sequence(ops in proptest::collection::vec((0u8..4, 0u8..6, 0u8..3, 0u8..3, 0u64..1000), 0..60)) {
             let mut l = ContributorLedger::default();

@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
-use grasp_state::contributor_data::{ContributorBudget, ContributorFull, ContributorLedger, ContributorView, LedgerFile};
+use grasp_state::contributor_data::{Charge, ContributorBudget, ContributorFull, ContributorLedger, ContributorView, LedgerFile};
 use nostr::prelude::{EventId, Filter, Kind, PublicKey, Timestamp};
 
 use crate::git;
@@ -130,17 +130,10 @@ impl ContributorData {
         self.ledger().check(&budget, author, address, id, incoming)
     }
 
-    /// Checks every charge, then records them all (or none).
+    /// Checks every charge, then records them all (or none): [`ContributorLedger::charge_all`].
     pub fn charge_all(&self, charges: &[Charge], address: Option<IpAddr>) -> Result<(), ContributorFull> {
         let budget = self.budget();
-        let mut ledger = self.ledger();
-        let mut trial = ledger.clone();
-        for c in charges {
-            trial.check(&budget, &c.author, address, &c.id, c.bytes)?;
-            trial.charge(c.id, c.author, address, &c.identifier, c.bytes, now_secs());
-        }
-        *ledger = trial;
-        drop(ledger);
+        self.ledger().charge_all(&budget, charges, address, now_secs())?;
         if !charges.is_empty() {
             self.changed();
         }
@@ -249,15 +242,6 @@ enum Measured {
 
 fn now_secs() -> u64 {
     Timestamp::now().as_secs()
-}
-
-/// Bytes of one pull request's data to charge to its author.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Charge {
-    pub id: EventId,
-    pub author: PublicKey,
-    pub identifier: String,
-    pub bytes: u64,
 }
 
 /// Splits a push's `incoming` bytes over the pull requests it brings (the first takes the
