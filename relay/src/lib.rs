@@ -58,7 +58,8 @@
 //!   refs and HEAD read from a files-backend repository without a process (`ref_files`), bare
 //!   repositories built aside (`build`, `repos`), the fast "surely missing" object check
 //!   (`objects`), object pools on disk (`pools`), git smart HTTP through `grasp-cgi` (`http`),
-//!   each child in its own process group, ended with its request (`cgi_child`); the ref cache
+//!   each child in its own process group, ended with its request (`cgi_child`), a push run with
+//!   `pre-receive` alone and released by the relay itself (`supervised_push`); the ref cache
 //!   (`ref_cache`: git's own ref advertisements and v2 `ls-refs` answers served again while
 //!   the repository's `ref_fingerprint` is unchanged; `ref_generation`: the counters every ref
 //!   change the relay makes or hears of bumps).

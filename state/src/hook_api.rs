@@ -169,6 +169,14 @@ impl PostReceiveResponse {
             messages,
         }
     }
+
+    /// The lines the pusher is shown (as `remote:` lines): the messages, then one line per
+    /// released event. The `post-receive` hook prints them; the relay's listener, which does
+    /// the hook's work itself for a push it runs, puts them in git's answer.
+    pub fn lines(&self) -> Vec<String> {
+        let released = self.released.iter().map(|ev| format!("grasp: released {} (kind {}): {}", ev.id, ev.kind, ev.summary));
+        self.messages.iter().cloned().chain(released).collect()
+    }
 }
 
 /// Operator listing of every repository directory (`GET`, same token): [`RepoListing`].

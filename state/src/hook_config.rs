@@ -18,6 +18,11 @@ use crate::push_limits::{PushLimits, ENV_MAX_PR_PUSH_BYTES, ENV_MAX_PUSH_BYTES};
 /// The file's name in the hooks directory.
 pub const FILE_NAME: &str = "grasp-hooks.conf";
 
+/// The directory inside the hooks directory that holds `pre-receive` alone (and its
+/// configuration): the hooks of a push the relay's listener runs from end to end, doing what
+/// `post-receive` would itself (docs/architecture.md, "A push under the relay's listener").
+pub const PRE_RECEIVE_ONLY_DIR: &str = "pre-receive-only";
+
 /// The name of the data directory's line (the variable the hooks also read).
 pub const DATA_DIR: &str = "GRASP_DATA_DIR";
 

@@ -7,6 +7,9 @@
 //!   `pre-receive` input) and [`refs::RefMap`] (a repository's refs).
 //! - [`ref_files`]: a files-backend repository's `packed-refs` and loose ref files parsed
 //!   without git (the relay reads refs without a process where that is safe).
+//! - [`receive_pack`]: a push the relay's listener runs from end to end: its commands read
+//!   from the request, the updates git applied, the release's lines in git's side band.
+//! - [`pkt_line`]: git's pkt-line framing, read and written.
 //! - [`ref_read`]: which small git reads (the upload-pack ref advertisement, v2 `ls-refs`) the
 //!   relay's ref cache may answer, and their key.
 //! - [`nip34`]: NIP-34 events as types: [`nip34::Announcement`] (30617),
@@ -119,10 +122,12 @@ pub mod maintainers;
 pub mod nip34;
 pub mod outbox;
 pub mod owner_quota;
+pub mod pkt_line;
 pub mod pool;
 pub mod prs;
 pub mod purgatory;
 pub mod push;
+pub mod receive_pack;
 pub mod push_limits;
 pub mod push_index;
 pub mod push_lock;

@@ -113,20 +113,13 @@ impl GitService {
     }
 }
 
-/// A git pkt-line: four hex digits of length (themselves included), then `payload`.
-fn pkt_line(payload: &[u8]) -> Vec<u8> {
-    let mut out = format!("{:04x}", payload.len() + 4).into_bytes();
-    out.extend_from_slice(payload);
-    out
-}
-
 /// The answer to `GET <contributor path>/info/refs?service=<service>` when no repository exists
 /// at that path: the smart-HTTP (protocol v0) ref advertisement of an empty repository, as `git
 /// http-backend` gives it: `(content type, body)`. A client asking for protocol v2 reads it as a
 /// server speaking v0 (git falls back by itself). A clone gets an empty repository; a push sends
 /// everything it has, and its `POST` creates the repository.
 pub fn empty_advertisement(service: GitService) -> (String, Vec<u8>) {
-    let mut body = pkt_line(format!("# service={}\n", service.name()).as_bytes());
+    let mut body = crate::pkt_line::encode(format!("# service={}\n", service.name()).as_bytes());
     body.extend_from_slice(b"0000");
     let caps = format!(
         "{} capabilities^{{}}\0{} agent=grasp-relay/{}\n",
@@ -134,7 +127,7 @@ pub fn empty_advertisement(service: GitService) -> (String, Vec<u8>) {
         service.capabilities(),
         env!("CARGO_PKG_VERSION")
     );
-    body.extend_from_slice(&pkt_line(caps.as_bytes()));
+    body.extend_from_slice(&crate::pkt_line::encode(caps.as_bytes()));
     body.extend_from_slice(b"0000");
     (format!("application/x-{}-advertisement", service.name()), body)
 }

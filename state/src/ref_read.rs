@@ -18,6 +18,8 @@
 //! answer depends on, except the client's `agent=` capability (git records it and answers the
 //! same whatever it says), so one cached answer serves every client version.
 
+use crate::pkt_line::{next_packet, Packet};
+
 /// Largest `ls-refs` request body the cache keys (a `git ls-remote` or fetch sends ~100 bytes;
 /// many `ref-prefix` lines stay far below): a bigger one goes to git, so hostile bodies cannot
 /// make large keys.
@@ -127,29 +129,6 @@ fn is_agent(line: &[u8]) -> bool {
     let line = line.strip_suffix(b"\n").unwrap_or(line);
     line.strip_prefix(b"agent=")
         .is_some_and(|agent| !agent.is_empty() && agent.iter().all(|b| (0x21..0x7f).contains(b)))
-}
-
-enum Packet<'a> {
-    Flush,
-    Delim,
-    ResponseEnd,
-    Data(&'a [u8]),
-}
-
-/// One pkt-line: four hex digits of length (header included), then the payload.
-fn next_packet(buf: &[u8]) -> Option<(Packet<'_>, &[u8])> {
-    let header = buf.get(..4)?;
-    if !header.iter().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()) {
-        return None;
-    }
-    let len = usize::from_str_radix(std::str::from_utf8(header).ok()?, 16).ok()?;
-    match len {
-        0 => Some((Packet::Flush, &buf[4..])),
-        1 => Some((Packet::Delim, &buf[4..])),
-        2 => Some((Packet::ResponseEnd, &buf[4..])),
-        3 | 4 => None,
-        n => Some((Packet::Data(buf.get(4..n)?), &buf[n..])),
-    }
 }
 
 #[cfg(test)]

@@ -124,6 +124,7 @@ impl GitHttpServer {
                 grasp_relay::git::ref_cache::DEFAULT_BUDGET,
                 Default::default(),
             ))),
+            supervised_pushes: None,
         })
     }
 

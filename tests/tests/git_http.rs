@@ -616,6 +616,7 @@ fn fake_cgi_server(tmp: &Path, script: &str) -> GitHttpServer {
         env: vec![("FAKE_CGI_DIR".into(), tmp.to_str().unwrap().into())],
         direct: false,
         ref_cache: None,
+        supervised_pushes: None,
     })
 }
 
@@ -686,6 +687,7 @@ fn broken_cgi_gives_502_with_cors() {
         env: vec![],
         direct: true,
         ref_cache: None,
+        supervised_pushes: None,
     });
     let resp = client
         .get(format!("{}/a/b.git/info/refs", missing.base_url()))

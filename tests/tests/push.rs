@@ -76,6 +76,48 @@ async fn state_then_push_releases_state_and_announcement() {
     clone(&repo.url, &tmp.path().join("clone"), &[]).unwrap();
 }
 
+/// Under the relay's own listener a push runs `pre-receive` alone: the relay does what
+/// `post-receive` would itself, before git's answer ends, and puts the same lines in it
+/// (docs/architecture.md, "A push under the relay's listener").
+#[tokio::test]
+async fn a_push_to_the_listener_is_released_without_a_post_receive_process() {
+    let server = TestServer::start();
+    let tmp = tempfile::tempdir().unwrap();
+    // The installed post-receive hook, replaced by one that leaves a mark if git starts it (the
+    // installed one is a hard link to the binary: removed first, never written through).
+    let mark = tmp.path().join("post-receive-ran");
+    let hook = server.data_dir().join("hooks").join("post-receive");
+    std::fs::remove_file(&hook).unwrap();
+    std::fs::write(&hook, format!("#!/bin/sh\ntouch '{}'\n", mark.display())).unwrap();
+    std::fs::set_permissions(&hook, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let mut c = connect(&server).await;
+    let owner = Keys::generate();
+    let (ann, repo, tip, st) = ready_to_push(&server, &mut c, &owner, "listener", tmp.path()).await;
+    let out = repo.push(&["main"]).unwrap();
+    assert!(says_released(&out, &st) && says_released(&out, &ann), "{out}");
+    assert!(out.contains(&format!("remote: grasp: released {}", st.id.to_hex())), "shown as git shows a hook's lines: {out}");
+    // Released before `git push` returned, as with the hook.
+    assert!(stored(&mut c, st.id).await && stored(&mut c, ann.id).await);
+    assert!(!mark.exists(), "no post-receive process ran");
+    // An update after it: released the same way; a push git refuses releases nothing.
+    let next = repo.commit("b.txt", "two");
+    let st2 = state_at(&owner, "listener", &[("refs/heads/main", &next)], Some("main"), now() + 1);
+    held(&mut c, &st2).await;
+    let out = repo.push(&["main"]).unwrap();
+    assert!(says_released(&out, &st2), "{out}");
+    let stray = repo.commit("c.txt", "three");
+    let err = repo.push(&["main"]).unwrap_err();
+    assert!(err.contains("grasp: push rejected") && !err.contains("grasp: released"), "{err}");
+    assert_eq!(bare_refs(&repo_dir(&server, &owner.public_key(), "listener")), refs(&[("refs/heads/main", &next)]));
+    assert_ne!(stray, tip);
+    assert!(!mark.exists(), "no post-receive process ran");
+    // Pushed straight into the repository (git's own hooks, no listener), the mark shows: a
+    // git-first placeholder, which the relay accepts from anyone.
+    let placeholder = format!("HEAD:refs/nostr/{}", "ab".repeat(32));
+    push_on_disk(&repo.work, &repo_dir(&server, &owner.public_key(), "listener"), None, &[&placeholder]).unwrap();
+    assert!(mark.exists(), "the marking hook works: the test can fail");
+}
+
 /// The conformance suite's fixtures (and people) clone the new, empty repository, commit and run
 /// `git branch main` themselves: the clone must not come with a `main` branch of its own, so the
 /// repository's `HEAD` is left where `git init --bare` puts it (docs/protocol.md#release-and-alignment).

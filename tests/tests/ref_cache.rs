@@ -32,6 +32,7 @@ fn git_server(root: &Path, cache: Option<Arc<RefCache>>) -> GitHttpServer {
         min_rate: grasp_state::transfer::DEFAULT_MIN_RATE,
         prs: false,
         ref_cache: cache,
+        supervised_pushes: None,
     })
 }
 

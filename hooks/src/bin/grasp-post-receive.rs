@@ -17,11 +17,8 @@ fn main() {
     })();
     match result {
         Ok(resp) => {
-            for line in &resp.messages {
-                say(line);
-            }
-            for ev in &resp.released {
-                say(&format!("grasp: released {} (kind {}): {}", ev.id, ev.kind, ev.summary));
+            for line in resp.lines() {
+                say(&line);
             }
         }
         // The push has already landed; the relay reconciles on its own (at startup and on the

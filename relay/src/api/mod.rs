@@ -540,12 +540,21 @@ pub fn render_authority_report(report: &grasp_state::hook_api::AuthorityReport, 
 /// atomically at every start, so hooks of older versions (shell scripts) and of older binaries
 /// are replaced; a running push keeps the hook it started.
 pub fn install_hooks(hooks_dir: &Path, bin_dir: &Path, data_dir: &Path, limits: grasp_state::push_limits::PushLimits) -> Result<()> {
+    use grasp_state::hook_config::PRE_RECEIVE_ONLY_DIR;
+    install_hooks_in(hooks_dir, bin_dir, data_dir, limits, &[("pre-receive", "grasp-pre-receive"), ("post-receive", "grasp-post-receive")])?;
+    // The hooks of a push the relay's listener runs from end to end (`crate::git::supervised_push`).
+    install_hooks_in(&hooks_dir.join(PRE_RECEIVE_ONLY_DIR), bin_dir, data_dir, limits, &[("pre-receive", "grasp-pre-receive")])
+}
+
+/// [`install_hooks`] of `hooks` (hook name, binary name) into `hooks_dir`, with their
+/// configuration.
+fn install_hooks_in(hooks_dir: &Path, bin_dir: &Path, data_dir: &Path, limits: grasp_state::push_limits::PushLimits, hooks: &[(&str, &str)]) -> Result<()> {
     use grasp_state::hook_config::{HookConfig, FILE_NAME};
     std::fs::create_dir_all(hooks_dir)?;
     let config = HookConfig { data_dir: data_dir.to_path_buf(), limits }.render()?;
     write_atomic(&hooks_dir.join(FILE_NAME), &config, Some(0o644))
         .with_context(|| format!("cannot write {}", hooks_dir.join(FILE_NAME).display()))?;
-    for (hook, bin) in [("pre-receive", "grasp-pre-receive"), ("post-receive", "grasp-post-receive")] {
+    for &(hook, bin) in hooks {
         let (bin_path, hook_path) = (bin_dir.join(bin), hooks_dir.join(hook));
         let how = match grasp_state::atomic_file::link_atomic(&bin_path, &hook_path) {
             Ok(()) => "hard link",

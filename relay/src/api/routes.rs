@@ -104,7 +104,8 @@ fn post_pre_receive(c: Call<'_>) -> BoxFuture<'_, Response<Body>> {
     })
 }
 
-/// `POST /v1/post-receive`: the push's data arrived; release what it satisfies.
+/// `POST /v1/post-receive`: the push's data arrived; release what it satisfies
+/// ([`Grasp::push_arrived`]).
 fn post_post_receive(c: Call<'_>) -> BoxFuture<'_, Response<Body>> {
     Box::pin(async move {
         let req = match parse::<HookRequest>(c.body) {
@@ -112,28 +113,9 @@ fn post_post_receive(c: Call<'_>) -> BoxFuture<'_, Response<Body>> {
             Err(resp) => return *resp,
         };
         let Some(owner) = owner(&req.owner) else { return error(StatusCode::BAD_REQUEST, "owner is not an npub") };
-        let grasp = c.grasp;
-        // The push's refs are written: no answer the ref cache made before counts any more
-        // (the pusher is answered after this hook).
-        if let Some(path) = grasp.path_of(&RepoId { owner, identifier: req.identifier.clone(), space: req.space }) {
-            crate::git::ref_generation::bump(&path);
-        }
-        let address = pusher(grasp, &req);
-        let mut answer = match req.space {
-            RepoSpace::Hosted => grasp.metrics.push_release(grasp.git_arrived(&owner, &req.identifier, &req.updates, address)).await,
-            RepoSpace::Prs => grasp.metrics.push_release(grasp.contribution_arrived(&owner, &req.identifier, &req.updates, address)).await,
-        };
-        // A replica set's durability (`--replica-acks`): the others serve the push first.
-        if let (Some(acks), RepoSpace::Hosted) = (grasp.replica_acks.get(), req.space) {
-            if let Some(repo) = grasp.repo_path(&owner, &req.identifier) {
-                if let Ok(refs) = crate::grasp::blocking(move || crate::git::read_refs(&repo)).await {
-                    answer.messages.push(acks.confirm_push(&req.owner, &req.identifier, &refs).await);
-                }
-            }
-        }
-        let resp = json(StatusCode::OK, &answer);
-        crate::grasp::maintenance::after_push(grasp, &RepoId { owner, identifier: req.identifier, space: req.space });
-        resp
+        let client = req.client.as_deref().and_then(|a| a.parse().ok());
+        let repo = RepoId { owner, identifier: req.identifier, space: req.space };
+        json(StatusCode::OK, &c.grasp.push_arrived(repo, &req.updates, client).await)
     })
 }
 

@@ -60,6 +60,10 @@ use std::time::Duration;
 use tokio::process::{ChildStdout, Command};
 
 use super::cgi_child::{self, Abandoned, CgiControl};
+use super::supervised_push::{self, ReleasingBody, SupervisedPushes};
+use grasp_state::purgatory::RepoId;
+use grasp_state::receive_pack::{self, CommandsRead, SideBand};
+use grasp_state::refs::RefUpdate;
 use super::ref_cache::{Answer, RefCache, MAX_ANSWER_BYTES};
 use super::ref_fingerprint::{self, Fingerprint};
 use super::ref_generation::RepoIdentity;
@@ -99,6 +103,9 @@ pub struct GitHttpConfig {
     /// The ref cache answering a plain request's ref advertisement and v2 `ls-refs` without git
     /// (`super::ref_cache`); `None`: git answers every request (`--ref-cache-bytes 0`).
     pub ref_cache: Option<Arc<RefCache>>,
+    /// Pushes the listener runs from end to end, doing what `post-receive` would itself
+    /// (`super::supervised_push`); `None`: both hooks run for every push.
+    pub supervised_pushes: Option<SupervisedPushes>,
 }
 
 /// Serves one request: a plain git request by starting `git http-backend` itself
@@ -127,6 +134,10 @@ pub async fn serve(
     };
     let what = format!("{} {} from {}", req.method(), req.uri().path(), remote_addr.ip());
     let git_protocol = req.headers().get("git-protocol").map(|v| v.as_bytes().to_vec());
+    // A push's commands are read from its body only when git reads it as sent (not compressed).
+    let follow_push = cfg.supervised_pushes.is_some()
+        && plain.as_ref().is_some_and(|p| p.push && p.post)
+        && req.headers().get(hyper::header::CONTENT_ENCODING).is_none();
     let vars = cgi_env(&req, path_info, remote_addr);
     let mut body = RequestBody { prefix: Bytes::new(), rest: req.into_body() };
     // A v2 upload-pack request is an `ls-refs` the cache may answer if its (small) body says so,
@@ -139,6 +150,13 @@ pub async fn serve(
             Err(resp) => return with_cors(resp),
         },
         None => Shortcut::None,
+    };
+    let commands = match follow_push {
+        true => match body.read_commands(cfg.idle_timeout).await {
+            Ok(commands) => commands,
+            Err(resp) => return with_cors(resp),
+        },
+        false => None,
     };
     let direct = match plain {
         Some(plain) => {
@@ -183,7 +201,8 @@ pub async fn serve(
                 },
                 _ => None,
             };
-            run_backend(body, vars, what, direct, capture, cfg, shutdown).await
+            let push = commands.map(|(updates, side_band)| (updates, side_band, remote_addr.ip()));
+            run_backend(body, vars, what, direct, capture, cfg, shutdown, push).await
         }
         None => run_cgi(body, vars, what, cfg, shutdown).await,
     };
@@ -368,10 +387,26 @@ impl RequestBody {
     /// Reads the body until it ends (`Ok(true)`) or holds more than `max` bytes (`Ok(false)`),
     /// within `idle` in all. The error is the answer to a client that sent too little or went.
     async fn read_prefix(&mut self, max: usize, idle: Duration) -> Result<bool, Response<Body>> {
+        self.read_prefix_until(max, idle, |_| false).await
+    }
+
+    /// A push's commands at the head of its body ([`receive_pack::read_commands`]), reading
+    /// what they need (within `idle`); `None` for a push the listener does not follow.
+    async fn read_commands(&mut self, idle: Duration) -> Result<Option<(Vec<RefUpdate>, SideBand)>, Response<Body>> {
+        let read = |head: &[u8]| !matches!(receive_pack::read_commands(head), CommandsRead::NeedMore);
+        self.read_prefix_until(receive_pack::MAX_COMMANDS_BYTES, idle, read).await?;
+        Ok(match receive_pack::read_commands(&self.prefix) {
+            CommandsRead::Complete { updates, side_band } => Some((updates, side_band)),
+            _ => None,
+        })
+    }
+
+    /// [`RequestBody::read_prefix`] that also stops once `enough` says so of what was read.
+    async fn read_prefix_until(&mut self, max: usize, idle: Duration, enough: impl Fn(&[u8]) -> bool) -> Result<bool, Response<Body>> {
         let deadline = tokio::time::Instant::now() + idle;
         let mut read = bytes::BytesMut::new();
         let ended = loop {
-            if read.len() > max {
+            if read.len() > max || (!read.is_empty() && enough(&read)) {
                 break false;
             }
             match tokio::time::timeout_at(deadline, self.rest.frame()).await {
@@ -509,16 +544,29 @@ async fn run_cgi(
 /// its own. A push's lock is handed to the backend (kept open across its exec), so it and
 /// everything it starts (receive-pack, the hooks) hold it until the last of them ends; this
 /// process's copy closes once the backend runs. A cache miss's answer is kept (`capture`).
+/// A push the listener follows (`push`: its commands, side band and client) runs the
+/// `pre-receive` hook alone, and this process keeps its lock until the release after it has
+/// ended ([`supervised_push`]).
+#[allow(clippy::too_many_arguments)]
 async fn run_backend(
     body: RequestBody,
     vars: Vec<(String, OsString)>,
     what: String,
-    direct: Direct,
+    mut direct: Direct,
     capture: Option<Capture>,
     cfg: &GitHttpConfig,
     shutdown: Shutdown,
+    push: Option<(Vec<RefUpdate>, SideBand, std::net::IpAddr)>,
 ) -> Result<Response<Body>, String> {
-    let mut std_cmd = cfg.backend.command(
+    let followed = match (push, &cfg.supervised_pushes) {
+        (Some(push), Some(pushes)) if direct.push_lock.is_some() => Some((push, pushes)),
+        _ => None,
+    };
+    let backend = match &followed {
+        Some((_, pushes)) => std::borrow::Cow::Owned(BackendSetup { hooks_dir: Some(pushes.hooks_dir.clone()), ..cfg.backend.clone() }),
+        None => std::borrow::Cow::Borrowed(&cfg.backend),
+    };
+    let mut std_cmd = backend.command(
         &direct.repo,
         &direct.repo_dir,
         vars.iter().cloned().chain(cfg.env.iter().map(|(k, v)| (k.clone(), OsString::from(v)))),
@@ -538,9 +586,23 @@ async fn run_backend(
         unsafe { cmd.pre_exec(move || grasp_state::push_lock::keep_open_across_exec(fd)) };
     }
     let child = cmd.spawn().map_err(|e| format!("{}: {e}", cfg.backend.running()))?;
-    drop(direct.push_lock);
-    tracing::debug!(request = %what, "git http: backend started without grasp-cgi");
-    run_child(body, child, what, cfg, shutdown, capture, None).await
+    let Some(((updates, side_band, client), pushes)) = followed else {
+        drop(direct.push_lock);
+        tracing::debug!(request = %what, "git http: backend started without grasp-cgi");
+        return run_child(body, child, what, cfg, shutdown, capture, None).await;
+    };
+    tracing::debug!(request = %what, "git http: push started with pre-receive alone; the relay releases after it");
+    let push = supervised_push::Push {
+        repo: RepoId { owner: direct.repo.owner, identifier: direct.repo.identifier.clone(), space: direct.repo.space },
+        repo_dir: direct.repo_dir.clone(),
+        updates,
+        side_band,
+        client: Some(client),
+        lock: direct.push_lock.take(),
+        arrived: pushes.arrived.clone(),
+    };
+    let resp = run_child(body, child, what, cfg, shutdown, capture, None).await?;
+    Ok(resp.map(|body| BodyExt::boxed(ReleasingBody::new(body, push))))
 }
 
 /// Answers a v2 `fetch` ([`Shortcut::Fetch`]) with `git upload-pack --stateless-rpc` started

@@ -18,6 +18,7 @@ pub mod ref_fingerprint;
 pub mod ref_generation;
 pub mod repos;
 pub mod runner;
+pub mod supervised_push;
 
 use std::path::Path;
 

@@ -21,6 +21,7 @@ use std::time::Duration;
 
 use grasp_state::hook_api::{PostReceiveResponse, ReleasedEvent};
 use grasp_state::nip34::RepoState;
+use grasp_state::identifier::RepoSpace;
 use grasp_state::purgatory::RepoId;
 use grasp_state::refs::{RefMap, RefUpdate, ZERO_OID};
 use grasp_state::release::{plan_release, promotion_is_certain, settle, superseded_held, wanted_oids, Alignment, RepoFacts, Settled};
@@ -140,6 +141,36 @@ impl Grasp {
             self.deferred.defer(self, identifier, author, &failed);
         }
         released
+    }
+
+    /// A push's data arrived in `repo` (its applied `updates`, from `client`): what
+    /// `post-receive` reports, whether the hook calls the hook API or the relay's listener ran
+    /// the push itself (`grasp_state::receive_pack`). The ref cache forgets the repository's
+    /// answers, the held events the data satisfies are released, a replica set confirms the
+    /// push (`--replica-acks`), and maintenance is scheduled. The answer's lines are shown to
+    /// the pusher.
+    pub async fn push_arrived(&self, repo: RepoId, updates: &[RefUpdate], client: Option<IpAddr>) -> PostReceiveResponse {
+        // The push's refs are written: no answer the ref cache made before counts any more
+        // (the pusher is answered after this).
+        if let Some(path) = self.path_of(&repo) {
+            crate::git::ref_generation::bump(&path);
+        }
+        let address = client.map(|a| self.trust.limits.address_key(a));
+        let RepoId { owner, identifier, space } = &repo;
+        let mut answer = match space {
+            RepoSpace::Hosted => self.metrics.push_release(self.git_arrived(owner, identifier, updates, address)).await,
+            RepoSpace::Prs => self.metrics.push_release(self.contribution_arrived(owner, identifier, updates, address)).await,
+        };
+        // A replica set's durability (`--replica-acks`): the others serve the push first.
+        if let (Some(acks), RepoSpace::Hosted) = (self.replica_acks.get(), space) {
+            if let Some(path) = self.repo_path(owner, identifier) {
+                if let Ok(refs) = blocking(move || crate::git::read_refs(&path)).await {
+                    answer.messages.push(acks.confirm_push(&owner.to_bech32().unwrap_or_default(), identifier, &refs).await);
+                }
+            }
+        }
+        crate::grasp::maintenance::after_push(self, &repo);
+        answer
     }
 
     /// The post-receive hook's report: record git-first placeholders (pushed from `address`, as

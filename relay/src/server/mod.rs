@@ -240,7 +240,7 @@ fn check_helpers(cfg: &crate::config::Config, data: &DataDir) -> anyhow::Result<
 }
 
 /// Step "serve": how the public listener runs git (docs/architecture.md, "Git over HTTP").
-async fn git_http_config(cfg: &crate::config::Config, data: &DataDir, grasp: &Grasp) -> crate::git::http::GitHttpConfig {
+async fn git_http_config(cfg: &crate::config::Config, data: &DataDir, grasp: &Arc<Grasp>) -> crate::git::http::GitHttpConfig {
     // git's `git-http-backend`, run directly when the relay finds it (one process start less per
     // request).
     let http_backend = tokio::task::spawn_blocking(crate::git::http_backend_program).await.ok().flatten();
@@ -275,6 +275,18 @@ async fn git_http_config(cfg: &crate::config::Config, data: &DataDir, grasp: &Gr
         prs: cfg.grasp06,
         ref_cache: (cfg.ref_cache_bytes > 0)
             .then(|| Arc::new(crate::git::ref_cache::RefCache::new(cfg.ref_cache_bytes, grasp.metrics.ref_cache()))),
+        // A push the listener runs does what `post-receive` would itself: one hook process and
+        // one hook API round trip fewer.
+        supervised_pushes: Some(crate::git::supervised_push::SupervisedPushes {
+            hooks_dir: data.hooks().join(grasp_state::hook_config::PRE_RECEIVE_ONLY_DIR),
+            arrived: {
+                let grasp = grasp.clone();
+                Arc::new(move |repo, updates, client| {
+                    let grasp = grasp.clone();
+                    Box::pin(async move { grasp.push_arrived(repo, &updates, client).await })
+                })
+            },
+        }),
     }
 }
 

@@ -379,7 +379,7 @@ impl BareGit {
                 )?;
                 std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755))?;
                 let server =
-                    GitHttpServer::start_with(GitHttpConfig { cgi_path: script, backend: BackendSetup { git_root: root.clone(), ..BackendSetup::default() }, data_dir: tmp.path().to_path_buf(), env: vec![], direct: false, idle_timeout: grasp_relay::git::http::DEFAULT_IDLE_TIMEOUT, min_rate: grasp_state::transfer::DEFAULT_MIN_RATE, prs: false, ref_cache: None });
+                    GitHttpServer::start_with(GitHttpConfig { cgi_path: script, backend: BackendSetup { git_root: root.clone(), ..BackendSetup::default() }, data_dir: tmp.path().to_path_buf(), env: vec![], direct: false, idle_timeout: grasp_relay::git::http::DEFAULT_IDLE_TIMEOUT, min_rate: grasp_state::transfer::DEFAULT_MIN_RATE, prs: false, ref_cache: None, supervised_pushes: None });
                 Ok(BareGit {
                     addr: server.addr,
                     root,
