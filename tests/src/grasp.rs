@@ -246,12 +246,13 @@ pub async fn publish_repo(
     Published { repo, tip, announcement: ann.id, state: st.id }
 }
 
-/// The first bytes of a push's `git-receive-pack` request body: one ref update and no flush, so
-/// git waits for the rest, as a stalled or abandoned push leaves it (a lone flush would end the
-/// push at once).
+/// The first bytes of a push's `git-receive-pack` request body: one ref update and the flush
+/// that ends the command list, as git sends them, and none of the pack, so git waits for the
+/// rest, as a stalled or abandoned push leaves it. (The relay's listener reads the command list
+/// before it starts git: a body stalled within it starts nothing.)
 pub fn stalled_push_body() -> String {
-    let line = format!("{} {} refs/heads/main\0 report-status\n", "1".repeat(40), "2".repeat(40));
-    format!("{:04x}{line}", line.len() + 4)
+    let line = format!("{} {} refs/heads/main\0 report-status side-band-64k\n", "1".repeat(40), "2".repeat(40));
+    format!("{:04x}{line}0000", line.len() + 4)
 }
 
 /// The relay's hook API address and token (from its data directory).

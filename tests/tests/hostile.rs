@@ -677,6 +677,38 @@ async fn a_stalled_push_by_anyone_never_makes_your_push_wait_for_ever() {
     assert_eq!(bare_refs(&repo_dir(&server, &victim.public_key(), "base"))["refs/heads/main"], tip);
 }
 
+/// A push stalled within its command list (no flush yet) starts no git and takes no lock: the
+/// relay's listener reads the command list first (docs/architecture.md, "A push under the
+/// relay's listener"), so the owner's push meanwhile goes straight through.
+#[tokio::test]
+async fn a_push_stalled_within_its_commands_holds_no_lock() {
+    let server = TestServer::start_with(&["--git-idle-timeout", "10m", "--push-lock-wait", "1s"]);
+    let _reaper = Reaper(server.data_dir().to_path_buf());
+    let tmp = tempfile::tempdir().unwrap();
+    let mut client = NostrClient::connect(&server.ws_url()).await.unwrap();
+    let victim = Keys::generate();
+    let published = publish_repo(&server, &mut client, &tmp.path().join("w"), &victim, "base").await;
+    let mut stalled = TcpStream::connect(server.addr()).unwrap();
+    let body = stalled_push_body();
+    let head = format!(
+        "POST /{}/base.git/git-receive-pack HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-git-receive-pack-request\r\nContent-Length: 1048576\r\n\r\n",
+        npub_of(&victim.public_key())
+    );
+    // The command line without the flush that ends the list.
+    stalled.write_all(format!("{head}{}", &body[..body.len() - 4]).as_bytes()).unwrap();
+    stalled.flush().unwrap();
+
+    let tip = published.repo.commit("README", "next\n");
+    let st = state_at(&victim, "base", &[("refs/heads/main", &tip)], Some("main"), now() + 1);
+    let (ok, msg) = client.send_event(&st).await.unwrap();
+    assert!(ok, "state refused: {msg}");
+    let answer = push_within(&published.repo.work.dir, &published.repo.url, Duration::from_secs(30));
+    let Some((pushed, text)) = answer else { panic!("the owner's push waited 30 s\n{}", server.logs()) };
+    assert!(pushed, "the owner's push was refused while a push stalled within its commands: {text}");
+    assert_eq!(bare_refs(&repo_dir(&server, &victim.public_key(), "base"))["refs/heads/main"], tip);
+    drop(stalled);
+}
+
 /// The same behind nginx + fcgiwrap: grasp-cgi waits for a repository's push lock at
 /// most `GRASP_PUSH_LOCK_WAIT` seconds, then answers `503` with `Retry-After` and says why.
 #[test]
