@@ -1,10 +1,13 @@
 //! Which small git reads the relay may answer from its ref cache, and what keys the answer
 //! (docs/architecture.md, "The ref cache"): pure decisions on the request, no I/O.
 //!
-//! Two reads qualify, both answered by `git http-backend` from the repository's refs and config
+//! Three reads qualify, all answered by `git http-backend` from the repository's refs and config
 //! alone:
 //! - the ref advertisement, `GET <repo>/info/refs?service=git-upload-pack` (protocol v0/v1: the
 //!   refs; v2: the capability advertisement), keyed by its `Git-Protocol` header;
+//! - the receive-pack ref advertisement, `GET <repo>/info/refs?service=git-receive-pack` (a
+//!   push's first request), keyed the same way; its answer also depends on the repository's
+//!   alternates, which the relay checks ([`ReadKey::is_receive_pack`]);
 //! - protocol v2 `ls-refs`, `POST <repo>/git-upload-pack` with `Git-Protocol: version=2` and a
 //!   small, well-formed `command=ls-refs` body, keyed by that body.
 //!
@@ -43,6 +46,12 @@ impl ReadKey {
     pub fn is_ls_refs(&self) -> bool {
         self.0.starts_with(b"ls-refs\0")
     }
+
+    /// Whether the read is the receive-pack ref advertisement (a push's first request), whose
+    /// answer also depends on the repository's alternates (`.have` lines).
+    pub fn is_receive_pack(&self) -> bool {
+        self.0.starts_with(b"receive-pack\0")
+    }
 }
 
 /// A request that may be a cacheable read, from its method, what follows `.git`
@@ -71,8 +80,11 @@ pub fn candidate(method: &str, rest: &str, query: &str, headers: ReadHeaders<'_>
         return None;
     }
     match (method, rest) {
-        ("GET", "/info/refs") if query == "service=git-upload-pack" => {
-            let mut key = b"info/refs\0".to_vec();
+        ("GET", "/info/refs") if query == "service=git-upload-pack" || query == "service=git-receive-pack" => {
+            let mut key = match query {
+                "service=git-upload-pack" => b"info/refs\0".to_vec(),
+                _ => b"receive-pack\0".to_vec(),
+            };
             key.extend_from_slice(protocol.unwrap_or(b""));
             Some(Candidate::Advertisement(ReadKey(key)))
         }
@@ -86,6 +98,24 @@ pub fn candidate(method: &str, rest: &str, query: &str, headers: ReadHeaders<'_>
         }
         _ => None,
     }
+}
+
+/// Whether `body` is the receive-pack advertisement of a repository without refs, as `git
+/// http-backend` answers it: the service line and its flush, an optional `version 1` line,
+/// then only the zero id's `capabilities^{}` line with the capabilities, and the flush. Such an
+/// answer is the same for every repository of one setup and config, so the relay may answer
+/// it for another empty repository (docs/architecture.md, "The ref cache").
+pub fn is_empty_receive_advertisement(body: &[u8]) -> bool {
+    let Some((Packet::Data(b"# service=git-receive-pack\n"), rest)) = next_packet(body) else { return false };
+    let Some((Packet::Flush, mut rest)) = next_packet(rest) else { return false };
+    if let Some((Packet::Data(b"version 1\n"), after)) = next_packet(rest) {
+        rest = after;
+    }
+    let Some((Packet::Data(line), rest)) = next_packet(rest) else { return false };
+    let Some(nul) = line.iter().position(|&b| b == 0) else { return false };
+    let Some(id) = line[..nul].strip_suffix(b" capabilities^{}") else { return false };
+    let zero = (id.len() == 40 || id.len() == 64) && id.iter().all(|&b| b == b'0');
+    zero && !line[nul + 1..].contains(&0) && matches!(next_packet(rest), Some((Packet::Flush, b"")))
 }
 
 /// The key of a v2 request body when it is one whole `ls-refs` request: `command=ls-refs`, then
@@ -171,10 +201,32 @@ mod tests {
         for p in ["version=2:object-format=sha256", "version=3", "", "version=1\0"] {
             assert_eq!(candidate("GET", "/info/refs", "service=git-upload-pack", headers(Some(p))), None, "{p:?}");
         }
-        for q in ["service=git-receive-pack", "", "service=git-upload-pack&x=1"] {
+        for q in ["", "service=git-upload-pack&x=1", "service=git-receive-pack&x=1"] {
             assert_eq!(candidate("GET", "/info/refs", q, headers(None)), None, "{q:?}");
         }
+        // The receive-pack advertisement: its own keys, one per protocol.
+        let push = |p| match candidate("GET", "/info/refs", "service=git-receive-pack", headers(p)) {
+            Some(Candidate::Advertisement(k)) if k.is_receive_pack() && !k.is_ls_refs() => k,
+            other => panic!("{other:?}"),
+        };
+        assert_ne!(push(None), push(Some("version=1")));
+        assert!(keys.iter().all(|k| *k != push(None) && !k.is_receive_pack()));
         assert_eq!(candidate("GET", "/HEAD", "", headers(None)), None);
+    }
+
+    #[test]
+    fn the_empty_receive_advertisement_is_recognised_and_nothing_else() {
+        let caps = "report-status report-status-v2 delete-refs side-band-64k quiet atomic ofs-delta object-format=sha1 agent=git/2.47.3";
+        let empty = format!("{}0000{}0000", pkt("# service=git-receive-pack\n"), pkt(&format!("{} capabilities^{{}}\0{caps}\n", "0".repeat(40))));
+        assert!(is_empty_receive_advertisement(empty.as_bytes()));
+        let v1 = format!("{}0000{}{}0000", pkt("# service=git-receive-pack\n"), pkt("version 1\n"), pkt(&format!("{} capabilities^{{}}\0{caps}\n", "0".repeat(40))));
+        assert!(is_empty_receive_advertisement(v1.as_bytes()));
+        let with_ref = format!("{}0000{}0000", pkt("# service=git-receive-pack\n"), pkt(&format!("{} refs/heads/main\0{caps}\n", "1".repeat(40))));
+        let with_have = format!("{}0000{}{}0000", pkt("# service=git-receive-pack\n"), pkt(&format!("{} capabilities^{{}}\0{caps}\n", "0".repeat(40))), pkt(&format!("{} .have\n", "1".repeat(40))));
+        let upload = empty.replace("receive-pack", "upload-pack");
+        for bad in [with_ref, with_have, upload, empty[..empty.len() - 4].to_string(), format!("{empty}0000")] {
+            assert!(!is_empty_receive_advertisement(bad.as_bytes()), "{bad:?}");
+        }
     }
 
     #[test]

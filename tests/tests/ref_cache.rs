@@ -1,5 +1,6 @@
 //! The ref cache end to end (docs/architecture.md, "The ref cache"): the upload-pack ref
-//! advertisement (protocol v0, v1, v2) and protocol v2 `ls-refs` answered without git are
+//! advertisement (protocol v0, v1, v2), the receive-pack advertisement (v0, v1) and protocol v2
+//! `ls-refs` answered without git are
 //! byte for byte what `git http-backend` answers, never stale after anything that changes refs
 //! (a push, a release of a held state, a realignment, maintenance, a change behind the relay's
 //! back, a fetch racing a push), and the access rules of private services and GRASP-06
@@ -67,6 +68,13 @@ fn request(client: &reqwest::blocking::Client, url: &str, read: &Read) -> Seen {
             }
             req.send().unwrap()
         }
+        Read::ReceiveAdvertisement(protocol) => {
+            let mut req = client.get(format!("{url}/info/refs?service=git-receive-pack"));
+            if let Some(p) = protocol {
+                req = req.header("Git-Protocol", *p);
+            }
+            req.send().unwrap()
+        }
         Read::LsRefs(body) | Read::Fetch(body) => client
             .post(format!("{url}/git-upload-pack"))
             .header("Git-Protocol", "version=2")
@@ -85,6 +93,8 @@ fn request(client: &reqwest::blocking::Client, url: &str, read: &Read) -> Seen {
 #[derive(Debug)]
 enum Read {
     Advertisement(Option<&'static str>),
+    /// The receive-pack advertisement (a push's first request).
+    ReceiveAdvertisement(Option<&'static str>),
     LsRefs(Vec<u8>),
     /// A v2 `fetch` request body.
     Fetch(Vec<u8>),
@@ -128,7 +138,13 @@ fn fetch_body(wants: &[&str], progress: bool) -> Vec<u8> {
 
 /// Every read the cache answers, with the arguments clients send.
 fn reads() -> Vec<Read> {
-    let mut reads = vec![Read::Advertisement(None), Read::Advertisement(Some("version=1")), Read::Advertisement(Some("version=2"))];
+    let mut reads = vec![
+        Read::Advertisement(None),
+        Read::Advertisement(Some("version=1")),
+        Read::Advertisement(Some("version=2")),
+        Read::ReceiveAdvertisement(None),
+        Read::ReceiveAdvertisement(Some("version=1")),
+    ];
     let args: &[&[&str]] = &[
         &[],
         &["peel"],
@@ -215,6 +231,29 @@ fn cached_answers_are_gits_byte_for_byte() {
     }
     assert_eq!(metrics.direct_fetches(), fetches + fetched, "every fetch went without the backend");
 
+    // Another repository without refs gets the receive-pack advertisement learned from the
+    // first one at once (the same setup and config), as git answers it; one that borrows
+    // objects (`.have` lines) is always answered by git.
+    create_bare_repo(&cached.layout, &owner, "empty2", &hooks).unwrap();
+    for protocol in [None, Some("version=1")] {
+        let read = Read::ReceiveAdvertisement(protocol);
+        let hits = metrics.answers("hit");
+        let answer = request(&client, &cached.repo_url(&owner, "empty2"), &read);
+        assert_eq!(metrics.answers("hit"), hits + 1, "{protocol:?}: learned from the first empty repository");
+        assert_eq!(answer, request(&client, &plain.repo_url(&owner, "empty2"), &read), "{protocol:?}");
+    }
+    let borrower = create_bare_repo(&cached.layout, &owner, "borrower", &hooks).unwrap();
+    std::fs::write(borrower.join("objects/info/alternates"), format!("{}\n", full.join("objects").display())).unwrap();
+    let read = Read::ReceiveAdvertisement(None);
+    let misses = metrics.answers("miss");
+    let hits = metrics.answers("hit");
+    for _ in 0..2 {
+        let answer = request(&client, &cached.repo_url(&owner, "borrower"), &read);
+        assert!(String::from_utf8_lossy(&answer.body).contains(".have"), "{answer:?}");
+        assert_eq!(answer, request(&client, &plain.repo_url(&owner, "borrower"), &read));
+    }
+    assert_eq!((metrics.answers("hit"), metrics.answers("miss")), (hits, misses), "never cached");
+
     // Hidden refs stay hidden from the cache's answers as from git's.
     let url = cached.repo_url(&owner, "hidden");
     let all = request(&client, &url, &Read::LsRefs(ls_refs("git/2.47.3", &[])));
@@ -287,7 +326,7 @@ fn never_stale_after_a_change_behind_the_relays_back() {
         git(&bare, &["symbolic-ref", "HEAD", "refs/heads/main"]);
         tips.push(tip.clone());
         let hits = cache.metrics().answers("hit");
-        for read in [&v2, &Read::Advertisement(None)] {
+        for read in [&v2, &Read::Advertisement(None), &Read::ReceiveAdvertisement(None)] {
             let seen = request(&client, &url, read);
             assert!(String::from_utf8_lossy(&seen.body).contains(&format!("{tip} refs/heads/main")), "change {i}: {seen:?}");
             let again = eventually_hit(&client, &url, read, cache.metrics(), hits);

@@ -179,7 +179,7 @@ pub async fn serve(
         Some((direct, slot)) => {
             let capture = match (slot, &cfg.ref_cache) {
                 (Some(slot), Some(cache)) => match &slot.key {
-                    Some(key) => match cache.get(slot.repo, key, slot.fingerprint) {
+                    Some(key) => match cache.get(slot.repo, key, slot.fingerprint).or_else(|| cache.empty(slot.empty.as_deref()?)) {
                         Some(answer) => {
                             cache.metrics().answered("hit");
                             tracing::debug!(request = %what, "git http: answered from the ref cache");
@@ -304,6 +304,9 @@ struct CacheSlot {
     key: Option<ReadKey>,
     fingerprint: Fingerprint,
     setup: Vec<u8>,
+    /// For the receive-pack advertisement of a repository without refs: the key of the answer
+    /// every such repository gets ([`RefCache::learn_empty`]).
+    empty: Option<Vec<u8>>,
 }
 
 impl CacheSlot {
@@ -317,7 +320,20 @@ impl CacheSlot {
         };
         let setup = setup_digest(backend, direct.repo.space);
         let (repo, fingerprint) = ref_fingerprint::read(&direct.repo_dir, &setup)?;
-        Some(CacheSlot { repo, key, fingerprint, setup })
+        // The receive-pack advertisement also shows the alternates' refs (`.have`): a
+        // repository that borrows objects is answered by git every time.
+        let empty = match &key {
+            Some(key) if key.is_receive_pack() => {
+                if std::fs::symlink_metadata(direct.repo_dir.join("objects/info/alternates")).is_ok() {
+                    return None;
+                }
+                ref_fingerprint::empty_for_push(&direct.repo_dir).map(|config| {
+                    [&setup[..], b"\0", &config[..], b"\0", key.as_bytes()].concat()
+                })
+            }
+            _ => None,
+        };
+        Some(CacheSlot { repo, key, fingerprint, setup, empty })
     }
 }
 
@@ -360,6 +376,9 @@ impl Capture {
             if exit.await == Ok(true) {
                 if key.is_ls_refs() {
                     self.cache.learn_post_head(&self.slot.setup, head);
+                }
+                if let Some(empty) = self.slot.empty {
+                    self.cache.learn_empty(empty, answer.clone());
                 }
                 self.cache.insert(self.slot.repo, key, self.slot.fingerprint, answer);
             }

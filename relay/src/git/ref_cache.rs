@@ -34,7 +34,7 @@ const ENTRY_OVERHEAD: usize = 512;
 const MAX_SETUPS: usize = 8;
 
 /// One of git's answers as it sent it: its status, its header fields in order, its body.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Answer {
     pub status: u16,
     pub headers: Vec<(HeaderName, HeaderValue)>,
@@ -55,6 +55,9 @@ struct Inner {
     /// The header block git answered a `POST git-upload-pack` with, by how git runs (the
     /// setup digest): learned from kept `ls-refs` answers, at most [`MAX_SETUPS`].
     post_heads: HashMap<Vec<u8>, Bytes>,
+    /// The receive-pack advertisement of a repository without refs, by setup, config and read
+    /// ([`RefCache::learn_empty`]), at most [`MAX_SETUPS`].
+    empty_answers: HashMap<Vec<u8>, std::sync::Arc<Answer>>,
     bytes: usize,
     /// Use counter: an entry's `used` is the value at its last use.
     clock: u64,
@@ -134,6 +137,27 @@ impl RefCache {
     /// The header block git answers a `POST git-upload-pack` with under `setup`, once learned.
     pub fn post_head(&self, setup: &[u8]) -> Option<Bytes> {
         self.inner.lock().unwrap_or_else(|e| e.into_inner()).post_heads.get(setup).cloned()
+    }
+
+    /// Records git's `answer` to a receive-pack advertisement of a repository without refs
+    /// (`super::ref_fingerprint::empty_for_push`), under `key` (the setup, the repository's
+    /// config and the read): every repository of that key gets the same answer. Kept only if
+    /// the answer is that of an empty repository
+    /// (`grasp_state::ref_read::is_empty_receive_advertisement`), whatever happened meanwhile.
+    pub fn learn_empty(&self, key: Vec<u8>, answer: Answer) {
+        if answer.status != 200 || !grasp_state::ref_read::is_empty_receive_advertisement(&answer.body) {
+            return;
+        }
+        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        if inner.empty_answers.len() >= MAX_SETUPS && !inner.empty_answers.contains_key(&key) {
+            inner.empty_answers.clear();
+        }
+        inner.empty_answers.insert(key, std::sync::Arc::new(answer));
+    }
+
+    /// The answer learned for an empty repository of `key` ([`RefCache::learn_empty`]).
+    pub fn empty(&self, key: &[u8]) -> Option<std::sync::Arc<Answer>> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner()).empty_answers.get(key).cloned()
     }
 
     /// Bytes held (keys, bodies and the per-entry overhead).

@@ -62,6 +62,46 @@ pub fn read(repo: &Path, setup: &[u8]) -> Option<(RepoIdentity, Fingerprint)> {
     Some((id, Fingerprint(sha256::Hash::from_engine(engine).to_byte_array())))
 }
 
+/// Most bytes of a repository's `config` read to key an empty repository's answer.
+const MAX_CONFIG_BYTES: u64 = 64 * 1024;
+
+/// For a repository without refs, alternates or shallow file (what `git receive-pack`
+/// advertises nothing of but its capabilities): its `config`'s bytes, which with the setup
+/// make the key of the answer every such repository gets (`super::ref_cache`, empty
+/// answers). `None` for any other repository. Blocking: a few `stat`s and one small read.
+pub fn empty_for_push(repo: &Path) -> Option<Vec<u8>> {
+    for absent in ["packed-refs", "shallow", "objects/info/alternates"] {
+        match std::fs::symlink_metadata(repo.join(absent)) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            _ => return None,
+        }
+    }
+    let mut budget = MAX_REF_ENTRIES;
+    if !holds_no_files(&repo.join("refs"), &mut budget)? {
+        return None;
+    }
+    let config = repo.join("config");
+    let meta = std::fs::symlink_metadata(&config).ok()?;
+    if !meta.is_file() || meta.len() > MAX_CONFIG_BYTES {
+        return None;
+    }
+    std::fs::read(config).ok()
+}
+
+/// Whether `dir` and its subdirectories hold no file; `None` for anything unreadable, a
+/// symbolic link or more than `budget` entries.
+fn holds_no_files(dir: &Path, budget: &mut usize) -> Option<bool> {
+    let entries: Vec<std::fs::DirEntry> = std::fs::read_dir(dir).ok()?.collect::<Result<_, _>>().ok()?;
+    *budget = budget.checked_sub(entries.len())?;
+    for entry in entries {
+        let kind = entry.file_type().ok()?;
+        if !kind.is_dir() || !holds_no_files(&entry.path(), budget)? {
+            return Some(false);
+        }
+    }
+    Some(true)
+}
+
 /// Digests `dir` and everything under it, by name; `None` for a symbolic link, an unreadable
 /// entry or more than `budget` entries.
 fn walk(dir: &Path, engine: &mut sha256::HashEngine, budget: &mut usize) -> Option<()> {
@@ -114,6 +154,24 @@ mod tests {
         let tip = test_commit(&work, "a");
         test_git(&work, &["push", "-q", repo.to_str().unwrap(), "HEAD:refs/heads/main"]);
         (tmp, repo, tip)
+    }
+
+    #[test]
+    fn only_a_repository_without_refs_is_empty_for_a_push() {
+        let (_tmp, repo, work) = test_repo_and_work();
+        let config = empty_for_push(&repo).expect("a new repository is empty");
+        assert_eq!(config, std::fs::read(repo.join("config")).unwrap());
+        let tip = test_commit(&work, "a");
+        test_git(&work, &["push", "-q", repo.to_str().unwrap(), "HEAD:refs/nostr/x"]);
+        assert_eq!(empty_for_push(&repo), None, "a ref in a subdirectory");
+        test_git(&repo, &["update-ref", "-d", "refs/nostr/x"]).truncate(0);
+        assert!(empty_for_push(&repo).is_some(), "its directory left empty");
+        test_git(&repo, &["update-ref", "refs/heads/main", &tip]).truncate(0);
+        test_git(&repo, &["pack-refs", "--all"]).truncate(0);
+        assert_eq!(empty_for_push(&repo), None, "packed refs");
+        let (_tmp2, other, _) = test_repo_and_work();
+        std::fs::write(other.join("objects/info/alternates"), "../x\n").unwrap();
+        assert_eq!(empty_for_push(&other), None, "alternates");
     }
 
     #[test]
