@@ -372,6 +372,48 @@ async fn listed_and_cached(server: &TestServer, url: &str, check: impl Fn(&str) 
     }
 }
 
+/// After a push the relay's listener ran, the reads that usually come next (the next push's
+/// receive-pack advertisement, a fetch's v2 capability advertisement) are made ready in the
+/// background: answered from the cache at once, with the new refs, as git answers them.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_next_push_and_fetch_after_a_push_are_answered_from_the_cache() {
+    let server = TestServer::start_with(&["--metrics-bind", "127.0.0.1:0"]);
+    let tmp = tempfile::tempdir().unwrap();
+    let mut c = connect(&server).await;
+    let owner = Keys::generate();
+    held(&mut c, &announcement(&server, &owner, "warm", &[])).await;
+    let repo = Repo::new(&tmp.path().join("w"), &server, &owner.public_key(), "warm");
+    let tip = repo.commit("a", "1");
+    held(&mut c, &state(&owner, "warm", &[("refs/heads/main", &tip)], Some("main"))).await;
+    let prewarmed = cache_answers(&server, "prewarmed").await;
+    repo.push(&["main"]).unwrap();
+    eventually!("both reads prewarmed", (cache_answers(&server, "prewarmed").await >= prewarmed + 2).then_some(()));
+    let (hits, misses) = (cache_answers(&server, "hit").await, cache_answers(&server, "miss").await);
+    let client = reqwest::Client::new();
+    let push_adv = client.get(format!("{}/info/refs?service=git-receive-pack", repo.url)).send().await.unwrap().bytes().await.unwrap();
+    assert!(String::from_utf8_lossy(&push_adv).contains(&format!("{tip} refs/heads/main")), "{push_adv:?}");
+    let v2 = client.get(format!("{}/info/refs?service=git-upload-pack", repo.url)).header("Git-Protocol", "version=2").send().await.unwrap();
+    assert_eq!(v2.status(), 200);
+    assert_eq!(cache_answers(&server, "hit").await, hits + 2, "both from the cache");
+    assert_eq!(cache_answers(&server, "miss").await, misses, "no git run for them");
+    // What git itself answers (the cache off for this read: a header value it does not key).
+    let git_adv = client
+        .get(format!("{}/info/refs?service=git-receive-pack", repo.url))
+        .header("Git-Protocol", "version=0:x")
+        .send()
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .unwrap();
+    assert_eq!(push_adv, git_adv, "the prewarmed answer is git's");
+    // The next push goes through as usual.
+    let next = repo.commit("b", "2");
+    held(&mut c, &state_at(&owner, "warm", &[("refs/heads/main", &next)], Some("main"), now() + 1)).await;
+    repo.push(&["main"]).unwrap();
+    assert!(ls_remote(&repo.url, "2").contains(&format!("{next}\trefs/heads/main")));
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn never_stale_after_pushes_releases_realignments_and_maintenance() {
     let server = TestServer::start_with(&["--metrics-bind", "127.0.0.1:0"]);

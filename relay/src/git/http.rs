@@ -386,6 +386,85 @@ impl Capture {
     }
 }
 
+/// Longest a prewarm's backend may run.
+const PREWARM_WAIT: Duration = Duration::from_secs(10);
+
+/// The reads that usually follow a push (the next push's receive-pack advertisement, a
+/// fetch's v2 capability advertisement), answered by git right after the push's release and
+/// kept in the ref cache, so the next push or fetch starts no process for them
+/// (docs/architecture.md, "The ref cache"). In the background, one backend run per read, each
+/// within [`PREWARM_WAIT`]; kept as a miss's answer is (the fingerprint read before git ran),
+/// counted as `prewarmed`.
+struct Prewarm {
+    cache: Arc<RefCache>,
+    backend: BackendSetup,
+    env: Vec<(String, String)>,
+    repo: RepoUrlPath,
+    repo_dir: PathBuf,
+}
+
+impl Prewarm {
+    async fn run(self) {
+        for (query, protocol) in [("service=git-receive-pack", None), ("service=git-upload-pack", Some("version=2"))] {
+            let headers = ReadHeaders { git_protocol: protocol.map(str::as_bytes), ..ReadHeaders::default() };
+            if let Some(Candidate::Advertisement(key)) = ref_read::candidate("GET", "/info/refs", query, headers) {
+                self.keep(key, query, protocol).await;
+            }
+        }
+    }
+
+    async fn keep(&self, key: ReadKey, query: &str, protocol: Option<&str>) {
+        let mut repo = self.repo.clone();
+        repo.rest = "/info/refs".to_string();
+        let direct = Direct { repo, repo_dir: self.repo_dir.clone(), push_lock: None };
+        let backend = self.backend.clone();
+        let Ok(Some((direct, slot))) = tokio::task::spawn_blocking(move || {
+            let slot = CacheSlot::read(&direct, Shortcut::Read(key), &backend)?;
+            Some((direct, slot))
+        })
+        .await
+        else {
+            return;
+        };
+        let Some(key) = slot.key.clone() else { return };
+        let mut vars: Vec<(String, OsString)> = vec![
+            ("GATEWAY_INTERFACE".into(), "CGI/1.1".into()),
+            ("SERVER_PROTOCOL".into(), "HTTP/1.1".into()),
+            ("REQUEST_METHOD".into(), "GET".into()),
+            ("QUERY_STRING".into(), query.into()),
+            ("REMOTE_ADDR".into(), "127.0.0.1".into()),
+        ];
+        if let Some(protocol) = protocol {
+            vars.push(("HTTP_GIT_PROTOCOL".into(), protocol.into()));
+        }
+        let env = self.env.iter().map(|(k, v)| (k.clone(), OsString::from(v)));
+        let mut cmd = Command::from(self.backend.command(&direct.repo, &direct.repo_dir, vars.into_iter().chain(env)));
+        cmd.env_remove("CONTENT_TYPE").env_remove("CONTENT_LENGTH").stdin(Stdio::null()).kill_on_drop(true);
+        let Ok(Ok(out)) = tokio::time::timeout(PREWARM_WAIT, cmd.output()).await else { return };
+        if !out.status.success() {
+            return;
+        }
+        let Ok(Some(head)) = cgi::parse_head(&out.stdout) else { return };
+        if head.status() != Ok(200) {
+            return;
+        }
+        let mut headers = Vec::new();
+        for (name, value) in head.fields() {
+            let (Ok(name), Ok(value)) = (HeaderName::from_bytes(name.as_bytes()), HeaderValue::from_bytes(value)) else { return };
+            headers.push((name, value));
+        }
+        let answer = Answer { status: 200, headers, body: Bytes::copy_from_slice(&out.stdout[head.len..]) };
+        if answer.body.len() > MAX_ANSWER_BYTES {
+            return;
+        }
+        if let Some(empty) = slot.empty {
+            self.cache.learn_empty(empty, answer.clone());
+        }
+        self.cache.insert(slot.repo, key, slot.fingerprint, answer);
+        self.cache.metrics().answered("prewarmed");
+    }
+}
+
 /// A cached answer as a response: git's status, header fields and body.
 fn cached_response(answer: &Answer) -> Response<Body> {
     let mut resp = Response::new(full(answer.body.clone()));
@@ -611,6 +690,13 @@ async fn run_backend(
         return run_child(body, child, what, cfg, shutdown, capture, None).await;
     };
     tracing::debug!(request = %what, "git http: push started with pre-receive alone; the relay releases after it");
+    let prewarm = cfg.ref_cache.clone().map(|cache| Prewarm {
+        cache,
+        backend: cfg.backend.clone(),
+        env: cfg.env.clone(),
+        repo: direct.repo.clone(),
+        repo_dir: direct.repo_dir.clone(),
+    });
     let push = supervised_push::Push {
         repo: RepoId { owner: direct.repo.owner, identifier: direct.repo.identifier.clone(), space: direct.repo.space },
         repo_dir: direct.repo_dir.clone(),
@@ -619,6 +705,7 @@ async fn run_backend(
         client: Some(client),
         lock: direct.push_lock.take(),
         arrived: pushes.arrived.clone(),
+        after: prewarm.map(|p| Box::new(move || drop(tokio::spawn(p.run()))) as Box<dyn FnOnce() + Send + Sync>),
     };
     let resp = run_child(body, child, what, cfg, shutdown, capture, None).await?;
     Ok(resp.map(|body| BodyExt::boxed(ReleasingBody::new(body, push))))

@@ -68,6 +68,9 @@ pub struct Push {
     /// The repository's push lock, held by the listener until the release has ended.
     pub lock: Option<PushLock>,
     pub arrived: PushArrived,
+    /// Started once the release has ended (the ref cache made ready for what usually comes
+    /// next: `super::http`'s prewarm).
+    pub after: Option<Box<dyn FnOnce() + Send + Sync>>,
 }
 
 impl Push {
@@ -75,7 +78,7 @@ impl Push {
     /// request); the handle yields the side-band packets to put in the answer.
     fn release(self) -> JoinHandle<Vec<u8>> {
         tokio::spawn(async move {
-            let Push { repo, repo_dir, updates, side_band, client, lock, arrived } = self;
+            let Push { repo, repo_dir, updates, side_band, client, lock, arrived, after } = self;
             let shown = format!("{}/{}", repo.owner.to_bech32().unwrap_or_default(), repo.identifier);
             let refs = match tokio::task::spawn_blocking(move || super::read_refs(&repo_dir)).await {
                 Ok(Ok(refs)) => refs,
@@ -94,6 +97,9 @@ impl Push {
             let release = tokio::spawn(async move {
                 let answer = arrived(repo, applied, client).await;
                 drop(lock);
+                if let Some(after) = after {
+                    after();
+                }
                 answer
             });
             let lines = match tokio::time::timeout(RELEASE_WAIT, release).await {

@@ -498,10 +498,25 @@ async fn run_auto(repo: &Path) -> Result<(), GitError> {
         // A member's packs are not closed under reachability: no bitmap (git would warn).
         command = command.config("repack.writeBitmaps", false);
     }
+    let packed = || packed_refs_stat(repo);
+    let before = packed();
     let result = command.args(["maintenance", "run", "--auto", "--quiet"]).run_async(RUN_TIMEOUT).await.map(|_| ());
-    // It may pack refs: their values stay, the ref cache checks again all the same.
-    crate::git::ref_generation::bump(repo);
+    // It may pack refs (its gc's `pack-refs`, which always writes a new `packed-refs`): their
+    // values stay, but the ref cache checks again all the same. A run that packed nothing
+    // leaves the answers kept meanwhile (those made right after a push) in place.
+    if packed() != before {
+        crate::git::ref_generation::bump(repo);
+    }
     result
+}
+
+/// `packed-refs`' inode and change time (`None`: absent): a new file always differs (git writes
+/// it aside and renames it over the old one, so its inode was taken while the old one's was
+/// still in use).
+fn packed_refs_stat(repo: &Path) -> Option<(u64, i64, i64)> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::symlink_metadata(repo.join("packed-refs")).ok()?;
+    Some((meta.ino(), meta.ctime(), meta.ctime_nsec()))
 }
 
 #[cfg(test)]
