@@ -184,6 +184,15 @@ pub async fn run(loaded: crate::config::Loaded) -> anyhow::Result<()> {
     if let Some(acks) = crate::peers::acks::ReplicaAcks::start(&cfg.replica, cfg.replica_acks, cfg.replica_ack_timeout, cfg.sync_tls_ca.as_deref(), &controller.subscribe())? {
         let _ = grasp.replica_acks.set(acks);
     }
+    // What it authenticates as when it asks the others: its own key, which they read from its
+    // NIP-11 document, and on a private service its service key (a member on the others).
+    let mut asking = vec![identity.clone()];
+    if cfg.private && !cfg.replica.is_empty() {
+        asking.push(crate::peers::service_key::load_or_create(&cfg.service_key_file())?);
+    }
+    if let Some(reads) = crate::peers::replica_reads::ReplicaReads::new(&grasp, asking, cfg.sync_tls_ca.as_deref())? {
+        let _ = grasp.replica_reads.set(reads);
+    }
     // The hook API runs on a runtime of its own (its own worker and blocking threads), so pushes
     // are decided while the WebSocket side is saturated (docs/security.md).
     crate::api::serve_on_own_runtime(api_listener, token, grasp.clone(), health.clone(), views.clone(), controller.subscribe())?;
@@ -543,6 +552,11 @@ async fn route(
         let client = crate::trust::proxy::client_address(remote.ip(), req.headers(), &state.grasp.trust.trusted_proxies);
         match state.git_requests.try_open(client) {
             Ok(slot) => {
+                // A replica set's push to a repository this replica does not have yet: its
+                // announcement may have reached another replica a moment ago.
+                if let Some(reads) = state.grasp.replica_reads.get() {
+                    reads.before_push_to_missing(&state.grasp, req.method().as_str(), req.uri().path(), req.uri().query().unwrap_or("")).await;
+                }
                 let timer = state.grasp.metrics.git_request(&req);
                 // REMOTE_ADDR is the client as resolved through trusted proxies: the hooks forward
                 // it, and a push's placeholders count against its share (docs/protocol.md#caps).
