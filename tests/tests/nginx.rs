@@ -19,7 +19,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use grasp_state::identifier::{npub_of, percent_encode_segment};
-use grasp_tests::git::WorkTree;
+use grasp_tests::git::{git_output, WorkTree};
 use grasp_tests::grasp::*;
 use grasp_tests::{binary_path, wait_until, NostrClient, TestServer, TIMEOUT};
 use nostr::prelude::*;
@@ -685,6 +685,42 @@ async fn a_replica_set_behind_nginx_converges_and_fails_over() {
         let got = c.req(vec![Filter::new().id(bug.id)]).await.unwrap();
         (!got.is_empty()).then_some(())
     });
+}
+
+/// docs/nginx/replicas.conf routes git by repository and WebSocket by client address: a client's
+/// announcement and state reach one replica, its push another one (for most repositories), which
+/// asks the others for them before deciding (docs/scaling.md, "Pushes routed by repository").
+/// New repositories are pushed until one's push went to a replica that had to ask; every push
+/// goes in, and is served through nginx.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs nginx; run by .ci/run with --ignored"]
+async fn a_push_routed_by_repository_meets_the_state_sent_to_another_replica() {
+    let front = ReplicaFront::start(3, &[]);
+    let addr = front.addr;
+    let owner = Keys::generate();
+    let mut c = NostrClient::connect(&format!("ws://{addr}/")).await.expect("WebSocket through nginx");
+    let mut asked = None;
+    for n in 0..12 {
+        let identifier = format!("routed-{n}");
+        let url = format!("http://{addr}/{}/{identifier}.git", npub_of(&owner.public_key()));
+        let (ok, msg) = c.send_event(&announcement_with_urls(&owner, &identifier, &url, &format!("ws://{addr}"))).await.unwrap();
+        assert!(ok, "{msg}");
+        let tmp = tempfile::tempdir().unwrap();
+        let repo = Repo { work: WorkTree::new(tmp.path().join("w")), url: url.clone() };
+        let tip = repo.commit("a.txt", &identifier);
+        let (ok, msg) = c.send_event(&state(&owner, &identifier, &[("refs/heads/main", &tip)], Some("main"))).await.unwrap();
+        assert!(ok, "{msg}");
+        repo.push(&["main"]).unwrap_or_else(|e| panic!("push of {identifier} through nginx: {e}\n{}", front.errors()));
+        let out = git_output(tmp.path(), &["ls-remote", &url]);
+        assert!(String::from_utf8_lossy(&out.stdout).contains(&format!("{tip}\trefs/heads/main")), "{identifier} served through nginx");
+        let marker = format!("/{identifier} replica=");
+        if let Some(i) = front.set.iter().position(|s| s.logs().lines().any(|l| l.contains("event from a replica admitted before deciding a push") && l.contains(&marker))) {
+            asked = Some((identifier, i));
+            break;
+        }
+    }
+    let (identifier, replica) = asked.expect("in twelve repositories, one's push went to a replica other than the WebSocket's");
+    eprintln!("{identifier}: pushed to replica {replica}, which asked the others for its events");
 }
 
 /// Kill -9 the replica a client is routed to in the middle of a stream of events and pushes
