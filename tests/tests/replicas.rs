@@ -208,6 +208,17 @@ async fn a_push_routed_to_a_replica_without_its_events_fetches_them_from_the_oth
     let (ok, msg) = ca.send_event(&st).await.unwrap();
     assert!(ok, "{msg}");
     assert!(!stored(&b, ann.id).await && !repo_dir(&b, &owner.public_key(), identifier).exists(), "B learnt nothing from A by itself");
+    // Held events are for the replicas alone: a stranger authenticated on A is not given them.
+    let mut stranger = NostrClient::connect(&a.ws_url()).await.unwrap();
+    let challenge = stranger.challenge_now().await.unwrap();
+    let auth = EventBuilder::new(Kind::Custom(22242), "")
+        .tags([Tag::parse(["relay", &format!("wss://{DOMAIN}")]).unwrap(), Tag::parse(["challenge", challenge.as_str()]).unwrap()])
+        .finalize(&Keys::generate())
+        .unwrap();
+    let (ok, msg) = stranger.send_auth(&auth).await.unwrap();
+    assert!(ok, "{msg}");
+    let asked = Filter::new().kinds([Kind::Custom(30617), Kind::Custom(30618)]).identifier(identifier);
+    assert!(stranger.req(vec![asked]).await.unwrap().is_empty(), "held events served to a stranger");
 
     let out = repo.push(&["main"]).expect("the first push, to the replica that had neither event");
     assert!(out.contains("grasp: push matches repository state"), "{out}");
