@@ -571,6 +571,20 @@ fn replicas_config(listen: SocketAddr, replicas: &[SocketAddr]) -> String {
     conf.replace("git.example.com", &listen.ip().to_string())
 }
 
+/// Has `server` caught up with the other replicas (`/readyz` on its hook API says `ok replicas`)?
+fn caught_up(server: &TestServer) -> bool {
+    use std::io::{Read, Write};
+    let (api, _) = hook_api(server);
+    let Ok(mut stream) = TcpStream::connect(&api) else { return false };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+    if stream.write_all(format!("GET /readyz HTTP/1.0\r\nHost: {api}\r\n\r\n").as_bytes()).is_err() {
+        return false;
+    }
+    let mut answer = String::new();
+    let _ = stream.read_to_string(&mut answer);
+    answer.contains("ok replicas")
+}
+
 /// A replica set behind nginx running docs/nginx/replicas.conf: `n` replicas on loopback, each
 /// naming the others, with `extra` arguments each. Dropping it stops nginx, then the replicas.
 struct ReplicaFront {
@@ -598,6 +612,10 @@ impl ReplicaFront {
                 args.extend(["--replica", other.as_str()]);
             }
             server.restart_with(&args);
+        }
+        // Each answers what nginx forwards once caught up with the others (before, `503`).
+        for server in &set {
+            wait_until("every replica to catch up with the others", TIMEOUT, || caught_up(server).then_some(())).unwrap();
         }
         std::fs::write(prefix.path().join("grasp.conf"), replicas_config(addr, &listeners)).unwrap();
         std::fs::write(prefix.path().join("nginx.conf"), main_config(prefix.path())).unwrap();

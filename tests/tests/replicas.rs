@@ -265,3 +265,33 @@ async fn a_push_no_replica_can_authorise_is_refused_within_the_bound() {
     assert!(repo_dir(&b, &owner.public_key(), identifier).exists(), "the announcement came from A");
     drop(silent);
 }
+
+/// A replica that has not caught up with the others answers what the front forwards (a trusted
+/// proxy's requests naming their client) `503` with `Retry-After`, so nginx sends it to another
+/// replica, and serves it once caught up; requests not forwarded (the other replicas' own) are
+/// served meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_catching_up_sends_what_the_front_forwards_elsewhere() {
+    // The other replica accepts connections and never answers: relay sync gives it up after
+    // --relay-sync-timeout, and a replica it cannot reach does not hold readiness back.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let silent_url = format!("http://{}", silent.local_addr().unwrap());
+    let b = TestServer::start_with(&["--public-host", DOMAIN, "--trusted-proxy", "127.0.0.1/32", "--relay-sync-timeout", "2s", "--replica", silent_url.as_str()]);
+    let http = reqwest::Client::new();
+    let page = format!("{}/", b.http_url().trim_end_matches('/'));
+    let git = format!("{}/{}/x.git/info/refs?service=git-upload-pack", b.http_url().trim_end_matches('/'), Keys::generate().public_key().to_bech32().unwrap());
+    let forwarded = |url: &str| http.get(url).header("X-Forwarded-For", "203.0.113.9").send();
+
+    let resp = forwarded(&git).await.unwrap();
+    assert_eq!(resp.status(), 503, "a forwarded git request while catching up");
+    assert_eq!(resp.headers().get("retry-after").and_then(|v| v.to_str().ok()), Some("5"));
+    assert!(resp.text().await.unwrap().contains("catching up with the others"));
+    assert_eq!(forwarded(&page).await.unwrap().status(), 503, "a forwarded page while catching up");
+    let ws = NostrClient::connect_with_headers(&b.ws_url(), &[("X-Forwarded-For", "203.0.113.9")]).await;
+    assert!(ws.is_err(), "a forwarded WebSocket while catching up");
+    assert_eq!(http.get(&page).send().await.unwrap().status(), 200, "a request not forwarded is served");
+
+    eventually!("the replica to catch up and serve what the front forwards", WAIT, (forwarded(&page).await.unwrap().status() == 200).then_some(()));
+    assert!(NostrClient::connect_with_headers(&b.ws_url(), &[("X-Forwarded-For", "203.0.113.9")]).await.is_ok());
+    drop(silent);
+}
