@@ -123,6 +123,26 @@ pub fn decide_push(req: &PushRequest) -> PushDecision {
 /// [`decide_push`] with the candidates taken from `candidates` instead of `req.candidates`
 /// (which is not read): the same rules, the same answer for the same states.
 pub fn decide_push_among<C: Candidates + ?Sized>(req: &PushRequest, candidates: &C) -> PushDecision {
+    decide_explained(req, candidates).decision
+}
+
+/// A push decision, and whether a state event this server does not know could change it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Explained {
+    pub decision: PushDecision,
+    /// The push is refused for one reason only: no known state (kind 30618) declares the
+    /// branches and tags it leaves (none at all, none satisfiable, or the newest declares other
+    /// refs). Every ref update is otherwise well formed and every `refs/nostr/` ref acceptable,
+    /// so a newer state event, or an announcement that makes its author a maintainer, published
+    /// elsewhere could authorise it: worth asking the other replicas of a replica set for them
+    /// before refusing (docs/scaling.md). `false` for an accepted push, and for a refusal that
+    /// no event could change.
+    pub wants_a_state: bool,
+}
+
+/// [`decide_push_among`], with whether a state event not known here could change the verdict
+/// ([`Explained::wants_a_state`]).
+pub fn decide_explained<C: Candidates + ?Sized>(req: &PushRequest, candidates: &C) -> Explained {
     let mut reasons = Vec::new();
     let mut accepted = Accepted::default();
     let mut served_updates = Vec::new();
@@ -152,13 +172,16 @@ pub fn decide_push_among<C: Candidates + ?Sized>(req: &PushRequest, candidates: 
         }
     }
 
+    // Whatever a state says, these refusals stand.
+    let well_formed = reasons.is_empty();
     let before = served_refs(req.current);
     let after = served_refs(&apply_updates(req.current, &served_updates));
     // A state naming a value that is not a full object id can never be served: it authorises
     // nothing, and is not the one the reasons compare against (docs/protocol.md#event-kinds).
     accepted.matched_state = candidates.newest_matching(&after).map(|(state, source)| (state.event_id, source));
+    let unmatched = after != before && accepted.matched_state.is_none();
 
-    if after != before && accepted.matched_state.is_none() {
+    if unmatched {
         match candidates.newest() {
             None => match candidates.newest_unsatisfiable() {
                 Some(unsatisfiable) => reasons.push(unsatisfiable_reason(unsatisfiable)),
@@ -173,11 +196,8 @@ pub fn decide_push_among<C: Candidates + ?Sized>(req: &PushRequest, candidates: 
         }
     }
 
-    if reasons.is_empty() {
-        PushDecision::Accept(accepted)
-    } else {
-        PushDecision::Reject(Rejection { reasons })
-    }
+    let decision = if reasons.is_empty() { PushDecision::Accept(accepted) } else { PushDecision::Reject(Rejection { reasons }) };
+    Explained { decision, wants_a_state: well_formed && unmatched }
 }
 
 /// A pull request (or update) known to this server, stored or held, as a contributor push needs
@@ -554,6 +574,32 @@ mod tests {
             }
             PushDecision::Accept(a) => panic!("expected reject, got {a:?}"),
         }
+    }
+
+    #[test]
+    fn only_a_refusal_for_want_of_a_matching_state_wants_one() {
+        let wants = |current: &RefMap, updates: &[RefUpdate], candidates: &[StateCandidate]| {
+            let known = BTreeMap::new();
+            let req = PushRequest { current, updates, candidates, known_prs: &known };
+            let explained = decide_explained(&req, candidates);
+            assert_eq!(explained.decision, decide_push(&req), "the same verdict as decide_push");
+            explained.wants_a_state
+        };
+        let empty = RefMap::new();
+        let main = [up(ZERO_OID, A, "refs/heads/main")];
+        // No state known, or only an older one declaring other refs, or only an unsatisfiable
+        // one: a state published elsewhere could authorise it.
+        assert!(wants(&empty, &main, &[]));
+        assert!(wants(&empty, &main, &[stored(state(1, 10, &[("refs/heads/main", B)]))]));
+        assert!(wants(&empty, &main, &[stored(state(1, 10, &[("refs/heads/main", "short")]))]));
+        // Accepted: nothing to ask for.
+        assert!(!wants(&empty, &main, &[purg(state(1, 10, &[("refs/heads/main", A)]))]));
+        assert!(!wants(&refs(&[("refs/heads/main", A)]), &[up(A, A, "refs/heads/main")], &[]));
+        // A refusal no event changes, alone or beside the missing state.
+        assert!(!wants(&empty, &[up(ZERO_OID, A, "refs/meta/x")], &[]));
+        assert!(!wants(&empty, &[up(ZERO_OID, A, "refs/heads/main"), up(ZERO_OID, A, "refs/other")], &[]));
+        assert!(!wants(&empty, &[up(ZERO_OID, "xyz", "refs/heads/main")], &[]));
+        assert!(!wants(&empty, &[up(A, ZERO_OID, &format!("refs/nostr/{}", id(1).to_hex()))], &[]));
     }
 
     #[test]

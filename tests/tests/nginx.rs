@@ -19,7 +19,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use grasp_state::identifier::{npub_of, percent_encode_segment};
-use grasp_tests::git::WorkTree;
+use grasp_tests::git::{git_output, WorkTree};
 use grasp_tests::grasp::*;
 use grasp_tests::{binary_path, wait_until, NostrClient, TestServer, TIMEOUT};
 use nostr::prelude::*;
@@ -571,6 +571,20 @@ fn replicas_config(listen: SocketAddr, replicas: &[SocketAddr]) -> String {
     conf.replace("git.example.com", &listen.ip().to_string())
 }
 
+/// Has `server` caught up with the other replicas (`/readyz` on its hook API says `ok replicas`)?
+fn caught_up(server: &TestServer) -> bool {
+    use std::io::{Read, Write};
+    let (api, _) = hook_api(server);
+    let Ok(mut stream) = TcpStream::connect(&api) else { return false };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+    if stream.write_all(format!("GET /readyz HTTP/1.0\r\nHost: {api}\r\n\r\n").as_bytes()).is_err() {
+        return false;
+    }
+    let mut answer = String::new();
+    let _ = stream.read_to_string(&mut answer);
+    answer.contains("ok replicas")
+}
+
 /// A replica set behind nginx running docs/nginx/replicas.conf: `n` replicas on loopback, each
 /// naming the others, with `extra` arguments each. Dropping it stops nginx, then the replicas.
 struct ReplicaFront {
@@ -598,6 +612,10 @@ impl ReplicaFront {
                 args.extend(["--replica", other.as_str()]);
             }
             server.restart_with(&args);
+        }
+        // Each answers what nginx forwards once caught up with the others (before, `503`).
+        for server in &set {
+            wait_until("every replica to catch up with the others", TIMEOUT, || caught_up(server).then_some(())).unwrap();
         }
         std::fs::write(prefix.path().join("grasp.conf"), replicas_config(addr, &listeners)).unwrap();
         std::fs::write(prefix.path().join("nginx.conf"), main_config(prefix.path())).unwrap();
@@ -685,6 +703,42 @@ async fn a_replica_set_behind_nginx_converges_and_fails_over() {
         let got = c.req(vec![Filter::new().id(bug.id)]).await.unwrap();
         (!got.is_empty()).then_some(())
     });
+}
+
+/// docs/nginx/replicas.conf routes git by repository and WebSocket by client address: a client's
+/// announcement and state reach one replica, its push another one (for most repositories), which
+/// asks the others for them before deciding (docs/scaling.md, "Pushes routed by repository").
+/// New repositories are pushed until one's push went to a replica that had to ask; every push
+/// goes in, and is served through nginx.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs nginx; run by .ci/run with --ignored"]
+async fn a_push_routed_by_repository_meets_the_state_sent_to_another_replica() {
+    let front = ReplicaFront::start(3, &[]);
+    let addr = front.addr;
+    let owner = Keys::generate();
+    let mut c = NostrClient::connect(&format!("ws://{addr}/")).await.expect("WebSocket through nginx");
+    let mut asked = None;
+    for n in 0..12 {
+        let identifier = format!("routed-{n}");
+        let url = format!("http://{addr}/{}/{identifier}.git", npub_of(&owner.public_key()));
+        let (ok, msg) = c.send_event(&announcement_with_urls(&owner, &identifier, &url, &format!("ws://{addr}"))).await.unwrap();
+        assert!(ok, "{msg}");
+        let tmp = tempfile::tempdir().unwrap();
+        let repo = Repo { work: WorkTree::new(tmp.path().join("w")), url: url.clone() };
+        let tip = repo.commit("a.txt", &identifier);
+        let (ok, msg) = c.send_event(&state(&owner, &identifier, &[("refs/heads/main", &tip)], Some("main"))).await.unwrap();
+        assert!(ok, "{msg}");
+        repo.push(&["main"]).unwrap_or_else(|e| panic!("push of {identifier} through nginx: {e}\n{}", front.errors()));
+        let out = git_output(tmp.path(), &["ls-remote", &url]);
+        assert!(String::from_utf8_lossy(&out.stdout).contains(&format!("{tip}\trefs/heads/main")), "{identifier} served through nginx");
+        let marker = format!("/{identifier} replica=");
+        if let Some(i) = front.set.iter().position(|s| s.logs().lines().any(|l| l.contains("event from a replica admitted before deciding a push") && l.contains(&marker))) {
+            asked = Some((identifier, i));
+            break;
+        }
+    }
+    let (identifier, replica) = asked.expect("in twelve repositories, one's push went to a replica other than the WebSocket's");
+    eprintln!("{identifier}: pushed to replica {replica}, which asked the others for its events");
 }
 
 /// Kill -9 the replica a client is routed to in the middle of a stream of events and pushes

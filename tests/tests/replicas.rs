@@ -162,3 +162,136 @@ async fn a_replica_back_with_an_empty_disk_catches_up() {
     b.restart();
     eventually!("the returning replica to serve the push", WAIT, (main_ref(&b, &owner.public_key(), identifier).as_deref() == Some(tip.as_str())).then_some(()));
 }
+
+/// git's view of `url`'s refs (`git ls-remote`), over HTTP as any client sees them.
+fn served_refs(url: &str) -> String {
+    let out = std::process::Command::new("git").args(["ls-remote", url]).output().expect("git ls-remote runs");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A and B name each other as replicas, but B does not follow A (`--no-relay-sync`): whatever B
+/// learns from A for a push, it learns by asking A while deciding it (A answers B's request for
+/// held events because B is one of its replicas). `b_extra`: more of B's arguments.
+fn asker_and_holder(b_extra: &[&str]) -> (TestServer, TestServer) {
+    let args = ["--public-host", DOMAIN, "--sync-delay", "200ms"];
+    let mut a = TestServer::start_with(&args);
+    let mut b = TestServer::start_with(&args);
+    let (a_url, b_url) = (format!("http://{}", a.addr()), format!("http://{}", b.addr()));
+    let mut with = args.to_vec();
+    with.extend(["--replica", b_url.as_str()]);
+    a.restart_with(&with);
+    let mut with = args.to_vec();
+    with.extend(["--no-relay-sync", "--replica", a_url.as_str()]);
+    with.extend_from_slice(b_extra);
+    b.restart_with(&with);
+    (a, b)
+}
+
+/// nginx routes git by repository: a client's announcement and state reach replica A over the
+/// WebSocket, and its `git push` goes to replica B right after, before relay sync could carry
+/// them. B asks A for them before refusing: the first push (B has no repository yet) and the
+/// next (B has an older state) both go in, and B serves them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_push_routed_to_a_replica_without_its_events_fetches_them_from_the_others() {
+    let (a, b) = asker_and_holder(&[]);
+    let owner = Keys::generate();
+    let identifier = "routed";
+    let clone = format!("https://{DOMAIN}/{}/{identifier}.git", owner.public_key().to_bech32().unwrap());
+    let ann = event(&owner, 30617, &[&["d", identifier], &["clone", &clone], &["relays", &format!("wss://{DOMAIN}")]]);
+    let mut ca = NostrClient::connect(&a.ws_url()).await.unwrap();
+    let (ok, msg) = ca.send_event(&ann).await.unwrap();
+    assert!(ok, "{msg}");
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = Repo::new(tmp.path(), &b, &owner.public_key(), identifier);
+    let tip = repo.commit("README", "one");
+    let st = state(&owner, identifier, &[("refs/heads/main", &tip)], Some("main"));
+    let (ok, msg) = ca.send_event(&st).await.unwrap();
+    assert!(ok, "{msg}");
+    assert!(!stored(&b, ann.id).await && !repo_dir(&b, &owner.public_key(), identifier).exists(), "B learnt nothing from A by itself");
+    // Held events are for the replicas alone: a stranger authenticated on A is not given them.
+    let mut stranger = NostrClient::connect(&a.ws_url()).await.unwrap();
+    let challenge = stranger.challenge_now().await.unwrap();
+    let auth = EventBuilder::new(Kind::Custom(22242), "")
+        .tags([Tag::parse(["relay", &format!("wss://{DOMAIN}")]).unwrap(), Tag::parse(["challenge", challenge.as_str()]).unwrap()])
+        .finalize(&Keys::generate())
+        .unwrap();
+    let (ok, msg) = stranger.send_auth(&auth).await.unwrap();
+    assert!(ok, "{msg}");
+    let asked = Filter::new().kinds([Kind::Custom(30617), Kind::Custom(30618)]).identifier(identifier);
+    assert!(stranger.req(vec![asked]).await.unwrap().is_empty(), "held events served to a stranger");
+
+    let out = repo.push(&["main"]).expect("the first push, to the replica that had neither event");
+    assert!(out.contains("grasp: push matches repository state"), "{out}");
+    assert_eq!(main_ref(&b, &owner.public_key(), identifier).as_deref(), Some(tip.as_str()));
+    assert!(served_refs(&repo.url).contains(&format!("{tip}\trefs/heads/main")), "B serves the pushed ref");
+    eventually!("the announcement and the state stored on B with their data", WAIT, (stored(&b, ann.id).await && stored(&b, st.id).await).then_some(()));
+
+    // The next push: B has the repository and the older state; the new state went to A only.
+    let next = repo.commit("README", "two");
+    let st2 = state_at(&owner, identifier, &[("refs/heads/main", &next)], Some("main"), now() + 1);
+    let (ok, msg) = ca.send_event(&st2).await.unwrap();
+    assert!(ok, "{msg}");
+    let out = repo.push(&["main"]).expect("the next push, to the replica with the older state only");
+    assert!(out.contains(&format!("grasp: push matches repository state {}", &st2.id.to_hex()[..12])), "{out}");
+    assert!(served_refs(&repo.url).contains(&format!("{next}\trefs/heads/main")), "B serves the next push");
+    assert!(b.logs().contains("replicas asked"), "B says it asked");
+}
+
+/// No replica holds a state for the push: it is refused with the usual message, within the
+/// bound of asking, even when one replica accepts connections and never answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_push_no_replica_can_authorise_is_refused_within_the_bound() {
+    // A "replica" that accepts connections (the kernel does) and never says a word.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let silent_url = format!("http://{}", silent.local_addr().unwrap());
+    let (a, b) = asker_and_holder(&["--replica", silent_url.as_str()]);
+    let owner = Keys::generate();
+    let identifier = "unstated";
+    let clone = format!("https://{DOMAIN}/{}/{identifier}.git", owner.public_key().to_bech32().unwrap());
+    let ann = event(&owner, 30617, &[&["d", identifier], &["clone", &clone], &["relays", &format!("wss://{DOMAIN}")]]);
+    let (ok, msg) = NostrClient::connect(&a.ws_url()).await.unwrap().send_event(&ann).await.unwrap();
+    assert!(ok, "{msg}");
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = Repo::new(tmp.path(), &b, &owner.public_key(), identifier);
+    repo.commit("README", "one");
+
+    let started = std::time::Instant::now();
+    let err = repo.push(&["main"]).expect_err("no state anywhere: refused");
+    let took = started.elapsed();
+    assert!(err.contains("no repository state event (kind 30618) from a maintainer of this repository is known to this server"), "{err}");
+    // Two asks at most (the repository was missing, then the state), each within its deadline
+    // (2 s) and the admission's grace (1 s), and git's own work.
+    assert!(took < Duration::from_secs(9), "the refusal took {took:?}");
+    assert!(repo_dir(&b, &owner.public_key(), identifier).exists(), "the announcement came from A");
+    drop(silent);
+}
+
+/// A replica that has not caught up with the others answers what the front forwards (a trusted
+/// proxy's requests naming their client) `503` with `Retry-After`, so nginx sends it to another
+/// replica, and serves it once caught up; requests not forwarded (the other replicas' own) are
+/// served meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_catching_up_sends_what_the_front_forwards_elsewhere() {
+    // The other replica accepts connections and never answers: relay sync gives it up after
+    // --relay-sync-timeout, and a replica it cannot reach does not hold readiness back.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let silent_url = format!("http://{}", silent.local_addr().unwrap());
+    let b = TestServer::start_with(&["--public-host", DOMAIN, "--trusted-proxy", "127.0.0.1/32", "--relay-sync-timeout", "2s", "--replica", silent_url.as_str()]);
+    let http = reqwest::Client::new();
+    let page = format!("{}/", b.http_url().trim_end_matches('/'));
+    let git = format!("{}/{}/x.git/info/refs?service=git-upload-pack", b.http_url().trim_end_matches('/'), Keys::generate().public_key().to_bech32().unwrap());
+    let forwarded = |url: &str| http.get(url).header("X-Forwarded-For", "203.0.113.9").send();
+
+    let resp = forwarded(&git).await.unwrap();
+    assert_eq!(resp.status(), 503, "a forwarded git request while catching up");
+    assert_eq!(resp.headers().get("retry-after").and_then(|v| v.to_str().ok()), Some("5"));
+    assert!(resp.text().await.unwrap().contains("catching up with the others"));
+    assert_eq!(forwarded(&page).await.unwrap().status(), 503, "a forwarded page while catching up");
+    let ws = NostrClient::connect_with_headers(&b.ws_url(), &[("X-Forwarded-For", "203.0.113.9")]).await;
+    assert!(ws.is_err(), "a forwarded WebSocket while catching up");
+    assert_eq!(http.get(&page).send().await.unwrap().status(), 200, "a request not forwarded is served");
+
+    eventually!("the replica to catch up and serve what the front forwards", WAIT, (forwarded(&page).await.unwrap().status() == 200).then_some(()));
+    assert!(NostrClient::connect_with_headers(&b.ws_url(), &[("X-Forwarded-For", "203.0.113.9")]).await.is_ok());
+    drop(silent);
+}

@@ -42,6 +42,8 @@ pub struct Health {
     pub api_addr: SocketAddr,
     /// Relay sync's view: whether the replicas have been caught up with.
     pub views: Arc<crate::api::views::OperatorViews>,
+    /// Set once the replicas have been caught up with (it stays: [`Health::caught_up`]).
+    pub caught_up: std::sync::atomic::AtomicBool,
 }
 
 /// One check's verdict.
@@ -66,6 +68,22 @@ impl Health {
             checks.push(Check { name: "replicas", result: self.replicas() });
         }
         checks
+    }
+
+    /// Has this replica caught up with the others since it started (the `replicas` check passed
+    /// once)? Always, outside a replica set. Cheap once true: the public listener asks it for
+    /// every request the front forwards while it is false (`crate::server`, docs/scaling.md).
+    pub fn caught_up(&self) -> bool {
+        use std::sync::atomic::Ordering;
+        if self.grasp.replicas.is_empty() || self.caught_up.load(Ordering::Relaxed) {
+            return true;
+        }
+        let now = self.replicas().is_ok();
+        if now {
+            self.caught_up.store(true, Ordering::Relaxed);
+            tracing::info!("caught up with the other replicas: requests the front forwards are served again");
+        }
+        now
     }
 
     /// A replica set's member is ready once it has caught up with every other replica it can

@@ -1,14 +1,16 @@
 //! Push authorisation for the pre-receive hook (docs/protocol.md#push-authorisation, decisions 5
 //! and 6). Gathers the inputs — current refs, the maintainer set's latest stored state,
 //! held states (parsed once and indexed by declared refs, `held_index`), known pull requests — and
-//! hands them to the pure `grasp_state::push::decide_push_among`.
+//! hands them to the pure `grasp_state::push::decide_explained` (`decide_push_among`, and whether
+//! a state not known here could change a refusal: then, in a replica set, the other replicas are
+//! asked for the identifier's events first, `crate::peers::replica_reads`).
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 use grasp_state::hook_api::PreReceiveResponse;
 use grasp_state::nip34::{PullRequest, Source};
-use grasp_state::push::{decide_push_among, with_reasons, PushDecision, PushRequest, Rejection};
+use grasp_state::push::{decide_explained, with_reasons, PushDecision, PushRequest, Rejection};
 use grasp_state::push_index::IndexedCandidates;
 use grasp_state::purgatory::RepoId;
 use grasp_state::refs::RefUpdate;
@@ -30,6 +32,16 @@ pub(crate) fn placeholder_messages(acc: &grasp_state::push::Accepted) -> Vec<Str
             )
         })
         .collect()
+}
+
+/// A push decided on what this server holds, with what the rest of the authorisation needs.
+struct Gathered {
+    all: std::sync::Arc<Vec<(grasp_state::nip34::Announcement, Source)>>,
+    set: std::sync::Arc<MaintainerSet>,
+    pr_authors: BTreeMap<EventId, PublicKey>,
+    decision: PushDecision,
+    /// Refused for want of a state alone ([`grasp_state::push::Explained::wants_a_state`]).
+    wants_a_state: bool,
 }
 
 impl Grasp {
@@ -102,31 +114,22 @@ impl Grasp {
         authors.iter().take(3).filter_map(|author| set.standing(author).refusal(author, owner, &repo)).collect()
     }
 
-    /// May this push go in?
-    /// `address`: the pusher's (`None`: unknown); `incoming`: the bytes of objects the push
-    /// brings (0: unknown).
-    pub async fn authorize_push(&self, owner: &PublicKey, identifier: &str, updates: &[RefUpdate], address: Option<IpAddr>, incoming: u64) -> PreReceiveResponse {
-        let shown = format!("{}/{identifier}", owner.to_bech32().unwrap_or_default());
-        let Some(repo) = self.repo_path(owner, identifier) else {
-            return PreReceiveResponse::reject(vec!["grasp: push rejected: not a valid repository path".into()]);
-        };
-        if !self.trust.disk.has_room() {
-            tracing::info!(repo = %shown, reason = "low disk", "push rejected");
-            return PreReceiveResponse::reject(vec![format!("grasp: push rejected: {}", grasp_state::free_disk::LOW_DISK_PUSH)]);
-        }
+    /// The push decided on what this server holds now: `Err` when it is refused before any
+    /// state is looked at (unreadable refs, a read-only archive).
+    async fn decide_here(&self, owner: &PublicKey, identifier: &str, repo: &std::path::Path, updates: &[RefUpdate], shown: &str) -> Result<Gathered, PreReceiveResponse> {
         let current = match tokio::task::spawn_blocking({
-            let repo = repo.clone();
+            let repo = repo.to_path_buf();
             move || git::read_refs(&repo)
         })
         .await
         {
             Ok(Ok(refs)) => refs,
-            _ => return PreReceiveResponse::reject(vec!["grasp: push rejected: the relay could not read this repository's refs; try again".into()]),
+            _ => return Err(PreReceiveResponse::reject(vec!["grasp: push rejected: the relay could not read this repository's refs; try again".into()])),
         };
         let all = self.announcements(identifier).await;
         if let Some(refusal) = self.archive_refusal(owner, &all) {
             tracing::info!(repo = %shown, reason = "read-only archive", "push rejected");
-            return PreReceiveResponse::reject(vec!["grasp: push rejected".into(), refusal]);
+            return Err(PreReceiveResponse::reject(vec!["grasp: push rejected".into(), refusal]));
         }
         let set = self.maintainer_set(*owner, &all);
         let stored = self.latest_stored_state(identifier, &set).await;
@@ -166,9 +169,44 @@ impl Grasp {
             }
         }
         let request = PushRequest { current: &current, updates, candidates: &[], known_prs: &known_prs };
-        let decision = decide_push_among(&request, &candidates);
+        let explained = decide_explained(&request, &candidates);
+        // Only a refusal for want of a state alone may change with events from elsewhere.
+        let wants_a_state = explained.wants_a_state && not_prs.is_empty();
         // One rejection lists every problem, the relay's own checks included.
-        let decision = with_reasons(decision, not_prs);
+        let decision = with_reasons(explained.decision, not_prs);
+        Ok(Gathered { all, set, pr_authors, decision, wants_a_state })
+    }
+
+    /// May this push go in?
+    /// `address`: the pusher's (`None`: unknown); `incoming`: the bytes of objects the push
+    /// brings (0: unknown). In a replica set, a push refused for want of a state
+    /// (`grasp_state::push::Explained::wants_a_state`) is decided again after the other replicas
+    /// were asked for the identifier's announcements and states (`crate::peers::replica_reads`,
+    /// bounded): the client may have sent them to another replica a moment before.
+    pub async fn authorize_push(&self, owner: &PublicKey, identifier: &str, updates: &[RefUpdate], address: Option<IpAddr>, incoming: u64) -> PreReceiveResponse {
+        let shown = format!("{}/{identifier}", owner.to_bech32().unwrap_or_default());
+        let Some(repo) = self.repo_path(owner, identifier) else {
+            return PreReceiveResponse::reject(vec!["grasp: push rejected: not a valid repository path".into()]);
+        };
+        if !self.trust.disk.has_room() {
+            tracing::info!(repo = %shown, reason = "low disk", "push rejected");
+            return PreReceiveResponse::reject(vec![format!("grasp: push rejected: {}", grasp_state::free_disk::LOW_DISK_PUSH)]);
+        }
+        let mut gathered = match self.decide_here(owner, identifier, &repo, updates, &shown).await {
+            Ok(gathered) => gathered,
+            Err(refusal) => return refusal,
+        };
+        if gathered.wants_a_state {
+            if let Some(reads) = self.replica_reads.get() {
+                if reads.ask(identifier, &shown).await.new_here > 0 {
+                    gathered = match self.decide_here(owner, identifier, &repo, updates, &shown).await {
+                        Ok(gathered) => gathered,
+                        Err(refusal) => return refusal,
+                    };
+                }
+            }
+        }
+        let Gathered { all, set, pr_authors, decision, .. } = gathered;
         // Git-first pull request refs: reserve their placeholders now, so that the purgatory's caps
         // apply before any data lands and a crash before post-receive loses nothing.
         let decision = self.reserve_placeholders(&RepoId::new(*owner, identifier), decision, address, incoming).await;

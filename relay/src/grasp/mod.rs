@@ -128,6 +128,10 @@ pub struct Grasp {
     /// `--replica-acks`: the other replicas that must hold a client's event before its `OK
     /// true`, and a push before its post-receive ends. Set once at startup.
     pub replica_acks: std::sync::OnceLock<Arc<crate::peers::acks::ReplicaAcks>>,
+    /// The other replicas, asked for an identifier's announcements and states before a push is
+    /// refused for want of them (`crate::peers::replica_reads`). Set once at startup, with
+    /// `--replica`.
+    pub replica_reads: std::sync::OnceLock<Arc<crate::peers::replica_reads::ReplicaReads>>,
 }
 
 impl Grasp {
@@ -161,6 +165,7 @@ impl Grasp {
             owner_quotas: quotas::OwnerQuotaState::default(),
             replicas: Vec::new(),
             replica_acks: std::sync::OnceLock::new(),
+            replica_reads: std::sync::OnceLock::new(),
         }
     }
 

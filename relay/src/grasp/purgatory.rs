@@ -246,6 +246,14 @@ impl SharedPurgatory {
         self.lock().announcements_for(identifier).into_iter().map(|e| e.event.clone()).collect()
     }
 
+    /// The held announcements and states of `identifier` (what another replica of this set asks
+    /// for before deciding a push, `crate::peers::replica_reads`).
+    pub fn repository_events(&self, identifier: &str) -> Vec<Arc<Event>> {
+        let p = self.lock();
+        let announcements = p.announcements_for(identifier).into_iter().map(|e| e.event.clone());
+        announcements.chain(p.states_for(identifier).iter().map(|e| e.event.clone())).collect()
+    }
+
     /// Runs `delete` while `owner`'s held announcement of `identifier` is soft-expired, inside
     /// the critical section: revival clears the flag under the same lock before recreating the
     /// repository, so the two cannot interleave. `delete` must be one quick filesystem step (a

@@ -473,6 +473,13 @@ impl Connection {
         } else {
             self.drain_live(None);
         }
+        // Another replica of this set, authenticated, deciding a push: the held announcements
+        // and states it asks for come first (`crate::peers::replica_reads`).
+        if let Some(reads) = self.grasp.replica_reads.get() {
+            for event in reads.held_for(&self.grasp, self.auth.authenticated(), &filters).await {
+                self.send(RelayMessage::event(sub_id.clone(), (*event).clone()));
+            }
+        }
         match self.grasp.relay.store().answer_ids(filters.clone(), self.limits.max_limit).await {
             // Sent chunk by chunk by the connection's loop (`next_chunk`), then EOSE.
             Ok(ids) => self.answer = Some(StoredAnswer::new(sub_id, filters, ids, self.limits.max_answer_bytes)),

@@ -31,6 +31,8 @@
 //!   relay lists looked up ([`lists`]: the cache, [`query`]: one bounded exchange with a relay),
 //!   the participants' relays handed to the manager as more relays to follow, asked for the
 //!   conversation only ([`wanted::conversation_plan`]).
+//! - [`replica_reads`]: a replica set's other members asked for one identifier's announcements
+//!   and states before a push is refused for want of them (a push routed by repository).
 //! - [`profile`]: the relay's own profile and relay list, published to the index relays that
 //!   hold none yet.
 //! - this file: [`PeersConfig`], [`start`] and the manager loop: at startup (and if the feed
@@ -59,6 +61,7 @@ pub mod profile;
 pub mod query;
 pub mod quiet;
 pub mod reconcile;
+pub mod replica_reads;
 pub mod stats;
 pub mod waiting;
 pub mod wanted;

@@ -3,7 +3,8 @@
 //! the relay's own profile). The relay sync's rules for every connection apply: the URL's
 //! addresses checked and pinned ([`RelayUrl::resolve`]), [`super::wire`]'s bounded frames, one
 //! deadline for the whole exchange, at most `max_events` events kept, each checked against the
-//! filters asked and its signature verified.
+//! filters asked and its signature verified. A query may authenticate first (NIP-42,
+//! [`Reach::query_as`]).
 
 use std::time::{Duration, Instant};
 
@@ -49,9 +50,21 @@ impl Reach<'_> {
     /// The stored events matching `filters` (one `REQ`), at most `max_events`, each signed and
     /// matching one of them; what comes after `EOSE` or the deadline is not read.
     pub async fn query(&self, url: &RelayUrl, filters: Vec<Filter>, max_events: usize) -> Result<Vec<Event>, QueryError> {
+        self.query_as(url, filters, max_events, &[], "").await
+    }
+
+    /// [`Reach::query`], authenticated first (NIP-42) as each of `keys`, with `relay` as the
+    /// `AUTH` events' `relay` tag (the relay's public URL). A relay that challenges on connecting
+    /// (a private service) is answered; one that does not is sent an `AUTH` it answers with its
+    /// challenge (as a public service of this server does, docs/protocol.md#trust). A key the
+    /// relay refuses fails the exchange ([`QueryError::Refused`]).
+    pub async fn query_as(&self, url: &RelayUrl, filters: Vec<Filter>, max_events: usize, keys: &[Keys], relay: &str) -> Result<Vec<Event>, QueryError> {
         let deadline = Instant::now() + self.timeout;
         let exchange = async {
             let mut wire = self.connect(url).await?;
+            if !keys.is_empty() {
+                authenticate(&mut wire, keys, relay, deadline).await?;
+            }
             let id = SubscriptionId::new("q");
             wire.send(&ClientMessage::req(id.clone(), filters.clone())).await?;
             let mut events = Vec::new();
@@ -100,4 +113,41 @@ impl Reach<'_> {
         };
         tokio::time::timeout_at((deadline + CLOSING).into(), exchange).await.unwrap_or(Err(QueryError::Wire(WireError::ReadTimeout(self.timeout))))
     }
+}
+
+/// An `AUTH` event of `keys` answering `challenge`, for the relay at `relay`.
+fn auth_event(keys: &Keys, relay: &str, challenge: &str) -> Result<Event, QueryError> {
+    let tags = [Tag::parse(["relay", relay]), Tag::parse(["challenge", challenge])];
+    let tags: Vec<Tag> = tags.into_iter().collect::<Result<_, _>>().map_err(|e| QueryError::Refused(format!("AUTH tags: {e}")))?;
+    EventBuilder::new(Kind::Authentication, "").tags(tags).finalize(keys).map_err(|e| QueryError::Refused(format!("signing AUTH: {e}")))
+}
+
+/// NIP-42 on `wire`, as each of `keys` (at least one), before `deadline`: the challenge is the
+/// one the relay sent on connecting, or the one it answers an `AUTH` sent before any challenge
+/// with; then one `AUTH` per key, each answered `OK true`.
+async fn authenticate(wire: &mut Wire, keys: &[Keys], relay: &str, deadline: Instant) -> Result<(), QueryError> {
+    // Asks for the challenge (a relay that already sent one answers this `OK false`).
+    wire.send(&ClientMessage::auth(auth_event(&keys[0], relay, "-")?)).await?;
+    let challenge = loop {
+        if let Incoming::Message(RelayMessage::Auth { challenge }) = wire.recv_until(deadline).await? {
+            break challenge.into_owned();
+        }
+    };
+    for key in keys {
+        let event = auth_event(key, relay, &challenge)?;
+        let id = event.id;
+        wire.send(&ClientMessage::auth(event)).await?;
+        loop {
+            match wire.recv_until(deadline).await? {
+                Incoming::Message(RelayMessage::Ok { event_id, status, message }) if event_id == id => {
+                    if !status {
+                        return Err(QueryError::Refused(format!("AUTH: {}", message.chars().take(200).collect::<String>())));
+                    }
+                    break;
+                }
+                _ => {}
+            }
+        }
+    }
+    Ok(())
 }

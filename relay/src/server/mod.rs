@@ -97,6 +97,8 @@ pub struct AppState {
     pub git_requests: Arc<ConnectionLimiter>,
     /// The relay's own key ([`crate::identity`]): NIP-11 `self`, NIP-05 `_`.
     pub identity: nostr::prelude::Keys,
+    /// The readiness checks: whether a replica has caught up with the others.
+    pub health: Arc<Health>,
 }
 
 /// Runs the daemon until SIGINT/SIGTERM: opens the data dir (exclusive lock) and the store, binds
@@ -178,11 +180,20 @@ pub async fn run(loaded: crate::config::Loaded) -> anyhow::Result<()> {
     let api_addr = api_listener.local_addr()?;
 
     let views = Arc::new(crate::api::views::OperatorViews::default());
-    let health = Arc::new(Health { grasp: grasp.clone(), data_dir: data.root().to_path_buf(), binaries, api_addr, views: views.clone() });
+    let health = Arc::new(Health { grasp: grasp.clone(), data_dir: data.root().to_path_buf(), binaries, api_addr, views: views.clone(), caught_up: Default::default() });
 
     let controller = ShutdownController::new();
     if let Some(acks) = crate::peers::acks::ReplicaAcks::start(&cfg.replica, cfg.replica_acks, cfg.replica_ack_timeout, cfg.sync_tls_ca.as_deref(), &controller.subscribe())? {
         let _ = grasp.replica_acks.set(acks);
+    }
+    // What it authenticates as when it asks the others: its own key, which they read from its
+    // NIP-11 document, and on a private service its service key (a member on the others).
+    let mut asking = vec![identity.clone()];
+    if cfg.private && !cfg.replica.is_empty() {
+        asking.push(crate::peers::service_key::load_or_create(&cfg.service_key_file())?);
+    }
+    if let Some(reads) = crate::peers::replica_reads::ReplicaReads::new(&grasp, asking, cfg.sync_tls_ca.as_deref())? {
+        let _ = grasp.replica_reads.set(reads);
     }
     // The hook API runs on a runtime of its own (its own worker and blocking threads), so pushes
     // are decided while the WebSocket side is saturated (docs/security.md).
@@ -200,13 +211,13 @@ pub async fn run(loaded: crate::config::Loaded) -> anyhow::Result<()> {
     if let Some(metrics_bind) = cfg.metrics_bind {
         let listener = crate::server::metrics::bind(metrics_bind, addr).await?;
         let metrics_addr = listener.local_addr()?;
-        let state = Arc::new(MetricsState { metrics, grasp: grasp.clone(), connections: connections.clone(), health, views: views.clone() });
+        let state = Arc::new(MetricsState { metrics, grasp: grasp.clone(), connections: connections.clone(), health: health.clone(), views: views.clone() });
         tokio::spawn(crate::server::metrics::serve(listener, state, controller.subscribe()));
         std::fs::write(&metrics_file, metrics_addr.to_string()).with_context(|| format!("writing {}", metrics_file.display()))?;
         tracing::info!(%metrics_addr, "metrics on http://{metrics_addr}/metrics (probes /healthz, /readyz)");
     }
     let git_requests = ConnectionLimiter::new(cfg.git_max_requests as usize, cfg.git_max_requests_per_ip as usize, cfg.ipv6_prefix_len);
-    let state = Arc::new(AppState { cfg, git, grasp: grasp.clone(), limits, connections, git_requests, identity });
+    let state = Arc::new(AppState { cfg, git, grasp: grasp.clone(), limits, connections, git_requests, identity, health });
     let accept = tokio::spawn(accept_loop(listener, state.clone(), controller.subscribe()));
 
     grasp_state::atomic_file::write_atomic(&data.relay_addr_file(), addr.to_string().as_bytes(), None)
@@ -527,6 +538,15 @@ async fn route(
     let path = req.uri().path();
     let resp = if grasp_state::cors::is_preflight(req.method().as_str()) {
         http::preflight()
+    } else if catching_up(&req, &state, remote) {
+        // A replica back from a restart serves an older copy until it has caught up with the
+        // others: what the front forwards goes to another replica meanwhile (nginx's
+        // `proxy_next_upstream http_503`, docs/scaling.md). The other replicas' own requests
+        // (relay sync, git sync) are not forwarded, and are served: they are how it catches up.
+        tracing::debug!(%remote, path, "forwarded request refused: catching up with the other replicas");
+        let mut r = http::text(StatusCode::SERVICE_UNAVAILABLE, CATCHING_UP);
+        r.headers_mut().insert(hyper::header::RETRY_AFTER, HeaderValue::from_static("5"));
+        r
     } else if path == "/" && (req.method() == Method::GET || req.method() == Method::HEAD) {
         if is_websocket_upgrade(&req) {
             websocket_upgrade(req, state, remote, shutdown, permit)
@@ -555,6 +575,11 @@ async fn route(
         let client = crate::trust::proxy::client_address(remote.ip(), req.headers(), &state.grasp.trust.trusted_proxies);
         match state.git_requests.try_open(client) {
             Ok(slot) => {
+                // A replica set's push to a repository this replica does not have yet: its
+                // announcement may have reached another replica a moment ago.
+                if let Some(reads) = state.grasp.replica_reads.get() {
+                    reads.before_push_to_missing(&state.grasp, req.method().as_str(), req.uri().path(), req.uri().query().unwrap_or("")).await;
+                }
                 let timer = state.grasp.metrics.git_request(&req);
                 // REMOTE_ADDR is the client as resolved through trusted proxies: the hooks forward
                 // it, and a push's placeholders count against its share (docs/protocol.md#caps).
@@ -571,6 +596,20 @@ async fn route(
         }
     };
     http::with_cors(resp)
+}
+
+/// The answer to a request the front forwards while this replica catches up.
+const CATCHING_UP: &str =
+    "unavailable: this replica of the service is catching up with the others after a restart; try again in a few seconds\n";
+
+/// Is `req` forwarded by the front (a trusted proxy that says whose request it is), to a replica
+/// that has not caught up with the others yet ([`Health::caught_up`])?
+fn catching_up(req: &Request<Incoming>, state: &AppState, remote: SocketAddr) -> bool {
+    let forwarded = req.headers().contains_key("x-forwarded-for") || req.headers().contains_key("x-real-ip");
+    forwarded
+        && !state.grasp.replicas.is_empty()
+        && crate::trust::proxy::is_trusted(remote.ip(), &state.grasp.trust.trusted_proxies)
+        && !state.health.caught_up()
 }
 
 /// The text of a refused git request: which limit, and what to do.
