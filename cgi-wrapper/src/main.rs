@@ -3,7 +3,7 @@
 //! Used the same way under nginx + fcgiwrap and by grasp-relay's own listener. For a request
 //! to `/<npub>/<identifier>.git<rest>` (CGI `PATH_INFO`, decoded as RFC 3875 says) it:
 //! - answers `OPTIONS` with 204 and CORS headers;
-//! - validates the path with [`grasp_state::identifier::parse_repo_path`] and answers 404 (HTML
+//! - validates the path with [`grasp_state::names::identifier::parse_repo_path`] and answers 404 (HTML
 //!   for browsers, text otherwise) for malformed paths and repositories that do not exist;
 //! - with `--grasp06`, serves GRASP-06 contributor repositories at `/prs/<npub>/<identifier>.git`
 //!   too: a path with no repository answers a ref advertisement as an empty repository (nothing
@@ -80,7 +80,7 @@ use std::process::{Command, ExitCode, Stdio};
 
 use anyhow::Context;
 use clap::Parser;
-use grasp_state::identifier::{parse_repo_path, RepoLayout, RepoSpace, RepoUrlPath};
+use grasp_state::names::identifier::{parse_repo_path, RepoLayout, RepoSpace, RepoUrlPath};
 use grasp_state::prs::{empty_advertisement, GitService};
 use grasp_state::push_lock::{self, PushLock, PushLockError};
 use grasp_state::git_backend::{self, BackendSetup, Service};

@@ -12,7 +12,7 @@ use std::path::Path;
 
 use grasp_state::hook_api::{RepoInfo, RepoStatus};
 use grasp_state::html::{escape, format_utc, STYLE};
-use grasp_state::identifier::RepoUrlPath;
+use grasp_state::names::identifier::RepoUrlPath;
 
 /// Longest name and description shown (characters); longer ones are cut with `…`.
 const MAX_NAME_CHARS: usize = 200;

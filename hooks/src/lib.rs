@@ -28,9 +28,9 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
 use grasp_state::hook_config::{self, HookConfig};
-use grasp_state::identifier::{npub_of, RepoLayout, RepoSpace};
+use grasp_state::names::identifier::{npub_of, RepoLayout, RepoSpace};
 use grasp_state::push_limits::PushLimits;
-use grasp_state::refs::{parse_ref_updates, RefUpdate};
+use grasp_state::names::refs::{parse_ref_updates, RefUpdate};
 use serde::{de::DeserializeOwned, Serialize};
 
 pub mod client;

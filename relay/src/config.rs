@@ -169,7 +169,7 @@ pub struct Config {
     /// Every per-address limit (connections, git requests, write rate) counts an IPv6 client by
     /// this many leading bits of its address (one /64 is one client); IPv4 addresses count as
     /// they are.
-    #[arg(long, env = "GRASP_IPV6_PREFIX_LEN", default_value_t = grasp_state::client_key::DEFAULT_IPV6_PREFIX_LEN,
+    #[arg(long, env = "GRASP_IPV6_PREFIX_LEN", default_value_t = grasp_state::names::client_key::DEFAULT_IPV6_PREFIX_LEN,
           value_parser = clap::value_parser!(u8).range(1..=128))]
     pub ipv6_prefix_len: u8,
 
@@ -886,7 +886,7 @@ impl Config {
     /// The public host as bare `host[:port]` (scheme and trailing `/` dropped): what this
     /// server's own URLs are recognised by (git sync, relay sync).
     pub fn public_authority(&self) -> String {
-        grasp_state::host::public_authority(&self.public_host()).to_string()
+        grasp_state::names::host::public_authority(&self.public_host()).to_string()
     }
 
     /// Path of the CGI wrapper binary.
@@ -1027,7 +1027,7 @@ impl Config {
         grasp_state::archive::Archive {
             all: self.archive_all,
             patterns: self.archive.clone(),
-            services: self.archive_grasp_service.iter().map(|h| grasp_state::host::public_authority(h).to_string()).collect(),
+            services: self.archive_grasp_service.iter().map(|h| grasp_state::names::host::public_authority(h).to_string()).collect(),
             writable: self.archive_writable,
         }
     }

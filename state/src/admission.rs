@@ -7,7 +7,7 @@
 
 use nostr::prelude::PublicKey;
 
-use crate::identifier::npub_of;
+use crate::names::identifier::npub_of;
 use crate::maintainers::Standing;
 
 use crate::nip34::Source;

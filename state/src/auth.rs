@@ -189,7 +189,7 @@ impl ProtectedRefusal {
 
 /// Who submits an event: the public keys its connection authenticated as (NIP-42), whether
 /// it arrives through relay-to-relay sync rather than from a client, and the client's address
-/// as per-address limits count it ([`crate::client_key::limit_key`]; `None` for relay sync).
+/// as per-address limits count it ([`crate::names::client_key::limit_key`]; `None` for relay sync).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Submitter<'a> {
     pub authenticated: &'a [PublicKey],
@@ -295,7 +295,7 @@ mod tests {
     fn git_proofs() {
         let keys = Keys::generate();
         let owner = Keys::generate().public_key();
-        let npub = crate::identifier::npub_of(&owner);
+        let npub = crate::names::identifier::npub_of(&owner);
         let root = format!("https://git.example.com/{npub}/my%20repo.git");
         let check = |h: &str| verify_git_proof(Some(h), HOST, &owner, "my repo", NOW);
         assert_eq!(check(&proof(&keys, &root, "GET", NOW - 59)), Ok(keys.public_key()));

@@ -121,8 +121,8 @@ pub fn grasp_server_repo_url(server: &str, owner: &nostr::prelude::PublicKey, id
     }
     Some(format!(
         "{scheme}://{rest}/{}/{}.git",
-        crate::identifier::npub_of(owner),
-        crate::identifier::percent_encode_segment(identifier)
+        crate::names::identifier::npub_of(owner),
+        crate::names::identifier::percent_encode_segment(identifier)
     ))
 }
 
@@ -148,7 +148,7 @@ mod tests {
     #[test]
     fn grasp_list_servers_name_the_owners_repository_there() {
         let owner = nostr::prelude::Keys::generate().public_key();
-        let npub = crate::identifier::npub_of(&owner);
+        let npub = crate::names::identifier::npub_of(&owner);
         assert_eq!(grasp_server_repo_url("wss://relay.ngit.dev", &owner, "my repo"), Some(format!("https://relay.ngit.dev/{npub}/my%20repo.git")));
         assert_eq!(grasp_server_repo_url("ws://127.0.0.1:8080/", &owner, "r"), Some(format!("http://127.0.0.1:8080/{npub}/r.git")));
         assert_eq!(grasp_server_repo_url("https://git.example.com", &owner, "r"), Some(format!("https://git.example.com/{npub}/r.git")));

@@ -22,7 +22,7 @@ use std::str::FromStr;
 
 use nostr::prelude::{EventId, FromBech32, PublicKey};
 
-use crate::identifier::npub_of;
+use crate::names::identifier::npub_of;
 
 /// Which repositories a rule names.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -77,7 +77,7 @@ impl FromStr for RepoPattern {
         }
         if let Some((owner, ident)) = s.split_once('/') {
             let owner = parse_pubkey(owner).ok_or_else(|| format!("{s:?}: {owner:?} is not an npub or hex public key"))?;
-            crate::identifier::validate_identifier(ident).map_err(|e| format!("{s:?}: {e}"))?;
+            crate::names::identifier::validate_identifier(ident).map_err(|e| format!("{s:?}: {e}"))?;
             return Ok(RepoPattern::Repo(owner, ident.to_string()));
         }
         if let Some(owner) = parse_pubkey(s) {
@@ -86,7 +86,7 @@ impl FromStr for RepoPattern {
         if s.starts_with("npub1") {
             return Err(format!("{s:?} is not a valid npub"));
         }
-        crate::identifier::validate_identifier(s).map_err(|e| format!("{s:?}: {e}"))?;
+        crate::names::identifier::validate_identifier(s).map_err(|e| format!("{s:?}: {e}"))?;
         Ok(RepoPattern::Identifier(s.to_string()))
     }
 }

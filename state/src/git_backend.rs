@@ -14,7 +14,7 @@ use std::process::{Command, Stdio};
 
 use crate::git_env;
 use crate::hook_api::PRIVATE_MARKER_FILE;
-use crate::identifier::{RepoSpace, RepoUrlPath, GRASP_GIT_CONFIG};
+use crate::names::identifier::{RepoSpace, RepoUrlPath, GRASP_GIT_CONFIG};
 
 /// What every backend run needs besides the request: where the repositories are, the hooks, the
 /// programs, the push limit.
@@ -182,7 +182,7 @@ pub fn service(data_dir: Option<&Path>, git_root: &Path, mut unreadable: impl Fn
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::identifier::parse_repo_path;
+    use crate::names::identifier::parse_repo_path;
 
     fn env_of(cmd: &Command) -> Vec<(String, Option<String>)> {
         cmd.get_envs()
@@ -195,7 +195,7 @@ mod tests {
     }
 
     fn repo() -> RepoUrlPath {
-        let npub = crate::identifier::npub_of(&nostr::prelude::Keys::generate().public_key());
+        let npub = crate::names::identifier::npub_of(&nostr::prelude::Keys::generate().public_key());
         parse_repo_path(&format!("/{npub}/r.git/info/refs")).expect("valid path")
     }
 

@@ -12,8 +12,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::identifier::RepoSpace;
-use crate::refs::RefUpdate;
+use crate::names::identifier::RepoSpace;
+use crate::names::refs::RefUpdate;
 
 /// Version of this API. Bump on incompatible changes.
 pub const HOOK_API_VERSION: u32 = 1;
@@ -453,7 +453,7 @@ pub struct PrsRepoResponse {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::refs::ZERO_OID;
+    use crate::names::refs::ZERO_OID;
     use serde::de::DeserializeOwned;
 
     const A: &str = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";

@@ -90,13 +90,13 @@
 //! yields a typed error whose message says what is wrong and what to do, never
 //! a panic.
 
+pub mod names;
 pub mod admission;
 pub mod archive;
 pub mod announcements;
 pub mod atomic_file;
 pub mod cgi;
 pub mod cidr;
-pub mod client_key;
 pub mod clone_sources;
 pub mod contributor_data;
 pub mod event_size;
@@ -112,8 +112,6 @@ pub mod fd_budget;
 pub mod hook_api;
 pub mod hook_config;
 pub mod html;
-pub mod host;
-pub mod identifier;
 pub mod key_file;
 pub mod maintainers;
 pub mod nip34;
@@ -129,7 +127,6 @@ pub mod push_lock;
 pub mod recency;
 pub mod roles;
 pub mod rate;
-pub mod refs;
 pub mod ref_read;
 pub mod ref_files;
 pub mod relay_profile;

@@ -28,7 +28,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 
 use nostr::prelude::PublicKey;
 
-use crate::identifier::npub_of;
+use crate::names::identifier::npub_of;
 use crate::roles::{ClaimsRef, Lead};
 
 /// Cap on the number of confirmed maintainers of one repository.

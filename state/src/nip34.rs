@@ -18,8 +18,8 @@ use nostr::prelude::{Event, EventId, PublicKey, Timestamp};
 
 use crate::recency::Recency;
 use crate::roles::Claims;
-use crate::refs::{is_valid_oid, is_valid_ref_name, RefMap, HEADS_PREFIX, TAGS_PREFIX};
-use crate::host::{url_authority, HostPort};
+use crate::names::refs::{is_valid_oid, is_valid_ref_name, RefMap, HEADS_PREFIX, TAGS_PREFIX};
+use crate::names::host::{url_authority, HostPort};
 
 /// Repository announcement.
 pub const KIND_ANNOUNCEMENT: u16 = 30617;
@@ -537,18 +537,18 @@ pub fn url_names_host(url: &str, schemes: &[&str], public_host: &str) -> bool {
 /// `http(s)://<host>/<npub>/<identifier>.git` or `http(s)://<host>/prs/<npub>/<identifier>.git`
 /// exactly (host compared as in [`url_names_host`], no query, fragment or trailing path; the
 /// identifier percent-decoded). `None` for anything else.
-pub fn repo_url_on_host(url: &str, public_host: &str) -> Option<crate::identifier::RepoUrlPath> {
+pub fn repo_url_on_host(url: &str, public_host: &str) -> Option<crate::names::identifier::RepoUrlPath> {
     if !url_names_host(url, &["http", "https"], public_host) || url.contains(['?', '#']) {
         return None;
     }
     let (_, rest) = url.trim().split_once("://")?;
     let path = rest.find('/').map_or("", |i| &rest[i..]);
-    crate::identifier::parse_repo_url_path(path).filter(|p| p.rest.is_empty())
+    crate::names::identifier::parse_repo_url_path(path).filter(|p| p.rest.is_empty())
 }
 
 /// A configured public host: `host[:port]`, a leading scheme and a trailing `/` tolerated.
 fn parse_public_host(configured: &str) -> Option<HostPort> {
-    HostPort::parse(crate::host::public_authority(configured))
+    HostPort::parse(crate::names::host::public_authority(configured))
 }
 
 /// Does `url` use one of `schemes` and have exactly `wanted` as its host and port? A wanted

@@ -22,7 +22,7 @@ use std::collections::BTreeSet;
 use nostr::prelude::EventId;
 
 use crate::nip34::RepoState;
-use crate::refs::{is_served_ref, is_valid_ref_name, RefChange, RefMap, NOSTR_PREFIX, ZERO_OID};
+use crate::names::refs::{is_served_ref, is_valid_ref_name, RefChange, RefMap, NOSTR_PREFIX, ZERO_OID};
 
 /// Where the pool records its members' refs: `refs/members/<member>/<ref without refs/>`.
 pub const MEMBER_REFS: &str = "refs/members/";
@@ -194,7 +194,7 @@ pub fn plan_pool_gc(members: &[MemberView], pool_refs: &RefMap, held: &BTreeSet<
             changes.push(RefChange::Delete { name: name.clone(), old: old.clone() });
         }
     }
-    let after = crate::refs::apply_changes(pool_refs, &changes);
+    let after = crate::names::refs::apply_changes(pool_refs, &changes);
     PoolGc { remove_pool: members.is_empty() && after.is_empty(), changes, keep }
 }
 
@@ -209,7 +209,7 @@ pub fn family_shares(copy_targets: usize, pool_exists: bool) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::refs::apply_changes;
+    use crate::names::refs::apply_changes;
     use nostr::prelude::{Keys, Timestamp};
 
     fn map(pairs: &[(&str, &str)]) -> RefMap {

@@ -15,7 +15,7 @@
 
 use nostr::prelude::PublicKey;
 
-use crate::identifier::{RepoSpace, RepoUrlPath};
+use crate::names::identifier::{RepoSpace, RepoUrlPath};
 use crate::nip34::{repo_url_on_host, PullRequest};
 use crate::purgatory::RepoId;
 
@@ -130,7 +130,7 @@ pub fn empty_advertisement(service: GitService) -> (String, Vec<u8>) {
     body.extend_from_slice(b"0000");
     let caps = format!(
         "{} capabilities^{{}}\0{} agent=grasp-relay/{}\n",
-        crate::refs::ZERO_OID,
+        crate::names::refs::ZERO_OID,
         service.capabilities(),
         env!("CARGO_PKG_VERSION")
     );
@@ -142,7 +142,7 @@ pub fn empty_advertisement(service: GitService) -> (String, Vec<u8>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::identifier::npub_of;
+    use crate::names::identifier::npub_of;
     use crate::nip34::tests::{event, tag, A};
     use nostr::prelude::Keys;
 
@@ -204,7 +204,7 @@ mod tests {
         assert!(text.ends_with("\n0000"), "{text:?}");
         let line = &text["001e# service=git-upload-pack\n0000".len()..text.len() - 4];
         assert_eq!(usize::from_str_radix(&line[..4], 16).unwrap(), line.len());
-        assert!(line[4..].starts_with(&format!("{} capabilities^{{}}\0", crate::refs::ZERO_OID)));
+        assert!(line[4..].starts_with(&format!("{} capabilities^{{}}\0", crate::names::refs::ZERO_OID)));
         let (ct, body) = empty_advertisement(GitService::ReceivePack);
         assert_eq!(ct, "application/x-git-receive-pack-advertisement");
         assert!(String::from_utf8(body).unwrap().contains("report-status"));

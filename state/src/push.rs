@@ -29,7 +29,7 @@ use std::collections::BTreeMap;
 use nostr::prelude::{EventId, PublicKey};
 
 use crate::nip34::{parse_event_id, RepoState, Source};
-use crate::refs::{
+use crate::names::refs::{
     apply_updates, is_served_ref, is_valid_oid, is_valid_ref_name, is_zero_oid, served_refs,
     short_oid, RefMap, RefUpdate, NOSTR_PREFIX,
 };
@@ -232,8 +232,8 @@ pub fn decide_contribution_push(req: &ContributionPush) -> PushDecision {
                 reasons.push(format!(
                     "{name}: pull request {short} is signed by {}, and this URL takes only its own contributor's pull \
                      requests: push it to /prs/<npub of its signer>/{}.git",
-                    crate::identifier::npub_of(&pr.author),
-                    crate::identifier::percent_encode_segment(req.identifier)
+                    crate::names::identifier::npub_of(&pr.author),
+                    crate::names::identifier::percent_encode_segment(req.identifier)
                 ));
                 continue;
             }
@@ -432,7 +432,7 @@ fn clip(name: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::refs::ZERO_OID;
+    use crate::names::refs::ZERO_OID;
     use nostr::prelude::{Keys, PublicKey, Timestamp};
 
     #[test]

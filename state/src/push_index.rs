@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use crate::nip34::{RepoState, Source};
 use crate::push::Candidates;
-use crate::refs::RefMap;
+use crate::names::refs::RefMap;
 
 /// Held states by declared refs; the newest of each ref map, and the newest of all.
 #[derive(Debug, Default, Clone)]

@@ -6,8 +6,8 @@
 //! [`ENV_MAX_PR_PUSH_BYTES`]; `grasp-pre-receive` measures git's quarantine directory and asks
 //! [`PushLimits::check`]. A refused push's objects are dropped with the quarantine.
 
-use crate::identifier::RepoSpace;
-use crate::refs::RefUpdate;
+use crate::names::identifier::RepoSpace;
+use crate::names::refs::RefUpdate;
 
 /// Variable carrying `--max-push-bytes` to the hooks and grasp-cgi.
 pub const ENV_MAX_PUSH_BYTES: &str = "GRASP_MAX_PUSH_BYTES";

@@ -14,7 +14,7 @@
 //! name, a duplicate, a partial line) is `None`, and the caller then asks git
 //! (`git for-each-ref`), which knows every case.
 
-use crate::refs::{is_valid_oid, is_valid_ref_name, RefMap};
+use crate::names::refs::{is_valid_oid, is_valid_ref_name, RefMap};
 
 /// What a loose ref file holds.
 #[derive(Debug, Clone, PartialEq, Eq)]

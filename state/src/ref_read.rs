@@ -44,7 +44,7 @@ impl ReadKey {
 }
 
 /// A request that may be a cacheable read, from its method, what follows `.git`
-/// ([`crate::identifier::RepoUrlPath::rest`]), its query and headers.
+/// ([`crate::names::identifier::RepoUrlPath::rest`]), its query and headers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Candidate {
     /// The upload-pack ref advertisement: cacheable as it is.

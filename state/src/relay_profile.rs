@@ -10,7 +10,7 @@ pub const KIND_PROFILE: u16 = 0;
 
 /// The domain of a public host (`host[:port]`, any scheme): the host without its port.
 pub fn domain(public_host: &str) -> String {
-    let host = crate::host::public_authority(public_host);
+    let host = crate::names::host::public_authority(public_host);
     match host.strip_prefix('[') {
         Some(v6) => v6.split(']').next().unwrap_or_default().to_string(),
         None => host.rsplit_once(':').map_or(host, |(h, _)| h).to_string(),
@@ -21,7 +21,7 @@ pub fn domain(public_host: &str) -> String {
 /// description) when there is one; `website` the server's pages.
 pub fn profile_content(public_host: &str, about: &str) -> String {
     let domain = domain(public_host);
-    let urls = crate::host::PublicUrls::new(public_host);
+    let urls = crate::names::host::PublicUrls::new(public_host);
     let mut profile = json!({ "name": domain, "nip05": format!("_@{domain}"), "website": urls.http_base() });
     if !about.trim().is_empty() {
         profile["about"] = about.trim().into();
@@ -31,7 +31,7 @@ pub fn profile_content(public_host: &str, about: &str) -> String {
 
 /// The kind 10002 tags: this relay, for reading and writing (one unmarked `r` tag).
 pub fn relay_list_tags(public_host: &str) -> Vec<Vec<String>> {
-    vec![vec!["r".to_string(), crate::host::PublicUrls::new(public_host).relay_url()]]
+    vec![vec!["r".to_string(), crate::names::host::PublicUrls::new(public_host).relay_url()]]
 }
 
 #[cfg(test)]

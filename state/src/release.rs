@@ -15,7 +15,7 @@ use std::collections::BTreeSet;
 use nostr::prelude::EventId;
 
 use crate::nip34::RepoState;
-use crate::refs::{is_served_ref, served_refs, RefChange, RefMap, NOSTR_PREFIX, ZERO_OID};
+use crate::names::refs::{is_served_ref, served_refs, RefChange, RefMap, NOSTR_PREFIX, ZERO_OID};
 
 /// Everything known about one repository when git data may have arrived.
 #[derive(Debug, Clone, Copy)]

@@ -10,7 +10,7 @@
 
 use url::Url;
 
-use crate::host::HostPort;
+use crate::names::host::HostPort;
 
 /// One other member of the set.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -53,7 +53,7 @@ impl Replica {
 
     /// The replica's copy of `npub`'s repository `identifier` (git smart HTTP).
     pub fn repo_url(&self, npub: &str, identifier: &str) -> String {
-        format!("{}/{npub}/{}.git", self.base, crate::identifier::percent_encode_segment(identifier))
+        format!("{}/{npub}/{}.git", self.base, crate::names::identifier::percent_encode_segment(identifier))
     }
 }
 

@@ -21,7 +21,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use grasp_state::identifier::{
+use grasp_state::names::identifier::{
     parse_repo_url_path, percent_encode_segment, validate_identifier, npub_of,
 };
 use grasp_state::nip34::{references, Announcement, PullRequest, RepoState};
@@ -32,7 +32,7 @@ use grasp_state::admission::{admit_announcement, AfterRepo, AnnouncementAdmissio
 use grasp_state::announcements::{maintainer_set, merge, owners_trusting, TrustIndex};
 use grasp_state::roles::{Claims, Lead};
 use grasp_state::release::{alignment, plan_release, settle, RepoFacts};
-use grasp_state::refs::{
+use grasp_state::names::refs::{
     apply_changes, RefChange, apply_updates, is_served_ref, is_valid_oid, is_valid_ref_name, parse_ref_updates,
     served_refs, RefMap, RefUpdate, ZERO_OID,
 };

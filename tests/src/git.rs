@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use grasp_relay::git::http::{serve, GitHttpConfig};
 use grasp_state::git_backend::BackendSetup;
-use grasp_state::identifier::{npub_of, percent_encode_segment, RepoLayout};
+use grasp_state::names::identifier::{npub_of, percent_encode_segment, RepoLayout};
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use nostr::key::PublicKey;

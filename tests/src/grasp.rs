@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use grasp_state::identifier::{npub_of, percent_encode_segment};
+use grasp_state::names::identifier::{npub_of, percent_encode_segment};
 use nostr::prelude::*;
 
 use crate::git::{git_output, WorkTree};

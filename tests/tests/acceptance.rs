@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use grasp_relay::grasp::acceptance::PURGATORY_MESSAGE;
-use grasp_state::identifier::npub_of;
+use grasp_state::names::identifier::npub_of;
 use grasp_tests::git::git_output;
 use grasp_tests::grasp::*;
 use grasp_tests::TestServer;

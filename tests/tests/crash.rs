@@ -223,7 +223,7 @@ async fn a_push_killed_mid_upload_leaves_no_quarantine_behind() {
     let head = format!(
         "POST /{}/killed.git/git-receive-pack HTTP/1.1\r\nHost: {}\r\n\
          Content-Type: application/x-git-receive-pack-request\r\nContent-Length: {}\r\n\r\n",
-        grasp_state::identifier::npub_of(&owner.public_key()),
+        grasp_state::names::identifier::npub_of(&owner.public_key()),
         server.addr(),
         1 << 20
     );

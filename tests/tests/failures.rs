@@ -11,7 +11,7 @@ use std::net::TcpStream;
 use std::path::Path;
 use std::time::Duration;
 
-use grasp_state::identifier::npub_of;
+use grasp_state::names::identifier::npub_of;
 use grasp_tests::git::git;
 use grasp_tests::grasp::*;
 use grasp_tests::{eventually, NostrClient, TestServer, TIMEOUT};

@@ -9,7 +9,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use grasp_relay::git::repos::{create_bare_repo, read_refs};
-use grasp_state::identifier::npub_of;
+use grasp_state::names::identifier::npub_of;
 use grasp_tests::git::{git, git_output, test_owner, GitHttpServer, WorkTree};
 use grasp_tests::wait_until;
 use reqwest::blocking::Client;
@@ -457,7 +457,7 @@ fn pushes_to_one_repo_wait_for_the_push_lock() {
         .create(true)
         .truncate(false)
         .write(true)
-        .open(f.bare.join(grasp_state::identifier::PUSH_LOCK_FILE))
+        .open(f.bare.join(grasp_state::names::identifier::PUSH_LOCK_FILE))
         .unwrap();
     lock.lock().unwrap();
 
@@ -482,7 +482,7 @@ fn pushes_to_one_repo_wait_for_the_push_lock() {
 #[test]
 fn created_repos_are_configured_for_grasp() {
     let f = fixture("cfg");
-    for (key, value) in grasp_state::identifier::GRASP_GIT_CONFIG {
+    for (key, value) in grasp_state::names::identifier::GRASP_GIT_CONFIG {
         assert_eq!(git(&f.bare, &["config", "--get", key]), *value, "{key}");
     }
     assert_eq!(

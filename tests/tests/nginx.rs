@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use grasp_state::identifier::{npub_of, percent_encode_segment};
+use grasp_state::names::identifier::{npub_of, percent_encode_segment};
 use grasp_tests::git::WorkTree;
 use grasp_tests::grasp::*;
 use grasp_tests::{binary_path, wait_until, NostrClient, TestServer, TIMEOUT};

@@ -14,7 +14,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-use grasp_state::identifier::npub_of;
+use grasp_state::names::identifier::npub_of;
 use grasp_tests::git::WorkTree;
 use grasp_tests::grasp::*;
 use grasp_tests::{binary_path, wait_until, NostrClient, TIMEOUT};

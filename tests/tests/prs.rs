@@ -9,7 +9,7 @@
 use std::path::{Path, PathBuf};
 
 use grasp_relay::grasp::acceptance::PURGATORY_MESSAGE;
-use grasp_state::identifier::{npub_of, percent_encode_segment};
+use grasp_state::names::identifier::{npub_of, percent_encode_segment};
 use grasp_tests::git::git_output;
 use grasp_tests::grasp::*;
 use grasp_tests::{eventually, TestServer};

@@ -763,7 +763,7 @@ async fn git_requests_run_the_backend_without_grasp_cgi() {
 
     let page = reqwest::get(&repo.url).await.unwrap();
     assert_eq!(page.status(), reqwest::StatusCode::OK);
-    let path = format!("/{}/direct.git", grasp_state::identifier::npub_of(&owner.public_key()));
+    let path = format!("/{}/direct.git", grasp_state::names::identifier::npub_of(&owner.public_key()));
     assert!(recorded().contains(&format!("GET {path}?")), "the page did not go to grasp-cgi: {}", recorded());
 
     // Another push's lock: the relay leaves the advertisement to grasp-cgi, which waits for it.

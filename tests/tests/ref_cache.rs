@@ -14,7 +14,7 @@ use grasp_relay::git::http::GitHttpConfig;
 use grasp_relay::git::ref_cache::{RefCache, DEFAULT_BUDGET};
 use grasp_relay::git::repos::create_bare_repo;
 use grasp_state::git_backend::BackendSetup;
-use grasp_state::identifier::npub_of;
+use grasp_state::names::identifier::npub_of;
 use grasp_tests::git::{bin, git, git_output, test_owner, GitHttpServer, WorkTree};
 use grasp_tests::grasp::*;
 use grasp_tests::{eventually, TestServer};

@@ -148,7 +148,7 @@ mod in_process {
     use grasp_relay::grasp::Grasp;
     use grasp_relay::store::relay::Relay;
     use grasp_relay::store::Store;
-    use grasp_state::identifier::RepoLayout;
+    use grasp_state::names::identifier::RepoLayout;
     use grasp_state::purgatory::{ManualClock, Purgatory, PurgatoryConfig, RepoId};
     use grasp_tests::git::{git, WorkTree};
     use grasp_tests::grasp::*;

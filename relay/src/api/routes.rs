@@ -5,7 +5,7 @@
 use bytes::Bytes;
 use futures_util::future::BoxFuture;
 use grasp_state::hook_api::{HookRequest, HOOK_API_VERSION, PATH_POST_RECEIVE, PATH_PRE_RECEIVE};
-use grasp_state::identifier::RepoSpace;
+use grasp_state::names::identifier::RepoSpace;
 use grasp_state::purgatory::RepoId;
 use hyper::{Response, StatusCode};
 
@@ -144,10 +144,10 @@ fn post_prs_repo(c: Call<'_>) -> BoxFuture<'_, Response<Body>> {
             Ok(r) => r,
             Err(resp) => return *resp,
         };
-        let Some(contributor) = grasp_state::identifier::parse_npub(&req.npub) else {
+        let Some(contributor) = grasp_state::names::identifier::parse_npub(&req.npub) else {
             return error(StatusCode::BAD_REQUEST, "npub is not a canonical npub");
         };
-        if grasp_state::identifier::validate_identifier(&req.identifier).is_err() {
+        if grasp_state::names::identifier::validate_identifier(&req.identifier).is_err() {
             return error(StatusCode::BAD_REQUEST, "not a valid identifier");
         }
         match c.grasp.create_contributor_repo(&contributor, &req.identifier).await {

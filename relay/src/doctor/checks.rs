@@ -250,8 +250,8 @@ pub fn public_host(configured: Option<&str>, bind: SocketAddr) -> Finding {
     if let Some(s) = scheme.filter(|s| *s != "http" && *s != "https") {
         return Finding::fail(check, format!("{configured:?} has the scheme {s}://"), "give `host[:port]`, or an https:// (or http://) URL of it");
     }
-    let authority = grasp_state::host::public_authority(trimmed);
-    let Some(host) = grasp_state::host::HostPort::parse(authority) else {
+    let authority = grasp_state::names::host::public_authority(trimmed);
+    let Some(host) = grasp_state::names::host::HostPort::parse(authority) else {
         return Finding::fail(
             check,
             format!("{configured:?} is not a host[:port] (no path, user or query)"),

@@ -50,7 +50,7 @@ use hyper::body::{Frame, Incoming};
 use hyper::header::{HeaderName, HeaderValue};
 use grasp_state::{cgi, transfer};
 use grasp_state::git_backend::{self, BackendSetup, Service};
-use grasp_state::identifier::{parse_repo_path, RepoLayout, RepoSpace, RepoUrlPath};
+use grasp_state::names::identifier::{parse_repo_path, RepoLayout, RepoSpace, RepoUrlPath};
 use grasp_state::push_lock::PushLock;
 use hyper::{Method, Request, Response, StatusCode};
 use std::os::fd::AsRawFd;
@@ -406,7 +406,7 @@ struct Direct {
 
 /// Percent-decodes a URL path into `PATH_INFO` bytes; `None` for a bad escape or a NUL.
 fn decode_path(path: &str) -> Option<OsString> {
-    grasp_state::identifier::percent_decode_bytes(path)
+    grasp_state::names::identifier::percent_decode_bytes(path)
         .filter(|bytes| !bytes.contains(&0))
         .map(OsString::from_vec)
 }

@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use grasp_state::atomic_file::write_atomic;
-use grasp_state::identifier::{pool_alternate, RepoLayout};
+use grasp_state::names::identifier::{pool_alternate, RepoLayout};
 use grasp_state::pool::Promotion;
 
 use crate::git::build::{append_config, build_aside, io_err, unique_name, RepoError};
@@ -83,7 +83,7 @@ pub fn has_local_objects(repo: &Path) -> bool {
 }
 
 /// Makes `repo` borrow the objects of the pool of `identifier`: its alternates file is
-/// replaced whole by the one line (`grasp_state::identifier::pool_alternate`), atomically and
+/// replaced whole by the one line (`grasp_state::names::identifier::pool_alternate`), atomically and
 /// durably. Returns whether it was written (false: it was a member already). The caller holds
 /// the pool lock.
 pub fn join(repo: &Path, identifier: &str) -> std::io::Result<bool> {
@@ -302,7 +302,7 @@ mod tests {
         // Pool repacks drop nothing; a prune drops what no ref and no keep-list entry reaches.
         repack_pool(&pool, Repack::Geometric).await.unwrap();
         assert!(std::fs::read_dir(pool.join("objects/pack")).unwrap().flatten().any(|e| e.file_name().to_string_lossy().ends_with(".bitmap")));
-        crate::git::update_refs(&pool, &[grasp_state::refs::RefChange::Delete { name: "refs/members/npub1x/heads/main".into(), old: c[1].clone() }]).unwrap();
+        crate::git::update_refs(&pool, &[grasp_state::names::refs::RefChange::Delete { name: "refs/members/npub1x/heads/main".into(), old: c[1].clone() }]).unwrap();
         repack_pool(&pool, Repack::Full).await.unwrap();
         assert!(missing_objects(&pool, &c[..2]).unwrap().is_empty(), "a full repack loosens, never deletes");
         // A staged commit in the member sits on that history: named as a head, with the member's

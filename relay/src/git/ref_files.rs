@@ -20,7 +20,7 @@ use std::io::ErrorKind;
 use std::path::Path;
 
 use grasp_state::ref_files::{merge, parse_loose_ref, parse_packed_refs, LooseRef};
-use grasp_state::refs::{is_valid_ref_name, RefMap};
+use grasp_state::names::refs::{is_valid_ref_name, RefMap};
 
 /// The repository's refs (`refs/...` -> oid) and what HEAD points at (`None` when detached),
 /// read from its files; `None` when git must be asked instead.

@@ -26,7 +26,7 @@ use grasp_state::admission::{
 };
 use grasp_state::maintainers::Standing;
 use grasp_state::announcements::{is_owner_or_listed, AnnouncementChange};
-use grasp_state::identifier::validate_identifier;
+use grasp_state::names::identifier::validate_identifier;
 use grasp_state::release::{pr_ref, PrRef};
 use grasp_state::nip34::{
     references, Announcement, PullRequest, RepoState, KIND_ANNOUNCEMENT, KIND_DELETION, KIND_PR,
@@ -487,7 +487,7 @@ impl Grasp {
                 self.purgatory.remove_placeholder(&ev.id);
                 // The signed event released the staged commit: it may now enter the family's
                 // object pool (in the background; docs/architecture.md, "Object pools").
-                for (repo, _) in repos.iter().filter(|(repo, _)| repo.space == grasp_state::identifier::RepoSpace::Hosted) {
+                for (repo, _) in repos.iter().filter(|(repo, _)| repo.space == grasp_state::names::identifier::RepoSpace::Hosted) {
                     self.copies.request(&repo.identifier, &repo.owner);
                 }
             }
@@ -547,10 +547,10 @@ impl Grasp {
         if !self.grasp06 {
             return String::new();
         }
-        let urls = grasp_state::host::PublicUrls::new(&self.public_host);
+        let urls = grasp_state::names::host::PublicUrls::new(&self.public_host);
         format!(
             ", or push it to this server's contributor repository: add the clone URL {} and push the commit to refs/nostr/<this event's id> there",
-            urls.contributor_http_url(&grasp_state::identifier::npub_of(author), identifier)
+            urls.contributor_http_url(&grasp_state::names::identifier::npub_of(author), identifier)
         )
     }
 
@@ -694,7 +694,7 @@ fn single_letter(c: char) -> Option<SingleLetterTag> {
 /// the exact URLs to add.
 pub fn not_listed_message(public_host: &str, a: &Announcement) -> String {
     // The configured host may carry a scheme or a trailing `/` (tolerated by `lists_service`).
-    let host = grasp_state::host::public_authority(public_host);
+    let host = grasp_state::names::host::public_authority(public_host);
     let npub = a.owner.to_bech32().unwrap_or_default();
     // Check each half with the other one made right.
     let clone_ok = Announcement { relays: vec![format!("ws://{host}")], ..a.clone() }.lists_service(public_host);
@@ -702,7 +702,7 @@ pub fn not_listed_message(public_host: &str, a: &Announcement) -> String {
         Announcement { clone_urls: vec![format!("http://{host}/")], ..a.clone() }.lists_service(public_host);
     let clone_url = format!(
         "http(s)://{host}/{npub}/{}.git",
-        grasp_state::identifier::percent_encode_segment(&a.identifier)
+        grasp_state::names::identifier::percent_encode_segment(&a.identifier)
     );
     let relay_url = format!("ws(s)://{host}");
     let missing = match (clone_ok, relays_ok) {

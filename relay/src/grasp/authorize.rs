@@ -11,7 +11,7 @@ use grasp_state::nip34::{PullRequest, Source};
 use grasp_state::push::{decide_push_among, with_reasons, PushDecision, PushRequest, Rejection};
 use grasp_state::push_index::IndexedCandidates;
 use grasp_state::purgatory::RepoId;
-use grasp_state::refs::RefUpdate;
+use grasp_state::names::refs::RefUpdate;
 use grasp_state::maintainers::MaintainerSet;
 use nostr::prelude::{EventId, PublicKey, ToBech32};
 
@@ -84,7 +84,7 @@ impl Grasp {
     fn unconfirmed_authors(&self, owner: &PublicKey, identifier: &str, set: &MaintainerSet, updates: &[RefUpdate]) -> Vec<String> {
         let pushed: Vec<(&str, &str)> = updates
             .iter()
-            .filter(|u| grasp_state::refs::is_served_ref(&u.name) && u.new != grasp_state::refs::ZERO_OID)
+            .filter(|u| grasp_state::names::refs::is_served_ref(&u.name) && u.new != grasp_state::names::refs::ZERO_OID)
             .map(|u| (u.name.as_str(), u.new.as_str()))
             .collect();
         if pushed.is_empty() {
@@ -147,7 +147,7 @@ impl Grasp {
                         pr_authors.insert(id, ev.pubkey);
                     }
                     // A stored event that is no pull request will never claim this ref.
-                    Err(_) if !u.is_noop() && u.new != grasp_state::refs::ZERO_OID => not_prs.push(format!(
+                    Err(_) if !u.is_noop() && u.new != grasp_state::names::refs::ZERO_OID => not_prs.push(format!(
                         "{}: event {} is a kind {} event, not a pull request (1618) or pull request update (1619) \
                          with a `c` tag: push pull request commits to refs/nostr/<pull request event id>",
                         u.name,

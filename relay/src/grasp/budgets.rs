@@ -552,7 +552,7 @@ impl Grasp {
 /// The commits of the other pull requests in `refs` counted before `name` (`refs/nostr/<id>`):
 /// those of lower ids. Objects two pull requests share count once, for the lower id, whichever
 /// order they arrived in: the sum over a repository is what they add on disk together.
-fn counted_before(refs: &grasp_state::refs::RefMap, name: &str) -> Vec<String> {
+fn counted_before(refs: &grasp_state::names::refs::RefMap, name: &str) -> Vec<String> {
     refs.range("refs/nostr/".to_string()..name.to_string()).filter(|(n, _)| n.starts_with("refs/nostr/")).map(|(_, oid)| oid.clone()).collect()
 }
 

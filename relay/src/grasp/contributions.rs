@@ -26,7 +26,7 @@ use grasp_state::hook_api::{PostReceiveResponse, PreReceiveResponse, ReleasedEve
 use grasp_state::nip34::PullRequest;
 use grasp_state::purgatory::RepoId;
 use grasp_state::push::{decide_contribution_push, with_reasons, ContributionPush, KnownPr, PushDecision};
-use grasp_state::refs::{RefUpdate, NOSTR_PREFIX, ZERO_OID};
+use grasp_state::names::refs::{RefUpdate, NOSTR_PREFIX, ZERO_OID};
 use grasp_state::release::{pr_ref, PrRef};
 use nostr::prelude::{Event, EventId, PublicKey};
 
@@ -67,7 +67,7 @@ impl Grasp {
         let (layout, hooks, id) = (self.layout.clone(), self.hooks_dir.clone(), identifier.to_string());
         let contributor = *contributor;
         let made = blocking(move || {
-            crate::git::repos::create_repo(&layout, grasp_state::identifier::RepoSpace::Prs, &contributor, &id, &hooks, false)
+            crate::git::repos::create_repo(&layout, grasp_state::names::identifier::RepoSpace::Prs, &contributor, &id, &hooks, false)
         })
         .await;
         match made {
@@ -220,7 +220,7 @@ impl Grasp {
         }
         let commits: Vec<String> = held.iter().map(|(_, c)| c.clone()).collect();
         let repo_path = path.clone();
-        let present = blocking(move || -> Result<(grasp_state::refs::RefMap, Vec<String>), git::GitError> {
+        let present = blocking(move || -> Result<(grasp_state::names::refs::RefMap, Vec<String>), git::GitError> {
             let refs = git::read_refs(&repo_path)?;
             let missing = git::missing_objects(&repo_path, &commits)?;
             Ok((refs, missing))
@@ -355,7 +355,7 @@ impl Grasp {
     /// push lock and repository lock, tried once: one a push holds right now is its own. Runs at
     /// startup, before the public listener serves. Returns how many went.
     pub async fn remove_empty_contributor_repos(&self) -> usize {
-        let root = self.layout.space_root(grasp_state::identifier::RepoSpace::Prs);
+        let root = self.layout.space_root(grasp_state::names::identifier::RepoSpace::Prs);
         let repos = blocking(move || {
             crate::git::repos::repo_dirs_in(&root)
         })

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use grasp_state::hook_api::{AuthorityFinding, AuthorityReport, HOOK_API_VERSION};
 use grasp_state::nip34::{Announcement, KIND_ANNOUNCEMENT};
-use grasp_state::refs::RefChange;
+use grasp_state::names::refs::RefChange;
 use grasp_state::release::{alignment, plan_alignment};
 use nostr::prelude::{Filter, Kind, ToBech32};
 
@@ -89,7 +89,7 @@ impl Grasp {
 /// One ref change as a report line.
 fn describe(change: &RefChange) -> String {
     match change {
-        RefChange::Set { name, old, new } if old == grasp_state::refs::ZERO_OID => format!("{name} created at {}", short(new)),
+        RefChange::Set { name, old, new } if old == grasp_state::names::refs::ZERO_OID => format!("{name} created at {}", short(new)),
         RefChange::Set { name, old, new } => format!("{name} {} -> {}", short(old), short(new)),
         RefChange::Delete { name, old } => format!("{name} {} deleted", short(old)),
     }

@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use grasp_state::identifier::RepoLayout;
+use grasp_state::names::identifier::RepoLayout;
 use grasp_state::purgatory::{
     journal::replay, read_checkpoint, set_aside, write_checkpoint, Purgatory, PurgatoryConfig, PurgatoryState, RepoId,
     SweepAction, SystemClock,

@@ -5,7 +5,7 @@
 //! maintenance runs at a time, whatever the number of pushes) runs `git maintenance run --auto`
 //! in it: git decides itself whether anything is worth doing (its `gc.auto` thresholds) and
 //! returns at once when not. GRASP repositories run with `receive.autoGC = false`
-//! ([`grasp_state::identifier::GRASP_GIT_CONFIG`]): git's own auto-gc at the end of
+//! ([`grasp_state::names::identifier::GRASP_GIT_CONFIG`]): git's own auto-gc at the end of
 //! receive-pack would start that process while the pusher still waits for its answer; here it
 //! runs after the answer.
 //!
@@ -49,7 +49,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 
 use crate::git::{GitCommand, GitError};
-use grasp_state::identifier::RepoSpace;
+use grasp_state::names::identifier::RepoSpace;
 use crate::grasp::locks::{LockError, PushLocks, RepoGuards};
 use crate::grasp::Grasp;
 use crate::shutdown::{Shutdown, ShutdownSignal};

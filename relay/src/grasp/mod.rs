@@ -29,7 +29,7 @@ pub mod release;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use grasp_state::identifier::RepoLayout;
+use grasp_state::names::identifier::RepoLayout;
 use grasp_state::maintainers::MaintainerSet;
 use grasp_state::nip34::{Announcement, RepoState, KIND_ANNOUNCEMENT, KIND_STATE};
 use grasp_state::purgatory::Purgatory;
@@ -373,7 +373,7 @@ impl Grasp {
             None => None,
         };
         let join = pool_lock.is_some() && pool.is_some_and(|p| p.is_dir());
-        let created = blocking(move || crate::git::repos::create_repo(&layout, grasp_state::identifier::RepoSpace::Hosted, &owner, &id, &hooks, join).map(|(path, _)| path).map_err(|e| e.to_string())).await;
+        let created = blocking(move || crate::git::repos::create_repo(&layout, grasp_state::names::identifier::RepoSpace::Hosted, &owner, &id, &hooks, join).map(|(path, _)| path).map_err(|e| e.to_string())).await;
         drop(pool_lock);
         created
     }
@@ -400,7 +400,7 @@ impl Grasp {
                 self.trust.limits.repo_removed();
                 // What only a hosted repository reached may leave its family's object pool
                 // (contributor repositories never put anything in one).
-                if repo.space == grasp_state::identifier::RepoSpace::Hosted {
+                if repo.space == grasp_state::names::identifier::RepoSpace::Hosted {
                     crate::grasp::maintenance::after_family_refs_left(self, &repo.identifier);
                 }
             }

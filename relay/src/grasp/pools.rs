@@ -22,11 +22,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use grasp_state::identifier::{npub_of, parse_npub};
+use grasp_state::names::identifier::{npub_of, parse_npub};
 use grasp_state::nip34::{Announcement, PullRequest, RepoState, KIND_PR, KIND_PR_UPDATE, KIND_STATE};
 use grasp_state::pool::{plan_pool_gc, plan_promotion, MemberView, Released};
 use grasp_state::purgatory::RepoId;
-use grasp_state::refs::{RefMap, NOSTR_PREFIX};
+use grasp_state::names::refs::{RefMap, NOSTR_PREFIX};
 use nostr::prelude::{EventId, Filter, Kind, PublicKey};
 
 use crate::git;
@@ -249,7 +249,7 @@ impl Grasp {
             held.extend(states.iter().filter_map(|ev| RepoState::from_event(ev).ok()).flat_map(|s| s.refs.into_values()));
             held.extend(prs);
         }
-        held.retain(|oid| grasp_state::refs::is_valid_oid(oid));
+        held.retain(|oid| grasp_state::names::refs::is_valid_oid(oid));
         let plan = {
             let member_views: Vec<MemberView> = views.iter().map(|(m, _, refs, released)| MemberView { member: m, refs, released }).collect();
             let pool_refs = {
@@ -329,7 +329,7 @@ impl Grasp {
 
 /// `(identifier, owner)` of every repository under the layout's git root that holds refs and has
 /// a sibling repository of the same identifier.
-fn pool_candidates(layout: &grasp_state::identifier::RepoLayout) -> Vec<(String, PublicKey)> {
+fn pool_candidates(layout: &grasp_state::names::identifier::RepoLayout) -> Vec<(String, PublicKey)> {
     let mut families: BTreeMap<String, Vec<(PublicKey, PathBuf)>> = BTreeMap::new();
     for owner_dir in std::fs::read_dir(layout.git_root()).into_iter().flatten().flatten() {
         let Some(owner) = parse_npub(&owner_dir.file_name().to_string_lossy()) else { continue };
@@ -370,7 +370,7 @@ fn alternates_env(dirs: &[PathBuf]) -> Option<Option<String>> {
 }
 
 /// Is `path` a pool (under the layout's pools directory)?
-pub fn is_pool(layout: &grasp_state::identifier::RepoLayout, path: &Path) -> bool {
+pub fn is_pool(layout: &grasp_state::names::identifier::RepoLayout, path: &Path) -> bool {
     layout.locate_pool(path).is_ok()
 }
 

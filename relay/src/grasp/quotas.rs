@@ -74,7 +74,7 @@ fn dir_bytes(dir: &Path) -> u64 {
 
 /// What `owner`'s repositories hold on disk: their objects, and the object pool of each of their
 /// identifiers.
-fn measure_used(layout: &grasp_state::identifier::RepoLayout, owner: &PublicKey) -> u64 {
+fn measure_used(layout: &grasp_state::names::identifier::RepoLayout, owner: &PublicKey) -> u64 {
     let mut used = 0u64;
     for repo in crate::git::repos::repo_dirs_in_owner(&layout.owner_dir(owner)) {
         used = used.saturating_add(dir_bytes(&repo.join("objects")));
@@ -89,11 +89,11 @@ fn measure_used(layout: &grasp_state::identifier::RepoLayout, owner: &PublicKey)
 
 /// Whether none of `owner`'s repositories with refs is a day old (one `stat` per repository,
 /// refs read only for the old ones).
-fn is_new_owner(layout: &grasp_state::identifier::RepoLayout, owner: &PublicKey) -> bool {
+fn is_new_owner(layout: &grasp_state::names::identifier::RepoLayout, owner: &PublicKey) -> bool {
     let now = std::time::SystemTime::now();
     !crate::git::repos::repo_dirs_in_owner(&layout.owner_dir(owner)).into_iter().any(|repo| {
         // Made when the repository was (grasp's `git init`), never written again.
-        let born = std::fs::metadata(repo.join(grasp_state::identifier::PUSH_LOCK_FILE)).and_then(|m| m.modified()).ok();
+        let born = std::fs::metadata(repo.join(grasp_state::names::identifier::PUSH_LOCK_FILE)).and_then(|m| m.modified()).ok();
         let old = born.and_then(|b| now.duration_since(b).ok()).is_some_and(|age| age.as_secs() >= NEW_OWNER_FOR_SECS);
         old && crate::git::read_refs(&repo).is_ok_and(|refs| !refs.is_empty())
     })

@@ -22,7 +22,7 @@ use std::time::Duration;
 use grasp_state::hook_api::{PostReceiveResponse, ReleasedEvent};
 use grasp_state::nip34::RepoState;
 use grasp_state::purgatory::RepoId;
-use grasp_state::refs::{RefMap, RefUpdate, ZERO_OID};
+use grasp_state::names::refs::{RefMap, RefUpdate, ZERO_OID};
 use grasp_state::release::{plan_release, promotion_is_certain, settle, superseded_held, wanted_oids, Alignment, RepoFacts, Settled};
 use nostr::prelude::{Event, EventId, PublicKey, ToBech32};
 

@@ -45,7 +45,7 @@ fn archive_criteria(archive: &grasp_state::archive::Archive) -> String {
 
 /// What GRASP-06 adds to the acceptance criteria.
 fn contributor_criteria(public_host: &str) -> String {
-    let host = grasp_state::host::public_authority(public_host);
+    let host = grasp_state::names::host::public_authority(public_host);
     format!(
         " GRASP-06: anyone may push the commits of their own pull requests to \
 {host}/prs/<their npub>/<identifier>.git (refs/nostr/<event id> only); a pull request (1618) or \

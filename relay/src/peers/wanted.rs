@@ -74,7 +74,7 @@ impl RepoInterest {
 
     /// How operators see it: `<npub>/<identifier>`.
     pub fn label(&self) -> String {
-        format!("{}/{}", grasp_state::identifier::npub_of(&self.owner), self.identifier)
+        format!("{}/{}", grasp_state::names::identifier::npub_of(&self.owner), self.identifier)
     }
 }
 

@@ -140,7 +140,7 @@ pub async fn run(loaded: crate::config::Loaded) -> anyhow::Result<()> {
     };
 
     // The purgatory, restored from its checkpoint (downtime subtracted).
-    let layout = grasp_state::identifier::RepoLayout::new(data.git());
+    let layout = grasp_state::names::identifier::RepoLayout::new(data.git());
     let (purgatory, journal_segment) = crate::grasp::lifecycle::restore(data.root(), &layout, cfg.purgatory());
     let metrics = Arc::new(crate::metrics::Metrics::new());
     // A private service's data never turns public by a configuration change.

@@ -6,9 +6,9 @@
 //! data of `GET /v1/repo/...` on the hook API ([`crate::api::repos`]), built with the same
 //! [`PublicUrls`]. Text goes through [`grasp_state::html::escape`], always.
 
-use grasp_state::host::PublicUrls;
+use grasp_state::names::host::PublicUrls;
 use grasp_state::html::{escape, format_utc, STYLE};
-use grasp_state::identifier::npub_of;
+use grasp_state::names::identifier::npub_of;
 use grasp_state::nip34::{first_value, Announcement, KIND_ANNOUNCEMENT};
 use nostr::prelude::{Filter, Kind};
 

@@ -104,7 +104,7 @@ impl SyncContext for Arc<Grasp> {
         let mut sources: Vec<CloneSource> = self
             .replicas
             .iter()
-            .map(|r| CloneSource::new(SourceTrust::Replica, waiting.iter().map(|(owner, _)| r.repo_url(&grasp_state::identifier::npub_of(owner), identifier)).collect()))
+            .map(|r| CloneSource::new(SourceTrust::Replica, waiting.iter().map(|(owner, _)| r.repo_url(&grasp_state::names::identifier::npub_of(owner), identifier)).collect()))
             .collect();
         sources.extend(clone_sources(&announcements, &prs, &trusted));
         sources.extend(grasp_list_sources(self, identifier, &waiting).await);
@@ -161,7 +161,7 @@ fn held_state_refs(grasp: &Grasp, identifier: &str, set: &MaintainerSet) -> Vec<
 async fn serves_refs(repo: &Path) -> bool {
     let repo = repo.to_path_buf();
     tokio::task::spawn_blocking(move || {
-        crate::git::read_refs(&repo).is_ok_and(|refs| refs.keys().any(|r| grasp_state::refs::is_served_ref(r)))
+        crate::git::read_refs(&repo).is_ok_and(|refs| refs.keys().any(|r| grasp_state::names::refs::is_served_ref(r)))
     })
     .await
     .unwrap_or(false)

@@ -65,7 +65,7 @@ pub struct FetchOutcome {
     pub error: Option<String>,
 }
 
-pub use grasp_state::refs::is_valid_oid;
+pub use grasp_state::names::refs::is_valid_oid;
 
 /// How often the watchdog measures what a fetch received.
 pub const WATCH_INTERVAL: Duration = Duration::from_millis(50);

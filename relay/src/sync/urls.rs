@@ -12,7 +12,7 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::Duration;
 
-use grasp_state::host::{url_authority, HostPort};
+use grasp_state::names::host::{url_authority, HostPort};
 use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 use thiserror::Error;
 

@@ -66,7 +66,7 @@ impl Default for WriteLimitConfig {
             per_address: Rate { burst: 2000, per_second: 200.0 },
             repos_per_author_per_hour: 60,
             max_repos: 100_000,
-            ipv6_prefix_len: grasp_state::client_key::DEFAULT_IPV6_PREFIX_LEN,
+            ipv6_prefix_len: grasp_state::names::client_key::DEFAULT_IPV6_PREFIX_LEN,
             negentropy_opens_per_minute: DEFAULT_NEGENTROPY_OPENS_PER_MINUTE,
         }
     }
@@ -166,9 +166,9 @@ impl WriteLimits {
     }
 
     /// The key `address` is counted under by every per-address limit of this service
-    /// ([`grasp_state::client_key::limit_key`] with `--ipv6-prefix-len`).
+    /// ([`grasp_state::names::client_key::limit_key`] with `--ipv6-prefix-len`).
     pub fn address_key(&self, address: IpAddr) -> IpAddr {
-        grasp_state::client_key::limit_key(address, self.config.ipv6_prefix_len)
+        grasp_state::names::client_key::limit_key(address, self.config.ipv6_prefix_len)
     }
 
     /// One event written on a connection from `address`: takes a token from the connection's

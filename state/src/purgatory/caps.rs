@@ -6,7 +6,7 @@
 //!
 //! Both totals are also shared out by client address ([`Caps::per_address`],
 //! [`Caps::placeholders_per_address`]): an entry remembers the address it came from (already
-//! keyed by [`crate::client_key::limit_key`], so an IPv6 client counts by its prefix), and no
+//! keyed by [`crate::names::client_key::limit_key`], so an IPv6 client counts by its prefix), and no
 //! address holds more than its share. Throwaway keys are free, so the per-author cap alone
 //! would let one client fill the total for a whole purgatory window; its addresses are not.
 //! Entries without an address (relay sync, entries restored from older checkpoints) count

@@ -28,7 +28,7 @@ use nostr::prelude::{Event, EventId, PublicKey};
 use serde::{Deserialize, Serialize};
 
 use super::entries::{AnnouncementEntry, PrEntry, RepoId, StateEntry};
-use crate::identifier::RepoSpace;
+use crate::names::identifier::RepoSpace;
 use super::{Clock, Purgatory, PurgatoryConfig};
 
 /// The only format version this code reads and writes.

@@ -329,7 +329,7 @@ impl Purgatory {
     /// Whether `author` may add one more entry, without adding it: lets the caller refuse
     /// before doing expensive work (creating a bare repository) for an event the caps would
     /// refuse anyway.
-    /// `origin`: the client address it comes from (keyed by [`crate::client_key::limit_key`]).
+    /// `origin`: the client address it comes from (keyed by [`crate::names::client_key::limit_key`]).
     pub fn check_room(&self, author: &PublicKey, origin: Option<IpAddr>) -> Result<(), PurgatoryFull> {
         self.counts.check_entry(&self.config.caps, author, origin)
     }

@@ -53,7 +53,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use grasp_relay::git::http::GitHttpConfig;
 use grasp_state::git_backend::BackendSetup;
-use grasp_state::identifier::{npub_of, percent_encode_segment};
+use grasp_state::names::identifier::{npub_of, percent_encode_segment};
 use grasp_state::purgatory::{write_checkpoint, Caps, Purgatory, PurgatoryConfig, SystemClock};
 use grasp_tests::client::NostrClient;
 use grasp_tests::git::{git, git_output, GitHttpServer, WorkTree};

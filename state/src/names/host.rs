@@ -191,12 +191,12 @@ impl PublicUrls {
 
     /// `https://host/<npub>/<identifier>.git`: plain git clone URL and the repository page.
     pub fn repo_http_url(&self, npub: &str, identifier: &str) -> String {
-        format!("{}/{npub}/{}.git", self.http_base(), crate::identifier::percent_encode_segment(identifier))
+        format!("{}/{npub}/{}.git", self.http_base(), crate::names::identifier::percent_encode_segment(identifier))
     }
 
     /// `https://host/prs/<npub>/<identifier>.git`: a GRASP-06 contributor repository.
     pub fn contributor_http_url(&self, npub: &str, identifier: &str) -> String {
-        format!("{}/prs/{npub}/{}.git", self.http_base(), crate::identifier::percent_encode_segment(identifier))
+        format!("{}/prs/{npub}/{}.git", self.http_base(), crate::names::identifier::percent_encode_segment(identifier))
     }
 
     /// The relay in a `nostr://` URL, as ngit prints it: the bare `host[:port]` means `wss://`, so
@@ -205,13 +205,13 @@ impl PublicUrls {
         if self.tls {
             self.host.clone()
         } else {
-            crate::identifier::percent_encode_segment(&self.relay_url())
+            crate::names::identifier::percent_encode_segment(&self.relay_url())
         }
     }
 
     /// `nostr://<npub>/<relay hint>/<identifier>`: the clone URL of git-remote-nostr (ngit).
     pub fn repo_nostr_url(&self, npub: &str, identifier: &str) -> String {
-        format!("nostr://{npub}/{}/{}", self.nostr_relay_hint(), crate::identifier::percent_encode_segment(identifier))
+        format!("nostr://{npub}/{}/{}", self.nostr_relay_hint(), crate::names::identifier::percent_encode_segment(identifier))
     }
 }
 
