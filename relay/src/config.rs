@@ -176,7 +176,7 @@ pub struct Config {
     /// Most bytes of a repository announcement (30617) or state event (30618): they grow with
     /// the repository (maintainers, branches, tags); default 256 KiB, about 3,000 refs. Never above
     /// `--max-message-bytes`.
-    #[arg(long, env = "GRASP_MAX_REPO_EVENT_BYTES", default_value_t = grasp_state::event_size::DEFAULT_MAX_REPO_EVENT_BYTES)]
+    #[arg(long, env = "GRASP_MAX_REPO_EVENT_BYTES", default_value_t = grasp_state::nostr::event_size::DEFAULT_MAX_REPO_EVENT_BYTES)]
     pub max_repo_event_bytes: usize,
 
     /// Free bytes the data directory's file system keeps: below it, events are refused
@@ -995,8 +995,8 @@ impl Config {
 
 
     /// The event size limits: general, repository events, per kind.
-    pub fn event_sizes(&self) -> grasp_state::event_size::EventSizes {
-        grasp_state::event_size::EventSizes { general: self.max_message_bytes, repo_events: self.max_repo_event_bytes }
+    pub fn event_sizes(&self) -> grasp_state::nostr::event_size::EventSizes {
+        grasp_state::nostr::event_size::EventSizes { general: self.max_message_bytes, repo_events: self.max_repo_event_bytes }
     }
 
 

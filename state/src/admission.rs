@@ -10,7 +10,7 @@ use nostr::prelude::PublicKey;
 use crate::names::identifier::npub_of;
 use crate::maintainers::Standing;
 
-use crate::nip34::Source;
+use crate::nostr::nip34::Source;
 
 /// The refusal of an announcement older than the one known for its owner.
 pub const OLDER_ANNOUNCEMENT_MESSAGE: &str = "invalid: a newer announcement of this repository by this author is already known; \

@@ -10,8 +10,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use nostr::prelude::PublicKey;
 
 use crate::maintainers::{MaintainerSet, Standing};
-use crate::nip34::{Announcement, Source};
-use crate::roles::Claims;
+use crate::nostr::nip34::{Announcement, Source};
+use crate::nostr::roles::Claims;
 
 /// The announcements of `identifier`, newest per owner (NIP-01 order), each with where it lives.
 /// A held announcement replaces a stored one of the same owner only if it is strictly newer.

@@ -9,7 +9,7 @@
 //! repositories refuse pushes unless `--archive-writable`.
 
 use crate::curation::RepoPattern;
-use crate::nip34::{url_names_host, Announcement};
+use crate::nostr::nip34::{url_names_host, Announcement};
 
 /// The archive configuration.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -61,11 +61,11 @@ impl Archive {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::nip34::tests::{event, tag};
+    use crate::nostr::nip34::tests::{event, tag};
     use nostr::prelude::Keys;
 
     fn announcement(keys: &Keys, d: &str, clone: &str) -> Announcement {
-        let ev = event(keys, crate::nip34::KIND_ANNOUNCEMENT, vec![tag(&["d", d]), tag(&["clone", clone]), tag(&["relays", "wss://r.example"])]);
+        let ev = event(keys, crate::nostr::nip34::KIND_ANNOUNCEMENT, vec![tag(&["d", d]), tag(&["clone", clone]), tag(&["relays", "wss://r.example"])]);
         Announcement::from_event(&ev).unwrap()
     }
 

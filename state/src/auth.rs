@@ -11,7 +11,7 @@
 
 use nostr::prelude::{Event, PublicKey};
 
-use crate::nip34::url_names_host;
+use crate::nostr::nip34::url_names_host;
 
 /// The kind of NIP-42 authentication events.
 pub const KIND_AUTH: u16 = 22242;
@@ -150,7 +150,7 @@ pub fn verify_git_proof(
 
 /// Is `url` exactly the root URL of `owner`'s repository `identifier` on `public_host`?
 fn is_repo_root_url(url: &str, public_host: &str, owner: &PublicKey, identifier: &str) -> bool {
-    crate::nip34::repo_url_on_host(url, public_host)
+    crate::nostr::nip34::repo_url_on_host(url, public_host)
         .is_some_and(|p| p.space.is_hosted() && p.owner == *owner && p.identifier == identifier)
 }
 

@@ -90,6 +90,7 @@
 //! yields a typed error whose message says what is wrong and what to do, never
 //! a panic.
 
+pub mod nostr;
 pub mod names;
 pub mod admission;
 pub mod archive;
@@ -99,12 +100,10 @@ pub mod cgi;
 pub mod cidr;
 pub mod clone_sources;
 pub mod contributor_data;
-pub mod event_size;
 pub mod free_disk;
 pub mod cors;
 pub mod git_env;
 pub mod git_backend;
-pub mod group_commit;
 pub mod auth;
 pub mod curation;
 pub mod deferred;
@@ -114,8 +113,6 @@ pub mod hook_config;
 pub mod html;
 pub mod key_file;
 pub mod maintainers;
-pub mod nip34;
-pub mod outbox;
 pub mod owner_quota;
 pub mod pool;
 pub mod prs;
@@ -124,12 +121,9 @@ pub mod push;
 pub mod push_limits;
 pub mod push_index;
 pub mod push_lock;
-pub mod recency;
-pub mod roles;
 pub mod rate;
 pub mod ref_read;
 pub mod ref_files;
-pub mod relay_profile;
 pub mod release;
 pub mod replica;
 pub mod transfer;

@@ -3,7 +3,7 @@
 //!
 //! The rule is NIP-34's reciprocal one, as ngit 3 (the client) and the reference server decide
 //! it, computed from the identifier's announcements (stored and held), each read into
-//! [`crate::roles::Claims`]:
+//! [`crate::nostr::roles::Claims`]:
 //!
 //! 1. **Seed**: the owner, unless the owner's announcement names another lead with an active
 //!    `M`: then the `M` links are followed to an author whose own announcement names itself
@@ -29,7 +29,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use nostr::prelude::PublicKey;
 
 use crate::names::identifier::npub_of;
-use crate::roles::{ClaimsRef, Lead};
+use crate::nostr::roles::{ClaimsRef, Lead};
 
 /// Cap on the number of confirmed maintainers of one repository.
 pub const MAX_MAINTAINERS: usize = 1000;
@@ -258,7 +258,7 @@ fn seed<'a>(owner: PublicKey, lookup: &impl Fn(&PublicKey) -> Option<ClaimsRef<'
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::roles::Claims;
+    use crate::nostr::roles::Claims;
     use nostr::prelude::Keys;
 
     fn keys(n: usize) -> Vec<PublicKey> {

@@ -21,7 +21,7 @@ use std::collections::BTreeSet;
 
 use nostr::prelude::EventId;
 
-use crate::nip34::RepoState;
+use crate::nostr::nip34::RepoState;
 use crate::names::refs::{is_served_ref, is_valid_ref_name, RefChange, RefMap, NOSTR_PREFIX, ZERO_OID};
 
 /// Where the pool records its members' refs: `refs/members/<member>/<ref without refs/>`.

@@ -16,7 +16,7 @@
 use nostr::prelude::PublicKey;
 
 use crate::names::identifier::{RepoSpace, RepoUrlPath};
-use crate::nip34::{repo_url_on_host, PullRequest};
+use crate::nostr::nip34::{repo_url_on_host, PullRequest};
 use crate::purgatory::RepoId;
 
 /// Most contributor repositories one pull request binds to (distinct identifiers of its first
@@ -143,7 +143,7 @@ pub fn empty_advertisement(service: GitService) -> (String, Vec<u8>) {
 mod tests {
     use super::*;
     use crate::names::identifier::npub_of;
-    use crate::nip34::tests::{event, tag, A};
+    use crate::nostr::nip34::tests::{event, tag, A};
     use nostr::prelude::Keys;
 
     fn pr(keys: &Keys, a: &[String], clone: &[&str]) -> PullRequest {
@@ -152,7 +152,7 @@ mod tests {
         if !clone.is_empty() {
             tags.push(tag(&[&["clone"][..], clone].concat()));
         }
-        PullRequest::from_event(&event(keys, crate::nip34::KIND_PR, tags)).unwrap()
+        PullRequest::from_event(&event(keys, crate::nostr::nip34::KIND_PR, tags)).unwrap()
     }
 
     #[test]

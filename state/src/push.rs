@@ -28,7 +28,7 @@ use std::collections::BTreeMap;
 
 use nostr::prelude::{EventId, PublicKey};
 
-use crate::nip34::{parse_event_id, RepoState, Source};
+use crate::nostr::nip34::{parse_event_id, RepoState, Source};
 use crate::names::refs::{
     apply_updates, is_served_ref, is_valid_oid, is_valid_ref_name, is_zero_oid, served_refs,
     short_oid, RefMap, RefUpdate, NOSTR_PREFIX,

@@ -12,7 +12,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use crate::nip34::{RepoState, Source};
+use crate::nostr::nip34::{RepoState, Source};
 use crate::push::Candidates;
 use crate::names::refs::RefMap;
 

@@ -14,7 +14,7 @@ use std::collections::BTreeSet;
 
 use nostr::prelude::EventId;
 
-use crate::nip34::RepoState;
+use crate::nostr::nip34::RepoState;
 use crate::names::refs::{is_served_ref, served_refs, RefChange, RefMap, NOSTR_PREFIX, ZERO_OID};
 
 /// Everything known about one repository when git data may have arrived.

@@ -24,13 +24,13 @@ use std::time::Duration;
 use grasp_state::names::identifier::{
     parse_repo_url_path, percent_encode_segment, validate_identifier, npub_of,
 };
-use grasp_state::nip34::{references, Announcement, PullRequest, RepoState};
+use grasp_state::nostr::nip34::{references, Announcement, PullRequest, RepoState};
 use grasp_state::purgatory::{Caps, ManualClock, Purgatory, PurgatoryConfig};
-use grasp_state::nip34::Source;
+use grasp_state::nostr::nip34::Source;
 use grasp_state::push::{decide_push, PushDecision, PushRequest, StateCandidate};
 use grasp_state::admission::{admit_announcement, AfterRepo, AnnouncementAdmission, AnnouncementFacts};
 use grasp_state::announcements::{maintainer_set, merge, owners_trusting, TrustIndex};
-use grasp_state::roles::{Claims, Lead};
+use grasp_state::nostr::roles::{Claims, Lead};
 use grasp_state::release::{alignment, plan_release, settle, RepoFacts};
 use grasp_state::names::refs::{
     apply_changes, RefChange, apply_updates, is_served_ref, is_valid_oid, is_valid_ref_name, parse_ref_updates,
@@ -843,7 +843,7 @@ proptest! {
                 if role_tags {
                     matches!(t.first().map(String::as_str), Some("M" | "m"))
                         && t.get(1).and_then(|s| PublicKey::parse(s).ok()) == Some(*pk)
-                        && grasp_state::roles::boundaries(&t[2..]).is_some_and(|b| grasp_state::roles::is_active(&b))
+                        && grasp_state::nostr::roles::boundaries(&t[2..]).is_some_and(|b| grasp_state::nostr::roles::is_active(&b))
                 } else {
                     t.first().map(String::as_str) == Some("maintainers")
                         && t[1..].iter().any(|s| PublicKey::parse(s).ok() == Some(*pk))

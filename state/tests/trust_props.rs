@@ -59,7 +59,7 @@ proptest! {
         let ev = auth_event(kind, vec![vec!["relay".into(), relay.clone()], vec!["challenge".into(), challenge.clone()]], at);
         let expected = right_kind
             && challenge == sent_challenge
-            && grasp_state::nip34::url_names_host(&relay, &["ws", "wss"], HOST)
+            && grasp_state::nostr::nip34::url_names_host(&relay, &["ws", "wss"], HOST)
             && skew.unsigned_abs() <= AUTH_MAX_SKEW_SECS;
         let verdict = verify_auth(&ev, &sent_challenge, HOST, NOW);
         prop_assert_eq!(verdict.is_ok(), expected, "{:?}", verdict);

@@ -19,14 +19,14 @@ use grasp_state::hook_api::{
     HOOK_API_VERSION, PATH_REPOS, PATH_REPOS_PURGE, PATH_REPO_PREFIX,
 };
 use grasp_state::names::identifier::{npub_of, parse_npub, validate_identifier, POOLS_DIR, PRS_DIR};
-use grasp_state::nip34::{Announcement, KIND_ANNOUNCEMENT};
+use grasp_state::nostr::nip34::{Announcement, KIND_ANNOUNCEMENT};
 use grasp_state::purgatory::EntryKind;
 use nostr::prelude::{Coordinate, Filter, Kind, Nip19Coordinate, PublicKey, RelayUrl, ToBech32};
 
 use crate::grasp::locks::{PushLocks, RepoGuards, RepoLocks};
 use crate::grasp::Grasp;
 use grasp_state::names::host::PublicUrls;
-use grasp_state::nip34::first_value;
+use grasp_state::nostr::nip34::first_value;
 
 /// Where a repository is shown with issues, patches and pull requests (`<naddr>` appended).
 pub const WEB_CLIENT_BASE: &str = "https://gitworkshop.dev/";

@@ -250,7 +250,7 @@ mod tests {
     }
 
     fn released_main(oid: &str) -> Released {
-        let state = grasp_state::nip34::RepoState {
+        let state = grasp_state::nostr::nip34::RepoState {
             event_id: nostr::prelude::EventId::from_slice(&[1; 32]).unwrap(),
             author: nostr::prelude::Keys::generate().public_key(),
             identifier: "fam".into(),

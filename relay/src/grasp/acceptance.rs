@@ -28,7 +28,7 @@ use grasp_state::maintainers::Standing;
 use grasp_state::announcements::{is_owner_or_listed, AnnouncementChange};
 use grasp_state::names::identifier::validate_identifier;
 use grasp_state::release::{pr_ref, PrRef};
-use grasp_state::nip34::{
+use grasp_state::nostr::nip34::{
     references, Announcement, PullRequest, RepoState, KIND_ANNOUNCEMENT, KIND_DELETION, KIND_PR,
     KIND_PR_UPDATE, KIND_STATE, KIND_USER_GRASP_LIST,
 };
@@ -172,7 +172,7 @@ impl Grasp {
         &self,
         ev: &Event,
         a: &Announcement,
-        all: &[(Announcement, grasp_state::nip34::Source)],
+        all: &[(Announcement, grasp_state::nostr::nip34::Source)],
         change: &AnnouncementChange<'_>,
         address: Option<IpAddr>,
     ) -> Admission {
@@ -200,7 +200,7 @@ impl Grasp {
             repo_exists,
             repo_has_refs,
             confirmed_by_served: existing.is_none()
-                && change.confirming_owners().iter().any(|(_, source)| *source == grasp_state::nip34::Source::Stored),
+                && change.confirming_owners().iter().any(|(_, source)| *source == grasp_state::nostr::nip34::Source::Stored),
             expired: self.purgatory.is_expired(&ev.id),
         };
         let npub = a.owner.to_bech32().unwrap_or_default();
@@ -635,7 +635,7 @@ impl Grasp {
     }
 
     /// Is the event at coordinate `c` accepted here (stored, or held in the purgatory)?
-    async fn coordinate_accepted(&self, c: &grasp_state::nip34::Coordinate) -> bool {
+    async fn coordinate_accepted(&self, c: &grasp_state::nostr::nip34::Coordinate) -> bool {
         if is_unconditional(c.kind) {
             return false;
         }

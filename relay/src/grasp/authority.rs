@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex};
 
 use grasp_state::announcements::TrustIndex;
 use grasp_state::maintainers::{MaintainerSet, Standing};
-use grasp_state::nip34::{Announcement, Source};
+use grasp_state::nostr::nip34::{Announcement, Source};
 use nostr::prelude::{Event, EventId, PublicKey};
 
 /// Most keys (listed maintainers, invitees, standings) the answers keep together.

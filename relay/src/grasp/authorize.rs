@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 use grasp_state::hook_api::PreReceiveResponse;
-use grasp_state::nip34::{PullRequest, Source};
+use grasp_state::nostr::nip34::{PullRequest, Source};
 use grasp_state::push::{decide_push_among, with_reasons, PushDecision, PushRequest, Rejection};
 use grasp_state::push_index::IndexedCandidates;
 use grasp_state::purgatory::RepoId;
@@ -65,7 +65,7 @@ impl Grasp {
     /// The refusal of a push to `owner`'s repository when it is a read-only archive (GRASP-05:
     /// its announcement does not list this service, the archive took it, and
     /// `--archive-writable` is off), naming where it is hosted.
-    fn archive_refusal(&self, owner: &PublicKey, all: &[(grasp_state::nip34::Announcement, Source)]) -> Option<String> {
+    fn archive_refusal(&self, owner: &PublicKey, all: &[(grasp_state::nostr::nip34::Announcement, Source)]) -> Option<String> {
         let (a, _) = all.iter().find(|(a, _)| a.owner == *owner)?;
         if self.archive.writable || self.hosting(a) != crate::grasp::Hosting::Archived {
             return None;
@@ -93,7 +93,7 @@ impl Grasp {
         let repo = format!("{}/{identifier}", owner.to_bech32().unwrap_or_default());
         let mut authors: Vec<PublicKey> = Vec::new();
         for (author, ev) in self.purgatory.state_events_outside(identifier, set) {
-            let Ok(state) = grasp_state::nip34::RepoState::from_event(&ev) else { continue };
+            let Ok(state) = grasp_state::nostr::nip34::RepoState::from_event(&ev) else { continue };
             let declares = pushed.iter().all(|(name, oid)| state.refs.get(*name).is_some_and(|v| v == oid));
             if declares && !authors.contains(&author) {
                 authors.push(author);

@@ -449,7 +449,7 @@ impl Grasp {
                     .iter()
                     .filter(|s| s.tags.event_ids().any(|e| e == *id))
                     .filter(|s| s.pubkey == entry.author || sets.iter().any(|set| set.contains(&s.pubkey)))
-                    .max_by_key(|s| grasp_state::recency::Recency::of(s));
+                    .max_by_key(|s| grasp_state::nostr::recency::Recency::of(s));
                 let closed_at = match newest {
                     Some(s) if matches!(s.kind.as_u16(), 1631 | 1632) => Some(s.created_at.as_secs().min(Timestamp::now().as_secs())),
                     _ => None,

@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use grasp_state::hook_api::{PostReceiveResponse, PreReceiveResponse, ReleasedEvent};
-use grasp_state::nip34::PullRequest;
+use grasp_state::nostr::nip34::PullRequest;
 use grasp_state::purgatory::RepoId;
 use grasp_state::push::{decide_contribution_push, with_reasons, ContributionPush, KnownPr, PushDecision};
 use grasp_state::names::refs::{RefUpdate, NOSTR_PREFIX, ZERO_OID};

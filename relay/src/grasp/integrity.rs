@@ -12,7 +12,7 @@
 use std::time::Duration;
 
 use grasp_state::hook_api::{AuthorityFinding, AuthorityReport, HOOK_API_VERSION};
-use grasp_state::nip34::{Announcement, KIND_ANNOUNCEMENT};
+use grasp_state::nostr::nip34::{Announcement, KIND_ANNOUNCEMENT};
 use grasp_state::names::refs::RefChange;
 use grasp_state::release::{alignment, plan_alignment};
 use nostr::prelude::{Filter, Kind, ToBech32};

@@ -449,7 +449,7 @@ async fn kept_objects(grasp: &Grasp, repo: &Path) -> Vec<String> {
     let (states, prs) = grasp.purgatory.held_objects(&grasp_state::purgatory::RepoId { owner, identifier, space });
     let mut oids: Vec<String> = states
         .iter()
-        .filter_map(|ev| grasp_state::nip34::RepoState::from_event(ev).ok())
+        .filter_map(|ev| grasp_state::nostr::nip34::RepoState::from_event(ev).ok())
         .flat_map(|s| s.refs.into_values())
         .chain(prs)
         .collect();

@@ -31,7 +31,7 @@ use std::sync::Arc;
 
 use grasp_state::names::identifier::RepoLayout;
 use grasp_state::maintainers::MaintainerSet;
-use grasp_state::nip34::{Announcement, RepoState, KIND_ANNOUNCEMENT, KIND_STATE};
+use grasp_state::nostr::nip34::{Announcement, RepoState, KIND_ANNOUNCEMENT, KIND_STATE};
 use grasp_state::purgatory::Purgatory;
 use nostr::prelude::{Event, Filter, Kind, PublicKey};
 
@@ -40,7 +40,7 @@ use crate::grasp::purgatory::SharedPurgatory;
 use crate::store::relay::Relay;
 
 pub use crate::grasp::locks::RepoLocks;
-pub use grasp_state::nip34::Source;
+pub use grasp_state::nostr::nip34::Source;
 
 pub(crate) async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
     tokio::task::spawn_blocking(f).await.expect("blocking git task panicked")
@@ -329,10 +329,10 @@ impl Grasp {
     /// The servers of the latest user grasp list (kind 10317) stored here of each of `people`
     /// that has one, in their order.
     pub async fn user_grasp_lists(&self, people: &[PublicKey]) -> std::collections::HashMap<PublicKey, Vec<String>> {
-        let filter = Filter::new().kind(Kind::Custom(grasp_state::nip34::KIND_USER_GRASP_LIST)).authors(people.iter().copied());
+        let filter = Filter::new().kind(Kind::Custom(grasp_state::nostr::nip34::KIND_USER_GRASP_LIST)).authors(people.iter().copied());
         let mut newest: std::collections::HashMap<PublicKey, (nostr::prelude::Timestamp, Vec<String>)> = std::collections::HashMap::new();
         for ev in self.query(vec![filter]).await {
-            let Ok(list) = grasp_state::nip34::UserGraspList::from_event(&ev) else { continue };
+            let Ok(list) = grasp_state::nostr::nip34::UserGraspList::from_event(&ev) else { continue };
             match newest.get(&list.author) {
                 Some((at, _)) if *at >= ev.created_at => {}
                 _ => {

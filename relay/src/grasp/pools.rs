@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use grasp_state::names::identifier::{npub_of, parse_npub};
-use grasp_state::nip34::{Announcement, PullRequest, RepoState, KIND_PR, KIND_PR_UPDATE, KIND_STATE};
+use grasp_state::nostr::nip34::{Announcement, PullRequest, RepoState, KIND_PR, KIND_PR_UPDATE, KIND_STATE};
 use grasp_state::pool::{plan_pool_gc, plan_promotion, MemberView, Released};
 use grasp_state::purgatory::RepoId;
 use grasp_state::names::refs::{RefMap, NOSTR_PREFIX};

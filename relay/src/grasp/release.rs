@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use grasp_state::hook_api::{PostReceiveResponse, ReleasedEvent};
-use grasp_state::nip34::RepoState;
+use grasp_state::nostr::nip34::RepoState;
 use grasp_state::purgatory::RepoId;
 use grasp_state::names::refs::{RefMap, RefUpdate, ZERO_OID};
 use grasp_state::release::{plan_release, promotion_is_certain, settle, superseded_held, wanted_oids, Alignment, RepoFacts, Settled};
@@ -29,7 +29,7 @@ use nostr::prelude::{Event, EventId, PublicKey, ToBech32};
 use crate::git;
 use crate::grasp::locks::{Locked, PushLocks, Queue, RepoGuards, LOCK_WAIT};
 use crate::grasp::Source;
-use grasp_state::nip34::Announcement;
+use grasp_state::nostr::nip34::Announcement;
 use crate::grasp::{blocking, Grasp};
 use crate::store::SaveOutcome;
 

@@ -125,7 +125,7 @@ pub fn document(cfg: &Config, trust: &Trust, relay: &PublicKey) -> Value {
             "max_repositories": limits.max_repos,
             "max_push_bytes": cfg.max_push_bytes,
             "max_pr_push_bytes": cfg.max_pr_push_bytes,
-            // Kinds with a cap below max_message_length (grasp_state::event_size), by kind number.
+            // Kinds with a cap below max_message_length (grasp_state::nostr::event_size), by kind number.
             "max_event_bytes_by_kind": cfg
                 .event_sizes()
                 .capped_kinds()

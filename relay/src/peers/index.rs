@@ -23,9 +23,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use grasp_state::maintainers::MaintainerSet;
-use grasp_state::roles::{ClaimsRef, Lead};
-use grasp_state::recency::Recency;
-use grasp_state::nip34::{Announcement, Source, KIND_ANNOUNCEMENT, KIND_DELETION};
+use grasp_state::nostr::roles::{ClaimsRef, Lead};
+use grasp_state::nostr::recency::Recency;
+use grasp_state::nostr::nip34::{Announcement, Source, KIND_ANNOUNCEMENT, KIND_DELETION};
 use nostr::prelude::{Event, EventId, PublicKey, Timestamp};
 
 use crate::sync::relay_url::RelayUrl;
@@ -45,7 +45,7 @@ struct Listed {
     event_id: EventId,
     created_at: Timestamp,
     relays: Arc<[RelayUrl]>,
-    /// What the announcement claims (grasp_state::roles): whom it lists, its lead, whether its
+    /// What the announcement claims (grasp_state::nostr::roles): whom it lists, its lead, whether its
     /// author declined.
     maintainers: Box<[PublicKey]>,
     lead: Lead,

@@ -7,7 +7,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use grasp_state::nip34::{KIND_ANNOUNCEMENT, KIND_DELETION, KIND_STATE, KIND_USER_GRASP_LIST};
+use grasp_state::nostr::nip34::{KIND_ANNOUNCEMENT, KIND_DELETION, KIND_STATE, KIND_USER_GRASP_LIST};
 use nostr::prelude::Event;
 
 use crate::sync::relay_url::RelayUrl;

@@ -12,7 +12,7 @@
 use std::collections::{BTreeSet, HashSet};
 
 use grasp_state::maintainers::MAX_MAINTAINERS;
-use grasp_state::nip34::{Announcement, KIND_ANNOUNCEMENT};
+use grasp_state::nostr::nip34::{Announcement, KIND_ANNOUNCEMENT};
 use nostr::prelude::{Event, EventId, Filter, Kind, SingleLetterTag, Timestamp};
 
 use crate::sync::relay_url::RelayUrl;

@@ -187,7 +187,7 @@ impl PeersConfig {
                 index_relays: cfg.index_relays(),
                 interval: cfg.sync_plus_interval.max(Duration::from_millis(100)),
                 list_refresh: cfg.sync_plus_list_refresh,
-                bounds: grasp_state::outbox::PassBounds { max_relays: cfg.sync_plus_max_relays, ..Default::default() },
+                bounds: grasp_state::nostr::outbox::PassBounds { max_relays: cfg.sync_plus_max_relays, ..Default::default() },
                 file: cfg.layout().sync_plus_file(),
             }),
             ..defaults
@@ -450,7 +450,7 @@ impl Manager {
                             changed_since.get_or_insert_with(Instant::now);
                         }
                         // A released announcement leaves the purgatory as it is stored.
-                        held_due |= event.kind.as_u16() == grasp_state::nip34::KIND_ANNOUNCEMENT;
+                        held_due |= event.kind.as_u16() == grasp_state::nostr::nip34::KIND_ANNOUNCEMENT;
                     }
                     Err(broadcast::error::RecvError::Lagged(missed)) => {
                         tracing::info!(missed, "relay sync missed accepted events; building its interest again");
@@ -737,7 +737,7 @@ mod config_tests {
         let outbox = PeersConfig::from_config(&cfg).unwrap().outbox.expect("on by default on a public service");
         assert_eq!(outbox.index_relays, crate::config::DEFAULT_INDEX_RELAYS);
         assert_eq!((outbox.interval, outbox.list_refresh), (Duration::from_secs(30), Duration::from_secs(3600)));
-        assert_eq!(outbox.bounds, grasp_state::outbox::PassBounds { authors_per_repo: 32, relays_per_repo: 24, max_relays: 32 });
+        assert_eq!(outbox.bounds, grasp_state::nostr::outbox::PassBounds { authors_per_repo: 32, relays_per_repo: 24, max_relays: 32 });
         assert_eq!(outbox.file, PathBuf::from("/srv/grasp/sync-plus.json"));
         let cfg = Config::parse_from(["grasp-relay", "--index-relay", "ws://a.example,ws://b.example", "--sync-plus-interval", "1s", "--sync-plus-max-relays", "3"]);
         let outbox = PeersConfig::from_config(&cfg).unwrap().outbox.unwrap();

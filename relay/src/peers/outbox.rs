@@ -8,7 +8,7 @@
 //!    [`MAX_READS_PER_PASS`]): the confirmed
 //!    maintainers (the index's [`grasp_state::maintainers::MaintainerSet`]) and the authors of
 //!    the newest events tagging it or replying to its root events
-//!    ([`grasp_state::outbox::participants`]);
+//!    ([`grasp_state::nostr::outbox::participants`]);
 //! 2. for participants never or not lately looked up, offers the kind 10317 lists stored here
 //!    (through the normal door) to the cache ([`super::lists`]), then looks up their lists
 //!    ([`LOOKUPS_PER_PASS`] at most) on the index relays and on each repository's own first
@@ -16,7 +16,7 @@
 //!    and events, at most
 //!    [`LIST_RELAYS_PER_PASS`] relays, [`CONCURRENT_QUERIES`] at once);
 //! 3. plans which discovered relays are asked about which repositories
-//!    ([`grasp_state::outbox::plan_pass`]: a window of participants per repository continuing
+//!    ([`grasp_state::nostr::outbox::plan_pass`]: a window of participants per repository continuing
 //!    where the last pass stopped, bounded relays per repository and in all; each URL through
 //!    relay sync's address rules) and hands the plan to the relay-sync manager ([`Discovered`]).
 //!
@@ -32,8 +32,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
-use grasp_state::nip34::KIND_USER_GRASP_LIST;
-use grasp_state::outbox::{participants, plan_pass, PassBounds, PassRepo, KIND_RELAY_LIST, MAX_PARTICIPANTS};
+use grasp_state::nostr::nip34::KIND_USER_GRASP_LIST;
+use grasp_state::nostr::outbox::{participants, plan_pass, PassBounds, PassRepo, KIND_RELAY_LIST, MAX_PARTICIPANTS};
 use nostr::prelude::{EventId, Filter, Kind, PublicKey, SingleLetterTag, Timestamp};
 use serde::Serialize;
 use tokio::sync::watch;

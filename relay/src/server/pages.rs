@@ -9,7 +9,7 @@
 use grasp_state::names::host::PublicUrls;
 use grasp_state::html::{escape, format_utc, STYLE};
 use grasp_state::names::identifier::npub_of;
-use grasp_state::nip34::{first_value, Announcement, KIND_ANNOUNCEMENT};
+use grasp_state::nostr::nip34::{first_value, Announcement, KIND_ANNOUNCEMENT};
 use nostr::prelude::{Filter, Kind};
 
 use crate::config::Config;

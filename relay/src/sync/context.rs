@@ -18,7 +18,7 @@ use std::sync::{Arc, Weak};
 
 use grasp_state::clone_sources::{CloneSource, SourceTrust};
 use grasp_state::maintainers::MaintainerSet;
-use grasp_state::nip34::{Announcement, PullRequest};
+use grasp_state::nostr::nip34::{Announcement, PullRequest};
 use grasp_state::purgatory::RepoId;
 use nostr::prelude::PublicKey;
 use tokio::sync::{watch, OwnedMutexGuard};

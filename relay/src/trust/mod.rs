@@ -5,7 +5,7 @@
 //!   members of a private service (`--member`, `--members-file`), the write limits
 //!   ([`limits`]), the free-disk watermark ([`disk`]) and the trusted reverse proxies ([`proxy`]).
 //! - [`Trust::admit`] is the check at the entry of admission, before any repository is created:
-//!   AUTH events are never stored, the per-kind size caps (`grasp_state::event_size`), the
+//!   AUTH events are never stored, the per-kind size caps (`grasp_state::nostr::event_size`), the
 //!   free-disk watermark, NIP-70 protected events only from their author, curation,
 //!   private repositories refused by a public service, the cap on new repositories.
 //! - Connection-level rules (NIP-42 state, per-connection write bucket, membership for REQ and
@@ -27,8 +27,8 @@ use std::sync::{Arc, RwLock};
 
 use grasp_state::auth::{check_protected, Submitter, KIND_AUTH};
 use grasp_state::curation::Curation;
-use grasp_state::event_size::EventSizes;
-use grasp_state::nip34::{Announcement, KIND_ANNOUNCEMENT};
+use grasp_state::nostr::event_size::EventSizes;
+use grasp_state::nostr::nip34::{Announcement, KIND_ANNOUNCEMENT};
 use ipnet::IpNet;
 use nostr::prelude::{Event, PublicKey};
 

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use nostr::prelude::{Event, PublicKey};
 
-use crate::recency::Recency;
+use crate::nostr::recency::Recency;
 
 use super::entries::{
     AnnouncementAdded, AnnouncementEntry, EntryKey, Extension, StateSyncRegistration,

@@ -132,7 +132,7 @@ pub struct Purgatory {
 
 /// The distinct ref targets a state event declares (empty if it does not parse).
 fn state_oids(event: &nostr::prelude::Event) -> Vec<String> {
-    let mut oids: Vec<String> = crate::nip34::RepoState::from_event(event)
+    let mut oids: Vec<String> = crate::nostr::nip34::RepoState::from_event(event)
         .map(|s| s.refs.into_values().collect())
         .unwrap_or_default();
     oids.sort();

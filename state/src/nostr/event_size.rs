@@ -8,7 +8,7 @@
 //! comments, patches, ...) keeps the general limit, `--max-message-bytes`.
 //! The size of an event is the length of its JSON serialisation.
 
-use crate::nip34::{KIND_ANNOUNCEMENT, KIND_DELETION, KIND_PR, KIND_PR_UPDATE, KIND_STATE, KIND_USER_GRASP_LIST};
+use crate::nostr::nip34::{KIND_ANNOUNCEMENT, KIND_DELETION, KIND_PR, KIND_PR_UPDATE, KIND_STATE, KIND_USER_GRASP_LIST};
 
 const KIB: usize = 1024;
 

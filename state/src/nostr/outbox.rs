@@ -71,7 +71,7 @@ pub fn write_relays(event: &Event) -> Vec<String> {
 /// The servers of a kind 10317 event (`g` tags, raw values), the first [`MAX_LIST_RELAYS`];
 /// empty for any other kind.
 pub fn grasp_servers(event: &Event) -> Vec<String> {
-    if event.kind.as_u16() != crate::nip34::KIND_USER_GRASP_LIST {
+    if event.kind.as_u16() != crate::nostr::nip34::KIND_USER_GRASP_LIST {
         return Vec::new();
     }
     first_urls(event, "g", |_| true)

@@ -16,8 +16,8 @@
 
 use nostr::prelude::{Event, EventId, PublicKey, Timestamp};
 
-use crate::recency::Recency;
-use crate::roles::Claims;
+use crate::nostr::recency::Recency;
+use crate::nostr::roles::Claims;
 use crate::names::refs::{is_valid_oid, is_valid_ref_name, RefMap, HEADS_PREFIX, TAGS_PREFIX};
 use crate::names::host::{url_authority, HostPort};
 
@@ -94,7 +94,7 @@ pub struct Announcement {
     pub clone_urls: Vec<String>,
     /// All values of all `relays` tags, in order.
     pub relays: Vec<String>,
-    /// What it says about maintainership: role tags, or `maintainers` (crate::roles).
+    /// What it says about maintainership: role tags, or `maintainers` (crate::nostr::roles).
     pub claims: Claims,
     pub created_at: Timestamp,
 }
@@ -646,7 +646,7 @@ pub(crate) mod tests {
             a.coordinate(),
             format!("30617:{}:my repo", owner.public_key().to_hex())
         );
-        // One value that is no key and the list grants nothing (crate::roles).
+        // One value that is no key and the list grants nothing (crate::nostr::roles).
         let ev = event(&owner, KIND_ANNOUNCEMENT, vec![tag(&["d", "x"]), tag(&["maintainers", &m1.to_hex(), "not-a-key"])]);
         let a = Announcement::from_event(&ev).unwrap();
         assert!(a.claims.maintainers.is_empty() && a.claims.malformed == 1);
