@@ -90,11 +90,10 @@
 //! yields a typed error whose message says what is wrong and what to do, never
 //! a panic.
 
+pub mod authority;
 pub mod nostr;
 pub mod names;
-pub mod admission;
 pub mod archive;
-pub mod announcements;
 pub mod atomic_file;
 pub mod cgi;
 pub mod cidr;
@@ -112,7 +111,6 @@ pub mod hook_api;
 pub mod hook_config;
 pub mod html;
 pub mod key_file;
-pub mod maintainers;
 pub mod owner_quota;
 pub mod pool;
 pub mod prs;

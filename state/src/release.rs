@@ -8,7 +8,7 @@
 //! which held pull requests to release and which `refs/nostr/` ref each needs, how to align
 //! branches, tags and HEAD to the winning state, and whether to promote the held announcement.
 //! The other owners' repositories the winning state's objects go to are those whose confirmed
-//! maintainers include its author (`crate::announcements::owners_trusting`).
+//! maintainers include its author (`crate::authority::announcements::owners_trusting`).
 
 use std::collections::BTreeSet;
 

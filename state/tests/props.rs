@@ -28,8 +28,8 @@ use grasp_state::nostr::nip34::{references, Announcement, PullRequest, RepoState
 use grasp_state::purgatory::{Caps, ManualClock, Purgatory, PurgatoryConfig};
 use grasp_state::nostr::nip34::Source;
 use grasp_state::push::{decide_push, PushDecision, PushRequest, StateCandidate};
-use grasp_state::admission::{admit_announcement, AfterRepo, AnnouncementAdmission, AnnouncementFacts};
-use grasp_state::announcements::{maintainer_set, merge, owners_trusting, TrustIndex};
+use grasp_state::authority::admission::{admit_announcement, AfterRepo, AnnouncementAdmission, AnnouncementFacts};
+use grasp_state::authority::announcements::{maintainer_set, merge, owners_trusting, TrustIndex};
 use grasp_state::nostr::roles::{Claims, Lead};
 use grasp_state::release::{alignment, plan_release, settle, RepoFacts};
 use grasp_state::names::refs::{
@@ -817,7 +817,7 @@ proptest! {
         };
         let owners: BTreeSet<PublicKey> = before.iter().map(|(a, _)| a.owner).chain([new.owner]).collect();
         let expected: Vec<PublicKey> = owners.into_iter().filter(|o| sets(&before, *o) != sets(&after, *o)).collect();
-        prop_assert_eq!(grasp_state::announcements::AnnouncementChange::new(&new.owner, &new.claims, &before).changed_owners(), expected);
+        prop_assert_eq!(grasp_state::authority::announcements::AnnouncementChange::new(&new.owner, &new.claims, &before).changed_owners(), expected);
     }
 
     /// Walking back by scans finds the owners the reverse index finds, however deep.
@@ -825,7 +825,7 @@ proptest! {
     fn owners_reaching_by_scans_equals_the_index(list in announcement_list(), pk in 0usize..4) {
         let merged = merge("repo", list, Vec::new());
         let pk = pubkeys()[pk];
-        prop_assert_eq!(grasp_state::announcements::owners_reaching(&pk, &merged), TrustIndex::new(&merged).owners_reaching(&pk));
+        prop_assert_eq!(grasp_state::authority::announcements::owners_reaching(&pk, &merged), TrustIndex::new(&merged).owners_reaching(&pk));
     }
 
     /// Role tags: any tag list reads without panic, and every key an announcement grants comes

@@ -20,12 +20,12 @@
 //! Every refusal is a NIP-01 `blocked:`/`invalid:`/`rate-limited:`/`error:` message that says
 //! what to do instead.
 
-use grasp_state::admission::{
+use grasp_state::authority::admission::{
     admit_announcement, state_authority, state_placement, AfterRepo, AnnouncementAdmission, AnnouncementFacts,
     StateAuthority, StateFacts, StatePlacement,
 };
-use grasp_state::maintainers::Standing;
-use grasp_state::announcements::{is_owner_or_listed, AnnouncementChange};
+use grasp_state::authority::maintainers::Standing;
+use grasp_state::authority::announcements::{is_owner_or_listed, AnnouncementChange};
 use grasp_state::names::identifier::validate_identifier;
 use grasp_state::release::{pr_ref, PrRef};
 use grasp_state::nostr::nip34::{

@@ -12,7 +12,7 @@ use grasp_state::push::{decide_push_among, with_reasons, PushDecision, PushReque
 use grasp_state::push_index::IndexedCandidates;
 use grasp_state::purgatory::RepoId;
 use grasp_state::names::refs::RefUpdate;
-use grasp_state::maintainers::MaintainerSet;
+use grasp_state::authority::maintainers::MaintainerSet;
 use nostr::prelude::{EventId, PublicKey, ToBech32};
 
 use crate::git;

@@ -11,7 +11,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use grasp_state::maintainers::MaintainerSet;
+use grasp_state::authority::maintainers::MaintainerSet;
 use grasp_state::nostr::nip34::RepoState;
 use grasp_state::push_index::HeldStateIndex;
 use nostr::prelude::{Event, EventId, PublicKey};

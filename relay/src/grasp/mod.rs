@@ -30,7 +30,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use grasp_state::names::identifier::RepoLayout;
-use grasp_state::maintainers::MaintainerSet;
+use grasp_state::authority::maintainers::MaintainerSet;
 use grasp_state::nostr::nip34::{Announcement, RepoState, KIND_ANNOUNCEMENT, KIND_STATE};
 use grasp_state::purgatory::Purgatory;
 use nostr::prelude::{Event, Filter, Kind, PublicKey};

@@ -17,7 +17,7 @@ use std::ops::{Deref, DerefMut};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
-use grasp_state::maintainers::MaintainerSet;
+use grasp_state::authority::maintainers::MaintainerSet;
 use grasp_state::purgatory::{
     AnnouncementAdded, AnnouncementEntry, Coordinate, Extension, PlaceholderError, Purgatory, PurgatoryFull,
     PurgatorySnapshot, Removed, RepoId, StateEntry, SweepAction, UnsignedFull,

@@ -22,7 +22,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
-use grasp_state::maintainers::MaintainerSet;
+use grasp_state::authority::maintainers::MaintainerSet;
 use grasp_state::nostr::roles::{ClaimsRef, Lead};
 use grasp_state::nostr::recency::Recency;
 use grasp_state::nostr::nip34::{Announcement, Source, KIND_ANNOUNCEMENT, KIND_DELETION};
@@ -75,7 +75,7 @@ impl Listed {
 }
 
 /// The stored and the held announcement of one repository; the held one counts only when
-/// strictly newer (as [`grasp_state::announcements::merge`]). Boxed: most repositories have
+/// strictly newer (as [`grasp_state::authority::announcements::merge`]). Boxed: most repositories have
 /// one of the two, and the map's buckets stay small.
 #[derive(Debug, Default)]
 struct Slot {

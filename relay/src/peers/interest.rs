@@ -11,7 +11,7 @@
 
 use std::collections::{BTreeSet, HashSet};
 
-use grasp_state::maintainers::MAX_MAINTAINERS;
+use grasp_state::authority::maintainers::MAX_MAINTAINERS;
 use grasp_state::nostr::nip34::{Announcement, KIND_ANNOUNCEMENT};
 use nostr::prelude::{Event, EventId, Filter, Kind, SingleLetterTag, Timestamp};
 

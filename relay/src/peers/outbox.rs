@@ -6,7 +6,7 @@
 //! 1. reads served repositories' participants from the store (those new here or with new root
 //!    events, and [`PARTICIPANTS_PER_PASS`] more, read longest ago first; at most
 //!    [`MAX_READS_PER_PASS`]): the confirmed
-//!    maintainers (the index's [`grasp_state::maintainers::MaintainerSet`]) and the authors of
+//!    maintainers (the index's [`grasp_state::authority::maintainers::MaintainerSet`]) and the authors of
 //!    the newest events tagging it or replying to its root events
 //!    ([`grasp_state::nostr::outbox::participants`]);
 //! 2. for participants never or not lately looked up, offers the kind 10317 lists stored here

@@ -17,7 +17,7 @@ use std::path::Path;
 use std::sync::{Arc, Weak};
 
 use grasp_state::clone_sources::{CloneSource, SourceTrust};
-use grasp_state::maintainers::MaintainerSet;
+use grasp_state::authority::maintainers::MaintainerSet;
 use grasp_state::nostr::nip34::{Announcement, PullRequest};
 use grasp_state::purgatory::RepoId;
 use nostr::prelude::PublicKey;

@@ -19,7 +19,7 @@
 //!
 //! [`Claims`] is the result: whom the announcement lists as active maintainers (the edges of
 //! the maintainer graph), the lead it names, whether its author declined. Who is *confirmed* is
-//! decided over all announcements of an identifier by [`crate::maintainers::MaintainerSet`].
+//! decided over all announcements of an identifier by [`crate::authority::maintainers::MaintainerSet`].
 
 use nostr::prelude::PublicKey;
 

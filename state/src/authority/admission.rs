@@ -8,7 +8,7 @@
 use nostr::prelude::PublicKey;
 
 use crate::names::identifier::npub_of;
-use crate::maintainers::Standing;
+use crate::authority::maintainers::Standing;
 
 use crate::nostr::nip34::Source;
 
@@ -123,7 +123,7 @@ pub enum StateAuthority {
 /// Who may publish a state event for an identifier: a confirmed maintainer of some owner's
 /// repository. `announced`: some announcement of the identifier is known; `standings`: where the
 /// author stands with the repositories whose announcements reach it
-/// ([`crate::announcements::TrustIndex::standings`]); `owners`: the identifier's owners, for the
+/// ([`crate::authority::announcements::TrustIndex::standings`]); `owners`: the identifier's owners, for the
 /// refusal of a stranger.
 pub fn state_authority(
     identifier: &str,

@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use nostr::prelude::PublicKey;
 
-use crate::maintainers::{MaintainerSet, Standing};
+use crate::authority::maintainers::{MaintainerSet, Standing};
 use crate::nostr::nip34::{Announcement, Source};
 use crate::nostr::roles::Claims;
 
