@@ -24,9 +24,9 @@ use std::time::Duration;
 use clap::Parser;
 use nostr::prelude::*;
 
-use grasp_state::curation::{Curation, RepoPattern};
+use grasp_state::trust::curation::{Curation, RepoPattern};
 
-use grasp_state::cidr::Cidr;
+use grasp_state::trust::cidr::Cidr;
 
 // Defaults the parts that use them also need for their own `Default`s: defined here, at the
 // bottom of the crate, so the configuration imports nothing above it.
@@ -181,7 +181,7 @@ pub struct Config {
 
     /// Free bytes the data directory's file system keeps: below it, events are refused
     /// (`blocked:`) and pushes rejected, checked at most every 2 s (0: never refuse); default 1 GiB.
-    #[arg(long, env = "GRASP_MIN_FREE_DISK", default_value_t = grasp_state::free_disk::DEFAULT_MIN_FREE_DISK)]
+    #[arg(long, env = "GRASP_MIN_FREE_DISK", default_value_t = grasp_state::trust::free_disk::DEFAULT_MIN_FREE_DISK)]
     pub min_free_disk: u64,
 
     /// Most git requests (clones, fetches, pushes, repository pages) served at once; more get a
@@ -356,18 +356,18 @@ pub struct Config {
     /// Most bytes of pull request data (commits pushed for pull request events of keys that are
     /// not maintainers of the repository, GRASP-06 uploads included) kept for one author; a push
     /// or pull request event past it is refused. Default 512 MiB.
-    #[arg(long, env = "GRASP_CONTRIBUTOR_BYTES_PER_AUTHOR", default_value_t = grasp_state::contributor_data::DEFAULT_PER_AUTHOR)]
+    #[arg(long, env = "GRASP_CONTRIBUTOR_BYTES_PER_AUTHOR", default_value_t = grasp_state::trust::contributor_data::DEFAULT_PER_AUTHOR)]
     pub contributor_bytes_per_author: u64,
 
     /// Most bytes of pull request data pushed from one client address (IPv6: by
     /// --ipv6-prefix-len). Default 1 GiB.
-    #[arg(long, env = "GRASP_CONTRIBUTOR_BYTES_PER_ADDRESS", default_value_t = grasp_state::contributor_data::DEFAULT_PER_ADDRESS)]
+    #[arg(long, env = "GRASP_CONTRIBUTOR_BYTES_PER_ADDRESS", default_value_t = grasp_state::trust::contributor_data::DEFAULT_PER_ADDRESS)]
     pub contributor_bytes_per_address: u64,
 
     /// Most bytes of pull request data kept for everyone who is no maintainer (maintainers'
     /// data is never counted). Default 16 GiB. Unsigned and pull request data is also refused
     /// while the free disk is below twice --min-free-disk.
-    #[arg(long, env = "GRASP_CONTRIBUTOR_BYTES_TOTAL", default_value_t = grasp_state::contributor_data::DEFAULT_TOTAL)]
+    #[arg(long, env = "GRASP_CONTRIBUTOR_BYTES_TOTAL", default_value_t = grasp_state::trust::contributor_data::DEFAULT_TOTAL)]
     pub contributor_bytes_total: u64,
 
     /// The data (refs/nostr/<id>) of a pull request closed or merged (status by its author or
@@ -383,12 +383,12 @@ pub struct Config {
 
     /// Most bytes all of one owner's repositories may hold (their objects and their object
     /// pools); a push of their own history past it is refused (0: no quota). Default 20 GiB.
-    #[arg(long, env = "GRASP_OWNER_QUOTA", default_value_t = grasp_state::owner_quota::DEFAULT_OWNER_QUOTA)]
+    #[arg(long, env = "GRASP_OWNER_QUOTA", default_value_t = grasp_state::trust::owner_quota::DEFAULT_OWNER_QUOTA)]
     pub owner_quota: u64,
 
     /// Most bytes one client address may push in a day into the repositories of owners that are
     /// new here (none of their repositories with data is a day old); 0: no budget. Default 2 GiB.
-    #[arg(long, env = "GRASP_NEW_OWNER_BYTES_PER_ADDRESS_PER_DAY", default_value_t = grasp_state::owner_quota::DEFAULT_NEW_OWNER_PER_ADDRESS_PER_DAY)]
+    #[arg(long, env = "GRASP_NEW_OWNER_BYTES_PER_ADDRESS_PER_DAY", default_value_t = grasp_state::trust::owner_quota::DEFAULT_NEW_OWNER_PER_ADDRESS_PER_DAY)]
     pub new_owner_bytes_per_address_per_day: u64,
 
     /// An owner (npub or hex; repeatable or comma separated) exempt from --owner-quota and
@@ -486,7 +486,7 @@ pub struct Config {
     /// `http://host:port`; repeatable or comma separated). Followed for every event and every
     /// repository's git data, trusted on private addresses (docs/scaling.md).
     #[arg(long = "replica", env = "GRASP_REPLICAS", value_name = "URL", value_delimiter = ',', value_parser = parse_replica)]
-    pub replica: Vec<grasp_state::replica::Replica>,
+    pub replica: Vec<grasp_state::trust::replica::Replica>,
 
     /// Replica set: how many other replicas must hold a client's event before it is answered
     /// `OK true`, and serve a push before its post-receive ends (0: none; at most the number
@@ -858,8 +858,8 @@ fn parse_software_url(s: &str) -> Result<String, String> {
     }
 }
 
-fn parse_replica(s: &str) -> Result<grasp_state::replica::Replica, String> {
-    grasp_state::replica::Replica::parse(s).map_err(|e| e.to_string())
+fn parse_replica(s: &str) -> Result<grasp_state::trust::replica::Replica, String> {
+    grasp_state::trust::replica::Replica::parse(s).map_err(|e| e.to_string())
 }
 
 fn parse_pubkey(s: &str) -> Result<PublicKey, String> {
@@ -971,16 +971,16 @@ impl Config {
 
 
     /// The quota per owner and the daily budget per address for new owners.
-    pub fn owner_quotas(&self) -> grasp_state::owner_quota::OwnerQuotas {
-        grasp_state::owner_quota::OwnerQuotas {
+    pub fn owner_quotas(&self) -> grasp_state::trust::owner_quota::OwnerQuotas {
+        grasp_state::trust::owner_quota::OwnerQuotas {
             per_owner: self.owner_quota,
             new_owner_per_address_per_day: self.new_owner_bytes_per_address_per_day,
         }
     }
 
     /// The budgets of pull request data no maintainer signed.
-    pub fn contributor_budget(&self) -> grasp_state::contributor_data::ContributorBudget {
-        grasp_state::contributor_data::ContributorBudget {
+    pub fn contributor_budget(&self) -> grasp_state::trust::contributor_data::ContributorBudget {
+        grasp_state::trust::contributor_data::ContributorBudget {
             per_author: self.contributor_bytes_per_author,
             per_address: self.contributor_bytes_per_address,
             total: self.contributor_bytes_total,
@@ -1023,8 +1023,8 @@ impl Config {
 
 
     /// The GRASP-05 archive configuration (`--archive*`).
-    pub fn archive(&self) -> grasp_state::archive::Archive {
-        grasp_state::archive::Archive {
+    pub fn archive(&self) -> grasp_state::trust::archive::Archive {
+        grasp_state::trust::archive::Archive {
             all: self.archive_all,
             patterns: self.archive.clone(),
             services: self.archive_grasp_service.iter().map(|h| grasp_state::names::host::public_authority(h).to_string()).collect(),

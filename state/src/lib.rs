@@ -90,28 +90,21 @@
 //! yields a typed error whose message says what is wrong and what to do, never
 //! a panic.
 
+pub mod trust;
 pub mod authority;
 pub mod nostr;
 pub mod names;
-pub mod archive;
 pub mod atomic_file;
 pub mod cgi;
-pub mod cidr;
 pub mod clone_sources;
-pub mod contributor_data;
-pub mod free_disk;
 pub mod cors;
 pub mod git_env;
 pub mod git_backend;
-pub mod auth;
-pub mod curation;
 pub mod deferred;
-pub mod fd_budget;
 pub mod hook_api;
 pub mod hook_config;
 pub mod html;
 pub mod key_file;
-pub mod owner_quota;
 pub mod pool;
 pub mod prs;
 pub mod purgatory;
@@ -119,9 +112,7 @@ pub mod push;
 pub mod push_limits;
 pub mod push_index;
 pub mod push_lock;
-pub mod rate;
 pub mod ref_read;
 pub mod ref_files;
 pub mod release;
-pub mod replica;
 pub mod transfer;

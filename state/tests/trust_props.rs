@@ -10,9 +10,9 @@
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use grasp_state::auth::{verify_auth, verify_git_proof, AUTH_MAX_SKEW_SECS, KIND_AUTH};
-use grasp_state::curation::{Curation, RepoPattern};
-use grasp_state::rate::{KeyedBuckets, Limited, Rate, TokenBucket};
+use grasp_state::trust::auth::{verify_auth, verify_git_proof, AUTH_MAX_SKEW_SECS, KIND_AUTH};
+use grasp_state::trust::curation::{Curation, RepoPattern};
+use grasp_state::trust::rate::{KeyedBuckets, Limited, Rate, TokenBucket};
 use nostr::prelude::*;
 use proptest::prelude::*;
 

@@ -229,7 +229,7 @@ mod in_process {
 }
 
 use grasp_relay::grasp::lifecycle::expire;
-use grasp_state::auth::Submitter;
+use grasp_state::trust::auth::Submitter;
 
 /// A client that did not authenticate.
 const ANONYMOUS: Submitter<'static> = Submitter::ANONYMOUS;

@@ -9,7 +9,7 @@
 //! while it sees either (or cannot tell), and the relay refuses to start without `--private` on
 //! it (docs/deployment.md: migrating a private service deliberately).
 
-use grasp_state::auth::verify_git_proof;
+use grasp_state::trust::auth::verify_git_proof;
 use grasp_state::hook_api::{GitAuthRequest, GitAuthResponse, HOOK_API_VERSION};
 use nostr::prelude::Timestamp;
 

@@ -180,7 +180,7 @@ fn post_purge_author(c: Call<'_>) -> BoxFuture<'_, Response<Body>> {
             Ok(r) => r,
             Err(resp) => return *resp,
         };
-        let Some(author) = grasp_state::curation::parse_pubkey(&req.author) else {
+        let Some(author) = grasp_state::trust::curation::parse_pubkey(&req.author) else {
             return error(StatusCode::BAD_REQUEST, "author is not an npub or hex public key");
         };
         match crate::grasp::purge::purge_author(c.grasp, &author).await {

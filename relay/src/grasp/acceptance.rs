@@ -82,7 +82,7 @@ fn full(e: PurgatoryFull, kind: u16) -> Admission {
 
 impl Grasp {
     /// Decides what happens to a verified event submitted by `submitter`.
-    pub async fn admit(&self, ev: &Event, submitter: &grasp_state::auth::Submitter<'_>) -> Admission {
+    pub async fn admit(&self, ev: &Event, submitter: &grasp_state::trust::auth::Submitter<'_>) -> Admission {
         // Trust first (docs/protocol.md#trust): AUTH events, NIP-70, curation, private
         // repositories on a public service, the new-repository caps. Before anything is created.
         if let Err(msg) = self.trust.admit(ev, submitter, |a| {

@@ -112,7 +112,7 @@ impl Grasp {
         };
         if !self.trust.disk.has_room() {
             tracing::info!(repo = %shown, reason = "low disk", "push rejected");
-            return PreReceiveResponse::reject(vec![format!("grasp: push rejected: {}", grasp_state::free_disk::LOW_DISK_PUSH)]);
+            return PreReceiveResponse::reject(vec![format!("grasp: push rejected: {}", grasp_state::trust::free_disk::LOW_DISK_PUSH)]);
         }
         let current = match tokio::task::spawn_blocking({
             let repo = repo.clone();

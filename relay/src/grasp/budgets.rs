@@ -1,5 +1,5 @@
 //! What strangers may store (docs/protocol.md#budgets): the contributor-data ledger
-//! ([`grasp_state::contributor_data`]) kept in memory, written beside the purgatory checkpoint
+//! ([`grasp_state::trust::contributor_data`]) kept in memory, written beside the purgatory checkpoint
 //! (`<data>/contributor-data.json`, atomically, when it changed), checked and charged by the
 //! pre-receive decisions, reconciled with the disk, and pruned.
 //!
@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
-use grasp_state::contributor_data::{Charge, ContributorBudget, ContributorFull, ContributorLedger, ContributorView, LedgerFile};
+use grasp_state::trust::contributor_data::{Charge, ContributorBudget, ContributorFull, ContributorLedger, ContributorView, LedgerFile};
 use nostr::prelude::{EventId, Filter, Kind, PublicKey, Timestamp};
 
 use crate::git;
@@ -56,7 +56,7 @@ impl Default for ContributorData {
         ContributorData {
             ledger: Mutex::default(),
             budget: Mutex::new(ContributorBudget::default()),
-            grace_secs: AtomicU64::new(grasp_state::contributor_data::DEFAULT_PRUNE_GRACE_SECS),
+            grace_secs: AtomicU64::new(grasp_state::trust::contributor_data::DEFAULT_PRUNE_GRACE_SECS),
             file: OnceLock::new(),
             dirty: AtomicBool::new(false),
             cursor: Mutex::new(None),
@@ -182,12 +182,12 @@ impl ContributorData {
         self.ledger().is_empty()
     }
 
-    pub fn entry(&self, id: &EventId) -> Option<grasp_state::contributor_data::ContributorEntry> {
+    pub fn entry(&self, id: &EventId) -> Option<grasp_state::trust::contributor_data::ContributorEntry> {
         self.ledger().get(id).cloned()
     }
 
     /// The next entries to measure, round robin: at most [`PER_PASS`].
-    fn next_batch(&self) -> Vec<(EventId, grasp_state::contributor_data::ContributorEntry)> {
+    fn next_batch(&self) -> Vec<(EventId, grasp_state::trust::contributor_data::ContributorEntry)> {
         let ledger = self.ledger();
         let mut cursor = self.cursor.lock().unwrap_or_else(|e| e.into_inner());
         let after: Vec<_> = ledger
@@ -413,7 +413,7 @@ impl Grasp {
             let bytes = match self.measure_pr_data(id, &entry.identifier, &entry.author).await {
                 Measured::Bytes(bytes) => bytes,
                 // No ref anywhere just after a charge: its push is still landing.
-                Measured::NoRef if now_secs().saturating_sub(entry.charged_at) < grasp_state::contributor_data::MEASURE_GRACE_SECS => continue,
+                Measured::NoRef if now_secs().saturating_sub(entry.charged_at) < grasp_state::trust::contributor_data::MEASURE_GRACE_SECS => continue,
                 Measured::NoRef => 0,
                 Measured::Unknown => continue,
             };
@@ -437,7 +437,7 @@ impl Grasp {
     /// The newest status of each pull request in `batch` by its author or a maintainer of its
     /// identifier: closed (1632) or merged (1631) start the prune grace, open (1630) or draft
     /// (1633) stop it.
-    async fn follow_statuses(&self, batch: &[(EventId, grasp_state::contributor_data::ContributorEntry)]) {
+    async fn follow_statuses(&self, batch: &[(EventId, grasp_state::trust::contributor_data::ContributorEntry)]) {
         let kinds = [1630u16, 1631, 1632, 1633].map(Kind::from);
         for chunk in batch.chunks(100) {
             let filter = Filter::new().kinds(kinds).events(chunk.iter().map(|(id, _)| *id));

@@ -104,7 +104,7 @@ impl Grasp {
         if !self.trust.disk.has_room() {
             tracing::info!(repo = %shown, reason = "low disk", "push rejected");
             self.after_contribution(&path);
-            return PreReceiveResponse::reject(vec![format!("grasp: push rejected: {}", grasp_state::free_disk::LOW_DISK_PUSH)]);
+            return PreReceiveResponse::reject(vec![format!("grasp: push rejected: {}", grasp_state::trust::free_disk::LOW_DISK_PUSH)]);
         }
         let mut known_prs = BTreeMap::new();
         let mut not_prs = Vec::new();

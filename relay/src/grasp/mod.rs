@@ -113,7 +113,7 @@ pub struct Grasp {
     /// the acceptance relaxation for pull requests naming one (docs/protocol.md).
     pub grasp06: bool,
     /// GRASP-05 archive (`--archive*`): announcements not listing this service taken anyway.
-    pub archive: grasp_state::archive::Archive,
+    pub archive: grasp_state::trust::archive::Archive,
     /// Maintainer sets and standings per version of an identifier's announcements.
     pub authority: authority::AuthorityMemo,
     /// Announcements parsed once per event id.
@@ -124,7 +124,7 @@ pub struct Grasp {
     pub owner_quotas: quotas::OwnerQuotaState,
     /// The other members of this replica set (`--replica`, docs/scaling.md): every repository's
     /// git data is fetched from them first.
-    pub replicas: Vec<grasp_state::replica::Replica>,
+    pub replicas: Vec<grasp_state::trust::replica::Replica>,
     /// `--replica-acks`: the other replicas that must hold a client's event before its `OK
     /// true`, and a push before its post-receive ends. Set once at startup.
     pub replica_acks: std::sync::OnceLock<Arc<crate::peers::acks::ReplicaAcks>>,
@@ -154,7 +154,7 @@ impl Grasp {
             deferred: deferred::SharedDeferred::default(),
             copies: copies::CopyQueue::default(),
             grasp06: false,
-            archive: grasp_state::archive::Archive::default(),
+            archive: grasp_state::trust::archive::Archive::default(),
             authority: authority::AuthorityMemo::default(),
             parsed_announcements: authority::ParsedAnnouncements::default(),
             contributor_data: budgets::ContributorData::default(),
@@ -165,12 +165,12 @@ impl Grasp {
     }
 
     /// This brain with the operator's GRASP-05 archive (`--archive*`).
-    pub fn with_replicas(mut self, replicas: Vec<grasp_state::replica::Replica>) -> Self {
+    pub fn with_replicas(mut self, replicas: Vec<grasp_state::trust::replica::Replica>) -> Self {
         self.replicas = replicas;
         self
     }
 
-    pub fn with_archive(mut self, archive: grasp_state::archive::Archive) -> Self {
+    pub fn with_archive(mut self, archive: grasp_state::trust::archive::Archive) -> Self {
         self.archive = archive;
         self
     }
@@ -221,7 +221,7 @@ impl Grasp {
     /// `submitter` says who submits it: the keys its connection authenticated as, or relay sync
     /// (`from_sync`), which never publishes protected events (docs/protocol.md#trust).
     /// Returns the NIP-01 `OK` status and message.
-    pub async fn submit(&self, event: &Event, submitter: &grasp_state::auth::Submitter<'_>) -> (bool, String) {
+    pub async fn submit(&self, event: &Event, submitter: &grasp_state::trust::auth::Submitter<'_>) -> (bool, String) {
         if let Err(reason) = verify(event) {
             return (false, reason.into());
         }
@@ -230,7 +230,7 @@ impl Grasp {
 
     /// [`Grasp::submit`] for an event whose id and signature [`verify`] already checked. The
     /// event is shared with the live broadcast, not copied.
-    pub async fn submit_verified(&self, event: &Arc<Event>, submitter: &grasp_state::auth::Submitter<'_>) -> (bool, String) {
+    pub async fn submit_verified(&self, event: &Arc<Event>, submitter: &grasp_state::trust::auth::Submitter<'_>) -> (bool, String) {
         let (ok, message, durable) = self.submit_verified_deferred(event, submitter).await;
         durable.answer(ok, message).await
     }
@@ -241,7 +241,7 @@ impl Grasp {
     pub async fn submit_verified_deferred(
         &self,
         event: &Arc<Event>,
-        submitter: &grasp_state::auth::Submitter<'_>,
+        submitter: &grasp_state::trust::auth::Submitter<'_>,
     ) -> (bool, String, journal::Durable) {
         let (ok, message) = match self.admit(event, submitter).await {
             Admission::Reject(msg) => {

@@ -76,7 +76,7 @@ pub struct PurgatoryListing {
     pub unsigned: grasp_state::purgatory::unsigned::UnsignedView,
     /// Pull request data no maintainer signed (`grasp::budgets`): sums, and the authors and
     /// addresses keeping most.
-    pub contributors: grasp_state::contributor_data::ContributorView,
+    pub contributors: grasp_state::trust::contributor_data::ContributorView,
 }
 
 impl PurgatoryListing {

@@ -1,6 +1,6 @@
 //! What owners may store (docs/protocol.md#budgets): the quota per owner over all their
 //! repositories and the daily budget per address for new owners' repositories
-//! ([`grasp_state::owner_quota`]). This gathers the facts (what an owner's repositories and
+//! ([`grasp_state::trust::owner_quota`]). This gathers the facts (what an owner's repositories and
 //! their object pools hold on disk, whether the owner is new here), remembers the pushes of the
 //! last day per address, and asks the pure decision.
 //!
@@ -14,7 +14,7 @@ use std::path::Path;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use grasp_state::owner_quota::{NewOwnerWindow, OwnerFacts, OwnerQuotas, NEW_OWNER_FOR_SECS};
+use grasp_state::trust::owner_quota::{NewOwnerWindow, OwnerFacts, OwnerQuotas, NEW_OWNER_FOR_SECS};
 use grasp_state::push::{PushDecision, Rejection};
 use nostr::prelude::{PublicKey, Timestamp};
 

@@ -489,7 +489,7 @@ impl Metrics {
     }
 
     /// Reads the contributor data's sums (at scrape time).
-    pub fn refresh_contributors(&self, view: &grasp_state::contributor_data::ContributorView) {
+    pub fn refresh_contributors(&self, view: &grasp_state::trust::contributor_data::ContributorView) {
         self.contributor_bytes.set(i64::try_from(view.total_bytes).unwrap_or(i64::MAX));
         self.contributor_pull_requests.set(gauge(view.pull_requests));
         self.contributor_authors.set(gauge(view.authors));

@@ -30,7 +30,7 @@ after {wait} otherwise. Everything else is refused."
 }
 
 /// What GRASP-05 adds to the acceptance criteria.
-fn archive_criteria(archive: &grasp_state::archive::Archive) -> String {
+fn archive_criteria(archive: &grasp_state::trust::archive::Archive) -> String {
     let pushes = if archive.writable {
         "take pushes authorised by state events like hosted ones"
     } else {

@@ -28,7 +28,7 @@ use std::sync::{Arc, OnceLock};
 
 use futures_util::future::BoxFuture;
 use futures_util::stream::{FuturesOrdered, StreamExt};
-use grasp_state::auth::Submitter;
+use grasp_state::trust::auth::Submitter;
 use grasp_state::nostr::nip34::{references, KIND_DELETION, KIND_PR, KIND_PR_UPDATE};
 use nostr::prelude::{Event, EventId, PublicKey};
 use tokio::sync::Semaphore;

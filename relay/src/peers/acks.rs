@@ -38,7 +38,7 @@ pub struct ReplicaAcks {
 
 impl ReplicaAcks {
     /// Starts one link per replica; `None` when `required` is 0.
-    pub fn start(replicas: &[grasp_state::replica::Replica], required: usize, timeout: Duration, tls: Option<&std::path::Path>, shutdown: &Shutdown) -> anyhow::Result<Option<Arc<ReplicaAcks>>> {
+    pub fn start(replicas: &[grasp_state::trust::replica::Replica], required: usize, timeout: Duration, tls: Option<&std::path::Path>, shutdown: &Shutdown) -> anyhow::Result<Option<Arc<ReplicaAcks>>> {
         if required == 0 {
             return Ok(None);
         }

@@ -109,7 +109,7 @@ pub struct PeersConfig {
     pub waiting: WaitingLimits,
     /// `--relay-sync-rate` / `--relay-sync-burst`: events taken from one relay (each relay's
     /// write bucket; reading from it pauses while the bucket is empty).
-    pub per_relay: grasp_state::rate::Rate,
+    pub per_relay: grasp_state::trust::rate::Rate,
     /// How often the purgatory is looked at for newly held announcements (registered on this
     /// timer; the plans are recomputed when its identifiers changed, and every minute).
     pub refresh: Duration,
@@ -123,7 +123,7 @@ pub struct PeersConfig {
     /// The key this server answers NIP-42 `AUTH` challenges with (a private service's key).
     pub auth_keys: Option<nostr::prelude::Keys>,
     /// The operator's replicas (`--replica`): followed for everything, on any address.
-    pub replicas: Vec<grasp_state::replica::Replica>,
+    pub replicas: Vec<grasp_state::trust::replica::Replica>,
     /// GRASP-03 Sync+ (`None` when it does not run, see [`Config::sync_plus_enabled`]).
     pub outbox: Option<outbox::OutboxConfig>,
 }
@@ -139,7 +139,7 @@ impl Default for PeersConfig {
             health: HealthTimings::default(),
             timeout: Duration::from_secs(15),
             waiting: WaitingLimits::default(),
-            per_relay: grasp_state::rate::Rate { burst: DEFAULT_RELAY_BURST, per_second: DEFAULT_RELAY_RATE },
+            per_relay: grasp_state::trust::rate::Rate { burst: DEFAULT_RELAY_BURST, per_second: DEFAULT_RELAY_RATE },
             refresh: Duration::from_secs(5),
             batch: Duration::from_secs(2),
             tls_ca: None,
@@ -181,7 +181,7 @@ impl PeersConfig {
                 request_after: cfg.relay_sync_parent_request,
                 ..defaults.waiting
             },
-            per_relay: grasp_state::rate::Rate { burst: cfg.relay_sync_burst.max(1), per_second: cfg.relay_sync_rate.max(1.0) },
+            per_relay: grasp_state::trust::rate::Rate { burst: cfg.relay_sync_burst.max(1), per_second: cfg.relay_sync_rate.max(1.0) },
             replicas: cfg.replica.clone(),
             outbox: cfg.sync_plus_enabled().then(|| outbox::OutboxConfig {
                 index_relays: cfg.index_relays(),
@@ -624,12 +624,12 @@ impl Manager {
     /// A relay's write bucket: `--relay-sync-rate` / `--relay-sync-burst`, at most
     /// [`outbox::OUTBOX_RATE`] for a relay first followed for Sync+ (any participant may name
     /// one).
-    fn rate_for(&self, plan: &RelayPlan) -> grasp_state::rate::Rate {
+    fn rate_for(&self, plan: &RelayPlan) -> grasp_state::trust::rate::Rate {
         let rate = self.shared.config.per_relay;
         if !plan.outbox {
             return rate;
         }
-        grasp_state::rate::Rate { burst: rate.burst.min(outbox::OUTBOX_RATE.burst), per_second: rate.per_second.min(outbox::OUTBOX_RATE.per_second) }
+        grasp_state::trust::rate::Rate { burst: rate.burst.min(outbox::OUTBOX_RATE.burst), per_second: rate.per_second.min(outbox::OUTBOX_RATE.per_second) }
     }
 
     fn spawn_peer(&mut self, url: RelayUrl, plan: Arc<RelayPlan>) {
@@ -646,7 +646,7 @@ impl Manager {
             stats,
             shutdown: self.shutdown.clone(),
             health: Health::default(),
-            bucket: grasp_state::rate::TokenBucket::new(rate, Instant::now()),
+            bucket: grasp_state::trust::rate::TokenBucket::new(rate, Instant::now()),
         };
         tracing::debug!(relay = %url, "following relay");
         let task = tokio::spawn(peer.run());

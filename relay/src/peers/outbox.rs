@@ -69,7 +69,7 @@ pub const PARTICIPANTS_PER_PASS: usize = 64;
 /// The write bucket of a relay first followed for Sync+ (at most; `--relay-sync-rate` and
 /// `--relay-sync-burst` when lower): any participant may name one, so what it may send is
 /// bounded below what a relay an announcement lists may.
-pub const OUTBOX_RATE: grasp_state::rate::Rate = grasp_state::rate::Rate { burst: 1000, per_second: 50.0 };
+pub const OUTBOX_RATE: grasp_state::trust::rate::Rate = grasp_state::trust::rate::Rate { burst: 1000, per_second: 50.0 };
 
 /// Served repositories whose participants one pass reads at most (at startup every repository
 /// is new: the first passes read them this many at a time).

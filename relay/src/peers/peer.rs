@@ -65,7 +65,7 @@ pub struct Peer {
     pub health: Health,
     /// Its write bucket (`--relay-sync-rate`, `--relay-sync-burst`): every event it sends takes
     /// a token; reading from it pauses while the bucket is empty.
-    pub bucket: grasp_state::rate::TokenBucket,
+    pub bucket: grasp_state::trust::rate::TokenBucket,
 }
 
 /// An open connection and what it knows of the relay.

@@ -111,7 +111,7 @@ pub async fn run(loaded: crate::config::Loaded) -> anyhow::Result<()> {
     let crate::config::Loaded { config: mut cfg, settings } = loaded;
     let hangups = reload::listen()?;
     // Before anything is opened: the descriptors the limits let clients take must exist.
-    fd_limit::raise(grasp_state::fd_budget::required(cfg.max_connections.into(), cfg.git_max_requests.into()))?;
+    fd_limit::raise(grasp_state::trust::fd_budget::required(cfg.max_connections.into(), cfg.git_max_requests.into()))?;
     let data = DataDir::open(&cfg.data_dir)?;
     // The relay's identity before anything else is opened: a bad configured key file stops here.
     let (identity, key_file) = crate::identity::from_config(&cfg)?;
@@ -695,6 +695,6 @@ mod config_tests {
         let stop = parse_duration(value("TimeoutStopSec")).unwrap();
         assert!(stop >= SHUTDOWN_GRACE + Duration::from_secs(10), "TimeoutStopSec {stop:?} leaves no room for the shutdown grace and the last checkpoint");
         let nofile: u64 = value("LimitNOFILE").parse().unwrap();
-        assert!(nofile >= grasp_state::fd_budget::required(packaged.max_connections.into(), packaged.git_max_requests.into()));
+        assert!(nofile >= grasp_state::trust::fd_budget::required(packaged.max_connections.into(), packaged.git_max_requests.into()));
     }
 }

@@ -1,6 +1,6 @@
 //! Write limits shared by all connections (docs/protocol.md#trust): events per client address,
 //! new repositories per author per hour and in total. The per-connection bucket lives in the
-//! connection ([`WriteLimits::connection_bucket`]). Buckets are [`grasp_state::rate`] data; the
+//! connection ([`WriteLimits::connection_bucket`]). Buckets are [`grasp_state::trust::rate`] data; the
 //! time comes from an injected [`Clock`].
 //!
 //! The total (`--max-repos`) is a [`RepoCount`]: an atomic count taken with check-and-increment
@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use grasp_state::purgatory::{Clock, SystemClock};
-use grasp_state::rate::{KeyedBuckets, Limited, Rate, TokenBucket};
+use grasp_state::trust::rate::{KeyedBuckets, Limited, Rate, TokenBucket};
 use nostr::prelude::PublicKey;
 use crate::config::Config;
 
@@ -47,7 +47,7 @@ pub struct WriteLimitConfig {
 impl WriteLimitConfig {
     /// The write limits (docs/protocol.md#trust).
     pub fn from_config(cfg: &Config) -> WriteLimitConfig {
-        use grasp_state::rate::Rate;
+        use grasp_state::trust::rate::Rate;
         WriteLimitConfig {
             per_connection: Rate { burst: cfg.write_burst, per_second: cfg.write_rate.max(0.0) },
             per_address: Rate { burst: cfg.write_burst_per_ip, per_second: cfg.write_rate_per_ip.max(0.0) },

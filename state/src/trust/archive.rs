@@ -8,7 +8,7 @@
 //! whatever the archive says ([`Archive::archives`] is asked only for the others). Archived
 //! repositories refuse pushes unless `--archive-writable`.
 
-use crate::curation::RepoPattern;
+use crate::trust::curation::RepoPattern;
 use crate::nostr::nip34::{url_names_host, Announcement};
 
 /// The archive configuration.
