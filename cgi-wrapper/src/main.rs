@@ -81,7 +81,7 @@ use std::process::{Command, ExitCode, Stdio};
 use anyhow::Context;
 use clap::Parser;
 use grasp_state::names::identifier::{parse_repo_path, RepoLayout, RepoSpace, RepoUrlPath};
-use grasp_state::prs::{empty_advertisement, GitService};
+use grasp_state::git::prs::{empty_advertisement, GitService};
 use grasp_state::push_lock::{self, PushLock, PushLockError};
 use grasp_state::git_backend::{self, BackendSetup, Service};
 use grasp_state::{cgi, cors};

@@ -267,17 +267,17 @@ pub struct Config {
     /// retried later); beyond it new work takes the place of an entry of the author holding
     /// the most when that author holds at least two more, else it is not recorded (the next
     /// event, push or background sync does it).
-    #[arg(long, env = "GRASP_DEFERRED_TOTAL", default_value_t = grasp_state::deferred::MAX_ENTRIES as u32, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, env = "GRASP_DEFERRED_TOTAL", default_value_t = grasp_state::git::deferred::MAX_ENTRIES as u32, value_parser = clap::value_parser!(u32).range(1..))]
     pub deferred_total: u32,
 
     /// Most entries of deferred repository work one author may hold (its events' work beyond
     /// it is not recorded), so throwaway keys cannot crowd others out.
-    #[arg(long, env = "GRASP_DEFERRED_PER_AUTHOR", default_value_t = grasp_state::deferred::MAX_PER_AUTHOR as u32, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, env = "GRASP_DEFERRED_PER_AUTHOR", default_value_t = grasp_state::git::deferred::MAX_PER_AUTHOR as u32, value_parser = clap::value_parser!(u32).range(1..))]
     pub deferred_per_author: u32,
 
     /// Most entries of deferred repository work naming a repository of one owner, however many
     /// keys' events govern it (work beyond it is not recorded).
-    #[arg(long, env = "GRASP_DEFERRED_PER_OWNER", default_value_t = grasp_state::deferred::MAX_PER_OWNER as u32, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, env = "GRASP_DEFERRED_PER_OWNER", default_value_t = grasp_state::git::deferred::MAX_PER_OWNER as u32, value_parser = clap::value_parser!(u32).range(1..))]
     pub deferred_per_owner: u32,
 
     /// Path of the `grasp-cgi` wrapper: it serves repository pages, 404s, a private service's
@@ -1033,8 +1033,8 @@ impl Config {
     }
 
     /// The bounds of deferred repository work.
-    pub fn deferred_limits(&self) -> grasp_state::deferred::DeferredLimits {
-        grasp_state::deferred::DeferredLimits {
+    pub fn deferred_limits(&self) -> grasp_state::git::deferred::DeferredLimits {
+        grasp_state::git::deferred::DeferredLimits {
             total: self.deferred_total as usize,
             per_author: self.deferred_per_author as usize,
             per_owner: self.deferred_per_owner as usize,

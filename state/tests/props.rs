@@ -27,11 +27,11 @@ use grasp_state::names::identifier::{
 use grasp_state::nostr::nip34::{references, Announcement, PullRequest, RepoState};
 use grasp_state::purgatory::{Caps, ManualClock, Purgatory, PurgatoryConfig};
 use grasp_state::nostr::nip34::Source;
-use grasp_state::push::{decide_push, PushDecision, PushRequest, StateCandidate};
+use grasp_state::git::push::{decide_push, PushDecision, PushRequest, StateCandidate};
 use grasp_state::authority::admission::{admit_announcement, AfterRepo, AnnouncementAdmission, AnnouncementFacts};
 use grasp_state::authority::announcements::{maintainer_set, merge, owners_trusting, TrustIndex};
 use grasp_state::nostr::roles::{Claims, Lead};
-use grasp_state::release::{alignment, plan_release, settle, RepoFacts};
+use grasp_state::git::release::{alignment, plan_release, settle, RepoFacts};
 use grasp_state::names::refs::{
     apply_changes, RefChange, apply_updates, is_served_ref, is_valid_oid, is_valid_ref_name, parse_ref_updates,
     served_refs, RefMap, RefUpdate, ZERO_OID,
@@ -975,8 +975,8 @@ proptest! {
         (current, updates) in small_refmap().prop_flat_map(small_updates),
         (stored, held) in stored_and_held(),
     ) {
-        use grasp_state::push::decide_push_among;
-        use grasp_state::push_index::{HeldStateIndex, IndexedCandidates};
+        use grasp_state::git::push::decide_push_among;
+        use grasp_state::git::push_index::{HeldStateIndex, IndexedCandidates};
         let plain: Vec<StateCandidate> = stored
             .iter()
             .map(|s| StateCandidate { state: s.clone(), source: Source::Stored })

@@ -64,7 +64,7 @@ use super::ref_cache::{Answer, RefCache, MAX_ANSWER_BYTES};
 use super::ref_fingerprint::{self, Fingerprint};
 use super::ref_generation::RepoIdentity;
 use crate::net::http::{empty, full, preflight, text, with_cors, Body, BodyError};
-use grasp_state::ref_read::{self, Candidate, ReadHeaders, ReadKey};
+use grasp_state::git::ref_read::{self, Candidate, ReadHeaders, ReadKey};
 use std::sync::Arc;
 use crate::shutdown::Shutdown;
 

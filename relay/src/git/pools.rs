@@ -4,7 +4,7 @@
 //! `objects/info/alternates`.
 //!
 //! The git work, blocking or under tokio with a deadline; what enters a pool and what a gc keeps
-//! is decided in `grasp_state::pool`, who may write when (the pool lock, the members' locks) in
+//! is decided in `grasp_state::git::pool`, who may write when (the pool lock, the members' locks) in
 //! `crate::grasp::pools`.
 //!
 //! - [`create_pool`]: `git init --bare` aside, configured (no auto gc, no reflogs, bitmaps),
@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use grasp_state::atomic_file::write_atomic;
 use grasp_state::names::identifier::{pool_alternate, RepoLayout};
-use grasp_state::pool::Promotion;
+use grasp_state::git::pool::Promotion;
 
 use crate::git::build::{append_config, build_aside, io_err, unique_name, RepoError};
 use crate::git::{GitCommand, GitError};
@@ -230,7 +230,7 @@ pub fn remove_pool(layout: &RepoLayout, identifier: &str) -> Result<bool, RepoEr
 mod tests {
     use super::*;
     use crate::git::{missing_objects, read_refs, test_commit, test_git};
-    use grasp_state::pool::{plan_promotion, Released};
+    use grasp_state::git::pool::{plan_promotion, Released};
 
     /// A layout with one owner's repository holding `main` (two commits) and a staged ref;
     /// returns (tmp, layout, repo, [first, second, staged]).

@@ -1,5 +1,5 @@
 //! The ref cache: `git http-backend`'s own answers to the small reads of
-//! [`grasp_state::ref_read`] (the upload-pack ref advertisement, v2 `ls-refs`), kept per
+//! [`grasp_state::git::ref_read`] (the upload-pack ref advertisement, v2 `ls-refs`), kept per
 //! repository and request and served again, byte for byte, while the repository's
 //! [`Fingerprint`] is unchanged (docs/architecture.md, "The ref cache").
 //!
@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 use bytes::Bytes;
-use grasp_state::ref_read::ReadKey;
+use grasp_state::git::ref_read::ReadKey;
 use hyper::header::{HeaderName, HeaderValue};
 
 use super::ref_fingerprint::Fingerprint;
@@ -145,7 +145,7 @@ impl RefCache {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use grasp_state::ref_read::{candidate, Candidate, ReadHeaders};
+    use grasp_state::git::ref_read::{candidate, Candidate, ReadHeaders};
 
     fn key(protocol: &'static str) -> ReadKey {
         let headers = ReadHeaders { git_protocol: Some(protocol.as_bytes()), ..ReadHeaders::default() };

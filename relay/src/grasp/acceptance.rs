@@ -27,7 +27,7 @@ use grasp_state::authority::admission::{
 use grasp_state::authority::maintainers::Standing;
 use grasp_state::authority::announcements::{is_owner_or_listed, AnnouncementChange};
 use grasp_state::names::identifier::validate_identifier;
-use grasp_state::release::{pr_ref, PrRef};
+use grasp_state::git::release::{pr_ref, PrRef};
 use grasp_state::nostr::nip34::{
     references, Announcement, PullRequest, RepoState, KIND_ANNOUNCEMENT, KIND_DELETION, KIND_PR,
     KIND_PR_UPDATE, KIND_STATE, KIND_USER_GRASP_LIST,
@@ -395,8 +395,8 @@ impl Grasp {
         // GRASP-06: the signer's contributor repositories count among the repositories it names,
         // and a pull request whose repository is not announced here is held when its `clone` tag
         // names one of them here exactly (docs/protocol.md#contributor-repositories).
-        let contributor = if self.grasp06 { grasp_state::prs::contributor_targets(&pr) } else { Vec::new() };
-        if announced.is_empty() && !(self.grasp06 && grasp_state::prs::relaxed_identifier(&pr, &self.public_host).is_some()) {
+        let contributor = if self.grasp06 { grasp_state::git::prs::contributor_targets(&pr) } else { Vec::new() };
+        if announced.is_empty() && !(self.grasp06 && grasp_state::git::prs::relaxed_identifier(&pr, &self.public_host).is_some()) {
             return Admission::Reject(match pr.repos.first() {
                 Some((owner, identifier)) => format!(
                     "blocked: repository 30617:{}:{identifier} is not announced on this relay; \

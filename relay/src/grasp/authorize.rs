@@ -1,15 +1,15 @@
 //! Push authorisation for the pre-receive hook (docs/protocol.md#push-authorisation, decisions 5
 //! and 6). Gathers the inputs — current refs, the maintainer set's latest stored state,
 //! held states (parsed once and indexed by declared refs, `held_index`), known pull requests — and
-//! hands them to the pure `grasp_state::push::decide_push_among`.
+//! hands them to the pure `grasp_state::git::push::decide_push_among`.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 use grasp_state::hook_api::PreReceiveResponse;
 use grasp_state::nostr::nip34::{PullRequest, Source};
-use grasp_state::push::{decide_push_among, with_reasons, PushDecision, PushRequest, Rejection};
-use grasp_state::push_index::IndexedCandidates;
+use grasp_state::git::push::{decide_push_among, with_reasons, PushDecision, PushRequest, Rejection};
+use grasp_state::git::push_index::IndexedCandidates;
 use grasp_state::purgatory::RepoId;
 use grasp_state::names::refs::RefUpdate;
 use grasp_state::authority::maintainers::MaintainerSet;
@@ -19,7 +19,7 @@ use crate::git;
 use crate::grasp::Grasp;
 
 /// What the pusher is told of each git-first `refs/nostr/<id>` ref an accepted push brings.
-pub(crate) fn placeholder_messages(acc: &grasp_state::push::Accepted) -> Vec<String> {
+pub(crate) fn placeholder_messages(acc: &grasp_state::git::push::Accepted) -> Vec<String> {
     acc.placeholders
         .iter()
         .map(|(id, commit)| {
@@ -130,7 +130,7 @@ impl Grasp {
         }
         let set = self.maintainer_set(*owner, &all);
         let stored = self.latest_stored_state(identifier, &set).await;
-        // The candidates of `grasp_state::push::push_candidates` (the stored state, and the held
+        // The candidates of `grasp_state::git::push::push_candidates` (the stored state, and the held
         // states newer than it), with the held states matched through their index by declared
         // refs (`IndexedCandidates` applies the same rule).
         let held = self.held_index(owner, identifier, &set);

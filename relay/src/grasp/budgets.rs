@@ -304,12 +304,12 @@ impl Grasp {
         &self,
         owner: Option<&PublicKey>,
         identifier: &str,
-        decision: grasp_state::push::PushDecision,
+        decision: grasp_state::git::push::PushDecision,
         authors: &std::collections::BTreeMap<EventId, PublicKey>,
         address: Option<IpAddr>,
         incoming: u64,
-    ) -> grasp_state::push::PushDecision {
-        use grasp_state::push::{PushDecision, Rejection};
+    ) -> grasp_state::git::push::PushDecision {
+        use grasp_state::git::push::{PushDecision, Rejection};
         let PushDecision::Accept(acc) = decision else { return decision };
         if incoming == 0 || !acc.placeholders.is_empty() || acc.pr_matches.is_empty() {
             return PushDecision::Accept(acc);

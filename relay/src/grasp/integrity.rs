@@ -5,7 +5,7 @@
 //! counted in `grasp_authority_realignments{reason="integrity"}`), and an operator can run it
 //! alone: `grasp-relay authority` reports (a dry run), `--apply` carries it out.
 //!
-//! The decision is the release plan's alignment (`grasp_state::release::plan_alignment`): the
+//! The decision is the release plan's alignment (`grasp_state::git::release::plan_alignment`): the
 //! refs become exactly the newest authoritative state's, only when all its objects are here,
 //! and never nothing: a repository without an authoritative state keeps its refs.
 
@@ -14,7 +14,7 @@ use std::time::Duration;
 use grasp_state::hook_api::{AuthorityFinding, AuthorityReport, HOOK_API_VERSION};
 use grasp_state::nostr::nip34::{Announcement, KIND_ANNOUNCEMENT};
 use grasp_state::names::refs::RefChange;
-use grasp_state::release::{alignment, plan_alignment};
+use grasp_state::git::release::{alignment, plan_alignment};
 use nostr::prelude::{Filter, Kind, ToBech32};
 
 use crate::git;

@@ -201,7 +201,7 @@ impl Grasp {
 
     /// This brain with the operator's bounds on deferred work (`--deferred-total`,
     /// `--deferred-per-author`).
-    pub fn with_deferred_limits(mut self, limits: grasp_state::deferred::DeferredLimits) -> Self {
+    pub fn with_deferred_limits(mut self, limits: grasp_state::git::deferred::DeferredLimits) -> Self {
         self.deferred = deferred::SharedDeferred::new(limits);
         self
     }
@@ -459,7 +459,7 @@ impl Grasp {
     pub fn held_states(&self, identifier: &str, set: &MaintainerSet) -> Vec<RepoState> {
         let mut states: Vec<RepoState> =
             self.purgatory.state_events(identifier, set).iter().filter_map(|ev| RepoState::from_event(ev).ok()).collect();
-        grasp_state::push::release_order(&mut states);
+        grasp_state::git::push::release_order(&mut states);
         states
     }
 

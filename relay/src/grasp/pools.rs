@@ -4,7 +4,7 @@
 //! - [`Grasp::join_pool`]: a repository (its push and repository locks held) borrows from its
 //!   family's pool, created on first need; both under the pool lock.
 //! - [`Grasp::promote`]: what signed, stored events released in a member ([`Grasp::released_for`],
-//!   decided by `grasp_state::pool`) is packed into the pool and recorded under the pool's
+//!   decided by `grasp_state::git::pool`) is packed into the pool and recorded under the pool's
 //!   `refs/members/<npub>/`; staged objects stay in the member. The member is then queued for a
 //!   dedupe and the pool for a repack (`crate::grasp::maintenance`).
 //! - [`Grasp::shrink_pool`]: the one step that deletes objects from a pool: with every member's
@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use grasp_state::names::identifier::{npub_of, parse_npub};
 use grasp_state::nostr::nip34::{Announcement, PullRequest, RepoState, KIND_PR, KIND_PR_UPDATE, KIND_STATE};
-use grasp_state::pool::{plan_pool_gc, plan_promotion, MemberView, Released};
+use grasp_state::git::pool::{plan_pool_gc, plan_promotion, MemberView, Released};
 use grasp_state::purgatory::RepoId;
 use grasp_state::names::refs::{RefMap, NOSTR_PREFIX};
 use nostr::prelude::{EventId, Filter, Kind, PublicKey};
@@ -81,7 +81,7 @@ impl Grasp {
 
     /// Whether a release of `owner`'s repository of `identifier` whose latest stored state is
     /// `state` shares its objects through the family's pool: the pool exists, or the state is to
-    /// be brought into another owner's repository on disk (`grasp_state::pool::family_shares`).
+    /// be brought into another owner's repository on disk (`grasp_state::git::pool::family_shares`).
     /// The other repositories it is brought into are returned with the answer.
     pub fn family_shares(&self, identifier: &str, owner: &PublicKey, state: Option<&RepoState>, all: &[(Announcement, Source)]) -> (bool, Vec<(PublicKey, PathBuf)>) {
         let exists = self.pool_path(identifier).is_some_and(|p| p.is_dir());
@@ -92,7 +92,7 @@ impl Grasp {
             }
             None => Vec::new(),
         };
-        (grasp_state::pool::family_shares(targets.len(), exists), targets)
+        (grasp_state::git::pool::family_shares(targets.len(), exists), targets)
     }
 
     /// Makes `member` (its locks held) borrow from the pool of `identifier`, creating the pool if

@@ -69,9 +69,9 @@ pub struct PurgatoryListing {
     pub entries: Vec<grasp_state::purgatory::EntryView>,
     pub expired_events: Vec<grasp_state::purgatory::ExpiredView>,
     pub stats: grasp_state::purgatory::PurgatoryStats,
-    pub deferred: Vec<grasp_state::deferred::DeferredView>,
+    pub deferred: Vec<grasp_state::git::deferred::DeferredView>,
     /// The deferred work's figures: entries, authors, bounds, and work dropped since start.
-    pub deferred_stats: grasp_state::deferred::DeferredStats,
+    pub deferred_stats: grasp_state::git::deferred::DeferredStats,
     /// Unsigned data of the git-first placeholders: in total, and the addresses holding most.
     pub unsigned: grasp_state::purgatory::unsigned::UnsignedView,
     /// Pull request data no maintainer signed (`grasp::budgets`): sums, and the authors and

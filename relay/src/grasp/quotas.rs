@@ -15,7 +15,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use grasp_state::trust::owner_quota::{NewOwnerWindow, OwnerFacts, OwnerQuotas, NEW_OWNER_FOR_SECS};
-use grasp_state::push::{PushDecision, Rejection};
+use grasp_state::git::push::{PushDecision, Rejection};
 use nostr::prelude::{PublicKey, Timestamp};
 
 use crate::grasp::Grasp;

@@ -10,7 +10,7 @@
 //! aligned there by a ref update (docs/architecture.md, "Object pools"). It is
 //! idempotent: running it twice releases nothing twice. It gathers each repository's facts
 //! (refs and HEAD read once, one object lookup), asks the pure
-//! [`grasp_state::release::plan_release`] and carries the plan out. It runs only under the
+//! [`grasp_state::git::release::plan_release`] and carries the plan out. It runs only under the
 //! [`RepoGuards`] of the identifier's repositories (docs/architecture.md, "Lock order").
 
 use std::collections::{BTreeSet, HashMap};
@@ -23,7 +23,7 @@ use grasp_state::hook_api::{PostReceiveResponse, ReleasedEvent};
 use grasp_state::nostr::nip34::RepoState;
 use grasp_state::purgatory::RepoId;
 use grasp_state::names::refs::{RefMap, RefUpdate, ZERO_OID};
-use grasp_state::release::{plan_release, promotion_is_certain, settle, superseded_held, wanted_oids, Alignment, RepoFacts, Settled};
+use grasp_state::git::release::{plan_release, promotion_is_certain, settle, superseded_held, wanted_oids, Alignment, RepoFacts, Settled};
 use nostr::prelude::{Event, EventId, PublicKey, ToBech32};
 
 use crate::git;

@@ -22,7 +22,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::watch;
 
 use super::*;
-use grasp_state::clone_sources::SourceTrust;
+use grasp_state::git::clone_sources::SourceTrust;
 
 // ---------------------------------------------------------------- git fixtures
 
@@ -952,8 +952,8 @@ async fn an_attempt_tries_the_trusted_urls_first_and_at_most_its_cap() {
     // The owner's URL came first: what it has is here.
     assert!(missing_objects(&dst, std::slice::from_ref(&history.a)).await.unwrap().is_empty());
     let tried = |prefix: &str| (0..30).filter(|i| server.requests_for(&format!("{prefix}{i}.git")) > 0).count();
-    assert_eq!(tried("s"), grasp_state::clone_sources::URLS_PER_SOURCE, "the stranger gives ten");
-    assert_eq!(tried("p"), grasp_state::clone_sources::URLS_PER_ATTEMPT - 11, "the pull request fills the attempt");
+    assert_eq!(tried("s"), grasp_state::git::clone_sources::URLS_PER_SOURCE, "the stranger gives ten");
+    assert_eq!(tried("p"), grasp_state::git::clone_sources::URLS_PER_ATTEMPT - 11, "the pull request fills the attempt");
     stop(stopper, handle).await;
 }
 

@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::nostr::nip34::{RepoState, Source};
-use crate::push::Candidates;
+use crate::git::push::Candidates;
 use crate::names::refs::RefMap;
 
 /// Held states by declared refs; the newest of each ref map, and the newest of all.

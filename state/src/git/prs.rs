@@ -11,7 +11,7 @@
 //! - [`empty_advertisement`]: what a fetch of a contributor path with no repository on disk is
 //!   answered (an empty repository), so probes create nothing.
 //!
-//! The push decision for these repositories is [`crate::push::decide_contribution_push`].
+//! The push decision for these repositories is [`crate::git::push::decide_contribution_push`].
 
 use nostr::prelude::PublicKey;
 

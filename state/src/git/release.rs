@@ -105,7 +105,7 @@ pub struct Settled {
 /// The plan for one repository. Pure; see the module docs.
 pub fn plan_release(facts: &RepoFacts) -> ReleasePlan {
     let mut store: Vec<RepoState> = facts.held_states.iter().filter(|s| facts.has_data(s)).cloned().collect();
-    crate::push::release_order(&mut store);
+    crate::git::push::release_order(&mut store);
     let prs = facts
         .held_prs
         .iter()

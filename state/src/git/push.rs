@@ -89,7 +89,7 @@ pub fn can_satisfy_state(refs: &RefMap, state: &RepoState) -> bool {
 
 /// Where [`decide_push_among`] finds the states that may authorise a push: a slice of
 /// candidates (compared one by one), or an index of them by declared refs
-/// ([`crate::push_index::IndexedCandidates`]). Both answer in the NIP-01 order, newest first; the
+/// ([`crate::git::push_index::IndexedCandidates`]). Both answer in the NIP-01 order, newest first; the
 /// same event stored and held counts as stored.
 pub trait Candidates {
     /// The newest satisfiable candidate whose branches and tags are exactly `refs`.
