@@ -18,9 +18,9 @@
 //!   streamed, with the CORS headers inserted into its CGI header block. `HEAD` runs as `GET`
 //!   with the body dropped.
 //!
-//! Every response carries the CORS headers GRASP requires ([`grasp_state::cors`], the same
+//! Every response carries the CORS headers GRASP requires ([`grasp_state::contract::cors`], the same
 //! definition the relay uses). `git http-backend` runs under the relay's git environment policy
-//! ([`grasp_state::git_env`]: no inherited `GIT_*`, no system or global git configuration).
+//! ([`grasp_state::contract::git_env`]: no inherited `GIT_*`, no system or global git configuration).
 //!
 //! Pushes to one repository are serialised across processes: `POST .../git-receive-pack` holds
 //! the repository's push lock ([`PushLock`], `<repo>/grasp.lock`) while the backend (and so the
@@ -34,8 +34,8 @@
 //!
 //! Under grasp-relay's own listener, the relay starts `git http-backend` itself for a plain git
 //! request to a public service's existing repository whose push lock is free, with the same
-//! command ([`grasp_state::git_backend`]), and leaves the rest to grasp-cgi. There
-//! (`GRASP_CGI_SUPERVISED`, [`grasp_state::cgi::ENV_SUPERVISED`]) a git request, once its path,
+//! command ([`grasp_state::contract::git_backend`]), and leaves the rest to grasp-cgi. There
+//! (`GRASP_CGI_SUPERVISED`, [`grasp_state::contract::cgi::ENV_SUPERVISED`]) a git request, once its path,
 //! repository, private gate (and for a push, its push lock) are checked, becomes `git
 //! http-backend` by exec: the relay adds the CORS headers, bounds the body and ends the process
 //! group itself. A push's lock stays open across the exec, so the backend and everything it
@@ -82,9 +82,9 @@ use anyhow::Context;
 use clap::Parser;
 use grasp_state::names::identifier::{parse_repo_path, RepoLayout, RepoSpace, RepoUrlPath};
 use grasp_state::git::prs::{empty_advertisement, GitService};
-use grasp_state::push_lock::{self, PushLock, PushLockError};
-use grasp_state::git_backend::{self, BackendSetup, Service};
-use grasp_state::{cgi, cors};
+use grasp_state::contract::push_lock::{self, PushLock, PushLockError};
+use grasp_state::contract::git_backend::{self, BackendSetup, Service};
+use grasp_state::contract::{cgi, cors};
 
 /// CGI program serving GRASP repositories (/<npub>/<identifier>.git) through git http-backend.
 /// The request comes from the CGI environment (PATH_INFO, REQUEST_METHOD, QUERY_STRING, ...).
@@ -108,7 +108,7 @@ struct Args {
     git: PathBuf,
     /// git's `git-http-backend` program (in `git --exec-path`), run directly instead of
     /// `<git> http-backend`: one process start less per request. The relay sets it.
-    #[arg(long, env = grasp_state::git_env::ENV_HTTP_BACKEND)]
+    #[arg(long, env = grasp_state::contract::git_env::ENV_HTTP_BACKEND)]
     http_backend: Option<PathBuf>,
     /// Seconds a request body may send nothing before the request is ended and its git
     /// processes killed (a body ending short of CONTENT_LENGTH ends it at once).
@@ -122,18 +122,18 @@ struct Args {
     /// Past the idle timeout, the request body must average at least this many bytes per
     /// second since the request began, or the request is ended and its git processes killed
     /// (0: no minimum).
-    #[arg(long, env = grasp_state::transfer::ENV_MIN_RATE, default_value_t = grasp_state::transfer::DEFAULT_MIN_RATE)]
+    #[arg(long, env = grasp_state::contract::transfer::ENV_MIN_RATE, default_value_t = grasp_state::contract::transfer::DEFAULT_MIN_RATE)]
     min_rate: u64,
 
     /// Bytes of a push's pack git reads at most (its `receive.maxInputSize`); the relay passes
     /// its --max-push-bytes, behind nginx set it to the same value. Default: no git limit (the
     /// pre-receive hook still checks the relay's).
-    #[arg(long, env = grasp_state::push_limits::ENV_MAX_PUSH_BYTES, value_name = "BYTES")]
+    #[arg(long, env = grasp_state::contract::push_limits::ENV_MAX_PUSH_BYTES, value_name = "BYTES")]
     max_push_bytes: Option<u64>,
 
     /// The same for a push to a GRASP-06 contributor repository (`/prs/...`): the relay passes
     /// its --max-pr-push-bytes, behind nginx set it to the same value.
-    #[arg(long, env = grasp_state::push_limits::ENV_MAX_PR_PUSH_BYTES, value_name = "BYTES")]
+    #[arg(long, env = grasp_state::contract::push_limits::ENV_MAX_PR_PUSH_BYTES, value_name = "BYTES")]
     max_pr_push_bytes: Option<u64>,
 
     /// Serve GRASP-06 contributor repositories (`/prs/<npub>/<identifier>.git`): set when the
@@ -146,7 +146,7 @@ struct Args {
     /// request body and ends the process group itself: a `GET` or `POST` then becomes `git
     /// http-backend` (exec, a push's lock kept open across it) instead of being relayed through
     /// grasp-cgi. Not for nginx + fcgiwrap.
-    #[arg(long, env = grasp_state::cgi::ENV_SUPERVISED, value_parser = clap::builder::BoolishValueParser::new())]
+    #[arg(long, env = grasp_state::contract::cgi::ENV_SUPERVISED, value_parser = clap::builder::BoolishValueParser::new())]
     supervised: bool,
 }
 

@@ -6,12 +6,12 @@
 //! repository page's data comes from the relay's hook API ([`crate::relay_api`]): name,
 //! description, maintainers, the latest state, and every URL, built by the relay from its
 //! configured public host (never from this request's `Host` header). All text goes through
-//! [`grasp_state::html::escape`]; no JavaScript.
+//! [`grasp_state::contract::html::escape`]; no JavaScript.
 
 use std::path::Path;
 
-use grasp_state::hook_api::{RepoInfo, RepoStatus};
-use grasp_state::html::{escape, format_utc, STYLE};
+use grasp_state::contract::hook_api::{RepoInfo, RepoStatus};
+use grasp_state::contract::html::{escape, format_utc, STYLE};
 use grasp_state::names::identifier::RepoUrlPath;
 
 /// Longest name and description shown (characters); longer ones are cut with `…`.
@@ -165,7 +165,7 @@ pub fn not_found_text(path: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use grasp_state::hook_api::{RefView, HOOK_API_VERSION};
+    use grasp_state::contract::hook_api::{RefView, HOOK_API_VERSION};
 
     fn info() -> RepoInfo {
         RepoInfo {

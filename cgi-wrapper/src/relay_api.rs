@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use anyhow::Result;
 use grasp_hooks::client::ApiClient;
-use grasp_state::hook_api::{
+use grasp_state::contract::hook_api::{
     check_version, GitAuthRequest, GitAuthResponse, PrsRepoRequest, PrsRepoResponse, RepoInfo, HOOK_API_VERSION, PATH_GIT_AUTH,
     PATH_PRS_REPO, PATH_REPO_PREFIX,
 };

@@ -11,7 +11,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use grasp_state::hook_api::{ADDR_FILE, TOKEN_FILE, TOKEN_HEADER};
+use grasp_state::contract::hook_api::{ADDR_FILE, TOKEN_FILE, TOKEN_HEADER};
 use serde::{de::DeserializeOwned, Serialize};
 use ureq::config::Config;
 use ureq::http::Uri;

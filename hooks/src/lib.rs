@@ -2,7 +2,7 @@
 //!
 //! Both hooks are thin: they find out which repository they run in, read the ref updates git gives
 //! them on stdin, and ask the relay daemon over its loopback-only, token-protected hook API
-//! (wire types in [`grasp_state::hook_api`]). The relay holds every decision.
+//! (wire types in [`grasp_state::contract::hook_api`]). The relay holds every decision.
 //!
 //! - `pre-receive` prints the relay's verdict on stderr (git shows it to the pusher as `remote:`
 //!   lines) and exits non-zero to reject. It fails closed: if the relay cannot be reached in a few
@@ -13,7 +13,7 @@
 //!
 //! The relay installs these binaries themselves as `<data>/hooks/pre-receive` and
 //! `post-receive` (hard links, or copies), so git starts them without a shell, and writes
-//! `<data>/hooks/grasp-hooks.conf` beside them ([`grasp_state::hook_config`]): the data
+//! `<data>/hooks/grasp-hooks.conf` beside them ([`grasp_state::contract::hook_config`]): the data
 //! directory and the push limits. A hook reads that file from the directory it was started from
 //! ([`settings`]); `--data-dir` (hook scripts written by older versions) and `GRASP_DATA_DIR`
 //! still work. The repository is identified from the real path of `GIT_DIR` under `<data>/git`
@@ -27,9 +27,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
-use grasp_state::hook_config::{self, HookConfig};
+use grasp_state::contract::hook_config::{self, HookConfig};
 use grasp_state::names::identifier::{npub_of, RepoLayout, RepoSpace};
-use grasp_state::push_limits::PushLimits;
+use grasp_state::contract::push_limits::PushLimits;
 use grasp_state::names::refs::{parse_ref_updates, RefUpdate};
 use serde::{de::DeserializeOwned, Serialize};
 
@@ -52,15 +52,15 @@ pub struct HookContext {
 
 impl HookContext {
     /// What both hooks send the relay about this push.
-    pub fn request(self) -> grasp_state::hook_api::HookRequest {
-        grasp_state::hook_api::HookRequest::new(self.owner, self.identifier, self.updates).in_space(self.space).from_client(self.client)
+    pub fn request(self) -> grasp_state::contract::hook_api::HookRequest {
+        grasp_state::contract::hook_api::HookRequest::new(self.owner, self.identifier, self.updates).in_space(self.space).from_client(self.client)
     }
 }
 
 /// What a hook is configured with: the data directory and the push limits. Prints help on
 /// `--help`. In order: `--data-dir` on the command line (hook scripts of older versions pass
 /// it), the configuration file beside the running executable (the installed hook,
-/// [`grasp_state::hook_config`]), `GRASP_DATA_DIR`. The limits come from that file, else from
+/// [`grasp_state::contract::hook_config`]), `GRASP_DATA_DIR`. The limits come from that file, else from
 /// the environment (older scripts set them there), else their defaults.
 pub fn settings(hook: &str) -> Result<HookConfig> {
     let mut args = std::env::args().skip(1);

@@ -196,12 +196,12 @@ pub struct Config {
 
     /// Most bytes of objects one push may bring (git's `receive.maxInputSize`, and checked on the
     /// push's quarantine before anything lands); default 1 GiB.
-    #[arg(long, env = "GRASP_MAX_PUSH_BYTES", default_value_t = grasp_state::push_limits::DEFAULT_MAX_PUSH_BYTES)]
+    #[arg(long, env = "GRASP_MAX_PUSH_BYTES", default_value_t = grasp_state::contract::push_limits::DEFAULT_MAX_PUSH_BYTES)]
     pub max_push_bytes: u64,
 
     /// Most bytes of objects one push to `refs/nostr/*` (a pull request's commits, which anyone
     /// may push) may bring, checked on the quarantine; default 100 MiB.
-    #[arg(long, env = "GRASP_MAX_PR_PUSH_BYTES", default_value_t = grasp_state::push_limits::DEFAULT_MAX_PR_PUSH_BYTES)]
+    #[arg(long, env = "GRASP_MAX_PR_PUSH_BYTES", default_value_t = grasp_state::contract::push_limits::DEFAULT_MAX_PR_PUSH_BYTES)]
     pub max_pr_push_bytes: u64,
 
     /// Address of the internal hook API (loopback only; token protected).
@@ -231,7 +231,7 @@ pub struct Config {
     /// average rate (bytes per second since the request began) or the request is ended and its
     /// git processes killed, so a push trickling bytes cannot hold its slot and lock for long
     /// (0: no minimum). grasp-cgi reads the same variable behind nginx.
-    #[arg(long, env = "GRASP_GIT_MIN_RATE", default_value_t = grasp_state::transfer::DEFAULT_MIN_RATE)]
+    #[arg(long, env = "GRASP_GIT_MIN_RATE", default_value_t = grasp_state::contract::transfer::DEFAULT_MIN_RATE)]
     pub git_min_rate: u64,
 
     /// Bytes of git's ref advertisements and v2 ls-refs answers the relay keeps in memory and
@@ -1017,8 +1017,8 @@ impl Config {
 
     /// A configuration with all defaults, for tests.
     /// The size limits of one push (`--max-push-bytes`, `--max-pr-push-bytes`).
-    pub fn push_limits(&self) -> grasp_state::push_limits::PushLimits {
-        grasp_state::push_limits::PushLimits { max_push_bytes: self.max_push_bytes, max_pr_push_bytes: self.max_pr_push_bytes }
+    pub fn push_limits(&self) -> grasp_state::contract::push_limits::PushLimits {
+        grasp_state::contract::push_limits::PushLimits { max_push_bytes: self.max_push_bytes, max_pr_push_bytes: self.max_pr_push_bytes }
     }
 
 

@@ -10,7 +10,7 @@
 //! <data>/purgatory-state.json   purgatory checkpoint (grasp::lifecycle::CHECKPOINT_FILE)
 //! <data>/purgatory-journal.<n>  purgatory changes since the checkpoint (grasp::journal)
 //! <data>/contributor-data.json  pull request data of non-maintainers (grasp::budgets::LEDGER_FILE)
-//! <data>/api-addr, api-token    the hook API's address and token (grasp_state::hook_api)
+//! <data>/api-addr, api-token    the hook API's address and token (grasp_state::contract::hook_api)
 //! <data>/relay-sync.json        relay sync's per-relay resume points (crate::peers::cursors)
 //! <data>/sync-plus.json         Sync+'s cached relay lists and pass position (crate::peers::lists)
 //! <data>/relay-key              the relay's own key, mode 0600 (crate::identity; default
@@ -94,10 +94,10 @@ impl DataLayout {
         self.root.join("service-key")
     }
 
-    /// A private GRASP-08 service's markers (`grasp_state::hook_api::PRIVATE_MARKER_FILE`): in the
+    /// A private GRASP-08 service's markers (`grasp_state::contract::hook_api::PRIVATE_MARKER_FILE`): in the
     /// data directory and in the git root, so grasp-cgi finds one whichever it is configured with.
     pub fn private_markers(&self) -> [PathBuf; 2] {
-        let name = grasp_state::hook_api::PRIVATE_MARKER_FILE;
+        let name = grasp_state::contract::hook_api::PRIVATE_MARKER_FILE;
         [self.root.join(name), self.git().join(name)]
     }
 

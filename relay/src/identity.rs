@@ -7,12 +7,12 @@
 //! all). A configured file that is missing, unreadable, empty, not a key or readable by others
 //! stops startup, and so does a default file in that state once it exists: the relay never takes
 //! a new identity silently. What the file holds and who may read it is
-//! [`grasp_state::key_file`].
+//! [`grasp_state::contract::key_file`].
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
-use grasp_state::key_file::{self, KeyTextError};
+use grasp_state::contract::key_file::{self, KeyTextError};
 use nostr::prelude::{Keys, ToBech32};
 
 /// Where the key file's path came from.
@@ -74,7 +74,7 @@ pub fn load(path: &Path, source: KeySource) -> Result<Keys, IdentityError> {
                 let keys = Keys::generate();
                 // Whole or not at all: a crash mid-write must not leave a torn key behind.
                 let text = key_file::key_text(keys.secret_key());
-                grasp_state::atomic_file::write_atomic(path, text.as_bytes(), Some(key_file::NEW_FILE_MODE))
+                grasp_state::contract::atomic_file::write_atomic(path, text.as_bytes(), Some(key_file::NEW_FILE_MODE))
                     .map_err(|e| IdentityError::Write { path: owned(), reason: e.to_string() })?;
                 tracing::info!(path = %path.display(), "made a new relay key");
                 Ok(keys)

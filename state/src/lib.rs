@@ -90,21 +90,10 @@
 //! yields a typed error whose message says what is wrong and what to do, never
 //! a panic.
 
+pub mod contract;
 pub mod git;
 pub mod trust;
 pub mod authority;
 pub mod nostr;
 pub mod names;
-pub mod atomic_file;
-pub mod cgi;
-pub mod cors;
-pub mod git_env;
-pub mod git_backend;
-pub mod hook_api;
-pub mod hook_config;
-pub mod html;
-pub mod key_file;
 pub mod purgatory;
-pub mod push_limits;
-pub mod push_lock;
-pub mod transfer;

@@ -199,7 +199,7 @@ pub fn bare_head(repo: &Path) -> String {
 /// push's quarantine for a crashed push's and remove it.
 pub fn push_on_disk(work: &WorkTree, bare: &Path, receive_pack: Option<&str>, refspecs: &[&str]) -> Result<String, String> {
     let _push_lock = bare.is_dir().then(|| {
-        grasp_state::push_lock::PushLock::take_within(bare, std::time::Duration::from_secs(120))
+        grasp_state::contract::push_lock::PushLock::take_within(bare, std::time::Duration::from_secs(120))
             .unwrap_or_else(|e| panic!("push lock of {}: {e}", bare.display()))
     });
     let mut args = vec!["push", "--porcelain"];
@@ -257,7 +257,7 @@ pub fn stalled_push_body() -> String {
 /// The relay's hook API address and token (from its data directory).
 pub fn hook_api(server: &TestServer) -> (String, String) {
     let read = |f: &str| std::fs::read_to_string(server.data_dir().join(f)).unwrap().trim().to_string();
-    (read(grasp_state::hook_api::ADDR_FILE), read(grasp_state::hook_api::TOKEN_FILE))
+    (read(grasp_state::contract::hook_api::ADDR_FILE), read(grasp_state::contract::hook_api::TOKEN_FILE))
 }
 
 /// The operator's purgatory listing (`GET /v1/purgatory` on the hook API) as JSON.
@@ -287,7 +287,7 @@ pub async fn operator_get(server: &TestServer, path: &str) -> anyhow::Result<ser
     let (addr, token) = hook_api(server);
     let response = reqwest::Client::new()
         .get(format!("http://{addr}{path}"))
-        .header(grasp_state::hook_api::TOKEN_HEADER, token)
+        .header(grasp_state::contract::hook_api::TOKEN_HEADER, token)
         .send()
         .await?;
     let status = response.status();

@@ -225,7 +225,7 @@ fn cors_everywhere_and_options_is_204() {
         assert_cors(&resp);
         // Browsers keep the preflight's answer (else 5 s: one before nearly every request).
         let max_age: Vec<_> = resp.headers().get_all("access-control-max-age").iter().collect();
-        assert_eq!(max_age, [grasp_state::cors::MAX_AGE], "{path}");
+        assert_eq!(max_age, [grasp_state::contract::cors::MAX_AGE], "{path}");
     }
     let ok = client
         .get(format!("{url}/info/refs?service=git-upload-pack"))
@@ -562,7 +562,7 @@ fn cgi_binary_standalone() {
     assert!(
         options.starts_with("Status: 204 No Content\r\n")
             && options.contains("Access-Control-Allow-Origin: *")
-            && options.contains(&format!("Access-Control-Max-Age: {}\r\n", grasp_state::cors::MAX_AGE)),
+            && options.contains(&format!("Access-Control-Max-Age: {}\r\n", grasp_state::contract::cors::MAX_AGE)),
         "{options}"
     );
     let missing = run(&[
@@ -608,10 +608,10 @@ fn fake_cgi_server(tmp: &Path, script: &str) -> GitHttpServer {
     write_hook(&cgi, script);
     GitHttpServer::start_with(grasp_relay::git::http::GitHttpConfig {
         idle_timeout: grasp_relay::git::http::DEFAULT_IDLE_TIMEOUT,
-        min_rate: grasp_state::transfer::DEFAULT_MIN_RATE,
+        min_rate: grasp_state::contract::transfer::DEFAULT_MIN_RATE,
         prs: false,
         cgi_path: cgi,
-        backend: grasp_state::git_backend::BackendSetup { git_root: tmp.to_path_buf(), ..Default::default() },
+        backend: grasp_state::contract::git_backend::BackendSetup { git_root: tmp.to_path_buf(), ..Default::default() },
         data_dir: tmp.to_path_buf(),
         env: vec![("FAKE_CGI_DIR".into(), tmp.to_str().unwrap().into())],
         direct: false,
@@ -678,10 +678,10 @@ fn broken_cgi_gives_502_with_cors() {
 
     let missing = GitHttpServer::start_with(grasp_relay::git::http::GitHttpConfig {
         idle_timeout: grasp_relay::git::http::DEFAULT_IDLE_TIMEOUT,
-        min_rate: grasp_state::transfer::DEFAULT_MIN_RATE,
+        min_rate: grasp_state::contract::transfer::DEFAULT_MIN_RATE,
         prs: false,
         cgi_path: tmp.path().join("does-not-exist"),
-        backend: grasp_state::git_backend::BackendSetup { git_root: tmp.path().to_path_buf(), ..Default::default() },
+        backend: grasp_state::contract::git_backend::BackendSetup { git_root: tmp.path().to_path_buf(), ..Default::default() },
         data_dir: tmp.path().to_path_buf(),
         env: vec![],
         direct: true,

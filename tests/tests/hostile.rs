@@ -164,7 +164,7 @@ async fn a_push_runs_as_the_backend_alone_and_holds_its_push_lock() {
         children.iter().all(|(_, c)| !c.contains("grasp-cgi")),
         "a push kept grasp-cgi running beside the backend: {children:?}"
     );
-    let mut lock = grasp_state::push_lock::PushLock::open(&repo_dir(&server, &owner.public_key(), "base")).unwrap();
+    let mut lock = grasp_state::contract::push_lock::PushLock::open(&repo_dir(&server, &owner.public_key(), "base")).unwrap();
     assert!(!lock.try_take().unwrap(), "the push lock is free while the push runs");
     drop(stream);
     assert_no_children_within(&server, TIMEOUT, "the abandoned push to end");
@@ -749,7 +749,7 @@ async fn a_push_never_waits_for_copies_into_strangers_repositories() {
     let dirs: Vec<_> = throwaways.iter().map(|k| repo_dir(&server, &k.public_key(), "base")).collect();
     grasp_tests::eventually!("the throwaway repositories to exist", dirs.iter().all(|d| d.is_dir()).then_some(()));
     // A push to the first throwaway repository runs (its push lock is held).
-    let pushing = grasp_state::push_lock::PushLock::take_within(&dirs[0], Duration::ZERO).unwrap();
+    let pushing = grasp_state::contract::push_lock::PushLock::take_within(&dirs[0], Duration::ZERO).unwrap();
 
     let tip = published.repo.commit("README", "next\n");
     let st = state_at(&victim, "base", &[("refs/heads/main", &tip)], Some("main"), now() + 2);
@@ -789,7 +789,7 @@ async fn background_release_never_waits_for_a_strangers_repository() {
     let st = state(&victim, "base", &[("refs/heads/main", &"a".repeat(40))], Some("main"));
     held(&mut client, &st).await;
     drop(client);
-    let _pushing = grasp_state::push_lock::PushLock::take_within(&repo_dir(&server, &stranger.public_key(), "base"), Duration::ZERO).unwrap();
+    let _pushing = grasp_state::contract::push_lock::PushLock::take_within(&repo_dir(&server, &stranger.public_key(), "base"), Duration::ZERO).unwrap();
     let started = std::time::Instant::now();
     server.restart();
     let mut client = NostrClient::connect(&server.ws_url()).await.unwrap();

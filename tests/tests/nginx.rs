@@ -459,8 +459,8 @@ async fn nip11_cors_limits_and_client_addresses_through_nginx() {
         let resp = client.request(reqwest::Method::OPTIONS, front.http_url(path)).send().await.unwrap();
         assert_eq!(resp.status(), 204, "OPTIONS {path}");
         assert_cors(&resp, "OPTIONS");
-        // docs/nginx/grasp.conf keeps preflights as long as the relay (grasp_state::cors).
-        assert_eq!(header_values(&resp, "access-control-max-age"), [grasp_state::cors::MAX_AGE], "OPTIONS {path}");
+        // docs/nginx/grasp.conf keeps preflights as long as the relay (grasp_state::contract::cors).
+        assert_eq!(header_values(&resp, "access-control-max-age"), [grasp_state::contract::cors::MAX_AGE], "OPTIONS {path}");
     }
 
     // A body over the limit outside the git paths: nginx's 413, with CORS.

@@ -603,7 +603,7 @@ async fn relay_killed_between_the_hooks_releases_after_restart() {
     let only_pre = tmp.path().join("only-pre-receive");
     std::fs::create_dir(&only_pre).unwrap();
     // The hook and its configuration beside it (the data directory, the push limits).
-    for file in ["pre-receive", grasp_state::hook_config::FILE_NAME] {
+    for file in ["pre-receive", grasp_state::contract::hook_config::FILE_NAME] {
         std::fs::copy(server.data_dir().join("hooks").join(file), only_pre.join(file)).unwrap();
     }
     let rp = format!("git -c core.hooksPath='{}' receive-pack", only_pre.display());
@@ -700,14 +700,14 @@ async fn hooks_are_binaries_and_old_script_hooks_are_replaced_at_startup() {
         std::fs::write(&path, "#!/bin/sh\necho 'grasp: an old hook script ran' >&2\nexit 1\n").unwrap();
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
     }
-    std::fs::remove_file(hooks.join(grasp_state::hook_config::FILE_NAME)).unwrap();
+    std::fs::remove_file(hooks.join(grasp_state::contract::hook_config::FILE_NAME)).unwrap();
     server.restart();
     for hook in ["pre-receive", "post-receive"] {
         let bytes = std::fs::read(hooks.join(hook)).unwrap();
         assert!(bytes.starts_with(b"\x7fELF"), "{hook} is not an executable binary: {:?}", String::from_utf8_lossy(&bytes[..bytes.len().min(80)]));
     }
-    let config = std::fs::read(hooks.join(grasp_state::hook_config::FILE_NAME)).unwrap();
-    let config = grasp_state::hook_config::HookConfig::parse(&config).unwrap();
+    let config = std::fs::read(hooks.join(grasp_state::contract::hook_config::FILE_NAME)).unwrap();
+    let config = grasp_state::contract::hook_config::HookConfig::parse(&config).unwrap();
     assert_eq!(std::fs::canonicalize(&config.data_dir).unwrap(), std::fs::canonicalize(server.data_dir()).unwrap());
 
     let tmp = tempfile::tempdir().unwrap();
@@ -767,7 +767,7 @@ async fn git_requests_run_the_backend_without_grasp_cgi() {
     assert!(recorded().contains(&format!("GET {path}?")), "the page did not go to grasp-cgi: {}", recorded());
 
     // Another push's lock: the relay leaves the advertisement to grasp-cgi, which waits for it.
-    let lock = grasp_state::push_lock::PushLock::take_within(&repo_dir(&server, &owner.public_key(), "direct"), Duration::ZERO).unwrap();
+    let lock = grasp_state::contract::push_lock::PushLock::take_within(&repo_dir(&server, &owner.public_key(), "direct"), Duration::ZERO).unwrap();
     let pushing = std::thread::spawn(move || repo.push(&["main"]));
     let advertisement = format!("GET {path}/info/refs?service=git-receive-pack");
     eventually!("the push's advertisement to reach grasp-cgi", recorded().contains(&advertisement).then_some(()));

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use grasp_relay::git::http::GitHttpConfig;
 use grasp_relay::git::ref_cache::{RefCache, DEFAULT_BUDGET};
 use grasp_relay::git::repos::create_bare_repo;
-use grasp_state::git_backend::BackendSetup;
+use grasp_state::contract::git_backend::BackendSetup;
 use grasp_state::names::identifier::npub_of;
 use grasp_tests::git::{bin, git, git_output, test_owner, GitHttpServer, WorkTree};
 use grasp_tests::grasp::*;
@@ -29,7 +29,7 @@ fn git_server(root: &Path, cache: Option<Arc<RefCache>>) -> GitHttpServer {
         env: vec![],
         direct: true,
         idle_timeout: grasp_relay::git::http::DEFAULT_IDLE_TIMEOUT,
-        min_rate: grasp_state::transfer::DEFAULT_MIN_RATE,
+        min_rate: grasp_state::contract::transfer::DEFAULT_MIN_RATE,
         prs: false,
         ref_cache: cache,
     })

@@ -10,7 +10,7 @@
 //! it (docs/deployment.md: migrating a private service deliberately).
 
 use grasp_state::trust::auth::verify_git_proof;
-use grasp_state::hook_api::{GitAuthRequest, GitAuthResponse, HOOK_API_VERSION};
+use grasp_state::contract::hook_api::{GitAuthRequest, GitAuthResponse, HOOK_API_VERSION};
 use nostr::prelude::Timestamp;
 
 use crate::grasp::Grasp;

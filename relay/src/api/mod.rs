@@ -4,7 +4,7 @@
 //! the relay refuses to start otherwise) and every request must carry the token from
 //! `<data>/api-token` (mode 0600, new at every start) in the `x-grasp-token` header, except the
 //! health probes `/healthz` and `/readyz` ([`crate::api::health`]), which reveal no data.
-//! Requests and responses are the versioned JSON types of `grasp_state::hook_api`. See
+//! Requests and responses are the versioned JSON types of `grasp_state::contract::hook_api`. See
 //! docs/hook-api.md.
 
 pub mod git_auth;
@@ -19,8 +19,8 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 use bytes::Bytes;
-use grasp_state::hook_api::{check_version, ApiError, HookRequest, ADDR_FILE, HOOK_API_VERSION, TOKEN_FILE, TOKEN_HEADER};
-use grasp_state::atomic_file::write_atomic;
+use grasp_state::contract::hook_api::{check_version, ApiError, HookRequest, ADDR_FILE, HOOK_API_VERSION, TOKEN_FILE, TOKEN_HEADER};
+use grasp_state::contract::atomic_file::write_atomic;
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
@@ -217,22 +217,22 @@ fn parse<T: serde::de::DeserializeOwned + Versioned>(body: &[u8]) -> Result<T, B
 trait Versioned {
     fn version(&self) -> u32;
 }
-impl Versioned for grasp_state::hook_api::PurgeAuthorRequest {
+impl Versioned for grasp_state::contract::hook_api::PurgeAuthorRequest {
     fn version(&self) -> u32 {
         self.version
     }
 }
-impl Versioned for grasp_state::hook_api::PrsRepoRequest {
+impl Versioned for grasp_state::contract::hook_api::PrsRepoRequest {
     fn version(&self) -> u32 {
         self.version
     }
 }
-impl Versioned for grasp_state::hook_api::GitAuthRequest {
+impl Versioned for grasp_state::contract::hook_api::GitAuthRequest {
     fn version(&self) -> u32 {
         self.version
     }
 }
-impl Versioned for grasp_state::hook_api::AuthorityRequest {
+impl Versioned for grasp_state::contract::hook_api::AuthorityRequest {
     fn version(&self) -> u32 {
         self.version
     }
@@ -490,9 +490,9 @@ pub fn run_command(data_dir: &Path, command: &crate::config::Command) -> Result<
         }
         crate::config::Command::Authority { json, apply } => {
             let client = grasp_hooks::ApiClient::from_data_dir(data_dir, std::time::Duration::from_secs(600))?;
-            let path = grasp_state::hook_api::PATH_AUTHORITY;
-            let report: grasp_state::hook_api::AuthorityReport = if *apply {
-                client.post(path, &grasp_state::hook_api::AuthorityRequest { version: HOOK_API_VERSION })?
+            let path = grasp_state::contract::hook_api::PATH_AUTHORITY;
+            let report: grasp_state::contract::hook_api::AuthorityReport = if *apply {
+                client.post(path, &grasp_state::contract::hook_api::AuthorityRequest { version: HOOK_API_VERSION })?
             } else {
                 serde_json::from_str(&client.get(path)?).context("the relay's report is not understood")?
             };
@@ -511,7 +511,7 @@ pub fn run_command(data_dir: &Path, command: &crate::config::Command) -> Result<
 }
 
 /// The authorization-integrity report for a terminal.
-pub fn render_authority_report(report: &grasp_state::hook_api::AuthorityReport, apply: bool) -> String {
+pub fn render_authority_report(report: &grasp_state::contract::hook_api::AuthorityReport, apply: bool) -> String {
     use std::fmt::Write as _;
     let mut out = String::new();
     for f in &report.findings {
@@ -535,19 +535,19 @@ pub fn render_authority_report(report: &grasp_state::hook_api::AuthorityReport, 
 /// hook binaries themselves, so git starts them without a shell (a hard link to each binary in
 /// `bin_dir`, or a copy where no link can be made: across file systems, or binaries of another
 /// user under `fs.protected_hardlinks`), and beside them
-/// their configuration (`grasp_state::hook_config`: the data directory and the push limits, so
+/// their configuration (`grasp_state::contract::hook_config`: the data directory and the push limits, so
 /// the limits hold behind nginx + fcgiwrap too), written first. Everything is replaced
 /// atomically at every start, so hooks of older versions (shell scripts) and of older binaries
 /// are replaced; a running push keeps the hook it started.
-pub fn install_hooks(hooks_dir: &Path, bin_dir: &Path, data_dir: &Path, limits: grasp_state::push_limits::PushLimits) -> Result<()> {
-    use grasp_state::hook_config::{HookConfig, FILE_NAME};
+pub fn install_hooks(hooks_dir: &Path, bin_dir: &Path, data_dir: &Path, limits: grasp_state::contract::push_limits::PushLimits) -> Result<()> {
+    use grasp_state::contract::hook_config::{HookConfig, FILE_NAME};
     std::fs::create_dir_all(hooks_dir)?;
     let config = HookConfig { data_dir: data_dir.to_path_buf(), limits }.render()?;
     write_atomic(&hooks_dir.join(FILE_NAME), &config, Some(0o644))
         .with_context(|| format!("cannot write {}", hooks_dir.join(FILE_NAME).display()))?;
     for (hook, bin) in [("pre-receive", "grasp-pre-receive"), ("post-receive", "grasp-post-receive")] {
         let (bin_path, hook_path) = (bin_dir.join(bin), hooks_dir.join(hook));
-        let how = match grasp_state::atomic_file::link_atomic(&bin_path, &hook_path) {
+        let how = match grasp_state::contract::atomic_file::link_atomic(&bin_path, &hook_path) {
             Ok(()) => "hard link",
             Err(link_error) => {
                 let binary = std::fs::read(&bin_path).with_context(|| format!("cannot read the hook binary {}", bin_path.display()))?;
@@ -646,8 +646,8 @@ mod tests {
 
     #[test]
     fn hooks_are_the_binaries_with_their_configuration_beside_them() {
-        use grasp_state::hook_config::{HookConfig, FILE_NAME};
-        use grasp_state::push_limits::PushLimits;
+        use grasp_state::contract::hook_config::{HookConfig, FILE_NAME};
+        use grasp_state::contract::push_limits::PushLimits;
         let dir = tempfile::tempdir().unwrap();
         let (bin, hooks) = (dir.path().join("bin"), dir.path().join("data/hooks"));
         std::fs::create_dir_all(&bin).unwrap();
@@ -684,7 +684,7 @@ mod tests {
             write_atomic(&bin.path().join(name), format!("binary {name}").as_bytes(), Some(0o755)).unwrap();
         }
         let hooks = data.path().join("hooks");
-        install_hooks(&hooks, bin.path(), data.path(), grasp_state::push_limits::PushLimits::default()).unwrap();
+        install_hooks(&hooks, bin.path(), data.path(), grasp_state::contract::push_limits::PushLimits::default()).unwrap();
         let hook = std::fs::metadata(hooks.join("pre-receive")).unwrap();
         assert_eq!(std::fs::read(hooks.join("pre-receive")).unwrap(), b"binary grasp-pre-receive");
         assert_eq!(hook.permissions().mode() & 0o777, 0o755);

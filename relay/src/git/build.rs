@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use grasp_state::atomic_file::write_atomic;
+use grasp_state::contract::atomic_file::write_atomic;
 use grasp_state::names::identifier::IdentifierError;
 
 use crate::git::GitError;

@@ -4,7 +4,7 @@
 //!
 //! The relay does not speak git itself. For a `GET` or `POST` to an existing repository of a
 //! public service that is not its page (`PlainGitRequest`), it starts `git http-backend` itself,
-//! with the command grasp-cgi would build (`grasp_state::git_backend`); for a push it tries the
+//! with the command grasp-cgi would build (`grasp_state::contract::git_backend`); for a push it tries the
 //! repository's push lock once and hands it to the backend (kept open across the exec). Every
 //! other request it hands to [`serve`] (in practice every path other than `/` and the relay's own
 //! pages, so unknown paths get grasp-cgi's 404 page) spawns the same `grasp-cgi` program nginx +
@@ -13,7 +13,7 @@
 //! into the child's stdin by a task, the child's CGI header block (`Status:` and headers) becomes
 //! the response head, and the rest of its stdout is streamed as the body.
 //!
-//! grasp-cgi is told it is supervised (`grasp_state::cgi::ENV_SUPERVISED`): it checks the path,
+//! grasp-cgi is told it is supervised (`grasp_state::contract::cgi::ENV_SUPERVISED`): it checks the path,
 //! the repository, a private service's gate and, for a push, waits for the repository's push
 //! lock, then becomes `git http-backend` by exec (the lock's file stays open across it), since
 //! this listener already adds the CORS headers and bounds the body.
@@ -21,7 +21,7 @@
 //! An abandoned request ends with its git processes ([`super::cgi_child`]): the child runs in its
 //! own process group, and it is ended when the request body ends short (client gone), when the
 //! client sends nothing for `--git-idle-timeout`, when its body arrives slower than
-//! `--git-min-rate` (`grasp_state::transfer`), when the response body is dropped before its end
+//! `--git-min-rate` (`grasp_state::contract::transfer`), when the response body is dropped before its end
 //! (a client that stops reading it is dropped by the listener's write deadline,
 //! `crate::net::write_deadline`), or when the relay shuts down.
 //!
@@ -48,10 +48,10 @@ use bytes::Bytes;
 use http_body_util::BodyExt;
 use hyper::body::{Frame, Incoming};
 use hyper::header::{HeaderName, HeaderValue};
-use grasp_state::{cgi, transfer};
-use grasp_state::git_backend::{self, BackendSetup, Service};
+use grasp_state::contract::{cgi, transfer};
+use grasp_state::contract::git_backend::{self, BackendSetup, Service};
 use grasp_state::names::identifier::{parse_repo_path, RepoLayout, RepoSpace, RepoUrlPath};
-use grasp_state::push_lock::PushLock;
+use grasp_state::contract::push_lock::PushLock;
 use hyper::{Method, Request, Response, StatusCode};
 use std::os::fd::AsRawFd;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader, ReadBuf};
@@ -90,7 +90,7 @@ pub struct GitHttpConfig {
     /// A request whose client sends nothing for this long is ended (`--git-idle-timeout`).
     pub idle_timeout: Duration,
     /// Past the idle timeout, the body must average this many bytes per second
-    /// (`--git-min-rate`, `grasp_state::transfer`; 0: no minimum).
+    /// (`--git-min-rate`, `grasp_state::contract::transfer`; 0: no minimum).
     pub min_rate: u64,
     /// GRASP-06 contributor repositories (`/prs/...`) are served (`--grasp06`; grasp-cgi is told
     /// through `GRASP_GRASP06` in `env`). Off, every `/prs/` path goes to grasp-cgi, which
@@ -110,7 +110,7 @@ pub async fn serve(
     cfg: &GitHttpConfig,
     shutdown: Shutdown,
 ) -> Response<Body> {
-    if grasp_state::cors::is_preflight(req.method().as_str()) {
+    if grasp_state::contract::cors::is_preflight(req.method().as_str()) {
         return preflight();
     }
     let Some(path_info) = decode_path(req.uri().path()) else {
@@ -535,7 +535,7 @@ async fn run_backend(
         let fd = lock.as_fd().as_raw_fd();
         // SAFETY: between fork and exec the closure only calls fcntl (async-signal-safe), on a
         // descriptor the parent keeps open until the spawn returns.
-        unsafe { cmd.pre_exec(move || grasp_state::push_lock::keep_open_across_exec(fd)) };
+        unsafe { cmd.pre_exec(move || grasp_state::contract::push_lock::keep_open_across_exec(fd)) };
     }
     let child = cmd.spawn().map_err(|e| format!("{}: {e}", cfg.backend.running()))?;
     drop(direct.push_lock);

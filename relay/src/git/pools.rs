@@ -20,7 +20,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use grasp_state::atomic_file::write_atomic;
+use grasp_state::contract::atomic_file::write_atomic;
 use grasp_state::names::identifier::{pool_alternate, RepoLayout};
 use grasp_state::git::pool::Promotion;
 

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
-use grasp_state::hook_api::PreReceiveResponse;
+use grasp_state::contract::hook_api::PreReceiveResponse;
 use grasp_state::nostr::nip34::{PullRequest, Source};
 use grasp_state::git::push::{decide_push_among, with_reasons, PushDecision, PushRequest, Rejection};
 use grasp_state::git::push_index::IndexedCandidates;

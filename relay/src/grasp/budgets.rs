@@ -113,7 +113,7 @@ impl ContributorData {
             return Ok(());
         }
         let json = serde_json::to_vec(&self.ledger().to_file()).map_err(std::io::Error::other)?;
-        let written = grasp_state::atomic_file::write_atomic(path, &json, None);
+        let written = grasp_state::contract::atomic_file::write_atomic(path, &json, None);
         if written.is_err() {
             self.dirty.store(true, Ordering::Release);
         }

@@ -22,7 +22,7 @@ use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use grasp_state::hook_api::{PostReceiveResponse, PreReceiveResponse, ReleasedEvent};
+use grasp_state::contract::hook_api::{PostReceiveResponse, PreReceiveResponse, ReleasedEvent};
 use grasp_state::nostr::nip34::PullRequest;
 use grasp_state::purgatory::RepoId;
 use grasp_state::git::push::{decide_contribution_push, with_reasons, ContributionPush, KnownPr, PushDecision};

@@ -11,7 +11,7 @@
 
 use std::time::Duration;
 
-use grasp_state::hook_api::{AuthorityFinding, AuthorityReport, HOOK_API_VERSION};
+use grasp_state::contract::hook_api::{AuthorityFinding, AuthorityReport, HOOK_API_VERSION};
 use grasp_state::nostr::nip34::{Announcement, KIND_ANNOUNCEMENT};
 use grasp_state::names::refs::RefChange;
 use grasp_state::git::release::{alignment, plan_alignment};

@@ -217,10 +217,10 @@ fn create_segment(dir: &Path, n: u64) -> std::io::Result<std::fs::File> {
     Ok(file)
 }
 
-/// Appends `buf` and syncs ([`grasp_state::atomic_file::append_synced`]: on failure the file is
+/// Appends `buf` and syncs ([`grasp_state::contract::atomic_file::append_synced`]: on failure the file is
 /// cut back to `size`), counting it in `size`.
 fn write_synced(file: &mut std::fs::File, size: &mut u64, buf: &[u8]) -> Result<(), JournalError> {
-    match grasp_state::atomic_file::append_synced(file, *size, buf) {
+    match grasp_state::contract::atomic_file::append_synced(file, *size, buf) {
         Ok(()) => {
             *size += buf.len() as u64;
             Ok(())

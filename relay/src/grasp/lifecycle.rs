@@ -17,10 +17,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use grasp_state::contract::checkpoint_file::{read_checkpoint, set_aside, write_checkpoint};
 use grasp_state::names::identifier::RepoLayout;
 use grasp_state::purgatory::{
-    journal::replay, read_checkpoint, set_aside, write_checkpoint, Purgatory, PurgatoryConfig, PurgatoryState, RepoId,
-    SweepAction, SystemClock,
+    journal::replay, Purgatory, PurgatoryConfig, PurgatoryState, RepoId, SweepAction, SystemClock,
 };
 use nostr::prelude::ToBech32;
 

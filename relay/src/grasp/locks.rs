@@ -32,7 +32,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use grasp_state::push_lock::PushLock;
+use grasp_state::contract::push_lock::PushLock;
 use tokio::sync::OwnedMutexGuard;
 
 /// The longest any wait for one of these locks lasts in background work (release after a push,
@@ -41,7 +41,7 @@ use tokio::sync::OwnedMutexGuard;
 pub const LOCK_WAIT: Duration = Duration::from_secs(60);
 
 /// How often busy repositories are tried again.
-const RETRY: Duration = grasp_state::push_lock::RETRY;
+const RETRY: Duration = grasp_state::contract::push_lock::RETRY;
 
 /// The bounds of every wait for a repository (`--event-lock-wait`, `--repo-lock-queue`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -74,7 +74,7 @@ pub enum LockError {
     #[error("{waiting} tasks already wait for {repo}; retry later")]
     Busy { repo: PathBuf, waiting: usize },
     #[error(transparent)]
-    PushLockFile(grasp_state::push_lock::PushLockError),
+    PushLockFile(grasp_state::contract::push_lock::PushLockError),
 }
 
 impl LockError {

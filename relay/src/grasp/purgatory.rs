@@ -82,7 +82,7 @@ pub struct PurgatoryListing {
 impl PurgatoryListing {
     pub fn of(p: &Purgatory) -> Self {
         PurgatoryListing {
-            version: grasp_state::hook_api::HOOK_API_VERSION,
+            version: grasp_state::contract::hook_api::HOOK_API_VERSION,
             entries: p.listing(),
             expired_events: p.expired_listing(LISTED_EXPIRED),
             stats: p.stats(),

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use grasp_state::hook_api::{PurgeAuthorRequest, PurgeAuthorResponse, HOOK_API_VERSION, PATH_PURGE_AUTHOR};
+use grasp_state::contract::hook_api::{PurgeAuthorRequest, PurgeAuthorResponse, HOOK_API_VERSION, PATH_PURGE_AUTHOR};
 use grasp_state::names::identifier::{npub_of, RepoSpace};
 use grasp_state::purgatory::RepoId;
 use nostr::prelude::{Filter, PublicKey};

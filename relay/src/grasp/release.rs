@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use grasp_state::hook_api::{PostReceiveResponse, ReleasedEvent};
+use grasp_state::contract::hook_api::{PostReceiveResponse, ReleasedEvent};
 use grasp_state::nostr::nip34::RepoState;
 use grasp_state::purgatory::RepoId;
 use grasp_state::names::refs::{RefMap, RefUpdate, ZERO_OID};

@@ -23,7 +23,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use grasp_state::hook_api::{PostReceiveResponse, PreReceiveResponse, ReleasedEvent};
+use grasp_state::contract::hook_api::{PostReceiveResponse, PreReceiveResponse, ReleasedEvent};
 use grasp_state::purgatory::{PurgatoryStats, SweepAction};
 use hyper::body::{Frame, SizeHint};
 use prometheus_client::encoding::EncodeLabelSet;

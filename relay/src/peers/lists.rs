@@ -75,7 +75,7 @@ impl ListCache {
     /// Writes the file atomically.
     pub fn save(&self, path: &Path) -> std::io::Result<()> {
         let json = serde_json::to_vec(&ListCache { version: 1, ..self.clone() }).map_err(std::io::Error::other)?;
-        grasp_state::atomic_file::write_atomic(path, &json, None)
+        grasp_state::contract::atomic_file::write_atomic(path, &json, None)
     }
 
     /// Takes `event` (signature already verified) if it is a kind 10002 or 10317 list newer

@@ -209,7 +209,7 @@ pub async fn run(loaded: crate::config::Loaded) -> anyhow::Result<()> {
     let state = Arc::new(AppState { cfg, git, grasp: grasp.clone(), limits, connections, git_requests, identity });
     let accept = tokio::spawn(accept_loop(listener, state.clone(), controller.subscribe()));
 
-    grasp_state::atomic_file::write_atomic(&data.relay_addr_file(), addr.to_string().as_bytes(), None)
+    grasp_state::contract::atomic_file::write_atomic(&data.relay_addr_file(), addr.to_string().as_bytes(), None)
         .with_context(|| format!("writing {}", data.relay_addr_file().display()))?;
     tracing::info!(%addr, %api_addr, public_host = %state.cfg.public_host(), data_dir = %data.root().display(), "listening on http://{addr}");
 
@@ -246,7 +246,7 @@ async fn git_http_config(cfg: &crate::config::Config, data: &DataDir, grasp: &Gr
     let http_backend = tokio::task::spawn_blocking(crate::git::http_backend_program).await.ok().flatten();
     crate::git::http::GitHttpConfig {
         cgi_path: cfg.cgi_path(),
-        backend: grasp_state::git_backend::BackendSetup {
+        backend: grasp_state::contract::git_backend::BackendSetup {
             git_root: data.git(),
             hooks_dir: Some(data.hooks()),
             git: "git".into(),
@@ -260,15 +260,15 @@ async fn git_http_config(cfg: &crate::config::Config, data: &DataDir, grasp: &Gr
         // about every git request; it sets git's receive.maxInputSize from the push limit.
         env: vec![
             ("GRASP_DATA_DIR".into(), data.root().display().to_string()),
-            (grasp_state::push_limits::ENV_MAX_PUSH_BYTES.into(), cfg.max_push_bytes.to_string()),
-            (grasp_state::push_limits::ENV_MAX_PR_PUSH_BYTES.into(), cfg.max_pr_push_bytes.to_string()),
+            (grasp_state::contract::push_limits::ENV_MAX_PUSH_BYTES.into(), cfg.max_push_bytes.to_string()),
+            (grasp_state::contract::push_limits::ENV_MAX_PR_PUSH_BYTES.into(), cfg.max_pr_push_bytes.to_string()),
             // GRASP-06: grasp-cgi serves /prs/ (or answers 404) as the relay does.
             ("GRASP_GRASP06".into(), cfg.grasp06.to_string()),
             // A push waits this long for another push to the repository, then is answered 503.
             ("GRASP_PUSH_LOCK_WAIT".into(), cfg.push_lock_wait.as_secs().to_string()),
         ]
         .into_iter()
-        .chain(http_backend.map(|p| (grasp_state::git_env::ENV_HTTP_BACKEND.to_string(), p.display().to_string())))
+        .chain(http_backend.map(|p| (grasp_state::contract::git_env::ENV_HTTP_BACKEND.to_string(), p.display().to_string())))
         .collect(),
         idle_timeout: cfg.git_idle_timeout,
         min_rate: cfg.git_min_rate,
@@ -443,7 +443,7 @@ async fn refuse(mut stream: TcpStream, refusal: Refusal) {
          {}\
          \r\n{body}",
         body.len(),
-        grasp_state::cors::header_lines(),
+        grasp_state::contract::cors::header_lines(),
     );
     let _ = tokio::time::timeout(REFUSAL_LINGER, async {
         // Let the client finish sending its request head first: an HTTP client that receives
@@ -513,7 +513,7 @@ async fn route(
     permit: Arc<ConnectionPermit>,
 ) -> Response<Body> {
     let path = req.uri().path();
-    let resp = if grasp_state::cors::is_preflight(req.method().as_str()) {
+    let resp = if grasp_state::contract::cors::is_preflight(req.method().as_str()) {
         http::preflight()
     } else if path == "/" && (req.method() == Method::GET || req.method() == Method::HEAD) {
         if is_websocket_upgrade(&req) {

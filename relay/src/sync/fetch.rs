@@ -49,7 +49,7 @@ impl Default for FetchOptions {
             low_speed_limit: 1000,
             low_speed_time: Duration::from_secs(30),
             curl_resolve: None,
-            max_bytes: grasp_state::push_limits::DEFAULT_MAX_PUSH_BYTES,
+            max_bytes: grasp_state::contract::push_limits::DEFAULT_MAX_PUSH_BYTES,
         }
     }
 }

@@ -50,10 +50,7 @@ use std::time::{Duration, Instant};
 use nostr::prelude::{EventId, PublicKey};
 
 pub use caps::{held_size, CapScope, Caps, PlaceholderError, PurgatoryFull, DEFAULT_TOTAL_BYTES};
-pub use checkpoint::{
-    read_checkpoint, set_aside, write_checkpoint, CheckpointError, PurgatorySnapshot,
-    PurgatoryState, RestoreReport, Skipped,
-};
+pub use checkpoint::{CheckpointError, PurgatorySnapshot, PurgatoryState, RestoreReport, Skipped};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use deletion::Coordinate;
 pub use entries::{

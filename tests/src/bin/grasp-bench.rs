@@ -52,9 +52,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use grasp_relay::git::http::GitHttpConfig;
-use grasp_state::git_backend::BackendSetup;
+use grasp_state::contract::git_backend::BackendSetup;
 use grasp_state::names::identifier::{npub_of, percent_encode_segment};
-use grasp_state::purgatory::{write_checkpoint, Caps, Purgatory, PurgatoryConfig, SystemClock};
+use grasp_state::contract::checkpoint_file::write_checkpoint;
+use grasp_state::purgatory::{Caps, Purgatory, PurgatoryConfig, SystemClock};
 use grasp_tests::client::NostrClient;
 use grasp_tests::git::{git, git_output, GitHttpServer, WorkTree};
 use grasp_tests::{binary_path, wait_until};
@@ -379,7 +380,7 @@ impl BareGit {
                 )?;
                 std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755))?;
                 let server =
-                    GitHttpServer::start_with(GitHttpConfig { cgi_path: script, backend: BackendSetup { git_root: root.clone(), ..BackendSetup::default() }, data_dir: tmp.path().to_path_buf(), env: vec![], direct: false, idle_timeout: grasp_relay::git::http::DEFAULT_IDLE_TIMEOUT, min_rate: grasp_state::transfer::DEFAULT_MIN_RATE, prs: false, ref_cache: None });
+                    GitHttpServer::start_with(GitHttpConfig { cgi_path: script, backend: BackendSetup { git_root: root.clone(), ..BackendSetup::default() }, data_dir: tmp.path().to_path_buf(), env: vec![], direct: false, idle_timeout: grasp_relay::git::http::DEFAULT_IDLE_TIMEOUT, min_rate: grasp_state::contract::transfer::DEFAULT_MIN_RATE, prs: false, ref_cache: None });
                 Ok(BareGit {
                     addr: server.addr,
                     root,
@@ -816,10 +817,10 @@ async fn bench_ingest(o: &Opts, relay: &Relay, tmp: &Path, rows: &mut Vec<Row>) 
 /// The relay's hook API view `GET <path>` (address and token from its data dir).
 async fn operator_view(relay: &Relay, path: &str) -> Result<serde_json::Value> {
     let read = |f: &str| std::fs::read_to_string(relay.data_dir.join(f)).map(|s| s.trim().to_owned());
-    let (addr, token) = (read(grasp_state::hook_api::ADDR_FILE)?, read(grasp_state::hook_api::TOKEN_FILE)?);
+    let (addr, token) = (read(grasp_state::contract::hook_api::ADDR_FILE)?, read(grasp_state::contract::hook_api::TOKEN_FILE)?);
     let response = reqwest::Client::new()
         .get(format!("http://{addr}{path}"))
-        .header(grasp_state::hook_api::TOKEN_HEADER, token)
+        .header(grasp_state::contract::hook_api::TOKEN_HEADER, token)
         .send()
         .await?;
     Ok(response.json().await?)
@@ -939,8 +940,8 @@ async fn bench_auth(o: &Opts, tmp: &Path, rows: &mut Vec<Row>) -> Result<()> {
         )
         .target(">= 2000 /s"),
     );
-    let api_addr = std::fs::read_to_string(relay.data_dir.join(grasp_state::hook_api::ADDR_FILE))?.trim().to_string();
-    let token = std::fs::read_to_string(relay.data_dir.join(grasp_state::hook_api::TOKEN_FILE))?.trim().to_string();
+    let api_addr = std::fs::read_to_string(relay.data_dir.join(grasp_state::contract::hook_api::ADDR_FILE))?.trim().to_string();
+    let token = std::fs::read_to_string(relay.data_dir.join(grasp_state::contract::hook_api::TOKEN_FILE))?.trim().to_string();
     let http = reqwest::Client::new();
     let ask = |id: &'static str| {
         let body = serde_json::json!({

@@ -1,7 +1,7 @@
 //! How many bytes one push may bring (`--max-push-bytes`, `--max-pr-push-bytes`), decided on the
 //! size of the push's quarantine before anything lands (docs/security.md).
 //!
-//! The relay writes the limits into the hooks' configuration (`crate::hook_config`) as
+//! The relay writes the limits into the hooks' configuration (`crate::contract::hook_config`) as
 //! [`ENV_MAX_PUSH_BYTES`] and
 //! [`ENV_MAX_PR_PUSH_BYTES`]; `grasp-pre-receive` measures git's quarantine directory and asks
 //! [`PushLimits::check`]. A refused push's objects are dropped with the quarantine.

@@ -13,7 +13,7 @@ use std::ffi::OsString;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 
-use crate::push_limits::{PushLimits, ENV_MAX_PR_PUSH_BYTES, ENV_MAX_PUSH_BYTES};
+use crate::contract::push_limits::{PushLimits, ENV_MAX_PR_PUSH_BYTES, ENV_MAX_PUSH_BYTES};
 
 /// The file's name in the hooks directory.
 pub const FILE_NAME: &str = "grasp-hooks.conf";
