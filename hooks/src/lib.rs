@@ -28,6 +28,7 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
 use grasp_state::contract::hook_config::{self, HookConfig};
+use grasp_state::contract::layout;
 use grasp_state::names::identifier::{npub_of, RepoLayout, RepoSpace};
 use grasp_state::contract::push_limits::PushLimits;
 use grasp_state::names::refs::{parse_ref_updates, RefUpdate};
@@ -78,7 +79,7 @@ pub fn settings(hook: &str) -> Result<HookConfig> {
                      Installed by grasp-relay as <DIR>/hooks/{kind}, beside <DIR>/hooks/{file}, which\n\
                      names the data directory and the push limits; not meant to be run by hand.",
                     kind = hook.trim_start_matches("grasp-"),
-                    file = hook_config::FILE_NAME,
+                    file = layout::HOOK_CONFIG_FILE,
                 );
                 std::process::exit(0);
             }
@@ -90,7 +91,7 @@ pub fn settings(hook: &str) -> Result<HookConfig> {
         .or_else(|| installed.as_ref().map(|c| c.data_dir.clone()))
         .or_else(|| std::env::var_os(hook_config::DATA_DIR).map(PathBuf::from))
         .with_context(|| {
-            format!("no data directory: {} is not beside this hook; restart grasp-relay to reinstall the hooks", hook_config::FILE_NAME)
+            format!("no data directory: {} is not beside this hook; restart grasp-relay to reinstall the hooks", layout::HOOK_CONFIG_FILE)
         })?;
     let limits = match installed {
         Some(config) => config.limits,
@@ -119,8 +120,8 @@ pub fn context(data_dir: PathBuf) -> Result<HookContext> {
     let git_dir = std::env::var_os("GIT_DIR").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("."));
     let git_dir = std::fs::canonicalize(&git_dir)
         .with_context(|| format!("cannot resolve GIT_DIR {}", git_dir.display()))?;
-    let git_root = std::fs::canonicalize(data_dir.join("git"))
-        .with_context(|| format!("cannot resolve the git root {}", data_dir.join("git").display()))?;
+    let git_root = std::fs::canonicalize(data_dir.join(layout::GIT_DIR))
+        .with_context(|| format!("cannot resolve the git root {}", data_dir.join(layout::GIT_DIR).display()))?;
     let layout = RepoLayout::new(git_root);
     let (space, owner, identifier) = layout
         .locate_in(&git_dir)

@@ -105,7 +105,7 @@ mod tests {
     #[test]
     fn the_default_file_is_made_once_then_read_back() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("relay-key");
+        let path = dir.path().join(grasp_state::contract::layout::RELAY_KEY_FILE);
         let made = load(&path, KeySource::Default).unwrap();
         assert_eq!(mode_of(&path), 0o600);
         assert_eq!(std::fs::read_to_string(&path).unwrap(), format!("{}\n", made.secret_key().to_secret_hex()));
@@ -116,7 +116,7 @@ mod tests {
     #[test]
     fn a_configured_file_is_never_made() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("relay-key");
+        let path = dir.path().join(grasp_state::contract::layout::RELAY_KEY_FILE);
         let err = load(&path, KeySource::Configured).unwrap_err();
         assert!(matches!(err, IdentityError::Missing { .. }));
         assert!(err.to_string().contains(&path.display().to_string()), "{err}");

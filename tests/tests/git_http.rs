@@ -418,7 +418,7 @@ fn push_over_http_uses_per_request_config_and_hooks() {
     );
     assert_eq!(read_refs(&bare).unwrap()["refs/heads/main"], tip);
     assert!(
-        bare.join("grasp.lock").is_file(),
+        bare.join(grasp_state::contract::layout::PUSH_LOCK_FILE).is_file(),
         "receive-pack did not take the push lock"
     );
 
@@ -457,7 +457,7 @@ fn pushes_to_one_repo_wait_for_the_push_lock() {
         .create(true)
         .truncate(false)
         .write(true)
-        .open(f.bare.join(grasp_state::names::identifier::PUSH_LOCK_FILE))
+        .open(f.bare.join(grasp_state::contract::layout::PUSH_LOCK_FILE))
         .unwrap();
     lock.lock().unwrap();
 

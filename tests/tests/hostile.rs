@@ -339,7 +339,7 @@ async fn held_repositories_are_small_and_expiry_leaves_no_owner_dirs() {
     assert!(!repo.join("hooks").exists() && !repo.join("description").exists() && !repo.join("info").exists(), "template files copied");
     assert!(inodes <= 10 && bytes <= 4096, "a held repository takes {inodes} inodes, {bytes} bytes");
 
-    let git_root = server.data_dir().join("git");
+    let git_root = server.data_dir().join(grasp_state::contract::layout::GIT_DIR);
     wait_until("the held announcements to soft-expire", TIMEOUT, || {
         owners.iter().all(|k| !git_root.join(npub_of(&k.public_key())).exists()).then_some(())
     })

@@ -381,7 +381,7 @@ async fn contributor_repositories_through_nginx() {
     let mut c = NostrClient::connect(&front.ws_url()).await.expect("WebSocket through nginx");
     let (owner, contributor) = (Keys::generate(), Keys::generate());
     let prs = |identifier: &str| format!("http://{}/prs/{}/{identifier}.git", front.addr, npub_of(&contributor.public_key()));
-    let prs_root = front.relay.data_dir().join("git").join("prs");
+    let prs_root = front.relay.data_dir().join(grasp_state::contract::layout::GIT_DIR).join(grasp_state::names::identifier::PRS_DIR);
 
     clone(&prs("nothing"), &tmp.path().join("empty"), &[]).unwrap_or_else(|e| panic!("{e}\n{}", front.logs()));
     assert!(!prs_root.exists(), "a fetch creates nothing");

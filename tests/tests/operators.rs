@@ -176,7 +176,7 @@ fn sighup_changes_the_log_filter() {
         .spawn()
         .unwrap();
     let logs = || std::fs::read_to_string(dir.path().join("relay.log")).unwrap_or_default();
-    wait_until("the relay to listen", TIMEOUT, || data.join("relay-addr").exists().then_some(())).unwrap_or_else(|e| panic!("{e}\n{}", logs()));
+    wait_until("the relay to listen", TIMEOUT, || data.join(grasp_state::contract::layout::RELAY_ADDR_FILE).exists().then_some(())).unwrap_or_else(|e| panic!("{e}\n{}", logs()));
     assert!(!logs().contains(" INFO "), "{}", logs());
     std::fs::write(&file, config("info")).unwrap();
     let status = Command::new("kill").arg("-HUP").arg(child.id().to_string()).status().unwrap();

@@ -131,7 +131,7 @@ async fn the_package_installs_and_its_relay_serves_from_its_configuration() {
         if let Ok(Some(status)) = relay.try_wait() {
             panic!("the installed relay exited with {status}:\n{}", logs());
         }
-        std::fs::read_to_string(data.join("relay-addr")).ok().map(|a| a.trim().to_string())
+        std::fs::read_to_string(data.join(grasp_state::contract::layout::RELAY_ADDR_FILE)).ok().map(|a| a.trim().to_string())
     })
     .unwrap();
     assert!(logs().contains(&format!("binary={}/usr/bin/grasp-pre-receive", root.display())), "hooks from the package:\n{}", logs());

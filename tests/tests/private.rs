@@ -259,7 +259,7 @@ async fn grasp_cgi_given_only_the_git_root_stays_private() {
 
     let tmp = tempfile::tempdir().unwrap();
     let volume = tmp.path().join("volume");
-    std::os::unix::fs::symlink(server.data_dir().join("git"), &volume).unwrap();
+    std::os::unix::fs::symlink(server.data_dir().join(grasp_state::contract::layout::GIT_DIR), &volume).unwrap();
     let out = std::process::Command::new(binary_path("grasp-cgi"))
         .env_clear()
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())

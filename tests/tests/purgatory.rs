@@ -34,7 +34,7 @@ fn random_id() -> EventId {
 }
 
 fn checkpoint_path(server: &TestServer) -> std::path::PathBuf {
-    server.data_dir().join("purgatory-state.json")
+    server.data_dir().join(grasp_state::contract::layout::CHECKPOINT_FILE)
 }
 
 fn corrupt_files(data: &Path) -> Vec<String> {
@@ -215,7 +215,7 @@ async fn kill_9_during_repeated_checkpoints_always_leaves_a_loadable_checkpoint(
         eventually!("a checkpoint", WAIT, version(&path).filter(|v| Some(*v) != first));
         // Kill at a varying point of the next checkpoint cycles (fault injection, not sync).
         tokio::time::sleep(Duration::from_micros(i * 397 % 6000)).await;
-        if server.data_dir().join("purgatory-state.json.tmp").exists() {
+        if server.data_dir().join(format!("{}.tmp", grasp_state::contract::layout::CHECKPOINT_FILE)).exists() {
             kills_mid_write += 1;
         }
         server.kill();

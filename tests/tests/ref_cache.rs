@@ -311,7 +311,7 @@ async fn cache_answers(server: &TestServer, outcome: &str) -> u64 {
 
 /// The value of the counter `series` on the relay's metrics listener (0 before it counts).
 async fn counter(server: &TestServer, series: &str) -> u64 {
-    let addr = std::fs::read_to_string(server.data_dir().join("metrics-addr")).unwrap();
+    let addr = std::fs::read_to_string(server.data_dir().join(grasp_state::contract::layout::METRICS_ADDR_FILE)).unwrap();
     let body = reqwest::get(format!("http://{}/metrics", addr.trim())).await.unwrap().text().await.unwrap();
     let prefix = format!("{series} ");
     body.lines().find_map(|l| l.strip_prefix(&prefix)).map_or(0, |v| v.trim().parse::<f64>().unwrap() as u64)

@@ -182,7 +182,7 @@ mod in_process {
             let purgatory = match checkpoint {
                 None => Purgatory::new(PurgatoryConfig::default(), clock.clone()),
                 Some(json) => {
-                    std::fs::write(tmp.path().join(grasp_relay::grasp::lifecycle::CHECKPOINT_FILE), json.to_string()).unwrap();
+                    std::fs::write(tmp.path().join(grasp_state::contract::layout::CHECKPOINT_FILE), json.to_string()).unwrap();
                     grasp_relay::grasp::lifecycle::restore(tmp.path(), &layout, PurgatoryConfig::default()).0
                 }
             };

@@ -19,7 +19,8 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 use bytes::Bytes;
-use grasp_state::contract::hook_api::{check_version, ApiError, HookRequest, ADDR_FILE, HOOK_API_VERSION, TOKEN_FILE, TOKEN_HEADER};
+use grasp_state::contract::hook_api::{check_version, ApiError, HookRequest, HOOK_API_VERSION, TOKEN_HEADER};
+use grasp_state::contract::layout::{API_ADDR_FILE, API_TOKEN_FILE};
 use grasp_state::contract::atomic_file::write_atomic;
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
@@ -54,8 +55,8 @@ pub async fn bind(addr: SocketAddr, data_dir: &Path) -> Result<(TcpListener, Str
     }
     let listener = TcpListener::bind(addr).await.with_context(|| format!("cannot bind the hook API on {addr}"))?;
     let token = new_token()?;
-    write_private(&data_dir.join(TOKEN_FILE), token.as_bytes())?;
-    write_private(&data_dir.join(ADDR_FILE), listener.local_addr()?.to_string().as_bytes())?;
+    write_private(&data_dir.join(API_TOKEN_FILE), token.as_bytes())?;
+    write_private(&data_dir.join(API_ADDR_FILE), listener.local_addr()?.to_string().as_bytes())?;
     Ok((listener, token))
 }
 
@@ -540,11 +541,12 @@ pub fn render_authority_report(report: &grasp_state::contract::hook_api::Authori
 /// atomically at every start, so hooks of older versions (shell scripts) and of older binaries
 /// are replaced; a running push keeps the hook it started.
 pub fn install_hooks(hooks_dir: &Path, bin_dir: &Path, data_dir: &Path, limits: grasp_state::contract::push_limits::PushLimits) -> Result<()> {
-    use grasp_state::contract::hook_config::{HookConfig, FILE_NAME};
+    use grasp_state::contract::hook_config::HookConfig;
+    use grasp_state::contract::layout::HOOK_CONFIG_FILE;
     std::fs::create_dir_all(hooks_dir)?;
     let config = HookConfig { data_dir: data_dir.to_path_buf(), limits }.render()?;
-    write_atomic(&hooks_dir.join(FILE_NAME), &config, Some(0o644))
-        .with_context(|| format!("cannot write {}", hooks_dir.join(FILE_NAME).display()))?;
+    write_atomic(&hooks_dir.join(HOOK_CONFIG_FILE), &config, Some(0o644))
+        .with_context(|| format!("cannot write {}", hooks_dir.join(HOOK_CONFIG_FILE).display()))?;
     for (hook, bin) in [("pre-receive", "grasp-pre-receive"), ("post-receive", "grasp-post-receive")] {
         let (bin_path, hook_path) = (bin_dir.join(bin), hooks_dir.join(hook));
         let how = match grasp_state::contract::atomic_file::link_atomic(&bin_path, &hook_path) {
@@ -646,7 +648,8 @@ mod tests {
 
     #[test]
     fn hooks_are_the_binaries_with_their_configuration_beside_them() {
-        use grasp_state::contract::hook_config::{HookConfig, FILE_NAME};
+        use grasp_state::contract::hook_config::HookConfig;
+        use grasp_state::contract::layout::HOOK_CONFIG_FILE;
         use grasp_state::contract::push_limits::PushLimits;
         let dir = tempfile::tempdir().unwrap();
         let (bin, hooks) = (dir.path().join("bin"), dir.path().join("data/hooks"));
@@ -662,7 +665,7 @@ mod tests {
         for (hook, name) in [("pre-receive", "grasp-pre-receive"), ("post-receive", "grasp-post-receive")] {
             assert_eq!(std::fs::read(hooks.join(hook)).unwrap(), format!("binary {name}").as_bytes());
         }
-        let config = HookConfig::parse(&std::fs::read(hooks.join(FILE_NAME)).unwrap()).unwrap();
+        let config = HookConfig::parse(&std::fs::read(hooks.join(HOOK_CONFIG_FILE)).unwrap()).unwrap();
         assert_eq!(config, HookConfig { data_dir: dir.path().join("data"), limits });
         // Again (a restart): still in place; a missing binary is an error, the old hook stays.
         install_hooks(&hooks, &bin, &dir.path().join("data"), limits).unwrap();

@@ -487,7 +487,7 @@ pub fn run_command(data_dir: &Path, json: bool, orphans: bool, purge: bool, yes:
         return Ok(());
     }
     if !yes {
-        println!("would remove (under {}):", data_dir.join("git").display());
+        println!("would remove (under {}):", data_dir.join(grasp_state::contract::layout::GIT_DIR).display());
         for p in &paths {
             println!("  {p}");
         }
@@ -512,7 +512,7 @@ pub fn run_command(data_dir: &Path, json: bool, orphans: bool, purge: bool, yes:
 #[cfg(test)]
 mod tests {
     use super::*;
-    use grasp_state::names::identifier::PUSH_LOCK_FILE;
+    use grasp_state::contract::layout::PUSH_LOCK_FILE;
     use nostr::prelude::Keys;
 
     #[test]

@@ -262,7 +262,7 @@ pub fn check(path: &Path, text: &str, expected: &Expected) -> Vec<Finding> {
         if Path::new(script) != expected.cgi_path {
             warnings.push(format!("SCRIPT_FILENAME is {script}, the relay's grasp-cgi is {}", expected.cgi_path.display()));
         }
-        let root = expected.data_dir.join("git");
+        let root = expected.data_dir.join(grasp_state::contract::layout::GIT_DIR);
         match fastcgi_param(l, "GRASP_GIT_ROOT") {
             Some(p) if Path::new(p) == root => {}
             Some(p) => {
@@ -274,7 +274,7 @@ pub fn check(path: &Path, text: &str, expected: &Expected) -> Vec<Finding> {
                 fixes.push("`fastcgi_param GRASP_GIT_ROOT <data-dir>/git;`");
             }
         }
-        let hooks = expected.data_dir.join("hooks");
+        let hooks = expected.data_dir.join(grasp_state::contract::layout::HOOKS_DIR);
         if let Some(p) = fastcgi_param(l, "GRASP_HOOKS_DIR").filter(|p| Path::new(p) != hooks) {
             problems.push(format!("GRASP_HOOKS_DIR is {p}, but the relay installs the hooks in {}", hooks.display()));
             fixes.push("`fastcgi_param GRASP_HOOKS_DIR <data-dir>/hooks;`");

@@ -63,7 +63,7 @@ pub fn create_repo(
 /// repository's `HEAD` must not name one: docs/protocol.md#release-and-alignment): only what git
 /// needs (`HEAD`, `config`, `objects/`, `refs/`), none of the sample hooks, `description` and
 /// `info/exclude` git's default template copies, plus the empty push lock file
-/// (`grasp_state::names::identifier::PUSH_LOCK_FILE`), made here rather than by the first push (a file
+/// (`grasp_state::contract::layout::PUSH_LOCK_FILE`), made here rather than by the first push (a file
 /// created is one less in every push's path), so a held announcement costs about 36 kB and 10
 /// inodes. The GRASP settings ([`GRASP_GIT_CONFIG`], `core.hooksPath`) are appended to the `config` git
 /// wrote in one atomic write (`grasp_state::names::identifier::grasp_config_text`), not one `git
@@ -76,7 +76,7 @@ fn init_configured(dir: &Path, hooks_dir: &Path) -> Result<(), RepoError> {
         path: hooks_dir.to_path_buf(),
         source: std::io::Error::from(std::io::ErrorKind::InvalidInput),
     })?;
-    let lock = dir.join(grasp_state::names::identifier::PUSH_LOCK_FILE);
+    let lock = dir.join(grasp_state::contract::layout::PUSH_LOCK_FILE);
     std::fs::File::create_new(&lock).map_err(io_err("creating", &lock))?;
     if let Some(section) = grasp_state::names::identifier::grasp_config_text(hooks) {
         return append_config(dir, &section);
@@ -314,7 +314,7 @@ mod tests {
         let plain = root.path().join("plain.git");
         GitCommand::without_repo().args(["init", "--bare", "--quiet"]).arg(&plain).run().unwrap();
         assert_eq!(std::fs::read_to_string(path.join("HEAD")).unwrap(), std::fs::read_to_string(plain.join("HEAD")).unwrap());
-        assert!(path.join(grasp_state::names::identifier::PUSH_LOCK_FILE).is_file(), "the push lock file comes with the repository");
+        assert!(path.join(grasp_state::contract::layout::PUSH_LOCK_FILE).is_file(), "the push lock file comes with the repository");
         for (k, v) in GRASP_GIT_CONFIG {
             assert_eq!(config(&path, k), *v, "{k}");
         }

@@ -23,6 +23,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
+use grasp_state::contract::layout::CONTRIBUTOR_DATA_FILE;
 use grasp_state::trust::contributor_data::{Charge, ContributorBudget, ContributorFull, ContributorLedger, ContributorView, LedgerFile};
 use nostr::prelude::{EventId, Filter, Kind, PublicKey, Timestamp};
 
@@ -30,8 +31,6 @@ use crate::git;
 use crate::grasp::Grasp;
 use crate::shutdown::Shutdown;
 
-/// The ledger's file in the data directory.
-pub const LEDGER_FILE: &str = "contributor-data.json";
 /// How many authors and addresses the operator view names.
 pub const LISTED: usize = 10;
 /// Most entries one reconciliation pass measures (round robin over passes).
@@ -86,7 +85,7 @@ impl ContributorData {
     /// Reads `<data_dir>/contributor-data.json` (none yet: empty; unreadable: empty, rebuilt
     /// from disk by reconciliation) and writes there from now on.
     pub fn load(&self, data_dir: &Path) {
-        let path = data_dir.join(LEDGER_FILE);
+        let path = data_dir.join(CONTRIBUTOR_DATA_FILE);
         let loaded = match std::fs::read(&path) {
             Ok(bytes) => match serde_json::from_slice::<LedgerFile>(&bytes) {
                 Ok(file) => ContributorLedger::from_file(file),
@@ -606,7 +605,7 @@ mod tests {
         let data = ContributorData::default();
         data.load(dir.path());
         data.save().unwrap();
-        assert!(!dir.path().join(LEDGER_FILE).exists(), "nothing changed");
+        assert!(!dir.path().join(CONTRIBUTOR_DATA_FILE).exists(), "nothing changed");
         let k = Keys::generate().public_key();
         let id = EventId::from_byte_array([1; 32]);
         data.charge_all(&[Charge { id, author: k, identifier: "r".into(), bytes: 5 }], None).unwrap();

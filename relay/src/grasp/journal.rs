@@ -29,11 +29,10 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::sync::Arc;
 
+use grasp_state::contract::layout::JOURNAL_PREFIX;
 use grasp_state::purgatory::journal::{decode, encode, JournalRecord};
 use tokio::sync::{oneshot, Notify};
 
-/// File name prefix of the journal segments in the data directory.
-pub const JOURNAL_PREFIX: &str = "purgatory-journal.";
 
 /// A segment larger than this asks for an early checkpoint (which truncates the journal).
 pub const SEGMENT_LIMIT: u64 = 64 * 1024 * 1024;

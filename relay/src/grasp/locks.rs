@@ -364,7 +364,7 @@ mod tests {
     }
 
     fn hold_push_lock(repo: &Path) -> std::fs::File {
-        let file = std::fs::File::options().create(true).truncate(false).write(true).open(repo.join(grasp_state::names::identifier::PUSH_LOCK_FILE)).unwrap();
+        let file = std::fs::File::options().create(true).truncate(false).write(true).open(repo.join(grasp_state::contract::layout::PUSH_LOCK_FILE)).unwrap();
         file.lock().unwrap();
         file
     }
@@ -379,7 +379,7 @@ mod tests {
         assert!(guards.get(&tmp.path().join("c.git")).is_none());
         // Both locks are held: another taker waits.
         assert!(locks.entry(&a).mutex.try_lock().is_err());
-        let file = std::fs::File::options().write(true).open(a.join(grasp_state::names::identifier::PUSH_LOCK_FILE)).unwrap();
+        let file = std::fs::File::options().write(true).open(a.join(grasp_state::contract::layout::PUSH_LOCK_FILE)).unwrap();
         assert!(file.try_lock().is_err(), "the push lock is held");
         drop(guards);
         assert!(locks.entry(&a).mutex.try_lock().is_ok());
@@ -402,7 +402,7 @@ mod tests {
         let _pushing = hold_push_lock(&b);
         let err = RepoGuards::acquire_within(&locks, [a.clone(), b], PushLocks::Take, wait).await.err().expect("must time out");
         assert!(matches!(err, LockError::Timeout { which: "push lock", .. }), "{err}");
-        let file = std::fs::File::options().write(true).open(a.join(grasp_state::names::identifier::PUSH_LOCK_FILE)).unwrap();
+        let file = std::fs::File::options().write(true).open(a.join(grasp_state::contract::layout::PUSH_LOCK_FILE)).unwrap();
         assert!(file.try_lock().is_ok(), "a's push lock was released on failure");
     }
 
@@ -419,7 +419,7 @@ mod tests {
         assert!(guards.get(&r[1]).is_none());
         assert_eq!(failed.len(), 1);
         assert_eq!(failed[0].repo(), r[1].as_path());
-        let file = std::fs::File::options().write(true).open(r[2].join(grasp_state::names::identifier::PUSH_LOCK_FILE)).unwrap();
+        let file = std::fs::File::options().write(true).open(r[2].join(grasp_state::contract::layout::PUSH_LOCK_FILE)).unwrap();
         assert!(file.try_lock().is_err(), "a repository after the busy one is locked too");
     }
 

@@ -93,7 +93,7 @@ fn is_new_owner(layout: &grasp_state::names::identifier::RepoLayout, owner: &Pub
     let now = std::time::SystemTime::now();
     !crate::git::repos::repo_dirs_in_owner(&layout.owner_dir(owner)).into_iter().any(|repo| {
         // Made when the repository was (grasp's `git init`), never written again.
-        let born = std::fs::metadata(repo.join(grasp_state::names::identifier::PUSH_LOCK_FILE)).and_then(|m| m.modified()).ok();
+        let born = std::fs::metadata(repo.join(grasp_state::contract::layout::PUSH_LOCK_FILE)).and_then(|m| m.modified()).ok();
         let old = born.and_then(|b| now.duration_since(b).ok()).is_some_and(|age| age.as_secs() >= NEW_OWNER_FOR_SECS);
         old && crate::git::read_refs(&repo).is_ok_and(|refs| !refs.is_empty())
     })

@@ -195,7 +195,7 @@ pub async fn run(loaded: crate::config::Loaded) -> anyhow::Result<()> {
     let git = git_http_config(&cfg, &data, &grasp).await;
     let connections = ConnectionLimiter::new(cfg.max_connections as usize, cfg.max_connections_per_ip as usize, cfg.ipv6_prefix_len);
     // The metrics listener (off unless --metrics-bind): its own socket, never the public port.
-    let metrics_file = data.root().join(crate::server::metrics::ADDR_FILE);
+    let metrics_file = data.root().join(grasp_state::contract::layout::METRICS_ADDR_FILE);
     let _ = std::fs::remove_file(&metrics_file);
     if let Some(metrics_bind) = cfg.metrics_bind {
         let listener = crate::server::metrics::bind(metrics_bind, addr).await?;

@@ -1,4 +1,4 @@
-//! The purgatory checkpoint on disk (`<data>/purgatory-state.json`):
+//! The purgatory checkpoint on disk (`<data>/`[`CHECKPOINT_FILE`](super::layout::CHECKPOINT_FILE)):
 //! written atomically, read back, and moved aside when it cannot be used. The format and what
 //! is saved are [`crate::purgatory::checkpoint`]'s; this is only the file.
 
@@ -46,6 +46,7 @@ pub fn set_aside(path: &Path) -> io::Result<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::contract::layout::CHECKPOINT_FILE;
     use crate::purgatory::testutil::*;
 
     /// The saved state of a purgatory holding an announcement and its state event.
@@ -60,8 +61,8 @@ mod tests {
     #[test]
     fn write_replaces_atomically_via_tmp_and_read_returns_it() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("purgatory-state.json");
-        let tmp = dir.path().join("purgatory-state.json.tmp");
+        let path = dir.path().join(CHECKPOINT_FILE);
+        let tmp = dir.path().join(format!("{CHECKPOINT_FILE}.tmp"));
         assert!(read_checkpoint(&path).unwrap().is_none());
 
         let first = populated();
@@ -83,7 +84,7 @@ mod tests {
         assert!(path.exists());
 
         // A failed write leaves the previous checkpoint intact.
-        let missing = dir.path().join("no-such-dir").join("purgatory-state.json");
+        let missing = dir.path().join("no-such-dir").join(CHECKPOINT_FILE);
         assert!(write_checkpoint(&missing, &first).is_err());
         assert!(!missing.exists());
         fs::create_dir(&tmp).unwrap(); // the tmp path cannot be created as a file
@@ -94,7 +95,7 @@ mod tests {
     #[test]
     fn corrupt_or_unknown_file_is_an_error_and_can_be_set_aside() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("purgatory-state.json");
+        let path = dir.path().join(CHECKPOINT_FILE);
         fs::write(&path, "{ this is not json").unwrap();
         assert!(matches!(
             read_checkpoint(&path),
@@ -107,7 +108,7 @@ mod tests {
             .file_name()
             .unwrap()
             .to_string_lossy()
-            .starts_with("purgatory-state.json.corrupt-"));
+            .starts_with(&format!("{CHECKPOINT_FILE}.corrupt-")));
         fs::write(&path, r#"{"version": 7}"#).unwrap();
         let err = read_checkpoint(&path).unwrap_err();
         assert!(matches!(err, CheckpointError::UnsupportedVersion(7)));

@@ -5,7 +5,7 @@
 //! `grasp-cgi` process there (docs/architecture.md, "Git over HTTP").
 //!
 //! [`BackendSetup::command`] builds the backend's command and spawns nothing. [`service`] looks
-//! for a private service's markers ([`crate::contract::hook_api::PRIVATE_MARKER_FILE`]).
+//! for a private service's markers ([`PRIVATE_MARKER_FILE`]).
 
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use crate::contract::git_env;
-use crate::contract::hook_api::PRIVATE_MARKER_FILE;
+use super::layout::PRIVATE_MARKER_FILE;
 use crate::names::identifier::{RepoSpace, RepoUrlPath, GRASP_GIT_CONFIG};
 
 /// What every backend run needs besides the request: where the repositories are, the hooks, the

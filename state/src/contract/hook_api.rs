@@ -23,10 +23,6 @@ pub const PATH_PRE_RECEIVE: &str = "/v1/pre-receive";
 pub const PATH_POST_RECEIVE: &str = "/v1/post-receive";
 /// Header carrying the API token.
 pub const TOKEN_HEADER: &str = "x-grasp-token";
-/// File in the relay's data directory holding the API's address (`host:port`).
-pub const ADDR_FILE: &str = "api-addr";
-/// File in the relay's data directory holding the API token (mode 0600, new at every start).
-pub const TOKEN_FILE: &str = "api-token";
 
 /// The other side speaks a different API version.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -400,11 +396,6 @@ pub struct PurgeAuthorResponse {
     pub held_removed: usize,
     pub repositories_removed: usize,
 }
-
-/// `<data>/private-service`, and the same name in the git root (`<data>/git/private-service`):
-/// present while the data directory belongs to a private GRASP-08 service; grasp-cgi then asks
-/// [`PATH_GIT_AUTH`] before serving any repository request.
-pub const PRIVATE_MARKER_FILE: &str = "private-service";
 
 /// grasp-cgi, private service: may the `Authorization` header of a git request for
 /// `/<owner>/<identifier>.git` read or write it? (`POST` a [`GitAuthRequest`], same token.)

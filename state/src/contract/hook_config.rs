@@ -1,4 +1,4 @@
-//! What the git hooks need to know, in a small file beside them: [`FILE_NAME`] in
+//! What the git hooks need to know, in a small file beside them: [`HOOK_CONFIG_FILE`] in
 //! `<data>/hooks/`.
 //!
 //! The relay installs the hooks as the hook binaries themselves (hard links, or copies where a
@@ -13,10 +13,8 @@ use std::ffi::OsString;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 
+use super::layout::HOOK_CONFIG_FILE;
 use crate::contract::push_limits::{PushLimits, ENV_MAX_PR_PUSH_BYTES, ENV_MAX_PUSH_BYTES};
-
-/// The file's name in the hooks directory.
-pub const FILE_NAME: &str = "grasp-hooks.conf";
 
 /// The name of the data directory's line (the variable the hooks also read).
 pub const DATA_DIR: &str = "GRASP_DATA_DIR";
@@ -81,7 +79,7 @@ impl HookConfig {
 
     /// The configuration file beside an executable at `exe` (a hook in `<data>/hooks/`).
     pub fn path_beside(exe: &Path) -> Option<PathBuf> {
-        Some(exe.parent()?.join(FILE_NAME))
+        Some(exe.parent()?.join(HOOK_CONFIG_FILE))
     }
 }
 

@@ -42,6 +42,7 @@ pub mod hook_api;
 pub mod hook_config;
 pub mod html;
 pub mod key_file;
+pub mod layout;
 pub mod push_limits;
 pub mod push_lock;
 pub mod transfer;

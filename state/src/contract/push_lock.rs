@@ -1,4 +1,4 @@
-//! The push lock of a repository, `<repo>/grasp.lock` ([`crate::names::identifier::PUSH_LOCK_FILE`]): the
+//! The push lock of a repository, `<repo>/grasp.lock` ([`PUSH_LOCK_FILE`]): the
 //! one definition a push (taken by the relay's listener or `grasp-cgi`, held by the push's git
 //! processes for a whole receive-pack, hooks included) and the relay (release, alignment, copies,
 //! background sync, maintenance, orphan purge) share, so pushes and the relay's own changes to a
@@ -15,7 +15,7 @@ use std::fs::{File, TryLockError};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use crate::names::identifier::PUSH_LOCK_FILE;
+use super::layout::PUSH_LOCK_FILE;
 
 /// How long a bounded wait sleeps between two tries.
 pub const RETRY: Duration = Duration::from_millis(25);

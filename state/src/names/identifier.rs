@@ -60,11 +60,6 @@ pub fn grasp_config_text(hooks_dir: &str) -> Option<String> {
     Some(out)
 }
 
-/// File inside each bare repository that a push locks exclusively (`File::lock`, taken by the
-/// relay's listener or grasp-cgi) while its receive-pack runs, serialising pushes to one repository across processes. Other writers may
-/// take it too, but never from code a hook waits on (the push holding it would deadlock).
-pub const PUSH_LOCK_FILE: &str = "grasp.lock";
-
 /// The directory under the git root that holds the object pools (`<git_root>/.pools`).
 pub const POOLS_DIR: &str = ".pools";
 
