@@ -148,7 +148,7 @@ impl std::fmt::Display for BodyFault {
                 "the request body ended after {got} of its {expected} bytes (client gone)"
             ),
             BodyFault::Idle(t) => write!(f, "no request body data for {t:?} (idle timeout)"),
-            BodyFault::TooSlow(rate) => write!(f, "the request body arrived slower than {rate} bytes/s (GRASP_GIT_MIN_RATE)"),
+            BodyFault::TooSlow(rate) => write!(f, "the request body arrived slower than {rate} bytes/s ({})", grasp_state::contract::env_names::GIT_MIN_RATE),
             BodyFault::Read(kind) => write!(f, "reading the request body failed: {kind}"),
         }
     }

@@ -52,7 +52,7 @@ fn head(title: &str) -> String {
 /// serve or hold the repository, the 404 page.
 pub fn repo_page(data_dir: Option<&Path>, repo: &RepoUrlPath) -> (&'static str, String) {
     let Some(data_dir) = data_dir else {
-        return ("503 Service Unavailable", unavailable_html(repo, "grasp-cgi runs without GRASP_DATA_DIR"));
+        return ("503 Service Unavailable", unavailable_html(repo, &format!("grasp-cgi runs without {}", grasp_state::contract::env_names::DATA_DIR)));
     };
     match crate::relay_api::repo_info(data_dir, &repo.npub, &repo.identifier) {
         Ok(Some(info)) => ("200 OK", repo_html(&info)),

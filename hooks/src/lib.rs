@@ -27,7 +27,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
-use grasp_state::contract::hook_config::{self, HookConfig};
+use grasp_state::contract::env_names;
+use grasp_state::contract::hook_config::HookConfig;
 use grasp_state::contract::layout;
 use grasp_state::names::identifier::{npub_of, RepoLayout, RepoSpace};
 use grasp_state::contract::push_limits::PushLimits;
@@ -89,7 +90,7 @@ pub fn settings(hook: &str) -> Result<HookConfig> {
     let installed = installed_config()?;
     let data_dir = data_dir
         .or_else(|| installed.as_ref().map(|c| c.data_dir.clone()))
-        .or_else(|| std::env::var_os(hook_config::DATA_DIR).map(PathBuf::from))
+        .or_else(|| std::env::var_os(env_names::DATA_DIR).map(PathBuf::from))
         .with_context(|| {
             format!("no data directory: {} is not beside this hook; restart grasp-relay to reinstall the hooks", layout::HOOK_CONFIG_FILE)
         })?;

@@ -541,7 +541,7 @@ fn cgi_binary_standalone() {
     let root = f.server.layout.git_root().to_str().unwrap().to_string();
     let refs_path = format!("/{npub}/standalone.git/info/refs");
     let ok = run(&[
-        ("GRASP_GIT_ROOT", &root),
+        (grasp_state::contract::env_names::GIT_ROOT, &root),
         ("REQUEST_METHOD", "GET"),
         ("PATH_INFO", &refs_path),
         ("QUERY_STRING", "service=git-upload-pack"),
@@ -555,7 +555,7 @@ fn cgi_binary_standalone() {
         "{ok}"
     );
     let options = run(&[
-        ("GRASP_GIT_ROOT", &root),
+        (grasp_state::contract::env_names::GIT_ROOT, &root),
         ("REQUEST_METHOD", "OPTIONS"),
         ("PATH_INFO", "/anything"),
     ]);
@@ -566,7 +566,7 @@ fn cgi_binary_standalone() {
         "{options}"
     );
     let missing = run(&[
-        ("GRASP_GIT_ROOT", &root),
+        (grasp_state::contract::env_names::GIT_ROOT, &root),
         ("REQUEST_METHOD", "GET"),
         ("PATH_INFO", &format!("/{npub}/../standalone.git/info/refs")),
     ]);
@@ -580,8 +580,8 @@ fn cgi_binary_standalone() {
     let exec_path = Command::new("git").arg("--exec-path").output().unwrap();
     let backend = std::path::Path::new(String::from_utf8_lossy(&exec_path.stdout).trim()).join("git-http-backend");
     let direct = run(&[
-        ("GRASP_GIT_ROOT", &root),
-        ("GRASP_GIT_HTTP_BACKEND", backend.to_str().unwrap()),
+        (grasp_state::contract::env_names::GIT_ROOT, &root),
+        (grasp_state::contract::env_names::GIT_HTTP_BACKEND, backend.to_str().unwrap()),
         ("REQUEST_METHOD", "GET"),
         ("PATH_INFO", &refs_path),
         ("QUERY_STRING", "service=git-upload-pack"),
@@ -590,15 +590,15 @@ fn cgi_binary_standalone() {
     let fake = f.tmp.path().join("fake-http-backend");
     write_hook(&fake, "printf 'Status: 200 OK\\nContent-Type: text/plain\\n\\nran %s' \"$GIT_PROJECT_ROOT\"");
     let faked = run(&[
-        ("GRASP_GIT_ROOT", &root),
-        ("GRASP_GIT_HTTP_BACKEND", fake.to_str().unwrap()),
+        (grasp_state::contract::env_names::GIT_ROOT, &root),
+        (grasp_state::contract::env_names::GIT_HTTP_BACKEND, fake.to_str().unwrap()),
         ("REQUEST_METHOD", "GET"),
         ("PATH_INFO", &refs_path),
     ]);
     assert!(faked.ends_with(&format!("ran {root}")) && faked.contains("Access-Control-Allow-Origin: *"), "{faked}");
     let misconfigured = run(&[("REQUEST_METHOD", "GET"), ("PATH_INFO", &refs_path)]);
     assert!(
-        misconfigured.starts_with("Status: 500") && misconfigured.contains("GRASP_GIT_ROOT"),
+        misconfigured.starts_with("Status: 500") && misconfigured.contains(grasp_state::contract::env_names::GIT_ROOT),
         "{misconfigured}"
     );
 }

@@ -147,7 +147,7 @@ fn a_bad_key_file_stops_startup_naming_it() {
     assert!(!data.join(grasp_state::contract::layout::RELAY_KEY_FILE).exists());
 
     // The same through the environment variable.
-    let out = start_fails(&data, &[], &[("GRASP_RELAY_KEY_FILE", &missing)]);
+    let out = start_fails(&data, &[], &[(grasp_state::contract::env_names::RELAY_KEY_FILE, &missing)]);
     assert!(String::from_utf8_lossy(&out.stderr).contains(&missing.display().to_string()));
 
     // The default file, once it exists, is never replaced either.
@@ -163,7 +163,7 @@ fn a_bad_key_file_stops_startup_naming_it() {
 fn help_lists_the_key_file() {
     let out = Command::new(binary_path("grasp-relay")).arg("--help").output().unwrap();
     let help = String::from_utf8_lossy(&out.stdout);
-    assert!(help.contains("--relay-key-file") && help.contains("GRASP_RELAY_KEY_FILE"), "{help}");
+    assert!(help.contains("--relay-key-file") && help.contains(grasp_state::contract::env_names::RELAY_KEY_FILE), "{help}");
 }
 
 /// At startup the relay publishes its profile (kind 0: name = domain, nip05 `_@domain`) and its

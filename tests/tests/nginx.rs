@@ -535,7 +535,7 @@ fn the_doctor_reads_the_front_as_fit_to_serve() {
             .arg("--data-dir")
             .arg(front.relay.data_dir())
             // The test machine's free space is not this test's subject.
-            .env("GRASP_MIN_FREE_DISK", "0")
+            .env(grasp_state::contract::env_names::MIN_FREE_DISK, "0")
             .output()
             .unwrap()
     };

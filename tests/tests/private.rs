@@ -267,7 +267,7 @@ async fn grasp_cgi_given_only_the_git_root_stays_private() {
         .env("REQUEST_METHOD", "GET")
         .env("PATH_INFO", format!("/{}/secret.git/info/refs", member.public_key().to_bech32().unwrap()))
         .env("QUERY_STRING", "service=git-upload-pack")
-        .env("GRASP_GIT_ROOT", &volume)
+        .env(grasp_state::contract::env_names::GIT_ROOT, &volume)
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);

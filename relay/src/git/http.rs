@@ -13,7 +13,7 @@
 //! into the child's stdin by a task, the child's CGI header block (`Status:` and headers) becomes
 //! the response head, and the rest of its stdout is streamed as the body.
 //!
-//! grasp-cgi is told it is supervised (`grasp_state::contract::cgi::ENV_SUPERVISED`): it checks the path,
+//! grasp-cgi is told it is supervised (`grasp_state::contract::env_names::CGI_SUPERVISED`): it checks the path,
 //! the repository, a private service's gate and, for a push, waits for the repository's push
 //! lock, then becomes `git http-backend` by exec (the lock's file stays open across it), since
 //! this listener already adds the CORS headers and bounds the body.
@@ -48,7 +48,7 @@ use bytes::Bytes;
 use http_body_util::BodyExt;
 use hyper::body::{Frame, Incoming};
 use hyper::header::{HeaderName, HeaderValue};
-use grasp_state::contract::{cgi, transfer};
+use grasp_state::contract::{cgi, env_names, transfer};
 use grasp_state::contract::git_backend::{self, BackendSetup, Service};
 use grasp_state::names::identifier::{parse_repo_path, RepoLayout, RepoSpace, RepoUrlPath};
 use grasp_state::contract::push_lock::PushLock;
@@ -482,21 +482,21 @@ async fn run_cgi(
         cmd.env_remove(var);
     }
     cmd.envs(vars)
-        .env("GRASP_GIT_ROOT", &cfg.backend.git_root)
+        .env(env_names::GIT_ROOT, &cfg.backend.git_root)
         .envs(cfg.env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
-        .env("GRASP_GIT_IDLE_TIMEOUT", cfg.idle_timeout.as_secs().max(1).to_string())
-        .env(transfer::ENV_MIN_RATE, cfg.min_rate.to_string())
+        .env(env_names::GIT_IDLE_TIMEOUT, cfg.idle_timeout.as_secs().max(1).to_string())
+        .env(env_names::GIT_MIN_RATE, cfg.min_rate.to_string())
         // This listener adds CORS, bounds the body and ends the group itself: a fetch's grasp-cgi
         // hands over to git http-backend by exec.
-        .env(cgi::ENV_SUPERVISED, "1")
+        .env(env_names::CGI_SUPERVISED, "1")
         .process_group(0)
         .kill_on_drop(true);
     match &cfg.backend.hooks_dir {
-        Some(dir) => cmd.env("GRASP_HOOKS_DIR", dir),
-        None => cmd.env_remove("GRASP_HOOKS_DIR"),
+        Some(dir) => cmd.env(env_names::HOOKS_DIR, dir),
+        None => cmd.env_remove(env_names::HOOKS_DIR),
     };
     let child = cmd
         .spawn()

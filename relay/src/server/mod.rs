@@ -46,6 +46,7 @@ use hyper::header::{
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
+use grasp_state::contract::env_names;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -259,16 +260,16 @@ async fn git_http_config(cfg: &crate::config::Config, data: &DataDir, grasp: &Gr
         // grasp-cgi asks the hook API for the repository page's data and, on a private service,
         // about every git request; it sets git's receive.maxInputSize from the push limit.
         env: vec![
-            ("GRASP_DATA_DIR".into(), data.root().display().to_string()),
-            (grasp_state::contract::push_limits::ENV_MAX_PUSH_BYTES.into(), cfg.max_push_bytes.to_string()),
-            (grasp_state::contract::push_limits::ENV_MAX_PR_PUSH_BYTES.into(), cfg.max_pr_push_bytes.to_string()),
+            (env_names::DATA_DIR.into(), data.root().display().to_string()),
+            (env_names::MAX_PUSH_BYTES.into(), cfg.max_push_bytes.to_string()),
+            (env_names::MAX_PR_PUSH_BYTES.into(), cfg.max_pr_push_bytes.to_string()),
             // GRASP-06: grasp-cgi serves /prs/ (or answers 404) as the relay does.
-            ("GRASP_GRASP06".into(), cfg.grasp06.to_string()),
+            (env_names::GRASP06.into(), cfg.grasp06.to_string()),
             // A push waits this long for another push to the repository, then is answered 503.
-            ("GRASP_PUSH_LOCK_WAIT".into(), cfg.push_lock_wait.as_secs().to_string()),
+            (env_names::PUSH_LOCK_WAIT.into(), cfg.push_lock_wait.as_secs().to_string()),
         ]
         .into_iter()
-        .chain(http_backend.map(|p| (grasp_state::contract::git_env::ENV_HTTP_BACKEND.to_string(), p.display().to_string())))
+        .chain(http_backend.map(|p| (env_names::GIT_HTTP_BACKEND.to_string(), p.display().to_string())))
         .collect(),
         idle_timeout: cfg.git_idle_timeout,
         min_rate: cfg.git_min_rate,

@@ -3,12 +3,6 @@
 //! blocks: the relay reading `grasp-cgi`'s output and `grasp-cgi` reading
 //! `git http-backend`'s. Lines may end in CRLF or LF.
 
-/// Environment variable by which grasp-relay's listener tells `grasp-cgi` that it supervises
-/// the request itself (CORS headers, the body's idle and rate bounds, the process group's end),
-/// so a git request may become `git http-backend` by exec instead of being relayed
-/// (docs/architecture.md).
-pub const ENV_SUPERVISED: &str = "GRASP_CGI_SUPERVISED";
-
 /// Largest CGI header block accepted from a child process.
 pub const MAX_HEAD_BYTES: usize = 64 * 1024;
 /// Most header lines accepted in one block.

@@ -15,10 +15,6 @@
 
 use std::ffi::{OsStr, OsString};
 
-/// grasp-cgi's variable (and `--http-backend` flag) naming git's `git-http-backend` program, run
-/// directly instead of through `git http-backend`; the relay sets it from `git --exec-path`.
-pub const ENV_HTTP_BACKEND: &str = "GRASP_GIT_HTTP_BACKEND";
-
 /// Variables every git child gets, after the inherited ones are cleared.
 pub const GIT_ENV: &[(&str, &str)] = &[
     ("GIT_CONFIG_NOSYSTEM", "1"),

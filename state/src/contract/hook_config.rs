@@ -14,10 +14,8 @@ use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 
 use super::layout::HOOK_CONFIG_FILE;
-use crate::contract::push_limits::{PushLimits, ENV_MAX_PR_PUSH_BYTES, ENV_MAX_PUSH_BYTES};
-
-/// The name of the data directory's line (the variable the hooks also read).
-pub const DATA_DIR: &str = "GRASP_DATA_DIR";
+use super::env_names::{DATA_DIR, MAX_PR_PUSH_BYTES, MAX_PUSH_BYTES};
+use crate::contract::push_limits::PushLimits;
 
 /// The hooks' configuration.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -52,7 +50,7 @@ impl HookConfig {
         out.extend_from_slice(dir);
         out.extend_from_slice(
             format!(
-                "\n{ENV_MAX_PUSH_BYTES}={}\n{ENV_MAX_PR_PUSH_BYTES}={}\n",
+                "\n{MAX_PUSH_BYTES}={}\n{MAX_PR_PUSH_BYTES}={}\n",
                 self.limits.max_push_bytes, self.limits.max_pr_push_bytes
             )
             .as_bytes(),

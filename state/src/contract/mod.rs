@@ -36,6 +36,7 @@ pub mod atomic_file;
 pub mod cgi;
 pub mod checkpoint_file;
 pub mod cors;
+pub mod env_names;
 pub mod git_backend;
 pub mod git_env;
 pub mod hook_api;

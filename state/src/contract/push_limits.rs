@@ -1,19 +1,14 @@
 //! How many bytes one push may bring (`--max-push-bytes`, `--max-pr-push-bytes`), decided on the
 //! size of the push's quarantine before anything lands (docs/security.md).
 //!
-//! The relay writes the limits into the hooks' configuration (`crate::contract::hook_config`) as
-//! [`ENV_MAX_PUSH_BYTES`] and
-//! [`ENV_MAX_PR_PUSH_BYTES`]; `grasp-pre-receive` measures git's quarantine directory and asks
-//! [`PushLimits::check`]. A refused push's objects are dropped with the quarantine.
+//! The relay writes the limits into the hooks' configuration ([`super::hook_config`]) as
+//! [`MAX_PUSH_BYTES`] and [`MAX_PR_PUSH_BYTES`]; `grasp-pre-receive` measures git's quarantine
+//! directory and asks [`PushLimits::check`]. A refused push's objects are dropped with the
+//! quarantine.
 
+use super::env_names::{MAX_PR_PUSH_BYTES, MAX_PUSH_BYTES};
 use crate::names::identifier::RepoSpace;
 use crate::names::refs::RefUpdate;
-
-/// Variable carrying `--max-push-bytes` to the hooks and grasp-cgi.
-pub const ENV_MAX_PUSH_BYTES: &str = "GRASP_MAX_PUSH_BYTES";
-/// Variable carrying `--max-pr-push-bytes` to the hooks and grasp-cgi (git's
-/// `receive.maxInputSize` for a contributor repository).
-pub const ENV_MAX_PR_PUSH_BYTES: &str = "GRASP_MAX_PR_PUSH_BYTES";
 
 /// `--max-push-bytes`' default: 1 GiB.
 pub const DEFAULT_MAX_PUSH_BYTES: u64 = 1 << 30;
@@ -41,8 +36,8 @@ impl PushLimits {
     pub fn from_vars(var: impl Fn(&str) -> Option<String>) -> PushLimits {
         let read = |name: &str, default: u64| var(name).and_then(|v| v.trim().parse().ok()).unwrap_or(default);
         PushLimits {
-            max_push_bytes: read(ENV_MAX_PUSH_BYTES, DEFAULT_MAX_PUSH_BYTES),
-            max_pr_push_bytes: read(ENV_MAX_PR_PUSH_BYTES, DEFAULT_MAX_PR_PUSH_BYTES),
+            max_push_bytes: read(MAX_PUSH_BYTES, DEFAULT_MAX_PUSH_BYTES),
+            max_pr_push_bytes: read(MAX_PR_PUSH_BYTES, DEFAULT_MAX_PR_PUSH_BYTES),
         }
     }
 
@@ -111,7 +106,7 @@ mod tests {
 
     #[test]
     fn limits_come_from_the_variables() {
-        let limits = PushLimits::from_vars(|k| (k == ENV_MAX_PR_PUSH_BYTES).then(|| "7".to_string()));
+        let limits = PushLimits::from_vars(|k| (k == MAX_PR_PUSH_BYTES).then(|| "7".to_string()));
         assert_eq!(limits, PushLimits { max_push_bytes: DEFAULT_MAX_PUSH_BYTES, max_pr_push_bytes: 7 });
     }
 

@@ -12,9 +12,6 @@ use std::time::Duration;
 /// `--git-min-rate`'s default: 1 KiB/s, well below any real network, far above a trickle.
 pub const DEFAULT_MIN_RATE: u64 = 1024;
 
-/// The environment variable grasp-cgi reads the minimum rate from (bytes per second).
-pub const ENV_MIN_RATE: &str = "GRASP_GIT_MIN_RATE";
-
 /// Is a body that brought `bytes` in `elapsed` too slow? Never within `grace`; `min_rate` 0
 /// means no minimum.
 pub fn too_slow(bytes: u64, elapsed: Duration, grace: Duration, min_rate: u64) -> bool {

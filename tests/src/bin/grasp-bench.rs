@@ -275,7 +275,7 @@ impl Relay {
         let mut command = Command::new(binary_path("grasp-relay"));
         // Never the internet: no public index relay (the Sync+ rows name loopback ones).
         if !extra.contains(&"--index-relay") {
-            command.env("GRASP_NO_INDEX_RELAYS", "true");
+            command.env(grasp_state::contract::env_names::NO_INDEX_RELAYS, "true");
         }
         let child = command
             .args(["--bind", bind, "--log", "warn"])
@@ -877,7 +877,7 @@ async fn sync_run(peer_args: &[&str], n: usize, tmp: &Path) -> Result<(Duration,
     let started = Instant::now();
     push(&work.dir, &follower.repo_url(&owner.public_key(), id), "main")?;
     let url = peer.ws_url().trim_end_matches('/').to_string();
-    let deadline = Instant::now() + Duration::from_secs(std::env::var("GRASP_BENCH_SYNC_TIMEOUT").ok().and_then(|s| s.parse().ok()).unwrap_or(600));
+    let deadline = Instant::now() + Duration::from_secs(std::env::var(grasp_state::contract::env_names::BENCH_SYNC_TIMEOUT).ok().and_then(|s| s.parse().ok()).unwrap_or(600));
     loop {
         let view = operator_view(&follower, "/v1/sync").await?;
         let entry = view["relays"].as_array().and_then(|r| r.iter().find(|r| r["url"] == url.as_str()).cloned());
