@@ -196,7 +196,7 @@ const REACH_SCANS: usize = 3;
 
 /// [`TrustIndex::owners_reaching`] without building the index: one scan of the lists per level
 /// of the walk back from `pk` (a key is usually reached in one or two), the index past
-/// [`REACH_SCANS`] levels. The same answer either way.
+/// `REACH_SCANS` levels. The same answer either way.
 pub fn owners_reaching(pk: &PublicKey, announcements: &[(Announcement, Source)]) -> BTreeSet<PublicKey> {
     let mut reached: BTreeSet<PublicKey> = announcements.iter().filter(|(a, _)| a.owner == *pk).map(|(a, _)| a.owner).collect();
     let mut seen: HashSet<PublicKey> = HashSet::from([*pk]);

@@ -19,7 +19,8 @@
 //!
 //! [`Claims`] is the result: whom the announcement lists as active maintainers (the edges of
 //! the maintainer graph), the lead it names, whether its author declined. Who is *confirmed* is
-//! decided over all announcements of an identifier by [`crate::authority::maintainers::MaintainerSet`].
+//! decided over all announcements of an identifier by the maintainer set (`MaintainerSet`, in the
+//! `authority` room, which builds on this one).
 
 use nostr::prelude::PublicKey;
 

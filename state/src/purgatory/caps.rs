@@ -30,7 +30,7 @@
 //! free the caps after the purgatory TTL, not after the soft-expiry TTL) and counts against a
 //! budget of its own, [`Caps::soft_expired`]. That one is the exception to "never evict": when it
 //! is spent, the oldest soft-expired announcement expires for good to make room
-//! ([`Counts::soft_expired_full`]); a revival counts against its owner and the total again.
+//! (`Counts::soft_expired_full`); a revival counts against its owner and the total again.
 
 use std::collections::HashMap;
 use std::fmt;

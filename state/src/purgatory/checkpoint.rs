@@ -4,7 +4,7 @@
 //! `<git_data_path>/purgatory-state.json`, and restores it at start. Flow:
 //! [`Purgatory::snapshot`] under the relay's lock (a [`PurgatorySnapshot`]: the held events'
 //! `Arc`s and plain fields; no event is cloned, nothing is serialised), then
-//! `write_checkpoint` (the file is `crate::contract::checkpoint_file`'s; or
+//! `write_checkpoint` (the file is the `contract` room's, `checkpoint_file`; or
 //! [`PurgatorySnapshot::to_state`] / `to_json`) outside it. At start, `read_checkpoint`; on
 //! [`CheckpointError`] the caller moves the file aside with `set_aside` and starts empty;
 //! otherwise [`Purgatory::restore`]. Restore never deletes the file: it stays the crash-safe copy
