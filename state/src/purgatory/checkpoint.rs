@@ -343,12 +343,61 @@ pub struct PurgatorySnapshot {
 
 /// A state event as captured: the shared event and `Copy` fields only.
 #[derive(Debug, Clone)]
-struct HeldState {
+pub(super) struct HeldState {
     event: Arc<Event>,
     author: PublicKey,
     created_at: Instant,
     expires_at: Instant,
     origin: Option<IpAddr>,
+}
+
+impl HeldState {
+    pub(super) fn of(s: &StateEntry) -> HeldState {
+        HeldState { event: Arc::clone(&s.event), author: s.author, created_at: s.created_at, expires_at: s.expires_at, origin: s.origin }
+    }
+
+    /// Its saved form, `now` being the purgatory's clock.
+    pub(super) fn saved(&self, identifier: &str, now: Instant) -> SavedState {
+        SavedState {
+            event: SavedEvent::Parsed(Arc::clone(&self.event)),
+            author: self.author.to_hex(),
+            identifier: identifier.to_string(),
+            age_secs: now.saturating_duration_since(self.created_at).as_secs(),
+            expires_in_secs: secs_until(now, self.expires_at),
+            address: saved_address(self.origin),
+        }
+    }
+}
+
+/// The saved form of a held (not soft-expired) announcement, `now` being the purgatory's clock.
+pub(super) fn saved_announcement(a: &AnnouncementEntry, now: Instant) -> SavedAnnouncement {
+    SavedAnnouncement {
+        event: SavedEvent::Parsed(Arc::clone(&a.event)),
+        owner: a.owner.to_hex(),
+        identifier: a.identifier.clone(),
+        repo_path: PathBuf::new(),
+        relays: a.relays.iter().cloned().collect(),
+        age_secs: now.saturating_duration_since(a.created_at).as_secs(),
+        expires_in_secs: secs_until(now, a.expires_at),
+        soft_expired: false,
+        address: saved_address(a.origin),
+    }
+}
+
+/// The saved form of a held pull request or placeholder, `now` being the purgatory's clock.
+pub(super) fn saved_pr(p: &PrEntry, now: Instant) -> SavedPr {
+    SavedPr {
+        event: p.event.as_ref().map(|e| SavedEvent::Parsed(Arc::clone(e))),
+        commit: p.commit.clone(),
+        repos: p.repos.iter().map(saved_repo).collect(),
+        destinations: p.destinations.iter().map(saved_repo).collect(),
+        age_secs: now.saturating_duration_since(p.created_at).as_secs(),
+        // Pending cleanup: due at once after a restart.
+        expires_in_secs: if p.cleanup_pending { 0 } else { secs_until(now, p.expires_at) },
+        address: saved_address(p.origin),
+        unsigned_bytes: p.unsigned_bytes,
+        unsigned_others: saved_shares(&p.unsigned_others),
+    }
 }
 
 impl PurgatorySnapshot {
@@ -359,58 +408,14 @@ impl PurgatorySnapshot {
             saved_at: self.saved_at,
             ..PurgatoryState::default()
         };
-        let age = |created: Instant| now.saturating_duration_since(created).as_secs();
         for a in &self.announcements {
-            state.announcement_purgatory.insert(
-                format!("{}:{}", a.owner.to_hex(), a.identifier),
-                SavedAnnouncement {
-                    event: SavedEvent::Parsed(Arc::clone(&a.event)),
-                    owner: a.owner.to_hex(),
-                    identifier: a.identifier.clone(),
-                    repo_path: PathBuf::new(),
-                    relays: a.relays.iter().cloned().collect(),
-                    age_secs: age(a.created_at),
-                    expires_in_secs: secs_until(now, a.expires_at),
-                    soft_expired: false,
-                    address: saved_address(a.origin),
-                },
-            );
+            state.announcement_purgatory.insert(format!("{}:{}", a.owner.to_hex(), a.identifier), saved_announcement(a, now));
         }
         for (identifier, list) in &self.states {
-            state.state_events.insert(
-                identifier.clone(),
-                list.iter()
-                    .map(|s| SavedState {
-                        event: SavedEvent::Parsed(Arc::clone(&s.event)),
-                        author: s.author.to_hex(),
-                        identifier: identifier.clone(),
-                        age_secs: age(s.created_at),
-                        expires_in_secs: secs_until(now, s.expires_at),
-                        address: saved_address(s.origin),
-                    })
-                    .collect(),
-            );
+            state.state_events.insert(identifier.clone(), list.iter().map(|s| s.saved(identifier, now)).collect());
         }
         for (id, p) in &self.prs {
-            state.pr_events.insert(
-                id.to_hex(),
-                SavedPr {
-                    event: p.event.as_ref().map(|e| SavedEvent::Parsed(Arc::clone(e))),
-                    commit: p.commit.clone(),
-                    repos: p.repos.iter().map(saved_repo).collect(),
-                    destinations: p.destinations.iter().map(saved_repo).collect(),
-                    age_secs: age(p.created_at),
-                    // Pending cleanup: due at once after a restart.
-                    expires_in_secs: if p.cleanup_pending {
-                        0
-                    } else {
-                        secs_until(now, p.expires_at)
-                    },
-                    address: saved_address(p.origin),
-                    unsigned_bytes: p.unsigned_bytes,
-                    unsigned_others: saved_shares(&p.unsigned_others),
-                },
-            );
+            state.pr_events.insert(id.to_hex(), saved_pr(p, now));
         }
         for (id, at) in &self.expired {
             state.expired_events.insert(id.to_hex(), unix_secs(*at));
@@ -449,16 +454,7 @@ impl Purgatory {
                 .states
                 .iter()
                 .map(|(identifier, list)| {
-                    let held = list
-                        .iter()
-                        .map(|s| HeldState {
-                            event: Arc::clone(&s.event),
-                            author: s.author,
-                            created_at: s.created_at,
-                            expires_at: s.expires_at,
-                            origin: s.origin,
-                        })
-                        .collect();
+                    let held = list.iter().map(HeldState::of).collect();
                     (identifier.clone(), held)
                 })
                 .collect(),
