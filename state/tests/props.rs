@@ -259,6 +259,18 @@ fn small_updates(current: RefMap) -> impl Strategy<Value = (RefMap, Vec<RefUpdat
     })
 }
 
+/// A state of `repo` by the first key, `t` seconds after the tests' epoch.
+fn repo_state(id: [u8; 32], refs: RefMap, t: u64) -> RepoState {
+    RepoState {
+        event_id: EventId::from_byte_array(id),
+        author: pubkeys()[0],
+        identifier: "repo".to_owned(),
+        refs,
+        head: None,
+        created_at: Timestamp::from(1_700_000_000 + t),
+    }
+}
+
 fn candidates() -> impl Strategy<Value = Vec<StateCandidate>> {
     prop::collection::vec((small_refmap(), 0u64..3, any::<bool>()), 0..4).prop_map(|raw| {
         raw.into_iter()
@@ -266,17 +278,7 @@ fn candidates() -> impl Strategy<Value = Vec<StateCandidate>> {
             .map(|(i, (refs, t, stored))| {
                 let mut id = [0u8; 32];
                 id[0] = i as u8 + 1;
-                StateCandidate {
-                    state: RepoState {
-                        event_id: EventId::from_byte_array(id),
-                        author: pubkeys()[0],
-                        identifier: "repo".to_owned(),
-                        refs,
-                        head: None,
-                        created_at: Timestamp::from(1_700_000_000 + t),
-                    },
-                    source: if stored { Source::Stored } else { Source::Purgatory },
-                }
+                StateCandidate { state: repo_state(id, refs, t), source: if stored { Source::Stored } else { Source::Purgatory } }
             })
             .collect()
     })
@@ -945,14 +947,7 @@ fn stored_and_held() -> impl Strategy<Value = (Option<RepoState>, Vec<RepoState>
         let mut id = [0u8; 32];
         id[0] = i as u8 + 1;
         id[1] = (t * 7 + i as u64) as u8; // ids do not follow the insertion order
-        RepoState {
-            event_id: EventId::from_byte_array(id),
-            author: pubkeys()[0],
-            identifier: "repo".to_owned(),
-            refs,
-            head: None,
-            created_at: Timestamp::from(1_700_000_000 + t),
-        }
+        repo_state(id, refs, t)
     };
     (
         prop::option::of((small_refmap(), 0u64..4)),

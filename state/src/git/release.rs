@@ -241,6 +241,11 @@ mod tests {
     use super::*;
     use nostr::prelude::{Keys, PublicKey, Timestamp};
 
+    /// The facts of a repository with `refs`, no HEAD, only held states, nothing stored.
+    fn held_only<'a>(refs: &'a RefMap, held_states: &'a [RepoState], missing: Option<&'a BTreeSet<String>>, announcement_held: bool) -> RepoFacts<'a> {
+        RepoFacts { refs, head: None, held_states, held_prs: &[], latest_stored: None, missing, announcement_held }
+    }
+
     fn st(branches: &[&str], head: Option<&str>) -> RepoState {
         RepoState {
             event_id: EventId::from_slice(&[0; 32]).unwrap(),
@@ -329,15 +334,7 @@ mod tests {
         let held = [promoted.clone(), older_missing.clone(), older_here.clone(), newer_missing, other_author, other_d];
         let refs = RefMap::new();
         let missing: BTreeSet<String> = [gone.clone()].into();
-        let facts = RepoFacts {
-            refs: &refs,
-            head: None,
-            held_states: &held,
-            held_prs: &[],
-            latest_stored: None,
-            missing: Some(&missing),
-            announcement_held: false,
-        };
+        let facts = held_only(&refs, &held, Some(&missing), false);
         let plan = plan_release(&facts);
         assert_eq!(plan.store.iter().map(|s| s.event_id).collect::<Vec<_>>(), [older_here.event_id, promoted.event_id]);
         assert_eq!(superseded_held(&facts, &plan.store), [older_missing.event_id]);
@@ -356,15 +353,7 @@ mod tests {
             (RefMap::new(), true),
             (map(&[("refs/heads/main", &"a".repeat(40))]), false),
         ] {
-            let facts = RepoFacts {
-                refs: &refs,
-                head: None,
-                held_states: &held,
-                held_prs: &[],
-                latest_stored: None,
-                missing: Some(&none),
-                announcement_held: held_announcement,
-            };
+            let facts = held_only(&refs, &held, Some(&none), held_announcement);
             if promotion_is_certain(&facts) {
                 for stored in [&[][..], std::slice::from_ref(&a), &held[..]] {
                     assert!(settle(&facts, stored).promote_announcement, "{refs:?} {stored:?}");
