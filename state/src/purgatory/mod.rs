@@ -5,9 +5,10 @@
 //! until the other half arrives or 30 minutes pass (see docs/protocol.md#purgatory).
 //!
 //! This module is the pure data model: plain `&mut self` methods, no async, no git, no
-//! filesystem (except [`checkpoint`]'s read/write helpers). Time comes from an injected
-//! [`Clock`]. Expiry is driven by [`Purgatory::sweep`], which returns [`SweepAction`]s for the
-//! caller to carry out (delete a bare repository, delete a placeholder ref) outside any lock.
+//! filesystem (the checkpoint file is read and written by `contract::checkpoint_file`). Time
+//! comes from an injected [`Clock`]. Expiry is driven by [`Purgatory::sweep`], which returns
+//! [`SweepAction`]s for the caller to carry out (delete a bare repository, delete a placeholder
+//! ref) outside any lock.
 //!
 //! Layout:
 //! - [`clock`]: `Clock`, `SystemClock`, `ManualClock`.
