@@ -18,7 +18,7 @@ use std::process::ChildStdin;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::Duration;
 
-use grasp_state::transfer;
+use grasp_state::contract::transfer;
 
 /// The backend's process group (its pid), 0 while none runs. Read by the signal handler.
 static BACKEND_GROUP: AtomicI32 = AtomicI32::new(0);
@@ -148,7 +148,7 @@ impl std::fmt::Display for BodyFault {
                 "the request body ended after {got} of its {expected} bytes (client gone)"
             ),
             BodyFault::Idle(t) => write!(f, "no request body data for {t:?} (idle timeout)"),
-            BodyFault::TooSlow(rate) => write!(f, "the request body arrived slower than {rate} bytes/s (GRASP_GIT_MIN_RATE)"),
+            BodyFault::TooSlow(rate) => write!(f, "the request body arrived slower than {rate} bytes/s ({})", grasp_state::contract::env_names::GIT_MIN_RATE),
             BodyFault::Read(kind) => write!(f, "reading the request body failed: {kind}"),
         }
     }
@@ -157,7 +157,7 @@ impl std::fmt::Display for BodyFault {
 /// Copies the request body from `from` to the backend's stdin: exactly `content_length` bytes
 /// when given (what the client sends beyond is not the backend's), else up to end of input.
 /// Closes the backend's stdin at the end. A body that ends short, stalls for `idle`, or past
-/// `idle` averages less than `min_rate` bytes per second (`grasp_state::transfer`; 0: no
+/// `idle` averages less than `min_rate` bytes per second (`grasp_state::contract::transfer`; 0: no
 /// minimum) is a fault; the caller kills the backend. The backend closing its stdin early is
 /// not a fault.
 pub fn feed_body(

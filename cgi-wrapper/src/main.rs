@@ -3,7 +3,7 @@
 //! Used the same way under nginx + fcgiwrap and by grasp-relay's own listener. For a request
 //! to `/<npub>/<identifier>.git<rest>` (CGI `PATH_INFO`, decoded as RFC 3875 says) it:
 //! - answers `OPTIONS` with 204 and CORS headers;
-//! - validates the path with [`grasp_state::identifier::parse_repo_path`] and answers 404 (HTML
+//! - validates the path with [`grasp_state::names::identifier::parse_repo_path`] and answers 404 (HTML
 //!   for browsers, text otherwise) for malformed paths and repositories that do not exist;
 //! - with `--grasp06`, serves GRASP-06 contributor repositories at `/prs/<npub>/<identifier>.git`
 //!   too: a path with no repository answers a ref advertisement as an empty repository (nothing
@@ -18,9 +18,9 @@
 //!   streamed, with the CORS headers inserted into its CGI header block. `HEAD` runs as `GET`
 //!   with the body dropped.
 //!
-//! Every response carries the CORS headers GRASP requires ([`grasp_state::cors`], the same
+//! Every response carries the CORS headers GRASP requires ([`grasp_state::contract::cors`], the same
 //! definition the relay uses). `git http-backend` runs under the relay's git environment policy
-//! ([`grasp_state::git_env`]: no inherited `GIT_*`, no system or global git configuration).
+//! ([`grasp_state::contract::git_env`]: no inherited `GIT_*`, no system or global git configuration).
 //!
 //! Pushes to one repository are serialised across processes: `POST .../git-receive-pack` holds
 //! the repository's push lock ([`PushLock`], `<repo>/grasp.lock`) while the backend (and so the
@@ -34,8 +34,8 @@
 //!
 //! Under grasp-relay's own listener, the relay starts `git http-backend` itself for a plain git
 //! request to a public service's existing repository whose push lock is free, with the same
-//! command ([`grasp_state::git_backend`]), and leaves the rest to grasp-cgi. There
-//! (`GRASP_CGI_SUPERVISED`, [`grasp_state::cgi::ENV_SUPERVISED`]) a git request, once its path,
+//! command ([`grasp_state::contract::git_backend`]), and leaves the rest to grasp-cgi. There
+//! ([`env_names::CGI_SUPERVISED`]) a git request, once its path,
 //! repository, private gate (and for a push, its push lock) are checked, becomes `git
 //! http-backend` by exec: the relay adds the CORS headers, bounds the body and ends the process
 //! group itself. A push's lock stays open across the exec, so the backend and everything it
@@ -80,11 +80,11 @@ use std::process::{Command, ExitCode, Stdio};
 
 use anyhow::Context;
 use clap::Parser;
-use grasp_state::identifier::{parse_repo_path, RepoLayout, RepoSpace, RepoUrlPath};
-use grasp_state::prs::{empty_advertisement, GitService};
-use grasp_state::push_lock::{self, PushLock, PushLockError};
-use grasp_state::git_backend::{self, BackendSetup, Service};
-use grasp_state::{cgi, cors};
+use grasp_state::names::identifier::{parse_repo_path, RepoLayout, RepoSpace, RepoUrlPath};
+use grasp_state::git::prs::{empty_advertisement, GitService};
+use grasp_state::contract::push_lock::{self, PushLock, PushLockError};
+use grasp_state::contract::git_backend::{self, BackendSetup, Service};
+use grasp_state::contract::{cgi, cors, env_names};
 
 /// CGI program serving GRASP repositories (/<npub>/<identifier>.git) through git http-backend.
 /// The request comes from the CGI environment (PATH_INFO, REQUEST_METHOD, QUERY_STRING, ...).
@@ -92,61 +92,61 @@ use grasp_state::{cgi, cors};
 #[command(version)]
 struct Args {
     /// Root directory holding <npub>/<identifier>.git bare repositories.
-    #[arg(long, env = "GRASP_GIT_ROOT")]
+    #[arg(long, env = env_names::GIT_ROOT)]
     git_root: PathBuf,
     /// Directory with the GRASP git hooks, set as core.hooksPath for every request.
-    #[arg(long, env = "GRASP_HOOKS_DIR")]
+    #[arg(long, env = env_names::HOOKS_DIR)]
     hooks_dir: Option<PathBuf>,
     /// The relay's data directory: grasp-cgi reads the hook API's address and token there to
     /// fetch the repository page's data (without it the page shows no details), and a private
     /// service's marker (the parent of the git root and the git root itself are checked for
     /// it too).
-    #[arg(long, env = "GRASP_DATA_DIR")]
+    #[arg(long, env = env_names::DATA_DIR)]
     data_dir: Option<PathBuf>,
     /// The git executable.
-    #[arg(long, env = "GRASP_GIT", default_value = "git")]
+    #[arg(long, env = env_names::GIT, default_value = "git")]
     git: PathBuf,
     /// git's `git-http-backend` program (in `git --exec-path`), run directly instead of
     /// `<git> http-backend`: one process start less per request. The relay sets it.
-    #[arg(long, env = grasp_state::git_env::ENV_HTTP_BACKEND)]
+    #[arg(long, env = env_names::GIT_HTTP_BACKEND)]
     http_backend: Option<PathBuf>,
     /// Seconds a request body may send nothing before the request is ended and its git
     /// processes killed (a body ending short of CONTENT_LENGTH ends it at once).
-    #[arg(long, env = "GRASP_GIT_IDLE_TIMEOUT", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, env = env_names::GIT_IDLE_TIMEOUT, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
     idle_timeout: u64,
     /// Seconds a push waits for another push to the same repository to end before it is
     /// answered 503 (retry later); 0 tries once.
-    #[arg(long, env = "GRASP_PUSH_LOCK_WAIT", default_value_t = 10)]
+    #[arg(long, env = env_names::PUSH_LOCK_WAIT, default_value_t = 10)]
     push_lock_wait: u64,
 
     /// Past the idle timeout, the request body must average at least this many bytes per
     /// second since the request began, or the request is ended and its git processes killed
     /// (0: no minimum).
-    #[arg(long, env = grasp_state::transfer::ENV_MIN_RATE, default_value_t = grasp_state::transfer::DEFAULT_MIN_RATE)]
+    #[arg(long, env = env_names::GIT_MIN_RATE, default_value_t = grasp_state::contract::transfer::DEFAULT_MIN_RATE)]
     min_rate: u64,
 
     /// Bytes of a push's pack git reads at most (its `receive.maxInputSize`); the relay passes
     /// its --max-push-bytes, behind nginx set it to the same value. Default: no git limit (the
     /// pre-receive hook still checks the relay's).
-    #[arg(long, env = grasp_state::push_limits::ENV_MAX_PUSH_BYTES, value_name = "BYTES")]
+    #[arg(long, env = env_names::MAX_PUSH_BYTES, value_name = "BYTES")]
     max_push_bytes: Option<u64>,
 
     /// The same for a push to a GRASP-06 contributor repository (`/prs/...`): the relay passes
     /// its --max-pr-push-bytes, behind nginx set it to the same value.
-    #[arg(long, env = grasp_state::push_limits::ENV_MAX_PR_PUSH_BYTES, value_name = "BYTES")]
+    #[arg(long, env = env_names::MAX_PR_PUSH_BYTES, value_name = "BYTES")]
     max_pr_push_bytes: Option<u64>,
 
     /// Serve GRASP-06 contributor repositories (`/prs/<npub>/<identifier>.git`): set when the
     /// relay runs with --grasp06 (the relay passes it; behind nginx set it to the same value).
     /// Off, every `/prs/` path is answered 404.
-    #[arg(long, env = "GRASP_GRASP06", value_parser = clap::builder::BoolishValueParser::new())]
+    #[arg(long, env = env_names::GRASP06, value_parser = clap::builder::BoolishValueParser::new())]
     grasp06: bool,
 
     /// Set by grasp-relay's own listener, which adds the CORS headers, bounds and feeds the
     /// request body and ends the process group itself: a `GET` or `POST` then becomes `git
     /// http-backend` (exec, a push's lock kept open across it) instead of being relayed through
     /// grasp-cgi. Not for nginx + fcgiwrap.
-    #[arg(long, env = grasp_state::cgi::ENV_SUPERVISED, value_parser = clap::builder::BoolishValueParser::new())]
+    #[arg(long, env = env_names::CGI_SUPERVISED, value_parser = clap::builder::BoolishValueParser::new())]
     supervised: bool,
 }
 
@@ -161,7 +161,7 @@ fn main() -> ExitCode {
                 &mut out,
                 "500 Internal Server Error",
                 "text/plain; charset=utf-8",
-                b"grasp-cgi is misconfigured: set GRASP_GIT_ROOT (see grasp-cgi --help).\n",
+                format!("grasp-cgi is misconfigured: set {} (see grasp-cgi --help).\n", env_names::GIT_ROOT).as_bytes(),
                 false,
             );
             return ExitCode::FAILURE;
@@ -322,7 +322,7 @@ fn private_gate(args: &Args, repo: &RepoUrlPath) -> bool {
         Service::Public => return true,
         Service::Private { data_dir: Some(dir) } => dir,
         Service::Private { data_dir: None } => {
-            eprintln!("grasp-cgi: private service: no data directory to find the relay in (set GRASP_DATA_DIR); refusing");
+            eprintln!("grasp-cgi: private service: no data directory to find the relay in (set {}); refusing", env_names::DATA_DIR);
             return false;
         }
     };
@@ -350,7 +350,7 @@ fn missing_contributor_repo(args: &Args, req: &Request, repo: &RepoUrlPath, out:
         }
         (false, "/git-receive-pack") if req.method == "POST" => {
             let Some(data_dir) = args.data_dir.clone().or_else(|| args.git_root.parent().map(Path::to_path_buf)) else {
-                return Some(relay_unavailable(out, "no data directory to find the relay in (set GRASP_DATA_DIR)"));
+                return Some(relay_unavailable(out, &format!("no data directory to find the relay in (set {})", env_names::DATA_DIR)));
             };
             match relay_api::create_prs_repo(&data_dir, &repo.npub, &repo.identifier) {
                 Ok(_) => None,
@@ -648,7 +648,7 @@ mod tests {
     fn help_names_the_push_limit_variable() {
         use clap::CommandFactory;
         let help = Args::command().render_long_help().to_string();
-        assert!(help.contains("--max-push-bytes") && help.contains("GRASP_MAX_PUSH_BYTES"), "{help}");
+        assert!(help.contains("--max-push-bytes") && help.contains(env_names::MAX_PUSH_BYTES), "{help}");
         let args = Args::try_parse_from(["grasp-cgi", "--git-root", "/g", "--max-push-bytes", "1000"]).unwrap();
         let cfg = backend_setup(&args).per_request_config();
         assert!(cfg.iter().any(|(k, v)| k == "receive.maxInputSize" && v == "1000"));

@@ -6,13 +6,13 @@
 //! repository page's data comes from the relay's hook API ([`crate::relay_api`]): name,
 //! description, maintainers, the latest state, and every URL, built by the relay from its
 //! configured public host (never from this request's `Host` header). All text goes through
-//! [`grasp_state::html::escape`]; no JavaScript.
+//! [`grasp_state::contract::html::escape`]; no JavaScript.
 
 use std::path::Path;
 
-use grasp_state::hook_api::{RepoInfo, RepoStatus};
-use grasp_state::html::{escape, format_utc, STYLE};
-use grasp_state::identifier::RepoUrlPath;
+use grasp_state::contract::hook_api::{RepoInfo, RepoStatus};
+use grasp_state::contract::html::{escape, format_utc, STYLE};
+use grasp_state::names::identifier::RepoUrlPath;
 
 /// Longest name and description shown (characters); longer ones are cut with `…`.
 const MAX_NAME_CHARS: usize = 200;
@@ -52,7 +52,7 @@ fn head(title: &str) -> String {
 /// serve or hold the repository, the 404 page.
 pub fn repo_page(data_dir: Option<&Path>, repo: &RepoUrlPath) -> (&'static str, String) {
     let Some(data_dir) = data_dir else {
-        return ("503 Service Unavailable", unavailable_html(repo, "grasp-cgi runs without GRASP_DATA_DIR"));
+        return ("503 Service Unavailable", unavailable_html(repo, &format!("grasp-cgi runs without {}", grasp_state::contract::env_names::DATA_DIR)));
     };
     match crate::relay_api::repo_info(data_dir, &repo.npub, &repo.identifier) {
         Ok(Some(info)) => ("200 OK", repo_html(&info)),
@@ -165,7 +165,7 @@ pub fn not_found_text(path: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use grasp_state::hook_api::{RefView, HOOK_API_VERSION};
+    use grasp_state::contract::hook_api::{RefView, HOOK_API_VERSION};
 
     fn info() -> RepoInfo {
         RepoInfo {

@@ -13,11 +13,11 @@ use std::time::Duration;
 
 use anyhow::Result;
 use grasp_hooks::client::ApiClient;
-use grasp_state::hook_api::{
+use grasp_state::contract::hook_api::{
     check_version, GitAuthRequest, GitAuthResponse, PrsRepoRequest, PrsRepoResponse, RepoInfo, HOOK_API_VERSION, PATH_GIT_AUTH,
     PATH_PRS_REPO, PATH_REPO_PREFIX,
 };
-use grasp_state::identifier::percent_encode_segment;
+use grasp_state::names::identifier::percent_encode_segment;
 
 /// Longest wait for one answer of the relay (connect, send, answer).
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(10);

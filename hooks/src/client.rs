@@ -11,7 +11,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use grasp_state::hook_api::{ADDR_FILE, TOKEN_FILE, TOKEN_HEADER};
+use grasp_state::contract::hook_api::TOKEN_HEADER;
+use grasp_state::contract::layout::{API_ADDR_FILE, API_TOKEN_FILE};
 use serde::{de::DeserializeOwned, Serialize};
 use ureq::config::Config;
 use ureq::http::Uri;
@@ -36,8 +37,8 @@ impl ApiClient {
     /// Reads `<data_dir>/api-addr` and `<data_dir>/api-token`; every call waits at most `timeout`
     /// in total (connect, send, answer).
     pub fn from_data_dir(data_dir: &Path, timeout: Duration) -> Result<Self> {
-        let addr = read_trimmed(data_dir, ADDR_FILE)?;
-        let token = read_trimmed(data_dir, TOKEN_FILE)?;
+        let addr = read_trimmed(data_dir, API_ADDR_FILE)?;
+        let token = read_trimmed(data_dir, API_TOKEN_FILE)?;
         let config = ureq::Agent::config_builder()
             .timeout_global(Some(timeout))
             .timeout_connect(Some(CONNECT_TIMEOUT.min(timeout)))
@@ -48,7 +49,7 @@ impl ApiClient {
             .build();
         // The relay writes an IP address and port; anything else is a broken data directory.
         let Ok(socket) = addr.parse::<SocketAddr>() else {
-            bail!("{} holds {addr:?}, not an IP address and port (restart grasp-relay to rewrite it)", data_dir.join(ADDR_FILE).display());
+            bail!("{} holds {addr:?}, not an IP address and port (restart grasp-relay to rewrite it)", data_dir.join(API_ADDR_FILE).display());
         };
         let agent = ureq::Agent::with_parts(config, DefaultConnector::new(), ApiAddress(socket));
         Ok(ApiClient { addr, token, agent })
@@ -147,8 +148,8 @@ mod tests {
     fn fake_relay(answer: &'static [u8]) -> (tempfile::TempDir, std::thread::JoinHandle<String>) {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join(ADDR_FILE), listener.local_addr().unwrap().to_string()).unwrap();
-        std::fs::write(dir.path().join(TOKEN_FILE), "secret\n").unwrap();
+        std::fs::write(dir.path().join(API_ADDR_FILE), listener.local_addr().unwrap().to_string()).unwrap();
+        std::fs::write(dir.path().join(API_TOKEN_FILE), "secret\n").unwrap();
         let server = std::thread::spawn(move || {
             let (mut conn, _) = listener.accept().unwrap();
             let mut request = Vec::new();
@@ -190,8 +191,8 @@ mod tests {
     #[test]
     fn an_address_that_is_not_an_ip_and_port_is_refused_before_any_call() {
         let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join(ADDR_FILE), "localhost:1\n").unwrap();
-        std::fs::write(dir.path().join(TOKEN_FILE), "secret\n").unwrap();
+        std::fs::write(dir.path().join(API_ADDR_FILE), "localhost:1\n").unwrap();
+        std::fs::write(dir.path().join(API_TOKEN_FILE), "secret\n").unwrap();
         let err = ApiClient::from_data_dir(dir.path(), Duration::from_secs(1)).unwrap_err();
         assert!(format!("{err:#}").contains("not an IP address and port"), "{err:#}");
     }

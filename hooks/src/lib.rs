@@ -2,7 +2,7 @@
 //!
 //! Both hooks are thin: they find out which repository they run in, read the ref updates git gives
 //! them on stdin, and ask the relay daemon over its loopback-only, token-protected hook API
-//! (wire types in [`grasp_state::hook_api`]). The relay holds every decision.
+//! (wire types in [`grasp_state::contract::hook_api`]). The relay holds every decision.
 //!
 //! - `pre-receive` prints the relay's verdict on stderr (git shows it to the pusher as `remote:`
 //!   lines) and exits non-zero to reject. It fails closed: if the relay cannot be reached in a few
@@ -13,7 +13,7 @@
 //!
 //! The relay installs these binaries themselves as `<data>/hooks/pre-receive` and
 //! `post-receive` (hard links, or copies), so git starts them without a shell, and writes
-//! `<data>/hooks/grasp-hooks.conf` beside them ([`grasp_state::hook_config`]): the data
+//! `<data>/hooks/grasp-hooks.conf` beside them ([`grasp_state::contract::hook_config`]): the data
 //! directory and the push limits. A hook reads that file from the directory it was started from
 //! ([`settings`]); `--data-dir` (hook scripts written by older versions) and `GRASP_DATA_DIR`
 //! still work. The repository is identified from the real path of `GIT_DIR` under `<data>/git`
@@ -27,10 +27,12 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
-use grasp_state::hook_config::{self, HookConfig};
-use grasp_state::identifier::{npub_of, RepoLayout, RepoSpace};
-use grasp_state::push_limits::PushLimits;
-use grasp_state::refs::{parse_ref_updates, RefUpdate};
+use grasp_state::contract::env_names;
+use grasp_state::contract::hook_config::HookConfig;
+use grasp_state::contract::layout;
+use grasp_state::names::identifier::{npub_of, RepoLayout, RepoSpace};
+use grasp_state::contract::push_limits::PushLimits;
+use grasp_state::names::refs::{parse_ref_updates, RefUpdate};
 use serde::{de::DeserializeOwned, Serialize};
 
 pub mod client;
@@ -52,15 +54,15 @@ pub struct HookContext {
 
 impl HookContext {
     /// What both hooks send the relay about this push.
-    pub fn request(self) -> grasp_state::hook_api::HookRequest {
-        grasp_state::hook_api::HookRequest::new(self.owner, self.identifier, self.updates).in_space(self.space).from_client(self.client)
+    pub fn request(self) -> grasp_state::contract::hook_api::HookRequest {
+        grasp_state::contract::hook_api::HookRequest::new(self.owner, self.identifier, self.updates).in_space(self.space).from_client(self.client)
     }
 }
 
 /// What a hook is configured with: the data directory and the push limits. Prints help on
 /// `--help`. In order: `--data-dir` on the command line (hook scripts of older versions pass
 /// it), the configuration file beside the running executable (the installed hook,
-/// [`grasp_state::hook_config`]), `GRASP_DATA_DIR`. The limits come from that file, else from
+/// [`grasp_state::contract::hook_config`]), `GRASP_DATA_DIR`. The limits come from that file, else from
 /// the environment (older scripts set them there), else their defaults.
 pub fn settings(hook: &str) -> Result<HookConfig> {
     let mut args = std::env::args().skip(1);
@@ -78,7 +80,7 @@ pub fn settings(hook: &str) -> Result<HookConfig> {
                      Installed by grasp-relay as <DIR>/hooks/{kind}, beside <DIR>/hooks/{file}, which\n\
                      names the data directory and the push limits; not meant to be run by hand.",
                     kind = hook.trim_start_matches("grasp-"),
-                    file = hook_config::FILE_NAME,
+                    file = layout::HOOK_CONFIG_FILE,
                 );
                 std::process::exit(0);
             }
@@ -88,9 +90,9 @@ pub fn settings(hook: &str) -> Result<HookConfig> {
     let installed = installed_config()?;
     let data_dir = data_dir
         .or_else(|| installed.as_ref().map(|c| c.data_dir.clone()))
-        .or_else(|| std::env::var_os(hook_config::DATA_DIR).map(PathBuf::from))
+        .or_else(|| std::env::var_os(env_names::DATA_DIR).map(PathBuf::from))
         .with_context(|| {
-            format!("no data directory: {} is not beside this hook; restart grasp-relay to reinstall the hooks", hook_config::FILE_NAME)
+            format!("no data directory: {} is not beside this hook; restart grasp-relay to reinstall the hooks", layout::HOOK_CONFIG_FILE)
         })?;
     let limits = match installed {
         Some(config) => config.limits,
@@ -119,8 +121,8 @@ pub fn context(data_dir: PathBuf) -> Result<HookContext> {
     let git_dir = std::env::var_os("GIT_DIR").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("."));
     let git_dir = std::fs::canonicalize(&git_dir)
         .with_context(|| format!("cannot resolve GIT_DIR {}", git_dir.display()))?;
-    let git_root = std::fs::canonicalize(data_dir.join("git"))
-        .with_context(|| format!("cannot resolve the git root {}", data_dir.join("git").display()))?;
+    let git_root = std::fs::canonicalize(data_dir.join(layout::GIT_DIR))
+        .with_context(|| format!("cannot resolve the git root {}", data_dir.join(layout::GIT_DIR).display()))?;
     let layout = RepoLayout::new(git_root);
     let (space, owner, identifier) = layout
         .locate_in(&git_dir)

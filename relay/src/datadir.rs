@@ -1,26 +1,17 @@
-//! The data directory: its layout (the one description of it, [`DataLayout`]) and the exclusive
-//! lock that keeps two daemons apart ([`DataDir`]).
+//! The data directory: its paths ([`DataLayout`], built on the names in
+//! [`grasp_state::contract::layout`], which maps the whole directory) and the exclusive lock that
+//! keeps two daemons apart ([`DataDir`]).
 //!
-//! ```text
-//! <data>/grasp-relay.lock       exclusive lock held while the daemon runs
-//! <data>/relay-addr             public address once listening (for scripts and tests)
-//! <data>/events/                LMDB event store
-//! <data>/git/<npub>/<id>.git    bare repositories (paths built by RepoLayout only)
-//! <data>/hooks/                 git hooks (core.hooksPath)
-//! <data>/purgatory-state.json   purgatory checkpoint (grasp::lifecycle::CHECKPOINT_FILE)
-//! <data>/purgatory-journal.<n>  purgatory changes since the checkpoint (grasp::journal)
-//! <data>/contributor-data.json  pull request data of non-maintainers (grasp::budgets::LEDGER_FILE)
-//! <data>/api-addr, api-token    the hook API's address and token (grasp_state::hook_api)
-//! <data>/relay-sync.json        relay sync's per-relay resume points (crate::peers::cursors)
-//! <data>/sync-plus.json         Sync+'s cached relay lists and pass position (crate::peers::lists)
-//! <data>/relay-key              the relay's own key, mode 0600 (crate::identity; default
-//!                                 of --relay-key-file)
-//! <data>/private-service        a private service's markers, also in the git root
-//! <data>/git/private-service      (grasp-cgi may be given only the git root)
-//! ```
+//! Who writes what: the event store (`crate::store`), the purgatory checkpoint
+//! (`crate::grasp::lifecycle`) and journal (`crate::grasp::journal`), the contributor data ledger
+//! (`crate::grasp::budgets`), the hook API's address and token (`crate::api`), relay sync's
+//! resume points (`crate::peers::cursors`), Sync+'s cache (`crate::peers::lists`), the relay's
+//! key (`crate::identity`).
 
 use std::fs::{self, File, OpenOptions};
 use std::path::{Path, PathBuf};
+
+use grasp_state::contract::layout;
 
 /// Why the data directory could not be opened.
 #[derive(Debug, thiserror::Error)]
@@ -54,56 +45,56 @@ impl DataLayout {
 
     /// `<data>/events`: the LMDB event store.
     pub fn events(&self) -> PathBuf {
-        self.root.join("events")
+        self.root.join(layout::EVENTS_DIR)
     }
 
     /// `<data>/git`: root of the bare repositories.
     pub fn git(&self) -> PathBuf {
-        self.root.join("git")
+        self.root.join(layout::GIT_DIR)
     }
 
     /// `<data>/hooks`: the hooks directory used as `core.hooksPath`.
     pub fn hooks(&self) -> PathBuf {
-        self.root.join("hooks")
+        self.root.join(layout::HOOKS_DIR)
     }
 
     /// File holding the bound public address, written once the listener is up.
     pub fn relay_addr_file(&self) -> PathBuf {
-        self.root.join("relay-addr")
+        self.root.join(layout::RELAY_ADDR_FILE)
     }
 
     /// `<data>/relay-sync.json`: relay sync's per-relay resume points (`crate::peers::cursors`).
     pub fn relay_sync_file(&self) -> PathBuf {
-        self.root.join("relay-sync.json")
+        self.root.join(layout::RELAY_SYNC_FILE)
     }
 
     /// `<data>/sync-plus.json`: Sync+'s cache of participants' relay lists and where its last
     /// pass stopped (`crate::peers::lists`).
     pub fn sync_plus_file(&self) -> PathBuf {
-        self.root.join("sync-plus.json")
+        self.root.join(layout::SYNC_PLUS_FILE)
     }
 
     /// `<data>/relay-key`: the relay's own key (`crate::identity`), unless `--relay-key-file`
     /// names another file.
     pub fn relay_key_file(&self) -> PathBuf {
-        self.root.join("relay-key")
+        self.root.join(layout::RELAY_KEY_FILE)
     }
 
     /// `<data>/service-key`: a private service's own key (NIP-42 towards its sync peers).
     pub fn service_key_file(&self) -> PathBuf {
-        self.root.join("service-key")
+        self.root.join(layout::SERVICE_KEY_FILE)
     }
 
-    /// A private GRASP-08 service's markers (`grasp_state::hook_api::PRIVATE_MARKER_FILE`): in the
+    /// A private GRASP-08 service's markers ([`layout::PRIVATE_MARKER_FILE`]): in the
     /// data directory and in the git root, so grasp-cgi finds one whichever it is configured with.
     pub fn private_markers(&self) -> [PathBuf; 2] {
-        let name = grasp_state::hook_api::PRIVATE_MARKER_FILE;
+        let name = layout::PRIVATE_MARKER_FILE;
         [self.root.join(name), self.git().join(name)]
     }
 
     /// The lock file held while a daemon runs on this directory.
     pub fn lock_file(&self) -> PathBuf {
-        self.root.join("grasp-relay.lock")
+        self.root.join(layout::LOCK_FILE)
     }
 
     /// The directories created at startup.

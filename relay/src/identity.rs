@@ -7,12 +7,12 @@
 //! all). A configured file that is missing, unreadable, empty, not a key or readable by others
 //! stops startup, and so does a default file in that state once it exists: the relay never takes
 //! a new identity silently. What the file holds and who may read it is
-//! [`grasp_state::key_file`].
+//! [`grasp_state::contract::key_file`].
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
-use grasp_state::key_file::{self, KeyTextError};
+use grasp_state::contract::key_file::{self, KeyTextError};
 use nostr::prelude::{Keys, ToBech32};
 
 /// Where the key file's path came from.
@@ -74,7 +74,7 @@ pub fn load(path: &Path, source: KeySource) -> Result<Keys, IdentityError> {
                 let keys = Keys::generate();
                 // Whole or not at all: a crash mid-write must not leave a torn key behind.
                 let text = key_file::key_text(keys.secret_key());
-                grasp_state::atomic_file::write_atomic(path, text.as_bytes(), Some(key_file::NEW_FILE_MODE))
+                grasp_state::contract::atomic_file::write_atomic(path, text.as_bytes(), Some(key_file::NEW_FILE_MODE))
                     .map_err(|e| IdentityError::Write { path: owned(), reason: e.to_string() })?;
                 tracing::info!(path = %path.display(), "made a new relay key");
                 Ok(keys)
@@ -105,7 +105,7 @@ mod tests {
     #[test]
     fn the_default_file_is_made_once_then_read_back() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("relay-key");
+        let path = dir.path().join(grasp_state::contract::layout::RELAY_KEY_FILE);
         let made = load(&path, KeySource::Default).unwrap();
         assert_eq!(mode_of(&path), 0o600);
         assert_eq!(std::fs::read_to_string(&path).unwrap(), format!("{}\n", made.secret_key().to_secret_hex()));
@@ -116,7 +116,7 @@ mod tests {
     #[test]
     fn a_configured_file_is_never_made() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("relay-key");
+        let path = dir.path().join(grasp_state::contract::layout::RELAY_KEY_FILE);
         let err = load(&path, KeySource::Configured).unwrap_err();
         assert!(matches!(err, IdentityError::Missing { .. }));
         assert!(err.to_string().contains(&path.display().to_string()), "{err}");

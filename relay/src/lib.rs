@@ -5,7 +5,7 @@
 //! A second listener, on loopback only and token-protected, answers the git hooks.
 //!
 //! Decisions are pure functions in `grasp_state` (verdicts and plans such as
-//! `grasp_state::release::ReleasePlan`); this crate gathers their inputs and carries out
+//! `grasp_state::git::release::ReleasePlan`); this crate gathers their inputs and carries out
 //! their results. Layout, from the top layer down: a module imports only what stands below it
 //! (the configuration at the bottom, transport above the domain, the domain above storage; no
 //! import circles). Folders show the architecture, one file per concept:

@@ -11,9 +11,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use grasp_state::nip34::RepoState;
-use grasp_state::pool::{entering, member_of, plan_pool_gc, plan_promotion, pool_ref, MemberView, Released, MEMBER_REFS};
-use grasp_state::refs::{apply_changes, RefChange, RefMap, ZERO_OID};
+use grasp_state::nostr::nip34::RepoState;
+use grasp_state::git::pool::{entering, member_of, plan_pool_gc, plan_promotion, pool_ref, MemberView, Released, MEMBER_REFS};
+use grasp_state::names::refs::{apply_changes, RefChange, RefMap, ZERO_OID};
 use nostr::prelude::*;
 use proptest::prelude::*;
 

@@ -21,18 +21,18 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use grasp_state::identifier::{
+use grasp_state::names::identifier::{
     parse_repo_url_path, percent_encode_segment, validate_identifier, npub_of,
 };
-use grasp_state::nip34::{references, Announcement, PullRequest, RepoState};
+use grasp_state::nostr::nip34::{references, Announcement, PullRequest, RepoState};
 use grasp_state::purgatory::{Caps, ManualClock, Purgatory, PurgatoryConfig};
-use grasp_state::nip34::Source;
-use grasp_state::push::{decide_push, PushDecision, PushRequest, StateCandidate};
-use grasp_state::admission::{admit_announcement, AfterRepo, AnnouncementAdmission, AnnouncementFacts};
-use grasp_state::announcements::{maintainer_set, merge, owners_trusting, TrustIndex};
-use grasp_state::roles::{Claims, Lead};
-use grasp_state::release::{alignment, plan_release, settle, RepoFacts};
-use grasp_state::refs::{
+use grasp_state::nostr::nip34::Source;
+use grasp_state::git::push::{decide_push, PushDecision, PushRequest, StateCandidate};
+use grasp_state::authority::admission::{admit_announcement, AfterRepo, AnnouncementAdmission, AnnouncementFacts};
+use grasp_state::authority::announcements::{maintainer_set, merge, owners_trusting, TrustIndex};
+use grasp_state::nostr::roles::{Claims, Lead};
+use grasp_state::git::release::{alignment, plan_release, settle, RepoFacts};
+use grasp_state::names::refs::{
     apply_changes, RefChange, apply_updates, is_served_ref, is_valid_oid, is_valid_ref_name, parse_ref_updates,
     served_refs, RefMap, RefUpdate, ZERO_OID,
 };
@@ -259,6 +259,18 @@ fn small_updates(current: RefMap) -> impl Strategy<Value = (RefMap, Vec<RefUpdat
     })
 }
 
+/// A state of `repo` by the first key, `t` seconds after the tests' epoch.
+fn repo_state(id: [u8; 32], refs: RefMap, t: u64) -> RepoState {
+    RepoState {
+        event_id: EventId::from_byte_array(id),
+        author: pubkeys()[0],
+        identifier: "repo".to_owned(),
+        refs,
+        head: None,
+        created_at: Timestamp::from(1_700_000_000 + t),
+    }
+}
+
 fn candidates() -> impl Strategy<Value = Vec<StateCandidate>> {
     prop::collection::vec((small_refmap(), 0u64..3, any::<bool>()), 0..4).prop_map(|raw| {
         raw.into_iter()
@@ -266,17 +278,7 @@ fn candidates() -> impl Strategy<Value = Vec<StateCandidate>> {
             .map(|(i, (refs, t, stored))| {
                 let mut id = [0u8; 32];
                 id[0] = i as u8 + 1;
-                StateCandidate {
-                    state: RepoState {
-                        event_id: EventId::from_byte_array(id),
-                        author: pubkeys()[0],
-                        identifier: "repo".to_owned(),
-                        refs,
-                        head: None,
-                        created_at: Timestamp::from(1_700_000_000 + t),
-                    },
-                    source: if stored { Source::Stored } else { Source::Purgatory },
-                }
+                StateCandidate { state: repo_state(id, refs, t), source: if stored { Source::Stored } else { Source::Purgatory } }
             })
             .collect()
     })
@@ -817,7 +819,7 @@ proptest! {
         };
         let owners: BTreeSet<PublicKey> = before.iter().map(|(a, _)| a.owner).chain([new.owner]).collect();
         let expected: Vec<PublicKey> = owners.into_iter().filter(|o| sets(&before, *o) != sets(&after, *o)).collect();
-        prop_assert_eq!(grasp_state::announcements::AnnouncementChange::new(&new.owner, &new.claims, &before).changed_owners(), expected);
+        prop_assert_eq!(grasp_state::authority::announcements::AnnouncementChange::new(&new.owner, &new.claims, &before).changed_owners(), expected);
     }
 
     /// Walking back by scans finds the owners the reverse index finds, however deep.
@@ -825,7 +827,7 @@ proptest! {
     fn owners_reaching_by_scans_equals_the_index(list in announcement_list(), pk in 0usize..4) {
         let merged = merge("repo", list, Vec::new());
         let pk = pubkeys()[pk];
-        prop_assert_eq!(grasp_state::announcements::owners_reaching(&pk, &merged), TrustIndex::new(&merged).owners_reaching(&pk));
+        prop_assert_eq!(grasp_state::authority::announcements::owners_reaching(&pk, &merged), TrustIndex::new(&merged).owners_reaching(&pk));
     }
 
     /// Role tags: any tag list reads without panic, and every key an announcement grants comes
@@ -843,7 +845,7 @@ proptest! {
                 if role_tags {
                     matches!(t.first().map(String::as_str), Some("M" | "m"))
                         && t.get(1).and_then(|s| PublicKey::parse(s).ok()) == Some(*pk)
-                        && grasp_state::roles::boundaries(&t[2..]).is_some_and(|b| grasp_state::roles::is_active(&b))
+                        && grasp_state::nostr::roles::boundaries(&t[2..]).is_some_and(|b| grasp_state::nostr::roles::is_active(&b))
                 } else {
                     t.first().map(String::as_str) == Some("maintainers")
                         && t[1..].iter().any(|s| PublicKey::parse(s).ok() == Some(*pk))
@@ -945,14 +947,7 @@ fn stored_and_held() -> impl Strategy<Value = (Option<RepoState>, Vec<RepoState>
         let mut id = [0u8; 32];
         id[0] = i as u8 + 1;
         id[1] = (t * 7 + i as u64) as u8; // ids do not follow the insertion order
-        RepoState {
-            event_id: EventId::from_byte_array(id),
-            author: pubkeys()[0],
-            identifier: "repo".to_owned(),
-            refs,
-            head: None,
-            created_at: Timestamp::from(1_700_000_000 + t),
-        }
+        repo_state(id, refs, t)
     };
     (
         prop::option::of((small_refmap(), 0u64..4)),
@@ -975,8 +970,8 @@ proptest! {
         (current, updates) in small_refmap().prop_flat_map(small_updates),
         (stored, held) in stored_and_held(),
     ) {
-        use grasp_state::push::decide_push_among;
-        use grasp_state::push_index::{HeldStateIndex, IndexedCandidates};
+        use grasp_state::git::push::decide_push_among;
+        use grasp_state::git::push_index::{HeldStateIndex, IndexedCandidates};
         let plain: Vec<StateCandidate> = stored
             .iter()
             .map(|s| StateCandidate { state: s.clone(), source: Source::Stored })

@@ -10,9 +10,9 @@
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use grasp_state::auth::{verify_auth, verify_git_proof, AUTH_MAX_SKEW_SECS, KIND_AUTH};
-use grasp_state::curation::{Curation, RepoPattern};
-use grasp_state::rate::{KeyedBuckets, Limited, Rate, TokenBucket};
+use grasp_state::trust::auth::{verify_auth, verify_git_proof, AUTH_MAX_SKEW_SECS, KIND_AUTH};
+use grasp_state::trust::curation::{Curation, RepoPattern};
+use grasp_state::trust::rate::{KeyedBuckets, Limited, Rate, TokenBucket};
 use nostr::prelude::*;
 use proptest::prelude::*;
 
@@ -59,7 +59,7 @@ proptest! {
         let ev = auth_event(kind, vec![vec!["relay".into(), relay.clone()], vec!["challenge".into(), challenge.clone()]], at);
         let expected = right_kind
             && challenge == sent_challenge
-            && grasp_state::nip34::url_names_host(&relay, &["ws", "wss"], HOST)
+            && grasp_state::nostr::nip34::url_names_host(&relay, &["ws", "wss"], HOST)
             && skew.unsigned_abs() <= AUTH_MAX_SKEW_SECS;
         let verdict = verify_auth(&ev, &sent_challenge, HOST, NOW);
         prop_assert_eq!(verdict.is_ok(), expected, "{:?}", verdict);

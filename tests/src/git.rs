@@ -8,8 +8,8 @@ use std::process::{Command, Output};
 use std::sync::Arc;
 
 use grasp_relay::git::http::{serve, GitHttpConfig};
-use grasp_state::git_backend::BackendSetup;
-use grasp_state::identifier::{npub_of, percent_encode_segment, RepoLayout};
+use grasp_state::contract::git_backend::BackendSetup;
+use grasp_state::names::identifier::{npub_of, percent_encode_segment, RepoLayout};
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use nostr::key::PublicKey;
@@ -118,7 +118,7 @@ impl GitHttpServer {
             env: vec![],
             direct: true,
             idle_timeout: grasp_relay::git::http::DEFAULT_IDLE_TIMEOUT,
-            min_rate: grasp_state::transfer::DEFAULT_MIN_RATE,
+            min_rate: grasp_state::contract::transfer::DEFAULT_MIN_RATE,
             prs: false,
             ref_cache: Some(std::sync::Arc::new(grasp_relay::git::ref_cache::RefCache::new(
                 grasp_relay::git::ref_cache::DEFAULT_BUDGET,

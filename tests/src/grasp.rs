@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use grasp_state::identifier::{npub_of, percent_encode_segment};
+use grasp_state::names::identifier::{npub_of, percent_encode_segment};
 use nostr::prelude::*;
 
 use crate::git::{git_output, WorkTree};
@@ -152,7 +152,7 @@ pub fn bare_refs(repo: &Path) -> std::collections::BTreeMap<String, String> {
 
 /// Where `owner`'s repository `identifier` lives in the server's data directory.
 pub fn repo_dir(server: &TestServer, owner: &PublicKey, identifier: &str) -> PathBuf {
-    server.data_dir().join("git").join(npub_of(owner)).join(format!("{identifier}.git"))
+    server.data_dir().join(grasp_state::contract::layout::GIT_DIR).join(npub_of(owner)).join(format!("{identifier}.git"))
 }
 
 /// `git clone` of `url` into `dir`; Ok(()) or Err(stderr).
@@ -199,7 +199,7 @@ pub fn bare_head(repo: &Path) -> String {
 /// push's quarantine for a crashed push's and remove it.
 pub fn push_on_disk(work: &WorkTree, bare: &Path, receive_pack: Option<&str>, refspecs: &[&str]) -> Result<String, String> {
     let _push_lock = bare.is_dir().then(|| {
-        grasp_state::push_lock::PushLock::take_within(bare, std::time::Duration::from_secs(120))
+        grasp_state::contract::push_lock::PushLock::take_within(bare, std::time::Duration::from_secs(120))
             .unwrap_or_else(|e| panic!("push lock of {}: {e}", bare.display()))
     });
     let mut args = vec!["push", "--porcelain"];
@@ -258,7 +258,7 @@ pub fn stalled_push_body() -> String {
 /// The relay's hook API address and token (from its data directory).
 pub fn hook_api(server: &TestServer) -> (String, String) {
     let read = |f: &str| std::fs::read_to_string(server.data_dir().join(f)).unwrap().trim().to_string();
-    (read(grasp_state::hook_api::ADDR_FILE), read(grasp_state::hook_api::TOKEN_FILE))
+    (read(grasp_state::contract::layout::API_ADDR_FILE), read(grasp_state::contract::layout::API_TOKEN_FILE))
 }
 
 /// The operator's purgatory listing (`GET /v1/purgatory` on the hook API) as JSON.
@@ -288,7 +288,7 @@ pub async fn operator_get(server: &TestServer, path: &str) -> anyhow::Result<ser
     let (addr, token) = hook_api(server);
     let response = reqwest::Client::new()
         .get(format!("http://{addr}{path}"))
-        .header(grasp_state::hook_api::TOKEN_HEADER, token)
+        .header(grasp_state::contract::hook_api::TOKEN_HEADER, token)
         .send()
         .await?;
     let status = response.status();
@@ -365,7 +365,7 @@ pub async fn nip11(server: &TestServer) -> serde_json::Value {
 /// must run with `--metrics-bind 127.0.0.1:0`). Copies are read before maintenance: a copy that
 /// ends queues its maintenance first, so both at 0 in one scrape means the relay is idle.
 pub async fn background_git_work(server: &TestServer) -> Option<(u64, u64)> {
-    let addr = std::fs::read_to_string(server.data_dir().join("metrics-addr")).ok()?;
+    let addr = std::fs::read_to_string(server.data_dir().join(grasp_state::contract::layout::METRICS_ADDR_FILE)).ok()?;
     let body = reqwest::get(format!("http://{}/metrics", addr.trim())).await.ok()?.text().await.ok()?;
     let gauge = |kind: &str| -> Option<u64> {
         let prefix = format!("grasp_background_git_work{{kind=\"{kind}\"}} ");
@@ -395,7 +395,7 @@ pub fn local_objects(repo: &Path) -> u64 {
 
 /// The identifier family's object pool in the server's data directory.
 pub fn pool_dir(server: &TestServer, identifier: &str) -> PathBuf {
-    server.data_dir().join("git").join(".pools").join(format!("{identifier}.git"))
+    server.data_dir().join(grasp_state::contract::layout::GIT_DIR).join(grasp_state::names::identifier::POOLS_DIR).join(format!("{identifier}.git"))
 }
 
 /// Whether the repository can read `oid` (its own objects or its pool's).

@@ -20,7 +20,7 @@ pub const COMMAND_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// The directory holding `ngit`, `git-remote-nostr` and `grasp-audit`.
 pub fn tools_bin() -> PathBuf {
-    let dir = match std::env::var_os("GRASP_TOOLS_BIN") {
+    let dir = match std::env::var_os(grasp_state::contract::env_names::TOOLS_BIN) {
         Some(dir) => PathBuf::from(dir),
         None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/tools/bin"),
     };

@@ -99,7 +99,7 @@ impl TestServer {
     }
 
     fn spawn(&mut self) -> anyhow::Result<()> {
-        let addr_file = self.data_dir.join("relay-addr");
+        let addr_file = self.data_dir.join(grasp_state::contract::layout::RELAY_ADDR_FILE);
         let _ = std::fs::remove_file(&addr_file);
         let log = OpenOptions::new()
             .create(true)

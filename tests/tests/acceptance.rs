@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use grasp_relay::grasp::acceptance::PURGATORY_MESSAGE;
-use grasp_state::identifier::npub_of;
+use grasp_state::names::identifier::npub_of;
 use grasp_tests::git::git_output;
 use grasp_tests::grasp::*;
 use grasp_tests::TestServer;
@@ -183,7 +183,7 @@ async fn announcement_not_listing_this_service_is_blocked_with_the_urls_to_add()
         let d = format!("ok{i}");
         let ev = announcement_with_urls(&owner, &d, clone_url, relay_url);
         assert_held(c.send_event(&ev).await.unwrap());
-        assert!(server.data_dir().join("git").join(npub_of(&owner.public_key())).join(format!("{d}.git")).is_dir());
+        assert!(server.data_dir().join(grasp_state::contract::layout::GIT_DIR).join(npub_of(&owner.public_key())).join(format!("{d}.git")).is_dir());
     }
     let several = ev_at(
         &owner,
@@ -228,7 +228,7 @@ async fn unsafe_identifiers_are_refused_and_nothing_is_created() {
     let before: BTreeSet<_> = before.into_iter().filter(|p| !volatile(p)).collect();
     // Only the relay's log may grow; no new path anywhere in the temp dir.
     assert_eq!(after.difference(&before).collect::<Vec<_>>(), Vec::<&PathBuf>::new());
-    let owner_dir = server.data_dir().join("git").join(npub_of(&owner.public_key()));
+    let owner_dir = server.data_dir().join(grasp_state::contract::layout::GIT_DIR).join(npub_of(&owner.public_key()));
     let repos: Vec<_> = std::fs::read_dir(&owner_dir).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert_eq!(repos, vec![std::ffi::OsString::from("fine.git")]);
 

@@ -3,7 +3,7 @@
 //! configuration, follows the servers they list for their events and git data, serves them, and
 //! refuses pushes (unless `--archive-writable`); an announcement listing it stays hosted.
 
-use grasp_state::identifier::npub_of;
+use grasp_state::names::identifier::npub_of;
 use grasp_tests::grasp::*;
 use grasp_tests::{eventually, TestServer};
 use nostr::prelude::*;

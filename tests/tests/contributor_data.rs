@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use grasp_state::identifier::npub_of;
+use grasp_state::names::identifier::npub_of;
 use grasp_tests::grasp::*;
 use grasp_tests::{eventually, TestServer};
 use nostr::prelude::*;
@@ -158,7 +158,7 @@ async fn closed_pull_requests_are_pruned_and_the_ledger_survives_restarts() {
         (kept.1.abs_diff(counted.1) < 64 << 10 && kept.0 == kept.1).then_some(())
     });
     server.kill();
-    std::fs::remove_file(server.data_dir().join("contributor-data.json")).expect("the ledger was written");
+    std::fs::remove_file(server.data_dir().join(grasp_state::contract::layout::CONTRIBUTOR_DATA_FILE)).expect("the ledger was written");
     server.restart();
     eventually!("the ledger rebuilt from disk", WAIT, {
         let now = contributors(&server, &stranger.public_key()).await;

@@ -84,7 +84,7 @@ async fn a_torn_journal_tail_is_ignored_and_the_journal_is_compacted() {
         .unwrap()
         .flatten()
         .map(|e| e.path())
-        .find(|p| p.file_name().unwrap().to_string_lossy().starts_with("purgatory-journal."))
+        .find(|p| p.file_name().unwrap().to_string_lossy().starts_with(grasp_state::contract::layout::JOURNAL_PREFIX))
         .expect("a journal segment");
     let mut bytes = std::fs::read(&journal).unwrap();
     assert!(!bytes.is_empty(), "the held announcement is journalled");
@@ -95,7 +95,7 @@ async fn a_torn_journal_tail_is_ignored_and_the_journal_is_compacted() {
     assert!(server.logs().contains("incomplete last record"), "the torn record is reported");
     // Compacted: the old segment is gone, the checkpoint holds the announcement.
     assert!(!journal.exists(), "the replayed segment is removed once the checkpoint covers it");
-    let saved = grasp_state::purgatory::read_checkpoint(&server.data_dir().join("purgatory-state.json")).unwrap().unwrap();
+    let saved = grasp_state::contract::checkpoint_file::read_checkpoint(&server.data_dir().join(grasp_state::contract::layout::CHECKPOINT_FILE)).unwrap().unwrap();
     assert_eq!(saved.announcement_purgatory.len(), 1);
 }
 
@@ -104,7 +104,7 @@ async fn a_torn_journal_tail_is_ignored_and_the_journal_is_compacted() {
 fn pre_receive_only(server: &TestServer, dir: &std::path::Path) -> String {
     std::fs::create_dir_all(dir).unwrap();
     // The hook and its configuration beside it (the data directory, the push limits).
-    for file in ["pre-receive", grasp_state::hook_config::FILE_NAME] {
+    for file in ["pre-receive", grasp_state::contract::layout::HOOK_CONFIG_FILE] {
         std::fs::copy(server.data_dir().join("hooks").join(file), dir.join(file)).unwrap();
     }
     format!("git -c core.hooksPath={} receive-pack", dir.display())
@@ -223,7 +223,7 @@ async fn a_push_killed_mid_upload_leaves_no_quarantine_behind() {
     let head = format!(
         "POST /{}/killed.git/git-receive-pack HTTP/1.1\r\nHost: {}\r\n\
          Content-Type: application/x-git-receive-pack-request\r\nContent-Length: {}\r\n\r\n",
-        grasp_state::identifier::npub_of(&owner.public_key()),
+        grasp_state::names::identifier::npub_of(&owner.public_key()),
         server.addr(),
         1 << 20
     );

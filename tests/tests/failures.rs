@@ -11,7 +11,7 @@ use std::net::TcpStream;
 use std::path::Path;
 use std::time::Duration;
 
-use grasp_state::identifier::npub_of;
+use grasp_state::names::identifier::npub_of;
 use grasp_tests::git::git;
 use grasp_tests::grasp::*;
 use grasp_tests::{eventually, NostrClient, TestServer, TIMEOUT};
@@ -375,7 +375,7 @@ async fn identifiers_cannot_escape_the_git_root() {
         }
     }
     // Nothing was created outside <data>/git/<npub>/<identifier>.git.
-    let git_root = w.server.data_dir().join("git");
+    let git_root = w.server.data_dir().join(grasp_state::contract::layout::GIT_DIR);
     for owner_dir in std::fs::read_dir(&git_root).unwrap() {
         let owner_dir = owner_dir.unwrap();
         let name = owner_dir.file_name().to_string_lossy().to_string();

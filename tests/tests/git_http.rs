@@ -9,7 +9,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use grasp_relay::git::repos::{create_bare_repo, read_refs};
-use grasp_state::identifier::npub_of;
+use grasp_state::names::identifier::npub_of;
 use grasp_tests::git::{git, git_output, test_owner, GitHttpServer, WorkTree};
 use grasp_tests::wait_until;
 use reqwest::blocking::Client;
@@ -225,7 +225,7 @@ fn cors_everywhere_and_options_is_204() {
         assert_cors(&resp);
         // Browsers keep the preflight's answer (else 5 s: one before nearly every request).
         let max_age: Vec<_> = resp.headers().get_all("access-control-max-age").iter().collect();
-        assert_eq!(max_age, [grasp_state::cors::MAX_AGE], "{path}");
+        assert_eq!(max_age, [grasp_state::contract::cors::MAX_AGE], "{path}");
     }
     let ok = client
         .get(format!("{url}/info/refs?service=git-upload-pack"))
@@ -418,7 +418,7 @@ fn push_over_http_uses_per_request_config_and_hooks() {
     );
     assert_eq!(read_refs(&bare).unwrap()["refs/heads/main"], tip);
     assert!(
-        bare.join("grasp.lock").is_file(),
+        bare.join(grasp_state::contract::layout::PUSH_LOCK_FILE).is_file(),
         "receive-pack did not take the push lock"
     );
 
@@ -457,7 +457,7 @@ fn pushes_to_one_repo_wait_for_the_push_lock() {
         .create(true)
         .truncate(false)
         .write(true)
-        .open(f.bare.join(grasp_state::identifier::PUSH_LOCK_FILE))
+        .open(f.bare.join(grasp_state::contract::layout::PUSH_LOCK_FILE))
         .unwrap();
     lock.lock().unwrap();
 
@@ -482,7 +482,7 @@ fn pushes_to_one_repo_wait_for_the_push_lock() {
 #[test]
 fn created_repos_are_configured_for_grasp() {
     let f = fixture("cfg");
-    for (key, value) in grasp_state::identifier::GRASP_GIT_CONFIG {
+    for (key, value) in grasp_state::names::identifier::GRASP_GIT_CONFIG {
         assert_eq!(git(&f.bare, &["config", "--get", key]), *value, "{key}");
     }
     assert_eq!(
@@ -541,7 +541,7 @@ fn cgi_binary_standalone() {
     let root = f.server.layout.git_root().to_str().unwrap().to_string();
     let refs_path = format!("/{npub}/standalone.git/info/refs");
     let ok = run(&[
-        ("GRASP_GIT_ROOT", &root),
+        (grasp_state::contract::env_names::GIT_ROOT, &root),
         ("REQUEST_METHOD", "GET"),
         ("PATH_INFO", &refs_path),
         ("QUERY_STRING", "service=git-upload-pack"),
@@ -555,18 +555,18 @@ fn cgi_binary_standalone() {
         "{ok}"
     );
     let options = run(&[
-        ("GRASP_GIT_ROOT", &root),
+        (grasp_state::contract::env_names::GIT_ROOT, &root),
         ("REQUEST_METHOD", "OPTIONS"),
         ("PATH_INFO", "/anything"),
     ]);
     assert!(
         options.starts_with("Status: 204 No Content\r\n")
             && options.contains("Access-Control-Allow-Origin: *")
-            && options.contains(&format!("Access-Control-Max-Age: {}\r\n", grasp_state::cors::MAX_AGE)),
+            && options.contains(&format!("Access-Control-Max-Age: {}\r\n", grasp_state::contract::cors::MAX_AGE)),
         "{options}"
     );
     let missing = run(&[
-        ("GRASP_GIT_ROOT", &root),
+        (grasp_state::contract::env_names::GIT_ROOT, &root),
         ("REQUEST_METHOD", "GET"),
         ("PATH_INFO", &format!("/{npub}/../standalone.git/info/refs")),
     ]);
@@ -580,8 +580,8 @@ fn cgi_binary_standalone() {
     let exec_path = Command::new("git").arg("--exec-path").output().unwrap();
     let backend = std::path::Path::new(String::from_utf8_lossy(&exec_path.stdout).trim()).join("git-http-backend");
     let direct = run(&[
-        ("GRASP_GIT_ROOT", &root),
-        ("GRASP_GIT_HTTP_BACKEND", backend.to_str().unwrap()),
+        (grasp_state::contract::env_names::GIT_ROOT, &root),
+        (grasp_state::contract::env_names::GIT_HTTP_BACKEND, backend.to_str().unwrap()),
         ("REQUEST_METHOD", "GET"),
         ("PATH_INFO", &refs_path),
         ("QUERY_STRING", "service=git-upload-pack"),
@@ -590,15 +590,15 @@ fn cgi_binary_standalone() {
     let fake = f.tmp.path().join("fake-http-backend");
     write_hook(&fake, "printf 'Status: 200 OK\\nContent-Type: text/plain\\n\\nran %s' \"$GIT_PROJECT_ROOT\"");
     let faked = run(&[
-        ("GRASP_GIT_ROOT", &root),
-        ("GRASP_GIT_HTTP_BACKEND", fake.to_str().unwrap()),
+        (grasp_state::contract::env_names::GIT_ROOT, &root),
+        (grasp_state::contract::env_names::GIT_HTTP_BACKEND, fake.to_str().unwrap()),
         ("REQUEST_METHOD", "GET"),
         ("PATH_INFO", &refs_path),
     ]);
     assert!(faked.ends_with(&format!("ran {root}")) && faked.contains("Access-Control-Allow-Origin: *"), "{faked}");
     let misconfigured = run(&[("REQUEST_METHOD", "GET"), ("PATH_INFO", &refs_path)]);
     assert!(
-        misconfigured.starts_with("Status: 500") && misconfigured.contains("GRASP_GIT_ROOT"),
+        misconfigured.starts_with("Status: 500") && misconfigured.contains(grasp_state::contract::env_names::GIT_ROOT),
         "{misconfigured}"
     );
 }
@@ -608,10 +608,10 @@ fn fake_cgi_server(tmp: &Path, script: &str) -> GitHttpServer {
     write_hook(&cgi, script);
     GitHttpServer::start_with(grasp_relay::git::http::GitHttpConfig {
         idle_timeout: grasp_relay::git::http::DEFAULT_IDLE_TIMEOUT,
-        min_rate: grasp_state::transfer::DEFAULT_MIN_RATE,
+        min_rate: grasp_state::contract::transfer::DEFAULT_MIN_RATE,
         prs: false,
         cgi_path: cgi,
-        backend: grasp_state::git_backend::BackendSetup { git_root: tmp.to_path_buf(), ..Default::default() },
+        backend: grasp_state::contract::git_backend::BackendSetup { git_root: tmp.to_path_buf(), ..Default::default() },
         data_dir: tmp.to_path_buf(),
         env: vec![("FAKE_CGI_DIR".into(), tmp.to_str().unwrap().into())],
         direct: false,
@@ -679,10 +679,10 @@ fn broken_cgi_gives_502_with_cors() {
 
     let missing = GitHttpServer::start_with(grasp_relay::git::http::GitHttpConfig {
         idle_timeout: grasp_relay::git::http::DEFAULT_IDLE_TIMEOUT,
-        min_rate: grasp_state::transfer::DEFAULT_MIN_RATE,
+        min_rate: grasp_state::contract::transfer::DEFAULT_MIN_RATE,
         prs: false,
         cgi_path: tmp.path().join("does-not-exist"),
-        backend: grasp_state::git_backend::BackendSetup { git_root: tmp.path().to_path_buf(), ..Default::default() },
+        backend: grasp_state::contract::git_backend::BackendSetup { git_root: tmp.path().to_path_buf(), ..Default::default() },
         data_dir: tmp.path().to_path_buf(),
         env: vec![],
         direct: true,

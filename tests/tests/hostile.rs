@@ -7,7 +7,7 @@ use std::net::TcpStream;
 use std::path::Path;
 use std::time::Duration;
 
-use grasp_state::identifier::npub_of;
+use grasp_state::names::identifier::npub_of;
 use grasp_tests::grasp::*;
 use grasp_tests::processes::{children_of, Reaper};
 use grasp_tests::{wait_until, NostrClient, TestServer, TIMEOUT};
@@ -164,7 +164,7 @@ async fn a_push_runs_as_the_backend_alone_and_holds_its_push_lock() {
         children.iter().all(|(_, c)| !c.contains("grasp-cgi")),
         "a push kept grasp-cgi running beside the backend: {children:?}"
     );
-    let mut lock = grasp_state::push_lock::PushLock::open(&repo_dir(&server, &owner.public_key(), "base")).unwrap();
+    let mut lock = grasp_state::contract::push_lock::PushLock::open(&repo_dir(&server, &owner.public_key(), "base")).unwrap();
     assert!(!lock.try_take().unwrap(), "the push lock is free while the push runs");
     drop(stream);
     assert_no_children_within(&server, TIMEOUT, "the abandoned push to end");
@@ -203,8 +203,8 @@ fn cgi_receive_pack(tmp: &Path, idle_secs: &str) -> (std::process::Child, std::p
         .env("PATH_INFO", format!("/{}/r.git/git-receive-pack", npub_of(&owner)))
         .env("CONTENT_TYPE", "application/x-git-receive-pack-request")
         .env("CONTENT_LENGTH", (1 << 20).to_string())
-        .env("GRASP_GIT_ROOT", &root)
-        .env("GRASP_GIT_IDLE_TIMEOUT", idle_secs)
+        .env(grasp_state::contract::env_names::GIT_ROOT, &root)
+        .env(grasp_state::contract::env_names::GIT_IDLE_TIMEOUT, idle_secs)
         .env("GIT_CONFIG_COUNT", "1")
         .env("GIT_CONFIG_KEY_0", "http.receivepack")
         .env("GIT_CONFIG_VALUE_0", "true")
@@ -339,7 +339,7 @@ async fn held_repositories_are_small_and_expiry_leaves_no_owner_dirs() {
     assert!(!repo.join("hooks").exists() && !repo.join("description").exists() && !repo.join("info").exists(), "template files copied");
     assert!(inodes <= 10 && bytes <= 4096, "a held repository takes {inodes} inodes, {bytes} bytes");
 
-    let git_root = server.data_dir().join("git");
+    let git_root = server.data_dir().join(grasp_state::contract::layout::GIT_DIR);
     wait_until("the held announcements to soft-expire", TIMEOUT, || {
         owners.iter().all(|k| !git_root.join(npub_of(&k.public_key())).exists()).then_some(())
     })
@@ -727,8 +727,8 @@ fn grasp_cgi_answers_503_when_another_push_holds_the_lock() {
         .env("PATH_INFO", format!("/{npub}/r.git/git-receive-pack"))
         .env("CONTENT_TYPE", "application/x-git-receive-pack-request")
         .env("CONTENT_LENGTH", "4")
-        .env("GRASP_GIT_ROOT", &root)
-        .env("GRASP_PUSH_LOCK_WAIT", "1")
+        .env(grasp_state::contract::env_names::GIT_ROOT, &root)
+        .env(grasp_state::contract::env_names::PUSH_LOCK_WAIT, "1")
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
@@ -781,7 +781,7 @@ async fn a_push_never_waits_for_copies_into_strangers_repositories() {
     let dirs: Vec<_> = throwaways.iter().map(|k| repo_dir(&server, &k.public_key(), "base")).collect();
     grasp_tests::eventually!("the throwaway repositories to exist", dirs.iter().all(|d| d.is_dir()).then_some(()));
     // A push to the first throwaway repository runs (its push lock is held).
-    let pushing = grasp_state::push_lock::PushLock::take_within(&dirs[0], Duration::ZERO).unwrap();
+    let pushing = grasp_state::contract::push_lock::PushLock::take_within(&dirs[0], Duration::ZERO).unwrap();
 
     let tip = published.repo.commit("README", "next\n");
     let st = state_at(&victim, "base", &[("refs/heads/main", &tip)], Some("main"), now() + 2);
@@ -821,7 +821,7 @@ async fn background_release_never_waits_for_a_strangers_repository() {
     let st = state(&victim, "base", &[("refs/heads/main", &"a".repeat(40))], Some("main"));
     held(&mut client, &st).await;
     drop(client);
-    let _pushing = grasp_state::push_lock::PushLock::take_within(&repo_dir(&server, &stranger.public_key(), "base"), Duration::ZERO).unwrap();
+    let _pushing = grasp_state::contract::push_lock::PushLock::take_within(&repo_dir(&server, &stranger.public_key(), "base"), Duration::ZERO).unwrap();
     let started = std::time::Instant::now();
     server.restart();
     let mut client = NostrClient::connect(&server.ws_url()).await.unwrap();

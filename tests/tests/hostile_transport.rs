@@ -8,7 +8,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use futures_util::{SinkExt, StreamExt};
-use grasp_state::identifier::npub_of;
+use grasp_state::names::identifier::npub_of;
 use grasp_tests::grasp::*;
 use grasp_tests::processes::{children_of, Reaper};
 use grasp_tests::{binary_path, wait_until, NostrClient, TestServer, TIMEOUT};
@@ -253,7 +253,7 @@ fn the_relay_raises_its_open_file_limit() {
     }
     let data = tmp.path().join("data");
     let mut relay = relay_under_ulimit("-S -n 1024", &data);
-    let addr_file = data.join("relay-addr");
+    let addr_file = data.join(grasp_state::contract::layout::RELAY_ADDR_FILE);
     let soft = wait_until("the relay to listen", TIMEOUT, || {
         if let Ok(Some(status)) = relay.try_wait() {
             panic!("the relay exited with {status}");

@@ -61,7 +61,7 @@ fn start_fails(data_dir: &Path, args: &[&str], env: &[(&str, &Path)]) -> Output 
 #[test]
 fn the_relay_makes_its_key_once_and_names_it_in_nip11_and_nip05() {
     let mut server = TestServer::start();
-    let key_file = server.data_dir().join("relay-key");
+    let key_file = server.data_dir().join(grasp_state::contract::layout::RELAY_KEY_FILE);
     let mode = std::fs::metadata(&key_file).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o600, "made readable by its owner only");
     let key = key_in(&key_file);
@@ -110,7 +110,7 @@ fn a_configured_key_file_is_the_identity_and_the_admin_stays_the_contact() {
     assert_eq!(doc["pubkey"], json!(admin.to_hex()), "NIP-11's administrative contact: {doc}");
     assert_eq!(nostr_json(&server.http_url(), "").3, json!({ "names": { "_": keys.public_key().to_hex() } }));
     assert_eq!(std::fs::read_to_string(&key_file).unwrap(), text);
-    assert!(!server.data_dir().join("relay-key").exists(), "no default key beside a configured one");
+    assert!(!server.data_dir().join(grasp_state::contract::layout::RELAY_KEY_FILE).exists(), "no default key beside a configured one");
 }
 
 #[test]
@@ -144,14 +144,14 @@ fn a_bad_key_file_stops_startup_naming_it() {
     }
     assert!(!missing.exists(), "a configured key file is never made");
     assert_eq!(std::fs::read_to_string(&invalid).unwrap(), "not a key\n", "nor replaced");
-    assert!(!data.join("relay-key").exists());
+    assert!(!data.join(grasp_state::contract::layout::RELAY_KEY_FILE).exists());
 
     // The same through the environment variable.
-    let out = start_fails(&data, &[], &[("GRASP_RELAY_KEY_FILE", &missing)]);
+    let out = start_fails(&data, &[], &[(grasp_state::contract::env_names::RELAY_KEY_FILE, &missing)]);
     assert!(String::from_utf8_lossy(&out.stderr).contains(&missing.display().to_string()));
 
     // The default file, once it exists, is never replaced either.
-    let default = data.join("relay-key");
+    let default = data.join(grasp_state::contract::layout::RELAY_KEY_FILE);
     write_key_file(&default, "junk\n", 0o600);
     let out = start_fails(&data, &[], &[]);
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -163,7 +163,7 @@ fn a_bad_key_file_stops_startup_naming_it() {
 fn help_lists_the_key_file() {
     let out = Command::new(binary_path("grasp-relay")).arg("--help").output().unwrap();
     let help = String::from_utf8_lossy(&out.stdout);
-    assert!(help.contains("--relay-key-file") && help.contains("GRASP_RELAY_KEY_FILE"), "{help}");
+    assert!(help.contains("--relay-key-file") && help.contains(grasp_state::contract::env_names::RELAY_KEY_FILE), "{help}");
 }
 
 /// At startup the relay publishes its profile (kind 0: name = domain, nip05 `_@domain`) and its
@@ -174,7 +174,7 @@ fn the_relay_publishes_its_profile_and_relay_list_to_index_relays_holding_none()
     use grasp_tests::plain_relay::PlainRelay;
     let (fresh, known) = (PlainRelay::start(), PlainRelay::start());
     let dir = tempfile::tempdir().unwrap();
-    let key_file = dir.path().join("relay-key");
+    let key_file = dir.path().join(grasp_state::contract::layout::RELAY_KEY_FILE);
     let keys = Keys::generate();
     write_key_file(&key_file, &keys.secret_key().to_secret_hex(), 0o600);
     // The second index relay already holds a profile of the key (the operator's own words).

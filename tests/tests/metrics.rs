@@ -19,7 +19,7 @@ fn start(extra: &[&str]) -> TestServer {
 /// The metrics listener's address, from `<data>/metrics-addr`.
 fn metrics_addr(server: &TestServer) -> String {
     wait_until("the metrics address file", TIMEOUT, || {
-        std::fs::read_to_string(server.data_dir().join("metrics-addr")).ok().map(|s| s.trim().to_string())
+        std::fs::read_to_string(server.data_dir().join(grasp_state::contract::layout::METRICS_ADDR_FILE)).ok().map(|s| s.trim().to_string())
     })
     .unwrap()
 }
@@ -191,7 +191,7 @@ async fn checkpoints_are_timed_and_sized() {
         (value(&samples, "grasp_checkpoint_duration_seconds_count") >= 1.0).then_some(samples)
     })
     .unwrap();
-    let size = std::fs::metadata(server.data_dir().join("purgatory-state.json")).unwrap().len();
+    let size = std::fs::metadata(server.data_dir().join(grasp_state::contract::layout::CHECKPOINT_FILE)).unwrap().len();
     assert!(value(&samples, "grasp_checkpoint_bytes") > 0.0 && size > 0, "{samples:?}");
     assert_eq!(value(&samples, "grasp_checkpoint_failures_total"), 0.0);
 }
@@ -213,7 +213,7 @@ async fn metrics_are_not_served_on_the_public_port() {
     }
     // Off by default: no listener, no address file.
     let plain = TestServer::start();
-    assert!(!plain.data_dir().join("metrics-addr").exists());
+    assert!(!plain.data_dir().join(grasp_state::contract::layout::METRICS_ADDR_FILE).exists());
 }
 
 #[tokio::test]

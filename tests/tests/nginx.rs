@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use grasp_state::identifier::{npub_of, percent_encode_segment};
+use grasp_state::names::identifier::{npub_of, percent_encode_segment};
 use grasp_tests::git::{git_output, WorkTree};
 use grasp_tests::grasp::*;
 use grasp_tests::{binary_path, wait_until, NostrClient, TestServer, TIMEOUT};
@@ -381,7 +381,7 @@ async fn contributor_repositories_through_nginx() {
     let mut c = NostrClient::connect(&front.ws_url()).await.expect("WebSocket through nginx");
     let (owner, contributor) = (Keys::generate(), Keys::generate());
     let prs = |identifier: &str| format!("http://{}/prs/{}/{identifier}.git", front.addr, npub_of(&contributor.public_key()));
-    let prs_root = front.relay.data_dir().join("git").join("prs");
+    let prs_root = front.relay.data_dir().join(grasp_state::contract::layout::GIT_DIR).join(grasp_state::names::identifier::PRS_DIR);
 
     clone(&prs("nothing"), &tmp.path().join("empty"), &[]).unwrap_or_else(|e| panic!("{e}\n{}", front.logs()));
     assert!(!prs_root.exists(), "a fetch creates nothing");
@@ -459,8 +459,8 @@ async fn nip11_cors_limits_and_client_addresses_through_nginx() {
         let resp = client.request(reqwest::Method::OPTIONS, front.http_url(path)).send().await.unwrap();
         assert_eq!(resp.status(), 204, "OPTIONS {path}");
         assert_cors(&resp, "OPTIONS");
-        // docs/nginx/grasp.conf keeps preflights as long as the relay (grasp_state::cors).
-        assert_eq!(header_values(&resp, "access-control-max-age"), [grasp_state::cors::MAX_AGE], "OPTIONS {path}");
+        // docs/nginx/grasp.conf keeps preflights as long as the relay (grasp_state::contract::cors).
+        assert_eq!(header_values(&resp, "access-control-max-age"), [grasp_state::contract::cors::MAX_AGE], "OPTIONS {path}");
     }
 
     // A body over the limit outside the git paths: nginx's 413, with CORS.
@@ -535,7 +535,7 @@ fn the_doctor_reads_the_front_as_fit_to_serve() {
             .arg("--data-dir")
             .arg(front.relay.data_dir())
             // The test machine's free space is not this test's subject.
-            .env("GRASP_MIN_FREE_DISK", "0")
+            .env(grasp_state::contract::env_names::MIN_FREE_DISK, "0")
             .output()
             .unwrap()
     };

@@ -59,7 +59,7 @@ async fn the_relay_runs_from_the_file_and_flags_win_over_it() {
     assert!(server.data_dir().join("events").is_dir(), "the flag's data directory, not the file's ./data");
 
     // config show: every value and where it came from.
-    let out = relay(&["--config", file.to_str().unwrap(), "--max-limit", "3", "config", "show"], &[("GRASP_MAX_FILTERS", "4")]);
+    let out = relay(&["--config", file.to_str().unwrap(), "--max-limit", "3", "config", "show"], &[(grasp_state::contract::env_names::MAX_FILTERS, "4")]);
     let shown = text(&out);
     assert!(out.status.success(), "{shown}");
     let line_of = |needle: &str| EXAMPLE.lines().position(|l| l.starts_with(needle)).unwrap() + 1;
@@ -103,7 +103,7 @@ fn a_refused_file_stops_the_relay_and_says_where_and_what_is_allowed() {
     let good = dir.path().join("good.toml");
     std::fs::write(&good, EXAMPLE).unwrap();
     // The environment is not the file's business: a bad variable does not fail the check.
-    let out = relay(&["config", "check", good.to_str().unwrap()], &[("GRASP_MAX_CONNECTIONS", "0")]);
+    let out = relay(&["config", "check", good.to_str().unwrap()], &[(grasp_state::contract::env_names::MAX_CONNECTIONS, "0")]);
     assert!(out.status.success(), "{}", text(&out));
     assert!(text(&out).contains(&format!("{}: ok", good.display())), "{}", text(&out));
 }
@@ -169,14 +169,14 @@ fn sighup_changes_the_log_filter() {
     let mut child = Command::new(binary_path("grasp-relay"))
         .arg("--config")
         .arg(&file)
-        .env("GRASP_NO_INDEX_RELAYS", "true")
+        .env(grasp_state::contract::env_names::NO_INDEX_RELAYS, "true")
         .stdin(Stdio::null())
         .stdout(log.try_clone().unwrap())
         .stderr(log)
         .spawn()
         .unwrap();
     let logs = || std::fs::read_to_string(dir.path().join("relay.log")).unwrap_or_default();
-    wait_until("the relay to listen", TIMEOUT, || data.join("relay-addr").exists().then_some(())).unwrap_or_else(|e| panic!("{e}\n{}", logs()));
+    wait_until("the relay to listen", TIMEOUT, || data.join(grasp_state::contract::layout::RELAY_ADDR_FILE).exists().then_some(())).unwrap_or_else(|e| panic!("{e}\n{}", logs()));
     assert!(!logs().contains(" INFO "), "{}", logs());
     std::fs::write(&file, config("info")).unwrap();
     let status = Command::new("kill").arg("-HUP").arg(child.id().to_string()).status().unwrap();

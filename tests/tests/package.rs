@@ -14,7 +14,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-use grasp_state::identifier::npub_of;
+use grasp_state::names::identifier::npub_of;
 use grasp_tests::git::WorkTree;
 use grasp_tests::grasp::*;
 use grasp_tests::{binary_path, wait_until, NostrClient, TIMEOUT};
@@ -116,11 +116,11 @@ async fn the_package_installs_and_its_relay_serves_from_its_configuration() {
     let mut relay = Command::new(root.join("usr/bin/grasp-relay"))
         .arg("--config")
         .arg(&config)
-        .env("GRASP_DATA_DIR", &data)
-        .env("GRASP_BIND", "127.0.0.1:0")
-        .env("GRASP_LOG", "info")
+        .env(grasp_state::contract::env_names::DATA_DIR, &data)
+        .env(grasp_state::contract::env_names::BIND, "127.0.0.1:0")
+        .env(grasp_state::contract::env_names::LOG, "info")
         // Tests never reach the internet: no public index relay.
-        .env("GRASP_NO_INDEX_RELAYS", "true")
+        .env(grasp_state::contract::env_names::NO_INDEX_RELAYS, "true")
         .stdin(Stdio::null())
         .stdout(log.try_clone().unwrap())
         .stderr(log)
@@ -131,7 +131,7 @@ async fn the_package_installs_and_its_relay_serves_from_its_configuration() {
         if let Ok(Some(status)) = relay.try_wait() {
             panic!("the installed relay exited with {status}:\n{}", logs());
         }
-        std::fs::read_to_string(data.join("relay-addr")).ok().map(|a| a.trim().to_string())
+        std::fs::read_to_string(data.join(grasp_state::contract::layout::RELAY_ADDR_FILE)).ok().map(|a| a.trim().to_string())
     })
     .unwrap();
     assert!(logs().contains(&format!("binary={}/usr/bin/grasp-pre-receive", root.display())), "hooks from the package:\n{}", logs());
@@ -155,8 +155,8 @@ async fn the_package_installs_and_its_relay_serves_from_its_configuration() {
         .args(["--config"])
         .arg(&config)
         .arg("doctor")
-        .env("GRASP_DATA_DIR", &data)
-        .env("GRASP_MIN_FREE_DISK", "1")
+        .env(grasp_state::contract::env_names::DATA_DIR, &data)
+        .env(grasp_state::contract::env_names::MIN_FREE_DISK, "1")
         .output()
         .unwrap();
     let report = String::from_utf8_lossy(&out.stdout);

@@ -4,7 +4,7 @@
 //! default branch and latest state; hostile names and descriptions are escaped; a forged `Host`
 //! header changes no URL on either page.
 
-use grasp_state::identifier::npub_of;
+use grasp_state::names::identifier::npub_of;
 use grasp_tests::git::WorkTree;
 use grasp_tests::grasp::*;
 use grasp_tests::{NostrClient, TestServer};

@@ -510,7 +510,7 @@ async fn failure_b_restarted_resumes_without_downloading_everything_again() {
     drop(cb);
     // The cursor is written at shutdown.
     b.restart();
-    assert!(b.data_dir().join("relay-sync.json").exists());
+    assert!(b.data_dir().join(grasp_state::contract::layout::RELAY_SYNC_FILE).exists());
     let p = eventually!("B to follow A live again", TIMEOUT, peer(&b, &ws(&a)).await.filter(|p| p["state"] == "live" && p["history_runs"].as_u64() >= Some(1)));
     let received = p["received"].as_u64().unwrap();
     assert!(received < 100, "B downloaded {received} events again after a restart: {p}");
@@ -597,7 +597,7 @@ async fn private_b_follows_only_its_listed_peer_authenticating_with_its_service_
     let alice = Keys::generate();
     let service = Keys::generate();
     let dir = tempfile::tempdir().unwrap();
-    let key_file = dir.path().join("service-key");
+    let key_file = dir.path().join(grasp_state::contract::layout::SERVICE_KEY_FILE);
     std::fs::write(&key_file, service.secret_key().to_secret_hex()).unwrap();
     // A relay the announcement lists, never to be contacted by a private service.
     let decoy = FakeRelay::start(Arc::new(|_: &Value| vec![])).await;

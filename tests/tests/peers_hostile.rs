@@ -103,7 +103,7 @@ async fn a_relay_gone_silent_is_pinged_then_dropped_and_its_cursor_stays_where_i
     // The resume point is the last moment the relay was heard from, not the time it was given up.
     let silent = silent_since.lock().unwrap().unwrap();
     let live_until = eventually!("the cursor to be saved", Duration::from_secs(30), {
-        let cursors: Value = serde_json::from_slice(&std::fs::read(b.data_dir().join("relay-sync.json")).unwrap_or_default()).unwrap_or(Value::Null);
+        let cursors: Value = serde_json::from_slice(&std::fs::read(b.data_dir().join(grasp_state::contract::layout::RELAY_SYNC_FILE)).unwrap_or_default()).unwrap_or(Value::Null);
         cursors["relays"].as_object().and_then(|r| r.iter().find(|(url, _)| url.contains(&fake.addr.to_string()))).and_then(|(_, c)| c["live_until"].as_u64()).filter(|t| *t > 0)
     });
     assert!(live_until <= silent + 2, "live until {live_until}, silent since {silent}");

@@ -118,7 +118,7 @@ async fn ten_owners_of_one_history_hold_it_once() {
     assert_consistent(&pool);
     let pool_refs = bare_refs(&pool);
     for k in &owners {
-        assert_eq!(pool_refs.get(&format!("refs/members/{}/heads/main", grasp_state::identifier::npub_of(&k.public_key()))), Some(&tip), "the pool records every member's refs");
+        assert_eq!(pool_refs.get(&format!("refs/members/{}/heads/main", grasp_state::names::identifier::npub_of(&k.public_key()))), Some(&tip), "the pool records every member's refs");
     }
     // About one copy: a plain bare clone of the history against all ten repositories and the pool.
     let plain = tmp.path().join("plain.git");
@@ -243,7 +243,7 @@ async fn staged_objects_stay_in_the_receiving_repository_until_a_signed_event_re
     served(&mut c, &pr).await;
     background_settled(&server).await;
     assert!(has_object(&pool, &pr_tip), "the signed event promoted its commit into the pool");
-    let member_ref = format!("refs/members/{}/nostr/{}", grasp_state::identifier::npub_of(&owner.public_key()), pr.id.to_hex());
+    let member_ref = format!("refs/members/{}/nostr/{}", grasp_state::names::identifier::npub_of(&owner.public_key()), pr.id.to_hex());
     assert_eq!(bare_refs(&pool).get(&member_ref), Some(&pr_tip));
     assert_eq!(local_objects(&dir), 0, "the receiving repository's copies went once the pool had them");
     assert!(!has_object(&pool, &junk_tip), "still nothing of the stranger's");

@@ -259,7 +259,7 @@ async fn grasp_cgi_given_only_the_git_root_stays_private() {
 
     let tmp = tempfile::tempdir().unwrap();
     let volume = tmp.path().join("volume");
-    std::os::unix::fs::symlink(server.data_dir().join("git"), &volume).unwrap();
+    std::os::unix::fs::symlink(server.data_dir().join(grasp_state::contract::layout::GIT_DIR), &volume).unwrap();
     let out = std::process::Command::new(binary_path("grasp-cgi"))
         .env_clear()
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())
@@ -267,7 +267,7 @@ async fn grasp_cgi_given_only_the_git_root_stays_private() {
         .env("REQUEST_METHOD", "GET")
         .env("PATH_INFO", format!("/{}/secret.git/info/refs", member.public_key().to_bech32().unwrap()))
         .env("QUERY_STRING", "service=git-upload-pack")
-        .env("GRASP_GIT_ROOT", &volume)
+        .env(grasp_state::contract::env_names::GIT_ROOT, &volume)
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);

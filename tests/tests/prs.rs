@@ -9,7 +9,7 @@
 use std::path::{Path, PathBuf};
 
 use grasp_relay::grasp::acceptance::PURGATORY_MESSAGE;
-use grasp_state::identifier::{npub_of, percent_encode_segment};
+use grasp_state::names::identifier::{npub_of, percent_encode_segment};
 use grasp_tests::git::git_output;
 use grasp_tests::grasp::*;
 use grasp_tests::{eventually, TestServer};
@@ -22,7 +22,7 @@ fn prs_url(server: &TestServer, contributor: &PublicKey, identifier: &str) -> St
 
 /// Where the contributor repository lives in the data directory.
 fn prs_dir(server: &TestServer, contributor: &PublicKey, identifier: &str) -> PathBuf {
-    server.data_dir().join("git").join("prs").join(npub_of(contributor)).join(format!("{identifier}.git"))
+    server.data_dir().join(grasp_state::contract::layout::GIT_DIR).join(grasp_state::names::identifier::PRS_DIR).join(npub_of(contributor)).join(format!("{identifier}.git"))
 }
 
 /// A pull request (1618) by `keys` whose `a` tag names `owner`'s `identifier`, tip `commit`,
@@ -102,7 +102,7 @@ async fn a_fetch_of_a_path_with_no_repository_is_an_empty_repository_and_creates
     clone(&url, &tmp.path().join("c"), &[]).unwrap();
     assert_eq!(git_output(&tmp.path().join("c"), &["for-each-ref"]).stdout, b"");
     assert_eq!(ls_remote(&url).unwrap(), Vec::<String>::new());
-    assert!(!server.data_dir().join("git").join("prs").exists(), "a probe creates nothing on disk");
+    assert!(!server.data_dir().join(grasp_state::contract::layout::GIT_DIR).join(grasp_state::names::identifier::PRS_DIR).exists(), "a probe creates nothing on disk");
     // Neither a malformed path nor a page exists there.
     assert_eq!(get_status(&format!("http://{}/prs/npub1nothing/x.git/info/refs?service=git-upload-pack", host(&server))).await, 404);
     assert_eq!(get_status(&url).await, 404);

@@ -34,7 +34,7 @@ fn random_id() -> EventId {
 }
 
 fn checkpoint_path(server: &TestServer) -> std::path::PathBuf {
-    server.data_dir().join("purgatory-state.json")
+    server.data_dir().join(grasp_state::contract::layout::CHECKPOINT_FILE)
 }
 
 fn corrupt_files(data: &Path) -> Vec<String> {
@@ -203,7 +203,7 @@ async fn kill_9_during_repeated_checkpoints_always_leaves_a_loadable_checkpoint(
     drop(c);
     let path = checkpoint_path(&server);
     eventually!("a checkpoint holding every entry", WAIT, {
-        grasp_state::purgatory::read_checkpoint(&path)
+        grasp_state::contract::checkpoint_file::read_checkpoint(&path)
             .ok()
             .flatten()
             .filter(|s| s.state_events.values().map(Vec::len).sum::<usize>() == 80)
@@ -215,11 +215,11 @@ async fn kill_9_during_repeated_checkpoints_always_leaves_a_loadable_checkpoint(
         eventually!("a checkpoint", WAIT, version(&path).filter(|v| Some(*v) != first));
         // Kill at a varying point of the next checkpoint cycles (fault injection, not sync).
         tokio::time::sleep(Duration::from_micros(i * 397 % 6000)).await;
-        if server.data_dir().join("purgatory-state.json.tmp").exists() {
+        if server.data_dir().join(format!("{}.tmp", grasp_state::contract::layout::CHECKPOINT_FILE)).exists() {
             kills_mid_write += 1;
         }
         server.kill();
-        let state = grasp_state::purgatory::read_checkpoint(&path)
+        let state = grasp_state::contract::checkpoint_file::read_checkpoint(&path)
             .unwrap_or_else(|e| panic!("iteration {i}: checkpoint unreadable after kill -9: {e}"))
             .unwrap_or_else(|| panic!("iteration {i}: no checkpoint after kill -9"));
         let saved: usize = state.state_events.values().map(Vec::len).sum();
@@ -255,7 +255,7 @@ async fn corrupt_or_unknown_checkpoint_is_set_aside_and_the_server_starts() {
     assert!(server.logs().contains("set aside"), "the operator is told");
     // The relay works: a new checkpoint replaces the file on shutdown.
     server.stop();
-    assert!(grasp_state::purgatory::read_checkpoint(&path).unwrap().is_some());
+    assert!(grasp_state::contract::checkpoint_file::read_checkpoint(&path).unwrap().is_some());
 
     // A file from a future version is set aside too (a second name).
     std::fs::write(&path, b"{\"version\": 99}").unwrap();

@@ -584,7 +584,7 @@ async fn pre_receive_fails_closed_on_a_hung_relay_or_a_garbage_answer() {
     // Something that answers garbage where the relay should be: rejected too.
     server.stop();
     let fake = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    std::fs::write(server.data_dir().join("api-addr"), fake.local_addr().unwrap().to_string()).unwrap();
+    std::fs::write(server.data_dir().join(grasp_state::contract::layout::API_ADDR_FILE), fake.local_addr().unwrap().to_string()).unwrap();
     let answer = std::thread::spawn(move || {
         use std::io::{Read, Write};
         let (mut conn, _) = fake.accept().unwrap();
@@ -634,7 +634,7 @@ async fn relay_killed_between_the_hooks_releases_after_restart() {
     held(&mut c, &st).await;
     drop(c);
     // The held state must be in a checkpoint for a SIGKILLed relay to remember it.
-    let checkpoint = server.data_dir().join("purgatory-state.json");
+    let checkpoint = server.data_dir().join(grasp_state::contract::layout::CHECKPOINT_FILE);
     let id = st.id.to_hex();
     eventually!("the held state in a purgatory checkpoint", std::fs::read_to_string(&checkpoint).ok().filter(|t| t.contains(&id)));
 
@@ -645,7 +645,7 @@ async fn relay_killed_between_the_hooks_releases_after_restart() {
     let only_pre = tmp.path().join("only-pre-receive");
     std::fs::create_dir(&only_pre).unwrap();
     // The hook and its configuration beside it (the data directory, the push limits).
-    for file in ["pre-receive", grasp_state::hook_config::FILE_NAME] {
+    for file in ["pre-receive", grasp_state::contract::layout::HOOK_CONFIG_FILE] {
         std::fs::copy(server.data_dir().join("hooks").join(file), only_pre.join(file)).unwrap();
     }
     let rp = format!("git -c core.hooksPath='{}' receive-pack", only_pre.display());
@@ -714,7 +714,7 @@ async fn hook_api_is_private() {
     let server = TestServer::start();
     let (addr, token) = hook_api(&server);
     use std::os::unix::fs::PermissionsExt;
-    let mode = std::fs::metadata(server.data_dir().join("api-token")).unwrap().permissions().mode();
+    let mode = std::fs::metadata(server.data_dir().join(grasp_state::contract::layout::API_TOKEN_FILE)).unwrap().permissions().mode();
     assert_eq!(mode & 0o777, 0o600);
     assert!(addr.starts_with("127.") || addr.starts_with("[::1]"), "{addr}");
     let http = reqwest::Client::new();
@@ -742,14 +742,14 @@ async fn hooks_are_binaries_and_old_script_hooks_are_replaced_at_startup() {
         std::fs::write(&path, "#!/bin/sh\necho 'grasp: an old hook script ran' >&2\nexit 1\n").unwrap();
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
     }
-    std::fs::remove_file(hooks.join(grasp_state::hook_config::FILE_NAME)).unwrap();
+    std::fs::remove_file(hooks.join(grasp_state::contract::layout::HOOK_CONFIG_FILE)).unwrap();
     server.restart();
     for hook in ["pre-receive", "post-receive"] {
         let bytes = std::fs::read(hooks.join(hook)).unwrap();
         assert!(bytes.starts_with(b"\x7fELF"), "{hook} is not an executable binary: {:?}", String::from_utf8_lossy(&bytes[..bytes.len().min(80)]));
     }
-    let config = std::fs::read(hooks.join(grasp_state::hook_config::FILE_NAME)).unwrap();
-    let config = grasp_state::hook_config::HookConfig::parse(&config).unwrap();
+    let config = std::fs::read(hooks.join(grasp_state::contract::layout::HOOK_CONFIG_FILE)).unwrap();
+    let config = grasp_state::contract::hook_config::HookConfig::parse(&config).unwrap();
     assert_eq!(std::fs::canonicalize(&config.data_dir).unwrap(), std::fs::canonicalize(server.data_dir()).unwrap());
 
     let tmp = tempfile::tempdir().unwrap();
@@ -805,11 +805,11 @@ async fn git_requests_run_the_backend_without_grasp_cgi() {
 
     let page = reqwest::get(&repo.url).await.unwrap();
     assert_eq!(page.status(), reqwest::StatusCode::OK);
-    let path = format!("/{}/direct.git", grasp_state::identifier::npub_of(&owner.public_key()));
+    let path = format!("/{}/direct.git", grasp_state::names::identifier::npub_of(&owner.public_key()));
     assert!(recorded().contains(&format!("GET {path}?")), "the page did not go to grasp-cgi: {}", recorded());
 
     // Another push's lock: the relay leaves the advertisement to grasp-cgi, which waits for it.
-    let lock = grasp_state::push_lock::PushLock::take_within(&repo_dir(&server, &owner.public_key(), "direct"), Duration::ZERO).unwrap();
+    let lock = grasp_state::contract::push_lock::PushLock::take_within(&repo_dir(&server, &owner.public_key(), "direct"), Duration::ZERO).unwrap();
     let pushing = std::thread::spawn(move || repo.push(&["main"]));
     let advertisement = format!("GET {path}/info/refs?service=git-receive-pack");
     eventually!("the push's advertisement to reach grasp-cgi", recorded().contains(&advertisement).then_some(()));

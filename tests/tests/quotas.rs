@@ -13,7 +13,7 @@ const MIB: u64 = 1 << 20;
 
 /// Makes `owner`'s repository of `identifier` look two days old (its creation marker).
 fn age(server: &TestServer, owner: &PublicKey, identifier: &str) {
-    let marker = repo_dir(server, owner, identifier).join(grasp_state::identifier::PUSH_LOCK_FILE);
+    let marker = repo_dir(server, owner, identifier).join(grasp_state::contract::layout::PUSH_LOCK_FILE);
     let file = std::fs::File::options().write(true).open(&marker).unwrap();
     file.set_modified(SystemTime::now() - Duration::from_secs(2 * 24 * 3600)).unwrap();
 }

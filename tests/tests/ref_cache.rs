@@ -14,8 +14,8 @@ use std::sync::Arc;
 use grasp_relay::git::http::GitHttpConfig;
 use grasp_relay::git::ref_cache::{RefCache, DEFAULT_BUDGET};
 use grasp_relay::git::repos::create_bare_repo;
-use grasp_state::git_backend::BackendSetup;
-use grasp_state::identifier::npub_of;
+use grasp_state::contract::git_backend::BackendSetup;
+use grasp_state::names::identifier::npub_of;
 use grasp_tests::git::{bin, git, git_output, test_owner, GitHttpServer, WorkTree};
 use grasp_tests::grasp::*;
 use grasp_tests::{eventually, TestServer};
@@ -30,7 +30,7 @@ fn git_server(root: &Path, cache: Option<Arc<RefCache>>) -> GitHttpServer {
         env: vec![],
         direct: true,
         idle_timeout: grasp_relay::git::http::DEFAULT_IDLE_TIMEOUT,
-        min_rate: grasp_state::transfer::DEFAULT_MIN_RATE,
+        min_rate: grasp_state::contract::transfer::DEFAULT_MIN_RATE,
         prs: false,
         ref_cache: cache,
         supervised_pushes: None,
@@ -351,7 +351,7 @@ async fn cache_answers(server: &TestServer, outcome: &str) -> u64 {
 
 /// The value of the counter `series` on the relay's metrics listener (0 before it counts).
 async fn counter(server: &TestServer, series: &str) -> u64 {
-    let addr = std::fs::read_to_string(server.data_dir().join("metrics-addr")).unwrap();
+    let addr = std::fs::read_to_string(server.data_dir().join(grasp_state::contract::layout::METRICS_ADDR_FILE)).unwrap();
     let body = reqwest::get(format!("http://{}/metrics", addr.trim())).await.unwrap().text().await.unwrap();
     let prefix = format!("{series} ");
     body.lines().find_map(|l| l.strip_prefix(&prefix)).map_or(0, |v| v.trim().parse::<f64>().unwrap() as u64)

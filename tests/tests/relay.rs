@@ -502,7 +502,7 @@ async fn nip11_home_page_options_and_cors() {
         .unwrap();
     assert_eq!(opts.status(), 204);
     assert_eq!(opts.headers()["access-control-allow-origin"], "*");
-    assert_eq!(opts.headers()["access-control-max-age"], grasp_state::cors::MAX_AGE);
+    assert_eq!(opts.headers()["access-control-max-age"], grasp_state::contract::cors::MAX_AGE);
     assert!(opts.headers()["access-control-allow-methods"]
         .to_str()
         .unwrap()

@@ -23,6 +23,17 @@ fn main_ref(server: &TestServer, owner: &PublicKey, identifier: &str) -> Option<
     dir.join("HEAD").exists().then(|| bare_refs(&dir).get("refs/heads/main").cloned()).flatten()
 }
 
+/// `owner` announces `identifier` on the public domain to `server` only (as nginx would route
+/// it); the client it used and the announcement.
+async fn announce(server: &TestServer, owner: &Keys, identifier: &str) -> (NostrClient, Event) {
+    let clone = format!("https://{DOMAIN}/{}/{identifier}.git", owner.public_key().to_bech32().unwrap());
+    let ann = event(owner, 30617, &[&["d", identifier], &["clone", &clone], &["relays", &format!("wss://{DOMAIN}")]]);
+    let mut c = NostrClient::connect(&server.ws_url()).await.unwrap();
+    let (ok, msg) = c.send_event(&ann).await.unwrap();
+    assert!(ok, "{msg}");
+    (c, ann)
+}
+
 /// Two replicas naming each other; `a_extra` only for the first.
 fn pair(a_extra: &[&str]) -> (TestServer, TestServer) {
     let args = ["--public-host", DOMAIN, "--relay-sync-backoff", "300ms", "--relay-sync-backoff-cap", "2s", "--sync-delay", "200ms"];
@@ -70,11 +81,7 @@ async fn whatever_one_replica_accepts_every_replica_serves() {
     // The owner publishes to one replica only, as nginx would route them.
     let owner = Keys::generate();
     let identifier = "replicated";
-    let clone = format!("https://{DOMAIN}/{}/{identifier}.git", owner.public_key().to_bech32().unwrap());
-    let ann = event(&owner, 30617, &[&["d", identifier], &["clone", &clone], &["relays", &format!("wss://{DOMAIN}")]]);
-    let mut ca = NostrClient::connect(&a.ws_url()).await.unwrap();
-    let (ok, msg) = ca.send_event(&ann).await.unwrap();
-    assert!(ok, "{msg}");
+    let (mut ca, ann) = announce(a, &owner, identifier).await;
     let tmp = tempfile::tempdir().unwrap();
     let repo = Repo::new(tmp.path(), a, &owner.public_key(), identifier);
     let tip = repo.commit("README", "one");
@@ -115,11 +122,7 @@ async fn with_replica_acks_an_answer_waits_until_another_replica_holds_it() {
     // Answered by A once B holds it: B serves it at once, no waiting.
     let owner = Keys::generate();
     let identifier = "durable";
-    let clone = format!("https://{DOMAIN}/{}/{identifier}.git", owner.public_key().to_bech32().unwrap());
-    let ann = event(&owner, 30617, &[&["d", identifier], &["clone", &clone], &["relays", &format!("wss://{DOMAIN}")]]);
-    let mut ca = NostrClient::connect(&a.ws_url()).await.unwrap();
-    let (ok, msg) = ca.send_event(&ann).await.unwrap();
-    assert!(ok, "{msg}");
+    let (mut ca, _) = announce(&a, &owner, identifier).await;
     let tmp = tempfile::tempdir().unwrap();
     let repo = Repo::new(tmp.path(), &a, &owner.public_key(), identifier);
     let tip = repo.commit("README", "one");

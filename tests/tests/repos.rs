@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::time::{Duration, SystemTime};
 
-use grasp_state::identifier::npub_of;
+use grasp_state::names::identifier::npub_of;
 use grasp_tests::grasp::*;
 use grasp_tests::{wait_until, NostrClient, TestServer, TIMEOUT};
 use nostr::prelude::*;

@@ -148,7 +148,7 @@ mod in_process {
     use grasp_relay::grasp::Grasp;
     use grasp_relay::store::relay::Relay;
     use grasp_relay::store::Store;
-    use grasp_state::identifier::RepoLayout;
+    use grasp_state::names::identifier::RepoLayout;
     use grasp_state::purgatory::{ManualClock, Purgatory, PurgatoryConfig, RepoId};
     use grasp_tests::git::{git, WorkTree};
     use grasp_tests::grasp::*;
@@ -182,7 +182,7 @@ mod in_process {
             let purgatory = match checkpoint {
                 None => Purgatory::new(PurgatoryConfig::default(), clock.clone()),
                 Some(json) => {
-                    std::fs::write(tmp.path().join(grasp_relay::grasp::lifecycle::CHECKPOINT_FILE), json.to_string()).unwrap();
+                    std::fs::write(tmp.path().join(grasp_state::contract::layout::CHECKPOINT_FILE), json.to_string()).unwrap();
                     grasp_relay::grasp::lifecycle::restore(tmp.path(), &layout, PurgatoryConfig::default()).0
                 }
             };
@@ -229,7 +229,7 @@ mod in_process {
 }
 
 use grasp_relay::grasp::lifecycle::expire;
-use grasp_state::auth::Submitter;
+use grasp_state::trust::auth::Submitter;
 
 /// A client that did not authenticate.
 const ANONYMOUS: Submitter<'static> = Submitter::ANONYMOUS;

@@ -13,7 +13,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
-use grasp_state::identifier::npub_of;
+use grasp_state::names::identifier::npub_of;
 use grasp_tests::git::{git, git_output, GitHttpServer};
 use grasp_tests::grasp::*;
 use grasp_tests::{eventually, NostrClient, TestServer};

@@ -177,7 +177,7 @@ async fn what_was_published_while_the_server_was_down_arrives_after_its_restart(
     server.restart();
     eventually!("the comment made while down to be served", SYNC_PLUS, is_served(&server, comment.id).await.then_some(()));
     eventually!("the status made while down to be served", SYNC_PLUS, is_served(&server, closed.id).await.then_some(()));
-    assert!(server.data_dir().join("sync-plus.json").exists(), "the list cache is kept in the data directory");
+    assert!(server.data_dir().join(grasp_state::contract::layout::SYNC_PLUS_FILE).exists(), "the list cache is kept in the data directory");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

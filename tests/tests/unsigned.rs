@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use grasp_state::identifier::npub_of;
+use grasp_state::names::identifier::npub_of;
 use grasp_tests::grasp::*;
 use grasp_tests::{eventually, TestServer};
 use nostr::prelude::*;

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use grasp_hooks::{call, context, say, settings};
-use grasp_state::hook_api::{PostReceiveRequest, PostReceiveResponse, PATH_POST_RECEIVE};
+use grasp_state::contract::hook_api::{PostReceiveRequest, PostReceiveResponse, PATH_POST_RECEIVE};
 
 /// Releasing may copy objects into other owners' repositories; give it time, but not forever.
 const TIMEOUT: Duration = Duration::from_secs(120);

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use grasp_hooks::{call, context, say, settings};
-use grasp_state::hook_api::{check_version, PreReceiveRequest, PreReceiveResponse, PATH_PRE_RECEIVE};
+use grasp_state::contract::hook_api::{check_version, PreReceiveRequest, PreReceiveResponse, PATH_PRE_RECEIVE};
 
 /// How long the pusher waits for a verdict before the push is rejected.
 const TIMEOUT: Duration = Duration::from_secs(5);

@@ -9,8 +9,8 @@
 //! while it sees either (or cannot tell), and the relay refuses to start without `--private` on
 //! it (docs/deployment.md: migrating a private service deliberately).
 
-use grasp_state::auth::verify_git_proof;
-use grasp_state::hook_api::{GitAuthRequest, GitAuthResponse, HOOK_API_VERSION};
+use grasp_state::trust::auth::verify_git_proof;
+use grasp_state::contract::hook_api::{GitAuthRequest, GitAuthResponse, HOOK_API_VERSION};
 use nostr::prelude::Timestamp;
 
 use crate::grasp::Grasp;
@@ -29,12 +29,12 @@ fn decide(grasp: &Grasp, req: &GitAuthRequest) -> (bool, String) {
     if !grasp.trust.private {
         return (true, "public service".into());
     }
-    let Some(owner) = grasp_state::identifier::parse_npub(&req.owner) else {
+    let Some(owner) = grasp_state::names::identifier::parse_npub(&req.owner) else {
         return (false, "not a repository path".into());
     };
     match verify_git_proof(req.authorization.as_deref(), &grasp.public_host, &owner, &req.identifier, Timestamp::now().as_secs()) {
-        Ok(pk) if grasp.trust.is_member(&pk) => (true, format!("member {}", grasp_state::identifier::npub_of(&pk))),
-        Ok(pk) => (false, format!("{} is not a member", grasp_state::identifier::npub_of(&pk))),
+        Ok(pk) if grasp.trust.is_member(&pk) => (true, format!("member {}", grasp_state::names::identifier::npub_of(&pk))),
+        Ok(pk) => (false, format!("{} is not a member", grasp_state::names::identifier::npub_of(&pk))),
         Err(e) => (false, e.to_string()),
     }
 }

@@ -4,7 +4,7 @@
 //! the relay refuses to start otherwise) and every request must carry the token from
 //! `<data>/api-token` (mode 0600, new at every start) in the `x-grasp-token` header, except the
 //! health probes `/healthz` and `/readyz` ([`crate::api::health`]), which reveal no data.
-//! Requests and responses are the versioned JSON types of `grasp_state::hook_api`. See
+//! Requests and responses are the versioned JSON types of `grasp_state::contract::hook_api`. See
 //! docs/hook-api.md.
 
 pub mod git_auth;
@@ -19,8 +19,9 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 use bytes::Bytes;
-use grasp_state::hook_api::{check_version, ApiError, HookRequest, ADDR_FILE, HOOK_API_VERSION, TOKEN_FILE, TOKEN_HEADER};
-use grasp_state::atomic_file::write_atomic;
+use grasp_state::contract::hook_api::{check_version, ApiError, HookRequest, HOOK_API_VERSION, TOKEN_HEADER};
+use grasp_state::contract::layout::{API_ADDR_FILE, API_TOKEN_FILE};
+use grasp_state::contract::atomic_file::write_atomic;
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
@@ -54,8 +55,8 @@ pub async fn bind(addr: SocketAddr, data_dir: &Path) -> Result<(TcpListener, Str
     }
     let listener = TcpListener::bind(addr).await.with_context(|| format!("cannot bind the hook API on {addr}"))?;
     let token = new_token()?;
-    write_private(&data_dir.join(TOKEN_FILE), token.as_bytes())?;
-    write_private(&data_dir.join(ADDR_FILE), listener.local_addr()?.to_string().as_bytes())?;
+    write_private(&data_dir.join(API_TOKEN_FILE), token.as_bytes())?;
+    write_private(&data_dir.join(API_ADDR_FILE), listener.local_addr()?.to_string().as_bytes())?;
     Ok((listener, token))
 }
 
@@ -217,22 +218,22 @@ fn parse<T: serde::de::DeserializeOwned + Versioned>(body: &[u8]) -> Result<T, B
 trait Versioned {
     fn version(&self) -> u32;
 }
-impl Versioned for grasp_state::hook_api::PurgeAuthorRequest {
+impl Versioned for grasp_state::contract::hook_api::PurgeAuthorRequest {
     fn version(&self) -> u32 {
         self.version
     }
 }
-impl Versioned for grasp_state::hook_api::PrsRepoRequest {
+impl Versioned for grasp_state::contract::hook_api::PrsRepoRequest {
     fn version(&self) -> u32 {
         self.version
     }
 }
-impl Versioned for grasp_state::hook_api::GitAuthRequest {
+impl Versioned for grasp_state::contract::hook_api::GitAuthRequest {
     fn version(&self) -> u32 {
         self.version
     }
 }
-impl Versioned for grasp_state::hook_api::AuthorityRequest {
+impl Versioned for grasp_state::contract::hook_api::AuthorityRequest {
     fn version(&self) -> u32 {
         self.version
     }
@@ -490,9 +491,9 @@ pub fn run_command(data_dir: &Path, command: &crate::config::Command) -> Result<
         }
         crate::config::Command::Authority { json, apply } => {
             let client = grasp_hooks::ApiClient::from_data_dir(data_dir, std::time::Duration::from_secs(600))?;
-            let path = grasp_state::hook_api::PATH_AUTHORITY;
-            let report: grasp_state::hook_api::AuthorityReport = if *apply {
-                client.post(path, &grasp_state::hook_api::AuthorityRequest { version: HOOK_API_VERSION })?
+            let path = grasp_state::contract::hook_api::PATH_AUTHORITY;
+            let report: grasp_state::contract::hook_api::AuthorityReport = if *apply {
+                client.post(path, &grasp_state::contract::hook_api::AuthorityRequest { version: HOOK_API_VERSION })?
             } else {
                 serde_json::from_str(&client.get(path)?).context("the relay's report is not understood")?
             };
@@ -511,7 +512,7 @@ pub fn run_command(data_dir: &Path, command: &crate::config::Command) -> Result<
 }
 
 /// The authorization-integrity report for a terminal.
-pub fn render_authority_report(report: &grasp_state::hook_api::AuthorityReport, apply: bool) -> String {
+pub fn render_authority_report(report: &grasp_state::contract::hook_api::AuthorityReport, apply: bool) -> String {
     use std::fmt::Write as _;
     let mut out = String::new();
     for f in &report.findings {
@@ -535,12 +536,12 @@ pub fn render_authority_report(report: &grasp_state::hook_api::AuthorityReport, 
 /// hook binaries themselves, so git starts them without a shell (a hard link to each binary in
 /// `bin_dir`, or a copy where no link can be made: across file systems, or binaries of another
 /// user under `fs.protected_hardlinks`), and beside them
-/// their configuration (`grasp_state::hook_config`: the data directory and the push limits, so
+/// their configuration (`grasp_state::contract::hook_config`: the data directory and the push limits, so
 /// the limits hold behind nginx + fcgiwrap too), written first. Everything is replaced
 /// atomically at every start, so hooks of older versions (shell scripts) and of older binaries
 /// are replaced; a running push keeps the hook it started.
-pub fn install_hooks(hooks_dir: &Path, bin_dir: &Path, data_dir: &Path, limits: grasp_state::push_limits::PushLimits) -> Result<()> {
-    use grasp_state::hook_config::PRE_RECEIVE_ONLY_DIR;
+pub fn install_hooks(hooks_dir: &Path, bin_dir: &Path, data_dir: &Path, limits: grasp_state::contract::push_limits::PushLimits) -> Result<()> {
+    use grasp_state::contract::layout::PRE_RECEIVE_ONLY_DIR;
     install_hooks_in(hooks_dir, bin_dir, data_dir, limits, &[("pre-receive", "grasp-pre-receive"), ("post-receive", "grasp-post-receive")])?;
     // The hooks of a push the relay's listener runs from end to end (`crate::git::supervised_push`).
     install_hooks_in(&hooks_dir.join(PRE_RECEIVE_ONLY_DIR), bin_dir, data_dir, limits, &[("pre-receive", "grasp-pre-receive")])
@@ -548,15 +549,16 @@ pub fn install_hooks(hooks_dir: &Path, bin_dir: &Path, data_dir: &Path, limits: 
 
 /// [`install_hooks`] of `hooks` (hook name, binary name) into `hooks_dir`, with their
 /// configuration.
-fn install_hooks_in(hooks_dir: &Path, bin_dir: &Path, data_dir: &Path, limits: grasp_state::push_limits::PushLimits, hooks: &[(&str, &str)]) -> Result<()> {
-    use grasp_state::hook_config::{HookConfig, FILE_NAME};
+fn install_hooks_in(hooks_dir: &Path, bin_dir: &Path, data_dir: &Path, limits: grasp_state::contract::push_limits::PushLimits, hooks: &[(&str, &str)]) -> Result<()> {
+    use grasp_state::contract::hook_config::HookConfig;
+    use grasp_state::contract::layout::HOOK_CONFIG_FILE;
     std::fs::create_dir_all(hooks_dir)?;
     let config = HookConfig { data_dir: data_dir.to_path_buf(), limits }.render()?;
-    write_atomic(&hooks_dir.join(FILE_NAME), &config, Some(0o644))
-        .with_context(|| format!("cannot write {}", hooks_dir.join(FILE_NAME).display()))?;
+    write_atomic(&hooks_dir.join(HOOK_CONFIG_FILE), &config, Some(0o644))
+        .with_context(|| format!("cannot write {}", hooks_dir.join(HOOK_CONFIG_FILE).display()))?;
     for &(hook, bin) in hooks {
         let (bin_path, hook_path) = (bin_dir.join(bin), hooks_dir.join(hook));
-        let how = match grasp_state::atomic_file::link_atomic(&bin_path, &hook_path) {
+        let how = match grasp_state::contract::atomic_file::link_atomic(&bin_path, &hook_path) {
             Ok(()) => "hard link",
             Err(link_error) => {
                 let binary = std::fs::read(&bin_path).with_context(|| format!("cannot read the hook binary {}", bin_path.display()))?;
@@ -655,8 +657,9 @@ mod tests {
 
     #[test]
     fn hooks_are_the_binaries_with_their_configuration_beside_them() {
-        use grasp_state::hook_config::{HookConfig, FILE_NAME};
-        use grasp_state::push_limits::PushLimits;
+        use grasp_state::contract::hook_config::HookConfig;
+        use grasp_state::contract::layout::HOOK_CONFIG_FILE;
+        use grasp_state::contract::push_limits::PushLimits;
         let dir = tempfile::tempdir().unwrap();
         let (bin, hooks) = (dir.path().join("bin"), dir.path().join("data/hooks"));
         std::fs::create_dir_all(&bin).unwrap();
@@ -671,7 +674,7 @@ mod tests {
         for (hook, name) in [("pre-receive", "grasp-pre-receive"), ("post-receive", "grasp-post-receive")] {
             assert_eq!(std::fs::read(hooks.join(hook)).unwrap(), format!("binary {name}").as_bytes());
         }
-        let config = HookConfig::parse(&std::fs::read(hooks.join(FILE_NAME)).unwrap()).unwrap();
+        let config = HookConfig::parse(&std::fs::read(hooks.join(HOOK_CONFIG_FILE)).unwrap()).unwrap();
         assert_eq!(config, HookConfig { data_dir: dir.path().join("data"), limits });
         // Again (a restart): still in place; a missing binary is an error, the old hook stays.
         install_hooks(&hooks, &bin, &dir.path().join("data"), limits).unwrap();
@@ -693,7 +696,7 @@ mod tests {
             write_atomic(&bin.path().join(name), format!("binary {name}").as_bytes(), Some(0o755)).unwrap();
         }
         let hooks = data.path().join("hooks");
-        install_hooks(&hooks, bin.path(), data.path(), grasp_state::push_limits::PushLimits::default()).unwrap();
+        install_hooks(&hooks, bin.path(), data.path(), grasp_state::contract::push_limits::PushLimits::default()).unwrap();
         let hook = std::fs::metadata(hooks.join("pre-receive")).unwrap();
         assert_eq!(std::fs::read(hooks.join("pre-receive")).unwrap(), b"binary grasp-pre-receive");
         assert_eq!(hook.permissions().mode() & 0o777, 0o755);

@@ -14,19 +14,19 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use anyhow::{Context, Result};
-use grasp_state::hook_api::{
+use grasp_state::contract::hook_api::{
     Leftover, PoolEntry, PurgeKept, PurgeRequest, PurgeResponse, RefView, RepoEntry, RepoInfo, RepoListing, RepoStatus,
     HOOK_API_VERSION, PATH_REPOS, PATH_REPOS_PURGE, PATH_REPO_PREFIX,
 };
-use grasp_state::identifier::{npub_of, parse_npub, validate_identifier, POOLS_DIR, PRS_DIR};
-use grasp_state::nip34::{Announcement, KIND_ANNOUNCEMENT};
+use grasp_state::names::identifier::{npub_of, parse_npub, validate_identifier, POOLS_DIR, PRS_DIR};
+use grasp_state::nostr::nip34::{Announcement, KIND_ANNOUNCEMENT};
 use grasp_state::purgatory::EntryKind;
 use nostr::prelude::{Coordinate, Filter, Kind, Nip19Coordinate, PublicKey, RelayUrl, ToBech32};
 
 use crate::grasp::locks::{PushLocks, RepoGuards, RepoLocks};
 use crate::grasp::Grasp;
-use grasp_state::host::PublicUrls;
-use grasp_state::nip34::first_value;
+use grasp_state::names::host::PublicUrls;
+use grasp_state::nostr::nip34::first_value;
 
 /// Where a repository is shown with issues, patches and pull requests (`<naddr>` appended).
 pub const WEB_CLIENT_BASE: &str = "https://gitworkshop.dev/";
@@ -99,7 +99,7 @@ pub(super) async fn route_get(path: &str, grasp: &Grasp) -> Option<hyper::Respon
         return Some(super::json(StatusCode::OK, &listing(grasp).await));
     }
     let rest = path.strip_prefix(PATH_REPO_PREFIX)?;
-    let Some(repo) = grasp_state::identifier::parse_repo_url_path(&format!("/{rest}.git")).filter(|r| r.space.is_hosted()) else {
+    let Some(repo) = grasp_state::names::identifier::parse_repo_url_path(&format!("/{rest}.git")).filter(|r| r.space.is_hosted()) else {
         return Some(super::error(StatusCode::BAD_REQUEST, "expected /v1/repo/<npub>/<percent-encoded identifier>"));
     };
     Some(match repo_info(grasp, &repo.owner, &repo.identifier).await {
@@ -487,7 +487,7 @@ pub fn run_command(data_dir: &Path, json: bool, orphans: bool, purge: bool, yes:
         return Ok(());
     }
     if !yes {
-        println!("would remove (under {}):", data_dir.join("git").display());
+        println!("would remove (under {}):", data_dir.join(grasp_state::contract::layout::GIT_DIR).display());
         for p in &paths {
             println!("  {p}");
         }
@@ -512,7 +512,7 @@ pub fn run_command(data_dir: &Path, json: bool, orphans: bool, purge: bool, yes:
 #[cfg(test)]
 mod tests {
     use super::*;
-    use grasp_state::identifier::PUSH_LOCK_FILE;
+    use grasp_state::contract::layout::PUSH_LOCK_FILE;
     use nostr::prelude::Keys;
 
     #[test]

@@ -4,8 +4,8 @@
 
 use bytes::Bytes;
 use futures_util::future::BoxFuture;
-use grasp_state::hook_api::{HookRequest, HOOK_API_VERSION, PATH_POST_RECEIVE, PATH_PRE_RECEIVE};
-use grasp_state::identifier::RepoSpace;
+use grasp_state::contract::hook_api::{HookRequest, HOOK_API_VERSION, PATH_POST_RECEIVE, PATH_PRE_RECEIVE};
+use grasp_state::names::identifier::RepoSpace;
 use grasp_state::purgatory::RepoId;
 use hyper::{Response, StatusCode};
 
@@ -27,18 +27,18 @@ type Handler = for<'a> fn(Call<'a>) -> BoxFuture<'a, Response<Body>>;
 const GETS: &[(&str, Handler)] = &[
     (PATH_PURGATORY, get_purgatory),
     (PATH_SYNC, get_sync),
-    (grasp_state::hook_api::PATH_AUTHORITY, get_authority),
+    (grasp_state::contract::hook_api::PATH_AUTHORITY, get_authority),
 ];
 
 /// `POST` endpoints by path.
 const POSTS: &[(&str, Handler)] = &[
     (PATH_PRE_RECEIVE, post_pre_receive),
     (PATH_POST_RECEIVE, post_post_receive),
-    (grasp_state::hook_api::PATH_PRS_REPO, post_prs_repo),
-    (grasp_state::hook_api::PATH_REPOS_PURGE, post_repos_purge),
-    (grasp_state::hook_api::PATH_AUTHORITY, post_authority),
-    (grasp_state::hook_api::PATH_PURGE_AUTHOR, post_purge_author),
-    (grasp_state::hook_api::PATH_GIT_AUTH, post_git_auth),
+    (grasp_state::contract::hook_api::PATH_PRS_REPO, post_prs_repo),
+    (grasp_state::contract::hook_api::PATH_REPOS_PURGE, post_repos_purge),
+    (grasp_state::contract::hook_api::PATH_AUTHORITY, post_authority),
+    (grasp_state::contract::hook_api::PATH_PURGE_AUTHOR, post_purge_author),
+    (grasp_state::contract::hook_api::PATH_GIT_AUTH, post_git_auth),
 ];
 
 /// Answers a `GET` of `path`.
@@ -122,18 +122,18 @@ fn post_post_receive(c: Call<'_>) -> BoxFuture<'_, Response<Body>> {
 /// `POST /v1/prs-repo`: make a GRASP-06 contributor repository for its first push.
 fn post_prs_repo(c: Call<'_>) -> BoxFuture<'_, Response<Body>> {
     Box::pin(async move {
-        let req: grasp_state::hook_api::PrsRepoRequest = match parse(c.body) {
+        let req: grasp_state::contract::hook_api::PrsRepoRequest = match parse(c.body) {
             Ok(r) => r,
             Err(resp) => return *resp,
         };
-        let Some(contributor) = grasp_state::identifier::parse_npub(&req.npub) else {
+        let Some(contributor) = grasp_state::names::identifier::parse_npub(&req.npub) else {
             return error(StatusCode::BAD_REQUEST, "npub is not a canonical npub");
         };
-        if grasp_state::identifier::validate_identifier(&req.identifier).is_err() {
+        if grasp_state::names::identifier::validate_identifier(&req.identifier).is_err() {
             return error(StatusCode::BAD_REQUEST, "not a valid identifier");
         }
         match c.grasp.create_contributor_repo(&contributor, &req.identifier).await {
-            Ok(created) => json(StatusCode::OK, &grasp_state::hook_api::PrsRepoResponse { version: HOOK_API_VERSION, created }),
+            Ok(created) => json(StatusCode::OK, &grasp_state::contract::hook_api::PrsRepoResponse { version: HOOK_API_VERSION, created }),
             Err(e @ crate::grasp::contributions::ContributorRepoError::Off) => error(StatusCode::NOT_FOUND, e.to_string()),
             Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
         }
@@ -148,7 +148,7 @@ fn post_repos_purge(c: Call<'_>) -> BoxFuture<'_, Response<Body>> {
 /// `POST /v1/authority`: the authorization-integrity pass, applied.
 fn post_authority(c: Call<'_>) -> BoxFuture<'_, Response<Body>> {
     Box::pin(async move {
-        match parse::<grasp_state::hook_api::AuthorityRequest>(c.body) {
+        match parse::<grasp_state::contract::hook_api::AuthorityRequest>(c.body) {
             Ok(_) => json(StatusCode::OK, &c.grasp.authority_integrity(true).await),
             Err(resp) => *resp,
         }
@@ -158,11 +158,11 @@ fn post_authority(c: Call<'_>) -> BoxFuture<'_, Response<Body>> {
 /// `POST /v1/purge-author`: everything of one author goes.
 fn post_purge_author(c: Call<'_>) -> BoxFuture<'_, Response<Body>> {
     Box::pin(async move {
-        let req: grasp_state::hook_api::PurgeAuthorRequest = match parse(c.body) {
+        let req: grasp_state::contract::hook_api::PurgeAuthorRequest = match parse(c.body) {
             Ok(r) => r,
             Err(resp) => return *resp,
         };
-        let Some(author) = grasp_state::curation::parse_pubkey(&req.author) else {
+        let Some(author) = grasp_state::trust::curation::parse_pubkey(&req.author) else {
             return error(StatusCode::BAD_REQUEST, "author is not an npub or hex public key");
         };
         match crate::grasp::purge::purge_author(c.grasp, &author).await {
@@ -175,7 +175,7 @@ fn post_purge_author(c: Call<'_>) -> BoxFuture<'_, Response<Body>> {
 /// `POST /v1/git-auth`: may this request reach a private service's git?
 fn post_git_auth(c: Call<'_>) -> BoxFuture<'_, Response<Body>> {
     Box::pin(async move {
-        let req: grasp_state::hook_api::GitAuthRequest = match parse(c.body) {
+        let req: grasp_state::contract::hook_api::GitAuthRequest = match parse(c.body) {
             Ok(r) => r,
             Err(resp) => return *resp,
         };

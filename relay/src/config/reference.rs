@@ -85,7 +85,7 @@ mod tests {
     fn the_configuration_reference_is_the_flags() {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/configuration.md");
         let rendered = render();
-        if std::env::var_os("GRASP_WRITE_DOCS").is_some() {
+        if std::env::var_os(grasp_state::contract::env_names::WRITE_DOCS).is_some() {
             std::fs::write(&path, &rendered).unwrap();
         }
         let on_disk = std::fs::read_to_string(&path).unwrap_or_default();

@@ -218,12 +218,12 @@ pub fn free_disk(free: Result<u64, &str>, min_free: u64) -> Finding {
 /// The open file limit (soft, hard) of this process against what the limits need.
 pub fn open_files(limit: Result<(u64, u64), &str>, max_connections: u64, git_max_requests: u64) -> Finding {
     let check = "open files";
-    let needed = grasp_state::fd_budget::required(max_connections, git_max_requests);
+    let needed = grasp_state::trust::fd_budget::required(max_connections, git_max_requests);
     let (soft, hard) = match limit {
         Ok(l) => l,
         Err(e) => return Finding::warn(check, format!("cannot read the open file limit: {e}"), "check `ulimit -n -H`"),
     };
-    match grasp_state::fd_budget::plan(soft, hard, needed) {
+    match grasp_state::trust::fd_budget::plan(soft, hard, needed) {
         Ok(_) => Finding::ok(check, format!("hard limit {hard}, the limits need {needed}")),
         Err(refusal) => Finding::fail(
             check,
@@ -250,8 +250,8 @@ pub fn public_host(configured: Option<&str>, bind: SocketAddr) -> Finding {
     if let Some(s) = scheme.filter(|s| *s != "http" && *s != "https") {
         return Finding::fail(check, format!("{configured:?} has the scheme {s}://"), "give `host[:port]`, or an https:// (or http://) URL of it");
     }
-    let authority = grasp_state::host::public_authority(trimmed);
-    let Some(host) = grasp_state::host::HostPort::parse(authority) else {
+    let authority = grasp_state::names::host::public_authority(trimmed);
+    let Some(host) = grasp_state::names::host::HostPort::parse(authority) else {
         return Finding::fail(
             check,
             format!("{configured:?} is not a host[:port] (no path, user or query)"),

@@ -171,7 +171,7 @@ fn data_dir(path: &Path) -> DataDir {
         Err(e) => return DataDir::Unreadable(e.to_string()),
     }
     foreign.sort();
-    let token_mode = std::fs::metadata(path.join("api-token")).ok().map(|m| m.permissions().mode() & 0o7777);
+    let token_mode = std::fs::metadata(path.join(grasp_state::contract::layout::API_TOKEN_FILE)).ok().map(|m| m.permissions().mode() & 0o7777);
     DataDir::Present { owner: meta.uid(), mode: meta.permissions().mode() & 0o7777, writable: writable(path), foreign, token_mode }
 }
 

@@ -9,6 +9,8 @@
 
 use std::path::{Path, PathBuf};
 
+use grasp_state::contract::env_names;
+
 use super::Finding;
 
 /// One directive: its name, arguments, line and block (if it has one).
@@ -252,7 +254,7 @@ pub fn check(path: &Path, text: &str, expected: &Expected) -> Vec<Finding> {
         let buffering = in_force(&top, l, "fastcgi_request_buffering").and_then(|d| d.args.first()).map(String::as_str);
         if buffering != Some("off") {
             problems.push(format!("request buffering is {} (nginx spools every push to disk before grasp-cgi sees a byte, so pushes cannot stream and stalls are not detected)", buffering.unwrap_or("on (nginx's default)")));
-            fixes.push("`fastcgi_request_buffering off;` in the location");
+            fixes.push("`fastcgi_request_buffering off;` in the location".to_string());
         }
         let response_buffering = in_force(&top, l, "fastcgi_buffering").and_then(|d| d.args.first()).map(String::as_str);
         if response_buffering != Some("off") {
@@ -262,32 +264,32 @@ pub fn check(path: &Path, text: &str, expected: &Expected) -> Vec<Finding> {
         if Path::new(script) != expected.cgi_path {
             warnings.push(format!("SCRIPT_FILENAME is {script}, the relay's grasp-cgi is {}", expected.cgi_path.display()));
         }
-        let root = expected.data_dir.join("git");
-        match fastcgi_param(l, "GRASP_GIT_ROOT") {
+        let root = expected.data_dir.join(grasp_state::contract::layout::GIT_DIR);
+        match fastcgi_param(l, env_names::GIT_ROOT) {
             Some(p) if Path::new(p) == root => {}
             Some(p) => {
-                problems.push(format!("GRASP_GIT_ROOT is {p}, but the relay's repositories are in {}", root.display()));
-                fixes.push("`fastcgi_param GRASP_GIT_ROOT <data-dir>/git;`");
+                problems.push(format!("{git_root} is {p}, but the relay's repositories are in {}", root.display(), git_root = env_names::GIT_ROOT));
+                fixes.push(format!("`fastcgi_param {git_root} <data-dir>/git;`", git_root = env_names::GIT_ROOT));
             }
             None => {
-                problems.push("no GRASP_GIT_ROOT: grasp-cgi does not know where the repositories are".to_string());
-                fixes.push("`fastcgi_param GRASP_GIT_ROOT <data-dir>/git;`");
+                problems.push(format!("no {}: grasp-cgi does not know where the repositories are", env_names::GIT_ROOT));
+                fixes.push(format!("`fastcgi_param {git_root} <data-dir>/git;`", git_root = env_names::GIT_ROOT));
             }
         }
-        let hooks = expected.data_dir.join("hooks");
-        if let Some(p) = fastcgi_param(l, "GRASP_HOOKS_DIR").filter(|p| Path::new(p) != hooks) {
-            problems.push(format!("GRASP_HOOKS_DIR is {p}, but the relay installs the hooks in {}", hooks.display()));
-            fixes.push("`fastcgi_param GRASP_HOOKS_DIR <data-dir>/hooks;`");
+        let hooks = expected.data_dir.join(grasp_state::contract::layout::HOOKS_DIR);
+        if let Some(p) = fastcgi_param(l, env_names::HOOKS_DIR).filter(|p| Path::new(p) != hooks) {
+            problems.push(format!("{hooks_dir} is {p}, but the relay installs the hooks in {}", hooks.display(), hooks_dir = env_names::HOOKS_DIR));
+            fixes.push(format!("`fastcgi_param {hooks_dir} <data-dir>/hooks;`", hooks_dir = env_names::HOOKS_DIR));
         }
-        if let Some(p) = fastcgi_param(l, "GRASP_DATA_DIR").filter(|p| Path::new(p) != expected.data_dir) {
-            problems.push(format!("GRASP_DATA_DIR is {p}, but the relay's data directory is {}", expected.data_dir.display()));
-            fixes.push("`fastcgi_param GRASP_DATA_DIR <data-dir>;`");
+        if let Some(p) = fastcgi_param(l, env_names::DATA_DIR).filter(|p| Path::new(p) != expected.data_dir) {
+            problems.push(format!("{data_dir} is {p}, but the relay's data directory is {}", expected.data_dir.display(), data_dir = env_names::DATA_DIR));
+            fixes.push(format!("`fastcgi_param {data_dir} <data-dir>;`", data_dir = env_names::DATA_DIR));
         }
         for (param, relay, flag) in [
-            ("GRASP_GIT_IDLE_TIMEOUT", expected.git_idle_timeout_secs, "git-idle-timeout (seconds)"),
-            ("GRASP_PUSH_LOCK_WAIT", expected.push_lock_wait_secs, "push-lock-wait (seconds)"),
-            ("GRASP_GIT_MIN_RATE", expected.git_min_rate, "git-min-rate"),
-            ("GRASP_MAX_PUSH_BYTES", expected.max_push_bytes, "max-push-bytes"),
+            (env_names::GIT_IDLE_TIMEOUT, expected.git_idle_timeout_secs, "git-idle-timeout (seconds)"),
+            (env_names::PUSH_LOCK_WAIT, expected.push_lock_wait_secs, "push-lock-wait (seconds)"),
+            (env_names::GIT_MIN_RATE, expected.git_min_rate, "git-min-rate"),
+            (env_names::MAX_PUSH_BYTES, expected.max_push_bytes, "max-push-bytes"),
         ] {
             if let Some(value) = fastcgi_param(l, param).filter(|v| v.parse::<u64>().ok() != Some(relay)) {
                 warnings.push(format!("{param} is {value}, the relay's {flag} is {relay}: keep them equal"));

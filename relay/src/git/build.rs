@@ -4,8 +4,8 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use grasp_state::atomic_file::write_atomic;
-use grasp_state::identifier::IdentifierError;
+use grasp_state::contract::atomic_file::write_atomic;
+use grasp_state::names::identifier::IdentifierError;
 
 use crate::git::GitError;
 

@@ -4,7 +4,7 @@
 //!
 //! The relay does not speak git itself. For a `GET` or `POST` to an existing repository of a
 //! public service that is not its page (`PlainGitRequest`), it starts `git http-backend` itself,
-//! with the command grasp-cgi would build (`grasp_state::git_backend`); for a push it tries the
+//! with the command grasp-cgi would build (`grasp_state::contract::git_backend`); for a push it tries the
 //! repository's push lock once and hands it to the backend (kept open across the exec). Every
 //! other request it hands to [`serve`] (in practice every path other than `/` and the relay's own
 //! pages, so unknown paths get grasp-cgi's 404 page) spawns the same `grasp-cgi` program nginx +
@@ -13,7 +13,7 @@
 //! into the child's stdin by a task, the child's CGI header block (`Status:` and headers) becomes
 //! the response head, and the rest of its stdout is streamed as the body.
 //!
-//! grasp-cgi is told it is supervised (`grasp_state::cgi::ENV_SUPERVISED`): it checks the path,
+//! grasp-cgi is told it is supervised (`grasp_state::contract::env_names::CGI_SUPERVISED`): it checks the path,
 //! the repository, a private service's gate and, for a push, waits for the repository's push
 //! lock, then becomes `git http-backend` by exec (the lock's file stays open across it), since
 //! this listener already adds the CORS headers and bounds the body.
@@ -21,7 +21,7 @@
 //! An abandoned request ends with its git processes ([`super::cgi_child`]): the child runs in its
 //! own process group, and it is ended when the request body ends short (client gone), when the
 //! client sends nothing for `--git-idle-timeout`, when its body arrives slower than
-//! `--git-min-rate` (`grasp_state::transfer`), when the response body is dropped before its end
+//! `--git-min-rate` (`grasp_state::contract::transfer`), when the response body is dropped before its end
 //! (a client that stops reading it is dropped by the listener's write deadline,
 //! `crate::net::write_deadline`), or when the relay shuts down.
 //!
@@ -48,10 +48,10 @@ use bytes::Bytes;
 use http_body_util::BodyExt;
 use hyper::body::{Frame, Incoming};
 use hyper::header::{HeaderName, HeaderValue};
-use grasp_state::{cgi, transfer};
-use grasp_state::git_backend::{self, BackendSetup, Service};
-use grasp_state::identifier::{parse_repo_path, RepoLayout, RepoSpace, RepoUrlPath};
-use grasp_state::push_lock::PushLock;
+use grasp_state::contract::{cgi, env_names, transfer};
+use grasp_state::contract::git_backend::{self, BackendSetup, Service};
+use grasp_state::names::identifier::{parse_repo_path, RepoLayout, RepoSpace, RepoUrlPath};
+use grasp_state::contract::push_lock::PushLock;
 use hyper::{Method, Request, Response, StatusCode};
 use std::os::fd::AsRawFd;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader, ReadBuf};
@@ -62,13 +62,13 @@ use tokio::process::{ChildStdout, Command};
 use super::cgi_child::{self, Abandoned, CgiControl};
 use super::supervised_push::{self, ReleasingBody, SupervisedPushes};
 use grasp_state::purgatory::RepoId;
-use grasp_state::receive_pack::{self, CommandsRead, SideBand};
-use grasp_state::refs::RefUpdate;
+use grasp_state::git::receive_pack::{self, CommandsRead, SideBand};
+use grasp_state::names::refs::RefUpdate;
 use super::ref_cache::{Answer, RefCache, MAX_ANSWER_BYTES};
 use super::ref_fingerprint::{self, Fingerprint};
 use super::ref_generation::RepoIdentity;
 use crate::net::http::{empty, full, preflight, text, with_cors, Body, BodyError};
-use grasp_state::ref_read::{self, Candidate, ReadHeaders, ReadKey};
+use grasp_state::git::ref_read::{self, Candidate, ReadHeaders, ReadKey};
 use std::sync::Arc;
 use crate::shutdown::Shutdown;
 
@@ -94,7 +94,7 @@ pub struct GitHttpConfig {
     /// A request whose client sends nothing for this long is ended (`--git-idle-timeout`).
     pub idle_timeout: Duration,
     /// Past the idle timeout, the body must average this many bytes per second
-    /// (`--git-min-rate`, `grasp_state::transfer`; 0: no minimum).
+    /// (`--git-min-rate`, `grasp_state::contract::transfer`; 0: no minimum).
     pub min_rate: u64,
     /// GRASP-06 contributor repositories (`/prs/...`) are served (`--grasp06`; grasp-cgi is told
     /// through `GRASP_GRASP06` in `env`). Off, every `/prs/` path goes to grasp-cgi, which
@@ -117,7 +117,7 @@ pub async fn serve(
     cfg: &GitHttpConfig,
     shutdown: Shutdown,
 ) -> Response<Body> {
-    if grasp_state::cors::is_preflight(req.method().as_str()) {
+    if grasp_state::contract::cors::is_preflight(req.method().as_str()) {
         return preflight();
     }
     let Some(path_info) = decode_path(req.uri().path()) else {
@@ -539,7 +539,7 @@ struct Direct {
 
 /// Percent-decodes a URL path into `PATH_INFO` bytes; `None` for a bad escape or a NUL.
 fn decode_path(path: &str) -> Option<OsString> {
-    grasp_state::identifier::percent_decode_bytes(path)
+    grasp_state::names::identifier::percent_decode_bytes(path)
         .filter(|bytes| !bytes.contains(&0))
         .map(OsString::from_vec)
 }
@@ -615,21 +615,21 @@ async fn run_cgi(
         cmd.env_remove(var);
     }
     cmd.envs(vars)
-        .env("GRASP_GIT_ROOT", &cfg.backend.git_root)
+        .env(env_names::GIT_ROOT, &cfg.backend.git_root)
         .envs(cfg.env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
-        .env("GRASP_GIT_IDLE_TIMEOUT", cfg.idle_timeout.as_secs().max(1).to_string())
-        .env(transfer::ENV_MIN_RATE, cfg.min_rate.to_string())
+        .env(env_names::GIT_IDLE_TIMEOUT, cfg.idle_timeout.as_secs().max(1).to_string())
+        .env(env_names::GIT_MIN_RATE, cfg.min_rate.to_string())
         // This listener adds CORS, bounds the body and ends the group itself: a fetch's grasp-cgi
         // hands over to git http-backend by exec.
-        .env(cgi::ENV_SUPERVISED, "1")
+        .env(env_names::CGI_SUPERVISED, "1")
         .process_group(0)
         .kill_on_drop(true);
     match &cfg.backend.hooks_dir {
-        Some(dir) => cmd.env("GRASP_HOOKS_DIR", dir),
-        None => cmd.env_remove("GRASP_HOOKS_DIR"),
+        Some(dir) => cmd.env(env_names::HOOKS_DIR, dir),
+        None => cmd.env_remove(env_names::HOOKS_DIR),
     };
     let child = cmd
         .spawn()
@@ -681,7 +681,7 @@ async fn run_backend(
         let fd = lock.as_fd().as_raw_fd();
         // SAFETY: between fork and exec the closure only calls fcntl (async-signal-safe), on a
         // descriptor the parent keeps open until the spawn returns.
-        unsafe { cmd.pre_exec(move || grasp_state::push_lock::keep_open_across_exec(fd)) };
+        unsafe { cmd.pre_exec(move || grasp_state::contract::push_lock::keep_open_across_exec(fd)) };
     }
     let child = cmd.spawn().map_err(|e| format!("{}: {e}", cfg.backend.running()))?;
     let Some(((updates, side_band, client), pushes)) = followed else {

@@ -22,7 +22,7 @@ pub mod supervised_push;
 
 use std::path::Path;
 
-use grasp_state::refs::{is_valid_oid, RefMap};
+use grasp_state::names::refs::{is_valid_oid, RefMap};
 
 pub use runner::{GitCommand, GitError};
 
@@ -105,7 +105,7 @@ fn unborn_head(repo: &Path) -> Option<String> {
     }
     let text = std::fs::read_to_string(repo.join("HEAD")).ok()?;
     let target = text.strip_prefix("ref: ")?.trim();
-    grasp_state::refs::is_valid_ref_name(target).then(|| target.to_string())
+    grasp_state::names::refs::is_valid_ref_name(target).then(|| target.to_string())
 }
 
 /// Which of `oids` the repository does not have, in input order (one `git cat-file
@@ -151,7 +151,7 @@ pub fn exclusive_disk_usage(repo: &Path, tip: &str, also_not: &[String]) -> Resu
     Ok(String::from_utf8_lossy(&out).trim().parse().unwrap_or(0))
 }
 
-pub use grasp_state::refs::RefChange;
+pub use grasp_state::names::refs::RefChange;
 
 /// Applies `changes` atomically (all or nothing).
 pub fn update_refs(repo: &Path, changes: &[RefChange]) -> Result<(), GitError> {
@@ -188,7 +188,7 @@ pub fn set_head(repo: &Path, branch: &str) -> Result<(), GitError> {
 /// `set_head` by git's lock-file protocol; `None` when it must be left to git.
 fn write_head_file(repo: &Path, branch: &str) -> Option<()> {
     use std::io::Write;
-    if !branch.starts_with("refs/") || !grasp_state::refs::is_valid_ref_name(branch) {
+    if !branch.starts_with("refs/") || !grasp_state::names::refs::is_valid_ref_name(branch) {
         return None;
     }
     if repo.join("reftable").exists() || repo.join("logs").join("HEAD").exists() || !repo.join("HEAD").is_file() {
@@ -286,7 +286,7 @@ pub(crate) fn test_commit(work: &Path, name: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use grasp_state::refs::ZERO_OID;
+    use grasp_state::names::refs::ZERO_OID;
 
     /// A bare repository with `main` and tag `v1` at one commit; returns (tmp, repo, commit).
     fn fixture() -> (tempfile::TempDir, std::path::PathBuf, String) {

@@ -14,7 +14,7 @@ use std::io::ErrorKind;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
-use grasp_state::refs::is_valid_oid;
+use grasp_state::names::refs::is_valid_oid;
 
 const IDX_MAGIC: [u8; 4] = [0xff, b't', b'O', b'c'];
 const FANOUT_OFFSET: u64 = 8;

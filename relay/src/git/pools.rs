@@ -4,7 +4,7 @@
 //! `objects/info/alternates`.
 //!
 //! The git work, blocking or under tokio with a deadline; what enters a pool and what a gc keeps
-//! is decided in `grasp_state::pool`, who may write when (the pool lock, the members' locks) in
+//! is decided in `grasp_state::git::pool`, who may write when (the pool lock, the members' locks) in
 //! `crate::grasp::pools`.
 //!
 //! - [`create_pool`]: `git init --bare` aside, configured (no auto gc, no reflogs, bitmaps),
@@ -20,9 +20,9 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use grasp_state::atomic_file::write_atomic;
-use grasp_state::identifier::{pool_alternate, RepoLayout};
-use grasp_state::pool::Promotion;
+use grasp_state::contract::atomic_file::write_atomic;
+use grasp_state::names::identifier::{pool_alternate, RepoLayout};
+use grasp_state::git::pool::Promotion;
 
 use crate::git::build::{append_config, build_aside, io_err, unique_name, RepoError};
 use crate::git::{GitCommand, GitError};
@@ -83,7 +83,7 @@ pub fn has_local_objects(repo: &Path) -> bool {
 }
 
 /// Makes `repo` borrow the objects of the pool of `identifier`: its alternates file is
-/// replaced whole by the one line (`grasp_state::identifier::pool_alternate`), atomically and
+/// replaced whole by the one line (`grasp_state::names::identifier::pool_alternate`), atomically and
 /// durably. Returns whether it was written (false: it was a member already). The caller holds
 /// the pool lock.
 pub fn join(repo: &Path, identifier: &str) -> std::io::Result<bool> {
@@ -230,7 +230,7 @@ pub fn remove_pool(layout: &RepoLayout, identifier: &str) -> Result<bool, RepoEr
 mod tests {
     use super::*;
     use crate::git::{missing_objects, read_refs, test_commit, test_git};
-    use grasp_state::pool::{plan_promotion, Released};
+    use grasp_state::git::pool::{plan_promotion, Released};
 
     /// A layout with one owner's repository holding `main` (two commits) and a staged ref;
     /// returns (tmp, layout, repo, [first, second, staged]).
@@ -250,7 +250,7 @@ mod tests {
     }
 
     fn released_main(oid: &str) -> Released {
-        let state = grasp_state::nip34::RepoState {
+        let state = grasp_state::nostr::nip34::RepoState {
             event_id: nostr::prelude::EventId::from_slice(&[1; 32]).unwrap(),
             author: nostr::prelude::Keys::generate().public_key(),
             identifier: "fam".into(),
@@ -302,7 +302,7 @@ mod tests {
         // Pool repacks drop nothing; a prune drops what no ref and no keep-list entry reaches.
         repack_pool(&pool, Repack::Geometric).await.unwrap();
         assert!(std::fs::read_dir(pool.join("objects/pack")).unwrap().flatten().any(|e| e.file_name().to_string_lossy().ends_with(".bitmap")));
-        crate::git::update_refs(&pool, &[grasp_state::refs::RefChange::Delete { name: "refs/members/npub1x/heads/main".into(), old: c[1].clone() }]).unwrap();
+        crate::git::update_refs(&pool, &[grasp_state::names::refs::RefChange::Delete { name: "refs/members/npub1x/heads/main".into(), old: c[1].clone() }]).unwrap();
         repack_pool(&pool, Repack::Full).await.unwrap();
         assert!(missing_objects(&pool, &c[..2]).unwrap().is_empty(), "a full repack loosens, never deletes");
         // A staged commit in the member sits on that history: named as a head, with the member's

@@ -1,5 +1,5 @@
 //! The ref cache: `git http-backend`'s own answers to the small reads of
-//! [`grasp_state::ref_read`] (the upload-pack ref advertisement, v2 `ls-refs`), kept per
+//! [`grasp_state::git::ref_read`] (the upload-pack ref advertisement, v2 `ls-refs`), kept per
 //! repository and request and served again, byte for byte, while the repository's
 //! [`Fingerprint`] is unchanged (docs/architecture.md, "The ref cache").
 //!
@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 use bytes::Bytes;
-use grasp_state::ref_read::ReadKey;
+use grasp_state::git::ref_read::ReadKey;
 use hyper::header::{HeaderName, HeaderValue};
 
 use super::ref_fingerprint::Fingerprint;
@@ -143,9 +143,9 @@ impl RefCache {
     /// (`super::ref_fingerprint::empty_for_push`), under `key` (the setup, the repository's
     /// config and the read): every repository of that key gets the same answer. Kept only if
     /// the answer is that of an empty repository
-    /// (`grasp_state::ref_read::is_empty_receive_advertisement`), whatever happened meanwhile.
+    /// (`grasp_state::git::ref_read::is_empty_receive_advertisement`), whatever happened meanwhile.
     pub fn learn_empty(&self, key: Vec<u8>, answer: Answer) {
-        if answer.status != 200 || !grasp_state::ref_read::is_empty_receive_advertisement(&answer.body) {
+        if answer.status != 200 || !grasp_state::git::ref_read::is_empty_receive_advertisement(&answer.body) {
             return;
         }
         let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
@@ -169,7 +169,7 @@ impl RefCache {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use grasp_state::ref_read::{candidate, Candidate, ReadHeaders};
+    use grasp_state::git::ref_read::{candidate, Candidate, ReadHeaders};
 
     fn key(protocol: &'static str) -> ReadKey {
         let headers = ReadHeaders { git_protocol: Some(protocol.as_bytes()), ..ReadHeaders::default() };

@@ -3,7 +3,7 @@
 //! Each of a push's hooks asks for the repository's refs; `git for-each-ref` costs a process start
 //! (milliseconds) each time. A repository with the files backend (every repository the relay
 //! creates) keeps them in loose files under `refs/` and in `packed-refs`, which
-//! `grasp_state::ref_files` parses. This reads them in git's order (loose files first, then
+//! `grasp_state::git::ref_files` parses. This reads them in git's order (loose files first, then
 //! `packed-refs`), so a concurrent `git pack-refs` or ref deletion never hides a ref; a ref
 //! update is a rename of a complete file, and git's `*.lock` files (an update in progress) are
 //! not refs. In pre-receive the refs read are the old ones (receive-pack updates them after the
@@ -19,8 +19,8 @@
 use std::io::ErrorKind;
 use std::path::Path;
 
-use grasp_state::ref_files::{merge, parse_loose_ref, parse_packed_refs, LooseRef};
-use grasp_state::refs::{is_valid_ref_name, RefMap};
+use grasp_state::git::ref_files::{merge, parse_loose_ref, parse_packed_refs, LooseRef};
+use grasp_state::names::refs::{is_valid_ref_name, RefMap};
 
 /// The repository's refs (`refs/...` -> oid) and what HEAD points at (`None` when detached),
 /// read from its files; `None` when git must be asked instead.

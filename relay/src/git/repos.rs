@@ -10,10 +10,10 @@
 
 use std::path::{Path, PathBuf};
 
-use grasp_state::identifier::{RepoLayout, RepoSpace};
+use grasp_state::names::identifier::{RepoLayout, RepoSpace};
 use nostr::key::PublicKey;
 
-use grasp_state::identifier::GRASP_GIT_CONFIG;
+use grasp_state::names::identifier::GRASP_GIT_CONFIG;
 
 use crate::git::build::{append_config, build_aside, io_err, unique_name};
 pub use crate::git::build::RepoError;
@@ -63,10 +63,10 @@ pub fn create_repo(
 /// repository's `HEAD` must not name one: docs/protocol.md#release-and-alignment): only what git
 /// needs (`HEAD`, `config`, `objects/`, `refs/`), none of the sample hooks, `description` and
 /// `info/exclude` git's default template copies, plus the empty push lock file
-/// (`grasp_state::identifier::PUSH_LOCK_FILE`), made here rather than by the first push (a file
+/// (`grasp_state::contract::layout::PUSH_LOCK_FILE`), made here rather than by the first push (a file
 /// created is one less in every push's path), so a held announcement costs about 36 kB and 10
 /// inodes. The GRASP settings ([`GRASP_GIT_CONFIG`], `core.hooksPath`) are appended to the `config` git
-/// wrote in one atomic write (`grasp_state::identifier::grasp_config_text`), not one `git
+/// wrote in one atomic write (`grasp_state::names::identifier::grasp_config_text`), not one `git
 /// config` process each (an announcement's repository then costs one process, not eight); a
 /// hooks path that cannot be written that way is set by `git config`.
 fn init_configured(dir: &Path, hooks_dir: &Path) -> Result<(), RepoError> {
@@ -76,9 +76,9 @@ fn init_configured(dir: &Path, hooks_dir: &Path) -> Result<(), RepoError> {
         path: hooks_dir.to_path_buf(),
         source: std::io::Error::from(std::io::ErrorKind::InvalidInput),
     })?;
-    let lock = dir.join(grasp_state::identifier::PUSH_LOCK_FILE);
+    let lock = dir.join(grasp_state::contract::layout::PUSH_LOCK_FILE);
     std::fs::File::create_new(&lock).map_err(io_err("creating", &lock))?;
-    if let Some(section) = grasp_state::identifier::grasp_config_text(hooks) {
+    if let Some(section) = grasp_state::names::identifier::grasp_config_text(hooks) {
         return append_config(dir, &section);
     }
     for (key, value) in GRASP_GIT_CONFIG {
@@ -151,7 +151,7 @@ pub const SYNC_QUARANTINE_PREFIX: &str = "tmp_objdir-incoming-grasp-sync-";
 /// `.tmp-*` and `.del-*` never do). The one walk of the repositories on disk.
 pub fn repo_dirs(git_root: &Path) -> Vec<PathBuf> {
     let mut dirs = repo_dirs_in(git_root);
-    dirs.extend(repo_dirs_in(&git_root.join(grasp_state::identifier::PRS_DIR)));
+    dirs.extend(repo_dirs_in(&git_root.join(grasp_state::names::identifier::PRS_DIR)));
     dirs
 }
 
@@ -159,7 +159,7 @@ pub fn repo_dirs(git_root: &Path) -> Vec<PathBuf> {
 /// `<root>/<owner>/<name>.git`, the contributor space's directory and the object pools
 /// (`.pools`, no one's repositories) left out of the hosted one.
 pub fn repo_dirs_in(root: &Path) -> Vec<PathBuf> {
-    use grasp_state::identifier::{POOLS_DIR, PRS_DIR};
+    use grasp_state::names::identifier::{POOLS_DIR, PRS_DIR};
     subdirs(root)
         .into_iter()
         .filter(|owner| owner.file_name().is_some_and(|n| n != PRS_DIR && n != POOLS_DIR))
@@ -314,7 +314,7 @@ mod tests {
         let plain = root.path().join("plain.git");
         GitCommand::without_repo().args(["init", "--bare", "--quiet"]).arg(&plain).run().unwrap();
         assert_eq!(std::fs::read_to_string(path.join("HEAD")).unwrap(), std::fs::read_to_string(plain.join("HEAD")).unwrap());
-        assert!(path.join(grasp_state::identifier::PUSH_LOCK_FILE).is_file(), "the push lock file comes with the repository");
+        assert!(path.join(grasp_state::contract::layout::PUSH_LOCK_FILE).is_file(), "the push lock file comes with the repository");
         for (k, v) in GRASP_GIT_CONFIG {
             assert_eq!(config(&path, k), *v, "{k}");
         }

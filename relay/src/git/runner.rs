@@ -1,6 +1,6 @@
 //! The one way the relay runs git: a [`GitCommand`] builder and one error type, [`GitError`].
 //!
-//! Every git child gets the environment policy of [`grasp_state::git_env`] (the same one
+//! Every git child gets the environment policy of [`grasp_state::contract::git_env`] (the same one
 //! `grasp-cgi` applies to `git http-backend`): every inherited `GIT_*` variable removed, no
 //! system or global configuration, no terminal prompt. What one call needs beyond that is said
 //! explicitly on the command: `--git-dir`, `-c` options, and for fetches from other servers
@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
-use grasp_state::git_env;
+use grasp_state::contract::git_env;
 use tokio::io::AsyncReadExt;
 
 /// Most bytes of git's stderr kept for an error message ([`GitCommand::run_async`]).

@@ -4,7 +4,7 @@
 //! hook API round trip fewer per push; the pusher sees the same lines, put in git's answer.
 //!
 //! The listener reads the push's commands at the head of its request
-//! (`grasp_state::receive_pack::read_commands`); a request it cannot follow that way runs both
+//! (`grasp_state::git::receive_pack::read_commands`); a request it cannot follow that way runs both
 //! hooks as before. While git answers, the answer streams to the client but for its last four
 //! bytes ([`HeldTail`]). When git's output has ended (its refs written), the release starts in
 //! a task of its own, under the push lock the listener kept: the refs are read, the updates git
@@ -24,11 +24,11 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::future::BoxFuture;
-use grasp_state::hook_api::PostReceiveResponse;
+use grasp_state::contract::hook_api::PostReceiveResponse;
 use grasp_state::purgatory::RepoId;
-use grasp_state::push_lock::PushLock;
-use grasp_state::receive_pack::{applied, side_band_lines, HeldTail, SideBand};
-use grasp_state::refs::RefUpdate;
+use grasp_state::contract::push_lock::PushLock;
+use grasp_state::git::receive_pack::{applied, side_band_lines, HeldTail, SideBand};
+use grasp_state::names::refs::RefUpdate;
 use hyper::body::Frame;
 use nostr::prelude::ToBech32;
 use tokio::task::JoinHandle;

@@ -20,15 +20,15 @@
 //! Every refusal is a NIP-01 `blocked:`/`invalid:`/`rate-limited:`/`error:` message that says
 //! what to do instead.
 
-use grasp_state::admission::{
+use grasp_state::authority::admission::{
     admit_announcement, state_authority, state_placement, AfterRepo, AnnouncementAdmission, AnnouncementFacts,
     StateAuthority, StateFacts, StatePlacement,
 };
-use grasp_state::maintainers::Standing;
-use grasp_state::announcements::{is_owner_or_listed, AnnouncementChange};
-use grasp_state::identifier::validate_identifier;
-use grasp_state::release::{pr_ref, PrRef};
-use grasp_state::nip34::{
+use grasp_state::authority::maintainers::Standing;
+use grasp_state::authority::announcements::{is_owner_or_listed, AnnouncementChange};
+use grasp_state::names::identifier::validate_identifier;
+use grasp_state::git::release::{pr_ref, PrRef};
+use grasp_state::nostr::nip34::{
     references, Announcement, PullRequest, RepoState, KIND_ANNOUNCEMENT, KIND_DELETION, KIND_PR,
     KIND_PR_UPDATE, KIND_STATE, KIND_USER_GRASP_LIST,
 };
@@ -82,7 +82,7 @@ fn full(e: PurgatoryFull, kind: u16) -> Admission {
 
 impl Grasp {
     /// Decides what happens to a verified event submitted by `submitter`.
-    pub async fn admit(&self, ev: &Event, submitter: &grasp_state::auth::Submitter<'_>) -> Admission {
+    pub async fn admit(&self, ev: &Event, submitter: &grasp_state::trust::auth::Submitter<'_>) -> Admission {
         // Trust first (docs/protocol.md#trust): AUTH events, NIP-70, curation, private
         // repositories on a public service, the new-repository caps. Before anything is created.
         if let Err(msg) = self.trust.admit(ev, submitter, |a| {
@@ -172,7 +172,7 @@ impl Grasp {
         &self,
         ev: &Event,
         a: &Announcement,
-        all: &[(Announcement, grasp_state::nip34::Source)],
+        all: &[(Announcement, grasp_state::nostr::nip34::Source)],
         change: &AnnouncementChange<'_>,
         address: Option<IpAddr>,
     ) -> Admission {
@@ -200,7 +200,7 @@ impl Grasp {
             repo_exists,
             repo_has_refs,
             confirmed_by_served: existing.is_none()
-                && change.confirming_owners().iter().any(|(_, source)| *source == grasp_state::nip34::Source::Stored),
+                && change.confirming_owners().iter().any(|(_, source)| *source == grasp_state::nostr::nip34::Source::Stored),
             expired: self.purgatory.is_expired(&ev.id),
         };
         let npub = a.owner.to_bech32().unwrap_or_default();
@@ -395,8 +395,8 @@ impl Grasp {
         // GRASP-06: the signer's contributor repositories count among the repositories it names,
         // and a pull request whose repository is not announced here is held when its `clone` tag
         // names one of them here exactly (docs/protocol.md#contributor-repositories).
-        let contributor = if self.grasp06 { grasp_state::prs::contributor_targets(&pr) } else { Vec::new() };
-        if announced.is_empty() && !(self.grasp06 && grasp_state::prs::relaxed_identifier(&pr, &self.public_host).is_some()) {
+        let contributor = if self.grasp06 { grasp_state::git::prs::contributor_targets(&pr) } else { Vec::new() };
+        if announced.is_empty() && !(self.grasp06 && grasp_state::git::prs::relaxed_identifier(&pr, &self.public_host).is_some()) {
             return Admission::Reject(match pr.repos.first() {
                 Some((owner, identifier)) => format!(
                     "blocked: repository 30617:{}:{identifier} is not announced on this relay; \
@@ -487,7 +487,7 @@ impl Grasp {
                 self.purgatory.remove_placeholder(&ev.id);
                 // The signed event released the staged commit: it may now enter the family's
                 // object pool (in the background; docs/architecture.md, "Object pools").
-                for (repo, _) in repos.iter().filter(|(repo, _)| repo.space == grasp_state::identifier::RepoSpace::Hosted) {
+                for (repo, _) in repos.iter().filter(|(repo, _)| repo.space == grasp_state::names::identifier::RepoSpace::Hosted) {
                     self.copies.request(&repo.identifier, &repo.owner);
                 }
             }
@@ -547,10 +547,10 @@ impl Grasp {
         if !self.grasp06 {
             return String::new();
         }
-        let urls = grasp_state::host::PublicUrls::new(&self.public_host);
+        let urls = grasp_state::names::host::PublicUrls::new(&self.public_host);
         format!(
             ", or push it to this server's contributor repository: add the clone URL {} and push the commit to refs/nostr/<this event's id> there",
-            urls.contributor_http_url(&grasp_state::identifier::npub_of(author), identifier)
+            urls.contributor_http_url(&grasp_state::names::identifier::npub_of(author), identifier)
         )
     }
 
@@ -635,7 +635,7 @@ impl Grasp {
     }
 
     /// Is the event at coordinate `c` accepted here (stored, or held in the purgatory)?
-    async fn coordinate_accepted(&self, c: &grasp_state::nip34::Coordinate) -> bool {
+    async fn coordinate_accepted(&self, c: &grasp_state::nostr::nip34::Coordinate) -> bool {
         if is_unconditional(c.kind) {
             return false;
         }
@@ -694,7 +694,7 @@ fn single_letter(c: char) -> Option<SingleLetterTag> {
 /// the exact URLs to add.
 pub fn not_listed_message(public_host: &str, a: &Announcement) -> String {
     // The configured host may carry a scheme or a trailing `/` (tolerated by `lists_service`).
-    let host = grasp_state::host::public_authority(public_host);
+    let host = grasp_state::names::host::public_authority(public_host);
     let npub = a.owner.to_bech32().unwrap_or_default();
     // Check each half with the other one made right.
     let clone_ok = Announcement { relays: vec![format!("ws://{host}")], ..a.clone() }.lists_service(public_host);
@@ -702,7 +702,7 @@ pub fn not_listed_message(public_host: &str, a: &Announcement) -> String {
         Announcement { clone_urls: vec![format!("http://{host}/")], ..a.clone() }.lists_service(public_host);
     let clone_url = format!(
         "http(s)://{host}/{npub}/{}.git",
-        grasp_state::identifier::percent_encode_segment(&a.identifier)
+        grasp_state::names::identifier::percent_encode_segment(&a.identifier)
     );
     let relay_url = format!("ws(s)://{host}");
     let missing = match (clone_ok, relays_ok) {

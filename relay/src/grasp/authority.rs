@@ -3,7 +3,7 @@
 //!
 //! Every push, state event and release asks who the confirmed maintainers of a repository are,
 //! and which repositories an author's states govern. The answers depend only on the identifier's
-//! merged announcements (`grasp_state::announcements::merge`), which change far less often than
+//! merged announcements (`grasp_state::authority::announcements::merge`), which change far less often than
 //! pushes come. So they are kept here, keyed by a fingerprint of those announcements (their ids
 //! and where they live): a push, its state event and its release compute each set once, and a
 //! hostile web of thousands of announcements of someone's identifier costs that someone's pushes
@@ -18,9 +18,9 @@ use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex};
 
-use grasp_state::announcements::TrustIndex;
-use grasp_state::maintainers::{MaintainerSet, Standing};
-use grasp_state::nip34::{Announcement, Source};
+use grasp_state::authority::announcements::TrustIndex;
+use grasp_state::authority::maintainers::{MaintainerSet, Standing};
+use grasp_state::nostr::nip34::{Announcement, Source};
 use nostr::prelude::{Event, EventId, PublicKey};
 
 /// Most keys (listed maintainers, invitees, standings) the answers keep together.
@@ -75,7 +75,7 @@ impl AuthorityMemo {
         if let Some(hit) = self.lock().sets.get(&key) {
             return hit.clone();
         }
-        let set = Arc::new(grasp_state::announcements::maintainer_set(owner, all));
+        let set = Arc::new(grasp_state::authority::announcements::maintainer_set(owner, all));
         let mut answers = self.lock();
         Self::remember(&mut answers, 1 + set.len() + set.invited().count());
         answers.sets.insert(key, set.clone());
@@ -122,7 +122,7 @@ pub struct ParsedAnnouncements {
 }
 
 impl ParsedAnnouncements {
-    /// The merged announcements of `identifier` (`grasp_state::announcements::merge`) from its
+    /// The merged announcements of `identifier` (`grasp_state::authority::announcements::merge`) from its
     /// stored and held events.
     pub fn merged(&self, identifier: &str, stored: &[Event], held: &[Arc<Event>]) -> Merged {
         let mut h = DefaultHasher::new();
@@ -140,7 +140,7 @@ impl ParsedAnnouncements {
                 return hit.clone();
             }
         }
-        let merged = Arc::new(grasp_state::announcements::merge(
+        let merged = Arc::new(grasp_state::authority::announcements::merge(
             identifier,
             stored.iter().filter_map(|ev| self.parse(ev)),
             held.iter().filter_map(|ev| self.parse(ev)),
@@ -192,7 +192,7 @@ mod tests {
         let (owner, co) = (Keys::generate(), Keys::generate());
         let parsed = ParsedAnnouncements::default();
         let memo = AuthorityMemo::default();
-        let merge = |events: &[&Event]| grasp_state::announcements::merge("r", events.iter().filter_map(|e| parsed.parse(e)), []);
+        let merge = |events: &[&Event]| grasp_state::authority::announcements::merge("r", events.iter().filter_map(|e| parsed.parse(e)), []);
         let invite = announcement(&owner, &[co.public_key()]);
         let before = merge(&[&invite]);
         let set = memo.maintainer_set(owner.public_key(), &before);
@@ -206,7 +206,7 @@ mod tests {
         assert_eq!(memo.owners_trusting(co.public_key(), &after).len(), 2);
         assert!(memo.owners_trusting(co.public_key(), &before).is_empty());
         // Where an announcement lives is part of its version.
-        let held = grasp_state::announcements::merge("r", [], [parsed.parse(&invite).unwrap()]);
+        let held = grasp_state::authority::announcements::merge("r", [], [parsed.parse(&invite).unwrap()]);
         assert_ne!(fingerprint(&before), fingerprint(&held));
     }
 
@@ -230,7 +230,7 @@ mod tests {
     fn the_memo_is_bounded() {
         let memo = AuthorityMemo::default();
         let owner = Keys::generate();
-        let all = grasp_state::announcements::merge("r", [Announcement::from_event(&announcement(&owner, &[])).unwrap()], []);
+        let all = grasp_state::authority::announcements::merge("r", [Announcement::from_event(&announcement(&owner, &[])).unwrap()], []);
         for _ in 0..1000 {
             memo.maintainer_set(Keys::generate().public_key(), &all);
         }

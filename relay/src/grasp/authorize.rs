@@ -1,27 +1,27 @@
 //! Push authorisation for the pre-receive hook (docs/protocol.md#push-authorisation, decisions 5
 //! and 6). Gathers the inputs — current refs, the maintainer set's latest stored state,
 //! held states (parsed once and indexed by declared refs, `held_index`), known pull requests — and
-//! hands them to the pure `grasp_state::push::decide_explained` (`decide_push_among`, and whether
+//! hands them to the pure `grasp_state::git::push::decide_explained` (`decide_push_among`, and whether
 //! a state not known here could change a refusal: then, in a replica set, the other replicas are
 //! asked for the identifier's events first, `crate::peers::replica_reads`).
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
-use grasp_state::hook_api::PreReceiveResponse;
-use grasp_state::nip34::{PullRequest, Source};
-use grasp_state::push::{decide_explained, with_reasons, PushDecision, PushRequest, Rejection};
-use grasp_state::push_index::IndexedCandidates;
+use grasp_state::contract::hook_api::PreReceiveResponse;
+use grasp_state::nostr::nip34::{PullRequest, Source};
+use grasp_state::git::push::{decide_explained, with_reasons, PushDecision, PushRequest, Rejection};
+use grasp_state::git::push_index::IndexedCandidates;
 use grasp_state::purgatory::RepoId;
-use grasp_state::refs::RefUpdate;
-use grasp_state::maintainers::MaintainerSet;
+use grasp_state::names::refs::RefUpdate;
+use grasp_state::authority::maintainers::MaintainerSet;
 use nostr::prelude::{EventId, PublicKey, ToBech32};
 
 use crate::git;
 use crate::grasp::Grasp;
 
 /// What the pusher is told of each git-first `refs/nostr/<id>` ref an accepted push brings.
-pub(crate) fn placeholder_messages(acc: &grasp_state::push::Accepted) -> Vec<String> {
+pub(crate) fn placeholder_messages(acc: &grasp_state::git::push::Accepted) -> Vec<String> {
     acc.placeholders
         .iter()
         .map(|(id, commit)| {
@@ -36,11 +36,11 @@ pub(crate) fn placeholder_messages(acc: &grasp_state::push::Accepted) -> Vec<Str
 
 /// A push decided on what this server holds, with what the rest of the authorisation needs.
 struct Gathered {
-    all: std::sync::Arc<Vec<(grasp_state::nip34::Announcement, Source)>>,
+    all: std::sync::Arc<Vec<(grasp_state::nostr::nip34::Announcement, Source)>>,
     set: std::sync::Arc<MaintainerSet>,
     pr_authors: BTreeMap<EventId, PublicKey>,
     decision: PushDecision,
-    /// Refused for want of a state alone ([`grasp_state::push::Explained::wants_a_state`]).
+    /// Refused for want of a state alone ([`grasp_state::git::push::Explained::wants_a_state`]).
     wants_a_state: bool,
 }
 
@@ -77,7 +77,7 @@ impl Grasp {
     /// The refusal of a push to `owner`'s repository when it is a read-only archive (GRASP-05:
     /// its announcement does not list this service, the archive took it, and
     /// `--archive-writable` is off), naming where it is hosted.
-    fn archive_refusal(&self, owner: &PublicKey, all: &[(grasp_state::nip34::Announcement, Source)]) -> Option<String> {
+    fn archive_refusal(&self, owner: &PublicKey, all: &[(grasp_state::nostr::nip34::Announcement, Source)]) -> Option<String> {
         let (a, _) = all.iter().find(|(a, _)| a.owner == *owner)?;
         if self.archive.writable || self.hosting(a) != crate::grasp::Hosting::Archived {
             return None;
@@ -96,7 +96,7 @@ impl Grasp {
     fn unconfirmed_authors(&self, owner: &PublicKey, identifier: &str, set: &MaintainerSet, updates: &[RefUpdate]) -> Vec<String> {
         let pushed: Vec<(&str, &str)> = updates
             .iter()
-            .filter(|u| grasp_state::refs::is_served_ref(&u.name) && u.new != grasp_state::refs::ZERO_OID)
+            .filter(|u| grasp_state::names::refs::is_served_ref(&u.name) && u.new != grasp_state::names::refs::ZERO_OID)
             .map(|u| (u.name.as_str(), u.new.as_str()))
             .collect();
         if pushed.is_empty() {
@@ -105,7 +105,7 @@ impl Grasp {
         let repo = format!("{}/{identifier}", owner.to_bech32().unwrap_or_default());
         let mut authors: Vec<PublicKey> = Vec::new();
         for (author, ev) in self.purgatory.state_events_outside(identifier, set) {
-            let Ok(state) = grasp_state::nip34::RepoState::from_event(&ev) else { continue };
+            let Ok(state) = grasp_state::nostr::nip34::RepoState::from_event(&ev) else { continue };
             let declares = pushed.iter().all(|(name, oid)| state.refs.get(*name).is_some_and(|v| v == oid));
             if declares && !authors.contains(&author) {
                 authors.push(author);
@@ -133,7 +133,7 @@ impl Grasp {
         }
         let set = self.maintainer_set(*owner, &all);
         let stored = self.latest_stored_state(identifier, &set).await;
-        // The candidates of `grasp_state::push::push_candidates` (the stored state, and the held
+        // The candidates of `grasp_state::git::push::push_candidates` (the stored state, and the held
         // states newer than it), with the held states matched through their index by declared
         // refs (`IndexedCandidates` applies the same rule).
         let held = self.held_index(owner, identifier, &set);
@@ -150,7 +150,7 @@ impl Grasp {
                         pr_authors.insert(id, ev.pubkey);
                     }
                     // A stored event that is no pull request will never claim this ref.
-                    Err(_) if !u.is_noop() && u.new != grasp_state::refs::ZERO_OID => not_prs.push(format!(
+                    Err(_) if !u.is_noop() && u.new != grasp_state::names::refs::ZERO_OID => not_prs.push(format!(
                         "{}: event {} is a kind {} event, not a pull request (1618) or pull request update (1619) \
                          with a `c` tag: push pull request commits to refs/nostr/<pull request event id>",
                         u.name,
@@ -180,7 +180,7 @@ impl Grasp {
     /// May this push go in?
     /// `address`: the pusher's (`None`: unknown); `incoming`: the bytes of objects the push
     /// brings (0: unknown). In a replica set, a push refused for want of a state
-    /// (`grasp_state::push::Explained::wants_a_state`) is decided again after the other replicas
+    /// (`grasp_state::git::push::Explained::wants_a_state`) is decided again after the other replicas
     /// were asked for the identifier's announcements and states (`crate::peers::replica_reads`,
     /// bounded): the client may have sent them to another replica a moment before.
     pub async fn authorize_push(&self, owner: &PublicKey, identifier: &str, updates: &[RefUpdate], address: Option<IpAddr>, incoming: u64) -> PreReceiveResponse {
@@ -190,7 +190,7 @@ impl Grasp {
         };
         if !self.trust.disk.has_room() {
             tracing::info!(repo = %shown, reason = "low disk", "push rejected");
-            return PreReceiveResponse::reject(vec![format!("grasp: push rejected: {}", grasp_state::free_disk::LOW_DISK_PUSH)]);
+            return PreReceiveResponse::reject(vec![format!("grasp: push rejected: {}", grasp_state::trust::free_disk::LOW_DISK_PUSH)]);
         }
         let mut gathered = match self.decide_here(owner, identifier, &repo, updates, &shown).await {
             Ok(gathered) => gathered,

@@ -1,5 +1,5 @@
 //! What strangers may store (docs/protocol.md#budgets): the contributor-data ledger
-//! ([`grasp_state::contributor_data`]) kept in memory, written beside the purgatory checkpoint
+//! ([`grasp_state::trust::contributor_data`]) kept in memory, written beside the purgatory checkpoint
 //! (`<data>/contributor-data.json`, atomically, when it changed), checked and charged by the
 //! pre-receive decisions, reconciled with the disk, and pruned.
 //!
@@ -23,15 +23,14 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
-use grasp_state::contributor_data::{Charge, ContributorBudget, ContributorFull, ContributorLedger, ContributorView, LedgerFile};
+use grasp_state::contract::layout::CONTRIBUTOR_DATA_FILE;
+use grasp_state::trust::contributor_data::{Charge, ContributorBudget, ContributorFull, ContributorLedger, ContributorView, LedgerFile};
 use nostr::prelude::{EventId, Filter, Kind, PublicKey, Timestamp};
 
 use crate::git;
 use crate::grasp::Grasp;
 use crate::shutdown::Shutdown;
 
-/// The ledger's file in the data directory.
-pub const LEDGER_FILE: &str = "contributor-data.json";
 /// How many authors and addresses the operator view names.
 pub const LISTED: usize = 10;
 /// Most entries one reconciliation pass measures (round robin over passes).
@@ -56,7 +55,7 @@ impl Default for ContributorData {
         ContributorData {
             ledger: Mutex::default(),
             budget: Mutex::new(ContributorBudget::default()),
-            grace_secs: AtomicU64::new(grasp_state::contributor_data::DEFAULT_PRUNE_GRACE_SECS),
+            grace_secs: AtomicU64::new(grasp_state::trust::contributor_data::DEFAULT_PRUNE_GRACE_SECS),
             file: OnceLock::new(),
             dirty: AtomicBool::new(false),
             cursor: Mutex::new(None),
@@ -86,7 +85,7 @@ impl ContributorData {
     /// Reads `<data_dir>/contributor-data.json` (none yet: empty; unreadable: empty, rebuilt
     /// from disk by reconciliation) and writes there from now on.
     pub fn load(&self, data_dir: &Path) {
-        let path = data_dir.join(LEDGER_FILE);
+        let path = data_dir.join(CONTRIBUTOR_DATA_FILE);
         let loaded = match std::fs::read(&path) {
             Ok(bytes) => match serde_json::from_slice::<LedgerFile>(&bytes) {
                 Ok(file) => ContributorLedger::from_file(file),
@@ -113,7 +112,7 @@ impl ContributorData {
             return Ok(());
         }
         let json = serde_json::to_vec(&self.ledger().to_file()).map_err(std::io::Error::other)?;
-        let written = grasp_state::atomic_file::write_atomic(path, &json, None);
+        let written = grasp_state::contract::atomic_file::write_atomic(path, &json, None);
         if written.is_err() {
             self.dirty.store(true, Ordering::Release);
         }
@@ -182,12 +181,12 @@ impl ContributorData {
         self.ledger().is_empty()
     }
 
-    pub fn entry(&self, id: &EventId) -> Option<grasp_state::contributor_data::ContributorEntry> {
+    pub fn entry(&self, id: &EventId) -> Option<grasp_state::trust::contributor_data::ContributorEntry> {
         self.ledger().get(id).cloned()
     }
 
     /// The next entries to measure, round robin: at most [`PER_PASS`].
-    fn next_batch(&self) -> Vec<(EventId, grasp_state::contributor_data::ContributorEntry)> {
+    fn next_batch(&self) -> Vec<(EventId, grasp_state::trust::contributor_data::ContributorEntry)> {
         let ledger = self.ledger();
         let mut cursor = self.cursor.lock().unwrap_or_else(|e| e.into_inner());
         let after: Vec<_> = ledger
@@ -304,12 +303,12 @@ impl Grasp {
         &self,
         owner: Option<&PublicKey>,
         identifier: &str,
-        decision: grasp_state::push::PushDecision,
+        decision: grasp_state::git::push::PushDecision,
         authors: &std::collections::BTreeMap<EventId, PublicKey>,
         address: Option<IpAddr>,
         incoming: u64,
-    ) -> grasp_state::push::PushDecision {
-        use grasp_state::push::{PushDecision, Rejection};
+    ) -> grasp_state::git::push::PushDecision {
+        use grasp_state::git::push::{PushDecision, Rejection};
         let PushDecision::Accept(acc) = decision else { return decision };
         if incoming == 0 || !acc.placeholders.is_empty() || acc.pr_matches.is_empty() {
             return PushDecision::Accept(acc);
@@ -413,7 +412,7 @@ impl Grasp {
             let bytes = match self.measure_pr_data(id, &entry.identifier, &entry.author).await {
                 Measured::Bytes(bytes) => bytes,
                 // No ref anywhere just after a charge: its push is still landing.
-                Measured::NoRef if now_secs().saturating_sub(entry.charged_at) < grasp_state::contributor_data::MEASURE_GRACE_SECS => continue,
+                Measured::NoRef if now_secs().saturating_sub(entry.charged_at) < grasp_state::trust::contributor_data::MEASURE_GRACE_SECS => continue,
                 Measured::NoRef => 0,
                 Measured::Unknown => continue,
             };
@@ -437,7 +436,7 @@ impl Grasp {
     /// The newest status of each pull request in `batch` by its author or a maintainer of its
     /// identifier: closed (1632) or merged (1631) start the prune grace, open (1630) or draft
     /// (1633) stop it.
-    async fn follow_statuses(&self, batch: &[(EventId, grasp_state::contributor_data::ContributorEntry)]) {
+    async fn follow_statuses(&self, batch: &[(EventId, grasp_state::trust::contributor_data::ContributorEntry)]) {
         let kinds = [1630u16, 1631, 1632, 1633].map(Kind::from);
         for chunk in batch.chunks(100) {
             let filter = Filter::new().kinds(kinds).events(chunk.iter().map(|(id, _)| *id));
@@ -449,7 +448,7 @@ impl Grasp {
                     .iter()
                     .filter(|s| s.tags.event_ids().any(|e| e == *id))
                     .filter(|s| s.pubkey == entry.author || sets.iter().any(|set| set.contains(&s.pubkey)))
-                    .max_by_key(|s| grasp_state::recency::Recency::of(s));
+                    .max_by_key(|s| grasp_state::nostr::recency::Recency::of(s));
                 let closed_at = match newest {
                     Some(s) if matches!(s.kind.as_u16(), 1631 | 1632) => Some(s.created_at.as_secs().min(Timestamp::now().as_secs())),
                     _ => None,
@@ -552,7 +551,7 @@ impl Grasp {
 /// The commits of the other pull requests in `refs` counted before `name` (`refs/nostr/<id>`):
 /// those of lower ids. Objects two pull requests share count once, for the lower id, whichever
 /// order they arrived in: the sum over a repository is what they add on disk together.
-fn counted_before(refs: &grasp_state::refs::RefMap, name: &str) -> Vec<String> {
+fn counted_before(refs: &grasp_state::names::refs::RefMap, name: &str) -> Vec<String> {
     refs.range("refs/nostr/".to_string()..name.to_string()).filter(|(n, _)| n.starts_with("refs/nostr/")).map(|(_, oid)| oid.clone()).collect()
 }
 
@@ -606,7 +605,7 @@ mod tests {
         let data = ContributorData::default();
         data.load(dir.path());
         data.save().unwrap();
-        assert!(!dir.path().join(LEDGER_FILE).exists(), "nothing changed");
+        assert!(!dir.path().join(CONTRIBUTOR_DATA_FILE).exists(), "nothing changed");
         let k = Keys::generate().public_key();
         let id = EventId::from_byte_array([1; 32]);
         data.charge_all(&[Charge { id, author: k, identifier: "r".into(), bytes: 5 }], None).unwrap();

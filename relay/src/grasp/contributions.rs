@@ -6,7 +6,7 @@
 //!   asks, `POST /v1/prs-repo`): made under `--max-repos` and the free-disk watermark, and looked
 //!   at again by maintenance once the push is over (an empty one is removed).
 //! - [`Grasp::authorize_contribution`] (pre-receive): the pure
-//!   [`grasp_state::push::decide_contribution_push`] over the pull requests the push names;
+//!   [`grasp_state::git::push::decide_contribution_push`] over the pull requests the push names;
 //!   git-first refs reserve placeholders as in an announced repository.
 //! - [`Grasp::contribution_arrived`] (post-receive): placeholders recorded, the held pull requests
 //!   whose commit is now here released, and each pull request the push brought copied into the
@@ -22,12 +22,12 @@ use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use grasp_state::hook_api::{PostReceiveResponse, PreReceiveResponse, ReleasedEvent};
-use grasp_state::nip34::PullRequest;
+use grasp_state::contract::hook_api::{PostReceiveResponse, PreReceiveResponse, ReleasedEvent};
+use grasp_state::nostr::nip34::PullRequest;
 use grasp_state::purgatory::RepoId;
-use grasp_state::push::{decide_contribution_push, with_reasons, ContributionPush, KnownPr, PushDecision};
-use grasp_state::refs::{RefUpdate, NOSTR_PREFIX, ZERO_OID};
-use grasp_state::release::{pr_ref, PrRef};
+use grasp_state::git::push::{decide_contribution_push, with_reasons, ContributionPush, KnownPr, PushDecision};
+use grasp_state::names::refs::{RefUpdate, NOSTR_PREFIX, ZERO_OID};
+use grasp_state::git::release::{pr_ref, PrRef};
 use nostr::prelude::{Event, EventId, PublicKey};
 
 use crate::git;
@@ -67,7 +67,7 @@ impl Grasp {
         let (layout, hooks, id) = (self.layout.clone(), self.hooks_dir.clone(), identifier.to_string());
         let contributor = *contributor;
         let made = blocking(move || {
-            crate::git::repos::create_repo(&layout, grasp_state::identifier::RepoSpace::Prs, &contributor, &id, &hooks, false)
+            crate::git::repos::create_repo(&layout, grasp_state::names::identifier::RepoSpace::Prs, &contributor, &id, &hooks, false)
         })
         .await;
         match made {
@@ -104,7 +104,7 @@ impl Grasp {
         if !self.trust.disk.has_room() {
             tracing::info!(repo = %shown, reason = "low disk", "push rejected");
             self.after_contribution(&path);
-            return PreReceiveResponse::reject(vec![format!("grasp: push rejected: {}", grasp_state::free_disk::LOW_DISK_PUSH)]);
+            return PreReceiveResponse::reject(vec![format!("grasp: push rejected: {}", grasp_state::trust::free_disk::LOW_DISK_PUSH)]);
         }
         let mut known_prs = BTreeMap::new();
         let mut not_prs = Vec::new();
@@ -220,7 +220,7 @@ impl Grasp {
         }
         let commits: Vec<String> = held.iter().map(|(_, c)| c.clone()).collect();
         let repo_path = path.clone();
-        let present = blocking(move || -> Result<(grasp_state::refs::RefMap, Vec<String>), git::GitError> {
+        let present = blocking(move || -> Result<(grasp_state::names::refs::RefMap, Vec<String>), git::GitError> {
             let refs = git::read_refs(&repo_path)?;
             let missing = git::missing_objects(&repo_path, &commits)?;
             Ok((refs, missing))
@@ -301,17 +301,17 @@ impl Grasp {
     }
 
     /// Copies pull request `pr`, whose commit is in the contributor repository `src`, into the
-    /// announced repositories its `a` tags name (`grasp_state::prs::mirror_targets`: at most
-    /// [`grasp_state::prs::MAX_MIRRORS`], only those announced here): the missing objects, then
+    /// announced repositories its `a` tags name (`grasp_state::git::prs::mirror_targets`: at most
+    /// [`grasp_state::git::prs::MAX_MIRRORS`], only those announced here): the missing objects, then
     /// `refs/nostr/<id>` at its commit. Each target under its push lock and the relay's lock,
     /// waited for at most `--event-lock-wait`; a busy one is skipped (the pull request stays
     /// fetchable from its `clone` URL, and a new push of it copies again). Never the reverse.
     pub async fn mirror_pull_request(&self, pr: &PullRequest, src: &Path) {
         let mut announced: HashMap<(PublicKey, String), bool> = HashMap::new();
-        for (owner, identifier) in pr.repos.iter().take(grasp_state::prs::MAX_MIRRORS) {
+        for (owner, identifier) in pr.repos.iter().take(grasp_state::git::prs::MAX_MIRRORS) {
             announced.insert((*owner, identifier.clone()), self.is_announced_by(owner, identifier).await);
         }
-        let targets = grasp_state::prs::mirror_targets(pr, |owner, d| announced.get(&(*owner, d.to_string())).copied().unwrap_or(false));
+        let targets = grasp_state::git::prs::mirror_targets(pr, |owner, d| announced.get(&(*owner, d.to_string())).copied().unwrap_or(false));
         let targets: Vec<(&RepoId, PathBuf)> = targets.iter().filter_map(|t| Some((t, self.path_of(t)?))).filter(|(_, p)| p.exists()).collect();
         let paths: Vec<PathBuf> = targets.iter().map(|(_, p)| p.clone()).collect();
         if paths.is_empty() {
@@ -355,7 +355,7 @@ impl Grasp {
     /// push lock and repository lock, tried once: one a push holds right now is its own. Runs at
     /// startup, before the public listener serves. Returns how many went.
     pub async fn remove_empty_contributor_repos(&self) -> usize {
-        let root = self.layout.space_root(grasp_state::identifier::RepoSpace::Prs);
+        let root = self.layout.space_root(grasp_state::names::identifier::RepoSpace::Prs);
         let repos = blocking(move || {
             crate::git::repos::repo_dirs_in(&root)
         })

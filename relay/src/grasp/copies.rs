@@ -159,7 +159,7 @@ pub async fn run_copies(grasp: Arc<Grasp>, mut shutdown: Shutdown) {
                             Work::Realign => grasp.realign(&identifier, &owner).await,
                         };
                         if !done {
-                            let at = Instant::now() + grasp_state::deferred::backoff(attempts);
+                            let at = Instant::now() + grasp_state::git::deferred::backoff(attempts);
                             grasp.copies.schedule((identifier, owner, work), Due { at, attempts: attempts.saturating_add(1) });
                         }
                         grasp.copies.running.fetch_sub(1, Ordering::Relaxed);

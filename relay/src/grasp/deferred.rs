@@ -1,4 +1,4 @@
-//! Deferred repository work (`grasp_state::deferred`): what an event, a push's post-receive or a
+//! Deferred repository work (`grasp_state::git::deferred`): what an event, a push's post-receive or a
 //! retry could not do because a repository it governs stayed locked past the bound. Its one
 //! owner ([`SharedDeferred`], short critical sections) and the task that retries it
 //! ([`run_deferred`]); the operator sees it in `GET /v1/purgatory` (`deferred`,
@@ -8,7 +8,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use grasp_state::deferred::{Deferral, DeferredKey, DeferredLimits, DeferredStats, DeferredView, DeferredWork, DropReason};
+use grasp_state::git::deferred::{Deferral, DeferredKey, DeferredLimits, DeferredStats, DeferredView, DeferredWork, DropReason};
 use nostr::prelude::PublicKey;
 use tokio::task::JoinSet;
 
@@ -130,7 +130,7 @@ impl Drop for Running {
 /// Retries deferred work when it is due, until shutdown: up to [`MAX_RUNNING_RETRIES`] at once,
 /// never two of one identifier (`DeferredWork::start_due`). Each retry waits for a repository at
 /// most the event bound again, and holds repository locks only for local git work and the
-/// store (no network I/O); what is still busy backs off (`grasp_state::deferred::backoff`).
+/// store (no network I/O); what is still busy backs off (`grasp_state::git::deferred::backoff`).
 /// The retries end with this task.
 pub async fn run_deferred(grasp: Arc<Grasp>, mut shutdown: Shutdown) {
     let mut retries = JoinSet::new();

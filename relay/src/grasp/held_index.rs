@@ -1,5 +1,5 @@
 //! The held states that may authorise pushes to one repository, parsed once and indexed by the
-//! refs they declare (`grasp_state::push_index`), for the pre-receive decision.
+//! refs they declare (`grasp_state::git::push_index`), for the pre-receive decision.
 //!
 //! With thousands of held states for one identifier, parsing each event and comparing the push
 //! with each state on every push costs tens of milliseconds. The relay keeps, per (owner,
@@ -11,9 +11,9 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use grasp_state::maintainers::MaintainerSet;
-use grasp_state::nip34::RepoState;
-use grasp_state::push_index::HeldStateIndex;
+use grasp_state::authority::maintainers::MaintainerSet;
+use grasp_state::nostr::nip34::RepoState;
+use grasp_state::git::push_index::HeldStateIndex;
 use nostr::prelude::{Event, EventId, PublicKey};
 
 use crate::grasp::Grasp;

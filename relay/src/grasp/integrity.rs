@@ -5,16 +5,16 @@
 //! counted in `grasp_authority_realignments{reason="integrity"}`), and an operator can run it
 //! alone: `grasp-relay authority` reports (a dry run), `--apply` carries it out.
 //!
-//! The decision is the release plan's alignment (`grasp_state::release::plan_alignment`): the
+//! The decision is the release plan's alignment (`grasp_state::git::release::plan_alignment`): the
 //! refs become exactly the newest authoritative state's, only when all its objects are here,
 //! and never nothing: a repository without an authoritative state keeps its refs.
 
 use std::time::Duration;
 
-use grasp_state::hook_api::{AuthorityFinding, AuthorityReport, HOOK_API_VERSION};
-use grasp_state::nip34::{Announcement, KIND_ANNOUNCEMENT};
-use grasp_state::refs::RefChange;
-use grasp_state::release::{alignment, plan_alignment};
+use grasp_state::contract::hook_api::{AuthorityFinding, AuthorityReport, HOOK_API_VERSION};
+use grasp_state::nostr::nip34::{Announcement, KIND_ANNOUNCEMENT};
+use grasp_state::names::refs::RefChange;
+use grasp_state::git::release::{alignment, plan_alignment};
 use nostr::prelude::{Filter, Kind, ToBech32};
 
 use crate::git;
@@ -89,7 +89,7 @@ impl Grasp {
 /// One ref change as a report line.
 fn describe(change: &RefChange) -> String {
     match change {
-        RefChange::Set { name, old, new } if old == grasp_state::refs::ZERO_OID => format!("{name} created at {}", short(new)),
+        RefChange::Set { name, old, new } if old == grasp_state::names::refs::ZERO_OID => format!("{name} created at {}", short(new)),
         RefChange::Set { name, old, new } => format!("{name} {} -> {}", short(old), short(new)),
         RefChange::Delete { name, old } => format!("{name} {} deleted", short(old)),
     }

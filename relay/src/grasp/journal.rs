@@ -29,11 +29,10 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::sync::Arc;
 
+use grasp_state::contract::layout::JOURNAL_PREFIX;
 use grasp_state::purgatory::journal::{decode, encode, JournalRecord};
 use tokio::sync::{oneshot, Notify};
 
-/// File name prefix of the journal segments in the data directory.
-pub const JOURNAL_PREFIX: &str = "purgatory-journal.";
 
 /// A segment larger than this asks for an early checkpoint (which truncates the journal).
 pub const SEGMENT_LIMIT: u64 = 64 * 1024 * 1024;
@@ -217,10 +216,10 @@ fn create_segment(dir: &Path, n: u64) -> std::io::Result<std::fs::File> {
     Ok(file)
 }
 
-/// Appends `buf` and syncs ([`grasp_state::atomic_file::append_synced`]: on failure the file is
+/// Appends `buf` and syncs ([`grasp_state::contract::atomic_file::append_synced`]: on failure the file is
 /// cut back to `size`), counting it in `size`.
 fn write_synced(file: &mut std::fs::File, size: &mut u64, buf: &[u8]) -> Result<(), JournalError> {
-    match grasp_state::atomic_file::append_synced(file, *size, buf) {
+    match grasp_state::contract::atomic_file::append_synced(file, *size, buf) {
         Ok(()) => {
             *size += buf.len() as u64;
             Ok(())

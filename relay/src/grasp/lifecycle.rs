@@ -17,10 +17,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use grasp_state::identifier::RepoLayout;
+use grasp_state::contract::checkpoint_file::{read_checkpoint, set_aside, write_checkpoint};
+use grasp_state::contract::layout::CHECKPOINT_FILE;
+use grasp_state::names::identifier::RepoLayout;
 use grasp_state::purgatory::{
-    journal::replay, read_checkpoint, set_aside, write_checkpoint, Purgatory, PurgatoryConfig, PurgatoryState, RepoId,
-    SweepAction, SystemClock,
+    journal::replay, Purgatory, PurgatoryConfig, PurgatoryState, RepoId, SweepAction, SystemClock,
 };
 use nostr::prelude::ToBech32;
 
@@ -28,9 +29,6 @@ use crate::git;
 use crate::grasp::locks::{PushLocks, RepoGuards};
 use crate::grasp::Grasp;
 use crate::shutdown::Shutdown;
-
-/// The checkpoint file in the data directory.
-pub const CHECKPOINT_FILE: &str = "purgatory-state.json";
 
 /// The longest the expiry task sleeps between sweeps. A sweep pops only due deadlines, so
 /// waking is cheap.

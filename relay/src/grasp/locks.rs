@@ -32,7 +32,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use grasp_state::push_lock::PushLock;
+use grasp_state::contract::push_lock::PushLock;
 use tokio::sync::OwnedMutexGuard;
 
 /// The longest any wait for one of these locks lasts in background work (release after a push,
@@ -41,7 +41,7 @@ use tokio::sync::OwnedMutexGuard;
 pub const LOCK_WAIT: Duration = Duration::from_secs(60);
 
 /// How often busy repositories are tried again.
-const RETRY: Duration = grasp_state::push_lock::RETRY;
+const RETRY: Duration = grasp_state::contract::push_lock::RETRY;
 
 /// The bounds of every wait for a repository (`--event-lock-wait`, `--repo-lock-queue`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -74,7 +74,7 @@ pub enum LockError {
     #[error("{waiting} tasks already wait for {repo}; retry later")]
     Busy { repo: PathBuf, waiting: usize },
     #[error(transparent)]
-    PushLockFile(grasp_state::push_lock::PushLockError),
+    PushLockFile(grasp_state::contract::push_lock::PushLockError),
 }
 
 impl LockError {
@@ -364,7 +364,7 @@ mod tests {
     }
 
     fn hold_push_lock(repo: &Path) -> std::fs::File {
-        let file = std::fs::File::options().create(true).truncate(false).write(true).open(repo.join(grasp_state::identifier::PUSH_LOCK_FILE)).unwrap();
+        let file = std::fs::File::options().create(true).truncate(false).write(true).open(repo.join(grasp_state::contract::layout::PUSH_LOCK_FILE)).unwrap();
         file.lock().unwrap();
         file
     }
@@ -379,7 +379,7 @@ mod tests {
         assert!(guards.get(&tmp.path().join("c.git")).is_none());
         // Both locks are held: another taker waits.
         assert!(locks.entry(&a).mutex.try_lock().is_err());
-        let file = std::fs::File::options().write(true).open(a.join(grasp_state::identifier::PUSH_LOCK_FILE)).unwrap();
+        let file = std::fs::File::options().write(true).open(a.join(grasp_state::contract::layout::PUSH_LOCK_FILE)).unwrap();
         assert!(file.try_lock().is_err(), "the push lock is held");
         drop(guards);
         assert!(locks.entry(&a).mutex.try_lock().is_ok());
@@ -402,7 +402,7 @@ mod tests {
         let _pushing = hold_push_lock(&b);
         let err = RepoGuards::acquire_within(&locks, [a.clone(), b], PushLocks::Take, wait).await.err().expect("must time out");
         assert!(matches!(err, LockError::Timeout { which: "push lock", .. }), "{err}");
-        let file = std::fs::File::options().write(true).open(a.join(grasp_state::identifier::PUSH_LOCK_FILE)).unwrap();
+        let file = std::fs::File::options().write(true).open(a.join(grasp_state::contract::layout::PUSH_LOCK_FILE)).unwrap();
         assert!(file.try_lock().is_ok(), "a's push lock was released on failure");
     }
 
@@ -419,7 +419,7 @@ mod tests {
         assert!(guards.get(&r[1]).is_none());
         assert_eq!(failed.len(), 1);
         assert_eq!(failed[0].repo(), r[1].as_path());
-        let file = std::fs::File::options().write(true).open(r[2].join(grasp_state::identifier::PUSH_LOCK_FILE)).unwrap();
+        let file = std::fs::File::options().write(true).open(r[2].join(grasp_state::contract::layout::PUSH_LOCK_FILE)).unwrap();
         assert!(file.try_lock().is_err(), "a repository after the busy one is locked too");
     }
 

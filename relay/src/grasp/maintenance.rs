@@ -5,7 +5,7 @@
 //! maintenance runs at a time, whatever the number of pushes) runs `git maintenance run --auto`
 //! in it: git decides itself whether anything is worth doing (its `gc.auto` thresholds) and
 //! returns at once when not. GRASP repositories run with `receive.autoGC = false`
-//! ([`grasp_state::identifier::GRASP_GIT_CONFIG`]): git's own auto-gc at the end of
+//! ([`grasp_state::names::identifier::GRASP_GIT_CONFIG`]): git's own auto-gc at the end of
 //! receive-pack would start that process while the pusher still waits for its answer; here it
 //! runs after the answer.
 //!
@@ -49,7 +49,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 
 use crate::git::{GitCommand, GitError};
-use grasp_state::identifier::RepoSpace;
+use grasp_state::names::identifier::RepoSpace;
 use crate::grasp::locks::{LockError, PushLocks, RepoGuards};
 use crate::grasp::Grasp;
 use crate::shutdown::{Shutdown, ShutdownSignal};
@@ -449,7 +449,7 @@ async fn kept_objects(grasp: &Grasp, repo: &Path) -> Vec<String> {
     let (states, prs) = grasp.purgatory.held_objects(&grasp_state::purgatory::RepoId { owner, identifier, space });
     let mut oids: Vec<String> = states
         .iter()
-        .filter_map(|ev| grasp_state::nip34::RepoState::from_event(ev).ok())
+        .filter_map(|ev| grasp_state::nostr::nip34::RepoState::from_event(ev).ok())
         .flat_map(|s| s.refs.into_values())
         .chain(prs)
         .collect();

@@ -29,9 +29,9 @@ pub mod release;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use grasp_state::identifier::RepoLayout;
-use grasp_state::maintainers::MaintainerSet;
-use grasp_state::nip34::{Announcement, RepoState, KIND_ANNOUNCEMENT, KIND_STATE};
+use grasp_state::names::identifier::RepoLayout;
+use grasp_state::authority::maintainers::MaintainerSet;
+use grasp_state::nostr::nip34::{Announcement, RepoState, KIND_ANNOUNCEMENT, KIND_STATE};
 use grasp_state::purgatory::Purgatory;
 use nostr::prelude::{Event, Filter, Kind, PublicKey};
 
@@ -40,7 +40,7 @@ use crate::grasp::purgatory::SharedPurgatory;
 use crate::store::relay::Relay;
 
 pub use crate::grasp::locks::RepoLocks;
-pub use grasp_state::nip34::Source;
+pub use grasp_state::nostr::nip34::Source;
 
 pub(crate) async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
     tokio::task::spawn_blocking(f).await.expect("blocking git task panicked")
@@ -113,7 +113,7 @@ pub struct Grasp {
     /// the acceptance relaxation for pull requests naming one (docs/protocol.md).
     pub grasp06: bool,
     /// GRASP-05 archive (`--archive*`): announcements not listing this service taken anyway.
-    pub archive: grasp_state::archive::Archive,
+    pub archive: grasp_state::trust::archive::Archive,
     /// Maintainer sets and standings per version of an identifier's announcements.
     pub authority: authority::AuthorityMemo,
     /// Announcements parsed once per event id.
@@ -124,7 +124,7 @@ pub struct Grasp {
     pub owner_quotas: quotas::OwnerQuotaState,
     /// The other members of this replica set (`--replica`, docs/scaling.md): every repository's
     /// git data is fetched from them first.
-    pub replicas: Vec<grasp_state::replica::Replica>,
+    pub replicas: Vec<grasp_state::trust::replica::Replica>,
     /// `--replica-acks`: the other replicas that must hold a client's event before its `OK
     /// true`, and a push before its post-receive ends. Set once at startup.
     pub replica_acks: std::sync::OnceLock<Arc<crate::peers::acks::ReplicaAcks>>,
@@ -158,7 +158,7 @@ impl Grasp {
             deferred: deferred::SharedDeferred::default(),
             copies: copies::CopyQueue::default(),
             grasp06: false,
-            archive: grasp_state::archive::Archive::default(),
+            archive: grasp_state::trust::archive::Archive::default(),
             authority: authority::AuthorityMemo::default(),
             parsed_announcements: authority::ParsedAnnouncements::default(),
             contributor_data: budgets::ContributorData::default(),
@@ -170,12 +170,12 @@ impl Grasp {
     }
 
     /// This brain with the operator's GRASP-05 archive (`--archive*`).
-    pub fn with_replicas(mut self, replicas: Vec<grasp_state::replica::Replica>) -> Self {
+    pub fn with_replicas(mut self, replicas: Vec<grasp_state::trust::replica::Replica>) -> Self {
         self.replicas = replicas;
         self
     }
 
-    pub fn with_archive(mut self, archive: grasp_state::archive::Archive) -> Self {
+    pub fn with_archive(mut self, archive: grasp_state::trust::archive::Archive) -> Self {
         self.archive = archive;
         self
     }
@@ -206,7 +206,7 @@ impl Grasp {
 
     /// This brain with the operator's bounds on deferred work (`--deferred-total`,
     /// `--deferred-per-author`).
-    pub fn with_deferred_limits(mut self, limits: grasp_state::deferred::DeferredLimits) -> Self {
+    pub fn with_deferred_limits(mut self, limits: grasp_state::git::deferred::DeferredLimits) -> Self {
         self.deferred = deferred::SharedDeferred::new(limits);
         self
     }
@@ -226,7 +226,7 @@ impl Grasp {
     /// `submitter` says who submits it: the keys its connection authenticated as, or relay sync
     /// (`from_sync`), which never publishes protected events (docs/protocol.md#trust).
     /// Returns the NIP-01 `OK` status and message.
-    pub async fn submit(&self, event: &Event, submitter: &grasp_state::auth::Submitter<'_>) -> (bool, String) {
+    pub async fn submit(&self, event: &Event, submitter: &grasp_state::trust::auth::Submitter<'_>) -> (bool, String) {
         if let Err(reason) = verify(event) {
             return (false, reason.into());
         }
@@ -235,7 +235,7 @@ impl Grasp {
 
     /// [`Grasp::submit`] for an event whose id and signature [`verify`] already checked. The
     /// event is shared with the live broadcast, not copied.
-    pub async fn submit_verified(&self, event: &Arc<Event>, submitter: &grasp_state::auth::Submitter<'_>) -> (bool, String) {
+    pub async fn submit_verified(&self, event: &Arc<Event>, submitter: &grasp_state::trust::auth::Submitter<'_>) -> (bool, String) {
         let (ok, message, durable) = self.submit_verified_deferred(event, submitter).await;
         durable.answer(ok, message).await
     }
@@ -246,7 +246,7 @@ impl Grasp {
     pub async fn submit_verified_deferred(
         &self,
         event: &Arc<Event>,
-        submitter: &grasp_state::auth::Submitter<'_>,
+        submitter: &grasp_state::trust::auth::Submitter<'_>,
     ) -> (bool, String, journal::Durable) {
         let (ok, message) = match self.admit(event, submitter).await {
             Admission::Reject(msg) => {
@@ -334,10 +334,10 @@ impl Grasp {
     /// The servers of the latest user grasp list (kind 10317) stored here of each of `people`
     /// that has one, in their order.
     pub async fn user_grasp_lists(&self, people: &[PublicKey]) -> std::collections::HashMap<PublicKey, Vec<String>> {
-        let filter = Filter::new().kind(Kind::Custom(grasp_state::nip34::KIND_USER_GRASP_LIST)).authors(people.iter().copied());
+        let filter = Filter::new().kind(Kind::Custom(grasp_state::nostr::nip34::KIND_USER_GRASP_LIST)).authors(people.iter().copied());
         let mut newest: std::collections::HashMap<PublicKey, (nostr::prelude::Timestamp, Vec<String>)> = std::collections::HashMap::new();
         for ev in self.query(vec![filter]).await {
-            let Ok(list) = grasp_state::nip34::UserGraspList::from_event(&ev) else { continue };
+            let Ok(list) = grasp_state::nostr::nip34::UserGraspList::from_event(&ev) else { continue };
             match newest.get(&list.author) {
                 Some((at, _)) if *at >= ev.created_at => {}
                 _ => {
@@ -378,7 +378,7 @@ impl Grasp {
             None => None,
         };
         let join = pool_lock.is_some() && pool.is_some_and(|p| p.is_dir());
-        let created = blocking(move || crate::git::repos::create_repo(&layout, grasp_state::identifier::RepoSpace::Hosted, &owner, &id, &hooks, join).map(|(path, _)| path).map_err(|e| e.to_string())).await;
+        let created = blocking(move || crate::git::repos::create_repo(&layout, grasp_state::names::identifier::RepoSpace::Hosted, &owner, &id, &hooks, join).map(|(path, _)| path).map_err(|e| e.to_string())).await;
         drop(pool_lock);
         created
     }
@@ -405,7 +405,7 @@ impl Grasp {
                 self.trust.limits.repo_removed();
                 // What only a hosted repository reached may leave its family's object pool
                 // (contributor repositories never put anything in one).
-                if repo.space == grasp_state::identifier::RepoSpace::Hosted {
+                if repo.space == grasp_state::names::identifier::RepoSpace::Hosted {
                     crate::grasp::maintenance::after_family_refs_left(self, &repo.identifier);
                 }
             }
@@ -464,7 +464,7 @@ impl Grasp {
     pub fn held_states(&self, identifier: &str, set: &MaintainerSet) -> Vec<RepoState> {
         let mut states: Vec<RepoState> =
             self.purgatory.state_events(identifier, set).iter().filter_map(|ev| RepoState::from_event(ev).ok()).collect();
-        grasp_state::push::release_order(&mut states);
+        grasp_state::git::push::release_order(&mut states);
         states
     }
 

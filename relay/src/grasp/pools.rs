@@ -4,7 +4,7 @@
 //! - [`Grasp::join_pool`]: a repository (its push and repository locks held) borrows from its
 //!   family's pool, created on first need; both under the pool lock.
 //! - [`Grasp::promote`]: what signed, stored events released in a member ([`Grasp::released_for`],
-//!   decided by `grasp_state::pool`) is packed into the pool and recorded under the pool's
+//!   decided by `grasp_state::git::pool`) is packed into the pool and recorded under the pool's
 //!   `refs/members/<npub>/`; staged objects stay in the member. The member is then queued for a
 //!   dedupe and the pool for a repack (`crate::grasp::maintenance`).
 //! - [`Grasp::shrink_pool`]: the one step that deletes objects from a pool: with every member's
@@ -22,11 +22,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use grasp_state::identifier::{npub_of, parse_npub};
-use grasp_state::nip34::{Announcement, PullRequest, RepoState, KIND_PR, KIND_PR_UPDATE, KIND_STATE};
-use grasp_state::pool::{plan_pool_gc, plan_promotion, MemberView, Released};
+use grasp_state::names::identifier::{npub_of, parse_npub};
+use grasp_state::nostr::nip34::{Announcement, PullRequest, RepoState, KIND_PR, KIND_PR_UPDATE, KIND_STATE};
+use grasp_state::git::pool::{plan_pool_gc, plan_promotion, MemberView, Released};
 use grasp_state::purgatory::RepoId;
-use grasp_state::refs::{RefMap, NOSTR_PREFIX};
+use grasp_state::names::refs::{RefMap, NOSTR_PREFIX};
 use nostr::prelude::{EventId, Filter, Kind, PublicKey};
 
 use crate::git;
@@ -81,7 +81,7 @@ impl Grasp {
 
     /// Whether a release of `owner`'s repository of `identifier` whose latest stored state is
     /// `state` shares its objects through the family's pool: the pool exists, or the state is to
-    /// be brought into another owner's repository on disk (`grasp_state::pool::family_shares`).
+    /// be brought into another owner's repository on disk (`grasp_state::git::pool::family_shares`).
     /// The other repositories it is brought into are returned with the answer.
     pub fn family_shares(&self, identifier: &str, owner: &PublicKey, state: Option<&RepoState>, all: &[(Announcement, Source)]) -> (bool, Vec<(PublicKey, PathBuf)>) {
         let exists = self.pool_path(identifier).is_some_and(|p| p.is_dir());
@@ -92,7 +92,7 @@ impl Grasp {
             }
             None => Vec::new(),
         };
-        (grasp_state::pool::family_shares(targets.len(), exists), targets)
+        (grasp_state::git::pool::family_shares(targets.len(), exists), targets)
     }
 
     /// Makes `member` (its locks held) borrow from the pool of `identifier`, creating the pool if
@@ -249,7 +249,7 @@ impl Grasp {
             held.extend(states.iter().filter_map(|ev| RepoState::from_event(ev).ok()).flat_map(|s| s.refs.into_values()));
             held.extend(prs);
         }
-        held.retain(|oid| grasp_state::refs::is_valid_oid(oid));
+        held.retain(|oid| grasp_state::names::refs::is_valid_oid(oid));
         let plan = {
             let member_views: Vec<MemberView> = views.iter().map(|(m, _, refs, released)| MemberView { member: m, refs, released }).collect();
             let pool_refs = {
@@ -329,7 +329,7 @@ impl Grasp {
 
 /// `(identifier, owner)` of every repository under the layout's git root that holds refs and has
 /// a sibling repository of the same identifier.
-fn pool_candidates(layout: &grasp_state::identifier::RepoLayout) -> Vec<(String, PublicKey)> {
+fn pool_candidates(layout: &grasp_state::names::identifier::RepoLayout) -> Vec<(String, PublicKey)> {
     let mut families: BTreeMap<String, Vec<(PublicKey, PathBuf)>> = BTreeMap::new();
     for owner_dir in std::fs::read_dir(layout.git_root()).into_iter().flatten().flatten() {
         let Some(owner) = parse_npub(&owner_dir.file_name().to_string_lossy()) else { continue };
@@ -370,7 +370,7 @@ fn alternates_env(dirs: &[PathBuf]) -> Option<Option<String>> {
 }
 
 /// Is `path` a pool (under the layout's pools directory)?
-pub fn is_pool(layout: &grasp_state::identifier::RepoLayout, path: &Path) -> bool {
+pub fn is_pool(layout: &grasp_state::names::identifier::RepoLayout, path: &Path) -> bool {
     layout.locate_pool(path).is_ok()
 }
 

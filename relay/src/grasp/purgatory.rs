@@ -17,7 +17,7 @@ use std::ops::{Deref, DerefMut};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
-use grasp_state::maintainers::MaintainerSet;
+use grasp_state::authority::maintainers::MaintainerSet;
 use grasp_state::purgatory::{
     AnnouncementAdded, AnnouncementEntry, Coordinate, Extension, PlaceholderError, Purgatory, PurgatoryFull,
     PurgatorySnapshot, Removed, RepoId, StateEntry, SweepAction, UnsignedFull,
@@ -69,20 +69,20 @@ pub struct PurgatoryListing {
     pub entries: Vec<grasp_state::purgatory::EntryView>,
     pub expired_events: Vec<grasp_state::purgatory::ExpiredView>,
     pub stats: grasp_state::purgatory::PurgatoryStats,
-    pub deferred: Vec<grasp_state::deferred::DeferredView>,
+    pub deferred: Vec<grasp_state::git::deferred::DeferredView>,
     /// The deferred work's figures: entries, authors, bounds, and work dropped since start.
-    pub deferred_stats: grasp_state::deferred::DeferredStats,
+    pub deferred_stats: grasp_state::git::deferred::DeferredStats,
     /// Unsigned data of the git-first placeholders: in total, and the addresses holding most.
     pub unsigned: grasp_state::purgatory::unsigned::UnsignedView,
     /// Pull request data no maintainer signed (`grasp::budgets`): sums, and the authors and
     /// addresses keeping most.
-    pub contributors: grasp_state::contributor_data::ContributorView,
+    pub contributors: grasp_state::trust::contributor_data::ContributorView,
 }
 
 impl PurgatoryListing {
     pub fn of(p: &Purgatory) -> Self {
         PurgatoryListing {
-            version: grasp_state::hook_api::HOOK_API_VERSION,
+            version: grasp_state::contract::hook_api::HOOK_API_VERSION,
             entries: p.listing(),
             expired_events: p.expired_listing(LISTED_EXPIRED),
             stats: p.stats(),

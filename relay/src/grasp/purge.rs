@@ -11,8 +11,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use grasp_state::hook_api::{PurgeAuthorRequest, PurgeAuthorResponse, HOOK_API_VERSION, PATH_PURGE_AUTHOR};
-use grasp_state::identifier::{npub_of, RepoSpace};
+use grasp_state::contract::hook_api::{PurgeAuthorRequest, PurgeAuthorResponse, HOOK_API_VERSION, PATH_PURGE_AUTHOR};
+use grasp_state::names::identifier::{npub_of, RepoSpace};
 use grasp_state::purgatory::RepoId;
 use nostr::prelude::{Filter, PublicKey};
 
@@ -59,7 +59,7 @@ pub async fn purge_author(grasp: &Grasp, author: &PublicKey) -> Result<PurgeAuth
 /// The CLI side: asks the relay running on `data_dir` to purge `author` (through the one hook
 /// API client, `grasp_hooks::ApiClient`); returns a summary line.
 pub fn run_purge_author(data_dir: &Path, author: &str) -> Result<String> {
-    let pk = grasp_state::curation::parse_pubkey(author).with_context(|| format!("{author:?} is not an npub or hex public key"))?;
+    let pk = grasp_state::trust::curation::parse_pubkey(author).with_context(|| format!("{author:?} is not an npub or hex public key"))?;
     let request = PurgeAuthorRequest { version: HOOK_API_VERSION, author: npub_of(&pk) };
     let r: PurgeAuthorResponse = grasp_hooks::ApiClient::from_data_dir(data_dir, PURGE_TIMEOUT)
         .with_context(|| format!("is grasp-relay running with --data-dir {}?", data_dir.display()))?

@@ -1,6 +1,6 @@
 //! What owners may store (docs/protocol.md#budgets): the quota per owner over all their
 //! repositories and the daily budget per address for new owners' repositories
-//! ([`grasp_state::owner_quota`]). This gathers the facts (what an owner's repositories and
+//! ([`grasp_state::trust::owner_quota`]). This gathers the facts (what an owner's repositories and
 //! their object pools hold on disk, whether the owner is new here), remembers the pushes of the
 //! last day per address, and asks the pure decision.
 //!
@@ -14,8 +14,8 @@ use std::path::Path;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use grasp_state::owner_quota::{NewOwnerWindow, OwnerFacts, OwnerQuotas, NEW_OWNER_FOR_SECS};
-use grasp_state::push::{PushDecision, Rejection};
+use grasp_state::trust::owner_quota::{NewOwnerWindow, OwnerFacts, OwnerQuotas, NEW_OWNER_FOR_SECS};
+use grasp_state::git::push::{PushDecision, Rejection};
 use nostr::prelude::{PublicKey, Timestamp};
 
 use crate::grasp::Grasp;
@@ -74,7 +74,7 @@ fn dir_bytes(dir: &Path) -> u64 {
 
 /// What `owner`'s repositories hold on disk: their objects, and the object pool of each of their
 /// identifiers.
-fn measure_used(layout: &grasp_state::identifier::RepoLayout, owner: &PublicKey) -> u64 {
+fn measure_used(layout: &grasp_state::names::identifier::RepoLayout, owner: &PublicKey) -> u64 {
     let mut used = 0u64;
     for repo in crate::git::repos::repo_dirs_in_owner(&layout.owner_dir(owner)) {
         used = used.saturating_add(dir_bytes(&repo.join("objects")));
@@ -89,11 +89,11 @@ fn measure_used(layout: &grasp_state::identifier::RepoLayout, owner: &PublicKey)
 
 /// Whether none of `owner`'s repositories with refs is a day old (one `stat` per repository,
 /// refs read only for the old ones).
-fn is_new_owner(layout: &grasp_state::identifier::RepoLayout, owner: &PublicKey) -> bool {
+fn is_new_owner(layout: &grasp_state::names::identifier::RepoLayout, owner: &PublicKey) -> bool {
     let now = std::time::SystemTime::now();
     !crate::git::repos::repo_dirs_in_owner(&layout.owner_dir(owner)).into_iter().any(|repo| {
         // Made when the repository was (grasp's `git init`), never written again.
-        let born = std::fs::metadata(repo.join(grasp_state::identifier::PUSH_LOCK_FILE)).and_then(|m| m.modified()).ok();
+        let born = std::fs::metadata(repo.join(grasp_state::contract::layout::PUSH_LOCK_FILE)).and_then(|m| m.modified()).ok();
         let old = born.and_then(|b| now.duration_since(b).ok()).is_some_and(|age| age.as_secs() >= NEW_OWNER_FOR_SECS);
         old && crate::git::read_refs(&repo).is_ok_and(|refs| !refs.is_empty())
     })

@@ -10,7 +10,7 @@
 //! aligned there by a ref update (docs/architecture.md, "Object pools"). It is
 //! idempotent: running it twice releases nothing twice. It gathers each repository's facts
 //! (refs and HEAD read once, one object lookup), asks the pure
-//! [`grasp_state::release::plan_release`] and carries the plan out. It runs only under the
+//! [`grasp_state::git::release::plan_release`] and carries the plan out. It runs only under the
 //! [`RepoGuards`] of the identifier's repositories (docs/architecture.md, "Lock order").
 
 use std::collections::{BTreeSet, HashMap};
@@ -19,18 +19,18 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use grasp_state::hook_api::{PostReceiveResponse, ReleasedEvent};
-use grasp_state::nip34::RepoState;
-use grasp_state::identifier::RepoSpace;
+use grasp_state::contract::hook_api::{PostReceiveResponse, ReleasedEvent};
+use grasp_state::nostr::nip34::RepoState;
+use grasp_state::names::identifier::RepoSpace;
 use grasp_state::purgatory::RepoId;
-use grasp_state::refs::{RefMap, RefUpdate, ZERO_OID};
-use grasp_state::release::{plan_release, promotion_is_certain, settle, superseded_held, wanted_oids, Alignment, RepoFacts, Settled};
+use grasp_state::names::refs::{RefMap, RefUpdate, ZERO_OID};
+use grasp_state::git::release::{plan_release, promotion_is_certain, settle, superseded_held, wanted_oids, Alignment, RepoFacts, Settled};
 use nostr::prelude::{Event, EventId, PublicKey, ToBech32};
 
 use crate::git;
 use crate::grasp::locks::{Locked, PushLocks, Queue, RepoGuards, LOCK_WAIT};
 use crate::grasp::Source;
-use grasp_state::nip34::Announcement;
+use grasp_state::nostr::nip34::Announcement;
 use crate::grasp::{blocking, Grasp};
 use crate::store::SaveOutcome;
 
@@ -145,7 +145,7 @@ impl Grasp {
 
     /// A push's data arrived in `repo` (its applied `updates`, from `client`): what
     /// `post-receive` reports, whether the hook calls the hook API or the relay's listener ran
-    /// the push itself (`grasp_state::receive_pack`). The ref cache forgets the repository's
+    /// the push itself (`grasp_state::git::receive_pack`). The ref cache forgets the repository's
     /// answers, the held events the data satisfies are released, a replica set confirms the
     /// push (`--replica-acks`), and maintenance is scheduled. The answer's lines are shown to
     /// the pusher.

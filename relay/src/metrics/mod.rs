@@ -23,7 +23,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use grasp_state::hook_api::{PostReceiveResponse, PreReceiveResponse, ReleasedEvent};
+use grasp_state::contract::hook_api::{PostReceiveResponse, PreReceiveResponse, ReleasedEvent};
 use grasp_state::purgatory::{PurgatoryStats, SweepAction};
 use hyper::body::{Frame, SizeHint};
 use prometheus_client::encoding::EncodeLabelSet;
@@ -489,7 +489,7 @@ impl Metrics {
     }
 
     /// Reads the contributor data's sums (at scrape time).
-    pub fn refresh_contributors(&self, view: &grasp_state::contributor_data::ContributorView) {
+    pub fn refresh_contributors(&self, view: &grasp_state::trust::contributor_data::ContributorView) {
         self.contributor_bytes.set(i64::try_from(view.total_bytes).unwrap_or(i64::MAX));
         self.contributor_pull_requests.set(gauge(view.pull_requests));
         self.contributor_authors.set(gauge(view.authors));

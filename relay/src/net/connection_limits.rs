@@ -14,7 +14,7 @@
 //! WebSocket it forwards holds a place of the forwarded client address
 //! ([`ConnectionLimiter::try_hold_address`]).
 //!
-//! Addresses are counted under [`grasp_state::client_key::limit_key`]: an IPv6 client by its
+//! Addresses are counted under [`grasp_state::names::client_key::limit_key`]: an IPv6 client by its
 //! `--ipv6-prefix-len` prefix, so one `/64` holds one address's share, not 2^64 of them.
 
 use std::collections::HashMap;
@@ -80,7 +80,7 @@ impl ConnectionLimiter {
     }
 
     fn key(&self, address: IpAddr) -> IpAddr {
-        grasp_state::client_key::limit_key(address, self.ipv6_prefix_len)
+        grasp_state::names::client_key::limit_key(address, self.ipv6_prefix_len)
     }
 
     /// Takes a place for a new connection from `address`, or says which limit refuses it.

@@ -5,7 +5,7 @@
 
 use bytes::Bytes;
 use http_body_util::{combinators::BoxBody, BodyExt, Empty, Full};
-use grasp_state::cors;
+use grasp_state::contract::cors;
 use hyper::header::{HeaderName, HeaderValue};
 use hyper::{Response, StatusCode};
 
@@ -24,7 +24,7 @@ pub fn empty() -> Body {
     Empty::new().map_err(|never| match never {}).boxed()
 }
 
-/// Adds the GRASP CORS headers ([`grasp_state::cors`]) to `resp`, replacing any already there.
+/// Adds the GRASP CORS headers ([`grasp_state::contract::cors`]) to `resp`, replacing any already there.
 pub fn with_cors(mut resp: Response<Body>) -> Response<Body> {
     let h = resp.headers_mut();
     for (name, value) in cors::HEADERS {

@@ -1,6 +1,6 @@
 //! NIP-42 state of one WebSocket connection: its challenge, whether it was sent, and the public
 //! keys it authenticated as (several are allowed). The verification itself is
-//! [`grasp_state::auth::verify_auth`]; this type only remembers its results.
+//! [`grasp_state::trust::auth::verify_auth`]; this type only remembers its results.
 //!
 //! When the challenge goes out is the connection's choice (docs/protocol.md#trust): a private
 //! service sends it on connect; a public one only when something needs authentication (a NIP-70
@@ -9,7 +9,7 @@
 
 use nostr::prelude::{Event, PublicKey, Timestamp};
 
-use grasp_state::auth::verify_auth;
+use grasp_state::trust::auth::verify_auth;
 
 /// Most public keys one connection may authenticate as; more `AUTH`s are refused.
 pub const MAX_AUTHENTICATED: usize = 16;

@@ -47,7 +47,7 @@ use crate::nostr::negentropy::{NegentropyLimits, Sessions};
 use crate::nostr::pipeline::{Answer, EventPipeline};
 use crate::nostr::subscriptions::Subscriptions;
 use crate::shutdown::Shutdown;
-use grasp_state::rate::TokenBucket;
+use grasp_state::trust::rate::TokenBucket;
 
 /// Limits applied to each connection.
 #[derive(Debug, Clone, Copy)]

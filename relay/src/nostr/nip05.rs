@@ -19,7 +19,7 @@ pub fn answer(query: Option<&str>, relay: &PublicKey) -> Value {
         .into_iter()
         .flat_map(|q| q.split('&'))
         .find_map(|kv| kv.strip_prefix("name="))
-        .map(|name| grasp_state::identifier::percent_decode(&name.replace('+', " ")));
+        .map(|name| grasp_state::names::identifier::percent_decode(&name.replace('+', " ")));
     let names_the_relay = match asked {
         None => true,
         Some(name) => name.is_some_and(|name| name.eq_ignore_ascii_case(RELAY_NAME)),

@@ -30,7 +30,7 @@ after {wait} otherwise. Everything else is refused."
 }
 
 /// What GRASP-05 adds to the acceptance criteria.
-fn archive_criteria(archive: &grasp_state::archive::Archive) -> String {
+fn archive_criteria(archive: &grasp_state::trust::archive::Archive) -> String {
     let pushes = if archive.writable {
         "take pushes authorised by state events like hosted ones"
     } else {
@@ -45,7 +45,7 @@ fn archive_criteria(archive: &grasp_state::archive::Archive) -> String {
 
 /// What GRASP-06 adds to the acceptance criteria.
 fn contributor_criteria(public_host: &str) -> String {
-    let host = grasp_state::host::public_authority(public_host);
+    let host = grasp_state::names::host::public_authority(public_host);
     format!(
         " GRASP-06: anyone may push the commits of their own pull requests to \
 {host}/prs/<their npub>/<identifier>.git (refs/nostr/<event id> only); a pull request (1618) or \
@@ -125,7 +125,7 @@ pub fn document(cfg: &Config, trust: &Trust, relay: &PublicKey) -> Value {
             "max_repositories": limits.max_repos,
             "max_push_bytes": cfg.max_push_bytes,
             "max_pr_push_bytes": cfg.max_pr_push_bytes,
-            // Kinds with a cap below max_message_length (grasp_state::event_size), by kind number.
+            // Kinds with a cap below max_message_length (grasp_state::nostr::event_size), by kind number.
             "max_event_bytes_by_kind": cfg
                 .event_sizes()
                 .capped_kinds()

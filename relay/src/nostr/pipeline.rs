@@ -28,8 +28,8 @@ use std::sync::{Arc, OnceLock};
 
 use futures_util::future::BoxFuture;
 use futures_util::stream::{FuturesOrdered, StreamExt};
-use grasp_state::auth::Submitter;
-use grasp_state::nip34::{references, KIND_DELETION, KIND_PR, KIND_PR_UPDATE};
+use grasp_state::trust::auth::Submitter;
+use grasp_state::nostr::nip34::{references, KIND_DELETION, KIND_PR, KIND_PR_UPDATE};
 use nostr::prelude::{Event, EventId, PublicKey};
 use tokio::sync::Semaphore;
 
@@ -123,7 +123,7 @@ fn drop_one(map: &mut HashMap<EventId, usize>, id: &EventId) {
 
 impl EventPipeline {
     /// `address`: the client's address as per-address limits count it
-    /// ([`grasp_state::client_key::limit_key`]), given to every event it submits.
+    /// ([`grasp_state::names::client_key::limit_key`]), given to every event it submits.
     pub fn new(grasp: Arc<Grasp>, address: Option<std::net::IpAddr>) -> Self {
         EventPipeline {
             grasp,
@@ -328,7 +328,7 @@ mod tests {
         let store = crate::store::Store::open(&dir.join("events")).await.unwrap();
         let relay = Arc::new(crate::store::relay::Relay::new(store));
         let purgatory = Purgatory::new(PurgatoryConfig::default(), Arc::new(SystemClock));
-        let layout = grasp_state::identifier::RepoLayout::new(dir.join("git"));
+        let layout = grasp_state::names::identifier::RepoLayout::new(dir.join("git"));
         let metrics = Arc::new(crate::metrics::Metrics::new());
         EventPipeline::new(Arc::new(Grasp::new(relay, purgatory, layout, dir.join("hooks"), "localhost".into(), metrics)), None)
     }

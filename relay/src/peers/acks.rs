@@ -38,7 +38,7 @@ pub struct ReplicaAcks {
 
 impl ReplicaAcks {
     /// Starts one link per replica; `None` when `required` is 0.
-    pub fn start(replicas: &[grasp_state::replica::Replica], required: usize, timeout: Duration, tls: Option<&std::path::Path>, shutdown: &Shutdown) -> anyhow::Result<Option<Arc<ReplicaAcks>>> {
+    pub fn start(replicas: &[grasp_state::trust::replica::Replica], required: usize, timeout: Duration, tls: Option<&std::path::Path>, shutdown: &Shutdown) -> anyhow::Result<Option<Arc<ReplicaAcks>>> {
         if required == 0 {
             return Ok(None);
         }
@@ -96,16 +96,16 @@ impl ReplicaAcks {
 
     /// Waits until `required` replicas serve `refs` (name → oid) for `npub`'s repository
     /// `identifier`. One line for the pusher either way.
-    pub async fn confirm_push(&self, npub: &str, identifier: &str, refs: &grasp_state::refs::RefMap) -> String {
+    pub async fn confirm_push(&self, npub: &str, identifier: &str, refs: &grasp_state::names::refs::RefMap) -> String {
         let started = Instant::now();
-        let want: Vec<(String, String)> = refs.iter().filter(|(n, _)| grasp_state::refs::is_served_ref(n)).map(|(n, o)| (n.clone(), o.clone())).collect();
+        let want: Vec<(String, String)> = refs.iter().filter(|(n, _)| grasp_state::names::refs::is_served_ref(n)).map(|(n, o)| (n.clone(), o.clone())).collect();
         let mut confirmed: Vec<bool> = vec![false; self.bases.len()];
         while started.elapsed() < self.timeout {
             for (i, base) in self.bases.iter().enumerate() {
                 if confirmed[i] {
                     continue;
                 }
-                let url = format!("{base}/{npub}/{}.git", grasp_state::identifier::percent_encode_segment(identifier));
+                let url = format!("{base}/{npub}/{}.git", grasp_state::names::identifier::percent_encode_segment(identifier));
                 let served = crate::git::GitCommand::without_repo().network_safety().args(["ls-remote", "--refs", &url]).run_async(Duration::from_secs(5)).await;
                 if let Ok(out) = served {
                     let text = String::from_utf8_lossy(&out);

@@ -6,7 +6,7 @@
 //! which filters that covered. A reconnect within [`RESUME_WINDOW`] asks only for what is newer
 //! than the last live time (minus a margin for clock skew), for the filters it covered; other
 //! filters, and every relay about once a day (randomised per relay), get a full reconciliation.
-//! Written with the project's atomic write (`grasp_state::atomic_file`).
+//! Written with the project's atomic write (`grasp_state::contract::atomic_file`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::hash::{Hash, Hasher};
@@ -76,7 +76,7 @@ impl Cursors {
     /// Writes the file atomically.
     pub fn save(&self, path: &Path) -> std::io::Result<()> {
         let json = serde_json::to_vec_pretty(&Cursors { version: 1, relays: self.relays.clone() }).map_err(std::io::Error::other)?;
-        grasp_state::atomic_file::write_atomic(path, &json, None)
+        grasp_state::contract::atomic_file::write_atomic(path, &json, None)
     }
 }
 

@@ -22,10 +22,10 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
-use grasp_state::maintainers::MaintainerSet;
-use grasp_state::roles::{ClaimsRef, Lead};
-use grasp_state::recency::Recency;
-use grasp_state::nip34::{Announcement, Source, KIND_ANNOUNCEMENT, KIND_DELETION};
+use grasp_state::authority::maintainers::MaintainerSet;
+use grasp_state::nostr::roles::{ClaimsRef, Lead};
+use grasp_state::nostr::recency::Recency;
+use grasp_state::nostr::nip34::{Announcement, Source, KIND_ANNOUNCEMENT, KIND_DELETION};
 use nostr::prelude::{Event, EventId, PublicKey, Timestamp};
 
 use crate::sync::relay_url::RelayUrl;
@@ -45,7 +45,7 @@ struct Listed {
     event_id: EventId,
     created_at: Timestamp,
     relays: Arc<[RelayUrl]>,
-    /// What the announcement claims (grasp_state::roles): whom it lists, its lead, whether its
+    /// What the announcement claims (grasp_state::nostr::roles): whom it lists, its lead, whether its
     /// author declined.
     maintainers: Box<[PublicKey]>,
     lead: Lead,
@@ -75,7 +75,7 @@ impl Listed {
 }
 
 /// The stored and the held announcement of one repository; the held one counts only when
-/// strictly newer (as [`grasp_state::announcements::merge`]). Boxed: most repositories have
+/// strictly newer (as [`grasp_state::authority::announcements::merge`]). Boxed: most repositories have
 /// one of the two, and the map's buckets stay small.
 #[derive(Debug, Default)]
 struct Slot {

@@ -7,14 +7,14 @@
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use grasp_state::nip34::{KIND_ANNOUNCEMENT, KIND_DELETION, KIND_STATE, KIND_USER_GRASP_LIST};
+use grasp_state::nostr::nip34::{KIND_ANNOUNCEMENT, KIND_DELETION, KIND_STATE, KIND_USER_GRASP_LIST};
 use nostr::prelude::Event;
 
 use crate::sync::relay_url::RelayUrl;
 use super::waiting::{NotParked, Waiting};
 use crate::grasp::acceptance::{DELETED_MESSAGE, EXPIRED_STATE_MESSAGE};
 use crate::grasp::Grasp;
-use grasp_state::auth::Submitter;
+use grasp_state::trust::auth::Submitter;
 
 /// What became of one synced event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -100,7 +100,7 @@ impl Intake {
     /// use): the index is keyed by id, and a forged copy must not take the place of the real
     /// event. Returns whether it waits.
     pub async fn unrequested(&self, event: Event, relay: &RelayUrl) -> bool {
-        if grasp_state::auth::is_protected(&event) {
+        if grasp_state::trust::auth::is_protected(&event) {
             return false;
         }
         let id = event.id;
@@ -132,7 +132,7 @@ impl Intake {
     }
 
     async fn submit_one(&self, event: &Arc<Event>, relay: &RelayUrl) -> Verdict {
-        if grasp_state::auth::is_protected(event) {
+        if grasp_state::trust::auth::is_protected(event) {
             tracing::debug!(relay = %relay, event = %event.id, "protected event refused from sync");
             return Verdict::Refused;
         }

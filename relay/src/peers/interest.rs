@@ -11,8 +11,8 @@
 
 use std::collections::{BTreeSet, HashSet};
 
-use grasp_state::maintainers::MAX_MAINTAINERS;
-use grasp_state::nip34::{Announcement, KIND_ANNOUNCEMENT};
+use grasp_state::authority::maintainers::MAX_MAINTAINERS;
+use grasp_state::nostr::nip34::{Announcement, KIND_ANNOUNCEMENT};
 use nostr::prelude::{Event, EventId, Filter, Kind, SingleLetterTag, Timestamp};
 
 use crate::sync::relay_url::RelayUrl;
@@ -152,7 +152,7 @@ mod tests {
         let store = crate::store::Store::open(&dir.path().join("events")).await.unwrap();
         let relay = Arc::new(crate::store::relay::Relay::new(store));
         let purgatory = Purgatory::new(PurgatoryConfig::default(), Arc::new(SystemClock));
-        let layout = grasp_state::identifier::RepoLayout::new(dir.path().join("git"));
+        let layout = grasp_state::names::identifier::RepoLayout::new(dir.path().join("git"));
         let grasp = Grasp::new(relay, purgatory, layout, dir.path().join("hooks"), "localhost".into(), Arc::new(crate::metrics::Metrics::new()));
         let at = Timestamp::from(1_700_000_000);
         let n = PAGE * 2 + 17;

@@ -1,13 +1,13 @@
 //! Sync+'s cache of participants' relay lists (GRASP-03, docs/protocol.md#grasp-03): per
 //! participant the newest NIP-65 list (kind 10002: its write relays) and the newest user grasp
 //! list (kind 10317: its GRASP servers) seen, each with its `created_at` and id (the NIP-01
-//! newer-event order, [`grasp_state::recency::Recency`], decides which is kept), and when the
+//! newer-event order, [`grasp_state::nostr::recency::Recency`], decides which is kept), and when the
 //! participant's lists were last looked up.
 //!
 //! Kept in memory and in `<data>/sync-plus.json` (with where the last pass stopped,
 //! [`PassPosition`]), written with the project's atomic write; a missing or unreadable file
 //! starts empty (the cost is looking the lists up again). Only what a pass uses is kept: at most
-//! [`grasp_state::outbox::MAX_LIST_RELAYS`] URLs per list, and only the current participants
+//! [`grasp_state::nostr::outbox::MAX_LIST_RELAYS`] URLs per list, and only the current participants
 //! ([`ListCache::retain`]). Kind 10002 lists are never stored as events here (the acceptance
 //! policy refuses them); kind 10317 lists stored through the normal door are offered to the
 //! cache by each pass.
@@ -15,8 +15,8 @@
 use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
 
-use grasp_state::outbox::{grasp_servers, write_relays, PassPosition, KIND_RELAY_LIST};
-use grasp_state::recency::Recency;
+use grasp_state::nostr::outbox::{grasp_servers, write_relays, PassPosition, KIND_RELAY_LIST};
+use grasp_state::nostr::recency::Recency;
 use nostr::prelude::{Event, EventId, PublicKey, Timestamp};
 use serde::{Deserialize, Serialize};
 
@@ -75,7 +75,7 @@ impl ListCache {
     /// Writes the file atomically.
     pub fn save(&self, path: &Path) -> std::io::Result<()> {
         let json = serde_json::to_vec(&ListCache { version: 1, ..self.clone() }).map_err(std::io::Error::other)?;
-        grasp_state::atomic_file::write_atomic(path, &json, None)
+        grasp_state::contract::atomic_file::write_atomic(path, &json, None)
     }
 
     /// Takes `event` (signature already verified) if it is a kind 10002 or 10317 list newer
@@ -83,7 +83,7 @@ impl ListCache {
     pub fn offer(&mut self, event: &Event) -> bool {
         let (relays, kind) = match event.kind.as_u16() {
             KIND_RELAY_LIST => (write_relays(event), KIND_RELAY_LIST),
-            grasp_state::nip34::KIND_USER_GRASP_LIST => (grasp_servers(event), grasp_state::nip34::KIND_USER_GRASP_LIST),
+            grasp_state::nostr::nip34::KIND_USER_GRASP_LIST => (grasp_servers(event), grasp_state::nostr::nip34::KIND_USER_GRASP_LIST),
             _ => return false,
         };
         let person = self.people.entry(event.pubkey.to_hex()).or_default();

@@ -112,7 +112,7 @@ pub struct PeersConfig {
     pub waiting: WaitingLimits,
     /// `--relay-sync-rate` / `--relay-sync-burst`: events taken from one relay (each relay's
     /// write bucket; reading from it pauses while the bucket is empty).
-    pub per_relay: grasp_state::rate::Rate,
+    pub per_relay: grasp_state::trust::rate::Rate,
     /// How often the purgatory is looked at for newly held announcements (registered on this
     /// timer; the plans are recomputed when its identifiers changed, and every minute).
     pub refresh: Duration,
@@ -126,7 +126,7 @@ pub struct PeersConfig {
     /// The key this server answers NIP-42 `AUTH` challenges with (a private service's key).
     pub auth_keys: Option<nostr::prelude::Keys>,
     /// The operator's replicas (`--replica`): followed for everything, on any address.
-    pub replicas: Vec<grasp_state::replica::Replica>,
+    pub replicas: Vec<grasp_state::trust::replica::Replica>,
     /// GRASP-03 Sync+ (`None` when it does not run, see [`Config::sync_plus_enabled`]).
     pub outbox: Option<outbox::OutboxConfig>,
 }
@@ -142,7 +142,7 @@ impl Default for PeersConfig {
             health: HealthTimings::default(),
             timeout: Duration::from_secs(15),
             waiting: WaitingLimits::default(),
-            per_relay: grasp_state::rate::Rate { burst: DEFAULT_RELAY_BURST, per_second: DEFAULT_RELAY_RATE },
+            per_relay: grasp_state::trust::rate::Rate { burst: DEFAULT_RELAY_BURST, per_second: DEFAULT_RELAY_RATE },
             refresh: Duration::from_secs(5),
             batch: Duration::from_secs(2),
             tls_ca: None,
@@ -184,13 +184,13 @@ impl PeersConfig {
                 request_after: cfg.relay_sync_parent_request,
                 ..defaults.waiting
             },
-            per_relay: grasp_state::rate::Rate { burst: cfg.relay_sync_burst.max(1), per_second: cfg.relay_sync_rate.max(1.0) },
+            per_relay: grasp_state::trust::rate::Rate { burst: cfg.relay_sync_burst.max(1), per_second: cfg.relay_sync_rate.max(1.0) },
             replicas: cfg.replica.clone(),
             outbox: cfg.sync_plus_enabled().then(|| outbox::OutboxConfig {
                 index_relays: cfg.index_relays(),
                 interval: cfg.sync_plus_interval.max(Duration::from_millis(100)),
                 list_refresh: cfg.sync_plus_list_refresh,
-                bounds: grasp_state::outbox::PassBounds { max_relays: cfg.sync_plus_max_relays, ..Default::default() },
+                bounds: grasp_state::nostr::outbox::PassBounds { max_relays: cfg.sync_plus_max_relays, ..Default::default() },
                 file: cfg.layout().sync_plus_file(),
             }),
             ..defaults
@@ -453,7 +453,7 @@ impl Manager {
                             changed_since.get_or_insert_with(Instant::now);
                         }
                         // A released announcement leaves the purgatory as it is stored.
-                        held_due |= event.kind.as_u16() == grasp_state::nip34::KIND_ANNOUNCEMENT;
+                        held_due |= event.kind.as_u16() == grasp_state::nostr::nip34::KIND_ANNOUNCEMENT;
                     }
                     Err(broadcast::error::RecvError::Lagged(missed)) => {
                         tracing::info!(missed, "relay sync missed accepted events; building its interest again");
@@ -627,12 +627,12 @@ impl Manager {
     /// A relay's write bucket: `--relay-sync-rate` / `--relay-sync-burst`, at most
     /// [`outbox::OUTBOX_RATE`] for a relay first followed for Sync+ (any participant may name
     /// one).
-    fn rate_for(&self, plan: &RelayPlan) -> grasp_state::rate::Rate {
+    fn rate_for(&self, plan: &RelayPlan) -> grasp_state::trust::rate::Rate {
         let rate = self.shared.config.per_relay;
         if !plan.outbox {
             return rate;
         }
-        grasp_state::rate::Rate { burst: rate.burst.min(outbox::OUTBOX_RATE.burst), per_second: rate.per_second.min(outbox::OUTBOX_RATE.per_second) }
+        grasp_state::trust::rate::Rate { burst: rate.burst.min(outbox::OUTBOX_RATE.burst), per_second: rate.per_second.min(outbox::OUTBOX_RATE.per_second) }
     }
 
     fn spawn_peer(&mut self, url: RelayUrl, plan: Arc<RelayPlan>) {
@@ -649,7 +649,7 @@ impl Manager {
             stats,
             shutdown: self.shutdown.clone(),
             health: Health::default(),
-            bucket: grasp_state::rate::TokenBucket::new(rate, Instant::now()),
+            bucket: grasp_state::trust::rate::TokenBucket::new(rate, Instant::now()),
         };
         tracing::debug!(relay = %url, "following relay");
         let task = tokio::spawn(peer.run());
@@ -740,7 +740,7 @@ mod config_tests {
         let outbox = PeersConfig::from_config(&cfg).unwrap().outbox.expect("on by default on a public service");
         assert_eq!(outbox.index_relays, crate::config::DEFAULT_INDEX_RELAYS);
         assert_eq!((outbox.interval, outbox.list_refresh), (Duration::from_secs(30), Duration::from_secs(3600)));
-        assert_eq!(outbox.bounds, grasp_state::outbox::PassBounds { authors_per_repo: 32, relays_per_repo: 24, max_relays: 32 });
+        assert_eq!(outbox.bounds, grasp_state::nostr::outbox::PassBounds { authors_per_repo: 32, relays_per_repo: 24, max_relays: 32 });
         assert_eq!(outbox.file, PathBuf::from("/srv/grasp/sync-plus.json"));
         let cfg = Config::parse_from(["grasp-relay", "--index-relay", "ws://a.example,ws://b.example", "--sync-plus-interval", "1s", "--sync-plus-max-relays", "3"]);
         let outbox = PeersConfig::from_config(&cfg).unwrap().outbox.unwrap();

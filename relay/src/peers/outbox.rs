@@ -6,9 +6,9 @@
 //! 1. reads served repositories' participants from the store (those new here or with new root
 //!    events, and [`PARTICIPANTS_PER_PASS`] more, read longest ago first; at most
 //!    [`MAX_READS_PER_PASS`]): the confirmed
-//!    maintainers (the index's [`grasp_state::maintainers::MaintainerSet`]) and the authors of
+//!    maintainers (the index's [`grasp_state::authority::maintainers::MaintainerSet`]) and the authors of
 //!    the newest events tagging it or replying to its root events
-//!    ([`grasp_state::outbox::participants`]);
+//!    ([`grasp_state::nostr::outbox::participants`]);
 //! 2. for participants never or not lately looked up, offers the kind 10317 lists stored here
 //!    (through the normal door) to the cache ([`super::lists`]), then looks up their lists
 //!    ([`LOOKUPS_PER_PASS`] at most) on the index relays and on each repository's own first
@@ -16,7 +16,7 @@
 //!    and events, at most
 //!    [`LIST_RELAYS_PER_PASS`] relays, [`CONCURRENT_QUERIES`] at once);
 //! 3. plans which discovered relays are asked about which repositories
-//!    ([`grasp_state::outbox::plan_pass`]: a window of participants per repository continuing
+//!    ([`grasp_state::nostr::outbox::plan_pass`]: a window of participants per repository continuing
 //!    where the last pass stopped, bounded relays per repository and in all; each URL through
 //!    relay sync's address rules) and hands the plan to the relay-sync manager ([`Discovered`]).
 //!
@@ -32,8 +32,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
-use grasp_state::nip34::KIND_USER_GRASP_LIST;
-use grasp_state::outbox::{participants, plan_pass, PassBounds, PassRepo, KIND_RELAY_LIST, MAX_PARTICIPANTS};
+use grasp_state::nostr::nip34::KIND_USER_GRASP_LIST;
+use grasp_state::nostr::outbox::{participants, plan_pass, PassBounds, PassRepo, KIND_RELAY_LIST, MAX_PARTICIPANTS};
 use nostr::prelude::{EventId, Filter, Kind, PublicKey, SingleLetterTag, Timestamp};
 use serde::Serialize;
 use tokio::sync::watch;
@@ -69,7 +69,7 @@ pub const PARTICIPANTS_PER_PASS: usize = 64;
 /// The write bucket of a relay first followed for Sync+ (at most; `--relay-sync-rate` and
 /// `--relay-sync-burst` when lower): any participant may name one, so what it may send is
 /// bounded below what a relay an announcement lists may.
-pub const OUTBOX_RATE: grasp_state::rate::Rate = grasp_state::rate::Rate { burst: 1000, per_second: 50.0 };
+pub const OUTBOX_RATE: grasp_state::trust::rate::Rate = grasp_state::trust::rate::Rate { burst: 1000, per_second: 50.0 };
 
 /// Served repositories whose participants one pass reads at most (at startup every repository
 /// is new: the first passes read them this many at a time).

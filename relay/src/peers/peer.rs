@@ -6,7 +6,7 @@
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 
-use grasp_state::nip34::references;
+use grasp_state::nostr::nip34::references;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -65,7 +65,7 @@ pub struct Peer {
     pub health: Health,
     /// Its write bucket (`--relay-sync-rate`, `--relay-sync-burst`): every event it sends takes
     /// a token; reading from it pauses while the bucket is empty.
-    pub bucket: grasp_state::rate::TokenBucket,
+    pub bucket: grasp_state::trust::rate::TokenBucket,
 }
 
 /// An open connection and what it knows of the relay.
@@ -641,8 +641,8 @@ pub fn steps(events: &[Event]) -> Vec<std::ops::Range<usize>> {
 
 fn kind_rank(kind: u16) -> u8 {
     match kind {
-        grasp_state::nip34::KIND_ANNOUNCEMENT => 0,
-        grasp_state::nip34::KIND_STATE => 1,
+        grasp_state::nostr::nip34::KIND_ANNOUNCEMENT => 0,
+        grasp_state::nostr::nip34::KIND_STATE => 1,
         _ => 2,
     }
 }

@@ -1,14 +1,14 @@
 //! The relay's profile (kind 0) and relay list (kind 10002) under its own key, published at
 //! startup to each index relay that holds none for the key yet (docs/protocol.md, "Relay
-//! identity"; what they say is [`grasp_state::relay_profile`]). One look-up and at most two
+//! identity"; what they say is [`grasp_state::nostr::relay_profile`]). One look-up and at most two
 //! publications per index relay, each a [`Reach`] exchange bounded by `--relay-sync-timeout`;
 //! a relay that fails is logged and left alone until the next start. Never on a private service
 //! (it has no index relays), never with `--no-index-relays`.
 
 use std::time::Duration;
 
-use grasp_state::outbox::KIND_RELAY_LIST;
-use grasp_state::relay_profile::{profile_content, relay_list_tags, KIND_PROFILE};
+use grasp_state::nostr::outbox::KIND_RELAY_LIST;
+use grasp_state::nostr::relay_profile::{profile_content, relay_list_tags, KIND_PROFILE};
 use nostr::prelude::*;
 
 use super::parse_relays;

@@ -20,8 +20,8 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use futures_util::stream::{FuturesUnordered, StreamExt};
-use grasp_state::auth::Submitter;
-use grasp_state::nip34::{KIND_ANNOUNCEMENT, KIND_STATE};
+use grasp_state::trust::auth::Submitter;
+use grasp_state::nostr::nip34::{KIND_ANNOUNCEMENT, KIND_STATE};
 use nostr::prelude::{Event, Filter, Keys, Kind, PublicKey, SingleLetterTag};
 
 use super::query::Reach;
@@ -98,7 +98,7 @@ impl ReplicaReads {
             policy: UrlPolicy::new(false, &[], &[]).trusting(&hosts),
             tls: Tls::new(tls_ca)?,
             keys,
-            relay_tag: format!("wss://{}", grasp_state::host::public_authority(&grasp.public_host)),
+            relay_tag: format!("wss://{}", grasp_state::names::host::public_authority(&grasp.public_host)),
             known: tokio::sync::Mutex::new((BTreeSet::new(), None)),
         })))
     }
@@ -221,8 +221,8 @@ impl ReplicaReads {
     /// announcements and states first ([`ReplicaReads::ask`]): an announcement they hold makes
     /// the repository here, which the push then finds. Any other request passes at once.
     pub async fn before_push_to_missing(&self, grasp: &Grasp, method: &str, path: &str, query: &str) {
-        let Some(repo) = grasp_state::identifier::parse_repo_url_path(path) else { return };
-        if repo.space != grasp_state::identifier::RepoSpace::Hosted || !grasp_state::git_backend::is_push(method, &repo.rest, query) {
+        let Some(repo) = grasp_state::names::identifier::parse_repo_url_path(path) else { return };
+        if repo.space != grasp_state::names::identifier::RepoSpace::Hosted || !grasp_state::contract::git_backend::is_push(method, &repo.rest, query) {
             return;
         }
         let Some(dir) = grasp.repo_path(&repo.owner, &repo.identifier) else { return };
@@ -238,7 +238,7 @@ impl ReplicaReads {
 /// The events of `events` this server holds neither stored nor in the purgatory (protected
 /// ones dropped: relay sync never takes them), announcements first, each kind oldest first.
 async fn unknown(grasp: &Grasp, mut events: Vec<Event>) -> Vec<Event> {
-    events.retain(|e| !grasp_state::auth::is_protected(e) && matches!(e.kind.as_u16(), KIND_ANNOUNCEMENT | KIND_STATE));
+    events.retain(|e| !grasp_state::trust::auth::is_protected(e) && matches!(e.kind.as_u16(), KIND_ANNOUNCEMENT | KIND_STATE));
     events.sort_by_key(|e| (e.kind.as_u16() != KIND_ANNOUNCEMENT, e.created_at, e.id));
     events.dedup_by_key(|e| e.id);
     let mut fresh = Vec::new();

@@ -30,7 +30,7 @@ pub fn load_or_create(path: &Path) -> Result<Keys, ServiceKeyError> {
             let write = |reason: std::io::Error| ServiceKeyError::Write { path: shown.clone(), reason: reason.to_string() };
             // Whole or not at all: a crash mid-write must not leave a torn key behind.
             let text = format!("{}\n", keys.secret_key().to_secret_hex());
-            grasp_state::atomic_file::write_atomic(path, text.as_bytes(), Some(0o600)).map_err(write)?;
+            grasp_state::contract::atomic_file::write_atomic(path, text.as_bytes(), Some(0o600)).map_err(write)?;
             Ok(keys)
         }
         Err(e) => Err(ServiceKeyError::Read { path: shown, reason: e.to_string() }),

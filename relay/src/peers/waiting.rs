@@ -19,7 +19,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use grasp_state::nip34::{references, KIND_STATE};
+use grasp_state::nostr::nip34::{references, KIND_STATE};
 use nostr::prelude::{Event, EventId};
 
 use crate::sync::relay_url::RelayUrl;

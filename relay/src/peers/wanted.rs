@@ -13,7 +13,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use grasp_state::nip34::{KIND_ANNOUNCEMENT, KIND_STATE, KIND_USER_GRASP_LIST};
+use grasp_state::nostr::nip34::{KIND_ANNOUNCEMENT, KIND_STATE, KIND_USER_GRASP_LIST};
 use nostr::prelude::{EventId, Filter, Kind, PublicKey, SingleLetterTag};
 use serde::Serialize;
 
@@ -74,7 +74,7 @@ impl RepoInterest {
 
     /// How operators see it: `<npub>/<identifier>`.
     pub fn label(&self) -> String {
-        format!("{}/{}", grasp_state::identifier::npub_of(&self.owner), self.identifier)
+        format!("{}/{}", grasp_state::names::identifier::npub_of(&self.owner), self.identifier)
     }
 }
 

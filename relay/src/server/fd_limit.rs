@@ -1,4 +1,4 @@
-//! Raising the open file limit at startup (`grasp_state::fd_budget`): the soft limit goes up to
+//! Raising the open file limit at startup (`grasp_state::trust::fd_budget`): the soft limit goes up to
 //! the hard one, and the relay refuses to start when even the hard one is below what its
 //! connection and git request limits need.
 
@@ -9,7 +9,7 @@ use anyhow::Context;
 pub fn raise(needed: u64) -> anyhow::Result<u64> {
     let (soft, hard) = current().context("reading the open file limit (RLIMIT_NOFILE)")?;
     let mut lim = libc::rlimit { rlim_cur: soft as libc::rlim_t, rlim_max: hard as libc::rlim_t };
-    let target = grasp_state::fd_budget::plan(soft, hard, needed).map_err(anyhow::Error::msg)?;
+    let target = grasp_state::trust::fd_budget::plan(soft, hard, needed).map_err(anyhow::Error::msg)?;
     if target != soft {
         lim.rlim_cur = target as libc::rlim_t;
         // SAFETY: setrlimit reads the struct we own.

@@ -30,8 +30,6 @@ pub const PATH_METRICS: &str = "/metrics";
 /// Scrapers must send their request head within this time.
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The file in the data directory holding the metrics listener's bound address.
-pub const ADDR_FILE: &str = "metrics-addr";
 
 /// What the metrics listener reads at scrape time.
 pub struct MetricsState {

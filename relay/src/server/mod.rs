@@ -46,6 +46,7 @@ use hyper::header::{
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
+use grasp_state::contract::env_names;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -113,7 +114,7 @@ pub async fn run(loaded: crate::config::Loaded) -> anyhow::Result<()> {
     let crate::config::Loaded { config: mut cfg, settings } = loaded;
     let hangups = reload::listen()?;
     // Before anything is opened: the descriptors the limits let clients take must exist.
-    fd_limit::raise(grasp_state::fd_budget::required(cfg.max_connections.into(), cfg.git_max_requests.into()))?;
+    fd_limit::raise(grasp_state::trust::fd_budget::required(cfg.max_connections.into(), cfg.git_max_requests.into()))?;
     let data = DataDir::open(&cfg.data_dir)?;
     // The relay's identity before anything else is opened: a bad configured key file stops here.
     let (identity, key_file) = crate::identity::from_config(&cfg)?;
@@ -142,7 +143,7 @@ pub async fn run(loaded: crate::config::Loaded) -> anyhow::Result<()> {
     };
 
     // The purgatory, restored from its checkpoint (downtime subtracted).
-    let layout = grasp_state::identifier::RepoLayout::new(data.git());
+    let layout = grasp_state::names::identifier::RepoLayout::new(data.git());
     let (purgatory, journal_segment) = crate::grasp::lifecycle::restore(data.root(), &layout, cfg.purgatory());
     let metrics = Arc::new(crate::metrics::Metrics::new());
     // A private service's data never turns public by a configuration change.
@@ -206,7 +207,7 @@ pub async fn run(loaded: crate::config::Loaded) -> anyhow::Result<()> {
     let git = git_http_config(&cfg, &data, &grasp).await;
     let connections = ConnectionLimiter::new(cfg.max_connections as usize, cfg.max_connections_per_ip as usize, cfg.ipv6_prefix_len);
     // The metrics listener (off unless --metrics-bind): its own socket, never the public port.
-    let metrics_file = data.root().join(crate::server::metrics::ADDR_FILE);
+    let metrics_file = data.root().join(grasp_state::contract::layout::METRICS_ADDR_FILE);
     let _ = std::fs::remove_file(&metrics_file);
     if let Some(metrics_bind) = cfg.metrics_bind {
         let listener = crate::server::metrics::bind(metrics_bind, addr).await?;
@@ -220,7 +221,7 @@ pub async fn run(loaded: crate::config::Loaded) -> anyhow::Result<()> {
     let state = Arc::new(AppState { cfg, git, grasp: grasp.clone(), limits, connections, git_requests, identity, health });
     let accept = tokio::spawn(accept_loop(listener, state.clone(), controller.subscribe()));
 
-    grasp_state::atomic_file::write_atomic(&data.relay_addr_file(), addr.to_string().as_bytes(), None)
+    grasp_state::contract::atomic_file::write_atomic(&data.relay_addr_file(), addr.to_string().as_bytes(), None)
         .with_context(|| format!("writing {}", data.relay_addr_file().display()))?;
     tracing::info!(%addr, %api_addr, public_host = %state.cfg.public_host(), data_dir = %data.root().display(), "listening on http://{addr}");
 
@@ -257,7 +258,7 @@ async fn git_http_config(cfg: &crate::config::Config, data: &DataDir, grasp: &Ar
     let http_backend = tokio::task::spawn_blocking(crate::git::http_backend_program).await.ok().flatten();
     crate::git::http::GitHttpConfig {
         cgi_path: cfg.cgi_path(),
-        backend: grasp_state::git_backend::BackendSetup {
+        backend: grasp_state::contract::git_backend::BackendSetup {
             git_root: data.git(),
             hooks_dir: Some(data.hooks()),
             git: "git".into(),
@@ -270,16 +271,16 @@ async fn git_http_config(cfg: &crate::config::Config, data: &DataDir, grasp: &Ar
         // grasp-cgi asks the hook API for the repository page's data and, on a private service,
         // about every git request; it sets git's receive.maxInputSize from the push limit.
         env: vec![
-            ("GRASP_DATA_DIR".into(), data.root().display().to_string()),
-            (grasp_state::push_limits::ENV_MAX_PUSH_BYTES.into(), cfg.max_push_bytes.to_string()),
-            (grasp_state::push_limits::ENV_MAX_PR_PUSH_BYTES.into(), cfg.max_pr_push_bytes.to_string()),
+            (env_names::DATA_DIR.into(), data.root().display().to_string()),
+            (env_names::MAX_PUSH_BYTES.into(), cfg.max_push_bytes.to_string()),
+            (env_names::MAX_PR_PUSH_BYTES.into(), cfg.max_pr_push_bytes.to_string()),
             // GRASP-06: grasp-cgi serves /prs/ (or answers 404) as the relay does.
-            ("GRASP_GRASP06".into(), cfg.grasp06.to_string()),
+            (env_names::GRASP06.into(), cfg.grasp06.to_string()),
             // A push waits this long for another push to the repository, then is answered 503.
-            ("GRASP_PUSH_LOCK_WAIT".into(), cfg.push_lock_wait.as_secs().to_string()),
+            (env_names::PUSH_LOCK_WAIT.into(), cfg.push_lock_wait.as_secs().to_string()),
         ]
         .into_iter()
-        .chain(http_backend.map(|p| (grasp_state::git_env::ENV_HTTP_BACKEND.to_string(), p.display().to_string())))
+        .chain(http_backend.map(|p| (env_names::GIT_HTTP_BACKEND.to_string(), p.display().to_string())))
         .collect(),
         idle_timeout: cfg.git_idle_timeout,
         min_rate: cfg.git_min_rate,
@@ -289,7 +290,7 @@ async fn git_http_config(cfg: &crate::config::Config, data: &DataDir, grasp: &Ar
         // A push the listener runs does what `post-receive` would itself: one hook process and
         // one hook API round trip fewer.
         supervised_pushes: Some(crate::git::supervised_push::SupervisedPushes {
-            hooks_dir: data.hooks().join(grasp_state::hook_config::PRE_RECEIVE_ONLY_DIR),
+            hooks_dir: data.hooks().join(grasp_state::contract::layout::PRE_RECEIVE_ONLY_DIR),
             arrived: {
                 let grasp = grasp.clone();
                 Arc::new(move |repo, updates, client| {
@@ -466,7 +467,7 @@ async fn refuse(mut stream: TcpStream, refusal: Refusal) {
          {}\
          \r\n{body}",
         body.len(),
-        grasp_state::cors::header_lines(),
+        grasp_state::contract::cors::header_lines(),
     );
     let _ = tokio::time::timeout(REFUSAL_LINGER, async {
         // Let the client finish sending its request head first: an HTTP client that receives
@@ -536,7 +537,7 @@ async fn route(
     permit: Arc<ConnectionPermit>,
 ) -> Response<Body> {
     let path = req.uri().path();
-    let resp = if grasp_state::cors::is_preflight(req.method().as_str()) {
+    let resp = if grasp_state::contract::cors::is_preflight(req.method().as_str()) {
         http::preflight()
     } else if catching_up(&req, &state, remote) {
         // A replica back from a restart serves an older copy until it has caught up with the
@@ -746,6 +747,6 @@ mod config_tests {
         let stop = parse_duration(value("TimeoutStopSec")).unwrap();
         assert!(stop >= SHUTDOWN_GRACE + Duration::from_secs(10), "TimeoutStopSec {stop:?} leaves no room for the shutdown grace and the last checkpoint");
         let nofile: u64 = value("LimitNOFILE").parse().unwrap();
-        assert!(nofile >= grasp_state::fd_budget::required(packaged.max_connections.into(), packaged.git_max_requests.into()));
+        assert!(nofile >= grasp_state::trust::fd_budget::required(packaged.max_connections.into(), packaged.git_max_requests.into()));
     }
 }

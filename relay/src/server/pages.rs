@@ -4,12 +4,12 @@
 //! public host (`--public-host`), never from the request's `Host` header: a forged header must not
 //! change what a visitor copies. The repository page itself is rendered by `grasp-cgi` from the
 //! data of `GET /v1/repo/...` on the hook API ([`crate::api::repos`]), built with the same
-//! [`PublicUrls`]. Text goes through [`grasp_state::html::escape`], always.
+//! [`PublicUrls`]. Text goes through [`grasp_state::contract::html::escape`], always.
 
-use grasp_state::host::PublicUrls;
-use grasp_state::html::{escape, format_utc, STYLE};
-use grasp_state::identifier::npub_of;
-use grasp_state::nip34::{first_value, Announcement, KIND_ANNOUNCEMENT};
+use grasp_state::names::host::PublicUrls;
+use grasp_state::contract::html::{escape, format_utc, STYLE};
+use grasp_state::names::identifier::npub_of;
+use grasp_state::nostr::nip34::{first_value, Announcement, KIND_ANNOUNCEMENT};
 use nostr::prelude::{Filter, Kind};
 
 use crate::config::Config;

@@ -75,7 +75,7 @@ impl AckLog {
         }
         let mut file = self.files[self.active].lock().unwrap_or_else(|e| e.into_inner());
         let size = file.metadata()?.len();
-        grasp_state::atomic_file::append_synced(&mut file, size, &buf)
+        grasp_state::contract::atomic_file::append_synced(&mut file, size, &buf)
     }
 
     /// Later appends go to the other file; the active one is retired (it holds the events

@@ -2,7 +2,7 @@
 //! events, `crate::store::ack_log`): every read of the store sees them, so a client that got its
 //! `OK` finds its event at once. Only regular events are acknowledged before their commit
 //! (`crate::store::group_commit`): none replaces or deletes another, so a read is the store's
-//! answer plus the matching events here. Bounded by [`grasp_state::group_commit::Linger`]'s
+//! answer plus the matching events here. Bounded by [`grasp_state::nostr::group_commit::Linger`]'s
 //! `max_acknowledged` events and `max_acknowledged_bytes`.
 
 use std::collections::{HashMap, HashSet};

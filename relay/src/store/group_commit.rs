@@ -1,6 +1,6 @@
 //! The event store's gate: saves that arrive while other events are still being admitted wait a
 //! little and go on together (group commit). When a batch goes is a pure decision,
-//! [`grasp_state::group_commit::flush_now`]: full, old enough (at most
+//! [`grasp_state::nostr::group_commit::flush_now`]: full, old enough (at most
 //! [`Linger::max_wait`]), or nothing else being admitted could join it, so a lone event is
 //! never held.
 //!
@@ -16,7 +16,7 @@
 //!   (replaced, superseded, deleted) is the store's.
 //!
 //! Every save reaches nostr-lmdb in the order it came to the gate (one task, one queue).
-//! The queue is handed to the store when [`grasp_state::group_commit::hand_over_now`] says so:
+//! The queue is handed to the store when [`grasp_state::nostr::group_commit::hand_over_now`] says so:
 //! a save someone waits for at once; acknowledged events when no save came for
 //! [`Linger::commit_idle`], when [`Linger::commit_backlog`] of them wait, or after
 //! [`Linger::commit_delay`]. A
@@ -37,7 +37,7 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use grasp_state::group_commit::{acknowledge_early, expected, flush_now, hand_over_now, Linger, Queued};
+use grasp_state::nostr::group_commit::{acknowledge_early, expected, flush_now, hand_over_now, Linger, Queued};
 use nostr::prelude::{Event, EventId};
 use nostr_database::{NostrDatabase, RejectedReason, SaveEventStatus};
 use nostr_lmdb::NostrLmdb;

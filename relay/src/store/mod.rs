@@ -29,7 +29,7 @@ use std::collections::{BTreeSet, HashSet};
 use std::path::Path;
 use std::sync::Arc;
 
-use grasp_state::nip34::{KIND_ANNOUNCEMENT, KIND_DELETION};
+use grasp_state::nostr::nip34::{KIND_ANNOUNCEMENT, KIND_DELETION};
 
 use nostr::prelude::*;
 use nostr_database::{NostrDatabase, RejectedReason, SaveEventStatus};
@@ -130,7 +130,7 @@ impl Store {
             tracing::info!(events = unsaved.len(), "acknowledged events committed from the log after an unclean stop");
         }
         log.empty_all().map_err(log_error)?;
-        let gate = Gate::start(db.clone(), log, grasp_state::group_commit::Linger::default());
+        let gate = Gate::start(db.clone(), log, grasp_state::nostr::group_commit::Linger::default());
         Ok(Self { db, gate, lookups: Lookups::default(), failing_saves: std::sync::atomic::AtomicUsize::new(0) })
     }
 

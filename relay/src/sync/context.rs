@@ -16,9 +16,9 @@ use std::collections::HashSet;
 use std::path::Path;
 use std::sync::{Arc, Weak};
 
-use grasp_state::clone_sources::{CloneSource, SourceTrust};
-use grasp_state::maintainers::MaintainerSet;
-use grasp_state::nip34::{Announcement, PullRequest};
+use grasp_state::git::clone_sources::{CloneSource, SourceTrust};
+use grasp_state::authority::maintainers::MaintainerSet;
+use grasp_state::nostr::nip34::{Announcement, PullRequest};
 use grasp_state::purgatory::RepoId;
 use nostr::prelude::PublicKey;
 use tokio::sync::{watch, OwnedMutexGuard};
@@ -104,7 +104,7 @@ impl SyncContext for Arc<Grasp> {
         let mut sources: Vec<CloneSource> = self
             .replicas
             .iter()
-            .map(|r| CloneSource::new(SourceTrust::Replica, waiting.iter().map(|(owner, _)| r.repo_url(&grasp_state::identifier::npub_of(owner), identifier)).collect()))
+            .map(|r| CloneSource::new(SourceTrust::Replica, waiting.iter().map(|(owner, _)| r.repo_url(&grasp_state::names::identifier::npub_of(owner), identifier)).collect()))
             .collect();
         sources.extend(clone_sources(&announcements, &prs, &trusted));
         sources.extend(grasp_list_sources(self, identifier, &waiting).await);
@@ -161,7 +161,7 @@ fn held_state_refs(grasp: &Grasp, identifier: &str, set: &MaintainerSet) -> Vec<
 async fn serves_refs(repo: &Path) -> bool {
     let repo = repo.to_path_buf();
     tokio::task::spawn_blocking(move || {
-        crate::git::read_refs(&repo).is_ok_and(|refs| refs.keys().any(|r| grasp_state::refs::is_served_ref(r)))
+        crate::git::read_refs(&repo).is_ok_and(|refs| refs.keys().any(|r| grasp_state::names::refs::is_served_ref(r)))
     })
     .await
     .unwrap_or(false)
@@ -199,7 +199,7 @@ pub fn clone_sources(announcements: &[Announcement], prs: &[PullRequest], truste
 
 /// Most people whose user grasp lists one sync attempt looks at (the waiting owners first, then
 /// their maintainers): each list gives at most its first URLs anyway, and an attempt tries at
-/// most `grasp_state::clone_sources::URLS_PER_ATTEMPT`.
+/// most `grasp_state::git::clone_sources::URLS_PER_ATTEMPT`.
 pub const MAX_GRASP_LISTS: usize = 50;
 
 /// [`SourceTrust::GraspList`] sources: for each owner in `waiting` (with the people of its
@@ -224,7 +224,7 @@ async fn grasp_list_sources(grasp: &Grasp, identifier: &str, waiting: &[(PublicK
     for (owner, people) in waiting {
         for person in people {
             let Some(servers) = lists.get(person) else { continue };
-            let urls = servers.iter().filter_map(|s| grasp_state::clone_sources::grasp_server_repo_url(s, owner, identifier)).collect();
+            let urls = servers.iter().filter_map(|s| grasp_state::git::clone_sources::grasp_server_repo_url(s, owner, identifier)).collect();
             sources.push(CloneSource::new(SourceTrust::GraspList, urls));
         }
     }
@@ -337,7 +337,7 @@ mod tests {
 
     #[test]
     fn trusted_announcements_come_first_then_others_then_pull_requests() {
-        use grasp_state::clone_sources::{plan_sync_urls, UrlLimits};
+        use grasp_state::git::clone_sources::{plan_sync_urls, UrlLimits};
         let (a, b, c) = (Keys::generate(), Keys::generate(), Keys::generate());
         let anns = [
             announcement(&b, &["https://stranger/x.git", "https://two/x.git"]),

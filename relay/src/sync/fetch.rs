@@ -49,7 +49,7 @@ impl Default for FetchOptions {
             low_speed_limit: 1000,
             low_speed_time: Duration::from_secs(30),
             curl_resolve: None,
-            max_bytes: grasp_state::push_limits::DEFAULT_MAX_PUSH_BYTES,
+            max_bytes: grasp_state::contract::push_limits::DEFAULT_MAX_PUSH_BYTES,
         }
     }
 }
@@ -65,7 +65,7 @@ pub struct FetchOutcome {
     pub error: Option<String>,
 }
 
-pub use grasp_state::refs::is_valid_oid;
+pub use grasp_state::names::refs::is_valid_oid;
 
 /// How often the watchdog measures what a fetch received.
 pub const WATCH_INTERVAL: Duration = Duration::from_millis(50);

@@ -10,7 +10,7 @@
 //! - [`throttle`]: per-domain concurrency and per-minute limits with a fair line of waiters.
 //! - [`urls`]: which clone URLs are safe to fetch from (http(s) only, deny-list after DNS).
 //! - which URLs one attempt tries, in which order (by trust, at most 20, 10 per event), is
-//!   `grasp_state::clone_sources`; an attempt ends after [`SyncConfig::attempt_timeout`].
+//!   `grasp_state::git::clone_sources`; an attempt ends after [`SyncConfig::attempt_timeout`].
 //! - [`fetch`]: `git fetch <url> <oid>...` without writing refs, dropping oids a remote lacks.
 //! - [`quarantine`]: the repository a fetch writes into, without the repository lock; its
 //!   objects are moved into the real repository under the lock.
@@ -39,7 +39,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime};
 
-use grasp_state::clone_sources::{plan_sync_urls, CloneSource, UrlLimits};
+use grasp_state::git::clone_sources::{plan_sync_urls, CloneSource, UrlLimits};
 use serde::Serialize;
 use tokio::sync::{watch, Notify};
 use tokio::task::JoinSet;

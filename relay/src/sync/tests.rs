@@ -22,7 +22,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::watch;
 
 use super::*;
-use grasp_state::clone_sources::SourceTrust;
+use grasp_state::git::clone_sources::SourceTrust;
 
 // ---------------------------------------------------------------- git fixtures
 
@@ -70,6 +70,18 @@ fn history(dir: &Path) -> History {
 }
 
 /// Publish `oid` (and its history) as `refs/heads/main` of the bare repository `bare`.
+/// A repository `name` served from `<dir>/served`, holding `history` up to the commit `tip` picks,
+/// and an empty bare `<dir>/dst.git` to fetch into: (the served root, the history, dst).
+fn served(dir: &Path, name: &str, tip: fn(&History) -> &String) -> (PathBuf, History, PathBuf) {
+    let root = dir.join("served");
+    let history = history(dir);
+    init_bare(&root.join(name));
+    publish(&history, &root.join(name), tip(&history));
+    let dst = dir.join("dst.git");
+    init_bare(&dst);
+    (root, history, dst)
+}
+
 fn publish(history: &History, bare: &Path, oid: &str) {
     let bare = bare.to_str().unwrap();
     run_git(
@@ -484,12 +496,7 @@ async fn wait_until(what: &str, mut tick: impl FnMut(), mut condition: impl FnMu
 #[tokio::test]
 async fn fetch_by_oid_drops_what_the_remote_lacks_and_writes_no_refs() {
     let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().join("served");
-    let history = history(dir.path());
-    init_bare(&root.join("src.git"));
-    publish(&history, &root.join("src.git"), &history.b);
-    let dst = dir.path().join("dst.git");
-    init_bare(&dst);
+    let (root, history, dst) = served(dir.path(), "src.git", |h| &h.b);
     let server = GitServer::start(&root).await;
 
     let absent = "0123456789abcdef0123456789abcdef01234567".to_string();
@@ -524,12 +531,7 @@ async fn fetch_by_oid_drops_what_the_remote_lacks_and_writes_no_refs() {
 #[tokio::test]
 async fn git_connects_to_the_pinned_address_not_a_new_lookup() {
     let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().join("served");
-    let history = history(dir.path());
-    init_bare(&root.join("src.git"));
-    publish(&history, &root.join("src.git"), &history.a);
-    let dst = dir.path().join("dst.git");
-    init_bare(&dst);
+    let (root, history, dst) = served(dir.path(), "src.git", |h| &h.a);
     let server = GitServer::start(&root).await;
     let port = server.addr.port();
     // `.invalid` never resolves: the fetch can only work through the pinned address.
@@ -581,12 +583,7 @@ async fn closed_port() -> SocketAddr {
 #[tokio::test]
 async fn missing_oids_are_fetched_then_processed_skipping_unsafe_and_own_urls() {
     let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().join("served");
-    let history = history(dir.path());
-    init_bare(&root.join("src.git"));
-    publish(&history, &root.join("src.git"), &history.b);
-    let dst = dir.path().join("dst.git");
-    init_bare(&dst);
+    let (root, history, dst) = served(dir.path(), "src.git", |h| &h.b);
     let server = GitServer::start(&root).await;
     let own = GitServer::start(&root).await;
 
@@ -916,12 +913,7 @@ async fn a_fetch_bringing_more_than_its_cap_is_cut_off_and_keeps_nothing() {
 #[tokio::test]
 async fn an_attempt_tries_the_trusted_urls_first_and_at_most_its_cap() {
     let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().join("served");
-    let history = history(dir.path());
-    init_bare(&root.join("owner.git"));
-    publish(&history, &root.join("owner.git"), &history.a);
-    let dst = dir.path().join("dst.git");
-    init_bare(&dst);
+    let (root, history, dst) = served(dir.path(), "owner.git", |h| &h.a);
     let server = GitServer::start(&root).await;
 
     let clock = ManualClock::new();
@@ -952,20 +944,15 @@ async fn an_attempt_tries_the_trusted_urls_first_and_at_most_its_cap() {
     // The owner's URL came first: what it has is here.
     assert!(missing_objects(&dst, std::slice::from_ref(&history.a)).await.unwrap().is_empty());
     let tried = |prefix: &str| (0..30).filter(|i| server.requests_for(&format!("{prefix}{i}.git")) > 0).count();
-    assert_eq!(tried("s"), grasp_state::clone_sources::URLS_PER_SOURCE, "the stranger gives ten");
-    assert_eq!(tried("p"), grasp_state::clone_sources::URLS_PER_ATTEMPT - 11, "the pull request fills the attempt");
+    assert_eq!(tried("s"), grasp_state::git::clone_sources::URLS_PER_SOURCE, "the stranger gives ten");
+    assert_eq!(tried("p"), grasp_state::git::clone_sources::URLS_PER_ATTEMPT - 11, "the pull request fills the attempt");
     stop(stopper, handle).await;
 }
 
 #[tokio::test]
 async fn an_attempt_ends_at_its_deadline_while_a_remote_hangs() {
     let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().join("served");
-    let history = history(dir.path());
-    init_bare(&root.join("slow.git"));
-    publish(&history, &root.join("slow.git"), &history.a);
-    let dst = dir.path().join("dst.git");
-    init_bare(&dst);
+    let (root, history, dst) = served(dir.path(), "slow.git", |h| &h.a);
     let server = GitServer::start(&root).await;
     server.gate.send(false).unwrap(); // `info/refs` hangs
 

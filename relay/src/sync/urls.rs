@@ -12,11 +12,11 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::Duration;
 
-use grasp_state::host::{url_authority, HostPort};
+use grasp_state::names::host::{url_authority, HostPort};
 use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 use thiserror::Error;
 
-pub use grasp_state::cidr::{Cidr, CidrParseError};
+pub use grasp_state::trust::cidr::{Cidr, CidrParseError};
 
 /// Ranges denied unless `allow_private` is set: "this network", private, CGNAT, loopback,
 /// link-local, IETF protocol assignments, documentation, benchmarking, the 6to4 relay anycast,

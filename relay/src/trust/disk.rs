@@ -1,7 +1,7 @@
 //! The free-disk watermark (`--min-free-disk`, docs/security.md): the free bytes of the data
 //! directory's file system, measured with `statvfs` at most every [`RECHECK`], against the
 //! watermark. Below it [`crate::trust::Trust::admit`] refuses every event and the pre-receive
-//! decision rejects every push; the verdict itself is [`grasp_state::free_disk::has_room`].
+//! decision rejects every push; the verdict itself is [`grasp_state::trust::free_disk::has_room`].
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -48,7 +48,7 @@ impl FreeDisk {
         }
         let (room, free) = match available_bytes(path) {
             Ok(free) => {
-                let room = grasp_state::free_disk::has_room(free, min_free);
+                let room = grasp_state::trust::free_disk::has_room(free, min_free);
                 if last.is_none_or(|(_, was, _)| was != room) {
                     if room {
                         tracing::info!(free, min_free, "disk space back above --min-free-disk: writes accepted again");
@@ -69,14 +69,14 @@ impl FreeDisk {
 
     /// Is there room for data no maintainer signed (unsigned and contributor data)? Only above
     /// twice the watermark, so strangers stop well before maintainers do
-    /// ([`grasp_state::free_disk::has_room_for_strangers`]).
+    /// ([`grasp_state::trust::free_disk::has_room_for_strangers`]).
     pub fn has_room_for_strangers(&self) -> bool {
         if !self.has_room() {
             return false;
         }
         let min_free = self.min_free.load(Ordering::Relaxed);
         let free = self.last.lock().unwrap_or_else(|e| e.into_inner()).map_or(u64::MAX, |(_, _, free)| free);
-        grasp_state::free_disk::has_room_for_strangers(free, min_free)
+        grasp_state::trust::free_disk::has_room_for_strangers(free, min_free)
     }
 }
 

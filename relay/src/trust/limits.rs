@@ -1,6 +1,6 @@
 //! Write limits shared by all connections (docs/protocol.md#trust): events per client address,
 //! new repositories per author per hour and in total. The per-connection bucket lives in the
-//! connection ([`WriteLimits::connection_bucket`]). Buckets are [`grasp_state::rate`] data; the
+//! connection ([`WriteLimits::connection_bucket`]). Buckets are [`grasp_state::trust::rate`] data; the
 //! time comes from an injected [`Clock`].
 //!
 //! The total (`--max-repos`) is a [`RepoCount`]: an atomic count taken with check-and-increment
@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use grasp_state::purgatory::{Clock, SystemClock};
-use grasp_state::rate::{KeyedBuckets, Limited, Rate, TokenBucket};
+use grasp_state::trust::rate::{KeyedBuckets, Limited, Rate, TokenBucket};
 use nostr::prelude::PublicKey;
 use crate::config::Config;
 
@@ -47,7 +47,7 @@ pub struct WriteLimitConfig {
 impl WriteLimitConfig {
     /// The write limits (docs/protocol.md#trust).
     pub fn from_config(cfg: &Config) -> WriteLimitConfig {
-        use grasp_state::rate::Rate;
+        use grasp_state::trust::rate::Rate;
         WriteLimitConfig {
             per_connection: Rate { burst: cfg.write_burst, per_second: cfg.write_rate.max(0.0) },
             per_address: Rate { burst: cfg.write_burst_per_ip, per_second: cfg.write_rate_per_ip.max(0.0) },
@@ -66,7 +66,7 @@ impl Default for WriteLimitConfig {
             per_address: Rate { burst: 2000, per_second: 200.0 },
             repos_per_author_per_hour: 60,
             max_repos: 100_000,
-            ipv6_prefix_len: grasp_state::client_key::DEFAULT_IPV6_PREFIX_LEN,
+            ipv6_prefix_len: grasp_state::names::client_key::DEFAULT_IPV6_PREFIX_LEN,
             negentropy_opens_per_minute: DEFAULT_NEGENTROPY_OPENS_PER_MINUTE,
         }
     }
@@ -166,9 +166,9 @@ impl WriteLimits {
     }
 
     /// The key `address` is counted under by every per-address limit of this service
-    /// ([`grasp_state::client_key::limit_key`] with `--ipv6-prefix-len`).
+    /// ([`grasp_state::names::client_key::limit_key`] with `--ipv6-prefix-len`).
     pub fn address_key(&self, address: IpAddr) -> IpAddr {
-        grasp_state::client_key::limit_key(address, self.config.ipv6_prefix_len)
+        grasp_state::names::client_key::limit_key(address, self.config.ipv6_prefix_len)
     }
 
     /// One event written on a connection from `address`: takes a token from the connection's

@@ -5,7 +5,7 @@
 //!   members of a private service (`--member`, `--members-file`), the write limits
 //!   ([`limits`]), the free-disk watermark ([`disk`]) and the trusted reverse proxies ([`proxy`]).
 //! - [`Trust::admit`] is the check at the entry of admission, before any repository is created:
-//!   AUTH events are never stored, the per-kind size caps (`grasp_state::event_size`), the
+//!   AUTH events are never stored, the per-kind size caps (`grasp_state::nostr::event_size`), the
 //!   free-disk watermark, NIP-70 protected events only from their author, curation,
 //!   private repositories refused by a public service, the cap on new repositories.
 //! - Connection-level rules (NIP-42 state, per-connection write bucket, membership for REQ and
@@ -14,8 +14,8 @@
 //!   blocked;
 //!   [`limits::run_repo_count`] reconciles the `--max-repos` count with the disk every minute.
 //!
-//! The decisions themselves are pure: `grasp_state::auth`, `grasp_state::curation`,
-//! `grasp_state::rate`.
+//! The decisions themselves are pure: `grasp_state::trust::auth`, `grasp_state::trust::curation`,
+//! `grasp_state::trust::rate`.
 
 pub mod disk;
 pub mod limits;
@@ -25,10 +25,10 @@ pub mod reload;
 use std::collections::BTreeSet;
 use std::sync::{Arc, RwLock};
 
-use grasp_state::auth::{check_protected, Submitter, KIND_AUTH};
-use grasp_state::curation::Curation;
-use grasp_state::event_size::EventSizes;
-use grasp_state::nip34::{Announcement, KIND_ANNOUNCEMENT};
+use grasp_state::trust::auth::{check_protected, Submitter, KIND_AUTH};
+use grasp_state::trust::curation::Curation;
+use grasp_state::nostr::event_size::EventSizes;
+use grasp_state::nostr::nip34::{Announcement, KIND_ANNOUNCEMENT};
 use ipnet::IpNet;
 use nostr::prelude::{Event, PublicKey};
 
@@ -81,7 +81,7 @@ pub fn parse_members(text: &str) -> Result<BTreeSet<PublicKey>, String> {
         if line.is_empty() {
             continue;
         }
-        let pk = grasp_state::curation::parse_pubkey(line)
+        let pk = grasp_state::trust::curation::parse_pubkey(line)
             .ok_or_else(|| format!("line {}: {line:?} is not an npub or hex public key", n + 1))?;
         set.insert(pk);
     }
@@ -158,7 +158,7 @@ impl Trust {
         }
         self.event_sizes.check(ev.kind.as_u16(), ev.as_json().len())?;
         if !self.disk.has_room() {
-            return Err(grasp_state::free_disk::LOW_DISK_EVENT.into());
+            return Err(grasp_state::trust::free_disk::LOW_DISK_EVENT.into());
         }
         check_protected(ev, submitter).map_err(|r| r.message().to_string())?;
         let curation = self.curation();

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use nostr::prelude::{Event, PublicKey};
 
-use crate::recency::Recency;
+use crate::nostr::recency::Recency;
 
 use super::entries::{
     AnnouncementAdded, AnnouncementEntry, EntryKey, Extension, StateSyncRegistration,
@@ -36,7 +36,7 @@ impl Purgatory {
     }
 
     /// [`Self::add_announcement`] of an event sent from `origin` (the client address as counted,
-    /// [`crate::client_key::limit_key`]): a new entry, or a revival, counts against its share.
+    /// [`crate::names::client_key::limit_key`]): a new entry, or a revival, counts against its share.
     /// A replacement of a held entry keeps the entry's address.
     pub fn add_announcement_from(
         &mut self,

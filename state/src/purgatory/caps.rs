@@ -6,7 +6,7 @@
 //!
 //! Both totals are also shared out by client address ([`Caps::per_address`],
 //! [`Caps::placeholders_per_address`]): an entry remembers the address it came from (already
-//! keyed by [`crate::client_key::limit_key`], so an IPv6 client counts by its prefix), and no
+//! keyed by [`crate::names::client_key::limit_key`], so an IPv6 client counts by its prefix), and no
 //! address holds more than its share. Throwaway keys are free, so the per-author cap alone
 //! would let one client fill the total for a whole purgatory window; its addresses are not.
 //! Entries without an address (relay sync, entries restored from older checkpoints) count
@@ -14,7 +14,7 @@
 //!
 //! Held events also count by size against [`Caps::total_bytes`] (their [`held_size`], kept in
 //! step with every attach and detach, soft-expired announcements included since they keep their
-//! event): with the per-kind event caps (`crate::event_size`) a flood of large held events is
+//! event): with the per-kind event caps (`crate::nostr::event_size`) a flood of large held events is
 //! bounded in bytes, not only in count. The budget is checked before an add, so it is exceeded
 //! by at most one event.
 //!
@@ -30,7 +30,7 @@
 //! free the caps after the purgatory TTL, not after the soft-expiry TTL) and counts against a
 //! budget of its own, [`Caps::soft_expired`]. That one is the exception to "never evict": when it
 //! is spent, the oldest soft-expired announcement expires for good to make room
-//! ([`Counts::soft_expired_full`]); a revival counts against its owner and the total again.
+//! (`Counts::soft_expired_full`); a revival counts against its owner and the total again.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -149,7 +149,7 @@ impl PurgatoryFull {
     /// another server; a pull request's commit may be pushed first (git-first), after which
     /// the event is stored without being held.
     pub fn refusal(&self, kind: u16) -> String {
-        use crate::nip34::{KIND_ANNOUNCEMENT, KIND_PR, KIND_PR_UPDATE, KIND_STATE};
+        use crate::nostr::nip34::{KIND_ANNOUNCEMENT, KIND_PR, KIND_PR_UPDATE, KIND_STATE};
         let prefix = self.ok_prefix();
         let limit = self.limit;
         let what = match self.scope {
@@ -464,18 +464,18 @@ mod tests {
     #[test]
     fn a_full_purgatory_tells_each_kind_what_it_can_do() {
         let total = PurgatoryFull { scope: CapScope::Total, limit: 7 };
-        let announcement = total.refusal(crate::nip34::KIND_ANNOUNCEMENT);
+        let announcement = total.refusal(crate::nostr::nip34::KIND_ANNOUNCEMENT);
         assert!(announcement.starts_with("blocked: purgatory is full (7 events"), "{announcement}");
         // No repository exists yet for a new announcement: no advice to push.
         assert!(!announcement.contains("push"), "{announcement}");
         assert!(announcement.contains("another GRASP server"));
-        let state = total.refusal(crate::nip34::KIND_STATE);
+        let state = total.refusal(crate::nostr::nip34::KIND_STATE);
         assert!(state.contains("send it again later") && state.contains("another GRASP server"), "{state}");
-        for kind in [crate::nip34::KIND_PR, crate::nip34::KIND_PR_UPDATE] {
+        for kind in [crate::nostr::nip34::KIND_PR, crate::nostr::nip34::KIND_PR_UPDATE] {
             assert!(total.refusal(kind).contains("refs/nostr/<event-id>"));
         }
         // Other scopes keep their own text behind their own prefix.
-        let author = PurgatoryFull { scope: CapScope::Author, limit: 3 }.refusal(crate::nip34::KIND_ANNOUNCEMENT);
+        let author = PurgatoryFull { scope: CapScope::Author, limit: 3 }.refusal(crate::nostr::nip34::KIND_ANNOUNCEMENT);
         assert!(author.starts_with("rate-limited: you already have 3 events waiting"), "{author}");
     }
 
@@ -504,7 +504,7 @@ mod tests {
         let third = sized(2, 3, 10, 0);
         let err = p.add_state(third.clone(), third.pubkey, "repo".into()).unwrap_err();
         assert_eq!(err, PurgatoryFull { scope: CapScope::TotalBytes, limit: 10_000 });
-        assert!(err.refusal(crate::nip34::KIND_STATE).starts_with("blocked: purgatory is full (10000 bytes of events"));
+        assert!(err.refusal(crate::nostr::nip34::KIND_STATE).starts_with("blocked: purgatory is full (10000 bytes of events"));
         // Releasing one makes room again.
         p.remove_state_event("repo", &big.id).unwrap();
         p.add_state(third.clone(), third.pubkey, "repo".into()).unwrap();
@@ -667,7 +667,7 @@ mod tests {
         assert_eq!(p.states_for("repo").len(), 5);
         assert_eq!(refused.len(), 35);
         assert!(refused.iter().all(|f| *f == PurgatoryFull { scope: CapScope::Address, limit: 5 }));
-        let msg = refused[0].refusal(crate::nip34::KIND_STATE);
+        let msg = refused[0].refusal(crate::nostr::nip34::KIND_STATE);
         assert!(msg.starts_with("rate-limited: this server holds 5 events waiting for git data from your address; push the git data"), "{msg}");
         // Another address, and events of unknown origin (relay sync), still have room.
         let other = fake_event(40, STATE, 0, 0);

@@ -4,10 +4,11 @@
 //! `<git_data_path>/purgatory-state.json`, and restores it at start. Flow:
 //! [`Purgatory::snapshot`] under the relay's lock (a [`PurgatorySnapshot`]: the held events'
 //! `Arc`s and plain fields; no event is cloned, nothing is serialised), then
-//! [`write_checkpoint`] (or [`PurgatorySnapshot::to_state`] / `to_json`) outside it. At start,
-//! [`read_checkpoint`]; on [`CheckpointError`] the caller moves the file aside with [`set_aside`]
-//! and starts empty; otherwise [`Purgatory::restore`]. Restore never deletes the file: it stays
-//! the crash-safe copy until a newer complete checkpoint replaces it (tmp + fsync + rename).
+//! `write_checkpoint` (the file is the `contract` room's, `checkpoint_file`; or
+//! [`PurgatorySnapshot::to_state`] / `to_json`) outside it. At start, `read_checkpoint`; on
+//! [`CheckpointError`] the caller moves the file aside with `set_aside` and starts empty;
+//! otherwise [`Purgatory::restore`]. Restore never deletes the file: it stays the crash-safe copy
+//! until a newer complete checkpoint replaces it (tmp + fsync + rename).
 //!
 //! Format (`version` 1, JSON): `saved_at` is unix seconds; every deadline is stored as
 //! `expires_in_secs`, an offset from `saved_at`, and ages as `age_secs`; on restore the downtime
@@ -17,10 +18,9 @@
 //! sync-running state (rebuilt by the sync loop).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fs;
 use std::io;
 use std::net::IpAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -28,7 +28,7 @@ use nostr::prelude::{Event, EventId, PublicKey};
 use serde::{Deserialize, Serialize};
 
 use super::entries::{AnnouncementEntry, PrEntry, RepoId, StateEntry};
-use crate::identifier::RepoSpace;
+use crate::names::identifier::RepoSpace;
 use super::{Clock, Purgatory, PurgatoryConfig};
 
 /// The only format version this code reads and writes.
@@ -234,7 +234,7 @@ fn is_zero(n: &u64) -> bool {
     *n == 0
 }
 
-/// Why a checkpoint file cannot be used. The caller moves it aside ([`set_aside`]) and starts
+/// Why a checkpoint file cannot be used. The caller moves it aside (`set_aside`) and starts
 /// with an empty purgatory.
 #[derive(Debug, thiserror::Error)]
 pub enum CheckpointError {
@@ -328,7 +328,7 @@ fn parse_repos(repos: &[SavedRepo]) -> Result<Vec<RepoId>, String> {
 /// `Arc`s and the entries' plain fields, nothing serialised and (for state events, the bulk of a
 /// full purgatory) nothing allocated per entry but a slot in a `Vec`. Turning it into the
 /// on-disk [`PurgatoryState`] ([`to_state`](Self::to_state), [`to_json`](Self::to_json),
-/// [`write_checkpoint`]) builds the hex strings, keys and maps, outside the lock.
+/// `write_checkpoint`) builds the hex strings, keys and maps, outside the lock.
 #[derive(Debug, Clone)]
 pub struct PurgatorySnapshot {
     now: Instant,
@@ -343,12 +343,61 @@ pub struct PurgatorySnapshot {
 
 /// A state event as captured: the shared event and `Copy` fields only.
 #[derive(Debug, Clone)]
-struct HeldState {
+pub(super) struct HeldState {
     event: Arc<Event>,
     author: PublicKey,
     created_at: Instant,
     expires_at: Instant,
     origin: Option<IpAddr>,
+}
+
+impl HeldState {
+    pub(super) fn of(s: &StateEntry) -> HeldState {
+        HeldState { event: Arc::clone(&s.event), author: s.author, created_at: s.created_at, expires_at: s.expires_at, origin: s.origin }
+    }
+
+    /// Its saved form, `now` being the purgatory's clock.
+    pub(super) fn saved(&self, identifier: &str, now: Instant) -> SavedState {
+        SavedState {
+            event: SavedEvent::Parsed(Arc::clone(&self.event)),
+            author: self.author.to_hex(),
+            identifier: identifier.to_string(),
+            age_secs: now.saturating_duration_since(self.created_at).as_secs(),
+            expires_in_secs: secs_until(now, self.expires_at),
+            address: saved_address(self.origin),
+        }
+    }
+}
+
+/// The saved form of a held (not soft-expired) announcement, `now` being the purgatory's clock.
+pub(super) fn saved_announcement(a: &AnnouncementEntry, now: Instant) -> SavedAnnouncement {
+    SavedAnnouncement {
+        event: SavedEvent::Parsed(Arc::clone(&a.event)),
+        owner: a.owner.to_hex(),
+        identifier: a.identifier.clone(),
+        repo_path: PathBuf::new(),
+        relays: a.relays.iter().cloned().collect(),
+        age_secs: now.saturating_duration_since(a.created_at).as_secs(),
+        expires_in_secs: secs_until(now, a.expires_at),
+        soft_expired: false,
+        address: saved_address(a.origin),
+    }
+}
+
+/// The saved form of a held pull request or placeholder, `now` being the purgatory's clock.
+pub(super) fn saved_pr(p: &PrEntry, now: Instant) -> SavedPr {
+    SavedPr {
+        event: p.event.as_ref().map(|e| SavedEvent::Parsed(Arc::clone(e))),
+        commit: p.commit.clone(),
+        repos: p.repos.iter().map(saved_repo).collect(),
+        destinations: p.destinations.iter().map(saved_repo).collect(),
+        age_secs: now.saturating_duration_since(p.created_at).as_secs(),
+        // Pending cleanup: due at once after a restart.
+        expires_in_secs: if p.cleanup_pending { 0 } else { secs_until(now, p.expires_at) },
+        address: saved_address(p.origin),
+        unsigned_bytes: p.unsigned_bytes,
+        unsigned_others: saved_shares(&p.unsigned_others),
+    }
 }
 
 impl PurgatorySnapshot {
@@ -359,58 +408,14 @@ impl PurgatorySnapshot {
             saved_at: self.saved_at,
             ..PurgatoryState::default()
         };
-        let age = |created: Instant| now.saturating_duration_since(created).as_secs();
         for a in &self.announcements {
-            state.announcement_purgatory.insert(
-                format!("{}:{}", a.owner.to_hex(), a.identifier),
-                SavedAnnouncement {
-                    event: SavedEvent::Parsed(Arc::clone(&a.event)),
-                    owner: a.owner.to_hex(),
-                    identifier: a.identifier.clone(),
-                    repo_path: PathBuf::new(),
-                    relays: a.relays.iter().cloned().collect(),
-                    age_secs: age(a.created_at),
-                    expires_in_secs: secs_until(now, a.expires_at),
-                    soft_expired: false,
-                    address: saved_address(a.origin),
-                },
-            );
+            state.announcement_purgatory.insert(format!("{}:{}", a.owner.to_hex(), a.identifier), saved_announcement(a, now));
         }
         for (identifier, list) in &self.states {
-            state.state_events.insert(
-                identifier.clone(),
-                list.iter()
-                    .map(|s| SavedState {
-                        event: SavedEvent::Parsed(Arc::clone(&s.event)),
-                        author: s.author.to_hex(),
-                        identifier: identifier.clone(),
-                        age_secs: age(s.created_at),
-                        expires_in_secs: secs_until(now, s.expires_at),
-                        address: saved_address(s.origin),
-                    })
-                    .collect(),
-            );
+            state.state_events.insert(identifier.clone(), list.iter().map(|s| s.saved(identifier, now)).collect());
         }
         for (id, p) in &self.prs {
-            state.pr_events.insert(
-                id.to_hex(),
-                SavedPr {
-                    event: p.event.as_ref().map(|e| SavedEvent::Parsed(Arc::clone(e))),
-                    commit: p.commit.clone(),
-                    repos: p.repos.iter().map(saved_repo).collect(),
-                    destinations: p.destinations.iter().map(saved_repo).collect(),
-                    age_secs: age(p.created_at),
-                    // Pending cleanup: due at once after a restart.
-                    expires_in_secs: if p.cleanup_pending {
-                        0
-                    } else {
-                        secs_until(now, p.expires_at)
-                    },
-                    address: saved_address(p.origin),
-                    unsigned_bytes: p.unsigned_bytes,
-                    unsigned_others: saved_shares(&p.unsigned_others),
-                },
-            );
+            state.pr_events.insert(id.to_hex(), saved_pr(p, now));
         }
         for (id, at) in &self.expired {
             state.expired_events.insert(id.to_hex(), unix_secs(*at));
@@ -424,7 +429,7 @@ impl PurgatorySnapshot {
     }
 }
 
-/// Serialises as its [`PurgatoryState`], so [`write_checkpoint`] takes either.
+/// Serialises as its [`PurgatoryState`], so `write_checkpoint` takes either.
 impl Serialize for PurgatorySnapshot {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         self.to_state().serialize(s)
@@ -449,16 +454,7 @@ impl Purgatory {
                 .states
                 .iter()
                 .map(|(identifier, list)| {
-                    let held = list
-                        .iter()
-                        .map(|s| HeldState {
-                            event: Arc::clone(&s.event),
-                            author: s.author,
-                            created_at: s.created_at,
-                            expires_at: s.expires_at,
-                            origin: s.origin,
-                        })
-                        .collect();
+                    let held = list.iter().map(HeldState::of).collect();
                     (identifier.clone(), held)
                 })
                 .collect(),
@@ -669,38 +665,6 @@ impl Purgatory {
     }
 }
 
-/// `<path>` + `suffix`, e.g. `purgatory-state.json.corrupt-<secs>`.
-fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
-    let mut s = path.as_os_str().to_owned();
-    s.push(suffix);
-    PathBuf::from(s)
-}
-
-/// Writes `state` (a [`PurgatorySnapshot`] or a [`PurgatoryState`]) to `path` as pretty JSON,
-/// atomically ([`crate::atomic_file::write_atomic`]: `<path>.tmp`, fsync, rename over `path`,
-/// fsync the directory). A crash at any point leaves either the old or the new complete file.
-pub fn write_checkpoint(path: &Path, state: &impl Serialize) -> io::Result<()> {
-    let json = serde_json::to_vec_pretty(state).map_err(io::Error::other)?;
-    crate::atomic_file::write_atomic(path, &json, None)
-}
-
-/// Reads a checkpoint; `Ok(None)` if there is none. Corrupt JSON or an unknown version is an
-/// error: move the file aside with [`set_aside`] and start empty.
-pub fn read_checkpoint(path: &Path) -> Result<Option<PurgatoryState>, CheckpointError> {
-    match fs::read_to_string(path) {
-        Ok(json) => PurgatoryState::from_json(&json).map(Some),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(e.into()),
-    }
-}
-
-/// Renames an unusable checkpoint to `<path>.corrupt-<unix seconds>` and returns the new path.
-pub fn set_aside(path: &Path) -> io::Result<PathBuf> {
-    let aside = with_suffix(path, &format!(".corrupt-{}", unix_secs(SystemTime::now())));
-    fs::rename(path, &aside)?;
-    Ok(aside)
-}
-
 #[cfg(test)]
 mod tests {
     use super::super::testutil::*;
@@ -874,10 +838,8 @@ mod tests {
         assert_eq!(PurgatoryState::from_json(&snap.to_json()).unwrap(), snap);
         // The snapshot writes exactly the bytes of its state.
         assert_eq!(capture.to_json(), snap.to_json());
-        let dir = TempDir::new("snapshot-bytes");
-        let path = dir.0.join("purgatory-state.json");
-        write_checkpoint(&path, &capture).unwrap();
-        assert_eq!(fs::read_to_string(&path).unwrap(), snap.to_json());
+        // (what `contract::checkpoint_file::write_checkpoint` writes)
+        assert_eq!(serde_json::to_string_pretty(&capture).unwrap(), snap.to_json());
     }
 
     #[test]
@@ -1084,85 +1046,5 @@ mod tests {
         let (_c, p, report) = reopened(state, SystemTime::now(), |_, _| true);
         assert_eq!(report.skipped.len(), 1);
         assert_eq!(p.stats(), Default::default());
-    }
-
-    struct TempDir(PathBuf);
-
-    impl TempDir {
-        fn new(name: &str) -> Self {
-            let dir = std::env::temp_dir().join(format!(
-                "grasp-purgatory-{}-{name}-{}",
-                std::process::id(),
-                SystemTime::now()
-                    .duration_since(UNIX_EPOCH)
-                    .unwrap()
-                    .as_nanos()
-            ));
-            fs::create_dir_all(&dir).unwrap();
-            TempDir(dir)
-        }
-    }
-
-    impl Drop for TempDir {
-        fn drop(&mut self) {
-            let _ = fs::remove_dir_all(&self.0);
-        }
-    }
-
-    #[test]
-    fn write_replaces_atomically_via_tmp_and_read_returns_it() {
-        let dir = TempDir::new("write");
-        let path = dir.0.join("purgatory-state.json");
-        let tmp = dir.0.join("purgatory-state.json.tmp");
-        assert!(read_checkpoint(&path).unwrap().is_none());
-
-        let (_clock, p) = populated();
-        let first = p.snapshot().to_state();
-        write_checkpoint(&path, &first).unwrap();
-        assert!(!tmp.exists());
-        assert_eq!(read_checkpoint(&path).unwrap(), Some(first.clone()));
-
-        // A stale tmp from a crashed write is overwritten, and the rename replaces the file.
-        fs::write(&tmp, "half a checkp").unwrap();
-        let second = PurgatoryState {
-            saved_at: 42,
-            ..PurgatoryState::default()
-        };
-        write_checkpoint(&path, &second).unwrap();
-        assert!(!tmp.exists());
-        assert_eq!(read_checkpoint(&path).unwrap(), Some(second));
-        // Reading (and restoring) never removes the file.
-        assert!(path.exists());
-
-        // A failed write leaves the previous checkpoint intact.
-        let missing = dir.0.join("no-such-dir").join("purgatory-state.json");
-        assert!(write_checkpoint(&missing, &first).is_err());
-        assert!(!missing.exists());
-        fs::create_dir(&tmp).unwrap(); // the tmp path cannot be created as a file
-        assert!(write_checkpoint(&path, &first).is_err());
-        assert_eq!(read_checkpoint(&path).unwrap().unwrap().saved_at, 42);
-    }
-
-    #[test]
-    fn corrupt_or_unknown_file_is_an_error_and_can_be_set_aside() {
-        let dir = TempDir::new("corrupt");
-        let path = dir.0.join("purgatory-state.json");
-        fs::write(&path, "{ this is not json").unwrap();
-        assert!(matches!(
-            read_checkpoint(&path),
-            Err(CheckpointError::Corrupt(_))
-        ));
-        let aside = set_aside(&path).unwrap();
-        assert!(!path.exists());
-        assert!(aside.exists());
-        assert!(aside
-            .file_name()
-            .unwrap()
-            .to_string_lossy()
-            .starts_with("purgatory-state.json.corrupt-"));
-        fs::write(&path, r#"{"version": 7}"#).unwrap();
-        let err = read_checkpoint(&path).unwrap_err();
-        assert!(matches!(err, CheckpointError::UnsupportedVersion(7)));
-        assert!(err.to_string().contains("moved aside"));
     }
 }

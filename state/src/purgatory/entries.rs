@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use nostr::prelude::{Event, EventId, PublicKey};
 
-use crate::identifier::RepoSpace;
+use crate::names::identifier::RepoSpace;
 
 /// A repository on this server: `/<npub of owner>/<identifier>.git`, or the contributor
 /// repository `/prs/<npub of owner>/<identifier>.git` ([`RepoSpace::Prs`]; `owner` is then the
@@ -59,7 +59,7 @@ pub struct AnnouncementEntry {
     pub created_at: Instant,
     pub expires_at: Instant,
     pub soft_expired: bool,
-    /// The client address it was sent from, as counted ([`crate::client_key::limit_key`]);
+    /// The client address it was sent from, as counted ([`crate::names::client_key::limit_key`]);
     /// `None` when unknown (relay sync, older checkpoints). See [`super::caps`].
     pub origin: Option<IpAddr>,
 }

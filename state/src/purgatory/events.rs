@@ -24,7 +24,7 @@ impl Purgatory {
     }
 
     /// [`Self::add_state`] of an event sent from `origin` (the client address as counted,
-    /// [`crate::client_key::limit_key`]), which counts against that address's share.
+    /// [`crate::names::client_key::limit_key`]), which counts against that address's share.
     pub fn add_state_from(
         &mut self,
         event: impl Into<Arc<Event>>,
@@ -73,7 +73,7 @@ impl Purgatory {
             .values()
             .filter(|p| p.event.is_some())
             .flat_map(|p| p.repos.iter())
-            .filter(|r| r.space == crate::identifier::RepoSpace::Prs && r.identifier == identifier)
+            .filter(|r| r.space == crate::names::identifier::RepoSpace::Prs && r.identifier == identifier)
             .cloned()
             .collect()
     }

@@ -214,11 +214,9 @@ fn event_id_of(event: &super::checkpoint::SavedEvent) -> Option<String> {
 
 // ---- The model's side: the records of each mutation ------------------------------------------
 
-use std::sync::Arc;
-
 use nostr::prelude::EventId;
 
-use super::checkpoint::{saved_address, saved_repo, secs_until, unix_secs, SavedEvent};
+use super::checkpoint::{saved_announcement, saved_pr, unix_secs, HeldState};
 use super::entries::EntryKey;
 use super::Purgatory;
 
@@ -255,60 +253,22 @@ impl Purgatory {
         }
         let now = self.clock.now();
         let at = unix_secs(self.clock.wall());
-        let age = |created: std::time::Instant| now.saturating_duration_since(created).as_secs();
         let record = match key {
             EntryKey::Announcement { owner, identifier } => {
                 let Some(a) = self.announcements.get(identifier).and_then(|m| m.get(owner)) else { return };
                 if a.soft_expired {
                     JournalRecord::RemoveAnnouncement { owner: owner.to_hex(), identifier: identifier.clone() }
                 } else {
-                    JournalRecord::Announcement {
-                        at,
-                        entry: SavedAnnouncement {
-                            event: SavedEvent::Parsed(Arc::clone(&a.event)),
-                            owner: a.owner.to_hex(),
-                            identifier: a.identifier.clone(),
-                            repo_path: Default::default(),
-                            relays: a.relays.iter().cloned().collect(),
-                            age_secs: age(a.created_at),
-                            expires_in_secs: secs_until(now, a.expires_at),
-                            soft_expired: false,
-                            address: saved_address(a.origin),
-                        },
-                    }
+                    JournalRecord::Announcement { at, entry: saved_announcement(a, now) }
                 }
             }
             EntryKey::State { identifier, event_id } => {
                 let Some(s) = self.states.get(identifier).and_then(|list| list.iter().find(|s| s.event.id == *event_id)) else { return };
-                JournalRecord::State {
-                    at,
-                    entry: SavedState {
-                        event: SavedEvent::Parsed(Arc::clone(&s.event)),
-                        author: s.author.to_hex(),
-                        identifier: identifier.clone(),
-                        age_secs: age(s.created_at),
-                        expires_in_secs: secs_until(now, s.expires_at),
-                        address: saved_address(s.origin),
-                    },
-                }
+                JournalRecord::State { at, entry: HeldState::of(s).saved(identifier, now) }
             }
             EntryKey::Pr { event_id } => {
                 let Some(p) = self.prs.get(event_id) else { return };
-                JournalRecord::Pr {
-                    at,
-                    id: event_id.to_hex(),
-                    entry: SavedPr {
-                        event: p.event.as_ref().map(|e| SavedEvent::Parsed(Arc::clone(e))),
-                        commit: p.commit.clone(),
-                        repos: p.repos.iter().map(saved_repo).collect(),
-                        destinations: p.destinations.iter().map(saved_repo).collect(),
-                        age_secs: age(p.created_at),
-                        expires_in_secs: if p.cleanup_pending { 0 } else { secs_until(now, p.expires_at) },
-                        address: saved_address(p.origin),
-                        unsigned_bytes: p.unsigned_bytes,
-                        unsigned_others: super::checkpoint::saved_shares(&p.unsigned_others),
-                    },
-                }
+                JournalRecord::Pr { at, id: event_id.to_hex(), entry: saved_pr(p, now) }
             }
         };
         self.push_journal(record);

@@ -5,9 +5,10 @@
 //! until the other half arrives or 30 minutes pass (see docs/protocol.md#purgatory).
 //!
 //! This module is the pure data model: plain `&mut self` methods, no async, no git, no
-//! filesystem (except [`checkpoint`]'s read/write helpers). Time comes from an injected
-//! [`Clock`]. Expiry is driven by [`Purgatory::sweep`], which returns [`SweepAction`]s for the
-//! caller to carry out (delete a bare repository, delete a placeholder ref) outside any lock.
+//! filesystem (the checkpoint file is read and written by `contract::checkpoint_file`). Time
+//! comes from an injected [`Clock`]. Expiry is driven by [`Purgatory::sweep`], which returns
+//! [`SweepAction`]s for the caller to carry out (delete a bare repository, delete a placeholder
+//! ref) outside any lock.
 //!
 //! Layout:
 //! - [`clock`]: `Clock`, `SystemClock`, `ManualClock`.
@@ -50,10 +51,7 @@ use std::time::{Duration, Instant};
 use nostr::prelude::{EventId, PublicKey};
 
 pub use caps::{held_size, CapScope, Caps, PlaceholderError, PurgatoryFull, DEFAULT_TOTAL_BYTES};
-pub use checkpoint::{
-    read_checkpoint, set_aside, write_checkpoint, CheckpointError, PurgatorySnapshot,
-    PurgatoryState, RestoreReport, Skipped,
-};
+pub use checkpoint::{CheckpointError, PurgatorySnapshot, PurgatoryState, RestoreReport, Skipped};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use deletion::Coordinate;
 pub use entries::{
@@ -132,7 +130,7 @@ pub struct Purgatory {
 
 /// The distinct ref targets a state event declares (empty if it does not parse).
 fn state_oids(event: &nostr::prelude::Event) -> Vec<String> {
-    let mut oids: Vec<String> = crate::nip34::RepoState::from_event(event)
+    let mut oids: Vec<String> = crate::nostr::nip34::RepoState::from_event(event)
         .map(|s| s.refs.into_values().collect())
         .unwrap_or_default();
     oids.sort();
@@ -329,7 +327,7 @@ impl Purgatory {
     /// Whether `author` may add one more entry, without adding it: lets the caller refuse
     /// before doing expensive work (creating a bare repository) for an event the caps would
     /// refuse anyway.
-    /// `origin`: the client address it comes from (keyed by [`crate::client_key::limit_key`]).
+    /// `origin`: the client address it comes from (keyed by [`crate::names::client_key::limit_key`]).
     pub fn check_room(&self, author: &PublicKey, origin: Option<IpAddr>) -> Result<(), PurgatoryFull> {
         self.counts.check_entry(&self.config.caps, author, origin)
     }

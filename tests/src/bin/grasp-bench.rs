@@ -52,9 +52,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use grasp_relay::git::http::GitHttpConfig;
-use grasp_state::git_backend::BackendSetup;
-use grasp_state::identifier::{npub_of, percent_encode_segment};
-use grasp_state::purgatory::{write_checkpoint, Caps, Purgatory, PurgatoryConfig, SystemClock};
+use grasp_state::contract::git_backend::BackendSetup;
+use grasp_state::names::identifier::{npub_of, percent_encode_segment};
+use grasp_state::contract::checkpoint_file::write_checkpoint;
+use grasp_state::purgatory::{Caps, Purgatory, PurgatoryConfig, SystemClock};
 use grasp_tests::client::NostrClient;
 use grasp_tests::git::{git, git_output, GitHttpServer, WorkTree};
 use grasp_tests::{binary_path, wait_until};
@@ -269,12 +270,12 @@ impl Relay {
     fn start_bound(data_dir: &Path, bind: &str, extra: &[&str]) -> Result<Relay> {
         let data_dir = data_dir.to_path_buf();
         std::fs::create_dir_all(&data_dir)?;
-        let _ = std::fs::remove_file(data_dir.join("relay-addr"));
+        let _ = std::fs::remove_file(data_dir.join(grasp_state::contract::layout::RELAY_ADDR_FILE));
         let log = OpenOptions::new().create(true).append(true).open(data_dir.with_extension("log"))?;
         let mut command = Command::new(binary_path("grasp-relay"));
         // Never the internet: no public index relay (the Sync+ rows name loopback ones).
         if !extra.contains(&"--index-relay") {
-            command.env("GRASP_NO_INDEX_RELAYS", "true");
+            command.env(grasp_state::contract::env_names::NO_INDEX_RELAYS, "true");
         }
         let child = command
             .args(["--bind", bind, "--log", "warn"])
@@ -294,7 +295,7 @@ impl Relay {
             .spawn()
             .context("spawning grasp-relay (run `cargo build --release --workspace` first)")?;
         let addr = wait_until("grasp-relay to listen", Duration::from_secs(30), || {
-            let text = std::fs::read_to_string(data_dir.join("relay-addr")).ok()?;
+            let text = std::fs::read_to_string(data_dir.join(grasp_state::contract::layout::RELAY_ADDR_FILE)).ok()?;
             let addr: SocketAddr = text.trim().parse().ok()?;
             TcpStream::connect_timeout(&addr, Duration::from_secs(1)).ok()?;
             Some(addr)
@@ -379,7 +380,7 @@ impl BareGit {
                 )?;
                 std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755))?;
                 let server =
-                    GitHttpServer::start_with(GitHttpConfig { cgi_path: script, backend: BackendSetup { git_root: root.clone(), ..BackendSetup::default() }, data_dir: tmp.path().to_path_buf(), env: vec![], direct: false, idle_timeout: grasp_relay::git::http::DEFAULT_IDLE_TIMEOUT, min_rate: grasp_state::transfer::DEFAULT_MIN_RATE, prs: false, ref_cache: None, supervised_pushes: None });
+                    GitHttpServer::start_with(GitHttpConfig { cgi_path: script, backend: BackendSetup { git_root: root.clone(), ..BackendSetup::default() }, data_dir: tmp.path().to_path_buf(), env: vec![], direct: false, idle_timeout: grasp_relay::git::http::DEFAULT_IDLE_TIMEOUT, min_rate: grasp_state::contract::transfer::DEFAULT_MIN_RATE, prs: false, ref_cache: None, supervised_pushes: None });
                 Ok(BareGit {
                     addr: server.addr,
                     root,
@@ -839,10 +840,10 @@ async fn bench_ingest(o: &Opts, relay: &Relay, tmp: &Path, rows: &mut Vec<Row>) 
 /// The relay's hook API view `GET <path>` (address and token from its data dir).
 async fn operator_view(relay: &Relay, path: &str) -> Result<serde_json::Value> {
     let read = |f: &str| std::fs::read_to_string(relay.data_dir.join(f)).map(|s| s.trim().to_owned());
-    let (addr, token) = (read(grasp_state::hook_api::ADDR_FILE)?, read(grasp_state::hook_api::TOKEN_FILE)?);
+    let (addr, token) = (read(grasp_state::contract::layout::API_ADDR_FILE)?, read(grasp_state::contract::layout::API_TOKEN_FILE)?);
     let response = reqwest::Client::new()
         .get(format!("http://{addr}{path}"))
-        .header(grasp_state::hook_api::TOKEN_HEADER, token)
+        .header(grasp_state::contract::hook_api::TOKEN_HEADER, token)
         .send()
         .await?;
     Ok(response.json().await?)
@@ -899,7 +900,7 @@ async fn sync_run(peer_args: &[&str], n: usize, tmp: &Path) -> Result<(Duration,
     let started = Instant::now();
     push(&work.dir, &follower.repo_url(&owner.public_key(), id), "main")?;
     let url = peer.ws_url().trim_end_matches('/').to_string();
-    let deadline = Instant::now() + Duration::from_secs(std::env::var("GRASP_BENCH_SYNC_TIMEOUT").ok().and_then(|s| s.parse().ok()).unwrap_or(600));
+    let deadline = Instant::now() + Duration::from_secs(std::env::var(grasp_state::contract::env_names::BENCH_SYNC_TIMEOUT).ok().and_then(|s| s.parse().ok()).unwrap_or(600));
     loop {
         let view = operator_view(&follower, "/v1/sync").await?;
         let entry = view["relays"].as_array().and_then(|r| r.iter().find(|r| r["url"] == url.as_str()).cloned());
@@ -962,8 +963,8 @@ async fn bench_auth(o: &Opts, tmp: &Path, rows: &mut Vec<Row>) -> Result<()> {
         )
         .target(">= 2000 /s"),
     );
-    let api_addr = std::fs::read_to_string(relay.data_dir.join(grasp_state::hook_api::ADDR_FILE))?.trim().to_string();
-    let token = std::fs::read_to_string(relay.data_dir.join(grasp_state::hook_api::TOKEN_FILE))?.trim().to_string();
+    let api_addr = std::fs::read_to_string(relay.data_dir.join(grasp_state::contract::layout::API_ADDR_FILE))?.trim().to_string();
+    let token = std::fs::read_to_string(relay.data_dir.join(grasp_state::contract::layout::API_TOKEN_FILE))?.trim().to_string();
     let http = reqwest::Client::new();
     let ask = |id: &'static str| {
         let body = serde_json::json!({
@@ -1051,7 +1052,7 @@ fn bench_checkpoint(o: &Opts, tmp: &Path, rows: &mut Vec<Row>) -> Result<()> {
     let json_len = snapshot.to_json().len();
     let json = started.elapsed();
     let started = Instant::now();
-    write_checkpoint(&tmp.join("purgatory-state.json"), &snapshot)?;
+    write_checkpoint(&tmp.join(grasp_state::contract::layout::CHECKPOINT_FILE), &snapshot)?;
     let write = started.elapsed();
     let total = total.elapsed();
     stop.store(true, Ordering::Relaxed);
@@ -1093,7 +1094,7 @@ async fn bench_replicas(o: &Opts, tmp: &Path, rows: &mut Vec<Row>) -> Result<()>
         set.push(Relay::start_bound(&tmp.join(format!("replica-{i}")), addr, &args)?);
     }
     let main_of = |relay: &Relay, owner: &PublicKey, id: &str| -> Option<String> {
-        let dir = relay.data_dir.join("git").join(npub_of(owner)).join(format!("{id}.git"));
+        let dir = relay.data_dir.join(grasp_state::contract::layout::GIT_DIR).join(npub_of(owner)).join(format!("{id}.git"));
         dir.join("HEAD").exists().then(|| git_output(&dir, &["rev-parse", "-q", "--verify", "refs/heads/main"]))
             .filter(|o| o.status.success())
             .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
@@ -1337,7 +1338,7 @@ async fn background_work_of(relay: &Relay, kinds: &[&str]) -> Result<u64> {
 
 /// The value of one series of the relay's metrics (`--metrics-bind`).
 async fn gauge(relay: &Relay, series: &str) -> Result<f64> {
-    let addr = std::fs::read_to_string(relay.data_dir.join("metrics-addr"))?;
+    let addr = std::fs::read_to_string(relay.data_dir.join(grasp_state::contract::layout::METRICS_ADDR_FILE))?;
     let body = reqwest::get(format!("http://{}/metrics", addr.trim())).await?.text().await?;
     let prefix = format!("{series} ");
     let v = body.lines().find_map(|l| l.strip_prefix(&prefix)).with_context(|| format!("no {series} in the metrics"))?;
@@ -1378,7 +1379,7 @@ async fn bench_family(o: &Opts, tmp: &Path, rows: &mut Vec<Row>) -> Result<()> {
     const OWNERS: usize = 10;
     let relay = Relay::start(&["--metrics-bind", "127.0.0.1:0"])?;
     let mut c = NostrClient::connect(&relay.ws_url()).await?;
-    let git_root = relay.data_dir.join("git");
+    let git_root = relay.data_dir.join(grasp_state::contract::layout::GIT_DIR);
     let (mut family_push, mut solo_push, mut settled) = (Vec::new(), Vec::new(), Vec::new());
     let mut disk = None;
     let mut clone_urls = None;
@@ -1419,7 +1420,7 @@ async fn bench_family(o: &Opts, tmp: &Path, rows: &mut Vec<Row>) -> Result<()> {
             settled.push(settle(&relay).await?);
         }
         if disk.is_none() {
-            let mut family_bytes = bytes_under(&git_root.join(".pools").join(format!("{fam}.git")));
+            let mut family_bytes = bytes_under(&git_root.join(grasp_state::names::identifier::POOLS_DIR).join(format!("{fam}.git")));
             for k in &owners {
                 let dir = git_root.join(npub_of(&k.public_key())).join(format!("{fam}.git"));
                 let out = git_output(&dir, &["rev-parse", "refs/heads/main"]);
@@ -1636,7 +1637,7 @@ async fn bench_sync_plus_passes(n: usize, rows: &mut Vec<Row>) -> Result<()> {
     // Restarted on the same data without the list cache: the first pass finds every repository
     // and participant, and looks their lists up.
     drop(relay);
-    std::fs::remove_file(data.join("sync-plus.json"))?;
+    std::fs::remove_file(data.join(grasp_state::contract::layout::SYNC_PLUS_FILE))?;
     relay = Relay::start_at(&data, &args)?;
     let deadline = Instant::now() + Duration::from_secs(600);
     let relay = &relay;
