@@ -7,6 +7,13 @@ use std::path::PathBuf;
 
 pub use crate::server::children_of;
 
+/// Whether `cmdline` (as [`children_of`] gives it) is git serving a client's request body
+/// (`receive-pack` or `upload-pack --stateless-rpc`, under `git http-backend`), not one of the
+/// relay's own short runs (maintenance, the ref cache made ready after a push).
+pub fn serves_a_request(cmdline: &str) -> bool {
+    cmdline.contains("--stateless-rpc")
+}
+
 /// Kills, when dropped, every process [`children_of`] the data directory finds, so a failing
 /// test leaves no git process behind.
 pub struct Reaper(pub PathBuf);

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use grasp_state::names::identifier::npub_of;
 use grasp_tests::grasp::*;
-use grasp_tests::processes::{children_of, Reaper};
+use grasp_tests::processes::{children_of, serves_a_request, Reaper};
 use grasp_tests::{wait_until, NostrClient, TestServer, TIMEOUT};
 use nostr::prelude::*;
 
@@ -58,7 +58,7 @@ async fn attacked(args: &[&str]) -> Attacked {
 /// Waits until the relay has a git child for the request (so the test attacks a running push).
 fn wait_for_children(server: &TestServer) {
     wait_until("the relay to start git for the request", TIMEOUT, || {
-        children_of(server.data_dir()).iter().any(|(_, c)| c.contains("http-backend")).then_some(())
+        children_of(server.data_dir()).iter().any(|(_, c)| serves_a_request(c)).then_some(())
     })
     .unwrap_or_else(|e| panic!("{e:#}\n{}", server.logs()));
 }
@@ -411,7 +411,7 @@ async fn soft_expired_announcements_free_the_purgatory_cap() {
 /// Waits until `n` git http-backend processes run for the relay (each holds its push lock).
 fn wait_for_backends(server: &TestServer, n: usize) {
     wait_until("the relay to start git for the requests", TIMEOUT, || {
-        (children_of(server.data_dir()).iter().filter(|(_, c)| c.contains("http-backend")).count() >= n).then_some(())
+        (children_of(server.data_dir()).iter().filter(|(_, c)| serves_a_request(c)).count() >= n).then_some(())
     })
     .unwrap_or_else(|e| panic!("{e:#}\n{}", server.logs()));
 }

@@ -120,7 +120,7 @@ fn write_incompressible(path: &std::path::Path, len: usize) {
 
 fn wait_for_backend(server: &TestServer) {
     wait_until("the relay to start git for the request", TIMEOUT, || {
-        children_of(server.data_dir()).iter().any(|(_, c)| c.contains("http-backend")).then_some(())
+        children_of(server.data_dir()).iter().any(|(_, c)| grasp_tests::processes::serves_a_request(c)).then_some(())
     })
     .unwrap_or_else(|e| panic!("{e:#}\n{}", server.logs()));
 }
@@ -189,12 +189,17 @@ async fn a_trickling_push_is_ended() {
     let mut client = NostrClient::connect(&server.ws_url()).await.unwrap();
     let owner = Keys::generate();
     publish_repo(&server, &mut client, &tmp.path().join("w"), &owner, "base").await;
+    // The publishing push's background git work (the ref cache made ready) ends first: the
+    // children watched below are the trickling push's.
+    wait_until("the publishing push's background work to end", Duration::from_secs(10), || children_of(server.data_dir()).is_empty().then_some(()))
+        .unwrap();
 
     let mut stream = TcpStream::connect(server.addr()).unwrap();
+    // The command list whole (as git sends it), then the pack trickles.
     let line = format!("{} {} refs/heads/main\0 report-status\n", "1".repeat(40), "2".repeat(40));
     let head = format!(
         "POST /{}/base.git/git-receive-pack HTTP/1.1\r\nHost: {}\r\n\
-         Content-Type: application/x-git-receive-pack-request\r\nContent-Length: {}\r\n\r\n{:04x}{line}",
+         Content-Type: application/x-git-receive-pack-request\r\nContent-Length: {}\r\n\r\n{:04x}{line}0000",
         npub_of(&owner.public_key()),
         server.addr(),
         1 << 20,

@@ -139,7 +139,7 @@ pub async fn serve(
         && plain.as_ref().is_some_and(|p| p.push && p.post)
         && req.headers().get(hyper::header::CONTENT_ENCODING).is_none();
     let vars = cgi_env(&req, path_info, remote_addr);
-    let mut body = RequestBody { prefix: Bytes::new(), rest: req.into_body() };
+    let mut body = RequestBody { prefix: Bytes::new(), rest: req.into_body(), started: tokio::time::Instant::now() };
     // A v2 upload-pack request is an `ls-refs` the cache may answer if its (small) body says so,
     // else a `fetch` upload-pack may answer without the backend.
     let shortcut = match candidate {
@@ -479,6 +479,9 @@ fn cached_response(answer: &Answer) -> Response<Body> {
 struct RequestBody {
     prefix: Bytes,
     rest: Incoming,
+    /// When the relay began reading it: the minimum rate (`--git-min-rate`) counts from here,
+    /// whatever was read before the child started.
+    started: tokio::time::Instant,
 }
 
 impl RequestBody {
@@ -758,15 +761,14 @@ async fn run_child(
 
     // Request body -> child stdin, concurrently with reading the response. A body that ends
     // short or stalls ends the request.
-    let RequestBody { prefix, rest: mut body } = body;
+    let RequestBody { prefix, rest: mut body, started } = body;
     let (feeder, idle, min_rate) = (control.clone(), cfg.idle_timeout, cfg.min_rate);
     tokio::spawn(async move {
         // What was read already goes first.
         if stdin.write_all(&prefix).await.is_err() {
             return;
         }
-        let started = tokio::time::Instant::now();
-        let (mut bytes, mut last_frame) = (prefix.len() as u64, started);
+        let (mut bytes, mut last_frame) = (prefix.len() as u64, tokio::time::Instant::now());
         loop {
             // The next frame is due within the idle timeout, and before the body falls below
             // the minimum rate.
