@@ -414,6 +414,38 @@ async fn the_next_push_and_fetch_after_a_push_are_answered_from_the_cache() {
     assert!(ls_remote(&repo.url, "2").contains(&format!("{next}\trefs/heads/main")));
 }
 
+/// The refs the receive-pack advertisement at `url` lists (a push's first request), as
+/// `oid\tname` lines like `git ls-remote`'s.
+async fn push_advertised(url: &str) -> String {
+    let body = reqwest::get(format!("{url}/info/refs?service=git-receive-pack")).await.unwrap().bytes().await.unwrap();
+    let mut rest = &body[..];
+    let mut out = String::new();
+    while rest.len() >= 4 {
+        let len = usize::from_str_radix(std::str::from_utf8(&rest[..4]).unwrap(), 16).unwrap();
+        let (line, after) = if len < 4 { (&rest[..0], &rest[4..]) } else { (&rest[4..len], &rest[len..]) };
+        let line = String::from_utf8_lossy(line.split(|&b| b == 0).next().unwrap_or_default()).trim_end().to_string();
+        if let Some((oid, name)) = line.split_once(' ') {
+            if oid.len() == 40 && !name.starts_with("service=") {
+                out.push_str(&format!("{oid}\t{name}\n"));
+            }
+        }
+        rest = after;
+    }
+    out
+}
+
+/// [`listed_and_cached`] for the receive-pack advertisement.
+async fn advertised_and_cached(server: &TestServer, url: &str, check: impl Fn(&str) -> bool) {
+    let listed = push_advertised(url).await;
+    assert!(check(&listed), "push advertisement right after the change: {listed}");
+    let hits = cache_answers(server, "hit").await;
+    eventually!("a push advertisement answered from the ref cache", {
+        let listed = push_advertised(url).await;
+        assert!(check(&listed), "push advertisement from the cache: {listed}");
+        (cache_answers(server, "hit").await > hits).then_some(())
+    });
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn never_stale_after_pushes_releases_realignments_and_maintenance() {
     let server = TestServer::start_with(&["--metrics-bind", "127.0.0.1:0"]);
@@ -439,6 +471,7 @@ async fn never_stale_after_pushes_releases_realignments_and_maintenance() {
     held(&mut c, &state_at(&owner, "live", &[("refs/heads/main", &c2)], Some("main"), now() - 18)).await;
     repo.push(&["main"]).unwrap();
     listed_and_cached(&server, &repo.url, has(&c2, "refs/heads/main")).await;
+    advertised_and_cached(&server, &repo.url, has(&c2, "refs/heads/main")).await;
 
     // A second branch pushed, then a state whose data is here: realigned without a push (HEAD
     // moves, a branch goes).
@@ -448,12 +481,14 @@ async fn never_stale_after_pushes_releases_realignments_and_maintenance() {
     listed_and_cached(&server, &repo.url, has(&c3, "refs/heads/dev")).await;
     served(&mut c, &state_at(&owner, "live", &[("refs/heads/dev", &c3)], Some("dev"), now() - 14)).await;
     listed_and_cached(&server, &repo.url, |l: &str| l.contains("ref: refs/heads/dev\tHEAD") && !l.contains("refs/heads/main")).await;
+    advertised_and_cached(&server, &repo.url, |l: &str| l.contains(&format!("{c3}\trefs/heads/dev")) && !l.contains("refs/heads/main")).await;
     assert_eq!(bare_head(&dir), "refs/heads/dev");
 
     // Maintenance (the relay runs it after pushes): refs packed, the same list.
     background_settled(&server).await;
     grasp_tests::git::git(&dir, &["pack-refs", "--all"]);
     listed_and_cached(&server, &repo.url, has(&c3, "refs/heads/dev")).await;
+    advertised_and_cached(&server, &repo.url, has(&c3, "refs/heads/dev")).await;
 
     // A state first held, then released by the push of its data: HEAD and the new branch at once.
     let c4 = repo.commit("d", "4");
