@@ -314,6 +314,16 @@ pub async fn connect(server: &TestServer) -> crate::NostrClient {
     crate::NostrClient::connect(&server.ws_url()).await.unwrap()
 }
 
+/// The opening most suites share: a server started with `extra_args` (as
+/// [`TestServer::start_with`]), a temporary directory for work trees, and a client connected to
+/// the server.
+pub async fn started(extra_args: &[&str]) -> (TestServer, tempfile::TempDir, crate::NostrClient) {
+    let server = TestServer::start_with(extra_args);
+    let tmp = tempfile::tempdir().unwrap();
+    let client = connect(&server).await;
+    (server, tmp, client)
+}
+
 /// Sends the raw HTTP `request` on `stream` and returns the status code of the answer (read up
 /// to the end of its status line, each read bounded by [`crate::TIMEOUT`]).
 pub async fn http_status(stream: &mut tokio::net::TcpStream, request: &str) -> u16 {

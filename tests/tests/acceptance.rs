@@ -81,10 +81,8 @@ fn volatile(p: &Path) -> bool {
 
 #[tokio::test]
 async fn announcement_is_held_unserved_and_its_empty_repository_cloneable() {
-    let server = TestServer::start();
-    let tmp = tempfile::tempdir().unwrap();
+    let (server, tmp, mut sub) = started(&[]).await;
     let owner = Keys::generate();
-    let mut sub = connect(&server).await;
     let (sid, _) = sub.subscribe(vec![Filter::new().author(owner.public_key())]).await.unwrap();
     let mut c = connect(&server).await;
 
@@ -604,9 +602,7 @@ async fn nip11_document_and_cors_everywhere() {
 
 #[tokio::test]
 async fn filtered_clone_of_a_pushed_repository() {
-    let server = TestServer::start();
-    let tmp = tempfile::tempdir().unwrap();
-    let mut c = connect(&server).await;
+    let (server, tmp, mut c) = started(&[]).await;
     let owner = Keys::generate();
     assert_held(c.send_event(&announcement(&server, &owner, "big", &[])).await.unwrap());
     let repo = Repo::new(&tmp.path().join("w"), &server, &owner.public_key(), "big");

@@ -37,9 +37,7 @@ impl World {
     }
 
     async fn start_with(flags: &[&str]) -> World {
-        let server = TestServer::start_with(flags);
-        let tmp = tempfile::tempdir().unwrap();
-        let mut client = NostrClient::connect(&server.ws_url()).await.unwrap();
+        let (server, tmp, mut client) = started(flags).await;
         let owner = Keys::generate();
         let published = publish_repo(&server, &mut client, &tmp.path().join("w"), &owner, "base").await;
         let issue_event = issue(&Keys::generate(), &owner.public_key(), "base");

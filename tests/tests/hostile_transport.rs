@@ -129,10 +129,8 @@ fn wait_for_backend(server: &TestServer) {
 /// processes end and its git request slot is free for the next client.
 #[tokio::test]
 async fn a_clone_that_stops_reading_frees_its_slot() {
-    let server = TestServer::start_with(&["--git-max-requests", "1", "--write-timeout", "2s"]);
+    let (server, tmp, mut client) = started(&["--git-max-requests", "1", "--write-timeout", "2s"]).await;
     let _reaper = Reaper(server.data_dir().to_path_buf());
-    let tmp = tempfile::tempdir().unwrap();
-    let mut client = NostrClient::connect(&server.ws_url()).await.unwrap();
     let owner = Keys::generate();
     let ann = announcement(&server, &owner, "big", &[]);
     assert!(client.send_event(&ann).await.unwrap().0);
@@ -183,10 +181,8 @@ async fn a_clone_that_stops_reading_frees_its_slot() {
 /// falls below `--git-min-rate`, long before its body could end.
 #[tokio::test]
 async fn a_trickling_push_is_ended() {
-    let server = TestServer::start_with(&["--git-idle-timeout", "2s", "--git-min-rate", "200"]);
+    let (server, tmp, mut client) = started(&["--git-idle-timeout", "2s", "--git-min-rate", "200"]).await;
     let _reaper = Reaper(server.data_dir().to_path_buf());
-    let tmp = tempfile::tempdir().unwrap();
-    let mut client = NostrClient::connect(&server.ws_url()).await.unwrap();
     let owner = Keys::generate();
     publish_repo(&server, &mut client, &tmp.path().join("w"), &owner, "base").await;
 

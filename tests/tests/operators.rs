@@ -239,10 +239,8 @@ fn the_doctor_tells_a_good_installation_from_a_broken_one() {
 /// maintenance queue, kept as long as the process, once did: every stop took 10 s and warned).
 #[tokio::test]
 async fn a_quiet_relay_stops_without_waiting_out_the_grace() {
-    let mut server = TestServer::start();
-    let tmp = tempfile::tempdir().unwrap();
+    let (mut server, tmp, mut c) = started(&[]).await;
     let owner = Keys::generate();
-    let mut c = grasp_tests::grasp::connect(&server).await;
     publish_repo(&server, &mut c, &tmp.path().join("w"), &owner, "quiet").await;
     drop(c);
     let status = server.stop();

@@ -270,10 +270,8 @@ async fn corrupt_or_unknown_checkpoint_is_set_aside_and_the_server_starts() {
 
 #[tokio::test]
 async fn soft_expiry_deletes_the_repository_and_a_state_event_revives_it() {
-    let server = TestServer::start_with(&["--purgatory-ttl", "6", "--soft-expiry-ttl", "1h"]);
-    let tmp = tempfile::tempdir().unwrap();
+    let (server, tmp, mut c) = started(&["--purgatory-ttl", "6", "--soft-expiry-ttl", "1h"]).await;
     let owner = Keys::generate();
-    let mut c = connect(&server).await;
     let ann = announcement(&server, &owner, "phoenix", &[]);
     held(&mut c, &ann).await;
     let bare = repo_dir(&server, &owner.public_key(), "phoenix");
@@ -348,10 +346,8 @@ async fn full_expiry_after_the_soft_expiry_ttl_records_the_event_as_expired() {
 
 #[tokio::test]
 async fn expired_placeholder_ref_is_removed_from_the_bare_repository() {
-    let server = TestServer::start_with(&["--purgatory-ttl", "6"]);
-    let tmp = tempfile::tempdir().unwrap();
+    let (server, tmp, mut c) = started(&["--purgatory-ttl", "6"]).await;
     let owner = Keys::generate();
-    let mut c = connect(&server).await;
     let ann = announcement(&server, &owner, "target", &[]);
     held(&mut c, &ann).await;
     // Give the repository data so it outlives the announcement's purgatory.
@@ -384,10 +380,8 @@ async fn expired_placeholder_ref_is_removed_from_the_bare_repository() {
 
 #[tokio::test]
 async fn caps_refuse_new_entries_and_never_evict_the_maintainers() {
-    let server = TestServer::start_with(&["--purgatory-per-author", "2", "--purgatory-total", "5"]);
-    let tmp = tempfile::tempdir().unwrap();
+    let (server, tmp, mut c) = started(&["--purgatory-per-author", "2", "--purgatory-total", "5"]).await;
     let owner = Keys::generate();
-    let mut c = connect(&server).await;
     let ann = announcement(&server, &owner, "shared", &[]);
     held(&mut c, &ann).await;
     let work = Repo::new(&tmp.path().join("w"), &server, &owner.public_key(), "shared");
@@ -553,9 +547,7 @@ async fn deletions_remove_purgatory_entries_by_id_and_coordinate() {
 
 #[tokio::test]
 async fn placeholder_caps_refuse_the_push_before_its_refs_land() {
-    let server = TestServer::start_with(&["--placeholders-per-repo", "1", "--placeholders-total", "2"]);
-    let tmp = tempfile::tempdir().unwrap();
-    let mut c = connect(&server).await;
+    let (server, tmp, mut c) = started(&["--placeholders-per-repo", "1", "--placeholders-total", "2"]).await;
     let mut pushes = Vec::new();
     for (n, name) in ["a", "b", "c"].iter().enumerate() {
         let owner = Keys::generate();
@@ -665,9 +657,7 @@ async fn one_address_holds_only_its_share_of_the_purgatory_whatever_keys_it_uses
 #[tokio::test]
 async fn one_address_pushes_only_its_share_of_the_placeholders() {
     // Far below the per-repository cap and the total: only the address's share refuses.
-    let server = TestServer::start_with(&["--placeholders-per-address", "2", "--placeholders-per-repo", "50", "--placeholders-total", "50"]);
-    let tmp = tempfile::tempdir().unwrap();
-    let mut c = connect(&server).await;
+    let (server, tmp, mut c) = started(&["--placeholders-per-address", "2", "--placeholders-per-repo", "50", "--placeholders-total", "50"]).await;
     let owner = Keys::generate();
     held(&mut c, &announcement(&server, &owner, "parked", &[])).await;
     let work = Repo::new(&tmp.path().join("w"), &server, &owner.public_key(), "parked");

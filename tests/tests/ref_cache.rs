@@ -377,9 +377,7 @@ async fn listed_and_cached(server: &TestServer, url: &str, check: impl Fn(&str) 
 /// background: answered from the cache at once, with the new refs, as git answers them.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_next_push_and_fetch_after_a_push_are_answered_from_the_cache() {
-    let server = TestServer::start_with(&["--metrics-bind", "127.0.0.1:0"]);
-    let tmp = tempfile::tempdir().unwrap();
-    let mut c = connect(&server).await;
+    let (server, tmp, mut c) = started(&["--metrics-bind", "127.0.0.1:0"]).await;
     let owner = Keys::generate();
     held(&mut c, &announcement(&server, &owner, "warm", &[])).await;
     let repo = Repo::new(&tmp.path().join("w"), &server, &owner.public_key(), "warm");
@@ -416,9 +414,7 @@ async fn the_next_push_and_fetch_after_a_push_are_answered_from_the_cache() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn never_stale_after_pushes_releases_realignments_and_maintenance() {
-    let server = TestServer::start_with(&["--metrics-bind", "127.0.0.1:0"]);
-    let tmp = tempfile::tempdir().unwrap();
-    let mut c = connect(&server).await;
+    let (server, tmp, mut c) = started(&["--metrics-bind", "127.0.0.1:0"]).await;
     let owner = Keys::generate();
     held(&mut c, &announcement(&server, &owner, "live", &[])).await;
     let repo = Repo::new(&tmp.path().join("w"), &server, &owner.public_key(), "live");
@@ -464,9 +460,7 @@ async fn never_stale_after_pushes_releases_realignments_and_maintenance() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_fetch_racing_a_push_never_sees_a_stale_list_once_the_push_is_answered() {
-    let server = TestServer::start_with(&["--metrics-bind", "127.0.0.1:0"]);
-    let tmp = tempfile::tempdir().unwrap();
-    let mut c = connect(&server).await;
+    let (server, tmp, mut c) = started(&["--metrics-bind", "127.0.0.1:0"]).await;
     let owner = Keys::generate();
     let published = publish_repo(&server, &mut c, &tmp.path().join("o"), &owner, "race").await;
     let url = published.repo.url.clone();
@@ -511,9 +505,7 @@ async fn a_fetch_racing_a_push_never_sees_a_stale_list_once_the_push_is_answered
 
 #[tokio::test(flavor = "multi_thread")]
 async fn contributor_repositories_are_cached_and_their_rules_hold() {
-    let server = TestServer::start_with(&["--grasp06", "--metrics-bind", "127.0.0.1:0"]);
-    let mut c = connect(&server).await;
-    let tmp = tempfile::tempdir().unwrap();
+    let (server, tmp, mut c) = started(&["--grasp06", "--metrics-bind", "127.0.0.1:0"]).await;
     let (owner, contributor) = (Keys::generate(), Keys::generate());
     let published = publish_repo(&server, &mut c, &tmp.path().join("owner"), &owner, "proj").await;
     let work = tmp.path().join("contrib");
@@ -609,9 +601,7 @@ async fn never_stale_after_a_git_sync() {
 #[tokio::test(flavor = "multi_thread")]
 async fn an_ls_refs_body_that_never_arrives_is_ended_within_the_idle_timeout() {
     use std::io::{Read as _, Write as _};
-    let server = TestServer::start_with(&["--git-idle-timeout", "1s"]);
-    let mut c = connect(&server).await;
-    let tmp = tempfile::tempdir().unwrap();
+    let (server, tmp, mut c) = started(&["--git-idle-timeout", "1s"]).await;
     let owner = Keys::generate();
     publish_repo(&server, &mut c, &tmp.path().join("o"), &owner, "slow").await;
     let path = format!("/{}/slow.git/git-upload-pack", npub_of(&owner.public_key()));
