@@ -34,6 +34,18 @@ pub fn bin(name: &str) -> PathBuf {
     path
 }
 
+/// The xorshift64 sequence from one fixed seed: content no compressor can shrink, the same on
+/// every run (for pushes and packs that must be as large as their data).
+pub fn xorshift() -> impl Iterator<Item = u64> {
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    std::iter::repeat_with(move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    })
+}
+
 /// A fixed, valid public key (`n` picks one of a few).
 pub fn test_owner(n: usize) -> PublicKey {
     const KEYS: [&str; 2] = [

@@ -314,14 +314,18 @@ pub async fn connect(server: &TestServer) -> crate::NostrClient {
     crate::NostrClient::connect(&server.ws_url()).await.unwrap()
 }
 
-/// The opening most suites share: a server started with `extra_args` (as
-/// [`TestServer::start_with`]), a temporary directory for work trees, and a client connected to
-/// the server.
-pub async fn started(extra_args: &[&str]) -> (TestServer, tempfile::TempDir, crate::NostrClient) {
+/// A server started with `extra_args` (as [`TestServer::start_with`]) and a client connected to
+/// it.
+pub async fn connected(extra_args: &[&str]) -> (TestServer, crate::NostrClient) {
     let server = TestServer::start_with(extra_args);
-    let tmp = tempfile::tempdir().unwrap();
     let client = connect(&server).await;
-    (server, tmp, client)
+    (server, client)
+}
+
+/// The opening most suites share: [`connected`], and a temporary directory for work trees.
+pub async fn started(extra_args: &[&str]) -> (TestServer, tempfile::TempDir, crate::NostrClient) {
+    let (server, client) = connected(extra_args).await;
+    (server, tempfile::tempdir().unwrap(), client)
 }
 
 /// Sends the raw HTTP `request` on `stream` and returns the status code of the answer (read up

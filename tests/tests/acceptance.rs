@@ -116,8 +116,7 @@ async fn announcement_is_held_unserved_and_its_empty_repository_cloneable() {
 #[tokio::test]
 async fn announcement_not_listing_this_service_is_blocked_with_the_urls_to_add() {
     // A public host name lets the test use the look-alikes of the issue literally.
-    let server = TestServer::start_with(&["--public-host", "example.com"]);
-    let mut c = connect(&server).await;
+    let (server, mut c) = connected(&["--public-host", "example.com"]).await;
     let owner = Keys::generate();
     let good_clone = "https://example.com/x.git";
     let good_relay = "wss://example.com";
@@ -203,8 +202,7 @@ async fn announcement_not_listing_this_service_is_blocked_with_the_urls_to_add()
 
 #[tokio::test]
 async fn unsafe_identifiers_are_refused_and_nothing_is_created() {
-    let server = TestServer::start();
-    let mut c = connect(&server).await;
+    let (server, mut c) = connected(&[]).await;
     let owner = Keys::generate();
     // A valid repository first, so the owner's directory exists and `../x` would land in it.
     assert_held(c.send_event(&announcement(&server, &owner, "fine", &[])).await.unwrap());
@@ -239,8 +237,7 @@ async fn unsafe_identifiers_are_refused_and_nothing_is_created() {
 
 #[tokio::test]
 async fn state_needs_an_announcement_and_an_authorised_author() {
-    let server = TestServer::start();
-    let mut c = connect(&server).await;
+    let (server, mut c) = connected(&[]).await;
     let (owner, maint, sub_maint, stranger) = (Keys::generate(), Keys::generate(), Keys::generate(), Keys::generate());
     let oid = "a".repeat(40);
     let refs = [("refs/heads/main", oid.as_str())];
@@ -288,8 +285,7 @@ async fn state_needs_an_announcement_and_an_authorised_author() {
 
 #[tokio::test]
 async fn maintainer_exception_and_service_change() {
-    let server = TestServer::start();
-    let mut c = connect(&server).await;
+    let (server, mut c) = connected(&[]).await;
     let (owner, maint, stranger) = (Keys::generate(), Keys::generate(), Keys::generate());
     let elsewhere = |k: &Keys, d: &str| announcement_with_urls(k, d, "https://elsewhere.net/r.git", "wss://elsewhere.net");
 
@@ -326,8 +322,7 @@ async fn maintainer_exception_and_service_change() {
 
 #[tokio::test]
 async fn issues_need_an_announced_repository() {
-    let server = TestServer::start();
-    let mut c = connect(&server).await;
+    let (server, mut c) = connected(&[]).await;
     let (owner, alice, other) = (Keys::generate(), Keys::generate(), Keys::generate());
 
     // Orphans: unknown repository, no tags, right identifier but wrong owner.
@@ -367,8 +362,7 @@ async fn issues_need_an_announced_repository() {
 
 #[tokio::test]
 async fn forward_references_are_accepted() {
-    let server = TestServer::start();
-    let mut c = connect(&server).await;
+    let (server, mut c) = connected(&[]).await;
     let (owner, alice) = (Keys::generate(), Keys::generate());
     assert_held(c.send_event(&announcement(&server, &owner, "proj", &[])).await.unwrap());
     let repo_a = coord(&owner.public_key(), "proj");
@@ -394,8 +388,7 @@ async fn forward_references_are_accepted() {
 
 #[tokio::test]
 async fn grasp_lists_and_deletions_are_accepted_but_anchor_nothing() {
-    let server = TestServer::start();
-    let mut c = connect(&server).await;
+    let (_server, mut c) = connected(&[]).await;
     let (alice, spammer) = (Keys::generate(), Keys::generate());
     // 10317 and kind 5 are accepted from anyone, no repository needed.
     let list = ev_at(&alice, 10317, now(), "", &[&["g", "https://example.com"]]);
@@ -421,8 +414,7 @@ async fn grasp_lists_and_deletions_are_accepted_but_anchor_nothing() {
 
 #[tokio::test]
 async fn deletions_remove_stored_and_held_events_for_good() {
-    let server = TestServer::start();
-    let mut c = connect(&server).await;
+    let (server, mut c) = connected(&[]).await;
     let (owner, alice, mallory) = (Keys::generate(), Keys::generate(), Keys::generate());
     let t = now();
     let ann = announcement_at(&server, &owner, "proj", &[], t);
@@ -487,8 +479,7 @@ async fn deletions_remove_stored_and_held_events_for_good() {
 
 #[tokio::test]
 async fn comments_on_a_held_pull_request_are_accepted() {
-    let server = TestServer::start();
-    let mut c = connect(&server).await;
+    let (server, mut c) = connected(&[]).await;
     let (owner, alice, bob) = (Keys::generate(), Keys::generate(), Keys::generate());
     assert_held(c.send_event(&announcement(&server, &owner, "proj", &[])).await.unwrap());
     let pr = pull_request(&alice, &owner.public_key(), "proj", &"f".repeat(40), &[]);
@@ -507,8 +498,7 @@ async fn comments_on_a_held_pull_request_are_accepted() {
 
 #[tokio::test]
 async fn invalid_signatures_and_ids_are_refused() {
-    let server = TestServer::start();
-    let mut c = connect(&server).await;
+    let (server, mut c) = connected(&[]).await;
     let owner = Keys::generate();
     let ann = announcement(&server, &owner, "proj", &[]);
     // Signature of another event on the announcement: refused before anything is created.

@@ -23,9 +23,8 @@ fn signed(keys: &Keys, kind: u16, tags: &[&[&str]], at: u64) -> Event {
 /// first frame is an unasked `AUTH`): then it comes before the `auth-required:` answer.
 #[tokio::test]
 async fn a_public_service_challenges_only_when_authentication_is_needed() {
-    let server = TestServer::start();
+    let (_server, mut c) = connected(&[]).await;
     let author = Keys::generate();
-    let mut c = connect(&server).await;
     c.ws_ping().await.unwrap();
     let plain = signed(&author, 10317, &[&["g", "ws://example.com"]], now());
     assert_eq!(c.send_event(&plain).await.unwrap(), (true, String::new()));
@@ -46,8 +45,7 @@ async fn a_public_service_challenges_only_when_authentication_is_needed() {
 /// A client that sends `AUTH` before any challenge is given one and authenticates with it.
 #[tokio::test]
 async fn auth_before_any_challenge_gets_the_challenge_and_then_authenticates() {
-    let server = TestServer::start();
-    let mut c = connect(&server).await;
+    let (_server, mut c) = connected(&[]).await;
     let msg = c.request_challenge().await.unwrap();
     assert!(msg.starts_with("auth-required:") && msg.contains("AUTH again"), "{msg}");
     assert_eq!(c.auth(&Keys::generate()).await.unwrap(), (true, String::new()));
@@ -55,8 +53,7 @@ async fn auth_before_any_challenge_gets_the_challenge_and_then_authenticates() {
 
 #[tokio::test]
 async fn challenges_differ_and_several_keys_authenticate() {
-    let server = TestServer::start();
-    let mut c = connect(&server).await;
+    let (server, mut c) = connected(&[]).await;
     let challenge = c.challenge_now().await.unwrap();
     assert_eq!(challenge.len(), 32, "{challenge}");
     let mut other = connect(&server).await;
@@ -73,8 +70,7 @@ async fn challenges_differ_and_several_keys_authenticate() {
 
 #[tokio::test]
 async fn bad_auth_events_are_refused_and_the_connection_stays_usable() {
-    let server = TestServer::start();
-    let mut c = connect(&server).await;
+    let (server, mut c) = connected(&[]).await;
     let challenge = c.challenge_now().await.unwrap();
     let keys = Keys::generate();
     let relay = server.ws_url();
@@ -114,10 +110,9 @@ async fn bad_auth_events_are_refused_and_the_connection_stays_usable() {
 
 #[tokio::test]
 async fn protected_events_only_from_their_authenticated_author() {
-    let server = TestServer::start();
+    let (server, mut c) = connected(&[]).await;
     let author = Keys::generate();
     let someone = Keys::generate();
-    let mut c = connect(&server).await;
     let protected = signed(&author, 10317, &[&["-"], &["g", "ws://example.com"]], now());
 
     let (ok, msg) = c.send_event(&protected).await.unwrap();
@@ -143,9 +138,8 @@ async fn protected_events_only_from_their_authenticated_author() {
 
 #[tokio::test]
 async fn auth_events_are_never_stored_or_broadcast() {
-    let server = TestServer::start();
+    let (server, mut watcher) = connected(&[]).await;
     let keys = Keys::generate();
-    let mut watcher = connect(&server).await;
     let kinds = [Kind::Custom(22242), Kind::Custom(10317)];
     let (sub, _) = watcher.subscribe(vec![Filter::new().kinds(kinds)]).await.unwrap();
     let mut c = connect(&server).await;
@@ -162,9 +156,8 @@ async fn auth_events_are_never_stored_or_broadcast() {
 
 #[tokio::test]
 async fn public_service_refuses_private_repositories_before_creating_anything() {
-    let server = TestServer::start();
+    let (server, mut c) = connected(&[]).await;
     let owner = Keys::generate();
-    let mut c = connect(&server).await;
     // A public repository first: held, bare repository created.
     let public = announcement(&server, &owner, "shared", &[]);
     assert!(c.send_event(&public).await.unwrap().0);

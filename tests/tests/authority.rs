@@ -104,8 +104,7 @@ async fn an_invitee_moves_nothing_until_they_accept_and_nothing_after_they_leave
 /// maintainers; an older client's `maintainers` list counts once the listed key accepts.
 #[tokio::test]
 async fn role_tags_decide_and_older_announcements_are_reciprocal_too() {
-    let server = TestServer::start();
-    let mut c = connect(&server).await;
+    let (server, mut c) = connected(&[]).await;
     let (owner, moderator, old_client) = (Keys::generate(), Keys::generate(), Keys::generate());
     let t = now() - 100;
     let mut ann = with_roles(&server, &owner, "mix", &[("o", moderator.public_key(), &[])], t);

@@ -33,9 +33,8 @@ async fn pipelined(c: &mut grasp_tests::NostrClient, events: &[Event], expected:
 /// before its `OK`. The events are pipelined, so many share one journal sync.
 #[tokio::test]
 async fn every_held_event_answered_ok_survives_kill_9() {
-    let mut server = TestServer::start_with(&["--checkpoint-interval", "1h", "--purgatory-per-author", "1000"]);
+    let (mut server, mut c) = connected(&["--checkpoint-interval", "1h", "--purgatory-per-author", "1000"]).await;
     let owner = Keys::generate();
-    let mut c = connect(&server).await;
     let ann = announcement(&server, &owner, "durable", &[]);
     held(&mut c, &ann).await;
     let base = now() - 1000;
@@ -74,9 +73,8 @@ async fn every_held_event_answered_ok_survives_kill_9() {
 /// compacted into the checkpoint at startup.
 #[tokio::test]
 async fn a_torn_journal_tail_is_ignored_and_the_journal_is_compacted() {
-    let mut server = TestServer::start_with(&["--checkpoint-interval", "1h"]);
+    let (mut server, mut c) = connected(&["--checkpoint-interval", "1h"]).await;
     let owner = Keys::generate();
-    let mut c = connect(&server).await;
     let ann = announcement(&server, &owner, "torn", &[]);
     held(&mut c, &ann).await;
     server.kill();

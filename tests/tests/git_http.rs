@@ -503,15 +503,7 @@ fn large_push_with_chunked_body_and_large_fetch() {
     let url = f.server.repo_url(&test_owner(0), "large");
     // ~3 MiB of incompressible data: more than http.postBuffer, so git streams it chunked
     // (no Content-Length reaches the CGI).
-    let mut x: u64 = 0x9e3779b97f4a7c15;
-    let data: String = (0..3 * 1024 * 1024 / 16)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            format!("{x:016x}")
-        })
-        .collect();
+    let data: String = grasp_tests::git::xorshift().take(3 * 1024 * 1024 / 16).map(|x| format!("{x:016x}")).collect();
     let big = f.work.commit("random.txt", &data);
     git(&f.work.dir, &["push", "-q", &url, "main"]);
     assert_eq!(read_refs(&f.bare).unwrap()["refs/heads/main"], big);

@@ -324,8 +324,7 @@ fn disk_use(dir: &Path) -> (usize, u64) {
 /// description or info/exclude), and expiry leaves no empty owner directory behind.
 #[tokio::test]
 async fn held_repositories_are_small_and_expiry_leaves_no_owner_dirs() {
-    let server = TestServer::start_with(&["--purgatory-ttl", "2", "--soft-expiry-ttl", "1h"]);
-    let mut client = NostrClient::connect(&server.ws_url()).await.unwrap();
+    let (server, mut client) = connected(&["--purgatory-ttl", "2", "--soft-expiry-ttl", "1h"]).await;
     let owners: Vec<Keys> = (0..5).map(|_| Keys::generate()).collect();
     for (i, keys) in owners.iter().enumerate() {
         let (ok, msg) = client.send_event(&announcement(&server, keys, &format!("r{i}"), &[])).await.unwrap();
@@ -385,8 +384,7 @@ async fn oversized_pushes_are_refused_before_they_land() {
 /// they soft-expire, so a newcomer is not refused for the soft-expiry window.
 #[tokio::test]
 async fn soft_expired_announcements_free_the_purgatory_cap() {
-    let server = TestServer::start_with(&["--purgatory-total", "3", "--purgatory-ttl", "2", "--soft-expiry-ttl", "1h"]);
-    let mut client = NostrClient::connect(&server.ws_url()).await.unwrap();
+    let (server, mut client) = connected(&["--purgatory-total", "3", "--purgatory-ttl", "2", "--soft-expiry-ttl", "1h"]).await;
     let throwaway: Vec<Keys> = (0..3).map(|_| Keys::generate()).collect();
     for keys in &throwaway {
         let (ok, msg) = client.send_event(&announcement(&server, keys, "spam", &[])).await.unwrap();

@@ -11,15 +11,14 @@ use futures_util::{SinkExt, StreamExt};
 use grasp_state::names::identifier::npub_of;
 use grasp_tests::grasp::*;
 use grasp_tests::processes::{children_of, Reaper};
-use grasp_tests::{binary_path, wait_until, NostrClient, TestServer, TIMEOUT};
+use grasp_tests::{binary_path, wait_until, TestServer, TIMEOUT};
 use nostr::prelude::*;
 use tokio_tungstenite::tungstenite::Message;
 
 /// A NOTICE answering a binary frame is a NIP-01 prefixed error saying what to send instead.
 #[tokio::test]
 async fn binary_frame_gets_an_invalid_notice() {
-    let server = TestServer::start();
-    let mut client = NostrClient::connect(&server.ws_url()).await.unwrap();
+    let (_server, mut client) = connected(&[]).await;
     client.send_ws(Message::binary(vec![1u8, 2, 3])).await.unwrap();
     let notice = client.wait_notice().await.unwrap();
     assert!(notice.starts_with("invalid: ") && notice.contains("text frames"), "{notice}");
@@ -107,15 +106,8 @@ fn a_subscribed_client_that_ignores_pings_is_closed() {
 
 /// Writes `len` bytes no compressor can shrink (xorshift) to `path`.
 fn write_incompressible(path: &std::path::Path, len: usize) {
-    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
-    let mut bytes = Vec::with_capacity(len + 8);
-    while bytes.len() < len {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        bytes.extend_from_slice(&x.to_le_bytes());
-    }
-    std::fs::write(path, &bytes[..len]).unwrap();
+    let bytes: Vec<u8> = grasp_tests::git::xorshift().flat_map(u64::to_le_bytes).take(len).collect();
+    std::fs::write(path, bytes).unwrap();
 }
 
 fn wait_for_backend(server: &TestServer) {

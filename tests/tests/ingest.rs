@@ -4,7 +4,7 @@
 //! duplicate, bad events are refused in their turn), and a `REQ` sent after them sees them all.
 
 use grasp_tests::grasp::*;
-use grasp_tests::{NostrClient, TestServer};
+use grasp_tests::NostrClient;
 use nostr::prelude::*;
 use serde_json::{json, Value};
 
@@ -39,8 +39,7 @@ async fn read_oks(c: &mut NostrClient, n: usize) -> Vec<(EventId, bool, String)>
 
 #[tokio::test]
 async fn oks_keep_the_order_of_pipelined_events() {
-    let server = TestServer::start();
-    let mut c = NostrClient::connect(&server.ws_url()).await.unwrap();
+    let (server, mut c) = connected(&[]).await;
     let owner = Keys::generate();
     // A held announcement is enough for issues about it to be accepted (and stored) at once.
     let (ok, msg) = c.send_event(&announcement(&server, &owner, "piped", &[])).await.unwrap();
@@ -114,8 +113,7 @@ async fn oks_keep_the_order_of_pipelined_events() {
 
 #[tokio::test]
 async fn a_req_after_pipelined_events_sees_them_all() {
-    let server = TestServer::start();
-    let mut c = NostrClient::connect(&server.ws_url()).await.unwrap();
+    let (server, mut c) = connected(&[]).await;
     let owner = Keys::generate();
     let (ok, msg) = c.send_event(&announcement(&server, &owner, "seen", &[])).await.unwrap();
     assert!(ok, "{msg}");

@@ -127,8 +127,7 @@ async fn connections_beyond_the_per_address_limit_get_503_and_places_free_on_clo
 
 #[tokio::test]
 async fn connections_beyond_the_total_limit_get_503() {
-    let server = TestServer::start_with(&["--max-connections", "2", "--max-connections-per-ip", "0"]);
-    let mut a = connect(&server).await;
+    let (server, mut a) = connected(&["--max-connections", "2", "--max-connections-per-ip", "0"]).await;
     let b = connect(&server).await;
     let (status, cors, body) = refused_websocket(&server).await;
     assert_eq!((status, cors.as_deref()), (503, Some("*")), "{body}");

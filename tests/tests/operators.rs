@@ -116,8 +116,7 @@ async fn sighup_applies_what_can_change_and_keeps_the_rest() {
     let file = dir.path().join("config.toml");
     // Every event refused for want of disk space, to begin with.
     std::fs::write(&file, example_with(&[("min-free-disk = 1073741824", "min-free-disk = 9223372036854775807")])).unwrap();
-    let server = TestServer::start_with(&["--config", file.to_str().unwrap()]);
-    let mut c = connect(&server).await;
+    let (server, mut c) = connected(&["--config", file.to_str().unwrap()]).await;
     // Kind 10317 is replaceable: a fresh key for each event that should be stored.
     let mallory = Keys::generate();
     let (ok, msg) = c.send_event(&event(&Keys::generate(), 10317, &[&["t", "1"]])).await.unwrap();

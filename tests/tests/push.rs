@@ -749,8 +749,7 @@ async fn git_requests_run_the_backend_without_grasp_cgi() {
     std::fs::write(&script, body).unwrap();
     std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
     let recorded = || std::fs::read_to_string(&log).unwrap_or_default();
-    let server = TestServer::start_with(&["--cgi-path", script.to_str().unwrap()]);
-    let mut c = connect(&server).await;
+    let (server, mut c) = connected(&["--cgi-path", script.to_str().unwrap()]).await;
     let owner = Keys::generate();
     let (ann, repo, _, _) = ready_to_push(&server, &mut c, &owner, "direct", tmp.path()).await;
 

@@ -6,7 +6,7 @@
 //! behaviour checked is the same as for any other event. The policy itself is tested in
 //! `acceptance.rs`.
 
-use grasp_tests::grasp::{announcement, connect};
+use grasp_tests::grasp::{announcement, connect, connected};
 use grasp_tests::{NostrClient, ReqOutcome, TestServer};
 use nostr::prelude::*;
 use serde_json::Value;
@@ -52,8 +52,7 @@ fn ids(events: &[Event]) -> Vec<EventId> {
 
 #[tokio::test]
 async fn event_ok_and_duplicate() {
-    let server = TestServer::start();
-    let mut c = connect(&server).await;
+    let (server, mut c) = connected(&[]).await;
     let repo = Anchor::announce(&server, &mut c).await;
     let keys = Keys::generate();
     let e = repo.event(&keys, 1621, 1_700_000_000, "hello", vec![]);
@@ -68,8 +67,7 @@ async fn event_ok_and_duplicate() {
 
 #[tokio::test]
 async fn bad_signature_and_wrong_id_are_rejected() {
-    let server = TestServer::start();
-    let mut c = connect(&server).await;
+    let (server, mut c) = connected(&[]).await;
     let repo = Anchor::announce(&server, &mut c).await;
     let keys = Keys::generate();
     // Would be accepted with a valid id and signature (it tags an announced repository).
@@ -107,8 +105,7 @@ async fn bad_signature_and_wrong_id_are_rejected() {
 
 #[tokio::test]
 async fn req_filter_fields_or_and_limit() {
-    let server = TestServer::start();
-    let mut c = connect(&server).await;
+    let (server, mut c) = connected(&[]).await;
     let repo = Anchor::announce(&server, &mut c).await;
     let (alice, bob) = (Keys::generate(), Keys::generate());
     let a1 = repo.event(&alice, 1621, 1000, "a1", vec![Tag::hashtag("grasp")]);
@@ -186,8 +183,7 @@ async fn req_filter_fields_or_and_limit() {
 
 #[tokio::test]
 async fn max_limit_caps_results() {
-    let server = TestServer::start_with(&["--max-limit", "2"]);
-    let mut c = connect(&server).await;
+    let (server, mut c) = connected(&["--max-limit", "2"]).await;
     let repo = Anchor::announce(&server, &mut c).await;
     let keys = Keys::generate();
     for i in 0..4 {
@@ -216,8 +212,7 @@ async fn max_limit_caps_results() {
 
 #[tokio::test]
 async fn live_broadcast_close_and_eose() {
-    let server = TestServer::start();
-    let mut sub = connect(&server).await;
+    let (server, mut sub) = connected(&[]).await;
     let mut publisher = connect(&server).await;
     let repo = Anchor::announce(&server, &mut publisher).await;
     let keys = Keys::generate();
@@ -258,8 +253,7 @@ async fn live_broadcast_close_and_eose() {
 
 #[tokio::test]
 async fn replaceable_and_addressable_replacement() {
-    let server = TestServer::start();
-    let mut c = connect(&server).await;
+    let (server, mut c) = connected(&[]).await;
     let repo = Anchor::announce(&server, &mut c).await;
     let keys = Keys::generate();
 
@@ -316,8 +310,7 @@ async fn replaceable_and_addressable_replacement() {
 
 #[tokio::test]
 async fn deletion_removes_and_blocks_republish() {
-    let server = TestServer::start();
-    let mut c = connect(&server).await;
+    let (server, mut c) = connected(&[]).await;
     let repo = Anchor::announce(&server, &mut c).await;
     let (alice, mallory) = (Keys::generate(), Keys::generate());
     let e = repo.event(&alice, 1621, 1000, "regret", vec![]);
@@ -359,8 +352,7 @@ async fn deletion_removes_and_blocks_republish() {
 
 #[tokio::test]
 async fn too_many_subscriptions_and_filters_are_closed() {
-    let server = TestServer::start_with(&["--max-subscriptions", "2", "--max-filters", "2"]);
-    let mut c = connect(&server).await;
+    let (_server, mut c) = connected(&["--max-subscriptions", "2", "--max-filters", "2"]).await;
     c.subscribe(vec![Filter::new().limit(0)]).await.unwrap();
     c.subscribe(vec![Filter::new().limit(0)]).await.unwrap();
     let third = SubscriptionId::new("third");
@@ -383,8 +375,7 @@ async fn too_many_subscriptions_and_filters_are_closed() {
 
 #[tokio::test]
 async fn oversized_message_is_answered_and_connection_survives() {
-    let server = TestServer::start_with(&["--max-message-bytes", "2048"]);
-    let mut c = connect(&server).await;
+    let (server, mut c) = connected(&["--max-message-bytes", "2048"]).await;
     let repo = Anchor::announce(&server, &mut c).await;
     let keys = Keys::generate();
     let big = repo.event(&keys, 1621, 1000, &"x".repeat(4096), vec![]);
@@ -408,8 +399,7 @@ async fn oversized_message_is_answered_and_connection_survives() {
 
 #[tokio::test]
 async fn garbage_gets_notice_and_connection_survives() {
-    let server = TestServer::start();
-    let mut c = connect(&server).await;
+    let (server, mut c) = connected(&[]).await;
     for garbage in [
         "not json",
         "{}",
@@ -558,8 +548,7 @@ async fn sigterm_exits_cleanly_and_restart_keeps_events() {
 
 #[tokio::test]
 async fn ephemeral_events_about_a_repository_are_broadcast_not_stored() {
-    let server = TestServer::start();
-    let mut sub = connect(&server).await;
+    let (server, mut sub) = connected(&[]).await;
     let mut publisher = connect(&server).await;
     let repo = Anchor::announce(&server, &mut publisher).await;
     let keys = Keys::generate();
@@ -584,8 +573,7 @@ async fn ephemeral_events_about_a_repository_are_broadcast_not_stored() {
 
 #[tokio::test]
 async fn req_with_open_id_replaces_the_subscription() {
-    let server = TestServer::start();
-    let mut sub = connect(&server).await;
+    let (server, mut sub) = connected(&[]).await;
     let mut publisher = connect(&server).await;
     let repo = Anchor::announce(&server, &mut publisher).await;
     let keys = Keys::generate();
@@ -611,8 +599,7 @@ async fn req_with_open_id_replaces_the_subscription() {
 /// an open subscription is answered `CLOSED` and that subscription delivers nothing more.
 #[tokio::test]
 async fn malformed_req_with_open_id_ends_the_subscription() {
-    let server = TestServer::start();
-    let mut sub = connect(&server).await;
+    let (server, mut sub) = connected(&[]).await;
     let mut publisher = connect(&server).await;
     let repo = Anchor::announce(&server, &mut publisher).await;
     let keys = Keys::generate();
