@@ -34,6 +34,17 @@ pub fn bin(name: &str) -> PathBuf {
     path
 }
 
+/// A temporary directory holding a git root `git/` (not created: the server makes it) and an
+/// empty hooks directory `hooks/` for the repositories created there: (the directory, the root,
+/// the hooks).
+pub fn git_root_with_hooks() -> (tempfile::TempDir, PathBuf, PathBuf) {
+    let tmp = tempfile::tempdir().unwrap();
+    let hooks = tmp.path().join("hooks");
+    std::fs::create_dir_all(&hooks).unwrap();
+    let root = tmp.path().join("git");
+    (tmp, root, hooks)
+}
+
 /// The xorshift64 sequence from one fixed seed: content no compressor can shrink, the same on
 /// every run (for pushes and packs that must be as large as their data).
 pub fn xorshift() -> impl Iterator<Item = u64> {

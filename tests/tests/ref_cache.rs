@@ -16,7 +16,7 @@ use grasp_relay::git::ref_cache::{RefCache, DEFAULT_BUDGET};
 use grasp_relay::git::repos::create_bare_repo;
 use grasp_state::contract::git_backend::BackendSetup;
 use grasp_state::names::identifier::npub_of;
-use grasp_tests::git::{bin, git, git_output, test_owner, GitHttpServer, WorkTree};
+use grasp_tests::git::{bin, git, git_output, git_root_with_hooks, test_owner, GitHttpServer, WorkTree};
 use grasp_tests::grasp::*;
 use grasp_tests::{eventually, TestServer};
 use nostr::prelude::*;
@@ -162,10 +162,7 @@ fn reads() -> Vec<Read> {
 
 #[test]
 fn cached_answers_are_gits_byte_for_byte() {
-    let tmp = tempfile::tempdir().unwrap();
-    let root = tmp.path().join("git");
-    let hooks = tmp.path().join("hooks");
-    std::fs::create_dir_all(&hooks).unwrap();
+    let (tmp, root, hooks) = git_root_with_hooks();
     let cache = Arc::new(RefCache::new(DEFAULT_BUDGET, Default::default()));
     let cached = git_server(&root, Some(cache.clone()));
     let plain = git_server(&root, None);
@@ -290,10 +287,7 @@ fn eventually_hit(client: &reqwest::blocking::Client, url: &str, read: &Read, me
 
 #[test]
 fn never_stale_after_a_change_behind_the_relays_back() {
-    let tmp = tempfile::tempdir().unwrap();
-    let root = tmp.path().join("git");
-    let hooks = tmp.path().join("hooks");
-    std::fs::create_dir_all(&hooks).unwrap();
+    let (tmp, root, hooks) = git_root_with_hooks();
     let cache = Arc::new(RefCache::new(DEFAULT_BUDGET, Default::default()));
     let server = git_server(&root, Some(cache.clone()));
     let owner = test_owner(0);
