@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
 use grasp_tests::grasp::*;
-use grasp_tests::{binary_path, eventually, wait_until, TestServer, TIMEOUT};
+use grasp_tests::{binary_path, eventually, spawn_logged, wait_until, TestServer, TIMEOUT};
 use nostr::prelude::*;
 
 /// The example configuration file, with every setting at its default.
@@ -164,16 +164,7 @@ fn sighup_changes_the_log_filter() {
         ])
     };
     std::fs::write(&file, config("warn")).unwrap();
-    let log = std::fs::File::create(dir.path().join("relay.log")).unwrap();
-    let mut child = Command::new(binary_path("grasp-relay"))
-        .arg("--config")
-        .arg(&file)
-        .env(grasp_state::contract::env_names::NO_INDEX_RELAYS, "true")
-        .stdin(Stdio::null())
-        .stdout(log.try_clone().unwrap())
-        .stderr(log)
-        .spawn()
-        .unwrap();
+    let mut child = spawn_logged(Command::new(binary_path("grasp-relay")).arg("--config").arg(&file), &dir.path().join("relay.log"));
     let logs = || std::fs::read_to_string(dir.path().join("relay.log")).unwrap_or_default();
     wait_until("the relay to listen", TIMEOUT, || data.join(grasp_state::contract::layout::RELAY_ADDR_FILE).exists().then_some(())).unwrap_or_else(|e| panic!("{e}\n{}", logs()));
     assert!(!logs().contains(" INFO "), "{}", logs());
