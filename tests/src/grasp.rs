@@ -14,13 +14,26 @@ pub fn now() -> u64 {
     Timestamp::now().as_secs()
 }
 
-fn sign(keys: &Keys, kind: u16, at: u64, tags: Vec<Vec<String>>) -> Event {
-    let tags: Vec<Tag> = tags.into_iter().map(|t| Tag::parse(t).expect("valid tag")).collect();
-    EventBuilder::new(Kind::from(kind), "")
+/// An event of `kind` by `keys` with `content` and `tags`, created at `at`.
+pub fn signed(keys: &Keys, kind: u16, at: u64, content: &str, tags: Vec<Tag>) -> Event {
+    EventBuilder::new(Kind::from(kind), content)
         .tags(tags)
         .custom_created_at(Timestamp::from(at))
         .finalize(keys)
         .expect("signing")
+}
+
+/// [`signed`], its tags given as strings (`&[&["e", id], &["k", "1621"]]`).
+pub fn signed_event(keys: &Keys, kind: u16, at: u64, content: &str, tags: &[&[&str]]) -> Event {
+    sign_content(keys, kind, at, content, tags.iter().map(|t| s(t)).collect())
+}
+
+fn sign(keys: &Keys, kind: u16, at: u64, tags: Vec<Vec<String>>) -> Event {
+    sign_content(keys, kind, at, "", tags)
+}
+
+fn sign_content(keys: &Keys, kind: u16, at: u64, content: &str, tags: Vec<Vec<String>>) -> Event {
+    signed(keys, kind, at, content, tags.into_iter().map(|t| Tag::parse(t).expect("valid tag")).collect())
 }
 
 fn s(v: &[&str]) -> Vec<String> {
@@ -100,7 +113,7 @@ pub fn issue(keys: &Keys, owner: &PublicKey, identifier: &str) -> Event {
 
 /// Any event of `kind` with the given tags, created now.
 pub fn event(keys: &Keys, kind: u16, tags: &[&[&str]]) -> Event {
-    sign(keys, kind, now(), tags.iter().map(|t| s(t)).collect())
+    signed_event(keys, kind, now(), "", tags)
 }
 
 /// A local work tree with commits that pushes to a server's repository over HTTP.

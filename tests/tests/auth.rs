@@ -9,14 +9,6 @@ async fn connect(server: &TestServer) -> NostrClient {
     NostrClient::connect(&server.ws_url()).await.unwrap()
 }
 
-fn signed(keys: &Keys, kind: u16, tags: &[&[&str]], at: u64) -> Event {
-    let tags: Vec<Tag> = tags.iter().map(|t| Tag::parse(t.iter().copied()).unwrap()).collect();
-    EventBuilder::new(Kind::Custom(kind), "")
-        .tags(tags)
-        .custom_created_at(Timestamp::from(at))
-        .finalize(keys)
-        .unwrap()
-}
 
 
 /// A public service sends no challenge until something needs one (ngit drops a public relay whose
@@ -26,12 +18,12 @@ async fn a_public_service_challenges_only_when_authentication_is_needed() {
     let (_server, mut c) = connected(&[]).await;
     let author = Keys::generate();
     c.ws_ping().await.unwrap();
-    let plain = signed(&author, 10317, &[&["g", "ws://example.com"]], now());
+    let plain = signed_event(&author, 10317, now(), "", &[&["g", "ws://example.com"]]);
     assert_eq!(c.send_event(&plain).await.unwrap(), (true, String::new()));
     c.ping_relay().await.unwrap();
     assert_eq!(c.challenge(), None, "no challenge before anything needs authentication");
 
-    let protected = signed(&author, 10317, &[&["-"], &["g", "ws://example.org"]], now() + 1);
+    let protected = signed_event(&author, 10317, now() + 1, "", &[&["-"], &["g", "ws://example.org"]]);
     let (ok, msg) = c.send_event(&protected).await.unwrap();
     assert!(!ok && msg.starts_with("auth-required:"), "{msg}");
     let challenge = c.challenge().expect("the challenge came before the auth-required answer").to_string();
@@ -63,7 +55,7 @@ async fn challenges_differ_and_several_keys_authenticate() {
     assert_eq!(c.auth(&b).await.unwrap(), (true, String::new()));
     // The relay URL is compared after normalising (scheme case, host case, trailing slash).
     let url = format!("WS://{}", host(&server).to_uppercase());
-    let ev = signed(&a, 22242, &[&["relay", &url], &["challenge", &challenge]], now());
+    let ev = signed_event(&a, 22242, now(), "", &[&["relay", &url], &["challenge", &challenge]]);
     assert_eq!(c.send_auth(&ev).await.unwrap(), (true, String::new()));
     assert!(nip11(&server).await["supported_nips"].as_array().unwrap().iter().any(|n| n == 42));
 }
@@ -75,26 +67,26 @@ async fn bad_auth_events_are_refused_and_the_connection_stays_usable() {
     let keys = Keys::generate();
     let relay = server.ws_url();
     let cases: Vec<(&str, Event)> = vec![
-        ("wrong challenge", signed(&keys, 22242, &[&["relay", &relay], &["challenge", "nope"]], now())),
+        ("wrong challenge", signed_event(&keys, 22242, now(), "", &[&["relay", &relay], &["challenge", "nope"]])),
         ("challenge of another connection", {
             let mut other = connect(&server).await;
             let theirs = other.challenge_now().await.unwrap();
-            signed(&keys, 22242, &[&["relay", &relay], &["challenge", &theirs]], now())
+            signed_event(&keys, 22242, now(), "", &[&["relay", &relay], &["challenge", &theirs]])
         }),
-        ("other relay", signed(&keys, 22242, &[&["relay", "wss://relay.example.com/"], &["challenge", &challenge]], now())),
-        ("no relay tag", signed(&keys, 22242, &[&["challenge", &challenge]], now())),
-        ("too old", signed(&keys, 22242, &[&["relay", &relay], &["challenge", &challenge]], now() - 700)),
-        ("in the future", signed(&keys, 22242, &[&["relay", &relay], &["challenge", &challenge]], now() + 700)),
-        ("wrong kind", signed(&keys, 1, &[&["relay", &relay], &["challenge", &challenge]], now())),
+        ("other relay", signed_event(&keys, 22242, now(), "", &[&["relay", "wss://relay.example.com/"], &["challenge", &challenge]])),
+        ("no relay tag", signed_event(&keys, 22242, now(), "", &[&["challenge", &challenge]])),
+        ("too old", signed_event(&keys, 22242, now() - 700, "", &[&["relay", &relay], &["challenge", &challenge]])),
+        ("in the future", signed_event(&keys, 22242, now() + 700, "", &[&["relay", &relay], &["challenge", &challenge]])),
+        ("wrong kind", signed_event(&keys, 1, now(), "", &[&["relay", &relay], &["challenge", &challenge]])),
     ];
     for (what, ev) in cases {
         let (ok, msg) = c.send_auth(&ev).await.unwrap();
         assert!(!ok && msg.starts_with("invalid:"), "{what}: {msg}");
     }
     // A forged signature.
-    let good = signed(&keys, 22242, &[&["relay", &relay], &["challenge", &challenge]], now());
+    let good = signed_event(&keys, 22242, now(), "", &[&["relay", &relay], &["challenge", &challenge]]);
     let mut json = serde_json::to_value(&good).unwrap();
-    json["sig"] = serde_json::to_value(signed(&Keys::generate(), 22242, &[], now()).sig).unwrap();
+    json["sig"] = serde_json::to_value(signed_event(&Keys::generate(), 22242, now(), "", &[]).sig).unwrap();
     c.raw_send(format!("[\"AUTH\",{json}]")).await.unwrap();
     let (ok, msg) = c.wait_ok(good.id).await.unwrap();
     assert!(!ok && msg.contains("signature"), "{msg}");
@@ -102,7 +94,7 @@ async fn bad_auth_events_are_refused_and_the_connection_stays_usable() {
     c.raw_send(r#"["AUTH"]"#).await.unwrap();
     assert!(c.wait_notice().await.unwrap().starts_with("invalid:"));
     // None of this authenticated: a protected event is still refused auth-required.
-    let protected = signed(&keys, 10317, &[&["-"]], now());
+    let protected = signed_event(&keys, 10317, now(), "", &[&["-"]]);
     let (ok, msg) = c.send_event(&protected).await.unwrap();
     assert!(!ok && msg.starts_with("auth-required:"), "{msg}");
     c.ping_relay().await.unwrap();
@@ -113,7 +105,7 @@ async fn protected_events_only_from_their_authenticated_author() {
     let (server, mut c) = connected(&[]).await;
     let author = Keys::generate();
     let someone = Keys::generate();
-    let protected = signed(&author, 10317, &[&["-"], &["g", "ws://example.com"]], now());
+    let protected = signed_event(&author, 10317, now(), "", &[&["-"], &["g", "ws://example.com"]]);
 
     let (ok, msg) = c.send_event(&protected).await.unwrap();
     assert!(!ok && msg.starts_with("auth-required:"), "{msg}");
@@ -129,7 +121,7 @@ async fn protected_events_only_from_their_authenticated_author() {
 
     // Unprotected events need no AUTH.
     let mut anon = connect(&server).await;
-    let plain = signed(&someone, 10317, &[&["g", "ws://example.com"]], now());
+    let plain = signed_event(&someone, 10317, now(), "", &[&["g", "ws://example.com"]]);
     assert_eq!(anon.send_event(&plain).await.unwrap(), (true, String::new()));
     // Anyone may read the protected event once stored.
     assert_eq!(anon.req(vec![Filter::new().id(protected.id)]).await.unwrap().len(), 1);
@@ -149,7 +141,7 @@ async fn auth_events_are_never_stored_or_broadcast() {
     assert_eq!(c.send_auth(&ev).await.unwrap(), (true, String::new()));
     assert!(c.req(vec![Filter::new().kind(Kind::Custom(22242))]).await.unwrap().is_empty());
     // The watcher's next live event is a later marker, not the AUTH event.
-    let marker = signed(&keys, 10317, &[], now());
+    let marker = signed_event(&keys, 10317, now(), "", &[]);
     assert!(c.send_event(&marker).await.unwrap().0);
     assert_eq!(watcher.next_event(&sub).await.unwrap().id, marker.id);
 }

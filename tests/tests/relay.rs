@@ -6,18 +6,11 @@
 //! behaviour checked is the same as for any other event. The policy itself is tested in
 //! `acceptance.rs`.
 
-use grasp_tests::grasp::{announcement, connect, connected};
+use grasp_tests::grasp::{announcement, connect, connected, signed};
 use grasp_tests::{NostrClient, ReqOutcome, TestServer};
 use nostr::prelude::*;
 use serde_json::Value;
 
-fn note(keys: &Keys, kind: u16, at: u64, content: &str, tags: Vec<Tag>) -> Event {
-    EventBuilder::new(Kind::from(kind), content)
-        .tags(tags)
-        .custom_created_at(Timestamp::from(at))
-        .finalize(keys)
-        .unwrap()
-}
 
 /// A repository announced on the server; events tagging it are accepted.
 struct Anchor {
@@ -42,7 +35,7 @@ impl Anchor {
     /// An event of `kind` that tags the repository, plus `tags`.
     fn event(&self, keys: &Keys, kind: u16, at: u64, content: &str, mut tags: Vec<Tag>) -> Event {
         tags.push(self.tag());
-        note(keys, kind, at, content, tags)
+        signed(keys, kind, at, content, tags)
     }
 }
 
@@ -258,13 +251,13 @@ async fn replaceable_and_addressable_replacement() {
     let keys = Keys::generate();
 
     // replaceable (10317, the user's grasp list, is always accepted): newer replaces, older refused
-    let r1 = note(&keys, 10317, 1000, "r1", vec![]);
-    let r2 = note(&keys, 10317, 2000, "r2", vec![]);
+    let r1 = signed(&keys, 10317, 1000, "r1", vec![]);
+    let r2 = signed(&keys, 10317, 2000, "r2", vec![]);
     assert!(c.send_event(&r1).await.unwrap().0);
     assert!(c.send_event(&r2).await.unwrap().0);
     let (ok, msg) = c.send_event(&r1).await.unwrap();
     assert!(!ok || msg.starts_with("duplicate:"), "{ok} {msg}");
-    let r0 = note(&keys, 10317, 500, "r0", vec![]);
+    let r0 = signed(&keys, 10317, 500, "r0", vec![]);
     let (ok, msg) = c.send_event(&r0).await.unwrap();
     assert!(!ok, "an older replaceable event must be refused: {msg}");
     assert_eq!(
@@ -316,12 +309,12 @@ async fn deletion_removes_and_blocks_republish() {
     let e = repo.event(&alice, 1621, 1000, "regret", vec![]);
     assert!(c.send_event(&e).await.unwrap().0);
 
-    let bad = note(&mallory, 5, 1001, "", vec![Tag::event(e.id)]);
+    let bad = signed(&mallory, 5, 1001, "", vec![Tag::event(e.id)]);
     let (ok, msg) = c.send_event(&bad).await.unwrap();
     assert!(!ok && msg.starts_with("invalid:"), "{msg}");
     assert_eq!(c.req(vec![Filter::new().id(e.id)]).await.unwrap().len(), 1);
 
-    let del = note(&alice, 5, 1001, "", vec![Tag::event(e.id)]);
+    let del = signed(&alice, 5, 1001, "", vec![Tag::event(e.id)]);
     assert!(c.send_event(&del).await.unwrap().0);
     assert!(c
         .req(vec![Filter::new().id(e.id)])
@@ -336,7 +329,7 @@ async fn deletion_removes_and_blocks_republish() {
     assert!(c.send_event(&addr).await.unwrap().0);
     assert_eq!(c.req(vec![Filter::new().id(addr.id)]).await.unwrap().len(), 1);
     let coord = Coordinate::new(Kind::from(30078), alice.public_key()).identifier("r");
-    let del = note(&alice, 5, 2001, "", vec![Tag::coordinate(coord, None)]);
+    let del = signed(&alice, 5, 2001, "", vec![Tag::coordinate(coord, None)]);
     assert!(c.send_event(&del).await.unwrap().0);
     assert!(c
         .req(vec![Filter::new().id(addr.id)])
@@ -557,7 +550,7 @@ async fn ephemeral_events_about_a_repository_are_broadcast_not_stored() {
         .await
         .unwrap();
     // An ephemeral event unrelated to any repository is refused by the GRASP policy, clearly.
-    let unrelated = note(&keys, 20001, 999, "chatter", vec![]);
+    let unrelated = signed(&keys, 20001, 999, "chatter", vec![]);
     let (ok, msg) = publisher.send_event(&unrelated).await.unwrap();
     assert!(!ok && msg.starts_with("blocked:") && msg.contains("repository"), "{msg}");
     // One about a repository is broadcast (and is the first event the subscription sees).
