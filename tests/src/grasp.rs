@@ -259,6 +259,19 @@ pub async fn publish_repo(
     Published { repo, tip, announcement: ann.id, state: st.id }
 }
 
+/// Announces `identifier` for `owner` on `server` (held: nothing is pushed yet) and returns a
+/// work tree in `work_dir` for it; panics if the announcement is not held.
+pub async fn held_repo(
+    server: &TestServer,
+    client: &mut crate::NostrClient,
+    work_dir: &Path,
+    owner: &Keys,
+    identifier: &str,
+) -> Repo {
+    held(client, &announcement(server, owner, identifier, &[])).await;
+    Repo::new(work_dir, server, &owner.public_key(), identifier)
+}
+
 /// The first bytes of a push's `git-receive-pack` request body: one ref update and the flush
 /// that ends the command list, as git sends them, and none of the pack, so git waits for the
 /// rest, as a stalled or abandoned push leaves it. (The relay's listener reads the command list

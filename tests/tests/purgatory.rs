@@ -652,8 +652,7 @@ async fn one_address_pushes_only_its_share_of_the_placeholders() {
     // Far below the per-repository cap and the total: only the address's share refuses.
     let (server, tmp, mut c) = started(&["--placeholders-per-address", "2", "--placeholders-per-repo", "50", "--placeholders-total", "50"]).await;
     let owner = Keys::generate();
-    held(&mut c, &announcement(&server, &owner, "parked", &[])).await;
-    let work = Repo::new(&tmp.path().join("w"), &server, &owner.public_key(), "parked");
+    let work = held_repo(&server, &mut c, &tmp.path().join("w"), &owner, "parked").await;
     work.commit("f.txt", "data");
     let push = || {
         let id = random_id();

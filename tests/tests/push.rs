@@ -148,8 +148,7 @@ async fn an_empty_repository_cloned_leaves_the_first_branch_to_the_client() {
 async fn wrong_commit_is_rejected_with_a_readable_reason() {
     let (server, tmp, mut c) = started(&[]).await;
     let owner = Keys::generate();
-    held(&mut c, &announcement(&server, &owner, "r", &[])).await;
-    let repo = Repo::new(&tmp.path().join("w"), &server, &owner.public_key(), "r");
+    let repo = held_repo(&server, &mut c, &tmp.path().join("w"), &owner, "r").await;
     let first = repo.commit("a", "1");
     let second = repo.commit("b", "2");
     let st = state(&owner, "r", &[("refs/heads/main", &first)], Some("main"));
@@ -220,8 +219,7 @@ async fn recursive_maintainer_state_authorises() {
 async fn strangers_state_cannot_authorise() {
     let (server, tmp, mut c) = started(&[]).await;
     let (owner, stranger) = (Keys::generate(), Keys::generate());
-    held(&mut c, &announcement(&server, &owner, "s", &[])).await;
-    let repo = Repo::new(&tmp.path().join("w"), &server, &owner.public_key(), "s");
+    let repo = held_repo(&server, &mut c, &tmp.path().join("w"), &owner, "s").await;
     let tip = repo.commit("a", "1");
     // Without an announcement of their own the stranger's state is refused outright...
     let st = state(&stranger, "s", &[("refs/heads/main", &tip)], Some("main"));
@@ -241,8 +239,7 @@ async fn strangers_state_cannot_authorise() {
 async fn state_first_then_push_and_pushes_against_the_latest_stored_state() {
     let (server, tmp, mut c) = started(&[]).await;
     let owner = Keys::generate();
-    held(&mut c, &announcement(&server, &owner, "two", &[])).await;
-    let repo = Repo::new(&tmp.path().join("w"), &server, &owner.public_key(), "two");
+    let repo = held_repo(&server, &mut c, &tmp.path().join("w"), &owner, "two").await;
     let dir = repo_dir(&server, &owner.public_key(), "two");
     let c1 = repo.commit("a", "1");
     let s1 = state_at(&owner, "two", &[("refs/heads/main", &c1)], Some("main"), now() - 10);
@@ -282,8 +279,7 @@ async fn state_first_then_push_and_pushes_against_the_latest_stored_state() {
 async fn branch_deletion_is_allowed_only_when_the_result_matches() {
     let (server, tmp, mut c) = started(&[]).await;
     let owner = Keys::generate();
-    held(&mut c, &announcement(&server, &owner, "del", &[])).await;
-    let repo = Repo::new(&tmp.path().join("w"), &server, &owner.public_key(), "del");
+    let repo = held_repo(&server, &mut c, &tmp.path().join("w"), &owner, "del").await;
     let dir = repo_dir(&server, &owner.public_key(), "del");
     let c1 = repo.commit("a", "1");
     let s1 = state_at(&owner, "del", &[("refs/heads/main", &c1), ("refs/heads/dev", &c1)], Some("main"), now() - 10);
@@ -312,8 +308,7 @@ async fn branch_deletion_is_allowed_only_when_the_result_matches() {
 async fn refs_outside_the_served_namespaces_and_invalid_nostr_ids_are_rejected() {
     let (server, tmp, mut c) = started(&[]).await;
     let owner = Keys::generate();
-    held(&mut c, &announcement(&server, &owner, "ns", &[])).await;
-    let repo = Repo::new(&tmp.path().join("w"), &server, &owner.public_key(), "ns");
+    let repo = held_repo(&server, &mut c, &tmp.path().join("w"), &owner, "ns").await;
     repo.commit("a", "1");
     let err = repo.push(&["main:refs/nostr/abc"]).unwrap_err();
     assert!(err.contains("refs/nostr/abc: refs/nostr/ refs must be named by a 64 character lowercase hex event id"), "{err}");
@@ -334,8 +329,7 @@ async fn refs_outside_the_served_namespaces_and_invalid_nostr_ids_are_rejected()
 async fn unknown_nostr_id_is_a_placeholder_until_its_event_comes() {
     let (server, tmp, mut c) = started(&[]).await;
     let (owner, contributor) = (Keys::generate(), Keys::generate());
-    held(&mut c, &announcement(&server, &owner, "pr", &[])).await;
-    let repo = Repo::new(&tmp.path().join("w"), &server, &owner.public_key(), "pr");
+    let repo = held_repo(&server, &mut c, &tmp.path().join("w"), &owner, "pr").await;
     let dir = repo_dir(&server, &owner.public_key(), "pr");
     let c1 = repo.commit("a", "1");
 
@@ -360,8 +354,7 @@ async fn unknown_nostr_id_is_a_placeholder_until_its_event_comes() {
 async fn placeholders_are_capped_and_keep_their_commit() {
     let (server, tmp, mut c) = started(&["--placeholders-per-repo", "1"]).await;
     let owner = Keys::generate();
-    held(&mut c, &announcement(&server, &owner, "cap", &[])).await;
-    let repo = Repo::new(&tmp.path().join("w"), &server, &owner.public_key(), "cap");
+    let repo = held_repo(&server, &mut c, &tmp.path().join("w"), &owner, "cap").await;
     let dir = repo_dir(&server, &owner.public_key(), "cap");
     let c1 = repo.commit("a", "1");
     let c2 = repo.commit("b", "2");
@@ -382,8 +375,7 @@ async fn placeholders_are_capped_and_keep_their_commit() {
 async fn git_first_then_event_with_another_commit_deletes_the_ref_and_the_event_waits() {
     let (server, tmp, mut c) = started(&[]).await;
     let (owner, contributor) = (Keys::generate(), Keys::generate());
-    held(&mut c, &announcement(&server, &owner, "prw", &[])).await;
-    let repo = Repo::new(&tmp.path().join("w"), &server, &owner.public_key(), "prw");
+    let repo = held_repo(&server, &mut c, &tmp.path().join("w"), &owner, "prw").await;
     let dir = repo_dir(&server, &owner.public_key(), "prw");
     let c1 = repo.commit("a", "1");
     let c2 = repo.commit("b", "2");
@@ -412,8 +404,7 @@ async fn git_first_then_event_with_another_commit_deletes_the_ref_and_the_event_
 async fn event_first_pull_request_released_by_the_right_commit_only() {
     let (server, tmp, mut c) = started(&[]).await;
     let (owner, contributor) = (Keys::generate(), Keys::generate());
-    held(&mut c, &announcement(&server, &owner, "pre", &[])).await;
-    let repo = Repo::new(&tmp.path().join("w"), &server, &owner.public_key(), "pre");
+    let repo = held_repo(&server, &mut c, &tmp.path().join("w"), &owner, "pre").await;
     let dir = repo_dir(&server, &owner.public_key(), "pre");
     let c1 = repo.commit("a", "1");
     let c2 = repo.commit("b", "2");
@@ -436,8 +427,7 @@ async fn event_first_pull_request_released_by_the_right_commit_only() {
 async fn head_follows_the_state() {
     let (server, tmp, mut c) = started(&[]).await;
     let owner = Keys::generate();
-    held(&mut c, &announcement(&server, &owner, "head", &[])).await;
-    let repo = Repo::new(&tmp.path().join("w"), &server, &owner.public_key(), "head");
+    let repo = held_repo(&server, &mut c, &tmp.path().join("w"), &owner, "head").await;
     let dir = repo_dir(&server, &owner.public_key(), "head");
     let c1 = repo.commit("a", "1");
     let c2 = repo.commit("b", "2");

@@ -373,8 +373,7 @@ async fn listed_and_cached(server: &TestServer, url: &str, check: impl Fn(&str) 
 async fn the_next_push_and_fetch_after_a_push_are_answered_from_the_cache() {
     let (server, tmp, mut c) = started(&["--metrics-bind", "127.0.0.1:0"]).await;
     let owner = Keys::generate();
-    held(&mut c, &announcement(&server, &owner, "warm", &[])).await;
-    let repo = Repo::new(&tmp.path().join("w"), &server, &owner.public_key(), "warm");
+    let repo = held_repo(&server, &mut c, &tmp.path().join("w"), &owner, "warm").await;
     let tip = repo.commit("a", "1");
     held(&mut c, &state(&owner, "warm", &[("refs/heads/main", &tip)], Some("main"))).await;
     let prewarmed = cache_answers(&server, "prewarmed").await;
@@ -410,8 +409,7 @@ async fn the_next_push_and_fetch_after_a_push_are_answered_from_the_cache() {
 async fn never_stale_after_pushes_releases_realignments_and_maintenance() {
     let (server, tmp, mut c) = started(&["--metrics-bind", "127.0.0.1:0"]).await;
     let owner = Keys::generate();
-    held(&mut c, &announcement(&server, &owner, "live", &[])).await;
-    let repo = Repo::new(&tmp.path().join("w"), &server, &owner.public_key(), "live");
+    let repo = held_repo(&server, &mut c, &tmp.path().join("w"), &owner, "live").await;
     let dir = repo_dir(&server, &owner.public_key(), "live");
     let has = |tip: &str, name: &str| {
         let line = format!("{tip}\t{name}\n");
