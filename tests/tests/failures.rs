@@ -72,6 +72,19 @@ impl World {
     fn git_url(&self, rest: &str) -> String {
         format!("{}{rest}", self.published.repo.url)
     }
+
+    /// POSTs `body` to the repository's smart-HTTP `service` (`git-receive-pack`,
+    /// `git-upload-pack`) with git's content type; panics, naming the case `what`, without an
+    /// HTTP answer.
+    async fn post_service(&self, client: &reqwest::Client, service: &str, what: &str, body: Vec<u8>) -> reqwest::Response {
+        client
+            .post(self.git_url(&format!("/{service}")))
+            .header("content-type", format!("application/x-{service}-request"))
+            .body(body)
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("{what}: no HTTP answer: {e}"))
+    }
 }
 
 /// A signed event one second in the future (so replaceable events are not beaten by the
@@ -150,13 +163,7 @@ async fn malformed_pkt_lines_and_truncated_packs_leave_the_repo_unchanged() {
     ];
     let client = http();
     for (what, body) in receive_bodies {
-        let resp = client
-            .post(w.git_url("/git-receive-pack"))
-            .header("content-type", "application/x-git-receive-pack-request")
-            .body(body)
-            .send()
-            .await
-            .unwrap_or_else(|e| panic!("{what}: no HTTP answer: {e}"));
+        let resp = w.post_service(&client, "git-receive-pack", what, body).await;
         let status = resp.status();
         let text = String::from_utf8_lossy(&resp.bytes().await.unwrap()).to_string();
         // git answers in-band (report-status / ERR) or with an HTTP error; never "ok".
@@ -172,13 +179,7 @@ async fn malformed_pkt_lines_and_truncated_packs_leave_the_repo_unchanged() {
         ("flush only", flush.clone()),
     ];
     for (what, body) in upload_bodies {
-        let resp = client
-            .post(w.git_url("/git-upload-pack"))
-            .header("content-type", "application/x-git-upload-pack-request")
-            .body(body)
-            .send()
-            .await
-            .unwrap_or_else(|e| panic!("{what}: no HTTP answer: {e}"));
+        let resp = w.post_service(&client, "git-upload-pack", what, body).await;
         let text = String::from_utf8_lossy(&resp.bytes().await.unwrap()).to_string();
         assert!(!text.contains("PACK"), "{what}: served a pack: {text}");
     }
