@@ -4,7 +4,7 @@
 //! duplicate, bad events are refused in their turn), and a `REQ` sent after them sees them all.
 
 use grasp_tests::grasp::*;
-use grasp_tests::NostrClient;
+use grasp_tests::{NostrClient, TestServer};
 use nostr::prelude::*;
 use serde_json::{json, Value};
 
@@ -33,14 +33,20 @@ async fn read_oks(c: &mut NostrClient, n: usize) -> Vec<(EventId, bool, String)>
     oks
 }
 
-#[tokio::test]
-async fn oks_keep_the_order_of_pipelined_events() {
+/// A server, a client connected to it, and a repository `identifier` announced there: its `a`
+/// coordinate. A held announcement is enough for issues about it to be accepted (and stored) at
+/// once.
+async fn anchored(identifier: &str) -> (TestServer, NostrClient, String) {
     let (server, mut c) = connected(&[]).await;
     let owner = Keys::generate();
-    // A held announcement is enough for issues about it to be accepted (and stored) at once.
-    let (ok, msg) = c.send_event(&announcement(&server, &owner, "piped", &[])).await.unwrap();
+    let (ok, msg) = c.send_event(&announcement(&server, &owner, identifier, &[])).await.unwrap();
     assert!(ok, "{msg}");
-    let repo = coordinate(30617, &owner.public_key(), "piped");
+    (server, c, coordinate(30617, &owner.public_key(), identifier))
+}
+
+#[tokio::test]
+async fn oks_keep_the_order_of_pipelined_events() {
+    let (_server, mut c, repo) = anchored("piped").await;
     let authors: Vec<Keys> = (0..8).map(|_| Keys::generate()).collect();
 
     let mut sent: Vec<(String, EventId, Expect)> = Vec::new();
@@ -109,11 +115,7 @@ async fn oks_keep_the_order_of_pipelined_events() {
 
 #[tokio::test]
 async fn a_req_after_pipelined_events_sees_them_all() {
-    let (server, mut c) = connected(&[]).await;
-    let owner = Keys::generate();
-    let (ok, msg) = c.send_event(&announcement(&server, &owner, "seen", &[])).await.unwrap();
-    assert!(ok, "{msg}");
-    let repo = coordinate(30617, &owner.public_key(), "seen");
+    let (_server, mut c, repo) = anchored("seen").await;
     let issues: Vec<Event> = (0..60).map(|i| signed_event(&Keys::generate(), 1621, now(), &format!("issue {i}"), &[&["a", &repo]])).collect();
     for e in &issues {
         c.raw_send(event_message(serde_json::to_value(e).unwrap())).await.unwrap();
