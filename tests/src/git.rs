@@ -34,6 +34,29 @@ pub fn bin(name: &str) -> PathBuf {
     path
 }
 
+/// A temporary directory holding a git root `git/` (not created: the server makes it) and an
+/// empty hooks directory `hooks/` for the repositories created there: (the directory, the root,
+/// the hooks).
+pub fn git_root_with_hooks() -> (tempfile::TempDir, PathBuf, PathBuf) {
+    let tmp = tempfile::tempdir().unwrap();
+    let hooks = tmp.path().join("hooks");
+    std::fs::create_dir_all(&hooks).unwrap();
+    let root = tmp.path().join("git");
+    (tmp, root, hooks)
+}
+
+/// The xorshift64 sequence from one fixed seed: content no compressor can shrink, the same on
+/// every run (for pushes and packs that must be as large as their data).
+pub fn xorshift() -> impl Iterator<Item = u64> {
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    std::iter::repeat_with(move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    })
+}
+
 /// A fixed, valid public key (`n` picks one of a few).
 pub fn test_owner(n: usize) -> PublicKey {
     const KEYS: [&str; 2] = [

@@ -14,13 +14,26 @@ pub fn now() -> u64 {
     Timestamp::now().as_secs()
 }
 
-fn sign(keys: &Keys, kind: u16, at: u64, tags: Vec<Vec<String>>) -> Event {
-    let tags: Vec<Tag> = tags.into_iter().map(|t| Tag::parse(t).expect("valid tag")).collect();
-    EventBuilder::new(Kind::from(kind), "")
+/// An event of `kind` by `keys` with `content` and `tags`, created at `at`.
+pub fn signed(keys: &Keys, kind: u16, at: u64, content: &str, tags: Vec<Tag>) -> Event {
+    EventBuilder::new(Kind::from(kind), content)
         .tags(tags)
         .custom_created_at(Timestamp::from(at))
         .finalize(keys)
         .expect("signing")
+}
+
+/// [`signed`], its tags given as strings (`&[&["e", id], &["k", "1621"]]`).
+pub fn signed_event(keys: &Keys, kind: u16, at: u64, content: &str, tags: &[&[&str]]) -> Event {
+    sign_content(keys, kind, at, content, tags.iter().map(|t| s(t)).collect())
+}
+
+fn sign(keys: &Keys, kind: u16, at: u64, tags: Vec<Vec<String>>) -> Event {
+    sign_content(keys, kind, at, "", tags)
+}
+
+fn sign_content(keys: &Keys, kind: u16, at: u64, content: &str, tags: Vec<Vec<String>>) -> Event {
+    signed(keys, kind, at, content, tags.into_iter().map(|t| Tag::parse(t).expect("valid tag")).collect())
 }
 
 fn s(v: &[&str]) -> Vec<String> {
@@ -100,7 +113,7 @@ pub fn issue(keys: &Keys, owner: &PublicKey, identifier: &str) -> Event {
 
 /// Any event of `kind` with the given tags, created now.
 pub fn event(keys: &Keys, kind: u16, tags: &[&[&str]]) -> Event {
-    sign(keys, kind, now(), tags.iter().map(|t| s(t)).collect())
+    signed_event(keys, kind, now(), "", tags)
 }
 
 /// A local work tree with commits that pushes to a server's repository over HTTP.
@@ -246,6 +259,19 @@ pub async fn publish_repo(
     Published { repo, tip, announcement: ann.id, state: st.id }
 }
 
+/// Announces `identifier` for `owner` on `server` (held: nothing is pushed yet) and returns a
+/// work tree in `work_dir` for it; panics if the announcement is not held.
+pub async fn held_repo(
+    server: &TestServer,
+    client: &mut crate::NostrClient,
+    work_dir: &Path,
+    owner: &Keys,
+    identifier: &str,
+) -> Repo {
+    held(client, &announcement(server, owner, identifier, &[])).await;
+    Repo::new(work_dir, server, &owner.public_key(), identifier)
+}
+
 /// The first bytes of a push's `git-receive-pack` request body: one ref update and the flush
 /// that ends the command list, as git sends them, and none of the pack, so git waits for the
 /// rest, as a stalled or abandoned push leaves it. (The relay's listener reads the command list
@@ -312,6 +338,20 @@ pub fn coordinate(kind: u16, pubkey: &PublicKey, identifier: &str) -> String {
 /// A Nostr client connected to `server` (panics if the relay refuses the connection).
 pub async fn connect(server: &TestServer) -> crate::NostrClient {
     crate::NostrClient::connect(&server.ws_url()).await.unwrap()
+}
+
+/// A server started with `extra_args` (as [`TestServer::start_with`]) and a client connected to
+/// it.
+pub async fn connected(extra_args: &[&str]) -> (TestServer, crate::NostrClient) {
+    let server = TestServer::start_with(extra_args);
+    let client = connect(&server).await;
+    (server, client)
+}
+
+/// The opening most suites share: [`connected`], and a temporary directory for work trees.
+pub async fn started(extra_args: &[&str]) -> (TestServer, tempfile::TempDir, crate::NostrClient) {
+    let (server, client) = connected(extra_args).await;
+    (server, tempfile::tempdir().unwrap(), client)
 }
 
 /// Sends the raw HTTP `request` on `stream` and returns the status code of the answer (read up

@@ -23,5 +23,5 @@ pub mod server;
 pub mod wait;
 
 pub use client::{NostrClient, ReqOutcome};
-pub use server::{binary_path, TestServer};
+pub use server::{binary_path, spawn_logged, TestServer};
 pub use wait::{wait_until, TIMEOUT};

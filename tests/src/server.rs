@@ -11,6 +11,20 @@ use anyhow::Context;
 
 use crate::wait::{wait_until, TIMEOUT};
 
+/// Spawns a relay `command` outside [`TestServer`] (an installed binary, a configuration file)
+/// with no stdin and its output in the new file `log`; it never reaches the internet: no public
+/// index relay.
+pub fn spawn_logged(command: &mut Command, log: &Path) -> Child {
+    let log = std::fs::File::create(log).unwrap();
+    command
+        .env(grasp_state::contract::env_names::NO_INDEX_RELAYS, "true")
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .unwrap()
+}
+
 /// Path of a workspace binary (`grasp-relay`, `grasp-cgi`, ...) next to the test executable:
 /// `target/debug/deps/<test>` -> `target/debug/<name>`.
 pub fn binary_path(name: &str) -> PathBuf {

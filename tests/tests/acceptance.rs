@@ -18,19 +18,10 @@ fn coord(owner: &PublicKey, d: &str) -> String {
     format!("30617:{}:{d}", owner.to_hex())
 }
 
-/// A signed event with explicit `created_at`.
-fn ev_at(keys: &Keys, kind: u16, at: u64, content: &str, tags: &[&[&str]]) -> Event {
-    let tags: Vec<Tag> = tags.iter().map(|t| Tag::parse(t.iter().copied()).unwrap()).collect();
-    EventBuilder::new(Kind::from(kind), content)
-        .tags(tags)
-        .custom_created_at(Timestamp::from(at))
-        .finalize(keys)
-        .unwrap()
-}
 
 /// An issue (1621) about `owner`'s repository `d`; `text` keeps ids apart within a second.
 fn issue_about(keys: &Keys, owner: &PublicKey, d: &str, text: &str) -> Event {
-    ev_at(keys, 1621, now(), text, &[&["a", &coord(owner, d)], &["subject", text]])
+    signed_event(keys, 1621, now(), text, &[&["a", &coord(owner, d)], &["subject", text]])
 }
 
 /// Accepted and stored (served): `OK true ""`.
@@ -81,10 +72,8 @@ fn volatile(p: &Path) -> bool {
 
 #[tokio::test]
 async fn announcement_is_held_unserved_and_its_empty_repository_cloneable() {
-    let server = TestServer::start();
-    let tmp = tempfile::tempdir().unwrap();
+    let (server, tmp, mut sub) = started(&[]).await;
     let owner = Keys::generate();
-    let mut sub = connect(&server).await;
     let (sid, _) = sub.subscribe(vec![Filter::new().author(owner.public_key())]).await.unwrap();
     let mut c = connect(&server).await;
 
@@ -118,8 +107,7 @@ async fn announcement_is_held_unserved_and_its_empty_repository_cloneable() {
 #[tokio::test]
 async fn announcement_not_listing_this_service_is_blocked_with_the_urls_to_add() {
     // A public host name lets the test use the look-alikes of the issue literally.
-    let server = TestServer::start_with(&["--public-host", "example.com"]);
-    let mut c = connect(&server).await;
+    let (server, mut c) = connected(&["--public-host", "example.com"]).await;
     let owner = Keys::generate();
     let good_clone = "https://example.com/x.git";
     let good_relay = "wss://example.com";
@@ -163,9 +151,9 @@ async fn announcement_not_listing_this_service_is_blocked_with_the_urls_to_add()
         assert!(!stored(&mut c, ev.id).await);
     }
     // No clone tag at all, and no relays tag at all.
-    let no_tags = ev_at(&owner, 30617, now(), "", &[&["d", "bare"]]);
+    let no_tags = signed_event(&owner, 30617, now(), "", &[&["d", "bare"]]);
     assert_refused(c.send_event(&no_tags).await.unwrap(), "blocked:", &["clone", "relays"]);
-    let only_clone = ev_at(&owner, 30617, now(), "", &[&["d", "half"], &["clone", good_clone]]);
+    let only_clone = signed_event(&owner, 30617, now(), "", &[&["d", "half"], &["clone", good_clone]]);
     assert_refused(c.send_event(&only_clone).await.unwrap(), "blocked:", &["`relays`", "ws(s)://example.com"]);
     let after: BTreeSet<_> = files_under(server.data_dir()).into_iter().filter(|p| !volatile(p)).collect();
     let before: BTreeSet<_> = before.into_iter().filter(|p| !volatile(p)).collect();
@@ -185,7 +173,7 @@ async fn announcement_not_listing_this_service_is_blocked_with_the_urls_to_add()
         assert_held(c.send_event(&ev).await.unwrap());
         assert!(server.data_dir().join(grasp_state::contract::layout::GIT_DIR).join(npub_of(&owner.public_key())).join(format!("{d}.git")).is_dir());
     }
-    let several = ev_at(
+    let several = signed_event(
         &owner,
         30617,
         now(),
@@ -193,7 +181,7 @@ async fn announcement_not_listing_this_service_is_blocked_with_the_urls_to_add()
         &[&["d", "several"], &["clone", "https://github.com/a/b.git", good_clone], &["relays", "wss://nos.lol", good_relay]],
     );
     assert_held(c.send_event(&several).await.unwrap());
-    let split = ev_at(
+    let split = signed_event(
         &owner,
         30617,
         now(),
@@ -205,8 +193,7 @@ async fn announcement_not_listing_this_service_is_blocked_with_the_urls_to_add()
 
 #[tokio::test]
 async fn unsafe_identifiers_are_refused_and_nothing_is_created() {
-    let server = TestServer::start();
-    let mut c = connect(&server).await;
+    let (server, mut c) = connected(&[]).await;
     let owner = Keys::generate();
     // A valid repository first, so the owner's directory exists and `../x` would land in it.
     assert_held(c.send_event(&announcement(&server, &owner, "fine", &[])).await.unwrap());
@@ -241,8 +228,7 @@ async fn unsafe_identifiers_are_refused_and_nothing_is_created() {
 
 #[tokio::test]
 async fn state_needs_an_announcement_and_an_authorised_author() {
-    let server = TestServer::start();
-    let mut c = connect(&server).await;
+    let (server, mut c) = connected(&[]).await;
     let (owner, maint, sub_maint, stranger) = (Keys::generate(), Keys::generate(), Keys::generate(), Keys::generate());
     let oid = "a".repeat(40);
     let refs = [("refs/heads/main", oid.as_str())];
@@ -280,18 +266,17 @@ async fn state_needs_an_announcement_and_an_authorised_author() {
     assert_invited(c.send_event(&state(&sub_maint, "proj", &refs, None)).await.unwrap());
 
     // A malformed state is invalid, with the fix.
-    let bad = ev_at(&owner, 30618, now(), "", &[&["d", "proj"], &["refs/heads/main", ""]]);
+    let bad = signed_event(&owner, 30618, now(), "", &[&["d", "proj"], &["refs/heads/main", ""]]);
     assert_refused(c.send_event(&bad).await.unwrap(), "invalid:", &["40"]);
     // One naming something that is not a full object id is held, but can never be satisfied
     // (docs/protocol.md#event-kinds; tests/tests/seed_rules.rs).
-    let unsatisfiable = ev_at(&owner, 30618, now(), "", &[&["d", "proj"], &["refs/heads/main", "not-an-oid"]]);
+    let unsatisfiable = signed_event(&owner, 30618, now(), "", &[&["d", "proj"], &["refs/heads/main", "not-an-oid"]]);
     assert_held(c.send_event(&unsatisfiable).await.unwrap());
 }
 
 #[tokio::test]
 async fn maintainer_exception_and_service_change() {
-    let server = TestServer::start();
-    let mut c = connect(&server).await;
+    let (server, mut c) = connected(&[]).await;
     let (owner, maint, stranger) = (Keys::generate(), Keys::generate(), Keys::generate());
     let elsewhere = |k: &Keys, d: &str| announcement_with_urls(k, d, "https://elsewhere.net/r.git", "wss://elsewhere.net");
 
@@ -328,14 +313,13 @@ async fn maintainer_exception_and_service_change() {
 
 #[tokio::test]
 async fn issues_need_an_announced_repository() {
-    let server = TestServer::start();
-    let mut c = connect(&server).await;
+    let (server, mut c) = connected(&[]).await;
     let (owner, alice, other) = (Keys::generate(), Keys::generate(), Keys::generate());
 
     // Orphans: unknown repository, no tags, right identifier but wrong owner.
     let orphan = issue_about(&alice, &owner.public_key(), "proj", "orphan");
     assert_refused(c.send_event(&orphan).await.unwrap(), "blocked:", &["not announced", &coord(&owner.public_key(), "proj")]);
-    let untagged = ev_at(&alice, 1621, now(), "a bug", &[]);
+    let untagged = signed_event(&alice, 1621, now(), "a bug", &[]);
     assert_refused(c.send_event(&untagged).await.unwrap(), "blocked:", &["[\"a\", \"30617:"]);
     assert_held(c.send_event(&announcement(&server, &owner, "proj", &[])).await.unwrap());
     let wrong_owner = issue(&alice, &other.public_key(), "proj");
@@ -356,75 +340,72 @@ async fn issues_need_an_announced_repository() {
 
     // Events relating to the stored issue by id: a NIP-22 comment (`E`), a status (`e`), a quote.
     let hex = iss.id.to_hex();
-    let comment = ev_at(&other, 1111, now(), "me too", &[&["E", &hex], &["K", "1621"], &["P", &alice.public_key().to_hex()]]);
+    let comment = signed_event(&other, 1111, now(), "me too", &[&["E", &hex], &["K", "1621"], &["P", &alice.public_key().to_hex()]]);
     assert_stored_ok(c.send_event(&comment).await.unwrap());
-    let status = ev_at(&owner, 1632, now(), "", &[&["e", &hex, "", "root"]]);
+    let status = signed_event(&owner, 1632, now(), "", &[&["e", &hex, "", "root"]]);
     assert_stored_ok(c.send_event(&status).await.unwrap());
-    let quote = ev_at(&other, 1, now(), "see this", &[&["q", &hex]]);
+    let quote = signed_event(&other, 1, now(), "see this", &[&["q", &hex]]);
     assert_stored_ok(c.send_event(&quote).await.unwrap());
     // ... and by reply chain: a reply to the comment.
-    let reply = ev_at(&alice, 1111, now(), "thanks", &[&["e", &comment.id.to_hex()]]);
+    let reply = signed_event(&alice, 1111, now(), "thanks", &[&["e", &comment.id.to_hex()]]);
     assert_stored_ok(c.send_event(&reply).await.unwrap());
 }
 
 #[tokio::test]
 async fn forward_references_are_accepted() {
-    let server = TestServer::start();
-    let mut c = connect(&server).await;
+    let (server, mut c) = connected(&[]).await;
     let (owner, alice) = (Keys::generate(), Keys::generate());
     assert_held(c.send_event(&announcement(&server, &owner, "proj", &[])).await.unwrap());
     let repo_a = coord(&owner.public_key(), "proj");
 
     // `later` relates to nothing by itself: refused while nothing tags it.
-    let later = ev_at(&alice, 1, now(), "the target, published late", &[]);
+    let later = signed_event(&alice, 1, now(), "the target, published late", &[]);
     assert_refused(c.send_event(&later).await.unwrap(), "blocked:", &[]);
     // A status about the repository that tags `later` by id arrives first...
-    let status = ev_at(&owner, 1630, now(), "", &[&["a", &repo_a], &["e", &later.id.to_hex()]]);
+    let status = signed_event(&owner, 1630, now(), "", &[&["a", &repo_a], &["e", &later.id.to_hex()]]);
     assert_stored_ok(c.send_event(&status).await.unwrap());
     // ... and now `later` is accepted and served.
     assert_stored_ok(c.send_event(&later).await.unwrap());
     assert!(stored(&mut c, later.id).await);
 
     // The same by coordinate, for an addressable event not yet published.
-    let addr_later = ev_at(&alice, 30078, now(), "late addressable", &[&["d", "notes"]]);
+    let addr_later = signed_event(&alice, 30078, now(), "late addressable", &[&["d", "notes"]]);
     assert_refused(c.send_event(&addr_later).await.unwrap(), "blocked:", &[]);
     let addr_coord = format!("30078:{}:notes", alice.public_key().to_hex());
-    let comment = ev_at(&owner, 1111, now(), "", &[&["A", &repo_a], &["a", &addr_coord]]);
+    let comment = signed_event(&owner, 1111, now(), "", &[&["A", &repo_a], &["a", &addr_coord]]);
     assert_stored_ok(c.send_event(&comment).await.unwrap());
     assert_stored_ok(c.send_event(&addr_later).await.unwrap());
 }
 
 #[tokio::test]
 async fn grasp_lists_and_deletions_are_accepted_but_anchor_nothing() {
-    let server = TestServer::start();
-    let mut c = connect(&server).await;
+    let (_server, mut c) = connected(&[]).await;
     let (alice, spammer) = (Keys::generate(), Keys::generate());
     // 10317 and kind 5 are accepted from anyone, no repository needed.
-    let list = ev_at(&alice, 10317, now(), "", &[&["g", "https://example.com"]]);
+    let list = signed_event(&alice, 10317, now(), "", &[&["g", "https://example.com"]]);
     assert_stored_ok(c.send_event(&list).await.unwrap());
     assert!(stored(&mut c, list.id).await);
-    let del = ev_at(&alice, 5, now(), "", &[&["e", &"c".repeat(64)], &["k", "1"]]);
+    let del = signed_event(&alice, 5, now(), "", &[&["e", &"c".repeat(64)], &["k", "1"]]);
     assert_stored_ok(c.send_event(&del).await.unwrap());
 
     // But they do not make other events acceptable, in either direction.
-    let tags_list = ev_at(&spammer, 1, now(), "spam", &[&["e", &list.id.to_hex()]]);
+    let tags_list = signed_event(&spammer, 1, now(), "spam", &[&["e", &list.id.to_hex()]]);
     assert_refused(c.send_event(&tags_list).await.unwrap(), "blocked:", &[]);
-    let tags_list_coord = ev_at(&spammer, 1, now(), "spam", &[&["a", &format!("10317:{}:", alice.public_key().to_hex())]]);
+    let tags_list_coord = signed_event(&spammer, 1, now(), "spam", &[&["a", &format!("10317:{}:", alice.public_key().to_hex())]]);
     assert_refused(c.send_event(&tags_list_coord).await.unwrap(), "blocked:", &[]);
-    let tags_del = ev_at(&spammer, 1, now(), "spam", &[&["e", &del.id.to_hex()]]);
+    let tags_del = signed_event(&spammer, 1, now(), "spam", &[&["e", &del.id.to_hex()]]);
     assert_refused(c.send_event(&tags_del).await.unwrap(), "blocked:", &[]);
-    let payload = ev_at(&spammer, 1, now(), "payload", &[]);
-    let carrier = ev_at(&spammer, 10317, now(), "", &[&["e", &payload.id.to_hex()]]);
+    let payload = signed_event(&spammer, 1, now(), "payload", &[]);
+    let carrier = signed_event(&spammer, 10317, now(), "", &[&["e", &payload.id.to_hex()]]);
     assert_stored_ok(c.send_event(&carrier).await.unwrap());
-    let carrier5 = ev_at(&alice, 5, now(), "", &[&["e", &payload.id.to_hex()]]);
+    let carrier5 = signed_event(&alice, 5, now(), "", &[&["e", &payload.id.to_hex()]]);
     assert_stored_ok(c.send_event(&carrier5).await.unwrap());
     assert_refused(c.send_event(&payload).await.unwrap(), "blocked:", &[]);
 }
 
 #[tokio::test]
 async fn deletions_remove_stored_and_held_events_for_good() {
-    let server = TestServer::start();
-    let mut c = connect(&server).await;
+    let (server, mut c) = connected(&[]).await;
     let (owner, alice, mallory) = (Keys::generate(), Keys::generate(), Keys::generate());
     let t = now();
     let ann = announcement_at(&server, &owner, "proj", &[], t);
@@ -434,7 +415,7 @@ async fn deletions_remove_stored_and_held_events_for_good() {
     // A stored issue: deleted by id, then refused when republished.
     let iss = issue(&alice, &owner.public_key(), "proj");
     assert_stored_ok(c.send_event(&iss).await.unwrap());
-    let del = ev_at(&alice, 5, t, "", &[&["e", &iss.id.to_hex()], &["k", "1621"]]);
+    let del = signed_event(&alice, 5, t, "", &[&["e", &iss.id.to_hex()], &["k", "1621"]]);
     assert_stored_ok(c.send_event(&del).await.unwrap());
     assert!(!stored(&mut c, iss.id).await);
     assert_refused(c.send_event(&iss).await.unwrap(), "blocked:", &["deleted", "publish a new event"]);
@@ -442,22 +423,22 @@ async fn deletions_remove_stored_and_held_events_for_good() {
     // Someone else's deletion of the held announcement or of a held state changes nothing.
     let st = state(&owner, "proj", &[("refs/heads/main", &"d".repeat(40))], Some("main"));
     assert_held(c.send_event(&st).await.unwrap());
-    let foreign = ev_at(&mallory, 5, t, "", &[&["e", &ann.id.to_hex()], &["e", &st.id.to_hex()]]);
+    let foreign = signed_event(&mallory, 5, t, "", &[&["e", &ann.id.to_hex()], &["e", &st.id.to_hex()]]);
     assert_stored_ok(c.send_event(&foreign).await.unwrap());
-    let foreign_coord = ev_at(&mallory, 5, t, "", &[&["a", &coord(&owner.public_key(), "proj")]]);
+    let foreign_coord = signed_event(&mallory, 5, t, "", &[&["a", &coord(&owner.public_key(), "proj")]]);
     assert_refused(c.send_event(&foreign_coord).await.unwrap(), "invalid:", &["own"]);
     assert!(dir.is_dir(), "a stranger's deletion removed the repository");
     assert_held(c.send_event(&ann).await.unwrap());
     assert_held(c.send_event(&st).await.unwrap());
 
     // The owner's deletion of the held state by id: republishing is refused.
-    let del_st = ev_at(&owner, 5, t, "", &[&["e", &st.id.to_hex()]]);
+    let del_st = signed_event(&owner, 5, t, "", &[&["e", &st.id.to_hex()]]);
     assert_stored_ok(c.send_event(&del_st).await.unwrap());
     assert_refused(c.send_event(&st).await.unwrap(), "blocked:", &["deleted"]);
 
     // The owner's deletion of the held announcement by coordinate removes it and its bare
     // repository; the same announcement is refused afterwards, a newer one is a new announcement.
-    let del_ann = ev_at(&owner, 5, t, "", &[&["a", &coord(&owner.public_key(), "proj")], &["k", "30617"]]);
+    let del_ann = signed_event(&owner, 5, t, "", &[&["a", &coord(&owner.public_key(), "proj")], &["k", "30617"]]);
     assert_stored_ok(c.send_event(&del_ann).await.unwrap());
     assert!(!dir.exists(), "deleting a held announcement must delete its bare repository");
     assert_refused(c.send_event(&ann).await.unwrap(), "blocked:", &["deleted"]);
@@ -471,7 +452,7 @@ async fn deletions_remove_stored_and_held_events_for_good() {
     // A held pull request deleted by its author cannot come back either.
     let pr = pull_request(&alice, &owner.public_key(), "proj", &"e".repeat(40), &[]);
     assert_held(c.send_event(&pr).await.unwrap());
-    let del_pr = ev_at(&alice, 5, now(), "", &[&["e", &pr.id.to_hex()]]);
+    let del_pr = signed_event(&alice, 5, now(), "", &[&["e", &pr.id.to_hex()]]);
     assert_stored_ok(c.send_event(&del_pr).await.unwrap());
     assert_refused(c.send_event(&pr).await.unwrap(), "blocked:", &["deleted"]);
     assert!(!purgatory_ids(&server).await.contains(&pr.id.to_hex()));
@@ -481,7 +462,7 @@ async fn deletions_remove_stored_and_held_events_for_good() {
     assert_stored_ok(c.send_event(&stored_issue).await.unwrap());
     let mallory_pr = pull_request(&mallory, &owner.public_key(), "proj", &"7".repeat(40), &[]);
     assert_held(c.send_event(&mallory_pr).await.unwrap());
-    let mixed = ev_at(&mallory, 5, now(), "", &[&["e", &mallory_pr.id.to_hex()], &["e", &stored_issue.id.to_hex()]]);
+    let mixed = signed_event(&mallory, 5, now(), "", &[&["e", &mallory_pr.id.to_hex()], &["e", &stored_issue.id.to_hex()]]);
     assert_refused(c.send_event(&mixed).await.unwrap(), "invalid:", &["own"]);
     assert!(stored(&mut c, stored_issue.id).await);
     assert!(purgatory_ids(&server).await.contains(&mallory_pr.id.to_hex()), "a refused deletion emptied the purgatory");
@@ -489,8 +470,7 @@ async fn deletions_remove_stored_and_held_events_for_good() {
 
 #[tokio::test]
 async fn comments_on_a_held_pull_request_are_accepted() {
-    let server = TestServer::start();
-    let mut c = connect(&server).await;
+    let (server, mut c) = connected(&[]).await;
     let (owner, alice, bob) = (Keys::generate(), Keys::generate(), Keys::generate());
     assert_held(c.send_event(&announcement(&server, &owner, "proj", &[])).await.unwrap());
     let pr = pull_request(&alice, &owner.public_key(), "proj", &"f".repeat(40), &[]);
@@ -498,19 +478,18 @@ async fn comments_on_a_held_pull_request_are_accepted() {
     assert!(!stored(&mut c, pr.id).await, "a pull request without its commit is not served");
     // A NIP-22 comment names only the PR (no repository tag): accepted and served, since the
     // PR was accepted (held); the PR itself stays unserved.
-    let comment = ev_at(&bob, 1111, now(), "nice", &[&["E", &pr.id.to_hex()], &["K", "1618"], &["P", &alice.public_key().to_hex()]]);
+    let comment = signed_event(&bob, 1111, now(), "nice", &[&["E", &pr.id.to_hex()], &["K", "1618"], &["P", &alice.public_key().to_hex()]]);
     assert_stored_ok(c.send_event(&comment).await.unwrap());
     assert!(stored(&mut c, comment.id).await);
     assert!(!stored(&mut c, pr.id).await);
     // A pull request that was never sent anchors nothing.
-    let unknown = ev_at(&bob, 1111, now(), "", &[&["E", &"9".repeat(64)], &["K", "1618"]]);
+    let unknown = signed_event(&bob, 1111, now(), "", &[&["E", &"9".repeat(64)], &["K", "1618"]]);
     assert_refused(c.send_event(&unknown).await.unwrap(), "blocked:", &[]);
 }
 
 #[tokio::test]
 async fn invalid_signatures_and_ids_are_refused() {
-    let server = TestServer::start();
-    let mut c = connect(&server).await;
+    let (server, mut c) = connected(&[]).await;
     let owner = Keys::generate();
     let ann = announcement(&server, &owner, "proj", &[]);
     // Signature of another event on the announcement: refused before anything is created.
@@ -604,9 +583,7 @@ async fn nip11_document_and_cors_everywhere() {
 
 #[tokio::test]
 async fn filtered_clone_of_a_pushed_repository() {
-    let server = TestServer::start();
-    let tmp = tempfile::tempdir().unwrap();
-    let mut c = connect(&server).await;
+    let (server, tmp, mut c) = started(&[]).await;
     let owner = Keys::generate();
     assert_held(c.send_event(&announcement(&server, &owner, "big", &[])).await.unwrap());
     let repo = Repo::new(&tmp.path().join("w"), &server, &owner.public_key(), "big");

@@ -52,9 +52,8 @@ const PER_CONNECTION_KIB: u64 = 2 * 1024;
 /// before writing it until it was streamed).
 #[tokio::test]
 async fn many_clients_asking_for_large_answers_and_reading_nothing_hold_bounded_memory() {
-    let server = TestServer::start_with(&["--max-connections-per-ip", "0", "--write-timeout", "5m"]);
+    let (server, mut c) = connected(&["--max-connections-per-ip", "0", "--write-timeout", "5m"]).await;
     let keys = Keys::generate();
-    let mut c = connect(&server).await;
     let tmp = tempfile::tempdir().unwrap();
     let repo = a_repository(&server, &mut c, tmp.path()).await;
     let notes: Vec<Event> = (0..NOTES).map(|n| large_note(&keys, &repo, n, NOTE_BYTES, now() - n as u64)).collect();
@@ -105,9 +104,8 @@ async fn many_clients_asking_for_large_answers_and_reading_nothing_hold_bounded_
 #[tokio::test]
 async fn an_answer_past_the_byte_budget_sends_what_fits_then_eose() {
     const BUDGET: usize = 300_000;
-    let server = TestServer::start_with(&["--max-answer-bytes", &BUDGET.to_string()]);
+    let (server, mut c) = connected(&["--max-answer-bytes", &BUDGET.to_string()]).await;
     let keys = Keys::generate();
-    let mut c = connect(&server).await;
     let tmp = tempfile::tempdir().unwrap();
     let repo = a_repository(&server, &mut c, tmp.path()).await;
     // Ten notes of about 60 KB, newest first: about 600 KB in all, twice the budget.

@@ -9,30 +9,21 @@ async fn connect(server: &TestServer) -> NostrClient {
     NostrClient::connect(&server.ws_url()).await.unwrap()
 }
 
-fn signed(keys: &Keys, kind: u16, tags: &[&[&str]], at: u64) -> Event {
-    let tags: Vec<Tag> = tags.iter().map(|t| Tag::parse(t.iter().copied()).unwrap()).collect();
-    EventBuilder::new(Kind::Custom(kind), "")
-        .tags(tags)
-        .custom_created_at(Timestamp::from(at))
-        .finalize(keys)
-        .unwrap()
-}
 
 
 /// A public service sends no challenge until something needs one (ngit drops a public relay whose
 /// first frame is an unasked `AUTH`): then it comes before the `auth-required:` answer.
 #[tokio::test]
 async fn a_public_service_challenges_only_when_authentication_is_needed() {
-    let server = TestServer::start();
+    let (_server, mut c) = connected(&[]).await;
     let author = Keys::generate();
-    let mut c = connect(&server).await;
     c.ws_ping().await.unwrap();
-    let plain = signed(&author, 10317, &[&["g", "ws://example.com"]], now());
+    let plain = signed_event(&author, 10317, now(), "", &[&["g", "ws://example.com"]]);
     assert_eq!(c.send_event(&plain).await.unwrap(), (true, String::new()));
     c.ping_relay().await.unwrap();
     assert_eq!(c.challenge(), None, "no challenge before anything needs authentication");
 
-    let protected = signed(&author, 10317, &[&["-"], &["g", "ws://example.org"]], now() + 1);
+    let protected = signed_event(&author, 10317, now() + 1, "", &[&["-"], &["g", "ws://example.org"]]);
     let (ok, msg) = c.send_event(&protected).await.unwrap();
     assert!(!ok && msg.starts_with("auth-required:"), "{msg}");
     let challenge = c.challenge().expect("the challenge came before the auth-required answer").to_string();
@@ -46,8 +37,7 @@ async fn a_public_service_challenges_only_when_authentication_is_needed() {
 /// A client that sends `AUTH` before any challenge is given one and authenticates with it.
 #[tokio::test]
 async fn auth_before_any_challenge_gets_the_challenge_and_then_authenticates() {
-    let server = TestServer::start();
-    let mut c = connect(&server).await;
+    let (_server, mut c) = connected(&[]).await;
     let msg = c.request_challenge().await.unwrap();
     assert!(msg.starts_with("auth-required:") && msg.contains("AUTH again"), "{msg}");
     assert_eq!(c.auth(&Keys::generate()).await.unwrap(), (true, String::new()));
@@ -55,8 +45,7 @@ async fn auth_before_any_challenge_gets_the_challenge_and_then_authenticates() {
 
 #[tokio::test]
 async fn challenges_differ_and_several_keys_authenticate() {
-    let server = TestServer::start();
-    let mut c = connect(&server).await;
+    let (server, mut c) = connected(&[]).await;
     let challenge = c.challenge_now().await.unwrap();
     assert_eq!(challenge.len(), 32, "{challenge}");
     let mut other = connect(&server).await;
@@ -66,39 +55,38 @@ async fn challenges_differ_and_several_keys_authenticate() {
     assert_eq!(c.auth(&b).await.unwrap(), (true, String::new()));
     // The relay URL is compared after normalising (scheme case, host case, trailing slash).
     let url = format!("WS://{}", host(&server).to_uppercase());
-    let ev = signed(&a, 22242, &[&["relay", &url], &["challenge", &challenge]], now());
+    let ev = signed_event(&a, 22242, now(), "", &[&["relay", &url], &["challenge", &challenge]]);
     assert_eq!(c.send_auth(&ev).await.unwrap(), (true, String::new()));
     assert!(nip11(&server).await["supported_nips"].as_array().unwrap().iter().any(|n| n == 42));
 }
 
 #[tokio::test]
 async fn bad_auth_events_are_refused_and_the_connection_stays_usable() {
-    let server = TestServer::start();
-    let mut c = connect(&server).await;
+    let (server, mut c) = connected(&[]).await;
     let challenge = c.challenge_now().await.unwrap();
     let keys = Keys::generate();
     let relay = server.ws_url();
     let cases: Vec<(&str, Event)> = vec![
-        ("wrong challenge", signed(&keys, 22242, &[&["relay", &relay], &["challenge", "nope"]], now())),
+        ("wrong challenge", signed_event(&keys, 22242, now(), "", &[&["relay", &relay], &["challenge", "nope"]])),
         ("challenge of another connection", {
             let mut other = connect(&server).await;
             let theirs = other.challenge_now().await.unwrap();
-            signed(&keys, 22242, &[&["relay", &relay], &["challenge", &theirs]], now())
+            signed_event(&keys, 22242, now(), "", &[&["relay", &relay], &["challenge", &theirs]])
         }),
-        ("other relay", signed(&keys, 22242, &[&["relay", "wss://relay.example.com/"], &["challenge", &challenge]], now())),
-        ("no relay tag", signed(&keys, 22242, &[&["challenge", &challenge]], now())),
-        ("too old", signed(&keys, 22242, &[&["relay", &relay], &["challenge", &challenge]], now() - 700)),
-        ("in the future", signed(&keys, 22242, &[&["relay", &relay], &["challenge", &challenge]], now() + 700)),
-        ("wrong kind", signed(&keys, 1, &[&["relay", &relay], &["challenge", &challenge]], now())),
+        ("other relay", signed_event(&keys, 22242, now(), "", &[&["relay", "wss://relay.example.com/"], &["challenge", &challenge]])),
+        ("no relay tag", signed_event(&keys, 22242, now(), "", &[&["challenge", &challenge]])),
+        ("too old", signed_event(&keys, 22242, now() - 700, "", &[&["relay", &relay], &["challenge", &challenge]])),
+        ("in the future", signed_event(&keys, 22242, now() + 700, "", &[&["relay", &relay], &["challenge", &challenge]])),
+        ("wrong kind", signed_event(&keys, 1, now(), "", &[&["relay", &relay], &["challenge", &challenge]])),
     ];
     for (what, ev) in cases {
         let (ok, msg) = c.send_auth(&ev).await.unwrap();
         assert!(!ok && msg.starts_with("invalid:"), "{what}: {msg}");
     }
     // A forged signature.
-    let good = signed(&keys, 22242, &[&["relay", &relay], &["challenge", &challenge]], now());
+    let good = signed_event(&keys, 22242, now(), "", &[&["relay", &relay], &["challenge", &challenge]]);
     let mut json = serde_json::to_value(&good).unwrap();
-    json["sig"] = serde_json::to_value(signed(&Keys::generate(), 22242, &[], now()).sig).unwrap();
+    json["sig"] = serde_json::to_value(signed_event(&Keys::generate(), 22242, now(), "", &[]).sig).unwrap();
     c.raw_send(format!("[\"AUTH\",{json}]")).await.unwrap();
     let (ok, msg) = c.wait_ok(good.id).await.unwrap();
     assert!(!ok && msg.contains("signature"), "{msg}");
@@ -106,7 +94,7 @@ async fn bad_auth_events_are_refused_and_the_connection_stays_usable() {
     c.raw_send(r#"["AUTH"]"#).await.unwrap();
     assert!(c.wait_notice().await.unwrap().starts_with("invalid:"));
     // None of this authenticated: a protected event is still refused auth-required.
-    let protected = signed(&keys, 10317, &[&["-"]], now());
+    let protected = signed_event(&keys, 10317, now(), "", &[&["-"]]);
     let (ok, msg) = c.send_event(&protected).await.unwrap();
     assert!(!ok && msg.starts_with("auth-required:"), "{msg}");
     c.ping_relay().await.unwrap();
@@ -114,11 +102,10 @@ async fn bad_auth_events_are_refused_and_the_connection_stays_usable() {
 
 #[tokio::test]
 async fn protected_events_only_from_their_authenticated_author() {
-    let server = TestServer::start();
+    let (server, mut c) = connected(&[]).await;
     let author = Keys::generate();
     let someone = Keys::generate();
-    let mut c = connect(&server).await;
-    let protected = signed(&author, 10317, &[&["-"], &["g", "ws://example.com"]], now());
+    let protected = signed_event(&author, 10317, now(), "", &[&["-"], &["g", "ws://example.com"]]);
 
     let (ok, msg) = c.send_event(&protected).await.unwrap();
     assert!(!ok && msg.starts_with("auth-required:"), "{msg}");
@@ -134,7 +121,7 @@ async fn protected_events_only_from_their_authenticated_author() {
 
     // Unprotected events need no AUTH.
     let mut anon = connect(&server).await;
-    let plain = signed(&someone, 10317, &[&["g", "ws://example.com"]], now());
+    let plain = signed_event(&someone, 10317, now(), "", &[&["g", "ws://example.com"]]);
     assert_eq!(anon.send_event(&plain).await.unwrap(), (true, String::new()));
     // Anyone may read the protected event once stored.
     assert_eq!(anon.req(vec![Filter::new().id(protected.id)]).await.unwrap().len(), 1);
@@ -143,9 +130,8 @@ async fn protected_events_only_from_their_authenticated_author() {
 
 #[tokio::test]
 async fn auth_events_are_never_stored_or_broadcast() {
-    let server = TestServer::start();
+    let (server, mut watcher) = connected(&[]).await;
     let keys = Keys::generate();
-    let mut watcher = connect(&server).await;
     let kinds = [Kind::Custom(22242), Kind::Custom(10317)];
     let (sub, _) = watcher.subscribe(vec![Filter::new().kinds(kinds)]).await.unwrap();
     let mut c = connect(&server).await;
@@ -155,16 +141,15 @@ async fn auth_events_are_never_stored_or_broadcast() {
     assert_eq!(c.send_auth(&ev).await.unwrap(), (true, String::new()));
     assert!(c.req(vec![Filter::new().kind(Kind::Custom(22242))]).await.unwrap().is_empty());
     // The watcher's next live event is a later marker, not the AUTH event.
-    let marker = signed(&keys, 10317, &[], now());
+    let marker = signed_event(&keys, 10317, now(), "", &[]);
     assert!(c.send_event(&marker).await.unwrap().0);
     assert_eq!(watcher.next_event(&sub).await.unwrap().id, marker.id);
 }
 
 #[tokio::test]
 async fn public_service_refuses_private_repositories_before_creating_anything() {
-    let server = TestServer::start();
+    let (server, mut c) = connected(&[]).await;
     let owner = Keys::generate();
-    let mut c = connect(&server).await;
     // A public repository first: held, bare repository created.
     let public = announcement(&server, &owner, "shared", &[]);
     assert!(c.send_event(&public).await.unwrap().0);

@@ -46,9 +46,7 @@ fn main_of(server: &TestServer, owner: &PublicKey, identifier: &str) -> Option<S
 /// Invite, accept, leave: the owner's repository follows only confirmed maintainers.
 #[tokio::test]
 async fn an_invitee_moves_nothing_until_they_accept_and_nothing_after_they_leave() {
-    let server = TestServer::start();
-    let tmp = tempfile::tempdir().unwrap();
-    let mut c = connect(&server).await;
+    let (server, tmp, mut c) = started(&[]).await;
     let (owner, invitee) = (Keys::generate(), Keys::generate());
     let t = now() - 100;
     // The owner publishes two states and pushes both commits: main is at `second`.
@@ -106,8 +104,7 @@ async fn an_invitee_moves_nothing_until_they_accept_and_nothing_after_they_leave
 /// maintainers; an older client's `maintainers` list counts once the listed key accepts.
 #[tokio::test]
 async fn role_tags_decide_and_older_announcements_are_reciprocal_too() {
-    let server = TestServer::start();
-    let mut c = connect(&server).await;
+    let (server, mut c) = connected(&[]).await;
     let (owner, moderator, old_client) = (Keys::generate(), Keys::generate(), Keys::generate());
     let t = now() - 100;
     let mut ann = with_roles(&server, &owner, "mix", &[("o", moderator.public_key(), &[])], t);
@@ -144,9 +141,7 @@ fn authority(server: &TestServer, args: &[&str]) -> String {
 /// the dry run, realigned by `--apply`, and by the pass every start runs.
 #[tokio::test]
 async fn the_integrity_pass_realigns_refs_no_confirmed_maintainer_signed() {
-    let mut server = TestServer::start();
-    let tmp = tempfile::tempdir().unwrap();
-    let mut c = connect(&server).await;
+    let (mut server, tmp, mut c) = started(&[]).await;
     let owner = Keys::generate();
     let published = publish_repo(&server, &mut c, &tmp.path().join("w"), &owner, "audit").await;
     let second = published.repo.commit("b", "2");

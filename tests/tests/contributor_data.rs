@@ -50,6 +50,17 @@ async fn owners_repo(server: &TestServer) -> (tempfile::TempDir, grasp_tests::No
     (tmp, c, owner, published)
 }
 
+/// A new commit of 700 KiB on `repo` (`tag` names its file) and `author`'s pull request for it
+/// on `owner`'s `proj`, sent on `c` and held in the purgatory until its data comes: (the commit,
+/// the pull request).
+async fn held_pull_request(c: &mut grasp_tests::NostrClient, repo: &Repo, author: &Keys, owner: &Keys, tag: &str) -> (String, Event) {
+    let commit = commit_random(&repo.work, tag, 1, 700);
+    let pr = pull_request(author, &owner.public_key(), "proj", &commit, &[]);
+    let (ok, msg) = c.send_event(&pr).await.unwrap();
+    assert!(ok && msg.starts_with("purgatory:"), "{msg}");
+    (commit, pr)
+}
+
 #[tokio::test]
 async fn a_strangers_pull_request_data_counts_for_its_author_until_a_merge() {
     let server = TestServer::start_with(&["--contributor-bytes-per-author", &MIB.to_string(), "--contributor-reconcile-interval", "1s"]);
@@ -58,19 +69,13 @@ async fn a_strangers_pull_request_data_counts_for_its_author_until_a_merge() {
     let stranger = Keys::generate();
 
     // The event first, then 700 KiB of its commit: counted for its author.
-    let first = commit_random(&repo.work, "a", 1, 700);
-    let pr = pull_request(&stranger, &owner.public_key(), "proj", &first, &[]);
-    let (ok, msg) = c.send_event(&pr).await.unwrap();
-    assert!(ok && msg.starts_with("purgatory:"), "{msg}");
+    let (first, pr) = held_pull_request(&mut c, repo, &stranger, &owner, "a").await;
     repo.push(&[&format!("HEAD:{}", nostr_ref(&pr.id))]).expect("the first pull request's data fits");
     let (total, mine) = contributors(&server, &stranger.public_key()).await;
     assert!(mine >= 700 << 10 && total == mine, "the push's bytes count for the pull request's author: {total} {mine}");
 
     // A second one would take the author past 1 MiB: refused, nothing lands.
-    let second = commit_random(&repo.work, "b", 1, 700);
-    let pr2 = pull_request(&stranger, &owner.public_key(), "proj", &second, &[]);
-    let (ok, msg) = c.send_event(&pr2).await.unwrap();
-    assert!(ok && msg.starts_with("purgatory:"), "{msg}");
+    let (_, pr2) = held_pull_request(&mut c, repo, &stranger, &owner, "b").await;
     let err = repo.push(&[&format!("HEAD:{}", nostr_ref(&pr2.id))]).expect_err("past the author's budget");
     assert!(
         err.contains(&format!("MiB of pull request data from {} (budget 1 MiB); close the pull requests", npub_of(&stranger.public_key()))),
@@ -118,10 +123,7 @@ async fn a_pull_request_event_takes_its_unsigned_data_into_its_authors_budget() 
     assert!(unsigned_total(&server).await >= 700 << 10, "still unsigned, expiring as any placeholder");
 
     // The owner's own pull request data is never counted, whatever the budgets hold.
-    let third = commit_random(&repo.work, "c", 1, 700);
-    let own = pull_request(&owner, &owner.public_key(), "proj", &third, &[]);
-    let (ok, msg) = c.send_event(&own).await.unwrap();
-    assert!(ok && msg.starts_with("purgatory:"), "{msg}");
+    let (_, own) = held_pull_request(&mut c, repo, &owner, &owner, "c").await;
     repo.push(&[&format!("HEAD:{}", nostr_ref(&own.id))]).expect("a maintainer's pull request data is not counted");
     let (total, _) = contributors(&server, &stranger.public_key()).await;
     assert_eq!(total, parked, "only the stranger's data counts");

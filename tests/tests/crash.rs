@@ -33,9 +33,8 @@ async fn pipelined(c: &mut grasp_tests::NostrClient, events: &[Event], expected:
 /// before its `OK`. The events are pipelined, so many share one journal sync.
 #[tokio::test]
 async fn every_held_event_answered_ok_survives_kill_9() {
-    let mut server = TestServer::start_with(&["--checkpoint-interval", "1h", "--purgatory-per-author", "1000"]);
+    let (mut server, mut c) = connected(&["--checkpoint-interval", "1h", "--purgatory-per-author", "1000"]).await;
     let owner = Keys::generate();
-    let mut c = connect(&server).await;
     let ann = announcement(&server, &owner, "durable", &[]);
     held(&mut c, &ann).await;
     let base = now() - 1000;
@@ -74,9 +73,8 @@ async fn every_held_event_answered_ok_survives_kill_9() {
 /// compacted into the checkpoint at startup.
 #[tokio::test]
 async fn a_torn_journal_tail_is_ignored_and_the_journal_is_compacted() {
-    let mut server = TestServer::start_with(&["--checkpoint-interval", "1h"]);
+    let (mut server, mut c) = connected(&["--checkpoint-interval", "1h"]).await;
     let owner = Keys::generate();
-    let mut c = connect(&server).await;
     let ann = announcement(&server, &owner, "torn", &[]);
     held(&mut c, &ann).await;
     server.kill();
@@ -117,10 +115,8 @@ fn pre_receive_only(server: &TestServer, dir: &std::path::Path) -> String {
 #[tokio::test]
 async fn every_stored_event_answered_ok_survives_kill_9() {
     for attempt in 1..=3 {
-        let mut server = TestServer::start_with(&["--checkpoint-interval", "1h"]);
-        let tmp = tempfile::tempdir().unwrap();
+        let (mut server, tmp, mut c) = started(&["--checkpoint-interval", "1h"]).await;
         let owner = Keys::generate();
-        let mut c = connect(&server).await;
         publish_repo(&server, &mut c, &tmp.path().join("w"), &owner, "issues").await;
         let issues: Vec<Event> = (0..40).map(|_| issue(&Keys::generate(), &owner.public_key(), "issues")).collect();
         pipelined(&mut c, &issues, str::is_empty).await;
@@ -146,10 +142,8 @@ async fn every_stored_event_answered_ok_survives_kill_9() {
 /// is due, never expired: `main` keeps the pushed commit and the state is served.
 #[tokio::test]
 async fn a_lost_post_receive_notice_never_expires_the_state() {
-    let server = TestServer::start_with(&["--purgatory-ttl", "2s", "--checkpoint-interval", "1h"]);
-    let tmp = tempfile::tempdir().unwrap();
+    let (server, tmp, mut c) = started(&["--purgatory-ttl", "2s", "--checkpoint-interval", "1h"]).await;
     let owner = Keys::generate();
-    let mut c = connect(&server).await;
     let published = publish_repo(&server, &mut c, &tmp.path().join("w"), &owner, "lost").await;
     let tip = published.repo.commit("next", "pushed, notice lost\n");
     // Later than the published state (same-second states are ordered by id).
@@ -172,10 +166,8 @@ async fn a_lost_post_receive_notice_never_expires_the_state() {
 /// held state whose data is present is released before the listener serves anyone.
 #[tokio::test]
 async fn held_states_with_their_data_are_released_before_serving_after_a_crash() {
-    let mut server = TestServer::start_with(&["--checkpoint-interval", "1h"]);
-    let tmp = tempfile::tempdir().unwrap();
+    let (mut server, tmp, mut c) = started(&["--checkpoint-interval", "1h"]).await;
     let owner = Keys::generate();
-    let mut c = connect(&server).await;
     let published = publish_repo(&server, &mut c, &tmp.path().join("w"), &owner, "crashed").await;
     let tip = published.repo.commit("next", "pushed while the relay was down\n");
     let st = state_at(&owner, "crashed", &[("refs/heads/main", &tip)], Some("main"), now() + 5);
@@ -208,10 +200,8 @@ fn quarantines(repo: &std::path::Path) -> Vec<std::path::PathBuf> {
 #[tokio::test]
 async fn a_push_killed_mid_upload_leaves_no_quarantine_behind() {
     use std::io::Write;
-    let mut server = TestServer::start_with(&["--git-idle-timeout", "1h"]);
-    let tmp = tempfile::tempdir().unwrap();
+    let (mut server, tmp, mut c) = started(&["--git-idle-timeout", "1h"]).await;
     let owner = Keys::generate();
-    let mut c = connect(&server).await;
     publish_repo(&server, &mut c, &tmp.path().join("w"), &owner, "killed").await;
     let bare = repo_dir(&server, &owner.public_key(), "killed");
 
@@ -269,10 +259,8 @@ fn bytes_under(dir: &std::path::Path) -> u64 {
 /// pass prunes what only that ref reached, so the repository's disk use goes back down.
 #[tokio::test]
 async fn objects_of_an_expired_placeholder_are_pruned() {
-    let server = TestServer::start_with(&["--purgatory-ttl", "2s", "--soft-expiry-ttl", "1h", "--git-idle-timeout", "1s"]);
-    let tmp = tempfile::tempdir().unwrap();
+    let (server, tmp, mut c) = started(&["--purgatory-ttl", "2s", "--soft-expiry-ttl", "1h", "--git-idle-timeout", "1s"]).await;
     let owner = Keys::generate();
-    let mut c = connect(&server).await;
     let published = publish_repo(&server, &mut c, &tmp.path().join("w"), &owner, "pruned").await;
     let bare = repo_dir(&server, &owner.public_key(), "pruned");
     let before = bytes_under(&bare.join("objects"));

@@ -59,8 +59,7 @@ async fn an_allow_list_admits_only_its_repositories() {
     let (alice, bob) = (Keys::generate(), Keys::generate());
     let npub = alice.public_key().to_bech32().unwrap();
     let one = format!("{}/tools", bob.public_key().to_bech32().unwrap());
-    let server = TestServer::start_with(&["--allow-repo", &npub, "--allow-repo", &one]);
-    let mut c = connect(&server).await;
+    let (server, mut c) = connected(&["--allow-repo", &npub, "--allow-repo", &one]).await;
     assert!(c.send_event(&announcement(&server, &alice, "anything", &[])).await.unwrap().0);
     assert!(c.send_event(&announcement(&server, &bob, "tools", &[])).await.unwrap().0);
     let (ok, msg) = c.send_event(&announcement(&server, &bob, "other", &[])).await.unwrap();

@@ -37,9 +37,7 @@ impl World {
     }
 
     async fn start_with(flags: &[&str]) -> World {
-        let server = TestServer::start_with(flags);
-        let tmp = tempfile::tempdir().unwrap();
-        let mut client = NostrClient::connect(&server.ws_url()).await.unwrap();
+        let (server, tmp, mut client) = started(flags).await;
         let owner = Keys::generate();
         let published = publish_repo(&server, &mut client, &tmp.path().join("w"), &owner, "base").await;
         let issue_event = issue(&Keys::generate(), &owner.public_key(), "base");
@@ -73,6 +71,19 @@ impl World {
 
     fn git_url(&self, rest: &str) -> String {
         format!("{}{rest}", self.published.repo.url)
+    }
+
+    /// POSTs `body` to the repository's smart-HTTP `service` (`git-receive-pack`,
+    /// `git-upload-pack`) with git's content type; panics, naming the case `what`, without an
+    /// HTTP answer.
+    async fn post_service(&self, client: &reqwest::Client, service: &str, what: &str, body: Vec<u8>) -> reqwest::Response {
+        client
+            .post(self.git_url(&format!("/{service}")))
+            .header("content-type", format!("application/x-{service}-request"))
+            .body(body)
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("{what}: no HTTP answer: {e}"))
     }
 }
 
@@ -152,13 +163,7 @@ async fn malformed_pkt_lines_and_truncated_packs_leave_the_repo_unchanged() {
     ];
     let client = http();
     for (what, body) in receive_bodies {
-        let resp = client
-            .post(w.git_url("/git-receive-pack"))
-            .header("content-type", "application/x-git-receive-pack-request")
-            .body(body)
-            .send()
-            .await
-            .unwrap_or_else(|e| panic!("{what}: no HTTP answer: {e}"));
+        let resp = w.post_service(&client, "git-receive-pack", what, body).await;
         let status = resp.status();
         let text = String::from_utf8_lossy(&resp.bytes().await.unwrap()).to_string();
         // git answers in-band (report-status / ERR) or with an HTTP error; never "ok".
@@ -174,13 +179,7 @@ async fn malformed_pkt_lines_and_truncated_packs_leave_the_repo_unchanged() {
         ("flush only", flush.clone()),
     ];
     for (what, body) in upload_bodies {
-        let resp = client
-            .post(w.git_url("/git-upload-pack"))
-            .header("content-type", "application/x-git-upload-pack-request")
-            .body(body)
-            .send()
-            .await
-            .unwrap_or_else(|e| panic!("{what}: no HTTP answer: {e}"));
+        let resp = w.post_service(&client, "git-upload-pack", what, body).await;
         let text = String::from_utf8_lossy(&resp.bytes().await.unwrap()).to_string();
         assert!(!text.contains("PACK"), "{what}: served a pack: {text}");
     }

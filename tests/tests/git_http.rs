@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use grasp_relay::git::repos::{create_bare_repo, read_refs};
 use grasp_state::names::identifier::npub_of;
-use grasp_tests::git::{git, git_output, test_owner, GitHttpServer, WorkTree};
+use grasp_tests::git::{git, git_output, git_root_with_hooks, test_owner, GitHttpServer, WorkTree};
 use grasp_tests::wait_until;
 use reqwest::blocking::Client;
 use reqwest::StatusCode;
@@ -29,10 +29,7 @@ struct Fixture {
 
 /// A served git root holding `<owner 0>/<identifier>.git` with two commits on `main`.
 fn fixture(identifier: &str) -> Fixture {
-    let tmp = tempfile::tempdir().unwrap();
-    let root = tmp.path().join("git");
-    let hooks = tmp.path().join("hooks");
-    std::fs::create_dir_all(&hooks).unwrap();
+    let (tmp, root, hooks) = git_root_with_hooks();
     let server = GitHttpServer::start(&root, None);
     let bare = create_bare_repo(&server.layout, &test_owner(0), identifier, &hooks).unwrap();
     let work = WorkTree::new(tmp.path().join("work"));
@@ -399,10 +396,7 @@ fn gzipped_upload_pack_request() {
 
 #[test]
 fn push_over_http_uses_per_request_config_and_hooks() {
-    let tmp = tempfile::tempdir().unwrap();
-    let root = tmp.path().join("git");
-    let hooks = tmp.path().join("hooks");
-    std::fs::create_dir_all(&hooks).unwrap();
+    let (tmp, root, hooks) = git_root_with_hooks();
     let owner = test_owner(0);
     // A plain bare repo without GRASP config: grasp-cgi must supply http.receivepack etc.
     let bare = root.join(npub_of(&owner)).join("plain.git");
@@ -503,15 +497,7 @@ fn large_push_with_chunked_body_and_large_fetch() {
     let url = f.server.repo_url(&test_owner(0), "large");
     // ~3 MiB of incompressible data: more than http.postBuffer, so git streams it chunked
     // (no Content-Length reaches the CGI).
-    let mut x: u64 = 0x9e3779b97f4a7c15;
-    let data: String = (0..3 * 1024 * 1024 / 16)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            format!("{x:016x}")
-        })
-        .collect();
+    let data: String = grasp_tests::git::xorshift().take(3 * 1024 * 1024 / 16).map(|x| format!("{x:016x}")).collect();
     let big = f.work.commit("random.txt", &data);
     git(&f.work.dir, &["push", "-q", &url, "main"]);
     assert_eq!(read_refs(&f.bare).unwrap()["refs/heads/main"], big);

@@ -46,10 +46,8 @@ struct Attacked {
 }
 
 async fn attacked(args: &[&str]) -> Attacked {
-    let server = TestServer::start_with(args);
+    let (server, work, mut client) = started(args).await;
     let _reaper = Reaper(server.data_dir().to_path_buf());
-    let work = tempfile::tempdir().unwrap();
-    let mut client = NostrClient::connect(&server.ws_url()).await.unwrap();
     let owner = Keys::generate();
     let published = publish_repo(&server, &mut client, &work.path().join("w"), &owner, "base").await;
     Attacked { server, _reaper, client, owner, published, _work: work }
@@ -326,8 +324,7 @@ fn disk_use(dir: &Path) -> (usize, u64) {
 /// description or info/exclude), and expiry leaves no empty owner directory behind.
 #[tokio::test]
 async fn held_repositories_are_small_and_expiry_leaves_no_owner_dirs() {
-    let server = TestServer::start_with(&["--purgatory-ttl", "2", "--soft-expiry-ttl", "1h"]);
-    let mut client = NostrClient::connect(&server.ws_url()).await.unwrap();
+    let (server, mut client) = connected(&["--purgatory-ttl", "2", "--soft-expiry-ttl", "1h"]).await;
     let owners: Vec<Keys> = (0..5).map(|_| Keys::generate()).collect();
     for (i, keys) in owners.iter().enumerate() {
         let (ok, msg) = client.send_event(&announcement(&server, keys, &format!("r{i}"), &[])).await.unwrap();
@@ -354,9 +351,7 @@ async fn held_repositories_are_small_and_expiry_leaves_no_owner_dirs() {
 /// `--max-pr-push-bytes`, are refused and their objects never land; both limits are in NIP-11.
 #[tokio::test]
 async fn oversized_pushes_are_refused_before_they_land() {
-    let server = TestServer::start_with(&["--max-push-bytes", "1000000", "--max-pr-push-bytes", "200000"]);
-    let tmp = tempfile::tempdir().unwrap();
-    let mut client = NostrClient::connect(&server.ws_url()).await.unwrap();
+    let (server, tmp, mut client) = started(&["--max-push-bytes", "1000000", "--max-pr-push-bytes", "200000"]).await;
     let owner = Keys::generate();
     let published = publish_repo(&server, &mut client, &tmp.path().join("w"), &owner, "base").await;
     let bare = repo_dir(&server, &owner.public_key(), "base");
@@ -389,8 +384,7 @@ async fn oversized_pushes_are_refused_before_they_land() {
 /// they soft-expire, so a newcomer is not refused for the soft-expiry window.
 #[tokio::test]
 async fn soft_expired_announcements_free_the_purgatory_cap() {
-    let server = TestServer::start_with(&["--purgatory-total", "3", "--purgatory-ttl", "2", "--soft-expiry-ttl", "1h"]);
-    let mut client = NostrClient::connect(&server.ws_url()).await.unwrap();
+    let (server, mut client) = connected(&["--purgatory-total", "3", "--purgatory-ttl", "2", "--soft-expiry-ttl", "1h"]).await;
     let throwaway: Vec<Keys> = (0..3).map(|_| Keys::generate()).collect();
     for keys in &throwaway {
         let (ok, msg) = client.send_event(&announcement(&server, keys, "spam", &[])).await.unwrap();
@@ -425,10 +419,8 @@ fn wait_for_backends(server: &TestServer, n: usize) {
 /// victim's own push succeeds.
 #[tokio::test]
 async fn a_third_partys_stalled_push_never_blocks_your_repository() {
-    let server = TestServer::start_with(&["--git-idle-timeout", "10m"]);
+    let (server, tmp, mut client) = started(&["--git-idle-timeout", "10m"]).await;
     let _reaper = Reaper(server.data_dir().to_path_buf());
-    let tmp = tempfile::tempdir().unwrap();
-    let mut client = NostrClient::connect(&server.ws_url()).await.unwrap();
     let victim = Keys::generate();
     let published = publish_repo(&server, &mut client, &tmp.path().join("w"), &victim, "base").await;
     let (stranger, admirer) = (Keys::generate(), Keys::generate());
@@ -647,10 +639,8 @@ fn push_within(dir: &Path, url: &str, within: Duration) -> Option<(bool, String)
 /// goes, the owner's push goes through.
 #[tokio::test]
 async fn a_stalled_push_by_anyone_never_makes_your_push_wait_for_ever() {
-    let server = TestServer::start_with(&["--git-idle-timeout", "10m", "--push-lock-wait", "1s"]);
+    let (server, tmp, mut client) = started(&["--git-idle-timeout", "10m", "--push-lock-wait", "1s"]).await;
     let _reaper = Reaper(server.data_dir().to_path_buf());
-    let tmp = tempfile::tempdir().unwrap();
-    let mut client = NostrClient::connect(&server.ws_url()).await.unwrap();
     let victim = Keys::generate();
     let published = publish_repo(&server, &mut client, &tmp.path().join("w"), &victim, "base").await;
     let stalled = start_receive_pack(&server, &victim.public_key(), "base");
@@ -682,10 +672,8 @@ async fn a_stalled_push_by_anyone_never_makes_your_push_wait_for_ever() {
 /// relay's listener"), so the owner's push meanwhile goes straight through.
 #[tokio::test]
 async fn a_push_stalled_within_its_commands_holds_no_lock() {
-    let server = TestServer::start_with(&["--git-idle-timeout", "10m", "--push-lock-wait", "1s"]);
+    let (server, tmp, mut client) = started(&["--git-idle-timeout", "10m", "--push-lock-wait", "1s"]).await;
     let _reaper = Reaper(server.data_dir().to_path_buf());
-    let tmp = tempfile::tempdir().unwrap();
-    let mut client = NostrClient::connect(&server.ws_url()).await.unwrap();
     let victim = Keys::generate();
     let published = publish_repo(&server, &mut client, &tmp.path().join("w"), &victim, "base").await;
     let mut stalled = TcpStream::connect(server.addr()).unwrap();
@@ -765,9 +753,7 @@ fn has_object(dir: &Path, oid: &str) -> bool {
 #[tokio::test]
 async fn a_push_never_waits_for_copies_into_strangers_repositories() {
     const THROWAWAYS: usize = 50;
-    let server = TestServer::start();
-    let tmp = tempfile::tempdir().unwrap();
-    let mut client = NostrClient::connect(&server.ws_url()).await.unwrap();
+    let (server, tmp, mut client) = started(&[]).await;
     let victim = Keys::generate();
     let published = publish_repo(&server, &mut client, &tmp.path().join("w"), &victim, "base").await;
     let throwaways: Vec<Keys> = (0..THROWAWAYS).map(|_| Keys::generate()).collect();
@@ -812,9 +798,7 @@ async fn a_push_never_waits_for_copies_into_strangers_repositories() {
 /// 60 s for it before serving).
 #[tokio::test]
 async fn background_release_never_waits_for_a_strangers_repository() {
-    let mut server = TestServer::start();
-    let tmp = tempfile::tempdir().unwrap();
-    let mut client = NostrClient::connect(&server.ws_url()).await.unwrap();
+    let (mut server, tmp, mut client) = started(&[]).await;
     let (victim, stranger) = (Keys::generate(), Keys::generate());
     publish_repo(&server, &mut client, &tmp.path().join("s"), &stranger, "base").await;
     held(&mut client, &announcement(&server, &victim, "base", &[])).await;

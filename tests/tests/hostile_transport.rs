@@ -11,15 +11,14 @@ use futures_util::{SinkExt, StreamExt};
 use grasp_state::names::identifier::npub_of;
 use grasp_tests::grasp::*;
 use grasp_tests::processes::{children_of, Reaper};
-use grasp_tests::{binary_path, wait_until, NostrClient, TestServer, TIMEOUT};
+use grasp_tests::{binary_path, wait_until, TestServer, TIMEOUT};
 use nostr::prelude::*;
 use tokio_tungstenite::tungstenite::Message;
 
 /// A NOTICE answering a binary frame is a NIP-01 prefixed error saying what to send instead.
 #[tokio::test]
 async fn binary_frame_gets_an_invalid_notice() {
-    let server = TestServer::start();
-    let mut client = NostrClient::connect(&server.ws_url()).await.unwrap();
+    let (_server, mut client) = connected(&[]).await;
     client.send_ws(Message::binary(vec![1u8, 2, 3])).await.unwrap();
     let notice = client.wait_notice().await.unwrap();
     assert!(notice.starts_with("invalid: ") && notice.contains("text frames"), "{notice}");
@@ -107,15 +106,8 @@ fn a_subscribed_client_that_ignores_pings_is_closed() {
 
 /// Writes `len` bytes no compressor can shrink (xorshift) to `path`.
 fn write_incompressible(path: &std::path::Path, len: usize) {
-    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
-    let mut bytes = Vec::with_capacity(len + 8);
-    while bytes.len() < len {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        bytes.extend_from_slice(&x.to_le_bytes());
-    }
-    std::fs::write(path, &bytes[..len]).unwrap();
+    let bytes: Vec<u8> = grasp_tests::git::xorshift().flat_map(u64::to_le_bytes).take(len).collect();
+    std::fs::write(path, bytes).unwrap();
 }
 
 fn wait_for_backend(server: &TestServer) {
@@ -129,10 +121,8 @@ fn wait_for_backend(server: &TestServer) {
 /// processes end and its git request slot is free for the next client.
 #[tokio::test]
 async fn a_clone_that_stops_reading_frees_its_slot() {
-    let server = TestServer::start_with(&["--git-max-requests", "1", "--write-timeout", "2s"]);
+    let (server, tmp, mut client) = started(&["--git-max-requests", "1", "--write-timeout", "2s"]).await;
     let _reaper = Reaper(server.data_dir().to_path_buf());
-    let tmp = tempfile::tempdir().unwrap();
-    let mut client = NostrClient::connect(&server.ws_url()).await.unwrap();
     let owner = Keys::generate();
     let ann = announcement(&server, &owner, "big", &[]);
     assert!(client.send_event(&ann).await.unwrap().0);
@@ -183,10 +173,8 @@ async fn a_clone_that_stops_reading_frees_its_slot() {
 /// falls below `--git-min-rate`, long before its body could end.
 #[tokio::test]
 async fn a_trickling_push_is_ended() {
-    let server = TestServer::start_with(&["--git-idle-timeout", "2s", "--git-min-rate", "200"]);
+    let (server, tmp, mut client) = started(&["--git-idle-timeout", "2s", "--git-min-rate", "200"]).await;
     let _reaper = Reaper(server.data_dir().to_path_buf());
-    let tmp = tempfile::tempdir().unwrap();
-    let mut client = NostrClient::connect(&server.ws_url()).await.unwrap();
     let owner = Keys::generate();
     publish_repo(&server, &mut client, &tmp.path().join("w"), &owner, "base").await;
     // The publishing push's background git work (the ref cache made ready) ends first: the

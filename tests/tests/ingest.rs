@@ -17,10 +17,6 @@ enum Expect {
     Blocked,
 }
 
-fn signed(keys: &Keys, kind: u16, content: &str, tags: &[&[&str]]) -> Event {
-    let tags: Vec<Tag> = tags.iter().map(|t| Tag::parse(t.iter().copied()).unwrap()).collect();
-    EventBuilder::new(Kind::from(kind), content).tags(tags).finalize(keys).unwrap()
-}
 
 fn event_message(v: Value) -> String {
     json!(["EVENT", v]).to_string()
@@ -37,15 +33,20 @@ async fn read_oks(c: &mut NostrClient, n: usize) -> Vec<(EventId, bool, String)>
     oks
 }
 
+/// A server, a client connected to it, and a repository `identifier` announced there: its `a`
+/// coordinate. A held announcement is enough for issues about it to be accepted (and stored) at
+/// once.
+async fn anchored(identifier: &str) -> (TestServer, NostrClient, String) {
+    let (server, mut c) = connected(&[]).await;
+    let owner = Keys::generate();
+    let (ok, msg) = c.send_event(&announcement(&server, &owner, identifier, &[])).await.unwrap();
+    assert!(ok, "{msg}");
+    (server, c, coordinate(30617, &owner.public_key(), identifier))
+}
+
 #[tokio::test]
 async fn oks_keep_the_order_of_pipelined_events() {
-    let server = TestServer::start();
-    let mut c = NostrClient::connect(&server.ws_url()).await.unwrap();
-    let owner = Keys::generate();
-    // A held announcement is enough for issues about it to be accepted (and stored) at once.
-    let (ok, msg) = c.send_event(&announcement(&server, &owner, "piped", &[])).await.unwrap();
-    assert!(ok, "{msg}");
-    let repo = coordinate(30617, &owner.public_key(), "piped");
+    let (_server, mut c, repo) = anchored("piped").await;
     let authors: Vec<Keys> = (0..8).map(|_| Keys::generate()).collect();
 
     let mut sent: Vec<(String, EventId, Expect)> = Vec::new();
@@ -57,7 +58,7 @@ async fn oks_keep_the_order_of_pipelined_events() {
             // if that issue is stored first, as if the client had waited for its OK.
             3 | 11 => {
                 let target = last_issue.as_ref().unwrap().id.to_hex();
-                let reply = signed(author, 1111, &format!("reply {i}"), &[&["e", &target], &["k", "1621"]]);
+                let reply = signed_event(author, 1111, now(), &format!("reply {i}"), &[&["e", &target], &["k", "1621"]]);
                 sent.push((event_message(serde_json::to_value(&reply).unwrap()), reply.id, Expect::Stored));
             }
             // The same issue again: a duplicate.
@@ -67,25 +68,25 @@ async fn oks_keep_the_order_of_pipelined_events() {
             }
             // Content changed after signing: the id no longer matches.
             7 => {
-                let e = signed(author, 1621, &format!("issue {i}"), &[&["a", &repo]]);
+                let e = signed_event(author, 1621, now(), &format!("issue {i}"), &[&["a", &repo]]);
                 let mut v = serde_json::to_value(&e).unwrap();
                 v["content"] = json!("tampered");
                 sent.push((event_message(v), e.id, Expect::Invalid));
             }
             // Not an event at all (no signature): refused in its turn.
             9 => {
-                let e = signed(author, 1621, &format!("issue {i}"), &[&["a", &repo]]);
+                let e = signed_event(author, 1621, now(), &format!("issue {i}"), &[&["a", &repo]]);
                 let mut v = serde_json::to_value(&e).unwrap();
                 v.as_object_mut().unwrap().remove("sig");
                 sent.push((event_message(v), e.id, Expect::Invalid));
             }
             // Unrelated to any repository here.
             13 => {
-                let e = signed(author, 1, &format!("note {i}"), &[]);
+                let e = signed_event(author, 1, now(), &format!("note {i}"), &[]);
                 sent.push((event_message(serde_json::to_value(&e).unwrap()), e.id, Expect::Blocked));
             }
             _ => {
-                let e = signed(author, 1621, &format!("issue {i}"), &[&["a", &repo], &["subject", "s"]]);
+                let e = signed_event(author, 1621, now(), &format!("issue {i}"), &[&["a", &repo], &["subject", "s"]]);
                 sent.push((event_message(serde_json::to_value(&e).unwrap()), e.id, Expect::Stored));
                 last_issue = Some(e);
             }
@@ -114,13 +115,8 @@ async fn oks_keep_the_order_of_pipelined_events() {
 
 #[tokio::test]
 async fn a_req_after_pipelined_events_sees_them_all() {
-    let server = TestServer::start();
-    let mut c = NostrClient::connect(&server.ws_url()).await.unwrap();
-    let owner = Keys::generate();
-    let (ok, msg) = c.send_event(&announcement(&server, &owner, "seen", &[])).await.unwrap();
-    assert!(ok, "{msg}");
-    let repo = coordinate(30617, &owner.public_key(), "seen");
-    let issues: Vec<Event> = (0..60).map(|i| signed(&Keys::generate(), 1621, &format!("issue {i}"), &[&["a", &repo]])).collect();
+    let (_server, mut c, repo) = anchored("seen").await;
+    let issues: Vec<Event> = (0..60).map(|i| signed_event(&Keys::generate(), 1621, now(), &format!("issue {i}"), &[&["a", &repo]])).collect();
     for e in &issues {
         c.raw_send(event_message(serde_json::to_value(e).unwrap())).await.unwrap();
     }

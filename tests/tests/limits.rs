@@ -47,9 +47,7 @@ fn chain_of_commits(work: &grasp_tests::git::WorkTree, n: usize) -> Vec<String> 
 /// is aligned to it. Not timed: it must simply finish within the test deadline.
 #[tokio::test]
 async fn state_with_thousands_of_refs_whose_objects_exist_is_accepted() {
-    let server = TestServer::start();
-    let tmp = tempfile::tempdir().unwrap();
-    let mut c = connect(&server).await;
+    let (server, tmp, mut c) = started(&[]).await;
     let owner = Keys::generate();
     let published = publish_repo(&server, &mut c, &tmp.path().join("w"), &owner, "big").await;
     let commits = chain_of_commits(&published.repo.work, 3000);
@@ -129,8 +127,7 @@ async fn connections_beyond_the_per_address_limit_get_503_and_places_free_on_clo
 
 #[tokio::test]
 async fn connections_beyond_the_total_limit_get_503() {
-    let server = TestServer::start_with(&["--max-connections", "2", "--max-connections-per-ip", "0"]);
-    let mut a = connect(&server).await;
+    let (server, mut a) = connected(&["--max-connections", "2", "--max-connections-per-ip", "0"]).await;
     let b = connect(&server).await;
     let (status, cors, body) = refused_websocket(&server).await;
     assert_eq!((status, cors.as_deref()), (503, Some("*")), "{body}");

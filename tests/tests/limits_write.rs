@@ -26,8 +26,7 @@ async fn stored(c: &mut NostrClient, id: EventId) -> bool {
 
 #[tokio::test]
 async fn a_connection_beyond_its_burst_is_rate_limited_and_nothing_is_stored() {
-    let server = TestServer::start_with(&["--write-burst", "3", "--write-rate", "0.01"]);
-    let mut c = connect(&server).await;
+    let (server, mut c) = connected(&["--write-burst", "3", "--write-rate", "0.01"]).await;
     for n in 0..3 {
         let e = list(&Keys::generate(), n);
         assert_eq!(c.send_event(&e).await.unwrap(), (true, String::new()));
@@ -98,8 +97,7 @@ async fn forwarded_clients_hold_their_own_connection_places() {
 
 #[tokio::test]
 async fn new_repositories_are_capped_per_author_and_in_total() {
-    let server = TestServer::start_with(&["--new-repos-per-author-per-hour", "1", "--max-repos", "2"]);
-    let mut c = connect(&server).await;
+    let (server, mut c) = connected(&["--new-repos-per-author-per-hour", "1", "--max-repos", "2"]).await;
     let (alice, bob, carol) = (Keys::generate(), Keys::generate(), Keys::generate());
     let first = announcement(&server, &alice, "one", &[]);
     assert!(c.send_event(&first).await.unwrap().0);

@@ -203,8 +203,7 @@ async fn client_with_a_subset_gets_exactly_what_it_lacks() {
 /// hold, are answered with NEG-ERR `blocked:`; re-opening an open id replaces that session.
 #[tokio::test]
 async fn limits_are_answered_with_neg_err() {
-    let server = TestServer::start_with(&["--negentropy-max-items", "5"]);
-    let mut c = connect(&server).await;
+    let (server, mut c) = connected(&["--negentropy-max-items", "5"]).await;
     let events = grasp_lists(&server, 6);
     publish_all(&mut c, &events).await;
     let lists = || Filter::new().kind(Kind::from(10317));
@@ -237,8 +236,7 @@ async fn limits_are_answered_with_neg_err() {
 /// NOTICE; a replaced session continues with the new filter. The connection stays usable.
 #[tokio::test]
 async fn closed_unknown_and_malformed_sessions() {
-    let server = TestServer::start();
-    let mut c = connect(&server).await;
+    let (server, mut c) = connected(&[]).await;
     let events = grasp_lists(&server, 40);
     publish_all(&mut c, &events).await;
     let lists = || Filter::new().kind(Kind::from(10317));
@@ -333,8 +331,7 @@ async fn neg_open_is_metered_per_address() {
 /// `closed:`, each in its turn, on a connection that stays open.
 #[tokio::test]
 async fn idle_sessions_are_closed() {
-    let server = TestServer::start_with(&["--negentropy-idle-timeout", "2s"]);
-    let mut c = connect(&server).await;
+    let (server, mut c) = connected(&["--negentropy-idle-timeout", "2s"]).await;
     publish_all(&mut c, &grasp_lists(&server, 3)).await;
     let lists = || Filter::new().kind(Kind::from(10317));
     let opened = std::time::Instant::now();

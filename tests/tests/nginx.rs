@@ -261,15 +261,7 @@ fn read(path: &Path) -> String {
 /// Incompressible text of `len` bytes, so a push carrying it is larger than git's 1 MiB
 /// `http.postBuffer` and goes out with a chunked request body.
 fn noise(len: usize) -> String {
-    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
-    let mut s = String::with_capacity(len + 16);
-    while s.len() < len {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        s.push_str(&format!("{x:016x}"));
-    }
-    s
+    grasp_tests::git::xorshift().take(len.div_ceil(16)).map(|x| format!("{x:016x}")).collect()
 }
 
 fn http() -> reqwest::Client {

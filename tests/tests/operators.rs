@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
 use grasp_tests::grasp::*;
-use grasp_tests::{binary_path, eventually, wait_until, TestServer, TIMEOUT};
+use grasp_tests::{binary_path, eventually, spawn_logged, wait_until, TestServer, TIMEOUT};
 use nostr::prelude::*;
 
 /// The example configuration file, with every setting at its default.
@@ -116,8 +116,7 @@ async fn sighup_applies_what_can_change_and_keeps_the_rest() {
     let file = dir.path().join("config.toml");
     // Every event refused for want of disk space, to begin with.
     std::fs::write(&file, example_with(&[("min-free-disk = 1073741824", "min-free-disk = 9223372036854775807")])).unwrap();
-    let server = TestServer::start_with(&["--config", file.to_str().unwrap()]);
-    let mut c = connect(&server).await;
+    let (server, mut c) = connected(&["--config", file.to_str().unwrap()]).await;
     // Kind 10317 is replaceable: a fresh key for each event that should be stored.
     let mallory = Keys::generate();
     let (ok, msg) = c.send_event(&event(&Keys::generate(), 10317, &[&["t", "1"]])).await.unwrap();
@@ -165,16 +164,7 @@ fn sighup_changes_the_log_filter() {
         ])
     };
     std::fs::write(&file, config("warn")).unwrap();
-    let log = std::fs::File::create(dir.path().join("relay.log")).unwrap();
-    let mut child = Command::new(binary_path("grasp-relay"))
-        .arg("--config")
-        .arg(&file)
-        .env(grasp_state::contract::env_names::NO_INDEX_RELAYS, "true")
-        .stdin(Stdio::null())
-        .stdout(log.try_clone().unwrap())
-        .stderr(log)
-        .spawn()
-        .unwrap();
+    let mut child = spawn_logged(Command::new(binary_path("grasp-relay")).arg("--config").arg(&file), &dir.path().join("relay.log"));
     let logs = || std::fs::read_to_string(dir.path().join("relay.log")).unwrap_or_default();
     wait_until("the relay to listen", TIMEOUT, || data.join(grasp_state::contract::layout::RELAY_ADDR_FILE).exists().then_some(())).unwrap_or_else(|e| panic!("{e}\n{}", logs()));
     assert!(!logs().contains(" INFO "), "{}", logs());
@@ -239,10 +229,8 @@ fn the_doctor_tells_a_good_installation_from_a_broken_one() {
 /// maintenance queue, kept as long as the process, once did: every stop took 10 s and warned).
 #[tokio::test]
 async fn a_quiet_relay_stops_without_waiting_out_the_grace() {
-    let mut server = TestServer::start();
-    let tmp = tempfile::tempdir().unwrap();
+    let (mut server, tmp, mut c) = started(&[]).await;
     let owner = Keys::generate();
-    let mut c = grasp_tests::grasp::connect(&server).await;
     publish_repo(&server, &mut c, &tmp.path().join("w"), &owner, "quiet").await;
     drop(c);
     let status = server.stop();

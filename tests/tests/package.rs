@@ -17,7 +17,7 @@ use std::process::{Command, Output, Stdio};
 use grasp_state::names::identifier::npub_of;
 use grasp_tests::git::WorkTree;
 use grasp_tests::grasp::*;
-use grasp_tests::{binary_path, wait_until, NostrClient, TIMEOUT};
+use grasp_tests::{binary_path, spawn_logged, wait_until, NostrClient, TIMEOUT};
 use nostr::prelude::*;
 
 const BINARIES: [&str; 4] = ["grasp-relay", "grasp-cgi", "grasp-pre-receive", "grasp-post-receive"];
@@ -112,20 +112,15 @@ async fn the_package_installs_and_its_relay_serves_from_its_configuration() {
     // differs, through the environment (which wins over the file).
     let data = tmp.path().join("data");
     let log_path = tmp.path().join("relay.log");
-    let log = std::fs::File::create(&log_path).unwrap();
-    let mut relay = Command::new(root.join("usr/bin/grasp-relay"))
-        .arg("--config")
-        .arg(&config)
-        .env(grasp_state::contract::env_names::DATA_DIR, &data)
-        .env(grasp_state::contract::env_names::BIND, "127.0.0.1:0")
-        .env(grasp_state::contract::env_names::LOG, "info")
-        // Tests never reach the internet: no public index relay.
-        .env(grasp_state::contract::env_names::NO_INDEX_RELAYS, "true")
-        .stdin(Stdio::null())
-        .stdout(log.try_clone().unwrap())
-        .stderr(log)
-        .spawn()
-        .unwrap();
+    let mut relay = spawn_logged(
+        Command::new(root.join("usr/bin/grasp-relay"))
+            .arg("--config")
+            .arg(&config)
+            .env(grasp_state::contract::env_names::DATA_DIR, &data)
+            .env(grasp_state::contract::env_names::BIND, "127.0.0.1:0")
+            .env(grasp_state::contract::env_names::LOG, "info"),
+        &log_path,
+    );
     let logs = || std::fs::read_to_string(&log_path).unwrap_or_default();
     let addr = wait_until("the installed relay to listen", TIMEOUT, || {
         if let Ok(Some(status)) = relay.try_wait() {

@@ -7,7 +7,7 @@
 use grasp_state::names::identifier::npub_of;
 use grasp_tests::git::WorkTree;
 use grasp_tests::grasp::*;
-use grasp_tests::{NostrClient, TestServer};
+use grasp_tests::TestServer;
 use nostr::prelude::*;
 
 const FORGED_HOST: &str = "evil.example";
@@ -40,9 +40,7 @@ fn repo_with_data(server: &TestServer, dir: &std::path::Path, owner: &PublicKey,
 
 #[tokio::test(flavor = "multi_thread")]
 async fn home_page_lists_served_repositories_newest_first_in_pages() {
-    let server = TestServer::start();
-    let tmp = tempfile::tempdir().unwrap();
-    let mut client = NostrClient::connect(&server.ws_url()).await.unwrap();
+    let (server, tmp, mut client) = started(&[]).await;
     let owner = Keys::generate();
     let base = now() - 1000;
     // 21 served repositories: one page of 20 and one more.
@@ -89,9 +87,7 @@ async fn home_page_lists_served_repositories_newest_first_in_pages() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn repository_page_shows_its_fields_escaped_with_the_configured_host() {
-    let server = TestServer::start();
-    let tmp = tempfile::tempdir().unwrap();
-    let mut client = NostrClient::connect(&server.ws_url()).await.unwrap();
+    let (server, tmp, mut client) = started(&[]).await;
     let owner = Keys::generate();
     let maintainer = Keys::generate();
     let id = "hostile";
@@ -177,9 +173,7 @@ async fn pages_use_the_configured_public_host() {
 #[ignore = "needs chromium; run docs/screenshots/take.sh"]
 async fn screenshots() {
     let out_dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/screenshots");
-    let server = TestServer::start_with(&["--name", "grasp.example", "--description", "A GRASP server for NIP-34 git repositories."]);
-    let tmp = tempfile::tempdir().unwrap();
-    let mut client = NostrClient::connect(&server.ws_url()).await.unwrap();
+    let (server, tmp, mut client) = started(&["--name", "grasp.example", "--description", "A GRASP server for NIP-34 git repositories."]).await;
     let host = host(&server);
     let (alice, bob) = (Keys::generate(), Keys::generate());
     let samples: [(&Keys, &str, &str, &str); 3] = [

@@ -61,9 +61,7 @@ struct Contribution {
 }
 
 async fn contribution() -> Contribution {
-    let server = TestServer::start_with(&["--grasp06"]);
-    let mut c = connect(&server).await;
-    let tmp = tempfile::tempdir().unwrap();
+    let (server, tmp, mut c) = started(&["--grasp06"]).await;
     let (owner, contributor) = (Keys::generate(), Keys::generate());
     let published = publish_repo(&server, &mut c, &tmp.path().join("owner"), &owner, "proj").await;
     let work = tmp.path().join("contrib");
@@ -154,9 +152,7 @@ async fn data_first_the_event_is_served_on_arrival_and_copied_to_the_owner() {
 
 #[tokio::test]
 async fn a_pull_request_for_a_repository_not_announced_here_is_held_only_when_it_names_its_contributor_url() {
-    let server = TestServer::start_with(&["--grasp06"]);
-    let mut c = connect(&server).await;
-    let tmp = tempfile::tempdir().unwrap();
+    let (server, tmp, mut c) = started(&["--grasp06"]).await;
     let (elsewhere, contributor, stranger) = (Keys::generate().public_key(), Keys::generate(), Keys::generate());
     let url = prs_url(&server, &contributor.public_key(), "far away");
     let repo = Repo { work: grasp_tests::git::WorkTree::new(tmp.path().join("w")), url: url.clone() };
@@ -185,9 +181,7 @@ async fn a_pull_request_for_a_repository_not_announced_here_is_held_only_when_it
 
 #[tokio::test]
 async fn only_pull_request_refs_of_the_urls_own_contributor_go_in_and_refused_pushes_leave_nothing() {
-    let server = TestServer::start_with(&["--grasp06"]);
-    let mut c = connect(&server).await;
-    let tmp = tempfile::tempdir().unwrap();
+    let (server, tmp, mut c) = started(&["--grasp06"]).await;
     let (owner, contributor, other) = (Keys::generate(), Keys::generate(), Keys::generate());
     publish_repo(&server, &mut c, &tmp.path().join("owner"), &owner, "proj").await;
     let url = prs_url(&server, &contributor.public_key(), "proj");
@@ -234,9 +228,7 @@ async fn an_expired_placeholder_takes_its_ref_and_then_its_repository_with_it() 
 
 #[tokio::test]
 async fn the_anonymous_push_bounds_hold_for_contributor_repositories() {
-    let server = TestServer::start_with(&["--grasp06", "--placeholders-per-repo", "1", "--max-pr-push-bytes", "200000", "--max-repos", "2"]);
-    let mut c = connect(&server).await;
-    let tmp = tempfile::tempdir().unwrap();
+    let (server, tmp, mut c) = started(&["--grasp06", "--placeholders-per-repo", "1", "--max-pr-push-bytes", "200000", "--max-repos", "2"]).await;
     let (owner, contributor) = (Keys::generate(), Keys::generate());
     // Contributor repositories count under --max-repos with announced ones.
     let (ok, msg) = c.send_event(&announcement(&server, &owner, "proj", &[])).await.unwrap();

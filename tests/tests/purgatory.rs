@@ -187,9 +187,8 @@ async fn restart_preserves_every_entry_type_with_remaining_time() {
 
 #[tokio::test]
 async fn kill_9_during_repeated_checkpoints_always_leaves_a_loadable_checkpoint() {
-    let mut server = TestServer::start_with(&["--checkpoint-interval", "5ms", "--purgatory-per-author", "1000"]);
+    let (mut server, mut c) = connected(&["--checkpoint-interval", "5ms", "--purgatory-per-author", "1000"]).await;
     let owner = Keys::generate();
-    let mut c = connect(&server).await;
     let ann = announcement(&server, &owner, "crashy", &[]);
     held(&mut c, &ann).await;
     let base = now() - 1000;
@@ -236,9 +235,8 @@ async fn kill_9_during_repeated_checkpoints_always_leaves_a_loadable_checkpoint(
 
 #[tokio::test]
 async fn corrupt_or_unknown_checkpoint_is_set_aside_and_the_server_starts() {
-    let mut server = TestServer::start_with(&["--checkpoint-interval", "1h"]);
+    let (mut server, mut c) = connected(&["--checkpoint-interval", "1h"]).await;
     let owner = Keys::generate();
-    let mut c = connect(&server).await;
     let ann = announcement(&server, &owner, "kept", &[]);
     held(&mut c, &ann).await;
     drop(c);
@@ -270,10 +268,8 @@ async fn corrupt_or_unknown_checkpoint_is_set_aside_and_the_server_starts() {
 
 #[tokio::test]
 async fn soft_expiry_deletes_the_repository_and_a_state_event_revives_it() {
-    let server = TestServer::start_with(&["--purgatory-ttl", "6", "--soft-expiry-ttl", "1h"]);
-    let tmp = tempfile::tempdir().unwrap();
+    let (server, tmp, mut c) = started(&["--purgatory-ttl", "6", "--soft-expiry-ttl", "1h"]).await;
     let owner = Keys::generate();
-    let mut c = connect(&server).await;
     let ann = announcement(&server, &owner, "phoenix", &[]);
     held(&mut c, &ann).await;
     let bare = repo_dir(&server, &owner.public_key(), "phoenix");
@@ -322,9 +318,8 @@ async fn soft_expiry_deletes_the_repository_and_a_state_event_revives_it() {
 
 #[tokio::test]
 async fn full_expiry_after_the_soft_expiry_ttl_records_the_event_as_expired() {
-    let server = TestServer::start_with(&["--purgatory-ttl", "2", "--soft-expiry-ttl", "1"]);
+    let (server, mut c) = connected(&["--purgatory-ttl", "2", "--soft-expiry-ttl", "1"]).await;
     let owner = Keys::generate();
-    let mut c = connect(&server).await;
     let ann = announcement(&server, &owner, "brief", &[]);
     held(&mut c, &ann).await;
     let st = state(&owner, "brief", &[("refs/heads/main", &"d".repeat(40))], Some("main"));
@@ -348,10 +343,8 @@ async fn full_expiry_after_the_soft_expiry_ttl_records_the_event_as_expired() {
 
 #[tokio::test]
 async fn expired_placeholder_ref_is_removed_from_the_bare_repository() {
-    let server = TestServer::start_with(&["--purgatory-ttl", "6"]);
-    let tmp = tempfile::tempdir().unwrap();
+    let (server, tmp, mut c) = started(&["--purgatory-ttl", "6"]).await;
     let owner = Keys::generate();
-    let mut c = connect(&server).await;
     let ann = announcement(&server, &owner, "target", &[]);
     held(&mut c, &ann).await;
     // Give the repository data so it outlives the announcement's purgatory.
@@ -384,10 +377,8 @@ async fn expired_placeholder_ref_is_removed_from_the_bare_repository() {
 
 #[tokio::test]
 async fn caps_refuse_new_entries_and_never_evict_the_maintainers() {
-    let server = TestServer::start_with(&["--purgatory-per-author", "2", "--purgatory-total", "5"]);
-    let tmp = tempfile::tempdir().unwrap();
+    let (server, tmp, mut c) = started(&["--purgatory-per-author", "2", "--purgatory-total", "5"]).await;
     let owner = Keys::generate();
-    let mut c = connect(&server).await;
     let ann = announcement(&server, &owner, "shared", &[]);
     held(&mut c, &ann).await;
     let work = Repo::new(&tmp.path().join("w"), &server, &owner.public_key(), "shared");
@@ -432,9 +423,8 @@ async fn caps_refuse_new_entries_and_never_evict_the_maintainers() {
 
 #[tokio::test]
 async fn replacement_extends_an_older_replay_is_refused_and_dropping_the_service_ends_the_entry() {
-    let server = TestServer::start_with(&["--purgatory-ttl", "10"]);
+    let (server, mut c) = connected(&["--purgatory-ttl", "10"]).await;
     let owner = Keys::generate();
-    let mut c = connect(&server).await;
     let v1 = announcement_at(&server, &owner, "moving", &[], now() - 100);
     held(&mut c, &v1).await;
     let bare = repo_dir(&server, &owner.public_key(), "moving");
@@ -490,10 +480,9 @@ async fn replacement_extends_an_older_replay_is_refused_and_dropping_the_service
 
 #[tokio::test]
 async fn deletions_remove_purgatory_entries_by_id_and_coordinate() {
-    let server = TestServer::start();
+    let (server, mut c) = connected(&[]).await;
     let owner = Keys::generate();
     let contributor = Keys::generate();
-    let mut c = connect(&server).await;
     let t = now();
     let ann = announcement_at(&server, &owner, "del", &[], t - 100);
     held(&mut c, &ann).await;
@@ -553,9 +542,7 @@ async fn deletions_remove_purgatory_entries_by_id_and_coordinate() {
 
 #[tokio::test]
 async fn placeholder_caps_refuse_the_push_before_its_refs_land() {
-    let server = TestServer::start_with(&["--placeholders-per-repo", "1", "--placeholders-total", "2"]);
-    let tmp = tempfile::tempdir().unwrap();
-    let mut c = connect(&server).await;
+    let (server, tmp, mut c) = started(&["--placeholders-per-repo", "1", "--placeholders-total", "2"]).await;
     let mut pushes = Vec::new();
     for (n, name) in ["a", "b", "c"].iter().enumerate() {
         let owner = Keys::generate();
@@ -589,9 +576,8 @@ async fn placeholder_caps_refuse_the_push_before_its_refs_land() {
 
 #[tokio::test]
 async fn announcement_whose_repository_vanished_is_not_restored() {
-    let mut server = TestServer::start_with(&["--checkpoint-interval", "1h"]);
+    let (mut server, mut c) = connected(&["--checkpoint-interval", "1h"]).await;
     let owner = Keys::generate();
-    let mut c = connect(&server).await;
     let ann = announcement(&server, &owner, "vanishing", &[]);
     held(&mut c, &ann).await;
     let kept = announcement(&server, &owner, "staying", &[]);
@@ -627,8 +613,7 @@ async fn announcement_whose_repository_vanished_is_not_restored() {
 #[tokio::test]
 async fn one_address_holds_only_its_share_of_the_purgatory_whatever_keys_it_uses() {
     // Far below the total: without the per-address share the throwaway keys fill it.
-    let mut server = TestServer::start_with(&["--purgatory-per-address", "3", "--purgatory-total", "50", "--checkpoint-interval", "1h"]);
-    let mut c = connect(&server).await;
+    let (mut server, mut c) = connected(&["--purgatory-per-address", "3", "--purgatory-total", "50", "--checkpoint-interval", "1h"]).await;
     let mut held_ids = Vec::new();
     let mut refusals = Vec::new();
     for n in 0..6 {
@@ -665,12 +650,9 @@ async fn one_address_holds_only_its_share_of_the_purgatory_whatever_keys_it_uses
 #[tokio::test]
 async fn one_address_pushes_only_its_share_of_the_placeholders() {
     // Far below the per-repository cap and the total: only the address's share refuses.
-    let server = TestServer::start_with(&["--placeholders-per-address", "2", "--placeholders-per-repo", "50", "--placeholders-total", "50"]);
-    let tmp = tempfile::tempdir().unwrap();
-    let mut c = connect(&server).await;
+    let (server, tmp, mut c) = started(&["--placeholders-per-address", "2", "--placeholders-per-repo", "50", "--placeholders-total", "50"]).await;
     let owner = Keys::generate();
-    held(&mut c, &announcement(&server, &owner, "parked", &[])).await;
-    let work = Repo::new(&tmp.path().join("w"), &server, &owner.public_key(), "parked");
+    let work = held_repo(&server, &mut c, &tmp.path().join("w"), &owner, "parked").await;
     work.commit("f.txt", "data");
     let push = || {
         let id = random_id();

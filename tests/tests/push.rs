@@ -37,9 +37,7 @@ async fn ready_to_push(server: &TestServer, c: &mut grasp_tests::NostrClient, ow
 
 #[tokio::test]
 async fn push_without_any_state_is_rejected_and_changes_nothing() {
-    let server = TestServer::start();
-    let tmp = tempfile::tempdir().unwrap();
-    let mut c = connect(&server).await;
+    let (server, tmp, mut c) = started(&[]).await;
     let owner = Keys::generate();
     let ann = announcement(&server, &owner, "nostate", &[]);
     held(&mut c, &ann).await;
@@ -54,9 +52,7 @@ async fn push_without_any_state_is_rejected_and_changes_nothing() {
 
 #[tokio::test]
 async fn state_then_push_releases_state_and_announcement() {
-    let server = TestServer::start();
-    let tmp = tempfile::tempdir().unwrap();
-    let mut c = connect(&server).await;
+    let (server, tmp, mut c) = started(&[]).await;
     let owner = Keys::generate();
     let (ann, repo, tip, st) = ready_to_push(&server, &mut c, &owner, "hello", tmp.path()).await;
     assert!(!stored(&mut c, ann.id).await, "announcement must not be served before git data");
@@ -123,9 +119,7 @@ async fn a_push_to_the_listener_is_released_without_a_post_receive_process() {
 /// repository's `HEAD` is left where `git init --bare` puts it (docs/protocol.md#release-and-alignment).
 #[tokio::test]
 async fn an_empty_repository_cloned_leaves_the_first_branch_to_the_client() {
-    let server = TestServer::start();
-    let tmp = tempfile::tempdir().unwrap();
-    let mut c = connect(&server).await;
+    let (server, tmp, mut c) = started(&[]).await;
     let owner = Keys::generate();
     let ann = announcement(&server, &owner, "fresh", &[]);
     held(&mut c, &ann).await;
@@ -152,12 +146,9 @@ async fn an_empty_repository_cloned_leaves_the_first_branch_to_the_client() {
 
 #[tokio::test]
 async fn wrong_commit_is_rejected_with_a_readable_reason() {
-    let server = TestServer::start();
-    let tmp = tempfile::tempdir().unwrap();
-    let mut c = connect(&server).await;
+    let (server, tmp, mut c) = started(&[]).await;
     let owner = Keys::generate();
-    held(&mut c, &announcement(&server, &owner, "r", &[])).await;
-    let repo = Repo::new(&tmp.path().join("w"), &server, &owner.public_key(), "r");
+    let repo = held_repo(&server, &mut c, &tmp.path().join("w"), &owner, "r").await;
     let first = repo.commit("a", "1");
     let second = repo.commit("b", "2");
     let st = state(&owner, "r", &[("refs/heads/main", &first)], Some("main"));
@@ -172,9 +163,7 @@ async fn wrong_commit_is_rejected_with_a_readable_reason() {
 
 #[tokio::test]
 async fn a_listed_maintainers_state_authorises_once_they_accept() {
-    let server = TestServer::start();
-    let tmp = tempfile::tempdir().unwrap();
-    let mut c = connect(&server).await;
+    let (server, tmp, mut c) = started(&[]).await;
     let (owner, maint) = (Keys::generate(), Keys::generate());
     let ann = announcement(&server, &owner, "m", &[maint.public_key()]);
     held(&mut c, &ann).await;
@@ -197,9 +186,7 @@ async fn a_listed_maintainers_state_authorises_once_they_accept() {
 
 #[tokio::test]
 async fn recursive_maintainer_state_authorises() {
-    let server = TestServer::start();
-    let tmp = tempfile::tempdir().unwrap();
-    let mut c = connect(&server).await;
+    let (server, tmp, mut c) = started(&[]).await;
     let (owner, a, b) = (Keys::generate(), Keys::generate(), Keys::generate());
     // owner lists A, A lists the owner back and B, B lists A back: B, confirmed through A,
     // authorises a push to the owner's repository.
@@ -230,12 +217,9 @@ async fn recursive_maintainer_state_authorises() {
 
 #[tokio::test]
 async fn strangers_state_cannot_authorise() {
-    let server = TestServer::start();
-    let tmp = tempfile::tempdir().unwrap();
-    let mut c = connect(&server).await;
+    let (server, tmp, mut c) = started(&[]).await;
     let (owner, stranger) = (Keys::generate(), Keys::generate());
-    held(&mut c, &announcement(&server, &owner, "s", &[])).await;
-    let repo = Repo::new(&tmp.path().join("w"), &server, &owner.public_key(), "s");
+    let repo = held_repo(&server, &mut c, &tmp.path().join("w"), &owner, "s").await;
     let tip = repo.commit("a", "1");
     // Without an announcement of their own the stranger's state is refused outright...
     let st = state(&stranger, "s", &[("refs/heads/main", &tip)], Some("main"));
@@ -253,12 +237,9 @@ async fn strangers_state_cannot_authorise() {
 
 #[tokio::test]
 async fn state_first_then_push_and_pushes_against_the_latest_stored_state() {
-    let server = TestServer::start();
-    let tmp = tempfile::tempdir().unwrap();
-    let mut c = connect(&server).await;
+    let (server, tmp, mut c) = started(&[]).await;
     let owner = Keys::generate();
-    held(&mut c, &announcement(&server, &owner, "two", &[])).await;
-    let repo = Repo::new(&tmp.path().join("w"), &server, &owner.public_key(), "two");
+    let repo = held_repo(&server, &mut c, &tmp.path().join("w"), &owner, "two").await;
     let dir = repo_dir(&server, &owner.public_key(), "two");
     let c1 = repo.commit("a", "1");
     let s1 = state_at(&owner, "two", &[("refs/heads/main", &c1)], Some("main"), now() - 10);
@@ -296,12 +277,9 @@ async fn state_first_then_push_and_pushes_against_the_latest_stored_state() {
 
 #[tokio::test]
 async fn branch_deletion_is_allowed_only_when_the_result_matches() {
-    let server = TestServer::start();
-    let tmp = tempfile::tempdir().unwrap();
-    let mut c = connect(&server).await;
+    let (server, tmp, mut c) = started(&[]).await;
     let owner = Keys::generate();
-    held(&mut c, &announcement(&server, &owner, "del", &[])).await;
-    let repo = Repo::new(&tmp.path().join("w"), &server, &owner.public_key(), "del");
+    let repo = held_repo(&server, &mut c, &tmp.path().join("w"), &owner, "del").await;
     let dir = repo_dir(&server, &owner.public_key(), "del");
     let c1 = repo.commit("a", "1");
     let s1 = state_at(&owner, "del", &[("refs/heads/main", &c1), ("refs/heads/dev", &c1)], Some("main"), now() - 10);
@@ -328,12 +306,9 @@ async fn branch_deletion_is_allowed_only_when_the_result_matches() {
 
 #[tokio::test]
 async fn refs_outside_the_served_namespaces_and_invalid_nostr_ids_are_rejected() {
-    let server = TestServer::start();
-    let tmp = tempfile::tempdir().unwrap();
-    let mut c = connect(&server).await;
+    let (server, tmp, mut c) = started(&[]).await;
     let owner = Keys::generate();
-    held(&mut c, &announcement(&server, &owner, "ns", &[])).await;
-    let repo = Repo::new(&tmp.path().join("w"), &server, &owner.public_key(), "ns");
+    let repo = held_repo(&server, &mut c, &tmp.path().join("w"), &owner, "ns").await;
     repo.commit("a", "1");
     let err = repo.push(&["main:refs/nostr/abc"]).unwrap_err();
     assert!(err.contains("refs/nostr/abc: refs/nostr/ refs must be named by a 64 character lowercase hex event id"), "{err}");
@@ -352,12 +327,9 @@ async fn refs_outside_the_served_namespaces_and_invalid_nostr_ids_are_rejected()
 
 #[tokio::test]
 async fn unknown_nostr_id_is_a_placeholder_until_its_event_comes() {
-    let server = TestServer::start();
-    let tmp = tempfile::tempdir().unwrap();
-    let mut c = connect(&server).await;
+    let (server, tmp, mut c) = started(&[]).await;
     let (owner, contributor) = (Keys::generate(), Keys::generate());
-    held(&mut c, &announcement(&server, &owner, "pr", &[])).await;
-    let repo = Repo::new(&tmp.path().join("w"), &server, &owner.public_key(), "pr");
+    let repo = held_repo(&server, &mut c, &tmp.path().join("w"), &owner, "pr").await;
     let dir = repo_dir(&server, &owner.public_key(), "pr");
     let c1 = repo.commit("a", "1");
 
@@ -380,12 +352,9 @@ async fn unknown_nostr_id_is_a_placeholder_until_its_event_comes() {
 
 #[tokio::test]
 async fn placeholders_are_capped_and_keep_their_commit() {
-    let server = TestServer::start_with(&["--placeholders-per-repo", "1"]);
-    let tmp = tempfile::tempdir().unwrap();
-    let mut c = connect(&server).await;
+    let (server, tmp, mut c) = started(&["--placeholders-per-repo", "1"]).await;
     let owner = Keys::generate();
-    held(&mut c, &announcement(&server, &owner, "cap", &[])).await;
-    let repo = Repo::new(&tmp.path().join("w"), &server, &owner.public_key(), "cap");
+    let repo = held_repo(&server, &mut c, &tmp.path().join("w"), &owner, "cap").await;
     let dir = repo_dir(&server, &owner.public_key(), "cap");
     let c1 = repo.commit("a", "1");
     let c2 = repo.commit("b", "2");
@@ -404,12 +373,9 @@ async fn placeholders_are_capped_and_keep_their_commit() {
 
 #[tokio::test]
 async fn git_first_then_event_with_another_commit_deletes_the_ref_and_the_event_waits() {
-    let server = TestServer::start();
-    let tmp = tempfile::tempdir().unwrap();
-    let mut c = connect(&server).await;
+    let (server, tmp, mut c) = started(&[]).await;
     let (owner, contributor) = (Keys::generate(), Keys::generate());
-    held(&mut c, &announcement(&server, &owner, "prw", &[])).await;
-    let repo = Repo::new(&tmp.path().join("w"), &server, &owner.public_key(), "prw");
+    let repo = held_repo(&server, &mut c, &tmp.path().join("w"), &owner, "prw").await;
     let dir = repo_dir(&server, &owner.public_key(), "prw");
     let c1 = repo.commit("a", "1");
     let c2 = repo.commit("b", "2");
@@ -436,12 +402,9 @@ async fn git_first_then_event_with_another_commit_deletes_the_ref_and_the_event_
 
 #[tokio::test]
 async fn event_first_pull_request_released_by_the_right_commit_only() {
-    let server = TestServer::start();
-    let tmp = tempfile::tempdir().unwrap();
-    let mut c = connect(&server).await;
+    let (server, tmp, mut c) = started(&[]).await;
     let (owner, contributor) = (Keys::generate(), Keys::generate());
-    held(&mut c, &announcement(&server, &owner, "pre", &[])).await;
-    let repo = Repo::new(&tmp.path().join("w"), &server, &owner.public_key(), "pre");
+    let repo = held_repo(&server, &mut c, &tmp.path().join("w"), &owner, "pre").await;
     let dir = repo_dir(&server, &owner.public_key(), "pre");
     let c1 = repo.commit("a", "1");
     let c2 = repo.commit("b", "2");
@@ -462,12 +425,9 @@ async fn event_first_pull_request_released_by_the_right_commit_only() {
 
 #[tokio::test]
 async fn head_follows_the_state() {
-    let server = TestServer::start();
-    let tmp = tempfile::tempdir().unwrap();
-    let mut c = connect(&server).await;
+    let (server, tmp, mut c) = started(&[]).await;
     let owner = Keys::generate();
-    held(&mut c, &announcement(&server, &owner, "head", &[])).await;
-    let repo = Repo::new(&tmp.path().join("w"), &server, &owner.public_key(), "head");
+    let repo = held_repo(&server, &mut c, &tmp.path().join("w"), &owner, "head").await;
     let dir = repo_dir(&server, &owner.public_key(), "head");
     let c1 = repo.commit("a", "1");
     let c2 = repo.commit("b", "2");
@@ -492,9 +452,7 @@ async fn head_follows_the_state() {
 
 #[tokio::test]
 async fn second_owners_repository_receives_the_objects() {
-    let server = TestServer::start();
-    let tmp = tempfile::tempdir().unwrap();
-    let mut c = connect(&server).await;
+    let (server, tmp, mut c) = started(&[]).await;
     let (owner1, owner2) = (Keys::generate(), Keys::generate());
     // Each lists the other: owner1 is a confirmed maintainer of owner2's repository.
     let ann1 = announcement(&server, &owner1, "shared", &[owner2.public_key()]);
@@ -528,9 +486,7 @@ async fn second_owners_repository_receives_the_objects() {
 
 #[tokio::test]
 async fn relay_stopped_push_is_rejected_and_the_repository_unchanged() {
-    let mut server = TestServer::start();
-    let tmp = tempfile::tempdir().unwrap();
-    let mut c = connect(&server).await;
+    let (mut server, tmp, mut c) = started(&[]).await;
     let owner = Keys::generate();
     held(&mut c, &announcement(&server, &owner, "down", &[])).await;
     let work = WorkTree::new(tmp.path().join("w"));
@@ -558,9 +514,7 @@ fn signal(pid: u32, sig: &str) {
 
 #[tokio::test]
 async fn pre_receive_fails_closed_on_a_hung_relay_or_a_garbage_answer() {
-    let mut server = TestServer::start();
-    let tmp = tempfile::tempdir().unwrap();
-    let mut c = connect(&server).await;
+    let (mut server, tmp, mut c) = started(&[]).await;
     let owner = Keys::generate();
     held(&mut c, &announcement(&server, &owner, "hung", &[])).await;
     let work = WorkTree::new(tmp.path().join("w"));
@@ -600,9 +554,7 @@ async fn pre_receive_fails_closed_on_a_hung_relay_or_a_garbage_answer() {
 
 #[tokio::test]
 async fn unclaimed_placeholder_ref_is_removed_when_it_expires() {
-    let server = TestServer::start_with(&["--purgatory-ttl", "3"]);
-    let tmp = tempfile::tempdir().unwrap();
-    let mut c = connect(&server).await;
+    let (server, tmp, mut c) = started(&["--purgatory-ttl", "3"]).await;
     let owner = Keys::generate();
     let repo = Repo::new(&tmp.path().join("w"), &server, &owner.public_key(), "ph");
     let dir = repo_dir(&server, &owner.public_key(), "ph");
@@ -622,9 +574,7 @@ async fn unclaimed_placeholder_ref_is_removed_when_it_expires() {
 
 #[tokio::test]
 async fn relay_killed_between_the_hooks_releases_after_restart() {
-    let mut server = TestServer::start_with(&["--checkpoint-interval", "1"]);
-    let tmp = tempfile::tempdir().unwrap();
-    let mut c = connect(&server).await;
+    let (mut server, tmp, mut c) = started(&["--checkpoint-interval", "1"]).await;
     let owner = Keys::generate();
     let ann = announcement(&server, &owner, "crash", &[]);
     held(&mut c, &ann).await;
@@ -665,9 +615,7 @@ async fn relay_killed_between_the_hooks_releases_after_restart() {
 
 #[tokio::test]
 async fn websocket_subscriber_sees_released_events_live() {
-    let server = TestServer::start();
-    let tmp = tempfile::tempdir().unwrap();
-    let mut c = connect(&server).await;
+    let (server, tmp, mut c) = started(&[]).await;
     let mut sub = connect(&server).await;
     let owner = Keys::generate();
     let (ann, repo, _, st) = ready_to_push(&server, &mut c, &owner, "live", tmp.path()).await;
@@ -684,9 +632,7 @@ async fn websocket_subscriber_sees_released_events_live() {
 
 #[tokio::test]
 async fn concurrent_pushes_to_one_repository_end_consistent() {
-    let server = TestServer::start();
-    let tmp = tempfile::tempdir().unwrap();
-    let mut c = connect(&server).await;
+    let (server, tmp, mut c) = started(&[]).await;
     let (owner, maint) = (Keys::generate(), Keys::generate());
     for round in 0..3 {
         let id = format!("race{round}");
@@ -793,8 +739,7 @@ async fn git_requests_run_the_backend_without_grasp_cgi() {
     std::fs::write(&script, body).unwrap();
     std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
     let recorded = || std::fs::read_to_string(&log).unwrap_or_default();
-    let server = TestServer::start_with(&["--cgi-path", script.to_str().unwrap()]);
-    let mut c = connect(&server).await;
+    let (server, mut c) = connected(&["--cgi-path", script.to_str().unwrap()]).await;
     let owner = Keys::generate();
     let (ann, repo, _, _) = ready_to_push(&server, &mut c, &owner, "direct", tmp.path()).await;
 

@@ -72,9 +72,7 @@ async fn new_owners_from_one_address_are_slowed_down_and_established_ones_are_no
 
 #[tokio::test]
 async fn an_owner_past_their_quota_is_refused_but_contributors_are_not_counted_there() {
-    let server = TestServer::start_with(&["--owner-quota", &MIB.to_string()]);
-    let tmp = tempfile::tempdir().unwrap();
-    let mut c = connect(&server).await;
+    let (server, tmp, mut c) = started(&["--owner-quota", &MIB.to_string()]).await;
     let owner = Keys::generate();
     let p = publish_repo(&server, &mut c, &tmp.path().join("w"), &owner, "proj").await;
     let tip = commit_random(&p.repo.work, "a", 1, 700);

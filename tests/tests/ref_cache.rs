@@ -16,7 +16,7 @@ use grasp_relay::git::ref_cache::{RefCache, DEFAULT_BUDGET};
 use grasp_relay::git::repos::create_bare_repo;
 use grasp_state::contract::git_backend::BackendSetup;
 use grasp_state::names::identifier::npub_of;
-use grasp_tests::git::{bin, git, git_output, test_owner, GitHttpServer, WorkTree};
+use grasp_tests::git::{bin, git, git_output, git_root_with_hooks, test_owner, GitHttpServer, WorkTree};
 use grasp_tests::grasp::*;
 use grasp_tests::{eventually, TestServer};
 use nostr::prelude::*;
@@ -162,10 +162,7 @@ fn reads() -> Vec<Read> {
 
 #[test]
 fn cached_answers_are_gits_byte_for_byte() {
-    let tmp = tempfile::tempdir().unwrap();
-    let root = tmp.path().join("git");
-    let hooks = tmp.path().join("hooks");
-    std::fs::create_dir_all(&hooks).unwrap();
+    let (tmp, root, hooks) = git_root_with_hooks();
     let cache = Arc::new(RefCache::new(DEFAULT_BUDGET, Default::default()));
     let cached = git_server(&root, Some(cache.clone()));
     let plain = git_server(&root, None);
@@ -290,10 +287,7 @@ fn eventually_hit(client: &reqwest::blocking::Client, url: &str, read: &Read, me
 
 #[test]
 fn never_stale_after_a_change_behind_the_relays_back() {
-    let tmp = tempfile::tempdir().unwrap();
-    let root = tmp.path().join("git");
-    let hooks = tmp.path().join("hooks");
-    std::fs::create_dir_all(&hooks).unwrap();
+    let (tmp, root, hooks) = git_root_with_hooks();
     let cache = Arc::new(RefCache::new(DEFAULT_BUDGET, Default::default()));
     let server = git_server(&root, Some(cache.clone()));
     let owner = test_owner(0);
@@ -377,12 +371,9 @@ async fn listed_and_cached(server: &TestServer, url: &str, check: impl Fn(&str) 
 /// background: answered from the cache at once, with the new refs, as git answers them.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_next_push_and_fetch_after_a_push_are_answered_from_the_cache() {
-    let server = TestServer::start_with(&["--metrics-bind", "127.0.0.1:0"]);
-    let tmp = tempfile::tempdir().unwrap();
-    let mut c = connect(&server).await;
+    let (server, tmp, mut c) = started(&["--metrics-bind", "127.0.0.1:0"]).await;
     let owner = Keys::generate();
-    held(&mut c, &announcement(&server, &owner, "warm", &[])).await;
-    let repo = Repo::new(&tmp.path().join("w"), &server, &owner.public_key(), "warm");
+    let repo = held_repo(&server, &mut c, &tmp.path().join("w"), &owner, "warm").await;
     let tip = repo.commit("a", "1");
     held(&mut c, &state(&owner, "warm", &[("refs/heads/main", &tip)], Some("main"))).await;
     let prewarmed = cache_answers(&server, "prewarmed").await;
@@ -448,12 +439,9 @@ async fn advertised_and_cached(server: &TestServer, url: &str, check: impl Fn(&s
 
 #[tokio::test(flavor = "multi_thread")]
 async fn never_stale_after_pushes_releases_realignments_and_maintenance() {
-    let server = TestServer::start_with(&["--metrics-bind", "127.0.0.1:0"]);
-    let tmp = tempfile::tempdir().unwrap();
-    let mut c = connect(&server).await;
+    let (server, tmp, mut c) = started(&["--metrics-bind", "127.0.0.1:0"]).await;
     let owner = Keys::generate();
-    held(&mut c, &announcement(&server, &owner, "live", &[])).await;
-    let repo = Repo::new(&tmp.path().join("w"), &server, &owner.public_key(), "live");
+    let repo = held_repo(&server, &mut c, &tmp.path().join("w"), &owner, "live").await;
     let dir = repo_dir(&server, &owner.public_key(), "live");
     let has = |tip: &str, name: &str| {
         let line = format!("{tip}\t{name}\n");
@@ -499,9 +487,7 @@ async fn never_stale_after_pushes_releases_realignments_and_maintenance() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_fetch_racing_a_push_never_sees_a_stale_list_once_the_push_is_answered() {
-    let server = TestServer::start_with(&["--metrics-bind", "127.0.0.1:0"]);
-    let tmp = tempfile::tempdir().unwrap();
-    let mut c = connect(&server).await;
+    let (server, tmp, mut c) = started(&["--metrics-bind", "127.0.0.1:0"]).await;
     let owner = Keys::generate();
     let published = publish_repo(&server, &mut c, &tmp.path().join("o"), &owner, "race").await;
     let url = published.repo.url.clone();
@@ -546,9 +532,7 @@ async fn a_fetch_racing_a_push_never_sees_a_stale_list_once_the_push_is_answered
 
 #[tokio::test(flavor = "multi_thread")]
 async fn contributor_repositories_are_cached_and_their_rules_hold() {
-    let server = TestServer::start_with(&["--grasp06", "--metrics-bind", "127.0.0.1:0"]);
-    let mut c = connect(&server).await;
-    let tmp = tempfile::tempdir().unwrap();
+    let (server, tmp, mut c) = started(&["--grasp06", "--metrics-bind", "127.0.0.1:0"]).await;
     let (owner, contributor) = (Keys::generate(), Keys::generate());
     let published = publish_repo(&server, &mut c, &tmp.path().join("owner"), &owner, "proj").await;
     let work = tmp.path().join("contrib");
@@ -644,9 +628,7 @@ async fn never_stale_after_a_git_sync() {
 #[tokio::test(flavor = "multi_thread")]
 async fn an_ls_refs_body_that_never_arrives_is_ended_within_the_idle_timeout() {
     use std::io::{Read as _, Write as _};
-    let server = TestServer::start_with(&["--git-idle-timeout", "1s"]);
-    let mut c = connect(&server).await;
-    let tmp = tempfile::tempdir().unwrap();
+    let (server, tmp, mut c) = started(&["--git-idle-timeout", "1s"]).await;
     let owner = Keys::generate();
     publish_repo(&server, &mut c, &tmp.path().join("o"), &owner, "slow").await;
     let path = format!("/{}/slow.git/git-upload-pack", npub_of(&owner.public_key()));

@@ -6,18 +6,11 @@
 //! behaviour checked is the same as for any other event. The policy itself is tested in
 //! `acceptance.rs`.
 
-use grasp_tests::grasp::{announcement, connect};
+use grasp_tests::grasp::{announcement, connect, connected, signed};
 use grasp_tests::{NostrClient, ReqOutcome, TestServer};
 use nostr::prelude::*;
 use serde_json::Value;
 
-fn note(keys: &Keys, kind: u16, at: u64, content: &str, tags: Vec<Tag>) -> Event {
-    EventBuilder::new(Kind::from(kind), content)
-        .tags(tags)
-        .custom_created_at(Timestamp::from(at))
-        .finalize(keys)
-        .unwrap()
-}
 
 /// A repository announced on the server; events tagging it are accepted.
 struct Anchor {
@@ -42,7 +35,7 @@ impl Anchor {
     /// An event of `kind` that tags the repository, plus `tags`.
     fn event(&self, keys: &Keys, kind: u16, at: u64, content: &str, mut tags: Vec<Tag>) -> Event {
         tags.push(self.tag());
-        note(keys, kind, at, content, tags)
+        signed(keys, kind, at, content, tags)
     }
 }
 
@@ -52,8 +45,7 @@ fn ids(events: &[Event]) -> Vec<EventId> {
 
 #[tokio::test]
 async fn event_ok_and_duplicate() {
-    let server = TestServer::start();
-    let mut c = connect(&server).await;
+    let (server, mut c) = connected(&[]).await;
     let repo = Anchor::announce(&server, &mut c).await;
     let keys = Keys::generate();
     let e = repo.event(&keys, 1621, 1_700_000_000, "hello", vec![]);
@@ -68,8 +60,7 @@ async fn event_ok_and_duplicate() {
 
 #[tokio::test]
 async fn bad_signature_and_wrong_id_are_rejected() {
-    let server = TestServer::start();
-    let mut c = connect(&server).await;
+    let (server, mut c) = connected(&[]).await;
     let repo = Anchor::announce(&server, &mut c).await;
     let keys = Keys::generate();
     // Would be accepted with a valid id and signature (it tags an announced repository).
@@ -107,8 +98,7 @@ async fn bad_signature_and_wrong_id_are_rejected() {
 
 #[tokio::test]
 async fn req_filter_fields_or_and_limit() {
-    let server = TestServer::start();
-    let mut c = connect(&server).await;
+    let (server, mut c) = connected(&[]).await;
     let repo = Anchor::announce(&server, &mut c).await;
     let (alice, bob) = (Keys::generate(), Keys::generate());
     let a1 = repo.event(&alice, 1621, 1000, "a1", vec![Tag::hashtag("grasp")]);
@@ -186,8 +176,7 @@ async fn req_filter_fields_or_and_limit() {
 
 #[tokio::test]
 async fn max_limit_caps_results() {
-    let server = TestServer::start_with(&["--max-limit", "2"]);
-    let mut c = connect(&server).await;
+    let (server, mut c) = connected(&["--max-limit", "2"]).await;
     let repo = Anchor::announce(&server, &mut c).await;
     let keys = Keys::generate();
     for i in 0..4 {
@@ -216,8 +205,7 @@ async fn max_limit_caps_results() {
 
 #[tokio::test]
 async fn live_broadcast_close_and_eose() {
-    let server = TestServer::start();
-    let mut sub = connect(&server).await;
+    let (server, mut sub) = connected(&[]).await;
     let mut publisher = connect(&server).await;
     let repo = Anchor::announce(&server, &mut publisher).await;
     let keys = Keys::generate();
@@ -258,19 +246,18 @@ async fn live_broadcast_close_and_eose() {
 
 #[tokio::test]
 async fn replaceable_and_addressable_replacement() {
-    let server = TestServer::start();
-    let mut c = connect(&server).await;
+    let (server, mut c) = connected(&[]).await;
     let repo = Anchor::announce(&server, &mut c).await;
     let keys = Keys::generate();
 
     // replaceable (10317, the user's grasp list, is always accepted): newer replaces, older refused
-    let r1 = note(&keys, 10317, 1000, "r1", vec![]);
-    let r2 = note(&keys, 10317, 2000, "r2", vec![]);
+    let r1 = signed(&keys, 10317, 1000, "r1", vec![]);
+    let r2 = signed(&keys, 10317, 2000, "r2", vec![]);
     assert!(c.send_event(&r1).await.unwrap().0);
     assert!(c.send_event(&r2).await.unwrap().0);
     let (ok, msg) = c.send_event(&r1).await.unwrap();
     assert!(!ok || msg.starts_with("duplicate:"), "{ok} {msg}");
-    let r0 = note(&keys, 10317, 500, "r0", vec![]);
+    let r0 = signed(&keys, 10317, 500, "r0", vec![]);
     let (ok, msg) = c.send_event(&r0).await.unwrap();
     assert!(!ok, "an older replaceable event must be refused: {msg}");
     assert_eq!(
@@ -316,19 +303,18 @@ async fn replaceable_and_addressable_replacement() {
 
 #[tokio::test]
 async fn deletion_removes_and_blocks_republish() {
-    let server = TestServer::start();
-    let mut c = connect(&server).await;
+    let (server, mut c) = connected(&[]).await;
     let repo = Anchor::announce(&server, &mut c).await;
     let (alice, mallory) = (Keys::generate(), Keys::generate());
     let e = repo.event(&alice, 1621, 1000, "regret", vec![]);
     assert!(c.send_event(&e).await.unwrap().0);
 
-    let bad = note(&mallory, 5, 1001, "", vec![Tag::event(e.id)]);
+    let bad = signed(&mallory, 5, 1001, "", vec![Tag::event(e.id)]);
     let (ok, msg) = c.send_event(&bad).await.unwrap();
     assert!(!ok && msg.starts_with("invalid:"), "{msg}");
     assert_eq!(c.req(vec![Filter::new().id(e.id)]).await.unwrap().len(), 1);
 
-    let del = note(&alice, 5, 1001, "", vec![Tag::event(e.id)]);
+    let del = signed(&alice, 5, 1001, "", vec![Tag::event(e.id)]);
     assert!(c.send_event(&del).await.unwrap().0);
     assert!(c
         .req(vec![Filter::new().id(e.id)])
@@ -343,7 +329,7 @@ async fn deletion_removes_and_blocks_republish() {
     assert!(c.send_event(&addr).await.unwrap().0);
     assert_eq!(c.req(vec![Filter::new().id(addr.id)]).await.unwrap().len(), 1);
     let coord = Coordinate::new(Kind::from(30078), alice.public_key()).identifier("r");
-    let del = note(&alice, 5, 2001, "", vec![Tag::coordinate(coord, None)]);
+    let del = signed(&alice, 5, 2001, "", vec![Tag::coordinate(coord, None)]);
     assert!(c.send_event(&del).await.unwrap().0);
     assert!(c
         .req(vec![Filter::new().id(addr.id)])
@@ -359,8 +345,7 @@ async fn deletion_removes_and_blocks_republish() {
 
 #[tokio::test]
 async fn too_many_subscriptions_and_filters_are_closed() {
-    let server = TestServer::start_with(&["--max-subscriptions", "2", "--max-filters", "2"]);
-    let mut c = connect(&server).await;
+    let (_server, mut c) = connected(&["--max-subscriptions", "2", "--max-filters", "2"]).await;
     c.subscribe(vec![Filter::new().limit(0)]).await.unwrap();
     c.subscribe(vec![Filter::new().limit(0)]).await.unwrap();
     let third = SubscriptionId::new("third");
@@ -383,8 +368,7 @@ async fn too_many_subscriptions_and_filters_are_closed() {
 
 #[tokio::test]
 async fn oversized_message_is_answered_and_connection_survives() {
-    let server = TestServer::start_with(&["--max-message-bytes", "2048"]);
-    let mut c = connect(&server).await;
+    let (server, mut c) = connected(&["--max-message-bytes", "2048"]).await;
     let repo = Anchor::announce(&server, &mut c).await;
     let keys = Keys::generate();
     let big = repo.event(&keys, 1621, 1000, &"x".repeat(4096), vec![]);
@@ -408,8 +392,7 @@ async fn oversized_message_is_answered_and_connection_survives() {
 
 #[tokio::test]
 async fn garbage_gets_notice_and_connection_survives() {
-    let server = TestServer::start();
-    let mut c = connect(&server).await;
+    let (server, mut c) = connected(&[]).await;
     for garbage in [
         "not json",
         "{}",
@@ -558,8 +541,7 @@ async fn sigterm_exits_cleanly_and_restart_keeps_events() {
 
 #[tokio::test]
 async fn ephemeral_events_about_a_repository_are_broadcast_not_stored() {
-    let server = TestServer::start();
-    let mut sub = connect(&server).await;
+    let (server, mut sub) = connected(&[]).await;
     let mut publisher = connect(&server).await;
     let repo = Anchor::announce(&server, &mut publisher).await;
     let keys = Keys::generate();
@@ -568,7 +550,7 @@ async fn ephemeral_events_about_a_repository_are_broadcast_not_stored() {
         .await
         .unwrap();
     // An ephemeral event unrelated to any repository is refused by the GRASP policy, clearly.
-    let unrelated = note(&keys, 20001, 999, "chatter", vec![]);
+    let unrelated = signed(&keys, 20001, 999, "chatter", vec![]);
     let (ok, msg) = publisher.send_event(&unrelated).await.unwrap();
     assert!(!ok && msg.starts_with("blocked:") && msg.contains("repository"), "{msg}");
     // One about a repository is broadcast (and is the first event the subscription sees).
@@ -584,8 +566,7 @@ async fn ephemeral_events_about_a_repository_are_broadcast_not_stored() {
 
 #[tokio::test]
 async fn req_with_open_id_replaces_the_subscription() {
-    let server = TestServer::start();
-    let mut sub = connect(&server).await;
+    let (server, mut sub) = connected(&[]).await;
     let mut publisher = connect(&server).await;
     let repo = Anchor::announce(&server, &mut publisher).await;
     let keys = Keys::generate();
@@ -611,8 +592,7 @@ async fn req_with_open_id_replaces_the_subscription() {
 /// an open subscription is answered `CLOSED` and that subscription delivers nothing more.
 #[tokio::test]
 async fn malformed_req_with_open_id_ends_the_subscription() {
-    let server = TestServer::start();
-    let mut sub = connect(&server).await;
+    let (server, mut sub) = connected(&[]).await;
     let mut publisher = connect(&server).await;
     let repo = Anchor::announce(&server, &mut publisher).await;
     let keys = Keys::generate();

@@ -4,6 +4,7 @@
 //! the public domain, never the replicas), states and their git data, issues. Every wait is on
 //! an observable condition with a deadline.
 
+use std::path::Path;
 use std::time::Duration;
 
 use grasp_tests::grasp::*;
@@ -83,11 +84,7 @@ async fn whatever_one_replica_accepts_every_replica_serves() {
     let identifier = "replicated";
     let (mut ca, ann) = announce(a, &owner, identifier).await;
     let tmp = tempfile::tempdir().unwrap();
-    let repo = Repo::new(tmp.path(), a, &owner.public_key(), identifier);
-    let tip = repo.commit("README", "one");
-    let st = state(&owner, identifier, &[("refs/heads/main", &tip)], Some("main"));
-    let (ok, msg) = ca.send_event(&st).await.unwrap();
-    assert!(ok, "{msg}");
+    let (repo, tip, st) = stated(tmp.path(), a, &mut ca, &owner, identifier).await;
     repo.push(&["main"]).expect("the push to one replica");
 
     for other in [b, c] {
@@ -115,6 +112,17 @@ async fn whatever_one_replica_accepts_every_replica_serves() {
     }
 }
 
+/// A work tree in `dir` for `owner`'s `identifier` on `server` with one commit, and the state
+/// naming it sent on `c` and accepted: (the work tree, the commit, the state).
+async fn stated(dir: &Path, server: &TestServer, c: &mut NostrClient, owner: &Keys, identifier: &str) -> (Repo, String, Event) {
+    let repo = Repo::new(dir, server, &owner.public_key(), identifier);
+    let tip = repo.commit("README", "one");
+    let st = state(owner, identifier, &[("refs/heads/main", &tip)], Some("main"));
+    let (ok, msg) = c.send_event(&st).await.unwrap();
+    assert!(ok, "{msg}");
+    (repo, tip, st)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_replica_acks_an_answer_waits_until_another_replica_holds_it() {
     let (a, mut b) = pair(&["--replica-acks", "1", "--replica-ack-timeout", "3s"]);
@@ -124,11 +132,7 @@ async fn with_replica_acks_an_answer_waits_until_another_replica_holds_it() {
     let identifier = "durable";
     let (mut ca, _) = announce(&a, &owner, identifier).await;
     let tmp = tempfile::tempdir().unwrap();
-    let repo = Repo::new(tmp.path(), &a, &owner.public_key(), identifier);
-    let tip = repo.commit("README", "one");
-    let st = state(&owner, identifier, &[("refs/heads/main", &tip)], Some("main"));
-    let (ok, msg) = ca.send_event(&st).await.unwrap();
-    assert!(ok, "{msg}");
+    let (repo, tip, _) = stated(tmp.path(), &a, &mut ca, &owner, identifier).await;
     let bug = issue(&Keys::generate(), &owner.public_key(), identifier);
     let out = repo.push(&["main"]).expect("the push");
     assert!(out.contains("grasp: held by 1 other replicas of this service"), "{out}");
@@ -157,9 +161,7 @@ async fn a_replica_back_with_an_empty_disk_catches_up() {
     let mut ca = NostrClient::connect(&a.ws_url()).await.unwrap();
     assert!(ca.send_event(&ann).await.unwrap().0);
     let tmp = tempfile::tempdir().unwrap();
-    let repo = Repo::new(tmp.path(), &a, &owner.public_key(), identifier);
-    let tip = repo.commit("README", "one");
-    assert!(ca.send_event(&state(&owner, identifier, &[("refs/heads/main", &tip)], Some("main"))).await.unwrap().0);
+    let (repo, tip, _) = stated(tmp.path(), &a, &mut ca, &owner, identifier).await;
     repo.push(&["main"]).expect("the push");
 
     b.restart();
@@ -205,11 +207,7 @@ async fn a_push_routed_to_a_replica_without_its_events_fetches_them_from_the_oth
     let (ok, msg) = ca.send_event(&ann).await.unwrap();
     assert!(ok, "{msg}");
     let tmp = tempfile::tempdir().unwrap();
-    let repo = Repo::new(tmp.path(), &b, &owner.public_key(), identifier);
-    let tip = repo.commit("README", "one");
-    let st = state(&owner, identifier, &[("refs/heads/main", &tip)], Some("main"));
-    let (ok, msg) = ca.send_event(&st).await.unwrap();
-    assert!(ok, "{msg}");
+    let (repo, tip, st) = stated(tmp.path(), &b, &mut ca, &owner, identifier).await;
     assert!(!stored(&b, ann.id).await && !repo_dir(&b, &owner.public_key(), identifier).exists(), "B learnt nothing from A by itself");
     // Held events are for the replicas alone: a stranger authenticated on A is not given them.
     let mut stranger = NostrClient::connect(&a.ws_url()).await.unwrap();

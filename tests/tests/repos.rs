@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime};
 
 use grasp_state::names::identifier::npub_of;
 use grasp_tests::grasp::*;
-use grasp_tests::{wait_until, NostrClient, TestServer, TIMEOUT};
+use grasp_tests::{wait_until, TestServer, TIMEOUT};
 use nostr::prelude::*;
 
 fn repos(server: &TestServer, args: &[&str]) -> String {
@@ -26,9 +26,7 @@ fn line_of<'a>(table: &'a str, identifier: &str) -> &'a str {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn listing_shows_served_and_held_repositories() {
-    let server = TestServer::start();
-    let tmp = tempfile::tempdir().unwrap();
-    let mut client = NostrClient::connect(&server.ws_url()).await.unwrap();
+    let (server, tmp, mut client) = started(&[]).await;
     let owner = Keys::generate();
     publish_repo(&server, &mut client, &tmp.path().join("w"), &owner, "served-one").await;
     let (ok, msg) = client.send_event(&announcement(&server, &owner, "held-one", &[])).await.unwrap();
@@ -50,9 +48,7 @@ async fn listing_shows_served_and_held_repositories() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn orphans_are_found_and_purged_only_with_confirmation() {
-    let server = TestServer::start();
-    let tmp = tempfile::tempdir().unwrap();
-    let mut client = NostrClient::connect(&server.ws_url()).await.unwrap();
+    let (server, tmp, mut client) = started(&[]).await;
     let owner = Keys::generate();
     let published = publish_repo(&server, &mut client, &tmp.path().join("w"), &owner, "kept").await;
 
@@ -92,9 +88,7 @@ async fn orphans_are_found_and_purged_only_with_confirmation() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn maintenance_runs_after_a_push() {
-    let server = TestServer::start();
-    let tmp = tempfile::tempdir().unwrap();
-    let mut client = NostrClient::connect(&server.ws_url()).await.unwrap();
+    let (server, tmp, mut client) = started(&[]).await;
     let owner = Keys::generate();
     publish_repo(&server, &mut client, &tmp.path().join("w"), &owner, "tidy").await;
     let wanted = format!("{}/tidy.git", npub_of(&owner.public_key()));

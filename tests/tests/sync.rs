@@ -220,15 +220,7 @@ fn a_pull_request_commit_only_at_its_clone_url_is_released() {
 
 /// Bytes that do not compress (xorshift), so a pack holding them is about as large.
 fn incompressible(len: usize) -> Vec<u8> {
-    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
+    grasp_tests::git::xorshift().take(len).map(|x| x as u8).collect()
 }
 
 /// docs/security.md (endless or huge packs from a sync peer): a hostile peer serving a pack

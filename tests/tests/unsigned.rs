@@ -25,9 +25,7 @@ async fn unsigned(server: &TestServer) -> (u64, u64) {
 
 #[tokio::test]
 async fn an_address_at_its_unsigned_budget_is_refused_until_a_pull_request_event_releases_its_data() {
-    let server = TestServer::start_with(&["--unsigned-bytes-per-address", &MIB.to_string()]);
-    let tmp = tempfile::tempdir().unwrap();
-    let mut c = connect(&server).await;
+    let (server, tmp, mut c) = started(&["--unsigned-bytes-per-address", &MIB.to_string()]).await;
     let owner = Keys::generate();
     let published = publish_repo(&server, &mut c, &tmp.path().join("w"), &owner, "proj").await;
     let repo = &published.repo;
@@ -64,9 +62,7 @@ async fn an_address_at_its_unsigned_budget_is_refused_until_a_pull_request_event
 
 #[tokio::test]
 async fn the_total_budget_refuses_strangers_but_never_maintainers_and_survives_a_crash() {
-    let mut server = TestServer::start_with(&["--grasp06", "--unsigned-bytes-total", &MIB.to_string()]);
-    let tmp = tempfile::tempdir().unwrap();
-    let mut c = connect(&server).await;
+    let (mut server, tmp, mut c) = started(&["--grasp06", "--unsigned-bytes-total", &MIB.to_string()]).await;
     let owner = Keys::generate();
     let published = publish_repo(&server, &mut c, &tmp.path().join("w"), &owner, "proj").await;
     let repo = &published.repo;
