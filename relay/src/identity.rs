@@ -48,7 +48,7 @@ pub enum IdentityError {
 /// The relay's key as configured: `--relay-key-file` (which must exist), else
 /// `<data>/relay-key` (made when missing).
 pub fn from_config(cfg: &crate::config::Config) -> Result<(Keys, PathBuf), IdentityError> {
-    let (path, source) = match &cfg.relay_key_file {
+    let (path, source) = match &cfg.server.relay_key_file {
         Some(path) => (path.clone(), KeySource::Configured),
         None => (cfg.layout().relay_key_file(), KeySource::Default),
     };

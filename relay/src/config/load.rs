@@ -373,9 +373,9 @@ mod tests {
              -e 's|^trusted-proxy = \\[\\]$|trusted-proxy = [\"127.0.0.1/32\"]|' docs/grasp-relay.toml > packaging/config.toml"
         );
         let cfg = Config::check_file(Path::new(PACKAGED)).unwrap().config;
-        assert_eq!(cfg.data_dir, PathBuf::from("/var/lib/grasp-relay"));
-        assert_eq!(cfg.max_connections_per_ip, 0);
-        assert!(cfg.trusted_proxy.iter().any(|net| net.contains(&"127.0.0.1".parse::<std::net::IpAddr>().unwrap())));
+        assert_eq!(cfg.storage.data_dir, PathBuf::from("/var/lib/grasp-relay"));
+        assert_eq!(cfg.limits.max_connections_per_ip, 0);
+        assert!(cfg.trust.trusted_proxy.iter().any(|net| net.contains(&"127.0.0.1".parse::<std::net::IpAddr>().unwrap())));
     }
 
     #[test]
@@ -384,11 +384,11 @@ mod tests {
         let path = f.path().to_str().unwrap();
         let loaded = Config::load_from(["grasp-relay", "--config", path, "--max-connections", "9", "--trusted-proxy", "::1"]).unwrap();
         let cfg = &loaded.config;
-        assert_eq!(cfg.max_connections, 9);
-        assert_eq!(cfg.write_rate, 2.5);
-        assert_eq!(cfg.name, "from the file");
-        assert_eq!(cfg.trusted_proxy.iter().map(|n| n.to_string()).collect::<Vec<_>>(), ["::1/128"], "a list on the command line replaces the file's");
-        assert_eq!(cfg.max_filters, 16);
+        assert_eq!(cfg.limits.max_connections, 9);
+        assert_eq!(cfg.limits.write_rate, 2.5);
+        assert_eq!(cfg.pages.name, "from the file");
+        assert_eq!(cfg.trust.trusted_proxy.iter().map(|n| n.to_string()).collect::<Vec<_>>(), ["::1/128"], "a list on the command line replaces the file's");
+        assert_eq!(cfg.limits.max_filters, 16);
         let s = &loaded.settings;
         assert_eq!(setting(s, "max_connections").source, Source::CommandLine);
         assert_eq!(setting(s, "write_rate").source, Source::File { path: f.path().into(), line: 3 });
@@ -396,7 +396,7 @@ mod tests {
         assert_eq!(setting(s, "max_filters").source, Source::Default);
         assert_eq!(setting(s, "max_connections").values, ["9"]);
         // Without --config, nothing is read.
-        assert_eq!(Config::load_from(["grasp-relay"]).unwrap().config.max_connections, 1024);
+        assert_eq!(Config::load_from(["grasp-relay"]).unwrap().config.limits.max_connections, 1024);
     }
 
     #[test]
@@ -405,11 +405,11 @@ mod tests {
         let path = f.path().to_str().unwrap();
         for argv in [vec!["grasp-relay", "purgatory", "--config", path], vec!["grasp-relay", "--config", path, "purgatory", "--json"]] {
             let cfg = Config::load_from(argv.clone()).unwrap().config;
-            assert_eq!(cfg.data_dir, PathBuf::from("/srv/grasp"), "{argv:?}");
+            assert_eq!(cfg.storage.data_dir, PathBuf::from("/srv/grasp"), "{argv:?}");
             assert!(matches!(cfg.command, Some(crate::config::Command::Purgatory { .. })));
         }
         let cfg = Config::load_from(["grasp-relay", "purgatory", "--config", path, "--data-dir", "/x"]).unwrap().config;
-        assert_eq!(cfg.data_dir, PathBuf::from("/x"));
+        assert_eq!(cfg.storage.data_dir, PathBuf::from("/x"));
     }
 
     #[test]
@@ -449,7 +449,7 @@ mod tests {
         a.config = None;
         b.config = None;
         assert_eq!(format!("{a:?}"), format!("{b:?}"));
-        assert_eq!(b.ws_idle_timeout, Duration::from_secs(90));
+        assert_eq!(b.limits.ws_idle_timeout, Duration::from_secs(90));
         assert!(shown.contains(&format!("write-rate = 0.25  # {}:5\n", f.path().display())), "{shown}");
         assert!(shown.contains("max-filters = 16  # default\n"), "{shown}");
         assert!(shown.contains("# metrics-bind is not set  # default\n"), "{shown}");

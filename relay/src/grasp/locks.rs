@@ -56,7 +56,7 @@ pub struct LockLimits {
 impl LockLimits {
     /// The bounds on waiting for a repository.
     pub fn from_config(cfg: &crate::config::Config) -> LockLimits {
-        LockLimits { event_wait: cfg.event_lock_wait, queue: cfg.repo_lock_queue as usize }
+        LockLimits { event_wait: cfg.limits.event_lock_wait, queue: cfg.limits.repo_lock_queue as usize }
     }
 }
 

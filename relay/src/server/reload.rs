@@ -72,19 +72,19 @@ fn reload(grasp: &Grasp, current: Vec<Setting>, admin: Option<PublicKey>) -> Vec
 /// Puts the new value of the live setting `id` in force.
 fn apply(grasp: &Grasp, id: &str, cfg: &Config, admin: Option<PublicKey>) -> Result<(), String> {
     match id {
-        "log" => crate::logging::set_filter(&cfg.log),
+        "log" => crate::logging::set_filter(&cfg.server.log),
         "block_author" | "block_event" | "allow_repo" | "deny_repo" => {
             grasp.trust.set_curation(cfg.curation());
             Ok(())
         }
         "member" => {
-            let mut members: BTreeSet<PublicKey> = cfg.member.iter().copied().collect();
+            let mut members: BTreeSet<PublicKey> = cfg.trust.member.iter().copied().collect();
             members.extend(admin);
             grasp.trust.set_members(members);
             Ok(())
         }
         "min_free_disk" => {
-            grasp.trust.disk.set_min_free(cfg.min_free_disk);
+            grasp.trust.disk.set_min_free(cfg.storage.min_free_disk);
             Ok(())
         }
         other => Err(format!("{other} cannot change while the relay runs")),

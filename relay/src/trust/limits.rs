@@ -49,12 +49,12 @@ impl WriteLimitConfig {
     pub fn from_config(cfg: &Config) -> WriteLimitConfig {
         use grasp_state::trust::rate::Rate;
         WriteLimitConfig {
-            per_connection: Rate { burst: cfg.write_burst, per_second: cfg.write_rate.max(0.0) },
-            per_address: Rate { burst: cfg.write_burst_per_ip, per_second: cfg.write_rate_per_ip.max(0.0) },
-            repos_per_author_per_hour: cfg.new_repos_per_author_per_hour,
-            max_repos: cfg.max_repos,
-            ipv6_prefix_len: cfg.ipv6_prefix_len,
-            negentropy_opens_per_minute: cfg.negentropy_opens_per_minute,
+            per_connection: Rate { burst: cfg.limits.write_burst, per_second: cfg.limits.write_rate.max(0.0) },
+            per_address: Rate { burst: cfg.limits.write_burst_per_ip, per_second: cfg.limits.write_rate_per_ip.max(0.0) },
+            repos_per_author_per_hour: cfg.limits.new_repos_per_author_per_hour,
+            max_repos: cfg.limits.max_repos,
+            ipv6_prefix_len: cfg.limits.ipv6_prefix_len,
+            negentropy_opens_per_minute: cfg.limits.negentropy_opens_per_minute,
         }
     }
 }
@@ -486,7 +486,7 @@ mod config_tests {
     fn trust_flags() {
         let cfg = Config::parse_from(["grasp-relay"]);
         assert_eq!(WriteLimitConfig::from_config(&cfg), WriteLimitConfig::default());
-        assert!(!cfg.private && cfg.member.is_empty() && !cfg.curation().is_active());
+        assert!(!cfg.trust.private && cfg.trust.member.is_empty() && !cfg.curation().is_active());
         let hex = "79be667ef9dcbbac55a06295ce870b07029bfcdb2dce28d959f2815b16f81798";
         let cfg = Config::parse_from([
             "grasp-relay",
@@ -498,9 +498,9 @@ mod config_tests {
             "--write-burst", "3",
             "--write-rate", "1.5",
         ]);
-        assert!(cfg.private);
-        assert_eq!(cfg.member.len(), 1);
-        assert_eq!(cfg.trusted_proxy.iter().map(|n| n.to_string()).collect::<Vec<_>>(), ["10.0.0.0/8", "::1/128"]);
+        assert!(cfg.trust.private);
+        assert_eq!(cfg.trust.member.len(), 1);
+        assert_eq!(cfg.trust.trusted_proxy.iter().map(|n| n.to_string()).collect::<Vec<_>>(), ["10.0.0.0/8", "::1/128"]);
         assert!(cfg.curation().is_active());
         assert_eq!(WriteLimitConfig::from_config(&cfg).per_connection.burst, 3);
         assert!(Config::try_parse_from(["grasp-relay", "--allow-repo", "a/b/c"]).is_err());
