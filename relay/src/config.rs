@@ -1,11 +1,30 @@
 //! Configuration of the daemon: flags, `GRASP_*` environment variables and a TOML file.
 //!
 //! Every flag can also be set through a `GRASP_*` environment variable; `--help` lists them all.
-//! `--config FILE` reads a TOML file with every setting in sections (`file`; the section of
-//! each flag is in `sections`, the one table a new flag gets a line in); flags win over
-//! environment variables, which win over the file, which wins over the defaults
-//! (`load`: [`Config::load`], and where each value came from, for `config show`). `reload`
-//! says which settings a SIGHUP can change while the relay runs.
+//! `--config FILE` reads a TOML file with every setting in sections; flags win over environment
+//! variables, which win over the file, which wins over the defaults.
+//!
+//! [`Config`] is made of one typed struct per section of the file, each a clap `Args` struct
+//! flattened into it, in a file of its own; a flag's section is the struct it is a field of,
+//! and a part of the relay is handed the section(s) it reads:
+//!
+//! | file | struct | `[section]` |
+//! |---|---|---|
+//! | `server` | [`ServerConfig`] | `[server]`: listeners, the public host, the relay's key, the helper binaries, logging |
+//! | `storage` | [`StorageConfig`] | `[storage]`: the data directory, the free space kept |
+//! | `limits` | [`LimitsConfig`] | `[limits]`: what a client, a connection and the server may take |
+//! | `purgatory` | [`PurgatoryConfig`] | `[purgatory]`: events and placeholders waiting for git data, deferred work |
+//! | `git_sync` | [`GitSyncConfig`] | `[git-sync]`: background fetches of missing git data |
+//! | `relay_sync` | [`RelaySyncConfig`] | `[relay-sync]`: following other relays, replicas, Sync+ |
+//! | `trust` | [`TrustConfig`] | `[trust]`: curation, a private service's members and peers, proxies |
+//! | `services` | [`ServicesConfig`] | `[services]`: GRASP-06, the GRASP-05 archive |
+//! | `pages` | [`PagesConfig`] | `[pages]`: what NIP-11 and the pages say |
+//!
+//! Around them: `sections` (the [`sections::Section`]s, and every setting with its section,
+//! read off the structs), `help_order` (the order `--help` lists the flags in), `file` (the TOML
+//! file read through the flags' own parsers), `load` ([`Config::load`]: flags > environment >
+//! file > defaults, and where each value came from, for `config show`), `reload` (which
+//! settings a SIGHUP can change while the relay runs), `reference` (docs/configuration.md).
 
 mod file;
 mod git_sync;

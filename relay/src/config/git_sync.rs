@@ -20,32 +20,32 @@ pub struct GitSyncConfig {
     #[arg(long, env = env_names::SYNC_USER_DELAY, default_value = "3m", value_name = "DURATION", value_parser = parse_duration)]
     pub sync_user_delay: Duration,
 
+    /// Former name of --sync-user-delay, in milliseconds (kept for old command lines).
+    #[arg(long, env = env_names::SYNC_USER_DELAY_MS, hide = true, hide_env = true, value_name = "MS", conflicts_with = "sync_user_delay")]
+    pub sync_user_delay_ms: Option<u64>,
+
     /// Background sync: delay after an event that arrived through relay sync (seconds, or a
     /// number with a unit).
     #[arg(long, env = env_names::SYNC_DELAY, default_value = "500ms", value_name = "DURATION", value_parser = parse_duration)]
     pub sync_delay: Duration,
+
+    /// Former name of --sync-delay, in milliseconds (kept for old command lines).
+    #[arg(long, env = env_names::SYNC_DELAY_MS, hide = true, hide_env = true, value_name = "MS", conflicts_with = "sync_delay")]
+    pub sync_delay_ms: Option<u64>,
 
     /// Background sync: first retry delay after an incomplete attempt; the second is twice this
     /// (seconds, or a number with a unit).
     #[arg(long, env = env_names::SYNC_BACKOFF, default_value = "20s", value_name = "DURATION", value_parser = parse_duration)]
     pub sync_backoff: Duration,
 
+    /// Former name of --sync-backoff, in milliseconds (kept for old command lines).
+    #[arg(long, env = env_names::SYNC_BACKOFF_MS, hide = true, hide_env = true, value_name = "MS", conflicts_with = "sync_backoff")]
+    pub sync_backoff_ms: Option<u64>,
+
     /// Background sync: retry delay from the third retry on, and upper bound of every retry
     /// delay (seconds, or a number with a unit).
     #[arg(long, env = env_names::SYNC_BACKOFF_CAP, default_value = "2m", value_name = "DURATION", value_parser = parse_duration)]
     pub sync_backoff_cap: Duration,
-
-    /// Former name of --sync-user-delay, in milliseconds (kept for old command lines).
-    #[arg(long, env = env_names::SYNC_USER_DELAY_MS, hide = true, hide_env = true, value_name = "MS", conflicts_with = "sync_user_delay")]
-    pub sync_user_delay_ms: Option<u64>,
-
-    /// Former name of --sync-delay, in milliseconds (kept for old command lines).
-    #[arg(long, env = env_names::SYNC_DELAY_MS, hide = true, hide_env = true, value_name = "MS", conflicts_with = "sync_delay")]
-    pub sync_delay_ms: Option<u64>,
-
-    /// Former name of --sync-backoff, in milliseconds (kept for old command lines).
-    #[arg(long, env = env_names::SYNC_BACKOFF_MS, hide = true, hide_env = true, value_name = "MS", conflicts_with = "sync_backoff")]
-    pub sync_backoff_ms: Option<u64>,
 
     /// Former name of --sync-backoff-cap, in milliseconds (kept for old command lines).
     #[arg(long, env = env_names::SYNC_BACKOFF_CAP_MS, hide = true, hide_env = true, value_name = "MS", conflicts_with = "sync_backoff_cap")]

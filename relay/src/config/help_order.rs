@@ -139,3 +139,28 @@ pub fn in_help_order(arg: Arg) -> Arg {
         None => arg,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use clap::CommandFactory;
+
+    #[test]
+    fn every_flag_has_a_help_place() {
+        let cmd = Config::command();
+        let mut wrong = Vec::new();
+        for arg in cmd.get_arguments() {
+            let id = arg.get_id().as_str();
+            if !["help", "version"].contains(&id) && HELP_ORDER.iter().filter(|i| **i == id).count() != 1 {
+                wrong.push(format!("{id} must be in HELP_ORDER (relay/src/config/help_order.rs) once"));
+            }
+        }
+        for id in HELP_ORDER {
+            if !cmd.get_arguments().any(|a| a.get_id() == *id) {
+                wrong.push(format!("{id} is in HELP_ORDER but is no flag of Config"));
+            }
+        }
+        assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    }
+}

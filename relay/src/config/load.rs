@@ -9,14 +9,14 @@ use clap::parser::ValueSource;
 use clap::{ArgMatches, Command, CommandFactory, FromArgMatches};
 
 use super::file::{is_list, FileErrors, FileValues, Kind};
-use super::sections::{Section, SECTIONS};
+use super::sections::{self, Section};
 use super::Config;
 
 /// A configuration and where each of its settings came from.
 #[derive(Debug, Clone)]
 pub struct Loaded {
     pub config: Config,
-    /// Every setting of the file's sections, in [`SECTIONS`] order.
+    /// Every setting of the file's sections, in [`sections::settings`] order.
     pub settings: Vec<Setting>,
 }
 
@@ -195,7 +195,7 @@ impl Config {
 
 /// Every setting of the file's sections as `matches` has it.
 fn settings(cmd: &Command, matches: &ArgMatches, file: Option<&FileValues>) -> Vec<Setting> {
-    SECTIONS
+    sections::settings()
         .iter()
         .filter_map(|(id, section)| {
             let arg = cmd.get_arguments().find(|a| a.get_id() == id)?;
@@ -248,7 +248,7 @@ pub fn render(settings: &[Setting]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::sections::{section_of, NOT_IN_FILE};
+    use crate::config::sections::{section_of, settings, NOT_IN_FILE};
     use std::time::Duration;
 
     const EXAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/grasp-relay.toml");
@@ -270,7 +270,8 @@ mod tests {
         settings.iter().find(|s| s.id == id).unwrap()
     }
 
-    /// A flag added to `Config` without a line in `SECTIONS` (or `NOT_IN_FILE`) fails here.
+    /// A flag of `Config` that is no field of a section's struct and not in `NOT_IN_FILE` fails
+    /// here, as does a setting without a long name to be its key.
     #[test]
     fn every_flag_has_a_section() {
         let cmd = Config::command();
@@ -280,26 +281,41 @@ mod tests {
             if ["help", "version"].contains(&id) {
                 continue;
             }
-            let placed = SECTIONS.iter().filter(|(i, _)| *i == id).count() + NOT_IN_FILE.iter().filter(|i| **i == id).count();
+            let placed = settings().iter().filter(|(i, _)| *i == id).count() + NOT_IN_FILE.iter().filter(|i| **i == id).count();
             match placed {
                 1 => {}
                 0 => missing.push(format!(
-                    "--{} has no section in the configuration file: add (\"{id}\", Section::...) to SECTIONS in relay/src/config/sections.rs \
-                     (and its key to docs/grasp-relay.toml), or \"{id}\" to NOT_IN_FILE",
+                    "--{} has no section in the configuration file: make it a field of a section's struct in relay/src/config/ \
+                     (and its key to docs/grasp-relay.toml), or add \"{id}\" to NOT_IN_FILE",
                     arg.get_long().unwrap_or(id)
                 )),
-                _ => missing.push(format!("{id} is listed more than once in SECTIONS / NOT_IN_FILE")),
+                _ => missing.push(format!("{id} is both a setting of a section and in NOT_IN_FILE")),
             }
             if section_of(id).is_some() {
                 assert!(arg.get_long().is_some(), "{id} has a section but no long flag name to be its key");
             }
         }
-        for id in SECTIONS.iter().map(|(i, _)| *i).chain(NOT_IN_FILE.iter().copied()) {
-            if !cmd.get_arguments().any(|a| a.get_id() == id) {
-                missing.push(format!("{id} is in relay/src/config/sections.rs but is no flag of Config"));
+        for id in NOT_IN_FILE {
+            if !cmd.get_arguments().any(|a| a.get_id() == *id) {
+                missing.push(format!("{id} is in NOT_IN_FILE but is no flag of Config"));
             }
         }
         assert!(missing.is_empty(), "{}", missing.join("\n"));
+    }
+
+    /// Each section's struct holds the settings of that section of the file, and nothing else.
+    #[test]
+    fn the_sections_are_the_structs() {
+        for section in Section::ALL {
+            for arg in section.command().get_arguments() {
+                let id = arg.get_id().as_str();
+                assert!(section_of(id) == Some(section) || NOT_IN_FILE.contains(&id), "{id}");
+            }
+        }
+        assert_eq!(section_of("max_connections"), Some(Section::Limits));
+        assert_eq!(section_of("data_dir"), Some(Section::Storage));
+        assert_eq!(section_of("sync_delay_ms"), None);
+        assert_eq!(section_of("config"), None);
     }
 
     #[test]
@@ -333,7 +349,7 @@ mod tests {
             }
         }
         let mut missing = Vec::new();
-        for (id, s) in SECTIONS {
+        for (id, s) in settings() {
             let key = cmd.get_arguments().find(|a| a.get_id() == id).and_then(|a| a.get_long()).unwrap();
             match lines.iter().find(|(_, k, _, _)| k == key) {
                 None => missing.push(format!("docs/grasp-relay.toml has no line `{key} = ...` (or `# {key} = ...`) in [{}]", s.name())),

@@ -12,11 +12,6 @@ use super::{DEFAULT_SOFTWARE_URL, parse_pubkey, parse_software_url};
 /// The `[pages]` section: what the NIP-11 document and the web pages say about this server.
 #[derive(Debug, Clone, Args)]
 pub struct PagesConfig {
-    /// Public key (hex or npub) of the operator, NIP-11 `pubkey` (the administrative contact;
-    /// without it, the relay's own key).
-    #[arg(long, env = env_names::ADMIN_PUBKEY, value_parser = parse_pubkey)]
-    pub admin_pubkey: Option<PublicKey>,
-
     /// Relay name published in the NIP-11 document.
     #[arg(long, env = env_names::NAME, default_value = "grasp-relay")]
     pub name: String,
@@ -28,6 +23,11 @@ pub struct PagesConfig {
         default_value = "A GRASP server: Nostr relay and git hosting for NIP-34 repositories."
     )]
     pub description: String,
+
+    /// Public key (hex or npub) of the operator, NIP-11 `pubkey` (the administrative contact;
+    /// without it, the relay's own key).
+    #[arg(long, env = env_names::ADMIN_PUBKEY, value_parser = parse_pubkey)]
+    pub admin_pubkey: Option<PublicKey>,
 
     /// URL of the software this server runs, published as NIP-11 `software` (clients and the
     /// GRASP conformance suite expect it); an `http://` or `https://` URL. Default: grasp-relay's

@@ -13,23 +13,6 @@ use super::{parse_duration};
 /// The `[purgatory]` section: events and placeholders waiting for their git data.
 #[derive(Debug, Clone, Args)]
 pub struct PurgatoryConfig {
-    /// Most entries of deferred repository work (a repository busy past --event-lock-wait,
-    /// retried later); beyond it new work takes the place of an entry of the author holding
-    /// the most when that author holds at least two more, else it is not recorded (the next
-    /// event, push or background sync does it).
-    #[arg(long, env = env_names::DEFERRED_TOTAL, default_value_t = grasp_state::git::deferred::MAX_ENTRIES as u32, value_parser = clap::value_parser!(u32).range(1..))]
-    pub deferred_total: u32,
-
-    /// Most entries of deferred repository work one author may hold (its events' work beyond
-    /// it is not recorded), so throwaway keys cannot crowd others out.
-    #[arg(long, env = env_names::DEFERRED_PER_AUTHOR, default_value_t = grasp_state::git::deferred::MAX_PER_AUTHOR as u32, value_parser = clap::value_parser!(u32).range(1..))]
-    pub deferred_per_author: u32,
-
-    /// Most entries of deferred repository work naming a repository of one owner, however many
-    /// keys' events govern it (work beyond it is not recorded).
-    #[arg(long, env = env_names::DEFERRED_PER_OWNER, default_value_t = grasp_state::git::deferred::MAX_PER_OWNER as u32, value_parser = clap::value_parser!(u32).range(1..))]
-    pub deferred_per_owner: u32,
-
     /// How long an event or placeholder waits in the purgatory for its git data: seconds, or a
     /// number with a unit (`500ms`, `90s`, `30m`, `24h`).
     #[arg(long, env = env_names::PURGATORY_TTL, default_value = "1800", value_name = "DURATION", value_parser = parse_duration)]
@@ -123,6 +106,23 @@ pub struct PurgatoryConfig {
     /// statuses followed and closed pull requests' data pruned.
     #[arg(long, env = env_names::CONTRIBUTOR_RECONCILE_INTERVAL, default_value = "10m", value_name = "DURATION", value_parser = parse_duration)]
     pub contributor_reconcile_interval: Duration,
+
+    /// Most entries of deferred repository work (a repository busy past --event-lock-wait,
+    /// retried later); beyond it new work takes the place of an entry of the author holding
+    /// the most when that author holds at least two more, else it is not recorded (the next
+    /// event, push or background sync does it).
+    #[arg(long, env = env_names::DEFERRED_TOTAL, default_value_t = grasp_state::git::deferred::MAX_ENTRIES as u32, value_parser = clap::value_parser!(u32).range(1..))]
+    pub deferred_total: u32,
+
+    /// Most entries of deferred repository work one author may hold (its events' work beyond
+    /// it is not recorded), so throwaway keys cannot crowd others out.
+    #[arg(long, env = env_names::DEFERRED_PER_AUTHOR, default_value_t = grasp_state::git::deferred::MAX_PER_AUTHOR as u32, value_parser = clap::value_parser!(u32).range(1..))]
+    pub deferred_per_author: u32,
+
+    /// Most entries of deferred repository work naming a repository of one owner, however many
+    /// keys' events govern it (work beyond it is not recorded).
+    #[arg(long, env = env_names::DEFERRED_PER_OWNER, default_value_t = grasp_state::git::deferred::MAX_PER_OWNER as u32, value_parser = clap::value_parser!(u32).range(1..))]
+    pub deferred_per_owner: u32,
 }
 
 impl Default for PurgatoryConfig {

@@ -14,16 +14,6 @@ use super::{DEFAULT_RELAY_SYNC_BURST, DEFAULT_RELAY_SYNC_RATE, parse_duration, p
 /// The `[relay-sync]` section: following other relays for the events of served repositories (GRASP-02, GRASP-03).
 #[derive(Debug, Clone, Args)]
 pub struct RelaySyncConfig {
-    /// Relay sync (GRASP-02): do not follow other relays for events of accepted repositories.
-    #[arg(long, env = env_names::NO_RELAY_SYNC)]
-    pub no_relay_sync: bool,
-
-    /// Relay sync: a relay always followed for repository announcements, so announcements
-    /// listing this server published only there are found (ws:// or wss:// URL; repeatable or
-    /// comma separated).
-    #[arg(long = "sync-bootstrap-relay", env = env_names::SYNC_BOOTSTRAP_RELAY, value_name = "URL", value_delimiter = ',')]
-    pub sync_bootstrap_relays: Vec<String>,
-
     /// Replica set: another grasp-relay serving the same public domain (its own listener,
     /// `http://host:port`; repeatable or comma separated). Followed for every event and every
     /// repository's git data, trusted on private addresses (docs/scaling.md).
@@ -39,6 +29,16 @@ pub struct RelaySyncConfig {
     /// Replica set: the longest an event or a push waits for --replica-acks confirmations.
     #[arg(long, env = env_names::REPLICA_ACK_TIMEOUT, default_value = "5s", value_name = "DURATION", value_parser = parse_duration)]
     pub replica_ack_timeout: Duration,
+
+    /// Relay sync (GRASP-02): do not follow other relays for events of accepted repositories.
+    #[arg(long, env = env_names::NO_RELAY_SYNC)]
+    pub no_relay_sync: bool,
+
+    /// Relay sync: a relay always followed for repository announcements, so announcements
+    /// listing this server published only there are found (ws:// or wss:// URL; repeatable or
+    /// comma separated).
+    #[arg(long = "sync-bootstrap-relay", env = env_names::SYNC_BOOTSTRAP_RELAY, value_name = "URL", value_delimiter = ',')]
+    pub sync_bootstrap_relays: Vec<String>,
 
     /// Relay sync: extra trusted root certificates (a PEM file) for `wss://` relays, besides the
     /// Mozilla roots (a private CA; tests).

@@ -12,29 +12,16 @@ use grasp_state::contract::env_names;
 /// The `[server]` section: listeners, the public host, the relay's key, the helper binaries, logging.
 #[derive(Debug, Clone, Args)]
 pub struct ServerConfig {
+    /// Address of the public listener (WebSocket relay, NIP-11, git smart HTTP).
+    #[arg(long, env = env_names::BIND, default_value = "127.0.0.1:8080")]
+    pub bind: SocketAddr,
+
     /// Public host[:port] of this service, as it appears in repository announcements
     /// (`clone`/`relays` tags); decides whether an announcement lists this server, and is never
     /// synced from. A leading `https://` or `http://` (the pages' links) and a trailing `/` are
     /// allowed. Defaults to the bound address.
     #[arg(long, env = env_names::PUBLIC_HOST)]
     pub public_host: Option<String>,
-
-    /// Address of the public listener (WebSocket relay, NIP-11, git smart HTTP).
-    #[arg(long, env = env_names::BIND, default_value = "127.0.0.1:8080")]
-    pub bind: SocketAddr,
-
-    /// The relay's own key (its identity: NIP-11 `self`, the NIP-05 name `_` at
-    /// `/.well-known/nostr.json`): a file holding the secret key, hex or nsec, one line, readable
-    /// by its owner only (mode 0600). A configured file must exist: missing, unreadable, not a
-    /// key or readable by others, it stops startup. Default: `<data-dir>/relay-key`, made with a
-    /// new key (mode 0600) on first start. A private service may point `--service-key-file` at
-    /// the same file to use one key for both (docs/protocol.md, "Relay identity").
-    #[arg(long, env = env_names::RELAY_KEY_FILE, value_name = "PATH")]
-    pub relay_key_file: Option<PathBuf>,
-
-    /// Log filter in `tracing` syntax, e.g. `info` or `grasp_relay=debug,info`.
-    #[arg(long, env = env_names::LOG, default_value = "info")]
-    pub log: String,
 
     /// Address of the internal hook API (loopback only; token protected).
     #[arg(long, env = env_names::API_BIND, default_value = "127.0.0.1:0")]
@@ -52,6 +39,19 @@ pub struct ServerConfig {
     /// next to this executable.
     #[arg(long, env = env_names::CGI_PATH)]
     pub cgi_path: Option<PathBuf>,
+
+    /// The relay's own key (its identity: NIP-11 `self`, the NIP-05 name `_` at
+    /// `/.well-known/nostr.json`): a file holding the secret key, hex or nsec, one line, readable
+    /// by its owner only (mode 0600). A configured file must exist: missing, unreadable, not a
+    /// key or readable by others, it stops startup. Default: `<data-dir>/relay-key`, made with a
+    /// new key (mode 0600) on first start. A private service may point `--service-key-file` at
+    /// the same file to use one key for both (docs/protocol.md, "Relay identity").
+    #[arg(long, env = env_names::RELAY_KEY_FILE, value_name = "PATH")]
+    pub relay_key_file: Option<PathBuf>,
+
+    /// Log filter in `tracing` syntax, e.g. `info` or `grasp_relay=debug,info`.
+    #[arg(long, env = env_names::LOG, default_value = "info")]
+    pub log: String,
 }
 
 impl Default for ServerConfig {

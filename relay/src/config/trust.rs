@@ -16,6 +16,33 @@ use super::{parse_event_id, parse_ipnet, parse_pubkey};
 /// The `[trust]` section: who may write: curation, a private service's members and peers, proxies.
 #[derive(Debug, Clone, Args)]
 pub struct TrustConfig {
+    /// Trust: a reverse proxy (ADDRESS/PREFIX; repeatable or comma separated) whose
+    /// `X-Forwarded-For` / `X-Real-IP` give the client address for connection and write limits.
+    #[arg(long = "trusted-proxy", env = env_names::TRUSTED_PROXIES, value_name = "CIDR", value_delimiter = ',', value_parser = parse_ipnet)]
+    pub trusted_proxy: Vec<ipnet::IpNet>,
+
+    /// Curation: refuse every event by this author (npub or hex; repeatable or comma separated).
+    #[arg(long = "block-author", env = env_names::BLOCK_AUTHORS, value_name = "PUBKEY", value_delimiter = ',', value_parser = parse_pubkey)]
+    pub block_author: Vec<PublicKey>,
+
+    /// Curation: refuse this event id (hex; repeatable or comma separated).
+    #[arg(long = "block-event", env = env_names::BLOCK_EVENTS, value_name = "ID", value_delimiter = ',', value_parser = parse_event_id)]
+    pub block_event: Vec<EventId>,
+
+    /// Curation: only host repositories matching these patterns (npub, npub/identifier or
+    /// identifier; repeatable or comma separated).
+    #[arg(long = "allow-repo", env = env_names::ALLOW_REPOS, value_name = "PATTERN", value_delimiter = ',')]
+    pub allow_repo: Vec<RepoPattern>,
+
+    /// Curation: never host repositories matching these patterns.
+    #[arg(long = "deny-repo", env = env_names::DENY_REPOS, value_name = "PATTERN", value_delimiter = ',')]
+    pub deny_repo: Vec<RepoPattern>,
+
+    /// Curation: a file of rules (`block-author`, `block-event`, `allow-repo`, `deny-repo`, one
+    /// per line), re-read when it changes.
+    #[arg(long, env = env_names::CURATION_FILE, value_name = "PATH")]
+    pub curation_file: Option<PathBuf>,
+
     /// Trust: run a GRASP-08 private service. Every REQ and EVENT needs NIP-42 AUTH as a member,
     /// git over HTTP needs a member's `Authorization: Nostr` proof (docs/protocol.md#trust).
     #[arg(long, env = env_names::PRIVATE)]
@@ -44,33 +71,6 @@ pub struct TrustConfig {
     /// `--relay-key-file`, to use one key for both.
     #[arg(long, env = env_names::SERVICE_KEY_FILE, value_name = "PATH")]
     pub service_key_file: Option<PathBuf>,
-
-    /// Trust: a reverse proxy (ADDRESS/PREFIX; repeatable or comma separated) whose
-    /// `X-Forwarded-For` / `X-Real-IP` give the client address for connection and write limits.
-    #[arg(long = "trusted-proxy", env = env_names::TRUSTED_PROXIES, value_name = "CIDR", value_delimiter = ',', value_parser = parse_ipnet)]
-    pub trusted_proxy: Vec<ipnet::IpNet>,
-
-    /// Curation: refuse every event by this author (npub or hex; repeatable or comma separated).
-    #[arg(long = "block-author", env = env_names::BLOCK_AUTHORS, value_name = "PUBKEY", value_delimiter = ',', value_parser = parse_pubkey)]
-    pub block_author: Vec<PublicKey>,
-
-    /// Curation: refuse this event id (hex; repeatable or comma separated).
-    #[arg(long = "block-event", env = env_names::BLOCK_EVENTS, value_name = "ID", value_delimiter = ',', value_parser = parse_event_id)]
-    pub block_event: Vec<EventId>,
-
-    /// Curation: only host repositories matching these patterns (npub, npub/identifier or
-    /// identifier; repeatable or comma separated).
-    #[arg(long = "allow-repo", env = env_names::ALLOW_REPOS, value_name = "PATTERN", value_delimiter = ',')]
-    pub allow_repo: Vec<RepoPattern>,
-
-    /// Curation: never host repositories matching these patterns.
-    #[arg(long = "deny-repo", env = env_names::DENY_REPOS, value_name = "PATTERN", value_delimiter = ',')]
-    pub deny_repo: Vec<RepoPattern>,
-
-    /// Curation: a file of rules (`block-author`, `block-event`, `allow-repo`, `deny-repo`, one
-    /// per line), re-read when it changes.
-    #[arg(long, env = env_names::CURATION_FILE, value_name = "PATH")]
-    pub curation_file: Option<PathBuf>,
 }
 
 impl Default for TrustConfig {
