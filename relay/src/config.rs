@@ -62,7 +62,6 @@ use clap::{CommandFactory, FromArgMatches, Parser};
 use nostr::prelude::*;
 
 use grasp_state::contract::env_names;
-use grasp_state::trust::curation::Curation;
 
 // Defaults the parts that use them also need for their own `Default`s: defined here, at the
 // bottom of the crate, so the configuration imports nothing above it.
@@ -303,52 +302,10 @@ fn parse_pubkey(s: &str) -> Result<PublicKey, String> {
 }
 
 impl Config {
-    /// The public host[:port]: the configured one, else the bind address.
-    pub fn public_host(&self) -> String {
-        self.server.public_host
-            .clone()
-            .unwrap_or_else(|| self.server.bind.to_string())
-    }
-
-    /// `--sync-attempt-timeout`, at least one second.
-    pub fn sync_attempt_timeout(&self) -> Duration {
-        self.git_sync.sync_attempt_timeout.max(Duration::from_secs(1))
-    }
-
-    /// The public host as bare `host[:port]` (scheme and trailing `/` dropped): what this
-    /// server's own URLs are recognised by (git sync, relay sync).
-    pub fn public_authority(&self) -> String {
-        grasp_state::names::host::public_authority(&self.public_host()).to_string()
-    }
-
-    /// Path of the CGI wrapper binary.
-    pub fn cgi_path(&self) -> PathBuf {
-        if let Some(p) = &self.server.cgi_path {
-            return p.clone();
-        }
-        std::env::current_exe()
-            .ok()
-            .and_then(|exe| exe.parent().map(|dir| dir.join("grasp-cgi")))
-            .unwrap_or_else(|| PathBuf::from("grasp-cgi"))
-    }
-
-    /// The helper binaries the relay runs and installs: grasp-cgi (`--cgi-path`) and the hook
-    /// binaries beside it.
-    pub fn helper_binaries(&self) -> Vec<PathBuf> {
-        let cgi = self.cgi_path();
-        let dir = cgi.parent().map(|p| p.to_path_buf()).unwrap_or_default();
-        vec![cgi, dir.join("grasp-pre-receive"), dir.join("grasp-post-receive")]
-    }
-
-    /// The `--private-sync-peer` entries that name relays (`ws://` / `wss://`).
-    pub fn private_sync_relays(&self) -> Vec<String> {
-        self.trust.private_sync_peer.iter().filter(|p| is_relay_url(p)).cloned().collect()
-    }
-
     /// Whether relay sync runs: not with `--no-relay-sync`, nor on a private service without a
     /// relay among its `--private-sync-peer`s (it then follows those relays only).
     pub fn relay_sync_enabled(&self) -> bool {
-        !(self.relay_sync.no_relay_sync || (self.trust.private && self.private_sync_relays().is_empty() && self.relay_sync.replica.is_empty()))
+        !(self.relay_sync.no_relay_sync || (self.trust.private && self.trust.private_sync_relays().is_empty() && self.relay_sync.replica.is_empty()))
     }
 
     /// Whether GRASP-03 Sync+ runs: with relay sync, on a public service, not with
@@ -369,22 +326,12 @@ impl Config {
         self.relay_sync.index_relays.clone()
     }
 
-    /// Whether NIP-77 negentropy is served (not with `--no-negentropy`).
-    pub fn negentropy_enabled(&self) -> bool {
-        !self.limits.no_negentropy
-    }
-
-    /// The layout under `--data-dir` (described once, in [`crate::datadir`]).
-    pub fn layout(&self) -> crate::datadir::DataLayout {
-        crate::datadir::DataLayout::new(&self.storage.data_dir)
-    }
-
     /// The purgatory's durations and caps.
     pub fn purgatory(&self) -> grasp_state::purgatory::PurgatoryConfig {
         let mut c = grasp_state::purgatory::PurgatoryConfig {
             entry_ttl: self.purgatory.purgatory_ttl,
             soft_expiry_ttl: self.purgatory.soft_expiry_ttl,
-            sync_defer_limit: self.sync_attempt_timeout(),
+            sync_defer_limit: self.git_sync.sync_attempt_timeout(),
             ..Default::default()
         };
         c.caps.per_author = self.purgatory.purgatory_per_author;
@@ -400,77 +347,10 @@ impl Config {
         c
     }
 
-
-
-    /// The quota per owner and the daily budget per address for new owners.
-    pub fn owner_quotas(&self) -> grasp_state::trust::owner_quota::OwnerQuotas {
-        grasp_state::trust::owner_quota::OwnerQuotas {
-            per_owner: self.limits.owner_quota,
-            new_owner_per_address_per_day: self.limits.new_owner_bytes_per_address_per_day,
-        }
-    }
-
-    /// The budgets of pull request data no maintainer signed.
-    pub fn contributor_budget(&self) -> grasp_state::trust::contributor_data::ContributorBudget {
-        grasp_state::trust::contributor_data::ContributorBudget {
-            per_author: self.purgatory.contributor_bytes_per_author,
-            per_address: self.purgatory.contributor_bytes_per_address,
-            total: self.purgatory.contributor_bytes_total,
-        }
-    }
-
     /// Where the private service's key is kept (`--service-key-file`, else in the data
     /// directory).
     pub fn service_key_file(&self) -> PathBuf {
-        self.trust.service_key_file.clone().unwrap_or_else(|| self.layout().service_key_file())
-    }
-
-
-    /// The event size limits: general, repository events, per kind.
-    pub fn event_sizes(&self) -> grasp_state::nostr::event_size::EventSizes {
-        grasp_state::nostr::event_size::EventSizes { general: self.limits.max_message_bytes, repo_events: self.limits.max_repo_event_bytes }
-    }
-
-
-    /// The allow/deny lists given on the command line.
-    pub fn curation(&self) -> Curation {
-        Curation {
-            blocked_authors: self.trust.block_author.iter().copied().collect(),
-            blocked_events: self.trust.block_event.iter().copied().collect(),
-            repo_allow: self.trust.allow_repo.iter().cloned().collect(),
-            repo_deny: self.trust.deny_repo.iter().cloned().collect(),
-        }
-    }
-
-    /// How often to checkpoint the purgatory (never more often than every 10 ms).
-    pub fn checkpoint_interval(&self) -> Duration {
-        self.purgatory.checkpoint_interval.max(Duration::from_millis(10))
-    }
-
-    /// A configuration with all defaults, for tests.
-    /// The size limits of one push (`--max-push-bytes`, `--max-pr-push-bytes`).
-    pub fn push_limits(&self) -> grasp_state::contract::push_limits::PushLimits {
-        grasp_state::contract::push_limits::PushLimits { max_push_bytes: self.limits.max_push_bytes, max_pr_push_bytes: self.limits.max_pr_push_bytes }
-    }
-
-
-    /// The GRASP-05 archive configuration (`--archive*`).
-    pub fn archive(&self) -> grasp_state::trust::archive::Archive {
-        grasp_state::trust::archive::Archive {
-            all: self.services.archive_all,
-            patterns: self.services.archive.clone(),
-            services: self.services.archive_grasp_service.iter().map(|h| grasp_state::names::host::public_authority(h).to_string()).collect(),
-            writable: self.services.archive_writable,
-        }
-    }
-
-    /// The bounds of deferred repository work.
-    pub fn deferred_limits(&self) -> grasp_state::git::deferred::DeferredLimits {
-        grasp_state::git::deferred::DeferredLimits {
-            total: self.purgatory.deferred_total as usize,
-            per_author: self.purgatory.deferred_per_author as usize,
-            per_owner: self.purgatory.deferred_per_owner as usize,
-        }
+        self.trust.service_key_file.clone().unwrap_or_else(|| self.storage.layout().service_key_file())
     }
 
     /// The built-in defaults: no flag, environment variable or file read (what the sections'
@@ -480,6 +360,8 @@ impl Config {
         Self::from_arg_matches(&matches).expect("the built-in defaults are a configuration")
     }
 
+    /// A configuration with the defaults (and this process's `GRASP_*` variables) on
+    /// `data_dir`, for tests.
     pub fn for_tests(data_dir: PathBuf) -> Self {
         let mut cfg = Self::parse_from(["grasp-relay"]);
         cfg.storage.data_dir = data_dir;
@@ -501,7 +383,7 @@ mod tests {
     fn defaults() {
         let cfg = Config::parse_from(["grasp-relay"]);
         assert_eq!(cfg.server.bind.to_string(), "127.0.0.1:8080");
-        assert_eq!(cfg.public_host(), "127.0.0.1:8080");
+        assert_eq!(cfg.server.public_host(), "127.0.0.1:8080");
         assert_eq!(cfg.limits.max_message_bytes, 512 * 1024);
         assert_eq!(cfg.limits.max_subscriptions, 32);
         assert_eq!(cfg.limits.max_filters, 16);
@@ -513,8 +395,8 @@ mod tests {
         assert_eq!(cfg.purgatory().caps.total_bytes, 256 << 20);
         assert!(Config::try_parse_from(["grasp-relay", "--ipv6-prefix-len", "129"]).is_err());
         assert!(Config::try_parse_from(["grasp-relay", "--ipv6-prefix-len", "0"]).is_err());
-        assert_eq!(cfg.layout().events(), PathBuf::from("./data/events"));
-        assert!(cfg.cgi_path().ends_with("grasp-cgi"));
+        assert_eq!(cfg.storage.layout().events(), PathBuf::from("./data/events"));
+        assert!(cfg.server.cgi_path().ends_with("grasp-cgi"));
     }
 
 
@@ -530,7 +412,7 @@ mod tests {
         let cfg = Config::parse_from(["grasp-relay"]);
         assert_eq!(cfg.purgatory().entry_ttl, Duration::from_secs(1800));
         assert_eq!(cfg.purgatory().soft_expiry_ttl, Duration::from_secs(86400));
-        assert_eq!(cfg.checkpoint_interval(), Duration::from_secs(60));
+        assert_eq!(cfg.purgatory.checkpoint_interval(), Duration::from_secs(60));
         let cfg = Config::parse_from([
             "grasp-relay",
             "--purgatory-ttl",
@@ -542,7 +424,7 @@ mod tests {
         ]);
         assert_eq!(cfg.purgatory().entry_ttl, Duration::from_secs(2));
         assert_eq!(cfg.purgatory().soft_expiry_ttl, Duration::from_secs(180));
-        assert_eq!(cfg.checkpoint_interval(), Duration::from_millis(10));
+        assert_eq!(cfg.purgatory.checkpoint_interval(), Duration::from_millis(10));
         assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
         assert_eq!(parse_duration("2h"), Ok(Duration::from_secs(7200)));
         assert_eq!(parse_duration("30d"), Ok(Duration::from_secs(30 * 86_400)));
@@ -566,7 +448,7 @@ mod tests {
     #[test]
     fn public_host_overrides_bind() {
         let cfg = Config::parse_from(["grasp-relay", "--public-host", "git.example.com"]);
-        assert_eq!(cfg.public_host(), "git.example.com");
+        assert_eq!(cfg.server.public_host(), "git.example.com");
     }
 
 

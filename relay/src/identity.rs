@@ -50,7 +50,7 @@ pub enum IdentityError {
 pub fn from_config(cfg: &crate::config::Config) -> Result<(Keys, PathBuf), IdentityError> {
     let (path, source) = match &cfg.server.relay_key_file {
         Some(path) => (path.clone(), KeySource::Configured),
-        None => (cfg.layout().relay_key_file(), KeySource::Default),
+        None => (cfg.storage.layout().relay_key_file(), KeySource::Default),
     };
     load(&path, source).map(|keys| (keys, path))
 }

@@ -91,6 +91,13 @@ pub struct GitSyncConfig {
     pub sync_deny: Vec<Cidr>,
 }
 
+impl GitSyncConfig {
+    /// `--sync-attempt-timeout`, at least one second.
+    pub fn sync_attempt_timeout(&self) -> Duration {
+        self.sync_attempt_timeout.max(Duration::from_secs(1))
+    }
+}
+
 impl Default for GitSyncConfig {
     /// The built-in defaults (no flag, environment variable or file read).
     fn default() -> Self {

@@ -201,6 +201,31 @@ pub struct LimitsConfig {
     pub quota_exempt_owner: Vec<PublicKey>,
 }
 
+impl LimitsConfig {
+    /// Whether NIP-77 negentropy is served (not with `--no-negentropy`).
+    pub fn negentropy_enabled(&self) -> bool {
+        !self.no_negentropy
+    }
+
+    /// The quota per owner and the daily budget per address for new owners.
+    pub fn owner_quotas(&self) -> grasp_state::trust::owner_quota::OwnerQuotas {
+        grasp_state::trust::owner_quota::OwnerQuotas {
+            per_owner: self.owner_quota,
+            new_owner_per_address_per_day: self.new_owner_bytes_per_address_per_day,
+        }
+    }
+
+    /// The event size limits: general, repository events, per kind.
+    pub fn event_sizes(&self) -> grasp_state::nostr::event_size::EventSizes {
+        grasp_state::nostr::event_size::EventSizes { general: self.max_message_bytes, repo_events: self.max_repo_event_bytes }
+    }
+
+    /// The size limits of one push (`--max-push-bytes`, `--max-pr-push-bytes`).
+    pub fn push_limits(&self) -> grasp_state::contract::push_limits::PushLimits {
+        grasp_state::contract::push_limits::PushLimits { max_push_bytes: self.max_push_bytes, max_pr_push_bytes: self.max_pr_push_bytes }
+    }
+}
+
 impl Default for LimitsConfig {
     /// The built-in defaults (no flag, environment variable or file read).
     fn default() -> Self {

@@ -125,6 +125,31 @@ pub struct PurgatoryConfig {
     pub deferred_per_owner: u32,
 }
 
+impl PurgatoryConfig {
+    /// The budgets of pull request data no maintainer signed.
+    pub fn contributor_budget(&self) -> grasp_state::trust::contributor_data::ContributorBudget {
+        grasp_state::trust::contributor_data::ContributorBudget {
+            per_author: self.contributor_bytes_per_author,
+            per_address: self.contributor_bytes_per_address,
+            total: self.contributor_bytes_total,
+        }
+    }
+
+    /// How often to checkpoint the purgatory (never more often than every 10 ms).
+    pub fn checkpoint_interval(&self) -> Duration {
+        self.checkpoint_interval.max(Duration::from_millis(10))
+    }
+
+    /// The bounds of deferred repository work.
+    pub fn deferred_limits(&self) -> grasp_state::git::deferred::DeferredLimits {
+        grasp_state::git::deferred::DeferredLimits {
+            total: self.deferred_total as usize,
+            per_author: self.deferred_per_author as usize,
+            per_owner: self.deferred_per_owner as usize,
+        }
+    }
+}
+
 impl Default for PurgatoryConfig {
     /// The built-in defaults (no flag, environment variable or file read).
     fn default() -> Self {

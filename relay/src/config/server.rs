@@ -54,6 +54,40 @@ pub struct ServerConfig {
     pub log: String,
 }
 
+impl ServerConfig {
+    /// The public host[:port]: the configured one, else the bind address.
+    pub fn public_host(&self) -> String {
+        self.public_host
+            .clone()
+            .unwrap_or_else(|| self.bind.to_string())
+    }
+
+    /// The public host as bare `host[:port]` (scheme and trailing `/` dropped): what this
+    /// server's own URLs are recognised by (git sync, relay sync).
+    pub fn public_authority(&self) -> String {
+        grasp_state::names::host::public_authority(&self.public_host()).to_string()
+    }
+
+    /// Path of the CGI wrapper binary.
+    pub fn cgi_path(&self) -> PathBuf {
+        if let Some(p) = &self.cgi_path {
+            return p.clone();
+        }
+        std::env::current_exe()
+            .ok()
+            .and_then(|exe| exe.parent().map(|dir| dir.join("grasp-cgi")))
+            .unwrap_or_else(|| PathBuf::from("grasp-cgi"))
+    }
+
+    /// The helper binaries the relay runs and installs: grasp-cgi (`--cgi-path`) and the hook
+    /// binaries beside it.
+    pub fn helper_binaries(&self) -> Vec<PathBuf> {
+        let cgi = self.cgi_path();
+        let dir = cgi.parent().map(|p| p.to_path_buf()).unwrap_or_default();
+        vec![cgi, dir.join("grasp-pre-receive"), dir.join("grasp-post-receive")]
+    }
+}
+
 impl Default for ServerConfig {
     /// The built-in defaults (no flag, environment variable or file read).
     fn default() -> Self {

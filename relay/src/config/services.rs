@@ -44,6 +44,18 @@ pub struct ServicesConfig {
     pub archive_writable: bool,
 }
 
+impl ServicesConfig {
+    /// The GRASP-05 archive configuration (`--archive*`).
+    pub fn archive(&self) -> grasp_state::trust::archive::Archive {
+        grasp_state::trust::archive::Archive {
+            all: self.archive_all,
+            patterns: self.archive.clone(),
+            services: self.archive_grasp_service.iter().map(|h| grasp_state::names::host::public_authority(h).to_string()).collect(),
+            writable: self.archive_writable,
+        }
+    }
+}
+
 impl Default for ServicesConfig {
     /// The built-in defaults (no flag, environment variable or file read).
     fn default() -> Self {

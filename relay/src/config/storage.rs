@@ -22,6 +22,13 @@ pub struct StorageConfig {
     pub min_free_disk: u64,
 }
 
+impl StorageConfig {
+    /// The layout under `--data-dir` (described once, in [`crate::datadir`]).
+    pub fn layout(&self) -> crate::datadir::DataLayout {
+        crate::datadir::DataLayout::new(&self.data_dir)
+    }
+}
+
 impl Default for StorageConfig {
     /// The built-in defaults (no flag, environment variable or file read).
     fn default() -> Self {

@@ -7,11 +7,11 @@ use std::path::PathBuf;
 
 use clap::Args;
 use grasp_state::contract::env_names;
-use grasp_state::trust::curation::RepoPattern;
+use grasp_state::trust::curation::{Curation, RepoPattern};
 use nostr::prelude::EventId;
 use nostr::prelude::PublicKey;
 
-use super::{parse_event_id, parse_ipnet, parse_pubkey};
+use super::{is_relay_url, parse_event_id, parse_ipnet, parse_pubkey};
 
 /// The `[trust]` section: who may write: curation, a private service's members and peers, proxies.
 #[derive(Debug, Clone, Args)]
@@ -71,6 +71,23 @@ pub struct TrustConfig {
     /// `--relay-key-file`, to use one key for both.
     #[arg(long, env = env_names::SERVICE_KEY_FILE, value_name = "PATH")]
     pub service_key_file: Option<PathBuf>,
+}
+
+impl TrustConfig {
+    /// The `--private-sync-peer` entries that name relays (`ws://` / `wss://`).
+    pub fn private_sync_relays(&self) -> Vec<String> {
+        self.private_sync_peer.iter().filter(|p| is_relay_url(p)).cloned().collect()
+    }
+
+    /// The allow/deny lists given on the command line.
+    pub fn curation(&self) -> Curation {
+        Curation {
+            blocked_authors: self.block_author.iter().copied().collect(),
+            blocked_events: self.block_event.iter().copied().collect(),
+            repo_allow: self.allow_repo.iter().cloned().collect(),
+            repo_deny: self.deny_repo.iter().cloned().collect(),
+        }
+    }
 }
 
 impl Default for TrustConfig {

@@ -93,7 +93,7 @@ pub fn run(cfg: &Config, nginx: Option<&Path>) -> Report {
     let me = effective_uid();
     let mut findings = vec![
         checks::git(git_version().as_deref().map_err(String::as_str), crate::git::http_backend_program().as_deref()),
-        checks::binaries(&cfg.helper_binaries().into_iter().map(|p| { let s = binary_state(&p); (p, s) }).collect::<Vec<_>>()),
+        checks::binaries(&cfg.server.helper_binaries().into_iter().map(|p| { let s = binary_state(&p); (p, s) }).collect::<Vec<_>>()),
         checks::data_dir(&cfg.storage.data_dir, &data_dir(&cfg.storage.data_dir), me, cfg.trust.private, &user_name),
         checks::free_disk(
             crate::trust::disk::available_bytes(&existing_ancestor(&cfg.storage.data_dir)).map_err(|e| e.to_string()).as_ref().map(|b| *b).map_err(String::as_str),
@@ -110,7 +110,7 @@ pub fn run(cfg: &Config, nginx: Option<&Path>) -> Report {
         match std::fs::read_to_string(path) {
             Ok(text) => {
                 let expected = nginx::Expected {
-                    cgi_path: cfg.cgi_path(),
+                    cgi_path: cfg.server.cgi_path(),
                     data_dir: absolute(&cfg.storage.data_dir),
                     max_push_bytes: cfg.limits.max_push_bytes,
                     git_idle_timeout_secs: cfg.limits.git_idle_timeout.as_secs(),

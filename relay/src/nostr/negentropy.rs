@@ -70,7 +70,7 @@ pub struct NegentropyLimits {
 impl NegentropyLimits {
     /// NIP-77 session limits per connection from the configuration, or `None` with `--no-negentropy`.
     pub fn from_config(cfg: &Config) -> Option<NegentropyLimits> {
-        cfg.negentropy_enabled().then(|| NegentropyLimits {
+        cfg.limits.negentropy_enabled().then(|| NegentropyLimits {
             max_items: cfg.limits.negentropy_max_items,
             max_items_per_connection: cfg.limits.negentropy_max_items_per_connection,
             idle_timeout: cfg.limits.negentropy_idle_timeout,

@@ -67,7 +67,7 @@ pub fn supported_grasps(cfg: &Config) -> Vec<&'static str> {
     if cfg.sync_plus_enabled() {
         grasps.push("GRASP-03");
     }
-    if cfg.archive().is_active() {
+    if cfg.services.archive().is_active() {
         grasps.push("GRASP-05");
     }
     if cfg.services.grasp06 {
@@ -82,7 +82,7 @@ pub fn supported_grasps(cfg: &Config) -> Vec<&'static str> {
 /// The document's `repo_acceptance_criteria` for this configuration: GRASP-01's, what GRASP-06
 /// and an archive add, or a private service's.
 pub fn acceptance_criteria(cfg: &Config, trust: &Trust) -> String {
-    let criteria = repo_acceptance_criteria(&cfg.public_host(), cfg.purgatory.purgatory_ttl.as_secs());
+    let criteria = repo_acceptance_criteria(&cfg.server.public_host(), cfg.purgatory.purgatory_ttl.as_secs());
     if trust.private {
         return format!(
             "A private GRASP-08 service: reading and writing need NIP-42 authentication as a member \
@@ -91,8 +91,8 @@ proof. For members: {criteria}"
         );
     }
     criteria
-        + &if cfg.services.grasp06 { contributor_criteria(&cfg.public_host()) } else { String::new() }
-        + &if cfg.archive().is_active() { archive_criteria(&cfg.archive()) } else { String::new() }
+        + &if cfg.services.grasp06 { contributor_criteria(&cfg.server.public_host()) } else { String::new() }
+        + &if cfg.services.archive().is_active() { archive_criteria(&cfg.services.archive()) } else { String::new() }
 }
 
 /// The NIP-11 document for this configuration and these trust settings (the curation summary
@@ -106,7 +106,7 @@ pub fn document(cfg: &Config, trust: &Trust, relay: &PublicKey) -> Value {
         "name": cfg.pages.name,
         "description": cfg.pages.description,
         "version": env!("CARGO_PKG_VERSION"),
-        "supported_nips": SUPPORTED_NIPS.iter().copied().chain(cfg.negentropy_enabled().then_some(77)).collect::<Vec<u16>>(),
+        "supported_nips": SUPPORTED_NIPS.iter().copied().chain(cfg.limits.negentropy_enabled().then_some(77)).collect::<Vec<u16>>(),
         "supported_grasps": supported_grasps(cfg),
         "repo_acceptance_criteria": acceptance_criteria(cfg, trust),
         "limitation": {
@@ -127,7 +127,7 @@ pub fn document(cfg: &Config, trust: &Trust, relay: &PublicKey) -> Value {
             "max_pr_push_bytes": cfg.limits.max_pr_push_bytes,
             // Kinds with a cap below max_message_length (grasp_state::nostr::event_size), by kind number.
             "max_event_bytes_by_kind": cfg
-                .event_sizes()
+                .limits.event_sizes()
                 .capped_kinds()
                 .into_iter()
                 .map(|(kind, cap)| (kind.to_string(), json!(cap)))
@@ -136,7 +136,7 @@ pub fn document(cfg: &Config, trust: &Trust, relay: &PublicKey) -> Value {
     });
     // The curation in force and the archive's scope (GRASP-05), in one sentence each.
     let curation = trust.curation();
-    let archive = cfg.archive();
+    let archive = cfg.services.archive();
     let scope: Vec<String> = [curation.is_active().then(|| curation.summary()), archive.is_active().then(|| archive.summary())]
         .into_iter()
         .flatten()

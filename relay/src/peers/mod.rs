@@ -179,7 +179,7 @@ impl PeersConfig {
             },
             timeout: cfg.relay_sync.relay_sync_timeout.max(Duration::from_millis(100)),
             tls_ca: cfg.relay_sync.sync_tls_ca.clone(),
-            only_relays: cfg.trust.private.then(|| cfg.private_sync_relays()),
+            only_relays: cfg.trust.private.then(|| cfg.trust.private_sync_relays()),
             waiting: waiting::WaitingLimits {
                 request_after: cfg.relay_sync.relay_sync_parent_request,
                 ..defaults.waiting
@@ -191,7 +191,7 @@ impl PeersConfig {
                 interval: cfg.relay_sync.sync_plus_interval.max(Duration::from_millis(100)),
                 list_refresh: cfg.relay_sync.sync_plus_list_refresh,
                 bounds: grasp_state::nostr::outbox::PassBounds { max_relays: cfg.relay_sync.sync_plus_max_relays, ..Default::default() },
-                file: cfg.layout().sync_plus_file(),
+                file: cfg.storage.layout().sync_plus_file(),
             }),
             ..defaults
         })

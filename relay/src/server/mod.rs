@@ -163,11 +163,11 @@ pub async fn run(loaded: crate::config::Loaded) -> anyhow::Result<()> {
     }
     let trust = Arc::new(crate::trust::Trust::from_config(&cfg, data.git())?);
     let grasp = Arc::new(
-        Grasp::new(relay, purgatory, layout, data.hooks(), cfg.public_host(), metrics.clone()).with_trust(trust).with_lock_limits(crate::grasp::locks::LockLimits::from_config(&cfg)).with_deferred_limits(cfg.deferred_limits()).with_grasp06(cfg.services.grasp06).with_archive(cfg.archive()).with_replicas(cfg.relay_sync.replica.clone()),
+        Grasp::new(relay, purgatory, layout, data.hooks(), cfg.server.public_host(), metrics.clone()).with_trust(trust).with_lock_limits(crate::grasp::locks::LockLimits::from_config(&cfg)).with_deferred_limits(cfg.purgatory.deferred_limits()).with_grasp06(cfg.services.grasp06).with_archive(cfg.services.archive()).with_replicas(cfg.relay_sync.replica.clone()),
     );
-    grasp.contributor_data.configure(cfg.contributor_budget(), cfg.purgatory.pr_data_grace);
+    grasp.contributor_data.configure(cfg.purgatory.contributor_budget(), cfg.purgatory.pr_data_grace);
     grasp.contributor_data.load(data.root());
-    grasp.owner_quotas.configure(cfg.owner_quotas(), cfg.limits.quota_exempt_owner.iter().copied());
+    grasp.owner_quotas.configure(cfg.limits.owner_quotas(), cfg.limits.quota_exempt_owner.iter().copied());
     // Step "recover": from here every change to the purgatory is journalled before it is
     // acknowledged; the checkpoint right away compacts what was restored (checkpoint + journal)
     // into one file.
@@ -223,7 +223,7 @@ pub async fn run(loaded: crate::config::Loaded) -> anyhow::Result<()> {
 
     grasp_state::contract::atomic_file::write_atomic(&data.relay_addr_file(), addr.to_string().as_bytes(), None)
         .with_context(|| format!("writing {}", data.relay_addr_file().display()))?;
-    tracing::info!(%addr, %api_addr, public_host = %state.cfg.public_host(), data_dir = %data.root().display(), "listening on http://{addr}");
+    tracing::info!(%addr, %api_addr, public_host = %state.cfg.server.public_host(), data_dir = %data.root().display(), "listening on http://{addr}");
 
     // Step "stop", on SIGTERM or Ctrl-C.
     wait_for_signal().await;
@@ -236,7 +236,7 @@ pub async fn run(loaded: crate::config::Loaded) -> anyhow::Result<()> {
 /// helper binaries the relay could not serve git or authorise a push: it refuses to start rather
 /// than fail every request. Returns their paths (the readiness probe checks them again).
 fn check_helpers(cfg: &crate::config::Config, data: &DataDir) -> anyhow::Result<Vec<std::path::PathBuf>> {
-    let binaries = cfg.helper_binaries();
+    let binaries = cfg.server.helper_binaries();
     let bin_dir = binaries[0].parent().map(|p| p.to_path_buf()).unwrap_or_default();
     for bin in &binaries {
         if !bin.is_file() {
@@ -247,7 +247,7 @@ fn check_helpers(cfg: &crate::config::Config, data: &DataDir) -> anyhow::Result<
             );
         }
     }
-    crate::api::install_hooks(&data.hooks(), &bin_dir, data.root(), cfg.push_limits()).context("installing the git hooks")?;
+    crate::api::install_hooks(&data.hooks(), &bin_dir, data.root(), cfg.limits.push_limits()).context("installing the git hooks")?;
     Ok(binaries)
 }
 
@@ -257,7 +257,7 @@ async fn git_http_config(cfg: &crate::config::Config, data: &DataDir, grasp: &Ar
     // request).
     let http_backend = tokio::task::spawn_blocking(crate::git::http_backend_program).await.ok().flatten();
     crate::git::http::GitHttpConfig {
-        cgi_path: cfg.cgi_path(),
+        cgi_path: cfg.server.cgi_path(),
         backend: grasp_state::contract::git_backend::BackendSetup {
             git_root: data.git(),
             hooks_dir: Some(data.hooks()),
@@ -347,7 +347,7 @@ async fn start_background(
         let sync = crate::sync::SyncConfig::from_config(cfg);
         let publication = crate::peers::profile::SelfPublication {
             keys: identity.clone(),
-            public_host: cfg.public_host(),
+            public_host: cfg.server.public_host(),
             about: cfg.pages.description.clone(),
             index_relays,
             policy: crate::sync::UrlPolicy::new(sync.allow_private, &sync.extra_denied, &sync.own_hosts),
@@ -374,7 +374,7 @@ async fn start_background(
     tokio::spawn(crate::grasp::lifecycle::run_checkpoints(
         grasp.clone(),
         data.root().to_path_buf(),
-        cfg.checkpoint_interval(),
+        cfg.purgatory.checkpoint_interval(),
         controller.subscribe(),
     ));
     Ok(())

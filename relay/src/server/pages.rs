@@ -97,7 +97,7 @@ pub async fn home(cfg: &Config, grasp: &Grasp, query: Option<&str>) -> String {
 
 /// The home page's HTML (pure).
 pub fn render_home(cfg: &Config, trust: &crate::trust::Trust, repos: &[RepoCard], page: usize, more: bool) -> String {
-    let urls = PublicUrls::new(&cfg.public_host());
+    let urls = PublicUrls::new(&cfg.server.public_host());
     let nips: Vec<String> = crate::nostr::nip11::SUPPORTED_NIPS
         .iter()
         .map(|n| format!("<a href=\"https://github.com/nostr-protocol/nips/blob/master/{n:02}.md\">NIP-{n:02}</a>"))

@@ -74,7 +74,7 @@ fn apply(grasp: &Grasp, id: &str, cfg: &Config, admin: Option<PublicKey>) -> Res
     match id {
         "log" => crate::logging::set_filter(&cfg.server.log),
         "block_author" | "block_event" | "allow_repo" | "deny_repo" => {
-            grasp.trust.set_curation(cfg.curation());
+            grasp.trust.set_curation(cfg.trust.curation());
             Ok(())
         }
         "member" => {

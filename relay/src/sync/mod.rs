@@ -594,9 +594,9 @@ impl SyncConfig {
             },
             allow_private: cfg.git_sync.sync_allow_private,
             extra_denied: cfg.git_sync.sync_deny.clone(),
-            own_hosts: vec![cfg.public_authority(), cfg.server.bind.to_string()],
+            own_hosts: vec![cfg.server.public_authority(), cfg.server.bind.to_string()],
             max_parallel: cfg.git_sync.sync_max_parallel.max(1),
-            attempt_timeout: cfg.sync_attempt_timeout(),
+            attempt_timeout: cfg.git_sync.sync_attempt_timeout(),
             only_peers: cfg.trust.private.then(|| cfg.trust.private_sync_peer.iter().map(|p| git_sync_peer(p)).collect()),
             replicas: cfg.relay_sync.replica.iter().map(|r| r.host_port.clone()).collect(),
             ..SyncConfig::default()
@@ -700,7 +700,7 @@ mod config_tests {
     fn a_public_host_with_a_scheme_still_names_this_server_for_sync() {
         for configured in ["https://git.example.com", "https://git.example.com/", "git.example.com/"] {
             let cfg = Config::parse_from(["grasp-relay", "--public-host", configured]);
-            assert_eq!(cfg.public_host(), configured, "the pages keep the scheme");
+            assert_eq!(cfg.server.public_host(), configured, "the pages keep the scheme");
             assert_eq!(SyncConfig::from_config(&cfg).own_hosts, ["git.example.com", "127.0.0.1:8080"], "{configured}");
             let policy = crate::sync::UrlPolicy::new(false, &[], &SyncConfig::from_config(&cfg).own_hosts);
             for own in ["https://git.example.com/npub1x/r.git", "http://git.example.com:8080/npub1x/r.git"] {

@@ -486,7 +486,7 @@ mod config_tests {
     fn trust_flags() {
         let cfg = Config::parse_from(["grasp-relay"]);
         assert_eq!(WriteLimitConfig::from_config(&cfg), WriteLimitConfig::default());
-        assert!(!cfg.trust.private && cfg.trust.member.is_empty() && !cfg.curation().is_active());
+        assert!(!cfg.trust.private && cfg.trust.member.is_empty() && !cfg.trust.curation().is_active());
         let hex = "79be667ef9dcbbac55a06295ce870b07029bfcdb2dce28d959f2815b16f81798";
         let cfg = Config::parse_from([
             "grasp-relay",
@@ -501,7 +501,7 @@ mod config_tests {
         assert!(cfg.trust.private);
         assert_eq!(cfg.trust.member.len(), 1);
         assert_eq!(cfg.trust.trusted_proxy.iter().map(|n| n.to_string()).collect::<Vec<_>>(), ["10.0.0.0/8", "::1/128"]);
-        assert!(cfg.curation().is_active());
+        assert!(cfg.trust.curation().is_active());
         assert_eq!(WriteLimitConfig::from_config(&cfg).per_connection.burst, 3);
         assert!(Config::try_parse_from(["grasp-relay", "--allow-repo", "a/b/c"]).is_err());
         assert!(Config::try_parse_from(["grasp-relay", "--trusted-proxy", "nope"]).is_err());

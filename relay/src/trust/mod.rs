@@ -104,10 +104,10 @@ impl Trust {
         Ok(Trust {
             private: cfg.trust.private,
             limits: WriteLimits::new(limits::WriteLimitConfig::from_config(cfg), Some(git_root), Arc::new(grasp_state::purgatory::SystemClock)),
-            event_sizes: cfg.event_sizes(),
+            event_sizes: cfg.limits.event_sizes(),
             disk: FreeDisk::new(cfg.storage.data_dir.clone(), cfg.storage.min_free_disk),
             trusted_proxies: cfg.trust.trusted_proxy.clone(),
-            curation: RwLock::new(Arc::new(cfg.curation())),
+            curation: RwLock::new(Arc::new(cfg.trust.curation())),
             curation_file,
             members: RwLock::new(Arc::new(members)),
             members_file,
