@@ -117,7 +117,7 @@ pub async fn run(loaded: crate::config::Loaded) -> anyhow::Result<()> {
     fd_limit::raise(grasp_state::trust::fd_budget::required(cfg.limits.max_connections.into(), cfg.limits.git_max_requests.into()))?;
     let data = DataDir::open(&cfg.storage.data_dir)?;
     // The relay's identity before anything else is opened: a bad configured key file stops here.
-    let (identity, key_file) = crate::identity::from_config(&cfg)?;
+    let (identity, key_file) = crate::identity::from_config(&cfg.server, &cfg.storage)?;
     tracing::info!(npub = %crate::identity::npub(&identity), pubkey = %identity.public_key().to_hex(), path = %key_file.display(), "relay identity");
     let store = Store::open(&data.events())
         .await
@@ -138,7 +138,7 @@ pub async fn run(loaded: crate::config::Loaded) -> anyhow::Result<()> {
         max_filters: cfg.limits.max_filters,
         max_limit: cfg.limits.max_limit,
         max_answer_bytes: cfg.limits.max_answer_bytes,
-        negentropy: crate::nostr::negentropy::NegentropyLimits::from_config(&cfg),
+        negentropy: crate::nostr::negentropy::NegentropyLimits::from_config(&cfg.limits),
         idle_timeout: cfg.limits.ws_idle_timeout,
     };
 
@@ -163,7 +163,7 @@ pub async fn run(loaded: crate::config::Loaded) -> anyhow::Result<()> {
     }
     let trust = Arc::new(crate::trust::Trust::from_config(&cfg, data.git())?);
     let grasp = Arc::new(
-        Grasp::new(relay, purgatory, layout, data.hooks(), cfg.server.public_host(), metrics.clone()).with_trust(trust).with_lock_limits(crate::grasp::locks::LockLimits::from_config(&cfg)).with_deferred_limits(cfg.purgatory.deferred_limits()).with_grasp06(cfg.services.grasp06).with_archive(cfg.services.archive()).with_replicas(cfg.relay_sync.replica.clone()),
+        Grasp::new(relay, purgatory, layout, data.hooks(), cfg.server.public_host(), metrics.clone()).with_trust(trust).with_lock_limits(crate::grasp::locks::LockLimits::from_config(&cfg.limits)).with_deferred_limits(cfg.purgatory.deferred_limits()).with_grasp06(cfg.services.grasp06).with_archive(cfg.services.archive()).with_replicas(cfg.relay_sync.replica.clone()),
     );
     grasp.contributor_data.configure(cfg.purgatory.contributor_budget(), cfg.purgatory.pr_data_grace);
     grasp.contributor_data.load(data.root());
@@ -176,7 +176,7 @@ pub async fn run(loaded: crate::config::Loaded) -> anyhow::Result<()> {
     crate::grasp::lifecycle::checkpoint(&grasp, data.root()).await.context("writing the purgatory checkpoint")?;
 
     // Step "check": the helper binaries and the hooks git runs.
-    let binaries = check_helpers(&cfg, &data)?;
+    let binaries = check_helpers(&cfg.server, &cfg.limits, &data)?;
     let (api_listener, token) = crate::api::bind(cfg.server.api_bind, data.root()).await?;
     let api_addr = api_listener.local_addr()?;
 
@@ -235,8 +235,8 @@ pub async fn run(loaded: crate::config::Loaded) -> anyhow::Result<()> {
 /// Step "check": the hooks git runs, installed, and the CGI wrapper beside them. Without the
 /// helper binaries the relay could not serve git or authorise a push: it refuses to start rather
 /// than fail every request. Returns their paths (the readiness probe checks them again).
-fn check_helpers(cfg: &crate::config::Config, data: &DataDir) -> anyhow::Result<Vec<std::path::PathBuf>> {
-    let binaries = cfg.server.helper_binaries();
+fn check_helpers(server: &crate::config::ServerConfig, limits: &crate::config::LimitsConfig, data: &DataDir) -> anyhow::Result<Vec<std::path::PathBuf>> {
+    let binaries = server.helper_binaries();
     let bin_dir = binaries[0].parent().map(|p| p.to_path_buf()).unwrap_or_default();
     for bin in &binaries {
         if !bin.is_file() {
@@ -247,7 +247,7 @@ fn check_helpers(cfg: &crate::config::Config, data: &DataDir) -> anyhow::Result<
             );
         }
     }
-    crate::api::install_hooks(&data.hooks(), &bin_dir, data.root(), cfg.limits.push_limits()).context("installing the git hooks")?;
+    crate::api::install_hooks(&data.hooks(), &bin_dir, data.root(), limits.push_limits()).context("installing the git hooks")?;
     Ok(binaries)
 }
 

@@ -103,7 +103,7 @@ impl Trust {
         members.extend(cfg.pages.admin_pubkey);
         Ok(Trust {
             private: cfg.trust.private,
-            limits: WriteLimits::new(limits::WriteLimitConfig::from_config(cfg), Some(git_root), Arc::new(grasp_state::purgatory::SystemClock)),
+            limits: WriteLimits::new(limits::WriteLimitConfig::from_config(&cfg.limits), Some(git_root), Arc::new(grasp_state::purgatory::SystemClock)),
             event_sizes: cfg.limits.event_sizes(),
             disk: FreeDisk::new(cfg.storage.data_dir.clone(), cfg.storage.min_free_disk),
             trusted_proxies: cfg.trust.trusted_proxy.clone(),
