@@ -359,14 +359,6 @@ impl Config {
         let matches = Self::command().mut_args(|a| a.env(None::<&'static str>)).get_matches_from(["grasp-relay"]);
         Self::from_arg_matches(&matches).expect("the built-in defaults are a configuration")
     }
-
-    /// A configuration with the defaults (and this process's `GRASP_*` variables) on
-    /// `data_dir`, for tests.
-    pub fn for_tests(data_dir: PathBuf) -> Self {
-        let mut cfg = Self::parse_from(["grasp-relay"]);
-        cfg.storage.data_dir = data_dir;
-        cfg
-    }
 }
 
 #[cfg(test)]

@@ -254,12 +254,6 @@ mod tests {
     const EXAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/grasp-relay.toml");
     const PACKAGED: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../packaging/config.toml");
 
-    /// The built-in defaults, whatever this process's environment holds.
-    fn defaults() -> Config {
-        let matches = Config::command().mut_args(|a| a.env(None::<&'static str>)).get_matches_from(["grasp-relay"]);
-        Config::from_arg_matches(&matches).unwrap()
-    }
-
     fn file(text: &str) -> tempfile::NamedTempFile {
         let f = tempfile::NamedTempFile::new().unwrap();
         std::fs::write(f.path(), text).unwrap();
@@ -322,7 +316,7 @@ mod tests {
     fn the_example_file_configures_the_defaults() {
         let mut example = Config::check_file(Path::new(EXAMPLE)).unwrap_or_else(|e| panic!("{e}")).config;
         assert_eq!(example.config.take(), Some(PathBuf::from(EXAMPLE)));
-        assert_eq!(format!("{example:?}"), format!("{:?}", defaults()));
+        assert_eq!(format!("{example:?}"), format!("{:?}", Config::defaults()));
     }
 
     /// docs/grasp-relay.toml has a line for every setting, in its section, set to its default or

@@ -168,7 +168,7 @@ mod tests {
 
     #[test]
     fn an_archive_is_listed_and_its_scope_stated_in_curation() {
-        let mut cfg = Config::for_tests("/tmp/x".into());
+        let mut cfg = Config::defaults();
         assert!(document(&cfg, &Trust::default()).get("curation").is_none());
         cfg.services.archive_all = true;
         let doc = document(&cfg, &Trust::default());
@@ -179,7 +179,7 @@ mod tests {
 
     #[test]
     fn grasp06_is_listed_and_explained_only_when_on() {
-        let mut cfg = Config::for_tests("/tmp/x".into());
+        let mut cfg = Config::defaults();
         cfg.services.grasp06 = true;
         let doc = document(&cfg, &Trust::default());
         assert_eq!(doc["supported_grasps"], json!(["GRASP-01", "GRASP-02", "GRASP-03", "GRASP-06"]));
@@ -192,7 +192,7 @@ mod tests {
 
     #[test]
     fn has_required_fields_and_no_curation() {
-        let cfg = Config::for_tests("/tmp/x".into());
+        let cfg = Config::defaults();
         let doc = document(&cfg, &Trust::default());
         assert_eq!(doc["supported_grasps"], json!(["GRASP-01", "GRASP-02", "GRASP-03"]));
         let mut off = cfg.clone();
@@ -221,7 +221,7 @@ mod tests {
 
     #[test]
     fn pubkey_is_the_operators_and_self_the_relays() {
-        let mut cfg = Config::for_tests("/tmp/x".into());
+        let mut cfg = Config::defaults();
         let hex = "79be667ef9dcbbac55a06295ce870b07029bfcdb2dce28d959f2815b16f81798";
         cfg.pages.admin_pubkey = Some(::nostr::prelude::PublicKey::from_hex(hex).unwrap());
         let doc = document(&cfg, &Trust::default());
@@ -240,7 +240,7 @@ mod tests {
 
     #[test]
     fn nip77_is_listed_only_when_served() {
-        let mut cfg = Config::for_tests("/tmp/x".into());
+        let mut cfg = Config::defaults();
         cfg.limits.no_negentropy = true;
         assert_eq!(document(&cfg, &Trust::default())["supported_nips"], json!([1, 9, 11, 34, 42, 70]));
     }
@@ -259,7 +259,7 @@ mod tests {
 
     #[test]
     fn grasp_02_is_listed_only_when_relay_sync_runs() {
-        let mut cfg = Config::for_tests("/tmp/x".into());
+        let mut cfg = Config::defaults();
         cfg.relay_sync.no_relay_sync = true;
         assert_eq!(document(&cfg, &Trust::default())["supported_grasps"], json!(["GRASP-01"]));
     }

@@ -193,7 +193,7 @@ mod tests {
 
     #[test]
     fn home_page_escapes_and_links() {
-        let mut cfg = Config::for_tests("/tmp/x".into());
+        let mut cfg = Config::defaults();
         cfg.server.public_host = Some("git.example.com".into());
         cfg.pages.name = "<b>relay</b>".into();
         let repos = vec![RepoCard {
