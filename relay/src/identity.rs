@@ -15,6 +15,8 @@ use std::path::{Path, PathBuf};
 use grasp_state::contract::key_file::{self, KeyTextError};
 use nostr::prelude::{Keys, ToBech32};
 
+use crate::config::{ServerConfig, StorageConfig};
+
 /// Where the key file's path came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum KeySource {
@@ -47,10 +49,10 @@ pub enum IdentityError {
 
 /// The relay's key as configured: `--relay-key-file` (which must exist), else
 /// `<data>/relay-key` (made when missing).
-pub fn from_config(cfg: &crate::config::Config) -> Result<(Keys, PathBuf), IdentityError> {
-    let (path, source) = match &cfg.relay_key_file {
+pub fn from_config(server: &ServerConfig, storage: &StorageConfig) -> Result<(Keys, PathBuf), IdentityError> {
+    let (path, source) = match &server.relay_key_file {
         Some(path) => (path.clone(), KeySource::Configured),
-        None => (cfg.layout().relay_key_file(), KeySource::Default),
+        None => (storage.layout().relay_key_file(), KeySource::Default),
     };
     load(&path, source).map(|keys| (keys, path))
 }

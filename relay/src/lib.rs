@@ -69,9 +69,14 @@
 //!   caps (`connection_limits`), the write deadline on every public connection
 //!   (`write_deadline`).
 //! - [`config`], [`logging`], [`datadir`], [`shutdown`]: command line, environment and the TOML
-//!   configuration file (re-read on SIGHUP by `server::reload`; each part builds its own settings
-//!   from it, e.g. `sync::SyncConfig::from_config`), the log filter, the data directory layout
-//!   and its exclusive lock, the shutdown signal every task is handed.
+//!   configuration file: [`config::Config`] is one typed struct per section of the file
+//!   (`config/server`, `storage`, `limits`, `purgatory`, `git_sync`, `relay_sync`, `trust`,
+//!   `services`, `pages`: [`config::LimitsConfig`], ...), flattened into it; a part is handed
+//!   the section it reads (`nostr::negentropy::NegentropyLimits::from_config(&LimitsConfig)`),
+//!   those spanning sections the whole (`sync::SyncConfig::from_config`); re-read on SIGHUP by
+//!   `server::reload`, which puts a section's live settings in force together. Also the log
+//!   filter, the data directory layout and its exclusive lock, the shutdown signal every task is
+//!   handed.
 //! - [`identity`]: the relay's own key (`--relay-key-file`), read at startup or made on first
 //!   start; NIP-11 `self` and the NIP-05 name `_` (`nostr::nip05`).
 

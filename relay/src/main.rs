@@ -33,7 +33,7 @@ async fn main() -> ExitCode {
             return if report.fit_to_serve() { ExitCode::SUCCESS } else { ExitCode::FAILURE };
         }
         Some(command) => {
-            return match grasp_relay::api::run_command(&cfg.data_dir, command) {
+            return match grasp_relay::api::run_command(&cfg.storage.data_dir, command) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("grasp-relay: error: {e:#}");
@@ -42,7 +42,7 @@ async fn main() -> ExitCode {
             };
         }
     }
-    grasp_relay::logging::init(&cfg.log);
+    grasp_relay::logging::init(&cfg.server.log);
     match grasp_relay::server::run(loaded).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -20,7 +20,7 @@ use clap::{Arg, ArgAction, Command};
 use toml::de::{DeTable, DeValue};
 use toml::Spanned;
 
-use super::sections::{section_of, Section, SECTIONS};
+use super::sections::{self, section_of, Section};
 
 /// What a setting's values are: the TOML type the file gives them in, and how `config show`
 /// prints them.
@@ -235,7 +235,7 @@ fn unknown_key(cmd: &Command, section: Section, key: &str) -> String {
             return format!("unknown key `{key}`: keys are written with dashes, `{dashed}` (in `[{}]`)", s.name());
         }
     }
-    let keys: Vec<&str> = SECTIONS
+    let keys: Vec<&str> = sections::settings()
         .iter()
         .filter(|(_, s)| *s == section)
         .filter_map(|(id, _)| cmd.get_arguments().find(|a| a.get_id() == id).and_then(Arg::get_long))

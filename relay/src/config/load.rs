@@ -9,14 +9,14 @@ use clap::parser::ValueSource;
 use clap::{ArgMatches, Command, CommandFactory, FromArgMatches};
 
 use super::file::{is_list, FileErrors, FileValues, Kind};
-use super::sections::{Section, SECTIONS};
+use super::sections::{self, Section};
 use super::Config;
 
 /// A configuration and where each of its settings came from.
 #[derive(Debug, Clone)]
 pub struct Loaded {
     pub config: Config,
-    /// Every setting of the file's sections, in [`SECTIONS`] order.
+    /// Every setting of the file's sections, in [`sections::settings`] order.
     pub settings: Vec<Setting>,
 }
 
@@ -195,7 +195,7 @@ impl Config {
 
 /// Every setting of the file's sections as `matches` has it.
 fn settings(cmd: &Command, matches: &ArgMatches, file: Option<&FileValues>) -> Vec<Setting> {
-    SECTIONS
+    sections::settings()
         .iter()
         .filter_map(|(id, section)| {
             let arg = cmd.get_arguments().find(|a| a.get_id() == id)?;
@@ -248,17 +248,11 @@ pub fn render(settings: &[Setting]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::sections::{section_of, NOT_IN_FILE};
+    use crate::config::sections::{section_of, settings, NOT_IN_FILE};
     use std::time::Duration;
 
     const EXAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/grasp-relay.toml");
     const PACKAGED: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../packaging/config.toml");
-
-    /// The built-in defaults, whatever this process's environment holds.
-    fn defaults() -> Config {
-        let matches = Config::command().mut_args(|a| a.env(None::<&'static str>)).get_matches_from(["grasp-relay"]);
-        Config::from_arg_matches(&matches).unwrap()
-    }
 
     fn file(text: &str) -> tempfile::NamedTempFile {
         let f = tempfile::NamedTempFile::new().unwrap();
@@ -270,7 +264,8 @@ mod tests {
         settings.iter().find(|s| s.id == id).unwrap()
     }
 
-    /// A flag added to `Config` without a line in `SECTIONS` (or `NOT_IN_FILE`) fails here.
+    /// A flag of `Config` that is no field of a section's struct and not in `NOT_IN_FILE` fails
+    /// here, as does a setting without a long name to be its key.
     #[test]
     fn every_flag_has_a_section() {
         let cmd = Config::command();
@@ -280,33 +275,48 @@ mod tests {
             if ["help", "version"].contains(&id) {
                 continue;
             }
-            let placed = SECTIONS.iter().filter(|(i, _)| *i == id).count() + NOT_IN_FILE.iter().filter(|i| **i == id).count();
+            let placed = settings().iter().filter(|(i, _)| *i == id).count() + NOT_IN_FILE.iter().filter(|i| **i == id).count();
             match placed {
                 1 => {}
                 0 => missing.push(format!(
-                    "--{} has no section in the configuration file: add (\"{id}\", Section::...) to SECTIONS in relay/src/config/sections.rs \
-                     (and its key to docs/grasp-relay.toml), or \"{id}\" to NOT_IN_FILE",
+                    "--{} has no section in the configuration file: make it a field of a section's struct in relay/src/config/ \
+                     (and its key to docs/grasp-relay.toml), or add \"{id}\" to NOT_IN_FILE",
                     arg.get_long().unwrap_or(id)
                 )),
-                _ => missing.push(format!("{id} is listed more than once in SECTIONS / NOT_IN_FILE")),
+                _ => missing.push(format!("{id} is both a setting of a section and in NOT_IN_FILE")),
             }
             if section_of(id).is_some() {
                 assert!(arg.get_long().is_some(), "{id} has a section but no long flag name to be its key");
             }
         }
-        for id in SECTIONS.iter().map(|(i, _)| *i).chain(NOT_IN_FILE.iter().copied()) {
-            if !cmd.get_arguments().any(|a| a.get_id() == id) {
-                missing.push(format!("{id} is in relay/src/config/sections.rs but is no flag of Config"));
+        for id in NOT_IN_FILE {
+            if !cmd.get_arguments().any(|a| a.get_id() == *id) {
+                missing.push(format!("{id} is in NOT_IN_FILE but is no flag of Config"));
             }
         }
         assert!(missing.is_empty(), "{}", missing.join("\n"));
+    }
+
+    /// Each section's struct holds the settings of that section of the file, and nothing else.
+    #[test]
+    fn the_sections_are_the_structs() {
+        for section in Section::ALL {
+            for arg in section.command().get_arguments() {
+                let id = arg.get_id().as_str();
+                assert!(section_of(id) == Some(section) || NOT_IN_FILE.contains(&id), "{id}");
+            }
+        }
+        assert_eq!(section_of("max_connections"), Some(Section::Limits));
+        assert_eq!(section_of("data_dir"), Some(Section::Storage));
+        assert_eq!(section_of("sync_delay_ms"), None);
+        assert_eq!(section_of("config"), None);
     }
 
     #[test]
     fn the_example_file_configures_the_defaults() {
         let mut example = Config::check_file(Path::new(EXAMPLE)).unwrap_or_else(|e| panic!("{e}")).config;
         assert_eq!(example.config.take(), Some(PathBuf::from(EXAMPLE)));
-        assert_eq!(format!("{example:?}"), format!("{:?}", defaults()));
+        assert_eq!(format!("{example:?}"), format!("{:?}", Config::defaults()));
     }
 
     /// docs/grasp-relay.toml has a line for every setting, in its section, set to its default or
@@ -333,7 +343,7 @@ mod tests {
             }
         }
         let mut missing = Vec::new();
-        for (id, s) in SECTIONS {
+        for (id, s) in settings() {
             let key = cmd.get_arguments().find(|a| a.get_id() == id).and_then(|a| a.get_long()).unwrap();
             match lines.iter().find(|(_, k, _, _)| k == key) {
                 None => missing.push(format!("docs/grasp-relay.toml has no line `{key} = ...` (or `# {key} = ...`) in [{}]", s.name())),
@@ -373,9 +383,9 @@ mod tests {
              -e 's|^trusted-proxy = \\[\\]$|trusted-proxy = [\"127.0.0.1/32\"]|' docs/grasp-relay.toml > packaging/config.toml"
         );
         let cfg = Config::check_file(Path::new(PACKAGED)).unwrap().config;
-        assert_eq!(cfg.data_dir, PathBuf::from("/var/lib/grasp-relay"));
-        assert_eq!(cfg.max_connections_per_ip, 0);
-        assert!(cfg.trusted_proxy.iter().any(|net| net.contains(&"127.0.0.1".parse::<std::net::IpAddr>().unwrap())));
+        assert_eq!(cfg.storage.data_dir, PathBuf::from("/var/lib/grasp-relay"));
+        assert_eq!(cfg.limits.max_connections_per_ip, 0);
+        assert!(cfg.trust.trusted_proxy.iter().any(|net| net.contains(&"127.0.0.1".parse::<std::net::IpAddr>().unwrap())));
     }
 
     #[test]
@@ -384,11 +394,11 @@ mod tests {
         let path = f.path().to_str().unwrap();
         let loaded = Config::load_from(["grasp-relay", "--config", path, "--max-connections", "9", "--trusted-proxy", "::1"]).unwrap();
         let cfg = &loaded.config;
-        assert_eq!(cfg.max_connections, 9);
-        assert_eq!(cfg.write_rate, 2.5);
-        assert_eq!(cfg.name, "from the file");
-        assert_eq!(cfg.trusted_proxy.iter().map(|n| n.to_string()).collect::<Vec<_>>(), ["::1/128"], "a list on the command line replaces the file's");
-        assert_eq!(cfg.max_filters, 16);
+        assert_eq!(cfg.limits.max_connections, 9);
+        assert_eq!(cfg.limits.write_rate, 2.5);
+        assert_eq!(cfg.pages.name, "from the file");
+        assert_eq!(cfg.trust.trusted_proxy.iter().map(|n| n.to_string()).collect::<Vec<_>>(), ["::1/128"], "a list on the command line replaces the file's");
+        assert_eq!(cfg.limits.max_filters, 16);
         let s = &loaded.settings;
         assert_eq!(setting(s, "max_connections").source, Source::CommandLine);
         assert_eq!(setting(s, "write_rate").source, Source::File { path: f.path().into(), line: 3 });
@@ -396,7 +406,7 @@ mod tests {
         assert_eq!(setting(s, "max_filters").source, Source::Default);
         assert_eq!(setting(s, "max_connections").values, ["9"]);
         // Without --config, nothing is read.
-        assert_eq!(Config::load_from(["grasp-relay"]).unwrap().config.max_connections, 1024);
+        assert_eq!(Config::load_from(["grasp-relay"]).unwrap().config.limits.max_connections, 1024);
     }
 
     #[test]
@@ -405,11 +415,11 @@ mod tests {
         let path = f.path().to_str().unwrap();
         for argv in [vec!["grasp-relay", "purgatory", "--config", path], vec!["grasp-relay", "--config", path, "purgatory", "--json"]] {
             let cfg = Config::load_from(argv.clone()).unwrap().config;
-            assert_eq!(cfg.data_dir, PathBuf::from("/srv/grasp"), "{argv:?}");
+            assert_eq!(cfg.storage.data_dir, PathBuf::from("/srv/grasp"), "{argv:?}");
             assert!(matches!(cfg.command, Some(crate::config::Command::Purgatory { .. })));
         }
         let cfg = Config::load_from(["grasp-relay", "purgatory", "--config", path, "--data-dir", "/x"]).unwrap().config;
-        assert_eq!(cfg.data_dir, PathBuf::from("/x"));
+        assert_eq!(cfg.storage.data_dir, PathBuf::from("/x"));
     }
 
     #[test]
@@ -449,7 +459,7 @@ mod tests {
         a.config = None;
         b.config = None;
         assert_eq!(format!("{a:?}"), format!("{b:?}"));
-        assert_eq!(b.ws_idle_timeout, Duration::from_secs(90));
+        assert_eq!(b.limits.ws_idle_timeout, Duration::from_secs(90));
         assert!(shown.contains(&format!("write-rate = 0.25  # {}:5\n", f.path().display())), "{shown}");
         assert!(shown.contains("max-filters = 16  # default\n"), "{shown}");
         assert!(shown.contains("# metrics-bind is not set  # default\n"), "{shown}");

@@ -1,6 +1,7 @@
 //! The configuration reference, docs/configuration.md, written from the flags' own definitions
 //! (the same help texts, environment names and defaults `--help` prints) and grouped by the
-//! sections of the configuration file ([`super::sections`]). The test
+//! sections of the configuration file ([`super::sections`]), each table in `--help`'s order
+//! ([`super::help_order`]). The test
 //! `the_configuration_reference_is_the_flags` fails when the file differs from what this renders;
 //! `GRASP_WRITE_DOCS=1 cargo test -p grasp-relay the_configuration_reference` writes it again.
 
@@ -38,10 +39,12 @@ fn cell(text: &str) -> String {
 pub fn render() -> String {
     let command = Config::command();
     let mut out = String::from(INTRO);
-    let args: Vec<&clap::Arg> = command
+    let mut args: Vec<&clap::Arg> = command
         .get_arguments()
         .filter(|a| a.get_long().is_some() && !a.is_hide_set() && !["help", "version"].contains(&a.get_long().unwrap_or_default()))
         .collect();
+    // Each table in the order `--help` lists the flags (`super::help_order`).
+    args.sort_by_key(|a| a.get_display_order());
     let row = |a: &clap::Arg| {
         let long = a.get_long().unwrap_or_default();
         let env = a.get_env().and_then(|e| e.to_str()).map_or("-".to_string(), |e| format!("`{e}`"));

@@ -3,6 +3,7 @@
 //! `crate::server::reload`; this is the pure comparison.
 
 use super::load::Setting;
+use super::sections::{section_of, Section};
 
 /// Settings the running relay takes over on SIGHUP, by clap argument id: the log filter, the
 /// allow/deny lists, the members of a private service and the free-disk watermark. Everything
@@ -54,6 +55,16 @@ pub fn in_force_after(current: &[Setting], new: &[Setting], changes: &Changes) -
         .collect()
 }
 
+/// `ids` grouped by their section, in the order of the file: a reload puts a section's live
+/// settings in force together.
+pub fn by_section(ids: &[&'static str]) -> Vec<(Section, Vec<&'static str>)> {
+    Section::ALL
+        .into_iter()
+        .map(|section| (section, ids.iter().copied().filter(|id| section_of(id) == Some(section)).collect::<Vec<_>>()))
+        .filter(|(_, ids)| !ids.is_empty())
+        .collect()
+}
+
 /// The long names of `ids`, for logs (`--min-free-disk, --member`).
 pub fn flag_names(settings: &[Setting], ids: &[&str]) -> String {
     ids.iter()
@@ -65,7 +76,6 @@ pub fn flag_names(settings: &[Setting], ids: &[&str]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::sections::SECTIONS;
     use crate::config::Config;
 
     fn settings(args: &[&str]) -> Vec<Setting> {
@@ -95,9 +105,17 @@ mod tests {
     }
 
     #[test]
+    fn live_settings_apply_by_section() {
+        let grouped = by_section(&["member", "log", "block_author", "min_free_disk"]);
+        assert_eq!(grouped, [(Section::Server, vec!["log"]), (Section::Storage, vec!["min_free_disk"]), (Section::Trust, vec!["member", "block_author"])]);
+        let live: Vec<Section> = by_section(LIVE).into_iter().map(|(s, _)| s).collect();
+        assert_eq!(live, [Section::Server, Section::Storage, Section::Trust], "crate::server::reload applies these sections");
+    }
+
+    #[test]
     fn every_live_setting_is_a_setting_of_the_file() {
         for id in LIVE {
-            assert!(SECTIONS.iter().any(|(i, _)| i == id), "{id} is live but has no section");
+            assert!(section_of(id).is_some(), "{id} is live but has no section");
         }
     }
 }

@@ -88,34 +88,34 @@ pub fn run(cfg: &Config, nginx: Option<&Path>) -> Report {
     let subject = format!(
         "configuration {}, data directory {}",
         cfg.config.as_ref().map_or_else(|| "from flags and defaults".to_string(), |p| p.display().to_string()),
-        cfg.data_dir.display()
+        cfg.storage.data_dir.display()
     );
     let me = effective_uid();
     let mut findings = vec![
         checks::git(git_version().as_deref().map_err(String::as_str), crate::git::http_backend_program().as_deref()),
-        checks::binaries(&cfg.helper_binaries().into_iter().map(|p| { let s = binary_state(&p); (p, s) }).collect::<Vec<_>>()),
-        checks::data_dir(&cfg.data_dir, &data_dir(&cfg.data_dir), me, cfg.private, &user_name),
+        checks::binaries(&cfg.server.helper_binaries().into_iter().map(|p| { let s = binary_state(&p); (p, s) }).collect::<Vec<_>>()),
+        checks::data_dir(&cfg.storage.data_dir, &data_dir(&cfg.storage.data_dir), me, cfg.trust.private, &user_name),
         checks::free_disk(
-            crate::trust::disk::available_bytes(&existing_ancestor(&cfg.data_dir)).map_err(|e| e.to_string()).as_ref().map(|b| *b).map_err(String::as_str),
-            cfg.min_free_disk,
+            crate::trust::disk::available_bytes(&existing_ancestor(&cfg.storage.data_dir)).map_err(|e| e.to_string()).as_ref().map(|b| *b).map_err(String::as_str),
+            cfg.storage.min_free_disk,
         ),
         checks::open_files(
             crate::server::fd_limit::current().map_err(|e| e.to_string()).as_ref().map(|l| *l).map_err(String::as_str),
-            cfg.max_connections.into(),
-            cfg.git_max_requests.into(),
+            cfg.limits.max_connections.into(),
+            cfg.limits.git_max_requests.into(),
         ),
-        checks::public_host(cfg.public_host.as_deref(), cfg.bind),
+        checks::public_host(cfg.server.public_host.as_deref(), cfg.server.bind),
     ];
     if let Some(path) = nginx {
         match std::fs::read_to_string(path) {
             Ok(text) => {
                 let expected = nginx::Expected {
-                    cgi_path: cfg.cgi_path(),
-                    data_dir: absolute(&cfg.data_dir),
-                    max_push_bytes: cfg.max_push_bytes,
-                    git_idle_timeout_secs: cfg.git_idle_timeout.as_secs(),
-                    push_lock_wait_secs: cfg.push_lock_wait.as_secs(),
-                    git_min_rate: cfg.git_min_rate,
+                    cgi_path: cfg.server.cgi_path(),
+                    data_dir: absolute(&cfg.storage.data_dir),
+                    max_push_bytes: cfg.limits.max_push_bytes,
+                    git_idle_timeout_secs: cfg.limits.git_idle_timeout.as_secs(),
+                    push_lock_wait_secs: cfg.limits.push_lock_wait.as_secs(),
+                    git_min_rate: cfg.limits.git_min_rate,
                 };
                 findings.extend(nginx::check(path, &text, &expected));
             }

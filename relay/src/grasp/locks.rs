@@ -55,8 +55,8 @@ pub struct LockLimits {
 
 impl LockLimits {
     /// The bounds on waiting for a repository.
-    pub fn from_config(cfg: &crate::config::Config) -> LockLimits {
-        LockLimits { event_wait: cfg.event_lock_wait, queue: cfg.repo_lock_queue as usize }
+    pub fn from_config(limits: &crate::config::LimitsConfig) -> LockLimits {
+        LockLimits { event_wait: limits.event_lock_wait, queue: limits.repo_lock_queue as usize }
     }
 }
 

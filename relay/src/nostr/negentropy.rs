@@ -31,7 +31,7 @@ use nostr::prelude::*;
 use serde_json::Value;
 use tokio::time::Instant;
 
-use crate::config::Config;
+use crate::config::LimitsConfig;
 use crate::nostr::subscriptions::MAX_SUBSCRIPTION_ID_LEN;
 use crate::store::Store;
 
@@ -69,11 +69,11 @@ pub struct NegentropyLimits {
 
 impl NegentropyLimits {
     /// NIP-77 session limits per connection from the configuration, or `None` with `--no-negentropy`.
-    pub fn from_config(cfg: &Config) -> Option<NegentropyLimits> {
-        cfg.negentropy_enabled().then(|| NegentropyLimits {
-            max_items: cfg.negentropy_max_items,
-            max_items_per_connection: cfg.negentropy_max_items_per_connection,
-            idle_timeout: cfg.negentropy_idle_timeout,
+    pub fn from_config(limits: &LimitsConfig) -> Option<NegentropyLimits> {
+        limits.negentropy_enabled().then(|| NegentropyLimits {
+            max_items: limits.negentropy_max_items,
+            max_items_per_connection: limits.negentropy_max_items_per_connection,
+            idle_timeout: limits.negentropy_idle_timeout,
             ..NegentropyLimits::default()
         })
     }
@@ -764,16 +764,18 @@ mod tests {
 #[cfg(test)]
 mod config_tests {
     use super::*;
+    use crate::config::Config;
     use clap::Parser;
 
     #[test]
     fn negentropy_is_on_unless_switched_off() {
-        let cfg = Config::parse_from(["grasp-relay"]);
-        assert_eq!(NegentropyLimits::from_config(&cfg), Some(NegentropyLimits::default()));
+        assert_eq!(NegentropyLimits::from_config(&LimitsConfig::default()), Some(NegentropyLimits::default()));
         assert_eq!(NegentropyLimits::default().max_items, 500_000);
+        let limits = LimitsConfig { negentropy_max_items: 3, ..LimitsConfig::default() };
+        assert_eq!(NegentropyLimits::from_config(&limits).map(|l| l.max_items), Some(3));
         let cfg = Config::parse_from(["grasp-relay", "--negentropy-max-items", "3"]);
-        assert_eq!(NegentropyLimits::from_config(&cfg).map(|l| l.max_items), Some(3));
+        assert_eq!(cfg.limits.negentropy_max_items, 3);
         let cfg = Config::parse_from(["grasp-relay", "--no-negentropy"]);
-        assert_eq!(NegentropyLimits::from_config(&cfg), None);
+        assert_eq!(NegentropyLimits::from_config(&cfg.limits), None);
     }
 }

@@ -67,13 +67,13 @@ pub fn supported_grasps(cfg: &Config) -> Vec<&'static str> {
     if cfg.sync_plus_enabled() {
         grasps.push("GRASP-03");
     }
-    if cfg.archive().is_active() {
+    if cfg.services.archive().is_active() {
         grasps.push("GRASP-05");
     }
-    if cfg.grasp06 {
+    if cfg.services.grasp06 {
         grasps.push("GRASP-06");
     }
-    if cfg.private {
+    if cfg.trust.private {
         grasps.push("GRASP-08");
     }
     grasps
@@ -82,7 +82,7 @@ pub fn supported_grasps(cfg: &Config) -> Vec<&'static str> {
 /// The document's `repo_acceptance_criteria` for this configuration: GRASP-01's, what GRASP-06
 /// and an archive add, or a private service's.
 pub fn acceptance_criteria(cfg: &Config, trust: &Trust) -> String {
-    let criteria = repo_acceptance_criteria(&cfg.public_host(), cfg.purgatory_ttl.as_secs());
+    let criteria = repo_acceptance_criteria(&cfg.server.public_host(), cfg.purgatory.purgatory_ttl.as_secs());
     if trust.private {
         return format!(
             "A private GRASP-08 service: reading and writing need NIP-42 authentication as a member \
@@ -91,8 +91,8 @@ proof. For members: {criteria}"
         );
     }
     criteria
-        + &if cfg.grasp06 { contributor_criteria(&cfg.public_host()) } else { String::new() }
-        + &if cfg.archive().is_active() { archive_criteria(&cfg.archive()) } else { String::new() }
+        + &if cfg.services.grasp06 { contributor_criteria(&cfg.server.public_host()) } else { String::new() }
+        + &if cfg.services.archive().is_active() { archive_criteria(&cfg.services.archive()) } else { String::new() }
 }
 
 /// The NIP-11 document for this configuration and these trust settings (the curation summary
@@ -103,17 +103,17 @@ proof. For members: {criteria}"
 pub fn document(cfg: &Config, trust: &Trust, relay: &PublicKey) -> Value {
     let limits = trust.limits.config;
     let mut doc = json!({
-        "name": cfg.name,
-        "description": cfg.description,
+        "name": cfg.pages.name,
+        "description": cfg.pages.description,
         "version": env!("CARGO_PKG_VERSION"),
-        "supported_nips": SUPPORTED_NIPS.iter().copied().chain(cfg.negentropy_enabled().then_some(77)).collect::<Vec<u16>>(),
+        "supported_nips": SUPPORTED_NIPS.iter().copied().chain(cfg.limits.negentropy_enabled().then_some(77)).collect::<Vec<u16>>(),
         "supported_grasps": supported_grasps(cfg),
         "repo_acceptance_criteria": acceptance_criteria(cfg, trust),
         "limitation": {
-            "max_message_length": cfg.max_message_bytes,
-            "max_subscriptions": cfg.max_subscriptions,
-            "max_filters": cfg.max_filters,
-            "max_limit": cfg.max_limit,
+            "max_message_length": cfg.limits.max_message_bytes,
+            "max_subscriptions": cfg.limits.max_subscriptions,
+            "max_filters": cfg.limits.max_filters,
+            "max_limit": cfg.limits.max_limit,
             "auth_required": trust.private,
             "payment_required": false,
             "restricted_writes": trust.private,
@@ -123,11 +123,11 @@ pub fn document(cfg: &Config, trust: &Trust, relay: &PublicKey) -> Value {
             "max_events_per_second_per_address": limits.per_address.per_second,
             "max_new_repositories_per_author_per_hour": limits.repos_per_author_per_hour,
             "max_repositories": limits.max_repos,
-            "max_push_bytes": cfg.max_push_bytes,
-            "max_pr_push_bytes": cfg.max_pr_push_bytes,
+            "max_push_bytes": cfg.limits.max_push_bytes,
+            "max_pr_push_bytes": cfg.limits.max_pr_push_bytes,
             // Kinds with a cap below max_message_length (grasp_state::nostr::event_size), by kind number.
             "max_event_bytes_by_kind": cfg
-                .event_sizes()
+                .limits.event_sizes()
                 .capped_kinds()
                 .into_iter()
                 .map(|(kind, cap)| (kind.to_string(), json!(cap)))
@@ -136,7 +136,7 @@ pub fn document(cfg: &Config, trust: &Trust, relay: &PublicKey) -> Value {
     });
     // The curation in force and the archive's scope (GRASP-05), in one sentence each.
     let curation = trust.curation();
-    let archive = cfg.archive();
+    let archive = cfg.services.archive();
     let scope: Vec<String> = [curation.is_active().then(|| curation.summary()), archive.is_active().then(|| archive.summary())]
         .into_iter()
         .flatten()
@@ -144,9 +144,9 @@ pub fn document(cfg: &Config, trust: &Trust, relay: &PublicKey) -> Value {
     if !scope.is_empty() {
         doc["curation"] = Value::String(scope.join(". "));
     }
-    doc["software"] = Value::String(cfg.software_url.clone());
+    doc["software"] = Value::String(cfg.pages.software_url.clone());
     doc["self"] = Value::String(relay.to_hex());
-    doc["pubkey"] = Value::String(cfg.admin_pubkey.as_ref().unwrap_or(relay).to_hex());
+    doc["pubkey"] = Value::String(cfg.pages.admin_pubkey.as_ref().unwrap_or(relay).to_hex());
     doc
 }
 
@@ -168,9 +168,9 @@ mod tests {
 
     #[test]
     fn an_archive_is_listed_and_its_scope_stated_in_curation() {
-        let mut cfg = Config::for_tests("/tmp/x".into());
+        let mut cfg = Config::defaults();
         assert!(document(&cfg, &Trust::default()).get("curation").is_none());
-        cfg.archive_all = true;
+        cfg.services.archive_all = true;
         let doc = document(&cfg, &Trust::default());
         assert_eq!(doc["supported_grasps"], json!(["GRASP-01", "GRASP-02", "GRASP-03", "GRASP-05"]));
         assert!(doc["curation"].as_str().unwrap().starts_with("Read-only archive (GRASP-05) of every repository"), "{doc}");
@@ -179,24 +179,24 @@ mod tests {
 
     #[test]
     fn grasp06_is_listed_and_explained_only_when_on() {
-        let mut cfg = Config::for_tests("/tmp/x".into());
-        cfg.grasp06 = true;
+        let mut cfg = Config::defaults();
+        cfg.services.grasp06 = true;
         let doc = document(&cfg, &Trust::default());
         assert_eq!(doc["supported_grasps"], json!(["GRASP-01", "GRASP-02", "GRASP-03", "GRASP-06"]));
         let criteria = doc["repo_acceptance_criteria"].as_str().unwrap();
         assert!(criteria.contains("127.0.0.1:8080/prs/<their npub>/<identifier>.git"), "{criteria}");
-        cfg.grasp06 = false;
+        cfg.services.grasp06 = false;
         let doc = document(&cfg, &Trust::default());
         assert!(!doc["repo_acceptance_criteria"].as_str().unwrap().contains("GRASP-06"));
     }
 
     #[test]
     fn has_required_fields_and_no_curation() {
-        let cfg = Config::for_tests("/tmp/x".into());
+        let cfg = Config::defaults();
         let doc = document(&cfg, &Trust::default());
         assert_eq!(doc["supported_grasps"], json!(["GRASP-01", "GRASP-02", "GRASP-03"]));
         let mut off = cfg.clone();
-        off.no_sync_plus = true;
+        off.relay_sync.no_sync_plus = true;
         assert_eq!(document(&off, &Trust::default())["supported_grasps"], json!(["GRASP-01", "GRASP-02"]), "--no-sync-plus");
         assert_eq!(doc["supported_nips"], json!([1, 9, 11, 34, 42, 70, 77]));
         assert_eq!(doc["limitation"]["max_event_burst_per_connection"], json!(500));
@@ -221,9 +221,9 @@ mod tests {
 
     #[test]
     fn pubkey_is_the_operators_and_self_the_relays() {
-        let mut cfg = Config::for_tests("/tmp/x".into());
+        let mut cfg = Config::defaults();
         let hex = "79be667ef9dcbbac55a06295ce870b07029bfcdb2dce28d959f2815b16f81798";
-        cfg.admin_pubkey = Some(::nostr::prelude::PublicKey::from_hex(hex).unwrap());
+        cfg.pages.admin_pubkey = Some(::nostr::prelude::PublicKey::from_hex(hex).unwrap());
         let doc = document(&cfg, &Trust::default());
         assert_eq!(doc["pubkey"], json!(hex));
         assert_eq!(doc["self"], json!(RELAY_HEX));
@@ -240,8 +240,8 @@ mod tests {
 
     #[test]
     fn nip77_is_listed_only_when_served() {
-        let mut cfg = Config::for_tests("/tmp/x".into());
-        cfg.no_negentropy = true;
+        let mut cfg = Config::defaults();
+        cfg.limits.no_negentropy = true;
         assert_eq!(document(&cfg, &Trust::default())["supported_nips"], json!([1, 9, 11, 34, 42, 70]));
     }
 
@@ -259,8 +259,8 @@ mod tests {
 
     #[test]
     fn grasp_02_is_listed_only_when_relay_sync_runs() {
-        let mut cfg = Config::for_tests("/tmp/x".into());
-        cfg.no_relay_sync = true;
+        let mut cfg = Config::defaults();
+        cfg.relay_sync.no_relay_sync = true;
         assert_eq!(document(&cfg, &Trust::default())["supported_grasps"], json!(["GRASP-01"]));
     }
 

@@ -166,32 +166,32 @@ impl PeersConfig {
         let sync = SyncConfig::from_config(cfg);
         let defaults = PeersConfig::default();
         Some(PeersConfig {
-            bootstraps: cfg.sync_bootstrap_relays.clone(),
-            max_relays: cfg.sync_max_relays,
+            bootstraps: cfg.relay_sync.sync_bootstrap_relays.clone(),
+            max_relays: cfg.relay_sync.sync_max_relays,
             allow_private: sync.allow_private,
             extra_denied: sync.extra_denied,
             own_hosts: sync.own_hosts,
             health: health::HealthTimings {
-                backoff_base: cfg.relay_sync_backoff.max(Duration::from_millis(10)),
-                backoff_cap: cfg.relay_sync_backoff_cap.max(cfg.relay_sync_backoff),
-                cooldown: cfg.relay_sync_cooldown,
+                backoff_base: cfg.relay_sync.relay_sync_backoff.max(Duration::from_millis(10)),
+                backoff_cap: cfg.relay_sync.relay_sync_backoff_cap.max(cfg.relay_sync.relay_sync_backoff),
+                cooldown: cfg.relay_sync.relay_sync_cooldown,
                 ..defaults.health
             },
-            timeout: cfg.relay_sync_timeout.max(Duration::from_millis(100)),
-            tls_ca: cfg.sync_tls_ca.clone(),
-            only_relays: cfg.private.then(|| cfg.private_sync_relays()),
+            timeout: cfg.relay_sync.relay_sync_timeout.max(Duration::from_millis(100)),
+            tls_ca: cfg.relay_sync.sync_tls_ca.clone(),
+            only_relays: cfg.trust.private.then(|| cfg.trust.private_sync_relays()),
             waiting: waiting::WaitingLimits {
-                request_after: cfg.relay_sync_parent_request,
+                request_after: cfg.relay_sync.relay_sync_parent_request,
                 ..defaults.waiting
             },
-            per_relay: grasp_state::trust::rate::Rate { burst: cfg.relay_sync_burst.max(1), per_second: cfg.relay_sync_rate.max(1.0) },
-            replicas: cfg.replica.clone(),
+            per_relay: grasp_state::trust::rate::Rate { burst: cfg.relay_sync.relay_sync_burst.max(1), per_second: cfg.relay_sync.relay_sync_rate.max(1.0) },
+            replicas: cfg.relay_sync.replica.clone(),
             outbox: cfg.sync_plus_enabled().then(|| outbox::OutboxConfig {
                 index_relays: cfg.index_relays(),
-                interval: cfg.sync_plus_interval.max(Duration::from_millis(100)),
-                list_refresh: cfg.sync_plus_list_refresh,
-                bounds: grasp_state::nostr::outbox::PassBounds { max_relays: cfg.sync_plus_max_relays, ..Default::default() },
-                file: cfg.layout().sync_plus_file(),
+                interval: cfg.relay_sync.sync_plus_interval.max(Duration::from_millis(100)),
+                list_refresh: cfg.relay_sync.sync_plus_list_refresh,
+                bounds: grasp_state::nostr::outbox::PassBounds { max_relays: cfg.relay_sync.sync_plus_max_relays, ..Default::default() },
+                file: cfg.storage.layout().sync_plus_file(),
             }),
             ..defaults
         })

@@ -114,32 +114,32 @@ pub async fn run(loaded: crate::config::Loaded) -> anyhow::Result<()> {
     let crate::config::Loaded { config: mut cfg, settings } = loaded;
     let hangups = reload::listen()?;
     // Before anything is opened: the descriptors the limits let clients take must exist.
-    fd_limit::raise(grasp_state::trust::fd_budget::required(cfg.max_connections.into(), cfg.git_max_requests.into()))?;
-    let data = DataDir::open(&cfg.data_dir)?;
+    fd_limit::raise(grasp_state::trust::fd_budget::required(cfg.limits.max_connections.into(), cfg.limits.git_max_requests.into()))?;
+    let data = DataDir::open(&cfg.storage.data_dir)?;
     // The relay's identity before anything else is opened: a bad configured key file stops here.
-    let (identity, key_file) = crate::identity::from_config(&cfg)?;
+    let (identity, key_file) = crate::identity::from_config(&cfg.server, &cfg.storage)?;
     tracing::info!(npub = %crate::identity::npub(&identity), pubkey = %identity.public_key().to_hex(), path = %key_file.display(), "relay identity");
     let store = Store::open(&data.events())
         .await
         .context("opening the event store")?;
-    let relay = Arc::new(Relay::new(store).with_negentropy_items(cfg.negentropy_max_items_total));
+    let relay = Arc::new(Relay::new(store).with_negentropy_items(cfg.limits.negentropy_max_items_total));
 
-    let listener = TcpListener::bind(cfg.bind)
+    let listener = TcpListener::bind(cfg.server.bind)
         .await
-        .with_context(|| format!("binding {}", cfg.bind))?;
+        .with_context(|| format!("binding {}", cfg.server.bind))?;
     let addr = listener.local_addr()?;
-    cfg.bind = addr;
-    if cfg.public_host.is_none() {
-        cfg.public_host = Some(addr.to_string());
+    cfg.server.bind = addr;
+    if cfg.server.public_host.is_none() {
+        cfg.server.public_host = Some(addr.to_string());
     }
     let limits = Limits {
-        max_message_bytes: cfg.max_message_bytes,
-        max_subscriptions: cfg.max_subscriptions,
-        max_filters: cfg.max_filters,
-        max_limit: cfg.max_limit,
-        max_answer_bytes: cfg.max_answer_bytes,
-        negentropy: crate::nostr::negentropy::NegentropyLimits::from_config(&cfg),
-        idle_timeout: cfg.ws_idle_timeout,
+        max_message_bytes: cfg.limits.max_message_bytes,
+        max_subscriptions: cfg.limits.max_subscriptions,
+        max_filters: cfg.limits.max_filters,
+        max_limit: cfg.limits.max_limit,
+        max_answer_bytes: cfg.limits.max_answer_bytes,
+        negentropy: crate::nostr::negentropy::NegentropyLimits::from_config(&cfg.limits),
+        idle_timeout: cfg.limits.ws_idle_timeout,
     };
 
     // The purgatory, restored from its checkpoint (downtime subtracted).
@@ -149,7 +149,7 @@ pub async fn run(loaded: crate::config::Loaded) -> anyhow::Result<()> {
     // A private service's data never turns public by a configuration change.
     // Marked in the git root too: grasp-cgi behind nginx may be given only the git root.
     let markers = data.private_markers();
-    if cfg.private {
+    if cfg.trust.private {
         for marker in &markers {
             std::fs::write(marker, "This data directory belongs to a private GRASP-08 service (docs/deployment.md).\n")
                 .with_context(|| format!("writing {}", marker.display()))?;
@@ -163,11 +163,11 @@ pub async fn run(loaded: crate::config::Loaded) -> anyhow::Result<()> {
     }
     let trust = Arc::new(crate::trust::Trust::from_config(&cfg, data.git())?);
     let grasp = Arc::new(
-        Grasp::new(relay, purgatory, layout, data.hooks(), cfg.public_host(), metrics.clone()).with_trust(trust).with_lock_limits(crate::grasp::locks::LockLimits::from_config(&cfg)).with_deferred_limits(cfg.deferred_limits()).with_grasp06(cfg.grasp06).with_archive(cfg.archive()).with_replicas(cfg.replica.clone()),
+        Grasp::new(relay, purgatory, layout, data.hooks(), cfg.server.public_host(), metrics.clone()).with_trust(trust).with_lock_limits(crate::grasp::locks::LockLimits::from_config(&cfg.limits)).with_deferred_limits(cfg.purgatory.deferred_limits()).with_grasp06(cfg.services.grasp06).with_archive(cfg.services.archive()).with_replicas(cfg.relay_sync.replica.clone()),
     );
-    grasp.contributor_data.configure(cfg.contributor_budget(), cfg.pr_data_grace);
+    grasp.contributor_data.configure(cfg.purgatory.contributor_budget(), cfg.purgatory.pr_data_grace);
     grasp.contributor_data.load(data.root());
-    grasp.owner_quotas.configure(cfg.owner_quotas(), cfg.quota_exempt_owner.iter().copied());
+    grasp.owner_quotas.configure(cfg.limits.owner_quotas(), cfg.limits.quota_exempt_owner.iter().copied());
     // Step "recover": from here every change to the purgatory is journalled before it is
     // acknowledged; the checkpoint right away compacts what was restored (checkpoint + journal)
     // into one file.
@@ -176,24 +176,24 @@ pub async fn run(loaded: crate::config::Loaded) -> anyhow::Result<()> {
     crate::grasp::lifecycle::checkpoint(&grasp, data.root()).await.context("writing the purgatory checkpoint")?;
 
     // Step "check": the helper binaries and the hooks git runs.
-    let binaries = check_helpers(&cfg, &data)?;
-    let (api_listener, token) = crate::api::bind(cfg.api_bind, data.root()).await?;
+    let binaries = check_helpers(&cfg.server, &cfg.limits, &data)?;
+    let (api_listener, token) = crate::api::bind(cfg.server.api_bind, data.root()).await?;
     let api_addr = api_listener.local_addr()?;
 
     let views = Arc::new(crate::api::views::OperatorViews::default());
     let health = Arc::new(Health { grasp: grasp.clone(), data_dir: data.root().to_path_buf(), binaries, api_addr, views: views.clone(), caught_up: Default::default() });
 
     let controller = ShutdownController::new();
-    if let Some(acks) = crate::peers::acks::ReplicaAcks::start(&cfg.replica, cfg.replica_acks, cfg.replica_ack_timeout, cfg.sync_tls_ca.as_deref(), &controller.subscribe())? {
+    if let Some(acks) = crate::peers::acks::ReplicaAcks::start(&cfg.relay_sync.replica, cfg.relay_sync.replica_acks, cfg.relay_sync.replica_ack_timeout, cfg.relay_sync.sync_tls_ca.as_deref(), &controller.subscribe())? {
         let _ = grasp.replica_acks.set(acks);
     }
     // What it authenticates as when it asks the others: its own key, which they read from its
     // NIP-11 document, and on a private service its service key (a member on the others).
     let mut asking = vec![identity.clone()];
-    if cfg.private && !cfg.replica.is_empty() {
+    if cfg.trust.private && !cfg.relay_sync.replica.is_empty() {
         asking.push(crate::peers::service_key::load_or_create(&cfg.service_key_file())?);
     }
-    if let Some(reads) = crate::peers::replica_reads::ReplicaReads::new(&grasp, asking, cfg.sync_tls_ca.as_deref())? {
+    if let Some(reads) = crate::peers::replica_reads::ReplicaReads::new(&grasp, asking, cfg.relay_sync.sync_tls_ca.as_deref())? {
         let _ = grasp.replica_reads.set(reads);
     }
     // The hook API runs on a runtime of its own (its own worker and blocking threads), so pushes
@@ -205,11 +205,11 @@ pub async fn run(loaded: crate::config::Loaded) -> anyhow::Result<()> {
 
     // Step "serve": the metrics listener, then the public one.
     let git = git_http_config(&cfg, &data, &grasp).await;
-    let connections = ConnectionLimiter::new(cfg.max_connections as usize, cfg.max_connections_per_ip as usize, cfg.ipv6_prefix_len);
+    let connections = ConnectionLimiter::new(cfg.limits.max_connections as usize, cfg.limits.max_connections_per_ip as usize, cfg.limits.ipv6_prefix_len);
     // The metrics listener (off unless --metrics-bind): its own socket, never the public port.
     let metrics_file = data.root().join(grasp_state::contract::layout::METRICS_ADDR_FILE);
     let _ = std::fs::remove_file(&metrics_file);
-    if let Some(metrics_bind) = cfg.metrics_bind {
+    if let Some(metrics_bind) = cfg.server.metrics_bind {
         let listener = crate::server::metrics::bind(metrics_bind, addr).await?;
         let metrics_addr = listener.local_addr()?;
         let state = Arc::new(MetricsState { metrics, grasp: grasp.clone(), connections: connections.clone(), health: health.clone(), views: views.clone() });
@@ -217,13 +217,13 @@ pub async fn run(loaded: crate::config::Loaded) -> anyhow::Result<()> {
         std::fs::write(&metrics_file, metrics_addr.to_string()).with_context(|| format!("writing {}", metrics_file.display()))?;
         tracing::info!(%metrics_addr, "metrics on http://{metrics_addr}/metrics (probes /healthz, /readyz)");
     }
-    let git_requests = ConnectionLimiter::new(cfg.git_max_requests as usize, cfg.git_max_requests_per_ip as usize, cfg.ipv6_prefix_len);
+    let git_requests = ConnectionLimiter::new(cfg.limits.git_max_requests as usize, cfg.limits.git_max_requests_per_ip as usize, cfg.limits.ipv6_prefix_len);
     let state = Arc::new(AppState { cfg, git, grasp: grasp.clone(), limits, connections, git_requests, identity, health });
     let accept = tokio::spawn(accept_loop(listener, state.clone(), controller.subscribe()));
 
     grasp_state::contract::atomic_file::write_atomic(&data.relay_addr_file(), addr.to_string().as_bytes(), None)
         .with_context(|| format!("writing {}", data.relay_addr_file().display()))?;
-    tracing::info!(%addr, %api_addr, public_host = %state.cfg.public_host(), data_dir = %data.root().display(), "listening on http://{addr}");
+    tracing::info!(%addr, %api_addr, public_host = %state.cfg.server.public_host(), data_dir = %data.root().display(), "listening on http://{addr}");
 
     // Step "stop", on SIGTERM or Ctrl-C.
     wait_for_signal().await;
@@ -235,8 +235,8 @@ pub async fn run(loaded: crate::config::Loaded) -> anyhow::Result<()> {
 /// Step "check": the hooks git runs, installed, and the CGI wrapper beside them. Without the
 /// helper binaries the relay could not serve git or authorise a push: it refuses to start rather
 /// than fail every request. Returns their paths (the readiness probe checks them again).
-fn check_helpers(cfg: &crate::config::Config, data: &DataDir) -> anyhow::Result<Vec<std::path::PathBuf>> {
-    let binaries = cfg.helper_binaries();
+fn check_helpers(server: &crate::config::ServerConfig, limits: &crate::config::LimitsConfig, data: &DataDir) -> anyhow::Result<Vec<std::path::PathBuf>> {
+    let binaries = server.helper_binaries();
     let bin_dir = binaries[0].parent().map(|p| p.to_path_buf()).unwrap_or_default();
     for bin in &binaries {
         if !bin.is_file() {
@@ -247,7 +247,7 @@ fn check_helpers(cfg: &crate::config::Config, data: &DataDir) -> anyhow::Result<
             );
         }
     }
-    crate::api::install_hooks(&data.hooks(), &bin_dir, data.root(), cfg.push_limits()).context("installing the git hooks")?;
+    crate::api::install_hooks(&data.hooks(), &bin_dir, data.root(), limits.push_limits()).context("installing the git hooks")?;
     Ok(binaries)
 }
 
@@ -257,14 +257,14 @@ async fn git_http_config(cfg: &crate::config::Config, data: &DataDir, grasp: &Ar
     // request).
     let http_backend = tokio::task::spawn_blocking(crate::git::http_backend_program).await.ok().flatten();
     crate::git::http::GitHttpConfig {
-        cgi_path: cfg.cgi_path(),
+        cgi_path: cfg.server.cgi_path(),
         backend: grasp_state::contract::git_backend::BackendSetup {
             git_root: data.git(),
             hooks_dir: Some(data.hooks()),
             git: "git".into(),
             http_backend: http_backend.clone(),
-            max_push_bytes: Some(cfg.max_push_bytes),
-            max_pr_push_bytes: Some(cfg.max_pr_push_bytes),
+            max_push_bytes: Some(cfg.limits.max_push_bytes),
+            max_pr_push_bytes: Some(cfg.limits.max_pr_push_bytes),
         },
         data_dir: data.root().to_path_buf(),
         direct: true,
@@ -272,21 +272,21 @@ async fn git_http_config(cfg: &crate::config::Config, data: &DataDir, grasp: &Ar
         // about every git request; it sets git's receive.maxInputSize from the push limit.
         env: vec![
             (env_names::DATA_DIR.into(), data.root().display().to_string()),
-            (env_names::MAX_PUSH_BYTES.into(), cfg.max_push_bytes.to_string()),
-            (env_names::MAX_PR_PUSH_BYTES.into(), cfg.max_pr_push_bytes.to_string()),
+            (env_names::MAX_PUSH_BYTES.into(), cfg.limits.max_push_bytes.to_string()),
+            (env_names::MAX_PR_PUSH_BYTES.into(), cfg.limits.max_pr_push_bytes.to_string()),
             // GRASP-06: grasp-cgi serves /prs/ (or answers 404) as the relay does.
-            (env_names::GRASP06.into(), cfg.grasp06.to_string()),
+            (env_names::GRASP06.into(), cfg.services.grasp06.to_string()),
             // A push waits this long for another push to the repository, then is answered 503.
-            (env_names::PUSH_LOCK_WAIT.into(), cfg.push_lock_wait.as_secs().to_string()),
+            (env_names::PUSH_LOCK_WAIT.into(), cfg.limits.push_lock_wait.as_secs().to_string()),
         ]
         .into_iter()
         .chain(http_backend.map(|p| (env_names::GIT_HTTP_BACKEND.to_string(), p.display().to_string())))
         .collect(),
-        idle_timeout: cfg.git_idle_timeout,
-        min_rate: cfg.git_min_rate,
-        prs: cfg.grasp06,
-        ref_cache: (cfg.ref_cache_bytes > 0)
-            .then(|| Arc::new(crate::git::ref_cache::RefCache::new(cfg.ref_cache_bytes, grasp.metrics.ref_cache()))),
+        idle_timeout: cfg.limits.git_idle_timeout,
+        min_rate: cfg.limits.git_min_rate,
+        prs: cfg.services.grasp06,
+        ref_cache: (cfg.limits.ref_cache_bytes > 0)
+            .then(|| Arc::new(crate::git::ref_cache::RefCache::new(cfg.limits.ref_cache_bytes, grasp.metrics.ref_cache()))),
         // A push the listener runs does what `post-receive` would itself: one hook process and
         // one hook API round trip fewer.
         supervised_pushes: Some(crate::git::supervised_push::SupervisedPushes {
@@ -319,7 +319,7 @@ async fn start_background(
 ) -> anyhow::Result<()> {
     // Nothing is lost if the relay was down between a push's two hooks: release what the
     // repositories already satisfy.
-    grasp.reconcile_all(cfg.git_idle_timeout).await;
+    grasp.reconcile_all(cfg.limits.git_idle_timeout).await;
     // Refs an earlier, non-reciprocal maintainer rule let an invitee or a leaver move follow the
     // confirmed maintainers again (docs/protocol.md#maintainer-authority), in the background.
     tokio::spawn({
@@ -332,7 +332,7 @@ async fn start_background(
     let _ = views.sync_stats.set(sync_stats);
     // Relay-to-relay event sync (GRASP-02): follow the relays accepted repositories list.
     if let Some(mut peers) = crate::peers::PeersConfig::from_config(cfg) {
-        if cfg.private {
+        if cfg.trust.private {
             let path = cfg.service_key_file();
             let keys = crate::peers::service_key::load_or_create(&path)?;
             tracing::info!(npub = %crate::peers::service_key::npub(&keys), path = %path.display(), "private service key: list it as a member on the --private-sync-peer relays");
@@ -347,21 +347,21 @@ async fn start_background(
         let sync = crate::sync::SyncConfig::from_config(cfg);
         let publication = crate::peers::profile::SelfPublication {
             keys: identity.clone(),
-            public_host: cfg.public_host(),
-            about: cfg.description.clone(),
+            public_host: cfg.server.public_host(),
+            about: cfg.pages.description.clone(),
             index_relays,
             policy: crate::sync::UrlPolicy::new(sync.allow_private, &sync.extra_denied, &sync.own_hosts),
-            tls: crate::peers::tls::Tls::new(cfg.sync_tls_ca.as_deref())?,
-            timeout: cfg.relay_sync_timeout.max(std::time::Duration::from_millis(100)),
+            tls: crate::peers::tls::Tls::new(cfg.relay_sync.sync_tls_ca.as_deref())?,
+            timeout: cfg.relay_sync.relay_sync_timeout.max(std::time::Duration::from_millis(100)),
         };
         tokio::spawn(publication.run(controller.subscribe()));
     }
 
-    let _ = grasp.maintenance.set(crate::grasp::maintenance::Maintenance::start(grasp.clone(), cfg.git_idle_timeout, controller.subscribe()));
+    let _ = grasp.maintenance.set(crate::grasp::maintenance::Maintenance::start(grasp.clone(), cfg.limits.git_idle_timeout, controller.subscribe()));
     tokio::spawn(crate::grasp::lifecycle::run_expiry(grasp.clone(), controller.subscribe()));
     tokio::spawn(crate::grasp::deferred::run_deferred(grasp.clone(), controller.subscribe()));
     tokio::spawn(crate::grasp::copies::run_copies(grasp.clone(), controller.subscribe()));
-    tokio::spawn(crate::grasp::budgets::run_reconciliation(grasp.clone(), cfg.contributor_reconcile_interval, controller.subscribe()));
+    tokio::spawn(crate::grasp::budgets::run_reconciliation(grasp.clone(), cfg.purgatory.contributor_reconcile_interval, controller.subscribe()));
     // Repositories of shared families from before object pools join theirs in the background.
     tokio::spawn({
         let grasp = grasp.clone();
@@ -370,11 +370,11 @@ async fn start_background(
     tokio::spawn(crate::grasp::purge::run_curation_watch(grasp.clone(), controller.subscribe()));
     tokio::spawn(heap_trim::run(controller.subscribe()));
     tokio::spawn(crate::trust::limits::run_repo_count(grasp.trust.clone(), controller.subscribe()));
-    tokio::spawn(reload::run(grasp.clone(), settings, cfg.admin_pubkey, hangups, controller.subscribe()));
+    tokio::spawn(reload::run(grasp.clone(), settings, cfg.pages.admin_pubkey, hangups, controller.subscribe()));
     tokio::spawn(crate::grasp::lifecycle::run_checkpoints(
         grasp.clone(),
         data.root().to_path_buf(),
-        cfg.checkpoint_interval(),
+        cfg.purgatory.checkpoint_interval(),
         controller.subscribe(),
     ));
     Ok(())
@@ -502,7 +502,7 @@ async fn serve_connection(
     permit: Arc<ConnectionPermit>,
 ) {
     let svc_shutdown = shutdown.clone();
-    let write_timeout = state.cfg.write_timeout;
+    let write_timeout = state.cfg.limits.write_timeout;
     let svc = service_fn(move |req| {
         let state = state.clone();
         let shutdown = svc_shutdown.clone();
@@ -737,7 +737,7 @@ mod config_tests {
         };
         assert_eq!(value("ExecStart"), "/usr/bin/grasp-relay --config /etc/grasp-relay/config.toml");
         let packaged = Config::check_file(std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../packaging/config.toml"))).unwrap().config;
-        assert_eq!(value("ReadWritePaths"), packaged.data_dir.to_str().unwrap());
+        assert_eq!(value("ReadWritePaths"), packaged.storage.data_dir.to_str().unwrap());
         assert_eq!(format!("/var/lib/{}", value("StateDirectory")), value("ReadWritePaths"));
         assert_eq!((value("User"), value("Group")), ("grasp-relay", "grasp-relay"));
         for (key, expected) in [("ProtectSystem", "strict"), ("NoNewPrivileges", "yes"), ("Restart", "on-failure"), ("KillSignal", "SIGTERM"), ("KillMode", "mixed")] {
@@ -747,6 +747,6 @@ mod config_tests {
         let stop = parse_duration(value("TimeoutStopSec")).unwrap();
         assert!(stop >= SHUTDOWN_GRACE + Duration::from_secs(10), "TimeoutStopSec {stop:?} leaves no room for the shutdown grace and the last checkpoint");
         let nofile: u64 = value("LimitNOFILE").parse().unwrap();
-        assert!(nofile >= grasp_state::trust::fd_budget::required(packaged.max_connections.into(), packaged.git_max_requests.into()));
+        assert!(nofile >= grasp_state::trust::fd_budget::required(packaged.limits.max_connections.into(), packaged.limits.git_max_requests.into()));
     }
 }

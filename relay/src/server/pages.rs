@@ -97,14 +97,14 @@ pub async fn home(cfg: &Config, grasp: &Grasp, query: Option<&str>) -> String {
 
 /// The home page's HTML (pure).
 pub fn render_home(cfg: &Config, trust: &crate::trust::Trust, repos: &[RepoCard], page: usize, more: bool) -> String {
-    let urls = PublicUrls::new(&cfg.public_host());
+    let urls = PublicUrls::new(&cfg.server.public_host());
     let nips: Vec<String> = crate::nostr::nip11::SUPPORTED_NIPS
         .iter()
         .map(|n| format!("<a href=\"https://github.com/nostr-protocol/nips/blob/master/{n:02}.md\">NIP-{n:02}</a>"))
         .collect();
     let grasps: Vec<String> = crate::nostr::nip11::supported_grasps(cfg).into_iter().map(escape).collect();
     let criteria = escape(&crate::nostr::nip11::acceptance_criteria(cfg, trust));
-    let ttl = cfg.purgatory_ttl.as_secs();
+    let ttl = cfg.purgatory.purgatory_ttl.as_secs();
     let wait = if ttl.is_multiple_of(60) { format!("{} minutes", ttl / 60) } else { format!("{ttl} seconds") };
     let relay = escape(&urls.relay_url());
     let base = escape(&urls.http_base());
@@ -168,8 +168,8 @@ Nobody has an account; signed Nostr events (<a href=\"https://github.com/nostr-p
 <details><summary>The exact rules (as in the relay's NIP-11 document)</summary><p>{criteria}</p></details>\n\
 <h2>Repositories</h2>\n<p class=\"muted\">Newest first.</p>\n{list}<nav>{nav}</nav>\n\
 </body></html>\n",
-        name = escape(&cfg.name),
-        desc = escape(&cfg.description),
+        name = escape(&cfg.pages.name),
+        desc = escape(&cfg.pages.description),
         grasps = grasps.join(", "),
         nips = nips.join(", "),
         version = env!("CARGO_PKG_VERSION"),
@@ -193,9 +193,9 @@ mod tests {
 
     #[test]
     fn home_page_escapes_and_links() {
-        let mut cfg = Config::for_tests("/tmp/x".into());
-        cfg.public_host = Some("git.example.com".into());
-        cfg.name = "<b>relay</b>".into();
+        let mut cfg = Config::defaults();
+        cfg.server.public_host = Some("git.example.com".into());
+        cfg.pages.name = "<b>relay</b>".into();
         let repos = vec![RepoCard {
             npub: "npub1abc".into(),
             identifier: "r&d".into(),

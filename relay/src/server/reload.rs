@@ -1,8 +1,9 @@
 //! SIGHUP: the configuration is read again (the same command line and environment, the
 //! `--config` file as it is now). The settings that can change while the relay runs
 //! (`crate::config::reload::LIVE`: the log filter, the allow/deny lists, the members, the
-//! free-disk watermark) take effect at once; the others that changed are logged as waiting for
-//! a restart. A file that cannot be read or is refused changes nothing (logged at ERROR with
+//! free-disk watermark) take effect at once, a section at a time (the new `[trust]` replaces the
+//! lists and members in force together); the others that changed are logged as waiting for a
+//! restart. A file that cannot be read or is refused changes nothing (logged at ERROR with
 //! every problem), so a typo never takes a running relay down.
 
 use std::collections::BTreeSet;
@@ -11,7 +12,8 @@ use std::sync::Arc;
 use nostr::prelude::PublicKey;
 use tokio::signal::unix::{signal, Signal, SignalKind};
 
-use crate::config::reload::{flag_names, in_force_after, Changes};
+use crate::config::reload::{by_section, flag_names, in_force_after, Changes};
+use crate::config::sections::Section;
 use crate::config::{Config, Setting};
 use crate::grasp::Grasp;
 use crate::shutdown::Shutdown;
@@ -50,10 +52,10 @@ fn reload(grasp: &Grasp, current: Vec<Setting>, admin: Option<PublicKey>) -> Vec
         return current;
     }
     let mut applied = Changes { live: Vec::new(), need_restart: changes.need_restart.clone() };
-    for id in &changes.live {
-        match apply(grasp, id, &new.config, admin) {
-            Ok(()) => applied.live.push(*id),
-            Err(e) => tracing::error!(setting = %flag_names(&new.settings, &[id]), error = %e, "SIGHUP: setting not changed; its value in force stays"),
+    for (section, ids) in by_section(&changes.live) {
+        match apply(grasp, section, &new.config, admin) {
+            Ok(()) => applied.live.extend(ids),
+            Err(e) => tracing::error!(setting = %flag_names(&new.settings, &ids), error = %e, "SIGHUP: setting not changed; its value in force stays"),
         }
     }
     if !applied.live.is_empty() {
@@ -69,24 +71,23 @@ fn reload(grasp: &Grasp, current: Vec<Setting>, admin: Option<PublicKey>) -> Vec
     in_force_after(&current, &new.settings, &applied)
 }
 
-/// Puts the new value of the live setting `id` in force.
-fn apply(grasp: &Grasp, id: &str, cfg: &Config, admin: Option<PublicKey>) -> Result<(), String> {
-    match id {
-        "log" => crate::logging::set_filter(&cfg.log),
-        "block_author" | "block_event" | "allow_repo" | "deny_repo" => {
-            grasp.trust.set_curation(cfg.curation());
-            Ok(())
-        }
-        "member" => {
-            let mut members: BTreeSet<PublicKey> = cfg.member.iter().copied().collect();
+/// Puts the live part of `section` as the new configuration has it in force: the section's
+/// value replaces the one the running parts hold (`[server]`: the log filter; `[trust]`: the
+/// allow/deny lists and the members; `[storage]`: the free-disk watermark).
+fn apply(grasp: &Grasp, section: Section, cfg: &Config, admin: Option<PublicKey>) -> Result<(), String> {
+    match section {
+        Section::Server => crate::logging::set_filter(&cfg.server.log),
+        Section::Trust => {
+            grasp.trust.set_curation(cfg.trust.curation());
+            let mut members: BTreeSet<PublicKey> = cfg.trust.member.iter().copied().collect();
             members.extend(admin);
             grasp.trust.set_members(members);
             Ok(())
         }
-        "min_free_disk" => {
-            grasp.trust.disk.set_min_free(cfg.min_free_disk);
+        Section::Storage => {
+            grasp.trust.disk.set_min_free(cfg.storage.min_free_disk);
             Ok(())
         }
-        other => Err(format!("{other} cannot change while the relay runs")),
+        other => Err(format!("[{}] cannot change while the relay runs", other.name())),
     }
 }

@@ -576,29 +576,29 @@ impl SyncConfig {
         let either = |ms: Option<u64>, d: Duration| ms.map_or(d, Duration::from_millis);
         SyncConfig {
             queue: QueueTimings {
-                user_delay: either(cfg.sync_user_delay_ms, cfg.sync_user_delay),
-                sync_delay: either(cfg.sync_delay_ms, cfg.sync_delay),
-                backoff_base: either(cfg.sync_backoff_ms, cfg.sync_backoff),
-                backoff_cap: either(cfg.sync_backoff_cap_ms, cfg.sync_backoff_cap),
+                user_delay: either(cfg.git_sync.sync_user_delay_ms, cfg.git_sync.sync_user_delay),
+                sync_delay: either(cfg.git_sync.sync_delay_ms, cfg.git_sync.sync_delay),
+                backoff_base: either(cfg.git_sync.sync_backoff_ms, cfg.git_sync.sync_backoff),
+                backoff_cap: either(cfg.git_sync.sync_backoff_cap_ms, cfg.git_sync.sync_backoff_cap),
             },
             throttle: ThrottleLimits {
-                max_concurrent: cfg.sync_domain_concurrency.max(1),
-                max_per_window: cfg.sync_domain_per_minute.max(1),
+                max_concurrent: cfg.git_sync.sync_domain_concurrency.max(1),
+                max_per_window: cfg.git_sync.sync_domain_per_minute.max(1),
                 window: Duration::from_secs(60),
                 ..ThrottleLimits::default()
             },
             fetch: FetchOptions {
-                timeout: cfg.sync_fetch_timeout.max(Duration::from_secs(1)),
-                max_bytes: cfg.sync_max_fetch_bytes.unwrap_or(cfg.max_push_bytes),
+                timeout: cfg.git_sync.sync_fetch_timeout.max(Duration::from_secs(1)),
+                max_bytes: cfg.git_sync.sync_max_fetch_bytes.unwrap_or(cfg.limits.max_push_bytes),
                 ..FetchOptions::default()
             },
-            allow_private: cfg.sync_allow_private,
-            extra_denied: cfg.sync_deny.clone(),
-            own_hosts: vec![cfg.public_authority(), cfg.bind.to_string()],
-            max_parallel: cfg.sync_max_parallel.max(1),
-            attempt_timeout: cfg.sync_attempt_timeout(),
-            only_peers: cfg.private.then(|| cfg.private_sync_peer.iter().map(|p| git_sync_peer(p)).collect()),
-            replicas: cfg.replica.iter().map(|r| r.host_port.clone()).collect(),
+            allow_private: cfg.git_sync.sync_allow_private,
+            extra_denied: cfg.git_sync.sync_deny.clone(),
+            own_hosts: vec![cfg.server.public_authority(), cfg.server.bind.to_string()],
+            max_parallel: cfg.git_sync.sync_max_parallel.max(1),
+            attempt_timeout: cfg.git_sync.sync_attempt_timeout(),
+            only_peers: cfg.trust.private.then(|| cfg.trust.private_sync_peer.iter().map(|p| git_sync_peer(p)).collect()),
+            replicas: cfg.relay_sync.replica.iter().map(|r| r.host_port.clone()).collect(),
             ..SyncConfig::default()
         }
     }
@@ -700,7 +700,7 @@ mod config_tests {
     fn a_public_host_with_a_scheme_still_names_this_server_for_sync() {
         for configured in ["https://git.example.com", "https://git.example.com/", "git.example.com/"] {
             let cfg = Config::parse_from(["grasp-relay", "--public-host", configured]);
-            assert_eq!(cfg.public_host(), configured, "the pages keep the scheme");
+            assert_eq!(cfg.server.public_host(), configured, "the pages keep the scheme");
             assert_eq!(SyncConfig::from_config(&cfg).own_hosts, ["git.example.com", "127.0.0.1:8080"], "{configured}");
             let policy = crate::sync::UrlPolicy::new(false, &[], &SyncConfig::from_config(&cfg).own_hosts);
             for own in ["https://git.example.com/npub1x/r.git", "http://git.example.com:8080/npub1x/r.git"] {

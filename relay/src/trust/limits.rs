@@ -17,7 +17,7 @@ use std::time::Duration;
 use grasp_state::purgatory::{Clock, SystemClock};
 use grasp_state::trust::rate::{KeyedBuckets, Limited, Rate, TokenBucket};
 use nostr::prelude::PublicKey;
-use crate::config::Config;
+use crate::config::LimitsConfig;
 
 /// Most client addresses / authors remembered with a partly used bucket.
 const MAX_TRACKED_KEYS: usize = 100_000;
@@ -46,15 +46,15 @@ pub struct WriteLimitConfig {
 
 impl WriteLimitConfig {
     /// The write limits (docs/protocol.md#trust).
-    pub fn from_config(cfg: &Config) -> WriteLimitConfig {
+    pub fn from_config(limits: &LimitsConfig) -> WriteLimitConfig {
         use grasp_state::trust::rate::Rate;
         WriteLimitConfig {
-            per_connection: Rate { burst: cfg.write_burst, per_second: cfg.write_rate.max(0.0) },
-            per_address: Rate { burst: cfg.write_burst_per_ip, per_second: cfg.write_rate_per_ip.max(0.0) },
-            repos_per_author_per_hour: cfg.new_repos_per_author_per_hour,
-            max_repos: cfg.max_repos,
-            ipv6_prefix_len: cfg.ipv6_prefix_len,
-            negentropy_opens_per_minute: cfg.negentropy_opens_per_minute,
+            per_connection: Rate { burst: limits.write_burst, per_second: limits.write_rate.max(0.0) },
+            per_address: Rate { burst: limits.write_burst_per_ip, per_second: limits.write_rate_per_ip.max(0.0) },
+            repos_per_author_per_hour: limits.new_repos_per_author_per_hour,
+            max_repos: limits.max_repos,
+            ipv6_prefix_len: limits.ipv6_prefix_len,
+            negentropy_opens_per_minute: limits.negentropy_opens_per_minute,
         }
     }
 }
@@ -480,13 +480,14 @@ mod tests {
 #[cfg(test)]
 mod config_tests {
     use super::*;
+    use crate::config::Config;
     use clap::Parser;
 
     #[test]
     fn trust_flags() {
+        assert_eq!(WriteLimitConfig::from_config(&LimitsConfig::default()), WriteLimitConfig::default());
         let cfg = Config::parse_from(["grasp-relay"]);
-        assert_eq!(WriteLimitConfig::from_config(&cfg), WriteLimitConfig::default());
-        assert!(!cfg.private && cfg.member.is_empty() && !cfg.curation().is_active());
+        assert!(!cfg.trust.private && cfg.trust.member.is_empty() && !cfg.trust.curation().is_active());
         let hex = "79be667ef9dcbbac55a06295ce870b07029bfcdb2dce28d959f2815b16f81798";
         let cfg = Config::parse_from([
             "grasp-relay",
@@ -498,11 +499,11 @@ mod config_tests {
             "--write-burst", "3",
             "--write-rate", "1.5",
         ]);
-        assert!(cfg.private);
-        assert_eq!(cfg.member.len(), 1);
-        assert_eq!(cfg.trusted_proxy.iter().map(|n| n.to_string()).collect::<Vec<_>>(), ["10.0.0.0/8", "::1/128"]);
-        assert!(cfg.curation().is_active());
-        assert_eq!(WriteLimitConfig::from_config(&cfg).per_connection.burst, 3);
+        assert!(cfg.trust.private);
+        assert_eq!(cfg.trust.member.len(), 1);
+        assert_eq!(cfg.trust.trusted_proxy.iter().map(|n| n.to_string()).collect::<Vec<_>>(), ["10.0.0.0/8", "::1/128"]);
+        assert!(cfg.trust.curation().is_active());
+        assert_eq!(WriteLimitConfig::from_config(&cfg.limits).per_connection.burst, 3);
         assert!(Config::try_parse_from(["grasp-relay", "--allow-repo", "a/b/c"]).is_err());
         assert!(Config::try_parse_from(["grasp-relay", "--trusted-proxy", "nope"]).is_err());
     }

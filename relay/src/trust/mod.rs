@@ -91,23 +91,23 @@ pub fn parse_members(text: &str) -> Result<BTreeSet<PublicKey>, String> {
 impl Trust {
     /// Settings from the command line; files named there are read now (an error if unreadable).
     pub fn from_config(cfg: &crate::config::Config, git_root: std::path::PathBuf) -> anyhow::Result<Trust> {
-        let curation_file = match &cfg.curation_file {
+        let curation_file = match &cfg.trust.curation_file {
             Some(p) => Some(Reloadable::open(p, |t| Curation::parse(t).map_err(|e| e.to_string()))?),
             None => None,
         };
-        let members_file = match &cfg.members_file {
+        let members_file = match &cfg.trust.members_file {
             Some(p) => Some(Reloadable::open(p, parse_members)?),
             None => None,
         };
-        let mut members: BTreeSet<PublicKey> = cfg.member.iter().copied().collect();
-        members.extend(cfg.admin_pubkey);
+        let mut members: BTreeSet<PublicKey> = cfg.trust.member.iter().copied().collect();
+        members.extend(cfg.pages.admin_pubkey);
         Ok(Trust {
-            private: cfg.private,
-            limits: WriteLimits::new(limits::WriteLimitConfig::from_config(cfg), Some(git_root), Arc::new(grasp_state::purgatory::SystemClock)),
-            event_sizes: cfg.event_sizes(),
-            disk: FreeDisk::new(cfg.data_dir.clone(), cfg.min_free_disk),
-            trusted_proxies: cfg.trusted_proxy.clone(),
-            curation: RwLock::new(Arc::new(cfg.curation())),
+            private: cfg.trust.private,
+            limits: WriteLimits::new(limits::WriteLimitConfig::from_config(&cfg.limits), Some(git_root), Arc::new(grasp_state::purgatory::SystemClock)),
+            event_sizes: cfg.limits.event_sizes(),
+            disk: FreeDisk::new(cfg.storage.data_dir.clone(), cfg.storage.min_free_disk),
+            trusted_proxies: cfg.trust.trusted_proxy.clone(),
+            curation: RwLock::new(Arc::new(cfg.trust.curation())),
             curation_file,
             members: RwLock::new(Arc::new(members)),
             members_file,
