@@ -97,6 +97,23 @@ fn clone_into(user: &NgitUser, url: &str, name: &str) -> (Run, std::path::PathBu
     (run, dir)
 }
 
+/// The users' own relay (apart from the GRASP servers, as real users keep them), a home for the
+/// users, and ngit users named `names` whose relay that is and whose GRASP servers are `servers`.
+fn ngit_users<const N: usize>(servers: &[&TestServer], names: [&str; N]) -> (PlainRelay, tempfile::TempDir, [NgitUser; N]) {
+    let users = PlainRelay::start();
+    let tmp = tempfile::tempdir().unwrap();
+    let urls: Vec<String> = servers.iter().map(|s| grasp_url(s)).collect();
+    let made = names.map(|name| NgitUser::new(tmp.path(), name, &users.url(), &urls));
+    (users, tmp, made)
+}
+
+/// One public server and [`ngit_users`] of it.
+fn one_server<const N: usize>(names: [&str; N]) -> (TestServer, PlainRelay, tempfile::TempDir, [NgitUser; N]) {
+    let server = TestServer::start();
+    let (users, tmp, made) = ngit_users(&[&server], names);
+    (server, users, tmp, made)
+}
+
 /// The owner's everyday life with ngit on one public server: init and push, clones by the
 /// `nostr://` URL ngit prints, by the one the repository page shows and by plain HTTP, a second
 /// commit pushed and pulled, branches and tags created and deleted, a force-push, and a
@@ -104,12 +121,7 @@ fn clone_into(user: &NgitUser, url: &str, name: &str) -> (Run, std::path::PathBu
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "the real client: needs ../shared/tools (ngit); .ci/run runs it"]
 async fn an_owner_publishes_pushes_and_others_clone() {
-    let server = TestServer::start();
-    let users = PlainRelay::start();
-    let tmp = tempfile::tempdir().unwrap();
-    let servers = [grasp_url(&server)];
-    let owner = NgitUser::new(tmp.path(), "owner", &users.url(), &servers);
-    let reader = NgitUser::new(tmp.path(), "reader", &users.url(), &servers);
+    let (server, _users, _tmp, [owner, reader]) = one_server(["owner", "reader"]);
 
     let (work, first) = init_repo(&owner, &[&server], "demo", &[]);
     assert_eq!(served_refs(&reader, &server, &owner, "demo"), refs(&[("refs/heads/main", &first)]));
@@ -189,12 +201,7 @@ async fn page_nostr_url(server: &TestServer, owner: &NgitUser, identifier: &str)
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "the real client: needs ../shared/tools (ngit); .ci/run runs it"]
 async fn contributors_open_pull_requests_the_maintainer_checks_them_out() {
-    let server = TestServer::start();
-    let users = PlainRelay::start();
-    let tmp = tempfile::tempdir().unwrap();
-    let servers = [grasp_url(&server)];
-    let owner = NgitUser::new(tmp.path(), "owner", &users.url(), &servers);
-    let contributor = NgitUser::new(tmp.path(), "contributor", &users.url(), &servers);
+    let (server, _users, _tmp, [owner, contributor]) = one_server(["owner", "contributor"]);
     let (work, _first) = init_repo(&owner, &[&server], "prs", &[]);
 
     let (run, theirs) = clone_into(&contributor, &nostr_url(&server, &owner, "prs"), "theirs");
@@ -235,12 +242,7 @@ async fn contributors_open_pull_requests_the_maintainer_checks_them_out() {
 #[ignore = "the real client: needs ../shared/tools (ngit); .ci/run runs it"]
 async fn a_large_pull_request_passes_the_budgets_untouched() {
     use std::io::Read;
-    let server = TestServer::start();
-    let users = PlainRelay::start();
-    let tmp = tempfile::tempdir().unwrap();
-    let servers = [grasp_url(&server)];
-    let owner = NgitUser::new(tmp.path(), "owner", &users.url(), &servers);
-    let contributor = NgitUser::new(tmp.path(), "contributor", &users.url(), &servers);
+    let (server, _users, _tmp, [owner, contributor]) = one_server(["owner", "contributor"]);
     init_repo(&owner, &[&server], "big", &[]);
 
     let (run, theirs) = clone_into(&contributor, &nostr_url(&server, &owner, "big"), "theirs");
@@ -287,12 +289,7 @@ fn served_nostr_refs(user: &NgitUser, server: &TestServer, owner: &NgitUser, ide
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "the real client: needs ../shared/tools (ngit); .ci/run runs it"]
 async fn a_co_maintainer_is_added_and_pushes() {
-    let server = TestServer::start();
-    let users = PlainRelay::start();
-    let tmp = tempfile::tempdir().unwrap();
-    let servers = [grasp_url(&server)];
-    let owner = NgitUser::new(tmp.path(), "owner", &users.url(), &servers);
-    let co = NgitUser::new(tmp.path(), "co", &users.url(), &servers);
+    let (server, _users, _tmp, [owner, co]) = one_server(["owner", "co"]);
     let (work, _first) = init_repo(&owner, &[&server], "team", &[]);
     owner.ngit(&work, &["repo", "edit", "--add-maintainer", &co.npub(), "-d"]).expect_ok("ngit repo edit --add-maintainer");
 
@@ -335,11 +332,7 @@ async fn two_servers_one_stopped_then_restarted() {
     // Loopback peers: each may fetch from the other.
     let mut a = TestServer::start_with(&["--sync-allow-private"]);
     let mut b = TestServer::start_with(&["--sync-allow-private"]);
-    let users = PlainRelay::start();
-    let tmp = tempfile::tempdir().unwrap();
-    let servers = [grasp_url(&a), grasp_url(&b)];
-    let owner = NgitUser::new(tmp.path(), "owner", &users.url(), &servers);
-    let reader = NgitUser::new(tmp.path(), "reader", &users.url(), &servers);
+    let (_users, _tmp, [owner, reader]) = ngit_users(&[&a, &b], ["owner", "reader"]);
     let (work, first) = init_repo(&owner, &[&a, &b], "both", &[]);
     for s in [&a, &b] {
         assert_eq!(served_refs(&reader, s, &owner, "both"), refs(&[("refs/heads/main", &first)]));

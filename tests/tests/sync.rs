@@ -83,6 +83,35 @@ fn served_fork(dir: &Path, contributor: &PublicKey) -> (std::path::PathBuf, GitH
     (fork, GitHttpServer::start(&dir.join("forks"), None))
 }
 
+/// What the pull request tests start from: relay B (`args`, a 200 ms sync delay), a
+/// contributor, and the contributor's fork served over plain git HTTP at `fork_url`.
+struct Forked {
+    b: TestServer,
+    tmp: tempfile::TempDir,
+    contributor: Keys,
+    fork: std::path::PathBuf,
+    forks: GitHttpServer,
+    fork_url: String,
+}
+
+fn forked(args: &[&str]) -> Forked {
+    let b = relay(200, args);
+    let tmp = tempfile::tempdir().unwrap();
+    let contributor = Keys::generate();
+    let (fork, forks) = served_fork(tmp.path(), &contributor.public_key());
+    let fork_url = forks.repo_url(&contributor.public_key(), "fork");
+    Forked { b, tmp, contributor, fork, forks, fork_url }
+}
+
+/// [`forked`], the fork behind a [`GatedProxy`] that holds its connections until opened
+/// (`fork_url` goes through the proxy).
+fn forked_behind_a_gate(args: &[&str]) -> (Forked, GatedProxy) {
+    let mut forked = forked(args);
+    let proxy = GatedProxy::start(forked.forks.addr);
+    forked.fork_url = format!("http://{}/{}/fork.git", proxy.addr, npub_of(&forked.contributor.public_key()));
+    (forked, proxy)
+}
+
 /// Announces `identifier` on `server` and makes it hold `main` at a first commit (stored
 /// announcement and state). Returns the work tree and the commit.
 async fn seeded(
@@ -181,11 +210,7 @@ fn a_state_accepted_on_b_is_synced_from_a_and_refs_aligned() {
 
 #[test]
 fn a_pull_request_commit_only_at_its_clone_url_is_released() {
-    let b = relay(200, &[]);
-    let tmp = tempfile::tempdir().unwrap();
-    let contributor = Keys::generate();
-    let (fork, forks) = served_fork(tmp.path(), &contributor.public_key());
-    let fork_url = forks.repo_url(&contributor.public_key(), "fork");
+    let Forked { b, tmp, contributor, fork, forks, fork_url } = forked(&[]);
     block_on(async {
         let mut cb = connect(&b).await;
         let owner = Keys::generate();
@@ -230,11 +255,7 @@ fn incompressible(len: usize) -> Vec<u8> {
 /// why, and the pull request stays held.
 #[test]
 fn a_fetch_bringing_more_than_the_cap_is_cut_off_and_nothing_lands() {
-    let b = relay(200, &["--sync-max-fetch-bytes", "1048576"]);
-    let tmp = tempfile::tempdir().unwrap();
-    let contributor = Keys::generate();
-    let (fork, forks) = served_fork(tmp.path(), &contributor.public_key());
-    let fork_url = forks.repo_url(&contributor.public_key(), "fork");
+    let Forked { b, tmp, contributor, fork, forks, fork_url } = forked(&["--sync-max-fetch-bytes", "1048576"]);
     block_on(async {
         let mut cb = connect(&b).await;
         let owner = Keys::generate();
@@ -429,16 +450,7 @@ fn pipe(client: TcpStream, upstream: TcpStream) {
 
 #[test]
 fn throttling_holds_a_domain_to_its_concurrency_limit() {
-    let b = relay(200, &["--sync-domain-concurrency", "1"]);
-    let tmp = tempfile::tempdir().unwrap();
-    let contributor = Keys::generate();
-    let (fork, forks) = served_fork(tmp.path(), &contributor.public_key());
-    let proxy = GatedProxy::start(forks.addr);
-    let fork_url = format!(
-        "http://{}/{}/fork.git",
-        proxy.addr,
-        npub_of(&contributor.public_key())
-    );
+    let (Forked { b, tmp, contributor, fork, forks, fork_url }, proxy) = forked_behind_a_gate(&["--sync-domain-concurrency", "1"]);
     block_on(async {
         let mut cb = connect(&b).await;
         let owner = Keys::generate();
@@ -492,16 +504,7 @@ fn throttling_holds_a_domain_to_its_concurrency_limit() {
 
 #[test]
 fn the_expiry_sweep_waits_for_a_running_sync() {
-    let b = relay(200, &["--purgatory-ttl", "3"]);
-    let tmp = tempfile::tempdir().unwrap();
-    let contributor = Keys::generate();
-    let (fork, forks) = served_fork(tmp.path(), &contributor.public_key());
-    let proxy = GatedProxy::start(forks.addr);
-    let fork_url = format!(
-        "http://{}/{}/fork.git",
-        proxy.addr,
-        npub_of(&contributor.public_key())
-    );
+    let (Forked { b, tmp, contributor, fork, forks, fork_url }, proxy) = forked_behind_a_gate(&["--purgatory-ttl", "3"]);
     block_on(async {
         let mut cb = connect(&b).await;
         let owner = Keys::generate();

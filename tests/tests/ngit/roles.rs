@@ -462,11 +462,7 @@ async fn a_cycle_of_invitees_moves_nothing() {
 async fn invite_and_accept_across_two_servers() {
     let one = TestServer::start_with(&["--sync-allow-private"]);
     let two = TestServer::start_with(&["--sync-allow-private"]);
-    let users = PlainRelay::start();
-    let tmp = tempfile::tempdir().unwrap();
-    let servers = [grasp_url(&one), grasp_url(&two)];
-    let owner = NgitUser::new(tmp.path(), "owner", &users.url(), &servers);
-    let invitee = NgitUser::new(tmp.path(), "invitee", &users.url(), &servers);
+    let (_users, _tmp, [owner, invitee]) = super::ngit_users(&[&one, &two], ["owner", "invitee"]);
     let (work, first) = init_repo(&owner, &[&one, &two], "both", &[]);
     owner.ngit(&work, &["repo", "edit", "--add-maintainer", &invitee.npub(), "-d"]).expect_ok("ngit repo edit --add-maintainer");
     let (run, theirs) = clone_into(&invitee, &nostr_url(&one, &owner, "both"), "theirs");
