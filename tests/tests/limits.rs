@@ -98,7 +98,8 @@ async fn connections_beyond_the_per_address_limit_get_503_and_places_free_on_clo
     let server = TestServer::start_with(&["--max-connections-per-ip", "3"]);
     let mut open = Vec::new();
     for _ in 0..3 {
-        open.push(connect(&server).await);
+        // The start's readiness probe (a TCP connection, closed at once) may still hold a place.
+        open.push(connect_when_freed(&server).await);
     }
     let (status, cors, body) = refused_websocket(&server).await;
     assert_eq!(status, 503, "{body}");
@@ -128,7 +129,8 @@ async fn connections_beyond_the_per_address_limit_get_503_and_places_free_on_clo
 #[tokio::test]
 async fn connections_beyond_the_total_limit_get_503() {
     let (server, mut a) = connected(&["--max-connections", "2", "--max-connections-per-ip", "0"]).await;
-    let b = connect(&server).await;
+    // The start's readiness probe (a TCP connection, closed at once) may still hold a place.
+    let b = connect_when_freed(&server).await;
     let (status, cors, body) = refused_websocket(&server).await;
     assert_eq!((status, cors.as_deref()), (503, Some("*")), "{body}");
     assert!(body.contains("maximum of 2 connections") && body.contains("try again"), "{body}");
