@@ -493,6 +493,11 @@ const KEEP_LIST: &str = crate::git::pools::KEEP_LIST;
 /// `git maintenance run --auto` in `repo` (through the one runner), killed after
 /// [`RUN_TIMEOUT`].
 async fn run_auto(repo: &Path) -> Result<(), GitError> {
+    let checked = repo.to_path_buf();
+    if !tokio::task::spawn_blocking(move || auto_gc_may_act(&checked)).await.unwrap_or(true) {
+        // Far below git's own thresholds: `git maintenance run --auto` would do nothing.
+        return Ok(());
+    }
     let mut command = GitCommand::in_repo(repo);
     if crate::git::pools::borrows(repo) {
         // A member's packs are not closed under reachability: no bitmap (git would warn).
@@ -508,6 +513,28 @@ async fn run_auto(repo: &Path) -> Result<(), GitError> {
         crate::git::ref_generation::bump(repo);
     }
     result
+}
+
+/// Whether `git maintenance run --auto` might do anything in `repo`, judged the way git's auto
+/// gc judges it, with room to spare: git estimates the loose objects from `objects/17` (more
+/// than 27 files there means more than `gc.auto`'s 6,700) and counts packs against
+/// `gc.autoPackLimit` (50). Far below both (20 files, 40 packs), and with no `gc` or
+/// `maintenance` settings in the repository's own config (which could lower them or enable
+/// other tasks), git would do nothing: the process is not started. Anything unreadable says
+/// yes. Blocking: two directory reads and one small file.
+fn auto_gc_may_act(repo: &Path) -> bool {
+    let config = std::fs::read_to_string(repo.join("config")).unwrap_or_else(|_| "[gc]".to_string());
+    if config.to_ascii_lowercase().contains("[gc") || config.to_ascii_lowercase().contains("[maintenance") {
+        return true;
+    }
+    let count = |dir: &str, keep: &dyn Fn(&str) -> bool| match std::fs::read_dir(repo.join(dir)) {
+        Ok(entries) => entries.flatten().filter(|e| keep(&e.file_name().to_string_lossy())).count(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
+        Err(_) => usize::MAX,
+    };
+    let loose = count("objects/17", &|name| name.len() >= 38);
+    let packs = count("objects/pack", &|name| name.ends_with(".pack"));
+    loose >= 20 || packs >= 40
 }
 
 /// `packed-refs`' inode and change time (`None`: absent): a new file always differs (git writes
@@ -545,6 +572,29 @@ mod tests {
         assert!(present(&served) && present(&held), "reachable and listed objects stay");
         assert!(!present(&dropped), "an object only a removed ref reached is pruned");
         assert!(!repo.join(KEEP_LIST).exists());
+    }
+
+    #[test]
+    fn auto_maintenance_is_started_only_near_gits_thresholds() {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = dir.path().join("r.git");
+        crate::git::test_git(dir.path(), &["init", "--bare", "--quiet", repo.to_str().unwrap()]);
+        assert!(!auto_gc_may_act(&repo), "a new repository");
+        std::fs::create_dir_all(repo.join("objects/17")).unwrap();
+        for i in 0..20 {
+            std::fs::write(repo.join(format!("objects/17/{i:038}")), "").unwrap();
+        }
+        assert!(auto_gc_may_act(&repo), "loose objects near gc.auto");
+        std::fs::remove_dir_all(repo.join("objects/17")).unwrap();
+        for i in 0..40 {
+            std::fs::write(repo.join(format!("objects/pack/pack-{i:040}.pack")), "").unwrap();
+        }
+        assert!(auto_gc_may_act(&repo), "packs near gc.autoPackLimit");
+        let (_dir2, other) = (tempfile::tempdir().unwrap(), dir.path().join("s.git"));
+        crate::git::test_git(dir.path(), &["init", "--bare", "--quiet", other.to_str().unwrap()]);
+        crate::git::test_git(&other, &["config", "gc.auto", "1"]);
+        assert!(auto_gc_may_act(&other), "the repository's own gc settings: git decides");
+        assert!(auto_gc_may_act(&dir.path().join("missing.git")), "unreadable: git decides");
     }
 
     #[tokio::test]
