@@ -13,7 +13,7 @@ use crate::config::Config;
 /// What the reference says before the tables (hand-written here, rendered with them).
 const INTRO: &str = "# Configuration reference
 
-<!-- Generated from the flags' definitions (relay/src/config.rs, relay/src/config/reference.rs):
+<!-- Generated from the flags' definitions (relay/src/config/*.rs: one file per section; relay/src/config/reference.rs):
      do not edit; `GRASP_WRITE_DOCS=1 cargo test -p grasp-relay the_configuration_reference`
      writes it again. -->
 
