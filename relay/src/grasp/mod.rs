@@ -82,56 +82,58 @@ pub enum Origin {
 /// where they came from (which decides how soon it fetches).
 pub type WaitingHook = Box<dyn Fn(&str, Origin) + Send + Sync>;
 
-/// Everything the GRASP rules need, shared by the WebSocket side and the hook API.
+/// Everything the GRASP rules need, shared by the WebSocket side and the hook API. Outside the
+/// relay crate only the store (`relay`), the purgatory and the repository locks are reachable;
+/// the rest is the crate's own.
 pub struct Grasp {
     /// Event store and live broadcast.
     pub relay: Arc<Relay>,
     /// Held events; the only way to the purgatory model (short critical sections).
     pub purgatory: SharedPurgatory,
-    pub layout: RepoLayout,
-    pub hooks_dir: PathBuf,
+    pub(crate) layout: RepoLayout,
+    pub(crate) hooks_dir: PathBuf,
     /// host[:port] that announcements must list (docs/protocol.md#decisions, decision 1).
-    pub public_host: String,
+    pub(crate) public_host: String,
     pub locks: RepoLocks,
     /// Told whenever an event starts waiting in the purgatory for an identifier's git data
     /// (the background sync schedules a fetch). Set once at startup.
-    pub on_waiting: std::sync::OnceLock<WaitingHook>,
+    pub(crate) on_waiting: std::sync::OnceLock<WaitingHook>,
     /// The operator's metrics, recorded by every part of the relay.
-    pub metrics: Arc<crate::metrics::Metrics>,
+    pub(crate) metrics: Arc<crate::metrics::Metrics>,
     /// Background repository maintenance after pushes. Set once at startup.
-    pub maintenance: std::sync::OnceLock<crate::grasp::maintenance::Maintenance>,
+    pub(crate) maintenance: std::sync::OnceLock<crate::grasp::maintenance::Maintenance>,
     /// Who may write what, how fast (docs/protocol.md#trust). Public defaults unless
     /// [`Grasp::with_trust`] says otherwise.
-    pub trust: Arc<crate::trust::Trust>,
+    pub(crate) trust: Arc<crate::trust::Trust>,
     /// Held states parsed and indexed by declared refs, for push authorisation.
-    pub held_indexes: held_index::HeldIndexes,
+    pub(crate) held_indexes: held_index::HeldIndexes,
     /// Repository work deferred because a repository stayed locked past the bound.
-    pub deferred: deferred::SharedDeferred,
+    pub(crate) deferred: deferred::SharedDeferred,
     /// Copies of pushed data into other owners' repositories, waiting for the background task.
-    pub copies: copies::CopyQueue,
+    pub(crate) copies: copies::CopyQueue,
     /// GRASP-06 (`--grasp06`): contributor repositories at `/prs/<npub>/<identifier>.git` and
     /// the acceptance relaxation for pull requests naming one (docs/protocol.md).
-    pub grasp06: bool,
+    pub(crate) grasp06: bool,
     /// GRASP-05 archive (`--archive*`): announcements not listing this service taken anyway.
-    pub archive: grasp_state::trust::archive::Archive,
+    pub(crate) archive: grasp_state::trust::archive::Archive,
     /// Maintainer sets and standings per version of an identifier's announcements.
-    pub authority: authority::AuthorityMemo,
+    pub(crate) authority: authority::AuthorityMemo,
     /// Announcements parsed once per event id.
-    pub parsed_announcements: authority::ParsedAnnouncements,
+    pub(crate) parsed_announcements: authority::ParsedAnnouncements,
     /// Pull request data no maintainer signed, per author and address (docs/protocol.md#budgets).
-    pub contributor_data: budgets::ContributorData,
+    pub(crate) contributor_data: budgets::ContributorData,
     /// The quota per owner and the daily budget per address for new owners.
-    pub owner_quotas: quotas::OwnerQuotaState,
+    pub(crate) owner_quotas: quotas::OwnerQuotaState,
     /// The other members of this replica set (`--replica`, docs/scaling.md): every repository's
     /// git data is fetched from them first.
-    pub replicas: Vec<grasp_state::trust::replica::Replica>,
+    pub(crate) replicas: Vec<grasp_state::trust::replica::Replica>,
     /// `--replica-acks`: the other replicas that must hold a client's event before its `OK
     /// true`, and a push before its post-receive ends. Set once at startup.
-    pub replica_acks: std::sync::OnceLock<Arc<crate::peers::acks::ReplicaAcks>>,
+    pub(crate) replica_acks: std::sync::OnceLock<Arc<crate::peers::acks::ReplicaAcks>>,
     /// The other replicas, asked for an identifier's announcements and states before a push is
     /// refused for want of them (`crate::peers::replica_reads`). Set once at startup, with
     /// `--replica`.
-    pub replica_reads: std::sync::OnceLock<Arc<crate::peers::replica_reads::ReplicaReads>>,
+    pub(crate) replica_reads: std::sync::OnceLock<Arc<crate::peers::replica_reads::ReplicaReads>>,
 }
 
 impl Grasp {
