@@ -448,12 +448,7 @@ impl Prewarm {
         if head.status() != Ok(200) {
             return;
         }
-        let mut headers = Vec::new();
-        for (name, value) in head.fields() {
-            let (Ok(name), Ok(value)) = (HeaderName::from_bytes(name.as_bytes()), HeaderValue::from_bytes(value)) else { return };
-            headers.push((name, value));
-        }
-        let answer = Answer { status: 200, headers, body: Bytes::copy_from_slice(&out.stdout[head.len..]) };
+        let answer = Answer { status: 200, headers: response_headers(&head), body: Bytes::copy_from_slice(&out.stdout[head.len..]) };
         if answer.body.len() > MAX_ANSWER_BYTES {
             return;
         }
@@ -820,13 +815,8 @@ async fn run_child(
     let status = head.status().map_err(|e| e.to_string())?;
     let mut resp = Response::new(empty());
     *resp.status_mut() = StatusCode::from_u16(status).map_err(|e| format!("bad CGI Status {status}: {e}"))?;
-    for (name, value) in head.fields() {
-        match (HeaderName::from_bytes(name.as_bytes()), HeaderValue::from_bytes(value)) {
-            (Ok(n), Ok(v)) => {
-                resp.headers_mut().append(n, v);
-            }
-            _ => tracing::warn!(header = name, "git http: dropping invalid CGI header"),
-        }
+    for (name, value) in response_headers(&head) {
+        resp.headers_mut().append(name, value);
     }
     let mut pending = None;
     if let (Some(capture), Some(exit), 200) = (capture, exit, status) {
@@ -859,6 +849,19 @@ async fn run_child(
         delivery: Delivery { length, sent: 0 },
     });
     Ok(resp)
+}
+
+/// A CGI header block's fields (its `Status` aside) as response headers, in order; a field
+/// that is not a valid HTTP header is dropped, with a warning.
+fn response_headers(head: &cgi::CgiHead) -> Vec<(HeaderName, HeaderValue)> {
+    let mut headers = Vec::new();
+    for (name, value) in head.fields() {
+        match (HeaderName::from_bytes(name.as_bytes()), HeaderValue::from_bytes(value)) {
+            (Ok(n), Ok(v)) => headers.push((n, v)),
+            _ => tracing::warn!(header = name, "git http: dropping invalid CGI header"),
+        }
+    }
+    headers
 }
 
 /// Ends the child with the given reason when dropped still armed.

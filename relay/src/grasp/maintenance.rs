@@ -523,8 +523,8 @@ async fn run_auto(repo: &Path) -> Result<(), GitError> {
 /// other tasks), git would do nothing: the process is not started. Anything unreadable says
 /// yes. Blocking: two directory reads and one small file.
 fn auto_gc_may_act(repo: &Path) -> bool {
-    let config = std::fs::read_to_string(repo.join("config")).unwrap_or_else(|_| "[gc]".to_string());
-    if config.to_ascii_lowercase().contains("[gc") || config.to_ascii_lowercase().contains("[maintenance") {
+    let config = std::fs::read_to_string(repo.join("config")).unwrap_or_else(|_| "[gc]".to_string()).to_ascii_lowercase();
+    if config.contains("[gc") || config.contains("[maintenance") {
         return true;
     }
     let count = |dir: &str, keep: &dyn Fn(&str) -> bool| match std::fs::read_dir(repo.join(dir)) {

@@ -16,20 +16,35 @@ pub enum Packet<'a> {
     Data(&'a [u8]),
 }
 
+/// The length a pkt-line's four-byte header gives (itself included); `None` when `header` is
+/// not four lower-case hex digits.
+fn header_len(header: &[u8]) -> Option<usize> {
+    if header.len() != 4 || !header.iter().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()) {
+        return None;
+    }
+    usize::from_str_radix(std::str::from_utf8(header).ok()?, 16).ok()
+}
+
 /// The first pkt-line of `buf` and what follows it; `None` when `buf` does not start with a
 /// whole, well-formed one (too short, a bad header, a length of 3 or 4).
 pub fn next_packet(buf: &[u8]) -> Option<(Packet<'_>, &[u8])> {
-    let header = buf.get(..4)?;
-    if !header.iter().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()) {
-        return None;
-    }
-    let len = usize::from_str_radix(std::str::from_utf8(header).ok()?, 16).ok()?;
+    let len = header_len(buf.get(..4)?)?;
     match len {
         0 => Some((Packet::Flush, &buf[4..])),
         1 => Some((Packet::Delim, &buf[4..])),
         2 => Some((Packet::ResponseEnd, &buf[4..])),
         3 | 4 => None,
         n => Some((Packet::Data(buf.get(4..n)?), &buf[n..])),
+    }
+}
+
+/// Whether `buf` is the start of a well-formed pkt-line that more bytes would complete (where
+/// [`next_packet`] says `None` only for want of bytes).
+pub fn is_cut_short(buf: &[u8]) -> bool {
+    let hex = |b: &u8| b.is_ascii_hexdigit() && !b.is_ascii_uppercase();
+    match buf.get(..4) {
+        None => buf.iter().all(hex),
+        Some(header) => header_len(header).is_some_and(|n| n > 4 && n > buf.len()),
     }
 }
 
@@ -53,6 +68,9 @@ mod tests {
         assert_eq!(next_packet(b"0009hello0000"), Some((Packet::Data(b"hello"), &b"0000"[..])));
         for bad in [&b"000"[..], b"0003", b"0004", b"00A9hello", b"0009hell", b"zzzz"] {
             assert_eq!(next_packet(bad), None, "{:?}", String::from_utf8_lossy(bad));
+        }
+        for (buf, short) in [(&b""[..], true), (b"00", true), (b"0009hell", true), (b"0009hello", false), (b"0004", false), (b"00A9h", false), (b"zz", false)] {
+            assert_eq!(is_cut_short(buf), short, "{:?}", String::from_utf8_lossy(buf));
         }
     }
 

@@ -11,7 +11,7 @@
 //! reads a side band ([`read_commands`]); a request it cannot read that way (no side band, a
 //! signed push, a shallow push, anything unusual) runs both hooks as before.
 
-use crate::git::pkt_line::{self, next_packet, Packet, MAX_PKT_LEN};
+use crate::git::pkt_line::{self, is_cut_short, next_packet, Packet, MAX_PKT_LEN};
 use crate::names::refs::{is_valid_oid, is_valid_ref_name, is_zero_oid, RefMap, RefUpdate};
 
 /// Most bytes of a request's head read for its commands; a push of more commands runs both
@@ -55,7 +55,7 @@ pub fn read_commands(head: &[u8]) -> CommandsRead {
     let mut side_band = None;
     loop {
         let Some((packet, after)) = next_packet(rest) else {
-            return if is_short(rest) && head.len() < MAX_COMMANDS_BYTES { CommandsRead::NeedMore } else { CommandsRead::Unusual };
+            return if is_cut_short(rest) && head.len() < MAX_COMMANDS_BYTES { CommandsRead::NeedMore } else { CommandsRead::Unusual };
         };
         if head.len() - after.len() > MAX_COMMANDS_BYTES {
             return CommandsRead::Unusual;
@@ -103,17 +103,6 @@ fn parse_command(line: &str) -> Option<RefUpdate> {
         && is_valid_ref_name(name)
         && name.starts_with("refs/");
     valid.then(|| RefUpdate::new(old, new, name))
-}
-
-/// Whether `buf` is the start of a pkt-line that more bytes would complete.
-fn is_short(buf: &[u8]) -> bool {
-    let hex = |b: &u8| b.is_ascii_hexdigit() && !b.is_ascii_uppercase();
-    let Some(header) = buf.get(..4) else { return buf.iter().all(hex) };
-    if !header.iter().all(hex) {
-        return false;
-    }
-    let len = std::str::from_utf8(header).ok().and_then(|h| usize::from_str_radix(h, 16).ok());
-    len.is_some_and(|n| n > 4 && n > buf.len())
 }
 
 /// The updates of `updates` that git applied, judged from the refs after the push (`refs_now`,
