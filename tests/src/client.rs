@@ -321,10 +321,17 @@ impl NostrClient {
     /// A kind 22242 AUTH event by `keys` for this connection's URL and challenge (asked for if
     /// the relay sent none).
     pub async fn auth_event(&mut self, keys: &Keys) -> anyhow::Result<Event> {
+        let relay = self.url.clone();
+        self.auth_event_naming(keys, &relay).await
+    }
+
+    /// [`NostrClient::auth_event`] naming `relay` (a service's public URL, as a client behind
+    /// its front connects to it).
+    pub async fn auth_event_naming(&mut self, keys: &Keys, relay: &str) -> anyhow::Result<Event> {
         let challenge = self.challenge_now().await?;
         Ok(EventBuilder::new(Kind::Custom(22242), "")
             .tags([
-                Tag::parse(["relay", self.url.as_str()])?,
+                Tag::parse(["relay", relay])?,
                 Tag::parse(["challenge", challenge.as_str()])?,
             ])
             .finalize(keys)?)
@@ -339,6 +346,12 @@ impl NostrClient {
     /// Authenticates this connection as `keys` (NIP-42); returns the relay's `OK`.
     pub async fn auth(&mut self, keys: &Keys) -> anyhow::Result<(bool, String)> {
         let event = self.auth_event(keys).await?;
+        self.send_auth(&event).await
+    }
+
+    /// [`NostrClient::auth`] naming `relay` as the relay authenticated to.
+    pub async fn auth_naming(&mut self, keys: &Keys, relay: &str) -> anyhow::Result<(bool, String)> {
+        let event = self.auth_event_naming(keys, relay).await?;
         self.send_auth(&event).await
     }
 

@@ -116,6 +116,31 @@ pub fn event(keys: &Keys, kind: u16, tags: &[&[&str]]) -> Event {
     signed_event(keys, kind, now(), "", tags)
 }
 
+/// A private service's git proof (GRASP-08): `Authorization: Nostr <base64 kind 27235>` by
+/// `keys` for the repository root `url`, naming `method`, created at `at`.
+pub fn git_proof_at(keys: &Keys, url: &str, method: &str, at: u64) -> String {
+    use base64::Engine as _;
+    let ev = EventBuilder::new(Kind::Custom(27235), "")
+        .tags([Tag::parse(["u", url]).unwrap(), Tag::parse(["method", method]).unwrap()])
+        .custom_created_at(Timestamp::from(at))
+        .finalize(keys)
+        .unwrap();
+    format!("Nostr {}", base64::engine::general_purpose::STANDARD.encode(ev.as_json()))
+}
+
+/// [`git_proof_at`] as a client sends it: `GET`, now.
+pub fn git_proof(keys: &Keys, url: &str) -> String {
+    git_proof_at(keys, url, "GET", now())
+}
+
+/// `git <args>` in `dir` sending `Authorization: <authorization>` with every request.
+pub fn git_with(dir: &Path, authorization: &str, args: &[&str]) -> std::process::Output {
+    let header = format!("http.extraHeader=Authorization: {authorization}");
+    let mut all = vec!["-c", header.as_str()];
+    all.extend_from_slice(args);
+    git_output(dir, &all)
+}
+
 /// A local work tree with commits that pushes to a server's repository over HTTP.
 pub struct Repo {
     pub work: WorkTree,

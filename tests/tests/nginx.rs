@@ -487,7 +487,6 @@ async fn nip11_cors_limits_and_client_addresses_through_nginx() {
 #[tokio::test]
 #[ignore = "needs nginx and fcgiwrap; run by .ci/run with --ignored"]
 async fn private_service_git_needs_a_members_proof_through_nginx() {
-    use base64::Engine as _;
     let member = Keys::generate();
     let front = Front::start_with(&["--private", "--member", &member.public_key().to_hex()]);
     let mut c = NostrClient::connect(&front.ws_url()).await.expect("WebSocket through nginx");
@@ -495,13 +494,7 @@ async fn private_service_git_needs_a_members_proof_through_nginx() {
     let (ok, msg) = c.send_event(&front.announcement(&member, "secret")).await.unwrap();
     assert!(ok, "{msg}");
     let url = front.repo_url(&member.public_key(), "secret");
-    let proof = |keys: &Keys| {
-        let ev = EventBuilder::new(Kind::Custom(27235), "")
-            .tags([Tag::parse(["u", url.as_str()]).unwrap(), Tag::parse(["method", "GET"]).unwrap()])
-            .finalize(keys)
-            .unwrap();
-        format!("Nostr {}", base64::engine::general_purpose::STANDARD.encode(ev.as_json()))
-    };
+    let proof = |keys: &Keys| grasp_tests::grasp::git_proof(keys, &url);
     let refs = format!("{url}/info/refs?service=git-upload-pack");
     let resp = http().get(&refs).send().await.unwrap();
     assert_eq!(resp.status(), 401, "no proof through nginx\n{}", front.logs());

@@ -137,23 +137,6 @@ async fn ten_owners_of_one_history_hold_it_once() {
     assert!(!out.status.success(), "the pool is not a repository anyone can reach");
 }
 
-/// `Authorization: Nostr <base64 kind 27235>` for `url` (a private service's git proof).
-fn proof(keys: &Keys, url: &str) -> String {
-    use base64::Engine as _;
-    let ev = EventBuilder::new(Kind::Custom(27235), "")
-        .tags([Tag::parse(["u", url]).unwrap(), Tag::parse(["method", "GET"]).unwrap()])
-        .finalize(keys)
-        .unwrap();
-    format!("Nostr {}", base64::engine::general_purpose::STANDARD.encode(ev.as_json()))
-}
-
-fn git_with(dir: &Path, authorization: &str, args: &[&str]) -> std::process::Output {
-    let header = format!("http.extraHeader=Authorization: {authorization}");
-    let mut all = vec!["-c", header.as_str()];
-    all.extend_from_slice(args);
-    git_output(dir, &all)
-}
-
 /// A private service (GRASP-08) uses the same model: two members' repositories of one
 /// identifier share the pool, each is served to members with a proof for it, and the pool is
 /// reachable by nobody.
@@ -182,18 +165,18 @@ async fn a_private_service_shares_one_object_store_too() {
     let repo = Repo::new(&tmp.path().join("w"), &server, &a.public_key(), "team");
     let tip = commit_random(&repo.work, "data", 2, 128);
     held(&mut c, &state(&a, "team", &[("refs/heads/main", &tip)], Some("main"))).await;
-    let out = git_with(&repo.work.dir, &proof(&a, &repo.url), &["push", &repo.url, "main"]);
+    let out = git_with(&repo.work.dir, &git_proof(&a, &repo.url), &["push", &repo.url, "main"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let dir_b = repo_dir(&server, &b.public_key(), "team");
     eventually!("b's repository on a's state", WAIT, (bare_refs(&dir_b).get("refs/heads/main") == Some(&tip)).then_some(()));
     background_settled(&server).await;
     assert!(is_member(&dir_b, "team") && local_objects(&dir_b) == 0);
     let url_b = repo_url(&server, &b.public_key(), "team");
-    let out = git_with(tmp.path(), &proof(&b, &url_b), &["clone", "-q", &url_b, "clone-b"]);
+    let out = git_with(tmp.path(), &git_proof(&b, &url_b), &["clone", "-q", &url_b, "clone-b"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(git(&tmp.path().join("clone-b"), &["rev-parse", "HEAD"]), tip);
     let pool_url = format!("http://{}/.pools/team.git", host(&server));
-    let out = git_with(tmp.path(), &proof(&a, &pool_url), &["ls-remote", &pool_url]);
+    let out = git_with(tmp.path(), &git_proof(&a, &pool_url), &["ls-remote", &pool_url]);
     assert!(!out.status.success(), "not even a member reaches the pool");
     for d in [&repo_dir(&server, &a.public_key(), "team"), &dir_b, &pool_dir(&server, "team")] {
         assert_consistent(d);

@@ -3,7 +3,6 @@
 //! member's `Authorization: Nostr` proof (every refusal a bare `401`), and the data directory
 //! staying private.
 
-use base64::Engine as _;
 use grasp_tests::git::git_output;
 use grasp_tests::grasp::*;
 use grasp_tests::{binary_path, NostrClient, ReqOutcome, TestServer, TIMEOUT};
@@ -34,16 +33,6 @@ fn private_announcement(server: &TestServer, keys: &Keys, identifier: &str) -> E
     )
 }
 
-/// `Authorization: Nostr <base64 kind 27235>` for `url`, `method`, created at `at`.
-fn proof(keys: &Keys, url: &str, method: &str, at: u64) -> String {
-    let ev = EventBuilder::new(Kind::Custom(27235), "")
-        .tags([Tag::parse(["u", url]).unwrap(), Tag::parse(["method", method]).unwrap()])
-        .custom_created_at(Timestamp::from(at))
-        .finalize(keys)
-        .unwrap();
-    format!("Nostr {}", base64::engine::general_purpose::STANDARD.encode(ev.as_json()))
-}
-
 async fn get_refs(url: &str, authorization: Option<&str>) -> reqwest::Response {
     let mut req = reqwest::Client::new().get(format!("{url}/info/refs?service=git-upload-pack"));
     if let Some(a) = authorization {
@@ -57,13 +46,6 @@ async fn assert_401(resp: reqwest::Response, what: &str) {
     assert_eq!(resp.headers().get("www-authenticate").map(|v| v.to_str().unwrap()), Some("Nostr"), "{what}");
     assert_eq!(resp.headers().get("access-control-allow-origin").map(|v| v.to_str().unwrap()), Some("*"), "{what}");
     assert!(resp.bytes().await.unwrap().is_empty(), "{what}: the body is empty");
-}
-
-fn git_with(dir: &std::path::Path, authorization: &str, args: &[&str]) -> std::process::Output {
-    let header = format!("http.extraHeader=Authorization: {authorization}");
-    let mut all = vec!["-c", header.as_str()];
-    all.extend_from_slice(args);
-    git_output(dir, &all)
 }
 
 /// Waits until the relay has re-read its members file and no longer counts `who` as a member:
@@ -190,23 +172,23 @@ async fn git_needs_a_members_proof_for_this_repository() {
 
     // Every refusal looks the same.
     assert_401(get_refs(&url, None).await, "no proof").await;
-    assert_401(get_refs(&url, Some(&proof(&stranger, &url, "GET", now()))).await, "non-member").await;
-    assert_401(get_refs(&url, Some(&proof(&member, &url, "GET", now() - 120))).await, "expired proof").await;
-    assert_401(get_refs(&url, Some(&proof(&member, &other_url, "GET", now()))).await, "proof for another repository").await;
-    assert_401(get_refs(&url, Some(&proof(&member, &url, "POST", now()))).await, "method POST").await;
+    assert_401(get_refs(&url, Some(&git_proof_at(&stranger, &url, "GET", now()))).await, "non-member").await;
+    assert_401(get_refs(&url, Some(&git_proof_at(&member, &url, "GET", now() - 120))).await, "expired proof").await;
+    assert_401(get_refs(&url, Some(&git_proof_at(&member, &other_url, "GET", now()))).await, "proof for another repository").await;
+    assert_401(get_refs(&url, Some(&git_proof_at(&member, &url, "POST", now()))).await, "method POST").await;
     assert_401(get_refs(&url, Some("Nostr garbage")).await, "garbage").await;
     let unknown = repo_url(&server, &stranger.public_key(), "nothing");
     assert_401(get_refs(&unknown, None).await, "unknown repository").await;
     let page = reqwest::get(&url).await.unwrap();
     assert_eq!(page.status(), 401, "the repository page too");
-    assert_eq!(get_refs(&url, Some(&proof(&member, &url, "GET", now()))).await.status(), 200);
+    assert_eq!(get_refs(&url, Some(&git_proof_at(&member, &url, "GET", now()))).await.status(), 200);
 
     // A real git client: push with the member's proof, the state authorises it, clone it back.
     let repo = Repo::new(&tmp.path().join("w"), &server, &member.public_key(), "secret");
     let tip = repo.commit("README", "secret\n");
     let st = state(&member, "secret", &[("refs/heads/main", &tip)], Some("main"));
     assert!(c.send_event(&st).await.unwrap().0);
-    let auth = proof(&member, &url, "GET", now());
+    let auth = git_proof_at(&member, &url, "GET", now());
     let out = git_with(&repo.work.dir, &auth, &["push", &url, "main"]);
     assert!(out.status.success(), "member push: {}", String::from_utf8_lossy(&out.stderr));
     let out = git_with(tmp.path(), &auth, &["clone", "-q", &url, "clone-ok"]);
@@ -214,10 +196,10 @@ async fn git_needs_a_members_proof_for_this_repository() {
     assert_eq!(grasp_tests::git::git(&tmp.path().join("clone-ok"), &["rev-parse", "HEAD"]), tip);
 
     for (what, header) in [
-        ("non-member", proof(&stranger, &url, "GET", now())),
-        ("expired", proof(&member, &url, "GET", now() - 120)),
-        ("another repository", proof(&member, &other_url, "GET", now())),
-        ("POST", proof(&member, &url, "POST", now())),
+        ("non-member", git_proof_at(&stranger, &url, "GET", now())),
+        ("expired", git_proof_at(&member, &url, "GET", now() - 120)),
+        ("another repository", git_proof_at(&member, &other_url, "GET", now())),
+        ("POST", git_proof_at(&member, &url, "POST", now())),
     ] {
         let out = git_with(tmp.path(), &header, &["clone", "-q", &url, &format!("clone-{}", what.replace(' ', "-"))]);
         assert!(!out.status.success(), "{what} must not clone");

@@ -14,6 +14,18 @@ use nostr::prelude::*;
 const WAIT: Duration = Duration::from_secs(30);
 const DOMAIN: &str = "grasp.example";
 
+/// Waits until `server` reports ready, caught up with the other replicas (`/readyz`).
+async fn caught_up(server: &TestServer) {
+    let (api, _) = hook_api(server);
+    eventually!("the replica ready, caught up with the others", WAIT, {
+        let body = match reqwest::get(format!("http://{api}/readyz")).await {
+            Ok(resp) => resp.text().await.unwrap_or_default(),
+            Err(_) => String::new(),
+        };
+        body.contains("ok replicas").then_some(())
+    });
+}
+
 async fn stored(server: &TestServer, id: EventId) -> bool {
     let mut c = NostrClient::connect(&server.ws_url()).await.unwrap();
     !c.req(vec![Filter::new().id(id)]).await.unwrap().is_empty()
@@ -37,15 +49,21 @@ async fn announce(server: &TestServer, owner: &Keys, identifier: &str) -> (Nostr
 
 /// Two replicas naming each other; `a_extra` only for the first.
 fn pair(a_extra: &[&str]) -> (TestServer, TestServer) {
-    let args = ["--public-host", DOMAIN, "--relay-sync-backoff", "300ms", "--relay-sync-backoff-cap", "2s", "--sync-delay", "200ms"];
+    pair_with(&[], a_extra)
+}
+
+/// [`pair`], with `both` for each of them.
+fn pair_with(both: &[&str], a_extra: &[&str]) -> (TestServer, TestServer) {
+    let mut args = vec!["--public-host", DOMAIN, "--relay-sync-backoff", "300ms", "--relay-sync-backoff-cap", "2s", "--sync-delay", "200ms"];
+    args.extend_from_slice(both);
     let mut a = TestServer::start_with(&args);
     let mut b = TestServer::start_with(&args);
     let (a_url, b_url) = (format!("http://{}", a.addr()), format!("http://{}", b.addr()));
-    let mut with = args.to_vec();
+    let mut with = args.clone();
     with.extend(["--replica", b_url.as_str()]);
     with.extend_from_slice(a_extra);
     a.restart_with(&with);
-    let mut with = args.to_vec();
+    let mut with = args.clone();
     with.extend(["--replica", a_url.as_str()]);
     b.restart_with(&with);
     (a, b)
@@ -69,14 +87,7 @@ async fn whatever_one_replica_accepts_every_replica_serves() {
     let (a, b, c) = (&set[0], &set[1], &set[2]);
     // Each reports ready once relay sync went through its history with the two others.
     for server in [a, b, c] {
-        let (api, _) = hook_api(server);
-        eventually!("every replica ready, caught up with the others", WAIT, {
-            let body = match reqwest::get(format!("http://{api}/readyz")).await {
-                Ok(resp) => resp.text().await.unwrap_or_default(),
-                Err(_) => String::new(),
-            };
-            body.contains("ok replicas").then_some(())
-        });
+        caught_up(server).await;
     }
 
     // The owner publishes to one replica only, as nginx would route them.
@@ -295,4 +306,74 @@ async fn a_replica_catching_up_sends_what_the_front_forwards_elsewhere() {
     eventually!("the replica to catch up and serve what the front forwards", WAIT, (forwarded(&page).await.unwrap().status() == 200).then_some(()));
     assert!(NostrClient::connect_with_headers(&b.ws_url(), &[("X-Forwarded-For", "203.0.113.9")]).await.is_ok());
     drop(silent);
+}
+
+/// A private (GRASP-08) replica set: each replica lets the others in as themselves (their own
+/// keys, read from their NIP-11 documents), with no key listed by the operator: relay sync
+/// catches up, git sync fetches, `--replica-acks` confirms, all through the members-only doors.
+/// A member is served by every replica; a stranger by none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_private_set_lets_its_replicas_in_and_nobody_else() {
+    let member = Keys::generate();
+    let hex = member.public_key().to_hex();
+    let (a, b) = pair_with(&["--private", "--member", hex.as_str()], &["--replica-acks", "1", "--replica-ack-timeout", "10s"]);
+    for server in [&a, &b] {
+        caught_up(server).await;
+    }
+    let public_relay = format!("wss://{DOMAIN}");
+    let members_client = |server: &TestServer, who: &Keys| {
+        let (url, who, relay) = (server.ws_url(), who.clone(), public_relay.clone());
+        async move {
+            let mut c = NostrClient::connect(&url).await.unwrap();
+            let (ok, msg) = c.auth_naming(&who, &relay).await.unwrap();
+            assert!(ok, "{msg}");
+            c
+        }
+    };
+
+    // The member publishes to A: each answer waits until B holds the event (A's link to B is
+    // let in as A).
+    let identifier = "private-set";
+    let npub = member.public_key().to_bech32().unwrap();
+    let clone = format!("https://{DOMAIN}/{npub}/{identifier}.git");
+    let ann = event(&member, 30617, &[&["d", identifier], &["clone", &clone], &["relays", &public_relay], &["private", "true"]]);
+    let mut ca = members_client(&a, &member).await;
+    let (ok, msg) = ca.send_event(&ann).await.unwrap();
+    assert!(ok, "{msg}");
+    let tmp = tempfile::tempdir().unwrap();
+    let (repo, tip, st) = stated(tmp.path(), &a, &mut ca, &member, identifier).await;
+    // The push ends once B serves it: B fetched it from A with its own proof, and A's
+    // `ls-remote` on B carried A's.
+    let out = git_with(&repo.work.dir, &git_proof(&member, &clone), &["push", "--porcelain", &repo.url, "main"]);
+    let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success() && said.contains("grasp: held by 1 other replicas of this service"), "{said}");
+
+    // B serves the member: the events over NIP-42, the data over git with the member's proof.
+    let mut cb = members_client(&b, &member).await;
+    let got: Vec<EventId> = cb.req(vec![Filter::new().ids([ann.id, st.id])]).await.unwrap().iter().map(|e| e.id).collect();
+    assert!(got.contains(&ann.id) && got.contains(&st.id), "B serves the member both events: {got:?}");
+    let b_url = repo_url(&b, &member.public_key(), identifier);
+    let out = git_with(tmp.path(), &git_proof(&member, &clone), &["ls-remote", &b_url]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains(&format!("{tip}\trefs/heads/main")), "{out:?}");
+
+    // B (no acks) to A: relay sync, let in as B.
+    let bug = issue(&member, &member.public_key(), identifier);
+    let (ok, msg) = cb.send_event(&bug).await.unwrap();
+    assert!(ok, "{msg}");
+    eventually!("the issue sent to B on A", WAIT, {
+        let mut c = members_client(&a, &member).await;
+        c.req(vec![Filter::new().id(bug.id)]).await.unwrap().iter().any(|e| e.id == bug.id).then_some(())
+    });
+
+    // A stranger is let in by neither, over NIP-42 or git.
+    let stranger = Keys::generate();
+    for server in [&a, &b] {
+        let mut c = members_client(server, &stranger).await;
+        let id = SubscriptionId::new("s");
+        let outcome = c.req_with_id(&id, vec![Filter::new().id(ann.id)]).await.unwrap();
+        assert!(matches!(&outcome, grasp_tests::ReqOutcome::Closed(m) if m.starts_with("restricted:")), "{outcome:?}");
+        let url = repo_url(server, &member.public_key(), identifier);
+        let out = git_with(tmp.path(), &git_proof(&stranger, &clone), &["ls-remote", &url]);
+        assert!(!out.status.success(), "a stranger's proof opens nothing");
+    }
 }

@@ -16,8 +16,8 @@ use nostr::prelude::Timestamp;
 use crate::grasp::Grasp;
 
 /// The relay's answer to grasp-cgi.
-pub fn answer(grasp: &Grasp, req: &GitAuthRequest) -> GitAuthResponse {
-    let (allowed, reason) = decide(grasp, req);
+pub async fn answer(grasp: &Grasp, req: &GitAuthRequest) -> GitAuthResponse {
+    let (allowed, reason) = decide(grasp, req).await;
     let repo = format!("{}/{}", req.owner, req.identifier);
     if grasp.trust.private {
         tracing::info!(repo, allowed, reason = %reason, "private git request");
@@ -25,7 +25,7 @@ pub fn answer(grasp: &Grasp, req: &GitAuthRequest) -> GitAuthResponse {
     GitAuthResponse { version: HOOK_API_VERSION, allowed, reason }
 }
 
-fn decide(grasp: &Grasp, req: &GitAuthRequest) -> (bool, String) {
+async fn decide(grasp: &Grasp, req: &GitAuthRequest) -> (bool, String) {
     if !grasp.trust.private {
         return (true, "public service".into());
     }
@@ -33,7 +33,8 @@ fn decide(grasp: &Grasp, req: &GitAuthRequest) -> (bool, String) {
         return (false, "not a repository path".into());
     };
     match verify_git_proof(req.authorization.as_deref(), &grasp.public_host, &owner, &req.identifier, Timestamp::now().as_secs()) {
-        Ok(pk) if grasp.trust.is_member(&pk) => (true, format!("member {}", grasp_state::names::identifier::npub_of(&pk))),
+        // A member, or another replica of this set fetching what it lacks.
+        Ok(pk) if grasp.is_member(&pk).await => (true, format!("member {}", grasp_state::names::identifier::npub_of(&pk))),
         Ok(pk) => (false, format!("{} is not a member", grasp_state::names::identifier::npub_of(&pk))),
         Err(e) => (false, e.to_string()),
     }

@@ -179,6 +179,6 @@ fn post_git_auth(c: Call<'_>) -> BoxFuture<'_, Response<Body>> {
             Ok(r) => r,
             Err(resp) => return *resp,
         };
-        json(StatusCode::OK, &git_auth::answer(c.grasp, &req))
+        json(StatusCode::OK, &git_auth::answer(c.grasp, &req).await)
     })
 }

@@ -93,6 +93,17 @@ impl GitCommand {
         self
     }
 
+    /// `key=value` for this call only, given in the environment (`GIT_CONFIG_COUNT`, git 2.31)
+    /// rather than on the command line, where every local user can read it: for credentials.
+    pub fn secret_config(mut self, key: &str, value: impl AsRef<OsStr>) -> GitCommand {
+        let n = self.env.iter().filter(|(k, _)| k.to_string_lossy().starts_with("GIT_CONFIG_KEY_")).count();
+        self.env.retain(|(k, _)| k != "GIT_CONFIG_COUNT");
+        self.env.push((format!("GIT_CONFIG_KEY_{n}").into(), key.into()));
+        self.env.push((format!("GIT_CONFIG_VALUE_{n}").into(), value.as_ref().to_owned()));
+        self.env.push(("GIT_CONFIG_COUNT".into(), (n + 1).to_string().into()));
+        self
+    }
+
     /// What a fetch from another server (hostile input) needs: http(s) only, no redirects, no
     /// credential helper, objects checked, protocol v2.
     pub fn network_safety(mut self) -> GitCommand {
@@ -281,6 +292,16 @@ mod tests {
             ]
         );
         assert!(cmd.get_envs().any(|(k, v)| k == "GIT_ALLOW_PROTOCOL" && v == Some(OsStr::new("http:https"))));
+    }
+
+    #[test]
+    fn secret_configuration_reaches_git_off_its_command_line() {
+        let cmd = GitCommand::without_repo().secret_config("http.extraHeader", "Authorization: Nostr x").secret_config("a.b", "c");
+        assert!(!cmd.command().get_args().any(|a| a.to_string_lossy().contains("Nostr")), "not on the command line");
+        let out = cmd.args(["config", "--get-all", "http.extraHeader"]).run().unwrap();
+        assert_eq!(String::from_utf8_lossy(&out).trim(), "Authorization: Nostr x");
+        let out = GitCommand::without_repo().secret_config("x.y", "1").secret_config("a.b", "c").args(["config", "a.b"]).run().unwrap();
+        assert_eq!(String::from_utf8_lossy(&out).trim(), "c", "both entries counted");
     }
 
     #[test]

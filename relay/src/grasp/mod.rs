@@ -19,6 +19,7 @@ pub mod journal;
 pub mod lifecycle;
 pub mod locks;
 pub mod maintenance;
+pub mod membership;
 pub mod policy;
 pub mod pools;
 pub mod purge;

@@ -372,7 +372,7 @@ impl Connection {
         match items.first().and_then(Value::as_str) {
             Some("REQ") => self.on_req(items).await,
             Some("CLOSE") => self.on_close(items),
-            Some("AUTH") => self.on_auth(items),
+            Some("AUTH") => self.on_auth(items).await,
             Some("NEG-OPEN" | "NEG-MSG" | "NEG-CLOSE") if self.negentropy.is_some() => {
                 self.on_negentropy(items).await
             }
@@ -579,22 +579,21 @@ impl Connection {
     /// On a private service: is this connection authenticated as a current member? The refusal
     /// is a complete `auth-required:` / `restricted:` message.
     fn membership(&self) -> Result<(), String> {
-        let trust = &self.grasp.trust;
-        if !trust.private {
+        if !self.grasp.trust.private {
             return Ok(());
         }
         let keys = self.auth.authenticated();
         if keys.is_empty() {
             return Err("auth-required: this is a private GRASP service; authenticate as a member (NIP-42 AUTH) first".into());
         }
-        if trust.any_member(keys) {
+        if self.grasp.any_member(keys) {
             return Ok(());
         }
         Err("restricted: this is a private GRASP service and no key this connection authenticated as is a member; ask the operator to add you".into())
     }
 
     /// NIP-42 `["AUTH", <event>]`: answered with `OK` like an `EVENT`.
-    fn on_auth(&mut self, items: &[Value]) {
+    async fn on_auth(&mut self, items: &[Value]) {
         let Some(raw) = items.get(1) else {
             return self.notice("invalid: AUTH message without an event; send [\"AUTH\", <signed kind 22242 event>]");
         };
@@ -619,6 +618,11 @@ impl Connection {
         }
         match self.auth.authenticate(&event, &self.grasp.public_host) {
             AuthOutcome::Authenticated(pk) => {
+                // On a private service, another replica of the set is recognised before its
+                // `OK`, so what it asks next is answered as a member's.
+                if self.grasp.trust.private && !self.grasp.trust.is_member(&pk) && self.grasp.is_member(&pk).await {
+                    tracing::info!(pubkey = %pk, client = %self.client, "connection authenticated as another replica of this set");
+                }
                 tracing::info!(pubkey = %pk, client = %self.client, "connection authenticated (NIP-42)");
                 self.send(RelayMessage::ok(event.id, true, ""));
             }

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use nostr::prelude::{ClientMessage, Event, EventId, RelayMessage};
 use tokio::sync::{mpsc, oneshot};
 
+use crate::peers::credentials::ReplicaIdentity;
 use crate::peers::tls::Tls;
 use crate::peers::wire::{Incoming, Wire};
 use crate::shutdown::Shutdown;
@@ -34,11 +35,15 @@ pub struct ReplicaAcks {
     links: Vec<mpsc::Sender<Request>>,
     /// The replicas' git bases (`http://host:port`), for pushes.
     bases: Vec<String>,
+    /// A private set: how this replica is let in by the others (NIP-42, git proofs).
+    identity: Option<ReplicaIdentity>,
 }
 
 impl ReplicaAcks {
-    /// Starts one link per replica; `None` when `required` is 0.
-    pub fn start(replicas: &[grasp_state::trust::replica::Replica], required: usize, timeout: Duration, tls: Option<&std::path::Path>, shutdown: &Shutdown) -> anyhow::Result<Option<Arc<ReplicaAcks>>> {
+    /// Starts one link per replica; `None` when `required` is 0. `identity`: on a private set,
+    /// what this replica authenticates as (its links answer the others' NIP-42 challenges, its
+    /// `ls-remote`s carry git proofs).
+    pub fn start(replicas: &[grasp_state::trust::replica::Replica], required: usize, timeout: Duration, tls: Option<&std::path::Path>, identity: Option<ReplicaIdentity>, shutdown: &Shutdown) -> anyhow::Result<Option<Arc<ReplicaAcks>>> {
         if required == 0 {
             return Ok(None);
         }
@@ -55,10 +60,10 @@ impl ReplicaAcks {
             let link_url = format!("{}?{}", replica.relay, crate::nostr::pipeline::REPLICA_QUERY);
             let url = RelayUrl::parse(&link_url).map_err(|e| anyhow::anyhow!("replica {}: {e}", replica.base))?;
             let (tx, rx) = mpsc::channel(LINK_QUEUE);
-            tokio::spawn(link(url, policy.clone(), tls.clone(), rx, shutdown.clone()));
+            tokio::spawn(link(url, policy.clone(), tls.clone(), identity.clone(), rx, shutdown.clone()));
             links.push(tx);
         }
-        Ok(Some(Arc::new(ReplicaAcks { required, timeout, links, bases: replicas.iter().map(|r| r.base.clone()).collect() })))
+        Ok(Some(Arc::new(ReplicaAcks { required, timeout, links, bases: replicas.iter().map(|r| r.base.clone()).collect(), identity })))
     }
 
     /// Sends `event` to every replica and waits for `required` of them to hold it. `Err`: the
@@ -105,8 +110,12 @@ impl ReplicaAcks {
                 if confirmed[i] {
                     continue;
                 }
-                let url = format!("{base}/{npub}/{}.git", grasp_state::names::identifier::percent_encode_segment(identifier));
-                let served = crate::git::GitCommand::without_repo().network_safety().args(["ls-remote", "--refs", &url]).run_async(Duration::from_secs(5)).await;
+                let path = format!("/{npub}/{}.git", grasp_state::names::identifier::percent_encode_segment(identifier));
+                let mut ls_remote = crate::git::GitCommand::without_repo().network_safety();
+                if let Some(header) = self.identity.as_ref().and_then(|me| me.git_credential(&path).header().ok()) {
+                    ls_remote = ls_remote.secret_config("http.extraHeader", format!("Authorization: {header}"));
+                }
+                let served = ls_remote.args(["ls-remote", "--refs", &format!("{base}{path}")]).run_async(Duration::from_secs(5)).await;
                 if let Ok(out) = served {
                     let text = String::from_utf8_lossy(&out);
                     let theirs: HashMap<&str, &str> = text.lines().filter_map(|l| l.split_once('\t')).map(|(o, n)| (n, o)).collect();
@@ -132,12 +141,18 @@ impl ReplicaAcks {
 
 /// One replica's link: events in, confirmations out, reconnecting with a bounded backoff (at
 /// most 2 s). While it is down, requests wait in the bounded queue.
-async fn link(url: RelayUrl, policy: UrlPolicy, tls: Arc<Tls>, mut rx: mpsc::Receiver<Request>, mut shutdown: Shutdown) {
+async fn link(url: RelayUrl, policy: UrlPolicy, tls: Arc<Tls>, identity: Option<ReplicaIdentity>, mut rx: mpsc::Receiver<Request>, mut shutdown: Shutdown) {
     let mut backoff = Duration::from_millis(100);
     loop {
         let connected = async {
             let addresses = url.resolve(&policy).await.map_err(|e| e.to_string())?;
-            Wire::connect(&url, &addresses, &tls, Duration::from_secs(5)).await.map_err(|e| e.to_string())
+            let mut wire = Wire::connect(&url, &addresses, &tls, Duration::from_secs(5)).await.map_err(|e| e.to_string())?;
+            // A private set: authenticated before any event is sent, so none meets `auth-required:`.
+            if let Some(me) = &identity {
+                let deadline = std::time::Instant::now() + Duration::from_secs(5);
+                crate::peers::query::authenticate(&mut wire, std::slice::from_ref(me.keys()), &me.relay_tag(), deadline).await.map_err(|e| e.to_string())?;
+            }
+            Ok::<_, String>(wire)
         };
         let mut wire = tokio::select! {
             _ = shutdown.recv() => return,

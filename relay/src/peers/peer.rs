@@ -198,7 +198,7 @@ impl Session<'_> {
     /// no request meets `auth-required:`. A relay that sends none within a moment is not waited
     /// for; a challenge that comes later is answered when it comes ([`Session::on_message`]).
     async fn authenticate_first(&mut self) -> Result<(), Ended> {
-        if self.peer.shared.config.auth_keys.is_none() {
+        if self.credentials().is_none() {
             return Ok(());
         }
         let wait = self.peer.shared.config.timeout.min(Duration::from_secs(2));
@@ -235,18 +235,25 @@ impl Session<'_> {
         }
     }
 
-    /// Answers a NIP-42 challenge with this server's key; the AUTH event's id (nothing is sent
-    /// without a key).
+    /// The key this server answers this relay's NIP-42 challenges with, and the `relay` tag it
+    /// names: to another replica of a private set, its own key and the service's public relay
+    /// URL (`super::credentials::ReplicaIdentity`); to a `--private-sync-peer`, the service
+    /// key and the peer's URL. `None`: challenges are not answered.
+    fn credentials(&self) -> Option<(Keys, String)> {
+        let config = &self.peer.shared.config;
+        if let Some(me) = config.replica_identity.as_ref().filter(|_| config.replicas.iter().any(|r| RelayUrl::parse(&r.relay).is_ok_and(|u| u == self.peer.url))) {
+            return Some((me.keys().clone(), me.relay_tag()));
+        }
+        config.auth_keys.clone().map(|keys| (keys, self.peer.url.as_str().to_string()))
+    }
+
+    /// Answers a NIP-42 challenge ([`Session::credentials`]); the AUTH event's id (nothing is
+    /// sent without a key).
     async fn send_auth(&mut self, challenge: &str) -> Result<EventId, Ended> {
-        let Some(keys) = self.peer.shared.config.auth_keys.clone() else {
+        let Some((keys, relay)) = self.credentials() else {
             return Ok(EventId::from_byte_array([0; 32]));
         };
-        let tags = [Tag::parse(["relay", self.peer.url.as_str()]), Tag::parse(["challenge", challenge])];
-        let tags: Vec<Tag> = tags.into_iter().collect::<Result<_, _>>().map_err(|e| Ended::Failed(format!("AUTH tags: {e}")))?;
-        let event = EventBuilder::new(Kind::Authentication, "")
-            .tags(tags)
-            .finalize(&keys)
-            .map_err(|e| Ended::Failed(format!("signing AUTH: {e}")))?;
+        let event = super::credentials::auth_event(&keys, &relay, challenge).map_err(Ended::Failed)?;
         let id = event.id;
         self.wire.send(&ClientMessage::auth(event)).await?;
         Ok(id)
@@ -464,7 +471,7 @@ impl Session<'_> {
                     }
                 }
             }
-            RelayMessage::Auth { challenge } if self.peer.shared.config.auth_keys.is_some() => {
+            RelayMessage::Auth { challenge } if self.credentials().is_some() => {
                 if let Err(end) = self.send_auth(&challenge).await {
                     return Some(end);
                 }

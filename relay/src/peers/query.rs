@@ -117,15 +117,13 @@ impl Reach<'_> {
 
 /// An `AUTH` event of `keys` answering `challenge`, for the relay at `relay`.
 fn auth_event(keys: &Keys, relay: &str, challenge: &str) -> Result<Event, QueryError> {
-    let tags = [Tag::parse(["relay", relay]), Tag::parse(["challenge", challenge])];
-    let tags: Vec<Tag> = tags.into_iter().collect::<Result<_, _>>().map_err(|e| QueryError::Refused(format!("AUTH tags: {e}")))?;
-    EventBuilder::new(Kind::Authentication, "").tags(tags).finalize(keys).map_err(|e| QueryError::Refused(format!("signing AUTH: {e}")))
+    super::credentials::auth_event(keys, relay, challenge).map_err(QueryError::Refused)
 }
 
 /// NIP-42 on `wire`, as each of `keys` (at least one), before `deadline`: the challenge is the
 /// one the relay sent on connecting, or the one it answers an `AUTH` sent before any challenge
 /// with; then one `AUTH` per key, each answered `OK true`.
-async fn authenticate(wire: &mut Wire, keys: &[Keys], relay: &str, deadline: Instant) -> Result<(), QueryError> {
+pub(crate) async fn authenticate(wire: &mut Wire, keys: &[Keys], relay: &str, deadline: Instant) -> Result<(), QueryError> {
     // Asks for the challenge (a relay that already sent one answers this `OK false`).
     wire.send(&ClientMessage::auth(auth_event(&keys[0], relay, "-")?)).await?;
     let challenge = loop {

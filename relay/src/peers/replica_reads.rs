@@ -69,8 +69,10 @@ pub struct ReplicaReads {
     keys: Vec<Keys>,
     /// The `AUTH` events' `relay` tag: the service's public URL, the same on every replica.
     relay_tag: String,
-    /// The other replicas' own keys (their NIP-11 `self`), and when they were last read.
-    known: tokio::sync::Mutex<(BTreeSet<PublicKey>, Option<tokio::time::Instant>)>,
+    /// The other replicas' own keys (their NIP-11 `self`).
+    known: std::sync::RwLock<BTreeSet<PublicKey>>,
+    /// When the replicas' NIP-11 documents were last read (one reading at a time).
+    read_at: tokio::sync::Mutex<Option<tokio::time::Instant>>,
 }
 
 impl ReplicaReads {
@@ -99,7 +101,8 @@ impl ReplicaReads {
             tls: Tls::new(tls_ca)?,
             keys,
             relay_tag: format!("wss://{}", grasp_state::names::host::public_authority(&grasp.public_host)),
-            known: tokio::sync::Mutex::new((BTreeSet::new(), None)),
+            known: Default::default(),
+            read_at: tokio::sync::Mutex::new(None),
         })))
     }
 
@@ -107,27 +110,33 @@ impl ReplicaReads {
     /// the operator named their URLs), again when a key not known yet asks, at most every
     /// [`KEYS_REFRESH`], within [`ASK_DEADLINE`].
     pub async fn is_replica(&self, key: &PublicKey) -> bool {
-        let mut known = self.known.lock().await;
-        if known.0.contains(key) {
+        if self.is_known(key) {
             return true;
         }
-        if known.1.is_some_and(|at| at.elapsed() < KEYS_REFRESH) {
-            return false;
+        let mut read_at = self.read_at.lock().await;
+        // Read meanwhile by the holder of the lock before us?
+        if self.is_known(key) || read_at.is_some_and(|at| at.elapsed() < KEYS_REFRESH) {
+            return self.is_known(key);
         }
-        known.1 = Some(tokio::time::Instant::now());
+        *read_at = Some(tokio::time::Instant::now());
         let reads = self.replicas.iter().map(|(base, url)| async move {
             let addresses = url.resolve(&self.policy).await.ok()?;
             let doc = super::wire::fetch_nip11(url, &addresses, &self.tls, ASK_DEADLINE).await;
             let key = doc.as_ref().and_then(|d| d.get("self")).and_then(|v| v.as_str()).and_then(|hex| PublicKey::from_hex(hex).ok());
             if key.is_none() {
-                tracing::info!(replica = %base, "replica's own key (NIP-11 `self`) not read; its requests for held events are not answered until it is");
+                tracing::info!(replica = %base, "replica's own key (NIP-11 `self`) not read; it is not recognised as a replica until it is");
             }
             key
         });
-        for key in futures_util::future::join_all(reads).await.into_iter().flatten() {
-            known.0.insert(key);
-        }
-        known.0.contains(key)
+        let read: Vec<PublicKey> = futures_util::future::join_all(reads).await.into_iter().flatten().collect();
+        self.known.write().unwrap_or_else(|e| e.into_inner()).extend(read);
+        self.is_known(key)
+    }
+
+    /// Is `key` one of the other replicas' keys read so far ([`ReplicaReads::is_replica`] reads
+    /// them)? No waiting.
+    pub fn is_known(&self, key: &PublicKey) -> bool {
+        self.known.read().unwrap_or_else(|e| e.into_inner()).contains(key)
     }
 
     /// The held announcements and states matching `filters` that a replica authenticated as

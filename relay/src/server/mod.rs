@@ -184,7 +184,7 @@ pub async fn run(loaded: crate::config::Loaded) -> anyhow::Result<()> {
     let health = Arc::new(Health { grasp: grasp.clone(), data_dir: data.root().to_path_buf(), binaries, api_addr, views: views.clone(), caught_up: Default::default() });
 
     let controller = ShutdownController::new();
-    if let Some(acks) = crate::peers::acks::ReplicaAcks::start(&cfg.relay_sync.replica, cfg.relay_sync.replica_acks, cfg.relay_sync.replica_ack_timeout, cfg.relay_sync.sync_tls_ca.as_deref(), &controller.subscribe())? {
+    if let Some(acks) = crate::peers::acks::ReplicaAcks::start(&cfg.relay_sync.replica, cfg.relay_sync.replica_acks, cfg.relay_sync.replica_ack_timeout, cfg.relay_sync.sync_tls_ca.as_deref(), replica_identity(&cfg, &identity), &controller.subscribe())? {
         let _ = grasp.replica_acks.set(acks);
     }
     // What it authenticates as when it asks the others: its own key, which they read from its
@@ -305,6 +305,11 @@ async fn git_http_config(cfg: &crate::config::Config, data: &DataDir, grasp: &Ar
 /// Step "recover, then work": releases what the repositories already satisfy, then starts every
 /// background task (integrity pass, git sync, relay sync and Sync+, the relay's profile,
 /// maintenance, expiry, deferred work, copies, contributor data, pools, curation, limits,
+/// A replica of a private set (`--private` with `--replica`): how it is let in by the others,
+/// as its own key naming the service's domain (docs/scaling.md, "A private replica set").
+fn replica_identity(cfg: &Config, identity: &nostr::prelude::Keys) -> Option<crate::peers::credentials::ReplicaIdentity> {
+    (cfg.trust.private && !cfg.relay_sync.replica.is_empty()).then(|| crate::peers::credentials::ReplicaIdentity::new(identity.clone(), &cfg.server.public_host()))
+}
 /// reload, checkpoints). Each ends at shutdown.
 #[allow(clippy::too_many_arguments)]
 async fn start_background(
@@ -327,8 +332,14 @@ async fn start_background(
         async move { grasp.authority_integrity(true).await }
     });
 
-    // Background sync: fetch what the purgatory waits for from the other clone URLs it knows.
-    let (_, sync_stats) = crate::sync::start(grasp, crate::sync::SyncConfig::from_config(cfg), controller.subscribe());
+    // Background sync: fetch what the purgatory waits for from the other clone URLs it knows;
+    // a private service proves who it is to the private services it fetches from.
+    let mut sync = crate::sync::SyncConfig::from_config(cfg);
+    sync.credentials = crate::sync::PrivateFetch {
+        replica: replica_identity(cfg, identity),
+        service_key: if cfg.trust.private { Some(crate::peers::service_key::load_or_create(&cfg.service_key_file())?) } else { None },
+    };
+    let (_, sync_stats) = crate::sync::start(grasp, sync, controller.subscribe());
     let _ = views.sync_stats.set(sync_stats);
     // Relay-to-relay event sync (GRASP-02): follow the relays accepted repositories list.
     if let Some(mut peers) = crate::peers::PeersConfig::from_config(cfg) {
@@ -338,6 +349,7 @@ async fn start_background(
             tracing::info!(npub = %crate::peers::service_key::npub(&keys), path = %path.display(), "private service key: list it as a member on the --private-sync-peer relays");
             peers.auth_keys = Some(keys);
         }
+        peers.replica_identity = replica_identity(cfg, identity);
         let (_, relay_sync) = crate::peers::start(grasp, peers, data.relay_sync_file(), controller.subscribe())?;
         let _ = views.relay_sync.set(relay_sync);
     }

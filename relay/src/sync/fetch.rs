@@ -25,6 +25,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use crate::git::{GitCommand, GitError};
+use crate::peers::credentials::GitCredential;
 
 /// How to run one fetch.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,6 +41,9 @@ pub struct FetchOptions {
     /// Most bytes the repository fetched into may receive (a quarantine: all of one
     /// [`fetch_oids`] call); beyond, the fetch is killed and nothing it brought is kept.
     pub max_bytes: u64,
+    /// A private service's proof for this URL (GRASP-08 `Authorization: Nostr`), signed anew
+    /// for every git run and given to git in its environment, never on its command line.
+    pub credential: Option<GitCredential>,
 }
 
 impl Default for FetchOptions {
@@ -50,6 +54,7 @@ impl Default for FetchOptions {
             low_speed_time: Duration::from_secs(30),
             curl_resolve: None,
             max_bytes: grasp_state::contract::push_limits::DEFAULT_MAX_PUSH_BYTES,
+            credential: None,
         }
     }
 }
@@ -160,6 +165,9 @@ async fn run_fetch(
         .config("http.lowSpeedTime", options.low_speed_time.as_secs().max(1));
     if let Some(resolve) = &options.curl_resolve {
         command = command.config("http.curloptResolve", resolve);
+    }
+    if let Some(credential) = &options.credential {
+        command = command.secret_config("http.extraHeader", format!("Authorization: {}", credential.header()?));
     }
     let command = command
         .args([

@@ -44,6 +44,7 @@ use serde::Serialize;
 use tokio::sync::{watch, Notify};
 use tokio::task::JoinSet;
 use crate::config::Config;
+use crate::peers::credentials::GitCredential;
 
 pub use context::{start, SyncHandle};
 pub use fetch::{fetch_oids, missing_objects, FetchOptions, FetchOutcome};
@@ -102,6 +103,28 @@ pub trait SyncContext: Send + Sync + 'static {
     fn objects_moved_in(&self, _repo: &Path) {}
 }
 
+/// What a private service proves when it fetches git data from another private service
+/// (GRASP-08 `Authorization: Nostr`, docs/protocol.md#trust): nothing on a public service.
+#[derive(Debug, Clone, Default)]
+pub struct PrivateFetch {
+    /// To another replica of its set: its own key, naming the repository on the service's
+    /// domain (docs/scaling.md, "A private replica set").
+    pub replica: Option<crate::peers::credentials::ReplicaIdentity>,
+    /// To a `--private-sync-peer`: its service key, naming the clone URL fetched.
+    pub service_key: Option<nostr::prelude::Keys>,
+}
+
+impl PrivateFetch {
+    /// The proof for fetching `url`; `replica`: whether it is one of the operator's replicas.
+    pub fn for_url(&self, url: &CloneUrl, replica: bool) -> Option<GitCredential> {
+        match (&self.replica, &self.service_key) {
+            (Some(me), _) if replica => Some(me.git_credential(url.path())),
+            (_, Some(keys)) => Some(GitCredential::new(keys.clone(), url.url.clone())),
+            _ => None,
+        }
+    }
+}
+
 /// Everything configurable about background sync.
 #[derive(Debug, Clone)]
 pub struct SyncConfig {
@@ -123,6 +146,8 @@ pub struct SyncConfig {
     pub only_peers: Option<Vec<String>>,
     /// The operator's replicas (`--replica`, `host:port`): trusted on any address.
     pub replicas: Vec<String>,
+    /// A private service's proofs for the private services it fetches from (set by the caller).
+    pub credentials: PrivateFetch,
     /// One attempt for an identifier ends after this long, whatever its URLs do.
     pub attempt_timeout: Duration,
     /// Clone URLs one attempt takes per source and in all.
@@ -142,6 +167,7 @@ impl Default for SyncConfig {
             max_parallel: 16,
             only_peers: None,
             replicas: Vec::new(),
+            credentials: PrivateFetch::default(),
             attempt_timeout: Duration::from_secs(10 * 60),
             url_limits: UrlLimits::default(),
         }
@@ -484,6 +510,7 @@ impl<C: SyncContext> Shared<C> {
         let domain = safe.url.domain();
         let options = FetchOptions {
             curl_resolve: safe.curl_resolve(),
+            credential: self.config.credentials.for_url(&safe.url, self.policy.is_trusted(&safe.url)),
             ..self.config.fetch.clone()
         };
         let mut attempt = UrlAttempt::default();
@@ -617,6 +644,22 @@ fn git_sync_peer(peer: &str) -> String {
 mod config_tests {
     use super::*;
     use clap::{CommandFactory, Parser};
+
+    #[test]
+    fn a_private_service_proves_itself_to_replicas_and_peers() {
+        let (me, service) = (nostr::prelude::Keys::generate(), nostr::prelude::Keys::generate());
+        let replica = CloneUrl::parse("http://10.0.0.2:8080/npub1x/my%20repo.git").unwrap();
+        let peer = CloneUrl::parse("https://peer.example/npub1x/r.git").unwrap();
+        assert_eq!(PrivateFetch::default().for_url(&replica, true), None, "a public service proves nothing");
+        let private = PrivateFetch {
+            replica: Some(crate::peers::credentials::ReplicaIdentity::new(me.clone(), "git.example.com")),
+            service_key: Some(service.clone()),
+        };
+        // To a replica: its own key, the repository named on the service's domain.
+        assert_eq!(private.for_url(&replica, true), Some(GitCredential::new(me, "https://git.example.com/npub1x/my%20repo.git")));
+        // To a peer: the service key, the clone URL itself.
+        assert_eq!(private.for_url(&peer, false), Some(GitCredential::new(service, "https://peer.example/npub1x/r.git")));
+    }
 
     #[test]
     fn sync_defaults_follow_the_design() {

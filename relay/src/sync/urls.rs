@@ -119,6 +119,14 @@ impl CloneUrl {
         &self.host
     }
 
+    /// The path, as written, without query or fragment (`/<npub>/<identifier>.git` for a
+    /// clone URL).
+    pub fn path(&self) -> &str {
+        let rest = self.url.split_once("://").map_or("", |(_, rest)| rest);
+        let path = rest.find('/').map_or("", |i| &rest[i..]);
+        path.split(['?', '#']).next().unwrap_or_default()
+    }
+
     /// `host:port` as curl's `--resolve` expects it (IPv6 in brackets).
     fn authority(&self) -> String {
         if self.host.contains(':') {
@@ -242,7 +250,8 @@ impl UrlPolicy {
         self
     }
 
-    fn is_trusted(&self, url: &CloneUrl) -> bool {
+    /// Is `url` on one of the operator's replicas ([`UrlPolicy::trusting`])?
+    pub fn is_trusted(&self, url: &CloneUrl) -> bool {
         self.trusted.iter().any(|(host, port)| *host == url.host && port.is_none_or(|port| port == url.port))
     }
 
