@@ -7,7 +7,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use base64::Engine as _;
 use grasp_tests::fake_relay::FakeRelay;
 use grasp_tests::grasp::*;
 use grasp_tests::{NostrClient, TestServer, TIMEOUT};
@@ -623,12 +622,7 @@ async fn private_b_follows_only_its_listed_peer_authenticating_with_its_service_
     let tip = repo.commit("README", identifier);
     send_ok(&mut ca, &state(&alice, identifier, &[("refs/heads/main", &tip)], Some("main"))).await;
     let url = repo_url(&a, &alice.public_key(), identifier);
-    let proof = EventBuilder::new(Kind::Custom(27235), "")
-        .tags([Tag::parse(["u", url.as_str()]).unwrap(), Tag::parse(["method", "GET"]).unwrap()])
-        .finalize(&alice)
-        .unwrap();
-    let header = format!("http.extraHeader=Authorization: Nostr {}", base64::engine::general_purpose::STANDARD.encode(proof.as_json()));
-    let out = grasp_tests::git::git_output(&repo.work.dir, &["-c", &header, "push", &url, "main"]);
+    let out = git_with(&repo.work.dir, &git_proof(&alice, &url), &["push", &url, "main"]);
     assert!(out.status.success(), "member push: {}", String::from_utf8_lossy(&out.stderr));
     eventually!("A to serve the announcement", TIMEOUT, stored(&mut ca, ann.id).await.then_some(()));
     // B authenticates to A as its service key, finds the announcement there and holds it.
@@ -638,6 +632,9 @@ async fn private_b_follows_only_its_listed_peer_authenticating_with_its_service_
     });
     assert!(a.logs().contains(&format!("pubkey={service_hex}")) || a.logs().contains(&service_hex), "B did not authenticate to A");
     assert!(b.logs().contains("authenticated to relay (NIP-42)"));
+    // B's git sync fetches the data from A with the service key's proof, and serves it.
+    let b_repo = repo_dir(&b, &alice.public_key(), identifier);
+    eventually!("B to fetch the pushed data from A", Duration::from_secs(30), (b_repo.join("HEAD").exists() && bare_refs(&b_repo).get("refs/heads/main") == Some(&tip)).then_some(()));
     // Only A is followed, never the decoy or B itself.
     let view = operator_get(&b, "/v1/sync").await.unwrap();
     let relays: Vec<&str> = view["relays"].as_array().unwrap().iter().map(|r| r["url"].as_str().unwrap()).collect();
