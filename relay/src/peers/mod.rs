@@ -290,7 +290,7 @@ impl Shared {
         if let Some(status) = self.outbox.lock().unwrap().as_mut() {
             status.events_gained += accepted;
         }
-        self.grasp().metrics.sync_plus_gained(accepted);
+        self.grasp().metrics().sync_plus_gained(accepted);
     }
 
     fn save_cursors(&self) {

@@ -165,9 +165,8 @@ pub async fn run(loaded: crate::config::Loaded) -> anyhow::Result<()> {
     let grasp = Arc::new(
         Grasp::new(relay, purgatory, layout, data.hooks(), cfg.server.public_host(), metrics.clone()).with_trust(trust).with_lock_limits(crate::grasp::locks::LockLimits::from_config(&cfg.limits)).with_deferred_limits(cfg.purgatory.deferred_limits()).with_grasp06(cfg.services.grasp06).with_archive(cfg.services.archive()).with_replicas(cfg.relay_sync.replica.clone()),
     );
-    grasp.contributor_data.configure(cfg.purgatory.contributor_budget(), cfg.purgatory.pr_data_grace);
-    grasp.contributor_data.load(data.root());
-    grasp.owner_quotas.configure(cfg.limits.owner_quotas(), cfg.limits.quota_exempt_owner.iter().copied());
+    grasp.configure_contributor_data(cfg.purgatory.contributor_budget(), cfg.purgatory.pr_data_grace, data.root());
+    grasp.configure_owner_quotas(cfg.limits.owner_quotas(), cfg.limits.quota_exempt_owner.iter().copied());
     // Step "recover": from here every change to the purgatory is journalled before it is
     // acknowledged; the checkpoint right away compacts what was restored (checkpoint + journal)
     // into one file.
@@ -185,7 +184,7 @@ pub async fn run(loaded: crate::config::Loaded) -> anyhow::Result<()> {
 
     let controller = ShutdownController::new();
     if let Some(acks) = crate::peers::acks::ReplicaAcks::start(&cfg.relay_sync.replica, cfg.relay_sync.replica_acks, cfg.relay_sync.replica_ack_timeout, cfg.relay_sync.sync_tls_ca.as_deref(), &controller.subscribe())? {
-        let _ = grasp.replica_acks.set(acks);
+        grasp.set_replica_acks(acks);
     }
     // What it authenticates as when it asks the others: its own key, which they read from its
     // NIP-11 document, and on a private service its service key (a member on the others).
@@ -194,7 +193,7 @@ pub async fn run(loaded: crate::config::Loaded) -> anyhow::Result<()> {
         asking.push(crate::peers::service_key::load_or_create(&cfg.service_key_file())?);
     }
     if let Some(reads) = crate::peers::replica_reads::ReplicaReads::new(&grasp, asking, cfg.relay_sync.sync_tls_ca.as_deref())? {
-        let _ = grasp.replica_reads.set(reads);
+        grasp.set_replica_reads(reads);
     }
     // The hook API runs on a runtime of its own (its own worker and blocking threads), so pushes
     // are decided while the WebSocket side is saturated (docs/security.md).
@@ -286,7 +285,7 @@ async fn git_http_config(cfg: &crate::config::Config, data: &DataDir, grasp: &Ar
         min_rate: cfg.limits.git_min_rate,
         prs: cfg.services.grasp06,
         ref_cache: (cfg.limits.ref_cache_bytes > 0)
-            .then(|| Arc::new(crate::git::ref_cache::RefCache::new(cfg.limits.ref_cache_bytes, grasp.metrics.ref_cache()))),
+            .then(|| Arc::new(crate::git::ref_cache::RefCache::new(cfg.limits.ref_cache_bytes, grasp.metrics().ref_cache()))),
         // A push the listener runs does what `post-receive` would itself: one hook process and
         // one hook API round trip fewer.
         supervised_pushes: Some(crate::git::supervised_push::SupervisedPushes {
@@ -357,7 +356,7 @@ async fn start_background(
         tokio::spawn(publication.run(controller.subscribe()));
     }
 
-    let _ = grasp.maintenance.set(crate::grasp::maintenance::Maintenance::start(grasp.clone(), cfg.limits.git_idle_timeout, controller.subscribe()));
+    grasp.set_maintenance(crate::grasp::maintenance::Maintenance::start(grasp.clone(), cfg.limits.git_idle_timeout, controller.subscribe()));
     tokio::spawn(crate::grasp::lifecycle::run_expiry(grasp.clone(), controller.subscribe()));
     tokio::spawn(crate::grasp::deferred::run_deferred(grasp.clone(), controller.subscribe()));
     tokio::spawn(crate::grasp::copies::run_copies(grasp.clone(), controller.subscribe()));
@@ -369,7 +368,7 @@ async fn start_background(
     });
     tokio::spawn(crate::grasp::purge::run_curation_watch(grasp.clone(), controller.subscribe()));
     tokio::spawn(heap_trim::run(controller.subscribe()));
-    tokio::spawn(crate::trust::limits::run_repo_count(grasp.trust.clone(), controller.subscribe()));
+    tokio::spawn(crate::trust::limits::run_repo_count(grasp.trust().clone(), controller.subscribe()));
     tokio::spawn(reload::run(grasp.clone(), settings, cfg.pages.admin_pubkey, hangups, controller.subscribe()));
     tokio::spawn(crate::grasp::lifecycle::run_checkpoints(
         grasp.clone(),
@@ -423,7 +422,7 @@ async fn accept_loop(listener: TcpListener, state: Arc<AppState>, mut shutdown: 
             _ = shutdown.recv() => return,
             v = tcp::accept_with_backoff(&listener, "public") => v,
         };
-        let opened = if crate::trust::proxy::is_trusted(remote.ip(), &state.grasp.trust.trusted_proxies) {
+        let opened = if crate::trust::proxy::is_trusted(remote.ip(), &state.grasp.trust().trusted_proxies) {
             state.connections.try_open_from_proxy(remote.ip())
         } else {
             state.connections.try_open(remote.ip())
@@ -432,7 +431,7 @@ async fn accept_loop(listener: TcpListener, state: Arc<AppState>, mut shutdown: 
             Ok(permit) => Arc::new(permit),
             Err(refusal) => {
                 tracing::debug!(%remote, ?refusal, open = state.connections.open(), "connection refused");
-                state.grasp.metrics.connection_refused(&refusal);
+                state.grasp.metrics().connection_refused(&refusal);
                 if let Ok(slot) = refusals.clone().try_acquire_owned() {
                     tokio::spawn(async move {
                         refuse(stream, refusal).await;
@@ -554,7 +553,7 @@ async fn route(
         } else if accepts_nostr_json(&req) {
             let mut r = http::text(
                 StatusCode::OK,
-                crate::nostr::nip11::document(&state.cfg, &state.grasp.trust, &state.identity.public_key()).to_string(),
+                crate::nostr::nip11::document(&state.cfg, state.grasp.trust(), &state.identity.public_key()).to_string(),
             );
             r.headers_mut().insert(
                 CONTENT_TYPE,
@@ -573,15 +572,15 @@ async fn route(
         // Repository paths, and every other path: grasp-cgi serves git, the repository pages and
         // the one 404 page (HTML for browsers), the same here as behind nginx. Git request slots
         // are counted per client: the forwarded address when the peer is a trusted proxy.
-        let client = crate::trust::proxy::client_address(remote.ip(), req.headers(), &state.grasp.trust.trusted_proxies);
+        let client = crate::trust::proxy::client_address(remote.ip(), req.headers(), &state.grasp.trust().trusted_proxies);
         match state.git_requests.try_open(client) {
             Ok(slot) => {
                 // A replica set's push to a repository this replica does not have yet: its
                 // announcement may have reached another replica a moment ago.
-                if let Some(reads) = state.grasp.replica_reads.get() {
+                if let Some(reads) = state.grasp.replica_reads() {
                     reads.before_push_to_missing(&state.grasp, req.method().as_str(), req.uri().path(), req.uri().query().unwrap_or("")).await;
                 }
-                let timer = state.grasp.metrics.git_request(&req);
+                let timer = state.grasp.metrics().git_request(&req);
                 // REMOTE_ADDR is the client as resolved through trusted proxies: the hooks forward
                 // it, and a push's placeholders count against its share (docs/protocol.md#caps).
                 let client_addr = SocketAddr::new(client, remote.port());
@@ -608,8 +607,8 @@ const CATCHING_UP: &str =
 fn catching_up(req: &Request<Incoming>, state: &AppState, remote: SocketAddr) -> bool {
     let forwarded = req.headers().contains_key("x-forwarded-for") || req.headers().contains_key("x-real-ip");
     forwarded
-        && !state.grasp.replicas.is_empty()
-        && crate::trust::proxy::is_trusted(remote.ip(), &state.grasp.trust.trusted_proxies)
+        && !state.grasp.replicas().is_empty()
+        && crate::trust::proxy::is_trusted(remote.ip(), &state.grasp.trust().trusted_proxies)
         && !state.health.caught_up()
 }
 
@@ -675,7 +674,7 @@ fn websocket_upgrade(
     }
     // Behind a trusted proxy, the forwarded client address holds a per-address place for as long
     // as the WebSocket lives, and is the key of its write limits.
-    let trust = &state.grasp.trust;
+    let trust = state.grasp.trust();
     let client = crate::trust::proxy::client_address(remote.ip(), req.headers(), &trust.trusted_proxies);
     let client_place = if crate::trust::proxy::is_trusted(remote.ip(), &trust.trusted_proxies) {
         match state.connections.try_hold_address(client) {

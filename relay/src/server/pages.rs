@@ -92,7 +92,7 @@ pub async fn served_repos(grasp: &Grasp, page: usize) -> (Vec<RepoCard>, bool) {
 pub async fn home(cfg: &Config, grasp: &Grasp, query: Option<&str>) -> String {
     let page = page_of(query);
     let (repos, more) = served_repos(grasp, page).await;
-    render_home(cfg, &grasp.trust, &repos, page, more)
+    render_home(cfg, grasp.trust(), &repos, page, more)
 }
 
 /// The home page's HTML (pure).

@@ -16,7 +16,8 @@
 //!   objects are moved into the real repository under the lock.
 //! - this file: the [`SyncContext`] the GRASP brain implements, and the [`Syncer`] loop.
 //! - [`context`]: that implementation for `Arc<Grasp>`, and [`context::start`], the daemon's
-//!   wiring (enqueue on `Grasp::on_waiting`, stats for the operator view, stop on shutdown).
+//!   wiring (enqueue through `Grasp::set_on_waiting`, stats for the operator view, stop on
+//!   shutdown).
 //!
 //! The syncer never writes refs: it only adds objects to a repository (fetched into a quarantine
 //! without any lock, then moved in under the repository lock shared with the push flow) and then
