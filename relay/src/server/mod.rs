@@ -161,7 +161,7 @@ pub async fn run(loaded: crate::config::Loaded) -> anyhow::Result<()> {
             marker.display()
         );
     }
-    let trust = Arc::new(crate::trust::Trust::from_config(&cfg, data.git())?);
+    let trust = Arc::new(crate::trust::Trust::from_sections(&cfg.trust, &cfg.limits, &cfg.storage, cfg.pages.admin_pubkey, data.git())?);
     let grasp = Arc::new(
         Grasp::new(relay, purgatory, layout, data.hooks(), cfg.server.public_host(), metrics.clone()).with_trust(trust).with_lock_limits(crate::grasp::locks::LockLimits::from_config(&cfg.limits)).with_deferred_limits(cfg.purgatory.deferred_limits()).with_grasp06(cfg.services.grasp06).with_archive(cfg.services.archive()).with_replicas(cfg.relay_sync.replica.clone()),
     );
@@ -203,7 +203,7 @@ pub async fn run(loaded: crate::config::Loaded) -> anyhow::Result<()> {
     start_background(&grasp, &cfg, &data, &identity, &views, settings, hangups, &controller).await?;
 
     // Step "serve": the metrics listener, then the public one.
-    let git = git_http_config(&cfg, &data, &grasp).await;
+    let git = git_http_config(&cfg.server, &cfg.limits, &cfg.services, &data, &grasp).await;
     let connections = ConnectionLimiter::new(cfg.limits.max_connections as usize, cfg.limits.max_connections_per_ip as usize, cfg.limits.ipv6_prefix_len);
     // The metrics listener (off unless --metrics-bind): its own socket, never the public port.
     let metrics_file = data.root().join(grasp_state::contract::layout::METRICS_ADDR_FILE);
@@ -250,20 +250,22 @@ fn check_helpers(server: &crate::config::ServerConfig, limits: &crate::config::L
     Ok(binaries)
 }
 
-/// Step "serve": how the public listener runs git (docs/architecture.md, "Git over HTTP").
-async fn git_http_config(cfg: &crate::config::Config, data: &DataDir, grasp: &Arc<Grasp>) -> crate::git::http::GitHttpConfig {
+/// Step "serve": how the public listener runs git (docs/architecture.md, "Git over HTTP"), from
+/// the helper binaries' place (`[server]`), the push and git request limits (`[limits]`) and
+/// GRASP-06 (`[services]`).
+async fn git_http_config(server: &crate::config::ServerConfig, limits: &crate::config::LimitsConfig, services: &crate::config::ServicesConfig, data: &DataDir, grasp: &Arc<Grasp>) -> crate::git::http::GitHttpConfig {
     // git's `git-http-backend`, run directly when the relay finds it (one process start less per
     // request).
     let http_backend = tokio::task::spawn_blocking(crate::git::http_backend_program).await.ok().flatten();
     crate::git::http::GitHttpConfig {
-        cgi_path: cfg.server.cgi_path(),
+        cgi_path: server.cgi_path(),
         backend: grasp_state::contract::git_backend::BackendSetup {
             git_root: data.git(),
             hooks_dir: Some(data.hooks()),
             git: "git".into(),
             http_backend: http_backend.clone(),
-            max_push_bytes: Some(cfg.limits.max_push_bytes),
-            max_pr_push_bytes: Some(cfg.limits.max_pr_push_bytes),
+            max_push_bytes: Some(limits.max_push_bytes),
+            max_pr_push_bytes: Some(limits.max_pr_push_bytes),
         },
         data_dir: data.root().to_path_buf(),
         direct: true,
@@ -271,21 +273,21 @@ async fn git_http_config(cfg: &crate::config::Config, data: &DataDir, grasp: &Ar
         // about every git request; it sets git's receive.maxInputSize from the push limit.
         env: vec![
             (env_names::DATA_DIR.into(), data.root().display().to_string()),
-            (env_names::MAX_PUSH_BYTES.into(), cfg.limits.max_push_bytes.to_string()),
-            (env_names::MAX_PR_PUSH_BYTES.into(), cfg.limits.max_pr_push_bytes.to_string()),
+            (env_names::MAX_PUSH_BYTES.into(), limits.max_push_bytes.to_string()),
+            (env_names::MAX_PR_PUSH_BYTES.into(), limits.max_pr_push_bytes.to_string()),
             // GRASP-06: grasp-cgi serves /prs/ (or answers 404) as the relay does.
-            (env_names::GRASP06.into(), cfg.services.grasp06.to_string()),
+            (env_names::GRASP06.into(), services.grasp06.to_string()),
             // A push waits this long for another push to the repository, then is answered 503.
-            (env_names::PUSH_LOCK_WAIT.into(), cfg.limits.push_lock_wait.as_secs().to_string()),
+            (env_names::PUSH_LOCK_WAIT.into(), limits.push_lock_wait.as_secs().to_string()),
         ]
         .into_iter()
         .chain(http_backend.map(|p| (env_names::GIT_HTTP_BACKEND.to_string(), p.display().to_string())))
         .collect(),
-        idle_timeout: cfg.limits.git_idle_timeout,
-        min_rate: cfg.limits.git_min_rate,
-        prs: cfg.services.grasp06,
-        ref_cache: (cfg.limits.ref_cache_bytes > 0)
-            .then(|| Arc::new(crate::git::ref_cache::RefCache::new(cfg.limits.ref_cache_bytes, grasp.metrics().ref_cache()))),
+        idle_timeout: limits.git_idle_timeout,
+        min_rate: limits.git_min_rate,
+        prs: services.grasp06,
+        ref_cache: (limits.ref_cache_bytes > 0)
+            .then(|| Arc::new(crate::git::ref_cache::RefCache::new(limits.ref_cache_bytes, grasp.metrics().ref_cache()))),
         // A push the listener runs does what `post-receive` would itself: one hook process and
         // one hook API round trip fewer.
         supervised_pushes: Some(crate::git::supervised_push::SupervisedPushes {
@@ -304,7 +306,8 @@ async fn git_http_config(cfg: &crate::config::Config, data: &DataDir, grasp: &Ar
 /// Step "recover, then work": releases what the repositories already satisfy, then starts every
 /// background task (integrity pass, git sync, relay sync and Sync+, the relay's profile,
 /// maintenance, expiry, deferred work, copies, contributor data, pools, curation, limits,
-/// reload, checkpoints). Each ends at shutdown.
+/// reload, checkpoints). Each ends at shutdown. It wires nearly every part, so it takes the
+/// whole configuration and hands each part the sections that part reads.
 #[allow(clippy::too_many_arguments)]
 async fn start_background(
     grasp: &Arc<Grasp>,
@@ -327,10 +330,10 @@ async fn start_background(
     });
 
     // Background sync: fetch what the purgatory waits for from the other clone URLs it knows.
-    let (_, sync_stats) = crate::sync::start(grasp, crate::sync::SyncConfig::from_config(cfg), controller.subscribe());
+    let (_, sync_stats) = crate::sync::start(grasp, crate::sync::SyncConfig::from_sections(&cfg.git_sync, &cfg.limits, &cfg.server, &cfg.trust, &cfg.relay_sync), controller.subscribe());
     let _ = views.sync_stats.set(sync_stats);
     // Relay-to-relay event sync (GRASP-02): follow the relays accepted repositories list.
-    if let Some(mut peers) = crate::peers::PeersConfig::from_config(cfg) {
+    if let Some(mut peers) = crate::peers::PeersConfig::from_sections(&cfg.relay_sync, &cfg.trust, &cfg.storage, &cfg.git_sync, &cfg.server) {
         if cfg.trust.private {
             let path = cfg.service_key_file();
             let keys = crate::peers::service_key::load_or_create(&path)?;
@@ -343,7 +346,7 @@ async fn start_background(
     // The relay's own profile and relay list, on the index relays that hold none for its key yet.
     let index_relays = cfg.index_relays();
     if !index_relays.is_empty() {
-        let sync = crate::sync::SyncConfig::from_config(cfg);
+        let sync = crate::sync::SyncConfig::from_sections(&cfg.git_sync, &cfg.limits, &cfg.server, &cfg.trust, &cfg.relay_sync);
         let publication = crate::peers::profile::SelfPublication {
             keys: identity.clone(),
             public_host: cfg.server.public_host(),
