@@ -126,7 +126,7 @@ pub struct PeersConfig {
     pub auth_keys: Option<nostr::prelude::Keys>,
     /// The operator's replicas (`--replica`): followed for everything, on any address.
     pub replicas: Vec<grasp_state::trust::replica::Replica>,
-    /// GRASP-03 Sync+ (`None` when it does not run, see [`Config::sync_plus_enabled`]).
+    /// GRASP-03 Sync+ (`None` when it does not run, see [`RelaySyncConfig::sync_plus_enabled`]).
     pub outbox: Option<outbox::OutboxConfig>,
 }
 
@@ -758,7 +758,7 @@ mod config_tests {
         assert!(peers_of(&Config::parse_from(["grasp-relay", "--no-sync-plus"])).unwrap().outbox.is_none());
         // A private service never uses discovered relays, nor index relays.
         let private = Config::parse_from(["grasp-relay", "--private", "--private-sync-peer", "wss://peer.example.com", "--index-relay", "ws://a.example"]);
-        assert!(peers_of(&private).unwrap().outbox.is_none() && private.index_relays().is_empty());
+        assert!(peers_of(&private).unwrap().outbox.is_none() && private.relay_sync.index_relays_used(&private.trust).is_empty());
     }
 
     #[test]

@@ -344,7 +344,7 @@ async fn start_background(
         let _ = views.relay_sync.set(relay_sync);
     }
     // The relay's own profile and relay list, on the index relays that hold none for its key yet.
-    let index_relays = cfg.index_relays();
+    let index_relays = cfg.relay_sync.index_relays_used(&cfg.trust);
     if !index_relays.is_empty() {
         let sync = crate::sync::SyncConfig::from_sections(&cfg.git_sync, &cfg.limits, &cfg.server, &cfg.trust, &cfg.relay_sync);
         let publication = crate::peers::profile::SelfPublication {
