@@ -302,30 +302,6 @@ fn parse_pubkey(s: &str) -> Result<PublicKey, String> {
 }
 
 impl Config {
-    /// Whether relay sync runs: not with `--no-relay-sync`, nor on a private service without a
-    /// relay among its `--private-sync-peer`s (it then follows those relays only).
-    pub fn relay_sync_enabled(&self) -> bool {
-        !(self.relay_sync.no_relay_sync || (self.trust.private && self.trust.private_sync_relays().is_empty() && self.relay_sync.replica.is_empty()))
-    }
-
-    /// Whether GRASP-03 Sync+ runs: with relay sync, on a public service, not with
-    /// `--no-sync-plus`.
-    pub fn sync_plus_enabled(&self) -> bool {
-        self.relay_sync_enabled() && !self.trust.private && !self.relay_sync.no_sync_plus
-    }
-
-    /// The index relays: `--index-relay`, else [`DEFAULT_INDEX_RELAYS`]; none with
-    /// `--no-index-relays` or on a private service (it uses no discovered relay).
-    pub fn index_relays(&self) -> Vec<String> {
-        if self.relay_sync.no_index_relays || self.trust.private {
-            return Vec::new();
-        }
-        if self.relay_sync.index_relays.is_empty() {
-            return DEFAULT_INDEX_RELAYS.iter().map(|s| s.to_string()).collect();
-        }
-        self.relay_sync.index_relays.clone()
-    }
-
     /// The purgatory's durations and caps.
     pub fn purgatory(&self) -> grasp_state::purgatory::PurgatoryConfig {
         let mut c = grasp_state::purgatory::PurgatoryConfig {

@@ -31,7 +31,8 @@
 //! - [`sync`]: background git-data sync (queue, per-domain throttle, fetch by id), and URL safety
 //!   for clone URLs (`urls`) and relay URLs (`relay_url`).
 //! - [`grasp`]: the domain. [`grasp::Grasp`] joins store, purgatory and repositories
-//!   (`grasp/mod.rs`); which events are stored, held or refused (`acceptance`, `policy`); who
+//!   (`grasp/mod.rs`: its parts are the module's own, asked for through the hub's methods, but
+//!   the store, the purgatory and the repository locks, public for the tests and tools); which events are stored, held or refused (`acceptance`, `policy`); who
 //!   the confirmed maintainers are, computed once per version of an identifier's announcements
 //!   (`authority`), and the authorization-integrity pass over every repository (`integrity`); push
 //!   authorisation for pre-receive (`authorize`, held states parsed once and indexed by declared
@@ -73,7 +74,9 @@
 //!   (`config/server`, `storage`, `limits`, `purgatory`, `git_sync`, `relay_sync`, `trust`,
 //!   `services`, `pages`: [`config::LimitsConfig`], ...), flattened into it; a part is handed
 //!   the section it reads (`nostr::negentropy::NegentropyLimits::from_config(&LimitsConfig)`),
-//!   those spanning sections the whole (`sync::SyncConfig::from_config`); re-read on SIGHUP by
+//!   one spanning sections exactly those it reads (`sync::SyncConfig::from_sections(&GitSyncConfig,
+//!   &LimitsConfig, ...)`), only startup (`server::start_background`) and what describes the whole
+//!   relay (the NIP-11 document, the home page) the whole configuration; re-read on SIGHUP by
 //!   `server::reload`, which puts a section's live settings in force together. Also the log
 //!   filter, the data directory layout and its exclusive lock, the shutdown signal every task is
 //!   handed.

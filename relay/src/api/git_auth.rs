@@ -19,20 +19,20 @@ use crate::grasp::Grasp;
 pub async fn answer(grasp: &Grasp, req: &GitAuthRequest) -> GitAuthResponse {
     let (allowed, reason) = decide(grasp, req).await;
     let repo = format!("{}/{}", req.owner, req.identifier);
-    if grasp.trust.private {
+    if grasp.trust().private {
         tracing::info!(repo, allowed, reason = %reason, "private git request");
     }
     GitAuthResponse { version: HOOK_API_VERSION, allowed, reason }
 }
 
 async fn decide(grasp: &Grasp, req: &GitAuthRequest) -> (bool, String) {
-    if !grasp.trust.private {
+    if !grasp.trust().private {
         return (true, "public service".into());
     }
     let Some(owner) = grasp_state::names::identifier::parse_npub(&req.owner) else {
         return (false, "not a repository path".into());
     };
-    match verify_git_proof(req.authorization.as_deref(), &grasp.public_host, &owner, &req.identifier, Timestamp::now().as_secs()) {
+    match verify_git_proof(req.authorization.as_deref(), grasp.public_host(), &owner, &req.identifier, Timestamp::now().as_secs()) {
         // A member, or another replica of this set fetching what it lacks.
         Ok(pk) if grasp.is_member(&pk).await => (true, format!("member {}", grasp_state::names::identifier::npub_of(&pk))),
         Ok(pk) => (false, format!("{} is not a member", grasp_state::names::identifier::npub_of(&pk))),

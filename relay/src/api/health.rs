@@ -64,7 +64,7 @@ impl Health {
             Check { name: "binaries", result: binaries },
             Check { name: "hook_api", result: hook_api },
         ];
-        if !self.grasp.replicas.is_empty() {
+        if !self.grasp.replicas().is_empty() {
             checks.push(Check { name: "replicas", result: self.replicas() });
         }
         checks
@@ -75,7 +75,7 @@ impl Health {
     /// every request the front forwards while it is false (`crate::server`, docs/scaling.md).
     pub fn caught_up(&self) -> bool {
         use std::sync::atomic::Ordering;
-        if self.grasp.replicas.is_empty() || self.caught_up.load(Ordering::Relaxed) {
+        if self.grasp.replicas().is_empty() || self.caught_up.load(Ordering::Relaxed) {
             return true;
         }
         let now = self.replicas().is_ok();
@@ -93,7 +93,7 @@ impl Health {
         let relays = self.views.relay_sync.get().map(|v| v.relays()).unwrap_or_default();
         let behind: Vec<String> = self
             .grasp
-            .replicas
+            .replicas()
             .iter()
             .filter(|r| {
                 let Ok(url) = crate::sync::relay_url::RelayUrl::parse(&r.relay) else { return false };

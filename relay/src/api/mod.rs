@@ -201,7 +201,7 @@ fn with_sync_levels(listing: &PurgatoryListing, views: &OperatorViews) -> serde_
 /// parse.
 fn pusher(grasp: &Grasp, req: &HookRequest) -> Option<std::net::IpAddr> {
     let address = req.client.as_deref()?.parse().ok()?;
-    Some(grasp.trust.limits.address_key(address))
+    Some(grasp.trust().limits.address_key(address))
 }
 
 fn owner(npub: &str) -> Option<PublicKey> {

@@ -57,7 +57,7 @@ pub async fn repo_info(grasp: &Grasp, owner: &PublicKey, identifier: &str) -> Op
     let all = grasp.announcements(identifier).await;
     let set = grasp.maintainer_set(*owner, &all);
     let state = grasp.latest_stored_state(identifier, &set).await;
-    let urls = PublicUrls::new(&grasp.public_host);
+    let urls = PublicUrls::new(grasp.public_host());
     let npub = npub_of(owner);
     let coordinate = Coordinate::new(Kind::Custom(KIND_ANNOUNCEMENT), *owner).identifier(identifier);
     let relays = RelayUrl::parse(&urls.relay_url()).ok();
@@ -290,7 +290,7 @@ fn classify_contributor_repos(prs_root: &Path, repos: &mut Vec<RepoEntry>, lefto
 /// confirmed maintainers and pending invitations (one read of each identifier's announcements).
 pub async fn listing(grasp: &Grasp) -> RepoListing {
     let justified = Justified::gather(grasp).await;
-    let root = grasp.layout.git_root().to_path_buf();
+    let root = grasp.git_root().to_path_buf();
     let mut listing = tokio::task::spawn_blocking(move || classify(&root, &justified))
         .await
         .unwrap_or(RepoListing { version: HOOK_API_VERSION, repos: Vec::new(), leftovers: Vec::new(), pools: Vec::new() });
@@ -322,7 +322,7 @@ const PURGE_LOCK_WAIT: Duration = Duration::from_secs(2);
 /// `POST /v1/repos/purge`: removes each requested path that is still an orphan or a leftover.
 pub async fn purge(grasp: &Grasp, req: &PurgeRequest) -> PurgeResponse {
     let now = listing(grasp).await;
-    let root = grasp.layout.git_root().to_path_buf();
+    let root = grasp.git_root().to_path_buf();
     let mut resp = PurgeResponse { version: HOOK_API_VERSION, removed: Vec::new(), kept: Vec::new() };
     for rel in &req.paths {
         let keep = |resp: &mut PurgeResponse, reason: &str| resp.kept.push(PurgeKept { path: rel.clone(), reason: reason.to_string() });

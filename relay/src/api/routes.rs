@@ -64,11 +64,7 @@ pub(super) async fn post(path: &str, body: &Bytes, grasp: &Grasp, views: &Operat
 /// and each held announcement's relay sync level.
 fn get_purgatory(c: Call<'_>) -> BoxFuture<'_, Response<Body>> {
     Box::pin(async move {
-        let mut listing = c.grasp.purgatory.listing();
-        listing.deferred = c.grasp.deferred.listing();
-        listing.deferred_stats = c.grasp.deferred.stats();
-        listing.contributors = c.grasp.contributor_data.view();
-        json(StatusCode::OK, &with_sync_levels(&listing, c.views))
+        json(StatusCode::OK, &with_sync_levels(&c.grasp.purgatory_listing(), c.views))
     })
 }
 
@@ -97,8 +93,8 @@ fn post_pre_receive(c: Call<'_>) -> BoxFuture<'_, Response<Body>> {
         let Some(owner) = owner(&req.owner) else { return error(StatusCode::BAD_REQUEST, "owner is not an npub") };
         let (grasp, address) = (c.grasp, pusher(c.grasp, &req));
         let verdict = match req.space {
-            RepoSpace::Hosted => grasp.metrics.push_authorization(grasp.authorize_push(&owner, &req.identifier, &req.updates, address, req.incoming_bytes)).await,
-            RepoSpace::Prs => grasp.metrics.push_authorization(grasp.authorize_contribution(&owner, &req.identifier, &req.updates, address, req.incoming_bytes)).await,
+            RepoSpace::Hosted => grasp.metrics().push_authorization(grasp.authorize_push(&owner, &req.identifier, &req.updates, address, req.incoming_bytes)).await,
+            RepoSpace::Prs => grasp.metrics().push_authorization(grasp.authorize_contribution(&owner, &req.identifier, &req.updates, address, req.incoming_bytes)).await,
         };
         json(StatusCode::OK, &verdict)
     })

@@ -120,6 +120,32 @@ pub struct RelaySyncConfig {
     pub sync_plus_max_relays: usize,
 }
 
+impl RelaySyncConfig {
+    /// Whether relay sync runs: not with `--no-relay-sync`, nor on a private service without a
+    /// relay among its `--private-sync-peer`s (it then follows those relays only).
+    pub fn enabled(&self, trust: &super::TrustConfig) -> bool {
+        !(self.no_relay_sync || (trust.private && trust.private_sync_relays().is_empty() && self.replica.is_empty()))
+    }
+
+    /// Whether GRASP-03 Sync+ runs: with relay sync, on a public service, not with
+    /// `--no-sync-plus`.
+    pub fn sync_plus_enabled(&self, trust: &super::TrustConfig) -> bool {
+        self.enabled(trust) && !trust.private && !self.no_sync_plus
+    }
+
+    /// The index relays: `--index-relay`, else [`super::DEFAULT_INDEX_RELAYS`]; none with
+    /// `--no-index-relays` or on a private service (it uses no discovered relay).
+    pub fn index_relays_used(&self, trust: &super::TrustConfig) -> Vec<String> {
+        if self.no_index_relays || trust.private {
+            return Vec::new();
+        }
+        if self.index_relays.is_empty() {
+            return super::DEFAULT_INDEX_RELAYS.iter().map(|s| s.to_string()).collect();
+        }
+        self.index_relays.clone()
+    }
+}
+
 impl Default for RelaySyncConfig {
     /// The built-in defaults (no flag, environment variable or file read).
     fn default() -> Self {

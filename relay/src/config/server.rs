@@ -68,6 +68,12 @@ impl ServerConfig {
         grasp_state::names::host::public_authority(&self.public_host()).to_string()
     }
 
+    /// The addresses sync never fetches from, this server's own: its public authority and the
+    /// address it binds.
+    pub fn own_hosts(&self) -> Vec<String> {
+        vec![self.public_authority(), self.bind.to_string()]
+    }
+
     /// Path of the CGI wrapper binary.
     pub fn cgi_path(&self) -> PathBuf {
         if let Some(p) = &self.cgi_path {

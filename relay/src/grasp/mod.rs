@@ -83,61 +83,63 @@ pub enum Origin {
 /// where they came from (which decides how soon it fetches).
 pub type WaitingHook = Box<dyn Fn(&str, Origin) + Send + Sync>;
 
-/// Everything the GRASP rules need, shared by the WebSocket side and the hook API. Outside the
-/// relay crate only the store (`relay`), the purgatory and the repository locks are reachable;
-/// the rest is the crate's own.
+/// Everything the GRASP rules need, shared by the WebSocket side and the hook API. The store
+/// (`relay`), the purgatory and the repository locks are public (the tests' and tools' ways in);
+/// the rest is the `grasp` module's own, and the relay asks for it through the hub's methods.
 pub struct Grasp {
     /// Event store and live broadcast.
     pub relay: Arc<Relay>,
     /// Held events; the only way to the purgatory model (short critical sections).
     pub purgatory: SharedPurgatory,
-    pub(crate) layout: RepoLayout,
-    pub(crate) hooks_dir: PathBuf,
+    layout: RepoLayout,
+    hooks_dir: PathBuf,
     /// host[:port] that announcements must list (docs/protocol.md#decisions, decision 1).
-    pub(crate) public_host: String,
+    public_host: String,
     pub locks: RepoLocks,
     /// Told whenever an event starts waiting in the purgatory for an identifier's git data
     /// (the background sync schedules a fetch). Set once at startup.
-    pub(crate) on_waiting: std::sync::OnceLock<WaitingHook>,
+    on_waiting: std::sync::OnceLock<WaitingHook>,
     /// The operator's metrics, recorded by every part of the relay.
-    pub(crate) metrics: Arc<crate::metrics::Metrics>,
+    metrics: Arc<crate::metrics::Metrics>,
     /// Background repository maintenance after pushes. Set once at startup.
-    pub(crate) maintenance: std::sync::OnceLock<crate::grasp::maintenance::Maintenance>,
+    maintenance: std::sync::OnceLock<crate::grasp::maintenance::Maintenance>,
     /// Who may write what, how fast (docs/protocol.md#trust). Public defaults unless
     /// [`Grasp::with_trust`] says otherwise.
-    pub(crate) trust: Arc<crate::trust::Trust>,
+    trust: Arc<crate::trust::Trust>,
     /// Held states parsed and indexed by declared refs, for push authorisation.
-    pub(crate) held_indexes: held_index::HeldIndexes,
+    held_indexes: held_index::HeldIndexes,
     /// Repository work deferred because a repository stayed locked past the bound.
-    pub(crate) deferred: deferred::SharedDeferred,
+    deferred: deferred::SharedDeferred,
     /// Copies of pushed data into other owners' repositories, waiting for the background task.
-    pub(crate) copies: copies::CopyQueue,
+    copies: copies::CopyQueue,
     /// GRASP-06 (`--grasp06`): contributor repositories at `/prs/<npub>/<identifier>.git` and
     /// the acceptance relaxation for pull requests naming one (docs/protocol.md).
-    pub(crate) grasp06: bool,
+    grasp06: bool,
     /// GRASP-05 archive (`--archive*`): announcements not listing this service taken anyway.
-    pub(crate) archive: grasp_state::trust::archive::Archive,
+    archive: grasp_state::trust::archive::Archive,
     /// Maintainer sets and standings per version of an identifier's announcements.
-    pub(crate) authority: authority::AuthorityMemo,
+    authority: authority::AuthorityMemo,
     /// Announcements parsed once per event id.
-    pub(crate) parsed_announcements: authority::ParsedAnnouncements,
+    parsed_announcements: authority::ParsedAnnouncements,
     /// Pull request data no maintainer signed, per author and address (docs/protocol.md#budgets).
-    pub(crate) contributor_data: budgets::ContributorData,
+    contributor_data: budgets::ContributorData,
     /// The quota per owner and the daily budget per address for new owners.
-    pub(crate) owner_quotas: quotas::OwnerQuotaState,
+    owner_quotas: quotas::OwnerQuotaState,
     /// The other members of this replica set (`--replica`, docs/scaling.md): every repository's
     /// git data is fetched from them first.
-    pub(crate) replicas: Vec<grasp_state::trust::replica::Replica>,
+    replicas: Vec<grasp_state::trust::replica::Replica>,
     /// `--replica-acks`: the other replicas that must hold a client's event before its `OK
     /// true`, and a push before its post-receive ends. Set once at startup.
-    pub(crate) replica_acks: std::sync::OnceLock<Arc<crate::peers::acks::ReplicaAcks>>,
+    replica_acks: std::sync::OnceLock<Arc<crate::peers::acks::ReplicaAcks>>,
     /// The other replicas, asked for an identifier's announcements and states before a push is
     /// refused for want of them (`crate::peers::replica_reads`). Set once at startup, with
     /// `--replica`.
-    pub(crate) replica_reads: std::sync::OnceLock<Arc<crate::peers::replica_reads::ReplicaReads>>,
+    replica_reads: std::sync::OnceLock<Arc<crate::peers::replica_reads::ReplicaReads>>,
 }
 
 impl Grasp {
+    /// A brain over `relay` and `purgatory`, with public defaults for the rest (the `with_*`
+    /// methods set the operator's).
     pub fn new(
         relay: Arc<Relay>,
         purgatory: Purgatory,
@@ -172,12 +174,13 @@ impl Grasp {
         }
     }
 
-    /// This brain with the operator's GRASP-05 archive (`--archive*`).
+    /// This brain with the other members of its replica set (`--replica`).
     pub fn with_replicas(mut self, replicas: Vec<grasp_state::trust::replica::Replica>) -> Self {
         self.replicas = replicas;
         self
     }
 
+    /// This brain with the operator's GRASP-05 archive (`--archive*`).
     pub fn with_archive(mut self, archive: grasp_state::trust::archive::Archive) -> Self {
         self.archive = archive;
         self
@@ -479,5 +482,108 @@ impl Grasp {
     /// Path of the repository `repo` names, in its space (validated, under the git root).
     pub fn path_of(&self, repo: &grasp_state::purgatory::RepoId) -> Option<PathBuf> {
         self.layout.repo_path_in(repo.space, &repo.owner, &repo.identifier).ok()
+    }
+}
+
+/// What the rest of the relay asks of the hub's parts, and their wiring, set once at startup.
+impl Grasp {
+    /// The operator's metrics, recorded by every part of the relay.
+    pub(crate) fn metrics(&self) -> &crate::metrics::Metrics {
+        &self.metrics
+    }
+
+    /// Who may write what, how fast (docs/protocol.md#trust).
+    pub(crate) fn trust(&self) -> &Arc<crate::trust::Trust> {
+        &self.trust
+    }
+
+    /// host[:port] that announcements must list (docs/protocol.md#decisions, decision 1).
+    pub(crate) fn public_host(&self) -> &str {
+        &self.public_host
+    }
+
+    /// The directory the repositories live under.
+    pub(crate) fn git_root(&self) -> &std::path::Path {
+        self.layout.git_root()
+    }
+
+    /// The other members of this replica set (`--replica`, docs/scaling.md); none outside one.
+    pub(crate) fn replicas(&self) -> &[grasp_state::trust::replica::Replica] {
+        &self.replicas
+    }
+
+    /// The other replicas, asked for held announcements and states; set with `--replica`.
+    pub(crate) fn replica_reads(&self) -> Option<&Arc<crate::peers::replica_reads::ReplicaReads>> {
+        self.replica_reads.get()
+    }
+
+    /// The other replicas that must hold a client's event before its `OK true`; set with
+    /// `--replica-acks`.
+    pub(crate) fn replica_acks(&self) -> Option<&Arc<crate::peers::acks::ReplicaAcks>> {
+        self.replica_acks.get()
+    }
+
+    /// Repository work deferred because a repository stayed locked past the bound.
+    pub(crate) fn deferred(&self) -> &deferred::SharedDeferred {
+        &self.deferred
+    }
+
+    /// The pull request data no maintainer signed, as the operator sees it.
+    pub(crate) fn contributor_view(&self) -> grasp_state::trust::contributor_data::ContributorView {
+        self.contributor_data.view()
+    }
+
+    /// The operator's purgatory listing: what is held, the deferred work and the contributor data.
+    pub(crate) fn purgatory_listing(&self) -> purgatory::PurgatoryListing {
+        let mut listing = self.purgatory.listing();
+        listing.deferred = self.deferred.listing();
+        listing.deferred_stats = self.deferred.stats();
+        listing.contributors = self.contributor_data.view();
+        listing
+    }
+
+    /// Copies of pushed data waiting for the background task.
+    pub(crate) fn copies_pending(&self) -> usize {
+        self.copies.pending()
+    }
+
+    /// Repositories waiting for background maintenance (none when the relay runs none).
+    pub(crate) fn maintenance_pending(&self) -> usize {
+        self.maintenance.get().map_or(0, |m| m.pending())
+    }
+
+    /// Sets the contributor budget and grace (`--contributor-*`, `--pr-data-grace`), then loads
+    /// the ledger saved under `data_dir`. At startup.
+    pub(crate) fn configure_contributor_data(&self, budget: grasp_state::trust::contributor_data::ContributorBudget, grace: std::time::Duration, data_dir: &std::path::Path) {
+        self.contributor_data.configure(budget, grace);
+        self.contributor_data.load(data_dir);
+    }
+
+    /// Sets the quota per owner and the owners exempt from it. At startup.
+    pub(crate) fn configure_owner_quotas(&self, quotas: grasp_state::trust::owner_quota::OwnerQuotas, exempt: impl IntoIterator<Item = PublicKey>) {
+        self.owner_quotas.configure(quotas, exempt);
+    }
+
+    /// Starts running repository maintenance after pushes. Once, at startup (later calls are
+    /// ignored).
+    pub(crate) fn set_maintenance(&self, maintenance: maintenance::Maintenance) {
+        let _ = self.maintenance.set(maintenance);
+    }
+
+    /// Wires `--replica-acks`. Once, at startup (later calls are ignored).
+    pub(crate) fn set_replica_acks(&self, acks: Arc<crate::peers::acks::ReplicaAcks>) {
+        let _ = self.replica_acks.set(acks);
+    }
+
+    /// Wires the reads from the other replicas (`--replica`). Once, at startup (later calls are
+    /// ignored).
+    pub(crate) fn set_replica_reads(&self, reads: Arc<crate::peers::replica_reads::ReplicaReads>) {
+        let _ = self.replica_reads.set(reads);
+    }
+
+    /// Points [`Grasp::note_waiting`] at `hook` (the background sync); gives it back if one is
+    /// already set.
+    pub(crate) fn set_on_waiting(&self, hook: WaitingHook) -> Result<(), WaitingHook> {
+        self.on_waiting.set(hook)
     }
 }

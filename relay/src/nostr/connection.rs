@@ -105,15 +105,15 @@ pub async fn handle<S>(
         live: grasp.relay.subscribe(),
         negentropy: limits.negentropy.map(|l| Sessions::new(l, grasp.relay.negentropy_items().clone())),
         auth: ConnectionAuth::new(),
-        writes: grasp.trust.limits.connection_bucket(),
+        writes: grasp.trust().limits.connection_bucket(),
         client,
-        pipeline: EventPipeline::new(grasp.clone(), Some(grasp.trust.limits.address_key(client))).forwarded_by_replica(from_replica),
+        pipeline: EventPipeline::new(grasp.clone(), Some(grasp.trust().limits.address_key(client))).forwarded_by_replica(from_replica),
     };
-    let _open = grasp.metrics.websocket_opened();
+    let _open = grasp.metrics().websocket_opened();
     tracing::debug!(%remote, %client, "websocket open");
     // NIP-42: a private service needs AUTH for everything, so its challenge comes first; a
     // public service challenges when something needs it (`Connection::challenge_for`).
-    if grasp.trust.private {
+    if grasp.trust().private {
         conn.challenge();
         if !deliver(&mut ws, conn.out.drain(..).map(Message::text), &mut shutdown).await {
             return;
@@ -405,7 +405,7 @@ impl Connection {
             Ok(e) => e,
             Err(e) => {
                 let reason = format!("invalid: malformed event ({e})");
-                self.grasp.metrics.event(None, false, &reason);
+                self.grasp.metrics().event(None, false, &reason);
                 match id {
                     Some(id) => self.refuse_event(id, reason).await,
                     None => {
@@ -418,12 +418,12 @@ impl Connection {
         };
         // Refusals made here still answer in their turn, after the events in flight.
         if let Err(reason) = self.membership() {
-            self.grasp.metrics.event(Some(event.kind.as_u16()), false, &reason);
+            self.grasp.metrics().event(Some(event.kind.as_u16()), false, &reason);
             return self.refuse_event(event.id, reason).await;
         }
-        if let Err(reason) = self.grasp.trust.limits.take_write(&mut self.writes, self.client) {
+        if let Err(reason) = self.grasp.trust().limits.take_write(&mut self.writes, self.client) {
             tracing::info!(event = %event.id, client = %self.client, reason = %reason, "event rate-limited");
-            self.grasp.metrics.event(Some(event.kind.as_u16()), false, &reason);
+            self.grasp.metrics().event(Some(event.kind.as_u16()), false, &reason);
             return self.refuse_event(event.id, reason).await;
         }
         // The keys authenticated now: an AUTH sent later waits for this event (it drains the
@@ -475,7 +475,7 @@ impl Connection {
         }
         // Another replica of this set, authenticated, deciding a push: the held announcements
         // and states it asks for come first (`crate::peers::replica_reads`).
-        if let Some(reads) = self.grasp.replica_reads.get() {
+        if let Some(reads) = self.grasp.replica_reads() {
             for event in reads.held_for(&self.grasp, self.auth.authenticated(), &filters).await {
                 self.send(RelayMessage::event(sub_id.clone(), (*event).clone()));
             }
@@ -554,7 +554,7 @@ impl Connection {
         }
         // Each NEG-OPEN scans and sorts up to --negentropy-max-items events: metered per address.
         if kind == Some("NEG-OPEN") {
-            if let (Err(reason), Some(id)) = (self.grasp.trust.limits.take_negentropy_open(self.client), id) {
+            if let (Err(reason), Some(id)) = (self.grasp.trust().limits.take_negentropy_open(self.client), id) {
                 tracing::info!(client = %self.client, subscription = %id, reason = %reason, "NEG-OPEN rate-limited");
                 return self.refuse_negentropy(id, reason);
             }
@@ -579,7 +579,7 @@ impl Connection {
     /// On a private service: is this connection authenticated as a current member? The refusal
     /// is a complete `auth-required:` / `restricted:` message.
     fn membership(&self) -> Result<(), String> {
-        if !self.grasp.trust.private {
+        if !self.grasp.trust().private {
             return Ok(());
         }
         let keys = self.auth.authenticated();
@@ -616,11 +616,11 @@ impl Connection {
             let reason = "auth-required: this relay had sent no challenge yet; sign the AUTH challenge it just sent (NIP-42) and send AUTH again";
             return self.send(RelayMessage::ok(event.id, false, reason));
         }
-        match self.auth.authenticate(&event, &self.grasp.public_host) {
+        match self.auth.authenticate(&event, self.grasp.public_host()) {
             AuthOutcome::Authenticated(pk) => {
                 // On a private service, another replica of the set is recognised before its
                 // `OK`, so what it asks next is answered as a member's.
-                if self.grasp.trust.private && !self.grasp.trust.is_member(&pk) && self.grasp.is_member(&pk).await {
+                if self.grasp.trust().private && !self.grasp.trust().is_member(&pk) && self.grasp.is_member(&pk).await {
                     tracing::info!(pubkey = %pk, client = %self.client, "connection authenticated as another replica of this set");
                 }
                 tracing::info!(pubkey = %pk, client = %self.client, "connection authenticated (NIP-42)");

@@ -3,7 +3,7 @@
 use nostr::prelude::PublicKey;
 use serde_json::{json, Value};
 
-use crate::config::Config;
+use crate::config::{Config, PurgatoryConfig, RelaySyncConfig, ServerConfig, ServicesConfig, TrustConfig};
 use crate::trust::Trust;
 
 /// NIPs this relay implements (and 77 unless `--no-negentropy`).
@@ -59,21 +59,21 @@ announced here that its `a` tags name."
 /// nor on a private service without a relay among its `--private-sync-peer`s); GRASP-03 (Sync+)
 /// when it runs (with relay sync on a public service, not with `--no-sync-plus`); GRASP-06 with
 /// `--grasp06`; GRASP-05 with an archive (`--archive*`); GRASP-08 on a private service.
-pub fn supported_grasps(cfg: &Config) -> Vec<&'static str> {
+pub fn supported_grasps(relay_sync: &RelaySyncConfig, trust: &TrustConfig, services: &ServicesConfig) -> Vec<&'static str> {
     let mut grasps = vec!["GRASP-01"];
-    if cfg.relay_sync_enabled() {
+    if relay_sync.enabled(trust) {
         grasps.push("GRASP-02");
     }
-    if cfg.sync_plus_enabled() {
+    if relay_sync.sync_plus_enabled(trust) {
         grasps.push("GRASP-03");
     }
-    if cfg.services.archive().is_active() {
+    if services.archive().is_active() {
         grasps.push("GRASP-05");
     }
-    if cfg.services.grasp06 {
+    if services.grasp06 {
         grasps.push("GRASP-06");
     }
-    if cfg.trust.private {
+    if trust.private {
         grasps.push("GRASP-08");
     }
     grasps
@@ -81,8 +81,8 @@ pub fn supported_grasps(cfg: &Config) -> Vec<&'static str> {
 
 /// The document's `repo_acceptance_criteria` for this configuration: GRASP-01's, what GRASP-06
 /// and an archive add, or a private service's.
-pub fn acceptance_criteria(cfg: &Config, trust: &Trust) -> String {
-    let criteria = repo_acceptance_criteria(&cfg.server.public_host(), cfg.purgatory.purgatory_ttl.as_secs());
+pub fn acceptance_criteria(server: &ServerConfig, purgatory: &PurgatoryConfig, services: &ServicesConfig, trust: &Trust) -> String {
+    let criteria = repo_acceptance_criteria(&server.public_host(), purgatory.purgatory_ttl.as_secs());
     if trust.private {
         return format!(
             "A private GRASP-08 service: reading and writing need NIP-42 authentication as a member \
@@ -91,8 +91,8 @@ proof. For members: {criteria}"
         );
     }
     criteria
-        + &if cfg.services.grasp06 { contributor_criteria(&cfg.server.public_host()) } else { String::new() }
-        + &if cfg.services.archive().is_active() { archive_criteria(&cfg.services.archive()) } else { String::new() }
+        + &if services.grasp06 { contributor_criteria(&server.public_host()) } else { String::new() }
+        + &if services.archive().is_active() { archive_criteria(&services.archive()) } else { String::new() }
 }
 
 /// The NIP-11 document for this configuration and these trust settings (the curation summary
@@ -100,6 +100,8 @@ proof. For members: {criteria}"
 /// project unless the operator names another). `self` is the relay's own key (`relay`,
 /// [`crate::identity`]); `pubkey`, NIP-11's administrative contact, is the operator's
 /// `--admin-pubkey`, else the relay's key too (as GRASP servers with an identity publish it).
+/// The document describes the whole relay, so it reads nearly every section: it takes the whole
+/// configuration.
 pub fn document(cfg: &Config, trust: &Trust, relay: &PublicKey) -> Value {
     let limits = trust.limits.config;
     let mut doc = json!({
@@ -107,8 +109,8 @@ pub fn document(cfg: &Config, trust: &Trust, relay: &PublicKey) -> Value {
         "description": cfg.pages.description,
         "version": env!("CARGO_PKG_VERSION"),
         "supported_nips": SUPPORTED_NIPS.iter().copied().chain(cfg.limits.negentropy_enabled().then_some(77)).collect::<Vec<u16>>(),
-        "supported_grasps": supported_grasps(cfg),
-        "repo_acceptance_criteria": acceptance_criteria(cfg, trust),
+        "supported_grasps": supported_grasps(&cfg.relay_sync, &cfg.trust, &cfg.services),
+        "repo_acceptance_criteria": acceptance_criteria(&cfg.server, &cfg.purgatory, &cfg.services, trust),
         "limitation": {
             "max_message_length": cfg.limits.max_message_bytes,
             "max_subscriptions": cfg.limits.max_subscriptions,
@@ -245,11 +247,16 @@ mod tests {
         assert_eq!(document(&cfg, &Trust::default())["supported_nips"], json!([1, 9, 11, 34, 42, 70]));
     }
 
+    /// The trust of a `[trust]` section, the other sections at their defaults.
+    fn trust_of(section: &crate::config::TrustConfig) -> Trust {
+        Trust::from_sections(section, &crate::config::LimitsConfig::default(), &crate::config::StorageConfig::default(), None, "/nonexistent".into()).unwrap()
+    }
+
     #[test]
     fn private_service_and_curation_are_advertised() {
         use clap::Parser;
         let cfg = Config::parse_from(["grasp-relay", "--private", "--deny-repo", "spam"]);
-        let trust = Trust::from_config(&cfg, "/nonexistent".into()).unwrap();
+        let trust = trust_of(&cfg.trust);
         let doc = document(&cfg, &trust);
         assert_eq!(doc["supported_grasps"], json!(["GRASP-01", "GRASP-08"]));
         assert_eq!(doc["limitation"]["auth_required"], json!(true));
@@ -268,10 +275,10 @@ mod tests {
     fn a_private_service_with_relay_peers_lists_grasp_02() {
         use clap::Parser;
         let cfg = Config::parse_from(["grasp-relay", "--private", "--private-sync-peer", "wss://peer.example.com,git.example.com"]);
-        let trust = Trust::from_config(&cfg, "/nonexistent".into()).unwrap();
+        let trust = trust_of(&cfg.trust);
         assert_eq!(document(&cfg, &trust)["supported_grasps"], json!(["GRASP-01", "GRASP-02", "GRASP-08"]));
         let cfg = Config::parse_from(["grasp-relay", "--private", "--private-sync-peer", "git.example.com"]);
-        let trust = Trust::from_config(&cfg, "/nonexistent".into()).unwrap();
+        let trust = trust_of(&cfg.trust);
         assert_eq!(document(&cfg, &trust)["supported_grasps"], json!(["GRASP-01", "GRASP-08"]), "no relay among the peers: no relay sync");
     }
 

@@ -227,7 +227,7 @@ impl EventPipeline {
                     let submitter = Submitter { authenticated: &authenticated, from_sync: from_replica, address };
                     let (ok, message, durable) = grasp.submit_verified_deferred(&event, &submitter).await;
                     // A replica set's durability (`--replica-acks`): the others hold it first.
-                    match grasp.replica_acks.get() {
+                    match grasp.replica_acks() {
                         Some(acks) if ok && !from_replica => match acks.confirm(&event).await {
                             Ok(()) => (ok, message, durable),
                             Err(line) => (false, line, durable),
@@ -237,7 +237,7 @@ impl EventPipeline {
                 }
                 Err(reason) => (false, reason.to_string(), Durable::now()),
             };
-            grasp.metrics.event(Some(event.kind.as_u16()), ok, &message);
+            grasp.metrics().event(Some(event.kind.as_u16()), ok, &message);
             tracing::debug!(id = %event.id, kind = event.kind.as_u16(), ok, %message, "EVENT");
             (ok, message, durable)
         });

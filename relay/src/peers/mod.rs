@@ -91,8 +91,7 @@ use self::tls::Tls;
 use self::waiting::{Waiting, WaitingLimits};
 use self::wanted::RelayPlan;
 pub use self::wanted::SyncLevel;
-use crate::config::Config;
-use crate::sync::SyncConfig;
+use crate::config::{GitSyncConfig, RelaySyncConfig, ServerConfig, StorageConfig, TrustConfig};
 use crate::grasp::Grasp;
 use crate::shutdown::Shutdown;
 use crate::sync::{Cidr, UrlPolicy};
@@ -133,7 +132,7 @@ pub struct PeersConfig {
     pub replica_identity: Option<credentials::ReplicaIdentity>,
     /// The operator's replicas (`--replica`): followed for everything, on any address.
     pub replicas: Vec<grasp_state::trust::replica::Replica>,
-    /// GRASP-03 Sync+ (`None` when it does not run, see [`Config::sync_plus_enabled`]).
+    /// GRASP-03 Sync+ (`None` when it does not run, see [`RelaySyncConfig::sync_plus_enabled`]).
     pub outbox: Option<outbox::OutboxConfig>,
 }
 
@@ -164,41 +163,41 @@ impl Default for PeersConfig {
 impl PeersConfig {
     /// Relay sync settings, or `None` with `--no-relay-sync`, or on a private service without
     /// a relay among its `--private-sync-peer`s (it then follows those relays only; the service
-    /// key is added by the caller). Address safety is the git sync's (`--sync-allow-private`,
-    /// `--sync-deny`, this server's own hosts).
-    pub fn from_config(cfg: &Config) -> Option<PeersConfig> {
-        if !cfg.relay_sync_enabled() {
+    /// key is added by the caller). Reads `[relay-sync]`, a private service's peers (`[trust]`)
+    /// and the Sync+ file's place (`[storage]`); address safety is the git sync's
+    /// (`--sync-allow-private`, `--sync-deny`, this server's own hosts).
+    pub fn from_sections(relay_sync: &RelaySyncConfig, trust: &TrustConfig, storage: &StorageConfig, git_sync: &GitSyncConfig, server: &ServerConfig) -> Option<PeersConfig> {
+        if !relay_sync.enabled(trust) {
             return None;
         }
-        let sync = SyncConfig::from_config(cfg);
         let defaults = PeersConfig::default();
         Some(PeersConfig {
-            bootstraps: cfg.relay_sync.sync_bootstrap_relays.clone(),
-            max_relays: cfg.relay_sync.sync_max_relays,
-            allow_private: sync.allow_private,
-            extra_denied: sync.extra_denied,
-            own_hosts: sync.own_hosts,
+            bootstraps: relay_sync.sync_bootstrap_relays.clone(),
+            max_relays: relay_sync.sync_max_relays,
+            allow_private: git_sync.sync_allow_private,
+            extra_denied: git_sync.sync_deny.clone(),
+            own_hosts: server.own_hosts(),
             health: health::HealthTimings {
-                backoff_base: cfg.relay_sync.relay_sync_backoff.max(Duration::from_millis(10)),
-                backoff_cap: cfg.relay_sync.relay_sync_backoff_cap.max(cfg.relay_sync.relay_sync_backoff),
-                cooldown: cfg.relay_sync.relay_sync_cooldown,
+                backoff_base: relay_sync.relay_sync_backoff.max(Duration::from_millis(10)),
+                backoff_cap: relay_sync.relay_sync_backoff_cap.max(relay_sync.relay_sync_backoff),
+                cooldown: relay_sync.relay_sync_cooldown,
                 ..defaults.health
             },
-            timeout: cfg.relay_sync.relay_sync_timeout.max(Duration::from_millis(100)),
-            tls_ca: cfg.relay_sync.sync_tls_ca.clone(),
-            only_relays: cfg.trust.private.then(|| cfg.trust.private_sync_relays()),
+            timeout: relay_sync.relay_sync_timeout.max(Duration::from_millis(100)),
+            tls_ca: relay_sync.sync_tls_ca.clone(),
+            only_relays: trust.private.then(|| trust.private_sync_relays()),
             waiting: waiting::WaitingLimits {
-                request_after: cfg.relay_sync.relay_sync_parent_request,
+                request_after: relay_sync.relay_sync_parent_request,
                 ..defaults.waiting
             },
-            per_relay: grasp_state::trust::rate::Rate { burst: cfg.relay_sync.relay_sync_burst.max(1), per_second: cfg.relay_sync.relay_sync_rate.max(1.0) },
-            replicas: cfg.relay_sync.replica.clone(),
-            outbox: cfg.sync_plus_enabled().then(|| outbox::OutboxConfig {
-                index_relays: cfg.index_relays(),
-                interval: cfg.relay_sync.sync_plus_interval.max(Duration::from_millis(100)),
-                list_refresh: cfg.relay_sync.sync_plus_list_refresh,
-                bounds: grasp_state::nostr::outbox::PassBounds { max_relays: cfg.relay_sync.sync_plus_max_relays, ..Default::default() },
-                file: cfg.storage.layout().sync_plus_file(),
+            per_relay: grasp_state::trust::rate::Rate { burst: relay_sync.relay_sync_burst.max(1), per_second: relay_sync.relay_sync_rate.max(1.0) },
+            replicas: relay_sync.replica.clone(),
+            outbox: relay_sync.sync_plus_enabled(trust).then(|| outbox::OutboxConfig {
+                index_relays: relay_sync.index_relays_used(trust),
+                interval: relay_sync.sync_plus_interval.max(Duration::from_millis(100)),
+                list_refresh: relay_sync.sync_plus_list_refresh,
+                bounds: grasp_state::nostr::outbox::PassBounds { max_relays: relay_sync.sync_plus_max_relays, ..Default::default() },
+                file: storage.layout().sync_plus_file(),
             }),
             ..defaults
         })
@@ -297,7 +296,7 @@ impl Shared {
         if let Some(status) = self.outbox.lock().unwrap().as_mut() {
             status.events_gained += accepted;
         }
-        self.grasp().metrics.sync_plus_gained(accepted);
+        self.grasp().metrics().sync_plus_gained(accepted);
     }
 
     fn save_cursors(&self) {
@@ -686,18 +685,25 @@ impl Manager {
 #[cfg(test)]
 mod config_tests {
     use super::*;
+    use crate::config::Config;
+    use crate::sync::SyncConfig;
     use clap::Parser;
     use std::path::PathBuf;
+
+    /// The relay sync settings of a command line, from the sections they are read from.
+    fn peers_of(cfg: &Config) -> Option<PeersConfig> {
+        PeersConfig::from_sections(&cfg.relay_sync, &cfg.trust, &cfg.storage, &cfg.git_sync, &cfg.server)
+    }
 
     #[test]
     fn relay_sync_flags() {
         let cfg = Config::parse_from(["grasp-relay", "--public-host", "git.example.com"]);
-        let peers = PeersConfig::from_config(&cfg).expect("on by default");
+        let peers = peers_of(&cfg).expect("on by default");
         assert!(peers.bootstraps.is_empty() && !peers.allow_private);
         assert_eq!(peers.max_relays, 50);
         assert_eq!(peers.health, crate::peers::health::HealthTimings::default());
         assert_eq!(peers.own_hosts, ["git.example.com", "127.0.0.1:8080"]);
-        assert!(PeersConfig::from_config(&Config::parse_from(["grasp-relay", "--no-relay-sync"])).is_none());
+        assert!(peers_of(&Config::parse_from(["grasp-relay", "--no-relay-sync"])).is_none());
         let cfg = Config::parse_from([
             "grasp-relay",
             "--sync-bootstrap-relay",
@@ -708,20 +714,20 @@ mod config_tests {
             "3s",
             "--sync-allow-private",
         ]);
-        let peers = PeersConfig::from_config(&cfg).unwrap();
+        let peers = peers_of(&cfg).unwrap();
         assert_eq!(peers.bootstraps, ["ws://a.example", "ws://b.example", "ws://c.example"]);
         assert_eq!(peers.health.cooldown, Duration::from_secs(3));
         assert!(peers.allow_private);
         assert!(peers.only_relays.is_none() && peers.tls_ca.is_none());
         let cfg = Config::parse_from(["grasp-relay", "--sync-tls-ca", "/etc/ca.pem"]);
-        assert_eq!(PeersConfig::from_config(&cfg).unwrap().tls_ca, Some(PathBuf::from("/etc/ca.pem")));
+        assert_eq!(peers_of(&cfg).unwrap().tls_ca, Some(PathBuf::from("/etc/ca.pem")));
     }
 
     #[test]
     fn a_private_service_relay_syncs_only_with_its_relay_peers() {
-        assert!(PeersConfig::from_config(&Config::parse_from(["grasp-relay", "--private"])).is_none(), "no peers: no relay sync");
+        assert!(peers_of(&Config::parse_from(["grasp-relay", "--private"])).is_none(), "no peers: no relay sync");
         let hosts_only = Config::parse_from(["grasp-relay", "--private", "--private-sync-peer", "git.example.com"]);
-        assert!(PeersConfig::from_config(&hosts_only).is_none(), "a plain host is a git sync source only");
+        assert!(peers_of(&hosts_only).is_none(), "a plain host is a git sync source only");
         let cfg = Config::parse_from([
             "grasp-relay",
             "--private",
@@ -732,41 +738,41 @@ mod config_tests {
             "--private-sync-peer",
             "ws://10.0.0.2:7000",
         ]);
-        let peers = PeersConfig::from_config(&cfg).unwrap();
+        let peers = peers_of(&cfg).unwrap();
         assert_eq!(peers.only_relays.unwrap(), ["wss://peer.example.com", "ws://10.0.0.2:7000"]);
-        assert_eq!(SyncConfig::from_config(&cfg).only_peers.unwrap(), ["peer.example.com", "git.example.net:8443", "10.0.0.2:7000"]);
+        assert_eq!(SyncConfig::from_sections(&cfg.git_sync, &cfg.limits, &cfg.server, &cfg.trust, &cfg.relay_sync).only_peers.unwrap(), ["peer.example.com", "git.example.net:8443", "10.0.0.2:7000"]);
         assert_eq!(cfg.service_key_file(), PathBuf::from("/srv/grasp/service-key"));
         // A public service ignores the list.
         let public = Config::parse_from(["grasp-relay", "--private-sync-peer", "wss://peer.example.com"]);
-        assert!(PeersConfig::from_config(&public).unwrap().only_relays.is_none());
+        assert!(peers_of(&public).unwrap().only_relays.is_none());
     }
 
     #[test]
     fn sync_plus_flags() {
         let cfg = Config::parse_from(["grasp-relay", "--data-dir", "/srv/grasp"]);
-        let outbox = PeersConfig::from_config(&cfg).unwrap().outbox.expect("on by default on a public service");
+        let outbox = peers_of(&cfg).unwrap().outbox.expect("on by default on a public service");
         assert_eq!(outbox.index_relays, crate::config::DEFAULT_INDEX_RELAYS);
         assert_eq!((outbox.interval, outbox.list_refresh), (Duration::from_secs(30), Duration::from_secs(3600)));
         assert_eq!(outbox.bounds, grasp_state::nostr::outbox::PassBounds { authors_per_repo: 32, relays_per_repo: 24, max_relays: 32 });
         assert_eq!(outbox.file, PathBuf::from("/srv/grasp/sync-plus.json"));
         let cfg = Config::parse_from(["grasp-relay", "--index-relay", "ws://a.example,ws://b.example", "--sync-plus-interval", "1s", "--sync-plus-max-relays", "3"]);
-        let outbox = PeersConfig::from_config(&cfg).unwrap().outbox.unwrap();
+        let outbox = peers_of(&cfg).unwrap().outbox.unwrap();
         assert_eq!(outbox.index_relays, ["ws://a.example", "ws://b.example"]);
         assert_eq!((outbox.interval, outbox.bounds.max_relays), (Duration::from_secs(1), 3));
         let none = Config::parse_from(["grasp-relay", "--no-index-relays"]);
-        assert!(PeersConfig::from_config(&none).unwrap().outbox.unwrap().index_relays.is_empty(), "an empty list opts out");
+        assert!(peers_of(&none).unwrap().outbox.unwrap().index_relays.is_empty(), "an empty list opts out");
         assert!(Config::try_parse_from(["grasp-relay", "--no-index-relays", "--index-relay", "ws://a.example"]).is_err());
-        assert!(PeersConfig::from_config(&Config::parse_from(["grasp-relay", "--no-sync-plus"])).unwrap().outbox.is_none());
+        assert!(peers_of(&Config::parse_from(["grasp-relay", "--no-sync-plus"])).unwrap().outbox.is_none());
         // A private service never uses discovered relays, nor index relays.
         let private = Config::parse_from(["grasp-relay", "--private", "--private-sync-peer", "wss://peer.example.com", "--index-relay", "ws://a.example"]);
-        assert!(PeersConfig::from_config(&private).unwrap().outbox.is_none() && private.index_relays().is_empty());
+        assert!(peers_of(&private).unwrap().outbox.is_none() && private.relay_sync.index_relays_used(&private.trust).is_empty());
     }
 
     #[test]
     fn a_public_host_with_a_scheme_still_names_this_server_for_relay_sync() {
         for configured in ["https://git.example.com", "https://git.example.com/", "git.example.com/"] {
             let cfg = Config::parse_from(["grasp-relay", "--public-host", configured]);
-            assert_eq!(PeersConfig::from_config(&cfg).unwrap().own_hosts, ["git.example.com", "127.0.0.1:8080"]);
+            assert_eq!(peers_of(&cfg).unwrap().own_hosts, ["git.example.com", "127.0.0.1:8080"]);
         }
     }
 }

@@ -279,7 +279,7 @@ impl Outbox {
             status.candidates = plan.candidates;
             status.relays = relays;
         }
-        self.shared.grasp().metrics.sync_plus_pass(everyone.len(), lists, relays);
+        self.shared.grasp().metrics().sync_plus_pass(everyone.len(), lists, relays);
         tracing::debug!(repositories = repos.len(), participants = everyone.len(), lists, relays, took_ms = took.as_millis() as u64, "Sync+ pass");
         self.save();
     }
@@ -390,7 +390,7 @@ impl Outbox {
         status.lists_received += received;
         status.list_errors += failures.len() as u64;
         for (url, error) in failures {
-            self.shared.grasp().metrics.sync_plus_list_error();
+            self.shared.grasp().metrics().sync_plus_list_error();
             if status.errors.len() >= MAX_ERROR_RELAYS && !status.errors.contains_key(&url) {
                 continue;
             }

@@ -79,12 +79,12 @@ impl ReplicaReads {
     /// The reader of `grasp`'s replicas (`--replica`); `None` without any.
     /// `keys`: what this server authenticates as when it asks ([`ReplicaReads::keys`]).
     pub fn new(grasp: &Arc<Grasp>, keys: Vec<Keys>, tls_ca: Option<&std::path::Path>) -> Result<Option<Arc<ReplicaReads>>, TlsSetupError> {
-        if grasp.replicas.is_empty() {
+        if grasp.replicas().is_empty() {
             return Ok(None);
         }
-        let hosts: Vec<String> = grasp.replicas.iter().map(|r| r.host_port.clone()).collect();
+        let hosts: Vec<String> = grasp.replicas().iter().map(|r| r.host_port.clone()).collect();
         let replicas = grasp
-            .replicas
+            .replicas()
             .iter()
             .filter_map(|r| match RelayUrl::parse(&r.relay) {
                 Ok(url) => Some((r.base.clone(), url)),
@@ -100,7 +100,7 @@ impl ReplicaReads {
             policy: UrlPolicy::new(false, &[], &[]).trusting(&hosts),
             tls: Tls::new(tls_ca)?,
             keys,
-            relay_tag: format!("wss://{}", grasp_state::names::host::public_authority(&grasp.public_host)),
+            relay_tag: format!("wss://{}", grasp_state::names::host::public_authority(grasp.public_host())),
             known: Default::default(),
             read_at: tokio::sync::Mutex::new(None),
         })))

@@ -87,10 +87,10 @@ async fn handle<B>(req: Request<B>, state: &MetricsState) -> Response<Body> {
     }
     let purgatory = state.grasp.purgatory.stats();
     state.metrics.refresh_purgatory(&purgatory);
-    state.metrics.refresh_contributors(&state.grasp.contributor_data.view());
-    state.metrics.refresh_deferred(state.grasp.deferred.len(), state.grasp.deferred.stats().limit_total);
+    state.metrics.refresh_contributors(&state.grasp.contributor_view());
+    state.metrics.refresh_deferred(state.grasp.deferred().len(), state.grasp.deferred().stats().limit_total);
     state.metrics.refresh_store(state.grasp.relay.store().acknowledged());
-    state.metrics.refresh_background_git(state.grasp.copies.pending(), state.grasp.maintenance.get().map_or(0, |m| m.pending()));
+    state.metrics.refresh_background_git(state.grasp.copies_pending(), state.grasp.maintenance_pending());
     state.metrics.refresh_sync(state.views.sync_stats.get().and_then(|stats| stats()).map_or((0, 0, 0), |s| s.gauges()));
     state.metrics.set_connections_open(state.connections.open());
     let mut resp = Response::new(full(state.metrics.encode()));

@@ -54,7 +54,7 @@ use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 use tokio_tungstenite::tungstenite::protocol::Role;
 use tokio_tungstenite::WebSocketStream;
 
-use crate::config::Config;
+use crate::config::{Config, RelaySyncConfig, ServerConfig, TrustConfig};
 use crate::nostr::connection::{self, Limits};
 use crate::net::connection_limits::{ConnectionLimiter, ConnectionPermit, Refusal};
 use crate::datadir::DataDir;
@@ -161,13 +161,12 @@ pub async fn run(loaded: crate::config::Loaded) -> anyhow::Result<()> {
             marker.display()
         );
     }
-    let trust = Arc::new(crate::trust::Trust::from_config(&cfg, data.git())?);
+    let trust = Arc::new(crate::trust::Trust::from_sections(&cfg.trust, &cfg.limits, &cfg.storage, cfg.pages.admin_pubkey, data.git())?);
     let grasp = Arc::new(
         Grasp::new(relay, purgatory, layout, data.hooks(), cfg.server.public_host(), metrics.clone()).with_trust(trust).with_lock_limits(crate::grasp::locks::LockLimits::from_config(&cfg.limits)).with_deferred_limits(cfg.purgatory.deferred_limits()).with_grasp06(cfg.services.grasp06).with_archive(cfg.services.archive()).with_replicas(cfg.relay_sync.replica.clone()),
     );
-    grasp.contributor_data.configure(cfg.purgatory.contributor_budget(), cfg.purgatory.pr_data_grace);
-    grasp.contributor_data.load(data.root());
-    grasp.owner_quotas.configure(cfg.limits.owner_quotas(), cfg.limits.quota_exempt_owner.iter().copied());
+    grasp.configure_contributor_data(cfg.purgatory.contributor_budget(), cfg.purgatory.pr_data_grace, data.root());
+    grasp.configure_owner_quotas(cfg.limits.owner_quotas(), cfg.limits.quota_exempt_owner.iter().copied());
     // Step "recover": from here every change to the purgatory is journalled before it is
     // acknowledged; the checkpoint right away compacts what was restored (checkpoint + journal)
     // into one file.
@@ -184,8 +183,8 @@ pub async fn run(loaded: crate::config::Loaded) -> anyhow::Result<()> {
     let health = Arc::new(Health { grasp: grasp.clone(), data_dir: data.root().to_path_buf(), binaries, api_addr, views: views.clone(), caught_up: Default::default() });
 
     let controller = ShutdownController::new();
-    if let Some(acks) = crate::peers::acks::ReplicaAcks::start(&cfg.relay_sync.replica, cfg.relay_sync.replica_acks, cfg.relay_sync.replica_ack_timeout, cfg.relay_sync.sync_tls_ca.as_deref(), replica_identity(&cfg, &identity), &controller.subscribe())? {
-        let _ = grasp.replica_acks.set(acks);
+    if let Some(acks) = crate::peers::acks::ReplicaAcks::start(&cfg.relay_sync.replica, cfg.relay_sync.replica_acks, cfg.relay_sync.replica_ack_timeout, cfg.relay_sync.sync_tls_ca.as_deref(), replica_identity(&cfg.trust, &cfg.relay_sync, &cfg.server, &identity), &controller.subscribe())? {
+        grasp.set_replica_acks(acks);
     }
     // What it authenticates as when it asks the others: its own key, which they read from its
     // NIP-11 document, and on a private service its service key (a member on the others).
@@ -194,7 +193,7 @@ pub async fn run(loaded: crate::config::Loaded) -> anyhow::Result<()> {
         asking.push(crate::peers::service_key::load_or_create(&cfg.service_key_file())?);
     }
     if let Some(reads) = crate::peers::replica_reads::ReplicaReads::new(&grasp, asking, cfg.relay_sync.sync_tls_ca.as_deref())? {
-        let _ = grasp.replica_reads.set(reads);
+        grasp.set_replica_reads(reads);
     }
     // The hook API runs on a runtime of its own (its own worker and blocking threads), so pushes
     // are decided while the WebSocket side is saturated (docs/security.md).
@@ -204,7 +203,7 @@ pub async fn run(loaded: crate::config::Loaded) -> anyhow::Result<()> {
     start_background(&grasp, &cfg, &data, &identity, &views, settings, hangups, &controller).await?;
 
     // Step "serve": the metrics listener, then the public one.
-    let git = git_http_config(&cfg, &data, &grasp).await;
+    let git = git_http_config(&cfg.server, &cfg.limits, &cfg.services, &data, &grasp).await;
     let connections = ConnectionLimiter::new(cfg.limits.max_connections as usize, cfg.limits.max_connections_per_ip as usize, cfg.limits.ipv6_prefix_len);
     // The metrics listener (off unless --metrics-bind): its own socket, never the public port.
     let metrics_file = data.root().join(grasp_state::contract::layout::METRICS_ADDR_FILE);
@@ -251,20 +250,22 @@ fn check_helpers(server: &crate::config::ServerConfig, limits: &crate::config::L
     Ok(binaries)
 }
 
-/// Step "serve": how the public listener runs git (docs/architecture.md, "Git over HTTP").
-async fn git_http_config(cfg: &crate::config::Config, data: &DataDir, grasp: &Arc<Grasp>) -> crate::git::http::GitHttpConfig {
+/// Step "serve": how the public listener runs git (docs/architecture.md, "Git over HTTP"), from
+/// the helper binaries' place (`[server]`), the push and git request limits (`[limits]`) and
+/// GRASP-06 (`[services]`).
+async fn git_http_config(server: &crate::config::ServerConfig, limits: &crate::config::LimitsConfig, services: &crate::config::ServicesConfig, data: &DataDir, grasp: &Arc<Grasp>) -> crate::git::http::GitHttpConfig {
     // git's `git-http-backend`, run directly when the relay finds it (one process start less per
     // request).
     let http_backend = tokio::task::spawn_blocking(crate::git::http_backend_program).await.ok().flatten();
     crate::git::http::GitHttpConfig {
-        cgi_path: cfg.server.cgi_path(),
+        cgi_path: server.cgi_path(),
         backend: grasp_state::contract::git_backend::BackendSetup {
             git_root: data.git(),
             hooks_dir: Some(data.hooks()),
             git: "git".into(),
             http_backend: http_backend.clone(),
-            max_push_bytes: Some(cfg.limits.max_push_bytes),
-            max_pr_push_bytes: Some(cfg.limits.max_pr_push_bytes),
+            max_push_bytes: Some(limits.max_push_bytes),
+            max_pr_push_bytes: Some(limits.max_pr_push_bytes),
         },
         data_dir: data.root().to_path_buf(),
         direct: true,
@@ -272,21 +273,21 @@ async fn git_http_config(cfg: &crate::config::Config, data: &DataDir, grasp: &Ar
         // about every git request; it sets git's receive.maxInputSize from the push limit.
         env: vec![
             (env_names::DATA_DIR.into(), data.root().display().to_string()),
-            (env_names::MAX_PUSH_BYTES.into(), cfg.limits.max_push_bytes.to_string()),
-            (env_names::MAX_PR_PUSH_BYTES.into(), cfg.limits.max_pr_push_bytes.to_string()),
+            (env_names::MAX_PUSH_BYTES.into(), limits.max_push_bytes.to_string()),
+            (env_names::MAX_PR_PUSH_BYTES.into(), limits.max_pr_push_bytes.to_string()),
             // GRASP-06: grasp-cgi serves /prs/ (or answers 404) as the relay does.
-            (env_names::GRASP06.into(), cfg.services.grasp06.to_string()),
+            (env_names::GRASP06.into(), services.grasp06.to_string()),
             // A push waits this long for another push to the repository, then is answered 503.
-            (env_names::PUSH_LOCK_WAIT.into(), cfg.limits.push_lock_wait.as_secs().to_string()),
+            (env_names::PUSH_LOCK_WAIT.into(), limits.push_lock_wait.as_secs().to_string()),
         ]
         .into_iter()
         .chain(http_backend.map(|p| (env_names::GIT_HTTP_BACKEND.to_string(), p.display().to_string())))
         .collect(),
-        idle_timeout: cfg.limits.git_idle_timeout,
-        min_rate: cfg.limits.git_min_rate,
-        prs: cfg.services.grasp06,
-        ref_cache: (cfg.limits.ref_cache_bytes > 0)
-            .then(|| Arc::new(crate::git::ref_cache::RefCache::new(cfg.limits.ref_cache_bytes, grasp.metrics.ref_cache()))),
+        idle_timeout: limits.git_idle_timeout,
+        min_rate: limits.git_min_rate,
+        prs: services.grasp06,
+        ref_cache: (limits.ref_cache_bytes > 0)
+            .then(|| Arc::new(crate::git::ref_cache::RefCache::new(limits.ref_cache_bytes, grasp.metrics().ref_cache()))),
         // A push the listener runs does what `post-receive` would itself: one hook process and
         // one hook API round trip fewer.
         supervised_pushes: Some(crate::git::supervised_push::SupervisedPushes {
@@ -307,10 +308,12 @@ async fn git_http_config(cfg: &crate::config::Config, data: &DataDir, grasp: &Ar
 /// maintenance, expiry, deferred work, copies, contributor data, pools, curation, limits,
 /// A replica of a private set (`--private` with `--replica`): how it is let in by the others,
 /// as its own key naming the service's domain (docs/scaling.md, "A private replica set").
-fn replica_identity(cfg: &Config, identity: &nostr::prelude::Keys) -> Option<crate::peers::credentials::ReplicaIdentity> {
-    (cfg.trust.private && !cfg.relay_sync.replica.is_empty()).then(|| crate::peers::credentials::ReplicaIdentity::new(identity.clone(), &cfg.server.public_host()))
+fn replica_identity(trust: &TrustConfig, relay_sync: &RelaySyncConfig, server: &ServerConfig, identity: &nostr::prelude::Keys) -> Option<crate::peers::credentials::ReplicaIdentity> {
+    (trust.private && !relay_sync.replica.is_empty()).then(|| crate::peers::credentials::ReplicaIdentity::new(identity.clone(), &server.public_host()))
 }
-/// reload, checkpoints). Each ends at shutdown.
+
+/// reload, checkpoints). Each ends at shutdown. It wires nearly every part, so it takes the
+/// whole configuration and hands each part the sections that part reads.
 #[allow(clippy::too_many_arguments)]
 async fn start_background(
     grasp: &Arc<Grasp>,
@@ -334,29 +337,29 @@ async fn start_background(
 
     // Background sync: fetch what the purgatory waits for from the other clone URLs it knows;
     // a private service proves who it is to the private services it fetches from.
-    let mut sync = crate::sync::SyncConfig::from_config(cfg);
+    let mut sync = crate::sync::SyncConfig::from_sections(&cfg.git_sync, &cfg.limits, &cfg.server, &cfg.trust, &cfg.relay_sync);
     sync.credentials = crate::sync::PrivateFetch {
-        replica: replica_identity(cfg, identity),
+        replica: replica_identity(&cfg.trust, &cfg.relay_sync, &cfg.server, identity),
         service_key: if cfg.trust.private { Some(crate::peers::service_key::load_or_create(&cfg.service_key_file())?) } else { None },
     };
     let (_, sync_stats) = crate::sync::start(grasp, sync, controller.subscribe());
     let _ = views.sync_stats.set(sync_stats);
     // Relay-to-relay event sync (GRASP-02): follow the relays accepted repositories list.
-    if let Some(mut peers) = crate::peers::PeersConfig::from_config(cfg) {
+    if let Some(mut peers) = crate::peers::PeersConfig::from_sections(&cfg.relay_sync, &cfg.trust, &cfg.storage, &cfg.git_sync, &cfg.server) {
         if cfg.trust.private {
             let path = cfg.service_key_file();
             let keys = crate::peers::service_key::load_or_create(&path)?;
             tracing::info!(npub = %crate::peers::service_key::npub(&keys), path = %path.display(), "private service key: list it as a member on the --private-sync-peer relays");
             peers.auth_keys = Some(keys);
         }
-        peers.replica_identity = replica_identity(cfg, identity);
+        peers.replica_identity = replica_identity(&cfg.trust, &cfg.relay_sync, &cfg.server, identity);
         let (_, relay_sync) = crate::peers::start(grasp, peers, data.relay_sync_file(), controller.subscribe())?;
         let _ = views.relay_sync.set(relay_sync);
     }
     // The relay's own profile and relay list, on the index relays that hold none for its key yet.
-    let index_relays = cfg.index_relays();
+    let index_relays = cfg.relay_sync.index_relays_used(&cfg.trust);
     if !index_relays.is_empty() {
-        let sync = crate::sync::SyncConfig::from_config(cfg);
+        let sync = crate::sync::SyncConfig::from_sections(&cfg.git_sync, &cfg.limits, &cfg.server, &cfg.trust, &cfg.relay_sync);
         let publication = crate::peers::profile::SelfPublication {
             keys: identity.clone(),
             public_host: cfg.server.public_host(),
@@ -369,7 +372,7 @@ async fn start_background(
         tokio::spawn(publication.run(controller.subscribe()));
     }
 
-    let _ = grasp.maintenance.set(crate::grasp::maintenance::Maintenance::start(grasp.clone(), cfg.limits.git_idle_timeout, controller.subscribe()));
+    grasp.set_maintenance(crate::grasp::maintenance::Maintenance::start(grasp.clone(), cfg.limits.git_idle_timeout, controller.subscribe()));
     tokio::spawn(crate::grasp::lifecycle::run_expiry(grasp.clone(), controller.subscribe()));
     tokio::spawn(crate::grasp::deferred::run_deferred(grasp.clone(), controller.subscribe()));
     tokio::spawn(crate::grasp::copies::run_copies(grasp.clone(), controller.subscribe()));
@@ -381,7 +384,7 @@ async fn start_background(
     });
     tokio::spawn(crate::grasp::purge::run_curation_watch(grasp.clone(), controller.subscribe()));
     tokio::spawn(heap_trim::run(controller.subscribe()));
-    tokio::spawn(crate::trust::limits::run_repo_count(grasp.trust.clone(), controller.subscribe()));
+    tokio::spawn(crate::trust::limits::run_repo_count(grasp.trust().clone(), controller.subscribe()));
     tokio::spawn(reload::run(grasp.clone(), settings, cfg.pages.admin_pubkey, hangups, controller.subscribe()));
     tokio::spawn(crate::grasp::lifecycle::run_checkpoints(
         grasp.clone(),
@@ -435,7 +438,7 @@ async fn accept_loop(listener: TcpListener, state: Arc<AppState>, mut shutdown: 
             _ = shutdown.recv() => return,
             v = tcp::accept_with_backoff(&listener, "public") => v,
         };
-        let opened = if crate::trust::proxy::is_trusted(remote.ip(), &state.grasp.trust.trusted_proxies) {
+        let opened = if crate::trust::proxy::is_trusted(remote.ip(), &state.grasp.trust().trusted_proxies) {
             state.connections.try_open_from_proxy(remote.ip())
         } else {
             state.connections.try_open(remote.ip())
@@ -444,7 +447,7 @@ async fn accept_loop(listener: TcpListener, state: Arc<AppState>, mut shutdown: 
             Ok(permit) => Arc::new(permit),
             Err(refusal) => {
                 tracing::debug!(%remote, ?refusal, open = state.connections.open(), "connection refused");
-                state.grasp.metrics.connection_refused(&refusal);
+                state.grasp.metrics().connection_refused(&refusal);
                 if let Ok(slot) = refusals.clone().try_acquire_owned() {
                     tokio::spawn(async move {
                         refuse(stream, refusal).await;
@@ -566,7 +569,7 @@ async fn route(
         } else if accepts_nostr_json(&req) {
             let mut r = http::text(
                 StatusCode::OK,
-                crate::nostr::nip11::document(&state.cfg, &state.grasp.trust, &state.identity.public_key()).to_string(),
+                crate::nostr::nip11::document(&state.cfg, state.grasp.trust(), &state.identity.public_key()).to_string(),
             );
             r.headers_mut().insert(
                 CONTENT_TYPE,
@@ -585,15 +588,15 @@ async fn route(
         // Repository paths, and every other path: grasp-cgi serves git, the repository pages and
         // the one 404 page (HTML for browsers), the same here as behind nginx. Git request slots
         // are counted per client: the forwarded address when the peer is a trusted proxy.
-        let client = crate::trust::proxy::client_address(remote.ip(), req.headers(), &state.grasp.trust.trusted_proxies);
+        let client = crate::trust::proxy::client_address(remote.ip(), req.headers(), &state.grasp.trust().trusted_proxies);
         match state.git_requests.try_open(client) {
             Ok(slot) => {
                 // A replica set's push to a repository this replica does not have yet: its
                 // announcement may have reached another replica a moment ago.
-                if let Some(reads) = state.grasp.replica_reads.get() {
+                if let Some(reads) = state.grasp.replica_reads() {
                     reads.before_push_to_missing(&state.grasp, req.method().as_str(), req.uri().path(), req.uri().query().unwrap_or("")).await;
                 }
-                let timer = state.grasp.metrics.git_request(&req);
+                let timer = state.grasp.metrics().git_request(&req);
                 // REMOTE_ADDR is the client as resolved through trusted proxies: the hooks forward
                 // it, and a push's placeholders count against its share (docs/protocol.md#caps).
                 let client_addr = SocketAddr::new(client, remote.port());
@@ -620,8 +623,8 @@ const CATCHING_UP: &str =
 fn catching_up(req: &Request<Incoming>, state: &AppState, remote: SocketAddr) -> bool {
     let forwarded = req.headers().contains_key("x-forwarded-for") || req.headers().contains_key("x-real-ip");
     forwarded
-        && !state.grasp.replicas.is_empty()
-        && crate::trust::proxy::is_trusted(remote.ip(), &state.grasp.trust.trusted_proxies)
+        && !state.grasp.replicas().is_empty()
+        && crate::trust::proxy::is_trusted(remote.ip(), &state.grasp.trust().trusted_proxies)
         && !state.health.caught_up()
 }
 
@@ -687,7 +690,7 @@ fn websocket_upgrade(
     }
     // Behind a trusted proxy, the forwarded client address holds a per-address place for as long
     // as the WebSocket lives, and is the key of its write limits.
-    let trust = &state.grasp.trust;
+    let trust = state.grasp.trust();
     let client = crate::trust::proxy::client_address(remote.ip(), req.headers(), &trust.trusted_proxies);
     let client_place = if crate::trust::proxy::is_trusted(remote.ip(), &trust.trusted_proxies) {
         match state.connections.try_hold_address(client) {

@@ -92,18 +92,19 @@ pub async fn served_repos(grasp: &Grasp, page: usize) -> (Vec<RepoCard>, bool) {
 pub async fn home(cfg: &Config, grasp: &Grasp, query: Option<&str>) -> String {
     let page = page_of(query);
     let (repos, more) = served_repos(grasp, page).await;
-    render_home(cfg, &grasp.trust, &repos, page, more)
+    render_home(cfg, grasp.trust(), &repos, page, more)
 }
 
-/// The home page's HTML (pure).
+/// The home page's HTML (pure). Like the NIP-11 document it describes the whole relay, so it
+/// takes the whole configuration.
 pub fn render_home(cfg: &Config, trust: &crate::trust::Trust, repos: &[RepoCard], page: usize, more: bool) -> String {
     let urls = PublicUrls::new(&cfg.server.public_host());
     let nips: Vec<String> = crate::nostr::nip11::SUPPORTED_NIPS
         .iter()
         .map(|n| format!("<a href=\"https://github.com/nostr-protocol/nips/blob/master/{n:02}.md\">NIP-{n:02}</a>"))
         .collect();
-    let grasps: Vec<String> = crate::nostr::nip11::supported_grasps(cfg).into_iter().map(escape).collect();
-    let criteria = escape(&crate::nostr::nip11::acceptance_criteria(cfg, trust));
+    let grasps: Vec<String> = crate::nostr::nip11::supported_grasps(&cfg.relay_sync, &cfg.trust, &cfg.services).into_iter().map(escape).collect();
+    let criteria = escape(&crate::nostr::nip11::acceptance_criteria(&cfg.server, &cfg.purgatory, &cfg.services, trust));
     let ttl = cfg.purgatory.purgatory_ttl.as_secs();
     let wait = if ttl.is_multiple_of(60) { format!("{} minutes", ttl / 60) } else { format!("{ttl} seconds") };
     let relay = escape(&urls.relay_url());

@@ -78,14 +78,14 @@ fn apply(grasp: &Grasp, section: Section, cfg: &Config, admin: Option<PublicKey>
     match section {
         Section::Server => crate::logging::set_filter(&cfg.server.log),
         Section::Trust => {
-            grasp.trust.set_curation(cfg.trust.curation());
+            grasp.trust().set_curation(cfg.trust.curation());
             let mut members: BTreeSet<PublicKey> = cfg.trust.member.iter().copied().collect();
             members.extend(admin);
-            grasp.trust.set_members(members);
+            grasp.trust().set_members(members);
             Ok(())
         }
         Section::Storage => {
-            grasp.trust.disk.set_min_free(cfg.storage.min_free_disk);
+            grasp.trust().disk.set_min_free(cfg.storage.min_free_disk);
             Ok(())
         }
         other => Err(format!("[{}] cannot change while the relay runs", other.name())),

@@ -5,7 +5,7 @@
 //!   fetched objects in,
 //!   and release through [`Grasp::process_repo`] (the same path as after a push) under the
 //!   cross-process push lock a push holds during its receive-pack.
-//! - [`start`]: creates the [`Syncer`], points `Grasp::on_waiting` (every event that starts
+//! - [`start`]: creates the [`Syncer`], points `Grasp::set_on_waiting` (every event that starts
 //!   waiting enqueues its identifier) at it through a [`SyncHandle`], runs it until shutdown,
 //!   and returns the syncer's figures for the operator views.
 //!
@@ -102,7 +102,7 @@ impl SyncContext for Arc<Grasp> {
             self.purgatory.pr_events_for_any(&repos).iter().filter_map(|ev| PullRequest::from_event(ev).ok()).collect();
         // The operator's replicas first: each holds the repositories this one waits for.
         let mut sources: Vec<CloneSource> = self
-            .replicas
+            .replicas()
             .iter()
             .map(|r| CloneSource::new(SourceTrust::Replica, waiting.iter().map(|(owner, _)| r.repo_url(&grasp_state::names::identifier::npub_of(owner), identifier)).collect()))
             .collect();
@@ -133,11 +133,11 @@ impl SyncContext for Arc<Grasp> {
     }
 
     fn fetched(&self, outcome: &super::FetchOutcome, took: std::time::Duration) {
-        self.metrics.sync_fetched(outcome.error.is_none(), took);
+        self.metrics().sync_fetched(outcome.error.is_none(), took);
     }
 
     fn attempted(&self, outcome: &super::Outcome) {
-        self.metrics.sync_attempt(outcome.label());
+        self.metrics().sync_attempt(outcome.label());
     }
 
     fn objects_moved_in(&self, repo: &Path) {
@@ -272,8 +272,7 @@ pub fn start(grasp: &Arc<Grasp>, config: SyncConfig, mut shutdown: Shutdown) -> 
     let handle = syncer.handle();
     let enqueue = handle.clone();
     if grasp
-        .on_waiting
-        .set(Box::new(move |identifier, origin| {
+        .set_on_waiting(Box::new(move |identifier, origin| {
             enqueue.enqueue(identifier, origin)
         }))
         .is_err()

@@ -16,7 +16,8 @@
 //!   objects are moved into the real repository under the lock.
 //! - this file: the [`SyncContext`] the GRASP brain implements, and the [`Syncer`] loop.
 //! - [`context`]: that implementation for `Arc<Grasp>`, and [`context::start`], the daemon's
-//!   wiring (enqueue on `Grasp::on_waiting`, stats for the operator view, stop on shutdown).
+//!   wiring (enqueue through `Grasp::set_on_waiting`, stats for the operator view, stop on
+//!   shutdown).
 //!
 //! The syncer never writes refs: it only adds objects to a repository (fetched into a quarantine
 //! without any lock, then moved in under the repository lock shared with the push flow) and then
@@ -43,7 +44,7 @@ use grasp_state::git::clone_sources::{plan_sync_urls, CloneSource, UrlLimits};
 use serde::Serialize;
 use tokio::sync::{watch, Notify};
 use tokio::task::JoinSet;
-use crate::config::Config;
+use crate::config::{GitSyncConfig, LimitsConfig, RelaySyncConfig, ServerConfig, TrustConfig};
 use crate::peers::credentials::GitCredential;
 
 pub use context::{start, SyncHandle};
@@ -596,36 +597,38 @@ struct UrlAttempt {
 }
 
 impl SyncConfig {
-    /// Background sync settings from the configuration. `own_hosts`: the public host and the bound address.
-    pub fn from_config(cfg: &Config) -> SyncConfig {
+    /// Background sync settings from the sections it reads: `[git-sync]`, and what it shares
+    /// with the rest: the push size cap (`--max-push-bytes`, the default fetch cap), this
+    /// server's own hosts (never fetched from), a private service's sync peers, the replicas.
+    pub fn from_sections(git_sync: &GitSyncConfig, limits: &LimitsConfig, server: &ServerConfig, trust: &TrustConfig, relay_sync: &RelaySyncConfig) -> SyncConfig {
         // The former `-ms` flags, when given, win over the defaults of the new ones (clap refuses
         // both names at once).
         let either = |ms: Option<u64>, d: Duration| ms.map_or(d, Duration::from_millis);
         SyncConfig {
             queue: QueueTimings {
-                user_delay: either(cfg.git_sync.sync_user_delay_ms, cfg.git_sync.sync_user_delay),
-                sync_delay: either(cfg.git_sync.sync_delay_ms, cfg.git_sync.sync_delay),
-                backoff_base: either(cfg.git_sync.sync_backoff_ms, cfg.git_sync.sync_backoff),
-                backoff_cap: either(cfg.git_sync.sync_backoff_cap_ms, cfg.git_sync.sync_backoff_cap),
+                user_delay: either(git_sync.sync_user_delay_ms, git_sync.sync_user_delay),
+                sync_delay: either(git_sync.sync_delay_ms, git_sync.sync_delay),
+                backoff_base: either(git_sync.sync_backoff_ms, git_sync.sync_backoff),
+                backoff_cap: either(git_sync.sync_backoff_cap_ms, git_sync.sync_backoff_cap),
             },
             throttle: ThrottleLimits {
-                max_concurrent: cfg.git_sync.sync_domain_concurrency.max(1),
-                max_per_window: cfg.git_sync.sync_domain_per_minute.max(1),
+                max_concurrent: git_sync.sync_domain_concurrency.max(1),
+                max_per_window: git_sync.sync_domain_per_minute.max(1),
                 window: Duration::from_secs(60),
                 ..ThrottleLimits::default()
             },
             fetch: FetchOptions {
-                timeout: cfg.git_sync.sync_fetch_timeout.max(Duration::from_secs(1)),
-                max_bytes: cfg.git_sync.sync_max_fetch_bytes.unwrap_or(cfg.limits.max_push_bytes),
+                timeout: git_sync.sync_fetch_timeout.max(Duration::from_secs(1)),
+                max_bytes: git_sync.sync_max_fetch_bytes.unwrap_or(limits.max_push_bytes),
                 ..FetchOptions::default()
             },
-            allow_private: cfg.git_sync.sync_allow_private,
-            extra_denied: cfg.git_sync.sync_deny.clone(),
-            own_hosts: vec![cfg.server.public_authority(), cfg.server.bind.to_string()],
-            max_parallel: cfg.git_sync.sync_max_parallel.max(1),
-            attempt_timeout: cfg.git_sync.sync_attempt_timeout(),
-            only_peers: cfg.trust.private.then(|| cfg.trust.private_sync_peer.iter().map(|p| git_sync_peer(p)).collect()),
-            replicas: cfg.relay_sync.replica.iter().map(|r| r.host_port.clone()).collect(),
+            allow_private: git_sync.sync_allow_private,
+            extra_denied: git_sync.sync_deny.clone(),
+            own_hosts: server.own_hosts(),
+            max_parallel: git_sync.sync_max_parallel.max(1),
+            attempt_timeout: git_sync.sync_attempt_timeout(),
+            only_peers: trust.private.then(|| trust.private_sync_peer.iter().map(|p| git_sync_peer(p)).collect()),
+            replicas: relay_sync.replica.iter().map(|r| r.host_port.clone()).collect(),
             ..SyncConfig::default()
         }
     }
@@ -643,7 +646,23 @@ fn git_sync_peer(peer: &str) -> String {
 #[cfg(test)]
 mod config_tests {
     use super::*;
+    use crate::config::Config;
     use clap::{CommandFactory, Parser};
+
+    /// The sync settings of `git_sync` and `server`, the other sections at their defaults.
+    fn sync_of(git_sync: &GitSyncConfig, server: &ServerConfig) -> SyncConfig {
+        SyncConfig::from_sections(git_sync, &LimitsConfig::default(), server, &TrustConfig::default(), &RelaySyncConfig::default())
+    }
+
+    /// The sync settings of `git_sync`, the other sections at their defaults.
+    fn git_sync_of(git_sync: &GitSyncConfig) -> SyncConfig {
+        sync_of(git_sync, &ServerConfig::default())
+    }
+
+    /// A server section with `--public-host`.
+    fn public_host(host: &str) -> ServerConfig {
+        ServerConfig { public_host: Some(host.into()), ..ServerConfig::default() }
+    }
 
     #[test]
     fn a_private_service_proves_itself_to_replicas_and_peers() {
@@ -663,8 +682,7 @@ mod config_tests {
 
     #[test]
     fn sync_defaults_follow_the_design() {
-        let cfg = Config::parse_from(["grasp-relay", "--public-host", "git.example.com"]);
-        let sync = SyncConfig::from_config(&cfg);
+        let sync = sync_of(&GitSyncConfig::default(), &public_host("git.example.com"));
         assert_eq!(sync.queue, QueueTimings::default());
         assert_eq!(sync.throttle, ThrottleLimits::default());
         assert_eq!(sync.fetch, FetchOptions::default());
@@ -688,7 +706,7 @@ mod config_tests {
             "--sync-deny", "10.1.0.0/16,192.0.2.1",
             "--sync-deny", "fc00::/7",
         ]);
-        let sync = SyncConfig::from_config(&cfg);
+        let sync = git_sync_of(&cfg.git_sync);
         let ms = std::time::Duration::from_millis;
         assert_eq!(sync.queue.user_delay, ms(200));
         assert_eq!(sync.queue.sync_delay, ms(10));
@@ -713,15 +731,16 @@ mod config_tests {
             "--sync-backoff-ms", "300",
             "--sync-backoff-cap-ms", "900",
         ]);
-        let (sync, ms) = (SyncConfig::from_config(&cfg), Duration::from_millis);
+        let (sync, ms) = (git_sync_of(&cfg.git_sync), Duration::from_millis);
         assert_eq!((sync.queue.user_delay, sync.queue.sync_delay), (ms(200), ms(10)));
         assert_eq!((sync.queue.backoff(1), sync.queue.backoff(3)), (ms(300), ms(900)));
         // The new names take units; a bare number is seconds, as for every other duration.
         let cfg = Config::parse_from(["grasp-relay", "--sync-user-delay", "2", "--sync-backoff-cap", "1h", "--sync-fetch-timeout", "90s"]);
-        assert_eq!(SyncConfig::from_config(&cfg).queue.user_delay, Duration::from_secs(2));
-        assert_eq!(SyncConfig::from_config(&cfg).queue.backoff_cap, Duration::from_secs(3600));
-        assert_eq!(SyncConfig::from_config(&cfg).fetch.timeout, Duration::from_secs(90));
-        assert_eq!(SyncConfig::from_config(&Config::parse_from(["grasp-relay", "--sync-fetch-timeout", "1ms"])).fetch.timeout, Duration::from_secs(1));
+        assert_eq!(git_sync_of(&cfg.git_sync).queue.user_delay, Duration::from_secs(2));
+        assert_eq!(git_sync_of(&cfg.git_sync).queue.backoff_cap, Duration::from_secs(3600));
+        assert_eq!(git_sync_of(&cfg.git_sync).fetch.timeout, Duration::from_secs(90));
+        let short = GitSyncConfig { sync_fetch_timeout: Duration::from_millis(1), ..GitSyncConfig::default() };
+        assert_eq!(git_sync_of(&short).fetch.timeout, Duration::from_secs(1));
         // Old and new name together is ambiguous.
         assert!(Config::try_parse_from(["grasp-relay", "--sync-delay", "1s", "--sync-delay-ms", "5"]).is_err());
         assert!(Config::try_parse_from(["grasp-relay", "--sync-delay", "5 parsecs"]).is_err());
@@ -742,15 +761,15 @@ mod config_tests {
     #[test]
     fn a_public_host_with_a_scheme_still_names_this_server_for_sync() {
         for configured in ["https://git.example.com", "https://git.example.com/", "git.example.com/"] {
-            let cfg = Config::parse_from(["grasp-relay", "--public-host", configured]);
-            assert_eq!(cfg.server.public_host(), configured, "the pages keep the scheme");
-            assert_eq!(SyncConfig::from_config(&cfg).own_hosts, ["git.example.com", "127.0.0.1:8080"], "{configured}");
-            let policy = crate::sync::UrlPolicy::new(false, &[], &SyncConfig::from_config(&cfg).own_hosts);
+            let server = public_host(configured);
+            assert_eq!(server.public_host(), configured, "the pages keep the scheme");
+            assert_eq!(sync_of(&GitSyncConfig::default(), &server).own_hosts, ["git.example.com", "127.0.0.1:8080"], "{configured}");
+            let policy = crate::sync::UrlPolicy::new(false, &[], &sync_of(&GitSyncConfig::default(), &server).own_hosts);
             for own in ["https://git.example.com/npub1x/r.git", "http://git.example.com:8080/npub1x/r.git"] {
                 assert!(matches!(policy.check(own), Err(crate::sync::UrlRejected::OwnServer(_))), "{configured}: {own}");
             }
         }
-        let port = Config::parse_from(["grasp-relay", "--public-host", "http://git.example.com:8080/"]);
-        assert_eq!(SyncConfig::from_config(&port).own_hosts[0], "git.example.com:8080");
+        let port = public_host("http://git.example.com:8080/");
+        assert_eq!(sync_of(&GitSyncConfig::default(), &port).own_hosts[0], "git.example.com:8080");
     }
 }

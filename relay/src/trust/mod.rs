@@ -89,25 +89,33 @@ pub fn parse_members(text: &str) -> Result<BTreeSet<PublicKey>, String> {
 }
 
 impl Trust {
-    /// Settings from the command line; files named there are read now (an error if unreadable).
-    pub fn from_config(cfg: &crate::config::Config, git_root: std::path::PathBuf) -> anyhow::Result<Trust> {
-        let curation_file = match &cfg.trust.curation_file {
+    /// Settings from the sections they are read from: `[trust]`, the write limits and event
+    /// sizes (`[limits]`), the free disk kept (`[storage]`), and `--admin-pubkey` (a member).
+    /// Files named there are read now (an error if unreadable).
+    pub fn from_sections(
+        trust: &crate::config::TrustConfig,
+        limits_config: &crate::config::LimitsConfig,
+        storage: &crate::config::StorageConfig,
+        admin: Option<PublicKey>,
+        git_root: std::path::PathBuf,
+    ) -> anyhow::Result<Trust> {
+        let curation_file = match &trust.curation_file {
             Some(p) => Some(Reloadable::open(p, |t| Curation::parse(t).map_err(|e| e.to_string()))?),
             None => None,
         };
-        let members_file = match &cfg.trust.members_file {
+        let members_file = match &trust.members_file {
             Some(p) => Some(Reloadable::open(p, parse_members)?),
             None => None,
         };
-        let mut members: BTreeSet<PublicKey> = cfg.trust.member.iter().copied().collect();
-        members.extend(cfg.pages.admin_pubkey);
+        let mut members: BTreeSet<PublicKey> = trust.member.iter().copied().collect();
+        members.extend(admin);
         Ok(Trust {
-            private: cfg.trust.private,
-            limits: WriteLimits::new(limits::WriteLimitConfig::from_config(&cfg.limits), Some(git_root), Arc::new(grasp_state::purgatory::SystemClock)),
-            event_sizes: cfg.limits.event_sizes(),
-            disk: FreeDisk::new(cfg.storage.data_dir.clone(), cfg.storage.min_free_disk),
-            trusted_proxies: cfg.trust.trusted_proxy.clone(),
-            curation: RwLock::new(Arc::new(cfg.trust.curation())),
+            private: trust.private,
+            limits: WriteLimits::new(limits::WriteLimitConfig::from_config(limits_config), Some(git_root), Arc::new(grasp_state::purgatory::SystemClock)),
+            event_sizes: limits_config.event_sizes(),
+            disk: FreeDisk::new(storage.data_dir.clone(), storage.min_free_disk),
+            trusted_proxies: trust.trusted_proxy.clone(),
+            curation: RwLock::new(Arc::new(trust.curation())),
             curation_file,
             members: RwLock::new(Arc::new(members)),
             members_file,
