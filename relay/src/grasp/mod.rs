@@ -5,6 +5,27 @@
 //! what is stored with what waits in the purgatory, because the purgatory's events count for
 //! authorisation (docs/protocol.md#purgatory). Decisions themselves are pure functions in
 //! `grasp_state`; this module gathers their inputs and carries out their results.
+//!
+//! The hub's fields are this module's own (but the store, the purgatory and the repository
+//! locks); the rest of the relay asks through methods. Its `impl` is split by question, one file
+//! each, so a method is found where its question is:
+//!
+//! | question | file |
+//! |---|---|
+//! | what the hub holds, how it is built and wired at startup, the getters | this file |
+//! | is this event accepted, held or refused? | [`acceptance`] (verdict type: [`policy`]) |
+//! | may this push go in? | [`authorize`] (held states indexed: [`held_index`]) |
+//! | git data arrived: what does it release? | [`release`] |
+//! | who may push: maintainer sets per announcement version | [`authority`], refs realigned by [`integrity`] |
+//! | what may strangers and owners store? | [`budgets`], [`quotas`] |
+//! | GRASP-06 contributor repositories | [`contributions`] |
+//! | one object store per identifier family | [`pools`], copies in [`copies`] |
+//! | who is a member of a private service (replicas included)? | [`membership`] |
+//! | maintenance after pushes | [`maintenance`] |
+//!
+//! Not methods of the hub, but its parts: the purgatory's owner ([`purgatory`]), its journal and
+//! lifecycle ([`journal`], [`lifecycle`]), repository locks ([`locks`]), deferred work
+//! ([`deferred`]), the operator's purge ([`purge`]).
 
 pub mod acceptance;
 pub mod authority;
