@@ -21,6 +21,7 @@
 //! | GRASP-06 contributor repositories | [`contributions`] |
 //! | one object store per identifier family | [`pools`], copies in [`copies`] |
 //! | who is a member of a private service (replicas included)? | [`membership`] |
+//! | what it asks of the other replicas of its set (ports the peers fill) | [`replica_set`] |
 //! | maintenance after pushes | [`maintenance`] |
 //!
 //! Not methods of the hub, but its parts: the purgatory's owner ([`purgatory`]), its journal and
@@ -47,6 +48,7 @@ pub mod purge;
 pub mod purgatory;
 pub mod quotas;
 pub mod release;
+pub mod replica_set;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -151,11 +153,11 @@ pub struct Grasp {
     replicas: Vec<grasp_state::trust::replica::Replica>,
     /// `--replica-acks`: the other replicas that must hold a client's event before its `OK
     /// true`, and a push before its post-receive ends. Set once at startup.
-    replica_acks: std::sync::OnceLock<Arc<crate::peers::acks::ReplicaAcks>>,
+    replica_acks: std::sync::OnceLock<Arc<dyn replica_set::Confirmations>>,
     /// The other replicas, asked for an identifier's announcements and states before a push is
     /// refused for want of them (`crate::peers::replica_reads`). Set once at startup, with
     /// `--replica`.
-    replica_reads: std::sync::OnceLock<Arc<crate::peers::replica_reads::ReplicaReads>>,
+    replica_reads: std::sync::OnceLock<Arc<dyn replica_set::OtherReplicas>>,
 }
 
 impl Grasp {
@@ -534,13 +536,13 @@ impl Grasp {
     }
 
     /// The other replicas, asked for held announcements and states; set with `--replica`.
-    pub(crate) fn replica_reads(&self) -> Option<&Arc<crate::peers::replica_reads::ReplicaReads>> {
+    pub(crate) fn replica_reads(&self) -> Option<&Arc<dyn replica_set::OtherReplicas>> {
         self.replica_reads.get()
     }
 
     /// The other replicas that must hold a client's event before its `OK true`; set with
     /// `--replica-acks`.
-    pub(crate) fn replica_acks(&self) -> Option<&Arc<crate::peers::acks::ReplicaAcks>> {
+    pub(crate) fn replica_acks(&self) -> Option<&Arc<dyn replica_set::Confirmations>> {
         self.replica_acks.get()
     }
 
@@ -592,13 +594,13 @@ impl Grasp {
     }
 
     /// Wires `--replica-acks`. Once, at startup (later calls are ignored).
-    pub(crate) fn set_replica_acks(&self, acks: Arc<crate::peers::acks::ReplicaAcks>) {
+    pub(crate) fn set_replica_acks(&self, acks: Arc<dyn replica_set::Confirmations>) {
         let _ = self.replica_acks.set(acks);
     }
 
     /// Wires the reads from the other replicas (`--replica`). Once, at startup (later calls are
     /// ignored).
-    pub(crate) fn set_replica_reads(&self, reads: Arc<crate::peers::replica_reads::ReplicaReads>) {
+    pub(crate) fn set_replica_reads(&self, reads: Arc<dyn replica_set::OtherReplicas>) {
         let _ = self.replica_reads.set(reads);
     }
 

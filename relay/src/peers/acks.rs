@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use nostr::prelude::{ClientMessage, Event, EventId, RelayMessage};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::peers::credentials::ReplicaIdentity;
+use crate::trust::credentials::ReplicaIdentity;
 use crate::peers::tls::Tls;
 use crate::peers::wire::{Incoming, Wire};
 use crate::shutdown::Shutdown;
@@ -136,6 +136,16 @@ impl ReplicaAcks {
             self.required,
             self.timeout.as_secs()
         )
+    }
+}
+
+impl crate::grasp::replica_set::Confirmations for ReplicaAcks {
+    fn confirm<'a>(&'a self, event: &'a Arc<Event>) -> futures_util::future::BoxFuture<'a, Result<(), String>> {
+        Box::pin(ReplicaAcks::confirm(self, event))
+    }
+
+    fn confirm_push<'a>(&'a self, npub: &'a str, identifier: &'a str, refs: &'a grasp_state::names::refs::RefMap) -> futures_util::future::BoxFuture<'a, String> {
+        Box::pin(ReplicaAcks::confirm_push(self, npub, identifier, refs))
     }
 }
 

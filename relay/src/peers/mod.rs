@@ -13,8 +13,6 @@
 //!   repository's root events.
 //! - [`wire`]: one WebSocket client connection, NIP-11 limits.
 //! - [`service_key`]: a private service's key, answering its peers' NIP-42 challenges.
-//! - [`credentials`]: what this server presents to be let in: NIP-42 `AUTH` events, GRASP-08
-//!   git proofs, and a private replica set's identity.
 //! - [`tls`]: TLS for `wss://` relays (Mozilla roots plus `--sync-tls-ca`, the URL's host
 //!   verified).
 //! - [`history`]: NIP-77 negentropy reconciliation, or `REQ` paging with `until`.
@@ -49,7 +47,6 @@
 //!   (the Sync+ task too, or when the manager is gone).
 
 pub mod acks;
-pub mod credentials;
 pub mod cursors;
 pub mod fetches;
 pub mod health;
@@ -129,7 +126,7 @@ pub struct PeersConfig {
     pub auth_keys: Option<nostr::prelude::Keys>,
     /// A replica of a private set: how it answers the other replicas' challenges (its own key,
     /// the service's public relay URL), whatever `auth_keys` says.
-    pub replica_identity: Option<credentials::ReplicaIdentity>,
+    pub replica_identity: Option<crate::trust::credentials::ReplicaIdentity>,
     /// The operator's replicas (`--replica`): followed for everything, on any address.
     pub replicas: Vec<grasp_state::trust::replica::Replica>,
     /// GRASP-03 Sync+ (`None` when it does not run, see [`RelaySyncConfig::sync_plus_enabled`]).

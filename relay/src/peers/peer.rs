@@ -237,7 +237,7 @@ impl Session<'_> {
 
     /// The key this server answers this relay's NIP-42 challenges with, and the `relay` tag it
     /// names: to another replica of a private set, its own key and the service's public relay
-    /// URL (`super::credentials::ReplicaIdentity`); to a `--private-sync-peer`, the service
+    /// URL (`crate::trust::credentials::ReplicaIdentity`); to a `--private-sync-peer`, the service
     /// key and the peer's URL. `None`: challenges are not answered.
     fn credentials(&self) -> Option<(Keys, String)> {
         let config = &self.peer.shared.config;
@@ -253,7 +253,7 @@ impl Session<'_> {
         let Some((keys, relay)) = self.credentials() else {
             return Ok(EventId::from_byte_array([0; 32]));
         };
-        let event = super::credentials::auth_event(&keys, &relay, challenge).map_err(Ended::Failed)?;
+        let event = crate::trust::credentials::auth_event(&keys, &relay, challenge).map_err(Ended::Failed)?;
         let id = event.id;
         self.wire.send(&ClientMessage::auth(event)).await?;
         Ok(id)

@@ -117,7 +117,7 @@ impl Reach<'_> {
 
 /// An `AUTH` event of `keys` answering `challenge`, for the relay at `relay`.
 fn auth_event(keys: &Keys, relay: &str, challenge: &str) -> Result<Event, QueryError> {
-    super::credentials::auth_event(keys, relay, challenge).map_err(QueryError::Refused)
+    crate::trust::credentials::auth_event(keys, relay, challenge).map_err(QueryError::Refused)
 }
 
 /// NIP-42 on `wire`, as each of `keys` (at least one), before `deadline`: the challenge is the

@@ -19,6 +19,7 @@ use std::collections::BTreeSet;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
+use futures_util::future::BoxFuture;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use grasp_state::trust::auth::Submitter;
 use grasp_state::nostr::nip34::{KIND_ANNOUNCEMENT, KIND_STATE};
@@ -26,6 +27,7 @@ use nostr::prelude::{Event, Filter, Keys, Kind, PublicKey, SingleLetterTag};
 
 use super::query::Reach;
 use super::tls::{Tls, TlsSetupError};
+use crate::grasp::replica_set::{Asked, OtherReplicas};
 use crate::grasp::Grasp;
 use crate::sync::relay_url::RelayUrl;
 use crate::sync::UrlPolicy;
@@ -43,17 +45,6 @@ const MAX_EVENTS: usize = 500;
 /// Who submits what the replicas answer: relay sync (no client address, see
 /// `super::intake`).
 const FROM_SYNC: Submitter<'static> = Submitter { authenticated: &[], from_sync: true, address: None };
-
-/// What asking the replicas came to.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Asked {
-    /// Replicas that answered within the deadline.
-    pub answered: usize,
-    /// Events they answered that this server did not have (handed to admission).
-    pub new_here: usize,
-    /// Events this server did not have, admitted (held or stored).
-    pub admitted: usize,
-}
 
 /// Unknown keys that authenticated trigger a new look at the replicas' keys at most this often.
 const KEYS_REFRESH: Duration = Duration::from_secs(10);
@@ -241,6 +232,28 @@ impl ReplicaReads {
         let shown = format!("{}/{}", repo.npub, repo.identifier);
         tracing::info!(repo = %shown, "push to a repository this replica does not have; asking the other replicas for its announcement");
         self.ask(&repo.identifier, &shown).await;
+    }
+}
+
+impl OtherReplicas for ReplicaReads {
+    fn ask<'a>(&'a self, identifier: &'a str, repo: &'a str) -> BoxFuture<'a, Asked> {
+        Box::pin(ReplicaReads::ask(self, identifier, repo))
+    }
+
+    fn before_push_to_missing<'a>(&'a self, grasp: &'a Grasp, method: &'a str, path: &'a str, query: &'a str) -> BoxFuture<'a, ()> {
+        Box::pin(ReplicaReads::before_push_to_missing(self, grasp, method, path, query))
+    }
+
+    fn held_for<'a>(&'a self, grasp: &'a Grasp, authenticated: &'a [PublicKey], filters: &'a [Filter]) -> BoxFuture<'a, Vec<Arc<Event>>> {
+        Box::pin(ReplicaReads::held_for(self, grasp, authenticated, filters))
+    }
+
+    fn is_replica<'a>(&'a self, key: &'a PublicKey) -> BoxFuture<'a, bool> {
+        Box::pin(ReplicaReads::is_replica(self, key))
+    }
+
+    fn is_known(&self, key: &PublicKey) -> bool {
+        ReplicaReads::is_known(self, key)
     }
 }
 

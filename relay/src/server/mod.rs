@@ -308,8 +308,8 @@ async fn git_http_config(server: &crate::config::ServerConfig, limits: &crate::c
 /// maintenance, expiry, deferred work, copies, contributor data, pools, curation, limits,
 /// A replica of a private set (`--private` with `--replica`): how it is let in by the others,
 /// as its own key naming the service's domain (docs/scaling.md, "A private replica set").
-fn replica_identity(trust: &TrustConfig, relay_sync: &RelaySyncConfig, server: &ServerConfig, identity: &nostr::prelude::Keys) -> Option<crate::peers::credentials::ReplicaIdentity> {
-    (trust.private && !relay_sync.replica.is_empty()).then(|| crate::peers::credentials::ReplicaIdentity::new(identity.clone(), &server.public_host()))
+fn replica_identity(trust: &TrustConfig, relay_sync: &RelaySyncConfig, server: &ServerConfig, identity: &nostr::prelude::Keys) -> Option<crate::trust::credentials::ReplicaIdentity> {
+    (trust.private && !relay_sync.replica.is_empty()).then(|| crate::trust::credentials::ReplicaIdentity::new(identity.clone(), &server.public_host()))
 }
 
 /// reload, checkpoints). Each ends at shutdown. It wires nearly every part, so it takes the

@@ -25,7 +25,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use crate::git::{GitCommand, GitError};
-use crate::peers::credentials::GitCredential;
+use crate::trust::credentials::GitCredential;
 
 /// How to run one fetch.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -45,7 +45,7 @@ use serde::Serialize;
 use tokio::sync::{watch, Notify};
 use tokio::task::JoinSet;
 use crate::config::{GitSyncConfig, LimitsConfig, RelaySyncConfig, ServerConfig, TrustConfig};
-use crate::peers::credentials::GitCredential;
+use crate::trust::credentials::GitCredential;
 
 pub use context::{start, SyncHandle};
 pub use fetch::{fetch_oids, missing_objects, FetchOptions, FetchOutcome};
@@ -110,7 +110,7 @@ pub trait SyncContext: Send + Sync + 'static {
 pub struct PrivateFetch {
     /// To another replica of its set: its own key, naming the repository on the service's
     /// domain (docs/scaling.md, "A private replica set").
-    pub replica: Option<crate::peers::credentials::ReplicaIdentity>,
+    pub replica: Option<crate::trust::credentials::ReplicaIdentity>,
     /// To a `--private-sync-peer`: its service key, naming the clone URL fetched.
     pub service_key: Option<nostr::prelude::Keys>,
 }
@@ -671,7 +671,7 @@ mod config_tests {
         let peer = CloneUrl::parse("https://peer.example/npub1x/r.git").unwrap();
         assert_eq!(PrivateFetch::default().for_url(&replica, true), None, "a public service proves nothing");
         let private = PrivateFetch {
-            replica: Some(crate::peers::credentials::ReplicaIdentity::new(me.clone(), "git.example.com")),
+            replica: Some(crate::trust::credentials::ReplicaIdentity::new(me.clone(), "git.example.com")),
             service_key: Some(service.clone()),
         };
         // To a replica: its own key, the repository named on the service's domain.

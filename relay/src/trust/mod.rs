@@ -8,6 +8,8 @@
 //!   AUTH events are never stored, the per-kind size caps (`grasp_state::nostr::event_size`), the
 //!   free-disk watermark, NIP-70 protected events only from their author, curation,
 //!   private repositories refused by a public service, the cap on new repositories.
+//! - [`credentials`]: the other way round, who this server is to other servers: the NIP-42
+//!   `AUTH` events and GRASP-08 git proofs it presents, and a private replica set's identity.
 //! - Connection-level rules (NIP-42 state, per-connection write bucket, membership for REQ and
 //!   EVENT of a private service) are applied by `crate::nostr::connection`.
 //! - `crate::grasp::purge::run_curation_watch` drops the held events of authors that become
@@ -17,6 +19,7 @@
 //! The decisions themselves are pure: `grasp_state::trust::auth`, `grasp_state::trust::curation`,
 //! `grasp_state::trust::rate`.
 
+pub mod credentials;
 pub mod disk;
 pub mod limits;
 pub mod proxy;
