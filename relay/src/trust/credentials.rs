@@ -23,17 +23,11 @@ pub fn auth_event(keys: &Keys, relay: &str, challenge: &str) -> Result<Event, St
 
 /// Who this server is to a private repository's git service: a key and the repository root URL
 /// its proofs name. A proof is valid a minute, so one is signed for every git run
-/// ([`GitCredential::header`]).
-#[derive(Clone, PartialEq, Eq)]
+/// ([`GitCredential::header`]). Printed (`Debug`), it shows the public key only.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GitCredential {
     keys: Keys,
     url: String,
-}
-
-impl std::fmt::Debug for GitCredential {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("GitCredential").field("key", &self.keys.public_key().to_hex()).field("url", &self.url).finish()
-    }
 }
 
 impl GitCredential {
@@ -57,16 +51,10 @@ impl GitCredential {
 
 /// A replica's way in to the other replicas of a private set: its own key (their view of it is
 /// its NIP-11 `self`), naming the service's public URLs.
-#[derive(Clone)]
+#[derive(Debug, Clone)]
 pub struct ReplicaIdentity {
     keys: Keys,
     public: PublicUrls,
-}
-
-impl std::fmt::Debug for ReplicaIdentity {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ReplicaIdentity").field("key", &self.keys.public_key().to_hex()).field("public", &self.public).finish()
-    }
 }
 
 impl ReplicaIdentity {
