@@ -21,7 +21,8 @@
 //!   `grasp-relay repos` (`repos`), the private service's git check (`git_auth`), the
 //!   `/healthz` / `/readyz` probes (`health`), the operator's views of background work (`views`).
 //! - [`peers`]: relay-to-relay event sync (GRASP-02): follows the relays accepted repositories
-//!   list, by NIP-77 negentropy or REQ paging, then live.
+//!   list, by NIP-77 negentropy or REQ paging, then live; a replica set's other members asked
+//!   and recognised (`replica_reads`) and their confirmations (`acks`).
 //! - [`nostr`]: the relay's WebSocket side. One NIP-01 connection (`connection`), its
 //!   subscriptions (`subscriptions`), NIP-42 (`auth`), the NIP-11 document (`nip11`), the NIP-05
 //!   answer at `/.well-known/nostr.json` naming the relay's key (`nip05`), NIP-77
@@ -43,13 +44,17 @@
 //!   signed events released, the locked shrink, the startup migration (`pools`); background
 //!   repository maintenance (`maintenance`); GRASP-06 contributor repositories
 //!   (`contributions`); the byte budgets of pull request data no maintainer signed, measured,
-//!   pruned and persisted (`budgets`), and owners' quotas (`quotas`); purgatory restore, expiry sweeps and checkpoints (`lifecycle`); the
+//!   pruned and persisted (`budgets`), and owners' quotas (`quotas`); who a private service
+//!   lets in (`membership`); what the hub asks of a replica set's other members, as ports the
+//!   peers fill (`replica_set`); purgatory restore, expiry sweeps and checkpoints (`lifecycle`); the
 //!   purgatory journal, synced before an event is answered (`journal`); `purge-author` and the
 //!   curation watch (`purge`).
 //! - [`trust`]: who may write what and how fast: the checks at the entry of admission (NIP-70,
 //!   curation, private repositories, repository caps), write limits (`limits`), the free-disk
 //!   watermark (`disk`), client addresses behind trusted proxies (`proxy`), files re-read on
-//!   change (`reload`). NIP-42 connection state is `nostr::auth`.
+//!   change (`reload`); the other way round, who this server is to other servers: the `AUTH`
+//!   events and git proofs it presents (`credentials`). NIP-42 connection state is
+//!   `nostr::auth`.
 //! - [`store`]: the nostr-lmdb event store (`store/mod.rs`, with the lookups admission repeats
 //!   cached under a write generation in `lookups`, and its writes grouped into shared commits in
 //!   `group_commit`; regular events answered once in the synced log `ack_log` and read from
