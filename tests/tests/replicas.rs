@@ -179,6 +179,53 @@ async fn a_replica_back_with_an_empty_disk_catches_up() {
     eventually!("the returning replica to serve the push", WAIT, (main_ref(&b, &owner.public_key(), identifier).as_deref() == Some(tip.as_str())).then_some(()));
 }
 
+/// A replica stopped while the others take writes reports ready (`/readyz`) only once it serves
+/// them (docs/scaling.md, "Convergence and catch-up"): the events (relay sync), the git data of the pushes
+/// made meanwhile (git sync), and a state it held waiting for its push when it was killed, whose
+/// push went to another replica. Nothing is waited for after `/readyz` says ready.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_back_from_a_stop_is_ready_only_once_it_serves_what_it_missed() {
+    let (a, mut b) = pair(&[]);
+    caught_up(&a).await;
+    caught_up(&b).await;
+    let owner = Keys::generate();
+    let tmp = tempfile::tempdir().unwrap();
+
+    // Held on the replica about to stop: a repository both serve, whose next state came there
+    // and whose next push goes to the other.
+    let (mut cb, _) = announce(&b, &owner, "held").await;
+    let (mut held, first, _) = stated(&tmp.path().join("held"), &b, &mut cb, &owner, "held").await;
+    held.push(&["main"]).expect("the first push");
+    eventually!("the first push on the other replica", WAIT, (main_ref(&a, &owner.public_key(), "held").as_deref() == Some(first.as_str())).then_some(()));
+    let held_tip = held.commit("README", "two");
+    let held_state = state_at(&owner, "held", &[("refs/heads/main", &held_tip)], Some("main"), now() + 1);
+    let (ok, msg) = cb.send_event(&held_state).await.unwrap();
+    assert!(ok, "{msg}");
+    // Held events are not relayed; the owner's client sends it to the other replica too (as
+    // through the front once this one is gone).
+    let (ok, msg) = NostrClient::connect(&a.ws_url()).await.unwrap().send_event(&held_state).await.unwrap();
+    assert!(ok, "{msg}");
+    b.kill();
+    held.url = repo_url(&a, &owner.public_key(), "held");
+    held.push(&["main"]).expect("the held state's push, to the replica that stayed");
+
+    // Written while it is away: a new repository, its push, an issue.
+    let (mut ca, ann) = announce(&a, &owner, "missed").await;
+    let (repo, tip, st) = stated(&tmp.path().join("missed"), &a, &mut ca, &owner, "missed").await;
+    repo.push(&["main"]).expect("the push while a replica is away");
+    let bug = issue(&Keys::generate(), &owner.public_key(), "missed");
+    let (ok, msg) = ca.send_event(&bug).await.unwrap();
+    assert!(ok, "{msg}");
+
+    b.restart();
+    caught_up(&b).await;
+    for (what, id) in [("announcement", ann.id), ("state", st.id), ("issue", bug.id)] {
+        assert!(stored(&b, id).await, "ready without the {what} sent while it was away");
+    }
+    assert_eq!(main_ref(&b, &owner.public_key(), "missed").as_deref(), Some(tip.as_str()), "ready without the push made while it was away");
+    assert_eq!(main_ref(&b, &owner.public_key(), "held").as_deref(), Some(held_tip.as_str()), "ready without the push its held state waited for");
+}
+
 /// git's view of `url`'s refs (`git ls-remote`), over HTTP as any client sees them.
 fn served_refs(url: &str) -> String {
     let out = std::process::Command::new("git").args(["ls-remote", url]).output().expect("git ls-remote runs");

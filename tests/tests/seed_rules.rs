@@ -429,8 +429,8 @@ fn a_fully_expired_announcement_sent_again_is_blocked_without_a_new_repository()
 }
 
 /// The queue entry of `identifier` in the syncer's figures: its last scheduling delay in ms.
-fn sync_delay_ms(stats: &grasp_relay::sync::StatsSource, identifier: &str) -> Option<u64> {
-    let stats = stats()?;
+fn sync_delay_ms(sync: &grasp_relay::sync::SyncHandle, identifier: &str) -> Option<u64> {
+    let stats = sync.stats()?;
     stats.identifiers.iter().find(|e| e.identifier == identifier).map(|e| e.last_delay_ms)
 }
 

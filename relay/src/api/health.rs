@@ -5,8 +5,9 @@
 //!   `ok <check>` or `fail <check>: <reason>`. Checks: the event store answers a query
 //!   (`store`), the data directory takes a new file (`data_dir`), the CGI wrapper and the hook
 //!   binaries are executable files (`binaries`), the hook API answers its `/healthz`
-//!   (`hook_api`), and, in a replica set, relay sync went through its history with every other
-//!   replica it can reach (`replicas`). Each check is bounded by [`CHECK_TIMEOUT`].
+//!   (`hook_api`), and, in a replica set, the replica has caught up with the others: relay sync
+//!   went through its history with every other replica it can reach, then git sync tried the
+//!   repositories whose git data it was waiting for (`replicas`). Each check is bounded by [`CHECK_TIMEOUT`].
 //!
 //! On the hook API the probes need no token: they reveal nothing but these lines, the API is on
 //! loopback only, and a probe (systemd, a container runtime) should not need the token file.
@@ -74,22 +75,20 @@ impl Health {
     /// once)? Always, outside a replica set. Cheap once true: the public listener asks it for
     /// every request the front forwards while it is false (`crate::server`, docs/scaling.md).
     pub fn caught_up(&self) -> bool {
-        use std::sync::atomic::Ordering;
-        if self.grasp.replicas().is_empty() || self.caught_up.load(Ordering::Relaxed) {
-            return true;
-        }
-        let now = self.replicas().is_ok();
-        if now {
-            self.caught_up.store(true, Ordering::Relaxed);
-            tracing::info!("caught up with the other replicas: requests the front forwards are served again");
-        }
-        now
+        self.replicas().is_ok()
     }
 
-    /// A replica set's member is ready once it has caught up with every other replica it can
-    /// reach: relay sync has gone through its history with each once (a replica that cannot be
-    /// reached does not hold it back). docs/scaling.md.
+    /// A replica set's member is ready once it has caught up with the others, in two steps
+    /// (docs/scaling.md, "Convergence and catch-up"): relay sync has gone through its history with every
+    /// other replica it can reach (one it cannot reach does not hold it back), then background
+    /// git sync has tried once, at once, every repository it was waiting for git data of then
+    /// (the states and pushes made while it was away, held states restored from its journal).
+    /// A repository no replica can serve holds nothing back. Once passed, it stays passed.
     fn replicas(&self) -> Result<(), String> {
+        use std::sync::atomic::Ordering;
+        if self.grasp.replicas().is_empty() || self.caught_up.load(Ordering::Relaxed) {
+            return Ok(());
+        }
         let relays = self.views.relay_sync.get().map(|v| v.relays()).unwrap_or_default();
         let behind: Vec<String> = self
             .grasp
@@ -101,10 +100,17 @@ impl Health {
             })
             .map(|r| r.base.clone())
             .collect();
-        if behind.is_empty() {
-            Ok(())
-        } else {
-            Err(format!("catching up with {}", behind.join(", ")))
+        if !behind.is_empty() {
+            return Err(format!("catching up with {}", behind.join(", ")));
+        }
+        match self.views.git_sync.get().and_then(|sync| sync.catch_up()) {
+            Some(fetching) if fetching > 0 => Err(format!("fetching the git data of {fetching} repositories from the others")),
+            _ => {
+                if !self.caught_up.swap(true, Ordering::Relaxed) {
+                    tracing::info!("caught up with the other replicas: requests the front forwards are served again");
+                }
+                Ok(())
+            }
         }
     }
 

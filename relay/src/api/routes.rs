@@ -71,7 +71,7 @@ fn get_purgatory(c: Call<'_>) -> BoxFuture<'_, Response<Body>> {
 /// `GET /v1/sync`: background sync and relay sync.
 fn get_sync(c: Call<'_>) -> BoxFuture<'_, Response<Body>> {
     Box::pin(async move {
-        match c.views.sync_stats.get().and_then(|stats| stats()) {
+        match c.views.git_sync.get().and_then(|sync| sync.stats()) {
             Some(stats) => json(StatusCode::OK, &sync_view(&stats, c.views)),
             None => error(StatusCode::SERVICE_UNAVAILABLE, "background sync is not running"),
         }

@@ -91,7 +91,7 @@ async fn handle<B>(req: Request<B>, state: &MetricsState) -> Response<Body> {
     state.metrics.refresh_deferred(state.grasp.deferred().len(), state.grasp.deferred().stats().limit_total);
     state.metrics.refresh_store(state.grasp.relay.store().acknowledged());
     state.metrics.refresh_background_git(state.grasp.copies_pending(), state.grasp.maintenance_pending());
-    state.metrics.refresh_sync(state.views.sync_stats.get().and_then(|stats| stats()).map_or((0, 0, 0), |s| s.gauges()));
+    state.metrics.refresh_sync(state.views.git_sync.get().and_then(|sync| sync.stats()).map_or((0, 0, 0), |s| s.gauges()));
     state.metrics.set_connections_open(state.connections.open());
     let mut resp = Response::new(full(state.metrics.encode()));
     resp.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static(METRICS_CONTENT_TYPE));

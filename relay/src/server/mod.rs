@@ -342,8 +342,8 @@ async fn start_background(
         replica: replica_identity(&cfg.trust, &cfg.relay_sync, &cfg.server, identity),
         service_key: if cfg.trust.private { Some(crate::peers::service_key::load_or_create(&cfg.service_key_file())?) } else { None },
     };
-    let (_, sync_stats) = crate::sync::start(grasp, sync, controller.subscribe());
-    let _ = views.sync_stats.set(sync_stats);
+    let (_, git_sync) = crate::sync::start(grasp, sync, controller.subscribe());
+    let _ = views.git_sync.set(git_sync);
     // Relay-to-relay event sync (GRASP-02): follow the relays accepted repositories list.
     if let Some(mut peers) = crate::peers::PeersConfig::from_sections(&cfg.relay_sync, &cfg.trust, &cfg.storage, &cfg.git_sync, &cfg.server) {
         if cfg.trust.private {

@@ -245,6 +245,11 @@ impl SyncHandle {
         }
     }
 
+    /// [`Syncer::catch_up`], if the syncer still runs.
+    pub fn catch_up(&self) -> Option<usize> {
+        self.shared.upgrade().map(|shared| Syncer { shared }.catch_up())
+    }
+
     /// The syncer's figures, if it still runs.
     pub fn stats(&self) -> Option<SyncStats> {
         self.shared
@@ -265,9 +270,9 @@ impl Syncer<Arc<Grasp>> {
 /// Starts background sync for the daemon: every event that starts waiting in the purgatory
 /// enqueues its identifier with the delay of its origin (a user's event or relay sync), and the
 /// syncer runs until `shutdown` (running fetches are then killed; the returned task ends after
-/// that, and holds `shutdown` until then). Returns the task and the syncer's figures, which the
-/// operator views read (`crate::api::views`).
-pub fn start(grasp: &Arc<Grasp>, config: SyncConfig, mut shutdown: Shutdown) -> (JoinHandle<()>, crate::sync::StatsSource) {
+/// that, and holds `shutdown` until then). Returns the task and a handle on the syncer, through
+/// which the operator views read its figures and readiness its catch-up (`crate::api`).
+pub fn start(grasp: &Arc<Grasp>, config: SyncConfig, mut shutdown: Shutdown) -> (JoinHandle<()>, SyncHandle) {
     let syncer = Syncer::new(grasp.clone(), config);
     let handle = syncer.handle();
     let enqueue = handle.clone();
@@ -279,7 +284,6 @@ pub fn start(grasp: &Arc<Grasp>, config: SyncConfig, mut shutdown: Shutdown) -> 
     {
         tracing::warn!("background sync already wired; events will not be enqueued twice");
     }
-    let stats: crate::sync::StatsSource = Box::new(move || handle.stats());
     // Catch up on what was already waiting at startup (restored purgatory).
     let waiting = grasp.purgatory.waiting_identifiers();
     for identifier in &waiting {
@@ -297,7 +301,7 @@ pub fn start(grasp: &Arc<Grasp>, config: SyncConfig, mut shutdown: Shutdown) -> 
             }
         }
     });
-    (task, stats)
+    (task, handle)
 }
 
 #[cfg(test)]

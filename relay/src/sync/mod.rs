@@ -201,9 +201,6 @@ pub struct IdentifierStats {
     pub last_delay_ms: u64,
 }
 
-/// Where the operator view reads the syncer's figures (`None` once the syncer is gone).
-pub type StatsSource = Box<dyn Fn() -> Option<SyncStats> + Send + Sync>;
-
 impl SyncStats {
     /// What the metrics read at scrape time: identifiers queued, syncs running, domains whose
     /// last fetch failed.
@@ -296,6 +293,15 @@ impl<C: SyncContext> Syncer<C> {
     /// Whether a sync task for `identifier` is running now.
     pub fn is_running(&self, identifier: &str) -> bool {
         self.shared.queue().is_running(identifier)
+    }
+
+    /// The catch-up pass of a replica back from a stop ([`SyncQueue::catch_up`]): begun on the
+    /// first call, what is queued then is tried at once; how many are still to be tried.
+    pub fn catch_up(&self) -> usize {
+        let now = (self.shared.clock)();
+        let left = self.shared.queue().catch_up(now);
+        self.shared.wake.notify_one();
+        left
     }
 
     /// The queue entry of `identifier`, if queued.

@@ -7,7 +7,7 @@
 //! Ordering uses a `BTreeSet<(Instant, String)>` index of the waiting entries, so `ready` and
 //! `next_deadline` never scan the whole queue.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 /// Who caused an identifier to be enqueued (defined by the domain, which reports it).
@@ -104,6 +104,9 @@ pub struct SyncQueue {
     entries: HashMap<String, SyncQueueEntry>,
     /// Waiting (not in progress) entries by next attempt.
     waiting: BTreeSet<(Instant, String)>,
+    /// The catch-up pass of a replica back from a stop: the identifiers queued when it began
+    /// that have not had an attempt since ([`SyncQueue::catch_up`]).
+    catching_up: Option<HashSet<String>>,
 }
 
 impl SyncQueue {
@@ -112,6 +115,34 @@ impl SyncQueue {
             timings,
             entries: HashMap::new(),
             waiting: BTreeSet::new(),
+            catching_up: None,
+        }
+    }
+
+    /// The catch-up pass of a replica that has relayed the others' events since it started
+    /// (docs/scaling.md, "Convergence and catch-up"): on the first call, every identifier queued now is due at
+    /// once, whatever its delay or backoff, and joins the pass; it leaves the pass when an attempt
+    /// for it ends (complete or incomplete, not throttled) or it is removed. Returns how many are
+    /// still in the pass, so each is tried once and a repository nobody can serve holds nothing back.
+    pub fn catch_up(&mut self, now: Instant) -> usize {
+        if self.catching_up.is_none() {
+            let due: Vec<(Instant, String)> = self.waiting.iter().filter(|(at, _)| *at > now).cloned().collect();
+            for (at, identifier) in due {
+                self.waiting.remove(&(at, identifier.clone()));
+                if let Some(entry) = self.entries.get_mut(&identifier) {
+                    entry.next_attempt = now;
+                }
+                self.waiting.insert((now, identifier));
+            }
+            self.catching_up = Some(self.entries.keys().cloned().collect());
+        }
+        self.catching_up.as_ref().map_or(0, HashSet::len)
+    }
+
+    /// Marks `identifier`'s part of the catch-up pass as done.
+    fn caught_up(&mut self, identifier: &str) {
+        if let Some(pass) = &mut self.catching_up {
+            pass.remove(identifier);
         }
     }
 
@@ -183,6 +214,9 @@ impl SyncQueue {
 
     /// Record how a running task ended: remove on completion, otherwise schedule the retry.
     pub fn finish(&mut self, identifier: &str, outcome: Outcome, now: Instant) {
+        if !matches!(outcome, Outcome::Throttled { .. }) {
+            self.caught_up(identifier);
+        }
         let Some(entry) = self.entries.get_mut(identifier) else {
             return;
         };
@@ -220,6 +254,7 @@ impl SyncQueue {
     /// Drop an identifier entirely (e.g. its purgatory entries expired). A running entry is
     /// dropped when its task finishes, unless a new event arrives before that.
     pub fn remove(&mut self, identifier: &str) {
+        self.caught_up(identifier);
         match self.entries.get_mut(identifier) {
             Some(entry) if entry.in_progress => {
                 entry.removed = true;
@@ -461,5 +496,46 @@ mod tests {
         q.finish("a", Outcome::Incomplete, t0); // unknown now: ignored
         assert_eq!(q.len(), 1);
         assert!(!q.start("unknown"));
+    }
+
+    #[test]
+    fn a_catch_up_pass_tries_every_queued_identifier_once_at_once() {
+        let t0 = Instant::now();
+        let mut q = queue();
+        q.enqueue("held", Origin::User, t0);
+        q.enqueue("synced", Origin::Sync, t0);
+        q.enqueue("running", Origin::Sync, t0);
+        q.enqueue("removed", Origin::Sync, t0);
+        q.enqueue("throttled", Origin::Sync, t0);
+        q.enqueue("failing", Origin::Sync, t0);
+        let now = t0 + Duration::from_millis(600);
+        for started in ["running", "throttled", "failing"] {
+            assert!(q.start(started));
+        }
+        q.finish("failing", Outcome::Incomplete, now);
+        assert!(q.ready(now).len() < 3, "a user's event waits three minutes, a failed one its backoff");
+
+        assert_eq!(q.catch_up(now), 6, "everything queued joins the pass");
+        let mut due = q.ready(now);
+        due.sort();
+        assert_eq!(due, vec!["failing", "held", "removed", "synced"], "and is due at once, delays and backoff aside");
+
+        q.remove("removed");
+        q.start("held");
+        q.finish("held", Outcome::Complete, now);
+        q.start("synced");
+        q.finish("synced", Outcome::Incomplete, now);
+        q.finish("throttled", Outcome::Throttled { until: now + S }, now);
+        assert_eq!(q.catch_up(now), 3, "removed, complete and incomplete attempts leave it; a throttled one stays");
+        q.finish("running", Outcome::Complete, now);
+        q.start("throttled");
+        q.finish("throttled", Outcome::Incomplete, now + S);
+        q.start("failing");
+        q.finish("failing", Outcome::Incomplete, now + S);
+        assert_eq!(q.catch_up(now + S), 0, "each tried once");
+
+        q.enqueue("later", Origin::User, now + S);
+        assert_eq!(q.catch_up(now + S), 0, "one pass: what is queued after it keeps its delay");
+        assert_eq!(q.entry("later").unwrap().next_attempt, now + S + 180 * S);
     }
 }
