@@ -295,12 +295,18 @@ impl<C: SyncContext> Syncer<C> {
         self.shared.queue().is_running(identifier)
     }
 
-    /// The catch-up pass of a replica back from a stop ([`SyncQueue::catch_up`]): begun on the
-    /// first call, what is queued then is tried at once; how many are still to be tried.
+    /// The catch-up pass of a replica back from a stop ([`SyncQueue::begin_catch_up`]): begun on
+    /// the first call (what is queued then is due at once, and the loop is woken for it); how
+    /// many are still to be tried.
     pub fn catch_up(&self) -> usize {
         let now = (self.shared.clock)();
-        let left = self.shared.queue().catch_up(now);
-        self.shared.wake.notify_one();
+        let (began, left) = {
+            let mut queue = self.shared.queue();
+            (queue.begin_catch_up(now), queue.catching_up())
+        };
+        if began {
+            self.shared.wake.notify_one();
+        }
         left
     }
 

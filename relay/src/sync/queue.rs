@@ -105,8 +105,15 @@ pub struct SyncQueue {
     /// Waiting (not in progress) entries by next attempt.
     waiting: BTreeSet<(Instant, String)>,
     /// The catch-up pass of a replica back from a stop: the identifiers queued when it began
-    /// that have not had an attempt since ([`SyncQueue::catch_up`]).
+    /// that have not had an attempt since ([`SyncQueue::begin_catch_up`]).
     catching_up: Option<HashSet<String>>,
+}
+
+/// Moves a waiting entry's next attempt to `at`, keeping the index of waiting entries in step.
+fn move_waiting(waiting: &mut BTreeSet<(Instant, String)>, identifier: &str, entry: &mut SyncQueueEntry, at: Instant) {
+    waiting.remove(&(entry.next_attempt, identifier.to_string()));
+    entry.next_attempt = at;
+    waiting.insert((at, identifier.to_string()));
 }
 
 impl SyncQueue {
@@ -119,23 +126,27 @@ impl SyncQueue {
         }
     }
 
-    /// The catch-up pass of a replica that has relayed the others' events since it started
-    /// (docs/scaling.md, "Convergence and catch-up"): on the first call, every identifier queued now is due at
-    /// once, whatever its delay or backoff, and joins the pass; it leaves the pass when an attempt
-    /// for it ends (complete or incomplete, not throttled) or it is removed. Returns how many are
-    /// still in the pass, so each is tried once and a repository nobody can serve holds nothing back.
-    pub fn catch_up(&mut self, now: Instant) -> usize {
-        if self.catching_up.is_none() {
-            let due: Vec<(Instant, String)> = self.waiting.iter().filter(|(at, _)| *at > now).cloned().collect();
-            for (at, identifier) in due {
-                self.waiting.remove(&(at, identifier.clone()));
-                if let Some(entry) = self.entries.get_mut(&identifier) {
-                    entry.next_attempt = now;
-                }
-                self.waiting.insert((now, identifier));
-            }
-            self.catching_up = Some(self.entries.keys().cloned().collect());
+    /// Begins the catch-up pass of a replica that has relayed the others' events since it started
+    /// (docs/scaling.md, "Convergence and catch-up"): every identifier queued now is due at once,
+    /// whatever its delay or backoff, and joins the pass; it leaves the pass when an attempt for it
+    /// ends (complete or incomplete, not throttled) or it is removed, so each is tried once and a
+    /// repository nobody can serve holds nothing back. There is one pass: true when this call
+    /// began it, false once it had begun.
+    pub fn begin_catch_up(&mut self, now: Instant) -> bool {
+        if self.catching_up.is_some() {
+            return false;
         }
+        for (identifier, entry) in &mut self.entries {
+            if !entry.in_progress && entry.next_attempt > now {
+                move_waiting(&mut self.waiting, identifier, entry, now);
+            }
+        }
+        self.catching_up = Some(self.entries.keys().cloned().collect());
+        true
+    }
+
+    /// How many identifiers of the catch-up pass are still to be tried (0 before it begins).
+    pub fn catching_up(&self) -> usize {
         self.catching_up.as_ref().map_or(0, HashSet::len)
     }
 
@@ -161,12 +172,9 @@ impl SyncQueue {
                 });
             }
             Some(entry) => {
-                self.waiting
-                    .remove(&(entry.next_attempt, identifier.to_string()));
                 entry.attempt_count = 0;
-                entry.next_attempt = next_attempt;
                 entry.last_delay = self.timings.delay(origin);
-                self.waiting.insert((next_attempt, identifier.to_string()));
+                move_waiting(&mut self.waiting, identifier, entry, next_attempt);
             }
             None => {
                 self.entries.insert(
@@ -515,7 +523,9 @@ mod tests {
         q.finish("failing", Outcome::Incomplete, now);
         assert!(q.ready(now).len() < 3, "a user's event waits three minutes, a failed one its backoff");
 
-        assert_eq!(q.catch_up(now), 6, "everything queued joins the pass");
+        assert_eq!(q.catching_up(), 0, "no pass before it begins");
+        assert!(q.begin_catch_up(now));
+        assert_eq!(q.catching_up(), 6, "everything queued joins the pass");
         let mut due = q.ready(now);
         due.sort();
         assert_eq!(due, vec!["failing", "held", "removed", "synced"], "and is due at once, delays and backoff aside");
@@ -526,16 +536,17 @@ mod tests {
         q.start("synced");
         q.finish("synced", Outcome::Incomplete, now);
         q.finish("throttled", Outcome::Throttled { until: now + S }, now);
-        assert_eq!(q.catch_up(now), 3, "removed, complete and incomplete attempts leave it; a throttled one stays");
+        assert_eq!(q.catching_up(), 3, "removed, complete and incomplete attempts leave it; a throttled one stays");
         q.finish("running", Outcome::Complete, now);
         q.start("throttled");
         q.finish("throttled", Outcome::Incomplete, now + S);
         q.start("failing");
         q.finish("failing", Outcome::Incomplete, now + S);
-        assert_eq!(q.catch_up(now + S), 0, "each tried once");
+        assert_eq!(q.catching_up(), 0, "each tried once");
 
         q.enqueue("later", Origin::User, now + S);
-        assert_eq!(q.catch_up(now + S), 0, "one pass: what is queued after it keeps its delay");
+        assert!(!q.begin_catch_up(now + S), "one pass");
+        assert_eq!(q.catching_up(), 0, "what is queued after it keeps its delay");
         assert_eq!(q.entry("later").unwrap().next_attempt, now + S + 180 * S);
     }
 }
