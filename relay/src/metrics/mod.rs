@@ -156,10 +156,8 @@ pub struct Metrics {
     sync_domains_failing: Gauge,
     // Events answered from the store's log of acknowledged events, not yet committed.
     store_acknowledged: Gauge,
-    // Relay-to-relay event sync (GRASP-02) does not exist yet. When it does, its families go
-    // here, recorded by the relay sync the same way: per peer relay a state gauge
-    // (`grasp_relay_sync_state{relay,state}`), events received, errors and the current backoff,
-    // with peers from the configured list only (never a label value taken from the network).
+    // Relay-to-relay event sync (GRASP-02) has no families: its per-relay figures are in the
+    // operator view (`grasp-relay sync`, `GET /v1/sync`), relay URLs not being label values.
     // GRASP-03 Sync+ (no per-relay label: relay URLs come from the network; the operator view
     // `grasp-relay sync` has them).
     sync_plus_participants: Gauge,
